@@ -1,0 +1,198 @@
+//! The socket layer: libzmq sockets behind a small trait of ours.
+//!
+//! Everything the I/O thread needs from ZeroMQ goes through [`FrameSocket`] (send and receive
+//! whole multipart records, never blocking) and [`Sockets`] (create sockets with the options
+//! zmesh relies on, attach monitors). The options are set deliberately:
+//!
+//! - `LINGER = 0` on dialled sockets: a socket is closed only when its connection is dead or
+//!   being replaced; anything still queued belongs to a connection that is no longer current, and
+//!   waiting for it would delay the close that a replacement must observe (MISSION F3). Bound
+//!   sockets and the publisher use a short linger (see [`CLOSE_LINGER_MS`]) so an orderly
+//!   shutdown flushes its CLOSE records.
+//! - `ROUTER_MANDATORY = 1` on every ROUTER: an unknown peer or a full pipe is an error at send
+//!   time (`EHOSTUNREACH` / `EAGAIN` with `DONTWAIT`), never a silent drop. This is the basis of
+//!   "a frame is never queued on a link that cannot send now" (MISSION C3).
+//! - `SNDHWM`/`RCVHWM` = [`HWM`]: bounded queues per pipe; a full pipe fails the send at once.
+//! - `RECONNECT_IVL = -1` on dialled ROUTER/DEALER sockets: libzmq must not silently re-dial
+//!   with the same routing id; zmesh closes the socket and dials a fresh one (fresh routing id,
+//!   fresh handshake) after its own backoff (MISSION F4). SUB sockets likewise.
+//! - libzmq's default limit of 1023 sockets per context cannot be raised through the safe
+//!   `zmq` API, so [`Sockets`] spreads sockets over as many contexts as needed
+//!   ([`SOCKETS_PER_CONTEXT`] each); tcp and ipc endpoints do not care which context a socket
+//!   lives in, and a monitor's inproc pair is created in its socket's own context.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Send and receive high-water mark per pipe (records).
+pub const HWM: i32 = 10_000;
+/// Linger of bound sockets and publishers at close, so an orderly close flushes (ms).
+pub const CLOSE_LINGER_MS: i32 = 200;
+/// Sockets placed in one libzmq context before a new context is opened (libzmq's default
+/// maximum is 1023; monitors and the wake-up pair count too).
+pub const SOCKETS_PER_CONTEXT: usize = 900;
+
+/// Why a send did not happen. Either way nothing was queued.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SendError {
+    /// The pipe is full (HWM): the link cannot take the record now.
+    #[error("pipe full (high-water mark)")]
+    Full,
+    /// The peer (routing id) is not connected on this socket.
+    #[error("peer not connected")]
+    Unreachable,
+    /// The socket failed for another reason.
+    #[error("socket error: {0}")]
+    Other(zmq::Error),
+}
+
+/// The operations the receive loop performs on a socket. Implemented for `zmq::Socket`;
+/// in-memory implementations stand in for it in tests.
+pub trait FrameSocket {
+    /// Sends one record (all frames) without blocking.
+    fn send_frames(&self, frames: &[&[u8]]) -> Result<(), SendError>;
+    /// Receives one whole record without blocking; `Ok(None)` when nothing is queued.
+    fn try_recv_frames(&self) -> Result<Option<Vec<Vec<u8>>>, zmq::Error>;
+}
+
+impl FrameSocket for zmq::Socket {
+    fn send_frames(&self, frames: &[&[u8]]) -> Result<(), SendError> {
+        let last = frames.len().saturating_sub(1);
+        for (i, f) in frames.iter().enumerate() {
+            let flags = zmq::DONTWAIT | if i < last { zmq::SNDMORE } else { 0 };
+            if let Err(e) = self.send(*f, flags) {
+                // libzmq makes multipart sends atomic: a failure on the first frame queues
+                // nothing, and later frames of an accepted message cannot fail with these.
+                return Err(match e {
+                    zmq::Error::EAGAIN => SendError::Full,
+                    zmq::Error::EHOSTUNREACH => SendError::Unreachable,
+                    other => SendError::Other(other),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn try_recv_frames(&self) -> Result<Option<Vec<Vec<u8>>>, zmq::Error> {
+        match self.recv_multipart(zmq::DONTWAIT) {
+            Ok(frames) => Ok(Some(frames)),
+            Err(zmq::Error::EAGAIN) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// A libzmq socket event reported by a monitor, reduced to what zmesh acts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MonitorEvent {
+    /// The ZMTP handshake completed: the pipe can carry records.
+    HandshakeSucceeded,
+    /// The connection closed or failed (disconnect, closed, handshake failure).
+    Disconnected,
+    /// A dial attempt failed and libzmq will not retry (reconnect is disabled).
+    ConnectFailed,
+    /// Anything else (connected, delayed, listening, accepted ...): informational.
+    Other(u16),
+}
+
+impl MonitorEvent {
+    /// Decodes a libzmq monitor message (frame 0: u16 event + u32 value in native byte order;
+    /// frame 1: the endpoint). Malformed monitor messages are `None`.
+    pub fn decode(frames: &[Vec<u8>]) -> Option<MonitorEvent> {
+        let head = frames.first()?;
+        let raw: [u8; 2] = head.get(0..2)?.try_into().ok()?;
+        let ev = u16::from_ne_bytes(raw);
+        use zmq::SocketEvent as E;
+        Some(match ev {
+            x if x == E::HANDSHAKE_SUCCEEDED.to_raw() => MonitorEvent::HandshakeSucceeded,
+            x if x == E::DISCONNECTED.to_raw()
+                || x == E::CLOSED.to_raw()
+                || x == E::HANDSHAKE_FAILED_NO_DETAIL.to_raw()
+                || x == E::HANDSHAKE_FAILED_PROTOCOL.to_raw()
+                || x == E::HANDSHAKE_FAILED_AUTH.to_raw() =>
+            {
+                MonitorEvent::Disconnected
+            }
+            x if x == E::CONNECT_RETRIED.to_raw() => MonitorEvent::ConnectFailed,
+            other => MonitorEvent::Other(other),
+        })
+    }
+}
+
+/// A socket with its monitor pair.
+pub struct Monitored {
+    /// The socket itself.
+    pub socket: zmq::Socket,
+    /// The PAIR socket receiving the socket's monitor events.
+    pub monitor: zmq::Socket,
+}
+
+/// Creates sockets, spreading them over libzmq contexts.
+pub struct Sockets {
+    contexts: Vec<(zmq::Context, usize)>,
+    monitor_seq: AtomicU64,
+    tag: u64,
+}
+
+impl Sockets {
+    /// A new socket factory; `tag` makes inproc monitor names unique per node.
+    pub fn new(tag: u64) -> Sockets {
+        Sockets {
+            contexts: Vec::new(),
+            monitor_seq: AtomicU64::new(0),
+            tag,
+        }
+    }
+
+    fn context(&mut self, needed: usize) -> zmq::Context {
+        match self.contexts.last_mut() {
+            Some((ctx, used)) if *used + needed <= SOCKETS_PER_CONTEXT => {
+                *used += needed;
+                ctx.clone()
+            }
+            _ => {
+                let ctx = zmq::Context::new();
+                self.contexts.push((ctx.clone(), needed));
+                ctx
+            }
+        }
+    }
+
+    /// A plain socket with no monitor (the wake-up pair, publishers).
+    pub fn plain(&mut self, kind: zmq::SocketType) -> Result<(zmq::Socket, zmq::Context), zmq::Error> {
+        let ctx = self.context(1);
+        let s = ctx.socket(kind)?;
+        apply_common(&s, kind)?;
+        Ok((s, ctx))
+    }
+
+    /// A socket with a monitor for the handshake and disconnect events.
+    pub fn monitored(&mut self, kind: zmq::SocketType) -> Result<Monitored, zmq::Error> {
+        let ctx = self.context(2);
+        let socket = ctx.socket(kind)?;
+        apply_common(&socket, kind)?;
+        let n = self.monitor_seq.fetch_add(1, Ordering::Relaxed);
+        let ep = format!("inproc://zmesh-mon-{}-{}", self.tag, n);
+        let events = zmq::SocketEvent::HANDSHAKE_SUCCEEDED.to_raw()
+            | zmq::SocketEvent::DISCONNECTED.to_raw()
+            | zmq::SocketEvent::CLOSED.to_raw()
+            | zmq::SocketEvent::CONNECT_RETRIED.to_raw()
+            | zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL.to_raw()
+            | zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL.to_raw()
+            | zmq::SocketEvent::HANDSHAKE_FAILED_AUTH.to_raw();
+        socket.monitor(&ep, i32::from(events))?;
+        let monitor = ctx.socket(zmq::PAIR)?;
+        monitor.set_linger(0)?;
+        monitor.connect(&ep)?;
+        Ok(Monitored { socket, monitor })
+    }
+}
+
+fn apply_common(s: &zmq::Socket, kind: zmq::SocketType) -> Result<(), zmq::Error> {
+    s.set_sndhwm(HWM)?;
+    s.set_rcvhwm(HWM)?;
+    s.set_linger(0)?;
+    if kind == zmq::ROUTER {
+        s.set_router_mandatory(true)?;
+    }
+    Ok(())
+}
