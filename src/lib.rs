@@ -26,5 +26,6 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod config;
 pub mod display_time;
 pub mod proto;

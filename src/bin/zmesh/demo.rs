@@ -1,0 +1,260 @@
+//! `zmesh demo`: a live local mesh on 127.0.0.1 (tcp) and ipc, in real processes.
+//!
+//! - node `a` runs in this process: RouteMesh peer of `b`, ClientServer client of `c`'s
+//!   "orders" channel, fanout subscriber of `c`'s publisher, and dials `d`.
+//! - `b` (RouteMesh, Server of "orders"), `c` (ClientServer server + fanout publisher on ipc)
+//!   and `d` (an Object Client only) are child processes running `zmesh node`.
+//!
+//! The demo waits for readiness, sends records, kills `b` with SIGKILL and shows `a` detect it
+//! at once, restarts `b` (a new lifecycle generation) and shows the new run admitted, prints
+//! `a`'s snapshot, and exits.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use tokio::sync::mpsc::UnboundedReceiver;
+use zmesh::config::{Endpoint, NodeConfig, PeerConfig, RouteMeshBind, ServerConfig};
+use zmesh::proto::handshake::{Membership, Role};
+use zmesh::proto::state::ConnState;
+use zmesh::runtime::{Node, NodeEvent};
+
+use crate::{print_event, EventFormat};
+
+/// Longest wait for any one step of the demo.
+const STEP_LIMIT: Duration = Duration::from_secs(20);
+
+struct Proc {
+    name: &'static str,
+    config: PathBuf,
+    child: Option<Child>,
+}
+
+impl Proc {
+    fn start(&mut self) -> Result<()> {
+        let exe = std::env::current_exe().context("locating the zmesh binary")?;
+        let mut child = Command::new(exe)
+            .args(["node", "--config"])
+            .arg(&self.config)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("starting node {}", self.name))?;
+        if let Some(out) = child.stdout.take() {
+            let name = self.name;
+            std::thread::spawn(move || {
+                for line in BufReader::new(out).lines().map_while(Result::ok) {
+                    println!("    [{name}] {line}");
+                }
+            });
+        }
+        self.child = Some(child);
+        Ok(())
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill(); // SIGKILL: no orderly close, the OS closes its sockets.
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn free_tcp() -> Result<String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(format!("tcp://127.0.0.1:{}", l.local_addr()?.port()))
+}
+
+fn write_config(dir: &Path, cfg: &NodeConfig) -> Result<PathBuf> {
+    let path = dir.join(format!("{}.toml", cfg.rid));
+    std::fs::write(&path, toml::to_string(cfg)?)?;
+    Ok(path)
+}
+
+fn membership(role: Role) -> Vec<Membership> {
+    vec![Membership {
+        role,
+        channel: "orders".into(),
+    }]
+}
+
+pub(crate) async fn run(quick: bool) -> Result<()> {
+    let t0 = Instant::now();
+    let dir = std::env::temp_dir().join(format!("zmesh-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let pause = |ms: u64| tokio::time::sleep(Duration::from_millis(if quick { ms / 4 } else { ms }));
+
+    let b_rm = RouteMeshBind {
+        application: free_tcp()?,
+        completion: free_tcp()?,
+    };
+    let d_rm = RouteMeshBind {
+        application: free_tcp()?,
+        completion: free_tcp()?,
+    };
+    let c_server = free_tcp()?;
+    let c_pub = format!("ipc://{}/c-pub.sock", dir.display());
+
+    let mut b = NodeConfig::new("b");
+    b.memberships = membership(Role::Server);
+    b.route_mesh = Some(b_rm.clone());
+    let mut c = NodeConfig::new("c");
+    c.memberships = membership(Role::Server);
+    c.server = Some(Endpoint {
+        endpoint: c_server.clone(),
+    });
+    c.publisher = Some(Endpoint {
+        endpoint: c_pub.clone(),
+    });
+    let mut d = NodeConfig::new("d");
+    d.memberships = membership(Role::ObjectClient);
+    d.route_mesh = Some(d_rm.clone());
+
+    let mut a = NodeConfig::new("a");
+    a.memberships = membership(Role::ObjectClient);
+    a.route_mesh = Some(RouteMeshBind {
+        application: free_tcp()?,
+        completion: free_tcp()?,
+    });
+    a.peers = vec![
+        PeerConfig {
+            rid: "b".into(),
+            application: b_rm.application.clone(),
+            completion: b_rm.completion.clone(),
+            generation: None,
+            security_identity: None,
+        },
+        PeerConfig {
+            rid: "d".into(),
+            application: d_rm.application.clone(),
+            completion: d_rm.completion.clone(),
+            generation: None,
+            security_identity: None,
+        },
+    ];
+    a.servers = vec![ServerConfig {
+        channel: "orders".into(),
+        endpoint: c_server.clone(),
+        rid: Some("c".into()),
+    }];
+    a.subscriptions = vec![Endpoint { endpoint: c_pub }];
+
+    println!("zmesh demo: nodes b, c, d as processes; node a in this process");
+    println!("  b: RouteMesh {} / {}", b_rm.application, b_rm.completion);
+    println!("  c: ClientServer {c_server}, fanout publisher on ipc");
+    println!("  d: RouteMesh, Object Client only (a and d need no connection: not_required)");
+    let mut procs = Vec::new();
+    for cfg in [&b, &c, &d] {
+        let name = match cfg.rid.as_str() {
+            "b" => "b",
+            "c" => "c",
+            _ => "d",
+        };
+        procs.push(Proc {
+            name,
+            config: write_config(&dir, cfg)?,
+            child: None,
+        });
+    }
+    for p in procs.iter_mut() {
+        p.start()?;
+    }
+
+    let node = Node::start(a).await?;
+    let mut events = node.take_events().context("events")?;
+
+    println!("\n== 1. links become ready");
+    wait_for(&node, &mut events, t0, |s| {
+        let ready = |topo: &str, role: &str| {
+            s.links
+                .iter()
+                .any(|l| l.topology == topo && l.role == role && l.state == ConnState::Ready)
+        };
+        let b_ready = s.peer("b").filter(|l| l.state == ConnState::Ready).count() == 2;
+        let d_nr = s.peer("d").any(|l| l.state == ConnState::NotRequired);
+        b_ready && d_nr && ready("client_server", "client") && ready("fanout", "subscriber")
+    })
+    .await?;
+
+    println!("\n== 2. records flow: a -> b (RouteMesh), a -> c (ClientServer)");
+    node.send("b", "greetings", "hello b").await?;
+    node.send_to_server("orders", "order #1").await?;
+    pause(800).await;
+    drain(&node, &mut events, t0);
+
+    println!("\n== 3. kill -9 b: a must take b out of ready at once, with a reason");
+    let killed = Instant::now();
+    procs[0].kill();
+    wait_for(&node, &mut events, t0, |s| {
+        s.peer("b").all(|l| l.state != ConnState::Ready)
+    })
+    .await?;
+    println!(
+        "   detected {} ms after the kill (no 15 s wait: the OS closed b's sockets)",
+        killed.elapsed().as_millis()
+    );
+
+    println!("\n== 4. restart b: a new process run (new generation) is admitted");
+    procs[0].start()?;
+    wait_for(&node, &mut events, t0, |s| {
+        s.peer("b").filter(|l| l.state == ConnState::Ready).count() == 2
+    })
+    .await?;
+    node.send("b", "greetings", "hello again, new b").await?;
+    pause(500).await;
+    drain(&node, &mut events, t0);
+
+    println!("\n== 5. a's snapshot");
+    print!("{}", node.snapshot().await?.to_table());
+
+    println!("\n== 6. shutdown");
+    node.shutdown().await?;
+    drop(procs);
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("demo finished in {} ms", t0.elapsed().as_millis());
+    Ok(())
+}
+
+fn drain(node: &Node, events: &mut UnboundedReceiver<Vec<NodeEvent>>, t0: Instant) {
+    while let Ok(batch) = events.try_recv() {
+        for ev in &batch {
+            print_event(node.rid(), ev, EventFormat::Human, t0);
+        }
+    }
+}
+
+/// Prints a's events until `done(snapshot)` holds; fails after [`STEP_LIMIT`].
+async fn wait_for(
+    node: &Node,
+    events: &mut UnboundedReceiver<Vec<NodeEvent>>,
+    t0: Instant,
+    done: impl Fn(&zmesh::runtime::snapshot::Snapshot) -> bool,
+) -> Result<()> {
+    let limit = tokio::time::Instant::now() + STEP_LIMIT;
+    loop {
+        if done(&node.snapshot().await?) {
+            drain(node, events, t0);
+            return Ok(());
+        }
+        tokio::select! {
+            batch = events.recv() => {
+                let Some(batch) = batch else { bail!("node stopped") };
+                for ev in &batch {
+                    print_event(node.rid(), ev, EventFormat::Human, t0);
+                }
+            }
+            _ = tokio::time::sleep_until(limit) => {
+                print!("{}", node.snapshot().await?.to_table());
+                bail!("step did not complete within {STEP_LIMIT:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,333 @@
+//! The `zmesh` command line: run a node, publish, subscribe, inspect, and the local demo.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use serde_json::json;
+use zmesh::config::{Endpoint, NodeConfig};
+use zmesh::runtime::{Node, NodeEvent};
+
+mod demo;
+
+/// zmesh: a node transport runtime over ZeroMQ.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a node from a TOML configuration until Ctrl-C (or SIGTERM).
+    Node {
+        /// The node's configuration file (see `zmesh::config`).
+        #[arg(long)]
+        config: PathBuf,
+        /// How to print state changes and deliveries on stdout.
+        #[arg(long, value_enum, default_value_t = EventFormat::Human)]
+        events: EventFormat,
+        /// Serve snapshots on this endpoint for `zmesh status` (e.g. ipc:///tmp/a.ctl).
+        #[arg(long)]
+        control: Option<String>,
+        /// Send this many one-way records to every configured peer and server once ready
+        /// (a quick traffic source for tests and demos).
+        #[arg(long, default_value_t = 0)]
+        send: u32,
+    },
+    /// Publish fanout records (with beacons every 5 s) on an endpoint.
+    Pub {
+        /// Endpoint to bind, e.g. tcp://127.0.0.1:7104.
+        #[arg(long)]
+        endpoint: String,
+        /// Topic of the records.
+        #[arg(long, default_value = "demo")]
+        topic: String,
+        /// Records to publish (one per `interval_ms`); 0 publishes nothing but beacons.
+        #[arg(long, default_value_t = 10)]
+        count: u64,
+        /// Milliseconds between records.
+        #[arg(long, default_value_t = 1000)]
+        interval_ms: u64,
+        /// Keep running (beacons only) after the last record until Ctrl-C.
+        #[arg(long)]
+        stay: bool,
+    },
+    /// Subscribe to one or more publishers (one SUB socket each) and print what arrives.
+    Sub {
+        /// Publisher endpoints.
+        #[arg(long = "endpoint", required = true)]
+        endpoints: Vec<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = EventFormat::Human)]
+        events: EventFormat,
+        /// Exit after this many seconds (default: run until Ctrl-C).
+        #[arg(long)]
+        seconds: Option<u64>,
+    },
+    /// Print a running node's snapshot, fetched from its `--control` endpoint.
+    Status {
+        /// The node's control endpoint.
+        #[arg(long)]
+        control: String,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A live local mesh: several nodes, all three topologies, a peer killed, detected and
+    /// recovering; exits by itself.
+    Demo {
+        /// Fewer pauses (for CI).
+        #[arg(long)]
+        quick: bool,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum EventFormat {
+    /// One human-readable line per event.
+    Human,
+    /// One JSON object per line.
+    Ndjson,
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("ZMESH_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Runtime::new().context("starting tokio")?;
+    rt.block_on(async move {
+        match cli.command {
+            Cmd::Node {
+                config,
+                events,
+                control,
+                send,
+            } => {
+                let cfg = NodeConfig::from_file(&config)?;
+                run_node(cfg, events, control, send, None).await
+            }
+            Cmd::Pub {
+                endpoint,
+                topic,
+                count,
+                interval_ms,
+                stay,
+            } => run_pub(endpoint, topic, count, interval_ms, stay).await,
+            Cmd::Sub {
+                endpoints,
+                events,
+                seconds,
+            } => {
+                let mut cfg = NodeConfig::new(format!("sub-{}", std::process::id()));
+                cfg.subscriptions = endpoints.into_iter().map(|endpoint| Endpoint { endpoint }).collect();
+                run_node(cfg, events, None, 0, seconds.map(Duration::from_secs)).await
+            }
+            Cmd::Status { control, json } => status(&control, json),
+            Cmd::Demo { quick } => demo::run(quick).await,
+        }
+    })
+}
+
+/// Prints one event in the chosen format.
+pub(crate) fn print_event(rid: &str, ev: &NodeEvent, format: EventFormat, t0: Instant) {
+    let ms = t0.elapsed().as_millis();
+    let line = match (ev, format) {
+        (NodeEvent::State(s), EventFormat::Ndjson) => json!({
+            "event": "state", "node": rid, "t_ms": ms, "link": s.link, "state": s.state,
+            "reason": s.reason, "detail": s.detail,
+        })
+        .to_string(),
+        (NodeEvent::Delivery(d), EventFormat::Ndjson) => json!({
+            "event": "delivery", "node": rid, "t_ms": ms, "source": d.source,
+            "channel": String::from_utf8_lossy(&d.channel), "bytes": d.payload.len(),
+            "payload": String::from_utf8_lossy(&d.payload),
+        })
+        .to_string(),
+        (NodeEvent::State(s), EventFormat::Human) => format!(
+            "[{ms:>6} ms] {rid}: {} -> {}{} ({})",
+            s.link,
+            s.state.as_str(),
+            s.reason.map(|r| format!(" [{}]", r.as_str())).unwrap_or_default(),
+            s.detail
+        ),
+        (NodeEvent::Delivery(d), EventFormat::Human) => format!(
+            "[{ms:>6} ms] {rid}: delivery from {:?} on {:?}: {}",
+            d.source,
+            String::from_utf8_lossy(&d.channel),
+            String::from_utf8_lossy(&d.payload)
+        ),
+    };
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+}
+
+async fn run_node(
+    cfg: NodeConfig,
+    format: EventFormat,
+    control: Option<String>,
+    send: u32,
+    limit: Option<Duration>,
+) -> Result<()> {
+    let t0 = Instant::now();
+    let peers: Vec<String> = cfg.peers.iter().map(|p| p.rid.clone()).collect();
+    let channels: Vec<String> = cfg.servers.iter().map(|s| s.channel.clone()).collect();
+    let node = Node::start(cfg).await?;
+    let rid = node.rid().to_owned();
+    let mut events = node.take_events().context("event stream already taken")?;
+    if let Some(ep) = control {
+        serve_control(node.clone(), ep)?;
+    }
+    let mut sent = false;
+    let deadline = limit.map(|l| tokio::time::Instant::now() + l);
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    loop {
+        let stop = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            batch = events.recv() => {
+                let Some(batch) = batch else { break };
+                for ev in &batch {
+                    print_event(&rid, ev, format, t0);
+                }
+                if send > 0 && !sent {
+                    sent = send_when_ready(&node, &peers, &channels, send).await;
+                }
+            }
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+            _ = stop => break,
+        }
+    }
+    node.shutdown().await?;
+    Ok(())
+}
+
+/// Sends `n` records to every peer and channel once all of them are ready; false if not yet.
+async fn send_when_ready(node: &Node, peers: &[String], channels: &[String], n: u32) -> bool {
+    for i in 0..n {
+        for p in peers {
+            if node.send(p, "demo", format!("hello {i} from {}", node.rid())).await.is_err() {
+                return i > 0;
+            }
+        }
+        for c in channels {
+            if node.send_to_server(c, format!("hello {i} from {}", node.rid())).await.is_err() {
+                return i > 0;
+            }
+        }
+    }
+    true
+}
+
+/// Answers snapshot requests on a REP socket from a plain thread (the CLI's own control
+/// plane; not part of the library).
+fn serve_control(node: Node, endpoint: String) -> Result<()> {
+    let ctx = zmq::Context::new();
+    let rep = ctx.socket(zmq::REP)?;
+    rep.set_linger(0)?;
+    rep.bind(&endpoint).with_context(|| format!("binding control endpoint {endpoint}"))?;
+    let handle = tokio::runtime::Handle::current();
+    std::thread::spawn(move || {
+        let _ctx = ctx;
+        while rep.recv_bytes(0).is_ok() {
+            let reply = match handle.block_on(node.snapshot()) {
+                Ok(s) => serde_json::to_string(&s).unwrap_or_else(|e| json!({"error": e.to_string()}).to_string()),
+                Err(e) => json!({"error": e.to_string()}).to_string(),
+            };
+            if rep.send(reply.as_bytes(), 0).is_err() {
+                break;
+            }
+        }
+    });
+    Ok(())
+}
+
+fn status(control: &str, as_json: bool) -> Result<()> {
+    let ctx = zmq::Context::new();
+    let req = ctx.socket(zmq::REQ)?;
+    req.set_linger(0)?;
+    req.set_rcvtimeo(3000)?;
+    req.connect(control)?;
+    req.send(&b"snapshot"[..], 0)?;
+    let reply = req
+        .recv_bytes(0)
+        .with_context(|| format!("no answer from {control} within 3 s"))?;
+    let value: serde_json::Value = serde_json::from_slice(&reply)?;
+    if let Some(e) = value.get("error") {
+        bail!("node answered with an error: {e}");
+    }
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        print!("{}", render_table(&value));
+    }
+    Ok(())
+}
+
+fn render_table(v: &serde_json::Value) -> String {
+    let s = |x: &serde_json::Value| match x {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => "-".into(),
+        other => other.to_string(),
+    };
+    let mut out = format!(
+        "node {} generation {} host {}\n{:<14} {:<20} {:<10} {:<34} {:<14} {:>5} LAST FAILURE\n",
+        s(&v["rid"]),
+        s(&v["generation"]),
+        s(&v["host"]),
+        "TOPOLOGY",
+        "ROLE",
+        "PEER",
+        "ENDPOINT",
+        "STATE",
+        "CONN"
+    );
+    for l in v["links"].as_array().into_iter().flatten() {
+        let f = &l["last_failure"];
+        let failure = if f.is_null() {
+            String::new()
+        } else {
+            format!("{} ({} ms ago) {}", s(&f["reason"]), s(&f["age_ms"]), s(&f["detail"]))
+        };
+        out.push_str(&format!(
+            "{:<14} {:<20} {:<10} {:<34} {:<14} {:>5} {}\n",
+            s(&l["topology"]),
+            s(&l["role"]),
+            s(&l["peer"]),
+            s(&l["endpoint"]),
+            s(&l["state"]),
+            s(&l["connection_id"]),
+            failure
+        ));
+    }
+    out
+}
+
+async fn run_pub(endpoint: String, topic: String, count: u64, interval_ms: u64, stay: bool) -> Result<()> {
+    let mut cfg = NodeConfig::new(format!("pub-{}", std::process::id()));
+    cfg.publisher = Some(Endpoint { endpoint });
+    let node = Node::start(cfg).await?;
+    for i in 0..count {
+        tokio::time::sleep(Duration::from_millis(interval_ms)).await;
+        node.publish(topic.as_bytes(), format!("record {i}"))?;
+        println!("published record {i} on {topic:?}");
+    }
+    if stay {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    node.shutdown().await?;
+    Ok(())
+}

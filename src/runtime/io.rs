@@ -1,0 +1,1520 @@
+//! The I/O thread: owns every libzmq socket of a node and runs the single receive loop
+//! (MISSION R1).
+//!
+//! One loop turn: read the monotonic clock once; run due timers (liveness, beacons, reconnects,
+//! disconnect sweeps); `zmq::poll` every socket, monitor and the wake-up pair until the next
+//! deadline; handle monitor events; run one receive rotation under the scheduler's caps; handle
+//! commands; hand the batch of events to the application. Protocol questions (is this ACK
+//! evidence? is this peer admitted? is this publisher silent?) are answered by the sans-IO
+//! state machines of [`crate::proto`]; this file only moves bytes and reports socket events.
+//!
+//! # Lanes and who dials
+//! A node dials every configured RouteMesh peer with two dedicated ROUTER sockets (Application
+//! lane, Completion lane) and every configured ClientServer server with a dedicated DEALER. The
+//! dialling side therefore owns a socket per peer and lane and can drop exactly that
+//! connection. The accepting side shares one bound ROUTER per lane among its peers; libzmq
+//! cannot close one accepted pipe and its disconnect events do not name the peer, so on a
+//! bound-side disconnect event the loop *sweeps* that socket: it sends each inbound
+//! connection's pending probe with `ROUTER_MANDATORY`, and a connection whose pipe is gone
+//! fails the send with `EHOSTUNREACH` and is taken out of ready at once (MISSION L6). The
+//! sweep repeats a few times over [`SWEEP_DELAYS`] because libzmq removes the pipe shortly
+//! after it reports the event.
+//!
+//! When two nodes dial each other, both connections reach the acceptors; the connection
+//! dialled by the node with the smaller RID is kept and the other one is rejected with
+//! `Duplicate`, so each lane has exactly one current connection per peer (MISSION T1).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use crossbeam_channel::{Receiver, TryRecvError};
+use tokio::sync::{mpsc, oneshot};
+
+use super::node::{Delivery, NodeError, NodeEvent, SendError, Source, StateChange};
+use super::records::{self, CloseReason, Fanout, Lane, Rec, RejectReason};
+use super::snapshot::{FailureSnapshot, LinkSnapshot, Snapshot, SNAPSHOT_LIMIT};
+use super::socket::{FrameSocket, MonitorEvent, Sockets, CLOSE_LINGER_MS};
+use crate::config::NodeConfig;
+use crate::proto::handshake::{self, Expectation, Identity, Refusal};
+use crate::proto::liveness::{
+    BeaconSchedule, FanoutInput, ProbeTracker, PublisherWatch, WatchVerdict, PEER_DEADLINE,
+};
+use crate::proto::sched::{Charge, ReceiveScheduler};
+use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
+use crate::proto::ConnId;
+
+/// Delays after a bound-side disconnect event at which the socket's inbound connections are
+/// checked for a vanished pipe.
+pub const SWEEP_DELAYS: [Duration; 4] = [
+    Duration::from_millis(0),
+    Duration::from_millis(20),
+    Duration::from_millis(100),
+    Duration::from_millis(500),
+];
+/// A dialled connection that is not ready this long after its socket was created is closed
+/// and dialled again (a connect that never completes, a peer that never answers HELLO).
+pub const HANDSHAKE_TIMEOUT: Duration = PEER_DEADLINE;
+/// First reconnect delay after a failure; doubles per consecutive failure.
+pub const BACKOFF_MIN: Duration = Duration::from_millis(100);
+/// Largest reconnect delay.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// Longest wait for a closed dialled socket's monitor to confirm the close before a
+/// replacement is dialled anyway.
+pub const CLOSE_CONFIRM_MAX: Duration = Duration::from_secs(1);
+/// Bound on one drain of commands per loop turn, so commands cannot starve the receive loop.
+const COMMANDS_PER_TURN: usize = 1024;
+
+const BOUND_ID_APPLICATION: &[u8] = b"zmesh-application";
+const BOUND_ID_COMPLETION: &[u8] = b"zmesh-completion";
+const BOUND_ID_SERVER: &[u8] = b"zmesh-server";
+
+/// Work for the I/O thread from the async side.
+pub(crate) enum Command {
+    SendPeer {
+        peer: String,
+        channel: String,
+        payload: Bytes,
+        reply: oneshot::Sender<Result<(), SendError>>,
+    },
+    SendServer {
+        channel: String,
+        payload: Bytes,
+        reply: oneshot::Sender<Result<(), SendError>>,
+    },
+    Publish {
+        topic: Bytes,
+        payload: Bytes,
+    },
+    Snapshot(oneshot::Sender<Snapshot>),
+    Shutdown(oneshot::Sender<()>),
+}
+
+type SlotKey = usize;
+type LinkKey = usize;
+
+/// What a socket is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlotRole {
+    /// A bound ROUTER shared by the inbound connections of one lane.
+    Bound(Lane),
+    /// A dialled ROUTER/DEALER owned by one link.
+    Dialled(LinkKey),
+    /// A SUB socket owned by one fanout subscription.
+    Sub(usize),
+    /// The publisher's PUB socket (never polled for input).
+    Publisher,
+}
+
+struct Slot {
+    socket: zmq::Socket,
+    monitor: Option<zmq::Socket>,
+    role: SlotRole,
+    endpoint: String,
+}
+
+/// Where a link's records go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum LinkKind {
+    /// A RouteMesh lane this node dials (index into config.peers).
+    MeshDial { peer: usize, lane: Lane },
+    /// A ClientServer server this node dials (index into config.servers).
+    ClientDial { server: usize },
+    /// A connection accepted on a bound socket, keyed by peer RID and lane.
+    Inbound { rid: String, lane: Lane },
+}
+
+/// One physical connection of a link.
+struct Conn {
+    id: ConnId,
+    slot: SlotKey,
+    /// The routing id to prefix when sending (the peer's id on a bound socket, the bound
+    /// socket's constant id on a dialled ROUTER, none on a DEALER).
+    route: Option<Vec<u8>>,
+    /// Dialled connections: when the socket was created (handshake timeout).
+    opened_at: Instant,
+    hello_sent: bool,
+    ready: bool,
+    peer: Option<Identity>,
+    tracker: Option<ProbeTracker>,
+}
+
+struct Link {
+    kind: LinkKind,
+    state: LinkState,
+    conn: Option<Conn>,
+    /// Reconnect not before this instant (dialled links).
+    retry_at: Option<Instant>,
+    /// A closed socket whose close is not yet confirmed; no new dial until it is.
+    closing: Option<(zmq::Socket, Instant)>,
+    failures_in_row: u32,
+    /// NotRequired is terminal for this configuration generation (MISSION T4).
+    terminal: bool,
+    /// This dialled lane is served by the peer's inbound connection (duplicate resolution).
+    yielded: bool,
+    records: u64,
+    last_receive: Option<Instant>,
+}
+
+struct Sub {
+    endpoint: String,
+    slot: Option<SlotKey>,
+    conn_id: Option<ConnId>,
+    watch: PublisherWatch,
+    state: LinkState,
+    records: u64,
+}
+
+struct Publisher {
+    slot: SlotKey,
+    beacons: BeaconSchedule,
+    seq: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Host {
+    Running,
+    Stopped,
+}
+
+/// The I/O thread's state.
+pub(crate) struct IoThread {
+    cfg: NodeConfig,
+    me: Identity,
+    sockets: Sockets,
+    wake: zmq::Socket,
+    commands: Receiver<Command>,
+    events: mpsc::UnboundedSender<Vec<NodeEvent>>,
+    out: Vec<NodeEvent>,
+    slots: Vec<Option<Slot>>,
+    links: Vec<Link>,
+    inbound: HashMap<(SlotKey, Vec<u8>), LinkKey>,
+    subs: Vec<Sub>,
+    publisher: Option<Publisher>,
+    sched: ReceiveScheduler<SlotKey>,
+    sweeps: Vec<(Instant, SlotKey, usize)>,
+    next_conn: u64,
+    host: Host,
+    shutdown_reply: Option<oneshot::Sender<()>>,
+    started: Instant,
+}
+
+impl IoThread {
+    /// Binds the node's endpoints and prepares its links; returns the thread state and the
+    /// sending end of the wake-up pair.
+    pub(crate) fn new(
+        cfg: NodeConfig,
+        generation: u64,
+        commands: Receiver<Command>,
+        events: mpsc::UnboundedSender<Vec<NodeEvent>>,
+    ) -> Result<(IoThread, zmq::Socket), NodeError> {
+        let now = Instant::now();
+        let mut sockets = Sockets::new(generation);
+        let (wake, ctx) = sockets.plain(zmq::PAIR)?;
+        let wake_ep = format!("inproc://zmesh-wake-{generation:016x}");
+        wake.bind(&wake_ep)?;
+        let waker = ctx.socket(zmq::PAIR)?;
+        waker.set_sndhwm(1)?;
+        waker.set_linger(0)?;
+        waker.connect(&wake_ep)?;
+
+        let me = Identity {
+            rid: cfg.rid.clone(),
+            generation,
+            security_identity: cfg.security_identity().to_owned(),
+            memberships: cfg.memberships.clone(),
+        };
+        let mut io = IoThread {
+            cfg: cfg.clone(),
+            me,
+            sockets,
+            wake,
+            commands,
+            events,
+            out: Vec::new(),
+            slots: Vec::new(),
+            links: Vec::new(),
+            inbound: HashMap::new(),
+            subs: Vec::new(),
+            publisher: None,
+            sched: ReceiveScheduler::new(),
+            sweeps: Vec::new(),
+            next_conn: 1,
+            host: Host::Running,
+            shutdown_reply: None,
+            started: now,
+        };
+        if let Some(rm) = &cfg.route_mesh {
+            io.bind(zmq::ROUTER, &rm.application, SlotRole::Bound(Lane::Application))?;
+            io.bind(zmq::ROUTER, &rm.completion, SlotRole::Bound(Lane::Completion))?;
+        }
+        if let Some(s) = &cfg.server {
+            io.bind(zmq::ROUTER, &s.endpoint, SlotRole::Bound(Lane::ClientServer))?;
+        }
+        if let Some(p) = &cfg.publisher {
+            let slot = io.bind(zmq::PUB, &p.endpoint, SlotRole::Publisher)?;
+            io.publisher = Some(Publisher {
+                slot,
+                beacons: BeaconSchedule::new(now),
+                seq: 0,
+            });
+        }
+        for (i, _) in cfg.peers.iter().enumerate() {
+            for lane in [Lane::Application, Lane::Completion] {
+                io.add_link(LinkKind::MeshDial { peer: i, lane }, now);
+            }
+        }
+        for (i, _) in cfg.servers.iter().enumerate() {
+            io.add_link(LinkKind::ClientDial { server: i }, now);
+        }
+        for s in &cfg.subscriptions {
+            io.subs.push(Sub {
+                endpoint: s.endpoint.clone(),
+                slot: None,
+                conn_id: None,
+                watch: PublisherWatch::new(now),
+                state: LinkState::new(StateKind::Publisher, 0, now),
+                records: 0,
+            });
+        }
+        Ok((io, waker))
+    }
+
+    fn bind(&mut self, kind: zmq::SocketType, ep: &str, role: SlotRole) -> Result<SlotKey, NodeError> {
+        let bind_err = |source| NodeError::Bind {
+            endpoint: ep.to_owned(),
+            source,
+        };
+        let (socket, monitor) = if role == SlotRole::Publisher {
+            (self.sockets.plain(kind).map_err(bind_err)?.0, None)
+        } else {
+            let m = self.sockets.monitored(kind).map_err(bind_err)?;
+            (m.socket, Some(m.monitor))
+        };
+        if let SlotRole::Bound(lane) = role {
+            let id = match lane {
+                Lane::Application => BOUND_ID_APPLICATION,
+                Lane::Completion => BOUND_ID_COMPLETION,
+                Lane::ClientServer => BOUND_ID_SERVER,
+            };
+            socket.set_identity(id).map_err(bind_err)?;
+        }
+        socket.set_linger(CLOSE_LINGER_MS).map_err(bind_err)?;
+        socket.bind(ep).map_err(bind_err)?;
+        Ok(self.put_slot(Slot {
+            socket,
+            monitor,
+            role,
+            endpoint: ep.to_owned(),
+        }))
+    }
+
+    fn put_slot(&mut self, slot: Slot) -> SlotKey {
+        let polled = slot.role != SlotRole::Publisher;
+        let key = match self.slots.iter().position(Option::is_none) {
+            Some(i) => {
+                self.slots[i] = Some(slot);
+                i
+            }
+            None => {
+                self.slots.push(Some(slot));
+                self.slots.len() - 1
+            }
+        };
+        if polled {
+            self.sched.insert(key);
+        }
+        key
+    }
+
+    fn take_slot(&mut self, key: SlotKey) -> Option<Slot> {
+        self.sched.remove(key);
+        self.sweeps.retain(|s| s.1 != key);
+        self.slots.get_mut(key).and_then(Option::take)
+    }
+
+    fn add_link(&mut self, kind: LinkKind, now: Instant) -> LinkKey {
+        self.links.push(Link {
+            kind,
+            state: LinkState::new(StateKind::Peer, 0, now),
+            conn: None,
+            retry_at: Some(now),
+            closing: None,
+            failures_in_row: 0,
+            terminal: false,
+            yielded: false,
+            records: 0,
+            last_receive: None,
+        });
+        self.links.len() - 1
+    }
+
+    fn fresh_conn_id(&mut self) -> ConnId {
+        let id = ConnId(self.next_conn);
+        self.next_conn += 1;
+        id
+    }
+
+    // ----------------------------------------------------------------------------------
+    // The loop
+    // ----------------------------------------------------------------------------------
+
+    /// Runs until shutdown or until every handle is dropped.
+    pub(crate) fn run(mut self) {
+        loop {
+            let now = Instant::now();
+            self.run_timers(now);
+            self.flush_events();
+            if self.host == Host::Stopped {
+                break;
+            }
+            let timeout = self
+                .poll_timeout()
+                .map(|t| {
+                    let d = t.saturating_duration_since(now);
+                    // Round up so the loop never wakes a hair before a deadline and spins.
+                    (d.as_micros().div_ceil(1000)) as i64
+                })
+                .unwrap_or(-1);
+            let ready = match self.poll(timeout) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!(error = %e, "zmq::poll failed; stopping the node");
+                    break;
+                }
+            };
+            let now = Instant::now();
+            for (slot, monitor_ready) in ready.monitors {
+                if monitor_ready {
+                    self.drain_monitor(slot, now);
+                }
+            }
+            self.receive_rotation(&ready.readable, now);
+            if ready.wake {
+                while self.wake.recv_bytes(zmq::DONTWAIT).is_ok() {}
+            }
+            if !self.drain_commands(now) {
+                break;
+            }
+        }
+        self.close_everything();
+    }
+
+    /// The earliest instant any timer of the node is due.
+    fn poll_timeout(&self) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        let mut take = |t: Option<Instant>| {
+            if let Some(t) = t {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        };
+        for l in &self.links {
+            if let Some(c) = &l.conn {
+                take(c.tracker.as_ref().and_then(ProbeTracker::poll_timeout));
+                if !c.ready {
+                    take(Some(c.opened_at + HANDSHAKE_TIMEOUT));
+                }
+            } else if !l.terminal && !l.yielded {
+                take(l.retry_at);
+            }
+            take(l.closing.as_ref().map(|c| c.1 + CLOSE_CONFIRM_MAX));
+        }
+        for s in &self.subs {
+            take(s.watch.poll_timeout());
+        }
+        if let Some(p) = &self.publisher {
+            take(p.beacons.poll_timeout());
+        }
+        for s in &self.sweeps {
+            take(Some(s.0));
+        }
+        next
+    }
+
+    fn poll(&mut self, timeout_ms: i64) -> Result<PollResult, zmq::Error> {
+        let mut keys: Vec<(SlotKey, bool)> = Vec::new();
+        let mut items = vec![self.wake.as_poll_item(zmq::POLLIN)];
+        for (k, s) in self.slots.iter().enumerate() {
+            let Some(s) = s else { continue };
+            if s.role != SlotRole::Publisher {
+                items.push(s.socket.as_poll_item(zmq::POLLIN));
+                keys.push((k, false));
+            }
+            if let Some(m) = &s.monitor {
+                items.push(m.as_poll_item(zmq::POLLIN));
+                keys.push((k, true));
+            }
+        }
+        let mut closing: Vec<LinkKey> = Vec::new();
+        for (k, l) in self.links.iter().enumerate() {
+            if let Some((m, _)) = &l.closing {
+                items.push(m.as_poll_item(zmq::POLLIN));
+                closing.push(k);
+            }
+        }
+        zmq::poll(&mut items, timeout_ms)?;
+        let mut res = PollResult {
+            wake: items[0].is_readable(),
+            readable: Vec::new(),
+            monitors: Vec::new(),
+        };
+        for (i, (k, is_monitor)) in keys.iter().enumerate() {
+            let readable = items[i + 1].is_readable();
+            if *is_monitor {
+                res.monitors.push((*k, readable));
+            } else if readable {
+                res.readable.push(*k);
+            }
+        }
+        let base = 1 + keys.len();
+        let confirmed: Vec<LinkKey> = closing
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| items[base + i].is_readable())
+            .map(|(_, k)| *k)
+            .collect();
+        drop(items);
+        for k in confirmed {
+            self.confirm_close(k);
+        }
+        Ok(res)
+    }
+
+    fn flush_events(&mut self) {
+        if !self.out.is_empty() {
+            let batch = std::mem::take(&mut self.out);
+            // The application side may have dropped its receiver; events are then discarded.
+            let _ = self.events.send(batch);
+        }
+    }
+
+    fn emit_state(&mut self, link: String, state: ConnState, reason: Option<FailureReason>, detail: &str) {
+        tracing::info!(link = %link, state = state.as_str(), reason = ?reason, detail, "link state");
+        self.out.push(NodeEvent::State(StateChange {
+            link,
+            state,
+            reason,
+            detail: detail.to_owned(),
+        }));
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Timers
+    // ----------------------------------------------------------------------------------
+
+    fn run_timers(&mut self, now: Instant) {
+        // Liveness and handshake timeouts of every connection.
+        for k in 0..self.links.len() {
+            let mut probes: Vec<u64> = Vec::new();
+            let mut dead = None;
+            let mut handshake_expired = false;
+            if let Some(c) = self.links[k].conn.as_mut() {
+                if let Some(t) = c.tracker.as_mut() {
+                    t.handle_timeout(now);
+                    while let Some(id) = t.poll_transmit(now) {
+                        probes.push(id);
+                    }
+                    if let Some(ev) = t.poll_event() {
+                        dead = Some(ev);
+                    }
+                }
+                handshake_expired = !c.ready && now >= c.opened_at + HANDSHAKE_TIMEOUT;
+            }
+            for id in probes {
+                if let Err(e) = self.send_on_link(k, records::probe(id)) {
+                    tracing::debug!(error = %e, "probe not sent");
+                }
+            }
+            if let Some(ev) = dead {
+                self.fail_link(k, FailureReason::DeadlineExceeded, &format!("{ev:?}"), now);
+            } else if handshake_expired {
+                self.fail_link(k, FailureReason::TransportError, "handshake timed out", now);
+            }
+        }
+        // Reconnects.
+        for k in 0..self.links.len() {
+            let l = &self.links[k];
+            let due = l.conn.is_none()
+                && !l.terminal
+                && !l.yielded
+                && l.closing.is_none()
+                && l.retry_at.is_some_and(|t| now >= t)
+                && !matches!(l.kind, LinkKind::Inbound { .. });
+            if due {
+                self.dial(k, now);
+            }
+            if self.links[k]
+                .closing
+                .as_ref()
+                .is_some_and(|c| now >= c.1 + CLOSE_CONFIRM_MAX)
+            {
+                self.confirm_close(k);
+            }
+        }
+        // Fanout subscriptions.
+        for i in 0..self.subs.len() {
+            if self.subs[i].slot.is_none() {
+                self.open_sub(i, now);
+            }
+            self.subs[i].watch.handle_timeout(now);
+            self.drain_watch(i, now);
+        }
+        // Beacons (MISSION L4).
+        if let Some(p) = self.publisher.as_mut() {
+            if p.beacons.poll_transmit(now) {
+                if let Some(Some(slot)) = self.slots.get(p.slot) {
+                    let frames = records::beacon();
+                    let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+                    if let Err(e) = slot.socket.send_frames(&refs) {
+                        tracing::warn!(error = %e, "beacon not sent");
+                    }
+                }
+            }
+        }
+        // Bound-socket disconnect sweeps.
+        let due: Vec<(SlotKey, usize)> = self
+            .sweeps
+            .iter()
+            .filter(|s| now >= s.0)
+            .map(|s| (s.1, s.2))
+            .collect();
+        self.sweeps.retain(|s| now < s.0);
+        for (slot, step) in due {
+            self.sweep(slot, now);
+            if let Some(d) = SWEEP_DELAYS.get(step + 1) {
+                self.sweeps.push((now + (*d - SWEEP_DELAYS[step]), slot, step + 1));
+            }
+        }
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Dialling and closing
+    // ----------------------------------------------------------------------------------
+
+    fn link_name(&self, k: LinkKey) -> String {
+        match &self.links[k].kind {
+            LinkKind::MeshDial { peer, lane } => {
+                let rid = self.cfg.peers.get(*peer).map(|p| p.rid.as_str()).unwrap_or("?");
+                format!("peer {rid} {}", lane.as_str())
+            }
+            LinkKind::ClientDial { server } => {
+                let s = self.cfg.servers.get(*server);
+                format!(
+                    "server {} {}",
+                    s.map(|s| s.channel.as_str()).unwrap_or("?"),
+                    s.map(|s| s.endpoint.as_str()).unwrap_or("?")
+                )
+            }
+            LinkKind::Inbound { rid, lane } => format!("inbound {rid} {}", lane.as_str()),
+        }
+    }
+
+    fn dial(&mut self, k: LinkKey, now: Instant) {
+        let (endpoint, lane, kind) = match &self.links[k].kind {
+            LinkKind::MeshDial { peer, lane } => {
+                let Some(p) = self.cfg.peers.get(*peer) else { return };
+                let ep = match lane {
+                    Lane::Completion => p.completion.clone(),
+                    _ => p.application.clone(),
+                };
+                (ep, *lane, zmq::ROUTER)
+            }
+            LinkKind::ClientDial { server } => {
+                let Some(s) = self.cfg.servers.get(*server) else { return };
+                (s.endpoint.clone(), Lane::ClientServer, zmq::DEALER)
+            }
+            LinkKind::Inbound { .. } => return,
+        };
+        let id = self.fresh_conn_id();
+        let routing = routing_id(lane, self.me.generation, id);
+        let opened = self.sockets.monitored(kind).and_then(|m| {
+            m.socket.set_identity(&routing)?;
+            m.socket.set_reconnect_ivl(100)?;
+            m.socket.set_reconnect_ivl_max(1000)?;
+            m.socket.connect(&endpoint)?;
+            Ok(m)
+        });
+        let m = match opened {
+            Ok(m) => m,
+            Err(e) => {
+                self.links[k].retry_at = Some(now + BACKOFF_MAX);
+                tracing::warn!(error = %e, endpoint, "cannot open dialled socket");
+                return;
+            }
+        };
+        let slot = self.put_slot(Slot {
+            socket: m.socket,
+            monitor: Some(m.monitor),
+            role: SlotRole::Dialled(k),
+            endpoint,
+        });
+        let route = match lane {
+            Lane::Application => Some(BOUND_ID_APPLICATION.to_vec()),
+            Lane::Completion => Some(BOUND_ID_COMPLETION.to_vec()),
+            Lane::ClientServer => None,
+        };
+        let l = &mut self.links[k];
+        l.retry_at = None;
+        l.conn = Some(Conn {
+            id,
+            slot,
+            route,
+            opened_at: now,
+            hello_sent: false,
+            ready: false,
+            peer: None,
+            tracker: None,
+        });
+        note(l.state.handle_connecting(now));
+        let name = self.link_name(k);
+        self.emit_state(name, ConnState::Connecting, None, &format!("dialling as {id}"));
+    }
+
+    /// Takes a link's current connection out of ready at once and closes it (MISSION F1, L6).
+    fn fail_link(&mut self, k: LinkKey, reason: FailureReason, detail: &str, now: Instant) {
+        let Some(conn) = self.links[k].conn.take() else { return };
+        self.close_conn(k, conn, reason, now);
+        let l = &mut self.links[k];
+        l.failures_in_row = l.failures_in_row.saturating_add(1);
+        let terminal = reason == FailureReason::NotRequired;
+        l.terminal |= terminal;
+        let recovery = if self.host == Host::Running && !matches!(l.kind, LinkKind::Inbound { .. }) {
+            Recovery::Reconnect
+        } else {
+            Recovery::Hold
+        };
+        note(l.state.handle_failure(reason, detail, recovery, now));
+        let state = l.state.state();
+        let shift = l.failures_in_row.min(8);
+        let backoff = (BACKOFF_MIN * (1u32 << shift.saturating_sub(1))).min(BACKOFF_MAX);
+        l.retry_at = Some(now + backoff);
+        let name = self.link_name(k);
+        self.emit_state(name, state, Some(reason), detail);
+        metrics::counter!("zmesh_link_failures_total", "reason" => reason.as_str()).increment(1);
+    }
+
+    fn close_conn(&mut self, k: LinkKey, conn: Conn, reason: FailureReason, _now: Instant) {
+        let dialled = matches!(self.slots.get(conn.slot), Some(Some(s)) if s.role == SlotRole::Dialled(k));
+        if dialled {
+            if let Some(slot) = self.take_slot(conn.slot) {
+                // Closing our own dialled socket: keep its monitor until libzmq confirms the
+                // close, and dial no replacement before that (MISSION F3).
+                if let Some(m) = slot.monitor {
+                    self.links[k].closing = Some((m, Instant::now()));
+                }
+                drop(slot.socket);
+            }
+        } else if let Some(route) = conn.route {
+            // An inbound connection on a shared bound socket: libzmq cannot close one pipe
+            // there. Tell the peer to close (it owns the socket), and forget the routing id so
+            // that late records of this physical connection change nothing (MISSION L6).
+            if reason != FailureReason::OrderlyClose && reason != FailureReason::TransportError {
+                let close = records::close(CloseReason::from_failure(reason));
+                if let Some(Some(slot)) = self.slots.get(conn.slot) {
+                    let _ = send_routed(&slot.socket, Some(&route), &close);
+                }
+            }
+            self.inbound.remove(&(conn.slot, route));
+        }
+    }
+
+    fn confirm_close(&mut self, k: LinkKey) {
+        if let Some(l) = self.links.get_mut(k) {
+            l.closing = None;
+        }
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Monitor events
+    // ----------------------------------------------------------------------------------
+
+    fn drain_monitor(&mut self, slot: SlotKey, now: Instant) {
+        let mut events = Vec::new();
+        if let Some(Some(s)) = self.slots.get(slot) {
+            if let Some(m) = &s.monitor {
+                while let Ok(Some(frames)) = m.try_recv_frames() {
+                    if let Some(ev) = MonitorEvent::decode(&frames) {
+                        events.push(ev);
+                    }
+                }
+            }
+        }
+        for ev in events {
+            let Some(Some(s)) = self.slots.get(slot) else { return };
+            match (s.role, ev) {
+                (SlotRole::Dialled(k), MonitorEvent::HandshakeSucceeded) => self.send_hello(k, now),
+                (SlotRole::Dialled(k), MonitorEvent::Disconnected) => {
+                    let ready = self.links[k].conn.as_ref().is_some_and(|c| c.hello_sent);
+                    if ready {
+                        self.fail_link(k, FailureReason::TransportError, "disconnected", now);
+                    }
+                }
+                (SlotRole::Bound(_), MonitorEvent::Disconnected) => {
+                    self.sweeps.push((now, slot, 0));
+                }
+                (SlotRole::Sub(i), MonitorEvent::Disconnected) => {
+                    self.fail_sub(i, FailureReason::TransportError, "publisher disconnected", now);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Checks every inbound connection of a bound socket for a vanished pipe.
+    fn sweep(&mut self, slot: SlotKey, now: Instant) {
+        let victims: Vec<(Vec<u8>, LinkKey)> = self
+            .inbound
+            .iter()
+            .filter(|((s, _), _)| *s == slot)
+            .map(|((_, r), k)| (r.clone(), *k))
+            .collect();
+        for (route, k) in victims {
+            let id = self.links[k]
+                .conn
+                .as_mut()
+                .and_then(|c| c.tracker.as_mut())
+                .map(|t| t.force_probe(now));
+            let Some(id) = id else { continue };
+            let frames = records::probe(id);
+            let gone = match self.slots.get(slot) {
+                Some(Some(s)) => {
+                    send_routed(&s.socket, Some(&route), &frames)
+                        == Err(super::socket::SendError::Unreachable)
+                }
+                _ => true,
+            };
+            if gone {
+                self.fail_link(k, FailureReason::TransportError, "peer disconnected", now);
+            }
+        }
+    }
+
+    fn send_hello(&mut self, k: LinkKey, now: Instant) {
+        let (lane, expect) = match &self.links[k].kind {
+            LinkKind::MeshDial { peer, lane } => (*lane, self.expectation_for_peer(*peer)),
+            LinkKind::ClientDial { server } => (
+                Lane::ClientServer,
+                Expectation {
+                    rid: self.cfg.servers.get(*server).and_then(|s| s.rid.clone()),
+                    ..Expectation::default()
+                },
+            ),
+            LinkKind::Inbound { .. } => return,
+        };
+        let frames = records::hello(lane, &self.me, &expect, 0);
+        let sent = self.send_on_link(k, frames);
+        if let Some(c) = self.links[k].conn.as_mut() {
+            c.hello_sent = sent.is_ok();
+        }
+        let _ = now;
+    }
+
+    fn expectation_for_peer(&self, peer: usize) -> Expectation {
+        let Some(p) = self.cfg.peers.get(peer) else {
+            return Expectation::default();
+        };
+        Expectation {
+            rid: Some(p.rid.clone()),
+            generation: p.generation.filter(|g| *g != 0),
+            security_identity: p.security_identity.clone(),
+        }
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Receiving
+    // ----------------------------------------------------------------------------------
+
+    /// One rotation of the receive loop over the readable sockets, under the scheduler's caps
+    /// (MISSION R1-R3).
+    fn receive_rotation(&mut self, readable: &[SlotKey], now: Instant) {
+        let mut rotation = self.sched.begin_rotation(readable, now);
+        while let Some(slot) = rotation.next_unit(&self.sched) {
+            loop {
+                let frames = match self.slots.get(slot) {
+                    Some(Some(s)) => match s.socket.try_recv_frames() {
+                        Ok(Some(f)) => f,
+                        Ok(None) => break,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "receive failed");
+                            break;
+                        }
+                    },
+                    _ => break,
+                };
+                let bytes = frames.iter().map(Vec::len).sum();
+                self.on_frames(slot, frames, now);
+                match rotation.charge(&mut self.sched, slot, bytes, Instant::now()) {
+                    Charge::Continue => {}
+                    Charge::UnitCapReached => break,
+                    Charge::RotationCapReached => return,
+                }
+            }
+        }
+    }
+
+    fn on_frames(&mut self, slot: SlotKey, mut frames: Vec<Vec<u8>>, now: Instant) {
+        let Some(Some(s)) = self.slots.get(slot) else { return };
+        match s.role {
+            SlotRole::Sub(i) => self.on_fanout(i, frames, now),
+            SlotRole::Publisher => {}
+            SlotRole::Dialled(k) => {
+                // A dialled ROUTER sees the bound peer's routing id first; a DEALER does not.
+                if self.links[k].conn.as_ref().is_some_and(|c| c.route.is_some()) {
+                    if frames.is_empty() {
+                        return;
+                    }
+                    frames.remove(0);
+                }
+                self.on_link_record(k, &frames, now);
+            }
+            SlotRole::Bound(lane) => {
+                if frames.is_empty() {
+                    return;
+                }
+                let route = frames.remove(0);
+                match self.inbound.get(&(slot, route.clone())) {
+                    Some(&k) => self.on_link_record(k, &frames, now),
+                    None => self.on_unknown_inbound(slot, lane, route, &frames, now),
+                }
+            }
+        }
+    }
+
+    fn on_unknown_inbound(&mut self, slot: SlotKey, lane: Lane, route: Vec<u8>, frames: &[Vec<u8>], now: Instant) {
+        let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+        let hello = match records::decode(&refs) {
+            Ok(Rec::Hello(h)) => h,
+            Ok(_) => {
+                // A record from a physical connection that is not (or no longer) admitted:
+                // it changes nothing (MISSION L6).
+                metrics::counter!("zmesh_stale_records_total").increment(1);
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "malformed record from an unadmitted connection");
+                return;
+            }
+        };
+        let reject = |io: &mut IoThread, reason: RejectReason, detail: &str| {
+            if let Some(Some(s)) = io.slots.get(slot) {
+                let _ = send_routed(&s.socket, Some(&route), &records::reject(reason, detail));
+            }
+        };
+        if hello.lane != lane {
+            reject(self, RejectReason::LaneMismatch, "hello names another lane");
+            return;
+        }
+        if self.host != Host::Running {
+            reject(self, RejectReason::Draining, "node is stopping");
+            return;
+        }
+        // What does this node expect of that RID? A configured peer's expectation, if any.
+        let configured = self.cfg.peers.iter().position(|p| p.rid == hello.identity.rid);
+        let expect = match (lane, configured) {
+            (Lane::ClientServer, _) | (_, None) => Expectation::default(),
+            (_, Some(i)) => self.expectation_for_peer(i),
+        };
+        // Does the dialler expect us?
+        let theirs = Expectation {
+            rid: hello.expect.rid.clone(),
+            generation: hello.expect.generation,
+            security_identity: None,
+        };
+        if let Err(r) = handshake::admit(&hello.identity, &theirs, &self.me) {
+            reject(self, RejectReason::from_refusal(r), "this node is not the one you expect");
+            return;
+        }
+        let verdict = if lane == Lane::ClientServer {
+            // ClientServer admits any client; the NotRequired rule is RouteMesh's.
+            handshake::admit(
+                &self.me,
+                &expect,
+                &Identity {
+                    memberships: vec![],
+                    ..hello.identity.clone()
+                },
+            )
+            .or_else(|r| if r == Refusal::NotRequired { Ok(()) } else { Err(r) })
+        } else {
+            handshake::admit(&self.me, &expect, &hello.identity)
+        };
+        if let Err(r) = verdict {
+            reject(self, RejectReason::from_refusal(r), &r.to_string());
+            return;
+        }
+        // Duplicate resolution: if we dial this peer on this lane too, the connection dialled
+        // by the smaller RID is the current one.
+        if let (Some(i), true) = (configured, lane != Lane::ClientServer) {
+            if let Some(dk) = self.find_mesh_dial(i, lane) {
+                if self.me.rid < hello.identity.rid {
+                    reject(self, RejectReason::Duplicate, "the connection dialled by the smaller RID is current");
+                    return;
+                }
+                // Their dial wins: stand our own dial down.
+                if self.links[dk].conn.is_some() {
+                    self.fail_link(dk, FailureReason::Replaced, "peer's own dial is current", now);
+                }
+                self.links[dk].yielded = true;
+            }
+        }
+        let k = self.inbound_link(&hello.identity.rid, lane, now);
+        // A replacement connection of the same peer and lane (F3): the dialler closed the old
+        // one before dialling this one, so the old one is done.
+        if self.links[k].conn.is_some() {
+            self.fail_link(k, FailureReason::Replaced, "replaced by a newer admitted connection", now);
+        }
+        let id = self.fresh_conn_id();
+        let welcome = records::welcome(lane, &self.me);
+        if let Some(Some(s)) = self.slots.get(slot) {
+            if let Err(e) = send_routed(&s.socket, Some(&route), &welcome) {
+                tracing::debug!(error = %e, "welcome not sent");
+                return;
+            }
+        }
+        self.inbound.insert((slot, route.clone()), k);
+        self.links[k].conn = Some(Conn {
+            id,
+            slot,
+            route: Some(route),
+            opened_at: now,
+            hello_sent: true,
+            ready: false,
+            peer: None,
+            tracker: None,
+        });
+        if self.links[k].state.state() != ConnState::Connecting {
+            note(self.links[k].state.handle_connecting(now));
+        }
+        note(self.links[k].state.handle_admitted(now));
+        self.become_ready(k, hello.identity, now);
+    }
+
+    fn find_mesh_dial(&self, peer: usize, lane: Lane) -> Option<LinkKey> {
+        self.links
+            .iter()
+            .position(|l| l.kind == LinkKind::MeshDial { peer, lane })
+    }
+
+    fn inbound_link(&mut self, rid: &str, lane: Lane, now: Instant) -> LinkKey {
+        let kind = LinkKind::Inbound {
+            rid: rid.to_owned(),
+            lane,
+        };
+        match self.links.iter().position(|l| l.kind == kind) {
+            Some(k) => k,
+            None => {
+                let k = self.add_link(kind, now);
+                self.links[k].retry_at = None;
+                k
+            }
+        }
+    }
+
+    fn become_ready(&mut self, k: LinkKey, peer: Identity, now: Instant) {
+        let Some(c) = self.links[k].conn.as_mut() else { return };
+        c.ready = true;
+        c.tracker = Some(ProbeTracker::new(c.id, now, self.me.generation ^ c.id.0));
+        let id = c.id;
+        let rid = peer.rid.clone();
+        c.peer = Some(peer);
+        let l = &mut self.links[k];
+        l.failures_in_row = 0;
+        note(l.state.handle_ready(now));
+        let name = self.link_name(k);
+        self.emit_state(name, ConnState::Ready, None, &format!("{rid} ready on {id}"));
+    }
+
+    fn on_link_record(&mut self, k: LinkKey, frames: &[Vec<u8>], now: Instant) {
+        let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+        let rec = match records::decode(&refs) {
+            Ok(r) => r,
+            Err(e) => {
+                // Malformed input: a protocol error for this connection only (MISSION W3).
+                self.fail_link(k, FailureReason::ProtocolError, &e.to_string(), now);
+                return;
+            }
+        };
+        let Some(c) = self.links[k].conn.as_mut() else { return };
+        self.links[k].records += 1;
+        self.links[k].last_receive = Some(now);
+        let c = match self.links[k].conn.as_mut() {
+            Some(c) => c,
+            None => return,
+        };
+        let _ = &c;
+        match rec {
+            Rec::Probe(id) => {
+                // Echo the id; a received probe is not evidence for our own deadline.
+                let _ = self.send_on_link(k, records::ack(id));
+            }
+            Rec::Ack(id) => {
+                let conn_id = c.id;
+                if let Some(t) = c.tracker.as_mut() {
+                    let outcome = t.handle_ack(conn_id, id, now);
+                    tracing::trace!(conn = %conn_id, ?outcome, "ack");
+                }
+            }
+            Rec::Welcome(w) if !c.ready && !matches!(self.links[k].kind, LinkKind::Inbound { .. }) => {
+                let expect = match &self.links[k].kind {
+                    LinkKind::MeshDial { peer, .. } => self.expectation_for_peer(*peer),
+                    LinkKind::ClientDial { server } => Expectation {
+                        rid: self.cfg.servers.get(*server).and_then(|s| s.rid.clone()),
+                        ..Expectation::default()
+                    },
+                    LinkKind::Inbound { .. } => return,
+                };
+                let lane = match &self.links[k].kind {
+                    LinkKind::MeshDial { lane, .. } => *lane,
+                    _ => Lane::ClientServer,
+                };
+                if w.lane != lane {
+                    self.fail_link(k, FailureReason::ProtocolError, "welcome names another lane", now);
+                    return;
+                }
+                let verdict = match lane {
+                    Lane::ClientServer => handshake::admit(&self.me, &expect, &w.identity)
+                        .or_else(|r| if r == Refusal::NotRequired { Ok(()) } else { Err(r) }),
+                    _ => handshake::admit(&self.me, &expect, &w.identity),
+                };
+                match verdict {
+                    Ok(()) => {
+                        note(self.links[k].state.handle_admitted(now));
+                        self.become_ready(k, w.identity, now);
+                    }
+                    Err(r) => {
+                        let detail = r.to_string();
+                        self.fail_link(k, FailureReason::from_refusal(r), &detail, now);
+                    }
+                }
+            }
+            Rec::Reject { reason, detail } => {
+                if reason == RejectReason::Duplicate {
+                    // The peer's own dial of this lane is the current connection.
+                    self.fail_link(k, FailureReason::Replaced, &detail, now);
+                    self.links[k].yielded = true;
+                } else {
+                    self.fail_link(k, reason.as_failure(), &detail, now);
+                }
+            }
+            Rec::Close(reason) => {
+                let detail = format!("peer closed: {}", reason.as_str());
+                self.fail_link(k, FailureReason::OrderlyClose, &detail, now);
+            }
+            Rec::Message { channel, payload } if c.ready => {
+                if let Some(t) = c.tracker.as_mut() {
+                    // Diagnostics only: application traffic never extends the deadline (L2).
+                    t.handle_app_traffic(now);
+                }
+                let rid = c.peer.as_ref().map(|p| p.rid.clone()).unwrap_or_default();
+                let source = match &self.links[k].kind {
+                    LinkKind::MeshDial { .. } => Source::Peer { rid },
+                    LinkKind::Inbound { lane: Lane::ClientServer, .. } => Source::Client { rid },
+                    LinkKind::Inbound { .. } => Source::Peer { rid },
+                    LinkKind::ClientDial { .. } => Source::Server { rid },
+                };
+                metrics::counter!("zmesh_app_records_received_total").increment(1);
+                self.out.push(NodeEvent::Delivery(Delivery {
+                    source,
+                    channel: Bytes::from(channel.into_bytes()),
+                    payload: Bytes::from(payload),
+                }));
+            }
+            other => {
+                tracing::debug!(kind = other.kind_name(), "record not handled in this state");
+            }
+        }
+    }
+
+    fn send_on_link(&mut self, k: LinkKey, frames: Vec<Vec<u8>>) -> Result<(), super::socket::SendError> {
+        let Some(c) = self.links.get(k).and_then(|l| l.conn.as_ref()) else {
+            return Err(super::socket::SendError::Unreachable);
+        };
+        match self.slots.get(c.slot) {
+            Some(Some(s)) => send_routed(&s.socket, c.route.as_deref(), &frames),
+            _ => Err(super::socket::SendError::Unreachable),
+        }
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Fanout
+    // ----------------------------------------------------------------------------------
+
+    fn open_sub(&mut self, i: usize, now: Instant) {
+        let endpoint = self.subs[i].endpoint.clone();
+        let opened = self.sockets.monitored(zmq::SUB).and_then(|m| {
+            m.socket.set_subscribe(b"")?;
+            m.socket.set_reconnect_ivl(100)?;
+            m.socket.set_reconnect_ivl_max(1000)?;
+            m.socket.connect(&endpoint)?;
+            Ok(m)
+        });
+        match opened {
+            Ok(m) => {
+                let slot = self.put_slot(Slot {
+                    socket: m.socket,
+                    monitor: Some(m.monitor),
+                    role: SlotRole::Sub(i),
+                    endpoint: endpoint.clone(),
+                });
+                let id = self.fresh_conn_id();
+                let s = &mut self.subs[i];
+                s.slot = Some(slot);
+                s.conn_id = Some(id);
+                s.watch = PublisherWatch::new(now);
+                note(s.state.handle_connecting(now));
+                self.emit_state(format!("sub {endpoint}"), ConnState::Connecting, None, &format!("subscribed as {id}"));
+            }
+            Err(e) => tracing::warn!(error = %e, endpoint, "cannot open SUB socket"),
+        }
+    }
+
+    fn on_fanout(&mut self, i: usize, frames: Vec<Vec<u8>>, now: Instant) {
+        let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+        let decoded = records::decode_fanout(&refs);
+        let input = match &decoded {
+            Ok(Fanout::Beacon) => FanoutInput::Beacon,
+            Ok(Fanout::Publish { .. }) => FanoutInput::Record,
+            Err(e) => FanoutInput::Malformed {
+                reserved_topic: e.class() == "reserved_topic",
+            },
+        };
+        let verdict = self.subs[i].watch.handle_input(input, now);
+        if verdict == WatchVerdict::Deliver {
+            if let Ok(Fanout::Publish { topic, payload }) = decoded {
+                self.subs[i].records += 1;
+                metrics::counter!("zmesh_fanout_records_received_total").increment(1);
+                self.out.push(NodeEvent::Delivery(Delivery {
+                    source: Source::Publisher {
+                        endpoint: self.subs[i].endpoint.clone(),
+                    },
+                    channel: Bytes::from(topic),
+                    payload: Bytes::from(payload),
+                }));
+            }
+        }
+        self.drain_watch(i, now);
+    }
+
+    fn drain_watch(&mut self, i: usize, now: Instant) {
+        use crate::proto::liveness::WatchEvent;
+        while let Some(ev) = self.subs[i].watch.poll_event() {
+            match ev {
+                WatchEvent::BecameReady => {
+                    let s = &mut self.subs[i];
+                    note(s.state.handle_ready(now));
+                    let name = format!("sub {}", s.endpoint);
+                    self.emit_state(name, ConnState::Ready, None, "first record or beacon");
+                }
+                WatchEvent::Silence => {
+                    self.fail_sub(i, FailureReason::FanoutSilence, "no record or beacon for 15 s", now)
+                }
+                WatchEvent::ProtocolError => {
+                    self.fail_sub(i, FailureReason::ProtocolError, "malformed reserved-topic record", now)
+                }
+            }
+        }
+    }
+
+    /// Takes one publisher out of ready, closes only its socket; a new socket is opened on the
+    /// next timer pass (MISSION L5).
+    fn fail_sub(&mut self, i: usize, reason: FailureReason, detail: &str, now: Instant) {
+        let Some(slot) = self.subs[i].slot.take() else { return };
+        self.take_slot(slot);
+        let s = &mut self.subs[i];
+        s.conn_id = None;
+        let recovery = if self.host == Host::Running { Recovery::Reconnect } else { Recovery::Hold };
+        note(s.state.handle_failure(reason, detail, recovery, now));
+        let name = format!("sub {}", s.endpoint);
+        let state = s.state.state();
+        self.emit_state(name, state, Some(reason), detail);
+        metrics::counter!("zmesh_link_failures_total", "reason" => reason.as_str()).increment(1);
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Commands
+    // ----------------------------------------------------------------------------------
+
+    /// Returns false when the node must stop.
+    fn drain_commands(&mut self, now: Instant) -> bool {
+        for _ in 0..COMMANDS_PER_TURN {
+            let cmd = match self.commands.try_recv() {
+                Ok(c) => c,
+                Err(TryRecvError::Empty) => return true,
+                Err(TryRecvError::Disconnected) => return false,
+            };
+            match cmd {
+                Command::SendPeer {
+                    peer,
+                    channel,
+                    payload,
+                    reply,
+                } => {
+                    let r = self.send_peer(&peer, &channel, &payload);
+                    let _ = reply.send(r);
+                }
+                Command::SendServer {
+                    channel,
+                    payload,
+                    reply,
+                } => {
+                    let r = self.send_server(&channel, &payload);
+                    let _ = reply.send(r);
+                }
+                Command::Publish { topic, payload } => self.publish(&topic, &payload),
+                Command::Snapshot(reply) => {
+                    let _ = reply.send(self.snapshot(now));
+                }
+                Command::Shutdown(reply) => {
+                    self.shutdown_reply = Some(reply);
+                    self.host = Host::Stopped;
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    fn send_peer(&mut self, peer: &str, channel: &str, payload: &[u8]) -> Result<(), SendError> {
+        if channel.is_empty() || channel.len() > 255 {
+            return Err(SendError::Invalid("channel must be 1..=255 bytes".into()));
+        }
+        let k = self
+            .links
+            .iter()
+            .position(|l| {
+                let lane_ok = match &l.kind {
+                    LinkKind::MeshDial { lane, .. } | LinkKind::Inbound { lane, .. } => *lane == Lane::Application,
+                    LinkKind::ClientDial { .. } => false,
+                };
+                lane_ok
+                    && l.conn
+                        .as_ref()
+                        .is_some_and(|c| c.ready && c.peer.as_ref().is_some_and(|p| p.rid == peer))
+            })
+            .ok_or_else(|| SendError::NotReady(peer.to_owned()))?;
+        self.send_app(k, peer, channel, payload)
+    }
+
+    fn send_server(&mut self, channel: &str, payload: &[u8]) -> Result<(), SendError> {
+        if channel.is_empty() || channel.len() > 255 {
+            return Err(SendError::Invalid("channel must be 1..=255 bytes".into()));
+        }
+        let ready: Vec<LinkKey> = (0..self.links.len())
+            .filter(|k| {
+                let l = &self.links[*k];
+                matches!(&l.kind, LinkKind::ClientDial { server }
+                    if self.cfg.servers.get(*server).is_some_and(|s| s.channel == channel))
+                    && l.conn.as_ref().is_some_and(|c| c.ready)
+            })
+            .collect();
+        if ready.is_empty() {
+            return Err(SendError::NotReady(channel.to_owned()));
+        }
+        // Spread records over the ready servers.
+        let pick = ready[(self.next_conn as usize) % ready.len()];
+        self.next_conn += 0;
+        self.send_app(pick, channel, channel, payload)
+    }
+
+    fn send_app(&mut self, k: LinkKey, who: &str, channel: &str, payload: &[u8]) -> Result<(), SendError> {
+        match self.send_on_link(k, records::message(channel, payload)) {
+            Ok(()) => {
+                metrics::counter!("zmesh_app_records_sent_total").increment(1);
+                Ok(())
+            }
+            Err(super::socket::SendError::Full) => Err(SendError::WouldBlock(who.to_owned())),
+            Err(_) => Err(SendError::NotReady(who.to_owned())),
+        }
+    }
+
+    fn publish(&mut self, topic: &[u8], payload: &[u8]) {
+        let Some(p) = self.publisher.as_mut() else {
+            tracing::warn!("publish on a node without a publisher endpoint");
+            return;
+        };
+        p.seq += 1;
+        let Ok(frames) = records::publish(topic, self.me.generation, p.seq, payload) else {
+            return;
+        };
+        if let Some(Some(slot)) = self.slots.get(p.slot) {
+            let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+            // PUB never blocks; at HWM libzmq drops for that subscriber (fanout loss rule).
+            let _ = slot.socket.send_frames(&refs);
+        }
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Snapshot and shutdown
+    // ----------------------------------------------------------------------------------
+
+    fn snapshot(&self, now: Instant) -> Snapshot {
+        let age = |t: Instant| now.saturating_duration_since(t).as_millis() as u64;
+        let mut links = Vec::new();
+        for (k, l) in self.links.iter().enumerate() {
+            let (topology, role, peer, endpoint) = match &l.kind {
+                LinkKind::MeshDial { peer, lane } => {
+                    let p = self.cfg.peers.get(*peer);
+                    let ep = p.map(|p| match lane {
+                        Lane::Completion => p.completion.clone(),
+                        _ => p.application.clone(),
+                    });
+                    ("route_mesh", lane.as_str(), p.map(|p| p.rid.clone()), ep.unwrap_or_default())
+                }
+                LinkKind::ClientDial { server } => {
+                    let s = self.cfg.servers.get(*server);
+                    let peer = l.conn.as_ref().and_then(|c| c.peer.as_ref()).map(|p| p.rid.clone());
+                    ("client_server", "client", peer.or(s.and_then(|s| s.rid.clone())), s.map(|s| s.endpoint.clone()).unwrap_or_default())
+                }
+                LinkKind::Inbound { rid, lane } => {
+                    let ep = self
+                        .slots
+                        .iter()
+                        .flatten()
+                        .find(|s| s.role == SlotRole::Bound(*lane))
+                        .map(|s| s.endpoint.clone())
+                        .unwrap_or_default();
+                    let (topo, role) = match lane {
+                        Lane::ClientServer => ("client_server", "server_inbound"),
+                        Lane::Application => ("route_mesh", "application_inbound"),
+                        Lane::Completion => ("route_mesh", "completion_inbound"),
+                    };
+                    (topo, role, Some(rid.clone()), ep)
+                }
+            };
+            let _ = k;
+            let peer_generation = l
+                .conn
+                .as_ref()
+                .and_then(|c| c.peer.as_ref())
+                .map(|p| p.generation);
+            links.push(LinkSnapshot {
+                topology,
+                role,
+                peer,
+                peer_generation,
+                endpoint,
+                state: l.state.state(),
+                connection_id: l.conn.as_ref().map(|c| c.id.0),
+                last_failure: l.state.last_failure().map(|f| FailureSnapshot {
+                    reason: f.reason,
+                    detail: f.detail.clone(),
+                    age_ms: age(f.at),
+                }),
+                last_receive_age_ms: l.last_receive.map(age),
+                last_receive_unix_ms: l.last_receive.map(|t| crate::display_time::unix_millis(t, now)),
+                records_received: l.records,
+                ready_count: l.state.readies(),
+                failure_count: l.state.failures(),
+            });
+        }
+        for s in &self.subs {
+            let last = s.watch.last_receive();
+            links.push(LinkSnapshot {
+                topology: "fanout",
+                role: "subscriber",
+                peer: None,
+                peer_generation: None,
+                endpoint: s.endpoint.clone(),
+                state: s.state.state(),
+                connection_id: s.conn_id.map(|c| c.0),
+                last_failure: s.state.last_failure().map(|f| FailureSnapshot {
+                    reason: f.reason,
+                    detail: f.detail.clone(),
+                    age_ms: age(f.at),
+                }),
+                last_receive_age_ms: last.map(age),
+                last_receive_unix_ms: last.map(|t| crate::display_time::unix_millis(t, now)),
+                records_received: s.records,
+                ready_count: s.state.readies(),
+                failure_count: s.state.failures(),
+            });
+        }
+        let omitted = links.len().saturating_sub(SNAPSHOT_LIMIT);
+        links.truncate(SNAPSHOT_LIMIT);
+        let _ = self.started;
+        Snapshot {
+            rid: self.me.rid.clone(),
+            generation: self.me.generation,
+            host: match self.host {
+                Host::Running => "running",
+                Host::Stopped => "stopped",
+            },
+            links,
+            omitted,
+        }
+    }
+
+    /// Orderly close of every ready connection, then every socket, monitor and timer goes.
+    fn close_everything(&mut self) {
+        let now = Instant::now();
+        for k in 0..self.links.len() {
+            if self.links[k].conn.as_ref().is_some_and(|c| c.ready) {
+                let _ = self.send_on_link(k, records::close(CloseReason::Shutdown));
+            }
+            if let Some(conn) = self.links[k].conn.take() {
+                self.close_conn(k, conn, FailureReason::HostStopped, now);
+            }
+            self.links[k].closing = None;
+            self.links[k].retry_at = None;
+        }
+        for k in 0..self.slots.len() {
+            if let Some(slot) = self.take_slot(k) {
+                // Dialled sockets carrying our CLOSE need a moment to flush it.
+                let _ = slot.socket.set_linger(CLOSE_LINGER_MS);
+                drop(slot);
+            }
+        }
+        self.sweeps.clear();
+        self.inbound.clear();
+        self.subs.clear();
+        self.publisher = None;
+        self.flush_events();
+        if let Some(reply) = self.shutdown_reply.take() {
+            let _ = reply.send(());
+        }
+    }
+}
+
+struct PollResult {
+    wake: bool,
+    readable: Vec<SlotKey>,
+    monitors: Vec<(SlotKey, bool)>,
+}
+
+/// Sends a record, prefixed by a routing id when the socket is a ROUTER.
+fn send_routed(
+    socket: &zmq::Socket,
+    route: Option<&[u8]>,
+    frames: &[Vec<u8>],
+) -> Result<(), super::socket::SendError> {
+    let mut refs: Vec<&[u8]> = Vec::with_capacity(frames.len() + 1);
+    if let Some(r) = route {
+        refs.push(r);
+    }
+    refs.extend(frames.iter().map(Vec::as_slice));
+    socket.send_frames(&refs)
+}
+
+/// The routing id of a dialled connection: unique per physical connection, so that a new
+/// connection never collides with a half-open old one at the accepting ROUTER (LIBZMQ-NOTES),
+/// and never starting with byte 0 (reserved by libzmq).
+/// Logs a state transition the link state machine refused; the runtime's own bookkeeping
+/// decides what happens next, the refusal only signals a bug worth seeing in traces.
+fn note(r: Result<(), crate::proto::state::TransitionError>) {
+    if let Err(e) = r {
+        tracing::debug!(error = %e, "link state transition refused");
+    }
+}
+
+fn routing_id(lane: Lane, generation: u64, id: ConnId) -> Vec<u8> {
+    let mut r = Vec::with_capacity(18);
+    r.push(b'z');
+    r.push(match lane {
+        Lane::Application => b'A',
+        Lane::Completion => b'C',
+        Lane::ClientServer => b'S',
+    });
+    r.extend_from_slice(&generation.to_be_bytes());
+    r.extend_from_slice(&id.0.to_be_bytes());
+    r
+}

@@ -1,0 +1,21 @@
+//! The runtime: one I/O thread per node that owns every libzmq socket, and the async handle
+//! ([`Node`]) that applications use.
+//!
+//! ```text
+//!  Node (Clone, async)  --Command--> crossbeam channel --+   wake-up PAIR (inproc)
+//!        ^                                               v          |
+//!        |                           I/O thread: loop { timers; zmq::poll(all sockets,
+//!        +--- NodeEvent batches ---      monitors, wake); receive rotation (scheduler caps);
+//!             (tokio mpsc)               sans-IO core decides; sockets send }
+//! ```
+//!
+//! The I/O thread reads the monotonic clock once per loop turn and hands `now` to the sans-IO
+//! state machines in [`crate::proto`]; it never decides protocol questions itself.
+
+mod io;
+mod node;
+mod records;
+pub mod snapshot;
+pub mod socket;
+
+pub use node::{Delivery, Node, NodeError, NodeEvent, PublishError, SendError, Source, StateChange};

@@ -1,0 +1,328 @@
+//! The public, async handle of a running node.
+
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use bytes::Bytes;
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
+
+use super::io::{Command, IoThread};
+use super::snapshot::Snapshot;
+use crate::config::{ConfigError, NodeConfig};
+use crate::proto::state::{ConnState, FailureReason};
+use crate::proto::wire::BEACON_TOPIC;
+
+/// A running zmesh node. Cheap to clone; all clones drive the same I/O thread.
+#[derive(Clone)]
+pub struct Node {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    rid: String,
+    generation: u64,
+    commands: crossbeam_channel::Sender<Command>,
+    wake: Mutex<zmq::Socket>,
+    events: Mutex<Option<mpsc::UnboundedReceiver<Vec<NodeEvent>>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Where a delivered record came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Source {
+    /// A RouteMesh peer, by RID.
+    Peer {
+        /// The peer's RID.
+        rid: String,
+    },
+    /// A ClientServer client connected to this node's server endpoint.
+    Client {
+        /// The client's RID.
+        rid: String,
+    },
+    /// A ClientServer server this node is a client of.
+    Server {
+        /// The server's RID.
+        rid: String,
+    },
+    /// A fanout publisher, by endpoint.
+    Publisher {
+        /// The publisher's endpoint.
+        endpoint: String,
+    },
+}
+
+/// One application record delivered to this node. Probes, ACKs and beacons never appear here
+/// (MISSION L3, L5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    /// Who sent it.
+    pub source: Source,
+    /// The channel (RouteMesh/ClientServer) or topic bytes (fanout).
+    pub channel: Bytes,
+    /// The application payload.
+    pub payload: Bytes,
+}
+
+/// A link changed state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StateChange {
+    /// The link's display name (e.g. `peer node-b application`, `sub tcp://…`).
+    pub link: String,
+    /// The new state.
+    pub state: ConnState,
+    /// Why, when the link left ready or failed.
+    pub reason: Option<FailureReason>,
+    /// Free-form detail for humans.
+    pub detail: String,
+}
+
+/// What a node reports to its application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeEvent {
+    /// An application record arrived.
+    Delivery(Delivery),
+    /// A link changed state.
+    State(StateChange),
+}
+
+/// A node could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A socket could not be created or bound.
+    #[error("cannot bind {endpoint}: {source}")]
+    Bind {
+        /// The endpoint.
+        endpoint: String,
+        /// The libzmq error.
+        source: zmq::Error,
+    },
+    /// libzmq failed while setting up the node.
+    #[error("zeromq: {0}")]
+    Zmq(#[from] zmq::Error),
+    /// The I/O thread could not be started or has stopped.
+    #[error("the node's I/O thread is not running")]
+    Stopped,
+}
+
+/// Why a one-way send was not taken. In every case the record was not queued anywhere: it
+/// certainly was not delivered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SendError {
+    /// No ready connection to that peer / no ready server for that channel.
+    #[error("no ready peer for {0}")]
+    NotReady(String),
+    /// The link is ready but cannot take the record now (pipe full).
+    #[error("link to {0} cannot send now (pipe full)")]
+    WouldBlock(String),
+    /// An argument is invalid (e.g. channel name length).
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    /// The node is stopping or stopped.
+    #[error("node is shut down")]
+    Shutdown,
+}
+
+/// Why a publish was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PublishError {
+    /// The topic is exactly the reserved beacon topic `01 5A 4C 46 31` (MISSION L4).
+    #[error("the topic 01 5A 4C 46 31 is reserved for liveness beacons")]
+    ReservedTopic,
+    /// The topic is empty or longer than 255 bytes.
+    #[error("topic must be 1..=255 bytes")]
+    InvalidTopic,
+    /// This node has no `[publisher]` endpoint.
+    #[error("this node has no publisher endpoint")]
+    NoPublisher,
+    /// The node is stopping or stopped.
+    #[error("node is shut down")]
+    Shutdown,
+}
+
+impl Node {
+    /// Starts a node: binds its endpoints, starts its I/O thread, begins dialling peers.
+    /// Returns once every bind has succeeded (or the first bind error).
+    pub async fn start(config: NodeConfig) -> Result<Node, NodeError> {
+        tokio::task::spawn_blocking(move || Node::start_blocking(config))
+            .await
+            .map_err(|_| NodeError::Stopped)?
+    }
+
+    /// Blocking variant of [`Node::start`], for code outside an async runtime.
+    pub fn start_blocking(config: NodeConfig) -> Result<Node, NodeError> {
+        config.validate()?;
+        let generation = fresh_generation();
+        let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
+        let (ev_tx, ev_rx) = mpsc::unbounded_channel();
+        let rid = config.rid.clone();
+        let (io, wake) = IoThread::new(config, generation, cmd_rx, ev_tx)?;
+        let thread = std::thread::Builder::new()
+            .name(format!("zmesh-io-{rid}"))
+            .spawn(move || io.run())
+            .map_err(|_| NodeError::Stopped)?;
+        Ok(Node {
+            inner: Arc::new(Inner {
+                rid,
+                generation,
+                commands: cmd_tx,
+                wake: Mutex::new(wake),
+                events: Mutex::new(Some(ev_rx)),
+                thread: Mutex::new(Some(thread)),
+            }),
+        })
+    }
+
+    /// This node's RID.
+    pub fn rid(&self) -> &str {
+        &self.inner.rid
+    }
+
+    /// This process run's lifecycle generation (random, non-zero).
+    pub fn generation(&self) -> u64 {
+        self.inner.generation
+    }
+
+    /// Takes the event stream (deliveries and state changes). Only the first caller gets it;
+    /// events arrive in batches, in the order the I/O thread produced them.
+    pub fn take_events(&self) -> Option<mpsc::UnboundedReceiver<Vec<NodeEvent>>> {
+        self.inner.events.lock().ok()?.take()
+    }
+
+    fn command(&self, cmd: Command) -> bool {
+        if self.inner.commands.send(cmd).is_err() {
+            return false;
+        }
+        if let Ok(wake) = self.inner.wake.lock() {
+            // A full wake-up pipe already holds a pending wake-up: nothing to do.
+            let _ = wake.send(&[][..], zmq::DONTWAIT);
+        }
+        true
+    }
+
+    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Option<T> {
+        let (tx, rx) = oneshot::channel();
+        if !self.command(make(tx)) {
+            return None;
+        }
+        rx.await.ok()
+    }
+
+    /// Sends a one-way application record to a RouteMesh peer on its Application lane.
+    /// Fails at once, with nothing queued, if the lane is not ready or cannot send now.
+    pub async fn send(
+        &self,
+        peer: &str,
+        channel: &str,
+        payload: impl Into<Bytes>,
+    ) -> Result<(), SendError> {
+        let (peer, channel, payload) = (peer.to_owned(), channel.to_owned(), payload.into());
+        self.ask(|reply| Command::SendPeer {
+            peer,
+            channel,
+            payload,
+            reply,
+        })
+        .await
+        .unwrap_or(Err(SendError::Shutdown))
+    }
+
+    /// Sends a one-way application record to one ready ClientServer server of `channel`.
+    pub async fn send_to_server(
+        &self,
+        channel: &str,
+        payload: impl Into<Bytes>,
+    ) -> Result<(), SendError> {
+        let (channel, payload) = (channel.to_owned(), payload.into());
+        self.ask(|reply| Command::SendServer {
+            channel,
+            payload,
+            reply,
+        })
+        .await
+        .unwrap_or(Err(SendError::Shutdown))
+    }
+
+    /// Publishes a fanout record. The exact beacon topic is refused (MISSION L4); topics that
+    /// merely share a prefix with it are fine.
+    pub fn publish(&self, topic: &[u8], payload: impl Into<Bytes>) -> Result<(), PublishError> {
+        if topic == BEACON_TOPIC {
+            return Err(PublishError::ReservedTopic);
+        }
+        if topic.is_empty() || topic.len() > 255 {
+            return Err(PublishError::InvalidTopic);
+        }
+        let cmd = Command::Publish {
+            topic: Bytes::copy_from_slice(topic),
+            payload: payload.into(),
+        };
+        if self.command(cmd) {
+            Ok(())
+        } else {
+            Err(PublishError::Shutdown)
+        }
+    }
+
+    /// A snapshot of every configured and inbound link (MISSION O1).
+    pub async fn snapshot(&self) -> Result<Snapshot, NodeError> {
+        self.ask(Command::Snapshot).await.ok_or(NodeError::Stopped)
+    }
+
+    /// Stops the node: sends an orderly CLOSE on every ready connection, closes every socket
+    /// and monitor, stops every timer, and waits for the I/O thread to exit. When this
+    /// returns, nothing of the node is running.
+    pub async fn shutdown(&self) -> Result<(), NodeError> {
+        let _ = self.ask(Command::Shutdown).await;
+        let handle = self.inner.thread.lock().ok().and_then(|mut t| t.take());
+        if let Some(h) = handle {
+            tokio::task::spawn_blocking(move || h.join())
+                .await
+                .map_err(|_| NodeError::Stopped)?
+                .map_err(|_| NodeError::Stopped)?;
+        }
+        Ok(())
+    }
+
+    /// True while the node's I/O thread is running.
+    pub fn is_running(&self) -> bool {
+        self.inner
+            .thread
+            .lock()
+            .ok()
+            .and_then(|t| t.as_ref().map(|h| !h.is_finished()))
+            .unwrap_or(false)
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The last handle is gone: stop the I/O thread (it exits on a disconnected channel).
+        let _ = self.wake.lock().map(|w| w.send(&[][..], zmq::DONTWAIT));
+    }
+}
+
+/// A fresh random non-zero lifecycle generation for this process run.
+fn fresh_generation() -> u64 {
+    loop {
+        let mut buf = [0u8; 8];
+        if getrandom::getrandom(&mut buf).is_err() {
+            // No OS randomness: fall back to the per-process random hasher seed.
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u64(std::process::id().into());
+            buf = h.finish().to_be_bytes();
+        }
+        let g = u64::from_be_bytes(buf);
+        if g != 0 {
+            return g;
+        }
+    }
+}

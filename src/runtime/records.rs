@@ -1,0 +1,303 @@
+//! The runtime's view of the wire records: decode into what the I/O loop acts on, encode
+//! from runtime values. All byte layout lives in [`crate::proto::wire`].
+
+use std::num::NonZeroU64;
+
+use bytes::Bytes;
+
+use crate::proto::handshake::{self, Expectation, Identity, Refusal};
+use crate::proto::state::FailureReason;
+use crate::proto::wire::{
+    self, FanoutMessage, Label, Memberships, Name, Record, WireError,
+};
+
+pub(crate) use crate::proto::wire::{CloseReason, Lane, RejectReason};
+
+/// A decoded HELLO.
+pub(crate) struct HelloRec {
+    pub lane: Lane,
+    pub identity: Identity,
+    pub expect: Expectation,
+}
+
+/// A decoded WELCOME.
+pub(crate) struct WelcomeRec {
+    pub lane: Lane,
+    pub identity: Identity,
+}
+
+/// What the I/O loop acts on.
+pub(crate) enum Rec {
+    Hello(HelloRec),
+    Welcome(WelcomeRec),
+    Reject { reason: RejectReason, detail: String },
+    Probe(u64),
+    Ack(u64),
+    Message { channel: String, payload: Bytes },
+    Close(CloseReason),
+    /// A valid record this runtime does not act on yet (calls: a later layer).
+    Other(&'static str),
+}
+
+impl Rec {
+    pub(crate) fn kind_name(&self) -> &'static str {
+        match self {
+            Rec::Hello(_) => "hello",
+            Rec::Welcome(_) => "welcome",
+            Rec::Reject { .. } => "reject",
+            Rec::Probe(_) => "probe",
+            Rec::Ack(_) => "ack",
+            Rec::Message { .. } => "message",
+            Rec::Close(_) => "close",
+            Rec::Other(k) => k,
+        }
+    }
+}
+
+fn to_identity(
+    rid: Name,
+    generation: NonZeroU64,
+    sec: Label,
+    memberships: Memberships,
+) -> Identity {
+    Identity {
+        rid: rid.into_string(),
+        generation: generation.get(),
+        security_identity: sec.into_string(),
+        memberships: memberships
+            .into_vec()
+            .into_iter()
+            .map(|m| handshake::Membership {
+                role: match m.role {
+                    wire::Role::Server => handshake::Role::Server,
+                    wire::Role::ObjectClient => handshake::Role::ObjectClient,
+                },
+                channel: m.channel.into_string(),
+            })
+            .collect(),
+    }
+}
+
+fn wire_memberships(id: &Identity) -> Memberships {
+    let list = id
+        .memberships
+        .iter()
+        .filter_map(|m| {
+            Some(wire::Membership {
+                role: match m.role {
+                    handshake::Role::Server => wire::Role::Server,
+                    handshake::Role::ObjectClient => wire::Role::ObjectClient,
+                },
+                channel: Name::new(m.channel.clone()).ok()?,
+            })
+        })
+        .collect();
+    // Config validation bounds names; more than 1024 memberships are cut, not sent broken.
+    Memberships::new(list).unwrap_or_default()
+}
+
+/// Decodes one record (routing frames already removed).
+pub(crate) fn decode(frames: &[&[u8]]) -> Result<Rec, WireError> {
+    Ok(match Record::decode(frames)? {
+        Record::Hello(h) => Rec::Hello(HelloRec {
+            lane: h.lane,
+            expect: Expectation {
+                rid: h.expect_rid.map(Name::into_string),
+                generation: h.expect_generation.map(NonZeroU64::get),
+                security_identity: None,
+            },
+            identity: to_identity(h.rid, h.generation, h.security_identity, h.memberships),
+        }),
+        Record::Welcome(w) => Rec::Welcome(WelcomeRec {
+            lane: w.lane,
+            identity: to_identity(w.rid, w.generation, w.security_identity, w.memberships),
+        }),
+        Record::Reject(r) => Rec::Reject {
+            reason: r.reason,
+            detail: r.detail.into_string(),
+        },
+        Record::Probe { id } => Rec::Probe(id.get()),
+        Record::Ack { id } => Rec::Ack(id.get()),
+        Record::Message(m) => Rec::Message {
+            channel: m.channel.into_string(),
+            payload: m.payload,
+        },
+        Record::Close { reason } => Rec::Close(reason),
+        other => Rec::Other(other.kind().name()),
+    })
+}
+
+/// A decoded fanout message.
+pub(crate) enum Fanout {
+    Beacon,
+    Publish { topic: Bytes, payload: Bytes },
+}
+
+/// Decodes one fanout message.
+pub(crate) fn decode_fanout(frames: &[&[u8]]) -> Result<Fanout, WireError> {
+    Ok(match FanoutMessage::decode(frames)? {
+        FanoutMessage::Beacon => Fanout::Beacon,
+        FanoutMessage::Publish { topic, payload, .. } => Fanout::Publish { topic, payload },
+    })
+}
+
+fn nz(v: u64) -> NonZeroU64 {
+    NonZeroU64::new(v).unwrap_or(NonZeroU64::MIN)
+}
+
+fn name(s: &str) -> Result<Name, WireError> {
+    Name::new(s.to_owned())
+}
+
+/// HELLO from a dialler.
+pub(crate) fn hello(
+    lane: Lane,
+    me: &Identity,
+    expect: &Expectation,
+    config_generation: u64,
+) -> Result<Vec<Vec<u8>>, WireError> {
+    Ok(Record::Hello(wire::Hello {
+        lane,
+        rid: name(&me.rid)?,
+        generation: nz(me.generation),
+        security_identity: Label::new(me.security_identity.clone()).unwrap_or_default(),
+        expect_rid: expect.rid.as_ref().and_then(|r| Name::new(r.clone()).ok()),
+        expect_generation: expect.generation.and_then(NonZeroU64::new),
+        config_generation,
+        memberships: wire_memberships(me),
+    })
+    .encode())
+}
+
+/// WELCOME from an acceptor.
+pub(crate) fn welcome(lane: Lane, me: &Identity) -> Result<Vec<Vec<u8>>, WireError> {
+    Ok(Record::Welcome(wire::Welcome {
+        lane,
+        rid: name(&me.rid)?,
+        generation: nz(me.generation),
+        security_identity: Label::new(me.security_identity.clone()).unwrap_or_default(),
+        memberships: wire_memberships(me),
+    })
+    .encode())
+}
+
+/// REJECT with a reason and detail (cut to the wire's bound).
+pub(crate) fn reject(reason: RejectReason, detail: &str) -> Vec<Vec<u8>> {
+    let mut d = detail.to_owned();
+    while d.len() > 1024 {
+        d.pop();
+    }
+    Record::Reject(wire::Reject {
+        reason,
+        detail: wire::Detail::new(d).unwrap_or_default(),
+    })
+    .encode()
+}
+
+/// PROBE.
+pub(crate) fn probe(id: u64) -> Vec<Vec<u8>> {
+    vec![wire::encode_probe(nz(id)).to_vec()]
+}
+
+/// ACK.
+pub(crate) fn ack(id: u64) -> Vec<Vec<u8>> {
+    vec![wire::encode_ack(nz(id)).to_vec()]
+}
+
+/// CLOSE.
+pub(crate) fn close(reason: CloseReason) -> Vec<Vec<u8>> {
+    Record::Close { reason }.encode()
+}
+
+/// MESSAGE (the channel was validated by the caller).
+pub(crate) fn message(channel: &str, payload: &[u8]) -> Result<Vec<Vec<u8>>, WireError> {
+    Ok(Record::Message(wire::Message {
+        channel: name(channel)?,
+        payload: Bytes::copy_from_slice(payload),
+    })
+    .encode())
+}
+
+/// A fanout application record.
+pub(crate) fn publish(topic: &[u8], generation: u64, seq: u64, payload: &[u8]) -> Result<Vec<Vec<u8>>, WireError> {
+    FanoutMessage::Publish {
+        topic: Bytes::copy_from_slice(topic),
+        generation: nz(generation),
+        seq,
+        payload: Bytes::copy_from_slice(payload),
+    }
+    .encode()
+}
+
+/// The beacon's two frames.
+pub(crate) fn beacon() -> Vec<Vec<u8>> {
+    wire::encode_beacon().iter().map(|f| f.to_vec()).collect()
+}
+
+/// Display name of a lane.
+pub(crate) fn lane_name(lane: Lane) -> &'static str {
+    match lane {
+        Lane::Application => "application",
+        Lane::Completion => "completion",
+        Lane::ClientServer => "client_server",
+    }
+}
+
+/// The REJECT reason for a refused admission.
+pub(crate) fn reject_reason(r: Refusal) -> RejectReason {
+    match r {
+        Refusal::NotRequired => RejectReason::NotRequired,
+        Refusal::IdentityMismatch => RejectReason::IdentityMismatch,
+        Refusal::GenerationMismatch => RejectReason::GenerationMismatch,
+        Refusal::SecurityFailure => RejectReason::SecurityFailure,
+    }
+}
+
+/// The failure a refused admission records.
+pub(crate) fn refusal_failure(r: Refusal) -> FailureReason {
+    match r {
+        Refusal::NotRequired => FailureReason::NotRequired,
+        Refusal::IdentityMismatch => FailureReason::IdentityMismatch,
+        Refusal::GenerationMismatch => FailureReason::GenerationMismatch,
+        Refusal::SecurityFailure => FailureReason::SecurityFailure,
+    }
+}
+
+/// The failure a received REJECT records.
+pub(crate) fn reject_failure(r: RejectReason) -> FailureReason {
+    match r {
+        RejectReason::NotRequired => FailureReason::NotRequired,
+        RejectReason::IdentityMismatch => FailureReason::IdentityMismatch,
+        RejectReason::GenerationMismatch => FailureReason::GenerationMismatch,
+        RejectReason::SecurityFailure => FailureReason::SecurityFailure,
+        RejectReason::Draining => FailureReason::HostDraining,
+        RejectReason::Duplicate => FailureReason::Replaced,
+        RejectReason::UnsupportedVersion | RejectReason::LaneMismatch | RejectReason::Protocol => {
+            FailureReason::ProtocolError
+        }
+    }
+}
+
+/// The CLOSE reason sent when this node drops a connection for `f`.
+pub(crate) fn close_reason(f: FailureReason) -> CloseReason {
+    match f {
+        FailureReason::DeadlineExceeded => CloseReason::DeadlineExceeded,
+        FailureReason::Replaced => CloseReason::Replaced,
+        FailureReason::NotRequired => CloseReason::NotRequired,
+        FailureReason::HostDraining => CloseReason::Draining,
+        FailureReason::HostStopped => CloseReason::Shutdown,
+        _ => CloseReason::ProtocolError,
+    }
+}
+
+/// Display name of a close reason.
+pub(crate) fn close_name(r: CloseReason) -> &'static str {
+    match r {
+        CloseReason::Shutdown => "shutdown",
+        CloseReason::Draining => "draining",
+        CloseReason::Replaced => "replaced",
+        CloseReason::DeadlineExceeded => "deadline_exceeded",
+        CloseReason::ProtocolError => "protocol_error",
+        CloseReason::NotRequired => "not_required",
+    }
+}

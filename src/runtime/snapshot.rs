@@ -1,0 +1,118 @@
+//! Read-only snapshots of a node's links (MISSION O1, O2).
+//!
+//! A snapshot carries identities (RIDs, endpoints, connection ids); metrics never do (O2).
+//! Times are monotonic ages in milliseconds; `*_unix_ms` fields are rendered from the wall
+//! clock for display only (MISSION L7).
+
+use serde::Serialize;
+
+use crate::proto::state::{ConnState, FailureReason};
+
+/// Most links a snapshot lists; the rest are counted in [`Snapshot::omitted`].
+pub const SNAPSHOT_LIMIT: usize = 4096;
+
+/// A copy of a node's state at one instant.
+#[derive(Debug, Clone, Serialize)]
+pub struct Snapshot {
+    /// The node's RID.
+    pub rid: String,
+    /// The node's lifecycle generation.
+    pub generation: u64,
+    /// Host state: `running`, `draining` or `stopped`.
+    pub host: &'static str,
+    /// Every configured or inbound link, up to [`SNAPSHOT_LIMIT`].
+    pub links: Vec<LinkSnapshot>,
+    /// Links left out because of the limit.
+    pub omitted: usize,
+}
+
+/// One link: a RouteMesh lane, a ClientServer connection or a fanout publisher.
+#[derive(Debug, Clone, Serialize)]
+pub struct LinkSnapshot {
+    /// `route_mesh`, `client_server` or `fanout`.
+    pub topology: &'static str,
+    /// `application`, `completion`, `client`, `server_inbound`, `subscriber` …
+    pub role: &'static str,
+    /// The peer RID, once known.
+    pub peer: Option<String>,
+    /// The peer's lifecycle generation on the current connection (a different value than
+    /// before means a new process run of the same RID).
+    pub peer_generation: Option<u64>,
+    /// The endpoint dialled or subscribed to (inbound links: the local bound endpoint).
+    pub endpoint: String,
+    /// Current state.
+    pub state: ConnState,
+    /// Current physical connection id (diagnostic only).
+    pub connection_id: Option<u64>,
+    /// Last failure, if any.
+    pub last_failure: Option<FailureSnapshot>,
+    /// Milliseconds since the last record was received on this link (monotonic).
+    pub last_receive_age_ms: Option<u64>,
+    /// Wall-clock rendering of the last receive, for display only.
+    pub last_receive_unix_ms: Option<u64>,
+    /// Records received on the current and previous connections of this link.
+    pub records_received: u64,
+    /// Times this link became ready.
+    pub ready_count: u64,
+    /// Times this link failed.
+    pub failure_count: u64,
+}
+
+/// The last failure of a link.
+#[derive(Debug, Clone, Serialize)]
+pub struct FailureSnapshot {
+    /// Why.
+    pub reason: FailureReason,
+    /// Detail for humans.
+    pub detail: String,
+    /// Milliseconds since it happened (monotonic).
+    pub age_ms: u64,
+}
+
+impl Snapshot {
+    /// The links whose peer is `rid`.
+    pub fn peer(&self, rid: &str) -> impl Iterator<Item = &LinkSnapshot> {
+        let rid = rid.to_owned();
+        self.links
+            .iter()
+            .filter(move |l| l.peer.as_deref() == Some(rid.as_str()))
+    }
+
+    /// A human-readable table.
+    pub fn to_table(&self) -> String {
+        let mut out = format!(
+            "node {} generation {:016x} host {}\n{:<14} {:<15} {:<12} {:<32} {:<14} {:>6} {}\n",
+            self.rid,
+            self.generation,
+            self.host,
+            "TOPOLOGY",
+            "ROLE",
+            "PEER",
+            "ENDPOINT",
+            "STATE",
+            "CONN",
+            "LAST FAILURE"
+        );
+        for l in &self.links {
+            let failure = l
+                .last_failure
+                .as_ref()
+                .map(|f| format!("{} ({} ms ago) {}", f.reason, f.age_ms, f.detail))
+                .unwrap_or_default();
+            out.push_str(&format!(
+                "{:<14} {:<15} {:<12} {:<32} {:<14} {:>6} {}\n",
+                l.topology,
+                l.role,
+                l.peer.as_deref().unwrap_or("-"),
+                l.endpoint,
+                l.state.as_str(),
+                l.connection_id.map(|c| c.to_string()).unwrap_or("-".into()),
+                failure
+            ));
+        }
+        if self.omitted > 0 {
+            out.push_str(&format!("... {} more links omitted\n", self.omitted));
+        }
+        out
+    }
+}

@@ -1,0 +1,452 @@
+//! Integration tests of the runtime over real libzmq sockets on 127.0.0.1 tcp and ipc.
+//!
+//! Tests that must run in real time (the 15 s half-open deadline, the flooding publisher) are
+//! bounded: each fails if its condition is not met within a fixed limit.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{free_tcp, ipc, wait_event, FreezeProxy};
+use zmesh::config::{Endpoint, NodeConfig, PeerConfig, RouteMeshBind, ServerConfig};
+use zmesh::proto::handshake::{Membership, Role};
+use zmesh::proto::state::{ConnState, FailureReason};
+use zmesh::proto::wire::{BEACON_PAYLOAD, BEACON_TOPIC};
+use zmesh::runtime::{Node, NodeEvent, Source};
+
+const STEP: Duration = Duration::from_secs(10);
+
+fn server_of(channel: &str) -> Vec<Membership> {
+    vec![Membership {
+        role: Role::Server,
+        channel: channel.into(),
+    }]
+}
+
+fn client_of(channel: &str) -> Vec<Membership> {
+    vec![Membership {
+        role: Role::ObjectClient,
+        channel: channel.into(),
+    }]
+}
+
+fn mesh_bind(tcp: bool) -> RouteMeshBind {
+    if tcp {
+        RouteMeshBind {
+            application: free_tcp(),
+            completion: free_tcp(),
+        }
+    } else {
+        RouteMeshBind {
+            application: ipc("app"),
+            completion: ipc("cpl"),
+        }
+    }
+}
+
+fn peer(rid: &str, b: &RouteMeshBind) -> PeerConfig {
+    PeerConfig {
+        rid: rid.into(),
+        application: b.application.clone(),
+        completion: b.completion.clone(),
+        generation: None,
+        security_identity: None,
+    }
+}
+
+fn is_state(ev: &NodeEvent, link_part: &str, state: ConnState) -> bool {
+    matches!(ev, NodeEvent::State(s) if s.link.contains(link_part) && s.state == state)
+}
+
+/// Waits until `rid`'s two RouteMesh lanes are ready in `node`'s snapshot.
+async fn wait_peer_ready(node: &Node, events: &mut tokio::sync::mpsc::UnboundedReceiver<Vec<NodeEvent>>, rid: &str) {
+    let limit = tokio::time::Instant::now() + STEP;
+    loop {
+        let snap = node.snapshot().await.expect("snapshot");
+        if snap.peer(rid).filter(|l| l.state == ConnState::Ready).count() == 2 {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < limit, "peer {rid} not ready: {}", snap.to_table());
+        wait_event(events, STEP, |e| matches!(e, NodeEvent::State(_))).await;
+    }
+}
+
+/// A state change that takes `link_part` out of ready, with a recorded reason.
+fn is_failure(ev: &NodeEvent, link_part: &str) -> bool {
+    matches!(ev, NodeEvent::State(s) if s.link.contains(link_part) && s.reason.is_some()
+        && s.state != ConnState::Ready)
+}
+
+fn delivery_payload(ev: &NodeEvent) -> Option<&[u8]> {
+    match ev {
+        NodeEvent::Delivery(d) => Some(&d.payload),
+        _ => None,
+    }
+}
+
+/// MISSION T1, T5, L3: a RouteMesh pair becomes ready on both lanes and carries records both
+/// ways, over tcp and over ipc; probes and ACKs never reach the application.
+#[tokio::test]
+async fn t1_route_mesh_ready_and_records_both_ways_tcp_and_ipc() {
+    for tcp in [true, false] {
+        let b_bind = mesh_bind(tcp);
+        let mut b = NodeConfig::new("b");
+        b.memberships = server_of("orders");
+        b.route_mesh = Some(b_bind.clone());
+        let mut a = NodeConfig::new("a");
+        a.route_mesh = Some(mesh_bind(tcp));
+        a.peers = vec![peer("b", &b_bind)];
+        let b = Node::start(b).await.expect("start b");
+        let a = Node::start(a).await.expect("start a");
+        let mut ea = a.take_events().expect("events");
+        let mut eb = b.take_events().expect("events");
+        wait_peer_ready(&a, &mut ea, "b").await;
+        wait_peer_ready(&b, &mut eb, "a").await;
+
+        a.send("b", "greetings", "to b").await.expect("a -> b");
+        let ev = wait_event(&mut eb, STEP, |e| delivery_payload(e).is_some()).await;
+        let NodeEvent::Delivery(d) = ev else { unreachable!() };
+        assert_eq!(&d.payload[..], b"to b");
+        assert_eq!(&d.channel[..], b"greetings");
+        assert_eq!(d.source, Source::Peer { rid: "a".into() });
+
+        b.send("a", "greetings", "to a").await.expect("b -> a");
+        let ev = wait_event(&mut ea, STEP, |e| delivery_payload(e).is_some()).await;
+        assert_eq!(delivery_payload(&ev), Some(&b"to a"[..]));
+
+        // Exactly one current connection per lane per peer (T1).
+        let snap = a.snapshot().await.expect("snapshot");
+        for lane in ["application", "completion"] {
+            let n = snap
+                .peer("b")
+                .filter(|l| l.role.starts_with(lane) && l.state == ConnState::Ready)
+                .count();
+            assert_eq!(n, 1, "{lane}: {}", snap.to_table());
+        }
+        a.shutdown().await.expect("shutdown a");
+        b.shutdown().await.expect("shutdown b");
+    }
+}
+
+/// MISSION T1: when both nodes dial each other, each lane still has exactly one current
+/// connection per peer (the one dialled by the smaller RID).
+#[tokio::test]
+async fn t1_mutual_dial_keeps_one_connection_per_lane() {
+    let (a_bind, b_bind) = (mesh_bind(true), mesh_bind(true));
+    let mut a = NodeConfig::new("a");
+    a.memberships = server_of("x");
+    a.route_mesh = Some(a_bind.clone());
+    a.peers = vec![peer("b", &b_bind)];
+    let mut b = NodeConfig::new("b");
+    b.memberships = server_of("x");
+    b.route_mesh = Some(b_bind);
+    b.peers = vec![peer("a", &a_bind)];
+    let a = Node::start(a).await.expect("a");
+    let b = Node::start(b).await.expect("b");
+    let mut ea = a.take_events().expect("events");
+    let mut eb = b.take_events().expect("events");
+    wait_peer_ready(&a, &mut ea, "b").await;
+    wait_peer_ready(&b, &mut eb, "a").await;
+    for (node, other) in [(&a, "b"), (&b, "a")] {
+        let snap = node.snapshot().await.expect("snapshot");
+        for lane in ["application", "completion"] {
+            let ready: Vec<_> = snap
+                .peer(other)
+                .filter(|l| l.role.starts_with(lane) && l.state == ConnState::Ready)
+                .collect();
+            assert_eq!(ready.len(), 1, "{}", snap.to_table());
+        }
+    }
+    a.send("b", "x", "one").await.expect("send");
+    let ev = wait_event(&mut eb, STEP, |e| delivery_payload(e).is_some()).await;
+    assert_eq!(delivery_payload(&ev), Some(&b"one"[..]));
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+}
+
+/// MISSION T2: a ClientServer client picks a ready server of the channel; records flow both
+/// ways on the one lane.
+#[tokio::test]
+async fn t2_client_server_ready_and_records_both_ways() {
+    let ep = free_tcp();
+    let mut s = NodeConfig::new("srv");
+    s.memberships = server_of("orders");
+    s.server = Some(Endpoint { endpoint: ep.clone() });
+    let mut c = NodeConfig::new("cli");
+    c.servers = vec![ServerConfig {
+        channel: "orders".into(),
+        endpoint: ep,
+        rid: Some("srv".into()),
+    }];
+    let s = Node::start(s).await.expect("server");
+    let c = Node::start(c).await.expect("client");
+    let mut es = s.take_events().expect("events");
+    let mut ec = c.take_events().expect("events");
+    wait_event(&mut ec, STEP, |e| is_state(e, "server orders", ConnState::Ready)).await;
+    wait_event(&mut es, STEP, |e| is_state(e, "inbound cli", ConnState::Ready)).await;
+
+    c.send_to_server("orders", "order 1").await.expect("client -> server");
+    let ev = wait_event(&mut es, STEP, |e| delivery_payload(e).is_some()).await;
+    let NodeEvent::Delivery(d) = ev else { unreachable!() };
+    assert_eq!(d.source, Source::Client { rid: "cli".into() });
+    assert_eq!(&d.payload[..], b"order 1");
+
+    s.send("cli", "orders", "receipt 1").await.expect("server -> client");
+    let ev = wait_event(&mut ec, STEP, |e| delivery_payload(e).is_some()).await;
+    assert_eq!(delivery_payload(&ev), Some(&b"receipt 1"[..]));
+
+    // No ready server for another channel: refused at once, nothing queued.
+    assert!(c.send_to_server("other", "x").await.is_err());
+    c.shutdown().await.expect("client");
+    s.shutdown().await.expect("server");
+}
+
+/// MISSION T3, L4, L5: a subscriber becomes ready on the first beacon (before any record),
+/// then receives records; beacons are never delivered.
+#[tokio::test]
+async fn t3_fanout_ready_on_beacon_then_records_never_beacons() {
+    let ep = ipc("pub");
+    let mut p = NodeConfig::new("pub");
+    p.publisher = Some(Endpoint { endpoint: ep.clone() });
+    let p = Node::start(p).await.expect("pub");
+    let mut s = NodeConfig::new("sub");
+    s.subscriptions = vec![Endpoint { endpoint: ep }];
+    let s = Node::start(s).await.expect("sub");
+    let mut es = s.take_events().expect("events");
+    // Nothing but beacons has been published: ready can only come from a beacon.
+    wait_event(&mut es, STEP, |e| is_state(e, "sub ", ConnState::Ready)).await;
+    // A topic that merely shares a prefix with the beacon topic is an application topic.
+    let prefix_topic = [&BEACON_TOPIC[..], b"x"].concat();
+    p.publish(&prefix_topic, "p1").expect("publish");
+    let ev = wait_event(&mut es, STEP, |e| delivery_payload(e).is_some()).await;
+    let NodeEvent::Delivery(d) = ev else { unreachable!() };
+    assert_eq!(&d.channel[..], &prefix_topic[..]);
+    assert_eq!(&d.payload[..], b"p1");
+    // The exact reserved topic is an argument error.
+    assert!(p.publish(&BEACON_TOPIC, "x").is_err());
+    p.shutdown().await.expect("pub");
+    s.shutdown().await.expect("sub");
+}
+
+/// MISSION L5, F2, W3: a malformed reserved-topic record from one publisher (a raw libzmq PUB)
+/// takes only that publisher out of ready, with a protocol error, delivering nothing; the
+/// other publisher stays ready.
+#[tokio::test]
+async fn l5_malformed_reserved_topic_drops_only_that_publisher() {
+    let ctx = zmq::Context::new();
+    let raw = ctx.socket(zmq::PUB).expect("pub");
+    let raw_ep = free_tcp();
+    raw.bind(&raw_ep).expect("bind");
+    let good_ep = ipc("good");
+    let mut g = NodeConfig::new("good");
+    g.publisher = Some(Endpoint { endpoint: good_ep.clone() });
+    let g = Node::start(g).await.expect("good pub");
+    let mut s = NodeConfig::new("sub");
+    s.subscriptions = vec![Endpoint { endpoint: raw_ep.clone() }, Endpoint { endpoint: good_ep.clone() }];
+    let s = Node::start(s).await.expect("sub");
+    let mut es = s.take_events().expect("events");
+    wait_event(&mut es, STEP, |e| is_state(e, &good_ep, ConnState::Ready)).await;
+    // Make the raw publisher's subscriber ready with an exact beacon (sent until it lands:
+    // PUB drops records sent before the subscription arrives).
+    let ready = async {
+        loop {
+            raw.send_multipart([&BEACON_TOPIC[..], &BEACON_PAYLOAD[..]], 0).expect("send");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::select! {
+        _ = ready => {}
+        _ = wait_event(&mut es, STEP, |e| is_state(e, &raw_ep, ConnState::Ready)) => {}
+    }
+    raw.send_multipart([&BEACON_TOPIC[..], b"ZF\x01\x02"], 0).expect("send bad");
+    let ev = wait_event(&mut es, STEP, |e| {
+        assert!(delivery_payload(e).is_none(), "nothing may be delivered: {e:?}");
+        is_failure(e, &raw_ep)
+    })
+    .await;
+    let NodeEvent::State(st) = ev else { unreachable!() };
+    assert_eq!(st.reason, Some(FailureReason::ProtocolError));
+    let snap = s.snapshot().await.expect("snapshot");
+    let good = snap.links.iter().find(|l| l.endpoint == good_ep).expect("good link");
+    assert_eq!(good.state, ConnState::Ready, "{}", snap.to_table());
+    g.shutdown().await.expect("good");
+    s.shutdown().await.expect("sub");
+}
+
+/// MISSION L6, F1, F2: killing a peer process takes only that peer out of ready at once, with
+/// reason transport_error (not the 15 s deadline); the other peer stays ready.
+#[tokio::test]
+async fn l6_killed_peer_process_detected_at_once_only_that_peer() {
+    let dir = std::env::temp_dir().join(format!("zmesh-kill-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (b_bind, c_bind) = (mesh_bind(true), mesh_bind(true));
+    let mut b = NodeConfig::new("b");
+    b.memberships = server_of("x");
+    b.route_mesh = Some(b_bind.clone());
+    let path = dir.join("b.toml");
+    std::fs::write(&path, toml::to_string(&b).expect("toml")).expect("write");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_zmesh"))
+        .args(["node", "--config"])
+        .arg(&path)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn b");
+    let mut c = NodeConfig::new("c");
+    c.memberships = server_of("x");
+    c.route_mesh = Some(c_bind.clone());
+    let c = Node::start(c).await.expect("c");
+    let mut a = NodeConfig::new("a");
+    a.peers = vec![peer("b", &b_bind), peer("c", &c_bind)];
+    let a = Node::start(a).await.expect("a");
+    let mut ea = a.take_events().expect("events");
+    wait_peer_ready(&a, &mut ea, "b").await;
+    wait_peer_ready(&a, &mut ea, "c").await;
+
+    let killed = Instant::now();
+    child.kill().expect("kill -9 b");
+    let _ = child.wait();
+    let ev = wait_event(&mut ea, STEP, |e| is_failure(e, "peer b")).await;
+    let detected = killed.elapsed();
+    let NodeEvent::State(st) = ev else { unreachable!() };
+    assert_eq!(st.reason, Some(FailureReason::TransportError), "{st:?}");
+    assert!(detected < Duration::from_secs(5), "detected after {detected:?}: not immediate");
+    let snap = a.snapshot().await.expect("snapshot");
+    assert_eq!(snap.peer("c").filter(|l| l.state == ConnState::Ready).count(), 2, "{}", snap.to_table());
+    assert_eq!(snap.host, "running");
+    a.shutdown().await.expect("a");
+    c.shutdown().await.expect("c");
+}
+
+/// MISSION L2, L6 (real time, bounded): a half-open connection (a proxy that stops forwarding
+/// without closing) becomes not-ready with reason deadline_exceeded within 15 s of the last
+/// valid ACK, and not before.
+#[tokio::test]
+async fn l2_half_open_connection_fails_on_deadline_real_time() {
+    let b_bind = mesh_bind(true);
+    let app_proxy = FreezeProxy::start(&b_bind.application);
+    let mut b = NodeConfig::new("b");
+    b.memberships = server_of("x");
+    b.route_mesh = Some(b_bind.clone());
+    let b = Node::start(b).await.expect("b");
+    let mut a = NodeConfig::new("a");
+    a.peers = vec![PeerConfig {
+        rid: "b".into(),
+        application: app_proxy.endpoint.clone(),
+        completion: b_bind.completion.clone(),
+        generation: None,
+        security_identity: None,
+    }];
+    let a = Node::start(a).await.expect("a");
+    let mut ea = a.take_events().expect("events");
+    wait_peer_ready(&a, &mut ea, "b").await;
+    let frozen_at = Instant::now();
+    app_proxy.freeze();
+    let ev = wait_event(&mut ea, Duration::from_secs(20), |e| {
+        is_failure(e, "peer b application")
+    })
+    .await;
+    let waited = frozen_at.elapsed();
+    let NodeEvent::State(st) = ev else { unreachable!() };
+    assert_eq!(st.reason, Some(FailureReason::DeadlineExceeded), "{st:?}");
+    // The last valid ACK came at most one probe interval before the freeze.
+    assert!(waited <= Duration::from_millis(15_500), "took {waited:?}");
+    assert!(waited >= Duration::from_secs(10), "failed after {waited:?}: before any deadline");
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+}
+
+/// MISSION F4: a restarted peer (same RID, new lifecycle generation) is admitted as a new run.
+#[tokio::test]
+async fn f4_restarted_peer_is_admitted_as_new_run() {
+    let b_bind = mesh_bind(true);
+    let mut bc = NodeConfig::new("b");
+    bc.memberships = server_of("x");
+    bc.route_mesh = Some(b_bind.clone());
+    let b1 = Node::start(bc.clone()).await.expect("b1");
+    let mut a = NodeConfig::new("a");
+    a.peers = vec![peer("b", &b_bind)];
+    let a = Node::start(a).await.expect("a");
+    let mut ea = a.take_events().expect("events");
+    wait_peer_ready(&a, &mut ea, "b").await;
+    let g1 = b1.generation();
+    b1.shutdown().await.expect("b1 down");
+    let ev = wait_event(&mut ea, STEP, |e| is_failure(e, "peer b")).await;
+    let NodeEvent::State(st) = ev else { unreachable!() };
+    assert_eq!(st.reason, Some(FailureReason::OrderlyClose), "{st:?}");
+    let b2 = Node::start(bc).await.expect("b2");
+    assert_ne!(b2.generation(), g1);
+    wait_peer_ready(&a, &mut ea, "b").await;
+    let snap = a.snapshot().await.expect("snapshot");
+    for l in snap.peer("b") {
+        assert_eq!(l.peer_generation, Some(b2.generation()), "{}", snap.to_table());
+        assert!(l.ready_count >= 2);
+    }
+    a.send("b", "x", "new run").await.expect("send to the new run");
+    a.shutdown().await.expect("a");
+    b2.shutdown().await.expect("b2");
+}
+
+/// MISSION T4: two Object Clients without Server membership end as not_required at admission
+/// and are not dialled again.
+#[tokio::test]
+async fn t4_not_required_pair_never_ready_never_retried() {
+    let d_bind = mesh_bind(true);
+    let mut d = NodeConfig::new("d");
+    d.memberships = client_of("orders");
+    d.route_mesh = Some(d_bind.clone());
+    let d = Node::start(d).await.expect("d");
+    let mut a = NodeConfig::new("a");
+    a.memberships = client_of("orders");
+    a.peers = vec![peer("d", &d_bind)];
+    let a = Node::start(a).await.expect("a");
+    let mut ea = a.take_events().expect("events");
+    for lane in ["application", "completion"] {
+        let ev = wait_event(&mut ea, STEP, |e| {
+            assert!(!is_state(e, "peer d", ConnState::Ready), "{e:?}");
+            is_state(e, &format!("peer d {lane}"), ConnState::NotRequired)
+        })
+        .await;
+        let NodeEvent::State(st) = ev else { unreachable!() };
+        assert_eq!(st.reason, Some(FailureReason::NotRequired));
+    }
+    // Observation window of ten reconnect backoffs: no new dial may happen.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let snap = a.snapshot().await.expect("snapshot");
+    for l in snap.peer("d") {
+        assert_eq!(l.state, ConnState::NotRequired, "{}", snap.to_table());
+        assert_eq!(l.failure_count, 1, "retried: {}", snap.to_table());
+        assert_eq!(l.connection_id, None);
+    }
+    assert!(ea.try_recv().map(|b| b.iter().all(|e| !is_state(e, "peer d", ConnState::Connecting))).unwrap_or(true));
+    let dsnap = d.snapshot().await.expect("snapshot");
+    assert!(dsnap.links.iter().all(|l| l.state != ConnState::Ready), "{}", dsnap.to_table());
+    a.shutdown().await.expect("a");
+    d.shutdown().await.expect("d");
+}
+
+/// MISSION F6: shutdown closes every socket and stops the I/O thread: the peer sees an orderly
+/// close at once and the bound port is free again.
+#[tokio::test]
+async fn f6_shutdown_leaves_nothing_running() {
+    let b_bind = mesh_bind(true);
+    let mut b = NodeConfig::new("b");
+    b.memberships = server_of("x");
+    b.route_mesh = Some(b_bind.clone());
+    let b = Node::start(b).await.expect("b");
+    let mut a = NodeConfig::new("a");
+    a.peers = vec![peer("b", &b_bind)];
+    let a = Node::start(a).await.expect("a");
+    let mut ea = a.take_events().expect("events");
+    wait_peer_ready(&a, &mut ea, "b").await;
+    b.shutdown().await.expect("shutdown");
+    assert!(!b.is_running());
+    assert!(b.snapshot().await.is_err(), "a stopped node answers nothing");
+    let ev = wait_event(&mut ea, STEP, |e| is_failure(e, "peer b")).await;
+    let NodeEvent::State(st) = ev else { unreachable!() };
+    assert_eq!(st.reason, Some(FailureReason::OrderlyClose));
+    // Every socket of b is closed: its ports can be bound again.
+    for ep in [&b_bind.application, &b_bind.completion] {
+        std::net::TcpListener::bind(ep.trim_start_matches("tcp://")).expect("port released");
+    }
+    a.shutdown().await.expect("a");
+}
