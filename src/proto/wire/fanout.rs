@@ -1,0 +1,147 @@
+//! Classic fanout (PUB/SUB) messages: the liveness beacon and PUBLISH records.
+
+use std::num::NonZeroU64;
+
+use bytes::Bytes;
+
+use super::codec::{put_u64, Reader};
+use super::{envelope, read_header, Kind, WireError, BEACON_PAYLOAD, BEACON_TOPIC};
+
+/// The largest fanout topic, in bytes.
+const MAX_TOPIC_LEN: usize = 255;
+
+/// One message on a Classic fanout PUB/SUB socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FanoutMessage {
+    /// The liveness beacon: exactly the frames `01 5A 4C 46 31` and `5A 46 01 01` (L4).
+    ///
+    /// It is never acknowledged, dispatched, traced or counted as an application message.
+    Beacon,
+    /// A fanout application record: topic, PUBLISH envelope, payload.
+    Publish {
+        /// The SUB-side filter topic: 1..=255 bytes, anything but exactly [`BEACON_TOPIC`]
+        /// (topics that merely share a prefix with it are fine).
+        topic: Bytes,
+        /// The publisher's lifecycle generation.
+        generation: NonZeroU64,
+        /// The publisher's sequence number (not checked by the codec).
+        seq: u64,
+        /// Opaque application bytes (may be empty).
+        payload: Bytes,
+    },
+}
+
+impl FanoutMessage {
+    /// Encodes the message as its frames.
+    ///
+    /// A `Publish` whose topic is empty, longer than 255 bytes or exactly the reserved
+    /// [`BEACON_TOPIC`] is an argument error: class `invalid_field`, field `topic` (L4).
+    pub fn encode(&self) -> Result<Vec<Vec<u8>>, WireError> {
+        match self {
+            FanoutMessage::Beacon => Ok(encode_beacon().map(<[u8]>::to_vec).into()),
+            FanoutMessage::Publish {
+                topic,
+                generation,
+                seq,
+                payload,
+            } => {
+                check_topic(topic)?;
+                let mut env = envelope(Kind::Publish);
+                put_u64(&mut env, generation.get());
+                put_u64(&mut env, *seq);
+                Ok(vec![topic.to_vec(), env, payload.to_vec()])
+            }
+        }
+    }
+
+    /// Decodes one message received on a SUB socket.
+    ///
+    /// The reserved topic is recognised first: exactly the beacon decodes as `Beacon`, any
+    /// other message on that exact topic is class `reserved_topic`. Everything else is checked
+    /// as a PUBLISH in the order of WIRE.md §6.
+    pub fn decode<F: AsRef<[u8]>>(frames: &[F]) -> Result<FanoutMessage, WireError> {
+        let Some((topic, rest)) = frames.split_first() else {
+            return Err(WireError::FrameCount {
+                kind: None,
+                expected: 2,
+                found: 0,
+            });
+        };
+        let topic = topic.as_ref();
+        if topic == BEACON_TOPIC {
+            return match rest {
+                [payload] if payload.as_ref() == BEACON_PAYLOAD => Ok(FanoutMessage::Beacon),
+                [_] => Err(WireError::ReservedTopic {
+                    problem: "payload is not the beacon payload",
+                }),
+                _ => Err(WireError::ReservedTopic {
+                    problem: "a beacon has exactly 2 frames",
+                }),
+            };
+        }
+        let Some((env, _)) = rest.split_first() else {
+            return Err(WireError::FrameCount {
+                kind: None,
+                expected: 3,
+                found: frames.len(),
+            });
+        };
+        let (kind, body) = read_header(env.as_ref())?;
+        if kind != Kind::Publish {
+            return Err(WireError::invalid(
+                Some(kind),
+                "kind",
+                "only PUBLISH is valid in frame 1 of a fanout message",
+            ));
+        }
+        let mut r = Reader::new(body, kind);
+        let generation = r.u64("generation")?;
+        let seq = r.u64("seq")?;
+        r.finish()?;
+        let [_, _, payload] = frames else {
+            return Err(WireError::FrameCount {
+                kind: Some(kind),
+                expected: 3,
+                found: frames.len(),
+            });
+        };
+        check_topic(topic)?;
+        let generation = NonZeroU64::new(generation).ok_or(WireError::invalid(
+            Some(kind),
+            "generation",
+            "must be non-zero",
+        ))?;
+        Ok(FanoutMessage::Publish {
+            topic: Bytes::copy_from_slice(topic),
+            generation,
+            seq,
+            payload: Bytes::copy_from_slice(payload.as_ref()),
+        })
+    }
+
+    /// The kind of the message's envelope: `Some(Kind::Publish)`, or `None` for the beacon
+    /// (which has no envelope).
+    pub fn kind(&self) -> Option<Kind> {
+        match self {
+            FanoutMessage::Beacon => None,
+            FanoutMessage::Publish { .. } => Some(Kind::Publish),
+        }
+    }
+}
+
+/// The two frames of the liveness beacon, without allocating (MISSION L4).
+pub fn encode_beacon() -> [&'static [u8]; 2] {
+    [&BEACON_TOPIC, &BEACON_PAYLOAD]
+}
+
+/// A topic of a fanout application record: 1..=255 bytes, not exactly the beacon topic.
+fn check_topic(topic: &[u8]) -> Result<(), WireError> {
+    let problem = if topic == BEACON_TOPIC {
+        "the beacon topic is reserved"
+    } else if topic.is_empty() || topic.len() > MAX_TOPIC_LEN {
+        "length out of range"
+    } else {
+        return Ok(());
+    };
+    Err(WireError::invalid(Some(Kind::Publish), "topic", problem))
+}

@@ -1,0 +1,795 @@
+//! The byte-exact codec of zmesh wire format v1 (WIRE.md at the repository root).
+//!
+//! A zmesh record is one ZeroMQ multipart message. Routing-id frames that a ROUTER socket
+//! adds or strips are not part of it: the runtime removes them before calling a decoder and
+//! adds them after calling an encoder.
+//!
+//! ```text
+//!   RouteMesh / ClientServer          Classic fanout (PUB/SUB)
+//!   frame 0  envelope                 frame 0  topic
+//!            5A 4D 01 kind  body      frame 1  envelope 5A 4D 01 0D  generation  seq
+//!   frame 1  payload (some kinds)     frame 2  payload
+//!   ...      (BATCH: inner REQUESTs)
+//!                                     beacon:  01 5A 4C 46 31 | 5A 46 01 01
+//! ```
+//!
+//! * [`Record`] is every non-fanout record, [`FanoutMessage`] every PUB/SUB message.
+//! * A decoded value is valid by construction: its field types ([`Name`], [`Memberships`],
+//!   [`Batch`], `NonZeroU64`, the one-byte enums) admit only what WIRE.md allows, so
+//!   encoding is infallible and `decode(encode(r)) == r`. There is exactly one byte form per
+//!   record, so also `encode(decode(b)) == b` for every accepted `b`.
+//! * Decoders check in the order of WIRE.md §6 and never panic, never allocate more than the
+//!   input's size, and tell "a frame ends too early" (`truncated`) from "a value is
+//!   malformed" (every other [`WireError`] class).
+//! * The hot records have allocation-free helpers: [`peek_kind`], [`encode_probe`],
+//!   [`encode_ack`], [`encode_beacon`].
+//!
+//! Everything here is a pure function of its input (no clock, no socket), like the rest of
+//! [`crate::proto`].
+#![deny(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::arithmetic_side_effects
+)]
+
+mod codec;
+mod error;
+mod fanout;
+mod types;
+
+use std::fmt;
+use std::num::NonZeroU64;
+
+use bytes::Bytes;
+
+use self::codec::{put_count, put_str, put_u64, Reader};
+pub use self::error::WireError;
+pub use self::fanout::{encode_beacon, FanoutMessage};
+pub use self::types::{
+    BoundedStr, CloseReason, Detail, Label, Lane, Membership, Memberships, Name, RejectReason,
+    ReplyCode, Role, Semantics,
+};
+
+/// The first two bytes of every envelope: "ZM".
+pub const MAGIC: [u8; 2] = [0x5A, 0x4D];
+/// The wire format version this codec speaks.
+pub const VERSION: u8 = 1;
+/// The length of the envelope header: magic, version, kind.
+pub const HEADER_LEN: usize = 4;
+/// The exact length of a PROBE or ACK frame.
+pub const PROBE_LEN: usize = 12;
+/// The reserved fanout topic of the liveness beacon (MISSION L4).
+pub const BEACON_TOPIC: [u8; 5] = [0x01, 0x5A, 0x4C, 0x46, 0x31];
+/// The exact payload of the liveness beacon (MISSION L4).
+pub const BEACON_PAYLOAD: [u8; 4] = [0x5A, 0x46, 0x01, 0x01];
+
+/// The record kind: byte 3 of an envelope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Kind {
+    /// 0x01: the dialer's handshake.
+    Hello = 0x01,
+    /// 0x02: the acceptor's handshake answer.
+    Welcome = 0x02,
+    /// 0x03: handshake refusal; the sender closes.
+    Reject = 0x03,
+    /// 0x04: liveness probe.
+    Probe = 0x04,
+    /// 0x05: liveness acknowledgement.
+    Ack = 0x05,
+    /// 0x06: one-way application message.
+    Message = 0x06,
+    /// 0x07: call request.
+    Request = 0x07,
+    /// 0x08: the callee took a request.
+    Accept = 0x08,
+    /// 0x09: the one terminal answer of a call.
+    Reply = 0x09,
+    /// 0x0A: a non-terminal stream item.
+    Item = 0x0A,
+    /// 0x0B: orderly close.
+    Close = 0x0B,
+    /// 0x0C: several requests in one message.
+    Batch = 0x0C,
+    /// 0x0D: fanout application record (frame 1 of a fanout message only).
+    Publish = 0x0D,
+}
+
+impl Kind {
+    /// Every v1 kind, in byte order.
+    pub const ALL: [Kind; 13] = [
+        Kind::Hello,
+        Kind::Welcome,
+        Kind::Reject,
+        Kind::Probe,
+        Kind::Ack,
+        Kind::Message,
+        Kind::Request,
+        Kind::Accept,
+        Kind::Reply,
+        Kind::Item,
+        Kind::Close,
+        Kind::Batch,
+        Kind::Publish,
+    ];
+
+    /// The lower-case name used in logs and errors (`hello`, `probe`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Hello => "hello",
+            Kind::Welcome => "welcome",
+            Kind::Reject => "reject",
+            Kind::Probe => "probe",
+            Kind::Ack => "ack",
+            Kind::Message => "message",
+            Kind::Request => "request",
+            Kind::Accept => "accept",
+            Kind::Reply => "reply",
+            Kind::Item => "item",
+            Kind::Close => "close",
+            Kind::Batch => "batch",
+            Kind::Publish => "publish",
+        }
+    }
+}
+
+impl TryFrom<u8> for Kind {
+    type Error = WireError;
+
+    /// Fails with class `unknown_kind`.
+    fn try_from(byte: u8) -> Result<Self, WireError> {
+        Kind::ALL
+            .into_iter()
+            .find(|k| *k as u8 == byte)
+            .ok_or(WireError::UnknownKind { kind: byte })
+    }
+}
+
+impl From<Kind> for u8 {
+    fn from(kind: Kind) -> u8 {
+        kind as u8
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// HELLO: the first record of the dialer on every RouteMesh/ClientServer connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    /// The lane this connection is for.
+    pub lane: Lane,
+    /// The dialer's RID.
+    pub rid: Name,
+    /// The dialer's lifecycle generation.
+    pub generation: NonZeroU64,
+    /// The dialer's security identity (may be empty).
+    pub security_identity: Label,
+    /// The RID the dialer expects the acceptor to have (wire: empty string = none).
+    pub expect_rid: Option<Name>,
+    /// The generation the dialer expects the acceptor to have (wire: 0 = none).
+    pub expect_generation: Option<NonZeroU64>,
+    /// The dialer's configuration generation (for NotRequired bookkeeping, T4).
+    pub config_generation: u64,
+    /// The dialer's channel memberships.
+    pub memberships: Memberships,
+}
+
+/// WELCOME: the acceptor admits the dialer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Welcome {
+    /// The lane, echoed from the HELLO.
+    pub lane: Lane,
+    /// The acceptor's RID.
+    pub rid: Name,
+    /// The acceptor's lifecycle generation.
+    pub generation: NonZeroU64,
+    /// The acceptor's security identity (may be empty).
+    pub security_identity: Label,
+    /// The acceptor's channel memberships.
+    pub memberships: Memberships,
+}
+
+/// REJECT: the sender refuses the connection and closes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reject {
+    /// Why.
+    pub reason: RejectReason,
+    /// Human-readable detail (may be empty).
+    pub detail: Detail,
+}
+
+/// MESSAGE: a one-way application record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// The channel it is for.
+    pub channel: Name,
+    /// Opaque application bytes (frame 1; may be empty).
+    pub payload: Bytes,
+}
+
+/// REQUEST: a call (alone, or inside a [`Batch`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// The caller's call id, unique among its pending calls on the connection.
+    pub call_id: NonZeroU64,
+    /// How long the caller will still wait, in milliseconds (wire: 0 = no deadline).
+    /// Always a duration, never a timestamp (MISSION C6).
+    pub ttl_ms: Option<NonZeroU64>,
+    /// The method's declared semantics (MISSION K1).
+    pub semantics: Semantics,
+    /// The channel called.
+    pub channel: Name,
+    /// The method called.
+    pub method: Name,
+    /// The caller's idempotency key (wire: empty string = none).
+    pub idempotency_key: Option<Name>,
+    /// The encoded arguments (frame 1; opaque to the codec).
+    pub payload: Bytes,
+}
+
+/// ACCEPT: the callee took a request, before dispatching it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Accept {
+    /// The call accepted.
+    pub call_id: NonZeroU64,
+    /// The acceptor's lifecycle generation.
+    pub generation: NonZeroU64,
+    /// The acceptor's id of the physical connection that took it (diagnostic only, F3).
+    pub connection_id: u64,
+}
+
+/// REPLY: the one terminal answer of a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// The call answered.
+    pub call_id: NonZeroU64,
+    /// The outcome.
+    pub code: ReplyCode,
+    /// The result bytes when `code` is `Ok`, a UTF-8 error message otherwise (not checked by
+    /// the codec).
+    pub payload: Bytes,
+}
+
+/// ITEM: one non-terminal item of a streaming call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    /// The call the item belongs to.
+    pub call_id: NonZeroU64,
+    /// 0-based item number, one more per item (checked by the call layer, not the codec).
+    pub seq: u64,
+    /// The item bytes.
+    pub payload: Bytes,
+}
+
+/// BATCH: 2..=65535 requests in one message (MISSION K5).
+///
+/// The 64-call sender split and the 256-call receiver limit are call-layer policy; the codec
+/// accepts any count in range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch(Vec<Request>);
+
+impl Batch {
+    /// The smallest count: a lone call is never wrapped.
+    pub const MIN: usize = 2;
+    /// The largest count (u16).
+    pub const MAX: usize = 65535;
+
+    /// Checks the count. Fails with class `invalid_field`.
+    pub fn new(requests: Vec<Request>) -> Result<Self, WireError> {
+        if (Self::MIN..=Self::MAX).contains(&requests.len()) {
+            Ok(Self(requests))
+        } else {
+            Err(WireError::invalid(
+                Some(Kind::Batch),
+                "count",
+                "a batch holds 2..=65535 requests",
+            ))
+        }
+    }
+
+    /// The requests, in wire order.
+    pub fn requests(&self) -> &[Request] {
+        &self.0
+    }
+
+    /// The owned requests.
+    pub fn into_requests(self) -> Vec<Request> {
+        self.0
+    }
+}
+
+/// One non-fanout zmesh v1 record (one ZeroMQ multipart message, routing frames excluded).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// 0x01, 1 frame.
+    Hello(Hello),
+    /// 0x02, 1 frame.
+    Welcome(Welcome),
+    /// 0x03, 1 frame.
+    Reject(Reject),
+    /// 0x04, 1 frame of exactly 12 bytes; carries no business payload (L3).
+    Probe {
+        /// The probe id.
+        id: NonZeroU64,
+    },
+    /// 0x05, 1 frame of exactly 12 bytes.
+    Ack {
+        /// The id of the probe acknowledged.
+        id: NonZeroU64,
+    },
+    /// 0x06, 2 frames.
+    Message(Message),
+    /// 0x07, 2 frames.
+    Request(Request),
+    /// 0x08, 1 frame.
+    Accept(Accept),
+    /// 0x09, 2 frames.
+    Reply(Reply),
+    /// 0x0A, 2 frames.
+    Item(Item),
+    /// 0x0B, 1 frame.
+    Close {
+        /// Why the connection closes.
+        reason: CloseReason,
+    },
+    /// 0x0C, 1 + 2 × count frames.
+    Batch(Batch),
+}
+
+impl Record {
+    /// The record's kind.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Record::Hello(_) => Kind::Hello,
+            Record::Welcome(_) => Kind::Welcome,
+            Record::Reject(_) => Kind::Reject,
+            Record::Probe { .. } => Kind::Probe,
+            Record::Ack { .. } => Kind::Ack,
+            Record::Message(_) => Kind::Message,
+            Record::Request(_) => Kind::Request,
+            Record::Accept(_) => Kind::Accept,
+            Record::Reply(_) => Kind::Reply,
+            Record::Item(_) => Kind::Item,
+            Record::Close { .. } => Kind::Close,
+            Record::Batch(_) => Kind::Batch,
+        }
+    }
+
+    /// Encodes the record as its frames (routing frames excluded).
+    pub fn encode(&self) -> Vec<Vec<u8>> {
+        let mut env = envelope(self.kind());
+        match self {
+            Record::Hello(h) => {
+                env.push(h.lane.into());
+                put_str(&mut env, &h.rid);
+                put_u64(&mut env, h.generation.get());
+                put_str(&mut env, &h.security_identity);
+                put_str(&mut env, h.expect_rid.as_deref().unwrap_or_default());
+                put_u64(&mut env, h.expect_generation.map_or(0, NonZeroU64::get));
+                put_u64(&mut env, h.config_generation);
+                put_memberships(&mut env, &h.memberships);
+                vec![env]
+            }
+            Record::Welcome(w) => {
+                env.push(w.lane.into());
+                put_str(&mut env, &w.rid);
+                put_u64(&mut env, w.generation.get());
+                put_str(&mut env, &w.security_identity);
+                put_memberships(&mut env, &w.memberships);
+                vec![env]
+            }
+            Record::Reject(r) => {
+                env.push(r.reason.into());
+                put_str(&mut env, &r.detail);
+                vec![env]
+            }
+            Record::Probe { id } => vec![encode_probe(*id).to_vec()],
+            Record::Ack { id } => vec![encode_ack(*id).to_vec()],
+            Record::Message(m) => {
+                put_str(&mut env, &m.channel);
+                vec![env, m.payload.to_vec()]
+            }
+            Record::Request(r) => encode_request(r).into(),
+            Record::Accept(a) => {
+                put_u64(&mut env, a.call_id.get());
+                put_u64(&mut env, a.generation.get());
+                put_u64(&mut env, a.connection_id);
+                vec![env]
+            }
+            Record::Reply(r) => {
+                put_u64(&mut env, r.call_id.get());
+                env.push(r.code.into());
+                vec![env, r.payload.to_vec()]
+            }
+            Record::Item(i) => {
+                put_u64(&mut env, i.call_id.get());
+                put_u64(&mut env, i.seq);
+                vec![env, i.payload.to_vec()]
+            }
+            Record::Close { reason } => {
+                env.push((*reason).into());
+                vec![env]
+            }
+            Record::Batch(b) => {
+                put_count(&mut env, b.0.len());
+                let mut frames = Vec::with_capacity(b.0.len().saturating_mul(2).saturating_add(1));
+                frames.push(env);
+                frames.extend(b.0.iter().flat_map(encode_request));
+                frames
+            }
+        }
+    }
+
+    /// Decodes one record from its frames (routing frames already removed).
+    ///
+    /// Checks run in the order of WIRE.md §6 and the first failure is returned.
+    pub fn decode<F: AsRef<[u8]>>(frames: &[F]) -> Result<Record, WireError> {
+        let Some((first, rest)) = frames.split_first() else {
+            return Err(WireError::FrameCount {
+                kind: None,
+                expected: 1,
+                found: 0,
+            });
+        };
+        let (kind, body) = read_header(first.as_ref())?;
+        decode_body(kind, Reader::new(body, kind), frames, rest).map_err(|e| e.in_kind(kind))
+    }
+}
+
+/// Decodes the body and the frames after it of a record of `kind` (context-free field errors
+/// are given their kind by the caller).
+fn decode_body<F: AsRef<[u8]>>(
+    kind: Kind,
+    mut r: Reader<'_>,
+    frames: &[F],
+    rest: &[F],
+) -> Result<Record, WireError> {
+    match kind {
+        Kind::Hello => {
+            let lane = r.u8("lane")?;
+            let rid = r.string("rid")?;
+            let generation = r.u64("generation")?;
+            let security_identity = r.string("security_identity")?;
+            let expect_rid = r.string("expect_rid")?;
+            let expect_generation = r.u64("expect_generation")?;
+            let config_generation = r.u64("config_generation")?;
+            let memberships = read_memberships(&mut r)?;
+            r.finish()?;
+            no_payload(kind, frames)?;
+            Ok(Record::Hello(Hello {
+                lane: Lane::try_from(lane)?,
+                rid: Name::from_wire(rid, "rid")?,
+                generation: non_zero(generation, "generation")?,
+                security_identity: Label::from_wire(security_identity, "security_identity")?,
+                expect_rid: optional_name(expect_rid, "expect_rid")?,
+                expect_generation: NonZeroU64::new(expect_generation),
+                config_generation,
+                memberships: memberships_from_wire(&memberships)?,
+            }))
+        }
+        Kind::Welcome => {
+            let lane = r.u8("lane")?;
+            let rid = r.string("rid")?;
+            let generation = r.u64("generation")?;
+            let security_identity = r.string("security_identity")?;
+            let memberships = read_memberships(&mut r)?;
+            r.finish()?;
+            no_payload(kind, frames)?;
+            Ok(Record::Welcome(Welcome {
+                lane: Lane::try_from(lane)?,
+                rid: Name::from_wire(rid, "rid")?,
+                generation: non_zero(generation, "generation")?,
+                security_identity: Label::from_wire(security_identity, "security_identity")?,
+                memberships: memberships_from_wire(&memberships)?,
+            }))
+        }
+        Kind::Reject => {
+            let reason = r.u8("reason")?;
+            let detail = r.string("detail")?;
+            r.finish()?;
+            no_payload(kind, frames)?;
+            Ok(Record::Reject(Reject {
+                reason: RejectReason::try_from(reason)?,
+                detail: Detail::from_wire(detail, "detail")?,
+            }))
+        }
+        Kind::Probe | Kind::Ack => {
+            let id = r.u64("id")?;
+            r.finish()?;
+            no_payload(kind, frames)?;
+            let id = non_zero(id, "id")?;
+            Ok(if kind == Kind::Probe {
+                Record::Probe { id }
+            } else {
+                Record::Ack { id }
+            })
+        }
+        Kind::Message => {
+            let channel = r.string("channel")?;
+            r.finish()?;
+            let payload = one_payload(kind, frames)?;
+            Ok(Record::Message(Message {
+                channel: Name::from_wire(channel, "channel")?,
+                payload: Bytes::copy_from_slice(payload),
+            }))
+        }
+        Kind::Request => {
+            let raw = RawRequest::read(&mut r)?;
+            r.finish()?;
+            let payload = one_payload(kind, frames)?;
+            raw.check(payload).map(Record::Request)
+        }
+        Kind::Accept => {
+            let call_id = r.u64("call_id")?;
+            let generation = r.u64("generation")?;
+            let connection_id = r.u64("connection_id")?;
+            r.finish()?;
+            no_payload(kind, frames)?;
+            Ok(Record::Accept(Accept {
+                call_id: non_zero(call_id, "call_id")?,
+                generation: non_zero(generation, "generation")?,
+                connection_id,
+            }))
+        }
+        Kind::Reply => {
+            let call_id = r.u64("call_id")?;
+            let code = r.u8("code")?;
+            r.finish()?;
+            let payload = one_payload(kind, frames)?;
+            Ok(Record::Reply(Reply {
+                call_id: non_zero(call_id, "call_id")?,
+                code: ReplyCode::try_from(code)?,
+                payload: Bytes::copy_from_slice(payload),
+            }))
+        }
+        Kind::Item => {
+            let call_id = r.u64("call_id")?;
+            let seq = r.u64("seq")?;
+            r.finish()?;
+            let payload = one_payload(kind, frames)?;
+            Ok(Record::Item(Item {
+                call_id: non_zero(call_id, "call_id")?,
+                seq,
+                payload: Bytes::copy_from_slice(payload),
+            }))
+        }
+        Kind::Close => {
+            let reason = r.u8("reason")?;
+            r.finish()?;
+            no_payload(kind, frames)?;
+            let reason = CloseReason::try_from(reason)?;
+            Ok(Record::Close { reason })
+        }
+        Kind::Batch => {
+            let count = usize::from(r.u16("count")?);
+            r.finish()?;
+            let expected = count.saturating_mul(2).saturating_add(1);
+            if frames.len() != expected {
+                return Err(WireError::FrameCount {
+                    kind: Some(kind),
+                    expected,
+                    found: frames.len(),
+                });
+            }
+            if count < Batch::MIN {
+                return Err(WireError::invalid(
+                    Some(kind),
+                    "count",
+                    "a batch holds 2..=65535 requests",
+                ));
+            }
+            // The frame count is checked, so this allocation is bounded by the input.
+            let mut requests = Vec::with_capacity(count);
+            for pair in rest.chunks_exact(2) {
+                let [env, payload] = pair else {
+                    // chunks_exact(2) only yields pairs.
+                    continue;
+                };
+                requests.push(decode_inner_request(env.as_ref(), payload.as_ref())?);
+            }
+            Ok(Record::Batch(Batch(requests)))
+        }
+        Kind::Publish => Err(WireError::invalid(
+            Some(kind),
+            "kind",
+            "PUBLISH is only valid in frame 1 of a fanout message",
+        )),
+    }
+}
+
+/// Reads the 4-byte header of an envelope: steps 2-5 of WIRE.md §6, nothing else.
+///
+/// This is the zero-copy fast path for dispatching on the kind (a PROBE or ACK can be told
+/// from application traffic without decoding anything else). It returns `Kind::Publish` for
+/// a PUBLISH envelope; whether that kind is valid where it appears is the full decoder's job.
+pub fn peek_kind(frame0: &[u8]) -> Result<Kind, WireError> {
+    read_header(frame0).map(|(kind, _)| kind)
+}
+
+/// Encodes a PROBE envelope without allocating: `5A 4D 01 04` + id (big-endian).
+pub fn encode_probe(id: NonZeroU64) -> [u8; PROBE_LEN] {
+    liveness_frame(Kind::Probe, id)
+}
+
+/// Encodes an ACK envelope without allocating: `5A 4D 01 05` + id (big-endian).
+pub fn encode_ack(id: NonZeroU64) -> [u8; PROBE_LEN] {
+    liveness_frame(Kind::Ack, id)
+}
+
+fn liveness_frame(kind: Kind, id: NonZeroU64) -> [u8; PROBE_LEN] {
+    let [m0, m1] = MAGIC;
+    let [a, b, c, d, e, f, g, h] = id.get().to_be_bytes();
+    [m0, m1, VERSION, kind as u8, a, b, c, d, e, f, g, h]
+}
+
+/// Starts an envelope: the 4-byte header of `kind`.
+fn envelope(kind: Kind) -> Vec<u8> {
+    let mut env = Vec::with_capacity(64);
+    env.extend_from_slice(&MAGIC);
+    env.push(VERSION);
+    env.push(kind as u8);
+    env
+}
+
+/// Splits an envelope into its kind and body, checking length, magic, version and kind.
+fn read_header(frame: &[u8]) -> Result<(Kind, &[u8]), WireError> {
+    let Some(([m0, m1, version, kind], body)) = frame.split_first_chunk::<HEADER_LEN>() else {
+        return Err(WireError::Truncated {
+            kind: None,
+            field: "header",
+        });
+    };
+    if [*m0, *m1] != MAGIC {
+        return Err(WireError::BadMagic { found: [*m0, *m1] });
+    }
+    if *version != VERSION {
+        return Err(WireError::UnsupportedVersion { version: *version });
+    }
+    Ok((Kind::try_from(*kind)?, body))
+}
+
+/// Frame-count check of a one-frame kind.
+fn no_payload<F>(kind: Kind, frames: &[F]) -> Result<(), WireError> {
+    if frames.len() == 1 {
+        Ok(())
+    } else {
+        Err(WireError::FrameCount {
+            kind: Some(kind),
+            expected: 1,
+            found: frames.len(),
+        })
+    }
+}
+
+/// Frame-count check of a two-frame kind; returns the payload frame.
+fn one_payload<F: AsRef<[u8]>>(kind: Kind, frames: &[F]) -> Result<&[u8], WireError> {
+    match frames {
+        [_, payload] => Ok(payload.as_ref()),
+        _ => Err(WireError::FrameCount {
+            kind: Some(kind),
+            expected: 2,
+            found: frames.len(),
+        }),
+    }
+}
+
+fn non_zero(value: u64, field: &'static str) -> Result<NonZeroU64, WireError> {
+    NonZeroU64::new(value).ok_or(WireError::invalid(None, field, "must be non-zero"))
+}
+
+/// An optional name: the empty string means none.
+fn optional_name(bytes: &[u8], field: &'static str) -> Result<Option<Name>, WireError> {
+    if bytes.is_empty() {
+        Ok(None)
+    } else {
+        Name::from_wire(bytes, field).map(Some)
+    }
+}
+
+/// Reads the structure of a memberships list (role byte and channel bytes per entry).
+///
+/// Every entry consumes at least 3 bytes or fails, so the list is bounded by the input.
+fn read_memberships<'a>(r: &mut Reader<'a>) -> Result<Vec<(u8, &'a [u8])>, WireError> {
+    let count = r.u16("memberships")?;
+    let mut list = Vec::new();
+    for _ in 0..count {
+        let role = r.u8("role")?;
+        let channel = r.string("channel")?;
+        list.push((role, channel));
+    }
+    Ok(list)
+}
+
+fn memberships_from_wire(raw: &[(u8, &[u8])]) -> Result<Memberships, WireError> {
+    let list = raw
+        .iter()
+        .map(|(role, channel)| {
+            Ok(Membership {
+                role: Role::try_from(*role)?,
+                channel: Name::from_wire(channel, "channel")?,
+            })
+        })
+        .collect::<Result<Vec<_>, WireError>>()?;
+    Memberships::new(list)
+}
+
+fn put_memberships(out: &mut Vec<u8>, memberships: &Memberships) {
+    put_count(out, memberships.len());
+    for m in memberships.iter() {
+        out.push(m.role.into());
+        put_str(out, &m.channel);
+    }
+}
+
+fn encode_request(r: &Request) -> [Vec<u8>; 2] {
+    let mut env = envelope(Kind::Request);
+    put_u64(&mut env, r.call_id.get());
+    put_u64(&mut env, r.ttl_ms.map_or(0, NonZeroU64::get));
+    env.push(r.semantics.into());
+    put_str(&mut env, &r.channel);
+    put_str(&mut env, &r.method);
+    put_str(&mut env, r.idempotency_key.as_deref().unwrap_or_default());
+    [env, r.payload.to_vec()]
+}
+
+/// Decodes one REQUEST of a BATCH: the same rules as a lone REQUEST, the frame count being
+/// fixed by the batch.
+fn decode_inner_request(env: &[u8], payload: &[u8]) -> Result<Request, WireError> {
+    let (kind, body) = read_header(env)?;
+    if kind != Kind::Request {
+        return Err(WireError::invalid(
+            Some(Kind::Batch),
+            "requests",
+            "a BATCH holds only REQUEST records",
+        ));
+    }
+    let mut r = Reader::new(body, kind);
+    let raw = RawRequest::read(&mut r)?;
+    r.finish()?;
+    raw.check(payload).map_err(|e| e.in_kind(Kind::Request))
+}
+
+/// The fields of a REQUEST envelope, structure checked, values not yet.
+struct RawRequest<'a> {
+    call_id: u64,
+    ttl_ms: u64,
+    semantics: u8,
+    channel: &'a [u8],
+    method: &'a [u8],
+    idempotency_key: &'a [u8],
+}
+
+impl<'a> RawRequest<'a> {
+    fn read(r: &mut Reader<'a>) -> Result<Self, WireError> {
+        Ok(Self {
+            call_id: r.u64("call_id")?,
+            ttl_ms: r.u64("ttl_ms")?,
+            semantics: r.u8("semantics")?,
+            channel: r.string("channel")?,
+            method: r.string("method")?,
+            idempotency_key: r.string("idempotency_key")?,
+        })
+    }
+
+    /// Checks the field values (context-free errors: the caller names the kind).
+    fn check(self, payload: &[u8]) -> Result<Request, WireError> {
+        Ok(Request {
+            call_id: non_zero(self.call_id, "call_id")?,
+            ttl_ms: NonZeroU64::new(self.ttl_ms),
+            semantics: Semantics::try_from(self.semantics)?,
+            channel: Name::from_wire(self.channel, "channel")?,
+            method: Name::from_wire(self.method, "method")?,
+            idempotency_key: optional_name(self.idempotency_key, "idempotency_key")?,
+            payload: Bytes::copy_from_slice(payload),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;
