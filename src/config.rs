@@ -171,12 +171,19 @@ impl NodeConfig {
         if self.rid.is_empty() || self.rid.len() > 255 {
             return bad(format!("rid must be 1..=255 bytes, got {}", self.rid.len()));
         }
-        if self.security_identity.as_ref().is_some_and(|s| s.len() > 255) {
+        if self
+            .security_identity
+            .as_ref()
+            .is_some_and(|s| s.len() > 255)
+        {
             return bad("security_identity must be at most 255 bytes".into());
         }
         for m in &self.memberships {
             if m.channel.is_empty() || m.channel.len() > 255 {
-                return bad(format!("channel name {:?} must be 1..=255 bytes", m.channel));
+                return bad(format!(
+                    "channel name {:?} must be 1..=255 bytes",
+                    m.channel
+                ));
             }
         }
         let mut endpoints: Vec<&str> = Vec::new();
@@ -196,14 +203,19 @@ impl NodeConfig {
         }
         for s in &self.servers {
             if s.channel.is_empty() || s.channel.len() > 255 {
-                return bad(format!("server channel {:?} must be 1..=255 bytes", s.channel));
+                return bad(format!(
+                    "server channel {:?} must be 1..=255 bytes",
+                    s.channel
+                ));
             }
             endpoints.push(&s.endpoint);
         }
         endpoints.extend(self.subscriptions.iter().map(|e| e.endpoint.as_str()));
         for e in endpoints {
             if !(e.starts_with("tcp://") || e.starts_with("ipc://")) {
-                return bad(format!("endpoint {e:?}: only tcp:// and ipc:// are supported"));
+                return bad(format!(
+                    "endpoint {e:?}: only tcp:// and ipc:// are supported"
+                ));
             }
         }
         Ok(())
@@ -241,6 +253,9 @@ mod tests {
         assert!(NodeConfig::from_toml("rid = \"a\"\nprobe_interval = 1").is_err());
         let e = NodeConfig::from_toml("rid = \"a\"\n[publisher]\nendpoint = \"udp://x\"");
         assert!(matches!(e, Err(ConfigError::Invalid(_))));
-        assert!(matches!(NodeConfig::from_toml("rid = \"\""), Err(ConfigError::Invalid(_))));
+        assert!(matches!(
+            NodeConfig::from_toml("rid = \"\""),
+            Err(ConfigError::Invalid(_))
+        ));
     }
 }

@@ -29,3 +29,4 @@
 pub mod config;
 pub mod display_time;
 pub mod proto;
+pub mod runtime;

@@ -59,14 +59,27 @@ fn is_state(ev: &NodeEvent, link_part: &str, state: ConnState) -> bool {
 }
 
 /// Waits until `rid`'s two RouteMesh lanes are ready in `node`'s snapshot.
-async fn wait_peer_ready(node: &Node, events: &mut tokio::sync::mpsc::UnboundedReceiver<Vec<NodeEvent>>, rid: &str) {
+async fn wait_peer_ready(
+    node: &Node,
+    events: &mut tokio::sync::mpsc::UnboundedReceiver<Vec<NodeEvent>>,
+    rid: &str,
+) {
     let limit = tokio::time::Instant::now() + STEP;
     loop {
         let snap = node.snapshot().await.expect("snapshot");
-        if snap.peer(rid).filter(|l| l.state == ConnState::Ready).count() == 2 {
+        if snap
+            .peer(rid)
+            .filter(|l| l.state == ConnState::Ready)
+            .count()
+            == 2
+        {
             return;
         }
-        assert!(tokio::time::Instant::now() < limit, "peer {rid} not ready: {}", snap.to_table());
+        assert!(
+            tokio::time::Instant::now() < limit,
+            "peer {rid} not ready: {}",
+            snap.to_table()
+        );
         wait_event(events, STEP, |e| matches!(e, NodeEvent::State(_))).await;
     }
 }
@@ -105,7 +118,9 @@ async fn t1_route_mesh_ready_and_records_both_ways_tcp_and_ipc() {
 
         a.send("b", "greetings", "to b").await.expect("a -> b");
         let ev = wait_event(&mut eb, STEP, |e| delivery_payload(e).is_some()).await;
-        let NodeEvent::Delivery(d) = ev else { unreachable!() };
+        let NodeEvent::Delivery(d) = ev else {
+            unreachable!()
+        };
         assert_eq!(&d.payload[..], b"to b");
         assert_eq!(&d.channel[..], b"greetings");
         assert_eq!(d.source, Source::Peer { rid: "a".into() });
@@ -171,7 +186,9 @@ async fn t2_client_server_ready_and_records_both_ways() {
     let ep = free_tcp();
     let mut s = NodeConfig::new("srv");
     s.memberships = server_of("orders");
-    s.server = Some(Endpoint { endpoint: ep.clone() });
+    s.server = Some(Endpoint {
+        endpoint: ep.clone(),
+    });
     let mut c = NodeConfig::new("cli");
     c.servers = vec![ServerConfig {
         channel: "orders".into(),
@@ -182,16 +199,28 @@ async fn t2_client_server_ready_and_records_both_ways() {
     let c = Node::start(c).await.expect("client");
     let mut es = s.take_events().expect("events");
     let mut ec = c.take_events().expect("events");
-    wait_event(&mut ec, STEP, |e| is_state(e, "server orders", ConnState::Ready)).await;
-    wait_event(&mut es, STEP, |e| is_state(e, "inbound cli", ConnState::Ready)).await;
+    wait_event(&mut ec, STEP, |e| {
+        is_state(e, "server orders", ConnState::Ready)
+    })
+    .await;
+    wait_event(&mut es, STEP, |e| {
+        is_state(e, "inbound cli", ConnState::Ready)
+    })
+    .await;
 
-    c.send_to_server("orders", "order 1").await.expect("client -> server");
+    c.send_to_server("orders", "order 1")
+        .await
+        .expect("client -> server");
     let ev = wait_event(&mut es, STEP, |e| delivery_payload(e).is_some()).await;
-    let NodeEvent::Delivery(d) = ev else { unreachable!() };
+    let NodeEvent::Delivery(d) = ev else {
+        unreachable!()
+    };
     assert_eq!(d.source, Source::Client { rid: "cli".into() });
     assert_eq!(&d.payload[..], b"order 1");
 
-    s.send("cli", "orders", "receipt 1").await.expect("server -> client");
+    s.send("cli", "orders", "receipt 1")
+        .await
+        .expect("server -> client");
     let ev = wait_event(&mut ec, STEP, |e| delivery_payload(e).is_some()).await;
     assert_eq!(delivery_payload(&ev), Some(&b"receipt 1"[..]));
 
@@ -207,7 +236,9 @@ async fn t2_client_server_ready_and_records_both_ways() {
 async fn t3_fanout_ready_on_beacon_then_records_never_beacons() {
     let ep = ipc("pub");
     let mut p = NodeConfig::new("pub");
-    p.publisher = Some(Endpoint { endpoint: ep.clone() });
+    p.publisher = Some(Endpoint {
+        endpoint: ep.clone(),
+    });
     let p = Node::start(p).await.expect("pub");
     let mut s = NodeConfig::new("sub");
     s.subscriptions = vec![Endpoint { endpoint: ep }];
@@ -219,7 +250,9 @@ async fn t3_fanout_ready_on_beacon_then_records_never_beacons() {
     let prefix_topic = [&BEACON_TOPIC[..], b"x"].concat();
     p.publish(&prefix_topic, "p1").expect("publish");
     let ev = wait_event(&mut es, STEP, |e| delivery_payload(e).is_some()).await;
-    let NodeEvent::Delivery(d) = ev else { unreachable!() };
+    let NodeEvent::Delivery(d) = ev else {
+        unreachable!()
+    };
     assert_eq!(&d.channel[..], &prefix_topic[..]);
     assert_eq!(&d.payload[..], b"p1");
     // The exact reserved topic is an argument error.
@@ -239,10 +272,19 @@ async fn l5_malformed_reserved_topic_drops_only_that_publisher() {
     raw.bind(&raw_ep).expect("bind");
     let good_ep = ipc("good");
     let mut g = NodeConfig::new("good");
-    g.publisher = Some(Endpoint { endpoint: good_ep.clone() });
+    g.publisher = Some(Endpoint {
+        endpoint: good_ep.clone(),
+    });
     let g = Node::start(g).await.expect("good pub");
     let mut s = NodeConfig::new("sub");
-    s.subscriptions = vec![Endpoint { endpoint: raw_ep.clone() }, Endpoint { endpoint: good_ep.clone() }];
+    s.subscriptions = vec![
+        Endpoint {
+            endpoint: raw_ep.clone(),
+        },
+        Endpoint {
+            endpoint: good_ep.clone(),
+        },
+    ];
     let s = Node::start(s).await.expect("sub");
     let mut es = s.take_events().expect("events");
     wait_event(&mut es, STEP, |e| is_state(e, &good_ep, ConnState::Ready)).await;
@@ -250,7 +292,8 @@ async fn l5_malformed_reserved_topic_drops_only_that_publisher() {
     // PUB drops records sent before the subscription arrives).
     let ready = async {
         loop {
-            raw.send_multipart([&BEACON_TOPIC[..], &BEACON_PAYLOAD[..]], 0).expect("send");
+            raw.send_multipart([&BEACON_TOPIC[..], &BEACON_PAYLOAD[..]], 0)
+                .expect("send");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     };
@@ -258,16 +301,26 @@ async fn l5_malformed_reserved_topic_drops_only_that_publisher() {
         _ = ready => {}
         _ = wait_event(&mut es, STEP, |e| is_state(e, &raw_ep, ConnState::Ready)) => {}
     }
-    raw.send_multipart([&BEACON_TOPIC[..], b"ZF\x01\x02"], 0).expect("send bad");
+    raw.send_multipart([&BEACON_TOPIC[..], b"ZF\x01\x02"], 0)
+        .expect("send bad");
     let ev = wait_event(&mut es, STEP, |e| {
-        assert!(delivery_payload(e).is_none(), "nothing may be delivered: {e:?}");
+        assert!(
+            delivery_payload(e).is_none(),
+            "nothing may be delivered: {e:?}"
+        );
         is_failure(e, &raw_ep)
     })
     .await;
-    let NodeEvent::State(st) = ev else { unreachable!() };
+    let NodeEvent::State(st) = ev else {
+        unreachable!()
+    };
     assert_eq!(st.reason, Some(FailureReason::ProtocolError));
     let snap = s.snapshot().await.expect("snapshot");
-    let good = snap.links.iter().find(|l| l.endpoint == good_ep).expect("good link");
+    let good = snap
+        .links
+        .iter()
+        .find(|l| l.endpoint == good_ep)
+        .expect("good link");
     assert_eq!(good.state, ConnState::Ready, "{}", snap.to_table());
     g.shutdown().await.expect("good");
     s.shutdown().await.expect("sub");
@@ -307,11 +360,23 @@ async fn l6_killed_peer_process_detected_at_once_only_that_peer() {
     let _ = child.wait();
     let ev = wait_event(&mut ea, STEP, |e| is_failure(e, "peer b")).await;
     let detected = killed.elapsed();
-    let NodeEvent::State(st) = ev else { unreachable!() };
+    let NodeEvent::State(st) = ev else {
+        unreachable!()
+    };
     assert_eq!(st.reason, Some(FailureReason::TransportError), "{st:?}");
-    assert!(detected < Duration::from_secs(5), "detected after {detected:?}: not immediate");
+    assert!(
+        detected < Duration::from_secs(5),
+        "detected after {detected:?}: not immediate"
+    );
     let snap = a.snapshot().await.expect("snapshot");
-    assert_eq!(snap.peer("c").filter(|l| l.state == ConnState::Ready).count(), 2, "{}", snap.to_table());
+    assert_eq!(
+        snap.peer("c")
+            .filter(|l| l.state == ConnState::Ready)
+            .count(),
+        2,
+        "{}",
+        snap.to_table()
+    );
     assert_eq!(snap.host, "running");
     a.shutdown().await.expect("a");
     c.shutdown().await.expect("c");
@@ -346,11 +411,16 @@ async fn l2_half_open_connection_fails_on_deadline_real_time() {
     })
     .await;
     let waited = frozen_at.elapsed();
-    let NodeEvent::State(st) = ev else { unreachable!() };
+    let NodeEvent::State(st) = ev else {
+        unreachable!()
+    };
     assert_eq!(st.reason, Some(FailureReason::DeadlineExceeded), "{st:?}");
     // The last valid ACK came at most one probe interval before the freeze.
     assert!(waited <= Duration::from_millis(15_500), "took {waited:?}");
-    assert!(waited >= Duration::from_secs(10), "failed after {waited:?}: before any deadline");
+    assert!(
+        waited >= Duration::from_secs(10),
+        "failed after {waited:?}: before any deadline"
+    );
     a.shutdown().await.expect("a");
     b.shutdown().await.expect("b");
 }
@@ -371,17 +441,26 @@ async fn f4_restarted_peer_is_admitted_as_new_run() {
     let g1 = b1.generation();
     b1.shutdown().await.expect("b1 down");
     let ev = wait_event(&mut ea, STEP, |e| is_failure(e, "peer b")).await;
-    let NodeEvent::State(st) = ev else { unreachable!() };
+    let NodeEvent::State(st) = ev else {
+        unreachable!()
+    };
     assert_eq!(st.reason, Some(FailureReason::OrderlyClose), "{st:?}");
     let b2 = Node::start(bc).await.expect("b2");
     assert_ne!(b2.generation(), g1);
     wait_peer_ready(&a, &mut ea, "b").await;
     let snap = a.snapshot().await.expect("snapshot");
     for l in snap.peer("b") {
-        assert_eq!(l.peer_generation, Some(b2.generation()), "{}", snap.to_table());
+        assert_eq!(
+            l.peer_generation,
+            Some(b2.generation()),
+            "{}",
+            snap.to_table()
+        );
         assert!(l.ready_count >= 2);
     }
-    a.send("b", "x", "new run").await.expect("send to the new run");
+    a.send("b", "x", "new run")
+        .await
+        .expect("send to the new run");
     a.shutdown().await.expect("a");
     b2.shutdown().await.expect("b2");
 }
@@ -406,7 +485,9 @@ async fn t4_not_required_pair_never_ready_never_retried() {
             is_state(e, &format!("peer d {lane}"), ConnState::NotRequired)
         })
         .await;
-        let NodeEvent::State(st) = ev else { unreachable!() };
+        let NodeEvent::State(st) = ev else {
+            unreachable!()
+        };
         assert_eq!(st.reason, Some(FailureReason::NotRequired));
     }
     // Observation window of ten reconnect backoffs: no new dial may happen.
@@ -417,9 +498,18 @@ async fn t4_not_required_pair_never_ready_never_retried() {
         assert_eq!(l.failure_count, 1, "retried: {}", snap.to_table());
         assert_eq!(l.connection_id, None);
     }
-    assert!(ea.try_recv().map(|b| b.iter().all(|e| !is_state(e, "peer d", ConnState::Connecting))).unwrap_or(true));
+    assert!(ea
+        .try_recv()
+        .map(|b| b
+            .iter()
+            .all(|e| !is_state(e, "peer d", ConnState::Connecting)))
+        .unwrap_or(true));
     let dsnap = d.snapshot().await.expect("snapshot");
-    assert!(dsnap.links.iter().all(|l| l.state != ConnState::Ready), "{}", dsnap.to_table());
+    assert!(
+        dsnap.links.iter().all(|l| l.state != ConnState::Ready),
+        "{}",
+        dsnap.to_table()
+    );
     a.shutdown().await.expect("a");
     d.shutdown().await.expect("d");
 }
@@ -440,9 +530,14 @@ async fn f6_shutdown_leaves_nothing_running() {
     wait_peer_ready(&a, &mut ea, "b").await;
     b.shutdown().await.expect("shutdown");
     assert!(!b.is_running());
-    assert!(b.snapshot().await.is_err(), "a stopped node answers nothing");
+    assert!(
+        b.snapshot().await.is_err(),
+        "a stopped node answers nothing"
+    );
     let ev = wait_event(&mut ea, STEP, |e| is_failure(e, "peer b")).await;
-    let NodeEvent::State(st) = ev else { unreachable!() };
+    let NodeEvent::State(st) = ev else {
+        unreachable!()
+    };
     assert_eq!(st.reason, Some(FailureReason::OrderlyClose));
     // Every socket of b is closed: its ports can be bound again.
     for ep in [&b_bind.application, &b_bind.completion] {

@@ -38,9 +38,9 @@ use super::socket::{FrameSocket, MonitorEvent, Sockets, CLOSE_LINGER_MS};
 use crate::config::NodeConfig;
 use crate::proto::handshake::{self, Expectation, Identity, Refusal};
 use crate::proto::liveness::{
-    BeaconSchedule, FanoutInput, ProbeTracker, PublisherWatch, WatchVerdict, PEER_DEADLINE,
+    self, Delivery as FanoutDelivery, FanoutInput, Liveness, LivenessEvent, ProbeEvent,
+    PublisherEvent, Transmit, PEER_DEADLINE,
 };
-use crate::proto::sched::{Charge, ReceiveScheduler};
 use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
 use crate::proto::ConnId;
 
@@ -136,7 +136,10 @@ struct Conn {
     hello_sent: bool,
     ready: bool,
     peer: Option<Identity>,
-    tracker: Option<ProbeTracker>,
+    /// This connection's probe tracker in the node's liveness table (once ready).
+    live: Option<liveness::LinkKey>,
+    /// The last probe id the peer sent on this connection (re-ACKed by disconnect sweeps).
+    last_peer_probe: Option<u64>,
 }
 
 struct Link {
@@ -160,15 +163,25 @@ struct Sub {
     endpoint: String,
     slot: Option<SlotKey>,
     conn_id: Option<ConnId>,
-    watch: PublisherWatch,
+    /// This publisher's watch in the node's liveness table.
+    live: liveness::LinkKey,
     state: LinkState,
     records: u64,
 }
 
 struct Publisher {
     slot: SlotKey,
-    beacons: BeaconSchedule,
+    /// The beacon schedule in the node's liveness table.
+    live: liveness::LinkKey,
     seq: u64,
+}
+
+/// Who owns a liveness entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LiveOwner {
+    Link(LinkKey),
+    Sub(usize),
+    Publisher,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,7 +204,12 @@ pub(crate) struct IoThread {
     inbound: HashMap<(SlotKey, Vec<u8>), LinkKey>,
     subs: Vec<Sub>,
     publisher: Option<Publisher>,
-    sched: ReceiveScheduler<SlotKey>,
+    /// The one structure owning every liveness machine of this node (MISSION L8).
+    liveness: Liveness,
+    live_owner: HashMap<liveness::LinkKey, LiveOwner>,
+    /// Polled sockets in rotation order and where the next rotation starts (MISSION R1, R2).
+    rotation: Vec<SlotKey>,
+    rotation_start: usize,
     sweeps: Vec<(Instant, SlotKey, usize)>,
     next_conn: u64,
     host: Host,
@@ -237,7 +255,10 @@ impl IoThread {
             inbound: HashMap::new(),
             subs: Vec::new(),
             publisher: None,
-            sched: ReceiveScheduler::new(),
+            liveness: Liveness::new(generation),
+            live_owner: HashMap::new(),
+            rotation: Vec::new(),
+            rotation_start: 0,
             sweeps: Vec::new(),
             next_conn: 1,
             host: Host::Running,
@@ -245,19 +266,29 @@ impl IoThread {
             started: now,
         };
         if let Some(rm) = &cfg.route_mesh {
-            io.bind(zmq::ROUTER, &rm.application, SlotRole::Bound(Lane::Application))?;
-            io.bind(zmq::ROUTER, &rm.completion, SlotRole::Bound(Lane::Completion))?;
+            io.bind(
+                zmq::ROUTER,
+                &rm.application,
+                SlotRole::Bound(Lane::Application),
+            )?;
+            io.bind(
+                zmq::ROUTER,
+                &rm.completion,
+                SlotRole::Bound(Lane::Completion),
+            )?;
         }
         if let Some(s) = &cfg.server {
-            io.bind(zmq::ROUTER, &s.endpoint, SlotRole::Bound(Lane::ClientServer))?;
+            io.bind(
+                zmq::ROUTER,
+                &s.endpoint,
+                SlotRole::Bound(Lane::ClientServer),
+            )?;
         }
         if let Some(p) = &cfg.publisher {
             let slot = io.bind(zmq::PUB, &p.endpoint, SlotRole::Publisher)?;
-            io.publisher = Some(Publisher {
-                slot,
-                beacons: BeaconSchedule::new(now),
-                seq: 0,
-            });
+            let live = io.liveness.insert_beacon(now);
+            io.live_owner.insert(live, LiveOwner::Publisher);
+            io.publisher = Some(Publisher { slot, live, seq: 0 });
         }
         for (i, _) in cfg.peers.iter().enumerate() {
             for lane in [Lane::Application, Lane::Completion] {
@@ -268,11 +299,13 @@ impl IoThread {
             io.add_link(LinkKind::ClientDial { server: i }, now);
         }
         for s in &cfg.subscriptions {
+            let live = io.liveness.insert_publisher(now);
+            io.live_owner.insert(live, LiveOwner::Sub(io.subs.len()));
             io.subs.push(Sub {
                 endpoint: s.endpoint.clone(),
                 slot: None,
                 conn_id: None,
-                watch: PublisherWatch::new(now),
+                live,
                 state: LinkState::new(StateKind::Publisher, 0, now),
                 records: 0,
             });
@@ -280,7 +313,12 @@ impl IoThread {
         Ok((io, waker))
     }
 
-    fn bind(&mut self, kind: zmq::SocketType, ep: &str, role: SlotRole) -> Result<SlotKey, NodeError> {
+    fn bind(
+        &mut self,
+        kind: zmq::SocketType,
+        ep: &str,
+        role: SlotRole,
+    ) -> Result<SlotKey, NodeError> {
         let bind_err = |source| NodeError::Bind {
             endpoint: ep.to_owned(),
             source,
@@ -322,13 +360,18 @@ impl IoThread {
             }
         };
         if polled {
-            self.sched.insert(key);
+            self.rotation.push(key);
         }
         key
     }
 
     fn take_slot(&mut self, key: SlotKey) -> Option<Slot> {
-        self.sched.remove(key);
+        if let Some(pos) = self.rotation.iter().position(|k| *k == key) {
+            self.rotation.remove(pos);
+            if pos < self.rotation_start {
+                self.rotation_start -= 1;
+            }
+        }
         self.sweeps.retain(|s| s.1 != key);
         self.slots.get_mut(key).and_then(Option::take)
     }
@@ -408,9 +451,9 @@ impl IoThread {
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
         };
+        take(self.liveness.poll_timeout());
         for l in &self.links {
             if let Some(c) = &l.conn {
-                take(c.tracker.as_ref().and_then(ProbeTracker::poll_timeout));
                 if !c.ready {
                     take(Some(c.opened_at + HANDSHAKE_TIMEOUT));
                 }
@@ -418,12 +461,6 @@ impl IoThread {
                 take(l.retry_at);
             }
             take(l.closing.as_ref().map(|c| c.1 + CLOSE_CONFIRM_MAX));
-        }
-        for s in &self.subs {
-            take(s.watch.poll_timeout());
-        }
-        if let Some(p) = &self.publisher {
-            take(p.beacons.poll_timeout());
         }
         for s in &self.sweeps {
             take(Some(s.0));
@@ -488,7 +525,13 @@ impl IoThread {
         }
     }
 
-    fn emit_state(&mut self, link: String, state: ConnState, reason: Option<FailureReason>, detail: &str) {
+    fn emit_state(
+        &mut self,
+        link: String,
+        state: ConnState,
+        reason: Option<FailureReason>,
+        detail: &str,
+    ) {
         tracing::info!(link = %link, state = state.as_str(), reason = ?reason, detail, "link state");
         self.out.push(NodeEvent::State(StateChange {
             link,
@@ -503,31 +546,32 @@ impl IoThread {
     // ----------------------------------------------------------------------------------
 
     fn run_timers(&mut self, now: Instant) {
-        // Liveness and handshake timeouts of every connection.
+        // Every liveness machine of the node, from one table (MISSION L8).
+        self.liveness.handle_timeout(now);
+        while let Some(t) = self.liveness.poll_transmit(now) {
+            match t {
+                Transmit::Probe { key, id, .. } => {
+                    if let Some(LiveOwner::Link(k)) = self.live_owner.get(&key).copied() {
+                        if let Err(e) = self.send_on_link(k, records::probe(id)) {
+                            tracing::debug!(error = %e, "probe not sent");
+                        }
+                    }
+                }
+                Transmit::Beacon { key } => {
+                    if self.publisher.as_ref().is_some_and(|p| p.live == key) {
+                        self.send_beacon();
+                    }
+                }
+            }
+        }
+        self.drain_liveness_events(now);
+        // Handshake timeouts.
         for k in 0..self.links.len() {
-            let mut probes: Vec<u64> = Vec::new();
-            let mut dead = None;
-            let mut handshake_expired = false;
-            if let Some(c) = self.links[k].conn.as_mut() {
-                if let Some(t) = c.tracker.as_mut() {
-                    t.handle_timeout(now);
-                    while let Some(id) = t.poll_transmit(now) {
-                        probes.push(id);
-                    }
-                    if let Some(ev) = t.poll_event() {
-                        dead = Some(ev);
-                    }
-                }
-                handshake_expired = !c.ready && now >= c.opened_at + HANDSHAKE_TIMEOUT;
-            }
-            for id in probes {
-                if let Err(e) = self.send_on_link(k, records::probe(id)) {
-                    tracing::debug!(error = %e, "probe not sent");
-                }
-            }
-            if let Some(ev) = dead {
-                self.fail_link(k, FailureReason::DeadlineExceeded, &format!("{ev:?}"), now);
-            } else if handshake_expired {
+            let expired = self.links[k]
+                .conn
+                .as_ref()
+                .is_some_and(|c| !c.ready && now >= c.opened_at + HANDSHAKE_TIMEOUT);
+            if expired {
                 self.fail_link(k, FailureReason::TransportError, "handshake timed out", now);
             }
         }
@@ -551,24 +595,10 @@ impl IoThread {
                 self.confirm_close(k);
             }
         }
-        // Fanout subscriptions.
+        // Fanout subscriptions without a socket get a new one (MISSION L5).
         for i in 0..self.subs.len() {
             if self.subs[i].slot.is_none() {
                 self.open_sub(i, now);
-            }
-            self.subs[i].watch.handle_timeout(now);
-            self.drain_watch(i, now);
-        }
-        // Beacons (MISSION L4).
-        if let Some(p) = self.publisher.as_mut() {
-            if p.beacons.poll_transmit(now) {
-                if let Some(Some(slot)) = self.slots.get(p.slot) {
-                    let frames = records::beacon();
-                    let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
-                    if let Err(e) = slot.socket.send_frames(&refs) {
-                        tracing::warn!(error = %e, "beacon not sent");
-                    }
-                }
             }
         }
         // Bound-socket disconnect sweeps.
@@ -582,7 +612,66 @@ impl IoThread {
         for (slot, step) in due {
             self.sweep(slot, now);
             if let Some(d) = SWEEP_DELAYS.get(step + 1) {
-                self.sweeps.push((now + (*d - SWEEP_DELAYS[step]), slot, step + 1));
+                self.sweeps
+                    .push((now + (*d - SWEEP_DELAYS[step]), slot, step + 1));
+            }
+        }
+    }
+
+    /// Sends the two beacon frames on the publisher socket (MISSION L4).
+    fn send_beacon(&mut self) {
+        let Some(p) = &self.publisher else { return };
+        if let Some(Some(slot)) = self.slots.get(p.slot) {
+            let frames = records::beacon();
+            let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+            if let Err(e) = slot.socket.send_frames(&refs) {
+                tracing::warn!(error = %e, "beacon not sent");
+            }
+        }
+    }
+
+    /// Acts on the liveness table's verdicts.
+    fn drain_liveness_events(&mut self, now: Instant) {
+        while let Some((key, ev)) = self.liveness.poll_event() {
+            match (self.live_owner.get(&key).copied(), ev) {
+                (
+                    Some(LiveOwner::Link(k)),
+                    LivenessEvent::Probe(ProbeEvent::DeadlineExceeded { .. }),
+                ) => {
+                    self.fail_link(
+                        k,
+                        FailureReason::DeadlineExceeded,
+                        "no valid ACK for 15 s",
+                        now,
+                    );
+                }
+                (
+                    Some(LiveOwner::Sub(i)),
+                    LivenessEvent::Publisher(PublisherEvent::BecameReady),
+                ) => {
+                    let s = &mut self.subs[i];
+                    note(s.state.handle_ready(now));
+                    let name = format!("sub {}", s.endpoint);
+                    self.emit_state(name, ConnState::Ready, None, "first record or beacon");
+                }
+                (
+                    Some(LiveOwner::Sub(i)),
+                    LivenessEvent::Publisher(PublisherEvent::Silence { .. }),
+                ) => {
+                    self.fail_sub(
+                        i,
+                        FailureReason::FanoutSilence,
+                        "no record or beacon for 15 s",
+                        now,
+                    );
+                }
+                (
+                    Some(LiveOwner::Sub(i)),
+                    LivenessEvent::Publisher(PublisherEvent::ProtocolError(e)),
+                ) => {
+                    self.fail_sub(i, FailureReason::ProtocolError, &format!("{e}"), now);
+                }
+                (owner, ev) => tracing::debug!(?owner, ?ev, "liveness event without an owner"),
             }
         }
     }
@@ -594,8 +683,13 @@ impl IoThread {
     fn link_name(&self, k: LinkKey) -> String {
         match &self.links[k].kind {
             LinkKind::MeshDial { peer, lane } => {
-                let rid = self.cfg.peers.get(*peer).map(|p| p.rid.as_str()).unwrap_or("?");
-                format!("peer {rid} {}", lane.as_str())
+                let rid = self
+                    .cfg
+                    .peers
+                    .get(*peer)
+                    .map(|p| p.rid.as_str())
+                    .unwrap_or("?");
+                format!("peer {rid} {}", records::lane_name(*lane))
             }
             LinkKind::ClientDial { server } => {
                 let s = self.cfg.servers.get(*server);
@@ -605,14 +699,18 @@ impl IoThread {
                     s.map(|s| s.endpoint.as_str()).unwrap_or("?")
                 )
             }
-            LinkKind::Inbound { rid, lane } => format!("inbound {rid} {}", lane.as_str()),
+            LinkKind::Inbound { rid, lane } => {
+                format!("inbound {rid} {}", records::lane_name(*lane))
+            }
         }
     }
 
     fn dial(&mut self, k: LinkKey, now: Instant) {
         let (endpoint, lane, kind) = match &self.links[k].kind {
             LinkKind::MeshDial { peer, lane } => {
-                let Some(p) = self.cfg.peers.get(*peer) else { return };
+                let Some(p) = self.cfg.peers.get(*peer) else {
+                    return;
+                };
                 let ep = match lane {
                     Lane::Completion => p.completion.clone(),
                     _ => p.application.clone(),
@@ -620,7 +718,9 @@ impl IoThread {
                 (ep, *lane, zmq::ROUTER)
             }
             LinkKind::ClientDial { server } => {
-                let Some(s) = self.cfg.servers.get(*server) else { return };
+                let Some(s) = self.cfg.servers.get(*server) else {
+                    return;
+                };
                 (s.endpoint.clone(), Lane::ClientServer, zmq::DEALER)
             }
             LinkKind::Inbound { .. } => return,
@@ -663,22 +763,31 @@ impl IoThread {
             hello_sent: false,
             ready: false,
             peer: None,
-            tracker: None,
+            live: None,
+            last_peer_probe: None,
         });
         note(l.state.handle_connecting(now));
         let name = self.link_name(k);
-        self.emit_state(name, ConnState::Connecting, None, &format!("dialling as {id}"));
+        self.emit_state(
+            name,
+            ConnState::Connecting,
+            None,
+            &format!("dialling as {id}"),
+        );
     }
 
     /// Takes a link's current connection out of ready at once and closes it (MISSION F1, L6).
     fn fail_link(&mut self, k: LinkKey, reason: FailureReason, detail: &str, now: Instant) {
-        let Some(conn) = self.links[k].conn.take() else { return };
+        let Some(conn) = self.links[k].conn.take() else {
+            return;
+        };
         self.close_conn(k, conn, reason, now);
         let l = &mut self.links[k];
         l.failures_in_row = l.failures_in_row.saturating_add(1);
         let terminal = reason == FailureReason::NotRequired;
         l.terminal |= terminal;
-        let recovery = if self.host == Host::Running && !matches!(l.kind, LinkKind::Inbound { .. }) {
+        let recovery = if self.host == Host::Running && !matches!(l.kind, LinkKind::Inbound { .. })
+        {
             Recovery::Reconnect
         } else {
             Recovery::Hold
@@ -694,7 +803,12 @@ impl IoThread {
     }
 
     fn close_conn(&mut self, k: LinkKey, conn: Conn, reason: FailureReason, _now: Instant) {
-        let dialled = matches!(self.slots.get(conn.slot), Some(Some(s)) if s.role == SlotRole::Dialled(k));
+        if let Some(live) = conn.live {
+            self.liveness.remove(live);
+            self.live_owner.remove(&live);
+        }
+        let dialled =
+            matches!(self.slots.get(conn.slot), Some(Some(s)) if s.role == SlotRole::Dialled(k));
         if dialled {
             if let Some(slot) = self.take_slot(conn.slot) {
                 // Closing our own dialled socket: keep its monitor until libzmq confirms the
@@ -709,7 +823,7 @@ impl IoThread {
             // there. Tell the peer to close (it owns the socket), and forget the routing id so
             // that late records of this physical connection change nothing (MISSION L6).
             if reason != FailureReason::OrderlyClose && reason != FailureReason::TransportError {
-                let close = records::close(CloseReason::from_failure(reason));
+                let close = records::close(records::close_reason(reason));
                 if let Some(Some(slot)) = self.slots.get(conn.slot) {
                     let _ = send_routed(&slot.socket, Some(&route), &close);
                 }
@@ -740,7 +854,9 @@ impl IoThread {
             }
         }
         for ev in events {
-            let Some(Some(s)) = self.slots.get(slot) else { return };
+            let Some(Some(s)) = self.slots.get(slot) else {
+                return;
+            };
             match (s.role, ev) {
                 (SlotRole::Dialled(k), MonitorEvent::HandshakeSucceeded) => self.send_hello(k, now),
                 (SlotRole::Dialled(k), MonitorEvent::Disconnected) => {
@@ -753,14 +869,22 @@ impl IoThread {
                     self.sweeps.push((now, slot, 0));
                 }
                 (SlotRole::Sub(i), MonitorEvent::Disconnected) => {
-                    self.fail_sub(i, FailureReason::TransportError, "publisher disconnected", now);
+                    self.fail_sub(
+                        i,
+                        FailureReason::TransportError,
+                        "publisher disconnected",
+                        now,
+                    );
                 }
                 _ => {}
             }
         }
     }
 
-    /// Checks every inbound connection of a bound socket for a vanished pipe.
+    /// Checks every inbound connection of a bound socket for a vanished pipe: a record sent
+    /// with `ROUTER_MANDATORY` to a routing id whose pipe is gone fails with `EHOSTUNREACH`.
+    /// The record is one that changes nothing at the peer (L2): a repeat of our ACK of its
+    /// last probe (a duplicate), or our own pending probe id (a resend).
     fn sweep(&mut self, slot: SlotKey, now: Instant) {
         let victims: Vec<(Vec<u8>, LinkKey)> = self
             .inbound
@@ -769,13 +893,18 @@ impl IoThread {
             .map(|((_, r), k)| (r.clone(), *k))
             .collect();
         for (route, k) in victims {
-            let id = self.links[k]
-                .conn
-                .as_mut()
-                .and_then(|c| c.tracker.as_mut())
-                .map(|t| t.force_probe(now));
-            let Some(id) = id else { continue };
-            let frames = records::probe(id);
+            let Some(c) = self.links[k].conn.as_ref() else {
+                continue;
+            };
+            let pending = c
+                .live
+                .and_then(|key| self.liveness.probe(key))
+                .and_then(|t| t.pending_id());
+            let frames = match (c.last_peer_probe, pending) {
+                (Some(id), _) => records::ack(id),
+                (None, Some(id)) => records::probe(id),
+                (None, None) => continue,
+            };
             let gone = match self.slots.get(slot) {
                 Some(Some(s)) => {
                     send_routed(&s.socket, Some(&route), &frames)
@@ -801,8 +930,13 @@ impl IoThread {
             ),
             LinkKind::Inbound { .. } => return,
         };
-        let frames = records::hello(lane, &self.me, &expect, 0);
-        let sent = self.send_on_link(k, frames);
+        let sent = match records::hello(lane, &self.me, &expect, 0) {
+            Ok(frames) => self.send_on_link(k, frames),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot encode HELLO");
+                return;
+            }
+        };
         if let Some(c) = self.links[k].conn.as_mut() {
             c.hello_sent = sent.is_ok();
         }
@@ -824,42 +958,65 @@ impl IoThread {
     // Receiving
     // ----------------------------------------------------------------------------------
 
-    /// One rotation of the receive loop over the readable sockets, under the scheduler's caps
-    /// (MISSION R1-R3).
+    /// One rotation of the receive loop over the readable sockets, under the per-connection
+    /// caps (MISSION R1-R3). The next rotation starts right after the socket where this one
+    /// stopped.
     fn receive_rotation(&mut self, readable: &[SlotKey], now: Instant) {
-        let mut rotation = self.sched.begin_rotation(readable, now);
-        while let Some(slot) = rotation.next_unit(&self.sched) {
-            loop {
-                let frames = match self.slots.get(slot) {
-                    Some(Some(s)) => match s.socket.try_recv_frames() {
-                        Ok(Some(f)) => f,
-                        Ok(None) => break,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "receive failed");
-                            break;
-                        }
-                    },
-                    _ => break,
-                };
-                let bytes = frames.iter().map(Vec::len).sum();
-                self.on_frames(slot, frames, now);
-                match rotation.charge(&mut self.sched, slot, bytes, Instant::now()) {
-                    Charge::Continue => {}
-                    Charge::UnitCapReached => break,
-                    Charge::RotationCapReached => return,
+        let _ = now;
+        let n = self.rotation.len();
+        if n == 0 {
+            return;
+        }
+        let start = self.rotation_start % n;
+        let order: Vec<SlotKey> = (0..n).map(|i| self.rotation[(start + i) % n]).collect();
+        for (i, slot) in order.into_iter().enumerate() {
+            if !readable.contains(&slot) {
+                continue;
+            }
+            let mut count = 0usize;
+            let mut bytes = 0usize;
+            let began = Instant::now();
+            while let Some(frames) = self.recv_one(slot) {
+                bytes += frames.iter().map(Vec::len).sum::<usize>();
+                count += 1;
+                let at = Instant::now();
+                self.on_frames(slot, frames, at);
+                if count >= 64
+                    || bytes >= 256 * 1024
+                    || at.duration_since(began) >= Duration::from_millis(1)
+                {
+                    break;
                 }
+            }
+            self.rotation_start = start + i + 1;
+        }
+    }
+
+    /// One record from a socket without blocking, if any.
+    fn recv_one(&self, slot: SlotKey) -> Option<Vec<Vec<u8>>> {
+        match self.slots.get(slot)?.as_ref()?.socket.try_recv_frames() {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(error = %e, "receive failed");
+                None
             }
         }
     }
 
     fn on_frames(&mut self, slot: SlotKey, mut frames: Vec<Vec<u8>>, now: Instant) {
-        let Some(Some(s)) = self.slots.get(slot) else { return };
+        let Some(Some(s)) = self.slots.get(slot) else {
+            return;
+        };
         match s.role {
             SlotRole::Sub(i) => self.on_fanout(i, frames, now),
             SlotRole::Publisher => {}
             SlotRole::Dialled(k) => {
                 // A dialled ROUTER sees the bound peer's routing id first; a DEALER does not.
-                if self.links[k].conn.as_ref().is_some_and(|c| c.route.is_some()) {
+                if self.links[k]
+                    .conn
+                    .as_ref()
+                    .is_some_and(|c| c.route.is_some())
+                {
                     if frames.is_empty() {
                         return;
                     }
@@ -880,7 +1037,14 @@ impl IoThread {
         }
     }
 
-    fn on_unknown_inbound(&mut self, slot: SlotKey, lane: Lane, route: Vec<u8>, frames: &[Vec<u8>], now: Instant) {
+    fn on_unknown_inbound(
+        &mut self,
+        slot: SlotKey,
+        lane: Lane,
+        route: Vec<u8>,
+        frames: &[Vec<u8>],
+        now: Instant,
+    ) {
         let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
         let hello = match records::decode(&refs) {
             Ok(Rec::Hello(h)) => h,
@@ -909,7 +1073,11 @@ impl IoThread {
             return;
         }
         // What does this node expect of that RID? A configured peer's expectation, if any.
-        let configured = self.cfg.peers.iter().position(|p| p.rid == hello.identity.rid);
+        let configured = self
+            .cfg
+            .peers
+            .iter()
+            .position(|p| p.rid == hello.identity.rid);
         let expect = match (lane, configured) {
             (Lane::ClientServer, _) | (_, None) => Expectation::default(),
             (_, Some(i)) => self.expectation_for_peer(i),
@@ -920,26 +1088,16 @@ impl IoThread {
             generation: hello.expect.generation,
             security_identity: None,
         };
-        if let Err(r) = handshake::admit(&hello.identity, &theirs, &self.me) {
-            reject(self, RejectReason::from_refusal(r), "this node is not the one you expect");
+        if let Err(r) = admit_on(lane, &hello.identity, &theirs, &self.me) {
+            reject(
+                self,
+                records::reject_reason(r),
+                &format!("{r} (as judged by the dialler's expectation)"),
+            );
             return;
         }
-        let verdict = if lane == Lane::ClientServer {
-            // ClientServer admits any client; the NotRequired rule is RouteMesh's.
-            handshake::admit(
-                &self.me,
-                &expect,
-                &Identity {
-                    memberships: vec![],
-                    ..hello.identity.clone()
-                },
-            )
-            .or_else(|r| if r == Refusal::NotRequired { Ok(()) } else { Err(r) })
-        } else {
-            handshake::admit(&self.me, &expect, &hello.identity)
-        };
-        if let Err(r) = verdict {
-            reject(self, RejectReason::from_refusal(r), &r.to_string());
+        if let Err(r) = admit_on(lane, &self.me, &expect, &hello.identity) {
+            reject(self, records::reject_reason(r), &r.to_string());
             return;
         }
         // Duplicate resolution: if we dial this peer on this lane too, the connection dialled
@@ -947,12 +1105,21 @@ impl IoThread {
         if let (Some(i), true) = (configured, lane != Lane::ClientServer) {
             if let Some(dk) = self.find_mesh_dial(i, lane) {
                 if self.me.rid < hello.identity.rid {
-                    reject(self, RejectReason::Duplicate, "the connection dialled by the smaller RID is current");
+                    reject(
+                        self,
+                        RejectReason::Duplicate,
+                        "the connection dialled by the smaller RID is current",
+                    );
                     return;
                 }
                 // Their dial wins: stand our own dial down.
                 if self.links[dk].conn.is_some() {
-                    self.fail_link(dk, FailureReason::Replaced, "peer's own dial is current", now);
+                    self.fail_link(
+                        dk,
+                        FailureReason::Replaced,
+                        "peer's own dial is current",
+                        now,
+                    );
                 }
                 self.links[dk].yielded = true;
             }
@@ -961,10 +1128,17 @@ impl IoThread {
         // A replacement connection of the same peer and lane (F3): the dialler closed the old
         // one before dialling this one, so the old one is done.
         if self.links[k].conn.is_some() {
-            self.fail_link(k, FailureReason::Replaced, "replaced by a newer admitted connection", now);
+            self.fail_link(
+                k,
+                FailureReason::Replaced,
+                "replaced by a newer admitted connection",
+                now,
+            );
         }
         let id = self.fresh_conn_id();
-        let welcome = records::welcome(lane, &self.me);
+        let Ok(welcome) = records::welcome(lane, &self.me) else {
+            return;
+        };
         if let Some(Some(s)) = self.slots.get(slot) {
             if let Err(e) = send_routed(&s.socket, Some(&route), &welcome) {
                 tracing::debug!(error = %e, "welcome not sent");
@@ -980,7 +1154,8 @@ impl IoThread {
             hello_sent: true,
             ready: false,
             peer: None,
-            tracker: None,
+            live: None,
+            last_peer_probe: None,
         });
         if self.links[k].state.state() != ConnState::Connecting {
             note(self.links[k].state.handle_connecting(now));
@@ -1011,17 +1186,27 @@ impl IoThread {
     }
 
     fn become_ready(&mut self, k: LinkKey, peer: Identity, now: Instant) {
-        let Some(c) = self.links[k].conn.as_mut() else { return };
+        let Some(c) = self.links[k].conn.as_mut() else {
+            return;
+        };
         c.ready = true;
-        c.tracker = Some(ProbeTracker::new(c.id, now, self.me.generation ^ c.id.0));
         let id = c.id;
+        // The 15 s deadline runs from ready (seed 002 §3).
+        let live = self.liveness.insert_connection(id, now);
+        c.live = Some(live);
+        self.live_owner.insert(live, LiveOwner::Link(k));
         let rid = peer.rid.clone();
         c.peer = Some(peer);
         let l = &mut self.links[k];
         l.failures_in_row = 0;
         note(l.state.handle_ready(now));
         let name = self.link_name(k);
-        self.emit_state(name, ConnState::Ready, None, &format!("{rid} ready on {id}"));
+        self.emit_state(
+            name,
+            ConnState::Ready,
+            None,
+            &format!("{rid} ready on {id}"),
+        );
     }
 
     fn on_link_record(&mut self, k: LinkKey, frames: &[Vec<u8>], now: Instant) {
@@ -1034,89 +1219,68 @@ impl IoThread {
                 return;
             }
         };
-        let Some(c) = self.links[k].conn.as_mut() else { return };
+        let inbound = matches!(self.links[k].kind, LinkKind::Inbound { .. });
+        let Some(c) = self.links[k].conn.as_mut() else {
+            return;
+        };
+        let (ready, conn_id, live) = (c.ready, c.id, c.live);
+        if let Rec::Probe(id) = rec {
+            c.last_peer_probe = Some(id);
+        }
+        let peer_rid = c.peer.as_ref().map(|p| p.rid.clone()).unwrap_or_default();
         self.links[k].records += 1;
         self.links[k].last_receive = Some(now);
-        let c = match self.links[k].conn.as_mut() {
-            Some(c) => c,
-            None => return,
-        };
-        let _ = &c;
+        self.links[k].state.handle_receive(now);
         match rec {
             Rec::Probe(id) => {
-                // Echo the id; a received probe is not evidence for our own deadline.
+                // Echo the id; a received probe is not evidence for our own deadline (L2).
                 let _ = self.send_on_link(k, records::ack(id));
             }
             Rec::Ack(id) => {
-                let conn_id = c.id;
-                if let Some(t) = c.tracker.as_mut() {
-                    let outcome = t.handle_ack(conn_id, id, now);
+                if let Some(live) = live {
+                    // The ACK travelled on this physical connection: it is evidence only for
+                    // this connection's tracker (L2).
+                    let outcome = self.liveness.handle_ack(live, conn_id, id, now);
                     tracing::trace!(conn = %conn_id, ?outcome, "ack");
                 }
             }
-            Rec::Welcome(w) if !c.ready && !matches!(self.links[k].kind, LinkKind::Inbound { .. }) => {
-                let expect = match &self.links[k].kind {
-                    LinkKind::MeshDial { peer, .. } => self.expectation_for_peer(*peer),
-                    LinkKind::ClientDial { server } => Expectation {
-                        rid: self.cfg.servers.get(*server).and_then(|s| s.rid.clone()),
-                        ..Expectation::default()
-                    },
-                    LinkKind::Inbound { .. } => return,
-                };
-                let lane = match &self.links[k].kind {
-                    LinkKind::MeshDial { lane, .. } => *lane,
-                    _ => Lane::ClientServer,
-                };
-                if w.lane != lane {
-                    self.fail_link(k, FailureReason::ProtocolError, "welcome names another lane", now);
-                    return;
-                }
-                let verdict = match lane {
-                    Lane::ClientServer => handshake::admit(&self.me, &expect, &w.identity)
-                        .or_else(|r| if r == Refusal::NotRequired { Ok(()) } else { Err(r) }),
-                    _ => handshake::admit(&self.me, &expect, &w.identity),
-                };
-                match verdict {
-                    Ok(()) => {
-                        note(self.links[k].state.handle_admitted(now));
-                        self.become_ready(k, w.identity, now);
-                    }
-                    Err(r) => {
-                        let detail = r.to_string();
-                        self.fail_link(k, FailureReason::from_refusal(r), &detail, now);
-                    }
-                }
-            }
+            Rec::Welcome(w) if !ready && !inbound => self.on_welcome(k, w, now),
             Rec::Reject { reason, detail } => {
                 if reason == RejectReason::Duplicate {
-                    // The peer's own dial of this lane is the current connection.
+                    // The peer's own dial of this lane is the current connection (T1).
                     self.fail_link(k, FailureReason::Replaced, &detail, now);
                     self.links[k].yielded = true;
                 } else {
-                    self.fail_link(k, reason.as_failure(), &detail, now);
+                    self.fail_link(k, records::reject_failure(reason), &detail, now);
                 }
             }
             Rec::Close(reason) => {
-                let detail = format!("peer closed: {}", reason.as_str());
+                let detail = format!("peer closed: {}", records::close_name(reason));
                 self.fail_link(k, FailureReason::OrderlyClose, &detail, now);
-            }
-            Rec::Message { channel, payload } if c.ready => {
-                if let Some(t) = c.tracker.as_mut() {
-                    // Diagnostics only: application traffic never extends the deadline (L2).
-                    t.handle_app_traffic(now);
+                if reason == CloseReason::Replaced && !inbound {
+                    // The peer kept its own dial of this lane: ours stands down (T1).
+                    self.links[k].yielded = true;
                 }
-                let rid = c.peer.as_ref().map(|p| p.rid.clone()).unwrap_or_default();
+            }
+            Rec::Message { channel, payload } if ready => {
+                if let Some(live) = live {
+                    // Diagnostics only: application traffic never extends the deadline (L2).
+                    let _ = self.liveness.handle_app_traffic(live, now);
+                }
                 let source = match &self.links[k].kind {
-                    LinkKind::MeshDial { .. } => Source::Peer { rid },
-                    LinkKind::Inbound { lane: Lane::ClientServer, .. } => Source::Client { rid },
-                    LinkKind::Inbound { .. } => Source::Peer { rid },
-                    LinkKind::ClientDial { .. } => Source::Server { rid },
+                    LinkKind::MeshDial { .. } => Source::Peer { rid: peer_rid },
+                    LinkKind::Inbound {
+                        lane: Lane::ClientServer,
+                        ..
+                    } => Source::Client { rid: peer_rid },
+                    LinkKind::Inbound { .. } => Source::Peer { rid: peer_rid },
+                    LinkKind::ClientDial { .. } => Source::Server { rid: peer_rid },
                 };
                 metrics::counter!("zmesh_app_records_received_total").increment(1);
                 self.out.push(NodeEvent::Delivery(Delivery {
                     source,
                     channel: Bytes::from(channel.into_bytes()),
-                    payload: Bytes::from(payload),
+                    payload,
                 }));
             }
             other => {
@@ -1125,7 +1289,47 @@ impl IoThread {
         }
     }
 
-    fn send_on_link(&mut self, k: LinkKey, frames: Vec<Vec<u8>>) -> Result<(), super::socket::SendError> {
+    /// The acceptor admitted us: verify it is who we expect, then the lane is ready.
+    fn on_welcome(&mut self, k: LinkKey, w: records::WelcomeRec, now: Instant) {
+        let (expect, lane) = match &self.links[k].kind {
+            LinkKind::MeshDial { peer, lane } => (self.expectation_for_peer(*peer), *lane),
+            LinkKind::ClientDial { server } => (
+                Expectation {
+                    rid: self.cfg.servers.get(*server).and_then(|s| s.rid.clone()),
+                    ..Expectation::default()
+                },
+                Lane::ClientServer,
+            ),
+            LinkKind::Inbound { .. } => return,
+        };
+        if w.lane != lane {
+            self.fail_link(
+                k,
+                FailureReason::ProtocolError,
+                "welcome names another lane",
+                now,
+            );
+            return;
+        }
+        match admit_on(lane, &self.me, &expect, &w.identity) {
+            Ok(()) => {
+                note(self.links[k].state.handle_admitted(now));
+                self.become_ready(k, w.identity, now);
+            }
+            Err(r) => {
+                let detail = r.to_string();
+                // Tell the acceptor why, then close our side.
+                let _ = self.send_on_link(k, records::reject(records::reject_reason(r), &detail));
+                self.fail_link(k, records::refusal_failure(r), &detail, now);
+            }
+        }
+    }
+
+    fn send_on_link(
+        &mut self,
+        k: LinkKey,
+        frames: Vec<Vec<u8>>,
+    ) -> Result<(), super::socket::SendError> {
         let Some(c) = self.links.get(k).and_then(|l| l.conn.as_ref()) else {
             return Err(super::socket::SendError::Unreachable);
         };
@@ -1157,12 +1361,18 @@ impl IoThread {
                     endpoint: endpoint.clone(),
                 });
                 let id = self.fresh_conn_id();
+                // A new socket starts a new watch: silence is counted from now (L5).
+                let _ = self.liveness.reset_publisher(self.subs[i].live, now);
                 let s = &mut self.subs[i];
                 s.slot = Some(slot);
                 s.conn_id = Some(id);
-                s.watch = PublisherWatch::new(now);
                 note(s.state.handle_connecting(now));
-                self.emit_state(format!("sub {endpoint}"), ConnState::Connecting, None, &format!("subscribed as {id}"));
+                self.emit_state(
+                    format!("sub {endpoint}"),
+                    ConnState::Connecting,
+                    None,
+                    &format!("subscribed as {id}"),
+                );
             }
             Err(e) => tracing::warn!(error = %e, endpoint, "cannot open SUB socket"),
         }
@@ -1178,51 +1388,38 @@ impl IoThread {
                 reserved_topic: e.class() == "reserved_topic",
             },
         };
-        let verdict = self.subs[i].watch.handle_input(input, now);
-        if verdict == WatchVerdict::Deliver {
-            if let Ok(Fanout::Publish { topic, payload }) = decoded {
-                self.subs[i].records += 1;
-                metrics::counter!("zmesh_fanout_records_received_total").increment(1);
-                self.out.push(NodeEvent::Delivery(Delivery {
-                    source: Source::Publisher {
-                        endpoint: self.subs[i].endpoint.clone(),
-                    },
-                    channel: Bytes::from(topic),
-                    payload: Bytes::from(payload),
-                }));
-            }
+        let live = self.subs[i].live;
+        let verdict = self.liveness.handle_fanout(live, input, now);
+        if let (Ok(FanoutDelivery::Deliver), Ok(Fanout::Publish { topic, payload })) =
+            (verdict, decoded)
+        {
+            self.subs[i].records += 1;
+            metrics::counter!("zmesh_fanout_records_received_total").increment(1);
+            self.out.push(NodeEvent::Delivery(Delivery {
+                source: Source::Publisher {
+                    endpoint: self.subs[i].endpoint.clone(),
+                },
+                channel: topic,
+                payload,
+            }));
         }
-        self.drain_watch(i, now);
-    }
-
-    fn drain_watch(&mut self, i: usize, now: Instant) {
-        use crate::proto::liveness::WatchEvent;
-        while let Some(ev) = self.subs[i].watch.poll_event() {
-            match ev {
-                WatchEvent::BecameReady => {
-                    let s = &mut self.subs[i];
-                    note(s.state.handle_ready(now));
-                    let name = format!("sub {}", s.endpoint);
-                    self.emit_state(name, ConnState::Ready, None, "first record or beacon");
-                }
-                WatchEvent::Silence => {
-                    self.fail_sub(i, FailureReason::FanoutSilence, "no record or beacon for 15 s", now)
-                }
-                WatchEvent::ProtocolError => {
-                    self.fail_sub(i, FailureReason::ProtocolError, "malformed reserved-topic record", now)
-                }
-            }
-        }
+        self.drain_liveness_events(now);
     }
 
     /// Takes one publisher out of ready, closes only its socket; a new socket is opened on the
     /// next timer pass (MISSION L5).
     fn fail_sub(&mut self, i: usize, reason: FailureReason, detail: &str, now: Instant) {
-        let Some(slot) = self.subs[i].slot.take() else { return };
+        let Some(slot) = self.subs[i].slot.take() else {
+            return;
+        };
         self.take_slot(slot);
         let s = &mut self.subs[i];
         s.conn_id = None;
-        let recovery = if self.host == Host::Running { Recovery::Reconnect } else { Recovery::Hold };
+        let recovery = if self.host == Host::Running {
+            Recovery::Reconnect
+        } else {
+            Recovery::Hold
+        };
         note(s.state.handle_failure(reason, detail, recovery, now));
         let name = format!("sub {}", s.endpoint);
         let state = s.state.state();
@@ -1283,7 +1480,9 @@ impl IoThread {
             .iter()
             .position(|l| {
                 let lane_ok = match &l.kind {
-                    LinkKind::MeshDial { lane, .. } | LinkKind::Inbound { lane, .. } => *lane == Lane::Application,
+                    LinkKind::MeshDial { lane, .. } | LinkKind::Inbound { lane, .. } => {
+                        *lane == Lane::Application
+                    }
                     LinkKind::ClientDial { .. } => false,
                 };
                 lane_ok
@@ -1316,8 +1515,16 @@ impl IoThread {
         self.send_app(pick, channel, channel, payload)
     }
 
-    fn send_app(&mut self, k: LinkKey, who: &str, channel: &str, payload: &[u8]) -> Result<(), SendError> {
-        match self.send_on_link(k, records::message(channel, payload)) {
+    fn send_app(
+        &mut self,
+        k: LinkKey,
+        who: &str,
+        channel: &str,
+        payload: &[u8],
+    ) -> Result<(), SendError> {
+        let frames =
+            records::message(channel, payload).map_err(|e| SendError::Invalid(e.to_string()))?;
+        match self.send_on_link(k, frames) {
             Ok(()) => {
                 metrics::counter!("zmesh_app_records_sent_total").increment(1);
                 Ok(())
@@ -1358,12 +1565,26 @@ impl IoThread {
                         Lane::Completion => p.completion.clone(),
                         _ => p.application.clone(),
                     });
-                    ("route_mesh", lane.as_str(), p.map(|p| p.rid.clone()), ep.unwrap_or_default())
+                    (
+                        "route_mesh",
+                        records::lane_name(*lane),
+                        p.map(|p| p.rid.clone()),
+                        ep.unwrap_or_default(),
+                    )
                 }
                 LinkKind::ClientDial { server } => {
                     let s = self.cfg.servers.get(*server);
-                    let peer = l.conn.as_ref().and_then(|c| c.peer.as_ref()).map(|p| p.rid.clone());
-                    ("client_server", "client", peer.or(s.and_then(|s| s.rid.clone())), s.map(|s| s.endpoint.clone()).unwrap_or_default())
+                    let peer = l
+                        .conn
+                        .as_ref()
+                        .and_then(|c| c.peer.as_ref())
+                        .map(|p| p.rid.clone());
+                    (
+                        "client_server",
+                        "client",
+                        peer.or(s.and_then(|s| s.rid.clone())),
+                        s.map(|s| s.endpoint.clone()).unwrap_or_default(),
+                    )
                 }
                 LinkKind::Inbound { rid, lane } => {
                     let ep = self
@@ -1401,14 +1622,19 @@ impl IoThread {
                     age_ms: age(f.at),
                 }),
                 last_receive_age_ms: l.last_receive.map(age),
-                last_receive_unix_ms: l.last_receive.map(|t| crate::display_time::unix_millis(t, now)),
+                last_receive_unix_ms: l
+                    .last_receive
+                    .map(|t| crate::display_time::unix_millis(t, now)),
                 records_received: l.records,
                 ready_count: l.state.readies(),
                 failure_count: l.state.failures(),
             });
         }
         for s in &self.subs {
-            let last = s.watch.last_receive();
+            let last = self
+                .liveness
+                .publisher(s.live)
+                .and_then(|w| w.last_receive_at());
             links.push(LinkSnapshot {
                 topology: "fanout",
                 role: "subscriber",
@@ -1479,6 +1705,20 @@ struct PollResult {
     wake: bool,
     readable: Vec<SlotKey>,
     monitors: Vec<(SlotKey, bool)>,
+}
+
+/// Handshake admission on a lane: the NotRequired rule is RouteMesh's (MISSION T4); a
+/// ClientServer client may call any server.
+fn admit_on(
+    lane: Lane,
+    local: &Identity,
+    expect: &Expectation,
+    peer: &Identity,
+) -> Result<(), Refusal> {
+    match handshake::admit(local, expect, peer) {
+        Err(Refusal::NotRequired) if lane == Lane::ClientServer => Ok(()),
+        other => other,
+    }
 }
 
 /// Sends a record, prefixed by a routing id when the socket is a ROUTER.

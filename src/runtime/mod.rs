@@ -18,4 +18,6 @@ mod records;
 pub mod snapshot;
 pub mod socket;
 
-pub use node::{Delivery, Node, NodeError, NodeEvent, PublishError, SendError, Source, StateChange};
+pub use node::{
+    Delivery, Node, NodeError, NodeEvent, PublishError, SendError, Source, StateChange,
+};

@@ -7,9 +7,7 @@ use bytes::Bytes;
 
 use crate::proto::handshake::{self, Expectation, Identity, Refusal};
 use crate::proto::state::FailureReason;
-use crate::proto::wire::{
-    self, FanoutMessage, Label, Memberships, Name, Record, WireError,
-};
+use crate::proto::wire::{self, FanoutMessage, Label, Memberships, Name, Record, WireError};
 
 pub(crate) use crate::proto::wire::{CloseReason, Lane, RejectReason};
 
@@ -30,10 +28,16 @@ pub(crate) struct WelcomeRec {
 pub(crate) enum Rec {
     Hello(HelloRec),
     Welcome(WelcomeRec),
-    Reject { reason: RejectReason, detail: String },
+    Reject {
+        reason: RejectReason,
+        detail: String,
+    },
     Probe(u64),
     Ack(u64),
-    Message { channel: String, payload: Bytes },
+    Message {
+        channel: String,
+        payload: Bytes,
+    },
     Close(CloseReason),
     /// A valid record this runtime does not act on yet (calls: a later layer).
     Other(&'static str),
@@ -219,7 +223,12 @@ pub(crate) fn message(channel: &str, payload: &[u8]) -> Result<Vec<Vec<u8>>, Wir
 }
 
 /// A fanout application record.
-pub(crate) fn publish(topic: &[u8], generation: u64, seq: u64, payload: &[u8]) -> Result<Vec<Vec<u8>>, WireError> {
+pub(crate) fn publish(
+    topic: &[u8],
+    generation: u64,
+    seq: u64,
+    payload: &[u8],
+) -> Result<Vec<Vec<u8>>, WireError> {
     FanoutMessage::Publish {
         topic: Bytes::copy_from_slice(topic),
         generation: nz(generation),

@@ -158,7 +158,10 @@ impl Sockets {
     }
 
     /// A plain socket with no monitor (the wake-up pair, publishers).
-    pub fn plain(&mut self, kind: zmq::SocketType) -> Result<(zmq::Socket, zmq::Context), zmq::Error> {
+    pub fn plain(
+        &mut self,
+        kind: zmq::SocketType,
+    ) -> Result<(zmq::Socket, zmq::Context), zmq::Error> {
         let ctx = self.context(1);
         let s = ctx.socket(kind)?;
         apply_common(&s, kind)?;

@@ -77,7 +77,10 @@ impl FreezeProxy {
                     continue;
                 };
                 for (mut from, mut to) in [
-                    (client.try_clone().expect("clone"), server.try_clone().expect("clone")),
+                    (
+                        client.try_clone().expect("clone"),
+                        server.try_clone().expect("clone"),
+                    ),
                     (server, client),
                 ] {
                     let f = f.clone();

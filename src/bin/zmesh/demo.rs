@@ -90,7 +90,8 @@ pub(crate) async fn run(quick: bool) -> Result<()> {
     let t0 = Instant::now();
     let dir = std::env::temp_dir().join(format!("zmesh-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let pause = |ms: u64| tokio::time::sleep(Duration::from_millis(if quick { ms / 4 } else { ms }));
+    let pause =
+        |ms: u64| tokio::time::sleep(Duration::from_millis(if quick { ms / 4 } else { ms }));
 
     let b_rm = RouteMeshBind {
         application: free_tcp()?,

@@ -128,7 +128,10 @@ fn main() -> Result<()> {
                 seconds,
             } => {
                 let mut cfg = NodeConfig::new(format!("sub-{}", std::process::id()));
-                cfg.subscriptions = endpoints.into_iter().map(|endpoint| Endpoint { endpoint }).collect();
+                cfg.subscriptions = endpoints
+                    .into_iter()
+                    .map(|endpoint| Endpoint { endpoint })
+                    .collect();
                 run_node(cfg, events, None, 0, seconds.map(Duration::from_secs)).await
             }
             Cmd::Status { control, json } => status(&control, json),
@@ -156,7 +159,9 @@ pub(crate) fn print_event(rid: &str, ev: &NodeEvent, format: EventFormat, t0: In
             "[{ms:>6} ms] {rid}: {} -> {}{} ({})",
             s.link,
             s.state.as_str(),
-            s.reason.map(|r| format!(" [{}]", r.as_str())).unwrap_or_default(),
+            s.reason
+                .map(|r| format!(" [{}]", r.as_str()))
+                .unwrap_or_default(),
             s.detail
         ),
         (NodeEvent::Delivery(d), EventFormat::Human) => format!(
@@ -219,12 +224,20 @@ async fn run_node(
 async fn send_when_ready(node: &Node, peers: &[String], channels: &[String], n: u32) -> bool {
     for i in 0..n {
         for p in peers {
-            if node.send(p, "demo", format!("hello {i} from {}", node.rid())).await.is_err() {
+            if node
+                .send(p, "demo", format!("hello {i} from {}", node.rid()))
+                .await
+                .is_err()
+            {
                 return i > 0;
             }
         }
         for c in channels {
-            if node.send_to_server(c, format!("hello {i} from {}", node.rid())).await.is_err() {
+            if node
+                .send_to_server(c, format!("hello {i} from {}", node.rid()))
+                .await
+                .is_err()
+            {
                 return i > 0;
             }
         }
@@ -238,13 +251,15 @@ fn serve_control(node: Node, endpoint: String) -> Result<()> {
     let ctx = zmq::Context::new();
     let rep = ctx.socket(zmq::REP)?;
     rep.set_linger(0)?;
-    rep.bind(&endpoint).with_context(|| format!("binding control endpoint {endpoint}"))?;
+    rep.bind(&endpoint)
+        .with_context(|| format!("binding control endpoint {endpoint}"))?;
     let handle = tokio::runtime::Handle::current();
     std::thread::spawn(move || {
         let _ctx = ctx;
         while rep.recv_bytes(0).is_ok() {
             let reply = match handle.block_on(node.snapshot()) {
-                Ok(s) => serde_json::to_string(&s).unwrap_or_else(|e| json!({"error": e.to_string()}).to_string()),
+                Ok(s) => serde_json::to_string(&s)
+                    .unwrap_or_else(|e| json!({"error": e.to_string()}).to_string()),
                 Err(e) => json!({"error": e.to_string()}).to_string(),
             };
             if rep.send(reply.as_bytes(), 0).is_err() {
@@ -300,7 +315,12 @@ fn render_table(v: &serde_json::Value) -> String {
         let failure = if f.is_null() {
             String::new()
         } else {
-            format!("{} ({} ms ago) {}", s(&f["reason"]), s(&f["age_ms"]), s(&f["detail"]))
+            format!(
+                "{} ({} ms ago) {}",
+                s(&f["reason"]),
+                s(&f["age_ms"]),
+                s(&f["detail"])
+            )
         };
         out.push_str(&format!(
             "{:<14} {:<20} {:<10} {:<34} {:<14} {:>5} {}\n",
@@ -316,7 +336,13 @@ fn render_table(v: &serde_json::Value) -> String {
     out
 }
 
-async fn run_pub(endpoint: String, topic: String, count: u64, interval_ms: u64, stay: bool) -> Result<()> {
+async fn run_pub(
+    endpoint: String,
+    topic: String,
+    count: u64,
+    interval_ms: u64,
+    stay: bool,
+) -> Result<()> {
     let mut cfg = NodeConfig::new(format!("pub-{}", std::process::id()));
     cfg.publisher = Some(Endpoint { endpoint });
     let node = Node::start(cfg).await?;

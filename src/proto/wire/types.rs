@@ -88,6 +88,9 @@ wire_enum! {
         LaneMismatch = 7,
         /// The peer broke the protocol (malformed or unexpected record).
         Protocol = 8,
+        /// Both nodes dialled each other on this lane; the connection dialled by the smaller
+        /// RID (bytewise) is the current one and this one is refused (MISSION T1).
+        Duplicate = 9,
     }
 }
 
