@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{free_tcp, ipc, wait_event, FreezeProxy};
+use common::{free_tcp, ipc, Events, FreezeProxy};
 use zmesh::config::{Endpoint, NodeConfig, PeerConfig, RouteMeshBind, ServerConfig};
 use zmesh::proto::handshake::{Membership, Role};
 use zmesh::proto::state::{ConnState, FailureReason};
@@ -59,11 +59,7 @@ fn is_state(ev: &NodeEvent, link_part: &str, state: ConnState) -> bool {
 }
 
 /// Waits until `rid`'s two RouteMesh lanes are ready in `node`'s snapshot.
-async fn wait_peer_ready(
-    node: &Node,
-    events: &mut tokio::sync::mpsc::UnboundedReceiver<Vec<NodeEvent>>,
-    rid: &str,
-) {
+async fn wait_peer_ready(node: &Node, events: &mut Events, rid: &str) {
     let limit = tokio::time::Instant::now() + STEP;
     loop {
         let snap = node.snapshot().await.expect("snapshot");
@@ -80,7 +76,9 @@ async fn wait_peer_ready(
             "peer {rid} not ready: {}",
             snap.to_table()
         );
-        wait_event(events, STEP, |e| matches!(e, NodeEvent::State(_))).await;
+        events
+            .wait(STEP, |e| matches!(e, NodeEvent::State(_)))
+            .await;
     }
 }
 
@@ -111,13 +109,13 @@ async fn t1_route_mesh_ready_and_records_both_ways_tcp_and_ipc() {
         a.peers = vec![peer("b", &b_bind)];
         let b = Node::start(b).await.expect("start b");
         let a = Node::start(a).await.expect("start a");
-        let mut ea = a.take_events().expect("events");
-        let mut eb = b.take_events().expect("events");
+        let mut ea = Events::new(a.take_events().expect("events"));
+        let mut eb = Events::new(b.take_events().expect("events"));
         wait_peer_ready(&a, &mut ea, "b").await;
         wait_peer_ready(&b, &mut eb, "a").await;
 
         a.send("b", "greetings", "to b").await.expect("a -> b");
-        let ev = wait_event(&mut eb, STEP, |e| delivery_payload(e).is_some()).await;
+        let ev = eb.wait(STEP, |e| delivery_payload(e).is_some()).await;
         let NodeEvent::Delivery(d) = ev else {
             unreachable!()
         };
@@ -126,7 +124,7 @@ async fn t1_route_mesh_ready_and_records_both_ways_tcp_and_ipc() {
         assert_eq!(d.source, Source::Peer { rid: "a".into() });
 
         b.send("a", "greetings", "to a").await.expect("b -> a");
-        let ev = wait_event(&mut ea, STEP, |e| delivery_payload(e).is_some()).await;
+        let ev = ea.wait(STEP, |e| delivery_payload(e).is_some()).await;
         assert_eq!(delivery_payload(&ev), Some(&b"to a"[..]));
 
         // Exactly one current connection per lane per peer (T1).
@@ -158,8 +156,8 @@ async fn t1_mutual_dial_keeps_one_connection_per_lane() {
     b.peers = vec![peer("a", &a_bind)];
     let a = Node::start(a).await.expect("a");
     let b = Node::start(b).await.expect("b");
-    let mut ea = a.take_events().expect("events");
-    let mut eb = b.take_events().expect("events");
+    let mut ea = Events::new(a.take_events().expect("events"));
+    let mut eb = Events::new(b.take_events().expect("events"));
     wait_peer_ready(&a, &mut ea, "b").await;
     wait_peer_ready(&b, &mut eb, "a").await;
     for (node, other) in [(&a, "b"), (&b, "a")] {
@@ -173,7 +171,7 @@ async fn t1_mutual_dial_keeps_one_connection_per_lane() {
         }
     }
     a.send("b", "x", "one").await.expect("send");
-    let ev = wait_event(&mut eb, STEP, |e| delivery_payload(e).is_some()).await;
+    let ev = eb.wait(STEP, |e| delivery_payload(e).is_some()).await;
     assert_eq!(delivery_payload(&ev), Some(&b"one"[..]));
     a.shutdown().await.expect("a");
     b.shutdown().await.expect("b");
@@ -197,21 +195,17 @@ async fn t2_client_server_ready_and_records_both_ways() {
     }];
     let s = Node::start(s).await.expect("server");
     let c = Node::start(c).await.expect("client");
-    let mut es = s.take_events().expect("events");
-    let mut ec = c.take_events().expect("events");
-    wait_event(&mut ec, STEP, |e| {
-        is_state(e, "server orders", ConnState::Ready)
-    })
-    .await;
-    wait_event(&mut es, STEP, |e| {
-        is_state(e, "inbound cli", ConnState::Ready)
-    })
-    .await;
+    let mut es = Events::new(s.take_events().expect("events"));
+    let mut ec = Events::new(c.take_events().expect("events"));
+    ec.wait(STEP, |e| is_state(e, "server orders", ConnState::Ready))
+        .await;
+    es.wait(STEP, |e| is_state(e, "inbound cli", ConnState::Ready))
+        .await;
 
     c.send_to_server("orders", "order 1")
         .await
         .expect("client -> server");
-    let ev = wait_event(&mut es, STEP, |e| delivery_payload(e).is_some()).await;
+    let ev = es.wait(STEP, |e| delivery_payload(e).is_some()).await;
     let NodeEvent::Delivery(d) = ev else {
         unreachable!()
     };
@@ -221,7 +215,7 @@ async fn t2_client_server_ready_and_records_both_ways() {
     s.send("cli", "orders", "receipt 1")
         .await
         .expect("server -> client");
-    let ev = wait_event(&mut ec, STEP, |e| delivery_payload(e).is_some()).await;
+    let ev = ec.wait(STEP, |e| delivery_payload(e).is_some()).await;
     assert_eq!(delivery_payload(&ev), Some(&b"receipt 1"[..]));
 
     // No ready server for another channel: refused at once, nothing queued.
@@ -243,13 +237,14 @@ async fn t3_fanout_ready_on_beacon_then_records_never_beacons() {
     let mut s = NodeConfig::new("sub");
     s.subscriptions = vec![Endpoint { endpoint: ep }];
     let s = Node::start(s).await.expect("sub");
-    let mut es = s.take_events().expect("events");
+    let mut es = Events::new(s.take_events().expect("events"));
     // Nothing but beacons has been published: ready can only come from a beacon.
-    wait_event(&mut es, STEP, |e| is_state(e, "sub ", ConnState::Ready)).await;
+    es.wait(STEP, |e| is_state(e, "sub ", ConnState::Ready))
+        .await;
     // A topic that merely shares a prefix with the beacon topic is an application topic.
     let prefix_topic = [&BEACON_TOPIC[..], b"x"].concat();
     p.publish(&prefix_topic, "p1").expect("publish");
-    let ev = wait_event(&mut es, STEP, |e| delivery_payload(e).is_some()).await;
+    let ev = es.wait(STEP, |e| delivery_payload(e).is_some()).await;
     let NodeEvent::Delivery(d) = ev else {
         unreachable!()
     };
@@ -286,8 +281,9 @@ async fn l5_malformed_reserved_topic_drops_only_that_publisher() {
         },
     ];
     let s = Node::start(s).await.expect("sub");
-    let mut es = s.take_events().expect("events");
-    wait_event(&mut es, STEP, |e| is_state(e, &good_ep, ConnState::Ready)).await;
+    let mut es = Events::new(s.take_events().expect("events"));
+    es.wait(STEP, |e| is_state(e, &good_ep, ConnState::Ready))
+        .await;
     // Make the raw publisher's subscriber ready with an exact beacon (sent until it lands:
     // PUB drops records sent before the subscription arrives).
     let ready = async {
@@ -299,18 +295,19 @@ async fn l5_malformed_reserved_topic_drops_only_that_publisher() {
     };
     tokio::select! {
         _ = ready => {}
-        _ = wait_event(&mut es, STEP, |e| is_state(e, &raw_ep, ConnState::Ready)) => {}
+        _ = es.wait(STEP, |e| is_state(e, &raw_ep, ConnState::Ready)) => {}
     }
     raw.send_multipart([&BEACON_TOPIC[..], b"ZF\x01\x02"], 0)
         .expect("send bad");
-    let ev = wait_event(&mut es, STEP, |e| {
-        assert!(
-            delivery_payload(e).is_none(),
-            "nothing may be delivered: {e:?}"
-        );
-        is_failure(e, &raw_ep)
-    })
-    .await;
+    let ev = es
+        .wait(STEP, |e| {
+            assert!(
+                delivery_payload(e).is_none(),
+                "nothing may be delivered: {e:?}"
+            );
+            is_failure(e, &raw_ep)
+        })
+        .await;
     let NodeEvent::State(st) = ev else {
         unreachable!()
     };
@@ -351,14 +348,14 @@ async fn l6_killed_peer_process_detected_at_once_only_that_peer() {
     let mut a = NodeConfig::new("a");
     a.peers = vec![peer("b", &b_bind), peer("c", &c_bind)];
     let a = Node::start(a).await.expect("a");
-    let mut ea = a.take_events().expect("events");
+    let mut ea = Events::new(a.take_events().expect("events"));
     wait_peer_ready(&a, &mut ea, "b").await;
     wait_peer_ready(&a, &mut ea, "c").await;
 
     let killed = Instant::now();
     child.kill().expect("kill -9 b");
     let _ = child.wait();
-    let ev = wait_event(&mut ea, STEP, |e| is_failure(e, "peer b")).await;
+    let ev = ea.wait(STEP, |e| is_failure(e, "peer b")).await;
     let detected = killed.elapsed();
     let NodeEvent::State(st) = ev else {
         unreachable!()
@@ -402,14 +399,15 @@ async fn l2_half_open_connection_fails_on_deadline_real_time() {
         security_identity: None,
     }];
     let a = Node::start(a).await.expect("a");
-    let mut ea = a.take_events().expect("events");
+    let mut ea = Events::new(a.take_events().expect("events"));
     wait_peer_ready(&a, &mut ea, "b").await;
     let frozen_at = Instant::now();
     app_proxy.freeze();
-    let ev = wait_event(&mut ea, Duration::from_secs(20), |e| {
-        is_failure(e, "peer b application")
-    })
-    .await;
+    let ev = ea
+        .wait(Duration::from_secs(20), |e| {
+            is_failure(e, "peer b application")
+        })
+        .await;
     let waited = frozen_at.elapsed();
     let NodeEvent::State(st) = ev else {
         unreachable!()
@@ -436,11 +434,11 @@ async fn f4_restarted_peer_is_admitted_as_new_run() {
     let mut a = NodeConfig::new("a");
     a.peers = vec![peer("b", &b_bind)];
     let a = Node::start(a).await.expect("a");
-    let mut ea = a.take_events().expect("events");
+    let mut ea = Events::new(a.take_events().expect("events"));
     wait_peer_ready(&a, &mut ea, "b").await;
     let g1 = b1.generation();
     b1.shutdown().await.expect("b1 down");
-    let ev = wait_event(&mut ea, STEP, |e| is_failure(e, "peer b")).await;
+    let ev = ea.wait(STEP, |e| is_failure(e, "peer b")).await;
     let NodeEvent::State(st) = ev else {
         unreachable!()
     };
@@ -478,13 +476,14 @@ async fn t4_not_required_pair_never_ready_never_retried() {
     a.memberships = client_of("orders");
     a.peers = vec![peer("d", &d_bind)];
     let a = Node::start(a).await.expect("a");
-    let mut ea = a.take_events().expect("events");
+    let mut ea = Events::new(a.take_events().expect("events"));
     for lane in ["application", "completion"] {
-        let ev = wait_event(&mut ea, STEP, |e| {
-            assert!(!is_state(e, "peer d", ConnState::Ready), "{e:?}");
-            is_state(e, &format!("peer d {lane}"), ConnState::NotRequired)
-        })
-        .await;
+        let ev = ea
+            .wait(STEP, |e| {
+                assert!(!is_state(e, "peer d", ConnState::Ready), "{e:?}");
+                is_state(e, &format!("peer d {lane}"), ConnState::NotRequired)
+            })
+            .await;
         let NodeEvent::State(st) = ev else {
             unreachable!()
         };
@@ -495,15 +494,15 @@ async fn t4_not_required_pair_never_ready_never_retried() {
     let snap = a.snapshot().await.expect("snapshot");
     for l in snap.peer("d") {
         assert_eq!(l.state, ConnState::NotRequired, "{}", snap.to_table());
-        assert_eq!(l.failure_count, 1, "retried: {}", snap.to_table());
+        assert_eq!(l.ready_count, 0, "{}", snap.to_table());
+        let f = l.last_failure.as_ref().expect("the reason is recorded");
+        assert_eq!(f.reason, FailureReason::NotRequired);
         assert_eq!(l.connection_id, None);
     }
     assert!(ea
-        .try_recv()
-        .map(|b| b
-            .iter()
-            .all(|e| !is_state(e, "peer d", ConnState::Connecting)))
-        .unwrap_or(true));
+        .drain_now()
+        .iter()
+        .all(|e| !is_state(e, "peer d", ConnState::Connecting)));
     let dsnap = d.snapshot().await.expect("snapshot");
     assert!(
         dsnap.links.iter().all(|l| l.state != ConnState::Ready),
@@ -526,7 +525,7 @@ async fn f6_shutdown_leaves_nothing_running() {
     let mut a = NodeConfig::new("a");
     a.peers = vec![peer("b", &b_bind)];
     let a = Node::start(a).await.expect("a");
-    let mut ea = a.take_events().expect("events");
+    let mut ea = Events::new(a.take_events().expect("events"));
     wait_peer_ready(&a, &mut ea, "b").await;
     b.shutdown().await.expect("shutdown");
     assert!(!b.is_running());
@@ -534,7 +533,7 @@ async fn f6_shutdown_leaves_nothing_running() {
         b.snapshot().await.is_err(),
         "a stopped node answers nothing"
     );
-    let ev = wait_event(&mut ea, STEP, |e| is_failure(e, "peer b")).await;
+    let ev = ea.wait(STEP, |e| is_failure(e, "peer b")).await;
     let NodeEvent::State(st) = ev else {
         unreachable!()
     };

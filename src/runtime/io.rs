@@ -62,6 +62,9 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// Longest wait for a closed dialled socket's monitor to confirm the close before a
 /// replacement is dialled anyway.
 pub const CLOSE_CONFIRM_MAX: Duration = Duration::from_secs(1);
+/// Records read from a dialled socket after its disconnect event, before the disconnect is
+/// acted on (they arrived first; an orderly CLOSE among them is the better reason).
+const DRAIN_BEFORE_DISCONNECT: usize = 1024;
 /// Bound on one drain of commands per loop turn, so commands cannot starve the receive loop.
 const COMMANDS_PER_TURN: usize = 1024;
 
@@ -860,8 +863,19 @@ impl IoThread {
             match (s.role, ev) {
                 (SlotRole::Dialled(k), MonitorEvent::HandshakeSucceeded) => self.send_hello(k, now),
                 (SlotRole::Dialled(k), MonitorEvent::Disconnected) => {
-                    let ready = self.links[k].conn.as_ref().is_some_and(|c| c.hello_sent);
-                    if ready {
+                    // Records that arrived before the disconnect come first: an orderly CLOSE
+                    // explains the disconnect better than the disconnect itself.
+                    for _ in 0..DRAIN_BEFORE_DISCONNECT {
+                        let Some(frames) = self.recv_one(slot) else {
+                            break;
+                        };
+                        self.on_frames(slot, frames, now);
+                    }
+                    let still = self.links[k]
+                        .conn
+                        .as_ref()
+                        .is_some_and(|c| c.slot == slot && c.hello_sent);
+                    if still {
                         self.fail_link(k, FailureReason::TransportError, "disconnected", now);
                     }
                 }
@@ -1480,9 +1494,9 @@ impl IoThread {
             .iter()
             .position(|l| {
                 let lane_ok = match &l.kind {
-                    LinkKind::MeshDial { lane, .. } | LinkKind::Inbound { lane, .. } => {
-                        *lane == Lane::Application
-                    }
+                    // A RouteMesh peer's Application lane, or a client of our server.
+                    LinkKind::MeshDial { lane, .. } => *lane == Lane::Application,
+                    LinkKind::Inbound { lane, .. } => *lane != Lane::Completion,
                     LinkKind::ClientDial { .. } => false,
                 };
                 lane_ok

@@ -216,7 +216,8 @@ impl Node {
         rx.await.ok()
     }
 
-    /// Sends a one-way application record to a RouteMesh peer on its Application lane.
+    /// Sends a one-way application record to a RouteMesh peer (on its Application lane) or to
+    /// a ClientServer client connected to this node's server endpoint, by RID.
     /// Fails at once, with nothing queued, if the lane is not ready or cannot send now.
     pub async fn send(
         &self,

@@ -2,6 +2,7 @@
 //! connections), event waits with an upper bound, and the Python test peer.
 #![allow(dead_code)]
 
+use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -26,30 +27,54 @@ pub fn ipc(name: &str) -> String {
 }
 static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Waits for the first event matching `pred`, up to `limit`; returns it, or panics with what
-/// was seen.
-pub async fn wait_event(
-    events: &mut UnboundedReceiver<Vec<NodeEvent>>,
-    limit: Duration,
-    mut pred: impl FnMut(&NodeEvent) -> bool,
-) -> NodeEvent {
-    let mut seen = Vec::new();
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        tokio::select! {
-            batch = events.recv() => {
-                let batch = batch.expect("node event stream ended");
-                for ev in batch {
-                    if pred(&ev) {
-                        return ev;
-                    }
-                    seen.push(ev);
+/// A node's event stream, one event at a time.
+pub struct Events {
+    rx: UnboundedReceiver<Vec<NodeEvent>>,
+    buf: VecDeque<NodeEvent>,
+}
+
+impl Events {
+    /// Wraps the stream of [`zmesh::runtime::Node::take_events`].
+    pub fn new(rx: UnboundedReceiver<Vec<NodeEvent>>) -> Events {
+        Events {
+            rx,
+            buf: VecDeque::new(),
+        }
+    }
+
+    /// Waits for the first event matching `pred`, up to `limit`; returns it, or panics with
+    /// what was seen. Events before the match are consumed.
+    pub async fn wait(
+        &mut self,
+        limit: Duration,
+        mut pred: impl FnMut(&NodeEvent) -> bool,
+    ) -> NodeEvent {
+        let mut seen = Vec::new();
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            while let Some(ev) = self.buf.pop_front() {
+                if pred(&ev) {
+                    return ev;
+                }
+                seen.push(ev);
+            }
+            tokio::select! {
+                batch = self.rx.recv() => {
+                    self.buf.extend(batch.expect("node event stream ended"));
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    panic!("no matching event within {limit:?}; saw {seen:#?}");
                 }
             }
-            _ = tokio::time::sleep_until(deadline) => {
-                panic!("no matching event within {limit:?}; saw {seen:#?}");
-            }
         }
+    }
+
+    /// Events already received, without waiting.
+    pub fn drain_now(&mut self) -> Vec<NodeEvent> {
+        while let Ok(batch) = self.rx.try_recv() {
+            self.buf.extend(batch);
+        }
+        self.buf.drain(..).collect()
     }
 }
 
