@@ -721,7 +721,9 @@ fn read_memberships<'a>(r: &mut Reader<'a>) -> Result<Vec<(u8, &'a [u8])>, WireE
     Ok(list)
 }
 
+/// Checks a memberships list in wire order: the count first, then each entry.
 fn memberships_from_wire(raw: &[(u8, &[u8])]) -> Result<Memberships, WireError> {
+    Memberships::check_count(raw.len())?;
     let list = raw
         .iter()
         .map(|(role, channel)| {

@@ -647,6 +647,10 @@ fn rejects_too_many_memberships() {
     for _ in 0..1025 {
         frame.extend(h("01 0001 63"));
     }
+    assert_invalid(&[frame.clone()], Kind::Welcome, "memberships");
+    // The count is judged before the entries (values in wire order).
+    let last_role = frame.len() - 4;
+    frame[last_role] = 0;
     assert_invalid(&[frame], Kind::Welcome, "memberships");
 }
 
