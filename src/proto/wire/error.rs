@@ -16,7 +16,7 @@ use super::Kind;
 #[non_exhaustive]
 pub enum WireError {
     /// Class `frame_count`: the message has the wrong number of frames for its kind (or none).
-    #[error("{}: expected {expected} frame(s), found {found}", KindCtx(*.kind))]
+    #[error("{}expected {expected} frame(s), found {found}", KindCtx(*.kind))]
     FrameCount {
         /// The kind whose frame count was wrong; `None` when no kind could be read.
         kind: Option<Kind>,
@@ -27,7 +27,7 @@ pub enum WireError {
     },
     /// Class `truncated`: a frame ends before the field that should come next ("need more
     /// bytes", as opposed to a malformed value).
-    #[error("{}: truncated before field `{field}`", KindCtx(*.kind))]
+    #[error("{}truncated before field `{field}`", KindCtx(*.kind))]
     Truncated {
         /// The kind being read; `None` while reading the 4-byte envelope header.
         kind: Option<Kind>,
@@ -66,7 +66,7 @@ pub enum WireError {
     /// Class `invalid_field`: a field value is outside its domain (zero where non-zero is
     /// required, unknown enum value, bad UTF-8, length out of range, a kind not allowed where it
     /// appears), or a value given to an encoder cannot be encoded (an argument error).
-    #[error("{}: invalid field `{field}`: {problem}", KindCtx(*.kind))]
+    #[error("{}invalid field `{field}`: {problem}", KindCtx(*.kind))]
     InvalidField {
         /// The kind the field belongs to; `None` when a value is checked outside any record.
         kind: Option<Kind>,
@@ -126,14 +126,14 @@ impl WireError {
     }
 }
 
-/// Renders an optional kind as error-message context.
+/// Renders an optional kind as an error-message prefix (`"probe: "`, or nothing).
 struct KindCtx(Option<Kind>);
 
 impl fmt::Display for KindCtx {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
-            Some(kind) => write!(f, "{kind}"),
-            None => f.write_str("message"),
+            Some(kind) => write!(f, "{kind}: "),
+            None => Ok(()),
         }
     }
 }

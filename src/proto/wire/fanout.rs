@@ -5,10 +5,7 @@ use std::num::NonZeroU64;
 use bytes::Bytes;
 
 use super::codec::{put_u64, Reader};
-use super::{envelope, read_header, Kind, WireError, BEACON_PAYLOAD, BEACON_TOPIC};
-
-/// The largest fanout topic, in bytes.
-const MAX_TOPIC_LEN: usize = 255;
+use super::{envelope, read_header, Kind, WireError, BEACON_PAYLOAD, BEACON_TOPIC, MAX_TOPIC_LEN};
 
 /// One message on a Classic fanout PUB/SUB socket.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -18,9 +18,10 @@
 //!   [`Batch`], `NonZeroU64`, the one-byte enums) admit only what WIRE.md allows, so
 //!   encoding is infallible and `decode(encode(r)) == r`. There is exactly one byte form per
 //!   record, so also `encode(decode(b)) == b` for every accepted `b`.
-//! * Decoders check in the order of WIRE.md §6 and never panic, never allocate more than the
-//!   input's size, and tell "a frame ends too early" (`truncated`) from "a value is
-//!   malformed" (every other [`WireError`] class).
+//! * Decoders check in the order of WIRE.md §6, never panic, allocate only in proportion to
+//!   the bytes actually received (never from a length or count field alone), and tell "a
+//!   frame ends too early" (`truncated`) from "a value is malformed" (every other
+//!   [`WireError`] class).
 //! * The hot records have allocation-free helpers: [`peek_kind`], [`encode_probe`],
 //!   [`encode_ack`], [`encode_beacon`].
 //!
@@ -64,6 +65,8 @@ pub const PROBE_LEN: usize = 12;
 pub const BEACON_TOPIC: [u8; 5] = [0x01, 0x5A, 0x4C, 0x46, 0x31];
 /// The exact payload of the liveness beacon (MISSION L4).
 pub const BEACON_PAYLOAD: [u8; 4] = [0x5A, 0x46, 0x01, 0x01];
+/// The longest fanout topic, in bytes (the shortest is 1).
+pub const MAX_TOPIC_LEN: usize = 255;
 
 /// The record kind: byte 3 of an envelope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -140,10 +143,22 @@ impl TryFrom<u8> for Kind {
 
     /// Fails with class `unknown_kind`.
     fn try_from(byte: u8) -> Result<Self, WireError> {
-        Kind::ALL
-            .into_iter()
-            .find(|k| *k as u8 == byte)
-            .ok_or(WireError::UnknownKind { kind: byte })
+        Ok(match byte {
+            0x01 => Kind::Hello,
+            0x02 => Kind::Welcome,
+            0x03 => Kind::Reject,
+            0x04 => Kind::Probe,
+            0x05 => Kind::Ack,
+            0x06 => Kind::Message,
+            0x07 => Kind::Request,
+            0x08 => Kind::Accept,
+            0x09 => Kind::Reply,
+            0x0A => Kind::Item,
+            0x0B => Kind::Close,
+            0x0C => Kind::Batch,
+            0x0D => Kind::Publish,
+            _ => return Err(WireError::UnknownKind { kind: byte }),
+        })
     }
 }
 
@@ -706,7 +721,9 @@ fn read_memberships<'a>(r: &mut Reader<'a>) -> Result<Vec<(u8, &'a [u8])>, WireE
     Ok(list)
 }
 
+/// Checks a memberships list in wire order: the count first, then each entry.
 fn memberships_from_wire(raw: &[(u8, &[u8])]) -> Result<Memberships, WireError> {
+    Memberships::check_count(raw.len())?;
     let list = raw
         .iter()
         .map(|(role, channel)| {

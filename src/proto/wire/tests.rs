@@ -647,6 +647,10 @@ fn rejects_too_many_memberships() {
     for _ in 0..1025 {
         frame.extend(h("01 0001 63"));
     }
+    assert_invalid(&[frame.clone()], Kind::Welcome, "memberships");
+    // The count is judged before the entries (values in wire order).
+    let last_role = frame.len() - 4;
+    frame[last_role] = 0;
     assert_invalid(&[frame], Kind::Welcome, "memberships");
 }
 
@@ -873,6 +877,17 @@ fn error_classes_are_the_documented_strings() {
             "reserved_topic"
         ]
     );
-    // Messages name the context.
+    // Messages name the context when there is one.
     assert_eq!(all[5].to_string(), "probe: 1 byte(s) after the last field");
+    assert_eq!(all[0].to_string(), "expected 1 frame(s), found 0");
+    assert_eq!(
+        Name::new("").unwrap_err().to_string(),
+        "invalid field `string`: length out of range"
+    );
+    assert_eq!(
+        decode(&[h("5a4d0104 0000000000000000")])
+            .unwrap_err()
+            .to_string(),
+        "probe: invalid field `id`: must be non-zero"
+    );
 }

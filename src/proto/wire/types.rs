@@ -287,14 +287,21 @@ impl Memberships {
 
     /// Checks the count. Fails with class `invalid_field`.
     pub fn new(list: Vec<Membership>) -> Result<Self, WireError> {
-        if list.len() > Self::MAX {
-            return Err(WireError::invalid(
+        Self::check_count(list.len())?;
+        Ok(Self(list))
+    }
+
+    /// Checks a memberships count.
+    pub(crate) fn check_count(count: usize) -> Result<(), WireError> {
+        if count > Self::MAX {
+            Err(WireError::invalid(
                 None,
                 "memberships",
                 "more than 1024 entries",
-            ));
+            ))
+        } else {
+            Ok(())
         }
-        Ok(Self(list))
     }
 
     /// The memberships, in wire order.
