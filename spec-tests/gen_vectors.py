@@ -33,7 +33,7 @@ ROLES = {"server": 1, "object_client": 2}
 REJECT_REASONS = {
     "not_required": 1, "identity_mismatch": 2, "generation_mismatch": 3,
     "security_failure": 4, "unsupported_version": 5, "draining": 6, "lane_mismatch": 7,
-    "protocol": 8,
+    "protocol": 8, "duplicate": 9,
 }
 SEMANTICS = {
     "undeclared": 0, "query": 1, "idempotent_command": 2, "non_repeatable_command": 3,
@@ -414,7 +414,7 @@ def records_file():
                 "frame_count"),
         invalid("reject_reason_0", "Reason 0.", "reject", [replace(r, 4, b"\x00")],
                 "invalid_field"),
-        invalid("reject_reason_9", "Reason 9.", "reject", [replace(r, 4, b"\x09")],
+        invalid("reject_reason_10", "Reason 10.", "reject", [replace(r, 4, b"\x0a")],
                 "invalid_field"),
         invalid("reject_detail_1025_bytes", "Detail of 1025 bytes.", "reject",
                 [header("reject") + b"\x08" + string("d" * 1025)], "invalid_field"),

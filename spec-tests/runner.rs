@@ -188,6 +188,7 @@ enum JsonRejectReason {
     Draining,
     LaneMismatch,
     Protocol,
+    Duplicate,
 }
 
 #[derive(Debug, Deserialize, Clone, Copy)]
@@ -356,6 +357,7 @@ fn typed(j: &JsonRecord) -> Result<Typed, WireError> {
                 JsonRejectReason::Draining => RejectReason::Draining,
                 JsonRejectReason::LaneMismatch => RejectReason::LaneMismatch,
                 JsonRejectReason::Protocol => RejectReason::Protocol,
+                JsonRejectReason::Duplicate => RejectReason::Duplicate,
             },
             detail: Detail::new(detail.as_str())?,
         }),

@@ -30,3 +30,8 @@ pub mod config;
 pub mod display_time;
 pub mod proto;
 pub mod runtime;
+
+/// Compiles the README's example as a doctest, so the README cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

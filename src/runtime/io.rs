@@ -230,8 +230,12 @@ impl IoThread {
         events: mpsc::UnboundedSender<Vec<NodeEvent>>,
     ) -> Result<(IoThread, zmq::Socket), NodeError> {
         let now = Instant::now();
-        let mut sockets = Sockets::new(generation);
-        let (wake, ctx) = sockets.plain(zmq::PAIR)?;
+        let sockets = Sockets::new(generation);
+        // The wake-up pair lives in a context of its own: the handle keeps its end, and the
+        // contexts of every other socket must be free to terminate at shutdown.
+        let ctx = zmq::Context::new();
+        let wake = ctx.socket(zmq::PAIR)?;
+        wake.set_linger(0)?;
         let wake_ep = format!("inproc://zmesh-wake-{generation:016x}");
         wake.bind(&wake_ep)?;
         let waker = ctx.socket(zmq::PAIR)?;
@@ -1708,6 +1712,11 @@ impl IoThread {
         self.inbound.clear();
         self.subs.clear();
         self.publisher = None;
+        self.liveness.clear();
+        self.live_owner.clear();
+        // Dropping the contexts terminates them once their last socket is closed: after this,
+        // libzmq has released every socket, connection and listening port of the node.
+        self.sockets = Sockets::new(0);
         self.flush_events();
         if let Some(reply) = self.shutdown_reply.take() {
             let _ = reply.send(());

@@ -587,7 +587,7 @@ fn rejects_unknown_enum_values() {
     assert_invalid(&[h("5a4d010b 00")], Kind::Close, "reason");
     assert_invalid(&[h("5a4d010b 07")], Kind::Close, "reason");
     assert_invalid(&[h("5a4d0103 00 0000")], Kind::Reject, "reason");
-    assert_invalid(&[h("5a4d0103 09 0000")], Kind::Reject, "reason");
+    assert_invalid(&[h("5a4d0103 0a 0000")], Kind::Reject, "reason");
     assert_invalid(
         &[h("5a4d0109 0000000000000001 0f"), vec![]],
         Kind::Reply,
