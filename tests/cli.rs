@@ -1,0 +1,99 @@
+//! The `zmesh` command line over real processes: `node --events ndjson`, `status`.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::ipc;
+use zmesh::config::{Endpoint, NodeConfig};
+use zmesh::runtime::Node;
+
+/// MISSION O1: `zmesh node --events ndjson` prints one JSON object per state change, and
+/// `zmesh status --json` prints the running node's snapshot with the link's state.
+#[tokio::test]
+async fn o1_cli_node_ndjson_events_and_status_snapshot() {
+    let pub_ep = ipc("cli-pub");
+    let mut p = NodeConfig::new("cli-pub");
+    p.publisher = Some(Endpoint {
+        endpoint: pub_ep.clone(),
+    });
+    let publisher = Node::start(p).await.expect("publisher");
+
+    let mut cfg = NodeConfig::new("cli-node");
+    cfg.subscriptions = vec![Endpoint {
+        endpoint: pub_ep.clone(),
+    }];
+    let dir = std::env::temp_dir().join(format!("zmesh-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("node.toml");
+    std::fs::write(&path, toml::to_string(&cfg).expect("toml")).expect("write");
+    let control = ipc("ctl");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zmesh"))
+        .args([
+            "node",
+            "--events",
+            "ndjson",
+            "--control",
+            &control,
+            "--config",
+        ])
+        .arg(&path)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn zmesh node");
+    let stdout = child.stdout.take().expect("stdout");
+    // The reader thread ends when the child exits; it hands lines over a channel so the wait
+    // below is bounded.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut ready = false;
+    while let Ok(line) = rx.recv_timeout(Duration::from_secs(15)) {
+        let v: serde_json::Value = serde_json::from_str(&line).expect("each line is JSON");
+        assert_eq!(v["node"], "cli-node");
+        assert!(v["t_ms"].is_u64());
+        if v["event"] == "state" && v["state"] == "ready" {
+            assert!(v["link"].as_str().expect("link").contains(&pub_ep));
+            ready = true;
+            break;
+        }
+    }
+    assert!(ready, "no ready state line within 15 s");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_zmesh"))
+        .args(["status", "--json", "--control", &control])
+        .output()
+        .expect("zmesh status");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let snap: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+    assert_eq!(snap["rid"], "cli-node");
+    let link = &snap["links"][0];
+    assert_eq!(link["topology"], "fanout");
+    assert_eq!(link["endpoint"], pub_ep.as_str());
+    assert_eq!(link["state"], "ready");
+
+    let table = Command::new(env!("CARGO_BIN_EXE_zmesh"))
+        .args(["status", "--control", &control])
+        .output()
+        .expect("zmesh status");
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        text.contains("subscriber") && text.contains("ready"),
+        "{text}"
+    );
+
+    let _ = child.kill();
+    let _ = child.wait();
+    publisher.shutdown().await.expect("shutdown");
+}
