@@ -1107,11 +1107,7 @@ impl IoThread {
             security_identity: None,
         };
         if let Err(r) = admit_on(lane, &hello.identity, &theirs, &self.me) {
-            reject(
-                self,
-                records::reject_reason(r),
-                &format!("{r} (as judged by the dialler's expectation)"),
-            );
+            reject(self, records::reject_reason(r), &r.to_string());
             return;
         }
         if let Err(r) = admit_on(lane, &self.me, &expect, &hello.identity) {
@@ -1242,6 +1238,8 @@ impl IoThread {
             return;
         };
         let (ready, conn_id, live) = (c.ready, c.id, c.live);
+        // One span per physical connection: identities go to traces, never to metric labels.
+        let _span = tracing::debug_span!("conn", id = %conn_id, kind = rec.kind_name()).entered();
         if let Rec::Probe(id) = rec {
             c.last_peer_probe = Some(id);
         }

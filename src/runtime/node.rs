@@ -54,6 +54,17 @@ pub enum Source {
     },
 }
 
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Peer { rid } => write!(f, "peer {rid}"),
+            Source::Client { rid } => write!(f, "client {rid}"),
+            Source::Server { rid } => write!(f, "server {rid}"),
+            Source::Publisher { endpoint } => write!(f, "publisher {endpoint}"),
+        }
+    }
+}
+
 /// One application record delivered to this node. Probes, ACKs and beacons never appear here
 /// (MISSION L3, L5).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -81,7 +81,7 @@ impl Snapshot {
     /// A human-readable table.
     pub fn to_table(&self) -> String {
         let mut out = format!(
-            "node {} generation {:016x} host {}\n{:<14} {:<15} {:<12} {:<32} {:<14} {:>6} {}\n",
+            "node {} generation {:016x} host {}\n{:<14} {:<20} {:<10} {:<44} {:<14} {:>5} {}\n",
             self.rid,
             self.generation,
             self.host,
@@ -100,7 +100,7 @@ impl Snapshot {
                 .map(|f| format!("{} ({} ms ago) {}", f.reason, f.age_ms, f.detail))
                 .unwrap_or_default();
             out.push_str(&format!(
-                "{:<14} {:<15} {:<12} {:<32} {:<14} {:>6} {}\n",
+                "{:<14} {:<20} {:<10} {:<44} {:<14} {:>5} {}\n",
                 l.topology,
                 l.role,
                 l.peer.as_deref().unwrap_or("-"),

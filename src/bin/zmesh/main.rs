@@ -165,7 +165,7 @@ pub(crate) fn print_event(rid: &str, ev: &NodeEvent, format: EventFormat, t0: In
             s.detail
         ),
         (NodeEvent::Delivery(d), EventFormat::Human) => format!(
-            "[{ms:>6} ms] {rid}: delivery from {:?} on {:?}: {}",
+            "[{ms:>6} ms] {rid}: delivery from {} on {:?}: {}",
             d.source,
             String::from_utf8_lossy(&d.channel),
             String::from_utf8_lossy(&d.payload)
