@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 use crate::proto::handshake::Membership;
 
 /// Configuration of one node.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeConfig {
     /// Stable node id (RID). Required, 1..=255 bytes.
@@ -68,6 +68,32 @@ pub struct NodeConfig {
     /// Fanout publishers this node subscribes to (one SUB socket each).
     #[serde(default)]
     pub subscriptions: Vec<Endpoint>,
+    /// Deliveries the application may leave untaken before the application queue counts as
+    /// paused (see [`crate::runtime::EventStream`]). Default 65536.
+    #[serde(default = "default_high_water")]
+    pub delivery_high_water: usize,
+}
+
+fn default_high_water() -> usize {
+    65_536
+}
+
+impl Default for NodeConfig {
+    /// No RID (set one before starting), nothing bound, nothing dialled.
+    fn default() -> NodeConfig {
+        NodeConfig {
+            rid: String::new(),
+            security_identity: None,
+            memberships: Vec::new(),
+            route_mesh: None,
+            server: None,
+            publisher: None,
+            peers: Vec::new(),
+            servers: Vec::new(),
+            subscriptions: Vec::new(),
+            delivery_high_water: default_high_water(),
+        }
+    }
 }
 
 /// The two bound RouteMesh lanes.
@@ -170,6 +196,9 @@ impl NodeConfig {
         let bad = |m: String| Err(ConfigError::Invalid(m));
         if self.rid.is_empty() || self.rid.len() > 255 {
             return bad(format!("rid must be 1..=255 bytes, got {}", self.rid.len()));
+        }
+        if self.delivery_high_water == 0 {
+            return bad("delivery_high_water must be at least 1".into());
         }
         if self
             .security_identity

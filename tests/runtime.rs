@@ -544,3 +544,55 @@ async fn f6_shutdown_leaves_nothing_running() {
     }
     a.shutdown().await.expect("a");
 }
+
+/// MISSION R5 (real time, bounded): a paused application queue (the application takes no
+/// events) never changes readiness: probes and ACKs keep being processed across more than one
+/// peer deadline, and the records that arrived meanwhile are delivered afterwards, in order.
+#[tokio::test]
+async fn r5_paused_application_queue_never_changes_readiness() {
+    let b_bind = mesh_bind(true);
+    let mut b = NodeConfig::new("b");
+    b.memberships = server_of("x");
+    b.route_mesh = Some(b_bind.clone());
+    let b = Node::start(b).await.expect("b");
+    let mut a = NodeConfig::new("a");
+    a.delivery_high_water = 8;
+    a.peers = vec![peer("b", &b_bind)];
+    let a = Node::start(a).await.expect("a");
+    let mut ea = Events::new(a.take_events().expect("events"));
+    wait_peer_ready(&a, &mut ea, "b").await;
+    // From here on a's application takes nothing: its queue fills to the high-water mark and
+    // the rest waits in the link's backlog.
+    for i in 0..100u32 {
+        b.send("a", "x", i.to_be_bytes().to_vec())
+            .await
+            .expect("send");
+    }
+    // Observation window longer than the 15 s peer deadline.
+    tokio::time::sleep(Duration::from_secs(16)).await;
+    let snap = a.snapshot().await.expect("snapshot");
+    for l in snap.peer("b") {
+        assert_eq!(l.state, ConnState::Ready, "{}", snap.to_table());
+        assert_eq!(
+            l.ready_count,
+            1,
+            "left ready while paused: {}",
+            snap.to_table()
+        );
+    }
+    let mut got = Vec::new();
+    while got.len() < 100 {
+        if let NodeEvent::Delivery(d) = ea.wait(STEP, |e| delivery_payload(e).is_some()).await {
+            got.push(u32::from_be_bytes(
+                d.payload[..].try_into().expect("4 bytes"),
+            ));
+        }
+    }
+    assert_eq!(
+        got,
+        (0..100).collect::<Vec<u32>>(),
+        "order within the link is kept"
+    );
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+}

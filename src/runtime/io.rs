@@ -24,7 +24,9 @@
 //! dialled by the node with the smaller RID is kept and the other one is rejected with
 //! `Duplicate`, so each lane has exactly one current connection per peer (MISSION T1).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -65,6 +67,12 @@ pub const CLOSE_CONFIRM_MAX: Duration = Duration::from_secs(1);
 /// Records read from a dialled socket after its disconnect event, before the disconnect is
 /// acted on (they arrived first; an orderly CLOSE among them is the better reason).
 const DRAIN_BEFORE_DISCONNECT: usize = 1024;
+/// Records a link holds while the application queue is paused; when full, the link's socket
+/// is not read until the queue drains (MISSION R5).
+pub const LINK_BACKLOG: usize = 1024;
+/// Longest poll wait while some socket is held back by a paused application queue, so the
+/// loop notices the application draining its queue.
+const PAUSED_POLL_MS: i64 = 10;
 /// Bound on one drain of commands per loop turn, so commands cannot starve the receive loop.
 const COMMANDS_PER_TURN: usize = 1024;
 
@@ -160,6 +168,8 @@ struct Link {
     yielded: bool,
     records: u64,
     last_receive: Option<Instant>,
+    /// Application records held while the application queue is paused (MISSION R5).
+    backlog: VecDeque<Delivery>,
 }
 
 struct Sub {
@@ -202,6 +212,12 @@ pub(crate) struct IoThread {
     commands: Receiver<Command>,
     events: mpsc::UnboundedSender<Vec<NodeEvent>>,
     out: Vec<NodeEvent>,
+    /// Deliveries handed to the application and not yet taken by it.
+    outstanding: Arc<AtomicUsize>,
+    /// Sockets not read this turn because a paused application queue holds them back.
+    held: Vec<SlotKey>,
+    /// Records waiting in link backlogs.
+    backlogged: usize,
     slots: Vec<Option<Slot>>,
     links: Vec<Link>,
     inbound: HashMap<(SlotKey, Vec<u8>), LinkKey>,
@@ -228,6 +244,7 @@ impl IoThread {
         generation: u64,
         commands: Receiver<Command>,
         events: mpsc::UnboundedSender<Vec<NodeEvent>>,
+        outstanding: Arc<AtomicUsize>,
     ) -> Result<(IoThread, zmq::Socket), NodeError> {
         let now = Instant::now();
         let sockets = Sockets::new(generation);
@@ -257,6 +274,9 @@ impl IoThread {
             commands,
             events,
             out: Vec::new(),
+            outstanding,
+            held: Vec::new(),
+            backlogged: 0,
             slots: Vec::new(),
             links: Vec::new(),
             inbound: HashMap::new(),
@@ -395,6 +415,7 @@ impl IoThread {
             yielded: false,
             records: 0,
             last_receive: None,
+            backlog: VecDeque::new(),
         });
         self.links.len() - 1
     }
@@ -414,6 +435,7 @@ impl IoThread {
         loop {
             let now = Instant::now();
             self.run_timers(now);
+            self.release_backlogs();
             self.flush_events();
             if self.host == Host::Stopped {
                 break;
@@ -426,6 +448,13 @@ impl IoThread {
                     (d.as_micros().div_ceil(1000)) as i64
                 })
                 .unwrap_or(-1);
+            let timeout = if self.backlogged == 0 {
+                timeout
+            } else if timeout < 0 {
+                PAUSED_POLL_MS
+            } else {
+                timeout.min(PAUSED_POLL_MS)
+            };
             let ready = match self.poll(timeout) {
                 Ok(r) => r,
                 Err(e) => {
@@ -480,7 +509,7 @@ impl IoThread {
         let mut items = vec![self.wake.as_poll_item(zmq::POLLIN)];
         for (k, s) in self.slots.iter().enumerate() {
             let Some(s) = s else { continue };
-            if s.role != SlotRole::Publisher {
+            if s.role != SlotRole::Publisher && !self.held.contains(&k) {
                 items.push(s.socket.as_poll_item(zmq::POLLIN));
                 keys.push((k, false));
             }
@@ -527,6 +556,11 @@ impl IoThread {
     fn flush_events(&mut self) {
         if !self.out.is_empty() {
             let batch = std::mem::take(&mut self.out);
+            let n = batch
+                .iter()
+                .filter(|e| matches!(e, NodeEvent::Delivery(_)))
+                .count();
+            self.outstanding.fetch_add(n, Ordering::Relaxed);
             // The application side may have dropped its receiver; events are then discarded.
             let _ = self.events.send(batch);
         }
@@ -546,6 +580,35 @@ impl IoThread {
             reason,
             detail: detail.to_owned(),
         }));
+    }
+
+    /// True when the application queue holds `delivery_high_water` deliveries or more.
+    fn paused(&self) -> bool {
+        self.outstanding.load(Ordering::Relaxed) + self.out.len() >= self.cfg.delivery_high_water
+    }
+
+    /// Moves held records to the application while its queue has room, in order per link,
+    /// and recomputes which sockets a full backlog holds back.
+    fn release_backlogs(&mut self) {
+        for k in 0..self.links.len() {
+            while !self.paused() {
+                let Some(d) = self.links[k].backlog.pop_front() else {
+                    break;
+                };
+                self.out.push(NodeEvent::Delivery(d));
+            }
+        }
+        self.held.clear();
+        self.backlogged = self.links.iter().map(|l| l.backlog.len()).sum();
+        for l in &self.links {
+            if l.backlog.len() >= LINK_BACKLOG {
+                if let Some(c) = &l.conn {
+                    if !self.held.contains(&c.slot) {
+                        self.held.push(c.slot);
+                    }
+                }
+            }
+        }
     }
 
     // ----------------------------------------------------------------------------------
@@ -988,7 +1051,7 @@ impl IoThread {
         let start = self.rotation_start % n;
         let order: Vec<SlotKey> = (0..n).map(|i| self.rotation[(start + i) % n]).collect();
         for (i, slot) in order.into_iter().enumerate() {
-            if !readable.contains(&slot) {
+            if !readable.contains(&slot) || self.held.contains(&slot) {
                 continue;
             }
             let mut count = 0usize;
@@ -1293,11 +1356,17 @@ impl IoThread {
                     LinkKind::ClientDial { .. } => Source::Server { rid: peer_rid },
                 };
                 metrics::counter!("zmesh_app_records_received_total").increment(1);
-                self.out.push(NodeEvent::Delivery(Delivery {
+                let d = Delivery {
                     source,
                     channel: Bytes::from(channel.into_bytes()),
                     payload,
-                }));
+                };
+                if self.paused() || !self.links[k].backlog.is_empty() {
+                    // Order within a link is kept: behind a backlog, records queue too.
+                    self.links[k].backlog.push_back(d);
+                } else {
+                    self.out.push(NodeEvent::Delivery(d));
+                }
             }
             other => {
                 tracing::debug!(kind = other.kind_name(), "record not handled in this state");

@@ -19,5 +19,5 @@ pub mod snapshot;
 pub mod socket;
 
 pub use node::{
-    Delivery, Node, NodeError, NodeEvent, PublishError, SendError, Source, StateChange,
+    Delivery, EventStream, Node, NodeError, NodeEvent, PublishError, SendError, Source, StateChange,
 };

@@ -1,5 +1,6 @@
 //! The public, async handle of a running node.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -24,7 +25,7 @@ struct Inner {
     generation: u64,
     commands: crossbeam_channel::Sender<Command>,
     wake: Mutex<zmq::Socket>,
-    events: Mutex<Option<mpsc::UnboundedReceiver<Vec<NodeEvent>>>>,
+    events: Mutex<Option<EventStream>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -88,6 +89,51 @@ pub struct StateChange {
     pub reason: Option<FailureReason>,
     /// Free-form detail for humans.
     pub detail: String,
+}
+
+/// The stream of a node's events, in batches.
+///
+/// Deliveries not yet taken from the stream are the node's *application queue*. When it holds
+/// [`crate::config::NodeConfig::delivery_high_water`] deliveries or more, the queue is paused:
+/// RouteMesh and ClientServer records wait in a bounded backlog per link, and once a link's
+/// backlog is full its socket is not read (libzmq's HWM then pushes back on the sender, whose
+/// sends fail at once as never sent). Liveness records keep being processed as long as a
+/// socket is read; a paused queue by itself never changes readiness (MISSION R5). Fanout is
+/// never flow-controlled: its records are delivered whatever the queue holds.
+pub struct EventStream {
+    rx: mpsc::UnboundedReceiver<Vec<NodeEvent>>,
+    outstanding: Arc<AtomicUsize>,
+}
+
+impl EventStream {
+    fn taken(&self, batch: &[NodeEvent]) {
+        let n = batch
+            .iter()
+            .filter(|e| matches!(e, NodeEvent::Delivery(_)))
+            .count();
+        if n > 0 {
+            self.outstanding.fetch_sub(n, Ordering::Relaxed);
+        }
+    }
+
+    /// The next batch; `None` once the node has stopped and every batch was taken.
+    pub async fn recv(&mut self) -> Option<Vec<NodeEvent>> {
+        let batch = self.rx.recv().await?;
+        self.taken(&batch);
+        Some(batch)
+    }
+
+    /// The next batch if one is ready, without waiting.
+    pub fn try_recv(&mut self) -> Result<Vec<NodeEvent>, mpsc::error::TryRecvError> {
+        let batch = self.rx.try_recv()?;
+        self.taken(&batch);
+        Ok(batch)
+    }
+
+    /// Deliveries produced but not yet taken from this stream.
+    pub fn queued_deliveries(&self) -> usize {
+        self.outstanding.load(Ordering::Relaxed)
+    }
 }
 
 /// What a node reports to its application.
@@ -175,7 +221,8 @@ impl Node {
         let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
         let (ev_tx, ev_rx) = mpsc::unbounded_channel();
         let rid = config.rid.clone();
-        let (io, wake) = IoThread::new(config, generation, cmd_rx, ev_tx)?;
+        let outstanding = Arc::new(AtomicUsize::new(0));
+        let (io, wake) = IoThread::new(config, generation, cmd_rx, ev_tx, outstanding.clone())?;
         let thread = std::thread::Builder::new()
             .name(format!("zmesh-io-{rid}"))
             .spawn(move || io.run())
@@ -186,7 +233,10 @@ impl Node {
                 generation,
                 commands: cmd_tx,
                 wake: Mutex::new(wake),
-                events: Mutex::new(Some(ev_rx)),
+                events: Mutex::new(Some(EventStream {
+                    rx: ev_rx,
+                    outstanding,
+                })),
                 thread: Mutex::new(Some(thread)),
             }),
         })
@@ -204,7 +254,7 @@ impl Node {
 
     /// Takes the event stream (deliveries and state changes). Only the first caller gets it;
     /// events arrive in batches, in the order the I/O thread produced them.
-    pub fn take_events(&self) -> Option<mpsc::UnboundedReceiver<Vec<NodeEvent>>> {
+    pub fn take_events(&self) -> Option<EventStream> {
         self.inner.events.lock().ok()?.take()
     }
 

@@ -9,8 +9,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use tokio::sync::mpsc::UnboundedReceiver;
-use zmesh::runtime::NodeEvent;
+use zmesh::runtime::{EventStream, NodeEvent};
 
 /// A free tcp endpoint on 127.0.0.1.
 pub fn free_tcp() -> String {
@@ -29,13 +28,13 @@ static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0)
 
 /// A node's event stream, one event at a time.
 pub struct Events {
-    rx: UnboundedReceiver<Vec<NodeEvent>>,
+    rx: EventStream,
     buf: VecDeque<NodeEvent>,
 }
 
 impl Events {
     /// Wraps the stream of [`zmesh::runtime::Node::take_events`].
-    pub fn new(rx: UnboundedReceiver<Vec<NodeEvent>>) -> Events {
+    pub fn new(rx: EventStream) -> Events {
         Events {
             rx,
             buf: VecDeque::new(),

@@ -15,11 +15,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use tokio::sync::mpsc::UnboundedReceiver;
 use zmesh::config::{Endpoint, NodeConfig, PeerConfig, RouteMeshBind, ServerConfig};
 use zmesh::proto::handshake::{Membership, Role};
 use zmesh::proto::state::ConnState;
-use zmesh::runtime::{Node, NodeEvent};
+use zmesh::runtime::{EventStream, Node};
 
 use crate::{print_event, EventFormat};
 
@@ -224,7 +223,7 @@ pub(crate) async fn run(quick: bool) -> Result<()> {
     Ok(())
 }
 
-fn drain(node: &Node, events: &mut UnboundedReceiver<Vec<NodeEvent>>, t0: Instant) {
+fn drain(node: &Node, events: &mut EventStream, t0: Instant) {
     while let Ok(batch) = events.try_recv() {
         for ev in &batch {
             print_event(node.rid(), ev, EventFormat::Human, t0);
@@ -235,7 +234,7 @@ fn drain(node: &Node, events: &mut UnboundedReceiver<Vec<NodeEvent>>, t0: Instan
 /// Prints a's events until `done(snapshot)` holds; fails after [`STEP_LIMIT`].
 async fn wait_for(
     node: &Node,
-    events: &mut UnboundedReceiver<Vec<NodeEvent>>,
+    events: &mut EventStream,
     t0: Instant,
     done: impl Fn(&zmesh::runtime::snapshot::Snapshot) -> bool,
 ) -> Result<()> {
