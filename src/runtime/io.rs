@@ -231,6 +231,8 @@ pub(crate) struct IoThread {
     rotation_start: usize,
     sweeps: Vec<(Instant, SlotKey, usize)>,
     next_conn: u64,
+    /// Round-robin position among the ready servers of a channel.
+    server_rr: usize,
     host: Host,
     shutdown_reply: Option<oneshot::Sender<()>>,
     started: Instant,
@@ -288,6 +290,7 @@ impl IoThread {
             rotation_start: 0,
             sweeps: Vec::new(),
             next_conn: 1,
+            server_rr: 0,
             host: Host::Running,
             shutdown_reply: None,
             started: now,
@@ -869,6 +872,23 @@ impl IoThread {
         l.retry_at = Some(now + backoff);
         let name = self.link_name(k);
         self.emit_state(name, state, Some(reason), detail);
+        // A dial that stood down for this peer's own connection resumes when that one fails.
+        if let LinkKind::Inbound { rid, lane } = &self.links[k].kind {
+            let (rid, lane) = (rid.clone(), *lane);
+            if let Some(dk) = self
+                .cfg
+                .peers
+                .iter()
+                .position(|p| p.rid == rid)
+                .and_then(|i| self.find_mesh_dial(i, lane))
+            {
+                let d = &mut self.links[dk];
+                if d.yielded {
+                    d.yielded = false;
+                    d.retry_at = Some(now + BACKOFF_MIN);
+                }
+            }
+        }
         metrics::counter!("zmesh_link_failures_total", "reason" => reason.as_str()).increment(1);
     }
 
@@ -1595,8 +1615,8 @@ impl IoThread {
             return Err(SendError::NotReady(channel.to_owned()));
         }
         // Spread records over the ready servers.
-        let pick = ready[(self.next_conn as usize) % ready.len()];
-        self.next_conn += 0;
+        let pick = ready[self.server_rr % ready.len()];
+        self.server_rr = self.server_rr.wrapping_add(1);
         self.send_app(pick, channel, channel, payload)
     }
 
