@@ -180,6 +180,11 @@ struct Sub {
     live: liveness::LinkKey,
     state: LinkState,
     records: u64,
+    /// The current socket completed a ZMTP handshake with the publisher.
+    connected: bool,
+    /// Open a new socket not before this instant.
+    retry_at: Instant,
+    failures_in_row: u32,
 }
 
 struct Publisher {
@@ -338,6 +343,9 @@ impl IoThread {
                 live,
                 state: LinkState::new(StateKind::Publisher, 0, now),
                 records: 0,
+                connected: false,
+                retry_at: now,
+                failures_in_row: 0,
             });
         }
         Ok((io, waker))
@@ -500,6 +508,9 @@ impl IoThread {
                 take(l.retry_at);
             }
             take(l.closing.as_ref().map(|c| c.1 + CLOSE_CONFIRM_MAX));
+        }
+        for s in self.subs.iter().filter(|s| s.slot.is_none()) {
+            take(Some(s.retry_at));
         }
         for s in &self.sweeps {
             take(Some(s.0));
@@ -670,7 +681,7 @@ impl IoThread {
         }
         // Fanout subscriptions without a socket get a new one (MISSION L5).
         for i in 0..self.subs.len() {
-            if self.subs[i].slot.is_none() {
+            if self.subs[i].slot.is_none() && now >= self.subs[i].retry_at {
                 self.open_sub(i, now);
             }
         }
@@ -723,6 +734,7 @@ impl IoThread {
                     LivenessEvent::Publisher(PublisherEvent::BecameReady),
                 ) => {
                     let s = &mut self.subs[i];
+                    s.failures_in_row = 0;
                     note(s.state.handle_ready(now));
                     let name = format!("sub {}", s.endpoint);
                     self.emit_state(name, ConnState::Ready, None, "first record or beacon");
@@ -867,9 +879,7 @@ impl IoThread {
         };
         note(l.state.handle_failure(reason, detail, recovery, now));
         let state = l.state.state();
-        let shift = l.failures_in_row.min(8);
-        let backoff = (BACKOFF_MIN * (1u32 << shift.saturating_sub(1))).min(BACKOFF_MAX);
-        l.retry_at = Some(now + backoff);
+        l.retry_at = Some(now + backoff(l.failures_in_row));
         let name = self.link_name(k);
         self.emit_state(name, state, Some(reason), detail);
         // A dial that stood down for this peer's own connection resumes when that one fails.
@@ -969,7 +979,12 @@ impl IoThread {
                 (SlotRole::Bound(_), MonitorEvent::Disconnected) => {
                     self.sweeps.push((now, slot, 0));
                 }
-                (SlotRole::Sub(i), MonitorEvent::Disconnected) => {
+                (SlotRole::Sub(i), MonitorEvent::HandshakeSucceeded) => {
+                    self.subs[i].connected = true;
+                }
+                // Before a handshake, a disconnect is a failed connect attempt that libzmq
+                // retries itself; after one, the publisher is gone (MISSION L6).
+                (SlotRole::Sub(i), MonitorEvent::Disconnected) if self.subs[i].connected => {
                     self.fail_sub(
                         i,
                         FailureReason::TransportError,
@@ -1471,6 +1486,7 @@ impl IoThread {
                 let s = &mut self.subs[i];
                 s.slot = Some(slot);
                 s.conn_id = Some(id);
+                s.connected = false;
                 note(s.state.handle_connecting(now));
                 self.emit_state(
                     format!("sub {endpoint}"),
@@ -1495,6 +1511,8 @@ impl IoThread {
         };
         let live = self.subs[i].live;
         let verdict = self.liveness.handle_fanout(live, input, now);
+        // A state change (ready) comes before the record that caused it.
+        self.drain_liveness_events(now);
         if let (Ok(FanoutDelivery::Deliver), Ok(Fanout::Publish { topic, payload })) =
             (verdict, decoded)
         {
@@ -1520,6 +1538,8 @@ impl IoThread {
         self.take_slot(slot);
         let s = &mut self.subs[i];
         s.conn_id = None;
+        s.failures_in_row = s.failures_in_row.saturating_add(1);
+        s.retry_at = now + backoff(s.failures_in_row);
         let recovery = if self.host == Host::Running {
             Recovery::Reconnect
         } else {
@@ -1829,6 +1849,13 @@ fn admit_on(
         Err(Refusal::NotRequired) if lane == Lane::ClientServer => Ok(()),
         other => other,
     }
+}
+
+/// Reconnect delay after `failures` consecutive failures: [`BACKOFF_MIN`] doubling up to
+/// [`BACKOFF_MAX`].
+fn backoff(failures: u32) -> Duration {
+    let shift = failures.clamp(1, 8) - 1;
+    (BACKOFF_MIN * (1u32 << shift)).min(BACKOFF_MAX)
 }
 
 /// Sends a record, prefixed by a routing id when the socket is a ROUTER.
