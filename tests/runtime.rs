@@ -596,3 +596,40 @@ async fn r5_paused_application_queue_never_changes_readiness() {
     a.shutdown().await.expect("a");
     b.shutdown().await.expect("b");
 }
+
+/// MISSION L5: a subscriber whose publisher is not there yet keeps one socket and lets libzmq
+/// retry the connect; it does not spin through new sockets, and it becomes ready when the
+/// publisher appears.
+#[tokio::test]
+async fn l5_subscriber_waits_for_an_absent_publisher_without_spinning() {
+    let ep = ipc("late-pub");
+    let mut s = NodeConfig::new("sub");
+    s.subscriptions = vec![Endpoint {
+        endpoint: ep.clone(),
+    }];
+    let s = Node::start(s).await.expect("sub");
+    let mut es = Events::new(s.take_events().expect("events"));
+    es.wait(STEP, |e| is_state(e, "sub ", ConnState::Connecting))
+        .await;
+    // Observation window of ten reconnect backoffs with nothing to connect to.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let churn: Vec<NodeEvent> = es.drain_now();
+    assert!(
+        churn.is_empty(),
+        "socket churn without a publisher: {churn:#?}"
+    );
+    let mut p = NodeConfig::new("pub");
+    p.publisher = Some(Endpoint { endpoint: ep });
+    let p = Node::start(p).await.expect("pub");
+    es.wait(STEP, |e| is_state(e, "sub ", ConnState::Ready))
+        .await;
+    let snap = s.snapshot().await.expect("snapshot");
+    assert_eq!(
+        snap.links[0].connection_id,
+        Some(1),
+        "still the first socket: {}",
+        snap.to_table()
+    );
+    p.shutdown().await.expect("pub");
+    s.shutdown().await.expect("sub");
+}
