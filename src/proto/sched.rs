@@ -461,6 +461,10 @@ impl<U, R> Rejected<U, R> {
 pub struct ReceiveScheduler<U, R> {
     caps: Caps,
     ring: Vec<RingEntry<U>>,
+    /// Index of the entry the next turn begins with. It may equal `ring.len()`, meaning
+    /// "after the last entry" (wrapped lazily to 0 when the turn begins), so that an entry
+    /// appended right after the entry where processing stopped is served next, as the resume
+    /// rule requires.
     cursor: usize,
     units: HashMap<U, UnitState<R>>,
     sockets: HashMap<SharedSocketId, SocketState>,
@@ -560,7 +564,8 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
         &self.caps
     }
 
-    /// Registers a shared socket; its read phase joins the end of the ring.
+    /// Registers a shared socket; its read phase joins the end of the ring (like a unit in
+    /// [`add_unit`](Self::add_unit)).
     pub fn add_shared_socket(&mut self) -> SharedSocketId {
         self.next_socket += 1;
         let id = SharedSocketId(self.next_socket);
@@ -605,7 +610,9 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
 
     /// Registers a unit. A single-peer unit joins the end of the ring; a peer of a shared
     /// socket joins the end of that socket's group (after its read phase and its other peers).
-    /// A new unit gets its first turn within the current rotation or the next complete one.
+    /// An entry that lands right where the next turn would begin is served next (so the
+    /// entries already served stay ahead of it only by one turn each); otherwise the new unit
+    /// has its first turn in the current rotation or the next one.
     pub fn add_unit(&mut self, unit: U, source: Source) -> Result<(), AddUnitError> {
         if self.units.contains_key(&unit) {
             return Err(AddUnitError::AlreadyPresent);
@@ -687,7 +694,7 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
 
     /// The entry the next turn begins with, if the ring is not empty.
     pub fn cursor(&self) -> Option<RingEntry<U>> {
-        self.ring.get(self.cursor).copied()
+        self.ring.get(self.cursor).or(self.ring.first()).copied()
     }
 
     /// The entry whose turn is under way, if any.
@@ -820,9 +827,6 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
             if index < self.cursor {
                 self.cursor -= 1;
             }
-            if self.cursor >= self.ring.len() {
-                self.cursor = 0;
-            }
         }
         if self.turn.as_ref().is_some_and(|turn| turn.entry == entry) {
             self.turn = None;
@@ -904,6 +908,9 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
     }
 
     fn begin_turn(&mut self, rotation: &mut Rotation, now: Instant) -> Option<Turn<U>> {
+        if self.cursor >= self.ring.len() {
+            self.cursor = 0;
+        }
         let entry = *self.ring.get(self.cursor)?;
         match entry {
             RingEntry::Unit(unit) => {
@@ -923,7 +930,7 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
                 state.stats.phases += 1;
             }
         }
-        self.cursor = (self.cursor + 1) % self.ring.len();
+        self.cursor += 1;
         self.turns_begun += 1;
         rotation.turns += 1;
         Some(Turn {
