@@ -59,7 +59,9 @@
 //! A rotation also ends early once [`ROTATION_TIME_CAP`] has elapsed since it began (checked
 //! after each action), so the shell services its timers and commands at least that often
 //! even when a thousand busy units each use their full turn. Every turn and every rotation
-//! performs at least one action before a cap can end it, so the loop always makes progress.
+//! performs at least one action before a cap can end it, so the loop always makes progress
+//! (a record a single-peer unit read just before a cap ended its turn is the first thing its
+//! next turn hands out).
 //!
 //! # Staging on a shared socket
 //!
@@ -70,21 +72,23 @@
 //! unit is preserved exactly.
 //!
 //! A peer's staging queue is **full** at [`STAGING_RECORD_BOUND`] records or at
-//! [`Caps::bytes`] bytes. A read phase stops after the read that fills any peer's queue, and
-//! libzmq's high-water mark then pushes back on the senders. Between two read phases of a
-//! socket every peer behind it has had exactly one turn, and a turn always hands out at least
-//! one staged record, so every queue has room when a phase starts: a queue never holds more
-//! than [`STAGING_RECORD_BOUND`] records, nor more than [`Caps::bytes`] plus one record's
-//! bytes unless its turns are cut short by the time cap (then it may hold up to
-//! [`STAGING_RECORD_BOUND`] records of any size).
+//! [`Caps::bytes`] bytes. A read phase stops after the read that fills any peer's queue (but
+//! always reads once), and libzmq's high-water mark then pushes back on the senders. Between
+//! two read phases of a socket every peer behind it has had exactly one turn, and a turn
+//! always hands out at least one staged record, so every queue is below
+//! [`STAGING_RECORD_BOUND`] records when a phase starts and never holds more than that. Its
+//! bytes stay below [`Caps::bytes`] plus one record, unless time caps keep cutting its turns
+//! short (then it may hold up to [`STAGING_RECORD_BOUND`] records of any size).
 //!
 //! Because libzmq fair-queues the pipes of one socket (one message per pipe with data, in
-//! turn), a read phase that starts with room in every queue reaches the head of every pipe
-//! before any queue fills, unless a busy peer's queue was one record short of full (its turns
-//! are cut after a single record by the time cap). So a quiet peer's probe or ACK behind a
-//! shared ROUTER is normally staged in the next read phase and handed out in the same
-//! rotation; in that pathological case it waits at most one read phase per busy peer behind
-//! the same socket.
+//! turn), a read phase that starts with every queue able to take one more record without
+//! filling reads the head of every pipe before it stops. That is the normal case: a turn no
+//! time cap cuts empties its peer's queue, or hands out at least [`Caps::bytes`] of it and
+//! leaves less than one record's bytes. So a quiet peer's probe or ACK behind a shared ROUTER
+//! is staged by the next read phase and handed out right after it, in the same rotation. In
+//! the pathological case where busy peers' turns are cut after a record or two, each read
+//! phase still reads at least one record, so the quiet peer waits at most one read phase per
+//! peer behind the same socket.
 //!
 //! Liveness records (probes, ACKs, beacons) are ordinary records here. The caps bound how
 //! long any one unit can hold the loop, so every unit's records, liveness included, are
@@ -104,16 +108,17 @@ pub const RECEIVE_COUNT_CAP: usize = 64;
 /// 256 KiB is 64 records of 4 KiB: for the small records of this protocol (probes, ACKs,
 /// calls, replies) the count cap binds first, while a peer sending large records is held to
 /// the same amount of copying and decoding per rotation as one sending 64 small ones. It is
-/// also the per-peer staging bound on a shared socket, so a thousand peers behind one ROUTER
-/// stage at most about 256 MiB in the worst case, and normally far less.
+/// also the per-peer staging byte bound on a shared socket: a peer behind a ROUTER normally
+/// has less than 256 KiB plus one record staged, and never more than 64 records.
 pub const RECEIVE_BYTE_CAP: usize = 256 * 1024;
 
 /// Time one unit's turn may take before it ends (checked after each action).
 ///
 /// Handing out 64 small records costs a few tens of microseconds, so this cap only binds
-/// for slow handlers. With it, 1000 busy units make a rotation of about one second, so a
-/// quiet peer's probe or ACK still waits at most a few seconds against a 15 s deadline
-/// (MISSION L1, R4), and a turn never delays timers by more than a millisecond.
+/// for slow handlers. With it, every thousand busy units add about one second to a full
+/// cycle of the ring, which bounds how long a quiet peer's probe or ACK can wait, against a
+/// 15 s deadline (MISSION L1, R4); and a turn delays timers by at most a millisecond plus one
+/// record.
 pub const RECEIVE_TIME_CAP: Duration = Duration::from_millis(1);
 
 /// Time one rotation may take before it ends early (checked after each action), so the shell
