@@ -1,1 +1,1521 @@
-//! placeholder
+//! The fair receive scheduler (MISSION R1-R4): which connection the I/O thread reads next, and
+//! when it must stop reading it.
+//!
+//! One I/O thread per node runs one receive loop over every socket of every topology. This
+//! module decides the order of that loop and its caps; the shell does the reading. It is
+//! sans-IO like the rest of [`crate::proto`]: it never touches a socket and never reads a
+//! clock. Time arrives as `now: Instant` in [`ReceiveScheduler::poll_action`], so the same
+//! calls with the same instants give the same actions.
+//!
+//! # Units, sockets and the ring
+//!
+//! A **unit** is what the caps are accounted to: one connection, or on a shared socket one
+//! peer behind it (MISSION R3: accounting per peer, not per socket). Sockets come in two
+//! shapes, and a unit names its shape with [`Source`]:
+//!
+//! - [`Source::Single`]: a socket that carries one peer only (a DEALER, a SUB socket per
+//!   publisher, a ROUTER the node dialled for one peer). The shell can stop reading it at any
+//!   record, so the unit's own turn reads it.
+//! - [`Source::Shared`]: a bound ROUTER that several peers connected to. The shell learns whose
+//!   record it read only after reading it (the routing-id frame), and libzmq fair-queues the
+//!   peers' pipes inside the socket. Such a socket is read in a **read phase** of its own,
+//!   which only *stages* what it reads, per peer; each peer's turn then hands out its staged
+//!   records.
+//!
+//! The ring holds one entry per single-peer unit and, for each shared socket, its read phase
+//! followed directly by the turns of all its peers:
+//!
+//! ```text
+//!   ... | unit A | phase(S) | peer S.1 | peer S.2 | unit B | phase(T) | peer T.1 | ...
+//!                   reads S,   hands out  hands out
+//!                   stages     S.1's      S.2's
+//!                   per peer   staged     staged
+//! ```
+//!
+//! A **rotation** visits the entries in ring order, each at most once, starting at the
+//! *cursor*; the cursor always points right after the entry whose turn began last, so the
+//! next rotation starts right after the entry where processing stopped, whether the previous
+//! rotation went all the way round or was ended early (MISSION R2). Units and shared sockets
+//! can be added and removed at any time between calls; removing the entry under the cursor
+//! leaves the cursor on that entry's successor.
+//!
+//! # Caps (MISSION R2)
+//!
+//! A unit's turn ends at the first of:
+//!
+//! - [`RECEIVE_COUNT_CAP`] = 64 records handed out (fixed by the contract);
+//! - [`RECEIVE_BYTE_CAP`] bytes handed out. The cap is checked after each record, so the one
+//!   record that crosses it is still handed out (a record larger than the cap must be
+//!   deliverable at all): a turn hands out less than `cap + one record` bytes;
+//! - [`RECEIVE_TIME_CAP`] elapsed since the turn began, checked after each action (a read or
+//!   a hand-out), so a turn lasts at most the cap plus the cost of its last action;
+//! - nothing left to do (no staged record and, for a single-peer unit, its socket would
+//!   block).
+//!
+//! A read phase has no count or byte cap of its own (that would make the peers behind one
+//! ROUTER share one peer's allowance, which R3 forbids); it ends when the socket would block,
+//! at [`RECEIVE_TIME_CAP`], or after a read that left some peer's staging queue full.
+//!
+//! A rotation also ends early once [`ROTATION_TIME_CAP`] has elapsed since it began (checked
+//! after each action), so the shell services its timers and commands at least that often
+//! even when a thousand busy units each use their full turn. Every turn and every rotation
+//! performs at least one action before a cap can end it, so the loop always makes progress
+//! (a record a single-peer unit read just before a cap ended its turn is the first thing its
+//! next turn hands out).
+//!
+//! # Staging on a shared socket
+//!
+//! A record read in a read phase goes to its owner's staging queue and is charged to the
+//! owner (count and bytes) only when the owner's turn hands it out; the read phase's elapsed
+//! time is its own (it is an entry of the ring like a unit). Records of one unit are handed
+//! out in the order they were read, staged ones always before newer reads, so order within a
+//! unit is preserved exactly.
+//!
+//! A peer's staging queue is **full** at [`STAGING_RECORD_BOUND`] records or at
+//! [`Caps::bytes`] bytes. A read phase stops after the read that fills any peer's queue (but
+//! always reads once), and libzmq's high-water mark then pushes back on the senders. Between
+//! two read phases of a socket every peer behind it has had exactly one turn, and a turn
+//! always hands out at least one staged record, so every queue is below
+//! [`STAGING_RECORD_BOUND`] records when a phase starts and never holds more than that. Its
+//! bytes stay below [`Caps::bytes`] plus one record, unless time caps keep cutting its turns
+//! short (then it may hold up to [`STAGING_RECORD_BOUND`] records of any size).
+//!
+//! Because libzmq fair-queues the pipes of one socket (one message per pipe with data, in
+//! turn), a read phase that starts with every queue able to take one more record without
+//! filling reads the head of every pipe before it stops. That is the normal case: a turn no
+//! time cap cuts empties its peer's queue, or hands out at least [`Caps::bytes`] of it and
+//! leaves less than one record's bytes. So a quiet peer's probe or ACK behind a shared ROUTER
+//! is staged by the next read phase and handed out right after it, in the same rotation. In
+//! the pathological case where busy peers' turns are cut after a record or two, each read
+//! phase still reads at least one record, so the quiet peer waits at most one read phase per
+//! peer behind the same socket.
+//!
+//! Liveness records (probes, ACKs, beacons) are ordinary records here. The caps bound how
+//! long any one unit can hold the loop, so every unit's records, liveness included, are
+//! reached in every rotation (MISSION R4).
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::hash::Hash;
+use std::time::{Duration, Instant};
+
+/// Records one unit may hand out per turn (one turn per rotation): fixed by the contract
+/// (MISSION R2, seed 002 §4), not configurable.
+pub const RECEIVE_COUNT_CAP: usize = 64;
+
+/// Bytes one unit may hand out per turn; the record that crosses the cap is still handed out.
+///
+/// 256 KiB is 64 records of 4 KiB: for the small records of this protocol (probes, ACKs,
+/// calls, replies) the count cap binds first, while a peer sending large records is held to
+/// the same amount of copying and decoding per rotation as one sending 64 small ones. It is
+/// also the per-peer staging byte bound on a shared socket: a peer behind a ROUTER normally
+/// has less than 256 KiB plus one record staged, and never more than 64 records.
+pub const RECEIVE_BYTE_CAP: usize = 256 * 1024;
+
+/// Time one unit's turn may take before it ends (checked after each action).
+///
+/// Handing out 64 small records costs a few tens of microseconds, so this cap only binds
+/// for slow handlers. With it, every thousand busy units add about one second to a full
+/// cycle of the ring, which bounds how long a quiet peer's probe or ACK can wait, against a
+/// 15 s deadline (MISSION L1, R4); and a turn delays timers by at most a millisecond plus one
+/// record.
+pub const RECEIVE_TIME_CAP: Duration = Duration::from_millis(1);
+
+/// Time one rotation may take before it ends early (checked after each action), so the shell
+/// services timers and commands at least every 10 ms plus one action.
+///
+/// 10 ms is 10 full-length turns: small against the 5 s probe interval (probes go out with at
+/// most that much jitter), large against one zmq::poll call over all sockets, which the
+/// shell makes between rotations.
+pub const ROTATION_TIME_CAP: Duration = Duration::from_millis(10);
+
+/// Records a peer behind a shared socket may have staged: one turn's count cap, so a turn not
+/// cut by the byte or time cap empties a full queue.
+pub const STAGING_RECORD_BOUND: usize = RECEIVE_COUNT_CAP;
+
+/// The caps a [`ReceiveScheduler`] applies.
+///
+/// The runtime uses [`Caps::default`], which holds [`RECEIVE_COUNT_CAP`], [`RECEIVE_BYTE_CAP`],
+/// [`RECEIVE_TIME_CAP`] and [`ROTATION_TIME_CAP`]. The setters exist so tests can provoke each
+/// cap with small numbers; the count cap has no setter, it is always 64.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    bytes: usize,
+    unit_time: Duration,
+    rotation_time: Duration,
+}
+
+impl Default for Caps {
+    fn default() -> Self {
+        Self {
+            bytes: RECEIVE_BYTE_CAP,
+            unit_time: RECEIVE_TIME_CAP,
+            rotation_time: ROTATION_TIME_CAP,
+        }
+    }
+}
+
+impl Caps {
+    /// Records per unit per turn: always [`RECEIVE_COUNT_CAP`].
+    pub fn count(&self) -> usize {
+        RECEIVE_COUNT_CAP
+    }
+
+    /// Bytes per unit per turn, also the per-peer staging byte bound.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Elapsed time per turn (unit turn or read phase).
+    pub fn unit_time(&self) -> Duration {
+        self.unit_time
+    }
+
+    /// Elapsed time per rotation.
+    pub fn rotation_time(&self) -> Duration {
+        self.rotation_time
+    }
+
+    /// Sets the byte cap (0 means one record per turn).
+    #[must_use]
+    pub fn with_bytes(mut self, bytes: usize) -> Self {
+        self.bytes = bytes;
+        self
+    }
+
+    /// Sets the per-turn time cap (zero means one action per turn).
+    #[must_use]
+    pub fn with_unit_time(mut self, cap: Duration) -> Self {
+        self.unit_time = cap;
+        self
+    }
+
+    /// Sets the per-rotation time cap (zero means one action per rotation).
+    #[must_use]
+    pub fn with_rotation_time(mut self, cap: Duration) -> Self {
+        self.rotation_time = cap;
+        self
+    }
+}
+
+/// Handle of a shared socket registered with [`ReceiveScheduler::add_shared_socket`].
+///
+/// Allocated by the scheduler and never reused by it; the shell maps it to its socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SharedSocketId(u64);
+
+impl fmt::Display for SharedSocketId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "shared{}", self.0)
+    }
+}
+
+/// Where a unit's records come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// A socket of its own that carries this unit's records only; read in the unit's turn.
+    Single,
+    /// A peer behind a shared socket; read in that socket's read phase and staged.
+    Shared(SharedSocketId),
+}
+
+/// One entry of the ring: a unit's turn or a shared socket's read phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RingEntry<U> {
+    /// The turn of a unit (single-peer, or a peer behind a shared socket).
+    Unit(U),
+    /// The read phase of a shared socket.
+    ReadPhase(SharedSocketId),
+}
+
+/// What a read must target: a unit's own socket or a shared socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReadTarget<U> {
+    /// The single-peer socket of this unit.
+    Unit(U),
+    /// This shared socket; the shell attributes the record to a peer by its routing id.
+    Shared(SharedSocketId),
+}
+
+/// A request to read one record, without blocking, from [`ReadRequest::target`].
+///
+/// The shell answers it with [`ReceiveScheduler::handle_read`] (a record came) or
+/// [`ReceiveScheduler::handle_would_block`] (the socket had nothing). It cannot be cloned or
+/// built outside the scheduler, so each read is answered at most once. Dropping it
+/// unanswered is allowed (for example on a socket error, after removing the unit): the next
+/// [`ReceiveScheduler::poll_action`] simply goes on with the turn.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "answer the read with handle_read or handle_would_block"]
+pub struct ReadRequest<U> {
+    target: ReadTarget<U>,
+    turn: u64,
+}
+
+impl<U: Copy> ReadRequest<U> {
+    /// The socket to read.
+    pub fn target(&self) -> ReadTarget<U> {
+        self.target
+    }
+}
+
+/// What the shell does next, from [`ReceiveScheduler::poll_action`].
+#[derive(Debug, PartialEq, Eq)]
+#[must_use]
+pub enum Action<U, R> {
+    /// Process this record of `unit` now (decode it, run the liveness or call logic), then
+    /// poll again.
+    Deliver {
+        /// The unit the record belongs to (the turn's unit).
+        unit: U,
+        /// The record, as the shell handed it to [`ReceiveScheduler::handle_read`].
+        record: R,
+    },
+    /// Read one record without blocking and report the outcome, then poll again.
+    Read(ReadRequest<U>),
+    /// The rotation ended. Service timers and commands, wait in `zmq::poll` (as long as the
+    /// next timer allows if [`RotationEnd::is_idle`], else without waiting), then poll again
+    /// to start the next rotation.
+    Yield(RotationEnd),
+}
+
+/// Why a rotation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RotationEndReason {
+    /// Every entry of the ring had its turn.
+    Complete,
+    /// [`Caps::rotation_time`] elapsed; the next rotation resumes right after the entry whose
+    /// turn was cut.
+    TimeCap,
+}
+
+/// Summary of one finished rotation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RotationEnd {
+    /// Number of the rotation (the first is 1).
+    pub rotation: u64,
+    /// Why it ended.
+    pub reason: RotationEndReason,
+    /// Turns begun (unit turns and read phases, including those with nothing to do).
+    pub turns: u64,
+    /// Records handed out.
+    pub delivered: u64,
+    /// Bytes handed out.
+    pub bytes: u64,
+    /// Records the shell reported read (from any socket).
+    pub records_read: u64,
+}
+
+impl RotationEnd {
+    /// Whether the rotation went all the way round without reading or handing out anything:
+    /// the shell may block in `zmq::poll` until a socket is readable or a timer is due.
+    pub fn is_idle(&self) -> bool {
+        self.reason == RotationEndReason::Complete && self.delivered == 0 && self.records_read == 0
+    }
+}
+
+/// Per-unit diagnostic counters, from [`ReceiveScheduler::unit_stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UnitStats {
+    /// Records handed out since the unit was added.
+    pub records: u64,
+    /// Bytes handed out since the unit was added.
+    pub bytes: u64,
+    /// Turns begun (one per rotation that reached the unit), including empty ones.
+    pub turns: u64,
+    /// Turns ended by the count cap.
+    pub count_cap_hits: u64,
+    /// Turns ended by the byte cap.
+    pub byte_cap_hits: u64,
+    /// Turns ended by the per-turn time cap.
+    pub time_cap_hits: u64,
+    /// Turns cut because the rotation reached its time cap.
+    pub rotation_cap_cuts: u64,
+    /// Records staged now, not yet handed out.
+    pub staged: usize,
+    /// Bytes staged now.
+    pub staged_bytes: usize,
+    /// Most records ever staged at once.
+    pub staged_peak: usize,
+}
+
+/// Per-shared-socket diagnostic counters, from [`ReceiveScheduler::socket_stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SocketStats {
+    /// Read phases begun.
+    pub phases: u64,
+    /// Records read from the socket (reported through [`ReceiveScheduler::handle_read`]).
+    pub records_read: u64,
+    /// Bytes of those records.
+    pub bytes_read: u64,
+    /// Read phases ended because a peer's staging queue was full.
+    pub staging_full_stops: u64,
+    /// Read phases ended by the per-turn time cap.
+    pub time_cap_hits: u64,
+    /// Read phases cut because the rotation reached its time cap.
+    pub rotation_cap_cuts: u64,
+    /// Peers registered behind the socket now.
+    pub peers: usize,
+}
+
+/// Why [`ReceiveScheduler::add_unit`] refused a unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AddUnitError {
+    /// The unit is already registered.
+    #[error("unit already registered")]
+    AlreadyPresent,
+    /// The shared socket it names is not registered.
+    #[error("shared socket {0} is not registered")]
+    UnknownSocket(SharedSocketId),
+}
+
+/// Why [`ReceiveScheduler::handle_read`] refused a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RejectReason {
+    /// The owner is not a registered unit (for example a routing id with no unit yet).
+    #[error("owner is not a registered unit")]
+    UnknownUnit,
+    /// The owner is not behind the socket that was read.
+    #[error("owner is not behind the socket that was read")]
+    WrongSocket,
+}
+
+/// A record [`ReceiveScheduler::handle_read`] refused, handed back with its read request.
+///
+/// The shell may register the owner (for example as a newly admitted peer of a shared socket)
+/// and call [`ReceiveScheduler::handle_read`] again with [`Rejected::into_parts`], or drop the
+/// record.
+#[derive(Debug, thiserror::Error)]
+#[error("record refused: {reason}")]
+pub struct Rejected<U, R> {
+    read: ReadRequest<U>,
+    record: R,
+    reason: RejectReason,
+}
+
+impl<U, R> Rejected<U, R> {
+    /// Why the record was refused.
+    pub fn reason(&self) -> RejectReason {
+        self.reason
+    }
+
+    /// The read request (still answerable) and the record.
+    pub fn into_parts(self) -> (ReadRequest<U>, R) {
+        (self.read, self.record)
+    }
+}
+
+/// The fair receive scheduler: decides, without touching a socket, which socket the receive
+/// loop reads next, whose record it processes next, and when a turn or a rotation ends.
+///
+/// `U` names a unit (a connection, or a peer behind a shared socket); `R` is the record type
+/// the shell reads (for example a multipart message), carried through unchanged.
+///
+/// # Polling order
+///
+/// The shell's receive loop drives it like this, taking `now` from its one monotonic clock
+/// before each call:
+///
+/// 1. Call [`poll_action`](Self::poll_action) and act on the result:
+///    - [`Action::Deliver`]: process the record (it belongs to the unit named), then go to 1;
+///    - [`Action::Read`]: read one record without blocking from the request's target. If one
+///      came, report it with [`handle_read`](Self::handle_read), naming its owner (on a shared
+///      socket, the unit of its routing id) and its size in bytes (all frames); if the socket
+///      would block, report [`handle_would_block`](Self::handle_would_block). Then go to 1;
+///    - [`Action::Yield`]: the rotation ended; service timers and commands and call
+///      `zmq::poll`, then go to 1, which starts the next rotation.
+/// 2. Between any two calls, register and remove units and shared sockets as connections come
+///    and go ([`add_unit`](Self::add_unit), [`remove_unit`](Self::remove_unit),
+///    [`add_shared_socket`](Self::add_shared_socket),
+///    [`remove_shared_socket`](Self::remove_shared_socket)).
+///
+/// ```
+/// use std::time::Instant;
+/// use zmesh::proto::sched::{Action, ReadTarget, ReceiveScheduler, Source};
+///
+/// let mut sched: ReceiveScheduler<u32, Vec<u8>> = ReceiveScheduler::new();
+/// sched.add_unit(7, Source::Single).unwrap();
+/// let mut socket_7 = vec![b"probe".to_vec()]; // stands in for a DEALER socket
+/// let mut processed = Vec::new();
+/// loop {
+///     match sched.poll_action(Instant::now()) {
+///         Action::Deliver { unit, record } => processed.push((unit, record)),
+///         Action::Read(read) => match read.target() {
+///             ReadTarget::Unit(7) => match socket_7.pop() {
+///                 Some(record) => {
+///                     let len = record.len();
+///                     sched.handle_read(read, 7, record, len).unwrap();
+///                 }
+///                 None => sched.handle_would_block(read),
+///             },
+///             _ => sched.handle_would_block(read),
+///         },
+///         Action::Yield(_end) => break, // timers, commands, zmq::poll, then loop again
+///     }
+/// }
+/// assert_eq!(processed, vec![(7, b"probe".to_vec())]);
+/// ```
+///
+/// On a shared socket, register one unit per admitted peer and, for records whose routing id
+/// has no unit yet (handshakes of new connections), one admission unit for the socket, so that
+/// everything read from the socket has an owner and admission work is capped like any other.
+pub struct ReceiveScheduler<U, R> {
+    caps: Caps,
+    ring: Vec<RingEntry<U>>,
+    /// Index of the entry the next turn begins with. It may equal `ring.len()`, meaning
+    /// "after the last entry" (wrapped lazily to 0 when the turn begins), so that an entry
+    /// appended right after the entry where processing stopped is served next, as the resume
+    /// rule requires.
+    cursor: usize,
+    units: HashMap<U, UnitState<R>>,
+    sockets: HashMap<SharedSocketId, SocketState>,
+    next_socket: u64,
+    rotation: Option<Rotation>,
+    rotations_begun: u64,
+    turn: Option<Turn<U>>,
+    turns_begun: u64,
+}
+
+struct UnitState<R> {
+    source: Source,
+    queue: VecDeque<(R, usize)>,
+    queued_bytes: usize,
+    served_in: u64,
+    stats: UnitStats,
+}
+
+struct SocketState {
+    full_peers: usize,
+    served_in: u64,
+    stats: SocketStats,
+}
+
+struct Turn<U> {
+    entry: RingEntry<U>,
+    seq: u64,
+    started: Instant,
+    actions: u64,
+    delivered: usize,
+    bytes: usize,
+}
+
+struct Rotation {
+    number: u64,
+    started: Instant,
+    actions: u64,
+    turns: u64,
+    delivered: u64,
+    bytes: u64,
+    records_read: u64,
+}
+
+#[derive(Default, Clone, Copy)]
+struct CapHits {
+    count: bool,
+    bytes: bool,
+    time: bool,
+}
+
+impl CapHits {
+    fn any(self) -> bool {
+        self.count || self.bytes || self.time
+    }
+}
+
+enum Step<U, R> {
+    Act(Action<U, R>),
+    End(RotationEndReason),
+}
+
+fn is_full<R>(state: &UnitState<R>, byte_bound: usize) -> bool {
+    !state.queue.is_empty()
+        && (state.queue.len() >= STAGING_RECORD_BOUND || state.queued_bytes >= byte_bound)
+}
+
+impl<U: Copy + Eq + Hash, R> Default for ReceiveScheduler<U, R> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
+    /// An empty scheduler with [`Caps::default`].
+    pub fn new() -> Self {
+        Self::with_caps(Caps::default())
+    }
+
+    /// An empty scheduler with the given caps (for tests; the runtime uses [`Self::new`]).
+    pub fn with_caps(caps: Caps) -> Self {
+        Self {
+            caps,
+            ring: Vec::new(),
+            cursor: 0,
+            units: HashMap::new(),
+            sockets: HashMap::new(),
+            next_socket: 0,
+            rotation: None,
+            rotations_begun: 0,
+            turn: None,
+            turns_begun: 0,
+        }
+    }
+
+    /// The caps in force.
+    pub fn caps(&self) -> &Caps {
+        &self.caps
+    }
+
+    /// Registers a shared socket; its read phase joins the end of the ring (like a unit in
+    /// [`add_unit`](Self::add_unit)).
+    pub fn add_shared_socket(&mut self) -> SharedSocketId {
+        self.next_socket += 1;
+        let id = SharedSocketId(self.next_socket);
+        self.sockets.insert(
+            id,
+            SocketState {
+                full_peers: 0,
+                served_in: 0,
+                stats: SocketStats::default(),
+            },
+        );
+        self.ring.push(RingEntry::ReadPhase(id));
+        id
+    }
+
+    /// Removes a shared socket and every unit behind it; returns each unit with the records it
+    /// had staged, in order. Returns an empty list for an unknown socket.
+    pub fn remove_shared_socket(&mut self, socket: SharedSocketId) -> Vec<(U, Vec<R>)> {
+        let peers: Vec<U> = self
+            .ring
+            .iter()
+            .filter_map(|entry| match entry {
+                RingEntry::Unit(u) => self
+                    .units
+                    .get(u)
+                    .filter(|state| state.source == Source::Shared(socket))
+                    .map(|_| *u),
+                RingEntry::ReadPhase(_) => None,
+            })
+            .collect();
+        let mut removed = Vec::with_capacity(peers.len());
+        for unit in peers {
+            if let Some(records) = self.remove_unit(unit) {
+                removed.push((unit, records));
+            }
+        }
+        if self.sockets.remove(&socket).is_some() {
+            self.remove_entry(RingEntry::ReadPhase(socket));
+        }
+        removed
+    }
+
+    /// Registers a unit. A single-peer unit joins the end of the ring; a peer of a shared
+    /// socket joins the end of that socket's group (after its read phase and its other peers).
+    /// An entry that lands right where the next turn would begin is served next (so the
+    /// entries already served stay ahead of it only by one turn each); otherwise the new unit
+    /// has its first turn in the current rotation or the next one.
+    pub fn add_unit(&mut self, unit: U, source: Source) -> Result<(), AddUnitError> {
+        if self.units.contains_key(&unit) {
+            return Err(AddUnitError::AlreadyPresent);
+        }
+        let at = match source {
+            Source::Single => self.ring.len(),
+            Source::Shared(socket) => {
+                let socket_state = self
+                    .sockets
+                    .get_mut(&socket)
+                    .ok_or(AddUnitError::UnknownSocket(socket))?;
+                socket_state.stats.peers += 1;
+                let phase = self
+                    .ring
+                    .iter()
+                    .position(|e| *e == RingEntry::ReadPhase(socket))
+                    .unwrap_or(self.ring.len());
+                let mut at = phase + 1;
+                while at < self.ring.len() && self.is_peer_of(self.ring[at], socket) {
+                    at += 1;
+                }
+                at.min(self.ring.len())
+            }
+        };
+        self.units.insert(
+            unit,
+            UnitState {
+                source,
+                queue: VecDeque::new(),
+                queued_bytes: 0,
+                served_in: 0,
+                stats: UnitStats::default(),
+            },
+        );
+        self.ring.insert(at, RingEntry::Unit(unit));
+        if at < self.cursor {
+            self.cursor += 1;
+        }
+        Ok(())
+    }
+
+    /// Removes a unit and returns the records it had staged, in order (`None` if unknown).
+    ///
+    /// If it is the unit whose turn is under way, the turn ends; the rotation goes on with the
+    /// next entry, so "resume right after where processing stopped" still holds.
+    pub fn remove_unit(&mut self, unit: U) -> Option<Vec<R>> {
+        let state = self.units.remove(&unit)?;
+        if let Source::Shared(socket) = state.source {
+            if let Some(socket_state) = self.sockets.get_mut(&socket) {
+                socket_state.stats.peers = socket_state.stats.peers.saturating_sub(1);
+                if is_full(&state, self.caps.bytes) {
+                    socket_state.full_peers = socket_state.full_peers.saturating_sub(1);
+                }
+            }
+        }
+        self.remove_entry(RingEntry::Unit(unit));
+        Some(state.queue.into_iter().map(|(record, _)| record).collect())
+    }
+
+    /// Whether the unit is registered.
+    pub fn contains(&self, unit: U) -> bool {
+        self.units.contains_key(&unit)
+    }
+
+    /// Number of registered units.
+    pub fn len(&self) -> usize {
+        self.units.len()
+    }
+
+    /// Whether no unit is registered.
+    pub fn is_empty(&self) -> bool {
+        self.units.is_empty()
+    }
+
+    /// The ring in order, starting at its first entry (diagnostics and tests).
+    pub fn ring(&self) -> impl Iterator<Item = RingEntry<U>> + '_ {
+        self.ring.iter().copied()
+    }
+
+    /// The entry the next turn begins with, if the ring is not empty.
+    pub fn cursor(&self) -> Option<RingEntry<U>> {
+        self.ring.get(self.cursor).or(self.ring.first()).copied()
+    }
+
+    /// The entry whose turn is under way, if any.
+    pub fn current_turn(&self) -> Option<RingEntry<U>> {
+        self.turn.as_ref().map(|turn| turn.entry)
+    }
+
+    /// Number of the rotation the next action belongs to: the one under way, or the next one
+    /// if the last [`poll_action`](Self::poll_action) yielded.
+    pub fn rotation_number(&self) -> u64 {
+        match &self.rotation {
+            Some(rotation) => rotation.number,
+            None => self.rotations_begun + 1,
+        }
+    }
+
+    /// Counters of a unit (`None` if unknown).
+    pub fn unit_stats(&self, unit: U) -> Option<UnitStats> {
+        self.units.get(&unit).map(|state| state.stats)
+    }
+
+    /// Counters of a shared socket (`None` if unknown).
+    pub fn socket_stats(&self, socket: SharedSocketId) -> Option<SocketStats> {
+        self.sockets.get(&socket).map(|state| state.stats)
+    }
+
+    /// The next thing the shell must do; starts a rotation if none is under way.
+    ///
+    /// See the polling order on [`ReceiveScheduler`]. `now` must come from the shell's
+    /// monotonic clock; the caps are judged against it.
+    #[must_use = "act on the action, then poll again"]
+    pub fn poll_action(&mut self, now: Instant) -> Action<U, R> {
+        let mut rotation = match self.rotation.take() {
+            Some(rotation) => rotation,
+            None => {
+                self.rotations_begun += 1;
+                Rotation {
+                    number: self.rotations_begun,
+                    started: now,
+                    actions: 0,
+                    turns: 0,
+                    delivered: 0,
+                    bytes: 0,
+                    records_read: 0,
+                }
+            }
+        };
+        match self.drive(&mut rotation, now) {
+            Step::Act(action) => {
+                self.rotation = Some(rotation);
+                action
+            }
+            Step::End(reason) => Action::Yield(RotationEnd {
+                rotation: rotation.number,
+                reason,
+                turns: rotation.turns,
+                delivered: rotation.delivered,
+                bytes: rotation.bytes,
+                records_read: rotation.records_read,
+            }),
+        }
+    }
+
+    /// Reports the record a [`ReadRequest`] produced: `owner` is the unit it belongs to (on a
+    /// shared socket, the unit of its routing id) and `len` its size in bytes (all frames).
+    ///
+    /// The record joins the owner's queue behind any record staged before it, and is handed
+    /// out in the owner's turn. A request from an earlier turn is still accepted (the record
+    /// was read and must not be lost). Refused, with the request and record handed back, if
+    /// the owner is unknown or not behind the socket that was read.
+    pub fn handle_read(
+        &mut self,
+        read: ReadRequest<U>,
+        owner: U,
+        record: R,
+        len: usize,
+    ) -> Result<(), Rejected<U, R>> {
+        let Some(state) = self.units.get(&owner) else {
+            return Err(Rejected {
+                read,
+                record,
+                reason: RejectReason::UnknownUnit,
+            });
+        };
+        let fits = match read.target {
+            ReadTarget::Unit(unit) => unit == owner && state.source == Source::Single,
+            ReadTarget::Shared(socket) => state.source == Source::Shared(socket),
+        };
+        if !fits {
+            return Err(Rejected {
+                read,
+                record,
+                reason: RejectReason::WrongSocket,
+            });
+        }
+        if let ReadTarget::Shared(socket) = read.target {
+            if let Some(socket_state) = self.sockets.get_mut(&socket) {
+                socket_state.stats.records_read += 1;
+                socket_state.stats.bytes_read += len as u64;
+            }
+        }
+        if let Some(rotation) = self.rotation.as_mut() {
+            rotation.records_read += 1;
+        }
+        self.push_record(owner, record, len);
+        Ok(())
+    }
+
+    /// Reports that the socket of a [`ReadRequest`] had nothing to read: the turn (or read
+    /// phase) that asked ends. A request from an earlier turn is ignored.
+    pub fn handle_would_block(&mut self, read: ReadRequest<U>) {
+        if self.turn.as_ref().is_some_and(|turn| turn.seq == read.turn) {
+            self.turn = None;
+        }
+    }
+
+    fn is_peer_of(&self, entry: RingEntry<U>, socket: SharedSocketId) -> bool {
+        match entry {
+            RingEntry::Unit(unit) => self
+                .units
+                .get(&unit)
+                .is_some_and(|state| state.source == Source::Shared(socket)),
+            RingEntry::ReadPhase(_) => false,
+        }
+    }
+
+    fn remove_entry(&mut self, entry: RingEntry<U>) {
+        if let Some(index) = self.ring.iter().position(|e| *e == entry) {
+            self.ring.remove(index);
+            if index < self.cursor {
+                self.cursor -= 1;
+            }
+        }
+        if self.turn.as_ref().is_some_and(|turn| turn.entry == entry) {
+            self.turn = None;
+        }
+    }
+
+    fn push_record(&mut self, owner: U, record: R, len: usize) {
+        let byte_bound = self.caps.bytes;
+        let Some(state) = self.units.get_mut(&owner) else {
+            return;
+        };
+        let was_full = is_full(state, byte_bound);
+        state.queue.push_back((record, len));
+        state.queued_bytes = state.queued_bytes.saturating_add(len);
+        state.stats.staged = state.queue.len();
+        state.stats.staged_bytes = state.queued_bytes;
+        state.stats.staged_peak = state.stats.staged_peak.max(state.queue.len());
+        let now_full = is_full(state, byte_bound);
+        if let (Source::Shared(socket), false, true) = (state.source, was_full, now_full) {
+            if let Some(socket_state) = self.sockets.get_mut(&socket) {
+                socket_state.full_peers += 1;
+            }
+        }
+    }
+
+    fn pop_record(&mut self, unit: U) -> Option<(R, usize)> {
+        let byte_bound = self.caps.bytes;
+        let state = self.units.get_mut(&unit)?;
+        let was_full = is_full(state, byte_bound);
+        let (record, len) = state.queue.pop_front()?;
+        state.queued_bytes = state.queued_bytes.saturating_sub(len);
+        state.stats.staged = state.queue.len();
+        state.stats.staged_bytes = state.queued_bytes;
+        state.stats.records += 1;
+        state.stats.bytes += len as u64;
+        let now_full = is_full(state, byte_bound);
+        if let (Source::Shared(socket), true, false) = (state.source, was_full, now_full) {
+            if let Some(socket_state) = self.sockets.get_mut(&socket) {
+                socket_state.full_peers = socket_state.full_peers.saturating_sub(1);
+            }
+        }
+        Some((record, len))
+    }
+
+    /// Runs turns until one produces an action or the rotation ends. Terminates: every pass
+    /// of the loop returns, ends the turn under way, or begins the turn of an entry not yet
+    /// served in this rotation.
+    fn drive(&mut self, rotation: &mut Rotation, now: Instant) -> Step<U, R> {
+        loop {
+            let rotation_cap_hit = rotation.actions > 0
+                && now.saturating_duration_since(rotation.started) >= self.caps.rotation_time;
+            let Some(mut turn) = self.turn.take() else {
+                if rotation_cap_hit {
+                    return Step::End(RotationEndReason::TimeCap);
+                }
+                match self.begin_turn(rotation, now) {
+                    Some(turn) => self.turn = Some(turn),
+                    None => return Step::End(RotationEndReason::Complete),
+                }
+                continue;
+            };
+            if turn.actions > 0 {
+                let hits = self.cap_hits(&turn, now);
+                if hits.any() || rotation_cap_hit {
+                    self.record_turn_end(turn.entry, hits, rotation_cap_hit);
+                    if rotation_cap_hit {
+                        return Step::End(RotationEndReason::TimeCap);
+                    }
+                    continue;
+                }
+            }
+            if let Some(action) = self.next_action(&mut turn, rotation) {
+                turn.actions += 1;
+                rotation.actions += 1;
+                self.turn = Some(turn);
+                return Step::Act(action);
+            }
+        }
+    }
+
+    fn begin_turn(&mut self, rotation: &mut Rotation, now: Instant) -> Option<Turn<U>> {
+        if self.cursor >= self.ring.len() {
+            self.cursor = 0;
+        }
+        let entry = *self.ring.get(self.cursor)?;
+        match entry {
+            RingEntry::Unit(unit) => {
+                let state = self.units.get_mut(&unit)?;
+                if state.served_in == rotation.number {
+                    return None;
+                }
+                state.served_in = rotation.number;
+                state.stats.turns += 1;
+            }
+            RingEntry::ReadPhase(socket) => {
+                let state = self.sockets.get_mut(&socket)?;
+                if state.served_in == rotation.number {
+                    return None;
+                }
+                state.served_in = rotation.number;
+                state.stats.phases += 1;
+            }
+        }
+        self.cursor += 1;
+        self.turns_begun += 1;
+        rotation.turns += 1;
+        Some(Turn {
+            entry,
+            seq: self.turns_begun,
+            started: now,
+            actions: 0,
+            delivered: 0,
+            bytes: 0,
+        })
+    }
+
+    fn cap_hits(&self, turn: &Turn<U>, now: Instant) -> CapHits {
+        CapHits {
+            count: turn.delivered >= RECEIVE_COUNT_CAP,
+            bytes: turn.delivered > 0 && turn.bytes >= self.caps.bytes,
+            time: now.saturating_duration_since(turn.started) >= self.caps.unit_time,
+        }
+    }
+
+    fn record_turn_end(&mut self, entry: RingEntry<U>, hits: CapHits, rotation_cut: bool) {
+        match entry {
+            RingEntry::Unit(unit) => {
+                if let Some(state) = self.units.get_mut(&unit) {
+                    let stats = &mut state.stats;
+                    stats.count_cap_hits += u64::from(hits.count);
+                    stats.byte_cap_hits += u64::from(hits.bytes);
+                    stats.time_cap_hits += u64::from(hits.time);
+                    stats.rotation_cap_cuts += u64::from(rotation_cut);
+                }
+            }
+            RingEntry::ReadPhase(socket) => {
+                if let Some(state) = self.sockets.get_mut(&socket) {
+                    state.stats.time_cap_hits += u64::from(hits.time);
+                    state.stats.rotation_cap_cuts += u64::from(rotation_cut);
+                }
+            }
+        }
+    }
+
+    /// The turn's next action, or `None` when the turn has nothing left to do.
+    fn next_action(&mut self, turn: &mut Turn<U>, rotation: &mut Rotation) -> Option<Action<U, R>> {
+        match turn.entry {
+            RingEntry::Unit(unit) => {
+                if let Some((record, len)) = self.pop_record(unit) {
+                    turn.delivered += 1;
+                    turn.bytes = turn.bytes.saturating_add(len);
+                    rotation.delivered += 1;
+                    rotation.bytes += len as u64;
+                    return Some(Action::Deliver { unit, record });
+                }
+                match self.units.get(&unit)?.source {
+                    Source::Single => Some(Action::Read(ReadRequest {
+                        target: ReadTarget::Unit(unit),
+                        turn: turn.seq,
+                    })),
+                    Source::Shared(_) => None,
+                }
+            }
+            RingEntry::ReadPhase(socket) => {
+                let state = self.sockets.get_mut(&socket)?;
+                if turn.actions > 0 && state.full_peers > 0 {
+                    state.stats.staging_full_stops += 1;
+                    return None;
+                }
+                Some(Action::Read(ReadRequest {
+                    target: ReadTarget::Shared(socket),
+                    turn: turn.seq,
+                }))
+            }
+        }
+    }
+}
+
+impl<U: fmt::Debug, R> fmt::Debug for ReceiveScheduler<U, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReceiveScheduler")
+            .field("caps", &self.caps)
+            .field("ring", &self.ring)
+            .field("cursor", &self.cursor)
+            .field("rotations_begun", &self.rotations_begun)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{HashMap, VecDeque};
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    /// A record of the bench: (owner, sequence number within the owner).
+    type Rec = (u32, u32);
+
+    /// A minimal shell: single-peer sockets as FIFOs, shared sockets as one interleaved FIFO,
+    /// time advancing by a fixed cost per action.
+    struct Bench {
+        sched: ReceiveScheduler<u32, Rec>,
+        single: HashMap<u32, VecDeque<(u32, usize)>>,
+        shared: HashMap<SharedSocketId, VecDeque<(u32, u32, usize)>>,
+        now: Instant,
+        cost: Duration,
+        next_seq: HashMap<u32, u32>,
+        delivered: Vec<(u64, u32, u32)>,
+    }
+
+    impl Bench {
+        fn new(caps: Caps, cost: Duration) -> Self {
+            Self {
+                sched: ReceiveScheduler::with_caps(caps),
+                single: HashMap::new(),
+                shared: HashMap::new(),
+                now: Instant::now(),
+                cost,
+                next_seq: HashMap::new(),
+                delivered: Vec::new(),
+            }
+        }
+
+        fn single(&mut self, unit: u32) {
+            assert_eq!(self.sched.add_unit(unit, Source::Single), Ok(()));
+            self.single.insert(unit, VecDeque::new());
+        }
+
+        fn shared(&mut self) -> SharedSocketId {
+            let id = self.sched.add_shared_socket();
+            self.shared.insert(id, VecDeque::new());
+            id
+        }
+
+        fn peer(&mut self, unit: u32, socket: SharedSocketId) {
+            assert_eq!(self.sched.add_unit(unit, Source::Shared(socket)), Ok(()));
+        }
+
+        fn seq(&mut self, unit: u32) -> u32 {
+            let seq = self.next_seq.entry(unit).or_insert(0);
+            *seq += 1;
+            *seq
+        }
+
+        /// Queues `n` records of `len` bytes for a single-peer unit.
+        fn send(&mut self, unit: u32, n: usize, len: usize) {
+            for _ in 0..n {
+                let seq = self.seq(unit);
+                self.single.entry(unit).or_default().push_back((seq, len));
+            }
+        }
+
+        /// Queues `n` records of `len` bytes for a peer behind `socket`.
+        fn send_shared(&mut self, socket: SharedSocketId, unit: u32, n: usize, len: usize) {
+            for _ in 0..n {
+                let seq = self.seq(unit);
+                self.shared
+                    .entry(socket)
+                    .or_default()
+                    .push_back((unit, seq, len));
+            }
+        }
+
+        /// One poll and its handling; returns the rotation end if it yielded.
+        fn step(&mut self) -> Option<RotationEnd> {
+            let now = self.now;
+            match self.sched.poll_action(now) {
+                Action::Deliver { unit, record } => {
+                    assert_eq!(record.0, unit, "record handed out to its owner");
+                    self.delivered
+                        .push((self.sched.rotation_number(), unit, record.1));
+                    self.now += self.cost;
+                    None
+                }
+                Action::Read(read) => {
+                    self.now += self.cost;
+                    let got = match read.target() {
+                        ReadTarget::Unit(u) => self
+                            .single
+                            .get_mut(&u)
+                            .and_then(VecDeque::pop_front)
+                            .map(|(seq, len)| (u, seq, len)),
+                        ReadTarget::Shared(s) => {
+                            self.shared.get_mut(&s).and_then(VecDeque::pop_front)
+                        }
+                    };
+                    match got {
+                        Some((owner, seq, len)) => {
+                            let handled = self.sched.handle_read(read, owner, (owner, seq), len);
+                            assert!(handled.is_ok(), "bench reads only registered owners");
+                        }
+                        None => self.sched.handle_would_block(read),
+                    }
+                    None
+                }
+                Action::Yield(end) => Some(end),
+            }
+        }
+
+        fn rotation(&mut self) -> RotationEnd {
+            loop {
+                if let Some(end) = self.step() {
+                    return end;
+                }
+            }
+        }
+
+        fn delivered_in(&self, rotation: u64, unit: u32) -> Vec<u32> {
+            self.delivered
+                .iter()
+                .filter(|(r, u, _)| *r == rotation && *u == unit)
+                .map(|(_, _, seq)| *seq)
+                .collect()
+        }
+    }
+
+    const US: Duration = Duration::from_micros(1);
+
+    #[test]
+    fn default_caps_are_the_documented_constants() {
+        let caps = Caps::default();
+        assert_eq!(caps.count(), 64);
+        assert_eq!(caps.bytes(), 256 * 1024);
+        assert_eq!(caps.unit_time(), Duration::from_millis(1));
+        assert_eq!(caps.rotation_time(), Duration::from_millis(10));
+        assert_eq!(STAGING_RECORD_BOUND, 64);
+        assert_eq!(Caps::default().with_bytes(1).count(), 64);
+    }
+
+    #[test]
+    fn r2_count_cap_ends_a_turn_at_64_records() {
+        let mut b = Bench::new(Caps::default(), US);
+        b.single(1);
+        b.send(1, 100, 10);
+        let end = b.rotation();
+        assert_eq!(end.delivered, 64);
+        assert_eq!(
+            b.delivered_in(end.rotation, 1),
+            (1..=64).collect::<Vec<_>>()
+        );
+        let stats = b.sched.unit_stats(1).unwrap_or_default();
+        assert_eq!(stats.count_cap_hits, 1);
+        assert_eq!(stats.turns, 1);
+        let end = b.rotation();
+        assert_eq!(
+            b.delivered_in(end.rotation, 1),
+            (65..=100).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn r2_byte_cap_lets_the_crossing_record_through() {
+        let mut b = Bench::new(Caps::default().with_bytes(1000), US);
+        b.single(1);
+        b.send(1, 10, 300);
+        let end = b.rotation();
+        // 300, 600, 900 < 1000, the fourth crosses it and is still handed out.
+        assert_eq!(b.delivered_in(end.rotation, 1), vec![1, 2, 3, 4]);
+        assert_eq!(end.bytes, 1200);
+        assert_eq!(b.sched.unit_stats(1).unwrap_or_default().byte_cap_hits, 1);
+        // A record larger than the cap is deliverable on its own.
+        b.single(2);
+        b.send(2, 2, 5000);
+        let end = b.rotation();
+        assert_eq!(b.delivered_in(end.rotation, 2), vec![1]);
+    }
+
+    #[test]
+    fn r2_time_cap_ends_a_turn_after_the_crossing_action() {
+        let caps = Caps::default().with_unit_time(Duration::from_micros(10));
+        let mut b = Bench::new(caps, Duration::from_micros(3));
+        b.single(1);
+        b.send(1, 50, 10);
+        let end = b.rotation();
+        // Read/deliver pairs of 3 us each: the action ending at 12 us crosses 10 us. That is
+        // read, deliver, read, deliver: two records; the turn took 12 us = cap + one action.
+        assert_eq!(b.delivered_in(end.rotation, 1), vec![1, 2]);
+        assert_eq!(b.sched.unit_stats(1).unwrap_or_default().time_cap_hits, 1);
+    }
+
+    #[test]
+    fn r2_rotation_cap_ends_early_and_next_rotation_starts_right_after() {
+        let caps = Caps::default()
+            .with_bytes(usize::MAX)
+            .with_rotation_time(Duration::from_micros(200));
+        let mut b = Bench::new(caps, US);
+        for unit in 1..=4 {
+            b.single(unit);
+            b.send(unit, 1000, 10);
+        }
+        // Each turn is 128 actions (64 reads + 64 deliveries) = 128 us; the rotation cap
+        // (200 us) is crossed in unit 2's turn, which is cut.
+        let end = b.rotation();
+        assert_eq!(end.reason, RotationEndReason::TimeCap);
+        assert_eq!(b.delivered_in(end.rotation, 1).len(), 64);
+        assert!(!b.delivered_in(end.rotation, 2).is_empty());
+        assert!(b.delivered_in(end.rotation, 3).is_empty());
+        assert_eq!(b.sched.cursor(), Some(RingEntry::Unit(3)));
+        assert_eq!(
+            b.sched.unit_stats(2).unwrap_or_default().rotation_cap_cuts,
+            1
+        );
+        let end = b.rotation();
+        let first = b.delivered.iter().find(|(r, _, _)| *r == end.rotation);
+        assert_eq!(first.map(|(_, u, _)| *u), Some(3));
+        // Then 4, then (one rotation later than a restart-from-the-start loop would) 1.
+        let end = b.rotation();
+        let first = b.delivered.iter().find(|(r, _, _)| *r == end.rotation);
+        assert_eq!(first.map(|(_, u, _)| *u), Some(1));
+    }
+
+    #[test]
+    fn removing_the_unit_under_way_resumes_with_its_successor() {
+        let mut b = Bench::new(Caps::default(), US);
+        for unit in 1..=3 {
+            b.single(unit);
+            b.send(unit, 10, 10);
+        }
+        // Run into unit 2's turn.
+        while b.sched.current_turn() != Some(RingEntry::Unit(2)) {
+            assert_eq!(b.step(), None);
+        }
+        assert_eq!(b.sched.cursor(), Some(RingEntry::Unit(3)));
+        let staged = b.sched.remove_unit(2);
+        assert!(staged.is_some());
+        assert_eq!(b.sched.current_turn(), None);
+        assert_eq!(b.sched.cursor(), Some(RingEntry::Unit(3)));
+        let end = b.rotation();
+        assert_eq!(b.delivered_in(end.rotation, 3).len(), 10);
+    }
+
+    #[test]
+    fn removing_the_unit_under_the_cursor_keeps_the_resume_rule() {
+        let caps = Caps::default().with_rotation_time(Duration::from_micros(50));
+        let mut b = Bench::new(caps, US);
+        for unit in 1..=4 {
+            b.single(unit);
+            b.send(unit, 100, 10);
+        }
+        let end = b.rotation();
+        assert_eq!(end.reason, RotationEndReason::TimeCap);
+        assert_eq!(b.sched.cursor(), Some(RingEntry::Unit(2)));
+        assert_eq!(b.sched.remove_unit(2), Some(Vec::new()));
+        assert_eq!(b.sched.cursor(), Some(RingEntry::Unit(3)));
+        // Removing the last entry while the cursor is on it wraps the cursor to the start.
+        let mut c = Bench::new(caps, US);
+        c.single(1);
+        c.single(2);
+        c.send(1, 100, 10);
+        let _ = c.rotation();
+        assert_eq!(c.sched.cursor(), Some(RingEntry::Unit(2)));
+        assert_eq!(c.sched.remove_unit(2), Some(Vec::new()));
+        assert_eq!(c.sched.cursor(), Some(RingEntry::Unit(1)));
+    }
+
+    #[test]
+    fn a_record_left_by_the_time_cap_comes_before_newer_reads() {
+        // Cost 2 us per action, cap 1 us: every turn ends after its first action. The first
+        // turn's action is a read, which leaves the record queued; the next turn hands it
+        // out before reading again.
+        let caps = Caps::default().with_unit_time(US);
+        let mut b = Bench::new(caps, Duration::from_micros(2));
+        b.single(1);
+        b.send(1, 3, 10);
+        let end = b.rotation();
+        assert_eq!(end.delivered, 0);
+        assert_eq!(b.sched.unit_stats(1).unwrap_or_default().staged, 1);
+        for _ in 0..6 {
+            let _ = b.rotation();
+        }
+        let order: Vec<u32> = b.delivered.iter().map(|(_, _, s)| *s).collect();
+        assert_eq!(order, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn r3_peers_behind_one_socket_each_get_their_own_64() {
+        let mut b = Bench::new(Caps::default(), US);
+        let s = b.shared();
+        b.peer(10, s);
+        b.peer(11, s);
+        for _ in 0..100 {
+            b.send_shared(s, 10, 1, 10);
+            b.send_shared(s, 11, 1, 10);
+        }
+        // The read phase stops after the read that fills peer 10's queue (its 64th record),
+        // when peer 11 has 63 staged; each is handed out on its own count, not the socket's.
+        let end = b.rotation();
+        assert_eq!(b.delivered_in(end.rotation, 10).len(), 64);
+        assert_eq!(b.delivered_in(end.rotation, 11).len(), 63);
+        assert_eq!(end.delivered, 127);
+    }
+
+    #[test]
+    fn r3_read_phase_stops_when_a_peer_queue_fills() {
+        let mut b = Bench::new(Caps::default(), US);
+        let s = b.shared();
+        b.peer(10, s);
+        b.peer(11, s);
+        // Peer 10 floods, peer 11 has one record behind the flood.
+        b.send_shared(s, 10, 200, 10);
+        b.send_shared(s, 11, 1, 10);
+        let end = b.rotation();
+        let stats = b.sched.socket_stats(s).unwrap_or_default();
+        assert_eq!(
+            stats.records_read, 64,
+            "stopped at the 64th record of peer 10"
+        );
+        assert_eq!(stats.staging_full_stops, 1);
+        assert_eq!(b.delivered_in(end.rotation, 10).len(), 64);
+        assert_eq!(b.sched.unit_stats(10).unwrap_or_default().staged_peak, 64);
+        // The bench's socket is not fair-queued, so peer 11 waits behind the flood; every
+        // rotation still reads and hands out 64 of it.
+        let _ = b.rotation();
+        let _ = b.rotation();
+        let end = b.rotation();
+        assert_eq!(b.delivered_in(end.rotation, 11), vec![1]);
+    }
+
+    #[test]
+    fn r3_staging_byte_bound_stops_the_phase() {
+        let mut b = Bench::new(Caps::default().with_bytes(1000), US);
+        let s = b.shared();
+        b.peer(10, s);
+        b.send_shared(s, 10, 10, 400);
+        let _ = b.rotation();
+        let stats = b.sched.socket_stats(s).unwrap_or_default();
+        assert_eq!(
+            stats.records_read, 3,
+            "1200 bytes staged reach the 1000-byte bound"
+        );
+    }
+
+    #[test]
+    fn read_phase_reads_once_even_if_a_queue_is_full_at_its_start() {
+        // Byte cap 0: any staged record makes its queue full; every phase still reads one.
+        let mut b = Bench::new(Caps::default().with_bytes(0), US);
+        let s = b.shared();
+        b.peer(10, s);
+        b.send_shared(s, 10, 3, 10);
+        for _ in 0..4 {
+            let _ = b.rotation();
+        }
+        let order: Vec<u32> = b.delivered.iter().map(|(_, _, s)| *s).collect();
+        assert_eq!(order, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn handle_read_refuses_unknown_and_misplaced_owners() {
+        let t0 = Instant::now();
+        let mut sched: ReceiveScheduler<u32, &str> = ReceiveScheduler::new();
+        assert_eq!(sched.add_unit(1, Source::Single), Ok(()));
+        let s = sched.add_shared_socket();
+        let Action::Read(read) = sched.poll_action(t0) else {
+            panic!("expected a read of unit 1");
+        };
+        assert_eq!(read.target(), ReadTarget::Unit(1));
+        let Err(rejected) = sched.handle_read(read, 2, "x", 1) else {
+            panic!("owner 2 is unknown");
+        };
+        assert_eq!(rejected.reason(), RejectReason::UnknownUnit);
+        let (read, record) = rejected.into_parts();
+        assert_eq!(sched.add_unit(2, Source::Shared(s)), Ok(()));
+        let Err(rejected) = sched.handle_read(read, 2, record, 1) else {
+            panic!("unit 2 is not behind unit 1's socket");
+        };
+        assert_eq!(rejected.reason(), RejectReason::WrongSocket);
+        let (read, record) = rejected.into_parts();
+        assert!(sched.handle_read(read, 1, record, 1).is_ok());
+        assert_eq!(
+            sched.poll_action(t0),
+            Action::Deliver {
+                unit: 1,
+                record: "x"
+            }
+        );
+    }
+
+    #[test]
+    fn a_stale_would_block_is_ignored() {
+        let t0 = Instant::now();
+        let mut sched: ReceiveScheduler<u32, u8> = ReceiveScheduler::new();
+        assert_eq!(sched.add_unit(1, Source::Single), Ok(()));
+        assert_eq!(sched.add_unit(2, Source::Single), Ok(()));
+        let Action::Read(first) = sched.poll_action(t0) else {
+            panic!("expected a read of unit 1");
+        };
+        // The shell drops nothing here but keeps the request; the unit is removed and a new
+        // turn starts; the old request must not end it.
+        assert_eq!(sched.remove_unit(1), Some(Vec::new()));
+        let Action::Read(second) = sched.poll_action(t0) else {
+            panic!("expected a read of unit 2");
+        };
+        assert_eq!(second.target(), ReadTarget::Unit(2));
+        sched.handle_would_block(first);
+        assert_eq!(sched.current_turn(), Some(RingEntry::Unit(2)));
+        sched.handle_would_block(second);
+        assert_eq!(sched.current_turn(), None);
+    }
+
+    #[test]
+    fn add_unit_refuses_duplicates_and_unknown_sockets() {
+        let mut sched: ReceiveScheduler<u32, u8> = ReceiveScheduler::new();
+        let s = sched.add_shared_socket();
+        assert_eq!(sched.add_unit(1, Source::Single), Ok(()));
+        assert_eq!(
+            sched.add_unit(1, Source::Shared(s)),
+            Err(AddUnitError::AlreadyPresent)
+        );
+        assert_eq!(sched.remove_shared_socket(s), Vec::new());
+        assert_eq!(
+            sched.add_unit(2, Source::Shared(s)),
+            Err(AddUnitError::UnknownSocket(s))
+        );
+        assert_eq!(sched.len(), 1);
+        assert_eq!(sched.ring().collect::<Vec<_>>(), vec![RingEntry::Unit(1)]);
+    }
+
+    #[test]
+    fn idle_rotations_are_reported_idle() {
+        let mut b = Bench::new(Caps::default(), US);
+        let end = b.rotation();
+        assert!(end.is_idle());
+        assert_eq!(end.turns, 0);
+        b.single(1);
+        let s = b.shared();
+        b.peer(10, s);
+        let end = b.rotation();
+        assert!(end.is_idle());
+        assert_eq!(end.turns, 3);
+        b.send(1, 1, 10);
+        assert!(!b.rotation().is_idle());
+        assert!(b.rotation().is_idle());
+    }
+
+    #[test]
+    fn remove_shared_socket_returns_staged_records_in_order() {
+        let mut b = Bench::new(Caps::default(), US);
+        let s = b.shared();
+        b.peer(10, s);
+        b.peer(11, s);
+        b.send_shared(s, 10, 3, 10);
+        b.send_shared(s, 11, 2, 10);
+        // Run the read phase only: five reads, then the sixth would block.
+        for _ in 0..6 {
+            assert_eq!(b.step(), None);
+        }
+        assert_eq!(b.sched.current_turn(), None);
+        let mut removed = b.sched.remove_shared_socket(s);
+        removed.sort();
+        assert_eq!(
+            removed,
+            vec![
+                (10, vec![(10, 1), (10, 2), (10, 3)]),
+                (11, vec![(11, 1), (11, 2)])
+            ]
+        );
+        assert!(b.sched.is_empty());
+        assert_eq!(b.sched.cursor(), None);
+        assert!(
+            !b.rotation().is_idle(),
+            "the rotation under way had read records"
+        );
+        assert!(b.rotation().is_idle());
+    }
+
+    #[test]
+    fn peers_join_their_socket_group_and_singles_the_end() {
+        let mut sched: ReceiveScheduler<u32, u8> = ReceiveScheduler::new();
+        let s = sched.add_shared_socket();
+        assert_eq!(sched.add_unit(1, Source::Single), Ok(()));
+        assert_eq!(sched.add_unit(10, Source::Shared(s)), Ok(()));
+        assert_eq!(sched.add_unit(11, Source::Shared(s)), Ok(()));
+        assert_eq!(sched.add_unit(2, Source::Single), Ok(()));
+        assert_eq!(
+            sched.ring().collect::<Vec<_>>(),
+            vec![
+                RingEntry::ReadPhase(s),
+                RingEntry::Unit(10),
+                RingEntry::Unit(11),
+                RingEntry::Unit(1),
+                RingEntry::Unit(2),
+            ]
+        );
+        assert_eq!(sched.socket_stats(s).unwrap_or_default().peers, 2);
+    }
+}
