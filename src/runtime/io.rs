@@ -43,6 +43,9 @@ use crate::proto::liveness::{
     self, Delivery as FanoutDelivery, FanoutInput, Liveness, LivenessEvent, ProbeEvent,
     PublisherEvent, Transmit, PEER_DEADLINE,
 };
+use crate::proto::sched::{
+    Action, ReadTarget, ReceiveScheduler, SharedSocketId, Source as SchedSource,
+};
 use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
 use crate::proto::ConnId;
 
@@ -122,6 +125,26 @@ struct Slot {
     monitor: Option<zmq::Socket>,
     role: SlotRole,
     endpoint: String,
+    /// The scheduler's handle of a bound socket shared by several peers (MISSION R3).
+    shared: Option<SharedSocketId>,
+}
+
+/// What the receive scheduler accounts caps to (MISSION R2, R3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Unit {
+    /// A socket with one peer: a dialled ROUTER/DEALER or a SUB socket.
+    Socket(SlotKey),
+    /// One inbound physical connection behind a bound socket.
+    Peer(LinkKey, ConnId),
+    /// Records from not-yet-admitted connections of a bound socket (handshakes).
+    Admission(SlotKey),
+}
+
+/// A record read by the receive loop, waiting for its unit's turn.
+struct Staged {
+    /// The routing id split off a bound socket's record.
+    route: Option<Vec<u8>>,
+    frames: Vec<Vec<u8>>,
 }
 
 /// Where a link's records go.
@@ -223,17 +246,20 @@ pub(crate) struct IoThread {
     held: Vec<SlotKey>,
     /// Records waiting in link backlogs.
     backlogged: usize,
+    /// The last receive rotation did work: poll again without waiting.
+    busy: bool,
     slots: Vec<Option<Slot>>,
     links: Vec<Link>,
-    inbound: HashMap<(SlotKey, Vec<u8>), LinkKey>,
+    /// Inbound connections by bound socket and routing id (unique per physical connection).
+    inbound: HashMap<SlotKey, HashMap<Vec<u8>, LinkKey>>,
     subs: Vec<Sub>,
     publisher: Option<Publisher>,
     /// The one structure owning every liveness machine of this node (MISSION L8).
     liveness: Liveness,
     live_owner: HashMap<liveness::LinkKey, LiveOwner>,
-    /// Polled sockets in rotation order and where the next rotation starts (MISSION R1, R2).
-    rotation: Vec<SlotKey>,
-    rotation_start: usize,
+    /// The one fair receive scheduler over every socket and peer (MISSION R1-R3).
+    sched: ReceiveScheduler<Unit, Staged>,
+    shared_slots: HashMap<SharedSocketId, SlotKey>,
     sweeps: Vec<(Instant, SlotKey, usize)>,
     next_conn: u64,
     /// Round-robin position among the ready servers of a channel.
@@ -284,6 +310,7 @@ impl IoThread {
             outstanding,
             held: Vec::new(),
             backlogged: 0,
+            busy: false,
             slots: Vec::new(),
             links: Vec::new(),
             inbound: HashMap::new(),
@@ -291,8 +318,8 @@ impl IoThread {
             publisher: None,
             liveness: Liveness::new(generation),
             live_owner: HashMap::new(),
-            rotation: Vec::new(),
-            rotation_start: 0,
+            sched: ReceiveScheduler::new(),
+            shared_slots: HashMap::new(),
             sweeps: Vec::new(),
             next_conn: 1,
             server_rr: 0,
@@ -382,11 +409,17 @@ impl IoThread {
             monitor,
             role,
             endpoint: ep.to_owned(),
+            shared: None,
         }))
     }
 
-    fn put_slot(&mut self, slot: Slot) -> SlotKey {
-        let polled = slot.role != SlotRole::Publisher;
+    fn put_slot(&mut self, mut slot: Slot) -> SlotKey {
+        let role = slot.role;
+        let shared = match role {
+            SlotRole::Bound(_) => Some(self.sched.add_shared_socket()),
+            _ => None,
+        };
+        slot.shared = shared;
         let key = match self.slots.iter().position(Option::is_none) {
             Some(i) => {
                 self.slots[i] = Some(slot);
@@ -397,19 +430,36 @@ impl IoThread {
                 self.slots.len() - 1
             }
         };
-        if polled {
-            self.rotation.push(key);
+        if let Some(sid) = shared {
+            self.shared_slots.insert(sid, key);
+        }
+        let unit = match (role, shared) {
+            (SlotRole::Publisher, _) => None,
+            (_, Some(sid)) => Some((Unit::Admission(key), SchedSource::Shared(sid))),
+            (_, None) => Some((Unit::Socket(key), SchedSource::Single)),
+        };
+        if let Some((unit, source)) = unit {
+            if let Err(e) = self.sched.add_unit(unit, source) {
+                tracing::debug!(error = ?e, "scheduler unit not added");
+            }
         }
         key
     }
 
+    fn shared_id(&self, slot: SlotKey) -> Option<SharedSocketId> {
+        self.slots.get(slot)?.as_ref()?.shared
+    }
+
     fn take_slot(&mut self, key: SlotKey) -> Option<Slot> {
-        if let Some(pos) = self.rotation.iter().position(|k| *k == key) {
-            self.rotation.remove(pos);
-            if pos < self.rotation_start {
-                self.rotation_start -= 1;
+        match self.shared_id(key) {
+            // Records staged for its peers go with the socket.
+            Some(sid) => {
+                self.shared_slots.remove(&sid);
+                drop(self.sched.remove_shared_socket(sid));
             }
+            None => drop(self.sched.remove_unit(Unit::Socket(key))),
         }
+        self.inbound.remove(&key);
         self.sweeps.retain(|s| s.1 != key);
         self.slots.get_mut(key).and_then(Option::take)
     }
@@ -459,7 +509,9 @@ impl IoThread {
                     (d.as_micros().div_ceil(1000)) as i64
                 })
                 .unwrap_or(-1);
-            let timeout = if self.backlogged == 0 {
+            let timeout = if self.busy {
+                0
+            } else if self.backlogged == 0 {
                 timeout
             } else if timeout < 0 {
                 PAUSED_POLL_MS
@@ -479,7 +531,7 @@ impl IoThread {
                     self.drain_monitor(slot, now);
                 }
             }
-            self.receive_rotation(&ready.readable, now);
+            self.busy = self.receive_rotation(&ready.readable);
             if ready.wake {
                 while self.wake.recv_bytes(zmq::DONTWAIT).is_ok() {}
             }
@@ -832,6 +884,7 @@ impl IoThread {
             monitor: Some(m.monitor),
             role: SlotRole::Dialled(k),
             endpoint,
+            shared: None,
         });
         let route = match lane {
             Lane::Application => Some(BOUND_ID_APPLICATION.to_vec()),
@@ -928,7 +981,10 @@ impl IoThread {
                     let _ = send_routed(&slot.socket, Some(&route), &close);
                 }
             }
-            self.inbound.remove(&(conn.slot, route));
+            if let Some(m) = self.inbound.get_mut(&conn.slot) {
+                m.remove(route.as_slice());
+            }
+            self.sched.remove_unit(Unit::Peer(k, conn.id));
         }
     }
 
@@ -1004,10 +1060,9 @@ impl IoThread {
     fn sweep(&mut self, slot: SlotKey, now: Instant) {
         let victims: Vec<(Vec<u8>, LinkKey)> = self
             .inbound
-            .iter()
-            .filter(|((s, _), _)| *s == slot)
-            .map(|((_, r), k)| (r.clone(), *k))
-            .collect();
+            .get(&slot)
+            .map(|m| m.iter().map(|(r, k)| (r.clone(), *k)).collect())
+            .unwrap_or_default();
         for (route, k) in victims {
             let Some(c) = self.links[k].conn.as_ref() else {
                 continue;
@@ -1074,38 +1129,117 @@ impl IoThread {
     // Receiving
     // ----------------------------------------------------------------------------------
 
-    /// One rotation of the receive loop over the readable sockets, under the per-connection
-    /// caps (MISSION R1-R3). The next rotation starts right after the socket where this one
-    /// stopped.
-    fn receive_rotation(&mut self, readable: &[SlotKey], now: Instant) {
-        let _ = now;
-        let n = self.rotation.len();
-        if n == 0 {
-            return;
-        }
-        let start = self.rotation_start % n;
-        let order: Vec<SlotKey> = (0..n).map(|i| self.rotation[(start + i) % n]).collect();
-        for (i, slot) in order.into_iter().enumerate() {
-            if !readable.contains(&slot) || self.held.contains(&slot) {
-                continue;
+    /// One rotation of the receive loop (MISSION R1-R3): the scheduler says which socket to
+    /// read and whose record to process next, under its count, byte and time caps; the next
+    /// rotation starts right after the entry where this one stopped. Sockets that `zmq::poll`
+    /// did not report readable are answered "would block" without a syscall.
+    ///
+    /// Returns true if the rotation read or processed anything: records may remain (staged or
+    /// queued in libzmq), so the loop polls again without waiting.
+    fn receive_rotation(&mut self, readable: &[SlotKey]) -> bool {
+        let mut ready = vec![false; self.slots.len()];
+        for s in readable {
+            if let Some(r) = ready.get_mut(*s) {
+                *r = !self.held.contains(s);
             }
-            let mut count = 0usize;
-            let mut bytes = 0usize;
-            let began = Instant::now();
-            while let Some(frames) = self.recv_one(slot) {
-                bytes += frames.iter().map(Vec::len).sum::<usize>();
-                count += 1;
-                let at = Instant::now();
-                self.on_frames(slot, frames, at);
-                if count >= 64
-                    || bytes >= 256 * 1024
-                    || at.duration_since(began) >= Duration::from_millis(1)
-                {
-                    break;
+        }
+        loop {
+            match self.sched.poll_action(Instant::now()) {
+                Action::Yield(end) => return !end.is_idle(),
+                Action::Deliver { unit, record } => self.on_staged(unit, record, Instant::now()),
+                Action::Read(req) => {
+                    let slot = match req.target() {
+                        ReadTarget::Unit(Unit::Socket(s)) => Some(s),
+                        ReadTarget::Shared(sid) => self.slot_of_shared(sid),
+                        ReadTarget::Unit(_) => None,
+                    };
+                    let frames = match slot {
+                        Some(s) if ready.get(s).copied().unwrap_or(false) => self.recv_one(s),
+                        _ => None,
+                    };
+                    let (Some(slot), Some(mut frames)) = (slot, frames) else {
+                        if let Some(r) = slot.and_then(|s| ready.get_mut(s)) {
+                            *r = false;
+                        }
+                        self.sched.handle_would_block(req);
+                        continue;
+                    };
+                    let len = frames.iter().map(Vec::len).sum();
+                    let (owner, staged) = match req.target() {
+                        ReadTarget::Shared(_) if !frames.is_empty() => {
+                            let route = frames.remove(0);
+                            let owner = self
+                                .inbound
+                                .get(&slot)
+                                .and_then(|m| m.get(route.as_slice()))
+                                .and_then(|k| {
+                                    self.links[*k].conn.as_ref().map(|c| Unit::Peer(*k, c.id))
+                                })
+                                .unwrap_or(Unit::Admission(slot));
+                            (
+                                owner,
+                                Staged {
+                                    route: Some(route),
+                                    frames,
+                                },
+                            )
+                        }
+                        _ => (
+                            Unit::Socket(slot),
+                            Staged {
+                                route: None,
+                                frames,
+                            },
+                        ),
+                    };
+                    if let Err(rejected) = self.sched.handle_read(req, owner, staged, len) {
+                        // The owner is not a unit (yet): account it to the socket's admission unit.
+                        let (req, staged) = rejected.into_parts();
+                        if self
+                            .sched
+                            .handle_read(req, Unit::Admission(slot), staged, len)
+                            .is_err()
+                        {
+                            tracing::debug!("record dropped: no scheduler unit for it");
+                        }
+                    }
                 }
             }
-            self.rotation_start = start + i + 1;
         }
+    }
+
+    fn slot_of_shared(&self, sid: SharedSocketId) -> Option<SlotKey> {
+        self.shared_slots.get(&sid).copied()
+    }
+
+    /// Processes a record in its unit's turn.
+    fn on_staged(&mut self, unit: Unit, staged: Staged, now: Instant) {
+        match (unit, staged.route) {
+            (Unit::Socket(slot), _) => self.on_frames(slot, staged.frames, now),
+            (Unit::Peer(_, _) | Unit::Admission(_), Some(route)) => {
+                let slot = match unit {
+                    Unit::Admission(s) => s,
+                    _ => match self.links_slot(unit) {
+                        Some(s) => s,
+                        None => return,
+                    },
+                };
+                let Some(Some(SlotRole::Bound(lane))) =
+                    self.slots.get(slot).map(|s| s.as_ref().map(|s| s.role))
+                else {
+                    return;
+                };
+                self.on_bound(slot, lane, route, staged.frames, now);
+            }
+            (_, None) => {}
+        }
+    }
+
+    /// The bound socket of an inbound peer unit, if its connection is still current.
+    fn links_slot(&self, unit: Unit) -> Option<SlotKey> {
+        let Unit::Peer(k, id) = unit else { return None };
+        let c = self.links.get(k)?.conn.as_ref()?;
+        (c.id == id).then_some(c.slot)
     }
 
     /// One record from a socket without blocking, if any.
@@ -1145,11 +1279,30 @@ impl IoThread {
                     return;
                 }
                 let route = frames.remove(0);
-                match self.inbound.get(&(slot, route.clone())) {
-                    Some(&k) => self.on_link_record(k, &frames, now),
-                    None => self.on_unknown_inbound(slot, lane, route, &frames, now),
-                }
+                self.on_bound(slot, lane, route, frames, now);
             }
+        }
+    }
+
+    /// A record read from a bound socket, with its routing id already split off. The routing
+    /// id names one physical connection: records of a replaced connection find no link and
+    /// change nothing (MISSION L6).
+    fn on_bound(
+        &mut self,
+        slot: SlotKey,
+        lane: Lane,
+        route: Vec<u8>,
+        frames: Vec<Vec<u8>>,
+        now: Instant,
+    ) {
+        let known = self
+            .inbound
+            .get(&slot)
+            .and_then(|m| m.get(route.as_slice()))
+            .copied();
+        match known {
+            Some(k) => self.on_link_record(k, &frames, now),
+            None => self.on_unknown_inbound(slot, lane, route, &frames, now),
         }
     }
 
@@ -1257,7 +1410,18 @@ impl IoThread {
                 return;
             }
         }
-        self.inbound.insert((slot, route.clone()), k);
+        self.inbound
+            .entry(slot)
+            .or_default()
+            .insert(route.clone(), k);
+        if let Some(sid) = self.shared_id(slot) {
+            if let Err(e) = self
+                .sched
+                .add_unit(Unit::Peer(k, id), SchedSource::Shared(sid))
+            {
+                tracing::debug!(error = ?e, "scheduler unit not added");
+            }
+        }
         self.links[k].conn = Some(Conn {
             id,
             slot,
@@ -1479,6 +1643,7 @@ impl IoThread {
                     monitor: Some(m.monitor),
                     role: SlotRole::Sub(i),
                     endpoint: endpoint.clone(),
+                    shared: None,
                 });
                 let id = self.fresh_conn_id();
                 // A new socket starts a new watch: silence is counted from now (L5).
