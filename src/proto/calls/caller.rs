@@ -191,6 +191,13 @@ struct Call<K> {
 ///   unknown call is dropped and counted in [`CallStats`] (MISSION C1). The table never
 ///   resubmits anything.
 ///
+/// # Timers
+///
+/// One kind only: a call's deadline, `ttl` after its frame left, kept in one ordered set of
+/// `(instant, call)` so [`Self::poll_timeout`] is its first element. Nothing else in the
+/// caller side ever wakes the shell: in particular there is no "ACCEPT never came" timer; the
+/// loss of the connection ends such a call (MISSION C2).
+///
 /// # Streams
 ///
 /// ITEMs must arrive numbered 0, 1, 2, ... on the call's connection. A gap or a repeat breaks

@@ -174,6 +174,12 @@ enum ServePhase {
 /// since the call was accepted) and the drain ends, so a wedged handler cannot hold the stop.
 /// [`Self::poll_drained`] then yields a [`DrainReport`] once; new calls stay refused.
 ///
+/// # Timers
+///
+/// Two kinds, both behind [`Self::poll_timeout`]: the ttl deadline of each queued call
+/// (`arrival + ttl`; disarmed at dispatch, since the ttl bounds when a method may start, not
+/// how long it runs), and the drain bound (`begin_drain` + `bound`).
+///
 /// # What a REPLY `Timeout` means
 ///
 /// On the wire, `Timeout` means "refused: the ttl ran out before dispatch", which callers
