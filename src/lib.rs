@@ -18,6 +18,7 @@
 //!        liveness  probe tracker, publisher watch, beacon schedule
 //!        state     connection states and failure reasons
 //!        sched     fair receive scheduler (64 records / bytes / time caps)
+//!        calls     reply correlation, leases, deadlines, graceful stop
 //! ```
 //!
 //! Everything under [`proto`] is deterministic: it takes `now: Instant` as an input and reports
