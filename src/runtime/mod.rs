@@ -12,12 +12,14 @@
 //! The I/O thread reads the monotonic clock once per loop turn and hands `now` to the sans-IO
 //! state machines in [`crate::proto`]; it never decides protocol questions itself.
 
+pub mod calls;
 mod io;
 mod node;
 mod records;
 pub mod snapshot;
 pub mod socket;
 
+pub use io::GRACEFUL_STOP_BOUND;
 pub use node::{
     Delivery, EventStream, Node, NodeError, NodeEvent, PublishError, SendError, Source, StateChange,
 };

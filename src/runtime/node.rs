@@ -8,7 +8,8 @@ use bytes::Bytes;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
-use super::io::{Command, IoThread};
+use super::calls::{self as rcalls, CallError, CallOptions, Request, ServeError};
+use super::io::{Command, IoThread, ServeDone, ServeJob};
 use super::snapshot::Snapshot;
 use crate::config::{ConfigError, NodeConfig};
 use crate::proto::state::{ConnState, FailureReason};
@@ -22,6 +23,7 @@ pub struct Node {
 
 struct Inner {
     rid: String,
+    has_publisher: bool,
     generation: u64,
     commands: crossbeam_channel::Sender<Command>,
     wake: Mutex<zmq::Socket>,
@@ -163,6 +165,12 @@ pub enum NodeError {
     /// libzmq failed while setting up the node.
     #[error("zeromq: {0}")]
     Zmq(#[from] zmq::Error),
+    /// An argument is invalid.
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    /// The call needs a tokio runtime and none is running.
+    #[error("no tokio runtime is running")]
+    NoRuntime,
     /// The I/O thread could not be started or has stopped.
     #[error("the node's I/O thread is not running")]
     Stopped,
@@ -221,6 +229,7 @@ impl Node {
         let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
         let (ev_tx, ev_rx) = mpsc::unbounded_channel();
         let rid = config.rid.clone();
+        let has_publisher = config.publisher.is_some();
         let outstanding = Arc::new(AtomicUsize::new(0));
         let (io, wake) = IoThread::new(config, generation, cmd_rx, ev_tx, outstanding.clone())?;
         let thread = std::thread::Builder::new()
@@ -230,6 +239,7 @@ impl Node {
         Ok(Node {
             inner: Arc::new(Inner {
                 rid,
+                has_publisher,
                 generation,
                 commands: cmd_tx,
                 wake: Mutex::new(wake),
@@ -322,6 +332,9 @@ impl Node {
         if topic.is_empty() || topic.len() > 255 {
             return Err(PublishError::InvalidTopic);
         }
+        if !self.inner.has_publisher {
+            return Err(PublishError::NoPublisher);
+        }
         let cmd = Command::Publish {
             topic: Bytes::copy_from_slice(topic),
             payload: payload.into(),
@@ -333,14 +346,126 @@ impl Node {
         }
     }
 
+    /// Calls `method` on a ready server of `channel` and decodes its result.
+    ///
+    /// The server is a ready RouteMesh peer that announced a Server membership of the channel,
+    /// or a ready ClientServer server configured for it. No timeout applies: the call is a
+    /// lease on the connection that carried it and fails the moment that connection leaves
+    /// ready. See [`CallError`] and [`rcalls::may_have_run`] for what a failure says.
+    pub async fn call<A, R>(&self, channel: &str, method: &str, args: &A) -> Result<R, CallError>
+    where
+        A: serde::Serialize + ?Sized,
+        R: serde::de::DeserializeOwned,
+    {
+        self.call_with(channel, method, args, CallOptions::default())
+            .await
+    }
+
+    /// [`Node::call`] with options (a deadline, a specific peer).
+    pub async fn call_with<A, R>(
+        &self,
+        channel: &str,
+        method: &str,
+        args: &A,
+        opts: CallOptions,
+    ) -> Result<R, CallError>
+    where
+        A: serde::Serialize + ?Sized,
+        R: serde::de::DeserializeOwned,
+    {
+        let args =
+            rcalls::encode(args).map_err(|e| CallError::InvalidArgument { reason: e.message })?;
+        let bytes = self.call_raw(channel, method, args, opts).await?;
+        rcalls::decode(&bytes)
+    }
+
+    /// A call with raw (already encoded) arguments and result.
+    pub async fn call_raw(
+        &self,
+        channel: &str,
+        method: &str,
+        args: Bytes,
+        opts: CallOptions,
+    ) -> Result<Bytes, CallError> {
+        for (what, v) in [("channel", channel), ("method", method)] {
+            if v.is_empty() || v.len() > 255 {
+                return Err(CallError::InvalidArgument {
+                    reason: format!("{what} must be 1..=255 bytes"),
+                });
+            }
+        }
+        let (tx, rx) = oneshot::channel();
+        let cmd = Command::Call {
+            channel: channel.to_owned(),
+            method: method.to_owned(),
+            args,
+            opts,
+            reply: tx,
+        };
+        if !self.command(cmd) {
+            return Err(CallError::Shutdown { sent: false });
+        }
+        // The I/O thread answers every call exactly once; if it vanished without answering,
+        // the call may have left.
+        rx.await.unwrap_or(Err(CallError::Shutdown { sent: true }))
+    }
+
+    /// Serves `channel`: every call accepted for it runs `handler` on the current tokio
+    /// runtime. The node ACCEPTs a call before the handler runs, refuses calls whose ttl ran
+    /// out, and answers each call exactly once with the handler's result. A handler that
+    /// panics answers `Exception`. Must be called from within a tokio runtime.
+    pub fn serve<F, Fut>(&self, channel: &str, handler: F) -> Result<(), NodeError>
+    where
+        F: Fn(Request) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<Bytes, ServeError>> + Send + 'static,
+    {
+        if channel.is_empty() || channel.len() > 255 {
+            return Err(NodeError::Invalid("channel must be 1..=255 bytes".into()));
+        }
+        let rt = tokio::runtime::Handle::try_current().map_err(|_| NodeError::NoRuntime)?;
+        let (jobs, mut rx) = mpsc::unbounded_channel::<ServeJob>();
+        let handler = Arc::new(handler);
+        let weak = Arc::downgrade(&self.inner);
+        rt.spawn(async move {
+            // Ends when the I/O thread drops its sender (node stopped).
+            while let Some(job) = rx.recv().await {
+                let handler = handler.clone();
+                let weak = weak.clone();
+                tokio::spawn(async move {
+                    let id = job.id;
+                    let run = tokio::spawn(handler(job.request));
+                    let result = match run.await {
+                        Ok(r) => r,
+                        Err(e) => Err(ServeError::exception(format!("handler failed: {e}"))),
+                    };
+                    if let Some(inner) = weak.upgrade() {
+                        let node = Node { inner };
+                        node.command(Command::ServeDone(ServeDone { id, result }));
+                    }
+                });
+            }
+        });
+        if self.command(Command::Serve {
+            channel: channel.to_owned(),
+            jobs,
+        }) {
+            Ok(())
+        } else {
+            Err(NodeError::Stopped)
+        }
+    }
+
     /// A snapshot of every configured and inbound link (MISSION O1).
     pub async fn snapshot(&self) -> Result<Snapshot, NodeError> {
         self.ask(Command::Snapshot).await.ok_or(NodeError::Stopped)
     }
 
-    /// Stops the node: sends an orderly CLOSE on every ready connection, closes every socket
-    /// and monitor, stops every timer, and waits for the I/O thread to exit. When this
-    /// returns, nothing of the node is running.
+    /// Stops the node gracefully (MISSION C4, F6): refuses new calls (`Unavailable`, did not
+    /// run), answers every call it accepted (waiting at most
+    /// [`GRACEFUL_STOP_BOUND`](crate::runtime::GRACEFUL_STOP_BOUND); calls still running then
+    /// are answered `Unavailable`), fails its own pending calls, sends an orderly CLOSE on
+    /// every ready connection, closes every socket and monitor, stops every timer, and waits
+    /// for the I/O thread to exit. When this returns, nothing of the node is running.
     pub async fn shutdown(&self) -> Result<(), NodeError> {
         let _ = self.ask(Command::Shutdown).await;
         let handle = self.inner.thread.lock().ok().and_then(|mut t| t.take());

@@ -39,7 +39,21 @@ pub(crate) enum Rec {
         payload: Bytes,
     },
     Close(CloseReason),
-    /// A valid record this runtime does not act on yet (calls: a later layer).
+    Request(wire::Request),
+    Accept {
+        call_id: NonZeroU64,
+    },
+    Reply {
+        call_id: NonZeroU64,
+        code: wire::ReplyCode,
+        payload: Bytes,
+    },
+    Item {
+        call_id: NonZeroU64,
+        seq: u64,
+        payload: Bytes,
+    },
+    /// A valid record this runtime does not act on (BATCH: sent by later versions).
     Other(&'static str),
 }
 
@@ -53,6 +67,10 @@ impl Rec {
             Rec::Ack(_) => "ack",
             Rec::Message { .. } => "message",
             Rec::Close(_) => "close",
+            Rec::Request(_) => "request",
+            Rec::Accept { .. } => "accept",
+            Rec::Reply { .. } => "reply",
+            Rec::Item { .. } => "item",
             Rec::Other(k) => k,
         }
     }
@@ -127,6 +145,18 @@ pub(crate) fn decode(frames: &[&[u8]]) -> Result<Rec, WireError> {
             payload: m.payload,
         },
         Record::Close { reason } => Rec::Close(reason),
+        Record::Request(r) => Rec::Request(r),
+        Record::Accept(a) => Rec::Accept { call_id: a.call_id },
+        Record::Reply(r) => Rec::Reply {
+            call_id: r.call_id,
+            code: r.code,
+            payload: r.payload,
+        },
+        Record::Item(i) => Rec::Item {
+            call_id: i.call_id,
+            seq: i.seq,
+            payload: i.payload,
+        },
         other => Rec::Other(other.kind().name()),
     })
 }
@@ -220,6 +250,46 @@ pub(crate) fn message(channel: &str, payload: &[u8]) -> Result<Vec<Vec<u8>>, Wir
         payload: Bytes::copy_from_slice(payload),
     })
     .encode())
+}
+
+/// REQUEST.
+pub(crate) fn request(
+    call_id: NonZeroU64,
+    ttl_ms: Option<NonZeroU64>,
+    channel: &str,
+    method: &str,
+    payload: Bytes,
+) -> Result<Vec<Vec<u8>>, WireError> {
+    Ok(Record::Request(wire::Request {
+        call_id,
+        ttl_ms,
+        semantics: wire::Semantics::Undeclared,
+        channel: name(channel)?,
+        method: name(method)?,
+        idempotency_key: None,
+        payload,
+    })
+    .encode())
+}
+
+/// ACCEPT, naming this node's generation and the physical connection that took the call.
+pub(crate) fn accept(call_id: NonZeroU64, generation: u64, conn: u64) -> Vec<Vec<u8>> {
+    Record::Accept(wire::Accept {
+        call_id,
+        generation: nz(generation),
+        connection_id: conn,
+    })
+    .encode()
+}
+
+/// REPLY.
+pub(crate) fn reply(call_id: NonZeroU64, code: wire::ReplyCode, payload: Bytes) -> Vec<Vec<u8>> {
+    Record::Reply(wire::Reply {
+        call_id,
+        code,
+        payload,
+    })
+    .encode()
 }
 
 /// A fanout application record.

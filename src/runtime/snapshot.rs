@@ -20,6 +20,10 @@ pub struct Snapshot {
     pub generation: u64,
     /// Host state: `running`, `draining` or `stopped`.
     pub host: &'static str,
+    /// Calls this node made that have not completed (MISSION C5).
+    pub pending_calls: usize,
+    /// Calls this node accepted and has not answered yet.
+    pub serving_calls: usize,
     /// Every configured or inbound link, up to [`SNAPSHOT_LIMIT`].
     pub links: Vec<LinkSnapshot>,
     /// Links left out because of the limit.
@@ -52,6 +56,9 @@ pub struct LinkSnapshot {
     pub last_receive_unix_ms: Option<u64>,
     /// Records received on the current and previous connections of this link.
     pub records_received: u64,
+    /// Calls pending on this link's current connection (MISSION C5: a count that climbs on a
+    /// healthy peer is a wedged callee).
+    pub pending_calls: usize,
     /// Times this link became ready.
     pub ready_count: u64,
     /// Times this link failed.

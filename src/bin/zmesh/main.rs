@@ -5,9 +5,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use bytes::Bytes;
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::json;
 use zmesh::config::{Endpoint, NodeConfig};
+use zmesh::runtime::calls::{encode, may_have_run, CallError, CallOptions, Request, ServeError};
 use zmesh::runtime::{Node, NodeEvent};
 
 mod demo;
@@ -37,6 +39,37 @@ enum Cmd {
         /// (a quick traffic source for tests and demos).
         #[arg(long, default_value_t = 0)]
         send: u32,
+        /// Serve the built-in demo methods on this channel (repeatable): `echo` returns its
+        /// arguments, `sleep` takes milliseconds and answers after them, `fail` answers
+        /// Exception.
+        #[arg(long = "serve")]
+        serve: Vec<String>,
+    },
+    /// Start a node from a configuration, make one call, print the result as JSON, exit.
+    /// Exit status 0 on success, 1 on a call error (the JSON says whether it may have run).
+    Call {
+        /// The calling node's configuration file.
+        #[arg(long)]
+        config: PathBuf,
+        /// The channel to call.
+        #[arg(long)]
+        channel: String,
+        /// The method to call.
+        #[arg(long)]
+        method: String,
+        /// Arguments as JSON (sent as MessagePack).
+        #[arg(long, default_value = "null")]
+        args: String,
+        /// Deadline in milliseconds (0: none).
+        #[arg(long, default_value_t = 0)]
+        ttl_ms: u64,
+        /// Call this RouteMesh peer (RID) instead of any ready server of the channel.
+        #[arg(long)]
+        peer: Option<String>,
+        /// How long to wait for a ready server before giving up (ms). Only calls that
+        /// certainly did not run (no ready peer) are retried meanwhile.
+        #[arg(long, default_value_t = 10_000)]
+        wait_ms: u64,
     },
     /// Publish fanout records (with beacons every 5 s) on an endpoint.
     Pub {
@@ -111,9 +144,22 @@ fn main() -> Result<()> {
                 events,
                 control,
                 send,
+                serve,
             } => {
                 let cfg = NodeConfig::from_file(&config)?;
-                run_node(cfg, events, control, send, None).await
+                run_node(cfg, events, control, send, None, serve).await
+            }
+            Cmd::Call {
+                config,
+                channel,
+                method,
+                args,
+                ttl_ms,
+                peer,
+                wait_ms,
+            } => {
+                let cfg = NodeConfig::from_file(&config)?;
+                call_once(cfg, &channel, &method, &args, ttl_ms, peer, wait_ms).await
             }
             Cmd::Pub {
                 endpoint,
@@ -132,7 +178,15 @@ fn main() -> Result<()> {
                     .into_iter()
                     .map(|endpoint| Endpoint { endpoint })
                     .collect();
-                run_node(cfg, events, None, 0, seconds.map(Duration::from_secs)).await
+                run_node(
+                    cfg,
+                    events,
+                    None,
+                    0,
+                    seconds.map(Duration::from_secs),
+                    vec![],
+                )
+                .await
             }
             Cmd::Status { control, json } => status(&control, json),
             Cmd::Demo { quick } => demo::run(quick).await,
@@ -181,6 +235,7 @@ async fn run_node(
     control: Option<String>,
     send: u32,
     limit: Option<Duration>,
+    serve: Vec<String>,
 ) -> Result<()> {
     let t0 = Instant::now();
     let peers: Vec<String> = cfg.peers.iter().map(|p| p.rid.clone()).collect();
@@ -188,6 +243,28 @@ async fn run_node(
     let node = Node::start(cfg).await?;
     let rid = node.rid().to_owned();
     let mut events = node.take_events().context("event stream already taken")?;
+    for channel in &serve {
+        let rid = rid.clone();
+        node.serve(channel, move |req: Request| {
+            // Say that the handler runs: the call was accepted and dispatched.
+            let line = match format {
+                EventFormat::Ndjson => json!({
+                    "event": "call", "node": rid, "t_ms": t0.elapsed().as_millis(),
+                    "channel": req.channel, "method": req.method, "caller": req.caller,
+                })
+                .to_string(),
+                EventFormat::Human => format!(
+                    "[{:>6} ms] {rid}: serving {}.{} for {}",
+                    t0.elapsed().as_millis(),
+                    req.channel,
+                    req.method,
+                    req.caller
+                ),
+            };
+            println!("{line}");
+            demo_method(req)
+        })?;
+    }
     if let Some(ep) = control {
         serve_control(node.clone(), ep)?;
     }
@@ -217,6 +294,68 @@ async fn run_node(
         }
     }
     node.shutdown().await?;
+    Ok(())
+}
+
+/// The built-in demo methods of `zmesh node --serve`.
+async fn demo_method(req: Request) -> Result<Bytes, ServeError> {
+    match req.method.as_str() {
+        "echo" => Ok(req.raw_args().clone()),
+        "sleep" => {
+            let ms: u64 = req.args()?;
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            encode(&format!("slept {ms} ms"))
+        }
+        "fail" => Err(ServeError::exception("the demo method failed on purpose")),
+        other => Err(ServeError::method_not_found(other)),
+    }
+}
+
+async fn call_once(
+    cfg: NodeConfig,
+    channel: &str,
+    method: &str,
+    args: &str,
+    ttl_ms: u64,
+    peer: Option<String>,
+    wait_ms: u64,
+) -> Result<()> {
+    let args: serde_json::Value = serde_json::from_str(args).context("--args is not JSON")?;
+    let node = Node::start(cfg).await?;
+    let opts = CallOptions {
+        ttl: (ttl_ms > 0).then(|| Duration::from_millis(ttl_ms)),
+        peer,
+    };
+    let limit = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
+    let mut events = node.take_events().context("events")?;
+    let result = loop {
+        let r: Result<serde_json::Value, CallError> =
+            node.call_with(channel, method, &args, opts.clone()).await;
+        match r {
+            // Never sent: safe to try again once a link changes state.
+            Err(CallError::NoReadyPeer | CallError::NoRegistration)
+                if tokio::time::Instant::now() < limit =>
+            {
+                tokio::select! {
+                    _ = events.recv() => {}
+                    _ = tokio::time::sleep_until(limit) => {}
+                }
+            }
+            other => break other,
+        }
+    };
+    let ok = result.is_ok();
+    let out = match result {
+        Ok(v) => json!({"ok": true, "result": v}),
+        Err(e) => json!({
+            "ok": false, "code": e.code(), "error": e.to_string(), "may_have_run": may_have_run(&e),
+        }),
+    };
+    println!("{out}");
+    node.shutdown().await?;
+    if !ok {
+        std::process::exit(1);
+    }
     Ok(())
 }
 

@@ -186,6 +186,7 @@ impl fmt::Display for RemoteCode {
 /// | `Unavailable { accepted: false }` | the callee refused it because it is stopping (draining, MISSION C4) | no | `Unavailable` |
 /// | `Unavailable { accepted: true }` | the callee stopped with the call in hand: a stream it was producing ended, or the drain bound passed | **yes** | `Unavailable` |
 /// | `ItemOutOfOrder { .. }` | a stream item arrived with a sequence number other than the next one; the stream is broken | **yes** | `UnknownOutcome` |
+/// | `InvalidArgument { .. }` | the call could not be encoded (argument serialisation, channel or method name length); never sent | no | `InvalidParams` |
 /// | `Remote { code, .. }` | the callee answered with an error code and message | per code: **yes** for `Exception`, `UnknownOutcome`, `Unavailable`; no for `MethodNotFound`, `ClassNotFound`, `NotFound`, `InvalidParams`, `Unauthorized`, `Forbidden`, `IncompatibleVersion`, `Busy`, `Superseded`, `Timeout`, `TransportError` | the code's name |
 ///
 /// A REPLY proves the callee's view, so its refusals are "did not run": the callee sends
@@ -249,6 +250,13 @@ pub enum CallError {
         /// stream it was producing, or a call still running when the drain bound passed).
         accepted: bool,
     },
+    /// The call could not be built (arguments that do not serialise, a channel or method name
+    /// outside 1..=255 bytes); it was never sent.
+    #[error("invalid call argument: {reason}")]
+    InvalidArgument {
+        /// What was wrong.
+        reason: String,
+    },
     /// A stream item arrived out of order (a gap or a repeat); the stream is broken and the
     /// call ends at once. The callee was producing items, so the call ran.
     #[error("stream item {got} arrived where item {expected} was due; the stream is broken")]
@@ -302,6 +310,7 @@ impl CallError {
                 "Unavailable"
             }
             CallError::TransportRefused => "TransportError",
+            CallError::InvalidArgument { .. } => "InvalidParams",
             CallError::OutcomeUnknown { .. } | CallError::ItemOutOfOrder { .. } => "UnknownOutcome",
             CallError::Timeout { .. } => "Timeout",
             CallError::Cancelled { .. } => "Cancelled",
@@ -317,7 +326,10 @@ impl CallError {
 /// not dispatch the method. `true` means the caller cannot rule the effect out.
 pub fn may_have_run(err: &CallError) -> bool {
     match err {
-        CallError::NoRegistration | CallError::NoReadyPeer | CallError::TransportRefused => false,
+        CallError::NoRegistration
+        | CallError::NoReadyPeer
+        | CallError::TransportRefused
+        | CallError::InvalidArgument { .. } => false,
         CallError::OutcomeUnknown { .. } | CallError::ItemOutOfOrder { .. } => true,
         CallError::Timeout { refused_by_server } => !refused_by_server,
         CallError::Cancelled { sent } | CallError::Shutdown { sent } => *sent,

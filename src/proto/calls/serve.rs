@@ -468,6 +468,11 @@ impl<K: Copy + Eq + Hash> ServeTable<K> {
         self.phase == ServePhase::Drained
     }
 
+    /// The connection and wire `call_id` of a call in hand (not yet answered or forgotten).
+    pub fn call_of(&self, id: ServeId) -> Option<(K, NonZeroU64)> {
+        self.entries.get(&id).map(|e| (e.conn, e.call_id))
+    }
+
     /// Diagnostic counters.
     pub fn stats(&self) -> &ServeStats {
         &self.stats

@@ -24,7 +24,9 @@
 //! dialled by the node with the smaller RID is kept and the other one is rejected with
 //! `Duplicate`, so each lane has exactly one current connection per peer (MISSION T1).
 
-use std::collections::{HashMap, VecDeque};
+mod calls;
+
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,6 +40,7 @@ use super::records::{self, CloseReason, Fanout, Lane, Rec, RejectReason};
 use super::snapshot::{FailureSnapshot, LinkSnapshot, Snapshot, SNAPSHOT_LIMIT};
 use super::socket::{FrameSocket, MonitorEvent, Sockets, CLOSE_LINGER_MS};
 use crate::config::NodeConfig;
+use crate::proto::calls::{CallId, CallTable, ServeTable};
 use crate::proto::handshake::{self, Expectation, Identity, Refusal};
 use crate::proto::liveness::{
     self, Delivery as FanoutDelivery, FanoutInput, Liveness, LivenessEvent, ProbeEvent,
@@ -48,6 +51,9 @@ use crate::proto::sched::{
 };
 use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
 use crate::proto::ConnId;
+use calls::CallKey;
+pub use calls::GRACEFUL_STOP_BOUND;
+pub(crate) use calls::{CallReply, ServeDone, ServeJob};
 
 /// Delays after a bound-side disconnect event at which the socket's inbound connections are
 /// checked for a vanished pipe.
@@ -102,6 +108,18 @@ pub(crate) enum Command {
     },
     Snapshot(oneshot::Sender<Snapshot>),
     Shutdown(oneshot::Sender<()>),
+    Call {
+        channel: String,
+        method: String,
+        args: Bytes,
+        opts: crate::runtime::calls::CallOptions,
+        reply: CallReply,
+    },
+    Serve {
+        channel: String,
+        jobs: mpsc::UnboundedSender<ServeJob>,
+    },
+    ServeDone(ServeDone),
 }
 
 type SlotKey = usize;
@@ -195,6 +213,16 @@ struct Link {
     backlog: VecDeque<Delivery>,
 }
 
+impl Link {
+    /// The lane this link serves.
+    fn lane(&self) -> Option<Lane> {
+        match &self.kind {
+            LinkKind::MeshDial { lane, .. } | LinkKind::Inbound { lane, .. } => Some(*lane),
+            LinkKind::ClientDial { .. } => Some(Lane::ClientServer),
+        }
+    }
+}
+
 struct Sub {
     endpoint: String,
     slot: Option<SlotKey>,
@@ -228,6 +256,8 @@ enum LiveOwner {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Host {
     Running,
+    /// Stopping gracefully: no new work, accepted calls are answered (MISSION C4, F6).
+    Draining,
     Stopped,
 }
 
@@ -248,6 +278,14 @@ pub(crate) struct IoThread {
     backlogged: usize,
     /// The last receive rotation did work: poll again without waiting.
     busy: bool,
+    /// Calls this node made, leased on the connection that carried them (MISSION C1, C2).
+    calls: CallTable<CallKey>,
+    pending_calls: HashMap<CallId, CallReply>,
+    /// Calls this node serves (MISSION C4, C6).
+    serve: ServeTable<CallKey>,
+    served: HashMap<String, mpsc::UnboundedSender<ServeJob>>,
+    /// Channels some peer ever announced a Server membership for.
+    known_servers: HashSet<String>,
     slots: Vec<Option<Slot>>,
     links: Vec<Link>,
     /// Inbound connections by bound socket and routing id (unique per physical connection).
@@ -311,6 +349,11 @@ impl IoThread {
             held: Vec::new(),
             backlogged: 0,
             busy: false,
+            calls: CallTable::new(),
+            pending_calls: HashMap::new(),
+            serve: ServeTable::new(),
+            served: HashMap::new(),
+            known_servers: HashSet::new(),
             slots: Vec::new(),
             links: Vec::new(),
             inbound: HashMap::new(),
@@ -498,6 +541,9 @@ impl IoThread {
             self.run_timers(now);
             self.release_backlogs();
             self.flush_events();
+            if self.host == Host::Draining && self.serve.is_drained() {
+                self.host = Host::Stopped;
+            }
             if self.host == Host::Stopped {
                 break;
             }
@@ -551,6 +597,8 @@ impl IoThread {
             }
         };
         take(self.liveness.poll_timeout());
+        take(self.calls.poll_timeout());
+        take(self.serve.poll_timeout());
         for l in &self.links {
             if let Some(c) = &l.conn {
                 if !c.ready {
@@ -648,6 +696,11 @@ impl IoThread {
         }));
     }
 
+    /// True once a stop began: no new work is taken.
+    fn stopping(&self) -> bool {
+        self.host != Host::Running
+    }
+
     /// True when the application queue holds `delivery_high_water` deliveries or more.
     fn paused(&self) -> bool {
         self.outstanding.load(Ordering::Relaxed) + self.out.len() >= self.cfg.delivery_high_water
@@ -682,6 +735,10 @@ impl IoThread {
     // ----------------------------------------------------------------------------------
 
     fn run_timers(&mut self, now: Instant) {
+        // Call deadlines and serve-side ttl refusals and drain bound.
+        self.calls.handle_timeout(now);
+        self.serve.handle_timeout(now);
+        self.drain_calls(now);
         // Every liveness machine of the node, from one table (MISSION L8).
         self.liveness.handle_timeout(now);
         while let Some(t) = self.liveness.poll_transmit(now) {
@@ -916,6 +973,11 @@ impl IoThread {
 
     /// Takes a link's current connection out of ready at once and closes it (MISSION F1, L6).
     fn fail_link(&mut self, k: LinkKey, reason: FailureReason, detail: &str, now: Instant) {
+        let Some(conn_id) = self.links[k].conn.as_ref().map(|c| c.id) else {
+            return;
+        };
+        // Calls leased on this connection fail at once, as "may have run" (MISSION C2).
+        self.calls_connection_lost(k, conn_id, reason, now);
         let Some(conn) = self.links[k].conn.take() else {
             return;
         };
@@ -1472,6 +1534,11 @@ impl IoThread {
         c.live = Some(live);
         self.live_owner.insert(live, LiveOwner::Link(k));
         let rid = peer.rid.clone();
+        for m in &peer.memberships {
+            if m.role == crate::proto::handshake::Role::Server {
+                self.known_servers.insert(m.channel.clone());
+            }
+        }
         c.peer = Some(peer);
         let l = &mut self.links[k];
         l.failures_in_row = 0;
@@ -1523,6 +1590,10 @@ impl IoThread {
                 }
             }
             Rec::Welcome(w) if !ready && !inbound => self.on_welcome(k, w, now),
+            Rec::Request(req) if ready => self.on_request(k, req, now),
+            rec @ (Rec::Accept { .. } | Rec::Reply { .. } | Rec::Item { .. }) if ready => {
+                self.on_call_answer(k, rec, now)
+            }
             Rec::Reject { reason, detail } => {
                 if reason == RejectReason::Duplicate {
                     // The peer's own dial of this lane is the current connection (T1).
@@ -1753,9 +1824,23 @@ impl IoThread {
                 }
                 Command::Shutdown(reply) => {
                     self.shutdown_reply = Some(reply);
-                    self.host = Host::Stopped;
-                    return false;
+                    if self.host == Host::Running {
+                        // Graceful stop: refuse new calls, answer the accepted ones, then
+                        // leave (MISSION C4, F6); the loop ends when the drain is done.
+                        self.host = Host::Draining;
+                        self.serve.begin_drain(GRACEFUL_STOP_BOUND, now);
+                        self.drain_calls(now);
+                    }
                 }
+                Command::Call {
+                    channel,
+                    method,
+                    args,
+                    opts,
+                    reply,
+                } => self.start_call(channel, method, args, opts, reply, now),
+                Command::Serve { channel, jobs } => self.serve_channel(channel, jobs),
+                Command::ServeDone(done) => self.on_serve_done(done, now),
             }
         }
         true
@@ -1916,6 +2001,11 @@ impl IoThread {
                     .last_receive
                     .map(|t| crate::display_time::unix_millis(t, now)),
                 records_received: l.records,
+                pending_calls: l
+                    .conn
+                    .as_ref()
+                    .map(|c| self.calls.pending_on((k, c.id)))
+                    .unwrap_or(0),
                 ready_count: l.state.readies(),
                 failure_count: l.state.failures(),
             });
@@ -1941,6 +2031,7 @@ impl IoThread {
                 last_receive_age_ms: last.map(age),
                 last_receive_unix_ms: last.map(|t| crate::display_time::unix_millis(t, now)),
                 records_received: s.records,
+                pending_calls: 0,
                 ready_count: s.state.readies(),
                 failure_count: s.state.failures(),
             });
@@ -1953,8 +2044,11 @@ impl IoThread {
             generation: self.me.generation,
             host: match self.host {
                 Host::Running => "running",
+                Host::Draining => "draining",
                 Host::Stopped => "stopped",
             },
+            pending_calls: self.calls.pending(),
+            serving_calls: self.serve.in_flight(),
             links,
             omitted,
         }

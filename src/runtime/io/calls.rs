@@ -1,0 +1,370 @@
+//! Calls in the I/O thread: routing a call to a ready server, the caller's call table (leases
+//! on the connection that carried the request), and the callee's serve table (ACCEPT before
+//! dispatch, ttl refusals, graceful drain). Decisions are the sans-IO tables'
+//! ([`crate::proto::calls`]); this file moves their records.
+//!
+//! A call's key is the physical connection its REQUEST went out on: the RouteMesh peer's
+//! Application lane connection, or the ClientServer connection. ACCEPT, ITEM and REPLY arrive
+//! on the peer's Completion lane (RouteMesh) or the same connection (ClientServer) and are
+//! judged against that key; when either lane of the peer leaves ready, every call on it
+//! fails at once (MISSION C2).
+
+use std::num::NonZeroU64;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+
+use super::{IoThread, LinkKey, LinkKind};
+use crate::proto::calls::{
+    ttl_on_wire, Admission, CallError, CallId, CallShape, Dispatch, Unrouted,
+};
+use crate::proto::handshake::Role;
+use crate::proto::state::FailureReason;
+use crate::proto::wire::{self, Lane, ReplyCode};
+use crate::proto::ConnId;
+use crate::runtime::calls::{CallOptions, Request};
+use crate::runtime::records;
+
+/// The physical connection a call travels on: a link and its current connection.
+pub(crate) type CallKey = (LinkKey, ConnId);
+
+/// Where a call's answer goes, on the caller's side.
+pub(crate) type CallReply = oneshot::Sender<Result<Bytes, CallError>>;
+
+/// One accepted call handed to the application's dispatcher.
+pub(crate) struct ServeJob {
+    pub id: crate::proto::calls::ServeId,
+    pub request: Request,
+}
+
+/// A handler's answer, back to the I/O thread.
+pub(crate) struct ServeDone {
+    pub id: crate::proto::calls::ServeId,
+    pub result: Result<Bytes, crate::runtime::calls::ServeError>,
+}
+
+/// Longest graceful stop: accepted calls still running then are answered `Unavailable`.
+pub const GRACEFUL_STOP_BOUND: Duration = Duration::from_secs(10);
+
+impl IoThread {
+    /// The ready connection of `rid`'s RouteMesh lane `lane`.
+    fn lane_of(&self, rid: &str, lane: Lane) -> Option<CallKey> {
+        self.links.iter().enumerate().find_map(|(k, l)| {
+            let c = l.conn.as_ref().filter(|c| c.ready)?;
+            (l.lane() == Some(lane) && c.peer.as_ref()?.rid == rid).then_some((k, c.id))
+        })
+    }
+
+    /// Where a call to RouteMesh peer `rid` goes: the REQUEST on its Application lane, the
+    /// lease (and the answers) on its Completion lane. Both must be ready.
+    fn mesh_route(&self, rid: &str) -> Option<(LinkKey, CallKey)> {
+        let app = self.lane_of(rid, Lane::Application)?;
+        let completion = self.lane_of(rid, Lane::Completion)?;
+        Some((app.0, completion))
+    }
+
+    /// Picks the connection for a call: the named peer, or a ready server of the channel
+    /// (RouteMesh peers with a Server membership, and ClientServer servers), round-robin.
+    /// Returns the link to send the REQUEST on and the call's key.
+    fn route_call(
+        &mut self,
+        channel: &str,
+        opts: &CallOptions,
+    ) -> Result<(LinkKey, CallKey), Unrouted> {
+        if let Some(rid) = &opts.peer {
+            return self.mesh_route(rid).ok_or(Unrouted::NoReadyPeer);
+        }
+        let mut ready: Vec<(LinkKey, CallKey)> = Vec::new();
+        let serving: Vec<String> = self
+            .links
+            .iter()
+            .filter(|l| l.lane() == Some(Lane::Application))
+            .filter_map(|l| l.conn.as_ref())
+            .filter_map(|c| c.peer.as_ref())
+            .filter(|p| {
+                p.memberships
+                    .iter()
+                    .any(|m| m.role == Role::Server && m.channel == channel)
+            })
+            .map(|p| p.rid.clone())
+            .collect();
+        for rid in serving {
+            if let Some(route) = self.mesh_route(&rid) {
+                ready.push(route);
+            }
+        }
+        let mut known = self.known_servers.contains(channel);
+        for (k, l) in self.links.iter().enumerate() {
+            if let LinkKind::ClientDial { server } = &l.kind {
+                if self
+                    .cfg
+                    .servers
+                    .get(*server)
+                    .is_some_and(|s| s.channel == channel)
+                {
+                    known = true;
+                    if let Some(c) = l.conn.as_ref().filter(|c| c.ready) {
+                        ready.push((k, (k, c.id)));
+                    }
+                }
+            }
+        }
+        if ready.is_empty() {
+            return Err(if known {
+                Unrouted::NoReadyPeer
+            } else {
+                Unrouted::NoRegistration
+            });
+        }
+        let pick = ready[self.server_rr % ready.len()];
+        self.server_rr = self.server_rr.wrapping_add(1);
+        Ok(pick)
+    }
+
+    /// Starts a call: routes it, sends its REQUEST (or fails it at once as never sent).
+    pub(super) fn start_call(
+        &mut self,
+        channel: String,
+        method: String,
+        args: Bytes,
+        opts: CallOptions,
+        reply: CallReply,
+        now: Instant,
+    ) {
+        let ttl = opts.ttl.filter(|t| !t.is_zero());
+        let id = if self.stopping() {
+            self.calls.start_unrouted(Unrouted::NoReadyPeer, now)
+        } else {
+            match self.route_call(&channel, &opts) {
+                Err(why) => self.calls.start_unrouted(why, now),
+                Ok((send_link, key)) => {
+                    let id = self.calls.start(key, ttl, now);
+                    let frames =
+                        records::request(id.get(), ttl_on_wire(ttl), &channel, &method, args);
+                    // A frame is never queued on a link that cannot send now (MISSION C3).
+                    let sent = match frames {
+                        Ok(f) => self.send_on_link(send_link, f).is_ok(),
+                        Err(_) => false,
+                    };
+                    tracing::debug!(call = %id.get(), sent, "request");
+                    if sent {
+                        let _ = self.calls.handle_sent(id, now);
+                        metrics::counter!("zmesh_calls_started_total").increment(1);
+                    } else {
+                        let _ = self.calls.handle_send_failed(id, now);
+                    }
+                    id
+                }
+            }
+        };
+        self.pending_calls.insert(id, reply);
+        self.drain_calls(now);
+    }
+
+    /// The call key of answers arriving on link `k`: the connection itself, if it is a
+    /// Completion lane or a ClientServer connection (answers never travel on the Application
+    /// lane).
+    fn answer_key(&self, k: LinkKey) -> Option<CallKey> {
+        let l = self.links.get(k)?;
+        let c = l.conn.as_ref()?;
+        match l.lane()? {
+            Lane::ClientServer | Lane::Completion => Some((k, c.id)),
+            Lane::Application => None,
+        }
+    }
+
+    /// ACCEPT, ITEM or REPLY for one of our calls, arriving on link `k`.
+    pub(super) fn on_call_answer(&mut self, k: LinkKey, rec: records::Rec, now: Instant) {
+        tracing::debug!(kind = rec.kind_name(), key = ?self.answer_key(k), "call answer");
+        let Some(key) = self.answer_key(k) else {
+            metrics::counter!("zmesh_call_answers_ignored_total").increment(1);
+            return;
+        };
+        let id = |n: NonZeroU64| CallId(n);
+        match rec {
+            records::Rec::Accept { call_id } => {
+                let _ = self.calls.handle_accept(id(call_id), key, now);
+            }
+            records::Rec::Item {
+                call_id,
+                seq,
+                payload,
+            } => {
+                let _ = self.calls.handle_item(id(call_id), key, seq, payload, now);
+            }
+            records::Rec::Reply {
+                call_id,
+                code,
+                payload,
+            } => {
+                let _ = self
+                    .calls
+                    .handle_reply(id(call_id), key, code, payload, now);
+            }
+            _ => {}
+        }
+        self.drain_calls(now);
+    }
+
+    /// Where answers to calls keyed `key` are sent: that connection, if it is still current.
+    fn answer_route(&self, key: CallKey) -> Option<LinkKey> {
+        let c = self.links.get(key.0)?.conn.as_ref()?;
+        (c.id == key.1 && c.ready).then_some(key.0)
+    }
+
+    /// A REQUEST arriving on link `k`: ACCEPT before dispatch, or refuse it at once.
+    pub(super) fn on_request(&mut self, k: LinkKey, req: wire::Request, now: Instant) {
+        let Some(l) = self.links.get(k) else { return };
+        let Some(c) = l.conn.as_ref() else { return };
+        let caller = c.peer.as_ref().map(|p| p.rid.clone()).unwrap_or_default();
+        let key = match l.lane() {
+            Some(Lane::ClientServer) => Some((k, c.id)),
+            // A RouteMesh call is answered on the caller's Completion lane.
+            Some(Lane::Application) => self.lane_of(&caller, Lane::Completion),
+            _ => None,
+        };
+        let call_id = req.call_id;
+        let Some((key, route)) = key.and_then(|key| Some((key, self.answer_route(key)?))) else {
+            // No way to answer: the caller fails the call when its lanes fail.
+            return;
+        };
+        let channel = req.channel.as_str().to_owned();
+        let jobs = self.served.get(&channel).cloned();
+        let Some(jobs) = jobs else {
+            // Nothing exposed under that name: did not run.
+            let msg = format!("nothing serves channel {channel:?} here");
+            let _ = self.send_on_link(
+                route,
+                records::reply(call_id, ReplyCode::ClassNotFound, Bytes::from(msg)),
+            );
+            return;
+        };
+        match self
+            .serve
+            .handle_request(key, call_id, req.ttl_ms, CallShape::Unary, now)
+        {
+            Admission::Duplicate => {}
+            Admission::Refuse(code) => {
+                let _ = self.send_on_link(
+                    route,
+                    records::reply(call_id, code, Bytes::from_static(b"refused")),
+                );
+            }
+            Admission::Accept(sid) => {
+                let accept = records::accept(call_id, self.me.generation, key.1 .0);
+                if self.send_on_link(route, accept).is_err() {
+                    // ACCEPT could not be sent: the answer path is gone.
+                    let _ = self.serve.handle_connection_lost(key, now);
+                    return;
+                }
+                match self.serve.handle_dispatch(sid, now) {
+                    Dispatch::Run => {
+                        let request = Request::new(
+                            channel,
+                            req.method.as_str().to_owned(),
+                            caller,
+                            req.payload,
+                        );
+                        if jobs.send(ServeJob { id: sid, request }).is_err() {
+                            let _ = self.serve.handle_done(sid, ReplyCode::Unavailable, now);
+                        }
+                    }
+                    Dispatch::Refuse(code) => {
+                        let _ = self.send_on_link(
+                            route,
+                            records::reply(
+                                call_id,
+                                code,
+                                Bytes::from_static(b"ttl ran out before dispatch"),
+                            ),
+                        );
+                    }
+                    Dispatch::Skip => {}
+                }
+            }
+        }
+        self.drain_calls(now);
+    }
+
+    /// A handler finished.
+    pub(super) fn on_serve_done(&mut self, done: ServeDone, now: Instant) {
+        let Some((key, call_id)) = self.serve.call_of(done.id) else {
+            let _ = self.serve.handle_done(done.id, ReplyCode::Ok, now);
+            return;
+        };
+        let (code, payload) = match done.result {
+            Ok(bytes) => (ReplyCode::Ok, bytes),
+            Err(e) => (e.code.to_reply(), Bytes::from(e.message.into_bytes())),
+        };
+        if let Some(code) = self.serve.handle_done(done.id, code, now) {
+            if let Some(route) = self.answer_route(key) {
+                let _ = self.send_on_link(route, records::reply(call_id, code, payload));
+            }
+        }
+        self.drain_calls(now);
+    }
+
+    /// A link's connection is leaving ready: fail the calls leased on it (MISSION C2).
+    ///
+    /// Calls are keyed by the connection their answers travel on (a RouteMesh Completion lane,
+    /// a ClientServer connection): its failure fails them. A failed Application lane fails
+    /// the calls of the peer's Completion lane too, unless the peer closed it in order: a
+    /// stopping peer answers what it accepted on the Completion lane before closing that one.
+    pub(super) fn calls_connection_lost(
+        &mut self,
+        k: LinkKey,
+        conn: ConnId,
+        reason: FailureReason,
+        now: Instant,
+    ) {
+        let Some(l) = self.links.get(k) else { return };
+        let key = match l.lane() {
+            Some(Lane::Completion | Lane::ClientServer) => Some((k, conn)),
+            Some(Lane::Application) if reason != FailureReason::OrderlyClose => l
+                .conn
+                .as_ref()
+                .and_then(|c| c.peer.as_ref())
+                .map(|p| p.rid.clone())
+                .and_then(|rid| self.lane_of(&rid, Lane::Completion)),
+            _ => None,
+        };
+        if let Some(key) = key {
+            let lost = self.calls.handle_connection_lost(key, now);
+            if lost > 0 {
+                tracing::info!(calls = lost, "calls failed with their connection");
+            }
+            let _ = self.serve.handle_connection_lost(key, now);
+        }
+        self.drain_calls(now);
+    }
+
+    /// Hands finished calls to their callers and sends the serve table's own replies.
+    pub(super) fn drain_calls(&mut self, _now: Instant) {
+        while let Some((id, result)) = self.calls.poll_completion() {
+            if let Some(reply) = self.pending_calls.remove(&id) {
+                let result = result.map(|c| c.payload);
+                if let Err(e) = &result {
+                    metrics::counter!("zmesh_calls_failed_total", "code" => e.code()).increment(1);
+                }
+                let _ = reply.send(result);
+            }
+        }
+        // Stream items are not exposed by this version's API; drain them.
+        while self.calls.poll_item().is_some() {}
+        while let Some(r) = self.serve.poll_transmit() {
+            if let Some(route) = self.answer_route(r.conn) {
+                let _ = self.send_on_link(
+                    route,
+                    records::reply(r.call_id, r.code, Bytes::from_static(r.message.as_bytes())),
+                );
+            }
+        }
+        metrics::gauge!("zmesh_calls_pending").set(self.calls.pending() as f64);
+    }
+
+    /// Registers a served channel.
+    pub(super) fn serve_channel(&mut self, channel: String, jobs: mpsc::UnboundedSender<ServeJob>) {
+        self.served.insert(channel, jobs);
+    }
+}

@@ -1,0 +1,396 @@
+//! Calls over real libzmq sockets (MISSION C1-C6): round trips on RouteMesh and ClientServer,
+//! honest failures when the callee dies (killed process, half-open connection), graceful stop,
+//! late replies.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::{free_tcp, Events, FreezeProxy};
+use tokio::sync::mpsc;
+use zmesh::config::{Endpoint, NodeConfig, PeerConfig, RouteMeshBind, ServerConfig};
+use zmesh::proto::calls::Phase;
+use zmesh::proto::handshake::{Membership, Role};
+use zmesh::proto::state::ConnState;
+use zmesh::runtime::calls::{encode, may_have_run, CallError, CallOptions, Request, ServeError};
+use zmesh::runtime::{Node, NodeEvent};
+
+const STEP: Duration = Duration::from_secs(10);
+
+fn server_of(channel: &str) -> Vec<Membership> {
+    vec![Membership {
+        role: Role::Server,
+        channel: channel.into(),
+    }]
+}
+
+fn mesh_bind() -> RouteMeshBind {
+    RouteMeshBind {
+        application: free_tcp(),
+        completion: free_tcp(),
+    }
+}
+
+fn peer(rid: &str, b: &RouteMeshBind) -> PeerConfig {
+    PeerConfig {
+        rid: rid.into(),
+        application: b.application.clone(),
+        completion: b.completion.clone(),
+        generation: None,
+        security_identity: None,
+    }
+}
+
+async fn wait_peer_ready(node: &Node, events: &mut Events, rid: &str) {
+    let limit = tokio::time::Instant::now() + STEP;
+    loop {
+        let snap = node.snapshot().await.expect("snapshot");
+        if snap
+            .peer(rid)
+            .filter(|l| l.state == ConnState::Ready)
+            .count()
+            == 2
+        {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < limit, "{}", snap.to_table());
+        events
+            .wait(STEP, |e| matches!(e, NodeEvent::State(_)))
+            .await;
+    }
+}
+
+/// A handler for tests: `echo`, `add`, and `hold` (reports that it started, then sleeps the
+/// given milliseconds).
+async fn handler(
+    req: Request,
+    started: mpsc::UnboundedSender<String>,
+) -> Result<Bytes, ServeError> {
+    match req.method.as_str() {
+        "echo" => Ok(req.raw_args().clone()),
+        "add" => {
+            let (a, b): (i64, i64) = req.args()?;
+            encode(&(a + b))
+        }
+        "hold" => {
+            let ms: u64 = req.args()?;
+            let _ = started.send(req.caller.clone());
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            encode("held")
+        }
+        other => Err(ServeError::method_not_found(other)),
+    }
+}
+
+fn serve_with(node: &Node, channel: &str) -> mpsc::UnboundedReceiver<String> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    node.serve(channel, move |req| handler(req, tx.clone()))
+        .expect("serve");
+    rx
+}
+
+/// MISSION C1: a call round trip over RouteMesh (request on the Application lane, accept and
+/// reply on the Completion lane) and over ClientServer; remote errors keep their code.
+#[tokio::test]
+async fn c1_calls_round_trip_on_route_mesh_and_client_server() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("zmesh=trace")
+        .with_test_writer()
+        .try_init();
+    let b_bind = mesh_bind();
+    let s_ep = free_tcp();
+    let mut b = NodeConfig::new("b");
+    b.memberships = server_of("math");
+    b.route_mesh = Some(b_bind.clone());
+    b.server = Some(Endpoint {
+        endpoint: s_ep.clone(),
+    });
+    let b = Node::start(b).await.expect("b");
+    let _started = serve_with(&b, "math");
+    let mut a = NodeConfig::new("a");
+    a.peers = vec![peer("b", &b_bind)];
+    let a = Node::start(a).await.expect("a");
+    let mut ea = Events::new(a.take_events().expect("events"));
+    wait_peer_ready(&a, &mut ea, "b").await;
+    let sum: i64 = a
+        .call("math", "add", &(40, 2))
+        .await
+        .expect("add over RouteMesh");
+    assert_eq!(sum, 42);
+    let err = a
+        .call::<_, i64>("math", "nope", &())
+        .await
+        .expect_err("unknown method");
+    assert_eq!(err.code(), "MethodNotFound");
+    assert!(!may_have_run(&err));
+
+    let mut c = NodeConfig::new("c");
+    c.servers = vec![ServerConfig {
+        channel: "math".into(),
+        endpoint: s_ep,
+        rid: Some("b".into()),
+    }];
+    let c = Node::start(c).await.expect("c");
+    let mut ec = Events::new(c.take_events().expect("events"));
+    ec.wait(
+        STEP,
+        |e| matches!(e, NodeEvent::State(s) if s.state == ConnState::Ready),
+    )
+    .await;
+    let sum: i64 = c
+        .call("math", "add", &(1, 2))
+        .await
+        .expect("add over ClientServer");
+    assert_eq!(sum, 3);
+    let snap = a.snapshot().await.expect("snapshot");
+    assert_eq!(
+        snap.pending_calls, 0,
+        "C5: nothing pending after the replies"
+    );
+    for n in [&a, &b, &c] {
+        n.shutdown().await.expect("shutdown");
+    }
+}
+
+/// MISSION C3: a call with no ready peer fails at once as "did not run"; a channel nothing
+/// serves is `NoRegistration`.
+#[tokio::test]
+async fn c3_no_ready_peer_and_no_registration_did_not_run() {
+    let mut a = NodeConfig::new("a");
+    a.servers = vec![ServerConfig {
+        channel: "orders".into(),
+        endpoint: free_tcp(), // nothing listens there
+        rid: None,
+    }];
+    let a = Node::start(a).await.expect("a");
+    let t = Instant::now();
+    let err = a
+        .call::<_, ()>("orders", "place", &1)
+        .await
+        .expect_err("no ready server");
+    assert_eq!(err, CallError::NoReadyPeer);
+    assert!(!may_have_run(&err));
+    let err = a
+        .call::<_, ()>("nobody", "x", &1)
+        .await
+        .expect_err("nothing serves it");
+    assert_eq!(err, CallError::NoRegistration);
+    assert!(!may_have_run(&err));
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "failed at once, not after a timeout"
+    );
+    a.shutdown().await.expect("a");
+}
+
+/// Starts `zmesh node --serve CHANNEL --events ndjson` and returns it with a receiver of its
+/// stdout lines.
+fn spawn_callee(
+    dir: &std::path::Path,
+    bind: &RouteMeshBind,
+    channel: &str,
+) -> (Child, std::sync::mpsc::Receiver<String>) {
+    let mut b = NodeConfig::new("b");
+    b.memberships = server_of(channel);
+    b.route_mesh = Some(bind.clone());
+    let path = dir.join("callee.toml");
+    std::fs::write(&path, toml::to_string(&b).expect("toml")).expect("write");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zmesh"))
+        .args(["node", "--events", "ndjson", "--serve", channel, "--config"])
+        .arg(&path)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn callee");
+    let out = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (child, rx)
+}
+
+/// MISSION C2, C3: the callee process is killed mid-call (its handler is running): the caller
+/// gets "may have run" (the call had been accepted) at once, within 1 s of the kill, not
+/// after a timeout.
+#[tokio::test]
+async fn c2_callee_killed_mid_call_fails_at_once_may_have_run() {
+    let dir = std::env::temp_dir().join(format!("zmesh-callkill-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let b_bind = mesh_bind();
+    let (mut child, lines) = spawn_callee(&dir, &b_bind, "work");
+    let mut a = NodeConfig::new("a");
+    a.peers = vec![peer("b", &b_bind)];
+    let a = Node::start(a).await.expect("a");
+    let mut ea = Events::new(a.take_events().expect("events"));
+    wait_peer_ready(&a, &mut ea, "b").await;
+    let echoed: String = a.call("work", "echo", "ping").await.expect("echo");
+    assert_eq!(echoed, "ping");
+    let caller = a.clone();
+    let call =
+        tokio::spawn(async move { caller.call::<_, String>("work", "sleep", &60_000u64).await });
+    // The callee prints a line when a handler starts: the call was accepted and dispatched.
+    let started = tokio::task::spawn_blocking(move || loop {
+        let line = lines.recv_timeout(STEP).expect("callee output");
+        let v: serde_json::Value = serde_json::from_str(&line).expect("ndjson line");
+        if v["event"] == "call" && v["method"] == "sleep" {
+            break;
+        }
+    });
+    started.await.expect("the sleep handler started");
+    child.kill().expect("kill -9 callee");
+    let _ = child.wait();
+    let killed = Instant::now();
+    let err = call.await.expect("join").expect_err("the callee died");
+    let waited = killed.elapsed();
+    // Both lanes drop at once: whether the ACCEPT (already sent) was read before the
+    // Application lane's disconnect is a race; either way the call may have run.
+    assert!(matches!(err, CallError::OutcomeUnknown { .. }), "{err}");
+    assert!(may_have_run(&err));
+    assert!(
+        waited < Duration::from_secs(1),
+        "failed {waited:?} after the kill"
+    );
+    a.shutdown().await.expect("a");
+}
+
+/// MISSION C2 (real time, bounded): the callee's connections go half-open mid-call (a proxy
+/// stops forwarding, nothing closes): the call fails as "may have run" within the 15 s
+/// peer deadline.
+#[tokio::test]
+async fn c2_half_open_callee_fails_within_deadline_may_have_run() {
+    let b_bind = mesh_bind();
+    let app = FreezeProxy::start(&b_bind.application);
+    let cpl = FreezeProxy::start(&b_bind.completion);
+    let mut b = NodeConfig::new("b");
+    b.memberships = server_of("work");
+    b.route_mesh = Some(b_bind.clone());
+    let b = Node::start(b).await.expect("b");
+    let mut started = serve_with(&b, "work");
+    let mut a = NodeConfig::new("a");
+    a.peers = vec![PeerConfig {
+        rid: "b".into(),
+        application: app.endpoint.clone(),
+        completion: cpl.endpoint.clone(),
+        generation: None,
+        security_identity: None,
+    }];
+    let a = Node::start(a).await.expect("a");
+    let mut ea = Events::new(a.take_events().expect("events"));
+    wait_peer_ready(&a, &mut ea, "b").await;
+    let caller = a.clone();
+    let call =
+        tokio::spawn(async move { caller.call::<_, String>("work", "hold", &60_000u64).await });
+    tokio::time::timeout(STEP, started.recv())
+        .await
+        .expect("handler started")
+        .expect("caller");
+    let frozen = Instant::now();
+    app.freeze();
+    cpl.freeze();
+    let err = tokio::time::timeout(Duration::from_secs(20), call)
+        .await
+        .expect("failed within the bound")
+        .expect("join")
+        .expect_err("half-open callee");
+    let waited = frozen.elapsed();
+    assert!(matches!(err, CallError::OutcomeUnknown { .. }), "{err}");
+    assert!(may_have_run(&err));
+    assert!(waited <= Duration::from_millis(15_500), "took {waited:?}");
+    a.shutdown().await.expect("a");
+    drop(b);
+}
+
+/// MISSION C4: a node that stops gracefully answers the call it accepted (no lease fails), and
+/// refuses calls that arrive while it stops.
+#[tokio::test]
+async fn c4_graceful_stop_answers_accepted_calls() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("zmesh=debug")
+        .with_test_writer()
+        .try_init();
+    let b_bind = mesh_bind();
+    let mut b = NodeConfig::new("b");
+    b.memberships = server_of("work");
+    b.route_mesh = Some(b_bind.clone());
+    let b = Node::start(b).await.expect("b");
+    let mut started = serve_with(&b, "work");
+    let mut a = NodeConfig::new("a");
+    a.peers = vec![peer("b", &b_bind)];
+    let a = Node::start(a).await.expect("a");
+    let mut ea = Events::new(a.take_events().expect("events"));
+    wait_peer_ready(&a, &mut ea, "b").await;
+    let caller = a.clone();
+    let call = tokio::spawn(async move { caller.call::<_, String>("work", "hold", &500u64).await });
+    tokio::time::timeout(STEP, started.recv())
+        .await
+        .expect("handler started")
+        .expect("caller");
+    let stopper = b.clone();
+    let stop = tokio::spawn(async move { stopper.shutdown().await });
+    let answer = call
+        .await
+        .expect("join")
+        .expect("the accepted call is answered");
+    assert_eq!(answer, "held");
+    stop.await.expect("join").expect("shutdown");
+    let err = a
+        .call::<_, String>("work", "echo", "late")
+        .await
+        .expect_err("b is gone");
+    assert!(!may_have_run(&err), "{err}");
+    a.shutdown().await.expect("a");
+}
+
+/// MISSION C1, C6: the caller's deadline passes first ("may have run"); the reply arriving
+/// afterwards is dropped without effect, and the next call gets its own answer.
+#[tokio::test]
+async fn c6_reply_after_caller_gave_up_is_dropped() {
+    let b_bind = mesh_bind();
+    let mut b = NodeConfig::new("b");
+    b.memberships = server_of("work");
+    b.route_mesh = Some(b_bind.clone());
+    let b = Node::start(b).await.expect("b");
+    let mut started = serve_with(&b, "work");
+    let mut a = NodeConfig::new("a");
+    a.peers = vec![peer("b", &b_bind)];
+    let a = Node::start(a).await.expect("a");
+    let mut ea = Events::new(a.take_events().expect("events"));
+    wait_peer_ready(&a, &mut ea, "b").await;
+    let err = a
+        .call_with::<_, String>(
+            "work",
+            "hold",
+            &1_000u64,
+            CallOptions::with_ttl(Duration::from_millis(600)),
+        )
+        .await
+        .expect_err("deadline");
+    assert_eq!(
+        err,
+        CallError::Timeout {
+            refused_by_server: false
+        }
+    );
+    assert!(may_have_run(&err));
+    // The handler did run: the late reply is on its way and must change nothing.
+    tokio::time::timeout(STEP, started.recv())
+        .await
+        .expect("handler ran")
+        .expect("caller");
+    let echoed: String = a.call("work", "echo", "after").await.expect("next call");
+    assert_eq!(echoed, "after");
+    let _ = a
+        .call::<_, String>("work", "hold", &600u64)
+        .await
+        .expect("a full call");
+    assert_eq!(a.snapshot().await.expect("snapshot").pending_calls, 0);
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+}
