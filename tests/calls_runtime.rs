@@ -11,7 +11,6 @@ use bytes::Bytes;
 use common::{free_tcp, Events, FreezeProxy};
 use tokio::sync::mpsc;
 use zmesh::config::{Endpoint, NodeConfig, PeerConfig, RouteMeshBind, ServerConfig};
-use zmesh::proto::calls::Phase;
 use zmesh::proto::handshake::{Membership, Role};
 use zmesh::proto::state::ConnState;
 use zmesh::runtime::calls::{encode, may_have_run, CallError, CallOptions, Request, ServeError};
