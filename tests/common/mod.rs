@@ -28,6 +28,9 @@ pub fn ipc(name: &str) -> String {
 }
 static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// How many of the events seen before a failed [`Events::wait`] its panic message shows.
+pub const SEEN_KEPT: usize = 64;
+
 /// A node's event stream, one event at a time.
 pub struct Events {
     rx: UnboundedReceiver<Vec<NodeEvent>>,
@@ -44,28 +47,53 @@ impl Events {
     }
 
     /// Waits for the first event matching `pred`, up to `limit`; returns it, or panics with
-    /// what was seen. Events before the match are consumed.
+    /// the last [`SEEN_KEPT`] events seen. Events before the match are consumed (a flood of
+    /// deliveries while waiting is dropped, not kept).
     pub async fn wait(
         &mut self,
         limit: Duration,
         mut pred: impl FnMut(&NodeEvent) -> bool,
     ) -> NodeEvent {
-        let mut seen = Vec::new();
+        let mut seen = VecDeque::new();
+        let mut skipped = 0u64;
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             while let Some(ev) = self.buf.pop_front() {
                 if pred(&ev) {
                     return ev;
                 }
-                seen.push(ev);
+                if seen.len() == SEEN_KEPT {
+                    seen.pop_front();
+                    skipped += 1;
+                }
+                seen.push_back(ev);
             }
             tokio::select! {
                 batch = self.rx.recv() => {
                     self.buf.extend(batch.expect("node event stream ended"));
                 }
                 _ = tokio::time::sleep_until(deadline) => {
-                    panic!("no matching event within {limit:?}; saw {seen:#?}");
+                    panic!("no matching event within {limit:?}; saw {skipped} events, then {seen:#?}");
                 }
+            }
+        }
+    }
+
+    /// Hands every event that arrives during `window` to `f`, then returns: an observation
+    /// window (e.g. "nothing leaves ready for 17 s"), not a wait for a condition.
+    pub async fn watch(&mut self, window: Duration, mut f: impl FnMut(&NodeEvent)) {
+        let deadline = tokio::time::Instant::now() + window;
+        for ev in self.buf.drain(..) {
+            f(&ev);
+        }
+        loop {
+            tokio::select! {
+                batch = self.rx.recv() => {
+                    for ev in batch.expect("node event stream ended") {
+                        f(&ev);
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => return,
             }
         }
     }
