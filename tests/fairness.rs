@@ -1,9 +1,10 @@
 //! Fair receive loop under a flood, in real time (MISSION R4): one flooding peer never delays
 //! another peer's probes, ACKs or beacons enough to flip it not-ready.
 //!
-//! Each test watches for [`WINDOW`] of real time, longer than the 15 s deadline, so a starved
-//! peer would be declared silent or past its deadline inside the window. Both tests are
-//! bounded (about 20 s each) and may run in parallel.
+//! Each flood test watches for [`WINDOW`] of real time, longer than the 15 s deadline, so a
+//! starved peer would be declared silent or past its deadline inside the window. Both are
+//! bounded (about 20 s each) and may run in parallel. A third test checks that the loop's
+//! per-turn cap on commands delays nothing until a timer.
 
 mod common;
 
@@ -308,4 +309,42 @@ async fn r4_route_mesh_flooding_peer_never_flips_the_quiet_peer() {
     for n in [x, y, a] {
         n.shutdown().await.expect("shutdown");
     }
+}
+
+/// MISSION R1, R2, T3 (regression): the I/O loop takes at most 1024 commands per turn, so that
+/// commands cannot starve the receive loop; the rest of a burst is taken on the next turns at
+/// once, not after the next timer (the publisher's next beacon, 5 s away here).
+#[tokio::test]
+async fn r2_command_burst_beyond_one_turn_is_not_held_until_a_timer() {
+    const BURST: u32 = 5_000;
+    let ep = common::ipc("burst");
+    let mut p = NodeConfig::new("pub");
+    p.publisher = Some(Endpoint {
+        endpoint: ep.clone(),
+    });
+    let publisher = Node::start(p).await.expect("publisher");
+    let mut s = NodeConfig::new("sub");
+    s.subscriptions = vec![Endpoint { endpoint: ep }];
+    let sub = Node::start(s).await.expect("subscriber");
+    let mut es = Events::new(sub.take_events().expect("events"));
+    // Ready on a beacon: the next one is 5 s away.
+    es.wait(STEP, |e| is_state(e, "sub ", ConnState::Ready))
+        .await;
+    for i in 0..BURST {
+        publisher
+            .publish(b"burst", i.to_be_bytes().to_vec())
+            .expect("publish");
+    }
+    // Far less than the 5 s to the next beacon, far more than the burst needs.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    for i in 0..BURST {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let ev = es.wait(left, |e| matches!(e, NodeEvent::Delivery(_))).await;
+        let NodeEvent::Delivery(d) = ev else {
+            unreachable!()
+        };
+        assert_eq!(&d.payload[..], &i.to_be_bytes()[..], "in order, none lost");
+    }
+    publisher.shutdown().await.expect("publisher");
+    sub.shutdown().await.expect("subscriber");
 }

@@ -239,7 +239,11 @@ impl IoThread {
         let wake_ep = format!("inproc://zmesh-wake-{generation:016x}");
         wake.bind(&wake_ep)?;
         let waker = ctx.socket(zmq::PAIR)?;
-        waker.set_sndhwm(1)?;
+        // No high-water mark: a wake-up is never refused. With a limit, libzmq can refuse one
+        // although the I/O thread already read every earlier wake-up (the sender learns of
+        // reads only in steps, and at most about once per millisecond), and the command
+        // behind it would wait for an unrelated wake-up. Every turn drains them all.
+        waker.set_sndhwm(0)?;
         waker.set_linger(0)?;
         waker.connect(&wake_ep)?;
 
@@ -418,14 +422,20 @@ impl IoThread {
             if self.host == Host::Stopped {
                 break;
             }
-            let timeout = self
-                .poll_timeout()
-                .map(|t| {
-                    let d = t.saturating_duration_since(now);
-                    // Round up so the loop never wakes a hair before a deadline and spins.
-                    (d.as_micros().div_ceil(1000)) as i64
-                })
-                .unwrap_or(-1);
+            let timeout = if self.commands.is_empty() {
+                self.poll_timeout()
+                    .map(|t| {
+                        let d = t.saturating_duration_since(now);
+                        // Round up so the loop never wakes a hair before a deadline and spins.
+                        (d.as_micros().div_ceil(1000)) as i64
+                    })
+                    .unwrap_or(-1)
+            } else {
+                // Commands left over by the per-turn cap have no wake-up of their own (the
+                // wake-ups of a burst were all drained in one go): poll without sleeping, or
+                // they would wait for the next timer, or forever on a node without timers.
+                0
+            };
             let ready = match self.poll(timeout) {
                 Ok(r) => r,
                 Err(e) => {
