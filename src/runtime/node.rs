@@ -273,7 +273,8 @@ impl Node {
             return false;
         }
         if let Ok(wake) = self.inner.wake.lock() {
-            // A full wake-up pipe already holds a pending wake-up: nothing to do.
+            // The wake-up pipe has no high-water mark: this fails only when the I/O thread is
+            // gone, and then the command fails with it.
             let _ = wake.send(&[][..], zmq::DONTWAIT);
         }
         true

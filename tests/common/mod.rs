@@ -1,12 +1,13 @@
 //! Shared helpers for the integration tests: endpoints, a freezing TCP proxy (half-open
-//! connections), event waits with an upper bound, and the Python test peer.
+//! connections), event waits with an upper bound, and the Python (pyzmq) test peer.
 #![allow(dead_code)]
 
 use std::collections::VecDeque;
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::sync::{Arc, Condvar, Mutex};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 use zmesh::runtime::{EventStream, NodeEvent};
@@ -26,6 +27,9 @@ pub fn ipc(name: &str) -> String {
 }
 static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// How many of the events seen before a failed [`Events::wait`] its panic message shows.
+pub const SEEN_KEPT: usize = 64;
+
 /// A node's event stream, one event at a time.
 pub struct Events {
     rx: EventStream,
@@ -42,28 +46,53 @@ impl Events {
     }
 
     /// Waits for the first event matching `pred`, up to `limit`; returns it, or panics with
-    /// what was seen. Events before the match are consumed.
+    /// the last [`SEEN_KEPT`] events seen. Events before the match are consumed (a flood of
+    /// deliveries while waiting is dropped, not kept).
     pub async fn wait(
         &mut self,
         limit: Duration,
         mut pred: impl FnMut(&NodeEvent) -> bool,
     ) -> NodeEvent {
-        let mut seen = Vec::new();
+        let mut seen = VecDeque::new();
+        let mut skipped = 0u64;
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             while let Some(ev) = self.buf.pop_front() {
                 if pred(&ev) {
                     return ev;
                 }
-                seen.push(ev);
+                if seen.len() == SEEN_KEPT {
+                    seen.pop_front();
+                    skipped += 1;
+                }
+                seen.push_back(ev);
             }
             tokio::select! {
                 batch = self.rx.recv() => {
                     self.buf.extend(batch.expect("node event stream ended"));
                 }
                 _ = tokio::time::sleep_until(deadline) => {
-                    panic!("no matching event within {limit:?}; saw {seen:#?}");
+                    panic!("no matching event within {limit:?}; saw {skipped} events, then {seen:#?}");
                 }
+            }
+        }
+    }
+
+    /// Hands every event that arrives during `window` to `f`, then returns: an observation
+    /// window (e.g. "nothing leaves ready for 17 s"), not a wait for a condition.
+    pub async fn watch(&mut self, window: Duration, mut f: impl FnMut(&NodeEvent)) {
+        let deadline = tokio::time::Instant::now() + window;
+        for ev in self.buf.drain(..) {
+            f(&ev);
+        }
+        loop {
+            tokio::select! {
+                batch = self.rx.recv() => {
+                    for ev in batch.expect("node event stream ended") {
+                        f(&ev);
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => return,
             }
         }
     }
@@ -142,8 +171,209 @@ impl FreezeProxy {
     }
 }
 
-/// The Python interpreter with pyzmq, from `ZMESH_PYTHON` (set by `.ci/run`).
-pub fn python() -> Option<PathBuf> {
-    let p = PathBuf::from(std::env::var_os("ZMESH_PYTHON")?);
-    p.exists().then_some(p)
+/// The pyzmq version range the interop tests are written against.
+pub const PYZMQ_REQUIREMENT: &str = "pyzmq>=25,<28";
+
+/// The Python interpreter with pyzmq for the libzmq interop tests (MISSION W4).
+///
+/// `ZMESH_PYTHON` wins when set (`.ci/run` sets it to its `.venv`). Otherwise a venv is made
+/// once under `<target dir>/zmesh-pyenv` with `python3 -m venv` and `pip install` of
+/// [`PYZMQ_REQUIREMENT`], and its interpreter is returned. Several test threads and test
+/// binaries may race here: threads share one [`OnceLock`], and each process builds in a
+/// private directory that is renamed into place only when finished (a rename is atomic, so
+/// nobody ever sees a half-built venv; the loser of the race uses the winner's venv).
+///
+/// Panics with what went wrong when no interpreter with pyzmq can be had: the interop tests
+/// fail, they never skip silently.
+pub fn python() -> PathBuf {
+    static PYTHON: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    match PYTHON.get_or_init(find_or_make_python) {
+        Ok(p) => p.clone(),
+        Err(e) => panic!(
+            "the libzmq interop tests need Python 3 with {PYZMQ_REQUIREMENT}: {e}\n\
+             set ZMESH_PYTHON to such an interpreter, or make `python3 -m venv` and PyPI \
+             reachable"
+        ),
+    }
+}
+
+fn find_or_make_python() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("ZMESH_PYTHON") {
+        let p = PathBuf::from(p);
+        check_pyzmq(&p).map_err(|e| format!("ZMESH_PYTHON={}: {e}", p.display()))?;
+        return Ok(p);
+    }
+    // CARGO_TARGET_TMPDIR is `<target dir>/tmp`; the venv sits beside it, so it follows
+    // CARGO_TARGET_DIR and `cargo clean` removes it.
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .ok_or("CARGO_TARGET_TMPDIR has no parent")?;
+    let venv = target.join("zmesh-pyenv");
+    let interpreter = venv.join("bin").join("python");
+    if venv.exists() {
+        // Only a finished venv is ever renamed to this path.
+        return check_pyzmq(&interpreter)
+            .map(|_| interpreter.clone())
+            .map_err(|e| {
+                format!(
+                    "{}: {e} (remove {} to have it made again)",
+                    interpreter.display(),
+                    venv.display()
+                )
+            });
+    }
+    let building = target.join(format!("zmesh-pyenv.building-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&building);
+    run(Command::new("python3").args(["-m", "venv"]).arg(&building))?;
+    let built = building.join("bin").join("python");
+    run(Command::new(&built).args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        PYZMQ_REQUIREMENT,
+    ]))?;
+    check_pyzmq(&built)?;
+    // The interpreter finds its venv from its own path (pyvenv.cfg beside bin/), so the venv
+    // works under its new name; only pip's script shebangs keep the old one, and pip is
+    // always run as `python -m pip`.
+    if let Err(e) = std::fs::rename(&building, &venv) {
+        let _ = std::fs::remove_dir_all(&building);
+        // Another process finished first: use its venv.
+        if check_pyzmq(&interpreter).is_err() {
+            return Err(format!("cannot move the venv to {}: {e}", venv.display()));
+        }
+    }
+    check_pyzmq(&interpreter)?;
+    Ok(interpreter)
+}
+
+/// Runs `cmd` to completion; its output becomes the error when it fails.
+fn run(cmd: &mut Command) -> Result<(), String> {
+    let shown = format!("{cmd:?}");
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {shown}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{shown} failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+fn check_pyzmq(python: &Path) -> Result<(), String> {
+    run(Command::new(python).args(["-c", "import zmq; assert zmq.pyzmq_version_info() >= (25,)"]))
+}
+
+/// A Python test peer: a script run with [`python()`] as a child process. It reports by
+/// printing one JSON object per line on stdout and takes commands as lines on stdin. The
+/// child is killed when this is dropped.
+pub struct PyPeer {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: tokio::sync::mpsc::UnboundedReceiver<String>,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl PyPeer {
+    /// Runs `script` (Python source) with `args` as `sys.argv[1:]`.
+    pub fn start(script: &str, args: &[&str]) -> PyPeer {
+        let mut child = Command::new(python())
+            .arg("-u")
+            .arg("-c")
+            .arg(script)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the Python peer");
+        let stdin = child.stdin.take();
+        let (tx, lines) = tokio::sync::mpsc::unbounded_channel();
+        let stdout = child.stdout.take().expect("piped stdout");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let mut err = child.stderr.take().expect("piped stderr");
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = err.read(&mut buf) {
+                let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+                sink.lock().expect("stderr lock").push_str(&text);
+            }
+        });
+        PyPeer {
+            child,
+            stdin,
+            lines,
+            stderr,
+        }
+    }
+
+    /// The next JSON line the script printed, waiting at most `limit`; panics (with the
+    /// script's stderr) if none comes or the script ended.
+    pub async fn next(&mut self, limit: Duration) -> serde_json::Value {
+        let line = match tokio::time::timeout(limit, self.lines.recv()).await {
+            Ok(Some(line)) => line,
+            Ok(None) => panic!("the Python peer ended; stderr:\n{}", self.stderr()),
+            Err(_) => panic!(
+                "no line from the Python peer within {limit:?}; stderr:\n{}",
+                self.stderr()
+            ),
+        };
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}"))
+    }
+
+    /// The next JSON line that has the key `key`, waiting at most `limit` in all; lines
+    /// before it are returned too, in order, so the caller can check them.
+    pub async fn until(
+        &mut self,
+        limit: Duration,
+        key: &str,
+    ) -> (serde_json::Value, Vec<serde_json::Value>) {
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut before = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let v = self.next(left).await;
+            if v.get(key).is_some() {
+                return (v, before);
+            }
+            before.push(v);
+        }
+    }
+
+    /// Sends one command line to the script.
+    pub fn command(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{line}")
+            .and_then(|_| stdin.flush())
+            .expect("write to the Python peer");
+    }
+
+    /// What the script wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().expect("stderr lock").clone()
+    }
+}
+
+impl Drop for PyPeer {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

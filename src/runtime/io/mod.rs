@@ -327,7 +327,11 @@ impl IoThread {
         let wake_ep = format!("inproc://zmesh-wake-{generation:016x}");
         wake.bind(&wake_ep)?;
         let waker = ctx.socket(zmq::PAIR)?;
-        waker.set_sndhwm(1)?;
+        // No high-water mark: a wake-up is never refused. With a limit, libzmq can refuse one
+        // although the I/O thread already read every earlier wake-up (the sender learns of
+        // reads only in steps, and at most about once per millisecond), and the command
+        // behind it would wait for an unrelated wake-up. Every turn drains them all.
+        waker.set_sndhwm(0)?;
         waker.set_linger(0)?;
         waker.connect(&wake_ep)?;
 
@@ -555,7 +559,9 @@ impl IoThread {
                     (d.as_micros().div_ceil(1000)) as i64
                 })
                 .unwrap_or(-1);
-            let timeout = if self.busy {
+            let timeout = if self.busy || !self.commands.is_empty() {
+                // More records or commands are waiting (commands left over by the per-turn cap
+                // have no wake-up of their own): poll without sleeping.
                 0
             } else if self.backlogged == 0 {
                 timeout
