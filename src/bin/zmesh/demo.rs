@@ -18,6 +18,7 @@ use anyhow::{bail, Context, Result};
 use zmesh::config::{Endpoint, NodeConfig, PeerConfig, RouteMeshBind, ServerConfig};
 use zmesh::proto::handshake::{Membership, Role};
 use zmesh::proto::state::ConnState;
+use zmesh::runtime::calls::{may_have_run, CallOptions};
 use zmesh::runtime::{EventStream, Node};
 
 use crate::{print_event, EventFormat};
@@ -28,6 +29,7 @@ const STEP_LIMIT: Duration = Duration::from_secs(20);
 struct Proc {
     name: &'static str,
     config: PathBuf,
+    extra: Vec<&'static str>,
     child: Option<Child>,
 }
 
@@ -37,6 +39,7 @@ impl Proc {
         let mut child = Command::new(exe)
             .args(["node", "--config"])
             .arg(&self.config)
+            .args(&self.extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -158,9 +161,16 @@ pub(crate) async fn run(quick: bool) -> Result<()> {
             "c" => "c",
             _ => "d",
         };
+        // b serves the demo methods (echo, sleep, fail) on "orders".
+        let extra = if name == "b" {
+            vec!["--serve", "orders"]
+        } else {
+            vec![]
+        };
         procs.push(Proc {
             name,
             config: write_config(&dir, cfg)?,
+            extra,
             child: None,
         });
     }
@@ -190,9 +200,39 @@ pub(crate) async fn run(quick: bool) -> Result<()> {
     pause(800).await;
     drain(&node, &mut events, t0);
 
-    println!("\n== 3. kill -9 b: a must take b out of ready at once, with a reason");
+    println!("\n== 3. a call to b: answered");
+    let opts = CallOptions {
+        peer: Some("b".into()),
+        ..CallOptions::default()
+    };
+    let echoed: String = node
+        .call_with("orders", "echo", "hello", opts.clone())
+        .await?;
+    println!("   a -> b orders.echo(\"hello\") = {echoed:?}");
+
+    println!(
+        "\n== 4. a 60 s call to b, then kill -9 b: the call fails at once, saying it may have run"
+    );
+    let caller = node.clone();
+    let o = opts.clone();
+    let call = tokio::spawn(async move {
+        caller
+            .call_with::<_, String>("orders", "sleep", &60_000u64, o)
+            .await
+    });
+    // Let the call reach b's handler (b prints "serving orders.sleep").
+    pause(1200).await;
     let killed = Instant::now();
     procs[0].kill();
+    match call.await? {
+        Ok(v) => println!("   unexpected answer {v:?}"),
+        Err(e) => println!(
+            "   call failed after {} ms: {e} [code {}, may_have_run = {}]",
+            killed.elapsed().as_millis(),
+            e.code(),
+            may_have_run(&e)
+        ),
+    }
     wait_for(&node, &mut events, t0, |s| {
         s.peer("b").all(|l| l.state != ConnState::Ready)
     })
@@ -202,7 +242,7 @@ pub(crate) async fn run(quick: bool) -> Result<()> {
         killed.elapsed().as_millis()
     );
 
-    println!("\n== 4. restart b: a new process run (new generation) is admitted");
+    println!("\n== 5. restart b: a new process run (new generation) is admitted");
     procs[0].start()?;
     wait_for(&node, &mut events, t0, |s| {
         s.peer("b").filter(|l| l.state == ConnState::Ready).count() == 2
@@ -212,10 +252,10 @@ pub(crate) async fn run(quick: bool) -> Result<()> {
     pause(500).await;
     drain(&node, &mut events, t0);
 
-    println!("\n== 5. a's snapshot");
+    println!("\n== 6. a's snapshot");
     print!("{}", node.snapshot().await?.to_table());
 
-    println!("\n== 6. shutdown");
+    println!("\n== 7. shutdown");
     node.shutdown().await?;
     drop(procs);
     let _ = std::fs::remove_dir_all(&dir);
