@@ -97,3 +97,81 @@ async fn o1_cli_node_ndjson_events_and_status_snapshot() {
     let _ = child.wait();
     publisher.shutdown().await.expect("shutdown");
 }
+
+/// MISSION C3: `zmesh call` prints the result as JSON and exits 0; a call nothing can serve
+/// prints the error with `may_have_run: false` and exits 1.
+#[tokio::test]
+async fn c3_cli_call_prints_result_or_honest_error() {
+    use zmesh::config::{PeerConfig, RouteMeshBind};
+    use zmesh::proto::handshake::{Membership, Role};
+    let bind = RouteMeshBind {
+        application: common::free_tcp(),
+        completion: common::free_tcp(),
+    };
+    let dir = std::env::temp_dir().join(format!("zmesh-cli-call-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let mut b = NodeConfig::new("b");
+    b.memberships = vec![Membership {
+        role: Role::Server,
+        channel: "tools".into(),
+    }];
+    b.route_mesh = Some(bind.clone());
+    let b_path = dir.join("b.toml");
+    std::fs::write(&b_path, toml::to_string(&b).expect("toml")).expect("write");
+    let mut server = Command::new(env!("CARGO_BIN_EXE_zmesh"))
+        .args(["node", "--serve", "tools", "--config"])
+        .arg(&b_path)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn server");
+    let mut a = NodeConfig::new("a");
+    a.peers = vec![PeerConfig {
+        rid: "b".into(),
+        application: bind.application.clone(),
+        completion: bind.completion.clone(),
+        generation: None,
+        security_identity: None,
+    }];
+    let a_path = dir.join("a.toml");
+    std::fs::write(&a_path, toml::to_string(&a).expect("toml")).expect("write");
+    let call = |channel: &str, method: &str, args: &str, wait_ms: &str| {
+        Command::new(env!("CARGO_BIN_EXE_zmesh"))
+            .args([
+                "call",
+                "--channel",
+                channel,
+                "--method",
+                method,
+                "--args",
+                args,
+            ])
+            .args(["--wait-ms", wait_ms, "--config"])
+            .arg(&a_path)
+            .output()
+            .expect("zmesh call")
+    };
+    let out = call("tools", "echo", r#"{"x": [1, 2]}"#, "10000");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["result"]["x"][1], 2);
+
+    let out = call("nowhere", "echo", "1", "200");
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["may_have_run"], false);
+    assert_eq!(v["code"], "NotFound");
+
+    let out = call("tools", "fail", "null", "10000");
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["code"], "Exception");
+    assert_eq!(v["may_have_run"], true);
+    let _ = server.kill();
+    let _ = server.wait();
+}
