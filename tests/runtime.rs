@@ -545,7 +545,7 @@ async fn f6_shutdown_leaves_nothing_running() {
     a.shutdown().await.expect("a");
 }
 
-/// MISSION R5 (real time, bounded): a paused application queue (the application takes no
+/// MISSION R5, L3 (real time, bounded): a paused application queue (the application takes no
 /// events) never changes readiness: probes and ACKs keep being processed across more than one
 /// peer deadline, and the records that arrived meanwhile are delivered afterwards, in order.
 #[tokio::test]
@@ -592,6 +592,16 @@ async fn r5_paused_application_queue_never_changes_readiness() {
         got,
         (0..100).collect::<Vec<u32>>(),
         "order within the link is kept"
+    );
+    // 16 s of probes and ACKs on both lanes delivered nothing else (MISSION L3).
+    let extra: Vec<NodeEvent> = ea
+        .drain_now()
+        .into_iter()
+        .filter(|e| matches!(e, NodeEvent::Delivery(_)))
+        .collect();
+    assert!(
+        extra.is_empty(),
+        "liveness records reached the application: {extra:#?}"
     );
     a.shutdown().await.expect("a");
     b.shutdown().await.expect("b");
