@@ -8,58 +8,14 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{free_tcp, Events, FreezeProxy};
+use common::{free_tcp, mesh_bind, peer, server_of, wait_peer_ready, Events, FreezeProxy};
 use tokio::sync::mpsc;
 use zmesh::config::{Endpoint, NodeConfig, PeerConfig, RouteMeshBind, ServerConfig};
-use zmesh::proto::handshake::{Membership, Role};
 use zmesh::proto::state::ConnState;
 use zmesh::runtime::calls::{encode, may_have_run, CallError, CallOptions, Request, ServeError};
 use zmesh::runtime::{Node, NodeEvent};
 
 const STEP: Duration = Duration::from_secs(10);
-
-fn server_of(channel: &str) -> Vec<Membership> {
-    vec![Membership {
-        role: Role::Server,
-        channel: channel.into(),
-    }]
-}
-
-fn mesh_bind() -> RouteMeshBind {
-    RouteMeshBind {
-        application: free_tcp(),
-        completion: free_tcp(),
-    }
-}
-
-fn peer(rid: &str, b: &RouteMeshBind) -> PeerConfig {
-    PeerConfig {
-        rid: rid.into(),
-        application: b.application.clone(),
-        completion: b.completion.clone(),
-        generation: None,
-        security_identity: None,
-    }
-}
-
-async fn wait_peer_ready(node: &Node, events: &mut Events, rid: &str) {
-    let limit = tokio::time::Instant::now() + STEP;
-    loop {
-        let snap = node.snapshot().await.expect("snapshot");
-        if snap
-            .peer(rid)
-            .filter(|l| l.state == ConnState::Ready)
-            .count()
-            == 2
-        {
-            return;
-        }
-        assert!(tokio::time::Instant::now() < limit, "{}", snap.to_table());
-        events
-            .wait(STEP, |e| matches!(e, NodeEvent::State(_)))
-            .await;
-    }
-}
 
 /// A handler for tests: `echo`, `add`, and `hold` (reports that it started, then sleeps the
 /// given milliseconds).
@@ -98,7 +54,7 @@ async fn c1_calls_round_trip_on_route_mesh_and_client_server() {
         .with_env_filter("zmesh=trace")
         .with_test_writer()
         .try_init();
-    let b_bind = mesh_bind();
+    let b_bind = mesh_bind(true);
     let s_ep = free_tcp();
     let mut b = NodeConfig::new("b");
     b.memberships = server_of("math");
@@ -222,7 +178,7 @@ fn spawn_callee(
 async fn c2_callee_killed_mid_call_fails_at_once_may_have_run() {
     let dir = std::env::temp_dir().join(format!("zmesh-callkill-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
-    let b_bind = mesh_bind();
+    let b_bind = mesh_bind(true);
     let (mut child, lines) = spawn_callee(&dir, &b_bind, "work");
     let mut a = NodeConfig::new("a");
     a.peers = vec![peer("b", &b_bind)];
@@ -264,7 +220,7 @@ async fn c2_callee_killed_mid_call_fails_at_once_may_have_run() {
 /// peer deadline.
 #[tokio::test]
 async fn c2_half_open_callee_fails_within_deadline_may_have_run() {
-    let b_bind = mesh_bind();
+    let b_bind = mesh_bind(true);
     let app = FreezeProxy::start(&b_bind.application);
     let cpl = FreezeProxy::start(&b_bind.completion);
     let mut b = NodeConfig::new("b");
@@ -314,7 +270,7 @@ async fn c4_graceful_stop_answers_accepted_calls() {
         .with_env_filter("zmesh=debug")
         .with_test_writer()
         .try_init();
-    let b_bind = mesh_bind();
+    let b_bind = mesh_bind(true);
     let mut b = NodeConfig::new("b");
     b.memberships = server_of("work");
     b.route_mesh = Some(b_bind.clone());
@@ -351,7 +307,7 @@ async fn c4_graceful_stop_answers_accepted_calls() {
 /// afterwards is dropped without effect, and the next call gets its own answer.
 #[tokio::test]
 async fn c6_reply_after_caller_gave_up_is_dropped() {
-    let b_bind = mesh_bind();
+    let b_bind = mesh_bind(true);
     let mut b = NodeConfig::new("b");
     b.memberships = server_of("work");
     b.route_mesh = Some(b_bind.clone());

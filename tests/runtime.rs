@@ -7,79 +7,18 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{free_tcp, ipc, Events, FreezeProxy};
-use zmesh::config::{Endpoint, NodeConfig, PeerConfig, RouteMeshBind, ServerConfig};
-use zmesh::proto::handshake::{Membership, Role};
+use common::{
+    client_of, free_tcp, ipc, mesh_bind, peer, server_of, wait_peer_ready, Events, FreezeProxy,
+};
+use zmesh::config::{Endpoint, NodeConfig, PeerConfig, ServerConfig};
 use zmesh::proto::state::{ConnState, FailureReason};
 use zmesh::proto::wire::{BEACON_PAYLOAD, BEACON_TOPIC};
 use zmesh::runtime::{Node, NodeEvent, Source};
 
 const STEP: Duration = Duration::from_secs(10);
 
-fn server_of(channel: &str) -> Vec<Membership> {
-    vec![Membership {
-        role: Role::Server,
-        channel: channel.into(),
-    }]
-}
-
-fn client_of(channel: &str) -> Vec<Membership> {
-    vec![Membership {
-        role: Role::ObjectClient,
-        channel: channel.into(),
-    }]
-}
-
-fn mesh_bind(tcp: bool) -> RouteMeshBind {
-    if tcp {
-        RouteMeshBind {
-            application: free_tcp(),
-            completion: free_tcp(),
-        }
-    } else {
-        RouteMeshBind {
-            application: ipc("app"),
-            completion: ipc("cpl"),
-        }
-    }
-}
-
-fn peer(rid: &str, b: &RouteMeshBind) -> PeerConfig {
-    PeerConfig {
-        rid: rid.into(),
-        application: b.application.clone(),
-        completion: b.completion.clone(),
-        generation: None,
-        security_identity: None,
-    }
-}
-
 fn is_state(ev: &NodeEvent, link_part: &str, state: ConnState) -> bool {
     matches!(ev, NodeEvent::State(s) if s.link.contains(link_part) && s.state == state)
-}
-
-/// Waits until `rid`'s two RouteMesh lanes are ready in `node`'s snapshot.
-async fn wait_peer_ready(node: &Node, events: &mut Events, rid: &str) {
-    let limit = tokio::time::Instant::now() + STEP;
-    loop {
-        let snap = node.snapshot().await.expect("snapshot");
-        if snap
-            .peer(rid)
-            .filter(|l| l.state == ConnState::Ready)
-            .count()
-            == 2
-        {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < limit,
-            "peer {rid} not ready: {}",
-            snap.to_table()
-        );
-        events
-            .wait(STEP, |e| matches!(e, NodeEvent::State(_)))
-            .await;
-    }
 }
 
 /// A state change that takes `link_part` out of ready, with a recorded reason.

@@ -377,3 +377,69 @@ impl Drop for PyPeer {
         let _ = self.child.wait();
     }
 }
+
+/// A Server membership of `channel`.
+pub fn server_of(channel: &str) -> Vec<zmesh::proto::handshake::Membership> {
+    vec![zmesh::proto::handshake::Membership {
+        role: zmesh::proto::handshake::Role::Server,
+        channel: channel.into(),
+    }]
+}
+
+/// An Object Client membership of `channel`.
+pub fn client_of(channel: &str) -> Vec<zmesh::proto::handshake::Membership> {
+    vec![zmesh::proto::handshake::Membership {
+        role: zmesh::proto::handshake::Role::ObjectClient,
+        channel: channel.into(),
+    }]
+}
+
+/// Two RouteMesh lane endpoints, on 127.0.0.1 tcp or on ipc.
+pub fn mesh_bind(tcp: bool) -> zmesh::config::RouteMeshBind {
+    if tcp {
+        zmesh::config::RouteMeshBind {
+            application: free_tcp(),
+            completion: free_tcp(),
+        }
+    } else {
+        zmesh::config::RouteMeshBind {
+            application: ipc("app"),
+            completion: ipc("cpl"),
+        }
+    }
+}
+
+/// A RouteMesh peer to dial at `b`'s endpoints.
+pub fn peer(rid: &str, b: &zmesh::config::RouteMeshBind) -> zmesh::config::PeerConfig {
+    zmesh::config::PeerConfig {
+        rid: rid.into(),
+        application: b.application.clone(),
+        completion: b.completion.clone(),
+        generation: None,
+        security_identity: None,
+    }
+}
+
+/// Waits (bounded) until `rid`'s two RouteMesh lanes are ready in `node`'s snapshot.
+pub async fn wait_peer_ready(node: &zmesh::runtime::Node, events: &mut Events, rid: &str) {
+    let step = Duration::from_secs(10);
+    let limit = tokio::time::Instant::now() + step;
+    loop {
+        let snap = node.snapshot().await.expect("snapshot");
+        let ready = snap
+            .peer(rid)
+            .filter(|l| l.state == zmesh::proto::state::ConnState::Ready)
+            .count();
+        if ready == 2 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < limit,
+            "peer {rid} not ready: {}",
+            snap.to_table()
+        );
+        events
+            .wait(step, |e| matches!(e, NodeEvent::State(_)))
+            .await;
+    }
+}

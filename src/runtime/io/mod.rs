@@ -304,7 +304,6 @@ pub(crate) struct IoThread {
     server_rr: usize,
     host: Host,
     shutdown_reply: Option<oneshot::Sender<()>>,
-    started: Instant,
 }
 
 impl IoThread {
@@ -372,7 +371,6 @@ impl IoThread {
             server_rr: 0,
             host: Host::Running,
             shutdown_reply: None,
-            started: now,
         };
         if let Some(rm) = &cfg.route_mesh {
             io.bind(
@@ -1082,7 +1080,7 @@ impl IoThread {
                 return;
             };
             match (s.role, ev) {
-                (SlotRole::Dialled(k), MonitorEvent::HandshakeSucceeded) => self.send_hello(k, now),
+                (SlotRole::Dialled(k), MonitorEvent::HandshakeSucceeded) => self.send_hello(k),
                 (SlotRole::Dialled(k), MonitorEvent::Disconnected) => {
                     // Records that arrived before the disconnect come first: an orderly CLOSE
                     // explains the disconnect better than the disconnect itself.
@@ -1157,17 +1155,9 @@ impl IoThread {
         }
     }
 
-    fn send_hello(&mut self, k: LinkKey, now: Instant) {
-        let (lane, expect) = match &self.links[k].kind {
-            LinkKind::MeshDial { peer, lane } => (*lane, self.expectation_for_peer(*peer)),
-            LinkKind::ClientDial { server } => (
-                Lane::ClientServer,
-                Expectation {
-                    rid: self.cfg.servers.get(*server).and_then(|s| s.rid.clone()),
-                    ..Expectation::default()
-                },
-            ),
-            LinkKind::Inbound { .. } => return,
+    fn send_hello(&mut self, k: LinkKey) {
+        let Some((lane, expect)) = self.dial_expectation(k) else {
+            return;
         };
         let sent = match records::hello(lane, &self.me, &expect, 0) {
             Ok(frames) => self.send_on_link(k, frames),
@@ -1179,7 +1169,21 @@ impl IoThread {
         if let Some(c) = self.links[k].conn.as_mut() {
             c.hello_sent = sent.is_ok();
         }
-        let _ = now;
+    }
+
+    /// A dialled link's lane and what it expects of the node it dials.
+    fn dial_expectation(&self, k: LinkKey) -> Option<(Lane, Expectation)> {
+        match &self.links[k].kind {
+            LinkKind::MeshDial { peer, lane } => Some((*lane, self.expectation_for_peer(*peer))),
+            LinkKind::ClientDial { server } => Some((
+                Lane::ClientServer,
+                Expectation {
+                    rid: self.cfg.servers.get(*server).and_then(|s| s.rid.clone()),
+                    ..Expectation::default()
+                },
+            )),
+            LinkKind::Inbound { .. } => None,
+        }
     }
 
     fn expectation_for_peer(&self, peer: usize) -> Expectation {
@@ -1652,16 +1656,8 @@ impl IoThread {
 
     /// The acceptor admitted us: verify it is who we expect, then the lane is ready.
     fn on_welcome(&mut self, k: LinkKey, w: records::WelcomeRec, now: Instant) {
-        let (expect, lane) = match &self.links[k].kind {
-            LinkKind::MeshDial { peer, lane } => (self.expectation_for_peer(*peer), *lane),
-            LinkKind::ClientDial { server } => (
-                Expectation {
-                    rid: self.cfg.servers.get(*server).and_then(|s| s.rid.clone()),
-                    ..Expectation::default()
-                },
-                Lane::ClientServer,
-            ),
-            LinkKind::Inbound { .. } => return,
+        let Some((lane, expect)) = self.dial_expectation(k) else {
+            return;
         };
         if w.lane != lane {
             self.fail_link(
@@ -2044,7 +2040,6 @@ impl IoThread {
         }
         let omitted = links.len().saturating_sub(SNAPSHOT_LIMIT);
         links.truncate(SNAPSHOT_LIMIT);
-        let _ = self.started;
         Snapshot {
             rid: self.me.rid.clone(),
             generation: self.me.generation,
