@@ -40,10 +40,16 @@ enum Cmd {
         #[arg(long, default_value_t = 0)]
         send: u32,
         /// Serve the built-in demo methods on this channel (repeatable): `echo` returns its
-        /// arguments, `sleep` takes milliseconds and answers after them, `fail` answers
+        /// arguments, `sleep` takes milliseconds and answers after them, `work` takes
+        /// `[token, milliseconds]` and answers the token after them, `fail` answers
         /// Exception.
         #[arg(long = "serve")]
         serve: Vec<String>,
+        /// Append one line per demo method call that starts running (`METHOD ARGS-HEX`),
+        /// written before the method runs: a record of what this node executed, for fault
+        /// tests that check `may_have_run` against reality.
+        #[arg(long)]
+        exec_log: Option<PathBuf>,
     },
     /// Start a node from a configuration, make one call, print the result as JSON, exit.
     /// Exit status 0 on success, 1 on a call error (the JSON says whether it may have run).
@@ -145,9 +151,20 @@ fn main() -> Result<()> {
                 control,
                 send,
                 serve,
+                exec_log,
             } => {
                 let cfg = NodeConfig::from_file(&config)?;
-                run_node(cfg, events, control, send, None, serve).await
+                let exec_log = match exec_log {
+                    Some(p) => Some(std::sync::Arc::new(std::sync::Mutex::new(
+                        std::fs::OpenOptions::new()
+                            .create(true)
+                            .append(true)
+                            .open(&p)
+                            .with_context(|| format!("opening {}", p.display()))?,
+                    ))),
+                    None => None,
+                };
+                run_node(cfg, events, control, send, None, serve, exec_log).await
             }
             Cmd::Call {
                 config,
@@ -185,6 +202,7 @@ fn main() -> Result<()> {
                     0,
                     seconds.map(Duration::from_secs),
                     vec![],
+                    None,
                 )
                 .await
             }
@@ -236,6 +254,7 @@ async fn run_node(
     send: u32,
     limit: Option<Duration>,
     serve: Vec<String>,
+    exec_log: Option<ExecLog>,
 ) -> Result<()> {
     let t0 = Instant::now();
     let peers: Vec<String> = cfg.peers.iter().map(|p| p.rid.clone()).collect();
@@ -245,7 +264,14 @@ async fn run_node(
     let mut events = node.take_events().context("event stream already taken")?;
     for channel in &serve {
         let rid = rid.clone();
+        let exec_log = exec_log.clone();
         node.serve(channel, move |req: Request| {
+            if let Some(log) = &exec_log {
+                if let Ok(mut f) = log.lock() {
+                    // Written (a completed write syscall) before the method runs.
+                    let _ = writeln!(f, "{} {}", req.method, hex::encode(req.raw_args()));
+                }
+            }
             // Say that the handler runs: the call was accepted and dispatched.
             let line = match format {
                 EventFormat::Ndjson => json!({
@@ -297,6 +323,9 @@ async fn run_node(
     Ok(())
 }
 
+/// Where `--exec-log` records the calls that started running.
+type ExecLog = std::sync::Arc<std::sync::Mutex<std::fs::File>>;
+
 /// The built-in demo methods of `zmesh node --serve`.
 async fn demo_method(req: Request) -> Result<Bytes, ServeError> {
     match req.method.as_str() {
@@ -305,6 +334,12 @@ async fn demo_method(req: Request) -> Result<Bytes, ServeError> {
             let ms: u64 = req.args()?;
             tokio::time::sleep(Duration::from_millis(ms)).await;
             encode(&format!("slept {ms} ms"))
+        }
+        "work" => {
+            // A unit of work with a caller-chosen token: (token, milliseconds).
+            let (token, ms): (String, u64) = req.args()?;
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            encode(&token)
         }
         "fail" => Err(ServeError::exception("the demo method failed on purpose")),
         other => Err(ServeError::method_not_found(other)),
