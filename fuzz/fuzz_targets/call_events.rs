@@ -32,7 +32,8 @@ fuzz_target!(|events: Vec<Event>| {
     let mut table: CallTable<u8> = CallTable::new();
     let mut started: Vec<CallId> = Vec::new();
     let mut done: HashSet<CallId> = HashSet::new();
-    let pick = |started: &Vec<CallId>, i: u8| started.get(i as usize % started.len().max(1)).copied();
+    let pick =
+        |started: &Vec<CallId>, i: u8| started.get(i as usize % started.len().max(1)).copied();
     for ev in events {
         match ev {
             Event::Start { conn, ttl_ms } => {
@@ -60,7 +61,8 @@ fuzz_target!(|events: Vec<Event>| {
                 }
             }
             Event::Reply { call, conn, code } => {
-                if let (Some(id), Ok(code)) = (pick(&started, call), ReplyCode::try_from(code % 16)) {
+                if let (Some(id), Ok(code)) = (pick(&started, call), ReplyCode::try_from(code % 16))
+                {
                     let _ = table.handle_reply(id, conn % 4, code, Bytes::new(), now);
                 }
             }
@@ -87,5 +89,9 @@ fuzz_target!(|events: Vec<Event>| {
     while let Some((id, _)) = table.poll_completion() {
         assert!(done.insert(id), "call {id:?} completed twice");
     }
-    assert_eq!(done.len(), started.len(), "every call completes exactly once");
+    assert_eq!(
+        done.len(),
+        started.len(),
+        "every call completes exactly once"
+    );
 });

@@ -52,7 +52,12 @@ fuzz_target!(|events: Vec<Event>| {
         }
         t.handle_timeout(now);
         let dead_by_rule = now >= last_evidence + PEER_DEADLINE;
-        assert_eq!(t.is_dead(), dead_by_rule, "deadline judged wrongly at {:?}", now - t0);
+        assert_eq!(
+            t.is_dead(),
+            dead_by_rule,
+            "deadline judged wrongly at {:?}",
+            now - t0
+        );
         if t.is_dead() {
             return;
         }
