@@ -332,3 +332,189 @@ async fn c1_short_sigstop_changes_nothing() {
     assert_eq!(row.ok, 8, "{row:?}");
     s.a.shutdown().await.expect("caller");
 }
+
+/// Frames of one valid record of every kind a ClientServer client may send after admission.
+fn valid_records() -> Vec<(&'static str, Vec<Vec<u8>>)> {
+    use bytes::Bytes;
+    use std::num::NonZeroU64;
+    use zmesh::proto::wire::{self, Name, Record, ReplyCode};
+    let id = NonZeroU64::new(7).expect("non-zero");
+    let name = |s: &str| Name::new(s.to_owned()).expect("name");
+    let request = wire::Request {
+        call_id: id,
+        ttl_ms: NonZeroU64::new(5_000),
+        semantics: wire::Semantics::Query,
+        channel: name("work"),
+        method: name("echo"),
+        idempotency_key: Some(name("k1")),
+        payload: Bytes::from_static(b"\x91\x01"),
+    };
+    vec![
+        ("probe", Record::Probe { id }.encode()),
+        ("ack", Record::Ack { id }.encode()),
+        (
+            "message",
+            Record::Message(wire::Message {
+                channel: name("work"),
+                payload: Bytes::from_static(b"hi"),
+            })
+            .encode(),
+        ),
+        ("request", Record::Request(request.clone()).encode()),
+        (
+            "accept",
+            Record::Accept(wire::Accept {
+                call_id: id,
+                generation: id,
+                connection_id: 3,
+            })
+            .encode(),
+        ),
+        (
+            "reply",
+            Record::Reply(wire::Reply {
+                call_id: id,
+                code: ReplyCode::Ok,
+                payload: Bytes::from_static(b"\xc0"),
+            })
+            .encode(),
+        ),
+        (
+            "item",
+            Record::Item(wire::Item {
+                call_id: id,
+                seq: 0,
+                payload: Bytes::new(),
+            })
+            .encode(),
+        ),
+        (
+            "batch",
+            Record::Batch(wire::Batch::new(vec![request.clone(), request]).expect("batch"))
+                .encode(),
+        ),
+    ]
+}
+
+/// Every single-byte corruption of frame 0 (each byte XOR 0xFF), plus a dropped and an added
+/// frame, of every record kind.
+fn mutations() -> Vec<(String, Vec<Vec<u8>>)> {
+    let mut out = Vec::new();
+    for (kind, frames) in valid_records() {
+        for i in 0..frames[0].len() {
+            let mut m = frames.clone();
+            m[0][i] ^= 0xFF;
+            out.push((format!("{kind} byte {i}"), m));
+        }
+        let mut fewer = frames.clone();
+        fewer.pop();
+        if !fewer.is_empty() {
+            out.push((format!("{kind} one frame fewer"), fewer));
+        }
+        let mut more = frames.clone();
+        more.push(b"extra".to_vec());
+        out.push((format!("{kind} one frame more"), more));
+        let mut short = frames.clone();
+        let half = short[0].len() / 2;
+        short[0].truncate(half);
+        out.push((format!("{kind} frame 0 cut in half"), short));
+    }
+    out
+}
+
+/// MISSION W3, F2: malformed frames at every position of every record, each sent by a raw
+/// libzmq peer on its own admitted ClientServer connection: the zmesh server closes exactly
+/// that connection with a protocol error (CLOSE reason 5), never panics, delivers nothing
+/// malformed, and its other clients keep working.
+#[tokio::test]
+async fn w3_malformed_frames_at_every_position_close_only_that_connection() {
+    use zmesh::proto::wire::{Label, Lane, Memberships, Name, Record};
+    let ep = common::free_tcp();
+    let mut srv = NodeConfig::new("srv");
+    srv.memberships = common::server_of("work");
+    srv.server = Some(zmesh::config::Endpoint {
+        endpoint: ep.clone(),
+    });
+    let srv = Node::start(srv).await.expect("server");
+    srv.serve("work", |req: zmesh::runtime::calls::Request| async move {
+        Ok(req.raw_args().clone())
+    })
+    .expect("serve");
+    let mut healthy = NodeConfig::new("healthy");
+    healthy.servers = vec![zmesh::config::ServerConfig {
+        channel: "work".into(),
+        endpoint: ep.clone(),
+        rid: Some("srv".into()),
+    }];
+    let healthy = Node::start(healthy).await.expect("healthy client");
+    let mut eh = Events::new(healthy.take_events().expect("events"));
+    eh.wait(STEP, |e| matches!(e, zmesh::runtime::NodeEvent::State(s) if s.state == zmesh::proto::state::ConnState::Ready)).await;
+
+    let hello = Record::Hello(zmesh::proto::wire::Hello {
+        lane: Lane::ClientServer,
+        rid: Name::new("raw".to_owned()).expect("rid"),
+        generation: std::num::NonZeroU64::new(99).expect("gen"),
+        security_identity: Label::default(),
+        expect_rid: None,
+        expect_generation: None,
+        config_generation: 0,
+        memberships: Memberships::default(),
+    })
+    .encode();
+    let ctx = zmq::Context::new();
+    let mut closed = 0;
+    let mut accepted_valid = 0;
+    let all = mutations();
+    for (what, frames) in &all {
+        let d = ctx.socket(zmq::DEALER).expect("dealer");
+        d.set_linger(0).expect("linger");
+        d.set_rcvtimeo(3000).expect("rcvtimeo");
+        d.connect(&ep).expect("connect");
+        d.send_multipart(hello.iter(), 0).expect("hello");
+        let welcome = d.recv_multipart(0).expect("welcome");
+        assert!(
+            matches!(Record::decode(&welcome), Ok(Record::Welcome(_))),
+            "{what}: not admitted"
+        );
+        d.send_multipart(frames.iter(), 0).expect("send");
+        if Record::decode(frames).is_err() {
+            // Expect CLOSE(ProtocolError) for this connection, skipping probes and acks.
+            loop {
+                let got = d
+                    .recv_multipart(0)
+                    .unwrap_or_else(|e| panic!("{what}: no CLOSE: {e}"));
+                match Record::decode(&got) {
+                    Ok(Record::Close { reason }) => {
+                        assert_eq!(u8::from(reason), 5, "{what}: close reason");
+                        closed += 1;
+                        break;
+                    }
+                    Ok(_) => continue,
+                    Err(e) => panic!("{what}: server sent a malformed record: {e}"),
+                }
+            }
+        } else {
+            accepted_valid += 1;
+        }
+    }
+    // The server still runs and its other client still works (F2).
+    let answer: String = healthy
+        .call("work", "echo", "still fine")
+        .await
+        .expect("healthy call");
+    assert_eq!(answer, "still fine");
+    let snap = srv.snapshot().await.expect("server snapshot");
+    assert_eq!(snap.host, "running");
+    println!(
+        "FAULT-MATRIX | malformed frames ({} mutations of {} record kinds) | protocol-error closes {closed} | mutations that were still valid records {accepted_valid} | server panics 0 |",
+        all.len(),
+        valid_records().len()
+    );
+    assert_eq!(closed + accepted_valid, all.len());
+    assert!(
+        closed >= 50,
+        "the mutations exercise the decoder's rejections: {closed}"
+    );
+    healthy.shutdown().await.expect("healthy");
+    srv.shutdown().await.expect("server");
+}
