@@ -493,6 +493,10 @@ impl Node {
 impl Drop for Inner {
     fn drop(&mut self) {
         // The last handle is gone: stop the I/O thread (it exits on a disconnected channel).
+        // Disconnect first, then wake: woken before the sender is gone, the loop could find
+        // the channel merely empty and sleep until its next timer (up to a probe interval).
+        let (dead, _) = crossbeam_channel::bounded(0);
+        drop(std::mem::replace(&mut self.commands, dead));
         let _ = self.wake.lock().map(|w| w.send(&[][..], zmq::DONTWAIT));
     }
 }
