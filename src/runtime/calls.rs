@@ -8,6 +8,11 @@
 //! it fails the moment that connection leaves ready, with an error that says the call *may
 //! have run*. No call needs a timeout to finish; a deadline ([`CallOptions::ttl`]) is
 //! optional and travels as a duration.
+//!
+//! A call may also answer with a **stream**: items first, in order, then the one terminal
+//! answer ([`CallStream`] on the caller's side, [`ItemSink`] in the handler of a channel
+//! served with [`crate::runtime::Node::serve_stream`]). A service that stops while producing
+//! a stream ends it at once with [`CallError::Unavailable`] `{ accepted: true }` (MISSION C4).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -17,7 +22,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tokio::sync::mpsc;
 
+pub use super::node::ItemSink;
 pub use crate::proto::calls::{may_have_run, CallError, Phase, RemoteCode};
 
 /// Options of one call.
@@ -124,3 +131,123 @@ pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Bytes, ServeError>> 
 
 /// A channel's handler: called once per accepted call, on the tokio runtime.
 pub type Handler = Arc<dyn Fn(Request) -> HandlerFuture + Send + Sync>;
+
+/// What the I/O thread tells a [`CallStream`]: items in order, then exactly one end.
+pub(crate) enum StreamEvent {
+    /// The next item.
+    Item(Bytes),
+    /// The terminal answer (the REPLY, or how the call failed).
+    End(Result<Bytes, CallError>),
+}
+
+/// A streaming call in progress, from [`crate::runtime::Node::call_stream`].
+///
+/// The callee's items arrive in order ([`CallStream::next_item`]), then the call ends exactly
+/// once ([`CallStream::finish`]): with the callee's final result, or with the [`CallError`]
+/// that ended it (its connection left ready: `OutcomeUnknown`; the callee stopped while
+/// producing: `Unavailable { accepted: true }`; a broken sequence: `ItemOutOfOrder`; or any
+/// failure a unary call can have). Like a unary call, a stream needs no timeout: it is a
+/// lease on the connection that accepted it (MISSION C2).
+///
+/// Items are buffered without bound until taken. Dropping the stream stops listening; nothing
+/// tells the callee (there is no cancel record), and the call stays pending until its
+/// terminal answer or the loss of its connection, like a dropped unary call.
+#[derive(Debug)]
+pub struct CallStream {
+    rx: Option<mpsc::UnboundedReceiver<StreamEvent>>,
+    end: Option<Result<Bytes, CallError>>,
+    items: u64,
+}
+
+impl std::fmt::Debug for StreamEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StreamEvent::Item(b) => f.debug_tuple("Item").field(&b.len()).finish(),
+            StreamEvent::End(r) => f.debug_tuple("End").field(r).finish(),
+        }
+    }
+}
+
+impl CallStream {
+    /// A stream fed by the I/O thread through `rx`.
+    pub(crate) fn new(rx: mpsc::UnboundedReceiver<StreamEvent>) -> CallStream {
+        CallStream {
+            rx: Some(rx),
+            end: None,
+            items: 0,
+        }
+    }
+
+    /// A stream that ended before it started (the call could not be made).
+    pub(crate) fn failed(err: CallError) -> CallStream {
+        CallStream {
+            rx: None,
+            end: Some(Err(err)),
+            items: 0,
+        }
+    }
+
+    /// The next item, in the callee's order; `None` once the stream has ended (then
+    /// [`CallStream::finish`] gives the terminal answer at once).
+    pub async fn next_item(&mut self) -> Option<Bytes> {
+        if self.end.is_some() {
+            return None;
+        }
+        let event = match self.rx.as_mut() {
+            Some(rx) => rx.recv().await,
+            None => None,
+        };
+        match event {
+            Some(StreamEvent::Item(item)) => {
+                self.items += 1;
+                Some(item)
+            }
+            Some(StreamEvent::End(result)) => {
+                self.end = Some(result);
+                self.rx = None;
+                None
+            }
+            None => {
+                // The I/O thread vanished without an answer: the call may have left.
+                self.end = Some(Err(CallError::Shutdown { sent: true }));
+                self.rx = None;
+                None
+            }
+        }
+    }
+
+    /// The next item decoded from MessagePack; `None` once the stream has ended. An item
+    /// that does not decode is an `Err` for that item only (code `InvalidParams`); the stream
+    /// goes on.
+    pub async fn next_item_as<T: DeserializeOwned>(&mut self) -> Option<Result<T, CallError>> {
+        let item = self.next_item().await?;
+        Some(decode(&item))
+    }
+
+    /// How many items [`CallStream::next_item`] has returned so far.
+    pub fn items_received(&self) -> u64 {
+        self.items
+    }
+
+    /// Whether the stream has ended (its terminal answer is known).
+    pub fn is_ended(&self) -> bool {
+        self.end.is_some()
+    }
+
+    /// Waits for the end of the call and returns its terminal answer: the callee's final
+    /// result, or the error that ended the call. Items not taken yet are discarded.
+    pub async fn finish(mut self) -> Result<Bytes, CallError> {
+        loop {
+            if let Some(result) = self.end.take() {
+                return result;
+            }
+            let _ = self.next_item().await;
+        }
+    }
+
+    /// [`CallStream::finish`], with the final result decoded from MessagePack.
+    pub async fn finish_as<R: DeserializeOwned>(self) -> Result<R, CallError> {
+        let bytes = self.finish().await?;
+        decode(&bytes)
+    }
+}

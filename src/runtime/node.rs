@@ -1,17 +1,21 @@
 //! The public, async handle of a running node.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 
 use bytes::Bytes;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
-use super::calls::{self as rcalls, CallError, CallOptions, Request, ServeError};
-use super::io::{Command, IoThread, ServeDone, ServeJob};
+use super::calls::{
+    self as rcalls, CallError, CallOptions, CallStream, HandlerFuture, RemoteCode, Request,
+    ServeError,
+};
+use super::io::{CallReply, Command, IoThread, ServeDone, ServeItem, ServeJob, Served};
 use super::snapshot::Snapshot;
 use crate::config::{ConfigError, NodeConfig};
+use crate::proto::calls::{CallShape, ServeId};
 use crate::proto::state::{ConnState, FailureReason};
 use crate::proto::wire::BEACON_TOPIC;
 
@@ -388,20 +392,14 @@ impl Node {
         args: Bytes,
         opts: CallOptions,
     ) -> Result<Bytes, CallError> {
-        for (what, v) in [("channel", channel), ("method", method)] {
-            if v.is_empty() || v.len() > 255 {
-                return Err(CallError::InvalidArgument {
-                    reason: format!("{what} must be 1..=255 bytes"),
-                });
-            }
-        }
+        check_names(channel, method)?;
         let (tx, rx) = oneshot::channel();
         let cmd = Command::Call {
             channel: channel.to_owned(),
             method: method.to_owned(),
             args,
             opts,
-            reply: tx,
+            reply: CallReply::Unary(tx),
         };
         if !self.command(cmd) {
             return Err(CallError::Shutdown { sent: false });
@@ -411,31 +409,131 @@ impl Node {
         rx.await.unwrap_or(Err(CallError::Shutdown { sent: true }))
     }
 
+    /// Calls `method` on a ready server of `channel` and streams its answer: the items the
+    /// handler sends, in order, then its one terminal result (see [`CallStream`]).
+    ///
+    /// Routing, leases and errors are those of [`Node::call`]: no timeout applies, and the
+    /// stream fails the moment the connection that accepted it leaves ready
+    /// (`OutcomeUnknown`). A server that stops gracefully while producing the stream ends it
+    /// at once with [`CallError::Unavailable`] `{ accepted: true }` (MISSION C4). Arguments
+    /// that do not encode end the stream at once with [`CallError::InvalidArgument`].
+    ///
+    /// Returns at once; the call is made by the node's I/O thread.
+    pub fn call_stream<A>(
+        &self,
+        channel: &str,
+        method: &str,
+        args: &A,
+        opts: CallOptions,
+    ) -> CallStream
+    where
+        A: serde::Serialize + ?Sized,
+    {
+        match rcalls::encode(args) {
+            Ok(args) => self.call_stream_raw(channel, method, args, opts),
+            Err(e) => CallStream::failed(CallError::InvalidArgument { reason: e.message }),
+        }
+    }
+
+    /// [`Node::call_stream`] with raw (already encoded) arguments.
+    pub fn call_stream_raw(
+        &self,
+        channel: &str,
+        method: &str,
+        args: Bytes,
+        opts: CallOptions,
+    ) -> CallStream {
+        if let Err(e) = check_names(channel, method) {
+            return CallStream::failed(e);
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let cmd = Command::Call {
+            channel: channel.to_owned(),
+            method: method.to_owned(),
+            args,
+            opts,
+            reply: CallReply::Stream(tx),
+        };
+        if !self.command(cmd) {
+            return CallStream::failed(CallError::Shutdown { sent: false });
+        }
+        CallStream::new(rx)
+    }
+
     /// Serves `channel`: every call accepted for it runs `handler` on the current tokio
     /// runtime. The node ACCEPTs a call before the handler runs, refuses calls whose ttl ran
     /// out, and answers each call exactly once with the handler's result. A handler that
-    /// panics answers `Exception`. Must be called from within a tokio runtime.
+    /// panics answers `Exception`. Must be called from within a tokio runtime. Serving a
+    /// channel again replaces its handler.
     pub fn serve<F, Fut>(&self, channel: &str, handler: F) -> Result<(), NodeError>
     where
         F: Fn(Request) -> Fut + Send + Sync + 'static,
         Fut: std::future::Future<Output = Result<Bytes, ServeError>> + Send + 'static,
     {
+        let handler = Arc::new(handler);
+        self.serve_shape(
+            channel,
+            CallShape::Unary,
+            Box::new(move |job: ServeJob| -> HandlerFuture { Box::pin(handler(job.request)) }),
+        )
+    }
+
+    /// Serves `channel` with streaming answers: every call accepted for it runs `handler`
+    /// with the [`Request`] and an [`ItemSink`]; the handler sends items through the sink, in
+    /// order, and returns the call's terminal result. Everything else is as for
+    /// [`Node::serve`].
+    ///
+    /// A stream cannot be finished by a stopping service: when [`Node::shutdown`] begins,
+    /// every call of this channel still in hand ends at once with REPLY `Unavailable`
+    /// (the caller sees [`CallError::Unavailable`] `{ accepted: true }`, may have run), the
+    /// sink refuses further items, and the handler's result is dropped (MISSION C4). The
+    /// same happens to a call of this channel that sends no items at all: every call of a
+    /// stream channel is a stream.
+    pub fn serve_stream<F, Fut>(&self, channel: &str, handler: F) -> Result<(), NodeError>
+    where
+        F: Fn(Request, ItemSink) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<Bytes, ServeError>> + Send + 'static,
+    {
+        let handler = Arc::new(handler);
+        let node = Arc::downgrade(&self.inner);
+        self.serve_shape(
+            channel,
+            CallShape::Stream,
+            Box::new(move |job: ServeJob| -> HandlerFuture {
+                let sink = ItemSink {
+                    id: job.id,
+                    node: node.clone(),
+                };
+                Box::pin(handler(job.request, sink))
+            }),
+        )
+    }
+
+    /// Registers `channel` with the I/O thread and runs its dispatcher: each accepted call
+    /// becomes a task running `run(job)`, whose result goes back as [`Command::ServeDone`].
+    fn serve_shape(
+        &self,
+        channel: &str,
+        shape: CallShape,
+        run: Box<dyn Fn(ServeJob) -> HandlerFuture + Send + Sync>,
+    ) -> Result<(), NodeError> {
         if channel.is_empty() || channel.len() > 255 {
             return Err(NodeError::Invalid("channel must be 1..=255 bytes".into()));
         }
         let rt = tokio::runtime::Handle::try_current().map_err(|_| NodeError::NoRuntime)?;
         let (jobs, mut rx) = mpsc::unbounded_channel::<ServeJob>();
-        let handler = Arc::new(handler);
         let weak = Arc::downgrade(&self.inner);
+        let run: Arc<dyn Fn(ServeJob) -> HandlerFuture + Send + Sync> = Arc::from(run);
         rt.spawn(async move {
             // Ends when the I/O thread drops its sender (node stopped).
             while let Some(job) = rx.recv().await {
-                let handler = handler.clone();
                 let weak = weak.clone();
+                let run = run.clone();
+                let id = job.id;
                 tokio::spawn(async move {
-                    let id = job.id;
-                    let run = tokio::spawn(handler(job.request));
-                    let result = match run.await {
+                    // The handler is called inside the task, so a panic anywhere in it is a
+                    // failed task answered `Exception`.
+                    let result = match tokio::spawn(async move { run(job).await }).await {
                         Ok(r) => r,
                         Err(e) => Err(ServeError::exception(format!("handler failed: {e}"))),
                     };
@@ -448,7 +546,7 @@ impl Node {
         });
         if self.command(Command::Serve {
             channel: channel.to_owned(),
-            jobs,
+            served: Served { jobs, shape },
         }) {
             Ok(())
         } else {
@@ -462,7 +560,8 @@ impl Node {
     }
 
     /// Stops the node gracefully (MISSION C4, F6): refuses new calls (`Unavailable`, did not
-    /// run), answers every call it accepted (waiting at most
+    /// run), ends every stream it is producing at once with `Unavailable` (channels of
+    /// [`Node::serve_stream`]), answers every other call it accepted (waiting at most
     /// [`GRACEFUL_STOP_BOUND`](crate::runtime::GRACEFUL_STOP_BOUND); calls still running then
     /// are answered `Unavailable`), fails its own pending calls, sends an orderly CLOSE on
     /// every ready connection, closes every socket and monitor, stops every timer, and waits
@@ -490,9 +589,69 @@ impl Node {
     }
 }
 
+/// Where a stream handler sends its items (see [`Node::serve_stream`]).
+///
+/// Each item is numbered by the node and sent as one ITEM, in the order the sends complete,
+/// on the connection the call's REPLY will take. Cheap to clone; a clone sends into the same
+/// call. It does not keep the node alive.
+#[derive(Clone)]
+pub struct ItemSink {
+    id: ServeId,
+    node: Weak<Inner>,
+}
+
+impl std::fmt::Debug for ItemSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ItemSink").field("call", &self.id).finish()
+    }
+}
+
+impl ItemSink {
+    /// Sends one item; returns once the node has handed it to the transport.
+    ///
+    /// An error means the stream is over and the handler should stop (returning the error
+    /// with `?` is fine: the call already has its answer, so the handler's result is
+    /// dropped): code `Unavailable` when the service is stopping (the caller was told
+    /// `Unavailable`), the caller's connection is gone, the call already ended or the node
+    /// stopped; code `UnknownOutcome` when the link could not take the item now (a frame is
+    /// never queued, MISSION C3), in which case the node ended the call with that code.
+    pub async fn send(&self, payload: impl Into<Bytes>) -> Result<(), ServeError> {
+        let closed = || ServeError::new(RemoteCode::Unavailable, "the node stopped");
+        let Some(inner) = self.node.upgrade() else {
+            return Err(closed());
+        };
+        let node = Node { inner };
+        let (id, payload) = (self.id, payload.into());
+        node.ask(|reply| Command::ServeItem(ServeItem { id, payload, reply }))
+            .await
+            .unwrap_or_else(|| Err(closed()))
+    }
+
+    /// Sends one item encoded as MessagePack; see [`ItemSink::send`].
+    pub async fn send_item<T: Serialize + ?Sized>(&self, item: &T) -> Result<(), ServeError> {
+        self.send(rcalls::encode(item)?).await
+    }
+}
+
+/// Channel and method names travel as 1..=255-byte strings.
+fn check_names(channel: &str, method: &str) -> Result<(), CallError> {
+    for (what, v) in [("channel", channel), ("method", method)] {
+        if v.is_empty() || v.len() > 255 {
+            return Err(CallError::InvalidArgument {
+                reason: format!("{what} must be 1..=255 bytes"),
+            });
+        }
+    }
+    Ok(())
+}
+
 impl Drop for Inner {
     fn drop(&mut self) {
         // The last handle is gone: stop the I/O thread (it exits on a disconnected channel).
+        // Disconnect first, then wake: woken before the sender is gone, the loop could find
+        // the channel merely empty and sleep until its next timer (up to a probe interval).
+        let (dead, _) = crossbeam_channel::bounded(0);
+        drop(std::mem::replace(&mut self.commands, dead));
         let _ = self.wake.lock().map(|w| w.send(&[][..], zmq::DONTWAIT));
     }
 }

@@ -292,6 +292,16 @@ pub(crate) fn reply(call_id: NonZeroU64, code: wire::ReplyCode, payload: Bytes) 
     .encode()
 }
 
+/// ITEM: stream item `seq` of call `call_id`.
+pub(crate) fn item(call_id: NonZeroU64, seq: u64, payload: Bytes) -> Vec<Vec<u8>> {
+    Record::Item(wire::Item {
+        call_id,
+        seq,
+        payload,
+    })
+    .encode()
+}
+
 /// A fanout application record.
 pub(crate) fn publish(
     topic: &[u8],

@@ -8,6 +8,11 @@
 //! on the peer's Completion lane (RouteMesh) or the same connection (ClientServer) and are
 //! judged against that key; when either lane of the peer leaves ready, every call on it
 //! fails at once (MISSION C2).
+//!
+//! Streams: a caller's stream items go to the call's [`StreamEvent`] channel in order, and
+//! always before its end (items are drained before completions). A channel served with
+//! [`CallShape::Stream`] numbers each handler item through the serve table and sends it as
+//! ITEM on the same route as the REPLY; the drain ends such calls with REPLY `Unavailable`.
 
 use std::num::NonZeroU64;
 use std::time::{Duration, Instant};
@@ -17,20 +22,41 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::{IoThread, LinkKey, LinkKind};
 use crate::proto::calls::{
-    ttl_on_wire, Admission, CallError, CallId, CallShape, Dispatch, Unrouted,
+    ttl_on_wire, Admission, CallError, CallId, CallShape, Dispatch, RemoteCode, Unrouted,
 };
 use crate::proto::handshake::Role;
 use crate::proto::state::FailureReason;
 use crate::proto::wire::{self, Lane, ReplyCode};
 use crate::proto::ConnId;
-use crate::runtime::calls::{CallOptions, Request};
+use crate::runtime::calls::{CallOptions, Request, ServeError, StreamEvent};
 use crate::runtime::records;
 
 /// The physical connection a call travels on: a link and its current connection.
 pub(crate) type CallKey = (LinkKey, ConnId);
 
 /// Where a call's answer goes, on the caller's side.
-pub(crate) type CallReply = oneshot::Sender<Result<Bytes, CallError>>;
+pub(crate) enum CallReply {
+    /// A unary call: its one result. Stream items for it are dropped.
+    Unary(oneshot::Sender<Result<Bytes, CallError>>),
+    /// A streaming call: its items in order, then its one end.
+    Stream(mpsc::UnboundedSender<StreamEvent>),
+}
+
+/// A channel this node serves.
+pub(crate) struct Served {
+    /// Where its accepted calls are dispatched.
+    pub jobs: mpsc::UnboundedSender<ServeJob>,
+    /// Unary, or streams (which a drain ends with `Unavailable`).
+    pub shape: CallShape,
+}
+
+/// One item a stream handler produced, for the I/O thread to number and send.
+pub(crate) struct ServeItem {
+    pub id: crate::proto::calls::ServeId,
+    pub payload: Bytes,
+    /// `Ok` once the ITEM was handed to the transport; an error when the stream is over.
+    pub reply: oneshot::Sender<Result<(), ServeError>>,
+}
 
 /// One accepted call handed to the application's dispatcher.
 pub(crate) struct ServeJob {
@@ -230,8 +256,8 @@ impl IoThread {
             return;
         };
         let channel = req.channel.as_str().to_owned();
-        let jobs = self.served.get(&channel).cloned();
-        let Some(jobs) = jobs else {
+        let served = self.served.get(&channel).map(|s| (s.jobs.clone(), s.shape));
+        let Some((jobs, shape)) = served else {
             // Nothing exposed under that name: did not run.
             let msg = format!("nothing serves channel {channel:?} here");
             let _ = self.send_on_link(
@@ -242,7 +268,7 @@ impl IoThread {
         };
         match self
             .serve
-            .handle_request(key, call_id, req.ttl_ms, CallShape::Unary, now)
+            .handle_request(key, call_id, req.ttl_ms, shape, now)
         {
             Admission::Duplicate => {}
             Admission::Refuse(code) => {
@@ -305,6 +331,51 @@ impl IoThread {
         self.drain_calls(now);
     }
 
+    /// A stream handler produced an item: number it and send it as ITEM on the call's answer
+    /// route, or tell the handler the stream is over.
+    ///
+    /// The serve table refuses the item when the call is no longer answered (the drain ended
+    /// the stream with `Unavailable`, the caller's connection is gone, the handler already
+    /// returned): nothing is sent. An ITEM the link cannot take now is never queued
+    /// (MISSION C3); its number is spent, so the stream cannot go on: the call ends at once
+    /// with REPLY `UnknownOutcome` (the caller must not take a shortened stream for a
+    /// complete one), and the handler's later result is dropped.
+    pub(super) fn on_serve_item(&mut self, item: ServeItem, now: Instant) {
+        let ServeItem { id, payload, reply } = item;
+        let call = self.serve.call_of(id);
+        let seq = call.and_then(|_| self.serve.handle_item(id, now));
+        let (Some((key, call_id)), Some(seq)) = (call, seq) else {
+            let _ = reply.send(Err(ServeError::new(
+                RemoteCode::Unavailable,
+                "the stream is over: the service is stopping, the caller is gone, or the call \
+                 already ended",
+            )));
+            self.drain_calls(now);
+            return;
+        };
+        let route = self.answer_route(key);
+        let sent = route.is_some_and(|r| {
+            self.send_on_link(r, records::item(call_id, seq, payload))
+                .is_ok()
+        });
+        if sent {
+            let _ = reply.send(Ok(()));
+        } else {
+            metrics::counter!("zmesh_stream_items_unsent_total").increment(1);
+            let message = format!("stream item {seq} could not be sent now; the stream ended");
+            if let Some(code) = self.serve.handle_done(id, ReplyCode::UnknownOutcome, now) {
+                if let Some(r) = route {
+                    let _ = self.send_on_link(
+                        r,
+                        records::reply(call_id, code, Bytes::from(message.clone())),
+                    );
+                }
+            }
+            let _ = reply.send(Err(ServeError::new(RemoteCode::UnknownOutcome, message)));
+        }
+        self.drain_calls(now);
+    }
+
     /// A link's connection is leaving ready: fail the calls leased on it (MISSION C2).
     ///
     /// Calls are keyed by the connection their answers travel on (a RouteMesh Completion lane,
@@ -340,18 +411,32 @@ impl IoThread {
     }
 
     /// Hands finished calls to their callers and sends the serve table's own replies.
+    ///
+    /// Items first: the table queues a call's items before its completion, so draining them
+    /// first hands every item to its stream before the stream's end. Items of a call nobody
+    /// streams (a unary caller, a dropped stream) are dropped.
     pub(super) fn drain_calls(&mut self, _now: Instant) {
+        while let Some(item) = self.calls.poll_item() {
+            if let Some(CallReply::Stream(tx)) = self.pending_calls.get(&item.id) {
+                let _ = tx.send(StreamEvent::Item(item.payload));
+            }
+        }
         while let Some((id, result)) = self.calls.poll_completion() {
             if let Some(reply) = self.pending_calls.remove(&id) {
                 let result = result.map(|c| c.payload);
                 if let Err(e) = &result {
                     metrics::counter!("zmesh_calls_failed_total", "code" => e.code()).increment(1);
                 }
-                let _ = reply.send(result);
+                match reply {
+                    CallReply::Unary(tx) => {
+                        let _ = tx.send(result);
+                    }
+                    CallReply::Stream(tx) => {
+                        let _ = tx.send(StreamEvent::End(result));
+                    }
+                }
             }
         }
-        // Stream items are not exposed by this version's API; drain them.
-        while self.calls.poll_item().is_some() {}
         while let Some(r) = self.serve.poll_transmit() {
             if let Some(route) = self.answer_route(r.conn) {
                 let _ = self.send_on_link(
@@ -363,8 +448,8 @@ impl IoThread {
         metrics::gauge!("zmesh_calls_pending").set(self.calls.pending() as f64);
     }
 
-    /// Registers a served channel.
-    pub(super) fn serve_channel(&mut self, channel: String, jobs: mpsc::UnboundedSender<ServeJob>) {
-        self.served.insert(channel, jobs);
+    /// Registers a served channel (replacing an earlier registration of the same name).
+    pub(super) fn serve_channel(&mut self, channel: String, served: Served) {
+        self.served.insert(channel, served);
     }
 }

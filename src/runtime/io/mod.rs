@@ -53,7 +53,7 @@ use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkS
 use crate::proto::ConnId;
 use calls::CallKey;
 pub use calls::GRACEFUL_STOP_BOUND;
-pub(crate) use calls::{CallReply, ServeDone, ServeJob};
+pub(crate) use calls::{CallReply, ServeDone, ServeItem, ServeJob, Served};
 
 /// Delays after a bound-side disconnect event at which the socket's inbound connections are
 /// checked for a vanished pipe.
@@ -117,8 +117,9 @@ pub(crate) enum Command {
     },
     Serve {
         channel: String,
-        jobs: mpsc::UnboundedSender<ServeJob>,
+        served: Served,
     },
+    ServeItem(ServeItem),
     ServeDone(ServeDone),
 }
 
@@ -283,7 +284,7 @@ pub(crate) struct IoThread {
     pending_calls: HashMap<CallId, CallReply>,
     /// Calls this node serves (MISSION C4, C6).
     serve: ServeTable<CallKey>,
-    served: HashMap<String, mpsc::UnboundedSender<ServeJob>>,
+    served: HashMap<String, Served>,
     /// Channels some peer ever announced a Server membership for.
     known_servers: HashSet<String>,
     slots: Vec<Option<Slot>>,
@@ -1841,7 +1842,8 @@ impl IoThread {
                     opts,
                     reply,
                 } => self.start_call(channel, method, args, opts, reply, now),
-                Command::Serve { channel, jobs } => self.serve_channel(channel, jobs),
+                Command::Serve { channel, served } => self.serve_channel(channel, served),
+                Command::ServeItem(item) => self.on_serve_item(item, now),
                 Command::ServeDone(done) => self.on_serve_done(done, now),
             }
         }
