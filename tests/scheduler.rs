@@ -971,7 +971,9 @@ proptest! {
     fn r2_next_rotation_starts_right_after_where_processing_stopped(sc in scenario_strategy(1)) {
         let sim = run_scenario(&sc);
         prop_assert_eq!(sim.violations_of(Req::Resume), Vec::<&String>::new());
-        prop_assert!(sim.resume_checks > 0);
+        // A scenario with no rotation that ended early checks nothing: draw another (the
+        // coverage test asserts that the random runs do exercise the rule).
+        prop_assume!(sim.resume_checks > 0);
     }
 
     /// MISSION R3: on a shared socket a peer's staging never exceeds 64 records (nor the byte

@@ -2060,6 +2060,9 @@ impl IoThread {
     /// Orderly close of every ready connection, then every socket, monitor and timer goes.
     fn close_everything(&mut self) {
         let now = Instant::now();
+        // This node's own calls still out end now, each saying whether it may have run.
+        self.calls.handle_shutdown(now);
+        self.drain_calls(now);
         for k in 0..self.links.len() {
             if self.links[k].conn.as_ref().is_some_and(|c| c.ready) {
                 let _ = self.send_on_link(k, records::close(CloseReason::Shutdown));
