@@ -14,6 +14,7 @@
 //! [`CallShape::Stream`] numbers each handler item through the serve table and sends it as
 //! ITEM on the same route as the REPLY; the drain ends such calls with REPLY `Unavailable`.
 
+use std::collections::VecDeque;
 use std::num::NonZeroU64;
 use std::time::{Duration, Instant};
 
@@ -30,6 +31,7 @@ use crate::proto::wire::{self, Lane, ReplyCode};
 use crate::proto::ConnId;
 use crate::runtime::calls::{CallOptions, Request, ServeError, StreamEvent};
 use crate::runtime::records;
+use crate::runtime::socket::SendError;
 
 /// The physical connection a call travels on: a link and its current connection.
 pub(crate) type CallKey = (LinkKey, ConnId);
@@ -260,7 +262,7 @@ impl IoThread {
         let Some((jobs, shape)) = served else {
             // Nothing exposed under that name: did not run.
             let msg = format!("nothing serves channel {channel:?} here");
-            let _ = self.send_on_link(
+            self.send_answer(
                 route,
                 records::reply(call_id, ReplyCode::ClassNotFound, Bytes::from(msg)),
             );
@@ -272,14 +274,14 @@ impl IoThread {
         {
             Admission::Duplicate => {}
             Admission::Refuse(code) => {
-                let _ = self.send_on_link(
+                self.send_answer(
                     route,
                     records::reply(call_id, code, Bytes::from_static(b"refused")),
                 );
             }
             Admission::Accept(sid) => {
                 let accept = records::accept(call_id, self.me.generation, key.1 .0);
-                if self.send_on_link(route, accept).is_err() {
+                if !self.send_answer(route, accept) {
                     // ACCEPT could not be sent: the answer path is gone.
                     let _ = self.serve.handle_connection_lost(key, now);
                     return;
@@ -297,7 +299,7 @@ impl IoThread {
                         }
                     }
                     Dispatch::Refuse(code) => {
-                        let _ = self.send_on_link(
+                        self.send_answer(
                             route,
                             records::reply(
                                 call_id,
@@ -325,7 +327,7 @@ impl IoThread {
         };
         if let Some(code) = self.serve.handle_done(done.id, code, now) {
             if let Some(route) = self.answer_route(key) {
-                let _ = self.send_on_link(route, records::reply(call_id, code, payload));
+                self.send_answer(route, records::reply(call_id, code, payload));
             }
         }
         self.drain_calls(now);
@@ -365,7 +367,7 @@ impl IoThread {
             let message = format!("stream item {seq} could not be sent now; the stream ended");
             if let Some(code) = self.serve.handle_done(id, ReplyCode::UnknownOutcome, now) {
                 if let Some(r) = route {
-                    let _ = self.send_on_link(
+                    self.send_answer(
                         r,
                         records::reply(call_id, code, Bytes::from(message.clone())),
                     );
@@ -374,6 +376,71 @@ impl IoThread {
             let _ = reply.send(Err(ServeError::new(RemoteCode::UnknownOutcome, message)));
         }
         self.drain_calls(now);
+    }
+
+    /// Sends an ACCEPT or REPLY on `route`, in order behind any answer still waiting there.
+    /// A pipe that is full now (HWM) keeps the answer for a later loop turn: an answer is owed
+    /// to a caller that waits for it, so it is delayed, never dropped. Returns false when the
+    /// connection is gone (the caller fails the call when it sees that).
+    pub(super) fn send_answer(&mut self, route: LinkKey, frames: Vec<Vec<u8>>) -> bool {
+        let Some(conn) = self
+            .links
+            .get(route)
+            .and_then(|l| l.conn.as_ref())
+            .map(|c| c.id)
+        else {
+            return false;
+        };
+        let waiting = self
+            .answers
+            .get(&route)
+            .is_some_and(|(c, q)| *c == conn && !q.is_empty());
+        if !waiting {
+            match self.send_frames_on_link(route, &frames) {
+                Ok(()) => return true,
+                Err(SendError::Full) => {}
+                Err(_) => return false,
+            }
+        }
+        let entry = self
+            .answers
+            .entry(route)
+            .or_insert_with(|| (conn, VecDeque::new()));
+        if entry.0 != conn {
+            *entry = (conn, VecDeque::new());
+        }
+        entry.1.push_back(frames);
+        true
+    }
+
+    /// Retries answers held back by a full pipe, in order per link; answers of a connection
+    /// that is gone are dropped (their callers fail the calls on the connection loss).
+    pub(super) fn flush_answers(&mut self) {
+        let links: Vec<LinkKey> = self.answers.keys().copied().collect();
+        for route in links {
+            let current = self
+                .links
+                .get(route)
+                .and_then(|l| l.conn.as_ref())
+                .map(|c| c.id);
+            let Some((conn, mut queue)) = self.answers.remove(&route) else {
+                continue;
+            };
+            if Some(conn) != current {
+                continue;
+            }
+            while let Some(frames) = queue.pop_front() {
+                match self.send_frames_on_link(route, &frames) {
+                    Ok(()) => {}
+                    Err(SendError::Full) => {
+                        queue.push_front(frames);
+                        self.answers.insert(route, (conn, queue));
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
     }
 
     /// A link's connection is leaving ready: fail the calls leased on it (MISSION C2).
@@ -439,7 +506,7 @@ impl IoThread {
         }
         while let Some(r) = self.serve.poll_transmit() {
             if let Some(route) = self.answer_route(r.conn) {
-                let _ = self.send_on_link(
+                self.send_answer(
                     route,
                     records::reply(r.call_id, r.code, Bytes::from_static(r.message.as_bytes())),
                 );

@@ -148,6 +148,9 @@ struct Slot {
     shared: Option<SharedSocketId>,
 }
 
+/// Answers (ACCEPT, REPLY) held back by a full pipe: the connection they are for, in order.
+type HeldAnswers = (ConnId, VecDeque<Vec<Vec<u8>>>);
+
 /// What the receive scheduler accounts caps to (MISSION R2, R3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Unit {
@@ -287,6 +290,8 @@ pub(crate) struct IoThread {
     served: HashMap<String, Served>,
     /// Channels some peer ever announced a Server membership for.
     known_servers: HashSet<String>,
+    /// ACCEPTs and REPLYs held back by a full pipe, per link (and its connection then).
+    answers: HashMap<LinkKey, HeldAnswers>,
     slots: Vec<Option<Slot>>,
     links: Vec<Link>,
     /// Inbound connections by bound socket and routing id (unique per physical connection).
@@ -358,6 +363,7 @@ impl IoThread {
             serve: ServeTable::new(),
             served: HashMap::new(),
             known_servers: HashSet::new(),
+            answers: HashMap::new(),
             slots: Vec::new(),
             links: Vec::new(),
             inbound: HashMap::new(),
@@ -543,6 +549,7 @@ impl IoThread {
             let now = Instant::now();
             self.run_timers(now);
             self.release_backlogs();
+            self.flush_answers();
             self.flush_events();
             if self.host == Host::Draining && self.serve.is_drained() {
                 self.host = Host::Stopped;
@@ -562,7 +569,7 @@ impl IoThread {
                 // More records or commands are waiting (commands left over by the per-turn cap
                 // have no wake-up of their own): poll without sleeping.
                 0
-            } else if self.backlogged == 0 {
+            } else if self.backlogged == 0 && self.answers.is_empty() {
                 timeout
             } else if timeout < 0 {
                 PAUSED_POLL_MS
@@ -1683,18 +1690,26 @@ impl IoThread {
         }
     }
 
-    fn send_on_link(
-        &mut self,
+    fn send_frames_on_link(
+        &self,
         k: LinkKey,
-        frames: Vec<Vec<u8>>,
+        frames: &[Vec<u8>],
     ) -> Result<(), super::socket::SendError> {
         let Some(c) = self.links.get(k).and_then(|l| l.conn.as_ref()) else {
             return Err(super::socket::SendError::Unreachable);
         };
         match self.slots.get(c.slot) {
-            Some(Some(s)) => send_routed(&s.socket, c.route.as_deref(), &frames),
+            Some(Some(s)) => send_routed(&s.socket, c.route.as_deref(), frames),
             _ => Err(super::socket::SendError::Unreachable),
         }
+    }
+
+    fn send_on_link(
+        &mut self,
+        k: LinkKey,
+        frames: Vec<Vec<u8>>,
+    ) -> Result<(), super::socket::SendError> {
+        self.send_frames_on_link(k, &frames)
     }
 
     // ----------------------------------------------------------------------------------
