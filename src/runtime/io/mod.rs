@@ -1382,8 +1382,7 @@ impl IoThread {
         frames: &[Vec<u8>],
         now: Instant,
     ) {
-        let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
-        let hello = match records::decode(&refs) {
+        let hello = match records::decode(frames) {
             Ok(Rec::Hello(h)) => h,
             Ok(_) => {
                 // A record from a physical connection that is not (or no longer) admitted:
@@ -1559,8 +1558,7 @@ impl IoThread {
     }
 
     fn on_link_record(&mut self, k: LinkKey, frames: &[Vec<u8>], now: Instant) {
-        let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
-        let rec = match records::decode(&refs) {
+        let rec = match records::decode(frames) {
             Ok(r) => r,
             Err(e) => {
                 // Malformed input: a protocol error for this connection only (MISSION W3).
@@ -1578,7 +1576,6 @@ impl IoThread {
         if let Rec::Probe(id) = rec {
             c.last_peer_probe = Some(id);
         }
-        let peer_rid = c.peer.as_ref().map(|p| p.rid.clone()).unwrap_or_default();
         self.links[k].records += 1;
         self.links[k].last_receive = Some(now);
         self.links[k].state.handle_receive(now);
@@ -1622,6 +1619,12 @@ impl IoThread {
                     // Diagnostics only: application traffic never extends the deadline (L2).
                     let _ = self.liveness.handle_app_traffic(live, now);
                 }
+                let peer_rid = self.links[k]
+                    .conn
+                    .as_ref()
+                    .and_then(|c| c.peer.as_ref())
+                    .map(|p| p.rid.clone())
+                    .unwrap_or_default();
                 let source = match &self.links[k].kind {
                     LinkKind::MeshDial { .. } => Source::Peer { rid: peer_rid },
                     LinkKind::Inbound {
@@ -1742,8 +1745,7 @@ impl IoThread {
     }
 
     fn on_fanout(&mut self, i: usize, frames: Vec<Vec<u8>>, now: Instant) {
-        let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
-        let decoded = records::decode_fanout(&refs);
+        let decoded = records::decode_fanout(&frames);
         let input = match &decoded {
             Ok(Fanout::Beacon) => FanoutInput::Beacon,
             Ok(Fanout::Publish { .. }) => FanoutInput::Record,
@@ -1824,7 +1826,7 @@ impl IoThread {
                     let r = self.send_server(&channel, &payload);
                     let _ = reply.send(r);
                 }
-                Command::Publish { topic, payload } => self.publish(&topic, &payload),
+                Command::Publish { topic, payload } => self.publish(topic, payload),
                 Command::Snapshot(reply) => {
                     let _ = reply.send(self.snapshot(now));
                 }
@@ -1852,7 +1854,7 @@ impl IoThread {
         true
     }
 
-    fn send_peer(&mut self, peer: &str, channel: &str, payload: &[u8]) -> Result<(), SendError> {
+    fn send_peer(&mut self, peer: &str, channel: &str, payload: &Bytes) -> Result<(), SendError> {
         if channel.is_empty() || channel.len() > 255 {
             return Err(SendError::Invalid("channel must be 1..=255 bytes".into()));
         }
@@ -1875,7 +1877,7 @@ impl IoThread {
         self.send_app(k, peer, channel, payload)
     }
 
-    fn send_server(&mut self, channel: &str, payload: &[u8]) -> Result<(), SendError> {
+    fn send_server(&mut self, channel: &str, payload: &Bytes) -> Result<(), SendError> {
         if channel.is_empty() || channel.len() > 255 {
             return Err(SendError::Invalid("channel must be 1..=255 bytes".into()));
         }
@@ -1901,10 +1903,10 @@ impl IoThread {
         k: LinkKey,
         who: &str,
         channel: &str,
-        payload: &[u8],
+        payload: &Bytes,
     ) -> Result<(), SendError> {
-        let frames =
-            records::message(channel, payload).map_err(|e| SendError::Invalid(e.to_string()))?;
+        let frames = records::message(channel, payload.clone())
+            .map_err(|e| SendError::Invalid(e.to_string()))?;
         match self.send_on_link(k, frames) {
             Ok(()) => {
                 metrics::counter!("zmesh_app_records_sent_total").increment(1);
@@ -1915,7 +1917,7 @@ impl IoThread {
         }
     }
 
-    fn publish(&mut self, topic: &[u8], payload: &[u8]) {
+    fn publish(&mut self, topic: Bytes, payload: Bytes) {
         let Some(p) = self.publisher.as_mut() else {
             tracing::warn!("publish on a node without a publisher endpoint");
             return;
