@@ -643,3 +643,59 @@ async fn l5_subscriber_waits_for_an_absent_publisher_without_spinning() {
     p.shutdown().await.expect("pub");
     s.shutdown().await.expect("sub");
 }
+
+/// CPU time used so far by this process's threads named `name` (from /proc, Linux).
+fn thread_cpu(name: &str) -> Duration {
+    let mut ns = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").expect("/proc/self/task") {
+        let task = task.expect("task").path();
+        let comm = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+        if comm.trim() == name {
+            let stat = std::fs::read_to_string(task.join("schedstat")).unwrap_or_default();
+            ns += stat
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    Duration::from_nanos(ns)
+}
+
+/// An acceptor whose inbound peer closed goes idle: its I/O thread waits in `zmq::poll`
+/// instead of polling without waiting. (The failed inbound link's reconnect time, which no
+/// one acts on since inbound links are never dialled, used to be taken as the next timer, so
+/// the loop spun at 100% CPU until the peer came back.)
+#[tokio::test]
+async fn acceptor_idles_after_its_inbound_peer_closed() {
+    let b_bind = mesh_bind(true);
+    // A RID of its own: the check below finds the I/O thread by name (zmesh-io-<rid>).
+    let mut b = NodeConfig::new("acc9");
+    b.memberships = server_of("x");
+    b.route_mesh = Some(b_bind.clone());
+    let b = Node::start(b).await.expect("b");
+    let mut a = NodeConfig::new("a");
+    a.peers = vec![peer("acc9", &b_bind)];
+    let a = Node::start(a).await.expect("a");
+    let mut ea = Events::new(a.take_events().expect("events"));
+    let mut eb = Events::new(b.take_events().expect("events"));
+    wait_peer_ready(&a, &mut ea, "acc9").await;
+    a.shutdown().await.expect("a");
+    for lane in ["inbound a application", "inbound a completion"] {
+        eb.wait(
+            STEP,
+            |e| matches!(e, NodeEvent::State(s) if s.link == lane && s.reason.is_some()),
+        )
+        .await;
+    }
+    // Past the reconnect backoff and the disconnect sweeps (500 ms).
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let before = thread_cpu("zmesh-io-acc9");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let used = thread_cpu("zmesh-io-acc9") - before;
+    assert!(
+        used < Duration::from_millis(100),
+        "the idle acceptor's I/O thread used {used:?} of CPU in 1 s"
+    );
+    b.shutdown().await.expect("b");
+}

@@ -214,6 +214,18 @@ struct Link {
 }
 
 impl Link {
+    /// Whether this link will be dialled again at `retry_at`: a dialled link without a
+    /// connection, not stood down, whose old socket's close was confirmed. The poll timeout
+    /// takes `retry_at` only for such links: an inbound link is never dialled, and a timer
+    /// nothing acts on would make every poll return at once (the loop would spin).
+    fn waits_to_redial(&self) -> bool {
+        self.conn.is_none()
+            && !self.terminal
+            && !self.yielded
+            && self.closing.is_none()
+            && !matches!(self.kind, LinkKind::Inbound { .. })
+    }
+
     /// The lane this link serves.
     fn lane(&self) -> Option<Lane> {
         match &self.kind {
@@ -610,7 +622,7 @@ impl IoThread {
                 if !c.ready {
                     take(Some(c.opened_at + HANDSHAKE_TIMEOUT));
                 }
-            } else if !l.terminal && !l.yielded {
+            } else if l.waits_to_redial() {
                 take(l.retry_at);
             }
             take(l.closing.as_ref().map(|c| c.1 + CLOSE_CONFIRM_MAX));
@@ -777,12 +789,7 @@ impl IoThread {
         // Reconnects.
         for k in 0..self.links.len() {
             let l = &self.links[k];
-            let due = l.conn.is_none()
-                && !l.terminal
-                && !l.yielded
-                && l.closing.is_none()
-                && l.retry_at.is_some_and(|t| now >= t)
-                && !matches!(l.kind, LinkKind::Inbound { .. });
+            let due = l.waits_to_redial() && l.retry_at.is_some_and(|t| now >= t);
             if due {
                 self.dial(k, now);
             }
