@@ -7,12 +7,13 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use common::{free_tcp, ipc, Events, FreezeProxy};
 use zmesh::config::{Endpoint, NodeConfig, PeerConfig, RouteMeshBind, ServerConfig};
 use zmesh::proto::handshake::{Membership, Role};
 use zmesh::proto::state::{ConnState, FailureReason};
 use zmesh::proto::wire::{BEACON_PAYLOAD, BEACON_TOPIC};
-use zmesh::runtime::{Node, NodeEvent, Source};
+use zmesh::runtime::{Node, NodeEvent, SendError, Source};
 
 const STEP: Duration = Duration::from_secs(10);
 
@@ -642,6 +643,79 @@ async fn l5_subscriber_waits_for_an_absent_publisher_without_spinning() {
     );
     p.shutdown().await.expect("pub");
     s.shutdown().await.expect("sub");
+}
+
+/// `Node::send_batch`: records arrive in order on the peer's Application lane; a batch to a
+/// peer that is not ready is refused whole; a batch larger than the link can hold stops at the
+/// first record the link refuses, and exactly the records reported sent arrive, in order
+/// (MISSION C3: a record is never queued on a link that cannot send now).
+#[tokio::test]
+async fn send_batch_in_order_and_stops_at_the_first_refused_record() {
+    let b_bind = mesh_bind(true);
+    let mut b = NodeConfig::new("b");
+    b.memberships = server_of("orders");
+    b.route_mesh = Some(b_bind.clone());
+    // While b's application takes nothing, its queue pauses at 1024 deliveries, then its
+    // link's backlog fills and its socket stops being read, so the link fills up (R5).
+    b.delivery_high_water = 1024;
+    let mut a = NodeConfig::new("a");
+    a.peers = vec![peer("b", &b_bind)];
+    let b = Node::start(b).await.expect("start b");
+    let a = Node::start(a).await.expect("start a");
+    let mut ea = Events::new(a.take_events().expect("events"));
+    let mut eb = Events::new(b.take_events().expect("events"));
+    wait_peer_ready(&a, &mut ea, "b").await;
+
+    let small: Vec<Bytes> = (0..100u32).map(|i| Bytes::from(i.to_string())).collect();
+    a.send_batch("b", "orders", small.clone())
+        .await
+        .expect("a small batch is taken whole");
+    for expected in &small {
+        let ev = eb.wait(STEP, |e| delivery_payload(e).is_some()).await;
+        assert_eq!(delivery_payload(&ev), Some(&expected[..]));
+    }
+    let refused = a
+        .send_batch("nobody", "orders", small)
+        .await
+        .expect_err("no such peer");
+    assert_eq!(refused.sent, 0);
+    assert!(matches!(refused.error, SendError::NotReady(_)), "{refused}");
+
+    // Far more than b's queue and backlog, both HWMs and the TCP buffers hold together. The
+    // records are taken from b right away (a socket held for 15 s would also hold back the
+    // probes' ACKs).
+    const BIG: u64 = 60_000;
+    let big: Vec<Bytes> = (0..BIG)
+        .map(|i| {
+            let mut p = vec![0u8; 1024];
+            p[..8].copy_from_slice(&i.to_be_bytes());
+            Bytes::from(p)
+        })
+        .collect();
+    let stopped = a
+        .send_batch("b", "orders", big)
+        .await
+        .expect_err("the link fills up");
+    assert!(
+        matches!(stopped.error, SendError::WouldBlock(_)),
+        "{stopped}"
+    );
+    let sent = stopped.sent as u64;
+    assert!(sent > 0 && sent < BIG, "sent {sent}");
+    for i in 0..sent {
+        let ev = eb.wait(STEP, |e| delivery_payload(e).is_some()).await;
+        let p = delivery_payload(&ev).expect("a delivery");
+        assert_eq!(p[..8], i.to_be_bytes(), "record {i} in order");
+    }
+    eb.watch(Duration::from_millis(500), |e| {
+        assert!(
+            delivery_payload(e).is_none(),
+            "a record beyond the {sent} sent arrived"
+        )
+    })
+    .await;
+    a.shutdown().await.expect("shutdown a");
+    b.shutdown().await.expect("shutdown b");
 }
 
 /// CPU time used so far by this process's threads named `name` (from /proc, Linux).

@@ -35,7 +35,7 @@ use bytes::Bytes;
 use crossbeam_channel::{Receiver, TryRecvError};
 use tokio::sync::{mpsc, oneshot};
 
-use super::node::{Delivery, NodeError, NodeEvent, SendError, Source, StateChange};
+use super::node::{BatchSendError, Delivery, NodeError, NodeEvent, SendError, Source, StateChange};
 use super::records::{self, CloseReason, Fanout, Lane, Rec, RejectReason};
 use super::snapshot::{FailureSnapshot, LinkSnapshot, Snapshot, SNAPSHOT_LIMIT};
 use super::socket::{FrameSocket, MonitorEvent, Sockets, CLOSE_LINGER_MS};
@@ -96,6 +96,12 @@ pub(crate) enum Command {
         channel: String,
         payload: Bytes,
         reply: oneshot::Sender<Result<(), SendError>>,
+    },
+    SendPeerBatch {
+        peer: String,
+        channel: String,
+        payloads: Vec<Bytes>,
+        reply: oneshot::Sender<Result<(), BatchSendError>>,
     },
     SendServer {
         channel: String,
@@ -1825,6 +1831,15 @@ impl IoThread {
                     let r = self.send_peer(&peer, &channel, &payload);
                     let _ = reply.send(r);
                 }
+                Command::SendPeerBatch {
+                    peer,
+                    channel,
+                    payloads,
+                    reply,
+                } => {
+                    let r = self.send_peer_batch(&peer, &channel, &payloads);
+                    let _ = reply.send(r);
+                }
                 Command::SendServer {
                     channel,
                     payload,
@@ -1862,11 +1877,34 @@ impl IoThread {
     }
 
     fn send_peer(&mut self, peer: &str, channel: &str, payload: &Bytes) -> Result<(), SendError> {
+        let k = self.peer_link(peer, channel)?;
+        self.send_app(k, peer, channel, payload)
+    }
+
+    /// Sends `payloads` in order on one peer link; stops at the first one not taken.
+    fn send_peer_batch(
+        &mut self,
+        peer: &str,
+        channel: &str,
+        payloads: &[Bytes],
+    ) -> Result<(), BatchSendError> {
+        let k = self
+            .peer_link(peer, channel)
+            .map_err(|error| BatchSendError { sent: 0, error })?;
+        for (sent, payload) in payloads.iter().enumerate() {
+            self.send_app(k, peer, channel, payload)
+                .map_err(|error| BatchSendError { sent, error })?;
+        }
+        Ok(())
+    }
+
+    /// The ready link that carries one-way records to `peer` (a RouteMesh peer's Application
+    /// lane, or a client of our server), after checking the channel name.
+    fn peer_link(&self, peer: &str, channel: &str) -> Result<LinkKey, SendError> {
         if channel.is_empty() || channel.len() > 255 {
             return Err(SendError::Invalid("channel must be 1..=255 bytes".into()));
         }
-        let k = self
-            .links
+        self.links
             .iter()
             .position(|l| {
                 let lane_ok = match &l.kind {
@@ -1880,8 +1918,7 @@ impl IoThread {
                         .as_ref()
                         .is_some_and(|c| c.ready && c.peer.as_ref().is_some_and(|p| p.rid == peer))
             })
-            .ok_or_else(|| SendError::NotReady(peer.to_owned()))?;
-        self.send_app(k, peer, channel, payload)
+            .ok_or_else(|| SendError::NotReady(peer.to_owned()))
     }
 
     fn send_server(&mut self, channel: &str, payload: &Bytes) -> Result<(), SendError> {
