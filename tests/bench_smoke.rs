@@ -6,9 +6,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Every metric the JSON must hold.
-const METRICS: [&str; 10] = [
+const METRICS: [&str; 12] = [
     "p1_oneway_64b",
+    "p1_oneway_64b_batch",
     "p1_oneway_1k",
+    "p1_oneway_1k_batch",
     "p2_call_p50",
     "p2_call_p99",
     "p3_fanout_64b",

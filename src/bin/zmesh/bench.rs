@@ -52,6 +52,9 @@ pub(crate) struct BenchArgs {
     /// Concurrent `Node::send` tasks driving P1 [default: 16].
     #[arg(long, default_value_t = 16)]
     senders: usize,
+    /// Records per `Node::send_batch` call in the batched P1 rows [default: 256].
+    #[arg(long, default_value_t = 256)]
+    batch: usize,
     /// Fanout publishers of the idle node (P5) [default: 1000; quick: 20].
     #[arg(long)]
     publishers: Option<usize>,
@@ -74,6 +77,7 @@ pub(crate) struct Plan {
     messages: u64,
     calls: usize,
     senders: usize,
+    batch: usize,
     publishers: usize,
     peers: usize,
     idle: Duration,
@@ -88,6 +92,7 @@ impl Plan {
             messages: a.messages.unwrap_or(if q { 3_000 } else { 300_000 }).max(1),
             calls: a.calls.unwrap_or(if q { 200 } else { 5_000 }).max(1),
             senders: a.senders.max(1),
+            batch: a.batch.max(2),
             publishers: a.publishers.unwrap_or(if q { 20 } else { 1_000 }),
             peers: a.peers.unwrap_or(if q { 4 } else { 256 }),
             idle: Duration::from_secs(a.idle_secs.unwrap_or(if q { 2 } else { 10 }).max(1)),
@@ -237,19 +242,51 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
     };
 
     if want("p1") {
-        for (size, key, label) in [
-            (64usize, "p1_oneway_64b", "P1 one-way 64 B"),
-            (1024, "p1_oneway_1k", "P1 one-way 1 KiB"),
+        for (size, key, label, batch_key, batch_label) in [
+            (
+                64usize,
+                "p1_oneway_64b",
+                "P1 one-way 64 B, send",
+                "p1_oneway_64b_batch",
+                "P1 one-way 64 B, send_batch",
+            ),
+            (
+                1024,
+                "p1_oneway_1k",
+                "P1 one-way 1 KiB, send",
+                "p1_oneway_1k_batch",
+                "P1 one-way 1 KiB, send_batch",
+            ),
         ] {
-            let (raw, zm) = throughput::oneway(&plan, size).await?;
+            let o = throughput::oneway(&plan, size).await?;
             metrics.push(Metric {
                 key,
                 label,
                 unit: "msg/s",
-                raw: Some(raw),
-                zmesh: zm,
+                raw: Some(o.raw.clone()),
+                zmesh: o.zmesh,
                 target: Target::RatioAtLeast(0.9),
-                extra: json!({"messages": plan.messages, "senders": plan.senders}),
+                extra: json!({
+                    "messages": plan.messages,
+                    "senders": plan.senders,
+                    "raw_cpu_us_per_msg": o.raw_cpu_us.to_json(),
+                    "zmesh_cpu_us_per_msg": o.zmesh_cpu_us.to_json(),
+                }),
+            });
+            metrics.push(Metric {
+                key: batch_key,
+                label: batch_label,
+                unit: "msg/s",
+                raw: Some(o.raw),
+                zmesh: o.batch,
+                target: Target::RatioAtLeast(0.9),
+                extra: json!({
+                    "messages": plan.messages,
+                    "senders": plan.senders,
+                    "batch": plan.batch,
+                    "raw_cpu_us_per_msg": o.raw_cpu_us.to_json(),
+                    "zmesh_cpu_us_per_msg": o.batch_cpu_us.to_json(),
+                }),
             });
         }
     }
@@ -262,7 +299,10 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
             raw: Some(r.raw_p50),
             zmesh: r.zmesh_p50,
             target: Target::RatioAtMost(1.2),
-            extra: json!({"calls": plan.calls}),
+            extra: json!({
+                "calls": plan.calls,
+                "zmesh_command_round_trip_p50_us": r.command_p50.to_json(),
+            }),
         });
         metrics.push(Metric {
             key: "p2_call_p99",
@@ -271,7 +311,11 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
             raw: Some(r.raw_p99),
             zmesh: r.zmesh_p99,
             target: Target::RatioAtMost(2.0),
-            extra: json!({"calls": plan.calls}),
+            extra: json!({
+                "calls": plan.calls,
+                "raw_p999_us": r.raw_p999.to_json(),
+                "zmesh_p999_us": r.zmesh_p999.to_json(),
+            }),
         });
     }
     if want("p3") {
@@ -382,6 +426,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
                 "messages": plan.messages,
                 "calls": plan.calls,
                 "senders": plan.senders,
+                "batch": plan.batch,
                 "publishers": plan.publishers,
                 "peers": plan.peers,
                 "idle_s": plan.idle.as_secs(),
@@ -631,6 +676,38 @@ impl Pair {
         self.b.shutdown().await?;
         Ok(())
     }
+}
+
+/// Clock ticks per second of `/proc` CPU times (`getconf CLK_TCK`, normally 100).
+pub(crate) fn clock_ticks() -> f64 {
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}
+
+/// CPU time (user + system, every thread, also those that ended) this process has used,
+/// from `/proc/self/stat`; 10 ms resolution.
+pub(crate) fn process_cpu() -> Result<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    // Fields after the command name (which may contain spaces) start after ") ".
+    let rest = stat.rsplit_once(") ").map(|x| x.1).context("stat")?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name.
+    let ticks = f
+        .get(11)
+        .and_then(|v| v.parse::<u64>().ok())
+        .context("utime")?
+        + f.get(12)
+            .and_then(|v| v.parse::<u64>().ok())
+            .context("stime")?;
+    Ok(Duration::from_secs_f64(ticks as f64 / clock_ticks()))
 }
 
 /// Microseconds of a duration, as a float.

@@ -15,12 +15,17 @@ const ARGS: &[u8] = b"0123456789abcdef";
 /// Round trips before the clock starts.
 const WARM_UP: usize = 200;
 
-/// Medians over runs of each run's p50 and p99, in microseconds.
+/// Each run's quantiles, in microseconds.
 pub(crate) struct RoundTrip {
     pub raw_p50: Series,
     pub raw_p99: Series,
     pub zmesh_p50: Series,
     pub zmesh_p99: Series,
+    pub raw_p999: Series,
+    pub zmesh_p999: Series,
+    /// p50 of a bare command round trip between a task and the node's I/O thread (a `send`
+    /// to an unknown peer, refused at once): the cost of one hop pair of the call path.
+    pub command_p50: Series,
 }
 
 pub(crate) async fn round_trip(plan: &Plan) -> Result<RoundTrip> {
@@ -29,17 +34,25 @@ pub(crate) async fn round_trip(plan: &Plan) -> Result<RoundTrip> {
         raw_p99: Series::default(),
         zmesh_p50: Series::default(),
         zmesh_p99: Series::default(),
+        raw_p999: Series::default(),
+        zmesh_p999: Series::default(),
+        command_p50: Series::default(),
     };
     for run in 0..plan.runs {
         let n = plan.calls;
         let raw = tokio::task::spawn_blocking(move || raw_ping_pong(n)).await??;
-        let zm = zmesh_calls(n).await?;
+        let (zm, cmd) = zmesh_calls(n).await?;
         let (r50, r99) = (quantile(&raw, 0.5), quantile(&raw, 0.99));
         let (z50, z99) = (quantile(&zm, 0.5), quantile(&zm, 0.99));
+        let c50 = quantile(&cmd, 0.5);
         eprintln!(
-            "P2 run {}: raw p50 {r50:.0} us p99 {r99:.0} us, zmesh p50 {z50:.0} us p99 {z99:.0} us",
+            "P2 run {}: raw p50 {r50:.0} us p99 {r99:.0} us, zmesh p50 {z50:.0} us p99 {z99:.0} us \
+             (command round trip p50 {c50:.1} us)",
             run + 1
         );
+        r.raw_p999.push(quantile(&raw, 0.999));
+        r.zmesh_p999.push(quantile(&zm, 0.999));
+        r.command_p50.push(c50);
         r.raw_p50.push(r50);
         r.raw_p99.push(r99);
         r.zmesh_p50.push(z50);
@@ -86,8 +99,9 @@ fn raw_ping_pong(n: usize) -> Result<Vec<f64>> {
     Ok(lat)
 }
 
-/// `n` sequential calls from `a` to an echo handler on `b`; sorted latencies in microseconds.
-async fn zmesh_calls(n: usize) -> Result<Vec<f64>> {
+/// `n` sequential calls from `a` to an echo handler on `b`, then `n` bare command round trips
+/// on `a`; sorted latencies in microseconds.
+async fn zmesh_calls(n: usize) -> Result<(Vec<f64>, Vec<f64>)> {
     let pair = Pair::mesh().await?;
     pair.b.serve(
         CHANNEL,
@@ -119,7 +133,17 @@ async fn zmesh_calls(n: usize) -> Result<Vec<f64>> {
         }
         anyhow::ensure!(reply == args, "echo answered other bytes");
     }
+    let mut cmd = Vec::with_capacity(n);
+    for i in 0..WARM_UP + n {
+        let t = Instant::now();
+        let refused = pair.a.send("nobody", CHANNEL, args.clone()).await;
+        if i >= WARM_UP {
+            cmd.push(micros(t.elapsed()));
+        }
+        anyhow::ensure!(refused.is_err(), "a send to an unknown peer was taken");
+    }
     pair.shutdown().await?;
     lat.sort_by(f64::total_cmp);
-    Ok(lat)
+    cmd.sort_by(f64::total_cmp);
+    Ok((lat, cmd))
 }

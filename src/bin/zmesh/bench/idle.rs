@@ -34,7 +34,7 @@ use zmesh::proto::wire::{
     self, Label, Membership, Memberships, Name, Record, Role, Welcome, BEACON_PAYLOAD, BEACON_TOPIC,
 };
 
-use super::{bind_any, free_tcp, Plan, Series, CHANNEL};
+use super::{bind_any, clock_ticks, free_tcp, Plan, Series, CHANNEL};
 
 /// Sockets per libzmq context (its default limit is 1023).
 const SOCKETS_PER_CONTEXT: usize = 900;
@@ -147,16 +147,6 @@ fn idle_blocking(plan: &Plan) -> Result<Idle> {
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(r)
-}
-
-fn clock_ticks() -> f64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(100.0)
 }
 
 // ------------------------------------------------------------------------------------------
