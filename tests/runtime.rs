@@ -7,13 +7,14 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use common::{
     client_of, free_tcp, ipc, mesh_bind, peer, server_of, wait_peer_ready, Events, FreezeProxy,
 };
 use zmesh::config::{Endpoint, NodeConfig, PeerConfig, ServerConfig};
 use zmesh::proto::state::{ConnState, FailureReason};
 use zmesh::proto::wire::{BEACON_PAYLOAD, BEACON_TOPIC};
-use zmesh::runtime::{Node, NodeEvent, Source};
+use zmesh::runtime::{Node, NodeEvent, SendError, Source};
 
 const STEP: Duration = Duration::from_secs(10);
 
@@ -581,4 +582,133 @@ async fn l5_subscriber_waits_for_an_absent_publisher_without_spinning() {
     );
     p.shutdown().await.expect("pub");
     s.shutdown().await.expect("sub");
+}
+
+/// `Node::send_batch`: records arrive in order on the peer's Application lane; a batch to a
+/// peer that is not ready is refused whole; a batch larger than the link can hold stops at the
+/// first record the link refuses, and exactly the records reported sent arrive, in order
+/// (MISSION C3: a record is never queued on a link that cannot send now).
+#[tokio::test]
+async fn send_batch_in_order_and_stops_at_the_first_refused_record() {
+    let b_bind = mesh_bind(true);
+    let mut b = NodeConfig::new("b");
+    b.memberships = server_of("orders");
+    b.route_mesh = Some(b_bind.clone());
+    // While b's application takes nothing, its queue pauses at 1024 deliveries, then its
+    // link's backlog fills and its socket stops being read, so the link fills up (R5).
+    b.delivery_high_water = 1024;
+    let mut a = NodeConfig::new("a");
+    a.peers = vec![peer("b", &b_bind)];
+    let b = Node::start(b).await.expect("start b");
+    let a = Node::start(a).await.expect("start a");
+    let mut ea = Events::new(a.take_events().expect("events"));
+    let mut eb = Events::new(b.take_events().expect("events"));
+    wait_peer_ready(&a, &mut ea, "b").await;
+
+    let small: Vec<Bytes> = (0..100u32).map(|i| Bytes::from(i.to_string())).collect();
+    a.send_batch("b", "orders", small.clone())
+        .await
+        .expect("a small batch is taken whole");
+    for expected in &small {
+        let ev = eb.wait(STEP, |e| delivery_payload(e).is_some()).await;
+        assert_eq!(delivery_payload(&ev), Some(&expected[..]));
+    }
+    let refused = a
+        .send_batch("nobody", "orders", small)
+        .await
+        .expect_err("no such peer");
+    assert_eq!(refused.sent, 0);
+    assert!(matches!(refused.error, SendError::NotReady(_)), "{refused}");
+
+    // Far more than b's queue and backlog, both HWMs and the TCP buffers hold together. The
+    // records are taken from b right away (a socket held for 15 s would also hold back the
+    // probes' ACKs).
+    const BIG: u64 = 60_000;
+    let big: Vec<Bytes> = (0..BIG)
+        .map(|i| {
+            let mut p = vec![0u8; 1024];
+            p[..8].copy_from_slice(&i.to_be_bytes());
+            Bytes::from(p)
+        })
+        .collect();
+    let stopped = a
+        .send_batch("b", "orders", big)
+        .await
+        .expect_err("the link fills up");
+    assert!(
+        matches!(stopped.error, SendError::WouldBlock(_)),
+        "{stopped}"
+    );
+    let sent = stopped.sent as u64;
+    assert!(sent > 0 && sent < BIG, "sent {sent}");
+    for i in 0..sent {
+        let ev = eb.wait(STEP, |e| delivery_payload(e).is_some()).await;
+        let p = delivery_payload(&ev).expect("a delivery");
+        assert_eq!(p[..8], i.to_be_bytes(), "record {i} in order");
+    }
+    eb.watch(Duration::from_millis(500), |e| {
+        assert!(
+            delivery_payload(e).is_none(),
+            "a record beyond the {sent} sent arrived"
+        )
+    })
+    .await;
+    a.shutdown().await.expect("shutdown a");
+    b.shutdown().await.expect("shutdown b");
+}
+
+/// CPU time used so far by this process's threads named `name` (from /proc, Linux).
+fn thread_cpu(name: &str) -> Duration {
+    let mut ns = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").expect("/proc/self/task") {
+        let task = task.expect("task").path();
+        let comm = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+        if comm.trim() == name {
+            let stat = std::fs::read_to_string(task.join("schedstat")).unwrap_or_default();
+            ns += stat
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    Duration::from_nanos(ns)
+}
+
+/// An acceptor whose inbound peer closed goes idle: its I/O thread waits in `zmq::poll`
+/// instead of polling without waiting. (The failed inbound link's reconnect time, which no
+/// one acts on since inbound links are never dialled, used to be taken as the next timer, so
+/// the loop spun at 100% CPU until the peer came back.)
+#[tokio::test]
+async fn acceptor_idles_after_its_inbound_peer_closed() {
+    let b_bind = mesh_bind(true);
+    // A RID of its own: the check below finds the I/O thread by name (zmesh-io-<rid>).
+    let mut b = NodeConfig::new("acc9");
+    b.memberships = server_of("x");
+    b.route_mesh = Some(b_bind.clone());
+    let b = Node::start(b).await.expect("b");
+    let mut a = NodeConfig::new("a");
+    a.peers = vec![peer("acc9", &b_bind)];
+    let a = Node::start(a).await.expect("a");
+    let mut ea = Events::new(a.take_events().expect("events"));
+    let mut eb = Events::new(b.take_events().expect("events"));
+    wait_peer_ready(&a, &mut ea, "acc9").await;
+    a.shutdown().await.expect("a");
+    for lane in ["inbound a application", "inbound a completion"] {
+        eb.wait(
+            STEP,
+            |e| matches!(e, NodeEvent::State(s) if s.link == lane && s.reason.is_some()),
+        )
+        .await;
+    }
+    // Past the reconnect backoff and the disconnect sweeps (500 ms).
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let before = thread_cpu("zmesh-io-acc9");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let used = thread_cpu("zmesh-io-acc9") - before;
+    assert!(
+        used < Duration::from_millis(100),
+        "the idle acceptor's I/O thread used {used:?} of CPU in 1 s"
+    );
+    b.shutdown().await.expect("b");
 }

@@ -199,6 +199,20 @@ pub enum SendError {
     Shutdown,
 }
 
+/// Why [`Node::send_batch`] did not take every record.
+///
+/// The first [`sent`](Self::sent) records were handed to the link, in order; the record at
+/// index `sent` was refused for [`error`](Self::error), and neither it nor any later record was
+/// queued anywhere: they certainly were not delivered, and may be sent again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{sent} records sent, then: {error}")]
+pub struct BatchSendError {
+    /// How many records, from the first, were taken.
+    pub sent: usize,
+    /// Why the next record was not taken.
+    pub error: SendError,
+}
+
 /// Why a publish was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -310,6 +324,37 @@ impl Node {
         })
         .await
         .unwrap_or(Err(SendError::Shutdown))
+    }
+
+    /// Sends several one-way records to `peer` on `channel`, in order, on the same link as
+    /// [`Node::send`], with one round trip to the I/O thread for all of them (`send` costs a
+    /// round trip per record).
+    ///
+    /// Records are taken in order until the link cannot take one (pipe full, link not ready);
+    /// that record and every later one are not queued anywhere, and the error says how many
+    /// were sent ([`BatchSendError::sent`]). The I/O thread sends a batch in one go, so keep
+    /// batches modest (hundreds of records, not millions).
+    pub async fn send_batch(
+        &self,
+        peer: &str,
+        channel: &str,
+        payloads: Vec<Bytes>,
+    ) -> Result<(), BatchSendError> {
+        if payloads.is_empty() {
+            return Ok(());
+        }
+        let (peer, channel) = (peer.to_owned(), channel.to_owned());
+        self.ask(|reply| Command::SendPeerBatch {
+            peer,
+            channel,
+            payloads,
+            reply,
+        })
+        .await
+        .unwrap_or(Err(BatchSendError {
+            sent: 0,
+            error: SendError::Shutdown,
+        }))
     }
 
     /// Sends a one-way application record to one ready ClientServer server of `channel`.

@@ -119,7 +119,7 @@ fn wire_memberships(id: &Identity) -> Memberships {
 }
 
 /// Decodes one record (routing frames already removed).
-pub(crate) fn decode(frames: &[&[u8]]) -> Result<Rec, WireError> {
+pub(crate) fn decode<F: AsRef<[u8]>>(frames: &[F]) -> Result<Rec, WireError> {
     Ok(match Record::decode(frames)? {
         Record::Hello(h) => Rec::Hello(HelloRec {
             lane: h.lane,
@@ -168,7 +168,7 @@ pub(crate) enum Fanout {
 }
 
 /// Decodes one fanout message.
-pub(crate) fn decode_fanout(frames: &[&[u8]]) -> Result<Fanout, WireError> {
+pub(crate) fn decode_fanout<F: AsRef<[u8]>>(frames: &[F]) -> Result<Fanout, WireError> {
     Ok(match FanoutMessage::decode(frames)? {
         FanoutMessage::Beacon => Fanout::Beacon,
         FanoutMessage::Publish { topic, payload, .. } => Fanout::Publish { topic, payload },
@@ -243,11 +243,12 @@ pub(crate) fn close(reason: CloseReason) -> Vec<Vec<u8>> {
     Record::Close { reason }.encode()
 }
 
-/// MESSAGE (the channel was validated by the caller).
-pub(crate) fn message(channel: &str, payload: &[u8]) -> Result<Vec<Vec<u8>>, WireError> {
+/// MESSAGE (the channel was validated by the caller). The payload is shared, not copied:
+/// encoding copies it once into its frame.
+pub(crate) fn message(channel: &str, payload: Bytes) -> Result<Vec<Vec<u8>>, WireError> {
     Ok(Record::Message(wire::Message {
         channel: name(channel)?,
-        payload: Bytes::copy_from_slice(payload),
+        payload,
     })
     .encode())
 }
@@ -302,18 +303,19 @@ pub(crate) fn item(call_id: NonZeroU64, seq: u64, payload: Bytes) -> Vec<Vec<u8>
     .encode()
 }
 
-/// A fanout application record.
+/// A fanout application record. Topic and payload are shared, not copied: encoding copies
+/// them once into their frames.
 pub(crate) fn publish(
-    topic: &[u8],
+    topic: Bytes,
     generation: u64,
     seq: u64,
-    payload: &[u8],
+    payload: Bytes,
 ) -> Result<Vec<Vec<u8>>, WireError> {
     FanoutMessage::Publish {
-        topic: Bytes::copy_from_slice(topic),
+        topic,
         generation: nz(generation),
         seq,
-        payload: Bytes::copy_from_slice(payload),
+        payload,
     }
     .encode()
 }

@@ -28,7 +28,7 @@ pub const HWM: i32 = 10_000;
 /// Linger of bound sockets and publishers at close, so an orderly close flushes (ms).
 pub const CLOSE_LINGER_MS: i32 = 200;
 /// Sockets placed in one libzmq context before a new context is opened (libzmq's default
-/// maximum is 1023; monitors and the wake-up pair count too).
+/// maximum is 1023; monitors count too: a monitored socket is three sockets of its context).
 pub const SOCKETS_PER_CONTEXT: usize = 900;
 
 /// Why a send did not happen. Either way nothing was queued.
@@ -170,7 +170,11 @@ impl Sockets {
 
     /// A socket with a monitor for the handshake and disconnect events.
     pub fn monitored(&mut self, kind: zmq::SocketType) -> Result<Monitored, zmq::Error> {
-        let ctx = self.context(2);
+        // Three sockets of the context: the socket, the PAIR that `zmq_socket_monitor`
+        // creates inside libzmq to publish the events, and our PAIR that reads them. (Counting
+        // two let a context reach libzmq's 1023 at about 340 monitored sockets, and socket
+        // creation then failed with EMFILE until the count moved on to a new context.)
+        let ctx = self.context(3);
         let socket = ctx.socket(kind)?;
         apply_common(&socket, kind)?;
         let n = self.monitor_seq.fetch_add(1, Ordering::Relaxed);

@@ -12,6 +12,7 @@ use zmesh::config::{Endpoint, NodeConfig};
 use zmesh::runtime::calls::{encode, may_have_run, CallError, CallOptions, Request, ServeError};
 use zmesh::runtime::{Node, NodeEvent};
 
+mod bench;
 mod demo;
 
 /// zmesh: a node transport runtime over ZeroMQ.
@@ -123,6 +124,8 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
     },
+    /// Measure raw libzmq and zmesh side by side on 127.0.0.1 (see BENCHMARKS.md).
+    Bench(bench::BenchArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -208,6 +211,7 @@ fn main() -> Result<()> {
             }
             Cmd::Status { control, json } => status(&control, json),
             Cmd::Demo { quick } => demo::run(quick).await,
+            Cmd::Bench(args) => bench::run(args).await,
         }
     })
 }

@@ -35,7 +35,7 @@ use bytes::Bytes;
 use crossbeam_channel::{Receiver, TryRecvError};
 use tokio::sync::{mpsc, oneshot};
 
-use super::node::{Delivery, NodeError, NodeEvent, SendError, Source, StateChange};
+use super::node::{BatchSendError, Delivery, NodeError, NodeEvent, SendError, Source, StateChange};
 use super::records::{self, CloseReason, Fanout, Lane, Rec, RejectReason};
 use super::snapshot::{FailureSnapshot, LinkSnapshot, Snapshot, SNAPSHOT_LIMIT};
 use super::socket::{FrameSocket, MonitorEvent, Sockets, CLOSE_LINGER_MS};
@@ -96,6 +96,12 @@ pub(crate) enum Command {
         channel: String,
         payload: Bytes,
         reply: oneshot::Sender<Result<(), SendError>>,
+    },
+    SendPeerBatch {
+        peer: String,
+        channel: String,
+        payloads: Vec<Bytes>,
+        reply: oneshot::Sender<Result<(), BatchSendError>>,
     },
     SendServer {
         channel: String,
@@ -218,6 +224,18 @@ struct Link {
 }
 
 impl Link {
+    /// Whether this link will be dialled again at `retry_at`: a dialled link without a
+    /// connection, not stood down, whose old socket's close was confirmed. The poll timeout
+    /// takes `retry_at` only for such links: an inbound link is never dialled, and a timer
+    /// nothing acts on would make every poll return at once (the loop would spin).
+    fn waits_to_redial(&self) -> bool {
+        self.conn.is_none()
+            && !self.terminal
+            && !self.yielded
+            && self.closing.is_none()
+            && !matches!(self.kind, LinkKind::Inbound { .. })
+    }
+
     /// The lane this link serves.
     fn lane(&self) -> Option<Lane> {
         match &self.kind {
@@ -616,7 +634,7 @@ impl IoThread {
                 if !c.ready {
                     take(Some(c.opened_at + HANDSHAKE_TIMEOUT));
                 }
-            } else if !l.terminal && !l.yielded {
+            } else if l.waits_to_redial() {
                 take(l.retry_at);
             }
             take(l.closing.as_ref().map(|c| c.1 + CLOSE_CONFIRM_MAX));
@@ -783,12 +801,7 @@ impl IoThread {
         // Reconnects.
         for k in 0..self.links.len() {
             let l = &self.links[k];
-            let due = l.conn.is_none()
-                && !l.terminal
-                && !l.yielded
-                && l.closing.is_none()
-                && l.retry_at.is_some_and(|t| now >= t)
-                && !matches!(l.kind, LinkKind::Inbound { .. });
+            let due = l.waits_to_redial() && l.retry_at.is_some_and(|t| now >= t);
             if due {
                 self.dial(k, now);
             }
@@ -1394,8 +1407,7 @@ impl IoThread {
         frames: &[Vec<u8>],
         now: Instant,
     ) {
-        let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
-        let hello = match records::decode(&refs) {
+        let hello = match records::decode(frames) {
             Ok(Rec::Hello(h)) => h,
             Ok(_) => {
                 // A record from a physical connection that is not (or no longer) admitted:
@@ -1571,8 +1583,7 @@ impl IoThread {
     }
 
     fn on_link_record(&mut self, k: LinkKey, frames: &[Vec<u8>], now: Instant) {
-        let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
-        let rec = match records::decode(&refs) {
+        let rec = match records::decode(frames) {
             Ok(r) => r,
             Err(e) => {
                 // Malformed input: a protocol error for this connection only (MISSION W3).
@@ -1590,7 +1601,6 @@ impl IoThread {
         if let Rec::Probe(id) = rec {
             c.last_peer_probe = Some(id);
         }
-        let peer_rid = c.peer.as_ref().map(|p| p.rid.clone()).unwrap_or_default();
         self.links[k].records += 1;
         self.links[k].last_receive = Some(now);
         self.links[k].state.handle_receive(now);
@@ -1634,6 +1644,12 @@ impl IoThread {
                     // Diagnostics only: application traffic never extends the deadline (L2).
                     let _ = self.liveness.handle_app_traffic(live, now);
                 }
+                let peer_rid = self.links[k]
+                    .conn
+                    .as_ref()
+                    .and_then(|c| c.peer.as_ref())
+                    .map(|p| p.rid.clone())
+                    .unwrap_or_default();
                 let source = match &self.links[k].kind {
                     LinkKind::MeshDial { .. } => Source::Peer { rid: peer_rid },
                     LinkKind::Inbound {
@@ -1754,8 +1770,7 @@ impl IoThread {
     }
 
     fn on_fanout(&mut self, i: usize, frames: Vec<Vec<u8>>, now: Instant) {
-        let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
-        let decoded = records::decode_fanout(&refs);
+        let decoded = records::decode_fanout(&frames);
         let input = match &decoded {
             Ok(Fanout::Beacon) => FanoutInput::Beacon,
             Ok(Fanout::Publish { .. }) => FanoutInput::Record,
@@ -1828,6 +1843,15 @@ impl IoThread {
                     let r = self.send_peer(&peer, &channel, &payload);
                     let _ = reply.send(r);
                 }
+                Command::SendPeerBatch {
+                    peer,
+                    channel,
+                    payloads,
+                    reply,
+                } => {
+                    let r = self.send_peer_batch(&peer, &channel, &payloads);
+                    let _ = reply.send(r);
+                }
                 Command::SendServer {
                     channel,
                     payload,
@@ -1836,7 +1860,7 @@ impl IoThread {
                     let r = self.send_server(&channel, &payload);
                     let _ = reply.send(r);
                 }
-                Command::Publish { topic, payload } => self.publish(&topic, &payload),
+                Command::Publish { topic, payload } => self.publish(topic, payload),
                 Command::Snapshot(reply) => {
                     let _ = reply.send(self.snapshot(now));
                 }
@@ -1865,12 +1889,35 @@ impl IoThread {
         true
     }
 
-    fn send_peer(&mut self, peer: &str, channel: &str, payload: &[u8]) -> Result<(), SendError> {
+    fn send_peer(&mut self, peer: &str, channel: &str, payload: &Bytes) -> Result<(), SendError> {
+        let k = self.peer_link(peer, channel)?;
+        self.send_app(k, peer, channel, payload)
+    }
+
+    /// Sends `payloads` in order on one peer link; stops at the first one not taken.
+    fn send_peer_batch(
+        &mut self,
+        peer: &str,
+        channel: &str,
+        payloads: &[Bytes],
+    ) -> Result<(), BatchSendError> {
+        let k = self
+            .peer_link(peer, channel)
+            .map_err(|error| BatchSendError { sent: 0, error })?;
+        for (sent, payload) in payloads.iter().enumerate() {
+            self.send_app(k, peer, channel, payload)
+                .map_err(|error| BatchSendError { sent, error })?;
+        }
+        Ok(())
+    }
+
+    /// The ready link that carries one-way records to `peer` (a RouteMesh peer's Application
+    /// lane, or a client of our server), after checking the channel name.
+    fn peer_link(&self, peer: &str, channel: &str) -> Result<LinkKey, SendError> {
         if channel.is_empty() || channel.len() > 255 {
             return Err(SendError::Invalid("channel must be 1..=255 bytes".into()));
         }
-        let k = self
-            .links
+        self.links
             .iter()
             .position(|l| {
                 let lane_ok = match &l.kind {
@@ -1884,11 +1931,10 @@ impl IoThread {
                         .as_ref()
                         .is_some_and(|c| c.ready && c.peer.as_ref().is_some_and(|p| p.rid == peer))
             })
-            .ok_or_else(|| SendError::NotReady(peer.to_owned()))?;
-        self.send_app(k, peer, channel, payload)
+            .ok_or_else(|| SendError::NotReady(peer.to_owned()))
     }
 
-    fn send_server(&mut self, channel: &str, payload: &[u8]) -> Result<(), SendError> {
+    fn send_server(&mut self, channel: &str, payload: &Bytes) -> Result<(), SendError> {
         if channel.is_empty() || channel.len() > 255 {
             return Err(SendError::Invalid("channel must be 1..=255 bytes".into()));
         }
@@ -1914,10 +1960,10 @@ impl IoThread {
         k: LinkKey,
         who: &str,
         channel: &str,
-        payload: &[u8],
+        payload: &Bytes,
     ) -> Result<(), SendError> {
-        let frames =
-            records::message(channel, payload).map_err(|e| SendError::Invalid(e.to_string()))?;
+        let frames = records::message(channel, payload.clone())
+            .map_err(|e| SendError::Invalid(e.to_string()))?;
         match self.send_on_link(k, frames) {
             Ok(()) => {
                 metrics::counter!("zmesh_app_records_sent_total").increment(1);
@@ -1928,7 +1974,7 @@ impl IoThread {
         }
     }
 
-    fn publish(&mut self, topic: &[u8], payload: &[u8]) {
+    fn publish(&mut self, topic: Bytes, payload: Bytes) {
         let Some(p) = self.publisher.as_mut() else {
             tracing::warn!("publish on a node without a publisher endpoint");
             return;

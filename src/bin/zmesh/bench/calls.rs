@@ -1,0 +1,149 @@
+//! P2: call round trip, sequential. Raw DEALER/ROUTER ping-pong (an echo thread behind the
+//! ROUTER) against zmesh `Node::call_raw` -> handler -> reply (REQUEST on the Application
+//! lane, ACCEPT and REPLY on the Completion lane).
+
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use zmesh::runtime::calls::{may_have_run, CallOptions, Request};
+
+use super::{bind_any, micros, quantile, Pair, Plan, Series, CHANNEL};
+
+/// Argument bytes of every call and ping.
+const ARGS: &[u8] = b"0123456789abcdef";
+/// Round trips before the clock starts.
+const WARM_UP: usize = 200;
+
+/// Each run's quantiles, in microseconds.
+pub(crate) struct RoundTrip {
+    pub raw_p50: Series,
+    pub raw_p99: Series,
+    pub zmesh_p50: Series,
+    pub zmesh_p99: Series,
+    pub raw_p999: Series,
+    pub zmesh_p999: Series,
+    /// p50 of a bare command round trip between a task and the node's I/O thread (a `send`
+    /// to an unknown peer, refused at once): the cost of one hop pair of the call path.
+    pub command_p50: Series,
+}
+
+pub(crate) async fn round_trip(plan: &Plan) -> Result<RoundTrip> {
+    let mut r = RoundTrip {
+        raw_p50: Series::default(),
+        raw_p99: Series::default(),
+        zmesh_p50: Series::default(),
+        zmesh_p99: Series::default(),
+        raw_p999: Series::default(),
+        zmesh_p999: Series::default(),
+        command_p50: Series::default(),
+    };
+    for run in 0..plan.runs {
+        let n = plan.calls;
+        let raw = tokio::task::spawn_blocking(move || raw_ping_pong(n)).await??;
+        let (zm, cmd) = zmesh_calls(n).await?;
+        let (r50, r99) = (quantile(&raw, 0.5), quantile(&raw, 0.99));
+        let (z50, z99) = (quantile(&zm, 0.5), quantile(&zm, 0.99));
+        let c50 = quantile(&cmd, 0.5);
+        eprintln!(
+            "P2 run {}: raw p50 {r50:.0} us p99 {r99:.0} us, zmesh p50 {z50:.0} us p99 {z99:.0} us \
+             (command round trip p50 {c50:.1} us)",
+            run + 1
+        );
+        r.raw_p999.push(quantile(&raw, 0.999));
+        r.zmesh_p999.push(quantile(&zm, 0.999));
+        r.command_p50.push(c50);
+        r.raw_p50.push(r50);
+        r.raw_p99.push(r99);
+        r.zmesh_p50.push(z50);
+        r.zmesh_p99.push(z99);
+    }
+    Ok(r)
+}
+
+/// `n` sequential DEALER -> ROUTER -> DEALER round trips; sorted latencies in microseconds.
+fn raw_ping_pong(n: usize) -> Result<Vec<f64>> {
+    let ctx = zmq::Context::new();
+    let router = ctx.socket(zmq::ROUTER)?;
+    router.set_linger(0)?;
+    let ep = bind_any(&router)?;
+    let echo = std::thread::spawn(move || -> Result<()> {
+        loop {
+            let frames = router.recv_multipart(0)?;
+            // An empty payload ends the echo.
+            match frames.get(1) {
+                Some(p) if !p.is_empty() => {}
+                _ => return Ok(()),
+            }
+            router.send_multipart(frames, 0)?;
+        }
+    });
+    let dealer = ctx.socket(zmq::DEALER)?;
+    dealer.set_linger(0)?;
+    dealer.set_rcvtimeo(10_000)?;
+    dealer.connect(&ep)?;
+    let mut lat = Vec::with_capacity(n);
+    let mut msg = zmq::Message::new();
+    for i in 0..WARM_UP + n {
+        let t = Instant::now();
+        dealer.send(ARGS, 0)?;
+        dealer.recv(&mut msg, 0).context("raw pong")?;
+        if i >= WARM_UP {
+            lat.push(micros(t.elapsed()));
+        }
+    }
+    dealer.send(&b""[..], 0)?;
+    echo.join()
+        .map_err(|_| anyhow::anyhow!("echo thread panicked"))??;
+    lat.sort_by(f64::total_cmp);
+    Ok(lat)
+}
+
+/// `n` sequential calls from `a` to an echo handler on `b`, then `n` bare command round trips
+/// on `a`; sorted latencies in microseconds.
+async fn zmesh_calls(n: usize) -> Result<(Vec<f64>, Vec<f64>)> {
+    let pair = Pair::mesh().await?;
+    pair.b.serve(
+        CHANNEL,
+        |req: Request| async move { Ok(req.raw_args().clone()) },
+    )?;
+    let args = Bytes::from_static(ARGS);
+    // The Serve command and the first REQUEST reach `b` separately: until `b` has taken the
+    // former, a call is refused as never run, and is simply made again.
+    let mut tries = 0;
+    while let Err(e) = pair
+        .a
+        .call_raw(CHANNEL, "echo", args.clone(), CallOptions::default())
+        .await
+    {
+        tries += 1;
+        anyhow::ensure!(!may_have_run(&e) && tries < 100, "first call: {e}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let mut lat = Vec::with_capacity(n);
+    for i in 0..WARM_UP + n {
+        let t = Instant::now();
+        let reply = pair
+            .a
+            .call_raw(CHANNEL, "echo", args.clone(), CallOptions::default())
+            .await
+            .context("zmesh call")?;
+        if i >= WARM_UP {
+            lat.push(micros(t.elapsed()));
+        }
+        anyhow::ensure!(reply == args, "echo answered other bytes");
+    }
+    let mut cmd = Vec::with_capacity(n);
+    for i in 0..WARM_UP + n {
+        let t = Instant::now();
+        let refused = pair.a.send("nobody", CHANNEL, args.clone()).await;
+        if i >= WARM_UP {
+            cmd.push(micros(t.elapsed()));
+        }
+        anyhow::ensure!(refused.is_err(), "a send to an unknown peer was taken");
+    }
+    pair.shutdown().await?;
+    lat.sort_by(f64::total_cmp);
+    cmd.sort_by(f64::total_cmp);
+    Ok((lat, cmd))
+}

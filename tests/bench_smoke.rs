@@ -1,0 +1,88 @@
+//! `zmesh bench --quick` (smoke mode: tiny sizes, one run) runs every measurement and writes
+//! a JSON file with every metric and positive numbers. Speed itself is not asserted here: it
+//! belongs to the benchmark (BENCHMARKS.md), not to tests.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Every metric the JSON must hold.
+const METRICS: [&str; 12] = [
+    "p1_oneway_64b",
+    "p1_oneway_64b_batch",
+    "p1_oneway_1k",
+    "p1_oneway_1k_batch",
+    "p2_call_p50",
+    "p2_call_p99",
+    "p3_fanout_64b",
+    "p5_idle_cpu",
+    "p5_mem_per_conn",
+    "p6_orderly_close",
+    "p6_killed",
+    "p6_half_open",
+];
+/// Upper bound on the run (it takes about 20 s: the half-open measurement needs the 15 s
+/// deadline, which is a constant).
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn positive(v: &serde_json::Value) -> bool {
+    v.as_f64().is_some_and(|x| x.is_finite() && x > 0.0)
+}
+
+#[test]
+fn bench_quick_reports_every_metric() {
+    let dir = std::env::temp_dir().join(format!("zmesh-bench-smoke-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let json = dir.join("bench.json");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zmesh"))
+        .args(["bench", "--quick", "--json"])
+        .arg(&json)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn zmesh bench");
+    let started = Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if started.elapsed() > LIMIT {
+            let _ = child.kill();
+            panic!("zmesh bench --quick took more than {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = child.wait_with_output().expect("output");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "zmesh bench --quick failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("JSON written"))
+            .expect("valid JSON");
+    for key in METRICS {
+        let m = &doc["metrics"][key];
+        assert!(m.is_object(), "{key} missing:\n{doc:#}");
+        let zmesh = &m["zmesh"];
+        assert!(positive(&zmesh["median"]), "{key}: {m:#}");
+        let samples = zmesh["samples"].as_array().expect("samples");
+        assert!(
+            !samples.is_empty() && samples.iter().all(positive),
+            "{key}: {m:#}"
+        );
+        // Throughput and latency rows have the raw libzmq figure beside zmesh's.
+        if key.starts_with("p1") || key.starts_with("p2") || key.starts_with("p3") {
+            assert!(positive(&m["raw"]["median"]), "{key}: {m:#}");
+            assert!(positive(&m["ratio"]), "{key}: {m:#}");
+        }
+        assert!(m["target"].is_string(), "{key}: {m:#}");
+        assert!(m["met"].is_boolean(), "{key}: {m:#}");
+        // The table names every metric too.
+        let label = m["label"].as_str().expect("label");
+        assert!(
+            stdout.contains(label),
+            "{label} not in the table:\n{stdout}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
