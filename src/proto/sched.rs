@@ -692,6 +692,15 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
         self.units.is_empty()
     }
 
+    /// Whether some unit holds records that were read but not handed out yet.
+    ///
+    /// The shell's `zmq::poll` cannot see these records (they left libzmq already), so the
+    /// shell must not sleep while this is true. Records still queued in libzmq need no such
+    /// flag: `zmq::poll` reports their socket readable.
+    pub fn has_staged(&self) -> bool {
+        self.units.values().any(|state| !state.queue.is_empty())
+    }
+
     /// The ring in order, starting at its first entry (diagnostics and tests).
     pub fn ring(&self) -> impl Iterator<Item = RingEntry<U>> + '_ {
         self.ring.iter().copied()
@@ -1181,6 +1190,33 @@ mod tests {
             b.delivered_in(end.rotation, 1),
             (65..=100).collect::<Vec<_>>()
         );
+    }
+
+    #[test]
+    fn has_staged_reports_records_read_but_not_handed_out() {
+        // One action per rotation: a read phase stages a record and the rotation ends before
+        // the peer's turn hands it out.
+        let caps = Caps::default().with_rotation_time(Duration::ZERO);
+        let mut b = Bench::new(caps, US);
+        let s = b.shared();
+        b.peer(1, s);
+        assert!(!b.sched.has_staged());
+        b.send_shared(s, 1, 1, 10);
+        let end = b.rotation();
+        assert_eq!(end.reason, RotationEndReason::TimeCap);
+        assert_eq!(end.records_read, 1);
+        assert!(b.sched.has_staged(), "the read record waits for its turn");
+        while b.delivered.is_empty() {
+            b.rotation();
+        }
+        assert!(!b.sched.has_staged());
+        // A single-peer unit whose turn is cut right after a read holds that record too.
+        let caps = Caps::default().with_unit_time(Duration::ZERO);
+        let mut b = Bench::new(caps, US);
+        b.single(2);
+        b.send(2, 2, 10);
+        b.rotation();
+        assert!(b.sched.has_staged());
     }
 
     #[test]

@@ -47,7 +47,7 @@ use crate::proto::liveness::{
     PublisherEvent, Transmit, PEER_DEADLINE,
 };
 use crate::proto::sched::{
-    Action, ReadTarget, ReceiveScheduler, SharedSocketId, Source as SchedSource,
+    Action, ReadTarget, ReceiveScheduler, RotationEndReason, SharedSocketId, Source as SchedSource,
 };
 use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
 use crate::proto::ConnId;
@@ -294,7 +294,8 @@ pub(crate) struct IoThread {
     held: Vec<SlotKey>,
     /// Records waiting in link backlogs.
     backlogged: usize,
-    /// The last receive rotation did work: poll again without waiting.
+    /// The last receive rotation left work that `zmq::poll` cannot see: poll again without
+    /// waiting, and run a rotation even if no socket is readable.
     busy: bool,
     /// Calls this node made, leased on the connection that carried them (MISSION C1, C2).
     calls: CallTable<CallKey>,
@@ -601,7 +602,14 @@ impl IoThread {
                     self.drain_monitor(slot, now);
                 }
             }
-            self.busy = self.receive_rotation(&ready.readable);
+            // A rotation with no readable socket and nothing left over from the last one
+            // (records staged, a rotation cut by its time cap) would only answer "would
+            // block" for every unit: skip it.
+            self.busy = if self.busy || !ready.readable.is_empty() {
+                self.receive_rotation(&ready.readable)
+            } else {
+                false
+            };
             if ready.wake {
                 while self.wake.recv_bytes(zmq::DONTWAIT).is_ok() {}
             }
@@ -1215,8 +1223,10 @@ impl IoThread {
     /// rotation starts right after the entry where this one stopped. Sockets that `zmq::poll`
     /// did not report readable are answered "would block" without a syscall.
     ///
-    /// Returns true if the rotation read or processed anything: records may remain (staged or
-    /// queued in libzmq), so the loop polls again without waiting.
+    /// Returns true if the scheduler holds work that `zmq::poll` cannot see (a rotation cut by
+    /// its time cap, records read but not handed out): the loop then polls again without
+    /// waiting. Records still queued in libzmq make their socket readable, so the next
+    /// `zmq::poll` returns at once for them without this flag.
     fn receive_rotation(&mut self, readable: &[SlotKey]) -> bool {
         let mut ready = vec![false; self.slots.len()];
         for s in readable {
@@ -1226,7 +1236,13 @@ impl IoThread {
         }
         loop {
             match self.sched.poll_action(Instant::now()) {
-                Action::Yield(end) => return !end.is_idle(),
+                // Poll again without waiting only if the scheduler holds work zmq::poll cannot
+                // see: a rotation cut by its time cap, or records read but not handed out.
+                // Records left in libzmq (a turn ended by a cap) make their socket readable,
+                // so the next zmq::poll returns at once for them anyway.
+                Action::Yield(end) => {
+                    return end.reason == RotationEndReason::TimeCap || self.sched.has_staged()
+                }
                 Action::Deliver { unit, record } => self.on_staged(unit, record, Instant::now()),
                 Action::Read(req) => {
                     let slot = match req.target() {
