@@ -47,7 +47,8 @@ use crate::proto::liveness::{
     PublisherEvent, Transmit, PEER_DEADLINE,
 };
 use crate::proto::sched::{
-    Action, ReadTarget, ReceiveScheduler, RotationEndReason, SharedSocketId, Source as SchedSource,
+    Action, IdMap, ReadTarget, ReceiveScheduler, RotationEndReason, SharedSocketId,
+    Source as SchedSource,
 };
 use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
 use crate::proto::ConnId;
@@ -308,7 +309,9 @@ pub(crate) struct IoThread {
     slots: Vec<Option<Slot>>,
     links: Vec<Link>,
     /// Inbound connections by bound socket and routing id (unique per physical connection).
-    inbound: HashMap<SlotKey, HashMap<Vec<u8>, LinkKey>>,
+    /// The outer key is our own slot key (fast hash); the routing ids are chosen by peers and
+    /// keep the standard keyed hash.
+    inbound: IdMap<SlotKey, HashMap<Vec<u8>, LinkKey>>,
     subs: Vec<Sub>,
     publisher: Option<Publisher>,
     /// The one structure owning every liveness machine of this node (MISSION L8).
@@ -316,7 +319,7 @@ pub(crate) struct IoThread {
     live_owner: HashMap<liveness::LinkKey, LiveOwner>,
     /// The one fair receive scheduler over every socket and peer (MISSION R1-R3).
     sched: ReceiveScheduler<Unit, Staged>,
-    shared_slots: HashMap<SharedSocketId, SlotKey>,
+    shared_slots: IdMap<SharedSocketId, SlotKey>,
     sweeps: Vec<(Instant, SlotKey, usize)>,
     next_conn: u64,
     /// Round-robin position among the ready servers of a channel.
@@ -379,13 +382,13 @@ impl IoThread {
             known_servers: HashSet::new(),
             slots: Vec::new(),
             links: Vec::new(),
-            inbound: HashMap::new(),
+            inbound: IdMap::default(),
             subs: Vec::new(),
             publisher: None,
             liveness: Liveness::new(generation),
             live_owner: HashMap::new(),
             sched: ReceiveScheduler::new(),
-            shared_slots: HashMap::new(),
+            shared_slots: IdMap::default(),
             sweeps: Vec::new(),
             next_conn: 1,
             server_rr: 0,
@@ -1313,14 +1316,14 @@ impl IoThread {
     fn on_staged(&mut self, unit: Unit, staged: Staged, now: Instant) {
         match (unit, staged.route) {
             (Unit::Socket(slot), _) => self.on_frames(slot, staged.frames, now),
-            (Unit::Peer(_, _) | Unit::Admission(_), Some(route)) => {
-                let slot = match unit {
-                    Unit::Admission(s) => s,
-                    _ => match self.links_slot(unit) {
-                        Some(s) => s,
-                        None => return,
-                    },
-                };
+            (Unit::Peer(k, _), Some(_)) => {
+                // The routing id was looked up when the record was read: while the unit's
+                // connection is still the link's current one, the record is that link's.
+                if self.links_slot(unit).is_some() {
+                    self.on_link_record(k, &staged.frames, now);
+                }
+            }
+            (Unit::Admission(slot), Some(route)) => {
                 let Some(Some(SlotRole::Bound(lane))) =
                     self.slots.get(slot).map(|s| s.as_ref().map(|s| s.role))
                 else {
