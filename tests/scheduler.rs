@@ -970,10 +970,12 @@ proptest! {
     #[test]
     fn r2_next_rotation_starts_right_after_where_processing_stopped(sc in scenario_strategy(1)) {
         let sim = run_scenario(&sc);
-        prop_assert_eq!(sim.violations_of(Req::Resume), Vec::<&String>::new());
-        // A scenario with no rotation that ended early checks nothing: draw another (the
-        // coverage test asserts that the random runs do exercise the rule).
+        // A scenario may never resume a rotation (say, its only socket is removed at once):
+        // it checks nothing here, and is discarded rather than failed. That resumes are
+        // exercised at all is checked over many scenarios by
+        // random_scenarios_exercise_every_cap.
         prop_assume!(sim.resume_checks > 0);
+        prop_assert_eq!(sim.violations_of(Req::Resume), Vec::<&String>::new());
     }
 
     /// MISSION R3: on a shared socket a peer's staging never exceeds 64 records (nor the byte
@@ -1008,12 +1010,13 @@ proptest! {
 
 /// The random runs as a whole exercise what the properties talk about (a property that is
 /// never triggered proves nothing): cap hits of every kind, rotations cut by the time cap,
-/// staging-full stops, quiet peers on shared sockets, and waiting units.
+/// staging-full stops, quiet peers on shared sockets, waiting units, and rotations resumed
+/// where the previous one stopped.
 #[test]
 fn random_scenarios_exercise_every_cap() {
     let mut runner = proptest::test_runner::TestRunner::deterministic();
     let strategy = scenario_strategy(2);
-    let mut totals = [0u64; 8];
+    let mut totals = [0u64; 9];
     for _ in 0..60 {
         let sc = match strategy.new_tree(&mut runner) {
             Ok(tree) => proptest::strategy::ValueTree::current(&tree),
@@ -1040,6 +1043,7 @@ fn random_scenarios_exercise_every_cap() {
         totals[5] += sim.quiet_checked;
         totals[6] += sim.windows_closed;
         totals[7] += sim.quiet_strong;
+        totals[8] += sim.resume_checks;
         assert!(sim.violations.is_empty(), "{:?}", sim.violations);
     }
     assert!(totals.iter().all(|n| *n > 0), "not exercised: {totals:?}");

@@ -96,7 +96,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::hash::Hash;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::time::{Duration, Instant};
 
 /// Records one unit may hand out per turn (one turn per rotation): fixed by the contract
@@ -413,7 +413,9 @@ impl<U, R> Rejected<U, R> {
 /// loop reads next, whose record it processes next, and when a turn or a rotation ends.
 ///
 /// `U` names a unit (a connection, or a peer behind a shared socket); `R` is the record type
-/// the shell reads (for example a multipart message), carried through unchanged.
+/// the shell reads (for example a multipart message), carried through unchanged. Unit ids are
+/// hashed with a fast unkeyed hash: they must be the shell's own ids, never values a peer
+/// chooses (such as routing ids).
 ///
 /// # Polling order
 ///
@@ -471,13 +473,65 @@ pub struct ReceiveScheduler<U, R> {
     /// appended right after the entry where processing stopped is served next, as the resume
     /// rule requires.
     cursor: usize,
-    units: HashMap<U, UnitState<R>>,
-    sockets: HashMap<SharedSocketId, SocketState>,
+    units: IdMap<U, UnitState<R>>,
+    sockets: IdMap<SharedSocketId, SocketState>,
     next_socket: u64,
     rotation: Option<Rotation>,
     rotations_begun: u64,
     turn: Option<Turn<U>>,
     turns_begun: u64,
+}
+
+/// The scheduler's maps, keyed by the shell's own unit and socket ids.
+///
+/// Those ids are never bytes chosen by a peer (the shell derives them from its own slot,
+/// link and connection counters), so a fast unkeyed hash is safe here; SipHash's
+/// resistance to chosen keys would buy nothing, and it was the largest single cost of the
+/// receive loop (about a tenth of its instructions, several lookups per record).
+pub(crate) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
+
+/// A multiply-rotate hasher over machine words (the scheme of rustc's FxHasher).
+#[derive(Default, Clone, Copy)]
+pub(crate) struct IdHasher(u64);
+
+impl IdHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+
+    fn write_u16(&mut self, i: u16) {
+        self.add(u64::from(i));
+    }
+
+    fn write_u32(&mut self, i: u32) {
+        self.add(u64::from(i));
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 struct UnitState<R> {
@@ -554,8 +608,8 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
             caps,
             ring: Vec::new(),
             cursor: 0,
-            units: HashMap::new(),
-            sockets: HashMap::new(),
+            units: IdMap::default(),
+            sockets: IdMap::default(),
             next_socket: 0,
             rotation: None,
             rotations_begun: 0,
@@ -690,6 +744,15 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
     /// Whether no unit is registered.
     pub fn is_empty(&self) -> bool {
         self.units.is_empty()
+    }
+
+    /// Whether some unit holds records that were read but not handed out yet.
+    ///
+    /// The shell's `zmq::poll` cannot see these records (they left libzmq already), so the
+    /// shell must not sleep while this is true. Records still queued in libzmq need no such
+    /// flag: `zmq::poll` reports their socket readable.
+    pub fn has_staged(&self) -> bool {
+        self.units.values().any(|state| !state.queue.is_empty())
     }
 
     /// The ring in order, starting at its first entry (diagnostics and tests).
@@ -1181,6 +1244,33 @@ mod tests {
             b.delivered_in(end.rotation, 1),
             (65..=100).collect::<Vec<_>>()
         );
+    }
+
+    #[test]
+    fn has_staged_reports_records_read_but_not_handed_out() {
+        // One action per rotation: a read phase stages a record and the rotation ends before
+        // the peer's turn hands it out.
+        let caps = Caps::default().with_rotation_time(Duration::ZERO);
+        let mut b = Bench::new(caps, US);
+        let s = b.shared();
+        b.peer(1, s);
+        assert!(!b.sched.has_staged());
+        b.send_shared(s, 1, 1, 10);
+        let end = b.rotation();
+        assert_eq!(end.reason, RotationEndReason::TimeCap);
+        assert_eq!(end.records_read, 1);
+        assert!(b.sched.has_staged(), "the read record waits for its turn");
+        while b.delivered.is_empty() {
+            b.rotation();
+        }
+        assert!(!b.sched.has_staged());
+        // A single-peer unit whose turn is cut right after a read holds that record too.
+        let caps = Caps::default().with_unit_time(Duration::ZERO);
+        let mut b = Bench::new(caps, US);
+        b.single(2);
+        b.send(2, 2, 10);
+        b.rotation();
+        assert!(b.sched.has_staged());
     }
 
     #[test]

@@ -47,7 +47,8 @@ use crate::proto::liveness::{
     PublisherEvent, Transmit, PEER_DEADLINE,
 };
 use crate::proto::sched::{
-    Action, ReadTarget, ReceiveScheduler, SharedSocketId, Source as SchedSource,
+    Action, IdMap, ReadTarget, ReceiveScheduler, RotationEndReason, SharedSocketId,
+    Source as SchedSource,
 };
 use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
 use crate::proto::ConnId;
@@ -298,7 +299,8 @@ pub(crate) struct IoThread {
     held: Vec<SlotKey>,
     /// Records waiting in link backlogs.
     backlogged: usize,
-    /// The last receive rotation did work: poll again without waiting.
+    /// The last receive rotation left work that `zmq::poll` cannot see: poll again without
+    /// waiting, and run a rotation even if no socket is readable.
     busy: bool,
     /// Calls this node made, leased on the connection that carried them (MISSION C1, C2).
     calls: CallTable<CallKey>,
@@ -313,7 +315,9 @@ pub(crate) struct IoThread {
     slots: Vec<Option<Slot>>,
     links: Vec<Link>,
     /// Inbound connections by bound socket and routing id (unique per physical connection).
-    inbound: HashMap<SlotKey, HashMap<Vec<u8>, LinkKey>>,
+    /// The outer key is our own slot key (fast hash); the routing ids are chosen by peers and
+    /// keep the standard keyed hash.
+    inbound: IdMap<SlotKey, HashMap<Vec<u8>, LinkKey>>,
     subs: Vec<Sub>,
     publisher: Option<Publisher>,
     /// The one structure owning every liveness machine of this node (MISSION L8).
@@ -321,7 +325,7 @@ pub(crate) struct IoThread {
     live_owner: HashMap<liveness::LinkKey, LiveOwner>,
     /// The one fair receive scheduler over every socket and peer (MISSION R1-R3).
     sched: ReceiveScheduler<Unit, Staged>,
-    shared_slots: HashMap<SharedSocketId, SlotKey>,
+    shared_slots: IdMap<SharedSocketId, SlotKey>,
     sweeps: Vec<(Instant, SlotKey, usize)>,
     next_conn: u64,
     /// Round-robin position among the ready servers of a channel.
@@ -384,13 +388,13 @@ impl IoThread {
             answers: HashMap::new(),
             slots: Vec::new(),
             links: Vec::new(),
-            inbound: HashMap::new(),
+            inbound: IdMap::default(),
             subs: Vec::new(),
             publisher: None,
             liveness: Liveness::new(generation),
             live_owner: HashMap::new(),
             sched: ReceiveScheduler::new(),
-            shared_slots: HashMap::new(),
+            shared_slots: IdMap::default(),
             sweeps: Vec::new(),
             next_conn: 1,
             server_rr: 0,
@@ -607,7 +611,14 @@ impl IoThread {
                     self.drain_monitor(slot, now);
                 }
             }
-            self.busy = self.receive_rotation(&ready.readable);
+            // A rotation with no readable socket and nothing left over from the last one
+            // (records staged, a rotation cut by its time cap) would only answer "would
+            // block" for every unit: skip it.
+            self.busy = if self.busy || !ready.readable.is_empty() {
+                self.receive_rotation(&ready.readable)
+            } else {
+                false
+            };
             if ready.wake {
                 while self.wake.recv_bytes(zmq::DONTWAIT).is_ok() {}
             }
@@ -1227,8 +1238,10 @@ impl IoThread {
     /// rotation starts right after the entry where this one stopped. Sockets that `zmq::poll`
     /// did not report readable are answered "would block" without a syscall.
     ///
-    /// Returns true if the rotation read or processed anything: records may remain (staged or
-    /// queued in libzmq), so the loop polls again without waiting.
+    /// Returns true if the scheduler holds work that `zmq::poll` cannot see (a rotation cut by
+    /// its time cap, records read but not handed out): the loop then polls again without
+    /// waiting. Records still queued in libzmq make their socket readable, so the next
+    /// `zmq::poll` returns at once for them without this flag.
     fn receive_rotation(&mut self, readable: &[SlotKey]) -> bool {
         let mut ready = vec![false; self.slots.len()];
         for s in readable {
@@ -1238,7 +1251,13 @@ impl IoThread {
         }
         loop {
             match self.sched.poll_action(Instant::now()) {
-                Action::Yield(end) => return !end.is_idle(),
+                // Poll again without waiting only if the scheduler holds work zmq::poll cannot
+                // see: a rotation cut by its time cap, or records read but not handed out.
+                // Records left in libzmq (a turn ended by a cap) make their socket readable,
+                // so the next zmq::poll returns at once for them anyway.
+                Action::Yield(end) => {
+                    return end.reason == RotationEndReason::TimeCap || self.sched.has_staged()
+                }
                 Action::Deliver { unit, record } => self.on_staged(unit, record, Instant::now()),
                 Action::Read(req) => {
                     let slot = match req.target() {
@@ -1309,14 +1328,14 @@ impl IoThread {
     fn on_staged(&mut self, unit: Unit, staged: Staged, now: Instant) {
         match (unit, staged.route) {
             (Unit::Socket(slot), _) => self.on_frames(slot, staged.frames, now),
-            (Unit::Peer(_, _) | Unit::Admission(_), Some(route)) => {
-                let slot = match unit {
-                    Unit::Admission(s) => s,
-                    _ => match self.links_slot(unit) {
-                        Some(s) => s,
-                        None => return,
-                    },
-                };
+            (Unit::Peer(k, _), Some(_)) => {
+                // The routing id was looked up when the record was read: while the unit's
+                // connection is still the link's current one, the record is that link's.
+                if self.links_slot(unit).is_some() {
+                    self.on_link_record(k, &staged.frames, now);
+                }
+            }
+            (Unit::Admission(slot), Some(route)) => {
                 let Some(Some(SlotRole::Bound(lane))) =
                     self.slots.get(slot).map(|s| s.as_ref().map(|s| s.role))
                 else {
