@@ -3,7 +3,7 @@
 //! belongs to the benchmark (BENCHMARKS.md), not to tests.
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Every metric the JSON must hold.
 const METRICS: [&str; 12] = [
@@ -33,7 +33,7 @@ fn bench_quick_reports_every_metric() {
     let dir = std::env::temp_dir().join(format!("zmesh-bench-smoke-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let json = dir.join("bench.json");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_zmesh"))
+    let child = Command::new(env!("CARGO_BIN_EXE_zmesh"))
         .args(["bench", "--quick", "--json"])
         .arg(&json)
         .stdin(Stdio::null())
@@ -41,15 +41,19 @@ fn bench_quick_reports_every_metric() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn zmesh bench");
-    let started = Instant::now();
-    while child.try_wait().expect("wait").is_none() {
-        if started.elapsed() > LIMIT {
-            let _ = child.kill();
+    // Wait for the child on a thread so the wait is bounded without polling.
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match rx.recv_timeout(LIMIT) {
+        Ok(out) => out.expect("output"),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
             panic!("zmesh bench --quick took more than {LIMIT:?}");
         }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let out = child.wait_with_output().expect("output");
+    };
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
