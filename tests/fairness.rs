@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{free_tcp, Events};
+use common::{free_tcp, EventPred, Events};
 use zmesh::config::{Endpoint, NodeConfig, PeerConfig, RouteMeshBind};
 use zmesh::proto::handshake::{Membership, Role};
 use zmesh::proto::state::ConnState;
@@ -186,12 +186,13 @@ fn dialler(rid: &str, a: &RouteMeshBind) -> NodeConfig {
 
 /// Waits until both lanes of `node`'s link to `rid` are ready (dialled or inbound).
 async fn wait_both_lanes(events: &mut Events, link_part: &str) {
-    for lane in ["application", "completion"] {
+    let ready = |lane: &str| -> EventPred<'static> {
         let part = format!("{link_part} {lane}");
-        events
-            .wait(STEP, |e| is_state(e, &part, ConnState::Ready))
-            .await;
-    }
+        Box::new(move |e| is_state(e, &part, ConnState::Ready))
+    };
+    events
+        .wait_each(STEP, vec![ready("application"), ready("completion")])
+        .await;
 }
 
 /// MISSION R4, R3, L2 (real time, bounded): peer X floods node A with one-way records as fast

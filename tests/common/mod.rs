@@ -30,6 +30,9 @@ static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0)
 /// How many of the events seen before a failed [`Events::wait`] its panic message shows.
 pub const SEEN_KEPT: usize = 64;
 
+/// A boxed event predicate, for [`Events::wait_each`].
+pub type EventPred<'a> = Box<dyn Fn(&NodeEvent) -> bool + 'a>;
+
 /// A node's event stream, one event at a time.
 pub struct Events {
     rx: EventStream,
@@ -76,6 +79,25 @@ impl Events {
                 }
             }
         }
+    }
+
+    /// Waits until every predicate in `preds` has matched an event, in any order (e.g. the
+    /// two lanes of one peer, which change state independently), up to `limit` in total.
+    pub async fn wait_each(
+        &mut self,
+        limit: Duration,
+        preds: Vec<EventPred<'_>>,
+    ) -> Vec<NodeEvent> {
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut open: Vec<usize> = (0..preds.len()).collect();
+        let mut found = Vec::new();
+        while !open.is_empty() {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let ev = self.wait(left, |e| open.iter().any(|&i| preds[i](e))).await;
+            open.retain(|&i| !preds[i](&ev));
+            found.push(ev);
+        }
+        found
     }
 
     /// Hands every event that arrives during `window` to `f`, then returns: an observation
