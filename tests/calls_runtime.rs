@@ -349,3 +349,74 @@ async fn c6_reply_after_caller_gave_up_is_dropped() {
     a.shutdown().await.expect("a");
     b.shutdown().await.expect("b");
 }
+
+/// MISSION C3 (never a false "not served"): services registered on a [`Node::builder`] are in
+/// place before the node reads its first record, so the first call after the peer is seen
+/// ready is served, unary and stream alike. A builder refuses a bad channel name before
+/// binding anything, and a builder with services outside a tokio runtime.
+#[tokio::test]
+async fn builder_services_serve_the_first_call_after_ready() {
+    let b_bind = mesh_bind(true);
+    let mut b = NodeConfig::new("b");
+    b.memberships = server_of("math");
+    b.memberships.extend(server_of("feed"));
+    b.route_mesh = Some(b_bind.clone());
+    let (tx, _started) = mpsc::unbounded_channel();
+    let b = Node::builder(b)
+        .serve("math", move |req| handler(req, tx.clone()))
+        .serve_stream("feed", |req: Request, sink| async move {
+            let n: u64 = req.args()?;
+            for i in 0..n {
+                sink.send_item(&i).await?;
+            }
+            encode("done")
+        })
+        .start()
+        .await
+        .expect("b");
+    let mut a = NodeConfig::new("a");
+    a.peers = vec![peer("b", &b_bind)];
+    let a = Node::start(a).await.expect("a");
+    let mut ea = Events::new(a.take_events().expect("events"));
+    wait_peer_ready(&a, &mut ea, "b").await;
+    let sum: i64 = a.call("math", "add", &(40, 2)).await.expect("first call");
+    assert_eq!(sum, 42);
+    let mut s = a.call_stream("feed", "count", &3u64, CallOptions::default());
+    let mut items = Vec::new();
+    while let Some(item) = s.next_item_as::<u64>().await {
+        items.push(item.expect("item"));
+    }
+    assert_eq!(items, vec![0, 1, 2]);
+    assert_eq!(s.finish_as::<String>().await.expect("terminal"), "done");
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+
+    // A bad channel fails the start; the endpoint is not left bound.
+    let bad_bind = mesh_bind(true);
+    let mut c = NodeConfig::new("c");
+    c.route_mesh = Some(bad_bind.clone());
+    let err = Node::builder(c.clone())
+        .serve("", |_req: Request| async { encode(&()) })
+        .start()
+        .await
+        .err()
+        .expect("empty channel refused");
+    assert!(
+        matches!(err, zmesh::runtime::NodeError::Invalid(_)),
+        "{err}"
+    );
+    let c = Node::start(c).await.expect("the endpoint is free again");
+    c.shutdown().await.expect("c");
+}
+
+/// A builder with services needs a tokio runtime for its handlers: outside one it fails
+/// with `NoRuntime` before binding anything.
+#[test]
+fn builder_with_services_outside_a_runtime_is_refused() {
+    let err = Node::builder(NodeConfig::new("d"))
+        .serve("math", |_req: Request| async { encode(&()) })
+        .start_blocking()
+        .err()
+        .expect("no runtime");
+    assert!(matches!(err, zmesh::runtime::NodeError::NoRuntime), "{err}");
+}

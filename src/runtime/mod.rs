@@ -21,6 +21,6 @@ pub mod socket;
 
 pub use io::GRACEFUL_STOP_BOUND;
 pub use node::{
-    BatchSendError, Delivery, EventStream, Node, NodeError, NodeEvent, PublishError, SendError,
-    Source, StateChange,
+    BatchSendError, Delivery, EventStream, Node, NodeBuilder, NodeError, NodeEvent, PublishError,
+    SendError, Source, StateChange,
 };

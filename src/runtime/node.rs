@@ -231,17 +231,121 @@ pub enum PublishError {
     Shutdown,
 }
 
+/// A service registered on a [`NodeBuilder`], applied to the node before it starts.
+type Service = Box<dyn FnOnce(&Node) -> Result<(), NodeError> + Send>;
+
+/// Builds a [`Node`] together with the channels it serves ([`Node::builder`]).
+///
+/// Handlers registered here are in place before the node reads its first record, so a peer
+/// that sees this node ready never has a call refused with `ClassNotFound` for a channel the
+/// node was started to serve. ([`Node::serve`] on a running node is immediate too, but a
+/// call that arrives first is refused as never run.)
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), zmesh::runtime::NodeError> {
+/// use zmesh::config::NodeConfig;
+/// use zmesh::runtime::calls::{Request, ServeError};
+/// use zmesh::runtime::Node;
+///
+/// let node = Node::builder(NodeConfig::new("b"))
+///     .serve("echo", |req: Request| async move {
+///         Ok::<_, ServeError>(req.raw_args().clone())
+///     })
+///     .start()
+///     .await?;
+/// # node.shutdown().await
+/// # }
+/// ```
+#[must_use = "a builder does nothing until started"]
+pub struct NodeBuilder {
+    config: NodeConfig,
+    services: Vec<Service>,
+}
+
+impl NodeBuilder {
+    /// Serves `channel` with `handler`, exactly as [`Node::serve`] does, from the start.
+    pub fn serve<F, Fut>(mut self, channel: &str, handler: F) -> Self
+    where
+        F: Fn(Request) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<Bytes, ServeError>> + Send + 'static,
+    {
+        let channel = channel.to_owned();
+        self.services
+            .push(Box::new(move |node: &Node| node.serve(&channel, handler)));
+        self
+    }
+
+    /// Serves `channel` with a streaming `handler`, exactly as [`Node::serve_stream`] does,
+    /// from the start.
+    pub fn serve_stream<F, Fut>(mut self, channel: &str, handler: F) -> Self
+    where
+        F: Fn(Request, ItemSink) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<Bytes, ServeError>> + Send + 'static,
+    {
+        let channel = channel.to_owned();
+        self.services.push(Box::new(move |node: &Node| {
+            node.serve_stream(&channel, handler)
+        }));
+        self
+    }
+
+    /// Starts the node ([`Node::start`]) with its services in place.
+    pub async fn start(self) -> Result<Node, NodeError> {
+        let NodeBuilder { config, services } = self;
+        let (node, io) = tokio::task::spawn_blocking(move || Node::prepare(config))
+            .await
+            .map_err(|_| NodeError::Stopped)??;
+        NodeBuilder::finish(node, io, services)
+    }
+
+    /// Blocking variant of [`NodeBuilder::start`]. A builder with services must be started
+    /// inside a tokio runtime (the handlers run on it): outside one this fails with
+    /// [`NodeError::NoRuntime`] before anything is bound.
+    pub fn start_blocking(self) -> Result<Node, NodeError> {
+        if !self.services.is_empty() && tokio::runtime::Handle::try_current().is_err() {
+            return Err(NodeError::NoRuntime);
+        }
+        let NodeBuilder { config, services } = self;
+        let (node, io) = Node::prepare(config)?;
+        NodeBuilder::finish(node, io, services)
+    }
+
+    fn finish(node: Node, io: IoThread, services: Vec<Service>) -> Result<Node, NodeError> {
+        for service in services {
+            // On failure `io` is dropped unstarted: its sockets close and nothing runs.
+            service(&node)?;
+        }
+        node.launch(io)?;
+        Ok(node)
+    }
+}
+
 impl Node {
     /// Starts a node: binds its endpoints, starts its I/O thread, begins dialling peers.
     /// Returns once every bind has succeeded (or the first bind error).
+    ///
+    /// A node that serves calls should register its services with [`Node::builder`] instead,
+    /// so that no call can arrive before its handler is in place.
     pub async fn start(config: NodeConfig) -> Result<Node, NodeError> {
-        tokio::task::spawn_blocking(move || Node::start_blocking(config))
-            .await
-            .map_err(|_| NodeError::Stopped)?
+        Node::builder(config).start().await
     }
 
     /// Blocking variant of [`Node::start`], for code outside an async runtime.
     pub fn start_blocking(config: NodeConfig) -> Result<Node, NodeError> {
+        Node::builder(config).start_blocking()
+    }
+
+    /// A builder for a node whose services are registered before it reads its first record.
+    pub fn builder(config: NodeConfig) -> NodeBuilder {
+        NodeBuilder {
+            config,
+            services: Vec::new(),
+        }
+    }
+
+    /// Binds the node's endpoints and builds its I/O thread without starting it: nothing is
+    /// read from any socket until [`Node::launch`].
+    fn prepare(config: NodeConfig) -> Result<(Node, IoThread), NodeError> {
         config.validate()?;
         let generation = fresh_generation();
         let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
@@ -250,11 +354,7 @@ impl Node {
         let has_publisher = config.publisher.is_some();
         let outstanding = Arc::new(AtomicUsize::new(0));
         let (io, wake) = IoThread::new(config, generation, cmd_rx, ev_tx, outstanding.clone())?;
-        let thread = std::thread::Builder::new()
-            .name(format!("zmesh-io-{rid}"))
-            .spawn(move || io.run())
-            .map_err(|_| NodeError::Stopped)?;
-        Ok(Node {
+        let node = Node {
             inner: Arc::new(Inner {
                 rid,
                 has_publisher,
@@ -265,9 +365,23 @@ impl Node {
                     rx: ev_rx,
                     outstanding,
                 })),
-                thread: Mutex::new(Some(thread)),
+                thread: Mutex::new(None),
             }),
-        })
+        };
+        Ok((node, io))
+    }
+
+    /// Starts the I/O thread built by [`Node::prepare`]. Commands queued before (service
+    /// registrations) are taken before the first socket is read.
+    fn launch(&self, io: IoThread) -> Result<(), NodeError> {
+        let thread = std::thread::Builder::new()
+            .name(format!("zmesh-io-{}", self.inner.rid))
+            .spawn(move || io.run())
+            .map_err(|_| NodeError::Stopped)?;
+        if let Ok(mut t) = self.inner.thread.lock() {
+            *t = Some(thread);
+        }
+        Ok(())
     }
 
     /// This node's RID.

@@ -263,13 +263,14 @@ async fn run_node(
     let t0 = Instant::now();
     let peers: Vec<String> = cfg.peers.iter().map(|p| p.rid.clone()).collect();
     let channels: Vec<String> = cfg.servers.iter().map(|s| s.channel.clone()).collect();
-    let node = Node::start(cfg).await?;
-    let rid = node.rid().to_owned();
-    let mut events = node.take_events().context("event stream already taken")?;
+    let rid = cfg.rid.clone();
+    // Services are registered before the node reads its first record: a caller that sees
+    // this node ready never finds the channel unserved.
+    let mut builder = Node::builder(cfg);
     for channel in &serve {
         let rid = rid.clone();
         let exec_log = exec_log.clone();
-        node.serve(channel, move |req: Request| {
+        builder = builder.serve(channel, move |req: Request| {
             if let Some(log) = &exec_log {
                 if let Ok(mut f) = log.lock() {
                     // Written (a completed write syscall) before the method runs.
@@ -293,8 +294,10 @@ async fn run_node(
             };
             println!("{line}");
             demo_method(req)
-        })?;
+        });
     }
+    let node = builder.start().await?;
+    let mut events = node.take_events().context("event stream already taken")?;
     if let Some(ep) = control {
         serve_control(node.clone(), ep)?;
     }

@@ -567,6 +567,12 @@ impl IoThread {
 
     /// Runs until shutdown or until every handle is dropped.
     pub(crate) fn run(mut self) {
+        // Commands queued before the thread started (services registered by a `NodeBuilder`)
+        // take effect before the first record is read.
+        if !self.drain_commands(Instant::now()) {
+            self.close_everything();
+            return;
+        }
         loop {
             let now = Instant::now();
             self.run_timers(now);
@@ -611,6 +617,15 @@ impl IoThread {
                     self.drain_monitor(slot, now);
                 }
             }
+            // Commands before records: a command the application gave before it saw some
+            // effect (e.g. a service registered before the peer was seen ready) is in force
+            // before any record read after that effect.
+            if ready.wake {
+                while self.wake.recv_bytes(zmq::DONTWAIT).is_ok() {}
+            }
+            if !self.drain_commands(now) {
+                break;
+            }
             // A rotation with no readable socket and nothing left over from the last one
             // (records staged, a rotation cut by its time cap) would only answer "would
             // block" for every unit: skip it.
@@ -619,12 +634,6 @@ impl IoThread {
             } else {
                 false
             };
-            if ready.wake {
-                while self.wake.recv_bytes(zmq::DONTWAIT).is_ok() {}
-            }
-            if !self.drain_commands(now) {
-                break;
-            }
         }
         self.close_everything();
     }
