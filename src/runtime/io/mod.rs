@@ -414,7 +414,9 @@ impl IoThread {
             publisher: None,
             liveness: Liveness::new(generation),
             live_owner: HashMap::new(),
-            sched: ReceiveScheduler::new(),
+            // Readiness mode: a rotation visits the units with work only (the readable set
+            // is handed over at the start of each rotation).
+            sched: ReceiveScheduler::new().with_readiness(),
             shared_slots: IdMap::default(),
             sweeps: Vec::new(),
             next_conn: 1,
@@ -1331,6 +1333,22 @@ impl IoThread {
     /// sleeping. A socket with records still queued in libzmq stays readable, so the next
     /// wait does not sleep for it without this flag.
     fn receive_rotation(&mut self) -> bool {
+        // The scheduler learns which sockets have records from the readable set; a receive
+        // that finds nothing ("would block") takes a socket out of both.
+        for &slot in self.readable.members() {
+            if self.held.contains(&slot) {
+                continue;
+            }
+            match self.slots.get(slot) {
+                Some(Some(Slot {
+                    shared: Some(sid), ..
+                })) => self.sched.handle_readable(ReadTarget::Shared(*sid)),
+                Some(Some(_)) => self
+                    .sched
+                    .handle_readable(ReadTarget::Unit(Unit::Socket(slot))),
+                _ => {}
+            }
+        }
         loop {
             match self.sched.poll_action(Instant::now()) {
                 // Wait again without sleeping only if the scheduler holds work that socket
