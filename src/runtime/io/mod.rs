@@ -28,7 +28,7 @@
 mod calls;
 mod ready;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -312,6 +312,17 @@ pub(crate) struct IoThread {
     held: Vec<SlotKey>,
     /// Records waiting in link backlogs.
     backlogged: usize,
+    /// Links whose backlog is not empty, so releasing backlogs costs those links only.
+    backlog_links: BTreeSet<LinkKey>,
+    /// The earliest deadline of the per-link and per-subscription timers (handshake
+    /// timeouts, redials, close confirmations, SUB re-opens) and of the disconnect sweeps,
+    /// from the last scan of every link; `None` if none is set.
+    link_deadline: Option<Instant>,
+    /// A link, subscription or sweep changed since that scan. Every change that can set or
+    /// advance one of those timers sets this flag; while it is clear and no deadline is due,
+    /// a loop turn does not look at the links at all (an idle node with 1 500 links would
+    /// otherwise walk them on every wake-up).
+    link_timers_changed: bool,
     /// The last receive rotation left work that socket readiness cannot show: wait without
     /// sleeping, and run a rotation even if no socket is readable.
     busy: bool,
@@ -400,6 +411,9 @@ impl IoThread {
             outstanding,
             held: Vec::new(),
             backlogged: 0,
+            backlog_links: BTreeSet::new(),
+            link_deadline: None,
+            link_timers_changed: true,
             busy: false,
             calls: CallTable::new(),
             pending_calls: HashMap::new(),
@@ -599,6 +613,7 @@ impl IoThread {
     }
 
     fn add_link(&mut self, kind: LinkKind, now: Instant) -> LinkKey {
+        self.timers_changed();
         self.links.push(Link {
             kind,
             state: LinkState::new(StateKind::Peer, 0, now),
@@ -700,16 +715,37 @@ impl IoThread {
     }
 
     /// The earliest instant any timer of the node is due.
-    fn poll_timeout(&self) -> Option<Instant> {
+    fn poll_timeout(&mut self) -> Option<Instant> {
+        if self.link_timers_changed {
+            self.link_timers_changed = false;
+            self.link_deadline = self.scan_link_timers();
+        }
+        [
+            self.liveness.poll_timeout(),
+            self.calls.poll_timeout(),
+            self.serve.poll_timeout(),
+            self.link_deadline,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Notes that a link, a subscription or the sweeps changed: their timers are scanned
+    /// again before the loop next sleeps or trusts the last scan.
+    fn timers_changed(&mut self) {
+        self.link_timers_changed = true;
+    }
+
+    /// The earliest per-link, per-subscription or sweep deadline: a walk over every link
+    /// and subscription, done only after one of them changed or a deadline came due.
+    fn scan_link_timers(&self) -> Option<Instant> {
         let mut next: Option<Instant> = None;
         let mut take = |t: Option<Instant>| {
             if let Some(t) = t {
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
         };
-        take(self.liveness.poll_timeout());
-        take(self.calls.poll_timeout());
-        take(self.serve.poll_timeout());
         for l in &self.links {
             if let Some(c) = &l.conn {
                 if !c.ready {
@@ -832,18 +868,31 @@ impl IoThread {
 
     /// Moves held records to the application while its queue has room, in order per link,
     /// and recomputes which sockets a full backlog holds back.
+    ///
+    /// Only the links with a backlog are looked at (in link order, as before).
     fn release_backlogs(&mut self) {
-        for k in 0..self.links.len() {
+        if self.backlog_links.is_empty() {
+            self.held.clear();
+            self.backlogged = 0;
+            return;
+        }
+        let keys: Vec<LinkKey> = self.backlog_links.iter().copied().collect();
+        for k in keys {
             while !self.paused() {
                 let Some(d) = self.links[k].backlog.pop_front() else {
                     break;
                 };
                 self.out.push(NodeEvent::Delivery(d));
             }
+            if self.links[k].backlog.is_empty() {
+                self.backlog_links.remove(&k);
+            }
         }
         self.held.clear();
-        self.backlogged = self.links.iter().map(|l| l.backlog.len()).sum();
-        for l in &self.links {
+        self.backlogged = 0;
+        for &k in &self.backlog_links {
+            let l = &self.links[k];
+            self.backlogged += l.backlog.len();
             if l.backlog.len() >= LINK_BACKLOG {
                 if let Some(c) = &l.conn {
                     if !self.held.contains(&c.slot) {
@@ -882,6 +931,14 @@ impl IoThread {
             }
         }
         self.drain_liveness_events(now);
+        // The per-link timers below are walked only if something changed since the last
+        // scan or the earliest of them is due (an idle node has none set at all).
+        let due = self.link_timers_changed || self.link_deadline.is_some_and(|t| now >= t);
+        if !due {
+            return;
+        }
+        // What runs below may set timers of its own; the next poll_timeout scans again.
+        self.timers_changed();
         // Handshake timeouts.
         for k in 0..self.links.len() {
             let expired = self.links[k]
@@ -1019,6 +1076,7 @@ impl IoThread {
     }
 
     fn dial(&mut self, k: LinkKey, now: Instant) {
+        self.timers_changed();
         let (endpoint, lane, kind) = match &self.links[k].kind {
             LinkKind::MeshDial { peer, lane } => {
                 let Some(p) = self.cfg.peers.get(*peer) else {
@@ -1100,6 +1158,7 @@ impl IoThread {
 
     /// Takes a link's current connection out of ready at once and closes it (MISSION F1, L6).
     fn fail_link(&mut self, k: LinkKey, reason: FailureReason, detail: &str, now: Instant) {
+        self.timers_changed();
         let Some(conn_id) = self.links[k].conn.as_ref().map(|c| c.id) else {
             return;
         };
@@ -1145,6 +1204,7 @@ impl IoThread {
     }
 
     fn close_conn(&mut self, k: LinkKey, conn: Conn, reason: FailureReason, _now: Instant) {
+        self.timers_changed();
         if let Some(live) = conn.live {
             self.liveness.remove(live);
             self.live_owner.remove(&live);
@@ -1180,6 +1240,8 @@ impl IoThread {
     }
 
     fn confirm_close(&mut self, k: LinkKey) {
+        // The link may now be dialled again at its retry time.
+        self.timers_changed();
         if let Some((m, _)) = self.links.get_mut(k).and_then(|l| l.closing.take()) {
             self.ready.deregister(&m);
         }
@@ -1226,6 +1288,7 @@ impl IoThread {
                 }
                 (SlotRole::Bound(_), MonitorEvent::Disconnected) => {
                     self.sweeps.push((now, slot, 0));
+                    self.timers_changed();
                 }
                 (SlotRole::Sub(i), MonitorEvent::HandshakeSucceeded) => {
                     self.subs[i].connected = true;
@@ -1601,6 +1664,7 @@ impl IoThread {
                     );
                 }
                 self.links[dk].yielded = true;
+                self.timers_changed();
             }
         }
         let k = self.inbound_link(&hello.identity.rid, lane, now);
@@ -1634,6 +1698,7 @@ impl IoThread {
                 tracing::debug!(error = ?e, "scheduler unit not added");
             }
         }
+        self.timers_changed();
         self.links[k].conn = Some(Conn {
             id,
             slot,
@@ -1674,6 +1739,8 @@ impl IoThread {
     }
 
     fn become_ready(&mut self, k: LinkKey, peer: Identity, now: Instant) {
+        // A ready connection has no handshake timeout any more.
+        self.timers_changed();
         let Some(c) = self.links[k].conn.as_mut() else {
             return;
         };
@@ -1747,6 +1814,7 @@ impl IoThread {
                     // The peer's own dial of this lane is the current connection (T1).
                     self.fail_link(k, FailureReason::Replaced, &detail, now);
                     self.links[k].yielded = true;
+                    self.timers_changed();
                 } else {
                     self.fail_link(k, records::reject_failure(reason), &detail, now);
                 }
@@ -1757,6 +1825,7 @@ impl IoThread {
                 if reason == CloseReason::Replaced && !inbound {
                     // The peer kept its own dial of this lane: ours stands down (T1).
                     self.links[k].yielded = true;
+                    self.timers_changed();
                 }
             }
             Rec::Message { channel, payload } if ready => {
@@ -1788,6 +1857,7 @@ impl IoThread {
                 if self.paused() || !self.links[k].backlog.is_empty() {
                     // Order within a link is kept: behind a backlog, records queue too.
                     self.links[k].backlog.push_back(d);
+                    self.backlog_links.insert(k);
                 } else {
                     self.out.push(NodeEvent::Delivery(d));
                 }
@@ -1869,6 +1939,7 @@ impl IoThread {
     // ----------------------------------------------------------------------------------
 
     fn open_sub(&mut self, i: usize, now: Instant) {
+        self.timers_changed();
         let endpoint = self.subs[i].endpoint.clone();
         let opened = self.sockets.monitored(zmq::SUB).and_then(|m| {
             m.socket.set_subscribe(b"")?;
@@ -1949,6 +2020,7 @@ impl IoThread {
     /// Takes one publisher out of ready, closes only its socket; a new socket is opened on the
     /// next timer pass (MISSION L5).
     fn fail_sub(&mut self, i: usize, reason: FailureReason, detail: &str, now: Instant) {
+        self.timers_changed();
         let Some(slot) = self.subs[i].slot.take() else {
             return;
         };
