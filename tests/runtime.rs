@@ -686,7 +686,7 @@ fn thread_cpu(name: &str) -> Duration {
     Duration::from_nanos(ns)
 }
 
-/// An acceptor whose inbound peer closed goes idle: its I/O thread waits in `zmq::poll`
+/// An acceptor whose inbound peer closed goes idle: its I/O thread waits for readiness
 /// instead of polling without waiting. (The failed inbound link's reconnect time, which no
 /// one acts on since inbound links are never dialled, used to be taken as the next timer, so
 /// the loop spun at 100% CPU until the peer came back.)

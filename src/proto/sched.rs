@@ -125,8 +125,8 @@ pub const RECEIVE_TIME_CAP: Duration = Duration::from_millis(1);
 /// services timers and commands at least every 10 ms plus one action.
 ///
 /// 10 ms is 10 full-length turns: small against the 5 s probe interval (probes go out with at
-/// most that much jitter), large against one zmq::poll call over all sockets, which the
-/// shell makes between rotations.
+/// most that much jitter), large against the shell's wait for socket readiness between
+/// rotations.
 pub const ROTATION_TIME_CAP: Duration = Duration::from_millis(10);
 
 /// Records a peer behind a shared socket may have staged: one turn's count cap, so a turn not
@@ -272,9 +272,9 @@ pub enum Action<U, R> {
     },
     /// Read one record without blocking and report the outcome, then poll again.
     Read(ReadRequest<U>),
-    /// The rotation ended. Service timers and commands, wait in `zmq::poll` (as long as the
-    /// next timer allows if [`RotationEnd::is_idle`], else without waiting), then poll again
-    /// to start the next rotation.
+    /// The rotation ended. Service timers and commands, wait for socket readiness (as long
+    /// as the next timer allows if [`RotationEnd::is_idle`], else without waiting), then poll
+    /// again to start the next rotation.
     Yield(RotationEnd),
 }
 
@@ -308,7 +308,7 @@ pub struct RotationEnd {
 
 impl RotationEnd {
     /// Whether the rotation went all the way round without reading or handing out anything:
-    /// the shell may block in `zmq::poll` until a socket is readable or a timer is due.
+    /// the shell may block until a socket is readable or a timer is due.
     pub fn is_idle(&self) -> bool {
         self.reason == RotationEndReason::Complete && self.delivered == 0 && self.records_read == 0
     }
@@ -429,7 +429,7 @@ impl<U, R> Rejected<U, R> {
 ///      socket, the unit of its routing id) and its size in bytes (all frames); if the socket
 ///      would block, report [`handle_would_block`](Self::handle_would_block). Then go to 1;
 ///    - [`Action::Yield`]: the rotation ended; service timers and commands and call
-///      `zmq::poll`, then go to 1, which starts the next rotation.
+///      wait for socket readiness, then go to 1, which starts the next rotation.
 /// 2. Between any two calls, register and remove units and shared sockets as connections come
 ///    and go ([`add_unit`](Self::add_unit), [`remove_unit`](Self::remove_unit),
 ///    [`add_shared_socket`](Self::add_shared_socket),
@@ -456,7 +456,7 @@ impl<U, R> Rejected<U, R> {
 ///             },
 ///             _ => sched.handle_would_block(read),
 ///         },
-///         Action::Yield(_end) => break, // timers, commands, zmq::poll, then loop again
+///         Action::Yield(_end) => break, // timers, commands, wait, then loop again
 ///     }
 /// }
 /// assert_eq!(processed, vec![(7, b"probe".to_vec())]);

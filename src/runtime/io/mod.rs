@@ -5,9 +5,11 @@
 //! disconnect sweeps); wait on the epoll set of every socket's, monitor's and the wake-up
 //! pair's `ZMQ_FD` until the next deadline, and check `ZMQ_EVENTS` of the sockets that fired or
 //! that the loop touched (module [`ready`]); handle monitor events; handle commands; run one
-//! receive rotation under the scheduler's caps; hand the batch of events to the application. Protocol questions (is this ACK
-//! evidence? is this peer admitted? is this publisher silent?) are answered by the sans-IO
-//! state machines of [`crate::proto`]; this file only moves bytes and reports socket events.
+//! receive rotation under the scheduler's caps; hand the batch of events to the application.
+//! Protocol questions (is this ACK evidence? is this peer admitted? is this publisher silent?)
+//! are answered by the sans-IO state machines of [`crate::proto`]; this file only moves bytes
+//! and reports socket events. An idle wake-up costs the sockets that moved and the timers that
+//! are due, not the node's size.
 //!
 //! # Lanes and who dials
 //! A node dials every configured RouteMesh peer with two dedicated ROUTER sockets (Application
