@@ -769,11 +769,12 @@ async fn receive_round(events: &mut Events, round: u64, n: u64, limit: Duration)
 /// MISSION R1 over the I/O thread's readiness (no lost `ZMQ_FD` edge): both nodes send
 /// records to each other on the same sockets they read, so their I/O threads send on a socket
 /// between reads of it (a send can consume the signal of a record that arrived meanwhile).
-/// Every record must arrive, round after round, each round within 3 s: a socket whose edge was
-/// lost would be read again only when something else touched it (the next probe, 5 s later).
+/// Every record must arrive, round after round (30 rounds, about a second in all), each round
+/// within 3 s: a socket whose edge was lost would be read again only when something else
+/// touched it (the next probe, 5 s later).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_both_ways_on_shared_sockets_all_arrive_round_after_round() {
-    const ROUNDS: u64 = 12;
+    const ROUNDS: u64 = 30;
     const PER_ROUND: u64 = 3_000;
     let b_bind = mesh_bind(true);
     let mut b = NodeConfig::new("b");
@@ -788,7 +789,6 @@ async fn records_both_ways_on_shared_sockets_all_arrive_round_after_round() {
     let mut eb = Events::new(b.take_events().expect("events"));
     wait_peer_ready(&a, &mut ea, "b").await;
     wait_peer_ready(&b, &mut eb, "a").await;
-    let started = Instant::now();
     for round in 0..ROUNDS {
         // Odd rounds are tiny: the last records of a round then arrive at an idle loop.
         let n = if round % 2 == 0 { PER_ROUND } else { 3 };
@@ -802,7 +802,6 @@ async fn records_both_ways_on_shared_sockets_all_arrive_round_after_round() {
         to_b.await.expect("sender a");
         to_a.await.expect("sender b");
     }
-    assert!(started.elapsed() < Duration::from_secs(30));
     // Nothing left ready-less on the way.
     for (node, other) in [(&a, "b"), (&b, "a")] {
         let snap = node.snapshot().await.expect("snapshot");
