@@ -662,6 +662,10 @@ impl IoThread {
             if self.host == Host::Stopped {
                 break;
             }
+            // Every socket the loop operated on since the last check is looked at before
+            // the loop may sleep: an operation can consume the descriptor's signal (`ready`).
+            // Before the timeout: a close confirmed here may let a link redial sooner.
+            self.settle();
             let timeout = self
                 .poll_timeout()
                 .map(|t| {
@@ -670,9 +674,6 @@ impl IoThread {
                     (d.as_micros().div_ceil(1000)) as i64
                 })
                 .unwrap_or(-1);
-            // Every socket the loop operated on since the last check is looked at before
-            // the loop may sleep: an operation can consume the descriptor's signal (`ready`).
-            self.settle();
             let timeout = if self.busy || !self.commands.is_empty() || self.has_input() {
                 // More records, monitor events or commands are waiting (commands left over by
                 // the per-turn cap have no wake-up of their own): do not sleep.
