@@ -11,7 +11,7 @@
 //! ```text
 //!   application (async, tokio)
 //!        |  commands / deliveries (crossbeam-channel)
-//!   runtime: one I/O thread per node, one zmq::poll receive loop
+//!   runtime: one I/O thread per node, one receive loop (epoll over every ZMQ_FD)
 //!        |  bytes in, bytes out, `now`, socket events
 //!   proto: sans-IO core (no clock reads, no sockets, no tasks)
 //!        wire      byte-exact codec of WIRE.md

@@ -94,7 +94,7 @@
 //! long any one unit can hold the loop, so every unit's records, liveness included, are
 //! reached in every rotation (MISSION R4).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fmt;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::time::{Duration, Instant};
@@ -125,8 +125,8 @@ pub const RECEIVE_TIME_CAP: Duration = Duration::from_millis(1);
 /// services timers and commands at least every 10 ms plus one action.
 ///
 /// 10 ms is 10 full-length turns: small against the 5 s probe interval (probes go out with at
-/// most that much jitter), large against one zmq::poll call over all sockets, which the
-/// shell makes between rotations.
+/// most that much jitter), large against the shell's wait for socket readiness between
+/// rotations.
 pub const ROTATION_TIME_CAP: Duration = Duration::from_millis(10);
 
 /// Records a peer behind a shared socket may have staged: one turn's count cap, so a turn not
@@ -272,9 +272,9 @@ pub enum Action<U, R> {
     },
     /// Read one record without blocking and report the outcome, then poll again.
     Read(ReadRequest<U>),
-    /// The rotation ended. Service timers and commands, wait in `zmq::poll` (as long as the
-    /// next timer allows if [`RotationEnd::is_idle`], else without waiting), then poll again
-    /// to start the next rotation.
+    /// The rotation ended. Service timers and commands, wait for socket readiness (as long
+    /// as the next timer allows if [`RotationEnd::is_idle`], else without waiting), then poll
+    /// again to start the next rotation.
     Yield(RotationEnd),
 }
 
@@ -308,7 +308,7 @@ pub struct RotationEnd {
 
 impl RotationEnd {
     /// Whether the rotation went all the way round without reading or handing out anything:
-    /// the shell may block in `zmq::poll` until a socket is readable or a timer is due.
+    /// the shell may block until a socket is readable or a timer is due.
     pub fn is_idle(&self) -> bool {
         self.reason == RotationEndReason::Complete && self.delivered == 0 && self.records_read == 0
     }
@@ -429,7 +429,7 @@ impl<U, R> Rejected<U, R> {
 ///      socket, the unit of its routing id) and its size in bytes (all frames); if the socket
 ///      would block, report [`handle_would_block`](Self::handle_would_block). Then go to 1;
 ///    - [`Action::Yield`]: the rotation ended; service timers and commands and call
-///      `zmq::poll`, then go to 1, which starts the next rotation.
+///      wait for socket readiness, then go to 1, which starts the next rotation.
 /// 2. Between any two calls, register and remove units and shared sockets as connections come
 ///    and go ([`add_unit`](Self::add_unit), [`remove_unit`](Self::remove_unit),
 ///    [`add_shared_socket`](Self::add_shared_socket),
@@ -456,7 +456,7 @@ impl<U, R> Rejected<U, R> {
 ///             },
 ///             _ => sched.handle_would_block(read),
 ///         },
-///         Action::Yield(_end) => break, // timers, commands, zmq::poll, then loop again
+///         Action::Yield(_end) => break, // timers, commands, wait, then loop again
 ///     }
 /// }
 /// assert_eq!(processed, vec![(7, b"probe".to_vec())]);
@@ -480,6 +480,13 @@ pub struct ReceiveScheduler<U, R> {
     rotations_begun: u64,
     turn: Option<Turn<U>>,
     turns_begun: u64,
+    /// Readiness mode ([`Self::with_readiness`]): idle entries get no turn.
+    readiness: bool,
+    /// Readiness mode: ring positions of the entries that may have work, so a rotation
+    /// visits those only (O(active) instead of O(ring)).
+    active: BTreeSet<usize>,
+    /// Records staged in all units together.
+    staged: usize,
 }
 
 /// The scheduler's maps, keyed by the shell's own unit and socket ids.
@@ -540,12 +547,20 @@ struct UnitState<R> {
     queued_bytes: usize,
     served_in: u64,
     stats: UnitStats,
+    /// Readiness mode: a single-peer unit's socket may have records.
+    readable: bool,
+    /// Readiness mode: the unit's position in the ring.
+    pos: usize,
 }
 
 struct SocketState {
     full_peers: usize,
     served_in: u64,
     stats: SocketStats,
+    /// Readiness mode: the socket may have records.
+    readable: bool,
+    /// Readiness mode: the read phase's position in the ring.
+    pos: usize,
 }
 
 struct Turn<U> {
@@ -615,6 +630,114 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
             rotations_begun: 0,
             turn: None,
             turns_begun: 0,
+            readiness: false,
+            active: BTreeSet::new(),
+            staged: 0,
+        }
+    }
+
+    /// Switches to readiness mode: a rotation gives turns only to the entries that may have
+    /// work, so an idle rotation costs the active entries, not the whole ring.
+    ///
+    /// An entry may have work when it has staged records or, for a single-peer unit or a
+    /// read phase, when its socket may have records. The shell reports the latter: a socket
+    /// answered with [`handle_would_block`](Self::handle_would_block) is taken as empty until
+    /// the shell says otherwise with [`handle_readable`](Self::handle_readable) (new units and
+    /// sockets start readable). Skipped entries are exactly those whose turn would only have
+    /// asked for a read that would block, or found nothing staged. The rules stay those of
+    /// the ring: every entry with work has one turn per rotation, in ring order, under the
+    /// same caps, and the next rotation starts right after the entry whose turn began last.
+    /// Provided the shell reports every socket that has records, each unit is handed the same
+    /// records in the same rotations as without this mode; what differs is where a complete
+    /// rotation leaves the cursor (after the last entry that had a turn rather than after the
+    /// last idle one), so units may follow each other from another starting point, and
+    /// [`UnitStats::turns`] and [`SocketStats::phases`] no longer count empty turns.
+    pub fn with_readiness(mut self) -> Self {
+        self.readiness = true;
+        self.reindex();
+        self
+    }
+
+    /// Readiness mode: `target`'s socket may have records to read, so its entry gets a turn
+    /// in the next rotation (or in the current one, if not served yet). Without readiness
+    /// mode every socket counts as readable and this does nothing.
+    pub fn handle_readable(&mut self, target: ReadTarget<U>) {
+        if !self.readiness {
+            return;
+        }
+        let entry = match target {
+            ReadTarget::Unit(unit) => match self.units.get_mut(&unit) {
+                Some(state) if state.source == Source::Single => {
+                    state.readable = true;
+                    RingEntry::Unit(unit)
+                }
+                _ => return,
+            },
+            ReadTarget::Shared(socket) => match self.sockets.get_mut(&socket) {
+                Some(state) => {
+                    state.readable = true;
+                    RingEntry::ReadPhase(socket)
+                }
+                None => return,
+            },
+        };
+        self.refresh(entry);
+    }
+
+    /// Readiness mode: puts `entry` in or out of the active set after its queue or its
+    /// socket's readiness changed.
+    fn refresh(&mut self, entry: RingEntry<U>) {
+        if !self.readiness {
+            return;
+        }
+        let (pos, active) = match entry {
+            RingEntry::Unit(unit) => match self.units.get(&unit) {
+                Some(state) => (
+                    state.pos,
+                    !state.queue.is_empty() || (state.source == Source::Single && state.readable),
+                ),
+                None => return,
+            },
+            RingEntry::ReadPhase(socket) => match self.sockets.get(&socket) {
+                Some(state) => (state.pos, state.readable),
+                None => return,
+            },
+        };
+        if active {
+            self.active.insert(pos);
+        } else {
+            self.active.remove(&pos);
+        }
+    }
+
+    /// Readiness mode: recomputes every entry's ring position and the active set, after the
+    /// ring changed shape (O(ring), like the insertion or removal itself).
+    fn reindex(&mut self) {
+        if !self.readiness {
+            return;
+        }
+        self.active.clear();
+        for pos in 0..self.ring.len() {
+            let active = match self.ring[pos] {
+                RingEntry::Unit(unit) => match self.units.get_mut(&unit) {
+                    Some(state) => {
+                        state.pos = pos;
+                        !state.queue.is_empty()
+                            || (state.source == Source::Single && state.readable)
+                    }
+                    None => false,
+                },
+                RingEntry::ReadPhase(socket) => match self.sockets.get_mut(&socket) {
+                    Some(state) => {
+                        state.pos = pos;
+                        state.readable
+                    }
+                    None => false,
+                },
+            };
+            if active {
+                self.active.insert(pos);
+            }
         }
     }
 
@@ -634,9 +757,12 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
                 full_peers: 0,
                 served_in: 0,
                 stats: SocketStats::default(),
+                readable: true,
+                pos: self.ring.len(),
             },
         );
         self.ring.push(RingEntry::ReadPhase(id));
+        self.reindex();
         id
     }
 
@@ -704,12 +830,15 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
                 queued_bytes: 0,
                 served_in: 0,
                 stats: UnitStats::default(),
+                readable: true,
+                pos: at,
             },
         );
         self.ring.insert(at, RingEntry::Unit(unit));
         if at < self.cursor {
             self.cursor += 1;
         }
+        self.reindex();
         Ok(())
     }
 
@@ -719,6 +848,7 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
     /// next entry, so "resume right after where processing stopped" still holds.
     pub fn remove_unit(&mut self, unit: U) -> Option<Vec<R>> {
         let state = self.units.remove(&unit)?;
+        self.staged = self.staged.saturating_sub(state.queue.len());
         if let Source::Shared(socket) = state.source {
             if let Some(socket_state) = self.sockets.get_mut(&socket) {
                 socket_state.stats.peers = socket_state.stats.peers.saturating_sub(1);
@@ -748,11 +878,11 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
 
     /// Whether some unit holds records that were read but not handed out yet.
     ///
-    /// The shell's `zmq::poll` cannot see these records (they left libzmq already), so the
-    /// shell must not sleep while this is true. Records still queued in libzmq need no such
-    /// flag: `zmq::poll` reports their socket readable.
+    /// The shell's socket readiness cannot show these records (they left libzmq already), so
+    /// the shell must not sleep while this is true. Records still queued in libzmq need no
+    /// such flag: their socket is readable.
     pub fn has_staged(&self) -> bool {
-        self.units.values().any(|state| !state.queue.is_empty())
+        self.staged > 0
     }
 
     /// The ring in order, starting at its first entry (diagnostics and tests).
@@ -873,10 +1003,33 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
 
     /// Reports that the socket of a [`ReadRequest`] had nothing to read: the turn (or read
     /// phase) that asked ends. A request from an earlier turn is ignored.
+    ///
+    /// In readiness mode the socket also counts as empty from now on, until
+    /// [`handle_readable`](Self::handle_readable).
     pub fn handle_would_block(&mut self, read: ReadRequest<U>) {
         if self.turn.as_ref().is_some_and(|turn| turn.seq == read.turn) {
             self.turn = None;
         }
+        if !self.readiness {
+            return;
+        }
+        let entry = match read.target {
+            ReadTarget::Unit(unit) => match self.units.get_mut(&unit) {
+                Some(state) => {
+                    state.readable = false;
+                    RingEntry::Unit(unit)
+                }
+                None => return,
+            },
+            ReadTarget::Shared(socket) => match self.sockets.get_mut(&socket) {
+                Some(state) => {
+                    state.readable = false;
+                    RingEntry::ReadPhase(socket)
+                }
+                None => return,
+            },
+        };
+        self.refresh(entry);
     }
 
     fn is_peer_of(&self, entry: RingEntry<U>, socket: SharedSocketId) -> bool {
@@ -895,6 +1048,7 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
             if index < self.cursor {
                 self.cursor -= 1;
             }
+            self.reindex();
         }
         if self.turn.as_ref().is_some_and(|turn| turn.entry == entry) {
             self.turn = None;
@@ -918,6 +1072,8 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
                 socket_state.full_peers += 1;
             }
         }
+        self.staged += 1;
+        self.refresh(RingEntry::Unit(owner));
     }
 
     fn pop_record(&mut self, unit: U) -> Option<(R, usize)> {
@@ -931,10 +1087,15 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
         state.stats.records += 1;
         state.stats.bytes += len as u64;
         let now_full = is_full(state, byte_bound);
+        let emptied = state.queue.is_empty();
         if let (Source::Shared(socket), true, false) = (state.source, was_full, now_full) {
             if let Some(socket_state) = self.sockets.get_mut(&socket) {
                 socket_state.full_peers = socket_state.full_peers.saturating_sub(1);
             }
+        }
+        self.staged = self.staged.saturating_sub(1);
+        if emptied {
+            self.refresh(RingEntry::Unit(unit));
         }
         Some((record, len))
     }
@@ -979,7 +1140,16 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
         if self.cursor >= self.ring.len() {
             self.cursor = 0;
         }
-        let entry = *self.ring.get(self.cursor)?;
+        // Readiness mode: the first entry at or after the cursor (cyclically) that may have
+        // work; the entries in between would only have had empty turns. Served entries form
+        // one stretch behind the cursor, so reaching one means no unserved entry has work.
+        let at = if self.readiness {
+            let next = self.active.range(self.cursor..).next();
+            *next.or_else(|| self.active.iter().next())?
+        } else {
+            self.cursor
+        };
+        let entry = *self.ring.get(at)?;
         match entry {
             RingEntry::Unit(unit) => {
                 let state = self.units.get_mut(&unit)?;
@@ -998,7 +1168,7 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
                 state.stats.phases += 1;
             }
         }
-        self.cursor += 1;
+        self.cursor = at + 1;
         self.turns_begun += 1;
         rotation.turns += 1;
         Some(Turn {
@@ -1607,5 +1777,163 @@ mod tests {
             ]
         );
         assert_eq!(sched.socket_stats(s).unwrap_or_default().peers, 2);
+    }
+
+    impl Bench {
+        /// Readiness mode's shell side: every socket with records is reported readable.
+        fn report_readable(&mut self) {
+            let singles: Vec<u32> = self
+                .single
+                .iter()
+                .filter(|(_, q)| !q.is_empty())
+                .map(|(u, _)| *u)
+                .collect();
+            for u in singles {
+                self.sched.handle_readable(ReadTarget::Unit(u));
+            }
+            let shared: Vec<SharedSocketId> = self
+                .shared
+                .iter()
+                .filter(|(_, q)| !q.is_empty())
+                .map(|(s, _)| *s)
+                .collect();
+            for s in shared {
+                self.sched.handle_readable(ReadTarget::Shared(s));
+            }
+        }
+    }
+
+    /// Readiness mode hands out the same records per unit in the same rotations and order as
+    /// the default mode, when the shell reports every socket that has records; it skips the
+    /// empty turns.
+    #[test]
+    fn readiness_mode_hands_out_the_same_records_per_unit_and_rotation() {
+        for seed in 1..=20u64 {
+            let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            let mut next = move || {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng
+            };
+            // No time passes per action: the time caps would otherwise cut the two modes'
+            // rotations at different records (empty turns cost actions in the default mode).
+            let caps = Caps::default().with_bytes(4096);
+            let mut plain = Bench::new(caps, Duration::ZERO);
+            let mut ready = Bench::new(caps, Duration::ZERO);
+            ready.sched = ReceiveScheduler::with_caps(caps).with_readiness();
+            for b in [&mut plain, &mut ready] {
+                for u in 1..=5 {
+                    b.single(u);
+                }
+                let s = b.shared();
+                for u in 10..=13 {
+                    b.peer(u, s);
+                }
+                for u in 6..=7 {
+                    b.single(u);
+                }
+            }
+            let socket = *plain.shared.keys().next().unwrap_or(&SharedSocketId(1));
+            let mut turns_plain = 0;
+            let mut turns_ready = 0;
+            for _round in 0..60 {
+                // Traffic arrives between rotations, for a few units at a time.
+                for _ in 0..(next() % 4) {
+                    let unit = (next() % 11) as u32;
+                    let (n, len) = ((next() % 90) as usize, 1 + (next() % 200) as usize);
+                    for b in [&mut plain, &mut ready] {
+                        if unit < 7 {
+                            b.send(unit + 1, n, len);
+                        } else {
+                            b.send_shared(socket, unit + 3, n, len);
+                        }
+                    }
+                }
+                let end_plain = plain.rotation();
+                ready.report_readable();
+                let end_ready = ready.rotation();
+                assert_eq!(end_plain.delivered, end_ready.delivered, "seed {seed}");
+                assert_eq!(end_plain.reason, end_ready.reason, "seed {seed}");
+                assert!(end_ready.turns <= end_plain.turns);
+                turns_plain += end_plain.turns;
+                turns_ready += end_ready.turns;
+            }
+            // Per rotation and unit: the same records in the same order. Only where a
+            // rotation starts differs (after the last entry that had a turn, not after the
+            // last idle one), so units may follow each other in another order.
+            let per_unit = |b: &Bench| {
+                let mut m: std::collections::BTreeMap<(u64, u32), Vec<u32>> = Default::default();
+                for (r, u, seq) in &b.delivered {
+                    m.entry((*r, *u)).or_default().push(*seq);
+                }
+                m
+            };
+            assert_eq!(per_unit(&plain), per_unit(&ready), "seed {seed}");
+            assert_eq!(plain.delivered.len(), ready.delivered.len());
+            assert!(turns_ready < turns_plain, "idle entries were skipped");
+        }
+    }
+
+    #[test]
+    fn readiness_mode_gives_idle_entries_no_turn() {
+        let mut b = Bench::new(Caps::default(), US);
+        b.sched = ReceiveScheduler::new().with_readiness();
+        for u in 1..=100 {
+            b.single(u);
+        }
+        // New units start readable: the first rotation finds them all empty.
+        let first = b.rotation();
+        assert_eq!(first.turns, 100);
+        let idle = b.rotation();
+        assert!(idle.is_idle());
+        assert_eq!(
+            idle.turns, 0,
+            "nothing readable, nothing staged: no turn at all"
+        );
+        b.send(42, 3, 10);
+        b.report_readable();
+        let end = b.rotation();
+        assert_eq!(end.turns, 1);
+        assert_eq!(b.delivered_in(end.rotation, 42), vec![1, 2, 3]);
+        // A unit not reported readable is not read (the shell's readiness is the truth).
+        b.send(7, 1, 10);
+        assert_eq!(b.rotation().turns, 0);
+        b.report_readable();
+        let end = b.rotation();
+        assert_eq!(b.delivered_in(end.rotation, 7), vec![1]);
+    }
+
+    #[test]
+    fn readiness_mode_resumes_after_the_entry_where_a_cap_stopped() {
+        let mut b = Bench::new(Caps::default(), US);
+        b.sched = ReceiveScheduler::new().with_readiness();
+        for u in 1..=4 {
+            b.single(u);
+        }
+        let _ = b.rotation();
+        b.send(2, 100, 10);
+        b.send(4, 10, 10);
+        b.report_readable();
+        let end = b.rotation();
+        assert_eq!(b.delivered_in(end.rotation, 2).len(), 64);
+        assert_eq!(b.delivered_in(end.rotation, 4).len(), 10);
+        // Unit 2 still has records (its socket did not say "would block"): it is served in
+        // the next rotation without a new report, and unit 1, idle, is skipped.
+        b.send(1, 1, 10);
+        let end = b.rotation();
+        assert_eq!(b.delivered_in(end.rotation, 2).len(), 36);
+        assert!(b.delivered_in(end.rotation, 1).is_empty());
+        assert_eq!(end.turns, 1);
+        // Removing and adding entries keeps positions right.
+        assert!(b.sched.remove_unit(3).is_some());
+        b.single(9);
+        b.report_readable();
+        b.send(9, 2, 10);
+        b.report_readable();
+        let end = b.rotation();
+        assert_eq!(b.delivered_in(end.rotation, 1), vec![1]);
+        assert_eq!(b.delivered_in(end.rotation, 9), vec![1, 2]);
+        assert!(!b.sched.has_staged());
     }
 }

@@ -4,9 +4,10 @@
 //! ```text
 //!  Node (Clone, async)  --Command--> crossbeam channel --+   wake-up PAIR (inproc)
 //!        ^                                               v          |
-//!        |                           I/O thread: loop { timers; zmq::poll(all sockets,
-//!        +--- NodeEvent batches ---      monitors, wake); receive rotation (scheduler caps);
-//!             (tokio mpsc)               sans-IO core decides; sockets send }
+//!        |                           I/O thread: loop { timers; epoll wait on ZMQ_FDs, then
+//!        +--- NodeEvent batches ---      ZMQ_EVENTS of fired/touched sockets; receive
+//!             (tokio mpsc)               rotation (scheduler caps); sans-IO core decides;
+//!                                        sockets send }
 //! ```
 //!
 //! The I/O thread reads the monotonic clock once per loop turn and hands `now` to the sans-IO

@@ -176,6 +176,9 @@ pub enum NodeError {
     /// libzmq failed while setting up the node.
     #[error("zeromq: {0}")]
     Zmq(#[from] zmq::Error),
+    /// The I/O thread's epoll set could not be created, or a socket could not be added to it.
+    #[error("readiness (epoll): {0}")]
+    Poller(std::io::Error),
     /// An argument is invalid.
     #[error("invalid argument: {0}")]
     Invalid(String),

@@ -2,11 +2,14 @@
 //! (MISSION R1).
 //!
 //! One loop turn: read the monotonic clock once; run due timers (liveness, beacons, reconnects,
-//! disconnect sweeps); `zmq::poll` every socket, monitor and the wake-up pair until the next
-//! deadline; handle monitor events; run one receive rotation under the scheduler's caps; handle
-//! commands; hand the batch of events to the application. Protocol questions (is this ACK
-//! evidence? is this peer admitted? is this publisher silent?) are answered by the sans-IO
-//! state machines of [`crate::proto`]; this file only moves bytes and reports socket events.
+//! disconnect sweeps); wait on the epoll set of every socket's, monitor's and the wake-up
+//! pair's `ZMQ_FD` until the next deadline, and check `ZMQ_EVENTS` of the sockets that fired or
+//! that the loop touched (module [`ready`]); handle monitor events; handle commands; run one
+//! receive rotation under the scheduler's caps; hand the batch of events to the application.
+//! Protocol questions (is this ACK evidence? is this peer admitted? is this publisher silent?)
+//! are answered by the sans-IO state machines of [`crate::proto`]; this file only moves bytes
+//! and reports socket events. An idle wake-up costs the sockets that moved and the timers that
+//! are due, not the node's size.
 //!
 //! # Lanes and who dials
 //! A node dials every configured RouteMesh peer with two dedicated ROUTER sockets (Application
@@ -25,8 +28,9 @@
 //! `Duplicate`, so each lane has exactly one current connection per peer (MISSION T1).
 
 mod calls;
+mod ready;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,6 +59,7 @@ use crate::proto::ConnId;
 use calls::CallKey;
 pub use calls::GRACEFUL_STOP_BOUND;
 pub(crate) use calls::{CallReply, ServeDone, ServeItem, ServeJob, Served};
+use ready::{KeySet, Readiness, Watch};
 
 /// Delays after a bound-side disconnect event at which the socket's inbound connections are
 /// checked for a vanished pipe.
@@ -290,6 +295,16 @@ pub(crate) struct IoThread {
     me: Identity,
     sockets: Sockets,
     wake: zmq::Socket,
+    /// The epoll set over every socket's `ZMQ_FD` and the sockets due for a `ZMQ_EVENTS`
+    /// check (see [`ready`] for the rule that keeps an edge from being lost).
+    ready: Readiness,
+    /// Sockets with a record to read (their `ZMQ_EVENTS` said so, and no receive has
+    /// returned `EAGAIN` since).
+    readable: KeySet,
+    /// Slots whose monitor has events to read.
+    monitors_ready: KeySet,
+    /// The wake-up pair has wake-ups to read.
+    wake_ready: bool,
     commands: Receiver<Command>,
     events: mpsc::UnboundedSender<Vec<NodeEvent>>,
     out: Vec<NodeEvent>,
@@ -299,8 +314,19 @@ pub(crate) struct IoThread {
     held: Vec<SlotKey>,
     /// Records waiting in link backlogs.
     backlogged: usize,
-    /// The last receive rotation left work that `zmq::poll` cannot see: poll again without
-    /// waiting, and run a rotation even if no socket is readable.
+    /// Links whose backlog is not empty, so releasing backlogs costs those links only.
+    backlog_links: BTreeSet<LinkKey>,
+    /// The earliest deadline of the per-link and per-subscription timers (handshake
+    /// timeouts, redials, close confirmations, SUB re-opens) and of the disconnect sweeps,
+    /// from the last scan of every link; `None` if none is set.
+    link_deadline: Option<Instant>,
+    /// A link, subscription or sweep changed since that scan. Every change that can set or
+    /// advance one of those timers sets this flag; while it is clear and no deadline is due,
+    /// a loop turn does not look at the links at all (an idle node with 1 500 links would
+    /// otherwise walk them on every wake-up).
+    link_timers_changed: bool,
+    /// The last receive rotation left work that socket readiness cannot show: wait without
+    /// sleeping, and run a rotation even if no socket is readable.
     busy: bool,
     /// Calls this node made, leased on the connection that carried them (MISSION C1, C2).
     calls: CallTable<CallKey>,
@@ -361,6 +387,10 @@ impl IoThread {
         waker.set_sndhwm(0)?;
         waker.set_linger(0)?;
         waker.connect(&wake_ep)?;
+        let ready = Readiness::new().map_err(NodeError::Poller)?;
+        ready
+            .register(&wake, Watch::Wake)
+            .map_err(NodeError::Poller)?;
 
         let me = Identity {
             rid: cfg.rid.clone(),
@@ -373,12 +403,19 @@ impl IoThread {
             me,
             sockets,
             wake,
+            ready,
+            readable: KeySet::default(),
+            monitors_ready: KeySet::default(),
+            wake_ready: false,
             commands,
             events,
             out: Vec::new(),
             outstanding,
             held: Vec::new(),
             backlogged: 0,
+            backlog_links: BTreeSet::new(),
+            link_deadline: None,
+            link_timers_changed: true,
             busy: false,
             calls: CallTable::new(),
             pending_calls: HashMap::new(),
@@ -393,7 +430,9 @@ impl IoThread {
             publisher: None,
             liveness: Liveness::new(generation),
             live_owner: HashMap::new(),
-            sched: ReceiveScheduler::new(),
+            // Readiness mode: a rotation visits the units with work only (the readable set
+            // is handed over at the start of each rotation).
+            sched: ReceiveScheduler::new().with_readiness(),
             shared_slots: IdMap::default(),
             sweeps: Vec::new(),
             next_conn: 1,
@@ -478,13 +517,40 @@ impl IoThread {
         }
         socket.set_linger(CLOSE_LINGER_MS).map_err(bind_err)?;
         socket.bind(ep).map_err(bind_err)?;
-        Ok(self.put_slot(Slot {
+        self.add_slot(Slot {
             socket,
             monitor,
             role,
             endpoint: ep.to_owned(),
             shared: None,
-        }))
+        })
+        .map_err(NodeError::Poller)
+    }
+
+    /// Places a socket in a slot and registers it and its monitor in the epoll set; on
+    /// failure the slot is given up again (the socket closes).
+    fn add_slot(&mut self, slot: Slot) -> std::io::Result<SlotKey> {
+        let key = self.put_slot(slot);
+        let registered = match self.slots.get(key) {
+            Some(Some(s)) => {
+                let socket = if s.role == SlotRole::Publisher {
+                    // Never read: nothing to watch.
+                    Ok(())
+                } else {
+                    self.ready.register(&s.socket, Watch::Socket(key))
+                };
+                socket.and_then(|()| match &s.monitor {
+                    Some(m) => self.ready.register(m, Watch::Monitor(key)),
+                    None => Ok(()),
+                })
+            }
+            _ => Ok(()),
+        };
+        if let Err(e) = registered {
+            drop(self.take_slot(key));
+            return Err(e);
+        }
+        Ok(key)
     }
 
     fn put_slot(&mut self, mut slot: Slot) -> SlotKey {
@@ -535,10 +601,21 @@ impl IoThread {
         }
         self.inbound.remove(&key);
         self.sweeps.retain(|s| s.1 != key);
-        self.slots.get_mut(key).and_then(Option::take)
+        self.readable.remove(key);
+        self.monitors_ready.remove(key);
+        let slot = self.slots.get_mut(key).and_then(Option::take)?;
+        // Out of the epoll set before the sockets close (their descriptors go with them).
+        if slot.role != SlotRole::Publisher {
+            self.ready.deregister(&slot.socket);
+        }
+        if let Some(m) = &slot.monitor {
+            self.ready.deregister(m);
+        }
+        Some(slot)
     }
 
     fn add_link(&mut self, kind: LinkKind, now: Instant) -> LinkKey {
+        self.timers_changed();
         self.links.push(Link {
             kind,
             state: LinkState::new(StateKind::Peer, 0, now),
@@ -585,6 +662,10 @@ impl IoThread {
             if self.host == Host::Stopped {
                 break;
             }
+            // Every socket the loop operated on since the last check is looked at before
+            // the loop may sleep: an operation can consume the descriptor's signal (`ready`).
+            // Before the timeout: a close confirmed here may let a link redial sooner.
+            self.settle();
             let timeout = self
                 .poll_timeout()
                 .map(|t| {
@@ -593,9 +674,9 @@ impl IoThread {
                     (d.as_micros().div_ceil(1000)) as i64
                 })
                 .unwrap_or(-1);
-            let timeout = if self.busy || !self.commands.is_empty() {
-                // More records or commands are waiting (commands left over by the per-turn cap
-                // have no wake-up of their own): poll without sleeping.
+            let timeout = if self.busy || !self.commands.is_empty() || self.has_input() {
+                // More records, monitor events or commands are waiting (commands left over by
+                // the per-turn cap have no wake-up of their own): do not sleep.
                 0
             } else if self.backlogged == 0 && self.answers.is_empty() {
                 timeout
@@ -604,24 +685,22 @@ impl IoThread {
             } else {
                 timeout.min(PAUSED_POLL_MS)
             };
-            let ready = match self.poll(timeout) {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::error!(error = %e, "zmq::poll failed; stopping the node");
-                    break;
-                }
-            };
+            let wait = u64::try_from(timeout).ok().map(Duration::from_millis);
+            if let Err(e) = self.ready.wait(wait) {
+                tracing::error!(error = %e, "epoll wait failed; stopping the node");
+                break;
+            }
+            self.settle();
             let now = Instant::now();
-            for (slot, monitor_ready) in ready.monitors {
-                if monitor_ready {
-                    self.drain_monitor(slot, now);
-                }
+            for slot in self.monitors_ready.take() {
+                self.drain_monitor(slot, now);
             }
             // Commands before records: a command the application gave before it saw some
             // effect (e.g. a service registered before the peer was seen ready) is in force
             // before any record read after that effect.
-            if ready.wake {
+            if std::mem::take(&mut self.wake_ready) {
                 while self.wake.recv_bytes(zmq::DONTWAIT).is_ok() {}
+                self.ready.touch(Watch::Wake);
             }
             if !self.drain_commands(now) {
                 break;
@@ -629,8 +708,8 @@ impl IoThread {
             // A rotation with no readable socket and nothing left over from the last one
             // (records staged, a rotation cut by its time cap) would only answer "would
             // block" for every unit: skip it.
-            self.busy = if self.busy || !ready.readable.is_empty() {
-                self.receive_rotation(&ready.readable)
+            self.busy = if self.busy || self.has_readable() {
+                self.receive_rotation()
             } else {
                 false
             };
@@ -639,16 +718,37 @@ impl IoThread {
     }
 
     /// The earliest instant any timer of the node is due.
-    fn poll_timeout(&self) -> Option<Instant> {
+    fn poll_timeout(&mut self) -> Option<Instant> {
+        if self.link_timers_changed {
+            self.link_timers_changed = false;
+            self.link_deadline = self.scan_link_timers();
+        }
+        [
+            self.liveness.poll_timeout(),
+            self.calls.poll_timeout(),
+            self.serve.poll_timeout(),
+            self.link_deadline,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Notes that a link, a subscription or the sweeps changed: their timers are scanned
+    /// again before the loop next sleeps or trusts the last scan.
+    fn timers_changed(&mut self) {
+        self.link_timers_changed = true;
+    }
+
+    /// The earliest per-link, per-subscription or sweep deadline: a walk over every link
+    /// and subscription, done only after one of them changed or a deadline came due.
+    fn scan_link_timers(&self) -> Option<Instant> {
         let mut next: Option<Instant> = None;
         let mut take = |t: Option<Instant>| {
             if let Some(t) = t {
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
         };
-        take(self.liveness.poll_timeout());
-        take(self.calls.poll_timeout());
-        take(self.serve.poll_timeout());
         for l in &self.links {
             if let Some(c) = &l.conn {
                 if !c.ready {
@@ -668,53 +768,66 @@ impl IoThread {
         next
     }
 
-    fn poll(&mut self, timeout_ms: i64) -> Result<PollResult, zmq::Error> {
-        let mut keys: Vec<(SlotKey, bool)> = Vec::new();
-        let mut items = vec![self.wake.as_poll_item(zmq::POLLIN)];
-        for (k, s) in self.slots.iter().enumerate() {
-            let Some(s) = s else { continue };
-            if s.role != SlotRole::Publisher && !self.held.contains(&k) {
-                items.push(s.socket.as_poll_item(zmq::POLLIN));
-                keys.push((k, false));
-            }
-            if let Some(m) = &s.monitor {
-                items.push(m.as_poll_item(zmq::POLLIN));
-                keys.push((k, true));
+    /// Reads `ZMQ_EVENTS` of every socket due for a check (touched by the loop, or its
+    /// descriptor fired) and records what it says: readable sockets, monitors with events,
+    /// wake-ups, closes confirmed. The check itself is the socket's last operation, so the
+    /// next record to arrive on it signals its descriptor again.
+    fn settle(&mut self) {
+        while self.ready.has_checks() {
+            for w in self.ready.take_checks() {
+                match w {
+                    Watch::Wake => self.wake_ready |= ready::has_input(&self.wake),
+                    Watch::Socket(k) => {
+                        let input = match self.slots.get(k) {
+                            Some(Some(s)) if s.role != SlotRole::Publisher => {
+                                ready::has_input(&s.socket)
+                            }
+                            _ => continue,
+                        };
+                        if input {
+                            self.readable.insert(k);
+                        } else {
+                            self.readable.remove(k);
+                        }
+                    }
+                    Watch::Monitor(k) => {
+                        let input = match self.slots.get(k) {
+                            Some(Some(Slot {
+                                monitor: Some(m), ..
+                            })) => ready::has_input(m),
+                            _ => continue,
+                        };
+                        if input {
+                            self.monitors_ready.insert(k);
+                        }
+                    }
+                    Watch::Closing(k) => {
+                        let confirmed = self
+                            .links
+                            .get(k)
+                            .and_then(|l| l.closing.as_ref())
+                            .is_some_and(|(m, _)| ready::has_input(m));
+                        if confirmed {
+                            self.confirm_close(k);
+                        }
+                    }
+                }
             }
         }
-        let mut closing: Vec<LinkKey> = Vec::new();
-        for (k, l) in self.links.iter().enumerate() {
-            if let Some((m, _)) = &l.closing {
-                items.push(m.as_poll_item(zmq::POLLIN));
-                closing.push(k);
-            }
-        }
-        zmq::poll(&mut items, timeout_ms)?;
-        let mut res = PollResult {
-            wake: items[0].is_readable(),
-            readable: Vec::new(),
-            monitors: Vec::new(),
-        };
-        for (i, (k, is_monitor)) in keys.iter().enumerate() {
-            let readable = items[i + 1].is_readable();
-            if *is_monitor {
-                res.monitors.push((*k, readable));
-            } else if readable {
-                res.readable.push(*k);
-            }
-        }
-        let base = 1 + keys.len();
-        let confirmed: Vec<LinkKey> = closing
+    }
+
+    /// True if something is waiting that the loop can act on now: a readable socket it may
+    /// read, a monitor event, a wake-up.
+    fn has_input(&self) -> bool {
+        self.wake_ready || !self.monitors_ready.is_empty() || self.has_readable()
+    }
+
+    /// True if some readable socket is not held back by a paused application queue.
+    fn has_readable(&self) -> bool {
+        self.readable
+            .members()
             .iter()
-            .enumerate()
-            .filter(|(i, _)| items[base + i].is_readable())
-            .map(|(_, k)| *k)
-            .collect();
-        drop(items);
-        for k in confirmed {
-            self.confirm_close(k);
-        }
-        Ok(res)
+            .any(|k| !self.held.contains(k))
     }
 
     fn flush_events(&mut self) {
@@ -758,18 +871,31 @@ impl IoThread {
 
     /// Moves held records to the application while its queue has room, in order per link,
     /// and recomputes which sockets a full backlog holds back.
+    ///
+    /// Only the links with a backlog are looked at (in link order, as before).
     fn release_backlogs(&mut self) {
-        for k in 0..self.links.len() {
+        if self.backlog_links.is_empty() {
+            self.held.clear();
+            self.backlogged = 0;
+            return;
+        }
+        let keys: Vec<LinkKey> = self.backlog_links.iter().copied().collect();
+        for k in keys {
             while !self.paused() {
                 let Some(d) = self.links[k].backlog.pop_front() else {
                     break;
                 };
                 self.out.push(NodeEvent::Delivery(d));
             }
+            if self.links[k].backlog.is_empty() {
+                self.backlog_links.remove(&k);
+            }
         }
         self.held.clear();
-        self.backlogged = self.links.iter().map(|l| l.backlog.len()).sum();
-        for l in &self.links {
+        self.backlogged = 0;
+        for &k in &self.backlog_links {
+            let l = &self.links[k];
+            self.backlogged += l.backlog.len();
             if l.backlog.len() >= LINK_BACKLOG {
                 if let Some(c) = &l.conn {
                     if !self.held.contains(&c.slot) {
@@ -808,6 +934,14 @@ impl IoThread {
             }
         }
         self.drain_liveness_events(now);
+        // The per-link timers below are walked only if something changed since the last
+        // scan or the earliest of them is due (an idle node has none set at all).
+        let due = self.link_timers_changed || self.link_deadline.is_some_and(|t| now >= t);
+        if !due {
+            return;
+        }
+        // What runs below may set timers of its own; the next poll_timeout scans again.
+        self.timers_changed();
         // Handshake timeouts.
         for k in 0..self.links.len() {
             let expired = self.links[k]
@@ -945,6 +1079,7 @@ impl IoThread {
     }
 
     fn dial(&mut self, k: LinkKey, now: Instant) {
+        self.timers_changed();
         let (endpoint, lane, kind) = match &self.links[k].kind {
             LinkKind::MeshDial { peer, lane } => {
                 let Some(p) = self.cfg.peers.get(*peer) else {
@@ -981,13 +1116,21 @@ impl IoThread {
                 return;
             }
         };
-        let slot = self.put_slot(Slot {
+        let added = self.add_slot(Slot {
             socket: m.socket,
             monitor: Some(m.monitor),
             role: SlotRole::Dialled(k),
-            endpoint,
+            endpoint: endpoint.clone(),
             shared: None,
         });
+        let slot = match added {
+            Ok(slot) => slot,
+            Err(e) => {
+                self.links[k].retry_at = Some(now + BACKOFF_MAX);
+                tracing::warn!(error = %e, endpoint, "cannot watch dialled socket");
+                return;
+            }
+        };
         let route = match lane {
             Lane::Application => Some(BOUND_ID_APPLICATION.to_vec()),
             Lane::Completion => Some(BOUND_ID_COMPLETION.to_vec()),
@@ -1018,6 +1161,7 @@ impl IoThread {
 
     /// Takes a link's current connection out of ready at once and closes it (MISSION F1, L6).
     fn fail_link(&mut self, k: LinkKey, reason: FailureReason, detail: &str, now: Instant) {
+        self.timers_changed();
         let Some(conn_id) = self.links[k].conn.as_ref().map(|c| c.id) else {
             return;
         };
@@ -1063,6 +1207,7 @@ impl IoThread {
     }
 
     fn close_conn(&mut self, k: LinkKey, conn: Conn, reason: FailureReason, _now: Instant) {
+        self.timers_changed();
         if let Some(live) = conn.live {
             self.liveness.remove(live);
             self.live_owner.remove(&live);
@@ -1074,6 +1219,10 @@ impl IoThread {
                 // Closing our own dialled socket: keep its monitor until libzmq confirms the
                 // close, and dial no replacement before that (MISSION F3).
                 if let Some(m) = slot.monitor {
+                    if let Err(e) = self.ready.register(&m, Watch::Closing(k)) {
+                        // Unwatched, the close is taken as confirmed at its time bound.
+                        tracing::debug!(error = %e, "closing monitor not watched");
+                    }
                     self.links[k].closing = Some((m, Instant::now()));
                 }
                 drop(slot.socket);
@@ -1084,9 +1233,7 @@ impl IoThread {
             // that late records of this physical connection change nothing (MISSION L6).
             if reason != FailureReason::OrderlyClose && reason != FailureReason::TransportError {
                 let close = records::close(records::close_reason(reason));
-                if let Some(Some(slot)) = self.slots.get(conn.slot) {
-                    let _ = send_routed(&slot.socket, Some(&route), &close);
-                }
+                let _ = self.send_slot(conn.slot, Some(&route), &close);
             }
             if let Some(m) = self.inbound.get_mut(&conn.slot) {
                 m.remove(route.as_slice());
@@ -1096,8 +1243,10 @@ impl IoThread {
     }
 
     fn confirm_close(&mut self, k: LinkKey) {
-        if let Some(l) = self.links.get_mut(k) {
-            l.closing = None;
+        // The link may now be dialled again at its retry time.
+        self.timers_changed();
+        if let Some((m, _)) = self.links.get_mut(k).and_then(|l| l.closing.take()) {
+            self.ready.deregister(&m);
         }
     }
 
@@ -1114,6 +1263,7 @@ impl IoThread {
                         events.push(ev);
                     }
                 }
+                self.ready.touch(Watch::Monitor(slot));
             }
         }
         for ev in events {
@@ -1141,6 +1291,7 @@ impl IoThread {
                 }
                 (SlotRole::Bound(_), MonitorEvent::Disconnected) => {
                     self.sweeps.push((now, slot, 0));
+                    self.timers_changed();
                 }
                 (SlotRole::Sub(i), MonitorEvent::HandshakeSucceeded) => {
                     self.subs[i].connected = true;
@@ -1183,13 +1334,8 @@ impl IoThread {
                 (None, Some(id)) => records::probe(id),
                 (None, None) => continue,
             };
-            let gone = match self.slots.get(slot) {
-                Some(Some(s)) => {
-                    send_routed(&s.socket, Some(&route), &frames)
-                        == Err(super::socket::SendError::Unreachable)
-                }
-                _ => true,
-            };
+            let gone = self.send_slot(slot, Some(&route), &frames)
+                == Err(super::socket::SendError::Unreachable);
             if gone {
                 self.fail_link(k, FailureReason::TransportError, "peer disconnected", now);
             }
@@ -1244,26 +1390,37 @@ impl IoThread {
 
     /// One rotation of the receive loop (MISSION R1-R3): the scheduler says which socket to
     /// read and whose record to process next, under its count, byte and time caps; the next
-    /// rotation starts right after the entry where this one stopped. Sockets that `zmq::poll`
-    /// did not report readable are answered "would block" without a syscall.
+    /// rotation starts right after the entry where this one stopped. Sockets not in the
+    /// readable set (or held back by a paused application queue) are answered "would block"
+    /// without a syscall; a receive that finds nothing takes its socket out of the set.
     ///
-    /// Returns true if the scheduler holds work that `zmq::poll` cannot see (a rotation cut by
-    /// its time cap, records read but not handed out): the loop then polls again without
-    /// waiting. Records still queued in libzmq make their socket readable, so the next
-    /// `zmq::poll` returns at once for them without this flag.
-    fn receive_rotation(&mut self, readable: &[SlotKey]) -> bool {
-        let mut ready = vec![false; self.slots.len()];
-        for s in readable {
-            if let Some(r) = ready.get_mut(*s) {
-                *r = !self.held.contains(s);
+    /// Returns true if the scheduler holds work that readiness cannot show (a rotation cut by
+    /// its time cap, records read but not handed out): the loop then waits again without
+    /// sleeping. A socket with records still queued in libzmq stays readable, so the next
+    /// wait does not sleep for it without this flag.
+    fn receive_rotation(&mut self) -> bool {
+        // The scheduler learns which sockets have records from the readable set; a receive
+        // that finds nothing ("would block") takes a socket out of both.
+        for &slot in self.readable.members() {
+            if self.held.contains(&slot) {
+                continue;
+            }
+            match self.slots.get(slot) {
+                Some(Some(Slot {
+                    shared: Some(sid), ..
+                })) => self.sched.handle_readable(ReadTarget::Shared(*sid)),
+                Some(Some(_)) => self
+                    .sched
+                    .handle_readable(ReadTarget::Unit(Unit::Socket(slot))),
+                _ => {}
             }
         }
         loop {
             match self.sched.poll_action(Instant::now()) {
-                // Poll again without waiting only if the scheduler holds work zmq::poll cannot
-                // see: a rotation cut by its time cap, or records read but not handed out.
-                // Records left in libzmq (a turn ended by a cap) make their socket readable,
-                // so the next zmq::poll returns at once for them anyway.
+                // Wait again without sleeping only if the scheduler holds work that socket
+                // readiness cannot show: a rotation cut by its time cap, or records read but
+                // not handed out. A socket left with records (a turn ended by a cap) stays in
+                // the readable set, so the next wait does not sleep for it anyway.
                 Action::Yield(end) => {
                     return end.reason == RotationEndReason::TimeCap || self.sched.has_staged()
                 }
@@ -1275,13 +1432,12 @@ impl IoThread {
                         ReadTarget::Unit(_) => None,
                     };
                     let frames = match slot {
-                        Some(s) if ready.get(s).copied().unwrap_or(false) => self.recv_one(s),
+                        Some(s) if self.readable.contains(s) && !self.held.contains(&s) => {
+                            self.recv_one(s)
+                        }
                         _ => None,
                     };
                     let (Some(slot), Some(mut frames)) = (slot, frames) else {
-                        if let Some(r) = slot.and_then(|s| ready.get_mut(s)) {
-                            *r = false;
-                        }
                         self.sched.handle_would_block(req);
                         continue;
                     };
@@ -1363,15 +1519,21 @@ impl IoThread {
         (c.id == id).then_some(c.slot)
     }
 
-    /// One record from a socket without blocking, if any.
-    fn recv_one(&self, slot: SlotKey) -> Option<Vec<Vec<u8>>> {
-        match self.slots.get(slot)?.as_ref()?.socket.try_recv_frames() {
+    /// One record from a socket without blocking, if any. "Nothing" (or an error) takes the
+    /// socket out of the readable set until its descriptor fires or a check finds a record.
+    fn recv_one(&mut self, slot: SlotKey) -> Option<Vec<Vec<u8>>> {
+        let got = match self.slots.get(slot)?.as_ref()?.socket.try_recv_frames() {
             Ok(f) => f,
             Err(e) => {
                 tracing::warn!(error = %e, "receive failed");
                 None
             }
+        };
+        self.ready.touch(Watch::Socket(slot));
+        if got.is_none() {
+            self.readable.remove(slot);
         }
+        got
     }
 
     fn on_frames(&mut self, slot: SlotKey, mut frames: Vec<Vec<u8>>, now: Instant) {
@@ -1449,9 +1611,7 @@ impl IoThread {
             }
         };
         let reject = |io: &mut IoThread, reason: RejectReason, detail: &str| {
-            if let Some(Some(s)) = io.slots.get(slot) {
-                let _ = send_routed(&s.socket, Some(&route), &records::reject(reason, detail));
-            }
+            let _ = io.send_slot(slot, Some(&route), &records::reject(reason, detail));
         };
         if hello.lane != lane {
             reject(self, RejectReason::LaneMismatch, "hello names another lane");
@@ -1507,6 +1667,7 @@ impl IoThread {
                     );
                 }
                 self.links[dk].yielded = true;
+                self.timers_changed();
             }
         }
         let k = self.inbound_link(&hello.identity.rid, lane, now);
@@ -1524,11 +1685,9 @@ impl IoThread {
         let Ok(welcome) = records::welcome(lane, &self.me) else {
             return;
         };
-        if let Some(Some(s)) = self.slots.get(slot) {
-            if let Err(e) = send_routed(&s.socket, Some(&route), &welcome) {
-                tracing::debug!(error = %e, "welcome not sent");
-                return;
-            }
+        if let Err(e) = self.send_slot(slot, Some(&route), &welcome) {
+            tracing::debug!(error = %e, "welcome not sent");
+            return;
         }
         self.inbound
             .entry(slot)
@@ -1542,6 +1701,7 @@ impl IoThread {
                 tracing::debug!(error = ?e, "scheduler unit not added");
             }
         }
+        self.timers_changed();
         self.links[k].conn = Some(Conn {
             id,
             slot,
@@ -1582,6 +1742,8 @@ impl IoThread {
     }
 
     fn become_ready(&mut self, k: LinkKey, peer: Identity, now: Instant) {
+        // A ready connection has no handshake timeout any more.
+        self.timers_changed();
         let Some(c) = self.links[k].conn.as_mut() else {
             return;
         };
@@ -1655,6 +1817,7 @@ impl IoThread {
                     // The peer's own dial of this lane is the current connection (T1).
                     self.fail_link(k, FailureReason::Replaced, &detail, now);
                     self.links[k].yielded = true;
+                    self.timers_changed();
                 } else {
                     self.fail_link(k, records::reject_failure(reason), &detail, now);
                 }
@@ -1665,6 +1828,7 @@ impl IoThread {
                 if reason == CloseReason::Replaced && !inbound {
                     // The peer kept its own dial of this lane: ours stands down (T1).
                     self.links[k].yielded = true;
+                    self.timers_changed();
                 }
             }
             Rec::Message { channel, payload } if ready => {
@@ -1696,6 +1860,7 @@ impl IoThread {
                 if self.paused() || !self.links[k].backlog.is_empty() {
                     // Order within a link is kept: behind a backlog, records queue too.
                     self.links[k].backlog.push_back(d);
+                    self.backlog_links.insert(k);
                 } else {
                     self.out.push(NodeEvent::Delivery(d));
                 }
@@ -1742,8 +1907,24 @@ impl IoThread {
         let Some(c) = self.links.get(k).and_then(|l| l.conn.as_ref()) else {
             return Err(super::socket::SendError::Unreachable);
         };
-        match self.slots.get(c.slot) {
-            Some(Some(s)) => send_routed(&s.socket, c.route.as_deref(), frames),
+        self.send_slot(c.slot, c.route.as_deref(), frames)
+    }
+
+    /// Sends a record on a slot's socket, prefixed by a routing id when the socket is a
+    /// ROUTER, and marks the socket for a `ZMQ_EVENTS` check (the send may have consumed the
+    /// signal of a record that arrived meanwhile).
+    fn send_slot(
+        &self,
+        slot: SlotKey,
+        route: Option<&[u8]>,
+        frames: &[Vec<u8>],
+    ) -> Result<(), super::socket::SendError> {
+        match self.slots.get(slot) {
+            Some(Some(s)) => {
+                let r = send_routed(&s.socket, route, frames);
+                self.ready.touch(Watch::Socket(slot));
+                r
+            }
             _ => Err(super::socket::SendError::Unreachable),
         }
     }
@@ -1761,6 +1942,7 @@ impl IoThread {
     // ----------------------------------------------------------------------------------
 
     fn open_sub(&mut self, i: usize, now: Instant) {
+        self.timers_changed();
         let endpoint = self.subs[i].endpoint.clone();
         let opened = self.sockets.monitored(zmq::SUB).and_then(|m| {
             m.socket.set_subscribe(b"")?;
@@ -1771,13 +1953,21 @@ impl IoThread {
         });
         match opened {
             Ok(m) => {
-                let slot = self.put_slot(Slot {
+                let added = self.add_slot(Slot {
                     socket: m.socket,
                     monitor: Some(m.monitor),
                     role: SlotRole::Sub(i),
                     endpoint: endpoint.clone(),
                     shared: None,
                 });
+                let slot = match added {
+                    Ok(slot) => slot,
+                    Err(e) => {
+                        self.subs[i].retry_at = now + BACKOFF_MAX;
+                        tracing::warn!(error = %e, endpoint, "cannot watch SUB socket");
+                        return;
+                    }
+                };
                 let id = self.fresh_conn_id();
                 // A new socket starts a new watch: silence is counted from now (L5).
                 let _ = self.liveness.reset_publisher(self.subs[i].live, now);
@@ -1793,7 +1983,11 @@ impl IoThread {
                     &format!("subscribed as {id}"),
                 );
             }
-            Err(e) => tracing::warn!(error = %e, endpoint, "cannot open SUB socket"),
+            Err(e) => {
+                // Not again at once: the poll timeout takes this instant.
+                self.subs[i].retry_at = now + BACKOFF_MAX;
+                tracing::warn!(error = %e, endpoint, "cannot open SUB socket");
+            }
         }
     }
 
@@ -1829,6 +2023,7 @@ impl IoThread {
     /// Takes one publisher out of ready, closes only its socket; a new socket is opened on the
     /// next timer pass (MISSION L5).
     fn fail_sub(&mut self, i: usize, reason: FailureReason, detail: &str, now: Instant) {
+        self.timers_changed();
         let Some(slot) = self.subs[i].slot.take() else {
             return;
         };
@@ -2159,7 +2354,7 @@ impl IoThread {
             if let Some(conn) = self.links[k].conn.take() {
                 self.close_conn(k, conn, FailureReason::HostStopped, now);
             }
-            self.links[k].closing = None;
+            self.confirm_close(k);
             self.links[k].retry_at = None;
         }
         for k in 0..self.slots.len() {
@@ -2183,12 +2378,6 @@ impl IoThread {
             let _ = reply.send(());
         }
     }
-}
-
-struct PollResult {
-    wake: bool,
-    readable: Vec<SlotKey>,
-    monitors: Vec<(SlotKey, bool)>,
 }
 
 /// Handshake admission on a lane: the NotRequired rule is RouteMesh's (MISSION T4); a

@@ -1,0 +1,283 @@
+//! Socket readiness in O(active) instead of O(all sockets): an epoll set over every libzmq
+//! socket's `ZMQ_FD`, and the `ZMQ_EVENTS` rule that keeps an edge from being lost.
+//!
+//! `zmq::poll` over every socket, monitor and the wake-up pair costs about 2 us per connection
+//! per wake-up (a `poll(2)` over every descriptor plus libzmq's per-socket checks), and an
+//! idle node with 1 512 connections wakes about 400 times a second (BENCHMARKS.md, P5). Here
+//! each socket's `ZMQ_FD` is registered once in an epoll set (mio), and a wake-up costs the
+//! sockets that moved.
+//!
+//! # The rule
+//!
+//! `ZMQ_FD` is not a readiness descriptor: it signals that the socket's `ZMQ_EVENTS` may have
+//! changed, and any `send`, `recv` or `getsockopt` on the socket processes libzmq's pending
+//! commands and can consume that signal without a record being read. So:
+//!
+//! - every socket whose descriptor fired, and every socket the loop operated on (sent on,
+//!   received from, created, drained) since its last check, is **to be checked**: the loop
+//!   reads its `ZMQ_EVENTS` ([`Readiness::take_checks`]) before it sleeps again, and after
+//!   every wake-up;
+//! - a socket whose `ZMQ_EVENTS` said `POLLIN` stays **readable** until a receive on it
+//!   returns `EAGAIN` or a later check says no `POLLIN`; both of those process every pending
+//!   command, so the next record that arrives signals the descriptor again.
+//!
+//! So before every sleep, every socket's last operation was a `ZMQ_EVENTS` check that said
+//! "nothing to read", or the socket is in the readable set (and the loop does not sleep while
+//! a socket it may read is readable). A record can then never sit in a socket unseen.
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::hash::BuildHasherDefault;
+use std::io;
+use std::time::Duration;
+
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+
+use crate::proto::sched::IdHasher;
+
+/// Events taken from the epoll set per wait; more stay queued for the next wait.
+const EVENTS_PER_WAIT: usize = 1024;
+
+/// One registered libzmq socket, named by what it is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum Watch {
+    /// The wake-up pair's reading end.
+    Wake,
+    /// The socket of a slot.
+    Socket(usize),
+    /// The monitor of a slot.
+    Monitor(usize),
+    /// The monitor of a link's closed socket, waiting for libzmq to confirm the close.
+    Closing(usize),
+}
+
+impl Watch {
+    fn token(self) -> Token {
+        Token(match self {
+            Watch::Wake => 0,
+            Watch::Socket(i) => (i << 2) | 1,
+            Watch::Monitor(i) => (i << 2) | 2,
+            Watch::Closing(i) => (i << 2) | 3,
+        })
+    }
+
+    fn from_token(t: Token) -> Watch {
+        let i = t.0 >> 2;
+        match t.0 & 3 {
+            1 => Watch::Socket(i),
+            2 => Watch::Monitor(i),
+            3 => Watch::Closing(i),
+            _ => Watch::Wake,
+        }
+    }
+}
+
+/// A set of small dense keys (slot keys) with its members listed: membership in O(1), and
+/// iteration over the members only.
+#[derive(Default)]
+pub(super) struct KeySet {
+    flags: Vec<bool>,
+    list: Vec<usize>,
+}
+
+impl KeySet {
+    /// Adds `k`; no effect if present.
+    pub(super) fn insert(&mut self, k: usize) {
+        if self.flags.len() <= k {
+            self.flags.resize(k + 1, false);
+        }
+        if !self.flags[k] {
+            self.flags[k] = true;
+            self.list.push(k);
+        }
+    }
+
+    /// Removes `k`; no effect if absent.
+    pub(super) fn remove(&mut self, k: usize) {
+        if self.contains(k) {
+            self.flags[k] = false;
+            if let Some(i) = self.list.iter().position(|x| *x == k) {
+                self.list.swap_remove(i);
+            }
+        }
+    }
+
+    /// Whether `k` is a member.
+    pub(super) fn contains(&self, k: usize) -> bool {
+        self.flags.get(k).copied().unwrap_or(false)
+    }
+
+    /// The members, in no particular order.
+    pub(super) fn members(&self) -> &[usize] {
+        &self.list
+    }
+
+    /// Takes every member out.
+    pub(super) fn take(&mut self) -> Vec<usize> {
+        for k in &self.list {
+            self.flags[*k] = false;
+        }
+        std::mem::take(&mut self.list)
+    }
+
+    /// True when there are no members.
+    pub(super) fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+}
+
+/// The epoll set and the sockets waiting for a `ZMQ_EVENTS` check.
+pub(super) struct Readiness {
+    poll: Poll,
+    events: Events,
+    /// Watches to check before the next sleep: touched by the loop, or their descriptor
+    /// fired. Interior mutability because sends happen behind `&self` all over the loop.
+    checks: RefCell<HashSet<Watch, BuildHasherDefault<IdHasher>>>,
+}
+
+impl Readiness {
+    /// An empty epoll set.
+    pub(super) fn new() -> io::Result<Readiness> {
+        Ok(Readiness {
+            poll: Poll::new()?,
+            events: Events::with_capacity(EVENTS_PER_WAIT),
+            checks: RefCell::new(HashSet::default()),
+        })
+    }
+
+    /// Registers a socket's `ZMQ_FD` under `w` and marks it to be checked (whatever
+    /// happened on the socket before, such as a connect, is then looked at).
+    pub(super) fn register(&self, socket: &zmq::Socket, w: Watch) -> io::Result<()> {
+        let fd = socket.get_fd().map_err(io::Error::from)?;
+        self.poll
+            .registry()
+            .register(&mut SourceFd(&fd), w.token(), Interest::READABLE)?;
+        self.touch(w);
+        Ok(())
+    }
+
+    /// Takes a socket's `ZMQ_FD` out of the epoll set; call it before the socket is closed.
+    pub(super) fn deregister(&self, socket: &zmq::Socket) {
+        let res = socket
+            .get_fd()
+            .map_err(io::Error::from)
+            .and_then(|fd| self.poll.registry().deregister(&mut SourceFd(&fd)));
+        if let Err(e) = res {
+            tracing::debug!(error = %e, "socket not deregistered from the epoll set");
+        }
+    }
+
+    /// Notes that the loop operated on `w`'s socket: its `ZMQ_EVENTS` must be read before the
+    /// loop sleeps, because the operation may have consumed the descriptor's signal.
+    pub(super) fn touch(&self, w: Watch) {
+        self.checks.borrow_mut().insert(w);
+    }
+
+    /// True if some socket waits for its check.
+    pub(super) fn has_checks(&self) -> bool {
+        !self.checks.borrow().is_empty()
+    }
+
+    /// The watches to check now (each once); the set is empty afterwards.
+    pub(super) fn take_checks(&self) -> Vec<Watch> {
+        self.checks.borrow_mut().drain().collect()
+    }
+
+    /// Waits until a registered descriptor fires or `timeout` passes (`None`: no limit), and
+    /// marks every watch whose descriptor fired to be checked. An interrupted wait is a wait
+    /// that saw nothing.
+    pub(super) fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        match self.poll.poll(&mut self.events, timeout) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        let mut checks = self.checks.borrow_mut();
+        for ev in self.events.iter() {
+            checks.insert(Watch::from_token(ev.token()));
+        }
+        Ok(())
+    }
+}
+
+/// Whether a socket has a record to read now, from its `ZMQ_EVENTS`. Reading the option
+/// processes the socket's pending commands; an error counts as nothing to read.
+pub(super) fn has_input(socket: &zmq::Socket) -> bool {
+    match socket.get_events() {
+        Ok(ev) => ev.contains(zmq::POLLIN),
+        Err(e) => {
+            tracing::debug!(error = %e, "ZMQ_EVENTS not read");
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_round_trip() {
+        for w in [
+            Watch::Wake,
+            Watch::Socket(0),
+            Watch::Socket(7),
+            Watch::Monitor(0),
+            Watch::Monitor(1234),
+            Watch::Closing(0),
+            Watch::Closing(99),
+        ] {
+            assert_eq!(Watch::from_token(w.token()), w);
+        }
+    }
+
+    #[test]
+    fn key_set_lists_its_members() {
+        let mut s = KeySet::default();
+        s.insert(5);
+        s.insert(2);
+        s.insert(5);
+        assert!(s.contains(5) && s.contains(2) && !s.contains(3) && !s.contains(100));
+        assert_eq!(s.members().len(), 2);
+        s.remove(5);
+        s.remove(100);
+        assert_eq!(s.members(), &[2]);
+        assert_eq!(s.take(), vec![2]);
+        assert!(s.is_empty() && !s.contains(2));
+    }
+
+    /// The edge rule on real sockets: a record that arrives while the loop sends on the same
+    /// socket is still seen, because the send marks the socket to be checked.
+    #[test]
+    fn a_record_behind_a_send_is_seen_by_the_check() {
+        let ctx = zmq::Context::new();
+        let a = ctx.socket(zmq::PAIR).unwrap();
+        let b = ctx.socket(zmq::PAIR).unwrap();
+        a.bind("inproc://ready-test").unwrap();
+        b.connect("inproc://ready-test").unwrap();
+        let mut r = Readiness::new().unwrap();
+        r.register(&a, Watch::Socket(0)).unwrap();
+        for w in r.take_checks() {
+            assert_eq!(w, Watch::Socket(0));
+            assert!(!has_input(&a));
+        }
+        b.send("one", 0).unwrap();
+        r.wait(Some(Duration::from_secs(5))).unwrap();
+        assert_eq!(r.take_checks(), vec![Watch::Socket(0)]);
+        // A send on `a` processes its commands before the check: the signal is gone, but the
+        // socket was touched, so the check still runs and finds the record.
+        a.send("x", 0).unwrap();
+        r.touch(Watch::Socket(0));
+        assert_eq!(r.take_checks(), vec![Watch::Socket(0)]);
+        assert!(has_input(&a));
+        assert_eq!(a.recv_bytes(0).unwrap(), b"one");
+        assert!(!has_input(&a));
+        // The next record signals the descriptor again.
+        b.send("two", 0).unwrap();
+        r.wait(Some(Duration::from_secs(5))).unwrap();
+        assert_eq!(r.take_checks(), vec![Watch::Socket(0)]);
+        assert!(has_input(&a));
+        r.deregister(&a);
+    }
+}
