@@ -5,6 +5,7 @@ use std::num::NonZeroU64;
 
 use bytes::Bytes;
 
+use super::socket::Frame;
 use crate::proto::handshake::{self, Expectation, Identity, Refusal};
 use crate::proto::state::FailureReason;
 use crate::proto::wire::{self, FanoutMessage, Label, Memberships, Name, Record, WireError};
@@ -118,9 +119,10 @@ fn wire_memberships(id: &Identity) -> Memberships {
     Memberships::new(list).unwrap_or_default()
 }
 
-/// Decodes one record (routing frames already removed).
-pub(crate) fn decode<F: AsRef<[u8]>>(frames: &[F]) -> Result<Rec, WireError> {
-    Ok(match Record::decode(frames)? {
+/// Decodes one record (routing frames already removed). A shared payload frame reaches the
+/// application without a copy.
+pub(crate) fn decode(frames: &[Frame]) -> Result<Rec, WireError> {
+    Ok(match Record::decode_with(frames, Frame::to_bytes)? {
         Record::Hello(h) => Rec::Hello(HelloRec {
             lane: h.lane,
             expect: Expectation {
@@ -168,8 +170,8 @@ pub(crate) enum Fanout {
 }
 
 /// Decodes one fanout message.
-pub(crate) fn decode_fanout<F: AsRef<[u8]>>(frames: &[F]) -> Result<Fanout, WireError> {
-    Ok(match FanoutMessage::decode(frames)? {
+pub(crate) fn decode_fanout(frames: &[Frame]) -> Result<Fanout, WireError> {
+    Ok(match FanoutMessage::decode_with(frames, Frame::to_bytes)? {
         FanoutMessage::Beacon => Fanout::Beacon,
         FanoutMessage::Publish { topic, payload, .. } => Fanout::Publish { topic, payload },
     })

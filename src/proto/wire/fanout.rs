@@ -55,16 +55,27 @@ impl FanoutMessage {
     ///
     /// The reserved topic is recognised first: exactly the beacon decodes as `Beacon`, any
     /// other message on that exact topic is class `reserved_topic`. Everything else is checked
-    /// as a PUBLISH in the order of WIRE.md §6.
+    /// as a PUBLISH in the order of WIRE.md §6. Topic and payload are copied out of their
+    /// frames; [`FanoutMessage::decode_with`] can share them instead.
     pub fn decode<F: AsRef<[u8]>>(frames: &[F]) -> Result<FanoutMessage, WireError> {
-        let Some((topic, rest)) = frames.split_first() else {
+        Self::decode_with(frames, |f| Bytes::copy_from_slice(f.as_ref()))
+    }
+
+    /// [`FanoutMessage::decode`], taking the topic and payload frames of an accepted PUBLISH
+    /// with `take` instead of copying them (see [`super::Record::decode_with`]). `take` is
+    /// called only after every check passed, and the checks are exactly those of `decode`.
+    pub fn decode_with<F: AsRef<[u8]>>(
+        frames: &[F],
+        take: impl Fn(&F) -> Bytes,
+    ) -> Result<FanoutMessage, WireError> {
+        let Some((topic_frame, rest)) = frames.split_first() else {
             return Err(WireError::FrameCount {
                 kind: None,
                 expected: 2,
                 found: 0,
             });
         };
-        let topic = topic.as_ref();
+        let topic = topic_frame.as_ref();
         if topic == BEACON_TOPIC {
             return match rest {
                 [payload] if payload.as_ref() == BEACON_PAYLOAD => Ok(FanoutMessage::Beacon),
@@ -109,10 +120,10 @@ impl FanoutMessage {
             "must be non-zero",
         ))?;
         Ok(FanoutMessage::Publish {
-            topic: Bytes::copy_from_slice(topic),
+            topic: take(topic_frame),
             generation,
             seq,
-            payload: Bytes::copy_from_slice(payload.as_ref()),
+            payload: take(payload),
         })
     }
 

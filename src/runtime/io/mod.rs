@@ -38,7 +38,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::node::{BatchSendError, Delivery, NodeError, NodeEvent, SendError, Source, StateChange};
 use super::records::{self, CloseReason, Fanout, Lane, Rec, RejectReason};
 use super::snapshot::{FailureSnapshot, LinkSnapshot, Snapshot, SNAPSHOT_LIMIT};
-use super::socket::{FrameSocket, MonitorEvent, Sockets, CLOSE_LINGER_MS};
+use super::socket::{Frame, FrameSocket, MonitorEvent, Sockets, CLOSE_LINGER_MS};
 use crate::config::NodeConfig;
 use crate::proto::calls::{CallId, CallTable, ServeTable};
 use crate::proto::handshake::{self, Expectation, Identity, Refusal};
@@ -172,8 +172,8 @@ enum Unit {
 /// A record read by the receive loop, waiting for its unit's turn.
 struct Staged {
     /// The routing id split off a bound socket's record.
-    route: Option<Vec<u8>>,
-    frames: Vec<Vec<u8>>,
+    route: Option<Frame>,
+    frames: Vec<Frame>,
 }
 
 /// Where a link's records go.
@@ -1285,14 +1285,14 @@ impl IoThread {
                         self.sched.handle_would_block(req);
                         continue;
                     };
-                    let len = frames.iter().map(Vec::len).sum();
+                    let len = frames.iter().map(|f| f.as_ref().len()).sum();
                     let (owner, staged) = match req.target() {
                         ReadTarget::Shared(_) if !frames.is_empty() => {
                             let route = frames.remove(0);
                             let owner = self
                                 .inbound
                                 .get(&slot)
-                                .and_then(|m| m.get(route.as_slice()))
+                                .and_then(|m| m.get(route.as_ref()))
                                 .and_then(|k| {
                                     self.links[*k].conn.as_ref().map(|c| Unit::Peer(*k, c.id))
                                 })
@@ -1364,7 +1364,7 @@ impl IoThread {
     }
 
     /// One record from a socket without blocking, if any.
-    fn recv_one(&self, slot: SlotKey) -> Option<Vec<Vec<u8>>> {
+    fn recv_one(&self, slot: SlotKey) -> Option<Vec<Frame>> {
         match self.slots.get(slot)?.as_ref()?.socket.try_recv_frames() {
             Ok(f) => f,
             Err(e) => {
@@ -1374,7 +1374,7 @@ impl IoThread {
         }
     }
 
-    fn on_frames(&mut self, slot: SlotKey, mut frames: Vec<Vec<u8>>, now: Instant) {
+    fn on_frames(&mut self, slot: SlotKey, mut frames: Vec<Frame>, now: Instant) {
         let Some(Some(s)) = self.slots.get(slot) else {
             return;
         };
@@ -1412,14 +1412,14 @@ impl IoThread {
         &mut self,
         slot: SlotKey,
         lane: Lane,
-        route: Vec<u8>,
-        frames: Vec<Vec<u8>>,
+        route: Frame,
+        frames: Vec<Frame>,
         now: Instant,
     ) {
         let known = self
             .inbound
             .get(&slot)
-            .and_then(|m| m.get(route.as_slice()))
+            .and_then(|m| m.get(route.as_ref()))
             .copied();
         match known {
             Some(k) => self.on_link_record(k, &frames, now),
@@ -1431,8 +1431,8 @@ impl IoThread {
         &mut self,
         slot: SlotKey,
         lane: Lane,
-        route: Vec<u8>,
-        frames: &[Vec<u8>],
+        route: Frame,
+        frames: &[Frame],
         now: Instant,
     ) {
         let hello = match records::decode(frames) {
@@ -1448,6 +1448,7 @@ impl IoThread {
                 return;
             }
         };
+        let route = route.as_ref().to_vec();
         let reject = |io: &mut IoThread, reason: RejectReason, detail: &str| {
             if let Some(Some(s)) = io.slots.get(slot) {
                 let _ = send_routed(&s.socket, Some(&route), &records::reject(reason, detail));
@@ -1610,7 +1611,7 @@ impl IoThread {
         );
     }
 
-    fn on_link_record(&mut self, k: LinkKey, frames: &[Vec<u8>], now: Instant) {
+    fn on_link_record(&mut self, k: LinkKey, frames: &[Frame], now: Instant) {
         let rec = match records::decode(frames) {
             Ok(r) => r,
             Err(e) => {
@@ -1797,7 +1798,7 @@ impl IoThread {
         }
     }
 
-    fn on_fanout(&mut self, i: usize, frames: Vec<Vec<u8>>, now: Instant) {
+    fn on_fanout(&mut self, i: usize, frames: Vec<Frame>, now: Instant) {
         let decoded = records::decode_fanout(&frames);
         let input = match &decoded {
             Ok(Fanout::Beacon) => FanoutInput::Beacon,
