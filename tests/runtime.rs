@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -63,6 +64,18 @@ async fn t1_route_mesh_ready_and_records_both_ways_tcp_and_ipc() {
         assert_eq!(&d.payload[..], b"to b");
         assert_eq!(&d.channel[..], b"greetings");
         assert_eq!(d.source, Source::Peer { rid: "a".into() });
+        // Every record of a connection shares one source: a reference count, not a copy.
+        a.send("b", "greetings", "again").await.expect("a -> b");
+        let ev = eb.wait(STEP, |e| delivery_payload(e).is_some()).await;
+        let (NodeEvent::Delivery(d2), Source::Peer { rid: first }) = (&ev, &d.source) else {
+            panic!("not a peer delivery: {ev:?}")
+        };
+        assert_eq!(&d2.payload[..], b"again");
+        assert!(
+            matches!(&d2.source, Source::Peer { rid } if Arc::ptr_eq(rid, first)),
+            "{:?}",
+            d2.source
+        );
 
         b.send("a", "greetings", "to a").await.expect("b -> a");
         let ev = ea.wait(STEP, |e| delivery_payload(e).is_some()).await;

@@ -199,6 +199,9 @@ struct Conn {
     hello_sent: bool,
     ready: bool,
     peer: Option<Identity>,
+    /// Who this connection's application records come from (once ready): built once, so a
+    /// delivery costs a reference count, not a copy of the peer's RID.
+    source: Option<Source>,
     /// This connection's probe tracker in the node's liveness table (once ready).
     live: Option<liveness::LinkKey>,
     /// The last probe id the peer sent on this connection (re-ACKed by disconnect sweeps).
@@ -248,6 +251,8 @@ impl Link {
 
 struct Sub {
     endpoint: String,
+    /// The source of this publisher's deliveries, built once (a reference count per record).
+    source: Source,
     slot: Option<SlotKey>,
     conn_id: Option<ConnId>,
     /// This publisher's watch in the node's liveness table.
@@ -439,6 +444,9 @@ impl IoThread {
             io.live_owner.insert(live, LiveOwner::Sub(io.subs.len()));
             io.subs.push(Sub {
                 endpoint: s.endpoint.clone(),
+                source: Source::Publisher {
+                    endpoint: Arc::from(s.endpoint.as_str()),
+                },
                 slot: None,
                 conn_id: None,
                 live,
@@ -1003,6 +1011,7 @@ impl IoThread {
             hello_sent: false,
             ready: false,
             peer: None,
+            source: None,
             live: None,
             last_peer_probe: None,
         });
@@ -1551,6 +1560,7 @@ impl IoThread {
             hello_sent: true,
             ready: false,
             peer: None,
+            source: None,
             live: None,
             last_peer_probe: None,
         });
@@ -1583,10 +1593,21 @@ impl IoThread {
     }
 
     fn become_ready(&mut self, k: LinkKey, peer: Identity, now: Instant) {
-        let Some(c) = self.links[k].conn.as_mut() else {
+        let l = &mut self.links[k];
+        let Some(c) = l.conn.as_mut() else {
             return;
         };
         c.ready = true;
+        let rid: Arc<str> = Arc::from(peer.rid.as_str());
+        c.source = Some(match &l.kind {
+            LinkKind::MeshDial { .. } => Source::Peer { rid },
+            LinkKind::Inbound {
+                lane: Lane::ClientServer,
+                ..
+            } => Source::Client { rid },
+            LinkKind::Inbound { .. } => Source::Peer { rid },
+            LinkKind::ClientDial { .. } => Source::Server { rid },
+        });
         let id = c.id;
         // The 15 s deadline runs from ready (seed 002 §3).
         let live = self.liveness.insert_connection(id, now);
@@ -1673,20 +1694,9 @@ impl IoThread {
                     // Diagnostics only: application traffic never extends the deadline (L2).
                     let _ = self.liveness.handle_app_traffic(live, now);
                 }
-                let peer_rid = self.links[k]
-                    .conn
-                    .as_ref()
-                    .and_then(|c| c.peer.as_ref())
-                    .map(|p| p.rid.clone())
-                    .unwrap_or_default();
-                let source = match &self.links[k].kind {
-                    LinkKind::MeshDial { .. } => Source::Peer { rid: peer_rid },
-                    LinkKind::Inbound {
-                        lane: Lane::ClientServer,
-                        ..
-                    } => Source::Client { rid: peer_rid },
-                    LinkKind::Inbound { .. } => Source::Peer { rid: peer_rid },
-                    LinkKind::ClientDial { .. } => Source::Server { rid: peer_rid },
+                let Some(source) = self.links[k].conn.as_ref().and_then(|c| c.source.clone())
+                else {
+                    return;
                 };
                 metrics::counter!("zmesh_app_records_received_total").increment(1);
                 let d = Delivery {
@@ -1817,9 +1827,7 @@ impl IoThread {
             self.subs[i].records += 1;
             metrics::counter!("zmesh_fanout_records_received_total").increment(1);
             self.out.push(NodeEvent::Delivery(Delivery {
-                source: Source::Publisher {
-                    endpoint: self.subs[i].endpoint.clone(),
-                },
+                source: self.subs[i].source.clone(),
                 channel: topic,
                 payload,
             }));
