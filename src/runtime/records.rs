@@ -245,14 +245,10 @@ pub(crate) fn close(reason: CloseReason) -> Vec<Vec<u8>> {
     Record::Close { reason }.encode()
 }
 
-/// MESSAGE (the channel was validated by the caller). The payload is shared, not copied:
-/// encoding copies it once into its frame.
-pub(crate) fn message(channel: &str, payload: Bytes) -> Result<Vec<Vec<u8>>, WireError> {
-    Ok(Record::Message(wire::Message {
-        channel: name(channel)?,
-        payload,
-    })
-    .encode())
+/// The envelope of a MESSAGE on `channel` (frame 0; the payload is frame 1 as it is, so it
+/// goes to the socket without a copy of ours, and a batch shares one envelope).
+pub(crate) fn message_envelope(channel: &str) -> Result<Vec<u8>, WireError> {
+    Ok(wire::Message::encode_envelope(&name(channel)?))
 }
 
 /// REQUEST.
@@ -305,21 +301,10 @@ pub(crate) fn item(call_id: NonZeroU64, seq: u64, payload: Bytes) -> Vec<Vec<u8>
     .encode()
 }
 
-/// A fanout application record. Topic and payload are shared, not copied: encoding copies
-/// them once into their frames.
-pub(crate) fn publish(
-    topic: Bytes,
-    generation: u64,
-    seq: u64,
-    payload: Bytes,
-) -> Result<Vec<Vec<u8>>, WireError> {
-    FanoutMessage::Publish {
-        topic,
-        generation: nz(generation),
-        seq,
-        payload,
-    }
-    .encode()
+/// The envelope of a fanout application record (frame 1, between the topic and the
+/// payload, which go to the socket as they are).
+pub(crate) fn publish_envelope(generation: u64, seq: u64) -> [u8; wire::PUBLISH_ENVELOPE_LEN] {
+    wire::encode_publish_envelope(nz(generation), seq)
 }
 
 /// The beacon's two frames.

@@ -47,7 +47,9 @@ use bytes::Bytes;
 
 use self::codec::{put_count, put_str, put_u64, Reader};
 pub use self::error::WireError;
-pub use self::fanout::{encode_beacon, FanoutMessage};
+pub use self::fanout::{
+    encode_beacon, encode_publish_envelope, FanoutMessage, PUBLISH_ENVELOPE_LEN,
+};
 pub use self::types::{
     BoundedStr, CloseReason, Detail, Label, Lane, Membership, Memberships, Name, RejectReason,
     ReplyCode, Role, Semantics,
@@ -228,6 +230,18 @@ pub struct Message {
     pub payload: Bytes,
 }
 
+impl Message {
+    /// Encodes frame 0 of a MESSAGE on `channel`, the envelope; frame 1 is the payload byte
+    /// for byte. A sender that hands the payload to its socket as it is skips copying it into
+    /// a frame, and one envelope serves every record of a batch on that channel. The same
+    /// bytes as frame 0 of [`Record::encode`].
+    pub fn encode_envelope(channel: &Name) -> Vec<u8> {
+        let mut env = envelope(Kind::Message);
+        put_str(&mut env, channel);
+        env
+    }
+}
+
 /// REQUEST: a call (alone, or inside a [`Batch`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
@@ -406,10 +420,7 @@ impl Record {
             }
             Record::Probe { id } => vec![encode_probe(*id).to_vec()],
             Record::Ack { id } => vec![encode_ack(*id).to_vec()],
-            Record::Message(m) => {
-                put_str(&mut env, &m.channel);
-                vec![env, m.payload.to_vec()]
-            }
+            Record::Message(m) => vec![Message::encode_envelope(&m.channel), m.payload.to_vec()],
             Record::Request(r) => encode_request(r).into(),
             Record::Accept(a) => {
                 put_u64(&mut env, a.call_id.get());

@@ -284,6 +284,22 @@ fn test_emit_publish() {
     assert_eq!(msg.encode().unwrap(), frames);
 }
 
+/// The envelope-only encoders emit exactly frame 0 of a MESSAGE and frame 1 of a PUBLISH.
+#[test]
+fn test_emit_envelopes_alone() {
+    let (frames, record) = message();
+    let Record::Message(m) = record else {
+        panic!("not a message")
+    };
+    assert_eq!(Message::encode_envelope(&m.channel), frames[0]);
+    let (frames, _) = publish();
+    assert_eq!(encode_publish_envelope(nz(1), 9).to_vec(), frames[1]);
+    assert_eq!(
+        encode_publish_envelope(nz(0x0102_0304_0506_0708), u64::MAX).to_vec(),
+        h("5a4d010d 0102030405060708 ffffffffffffffff")
+    );
+}
+
 /// `decode_with` accepts exactly what `decode` accepts, decodes it to the same value, and
 /// takes an accepted record's payloads from the caller's frames (shared, not copied).
 #[test]

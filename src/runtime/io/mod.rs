@@ -51,6 +51,7 @@ use crate::proto::sched::{
     Source as SchedSource,
 };
 use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
+use crate::proto::wire::{BEACON_TOPIC, MAX_TOPIC_LEN};
 use crate::proto::ConnId;
 use calls::CallKey;
 pub use calls::GRACEFUL_STOP_BOUND;
@@ -1897,7 +1898,9 @@ impl IoThread {
                     let r = self.send_server(&channel, &payload);
                     let _ = reply.send(r);
                 }
-                Command::Publish { topic, payload } => self.publish(topic, payload),
+                Command::Publish { topic, payload } => {
+                    self.publish(&topic, std::slice::from_ref(&payload))
+                }
                 Command::Snapshot(reply) => {
                     let _ = reply.send(self.snapshot(now));
                 }
@@ -1928,7 +1931,8 @@ impl IoThread {
 
     fn send_peer(&mut self, peer: &str, channel: &str, payload: &Bytes) -> Result<(), SendError> {
         let k = self.peer_link(peer, channel)?;
-        self.send_app(k, peer, channel, payload)
+        let env = message_envelope(channel)?;
+        self.send_app(k, peer, &env, payload)
     }
 
     /// Sends `payloads` in order on one peer link; stops at the first one not taken.
@@ -1940,9 +1944,10 @@ impl IoThread {
     ) -> Result<(), BatchSendError> {
         let k = self
             .peer_link(peer, channel)
-            .map_err(|error| BatchSendError { sent: 0, error })?;
+            .and_then(|k| Ok((k, message_envelope(channel)?)));
+        let (k, env) = k.map_err(|error| BatchSendError { sent: 0, error })?;
         for (sent, payload) in payloads.iter().enumerate() {
-            self.send_app(k, peer, channel, payload)
+            self.send_app(k, peer, &env, payload)
                 .map_err(|error| BatchSendError { sent, error })?;
         }
         Ok(())
@@ -1989,19 +1994,27 @@ impl IoThread {
         // Spread records over the ready servers.
         let pick = ready[self.server_rr % ready.len()];
         self.server_rr = self.server_rr.wrapping_add(1);
-        self.send_app(pick, channel, channel, payload)
+        let env = message_envelope(channel)?;
+        self.send_app(pick, channel, &env, payload)
     }
 
+    /// Sends one MESSAGE: `env` (from [`message_envelope`]) and the payload as it is.
     fn send_app(
         &mut self,
         k: LinkKey,
         who: &str,
-        channel: &str,
-        payload: &Bytes,
+        env: &[u8],
+        payload: &[u8],
     ) -> Result<(), SendError> {
-        let frames = records::message(channel, payload.clone())
-            .map_err(|e| SendError::Invalid(e.to_string()))?;
-        match self.send_on_link(k, frames) {
+        let Some(c) = self.links.get(k).and_then(|l| l.conn.as_ref()) else {
+            return Err(SendError::NotReady(who.to_owned()));
+        };
+        let sent = match (self.slots.get(c.slot), c.route.as_deref()) {
+            (Some(Some(s)), Some(route)) => s.socket.send_frames(&[route, env, payload]),
+            (Some(Some(s)), None) => s.socket.send_frames(&[env, payload]),
+            _ => Err(super::socket::SendError::Unreachable),
+        };
+        match sent {
             Ok(()) => {
                 metrics::counter!("zmesh_app_records_sent_total").increment(1);
                 Ok(())
@@ -2011,19 +2024,25 @@ impl IoThread {
         }
     }
 
-    fn publish(&mut self, topic: Bytes, payload: Bytes) {
+    /// Publishes `payloads` on `topic` in order, one sequence number each. Topic and payload
+    /// go to the socket as they are, between them an envelope built on the stack.
+    fn publish(&mut self, topic: &[u8], payloads: &[Bytes]) {
         let Some(p) = self.publisher.as_mut() else {
             tracing::warn!("publish on a node without a publisher endpoint");
             return;
         };
-        p.seq += 1;
-        let Ok(frames) = records::publish(topic, self.me.generation, p.seq, payload) else {
+        // Node::publish checked the topic; the wire rule is checked again here, once a batch.
+        if topic.is_empty() || topic.len() > MAX_TOPIC_LEN || topic == BEACON_TOPIC {
+            return;
+        }
+        let Some(Some(slot)) = self.slots.get(p.slot) else {
             return;
         };
-        if let Some(Some(slot)) = self.slots.get(p.slot) {
-            let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+        for payload in payloads {
+            p.seq += 1;
+            let env = records::publish_envelope(self.me.generation, p.seq);
             // PUB never blocks; at HWM libzmq drops for that subscriber (fanout loss rule).
-            let _ = slot.socket.send_frames(&refs);
+            let _ = slot.socket.send_frames(&[topic, &env, payload]);
         }
     }
 
@@ -2212,6 +2231,11 @@ fn admit_on(
         Err(Refusal::NotRequired) if lane == Lane::ClientServer => Ok(()),
         other => other,
     }
+}
+
+/// The MESSAGE envelope of `channel`, a refused channel being an argument error.
+fn message_envelope(channel: &str) -> Result<Vec<u8>, SendError> {
+    records::message_envelope(channel).map_err(|e| SendError::Invalid(e.to_string()))
 }
 
 /// Reconnect delay after `failures` consecutive failures: [`BACKOFF_MIN`] doubling up to
