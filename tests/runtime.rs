@@ -16,7 +16,7 @@ use common::{
 use zmesh::config::{Endpoint, NodeConfig, PeerConfig, ServerConfig};
 use zmesh::proto::state::{ConnState, FailureReason};
 use zmesh::proto::wire::{BEACON_PAYLOAD, BEACON_TOPIC};
-use zmesh::runtime::{Node, NodeEvent, SendError, Source};
+use zmesh::runtime::{Node, NodeEvent, PublishError, SendError, Source};
 
 const STEP: Duration = Duration::from_secs(10);
 
@@ -206,6 +206,74 @@ async fn t3_fanout_ready_on_beacon_then_records_never_beacons() {
     assert_eq!(&d.payload[..], b"p1");
     // The exact reserved topic is an argument error.
     assert!(p.publish(&BEACON_TOPIC, "x").is_err());
+    p.shutdown().await.expect("pub");
+    s.shutdown().await.expect("sub");
+}
+
+/// MISSION T3, L4: `Node::publish_batch` delivers every record of a batch, in order, on its
+/// topic, and refuses a whole batch for the arguments `publish` refuses (the reserved
+/// topic, an empty topic, a node without a publisher endpoint).
+#[tokio::test]
+async fn t3_publish_batch_delivers_in_order_and_refuses_publish_arguments() {
+    let ep = ipc("pubbatch");
+    let mut p = NodeConfig::new("pub");
+    p.publisher = Some(Endpoint {
+        endpoint: ep.clone(),
+    });
+    let p = Node::start(p).await.expect("pub");
+    let mut s = NodeConfig::new("sub");
+    s.subscriptions = vec![Endpoint {
+        endpoint: ep.clone(),
+    }];
+    let s = Node::start(s).await.expect("sub");
+    let mut es = Events::new(s.take_events().expect("events"));
+    es.wait(STEP, |e| is_state(e, "sub ", ConnState::Ready))
+        .await;
+
+    let one = || vec![Bytes::from_static(b"x")];
+    assert_eq!(
+        p.publish_batch(&BEACON_TOPIC, one()),
+        Err(PublishError::ReservedTopic)
+    );
+    assert_eq!(
+        p.publish_batch(&BEACON_TOPIC, Vec::new()),
+        Err(PublishError::ReservedTopic)
+    );
+    assert_eq!(p.publish_batch(b"", one()), Err(PublishError::InvalidTopic));
+    assert_eq!(
+        p.publish_batch(&[b'x'; 256], one()),
+        Err(PublishError::InvalidTopic)
+    );
+    assert_eq!(s.publish_batch(b"t", one()), Err(PublishError::NoPublisher));
+
+    // Two batches and a single publish in between: one order, nothing lost (far below HWM).
+    let batch = |from: usize| -> Vec<Bytes> {
+        (from..from + 300)
+            .map(|i| Bytes::from(format!("r{i}")))
+            .collect()
+    };
+    p.publish_batch(b"batch", batch(0)).expect("batch 1");
+    p.publish(b"batch", "r300").expect("publish");
+    p.publish_batch(b"batch", batch(301)).expect("batch 2");
+    let mut got = Vec::new();
+    while got.len() < 601 {
+        let ev = es.wait(STEP, |e| delivery_payload(e).is_some()).await;
+        let NodeEvent::Delivery(d) = ev else {
+            unreachable!()
+        };
+        assert_eq!(&d.channel[..], b"batch");
+        got.push(String::from_utf8(d.payload.to_vec()).expect("utf-8"));
+    }
+    let want: Vec<String> = (0..601).map(|i| format!("r{i}")).collect();
+    assert_eq!(got, want);
+    // Every record was a record of its own: the subscriber counted 601 (plus nothing else).
+    let snap = s.snapshot().await.expect("snapshot");
+    let link = snap
+        .links
+        .iter()
+        .find(|l| l.endpoint == ep)
+        .expect("subscription link");
+    assert_eq!(link.records_received, 601, "{}", snap.to_table());
     p.shutdown().await.expect("pub");
     s.shutdown().await.expect("sub");
 }

@@ -494,15 +494,7 @@ impl Node {
     /// Publishes a fanout record. The exact beacon topic is refused (MISSION L4); topics that
     /// merely share a prefix with it are fine.
     pub fn publish(&self, topic: &[u8], payload: impl Into<Bytes>) -> Result<(), PublishError> {
-        if topic == BEACON_TOPIC {
-            return Err(PublishError::ReservedTopic);
-        }
-        if topic.is_empty() || topic.len() > 255 {
-            return Err(PublishError::InvalidTopic);
-        }
-        if !self.inner.has_publisher {
-            return Err(PublishError::NoPublisher);
-        }
+        self.check_publish(topic)?;
         let cmd = Command::Publish {
             topic: Bytes::copy_from_slice(topic),
             payload: payload.into(),
@@ -512,6 +504,46 @@ impl Node {
         } else {
             Err(PublishError::Shutdown)
         }
+    }
+
+    /// Publishes several fanout records on `topic`, in order, with one command to the I/O
+    /// thread for all of them ([`Node::publish`] costs a command and a wake-up per record).
+    ///
+    /// The checks are those of `publish` and apply to the whole batch: a reserved or invalid
+    /// topic, or a node without a publisher endpoint, refuses every record (and an empty batch
+    /// is checked too). As with `publish`, `Ok` means the records were handed to the
+    /// publisher, one sequence number each, not that anyone received them: PUB never blocks,
+    /// and at the high-water mark libzmq drops records for a slow subscriber (the fanout loss
+    /// rule). The I/O thread publishes a batch in one go, so keep batches modest (hundreds of
+    /// records, not millions).
+    pub fn publish_batch(&self, topic: &[u8], payloads: Vec<Bytes>) -> Result<(), PublishError> {
+        self.check_publish(topic)?;
+        if payloads.is_empty() {
+            return Ok(());
+        }
+        let cmd = Command::PublishBatch {
+            topic: Bytes::copy_from_slice(topic),
+            payloads,
+        };
+        if self.command(cmd) {
+            Ok(())
+        } else {
+            Err(PublishError::Shutdown)
+        }
+    }
+
+    /// The argument checks of [`Node::publish`] and [`Node::publish_batch`].
+    fn check_publish(&self, topic: &[u8]) -> Result<(), PublishError> {
+        if topic == BEACON_TOPIC {
+            return Err(PublishError::ReservedTopic);
+        }
+        if topic.is_empty() || topic.len() > 255 {
+            return Err(PublishError::InvalidTopic);
+        }
+        if !self.inner.has_publisher {
+            return Err(PublishError::NoPublisher);
+        }
+        Ok(())
     }
 
     /// Calls `method` on a ready server of `channel` and decodes its result.

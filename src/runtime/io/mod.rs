@@ -114,6 +114,10 @@ pub(crate) enum Command {
         topic: Bytes,
         payload: Bytes,
     },
+    PublishBatch {
+        topic: Bytes,
+        payloads: Vec<Bytes>,
+    },
     Snapshot(oneshot::Sender<Snapshot>),
     Shutdown(oneshot::Sender<()>),
     Call {
@@ -1901,6 +1905,7 @@ impl IoThread {
                 Command::Publish { topic, payload } => {
                     self.publish(&topic, std::slice::from_ref(&payload))
                 }
+                Command::PublishBatch { topic, payloads } => self.publish(&topic, &payloads),
                 Command::Snapshot(reply) => {
                     let _ = reply.send(self.snapshot(now));
                 }
