@@ -266,14 +266,26 @@ async fn t3_publish_batch_delivers_in_order_and_refuses_publish_arguments() {
     }
     let want: Vec<String> = (0..601).map(|i| format!("r{i}")).collect();
     assert_eq!(got, want);
-    // Every record was a record of its own: the subscriber counted 601 (plus nothing else).
+    // A subscriber reuses the previous record's topic when it repeats: a change of topic (and
+    // a payload with the previous topic's bytes) is still delivered as sent.
+    p.publish_batch(b"other", vec![Bytes::from_static(b"batch")])
+        .expect("other topic");
+    p.publish(b"batch", "other").expect("back");
+    for (topic, payload) in [(&b"other"[..], &b"batch"[..]), (b"batch", b"other")] {
+        let ev = es.wait(STEP, |e| delivery_payload(e).is_some()).await;
+        let NodeEvent::Delivery(d) = ev else {
+            unreachable!()
+        };
+        assert_eq!((&d.channel[..], &d.payload[..]), (topic, payload));
+    }
+    // Every record was a record of its own: the subscriber counted 603 (and nothing else).
     let snap = s.snapshot().await.expect("snapshot");
     let link = snap
         .links
         .iter()
         .find(|l| l.endpoint == ep)
         .expect("subscription link");
-    assert_eq!(link.records_received, 601, "{}", snap.to_table());
+    assert_eq!(link.records_received, 603, "{}", snap.to_table());
     p.shutdown().await.expect("pub");
     s.shutdown().await.expect("sub");
 }

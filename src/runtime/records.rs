@@ -169,9 +169,18 @@ pub(crate) enum Fanout {
     Publish { topic: Bytes, payload: Bytes },
 }
 
-/// Decodes one fanout message.
-pub(crate) fn decode_fanout(frames: &[Frame]) -> Result<Fanout, WireError> {
-    Ok(match FanoutMessage::decode_with(frames, Frame::to_bytes)? {
+/// Decodes one fanout message. A frame with the bytes of `last_topic` (the topic of this
+/// publisher's previous record, as a rule the same) is taken as a clone of it rather than
+/// copied; the payload frame is shared, not copied.
+pub(crate) fn decode_fanout(frames: &[Frame], last_topic: &Bytes) -> Result<Fanout, WireError> {
+    let take = |f: &Frame| {
+        if f.as_ref() == last_topic.as_ref() {
+            last_topic.clone()
+        } else {
+            f.to_bytes()
+        }
+    };
+    Ok(match FanoutMessage::decode_with(frames, take)? {
         FanoutMessage::Beacon => Fanout::Beacon,
         FanoutMessage::Publish { topic, payload, .. } => Fanout::Publish { topic, payload },
     })

@@ -258,6 +258,9 @@ struct Sub {
     endpoint: String,
     /// The source of this publisher's deliveries, built once (a reference count per record).
     source: Source,
+    /// The topic of the last record delivered: the next record's topic, when it is the same,
+    /// is a clone of it instead of a fresh copy.
+    last_topic: Bytes,
     slot: Option<SlotKey>,
     conn_id: Option<ConnId>,
     /// This publisher's watch in the node's liveness table.
@@ -452,6 +455,7 @@ impl IoThread {
                 source: Source::Publisher {
                     endpoint: Arc::from(s.endpoint.as_str()),
                 },
+                last_topic: Bytes::new(),
                 slot: None,
                 conn_id: None,
                 live,
@@ -1814,7 +1818,7 @@ impl IoThread {
     }
 
     fn on_fanout(&mut self, i: usize, frames: Vec<Frame>, now: Instant) {
-        let decoded = records::decode_fanout(&frames);
+        let decoded = records::decode_fanout(&frames, &self.subs[i].last_topic);
         let input = match &decoded {
             Ok(Fanout::Beacon) => FanoutInput::Beacon,
             Ok(Fanout::Publish { .. }) => FanoutInput::Record,
@@ -1829,7 +1833,11 @@ impl IoThread {
         if let (Ok(FanoutDelivery::Deliver), Ok(Fanout::Publish { topic, payload })) =
             (verdict, decoded)
         {
-            self.subs[i].records += 1;
+            let s = &mut self.subs[i];
+            s.records += 1;
+            if s.last_topic != topic {
+                s.last_topic = topic.clone();
+            }
             metrics::counter!("zmesh_fanout_records_received_total").increment(1);
             self.out.push(NodeEvent::Delivery(Delivery {
                 source: self.subs[i].source.clone(),
