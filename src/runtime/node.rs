@@ -84,7 +84,10 @@ pub struct Delivery {
     pub source: Source,
     /// The channel (RouteMesh/ClientServer) or topic bytes (fanout).
     pub channel: Bytes,
-    /// The application payload.
+    /// The application payload. A payload of at least
+    /// [`SHARE_MIN`](crate::runtime::socket::SHARE_MIN) bytes is libzmq's received message
+    /// itself, not a copy: while it is alive it keeps libzmq's receive buffer (a few KiB,
+    /// shared with the records received around it) alive; copy it to keep it for long.
     pub payload: Bytes,
 }
 
