@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// Every metric the JSON must hold.
-const METRICS: [&str; 12] = [
+const METRICS: [&str; 13] = [
     "p1_oneway_64b",
     "p1_oneway_64b_batch",
     "p1_oneway_1k",
@@ -14,6 +14,7 @@ const METRICS: [&str; 12] = [
     "p2_call_p50",
     "p2_call_p99",
     "p3_fanout_64b",
+    "p3_fanout_64b_batch",
     "p5_idle_cpu",
     "p5_mem_per_conn",
     "p6_orderly_close",

@@ -115,7 +115,7 @@ async fn r4_fanout_flood_never_flips_the_quiet_publisher() {
     es.watch(WINDOW, |e| match e {
         NodeEvent::Delivery(d) => {
             assert!(
-                matches!(&d.source, Source::Publisher { endpoint } if *endpoint == flood_ep),
+                matches!(&d.source, Source::Publisher { endpoint } if **endpoint == *flood_ep),
                 "{:?}",
                 d.source
             );

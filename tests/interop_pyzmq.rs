@@ -235,7 +235,7 @@ async fn w4_l5_pyzmq_publisher_beacons_ready_nothing_delivered_then_record_deliv
     assert_eq!(
         d.source,
         Source::Publisher {
-            endpoint: ep.clone()
+            endpoint: ep.as_str().into()
         }
     );
     let snap = s.snapshot().await.expect("snapshot");

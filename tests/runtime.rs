@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -15,7 +16,7 @@ use common::{
 use zmesh::config::{Endpoint, NodeConfig, PeerConfig, ServerConfig};
 use zmesh::proto::state::{ConnState, FailureReason};
 use zmesh::proto::wire::{BEACON_PAYLOAD, BEACON_TOPIC};
-use zmesh::runtime::{Node, NodeEvent, SendError, Source};
+use zmesh::runtime::{Node, NodeEvent, PublishError, SendError, Source};
 
 const STEP: Duration = Duration::from_secs(10);
 
@@ -63,6 +64,18 @@ async fn t1_route_mesh_ready_and_records_both_ways_tcp_and_ipc() {
         assert_eq!(&d.payload[..], b"to b");
         assert_eq!(&d.channel[..], b"greetings");
         assert_eq!(d.source, Source::Peer { rid: "a".into() });
+        // Every record of a connection shares one source: a reference count, not a copy.
+        a.send("b", "greetings", "again").await.expect("a -> b");
+        let ev = eb.wait(STEP, |e| delivery_payload(e).is_some()).await;
+        let (NodeEvent::Delivery(d2), Source::Peer { rid: first }) = (&ev, &d.source) else {
+            panic!("not a peer delivery: {ev:?}")
+        };
+        assert_eq!(&d2.payload[..], b"again");
+        assert!(
+            matches!(&d2.source, Source::Peer { rid } if Arc::ptr_eq(rid, first)),
+            "{:?}",
+            d2.source
+        );
 
         b.send("a", "greetings", "to a").await.expect("b -> a");
         let ev = ea.wait(STEP, |e| delivery_payload(e).is_some()).await;
@@ -193,6 +206,86 @@ async fn t3_fanout_ready_on_beacon_then_records_never_beacons() {
     assert_eq!(&d.payload[..], b"p1");
     // The exact reserved topic is an argument error.
     assert!(p.publish(&BEACON_TOPIC, "x").is_err());
+    p.shutdown().await.expect("pub");
+    s.shutdown().await.expect("sub");
+}
+
+/// MISSION T3, L4: `Node::publish_batch` delivers every record of a batch, in order, on its
+/// topic, and refuses a whole batch for the arguments `publish` refuses (the reserved
+/// topic, an empty topic, a node without a publisher endpoint).
+#[tokio::test]
+async fn t3_publish_batch_delivers_in_order_and_refuses_publish_arguments() {
+    let ep = ipc("pubbatch");
+    let mut p = NodeConfig::new("pub");
+    p.publisher = Some(Endpoint {
+        endpoint: ep.clone(),
+    });
+    let p = Node::start(p).await.expect("pub");
+    let mut s = NodeConfig::new("sub");
+    s.subscriptions = vec![Endpoint {
+        endpoint: ep.clone(),
+    }];
+    let s = Node::start(s).await.expect("sub");
+    let mut es = Events::new(s.take_events().expect("events"));
+    es.wait(STEP, |e| is_state(e, "sub ", ConnState::Ready))
+        .await;
+
+    let one = || vec![Bytes::from_static(b"x")];
+    assert_eq!(
+        p.publish_batch(&BEACON_TOPIC, one()),
+        Err(PublishError::ReservedTopic)
+    );
+    assert_eq!(
+        p.publish_batch(&BEACON_TOPIC, Vec::new()),
+        Err(PublishError::ReservedTopic)
+    );
+    assert_eq!(p.publish_batch(b"", one()), Err(PublishError::InvalidTopic));
+    assert_eq!(
+        p.publish_batch(&[b'x'; 256], one()),
+        Err(PublishError::InvalidTopic)
+    );
+    assert_eq!(s.publish_batch(b"t", one()), Err(PublishError::NoPublisher));
+
+    // Two batches and a single publish in between: one order, nothing lost (far below HWM).
+    let batch = |from: usize| -> Vec<Bytes> {
+        (from..from + 300)
+            .map(|i| Bytes::from(format!("r{i}")))
+            .collect()
+    };
+    p.publish_batch(b"batch", batch(0)).expect("batch 1");
+    p.publish(b"batch", "r300").expect("publish");
+    p.publish_batch(b"batch", batch(301)).expect("batch 2");
+    let mut got = Vec::new();
+    while got.len() < 601 {
+        let ev = es.wait(STEP, |e| delivery_payload(e).is_some()).await;
+        let NodeEvent::Delivery(d) = ev else {
+            unreachable!()
+        };
+        assert_eq!(&d.channel[..], b"batch");
+        got.push(String::from_utf8(d.payload.to_vec()).expect("utf-8"));
+    }
+    let want: Vec<String> = (0..601).map(|i| format!("r{i}")).collect();
+    assert_eq!(got, want);
+    // A subscriber reuses the previous record's topic when it repeats: a change of topic (and
+    // a payload with the previous topic's bytes) is still delivered as sent.
+    p.publish_batch(b"other", vec![Bytes::from_static(b"batch")])
+        .expect("other topic");
+    p.publish(b"batch", "other").expect("back");
+    for (topic, payload) in [(&b"other"[..], &b"batch"[..]), (b"batch", b"other")] {
+        let ev = es.wait(STEP, |e| delivery_payload(e).is_some()).await;
+        let NodeEvent::Delivery(d) = ev else {
+            unreachable!()
+        };
+        assert_eq!((&d.channel[..], &d.payload[..]), (topic, payload));
+    }
+    // Every record was a record of its own: the subscriber counted 603 (and nothing else).
+    let snap = s.snapshot().await.expect("snapshot");
+    let link = snap
+        .links
+        .iter()
+        .find(|l| l.endpoint == ep)
+        .expect("subscription link");
+    assert_eq!(link.records_received, 603, "{}", snap.to_table());
     p.shutdown().await.expect("pub");
     s.shutdown().await.expect("sub");
 }

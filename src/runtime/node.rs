@@ -36,28 +36,32 @@ struct Inner {
 }
 
 /// Where a delivered record came from.
+///
+/// The names are `Arc<str>`: every record of a connection shares one allocation, so cloning a
+/// source (the runtime does once per delivery) is a reference count, not a copy. Compare with
+/// `&*rid == "node-b"`, build one with `"node-b".into()`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Source {
     /// A RouteMesh peer, by RID.
     Peer {
         /// The peer's RID.
-        rid: String,
+        rid: Arc<str>,
     },
     /// A ClientServer client connected to this node's server endpoint.
     Client {
         /// The client's RID.
-        rid: String,
+        rid: Arc<str>,
     },
     /// A ClientServer server this node is a client of.
     Server {
         /// The server's RID.
-        rid: String,
+        rid: Arc<str>,
     },
     /// A fanout publisher, by endpoint.
     Publisher {
         /// The publisher's endpoint.
-        endpoint: String,
+        endpoint: Arc<str>,
     },
 }
 
@@ -80,7 +84,10 @@ pub struct Delivery {
     pub source: Source,
     /// The channel (RouteMesh/ClientServer) or topic bytes (fanout).
     pub channel: Bytes,
-    /// The application payload.
+    /// The application payload. A payload of at least
+    /// [`SHARE_MIN`](crate::runtime::socket::SHARE_MIN) bytes is libzmq's received message
+    /// itself, not a copy: while it is alive it keeps libzmq's receive buffer (a few KiB,
+    /// shared with the records received around it) alive; copy it to keep it for long.
     pub payload: Bytes,
 }
 
@@ -500,15 +507,7 @@ impl Node {
     /// Publishes a fanout record. The exact beacon topic is refused (MISSION L4); topics that
     /// merely share a prefix with it are fine.
     pub fn publish(&self, topic: &[u8], payload: impl Into<Bytes>) -> Result<(), PublishError> {
-        if topic == BEACON_TOPIC {
-            return Err(PublishError::ReservedTopic);
-        }
-        if topic.is_empty() || topic.len() > 255 {
-            return Err(PublishError::InvalidTopic);
-        }
-        if !self.inner.has_publisher {
-            return Err(PublishError::NoPublisher);
-        }
+        self.check_publish(topic)?;
         let cmd = Command::Publish {
             topic: Bytes::copy_from_slice(topic),
             payload: payload.into(),
@@ -518,6 +517,46 @@ impl Node {
         } else {
             Err(PublishError::Shutdown)
         }
+    }
+
+    /// Publishes several fanout records on `topic`, in order, with one command to the I/O
+    /// thread for all of them ([`Node::publish`] costs a command and a wake-up per record).
+    ///
+    /// The checks are those of `publish` and apply to the whole batch: a reserved or invalid
+    /// topic, or a node without a publisher endpoint, refuses every record (and an empty batch
+    /// is checked too). As with `publish`, `Ok` means the records were handed to the
+    /// publisher, one sequence number each, not that anyone received them: PUB never blocks,
+    /// and at the high-water mark libzmq drops records for a slow subscriber (the fanout loss
+    /// rule). The I/O thread publishes a batch in one go, so keep batches modest (hundreds of
+    /// records, not millions).
+    pub fn publish_batch(&self, topic: &[u8], payloads: Vec<Bytes>) -> Result<(), PublishError> {
+        self.check_publish(topic)?;
+        if payloads.is_empty() {
+            return Ok(());
+        }
+        let cmd = Command::PublishBatch {
+            topic: Bytes::copy_from_slice(topic),
+            payloads,
+        };
+        if self.command(cmd) {
+            Ok(())
+        } else {
+            Err(PublishError::Shutdown)
+        }
+    }
+
+    /// The argument checks of [`Node::publish`] and [`Node::publish_batch`].
+    fn check_publish(&self, topic: &[u8]) -> Result<(), PublishError> {
+        if topic == BEACON_TOPIC {
+            return Err(PublishError::ReservedTopic);
+        }
+        if topic.is_empty() || topic.len() > 255 {
+            return Err(PublishError::InvalidTopic);
+        }
+        if !self.inner.has_publisher {
+            return Err(PublishError::NoPublisher);
+        }
+        Ok(())
     }
 
     /// Calls `method` on a ready server of `channel` and decodes its result.

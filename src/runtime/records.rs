@@ -5,6 +5,7 @@ use std::num::NonZeroU64;
 
 use bytes::Bytes;
 
+use super::socket::Frame;
 use crate::proto::handshake::{self, Expectation, Identity, Refusal};
 use crate::proto::state::FailureReason;
 use crate::proto::wire::{self, FanoutMessage, Label, Memberships, Name, Record, WireError};
@@ -118,9 +119,10 @@ fn wire_memberships(id: &Identity) -> Memberships {
     Memberships::new(list).unwrap_or_default()
 }
 
-/// Decodes one record (routing frames already removed).
-pub(crate) fn decode<F: AsRef<[u8]>>(frames: &[F]) -> Result<Rec, WireError> {
-    Ok(match Record::decode(frames)? {
+/// Decodes one record (routing frames already removed). A shared payload frame reaches the
+/// application without a copy.
+pub(crate) fn decode(frames: &[Frame]) -> Result<Rec, WireError> {
+    Ok(match Record::decode_with(frames, Frame::to_bytes)? {
         Record::Hello(h) => Rec::Hello(HelloRec {
             lane: h.lane,
             expect: Expectation {
@@ -167,9 +169,18 @@ pub(crate) enum Fanout {
     Publish { topic: Bytes, payload: Bytes },
 }
 
-/// Decodes one fanout message.
-pub(crate) fn decode_fanout<F: AsRef<[u8]>>(frames: &[F]) -> Result<Fanout, WireError> {
-    Ok(match FanoutMessage::decode(frames)? {
+/// Decodes one fanout message. A frame with the bytes of `last_topic` (the topic of this
+/// publisher's previous record, as a rule the same) is taken as a clone of it rather than
+/// copied; the payload frame is shared, not copied.
+pub(crate) fn decode_fanout(frames: &[Frame], last_topic: &Bytes) -> Result<Fanout, WireError> {
+    let take = |f: &Frame| {
+        if f.as_ref() == last_topic.as_ref() {
+            last_topic.clone()
+        } else {
+            f.to_bytes()
+        }
+    };
+    Ok(match FanoutMessage::decode_with(frames, take)? {
         FanoutMessage::Beacon => Fanout::Beacon,
         FanoutMessage::Publish { topic, payload, .. } => Fanout::Publish { topic, payload },
     })
@@ -243,14 +254,10 @@ pub(crate) fn close(reason: CloseReason) -> Vec<Vec<u8>> {
     Record::Close { reason }.encode()
 }
 
-/// MESSAGE (the channel was validated by the caller). The payload is shared, not copied:
-/// encoding copies it once into its frame.
-pub(crate) fn message(channel: &str, payload: Bytes) -> Result<Vec<Vec<u8>>, WireError> {
-    Ok(Record::Message(wire::Message {
-        channel: name(channel)?,
-        payload,
-    })
-    .encode())
+/// The envelope of a MESSAGE on `channel` (frame 0; the payload is frame 1 as it is, so it
+/// goes to the socket without a copy of ours, and a batch shares one envelope).
+pub(crate) fn message_envelope(channel: &str) -> Result<Vec<u8>, WireError> {
+    Ok(wire::Message::encode_envelope(&name(channel)?))
 }
 
 /// REQUEST.
@@ -303,21 +310,10 @@ pub(crate) fn item(call_id: NonZeroU64, seq: u64, payload: Bytes) -> Vec<Vec<u8>
     .encode()
 }
 
-/// A fanout application record. Topic and payload are shared, not copied: encoding copies
-/// them once into their frames.
-pub(crate) fn publish(
-    topic: Bytes,
-    generation: u64,
-    seq: u64,
-    payload: Bytes,
-) -> Result<Vec<Vec<u8>>, WireError> {
-    FanoutMessage::Publish {
-        topic,
-        generation: nz(generation),
-        seq,
-        payload,
-    }
-    .encode()
+/// The envelope of a fanout application record (frame 1, between the topic and the
+/// payload, which go to the socket as they are).
+pub(crate) fn publish_envelope(generation: u64, seq: u64) -> [u8; wire::PUBLISH_ENVELOPE_LEN] {
+    wire::encode_publish_envelope(nz(generation), seq)
 }
 
 /// The beacon's two frames.

@@ -4,8 +4,10 @@ use std::num::NonZeroU64;
 
 use bytes::Bytes;
 
-use super::codec::{put_u64, Reader};
-use super::{envelope, read_header, Kind, WireError, BEACON_PAYLOAD, BEACON_TOPIC, MAX_TOPIC_LEN};
+use super::codec::Reader;
+use super::{
+    read_header, Kind, WireError, BEACON_PAYLOAD, BEACON_TOPIC, MAGIC, MAX_TOPIC_LEN, VERSION,
+};
 
 /// One message on a Classic fanout PUB/SUB socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,10 +45,8 @@ impl FanoutMessage {
                 payload,
             } => {
                 check_topic(topic)?;
-                let mut env = envelope(Kind::Publish);
-                put_u64(&mut env, generation.get());
-                put_u64(&mut env, *seq);
-                Ok(vec![topic.to_vec(), env, payload.to_vec()])
+                let env = encode_publish_envelope(*generation, *seq);
+                Ok(vec![topic.to_vec(), env.to_vec(), payload.to_vec()])
             }
         }
     }
@@ -55,16 +55,27 @@ impl FanoutMessage {
     ///
     /// The reserved topic is recognised first: exactly the beacon decodes as `Beacon`, any
     /// other message on that exact topic is class `reserved_topic`. Everything else is checked
-    /// as a PUBLISH in the order of WIRE.md §6.
+    /// as a PUBLISH in the order of WIRE.md §6. Topic and payload are copied out of their
+    /// frames; [`FanoutMessage::decode_with`] can share them instead.
     pub fn decode<F: AsRef<[u8]>>(frames: &[F]) -> Result<FanoutMessage, WireError> {
-        let Some((topic, rest)) = frames.split_first() else {
+        Self::decode_with(frames, |f| Bytes::copy_from_slice(f.as_ref()))
+    }
+
+    /// [`FanoutMessage::decode`], taking the topic and payload frames of an accepted PUBLISH
+    /// with `take` instead of copying them (see [`super::Record::decode_with`]). `take` is
+    /// called only after every check passed, and the checks are exactly those of `decode`.
+    pub fn decode_with<F: AsRef<[u8]>>(
+        frames: &[F],
+        take: impl Fn(&F) -> Bytes,
+    ) -> Result<FanoutMessage, WireError> {
+        let Some((topic_frame, rest)) = frames.split_first() else {
             return Err(WireError::FrameCount {
                 kind: None,
                 expected: 2,
                 found: 0,
             });
         };
-        let topic = topic.as_ref();
+        let topic = topic_frame.as_ref();
         if topic == BEACON_TOPIC {
             return match rest {
                 [payload] if payload.as_ref() == BEACON_PAYLOAD => Ok(FanoutMessage::Beacon),
@@ -109,10 +120,10 @@ impl FanoutMessage {
             "must be non-zero",
         ))?;
         Ok(FanoutMessage::Publish {
-            topic: Bytes::copy_from_slice(topic),
+            topic: take(topic_frame),
             generation,
             seq,
-            payload: Bytes::copy_from_slice(payload.as_ref()),
+            payload: take(payload),
         })
     }
 
@@ -124,6 +135,41 @@ impl FanoutMessage {
             FanoutMessage::Publish { .. } => Some(Kind::Publish),
         }
     }
+}
+
+/// The length of a PUBLISH envelope: the header, the generation and the sequence number.
+pub const PUBLISH_ENVELOPE_LEN: usize = 20;
+
+/// Encodes frame 1 of a PUBLISH, the envelope, without allocating; frames 0 and 2 are the
+/// topic and the payload byte for byte, so a publisher hands them to its socket as they are
+/// (after checking the topic as [`FanoutMessage::encode`] does). The same bytes as frame 1
+/// of [`FanoutMessage::encode`].
+pub fn encode_publish_envelope(generation: NonZeroU64, seq: u64) -> [u8; PUBLISH_ENVELOPE_LEN] {
+    let [m0, m1] = MAGIC;
+    let [g0, g1, g2, g3, g4, g5, g6, g7] = generation.get().to_be_bytes();
+    let [s0, s1, s2, s3, s4, s5, s6, s7] = seq.to_be_bytes();
+    [
+        m0,
+        m1,
+        VERSION,
+        Kind::Publish as u8,
+        g0,
+        g1,
+        g2,
+        g3,
+        g4,
+        g5,
+        g6,
+        g7,
+        s0,
+        s1,
+        s2,
+        s3,
+        s4,
+        s5,
+        s6,
+        s7,
+    ]
 }
 
 /// The two frames of the liveness beacon, without allocating (MISSION L4).

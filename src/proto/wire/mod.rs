@@ -47,7 +47,9 @@ use bytes::Bytes;
 
 use self::codec::{put_count, put_str, put_u64, Reader};
 pub use self::error::WireError;
-pub use self::fanout::{encode_beacon, FanoutMessage};
+pub use self::fanout::{
+    encode_beacon, encode_publish_envelope, FanoutMessage, PUBLISH_ENVELOPE_LEN,
+};
 pub use self::types::{
     BoundedStr, CloseReason, Detail, Label, Lane, Membership, Memberships, Name, RejectReason,
     ReplyCode, Role, Semantics,
@@ -228,6 +230,18 @@ pub struct Message {
     pub payload: Bytes,
 }
 
+impl Message {
+    /// Encodes frame 0 of a MESSAGE on `channel`, the envelope; frame 1 is the payload byte
+    /// for byte. A sender that hands the payload to its socket as it is skips copying it into
+    /// a frame, and one envelope serves every record of a batch on that channel. The same
+    /// bytes as frame 0 of [`Record::encode`].
+    pub fn encode_envelope(channel: &Name) -> Vec<u8> {
+        let mut env = envelope(Kind::Message);
+        put_str(&mut env, channel);
+        env
+    }
+}
+
 /// REQUEST: a call (alone, or inside a [`Batch`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
@@ -406,10 +420,7 @@ impl Record {
             }
             Record::Probe { id } => vec![encode_probe(*id).to_vec()],
             Record::Ack { id } => vec![encode_ack(*id).to_vec()],
-            Record::Message(m) => {
-                put_str(&mut env, &m.channel);
-                vec![env, m.payload.to_vec()]
-            }
+            Record::Message(m) => vec![Message::encode_envelope(&m.channel), m.payload.to_vec()],
             Record::Request(r) => encode_request(r).into(),
             Record::Accept(a) => {
                 put_u64(&mut env, a.call_id.get());
@@ -443,8 +454,20 @@ impl Record {
 
     /// Decodes one record from its frames (routing frames already removed).
     ///
-    /// Checks run in the order of WIRE.md §6 and the first failure is returned.
+    /// Checks run in the order of WIRE.md §6 and the first failure is returned. Payloads are
+    /// copied out of their frames; [`Record::decode_with`] can share them instead.
     pub fn decode<F: AsRef<[u8]>>(frames: &[F]) -> Result<Record, WireError> {
+        Self::decode_with(frames, |f| Bytes::copy_from_slice(f.as_ref()))
+    }
+
+    /// [`Record::decode`], taking each payload frame of an accepted record with `payload`
+    /// instead of copying it: a caller whose frames already own shareable bytes (a receive
+    /// buffer) hands them to the application without a copy. `payload` is called only after
+    /// every check of the record passed, and the checks are exactly those of `decode`.
+    pub fn decode_with<F: AsRef<[u8]>>(
+        frames: &[F],
+        payload: impl Fn(&F) -> Bytes,
+    ) -> Result<Record, WireError> {
         let Some((first, rest)) = frames.split_first() else {
             return Err(WireError::FrameCount {
                 kind: None,
@@ -453,7 +476,8 @@ impl Record {
             });
         };
         let (kind, body) = read_header(first.as_ref())?;
-        decode_body(kind, Reader::new(body, kind), frames, rest).map_err(|e| e.in_kind(kind))
+        decode_body(kind, Reader::new(body, kind), frames, rest, &payload)
+            .map_err(|e| e.in_kind(kind))
     }
 }
 
@@ -464,6 +488,7 @@ fn decode_body<F: AsRef<[u8]>>(
     mut r: Reader<'_>,
     frames: &[F],
     rest: &[F],
+    take: &impl Fn(&F) -> Bytes,
 ) -> Result<Record, WireError> {
     match kind {
         Kind::Hello => {
@@ -531,14 +556,14 @@ fn decode_body<F: AsRef<[u8]>>(
             let payload = one_payload(kind, frames)?;
             Ok(Record::Message(Message {
                 channel: Name::from_wire(channel, "channel")?,
-                payload: Bytes::copy_from_slice(payload),
+                payload: take(payload),
             }))
         }
         Kind::Request => {
             let raw = RawRequest::read(&mut r)?;
             r.finish()?;
             let payload = one_payload(kind, frames)?;
-            raw.check(payload).map(Record::Request)
+            raw.check(|| take(payload)).map(Record::Request)
         }
         Kind::Accept => {
             let call_id = r.u64("call_id")?;
@@ -560,7 +585,7 @@ fn decode_body<F: AsRef<[u8]>>(
             Ok(Record::Reply(Reply {
                 call_id: non_zero(call_id, "call_id")?,
                 code: ReplyCode::try_from(code)?,
-                payload: Bytes::copy_from_slice(payload),
+                payload: take(payload),
             }))
         }
         Kind::Item => {
@@ -571,7 +596,7 @@ fn decode_body<F: AsRef<[u8]>>(
             Ok(Record::Item(Item {
                 call_id: non_zero(call_id, "call_id")?,
                 seq,
-                payload: Bytes::copy_from_slice(payload),
+                payload: take(payload),
             }))
         }
         Kind::Close => {
@@ -606,7 +631,7 @@ fn decode_body<F: AsRef<[u8]>>(
                     // chunks_exact(2) only yields pairs.
                     continue;
                 };
-                requests.push(decode_inner_request(env.as_ref(), payload.as_ref())?);
+                requests.push(decode_inner_request(env.as_ref(), || take(payload))?);
             }
             Ok(Record::Batch(Batch(requests)))
         }
@@ -683,9 +708,9 @@ fn no_payload<F>(kind: Kind, frames: &[F]) -> Result<(), WireError> {
 }
 
 /// Frame-count check of a two-frame kind; returns the payload frame.
-fn one_payload<F: AsRef<[u8]>>(kind: Kind, frames: &[F]) -> Result<&[u8], WireError> {
+fn one_payload<F>(kind: Kind, frames: &[F]) -> Result<&F, WireError> {
     match frames {
-        [_, payload] => Ok(payload.as_ref()),
+        [_, payload] => Ok(payload),
         _ => Err(WireError::FrameCount {
             kind: Some(kind),
             expected: 2,
@@ -757,7 +782,7 @@ fn encode_request(r: &Request) -> [Vec<u8>; 2] {
 
 /// Decodes one REQUEST of a BATCH: the same rules as a lone REQUEST, the frame count being
 /// fixed by the batch.
-fn decode_inner_request(env: &[u8], payload: &[u8]) -> Result<Request, WireError> {
+fn decode_inner_request(env: &[u8], payload: impl FnOnce() -> Bytes) -> Result<Request, WireError> {
     let (kind, body) = read_header(env)?;
     if kind != Kind::Request {
         return Err(WireError::invalid(
@@ -794,8 +819,9 @@ impl<'a> RawRequest<'a> {
         })
     }
 
-    /// Checks the field values (context-free errors: the caller names the kind).
-    fn check(self, payload: &[u8]) -> Result<Request, WireError> {
+    /// Checks the field values (context-free errors: the caller names the kind); `payload`
+    /// is taken only once they all passed.
+    fn check(self, payload: impl FnOnce() -> Bytes) -> Result<Request, WireError> {
         Ok(Request {
             call_id: non_zero(self.call_id, "call_id")?,
             ttl_ms: NonZeroU64::new(self.ttl_ms),
@@ -803,7 +829,7 @@ impl<'a> RawRequest<'a> {
             channel: Name::from_wire(self.channel, "channel")?,
             method: Name::from_wire(self.method, "method")?,
             idempotency_key: optional_name(self.idempotency_key, "idempotency_key")?,
-            payload: Bytes::copy_from_slice(payload),
+            payload: payload(),
         })
     }
 }

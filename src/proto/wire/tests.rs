@@ -284,6 +284,73 @@ fn test_emit_publish() {
     assert_eq!(msg.encode().unwrap(), frames);
 }
 
+/// The envelope-only encoders emit exactly frame 0 of a MESSAGE and frame 1 of a PUBLISH.
+#[test]
+fn test_emit_envelopes_alone() {
+    let (frames, record) = message();
+    let Record::Message(m) = record else {
+        panic!("not a message")
+    };
+    assert_eq!(Message::encode_envelope(&m.channel), frames[0]);
+    let (frames, _) = publish();
+    assert_eq!(encode_publish_envelope(nz(1), 9).to_vec(), frames[1]);
+    assert_eq!(
+        encode_publish_envelope(nz(0x0102_0304_0506_0708), u64::MAX).to_vec(),
+        h("5a4d010d 0102030405060708 ffffffffffffffff")
+    );
+}
+
+/// `decode_with` accepts exactly what `decode` accepts, decodes it to the same value, and
+/// takes an accepted record's payloads from the caller's frames (shared, not copied).
+#[test]
+fn decode_with_shares_payloads_and_agrees_with_decode() {
+    for (frames, record) in examples() {
+        let shared: Vec<Bytes> = frames.iter().cloned().map(Bytes::from).collect();
+        let got = Record::decode_with(&shared, Bytes::clone).unwrap();
+        assert_eq!(got, record);
+        let payload = match &got {
+            Record::Message(m) => Some(&m.payload),
+            Record::Reply(r) => Some(&r.payload),
+            Record::Item(i) => Some(&i.payload),
+            _ => None,
+        };
+        if let (Some(p), Some(last)) = (payload, shared.last()) {
+            assert_eq!(p.as_ptr(), last.as_ptr(), "payload was copied");
+        }
+    }
+    let (frames, msg) = publish();
+    let shared: Vec<Bytes> = frames.into_iter().map(Bytes::from).collect();
+    let got = FanoutMessage::decode_with(&shared, Bytes::clone).unwrap();
+    assert_eq!(got, msg);
+    let FanoutMessage::Publish { payload, .. } = got else {
+        panic!("not a publish");
+    };
+    assert_eq!(payload.as_ptr(), shared[2].as_ptr(), "payload was copied");
+}
+
+/// A rejected record never has its payload taken, and is rejected with `decode`'s error.
+#[test]
+fn rejects_with_decode_with_as_with_decode() {
+    let (mut frames, _) = message();
+    frames[0][3] = 0x7f; // unknown kind
+    let taken = std::cell::Cell::new(0);
+    let take = |f: &Vec<u8>| {
+        taken.set(taken.get() + 1);
+        Bytes::copy_from_slice(f)
+    };
+    assert_eq!(
+        Record::decode_with(&frames, take).unwrap_err(),
+        decode(&frames).unwrap_err()
+    );
+    let (mut frames, _) = publish();
+    frames.push(vec![1]); // a fourth frame
+    assert_eq!(
+        FanoutMessage::decode_with(&frames, take).unwrap_err(),
+        FanoutMessage::decode(&frames).unwrap_err()
+    );
+    assert_eq!(taken.get(), 0);
+}
+
 #[test]
 fn test_parse_beacon() {
     assert_eq!(

@@ -42,7 +42,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::node::{BatchSendError, Delivery, NodeError, NodeEvent, SendError, Source, StateChange};
 use super::records::{self, CloseReason, Fanout, Lane, Rec, RejectReason};
 use super::snapshot::{FailureSnapshot, LinkSnapshot, Snapshot, SNAPSHOT_LIMIT};
-use super::socket::{FrameSocket, MonitorEvent, Sockets, CLOSE_LINGER_MS};
+use super::socket::{Frame, FrameSocket, MonitorEvent, Sockets, CLOSE_LINGER_MS};
 use crate::config::NodeConfig;
 use crate::proto::calls::{CallId, CallTable, ServeTable};
 use crate::proto::handshake::{self, Expectation, Identity, Refusal};
@@ -55,6 +55,7 @@ use crate::proto::sched::{
     Source as SchedSource,
 };
 use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
+use crate::proto::wire::{BEACON_TOPIC, MAX_TOPIC_LEN};
 use crate::proto::ConnId;
 use calls::CallKey;
 pub use calls::GRACEFUL_STOP_BOUND;
@@ -118,6 +119,10 @@ pub(crate) enum Command {
         topic: Bytes,
         payload: Bytes,
     },
+    PublishBatch {
+        topic: Bytes,
+        payloads: Vec<Bytes>,
+    },
     Snapshot(oneshot::Sender<Snapshot>),
     Shutdown(oneshot::Sender<()>),
     Call {
@@ -177,8 +182,8 @@ enum Unit {
 /// A record read by the receive loop, waiting for its unit's turn.
 struct Staged {
     /// The routing id split off a bound socket's record.
-    route: Option<Vec<u8>>,
-    frames: Vec<Vec<u8>>,
+    route: Option<Frame>,
+    frames: Vec<Frame>,
 }
 
 /// Where a link's records go.
@@ -204,6 +209,9 @@ struct Conn {
     hello_sent: bool,
     ready: bool,
     peer: Option<Identity>,
+    /// Who this connection's application records come from (once ready): built once, so a
+    /// delivery costs a reference count, not a copy of the peer's RID.
+    source: Option<Source>,
     /// This connection's probe tracker in the node's liveness table (once ready).
     live: Option<liveness::LinkKey>,
     /// The last probe id the peer sent on this connection (re-ACKed by disconnect sweeps).
@@ -253,6 +261,11 @@ impl Link {
 
 struct Sub {
     endpoint: String,
+    /// The source of this publisher's deliveries, built once (a reference count per record).
+    source: Source,
+    /// The topic of the last record delivered: the next record's topic, when it is the same,
+    /// is a clone of it instead of a fresh copy.
+    last_topic: Bytes,
     slot: Option<SlotKey>,
     conn_id: Option<ConnId>,
     /// This publisher's watch in the node's liveness table.
@@ -478,6 +491,10 @@ impl IoThread {
             io.live_owner.insert(live, LiveOwner::Sub(io.subs.len()));
             io.subs.push(Sub {
                 endpoint: s.endpoint.clone(),
+                source: Source::Publisher {
+                    endpoint: Arc::from(s.endpoint.as_str()),
+                },
+                last_topic: Bytes::new(),
                 slot: None,
                 conn_id: None,
                 live,
@@ -1146,6 +1163,7 @@ impl IoThread {
             hello_sent: false,
             ready: false,
             peer: None,
+            source: None,
             live: None,
             last_peer_probe: None,
         });
@@ -1441,14 +1459,14 @@ impl IoThread {
                         self.sched.handle_would_block(req);
                         continue;
                     };
-                    let len = frames.iter().map(Vec::len).sum();
+                    let len = frames.iter().map(|f| f.as_ref().len()).sum();
                     let (owner, staged) = match req.target() {
                         ReadTarget::Shared(_) if !frames.is_empty() => {
                             let route = frames.remove(0);
                             let owner = self
                                 .inbound
                                 .get(&slot)
-                                .and_then(|m| m.get(route.as_slice()))
+                                .and_then(|m| m.get(route.as_ref()))
                                 .and_then(|k| {
                                     self.links[*k].conn.as_ref().map(|c| Unit::Peer(*k, c.id))
                                 })
@@ -1521,7 +1539,7 @@ impl IoThread {
 
     /// One record from a socket without blocking, if any. "Nothing" (or an error) takes the
     /// socket out of the readable set until its descriptor fires or a check finds a record.
-    fn recv_one(&mut self, slot: SlotKey) -> Option<Vec<Vec<u8>>> {
+    fn recv_one(&mut self, slot: SlotKey) -> Option<Vec<Frame>> {
         let got = match self.slots.get(slot)?.as_ref()?.socket.try_recv_frames() {
             Ok(f) => f,
             Err(e) => {
@@ -1536,7 +1554,7 @@ impl IoThread {
         got
     }
 
-    fn on_frames(&mut self, slot: SlotKey, mut frames: Vec<Vec<u8>>, now: Instant) {
+    fn on_frames(&mut self, slot: SlotKey, mut frames: Vec<Frame>, now: Instant) {
         let Some(Some(s)) = self.slots.get(slot) else {
             return;
         };
@@ -1574,14 +1592,14 @@ impl IoThread {
         &mut self,
         slot: SlotKey,
         lane: Lane,
-        route: Vec<u8>,
-        frames: Vec<Vec<u8>>,
+        route: Frame,
+        frames: Vec<Frame>,
         now: Instant,
     ) {
         let known = self
             .inbound
             .get(&slot)
-            .and_then(|m| m.get(route.as_slice()))
+            .and_then(|m| m.get(route.as_ref()))
             .copied();
         match known {
             Some(k) => self.on_link_record(k, &frames, now),
@@ -1593,8 +1611,8 @@ impl IoThread {
         &mut self,
         slot: SlotKey,
         lane: Lane,
-        route: Vec<u8>,
-        frames: &[Vec<u8>],
+        route: Frame,
+        frames: &[Frame],
         now: Instant,
     ) {
         let hello = match records::decode(frames) {
@@ -1610,6 +1628,7 @@ impl IoThread {
                 return;
             }
         };
+        let route = route.as_ref().to_vec();
         let reject = |io: &mut IoThread, reason: RejectReason, detail: &str| {
             let _ = io.send_slot(slot, Some(&route), &records::reject(reason, detail));
         };
@@ -1710,6 +1729,7 @@ impl IoThread {
             hello_sent: true,
             ready: false,
             peer: None,
+            source: None,
             live: None,
             last_peer_probe: None,
         });
@@ -1744,10 +1764,21 @@ impl IoThread {
     fn become_ready(&mut self, k: LinkKey, peer: Identity, now: Instant) {
         // A ready connection has no handshake timeout any more.
         self.timers_changed();
-        let Some(c) = self.links[k].conn.as_mut() else {
+        let l = &mut self.links[k];
+        let Some(c) = l.conn.as_mut() else {
             return;
         };
         c.ready = true;
+        let rid: Arc<str> = Arc::from(peer.rid.as_str());
+        c.source = Some(match &l.kind {
+            LinkKind::MeshDial { .. } => Source::Peer { rid },
+            LinkKind::Inbound {
+                lane: Lane::ClientServer,
+                ..
+            } => Source::Client { rid },
+            LinkKind::Inbound { .. } => Source::Peer { rid },
+            LinkKind::ClientDial { .. } => Source::Server { rid },
+        });
         let id = c.id;
         // The 15 s deadline runs from ready (seed 002 §3).
         let live = self.liveness.insert_connection(id, now);
@@ -1772,7 +1803,7 @@ impl IoThread {
         );
     }
 
-    fn on_link_record(&mut self, k: LinkKey, frames: &[Vec<u8>], now: Instant) {
+    fn on_link_record(&mut self, k: LinkKey, frames: &[Frame], now: Instant) {
         let rec = match records::decode(frames) {
             Ok(r) => r,
             Err(e) => {
@@ -1836,20 +1867,9 @@ impl IoThread {
                     // Diagnostics only: application traffic never extends the deadline (L2).
                     let _ = self.liveness.handle_app_traffic(live, now);
                 }
-                let peer_rid = self.links[k]
-                    .conn
-                    .as_ref()
-                    .and_then(|c| c.peer.as_ref())
-                    .map(|p| p.rid.clone())
-                    .unwrap_or_default();
-                let source = match &self.links[k].kind {
-                    LinkKind::MeshDial { .. } => Source::Peer { rid: peer_rid },
-                    LinkKind::Inbound {
-                        lane: Lane::ClientServer,
-                        ..
-                    } => Source::Client { rid: peer_rid },
-                    LinkKind::Inbound { .. } => Source::Peer { rid: peer_rid },
-                    LinkKind::ClientDial { .. } => Source::Server { rid: peer_rid },
+                let Some(source) = self.links[k].conn.as_ref().and_then(|c| c.source.clone())
+                else {
+                    return;
                 };
                 metrics::counter!("zmesh_app_records_received_total").increment(1);
                 let d = Delivery {
@@ -1991,8 +2011,8 @@ impl IoThread {
         }
     }
 
-    fn on_fanout(&mut self, i: usize, frames: Vec<Vec<u8>>, now: Instant) {
-        let decoded = records::decode_fanout(&frames);
+    fn on_fanout(&mut self, i: usize, frames: Vec<Frame>, now: Instant) {
+        let decoded = records::decode_fanout(&frames, &self.subs[i].last_topic);
         let input = match &decoded {
             Ok(Fanout::Beacon) => FanoutInput::Beacon,
             Ok(Fanout::Publish { .. }) => FanoutInput::Record,
@@ -2007,12 +2027,14 @@ impl IoThread {
         if let (Ok(FanoutDelivery::Deliver), Ok(Fanout::Publish { topic, payload })) =
             (verdict, decoded)
         {
-            self.subs[i].records += 1;
+            let s = &mut self.subs[i];
+            s.records += 1;
+            if s.last_topic != topic {
+                s.last_topic = topic.clone();
+            }
             metrics::counter!("zmesh_fanout_records_received_total").increment(1);
             self.out.push(NodeEvent::Delivery(Delivery {
-                source: Source::Publisher {
-                    endpoint: self.subs[i].endpoint.clone(),
-                },
+                source: self.subs[i].source.clone(),
                 channel: topic,
                 payload,
             }));
@@ -2083,7 +2105,10 @@ impl IoThread {
                     let r = self.send_server(&channel, &payload);
                     let _ = reply.send(r);
                 }
-                Command::Publish { topic, payload } => self.publish(topic, payload),
+                Command::Publish { topic, payload } => {
+                    self.publish(&topic, std::slice::from_ref(&payload))
+                }
+                Command::PublishBatch { topic, payloads } => self.publish(&topic, &payloads),
                 Command::Snapshot(reply) => {
                     let _ = reply.send(self.snapshot(now));
                 }
@@ -2114,7 +2139,8 @@ impl IoThread {
 
     fn send_peer(&mut self, peer: &str, channel: &str, payload: &Bytes) -> Result<(), SendError> {
         let k = self.peer_link(peer, channel)?;
-        self.send_app(k, peer, channel, payload)
+        let env = message_envelope(channel)?;
+        self.send_app(k, peer, &env, payload)
     }
 
     /// Sends `payloads` in order on one peer link; stops at the first one not taken.
@@ -2126,9 +2152,10 @@ impl IoThread {
     ) -> Result<(), BatchSendError> {
         let k = self
             .peer_link(peer, channel)
-            .map_err(|error| BatchSendError { sent: 0, error })?;
+            .and_then(|k| Ok((k, message_envelope(channel)?)));
+        let (k, env) = k.map_err(|error| BatchSendError { sent: 0, error })?;
         for (sent, payload) in payloads.iter().enumerate() {
-            self.send_app(k, peer, channel, payload)
+            self.send_app(k, peer, &env, payload)
                 .map_err(|error| BatchSendError { sent, error })?;
         }
         Ok(())
@@ -2175,19 +2202,27 @@ impl IoThread {
         // Spread records over the ready servers.
         let pick = ready[self.server_rr % ready.len()];
         self.server_rr = self.server_rr.wrapping_add(1);
-        self.send_app(pick, channel, channel, payload)
+        let env = message_envelope(channel)?;
+        self.send_app(pick, channel, &env, payload)
     }
 
+    /// Sends one MESSAGE: `env` (from [`message_envelope`]) and the payload as it is.
     fn send_app(
         &mut self,
         k: LinkKey,
         who: &str,
-        channel: &str,
-        payload: &Bytes,
+        env: &[u8],
+        payload: &[u8],
     ) -> Result<(), SendError> {
-        let frames = records::message(channel, payload.clone())
-            .map_err(|e| SendError::Invalid(e.to_string()))?;
-        match self.send_on_link(k, frames) {
+        let Some(c) = self.links.get(k).and_then(|l| l.conn.as_ref()) else {
+            return Err(SendError::NotReady(who.to_owned()));
+        };
+        let sent = match (self.slots.get(c.slot), c.route.as_deref()) {
+            (Some(Some(s)), Some(route)) => s.socket.send_frames(&[route, env, payload]),
+            (Some(Some(s)), None) => s.socket.send_frames(&[env, payload]),
+            _ => Err(super::socket::SendError::Unreachable),
+        };
+        match sent {
             Ok(()) => {
                 metrics::counter!("zmesh_app_records_sent_total").increment(1);
                 Ok(())
@@ -2197,19 +2232,25 @@ impl IoThread {
         }
     }
 
-    fn publish(&mut self, topic: Bytes, payload: Bytes) {
+    /// Publishes `payloads` on `topic` in order, one sequence number each. Topic and payload
+    /// go to the socket as they are, between them an envelope built on the stack.
+    fn publish(&mut self, topic: &[u8], payloads: &[Bytes]) {
         let Some(p) = self.publisher.as_mut() else {
             tracing::warn!("publish on a node without a publisher endpoint");
             return;
         };
-        p.seq += 1;
-        let Ok(frames) = records::publish(topic, self.me.generation, p.seq, payload) else {
+        // Node::publish checked the topic; the wire rule is checked again here, once a batch.
+        if topic.is_empty() || topic.len() > MAX_TOPIC_LEN || topic == BEACON_TOPIC {
+            return;
+        }
+        let Some(Some(slot)) = self.slots.get(p.slot) else {
             return;
         };
-        if let Some(Some(slot)) = self.slots.get(p.slot) {
-            let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+        for payload in payloads {
+            p.seq += 1;
+            let env = records::publish_envelope(self.me.generation, p.seq);
             // PUB never blocks; at HWM libzmq drops for that subscriber (fanout loss rule).
-            let _ = slot.socket.send_frames(&refs);
+            let _ = slot.socket.send_frames(&[topic, &env, payload]);
         }
     }
 
@@ -2392,6 +2433,11 @@ fn admit_on(
         Err(Refusal::NotRequired) if lane == Lane::ClientServer => Ok(()),
         other => other,
     }
+}
+
+/// The MESSAGE envelope of `channel`, a refused channel being an argument error.
+fn message_envelope(channel: &str) -> Result<Vec<u8>, SendError> {
+    records::message_envelope(channel).map_err(|e| SendError::Invalid(e.to_string()))
 }
 
 /// Reconnect delay after `failures` consecutive failures: [`BACKOFF_MIN`] doubling up to

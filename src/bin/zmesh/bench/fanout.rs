@@ -1,5 +1,5 @@
-//! P3: fanout throughput, 64 B. Raw PUB -> SUB against zmesh `Node::publish` -> the
-//! subscriber node's event stream.
+//! P3: fanout throughput, 64 B. Raw PUB -> SUB against zmesh `Node::publish` (and again
+//! `Node::publish_batch`) -> the subscriber node's event stream.
 //!
 //! PUB never blocks: at the high-water mark libzmq drops records for a slow subscriber (the
 //! fanout loss rule). So the publisher sends `messages` records as fast as it can, the
@@ -25,29 +25,37 @@ const TOPIC: &[u8] = b"bench";
 pub(crate) struct Fanout {
     pub raw: Series,
     pub zmesh: Series,
+    pub batch: Series,
     pub raw_delivered: Series,
     pub zmesh_delivered: Series,
+    pub batch_delivered: Series,
 }
 
 pub(crate) async fn throughput(plan: &Plan) -> Result<Fanout> {
     let mut f = Fanout {
         raw: Series::default(),
         zmesh: Series::default(),
+        batch: Series::default(),
         raw_delivered: Series::default(),
         zmesh_delivered: Series::default(),
+        batch_delivered: Series::default(),
     };
     for run in 0..plan.runs {
         let n = plan.messages;
         let (r, r_got) = tokio::task::spawn_blocking(move || raw_fanout(n)).await??;
-        let (z, z_got) = zmesh_fanout(n).await?;
+        let (z, z_got) = zmesh_fanout(n, 1).await?;
+        let (b, b_got) = zmesh_fanout(n, plan.batch).await?;
         eprintln!(
-            "P3 run {}: raw {r:.0} msg/s ({r_got} of {n} delivered), zmesh {z:.0} msg/s ({z_got} of {n} delivered)",
+            "P3 run {}: raw {r:.0} msg/s ({r_got} of {n} delivered), zmesh publish {z:.0} msg/s \
+             ({z_got} of {n} delivered), zmesh publish_batch {b:.0} msg/s ({b_got} of {n} delivered)",
             run + 1
         );
         f.raw.push(r);
         f.zmesh.push(z);
+        f.batch.push(b);
         f.raw_delivered.push(r_got as f64 / n as f64);
         f.zmesh_delivered.push(z_got as f64 / n as f64);
+        f.batch_delivered.push(b_got as f64 / n as f64);
     }
     Ok(f)
 }
@@ -107,8 +115,9 @@ fn raw_fanout(n: u64) -> Result<(f64, u64)> {
     Ok((got as f64 / last.duration_since(t0).as_secs_f64(), got))
 }
 
-/// zmesh publisher node -> subscriber node: (records/s delivered, records delivered).
-async fn zmesh_fanout(n: u64) -> Result<(f64, u64)> {
+/// zmesh publisher node -> subscriber node: (records/s delivered, records delivered), with
+/// `Node::publish` if `batch` is 1, else with `Node::publish_batch` of `batch` records.
+async fn zmesh_fanout(n: u64, batch: usize) -> Result<(f64, u64)> {
     let ep = free_tcp()?;
     let mut p = NodeConfig::new("pub");
     p.publisher = Some(Endpoint {
@@ -164,8 +173,17 @@ async fn zmesh_fanout(n: u64) -> Result<(f64, u64)> {
     let t0 = Instant::now();
     let publisher2 = publisher.clone();
     tokio::task::spawn_blocking(move || -> Result<()> {
-        for _ in 0..n {
-            publisher2.publish(TOPIC, payload.clone())?;
+        if batch == 1 {
+            for _ in 0..n {
+                publisher2.publish(TOPIC, payload.clone())?;
+            }
+        } else {
+            let mut left = n;
+            while left > 0 {
+                let take = left.min(batch as u64);
+                publisher2.publish_batch(TOPIC, vec![payload.clone(); take as usize])?;
+                left -= take;
+            }
         }
         Ok(())
     })
