@@ -2222,6 +2222,9 @@ impl IoThread {
             (Some(Some(s)), None) => s.socket.send_frames(&[env, payload]),
             _ => Err(super::socket::SendError::Unreachable),
         };
+        // The send may have consumed the ZMQ_FD signal of a record that arrived meanwhile:
+        // check the socket's ZMQ_EVENTS before the loop sleeps (see `ready`).
+        self.ready.touch(Watch::Socket(c.slot));
         match sent {
             Ok(()) => {
                 metrics::counter!("zmesh_app_records_sent_total").increment(1);
