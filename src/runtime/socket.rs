@@ -95,10 +95,6 @@ pub enum MonitorEvent {
     Disconnected,
     /// A dial attempt failed and libzmq will not retry (reconnect is disabled).
     ConnectFailed,
-    /// libzmq finished closing the socket and stopped its monitor: the close is confirmed
-    /// (the socket's connections are gone and its slots in the context are free). The last
-    /// event a monitor reports.
-    Stopped,
     /// Anything else (connected, delayed, listening, accepted ...): informational.
     Other(u16),
 }
@@ -122,7 +118,6 @@ impl MonitorEvent {
                 MonitorEvent::Disconnected
             }
             x if x == E::CONNECT_RETRIED.to_raw() => MonitorEvent::ConnectFailed,
-            x if x == E::MONITOR_STOPPED.to_raw() => MonitorEvent::Stopped,
             other => MonitorEvent::Other(other),
         })
     }
@@ -318,10 +313,6 @@ impl Sockets {
             | zmq::SocketEvent::DISCONNECTED.to_raw()
             | zmq::SocketEvent::CLOSED.to_raw()
             | zmq::SocketEvent::CONNECT_RETRIED.to_raw()
-            // The close confirmation a closed dialled socket's monitor is kept for (libzmq
-            // reports nothing else when the socket itself is closed; without this event every
-            // redial waited for the I/O thread's fallback, a full second).
-            | zmq::SocketEvent::MONITOR_STOPPED.to_raw()
             | zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL.to_raw()
             | zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL.to_raw()
             | zmq::SocketEvent::HANDSHAKE_FAILED_AUTH.to_raw();
@@ -353,28 +344,17 @@ fn apply_common(s: &zmq::Socket, kind: zmq::SocketType) -> Result<(), zmq::Error
 mod tests {
     use super::*;
 
-    /// Closes a monitored socket the way the I/O thread does: the socket, then its monitor
-    /// once the monitor confirmed the close (by then libzmq has freed the sockets' slots; a
-    /// monitor dropped before that leaves them taken for a while, which a tight loop of such
-    /// closes turns into EMFILE).
+    /// Closes a monitored socket, its monitor right after it (sooner than the I/O thread,
+    /// which keeps a closed socket's monitor until the close is confirmed: the worst case for
+    /// libzmq's reaper, which then frees their slots late).
     fn close(m: Monitored) {
         drop(m.socket);
-        m.monitor.set_rcvtimeo(5_000).expect("rcvtimeo");
-        loop {
-            let frames = m
-                .monitor
-                .recv_multipart(0)
-                .expect("close confirmed within 5 s");
-            if MonitorEvent::decode(&frames) == Some(MonitorEvent::Stopped) {
-                break;
-            }
-        }
         drop(m.monitor);
     }
 
     /// A node that redials often closes as many monitored sockets as it opens: the room is
-    /// counted back and reused, so it never needs a second context (each runs two libzmq
-    /// threads). Before the fix every dial took three sockets' room for good and a new context
+    /// counted back and reused, so the number of contexts (each runs two libzmq threads) stays
+    /// put. Before the fix every dial took three sockets' room for good and a new context
     /// was opened every 300 dials: 2000 dials ended with 7 contexts.
     #[test]
     fn closed_sockets_give_their_room_back() {
@@ -388,7 +368,8 @@ mod tests {
             close(m);
             assert_eq!(s.open_sockets(), 3);
         }
-        assert_eq!(most, 1, "contexts for 2 open sockets");
+        // A second context only while libzmq's reaper is behind (EMFILE), let go again.
+        assert!(most <= 2, "{most} contexts for 2 open sockets");
         drop(keep);
         assert_eq!(s.open_sockets(), 0);
     }
@@ -432,49 +413,6 @@ mod tests {
         close(one);
         assert_eq!(s.open_sockets(), 0);
         assert_eq!(s.contexts(), 1);
-    }
-
-    /// A closed socket's monitor reports the close (MONITOR_STOPPED): the confirmation the
-    /// I/O thread waits for before it dials a replacement (MISSION F3). Before this event was
-    /// subscribed the monitor stayed silent and every redial waited the 1 s fallback
-    /// (`CLOSE_CONFIRM_MAX`); a reconnect storm measured about 1 s to all-ready per restart.
-    #[test]
-    fn a_closed_sockets_monitor_confirms_the_close() {
-        let mut s = Sockets::new(4);
-        let peer_ctx = zmq::Context::new();
-        let bound = peer_ctx.socket(zmq::ROUTER).expect("router");
-        bound.bind("tcp://127.0.0.1:*").expect("bind");
-        let ep = bound.get_last_endpoint().expect("ep").expect("utf-8");
-        for kind in [zmq::ROUTER, zmq::DEALER] {
-            // Connected (after the handshake) and never connected.
-            for connect in [true, false] {
-                let m = s.monitored(kind).expect("socket");
-                m.monitor.set_rcvtimeo(5_000).expect("rcvtimeo");
-                if connect {
-                    m.socket.connect(&ep).expect("connect");
-                    let frames = m.monitor.recv_multipart(0).expect("handshake within 5 s");
-                    assert_eq!(
-                        MonitorEvent::decode(&frames),
-                        Some(MonitorEvent::HandshakeSucceeded)
-                    );
-                }
-                drop(m.socket);
-                let mut events = Vec::new();
-                loop {
-                    let frames = m
-                        .monitor
-                        .recv_multipart(0)
-                        .unwrap_or_else(|e| panic!("close confirmed within 5 s: {e} {events:?}"));
-                    let ev = MonitorEvent::decode(&frames);
-                    events.push(ev);
-                    if ev == Some(MonitorEvent::Stopped) {
-                        break;
-                    }
-                }
-                drop(m.monitor);
-            }
-        }
-        assert_eq!(s.open_sockets(), 0);
     }
 
     /// The publisher's plain socket keeps its room while the factory lives.
