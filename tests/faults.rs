@@ -17,7 +17,7 @@
 
 mod common;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -718,12 +718,24 @@ struct Storm {
     steady: StormChild,
     mesh: Vec<StormChild>,
     servers: Vec<StormChild>,
+    /// [`StormFault::Cut`]: the proxies the hub dials the stormed nodes through.
+    proxies: Vec<common::CutProxy>,
+}
+
+/// What hits the stormed nodes, all at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StormFault {
+    /// kill -9 and a restart (a new generation); every other round twice in quick succession.
+    Restart,
+    /// A TCP proxy between the hub and each stormed node shuts down every connection it
+    /// carries; the processes keep running (same generation, new connections).
+    Cut,
 }
 
 const STORM_MESH: usize = 3;
 const STORM_SERVERS: usize = 2;
 
-async fn storm_setup(name: &str) -> Storm {
+async fn storm_setup(name: &str, fault: StormFault) -> Storm {
     let dir = std::env::temp_dir().join(format!("zmesh-faults-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
@@ -737,16 +749,37 @@ async fn storm_setup(name: &str) -> Storm {
     let bind = mesh_bind(true);
     hub.peers.push(peer("m0", &bind));
     let steady = mesh_child("m0", &bind);
+    let mut proxies = Vec::new();
+    let mut via = |ep: &str| {
+        if fault == StormFault::Cut {
+            let p = common::CutProxy::start(ep);
+            let ep = p.endpoint.clone();
+            proxies.push(p);
+            ep
+        } else {
+            ep.to_owned()
+        }
+    };
     let mut mesh = Vec::new();
     for i in 1..=STORM_MESH {
         let rid = format!("m{i}");
-        let bind = mesh_bind(i % 2 == 0);
-        hub.peers.push(peer(&rid, &bind));
+        // tcp and ipc (the proxy is tcp only).
+        let bind = mesh_bind(i % 2 == 0 || fault == StormFault::Cut);
+        let dial = RouteMeshBind {
+            application: via(&bind.application),
+            completion: via(&bind.completion),
+        };
+        hub.peers.push(peer(&rid, &dial));
         mesh.push(mesh_child(&rid, &bind));
     }
     let mut servers = Vec::new();
     for i in 1..=STORM_SERVERS {
-        let (rid, channel, ep) = (format!("s{i}"), format!("job{i}"), common::free_tcp());
+        let ep = if i % 2 == 1 && fault == StormFault::Restart {
+            common::ipc("srv")
+        } else {
+            common::free_tcp()
+        };
+        let (rid, channel) = (format!("s{i}"), format!("job{i}"));
         let mut c = NodeConfig::new(&rid);
         c.memberships = common::server_of(&channel);
         c.server = Some(zmesh::config::Endpoint {
@@ -755,7 +788,7 @@ async fn storm_setup(name: &str) -> Storm {
         servers.push(StormChild::start(&dir, &c, &channel));
         hub.servers.push(zmesh::config::ServerConfig {
             channel,
-            endpoint: ep,
+            endpoint: via(&ep),
             rid: Some(rid),
         });
     }
@@ -768,6 +801,7 @@ async fn storm_setup(name: &str) -> Storm {
         steady,
         mesh,
         servers,
+        proxies,
     }
 }
 
@@ -776,9 +810,22 @@ impl Storm {
         self.mesh.iter_mut().chain(self.servers.iter_mut())
     }
 
+    /// Which child processes have exited (a child that could not bind its endpoint exits:
+    /// the likeliest cause of a link that never gets ready).
+    fn exited(&mut self) -> Vec<String> {
+        let all = std::iter::once(&mut self.steady)
+            .chain(self.mesh.iter_mut())
+            .chain(self.servers.iter_mut());
+        all.filter_map(|c| {
+            let status = c.child.as_mut()?.try_wait().ok()??;
+            Some(format!("{} exited: {status}", c.name))
+        })
+        .collect()
+    }
+
     /// Waits (bounded, on the hub's state changes) until every link of the hub is ready;
     /// returns the snapshot that showed it.
-    async fn all_ready(&self, limit: Duration) -> zmesh::runtime::snapshot::Snapshot {
+    async fn all_ready(&mut self, limit: Duration) -> zmesh::runtime::snapshot::Snapshot {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             let snap = self.hub.snapshot().await.expect("snapshot");
@@ -793,7 +840,11 @@ impl Storm {
                 .await
                 .is_err()
             {
-                panic!("not all ready within {limit:?}:\n{}", snap.to_table());
+                panic!(
+                    "not all ready within {limit:?}: {:?}\n{}",
+                    self.exited(),
+                    snap.to_table()
+                );
             }
         }
     }
@@ -805,8 +856,9 @@ impl Storm {
     /// for a peer's link is one of that peer's process runs, and never an earlier run than
     /// one this link showed before (`admitted`: per link, the latest run index seen).
     async fn wait_current(
-        &self,
+        &mut self,
         admitted: &mut HashMap<(String, &'static str), usize>,
+        stale: &HashSet<(String, &'static str, u64)>,
         limit: Duration,
     ) -> zmesh::runtime::snapshot::Snapshot {
         let deadline = tokio::time::Instant::now() + limit;
@@ -836,6 +888,10 @@ impl Storm {
                     );
                     *seen = run;
                     current &= run + 1 == c.generations.len();
+                    // A connection from before the fault is not a reconnect (F4).
+                    current &= l
+                        .connection_id
+                        .is_some_and(|id| !stale.contains(&(c.name.clone(), l.role, id)));
                 }
             }
             let ready = snap
@@ -850,11 +906,27 @@ impl Storm {
                 .is_err()
             {
                 panic!(
-                    "not all ready on the current runs within {limit:?}:\n{}",
+                    "not all ready on the current runs and new connections within {limit:?} \
+                     (connections before the fault: {stale:?}) {:?}:\n{}",
+                    self.exited(),
                     snap.to_table()
                 );
             }
         }
+    }
+
+    /// The stormed nodes' current connections at the hub: (peer, role, connection id).
+    async fn stormed_conns(&self) -> HashSet<(String, &'static str, u64)> {
+        let snap = self.hub.snapshot().await.expect("snapshot");
+        let mut conns = HashSet::new();
+        for c in self.mesh.iter().chain(self.servers.iter()) {
+            for l in snap.peer(&c.name) {
+                if let Some(id) = l.connection_id {
+                    conns.insert((c.name.clone(), l.role, id));
+                }
+            }
+        }
+        conns
     }
 
     /// Calls `work` on every target: `n` calls each, the first two short, the rest long on the
@@ -903,28 +975,31 @@ impl Storm {
 }
 
 /// The reconnect storm (MISSION F1-F4, L6, C1-C3): the hub dials 3 RouteMesh peers and 2
-/// ClientServer servers that are all killed (kill -9) and restarted with a new generation at
-/// once, `rounds` times, every other round twice in quick succession (the second run dies
-/// right after it started, often before the hub reached it), with calls in flight on every
-/// link each time; a fourth RouteMesh peer is never touched.
+/// ClientServer servers that are all hit at once, `rounds` times, with calls in flight on
+/// every link each time; a fourth RouteMesh peer is never touched. [`StormFault::Restart`]:
+/// kill -9 and a restart with a new generation, every other round twice in quick succession
+/// (the second run dies right after it started, often before the hub reached it).
+/// [`StormFault::Cut`]: proxies shut down every connection, the processes stay.
 ///
 /// Checked: every call completes exactly once, and its outcome agrees with the execution
 /// logs of every process run (C1-C3: Ok ran once, "did not run" did not run, nothing ran
 /// twice); the untouched peer never leaves ready and answers every call (F2); after every
 /// round and after the storm every link is ready again, with exactly one current connection
 /// per lane on both sides (T1), to the current process run only: the generation the hub
-/// admitted is the one the peer's control endpoint reports, never an earlier one (F3, F4); the
+/// admitted is the one the peer's control endpoint reports, never an earlier one, on a new
+/// connection (no connection id from before the fault is current again) (F3, F4); the
 /// number of dials per link stays within two per restart (backoff, no tight loop); the hub's
 /// libzmq contexts and open sockets are the same after the storm as before it (the socket
 /// factory gives closed sockets' room back), and where `fd_growth_limit` is given the
 /// process's file descriptors grow by at most that (libzmq frees the closed sockets).
 async fn reconnect_storm(
     name: &str,
+    fault: StormFault,
     rounds: usize,
     calls_per_target: usize,
     fd_growth_limit: Option<usize>,
 ) -> Row {
-    let mut s = storm_setup(name).await;
+    let mut s = storm_setup(name, fault).await;
     let before = s.all_ready(STEP).await;
     let fds0 = open_fds();
     let (contexts0, sockets0) = (before.zmq_contexts, before.zmq_sockets);
@@ -943,14 +1018,23 @@ async fn reconnect_storm(
         for c in s.stormed() {
             c.wait_started(2).await;
         }
+        let stale = s.stormed_conns().await;
+        assert_eq!(stale.len(), 2 * STORM_MESH + STORM_SERVERS);
+        // Issued just before the fault: they reach the hub's I/O thread before or after it
+        // saw the connections go.
         let late = s.issue_round(&format!("r{round}late"), 1, 10);
         let mut last_kill = Instant::now();
-        for c in s.stormed() {
-            c.kill9();
-            c.spawn();
+        if fault == StormFault::Cut {
+            let cut: usize = s.proxies.iter().map(|p| p.cut()).sum();
+            assert!(cut >= stale.len(), "{cut} connections cut");
+        } else {
+            for c in s.stormed() {
+                c.kill9();
+                c.spawn();
+            }
         }
         restarts += 1;
-        if round % 2 == 1 {
+        if round % 2 == 1 && fault == StormFault::Restart {
             // Again before the hub settles: each new run is killed as soon as it answers.
             for c in s.stormed() {
                 c.learn_generation().await;
@@ -963,12 +1047,13 @@ async fn reconnect_storm(
         for c in s.stormed() {
             c.learn_generation().await;
         }
-        s.wait_current(&mut admitted, Duration::from_secs(20)).await;
+        s.wait_current(&mut admitted, &stale, Duration::from_secs(20))
+            .await;
         to_ready.push(last_kill.elapsed());
         results.extend(collect(tasks).await);
         results.extend(collect(late).await);
     }
-    let after = s.wait_current(&mut admitted, STEP).await;
+    let after = s.wait_current(&mut admitted, &HashSet::new(), STEP).await;
     let slowest = to_ready.iter().max().copied().unwrap_or_default();
     let last = to_ready.last().copied().unwrap_or_default();
 
@@ -978,7 +1063,7 @@ async fn reconnect_storm(
     for c in s.stormed() {
         c.executed(&mut runs);
     }
-    let row = judge("reconnect storm", &results, &runs);
+    let row = judge(&format!("reconnect storm ({fault:?})"), &results, &runs);
     let steady_calls: Vec<_> = results.iter().filter(|(t, _)| t.contains("-m0-")).collect();
     assert!(
         steady_calls.iter().all(|(_, r)| r.is_ok()),
@@ -1063,8 +1148,12 @@ async fn reconnect_storm(
         "contexts and sockets after {restarts} restarts, before: ({contexts0}, {sockets0})"
     );
     let total_dials: usize = dials.values().sum();
+    let what = match fault {
+        StormFault::Restart => "kill -9 and restart",
+        StormFault::Cut => "every connection cut by a proxy",
+    };
     println!(
-        "FAULT-MATRIX | reconnect storm: {} peers + {} servers kill -9 and restart together, {restarts} times, calls in flight | calls {} | ok {} | failed, may have run {} | failed, did not run {} | executed {} | lost 0 | duplicated 0 | all ready {} ms after the last restart (slowest round {} ms) | dials {total_dials} over {} links | contexts {} sockets {} before and after |",
+        "FAULT-MATRIX | reconnect storm: {} peers + {} servers, {what} together, {restarts} times, calls in flight | calls {} | ok {} | failed, may have run {} | failed, did not run {} | executed {} | lost 0 | duplicated 0 | all ready {} ms after the last restart (slowest round {} ms) | dials {total_dials} over {} links | contexts {} sockets {} before and after |",
         STORM_MESH,
         STORM_SERVERS,
         row.calls,
@@ -1094,7 +1183,7 @@ fn open_fds() -> usize {
 /// See [`reconnect_storm`] for what is checked.
 #[tokio::test]
 async fn f1_f4_c1_c3_reconnect_storm() {
-    let row = reconnect_storm("storm", 4, 4, None).await;
+    let row = reconnect_storm("storm", StormFault::Restart, 4, 4, None).await;
     assert!(row.failed_may_have_run > 0 && row.ok > 0, "{row:?}");
 }
 
@@ -1106,6 +1195,17 @@ async fn f1_f4_c1_c3_reconnect_storm() {
 #[tokio::test]
 #[ignore = "long reconnect storm: run with --ignored"]
 async fn f1_f4_c1_c3_reconnect_storm_long() {
-    let row = reconnect_storm("storm-long", 60, 4, Some(300)).await;
+    let row = reconnect_storm("storm-long", StormFault::Restart, 60, 4, Some(300)).await;
+    assert!(row.failed_may_have_run > 0 && row.ok > 0, "{row:?}");
+}
+
+/// The reconnect storm through proxies that cut every connection at once, 4 times (MISSION
+/// F1, F2, F4, L6, C1-C3): the processes keep running, so the hub reconnects to the same
+/// generation, each lane on a new connection (connection ids are never reused, F4), and the
+/// calls that were running on a cut connection fail as "may have run" at once (C2) while
+/// their handlers go on in the callee. See [`reconnect_storm`] for what else is checked.
+#[tokio::test]
+async fn f1_f4_c2_reconnect_storm_connections_cut() {
+    let row = reconnect_storm("storm-cut", StormFault::Cut, 4, 4, None).await;
     assert!(row.failed_may_have_run > 0 && row.ok > 0, "{row:?}");
 }

@@ -193,6 +193,62 @@ impl FreezeProxy {
     }
 }
 
+/// A TCP proxy on 127.0.0.1 that can cut every connection it carries at once (both TCP
+/// connections of each pair are shut down, so both ends see the connection close), and keeps
+/// accepting and forwarding new ones.
+pub struct CutProxy {
+    /// The endpoint to dial instead of the upstream.
+    pub endpoint: String,
+    live: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl CutProxy {
+    /// Starts a proxy forwarding to `upstream` (`tcp://127.0.0.1:port`).
+    pub fn start(upstream: &str) -> CutProxy {
+        let up = upstream.trim_start_matches("tcp://").to_owned();
+        let listener = TcpListener::bind("127.0.0.1:0").expect("proxy bind");
+        let endpoint = format!("tcp://{}", listener.local_addr().expect("addr"));
+        let live = Arc::new(Mutex::new(Vec::new()));
+        let l = live.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { break };
+                let Ok(server) = TcpStream::connect(&up) else {
+                    let _ = client.shutdown(Shutdown::Both);
+                    continue;
+                };
+                let clones = (
+                    client.try_clone(),
+                    server.try_clone(),
+                    client.try_clone(),
+                    server.try_clone(),
+                );
+                let (Ok(c2), Ok(s2), Ok(c3), Ok(s3)) = clones else {
+                    continue;
+                };
+                l.lock().expect("lock").extend([c3, s3]);
+                for (mut from, mut to) in [(client, s2), (server, c2)] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(Shutdown::Write);
+                    });
+                }
+            }
+        });
+        CutProxy { endpoint, live }
+    }
+
+    /// Shuts down every connection carried so far, both sides, at once; returns how many
+    /// connections (pairs) that was.
+    pub fn cut(&self) -> usize {
+        let conns = std::mem::take(&mut *self.live.lock().expect("lock"));
+        for s in &conns {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        conns.len() / 2
+    }
+}
+
 /// The pyzmq version range the interop tests are written against.
 pub const PYZMQ_REQUIREMENT: &str = "pyzmq>=25,<28";
 
