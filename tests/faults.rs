@@ -1008,7 +1008,7 @@ async fn reconnect_storm(
         c.learn_generation().await;
     }
     let mut results = Vec::new();
-    let mut restarts = 0;
+    let mut faults = 0;
     let mut admitted: HashMap<(String, &'static str), usize> = HashMap::new();
     let mut to_ready = Vec::new();
     for round in 0..rounds {
@@ -1022,7 +1022,7 @@ async fn reconnect_storm(
         // Issued just before the fault: they reach the hub's I/O thread before or after it
         // saw the connections go.
         let late = s.issue_round(&format!("r{round}late"), 1, 10);
-        let mut last_kill = Instant::now();
+        let mut fault_at = Instant::now();
         if fault == StormFault::Cut {
             let cut: usize = s.proxies.iter().map(|p| p.cut()).sum();
             assert!(cut >= stale.len(), "{cut} connections cut");
@@ -1032,7 +1032,7 @@ async fn reconnect_storm(
                 c.spawn();
             }
         }
-        restarts += 1;
+        faults += 1;
         if round % 2 == 1 && fault == StormFault::Restart {
             // Again before the hub settles: each new run is killed as soon as it answers.
             for c in s.stormed() {
@@ -1040,15 +1040,15 @@ async fn reconnect_storm(
                 c.kill9();
                 c.spawn();
             }
-            restarts += 1;
-            last_kill = Instant::now();
+            faults += 1;
+            fault_at = Instant::now();
         }
         for c in s.stormed() {
             c.learn_generation().await;
         }
         s.wait_current(&mut admitted, &stale, Duration::from_secs(20))
             .await;
-        to_ready.push(last_kill.elapsed());
+        to_ready.push(fault_at.elapsed());
         results.extend(collect(tasks).await);
         results.extend(collect(late).await);
     }
@@ -1116,20 +1116,20 @@ async fn reconnect_storm(
         roles.dedup();
         assert_eq!(roles.len(), lanes, "one per lane: {inbound:#?}");
     }
-    // Backoff: a handful of dials per restart, never a tight loop.
+    // Backoff: a handful of dials per fault, never a tight loop.
     let dials = s.log.dials();
     for (link, n) in &dials {
         let limit = if link.starts_with("peer m0 ") {
             1
         } else {
-            2 * restarts + 1
+            2 * faults + 1
         };
         assert!(
             *n <= limit,
-            "{link}: {n} dials for {restarts} restarts: {dials:?}"
+            "{link}: {n} dials for {faults} faults: {dials:?}"
         );
     }
-    // The hub's libzmq contexts and sockets do not grow with restarts: by its own count, and
+    // The hub's libzmq contexts and sockets do not grow with the faults: by its own count, and
     // by the process's file descriptors (every libzmq socket holds a mailbox socketpair; a
     // socket libzmq never destroys shows here, not in the count). Other tests of this binary
     // running at the same time make the fd count noisy, so it is bounded only where asked.
@@ -1138,13 +1138,13 @@ async fn reconnect_storm(
     if let Some(limit) = fd_growth_limit {
         assert!(
             fds1 <= fds0 + limit,
-            "fds {fds0} -> {fds1} over {restarts} restarts: libzmq sockets not freed"
+            "fds {fds0} -> {fds1} over {faults} faults: libzmq sockets not freed"
         );
     }
     assert_eq!(
         (after.zmq_contexts, after.zmq_sockets),
         (contexts0, sockets0),
-        "contexts and sockets after {restarts} restarts, before: ({contexts0}, {sockets0})"
+        "contexts and sockets after {faults} faults, before: ({contexts0}, {sockets0})"
     );
     let total_dials: usize = dials.values().sum();
     let what = match fault {
@@ -1152,7 +1152,7 @@ async fn reconnect_storm(
         StormFault::Cut => "every connection cut by a proxy",
     };
     println!(
-        "FAULT-MATRIX | reconnect storm: {} peers + {} servers, {what} together, {restarts} times, calls in flight | calls {} | ok {} | failed, may have run {} | failed, did not run {} | executed {} | lost 0 | duplicated 0 | all ready {} ms after the last restart (slowest round {} ms) | dials {total_dials} over {} links | contexts {} sockets {} before and after |",
+        "FAULT-MATRIX | reconnect storm: {} peers + {} servers, {what} together, {faults} times, calls in flight | calls {} | ok {} | failed, may have run {} | failed, did not run {} | executed {} | lost 0 | duplicated 0 | all ready {} ms after the last fault (slowest round {} ms) | dials {total_dials} over {} links | contexts {} sockets {} before and after |",
         STORM_MESH,
         STORM_SERVERS,
         row.calls,
