@@ -193,6 +193,117 @@ impl FreezeProxy {
     }
 }
 
+/// A TCP proxy on 127.0.0.1 that can cut every connection it carries at once (both
+/// connections of each pair are shut down, so both ends see the connection close), and keeps
+/// accepting and forwarding new ones. The upstream is `tcp://127.0.0.1:port` or `ipc://path`
+/// (ZMTP is the same byte stream over both), so the node behind it can be bound on ipc:
+/// a proxy's own port is bound once and held, where a `free_tcp` port can be taken by another
+/// test between being picked and being bound.
+pub struct CutProxy {
+    /// The endpoint to dial instead of the upstream.
+    pub endpoint: String,
+    live: Arc<Mutex<Vec<Stream>>>,
+}
+
+/// One side of a proxied connection.
+enum Stream {
+    Tcp(TcpStream),
+    Unix(std::os::unix::net::UnixStream),
+}
+
+impl Stream {
+    fn connect(upstream: &str) -> std::io::Result<Stream> {
+        match upstream.strip_prefix("ipc://") {
+            Some(path) => std::os::unix::net::UnixStream::connect(path).map(Stream::Unix),
+            None => TcpStream::connect(upstream.trim_start_matches("tcp://")).map(Stream::Tcp),
+        }
+    }
+
+    fn try_clone(&self) -> std::io::Result<Stream> {
+        match self {
+            Stream::Tcp(s) => s.try_clone().map(Stream::Tcp),
+            Stream::Unix(s) => s.try_clone().map(Stream::Unix),
+        }
+    }
+
+    fn shutdown(&self, how: Shutdown) {
+        let _ = match self {
+            Stream::Tcp(s) => s.shutdown(how),
+            Stream::Unix(s) => s.shutdown(how),
+        };
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl CutProxy {
+    /// Starts a proxy forwarding to `upstream`.
+    pub fn start(upstream: &str) -> CutProxy {
+        let up = upstream.to_owned();
+        let listener = TcpListener::bind("127.0.0.1:0").expect("proxy bind");
+        let endpoint = format!("tcp://{}", listener.local_addr().expect("addr"));
+        let live = Arc::new(Mutex::new(Vec::new()));
+        let l = live.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { break };
+                let client = Stream::Tcp(client);
+                let Ok(server) = Stream::connect(&up) else {
+                    client.shutdown(Shutdown::Both);
+                    continue;
+                };
+                let clones = (
+                    client.try_clone(),
+                    server.try_clone(),
+                    client.try_clone(),
+                    server.try_clone(),
+                );
+                let (Ok(c2), Ok(s2), Ok(c3), Ok(s3)) = clones else {
+                    continue;
+                };
+                l.lock().expect("lock").extend([c3, s3]);
+                for (mut from, mut to) in [(client, s2), (server, c2)] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        to.shutdown(Shutdown::Write);
+                    });
+                }
+            }
+        });
+        CutProxy { endpoint, live }
+    }
+
+    /// Shuts down every connection carried so far, both sides, at once; returns how many
+    /// connections (pairs) that was.
+    pub fn cut(&self) -> usize {
+        let conns = std::mem::take(&mut *self.live.lock().expect("lock"));
+        for s in &conns {
+            s.shutdown(Shutdown::Both);
+        }
+        conns.len() / 2
+    }
+}
+
 /// The pyzmq version range the interop tests are written against.
 pub const PYZMQ_REQUIREMENT: &str = "pyzmq>=25,<28";
 

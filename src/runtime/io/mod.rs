@@ -42,7 +42,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::node::{BatchSendError, Delivery, NodeError, NodeEvent, SendError, Source, StateChange};
 use super::records::{self, CloseReason, Fanout, Lane, Rec, RejectReason};
 use super::snapshot::{FailureSnapshot, LinkSnapshot, Snapshot, SNAPSHOT_LIMIT};
-use super::socket::{Frame, FrameSocket, MonitorEvent, Sockets, CLOSE_LINGER_MS};
+use super::socket::{Frame, FrameSocket, MonitorEvent, MonitorSocket, Sockets, CLOSE_LINGER_MS};
 use crate::config::NodeConfig;
 use crate::proto::calls::{CallId, CallTable, ServeTable};
 use crate::proto::handshake::{self, Expectation, Identity, Refusal};
@@ -158,7 +158,7 @@ enum SlotRole {
 
 struct Slot {
     socket: zmq::Socket,
-    monitor: Option<zmq::Socket>,
+    monitor: Option<MonitorSocket>,
     role: SlotRole,
     endpoint: String,
     /// The scheduler's handle of a bound socket shared by several peers (MISSION R3).
@@ -225,7 +225,7 @@ struct Link {
     /// Reconnect not before this instant (dialled links).
     retry_at: Option<Instant>,
     /// A closed socket whose close is not yet confirmed; no new dial until it is.
-    closing: Option<(zmq::Socket, Instant)>,
+    closing: Option<(MonitorSocket, Instant)>,
     failures_in_row: u32,
     /// NotRequired is terminal for this configuration generation (MISSION T4).
     terminal: bool,
@@ -2382,6 +2382,8 @@ impl IoThread {
             serving_calls: self.serve.in_flight(),
             links,
             omitted,
+            zmq_contexts: self.sockets.contexts(),
+            zmq_sockets: self.sockets.open_sockets(),
         }
     }
 
