@@ -75,6 +75,8 @@ async fn r4_fanout_flood_never_flips_the_quiet_publisher() {
                 sent.store(seq, Ordering::Relaxed);
                 std::thread::sleep(FLOOD_PAUSE); // pacing of the generator, not a sync
             }
+            // Handed back, so that it stays open (and its link ready) until the snapshot.
+            flood
         })
     };
 
@@ -130,7 +132,8 @@ async fn r4_fanout_flood_never_flips_the_quiet_publisher() {
     })
     .await;
     stop.store(true, Ordering::Relaxed);
-    flooder.join().expect("flooder");
+    // The flooding socket stays open until the snapshot below: closing it is a disconnect.
+    let flood = flooder.join().expect("flooder");
     let sent = sent.load(Ordering::Relaxed);
     println!("flood: {sent} sent, {delivered} delivered in {WINDOW:?}");
     assert!(
@@ -161,6 +164,7 @@ async fn r4_fanout_flood_never_flips_the_quiet_publisher() {
         "{}",
         snap.to_table()
     );
+    drop(flood);
     sub.shutdown().await.expect("sub");
     quiet.shutdown().await.expect("quiet");
 }

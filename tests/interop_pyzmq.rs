@@ -19,6 +19,9 @@ use zmesh::runtime::{Node, NodeEvent, Source};
 
 /// Upper bound of every single wait.
 const STEP: Duration = Duration::from_secs(15);
+/// The first line of a Python peer: an interpreter start and `import zmq` on a loaded
+/// machine can take a while; bounded all the same.
+const STARTUP: Duration = Duration::from_secs(60);
 /// A Python peer never outlives this (seconds), even if the test is stuck.
 const PY_LIFETIME_S: u32 = 60;
 
@@ -186,7 +189,7 @@ fn hex_frames(v: &Value) -> Vec<Vec<u8>> {
 async fn w4_l5_pyzmq_publisher_beacons_ready_nothing_delivered_then_record_delivered() {
     let ep = free_tcp();
     let mut py = PyPeer::start(&script(PY_PUBLISHER), &[&ep]);
-    py.until(STEP, "bound").await;
+    py.until(STARTUP, "bound").await;
 
     let mut s = NodeConfig::new("sub");
     s.subscriptions = vec![Endpoint {
@@ -263,7 +266,7 @@ async fn w4_l4_pyzmq_subscriber_receives_exact_beacons_5s_apart() {
     });
     let p = Node::start(p).await.expect("publisher");
     let mut py = PyPeer::start(&script(PY_SUBSCRIBER), &[&ep, "2"]);
-    py.until(STEP, "connected").await;
+    py.until(STARTUP, "connected").await;
     let mut times = Vec::new();
     for _ in 0..2 {
         // The node publishes nothing but beacons: every message must be one.
@@ -307,7 +310,7 @@ async fn w4_t2_pyzmq_dealer_admitted_answers_probes_records_both_ways() {
         &[&ep, "py-client", "srv", &py_generation.to_string()],
     );
 
-    let (w, before) = py.until(STEP, "welcome").await;
+    let (w, before) = py.until(STARTUP, "welcome").await;
     assert!(before.iter().all(|v| v.get("sent").is_some()), "{before:?}");
     let w = &w["welcome"];
     assert_eq!(w["lane"], 3, "{w}");
