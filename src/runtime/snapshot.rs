@@ -13,6 +13,7 @@ pub const SNAPSHOT_LIMIT: usize = 4096;
 
 /// A copy of a node's state at one instant.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct Snapshot {
     /// The node's RID.
     pub rid: String,
@@ -39,6 +40,7 @@ pub struct Snapshot {
 
 /// One link: a RouteMesh lane, a ClientServer connection or a fanout publisher.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct LinkSnapshot {
     /// `route_mesh`, `client_server` or `fanout`.
     pub topology: &'static str,
@@ -74,6 +76,7 @@ pub struct LinkSnapshot {
 
 /// The last failure of a link.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct FailureSnapshot {
     /// Why.
     pub reason: FailureReason,
