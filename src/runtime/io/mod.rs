@@ -78,7 +78,9 @@ pub const BACKOFF_MIN: Duration = Duration::from_millis(100);
 /// Largest reconnect delay.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// Longest wait for a closed dialled socket's monitor to confirm the close before a
-/// replacement is dialled anyway.
+/// replacement is dialled anyway (the monitor itself is kept until libzmq confirms). libzmq
+/// confirms within milliseconds (`MONITOR_STOPPED`, once the socket is destroyed); the bound
+/// is for a reaper that is far behind.
 pub const CLOSE_CONFIRM_MAX: Duration = Duration::from_secs(1);
 /// Records read from a dialled socket after its disconnect event, before the disconnect is
 /// acted on (they arrived first; an orderly CLOSE among them is the better reason).
@@ -366,6 +368,11 @@ pub(crate) struct IoThread {
     sched: ReceiveScheduler<Unit, Staged>,
     shared_slots: IdMap<SharedSocketId, SlotKey>,
     sweeps: Vec<(Instant, SlotKey, usize)>,
+    /// Monitors of closed dialled sockets whose close was not confirmed within
+    /// [`CLOSE_CONFIRM_MAX`]: their links dial again, but the monitors are kept (still watched,
+    /// under their link's [`Watch::Closing`]) until libzmq confirms, because a monitor dropped
+    /// before libzmq's last event blocks the context's reaper (see `MonitorSocket`).
+    overdue_closing: Vec<MonitorSocket>,
     next_conn: u64,
     /// Round-robin position among the ready servers of a channel.
     server_rr: usize,
@@ -448,6 +455,7 @@ impl IoThread {
             sched: ReceiveScheduler::new().with_readiness(),
             shared_slots: IdMap::default(),
             sweeps: Vec::new(),
+            overdue_closing: Vec::new(),
             next_conn: 1,
             server_rr: 0,
             host: Host::Running,
@@ -819,14 +827,17 @@ impl IoThread {
                         }
                     }
                     Watch::Closing(k) => {
+                        // Only libzmq's MONITOR_STOPPED confirms: other events still queued
+                        // on the monitor belong to the closed connection and come before it.
                         let confirmed = self
                             .links
                             .get(k)
                             .and_then(|l| l.closing.as_ref())
-                            .is_some_and(|(m, _)| ready::has_input(m));
+                            .is_some_and(|(m, _)| m.close_confirmed());
                         if confirmed {
                             self.confirm_close(k);
                         }
+                        self.settle_overdue_closing();
                     }
                 }
             }
@@ -981,9 +992,10 @@ impl IoThread {
                 .as_ref()
                 .is_some_and(|c| now >= c.1 + CLOSE_CONFIRM_MAX)
             {
-                self.confirm_close(k);
+                self.close_overdue(k);
             }
         }
+        self.settle_overdue_closing();
         // Fanout subscriptions without a socket get a new one (MISSION L5).
         for i in 0..self.subs.len() {
             if self.subs[i].slot.is_none() && now >= self.subs[i].retry_at {
@@ -1118,7 +1130,9 @@ impl IoThread {
         };
         let id = self.fresh_conn_id();
         let routing = routing_id(lane, self.me.generation, id);
-        let opened = self.sockets.monitored(kind).and_then(|m| {
+        // Its monitor reports the socket's own close, confirmed before any replacement is
+        // dialled (MISSION F3).
+        let opened = self.sockets.dialled(kind).and_then(|m| {
             m.socket.set_identity(&routing)?;
             m.socket.set_reconnect_ivl(100)?;
             m.socket.set_reconnect_ivl_max(1000)?;
@@ -1238,7 +1252,8 @@ impl IoThread {
                 // close, and dial no replacement before that (MISSION F3).
                 if let Some(m) = slot.monitor {
                     if let Err(e) = self.ready.register(&m, Watch::Closing(k)) {
-                        // Unwatched, the close is taken as confirmed at its time bound.
+                        // Unwatched, the link dials again at the time bound, and the monitor is
+                        // checked on the timer passes after that (overdue).
                         tracing::debug!(error = %e, "closing monitor not watched");
                     }
                     self.links[k].closing = Some((m, Instant::now()));
@@ -1260,12 +1275,39 @@ impl IoThread {
         }
     }
 
+    /// libzmq confirmed the close of link `k`'s closed socket (or the node is shutting down
+    /// and terminates the contexts next): its monitor goes, and the link may be dialled again
+    /// at its retry time.
     fn confirm_close(&mut self, k: LinkKey) {
-        // The link may now be dialled again at its retry time.
         self.timers_changed();
         if let Some((m, _)) = self.links.get_mut(k).and_then(|l| l.closing.take()) {
             self.ready.deregister(&m);
         }
+    }
+
+    /// Link `k`'s closed socket was not confirmed closed within [`CLOSE_CONFIRM_MAX`]: the
+    /// link may be dialled again, its old monitor is kept until libzmq confirms after all.
+    fn close_overdue(&mut self, k: LinkKey) {
+        self.timers_changed();
+        if let Some((m, _)) = self.links.get_mut(k).and_then(|l| l.closing.take()) {
+            tracing::debug!(link = k, "close not confirmed in time; dialling anyway");
+            self.overdue_closing.push(m);
+        }
+    }
+
+    /// Drops the overdue closing monitors whose close libzmq has confirmed by now.
+    fn settle_overdue_closing(&mut self) {
+        if self.overdue_closing.is_empty() {
+            return;
+        }
+        let ready = &self.ready;
+        self.overdue_closing.retain(|m| {
+            let keep = !m.close_confirmed();
+            if !keep {
+                ready.deregister(m);
+            }
+            keep
+        });
     }
 
     // ----------------------------------------------------------------------------------
@@ -2400,8 +2442,14 @@ impl IoThread {
             if let Some(conn) = self.links[k].conn.take() {
                 self.close_conn(k, conn, FailureReason::HostStopped, now);
             }
+            // Dropped before libzmq confirmed the close: a monitor dropped that early can
+            // keep the context's reaper waiting to send it MONITOR_STOPPED, until the context
+            // is terminated, which the end of this function does.
             self.confirm_close(k);
             self.links[k].retry_at = None;
+        }
+        for m in std::mem::take(&mut self.overdue_closing) {
+            self.ready.deregister(&m);
         }
         for k in 0..self.slots.len() {
             if let Some(slot) = self.take_slot(k) {
