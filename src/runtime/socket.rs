@@ -448,10 +448,14 @@ impl Sockets {
         apply_common(&socket, kind)?;
         let n = self.monitor_seq.fetch_add(1, Ordering::Relaxed);
         let ep = format!("inproc://zmesh-mon-{}-{}", self.tag, n);
-        socket.monitor(&ep, i32::from(events))?;
+        // Our PAIR connects first (libzmq completes an inproc connect at the bind), so that
+        // once the socket's monitor exists it always has its reader: a socket whose monitor
+        // never got one would block libzmq's reaper with its last event when closed (see
+        // [`MonitorSocket`]). A failure before the monitor starts leaves nothing behind.
         let monitor = ctx.socket(zmq::PAIR)?;
         monitor.set_linger(0)?;
         monitor.connect(&ep)?;
+        socket.monitor(&ep, i32::from(events))?;
         Ok(Monitored {
             socket,
             monitor: MonitorSocket {

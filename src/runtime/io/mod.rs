@@ -572,7 +572,19 @@ impl IoThread {
             _ => Ok(()),
         };
         if let Err(e) = registered {
-            drop(self.take_slot(key));
+            if let Some(slot) = self.take_slot(key) {
+                match (slot.role, slot.monitor) {
+                    // A dialled socket's monitor waits for libzmq's confirmation of the close.
+                    (SlotRole::Dialled(k), Some(m)) => {
+                        drop(slot.socket);
+                        self.park_closing(k, m);
+                    }
+                    (_, monitor) => {
+                        drop(slot.socket);
+                        drop(monitor);
+                    }
+                }
+            }
             return Err(e);
         }
         Ok(key)
@@ -1132,14 +1144,7 @@ impl IoThread {
         let routing = routing_id(lane, self.me.generation, id);
         // Its monitor reports the socket's own close, confirmed before any replacement is
         // dialled (MISSION F3).
-        let opened = self.sockets.dialled(kind).and_then(|m| {
-            m.socket.set_identity(&routing)?;
-            m.socket.set_reconnect_ivl(100)?;
-            m.socket.set_reconnect_ivl_max(1000)?;
-            m.socket.connect(&endpoint)?;
-            Ok(m)
-        });
-        let m = match opened {
+        let m = match self.sockets.dialled(kind) {
             Ok(m) => m,
             Err(e) => {
                 self.links[k].retry_at = Some(now + BACKOFF_MAX);
@@ -1147,6 +1152,20 @@ impl IoThread {
                 return;
             }
         };
+        let configured = m
+            .socket
+            .set_identity(&routing)
+            .and_then(|()| m.socket.set_reconnect_ivl(100))
+            .and_then(|()| m.socket.set_reconnect_ivl_max(1000))
+            .and_then(|()| m.socket.connect(&endpoint));
+        if let Err(e) = configured {
+            // The socket goes; its monitor waits for libzmq's confirmation like any other.
+            drop(m.socket);
+            self.park_closing(k, m.monitor);
+            self.links[k].retry_at = Some(now + BACKOFF_MAX);
+            tracing::warn!(error = %e, endpoint, "cannot open dialled socket");
+            return;
+        }
         let added = self.add_slot(Slot {
             socket: m.socket,
             monitor: Some(m.monitor),
@@ -1256,7 +1275,12 @@ impl IoThread {
                         // checked on the timer passes after that (overdue).
                         tracing::debug!(error = %e, "closing monitor not watched");
                     }
-                    self.links[k].closing = Some((m, Instant::now()));
+                    let earlier = self.links[k].closing.replace((m, Instant::now()));
+                    // Never the case (a link dials only once its last close is settled); if
+                    // it were, that monitor must still wait for libzmq's confirmation.
+                    if let Some((earlier, _)) = earlier {
+                        self.overdue_closing.push(earlier);
+                    }
                 }
                 drop(slot.socket);
             }
@@ -1293,6 +1317,15 @@ impl IoThread {
             tracing::debug!(link = k, "close not confirmed in time; dialling anyway");
             self.overdue_closing.push(m);
         }
+    }
+
+    /// Keeps the monitor of a dialled socket of link `k` that was closed before it served a
+    /// connection, until libzmq confirms the close (it does not hold the link's redial).
+    fn park_closing(&mut self, k: LinkKey, m: MonitorSocket) {
+        if let Err(e) = self.ready.register(&m, Watch::Closing(k)) {
+            tracing::debug!(error = %e, "closing monitor not watched");
+        }
+        self.overdue_closing.push(m);
     }
 
     /// Drops the overdue closing monitors whose close libzmq has confirmed by now.
