@@ -183,6 +183,10 @@ pub enum MonitorEvent {
     Disconnected,
     /// A dial attempt failed and libzmq will not retry (reconnect is disabled).
     ConnectFailed,
+    /// libzmq destroyed the closed socket (its connections are gone, its slot in the context
+    /// is free) and stopped its monitor: the last event a monitor reports. Only monitors of
+    /// [`Sockets::dialled`] sockets report it.
+    Stopped,
     /// Anything else (connected, delayed, listening, accepted ...): informational.
     Other(u16),
 }
@@ -206,6 +210,7 @@ impl MonitorEvent {
                 MonitorEvent::Disconnected
             }
             x if x == E::CONNECT_RETRIED.to_raw() => MonitorEvent::ConnectFailed,
+            x if x == E::MONITOR_STOPPED.to_raw() => MonitorEvent::Stopped,
             other => MonitorEvent::Other(other),
         })
     }
@@ -222,16 +227,40 @@ pub struct Monitored {
 
 /// The PAIR socket that reads a monitored socket's events, holding the room that socket, the
 /// PAIR libzmq publishes the events on and this PAIR take in their context; the room is given
-/// back when this is dropped. The I/O thread keeps a closed dialled socket's monitor until the
-/// close is confirmed or `CLOSE_CONFIRM_MAX` passed (libzmq 4.3 reports nothing to the monitor
-/// for the socket's own close, so usually the latter), so the monitor is the last of the three
-/// to go, and libzmq's reaper has freed their slots by then. (Closed in a tight loop together
-/// with their sockets, about 450 monitored sockets exhausted a context's 1023 slots with
-/// libzmq 4.3.4; the slots were free again within a second.)
+/// back when this is dropped.
+///
+/// libzmq publishes a socket's events with a *blocking* send on its own PAIR, from whichever
+/// libzmq thread raises the event: the reaper thread for `MONITOR_STOPPED` (sent from the
+/// socket's destructor), an I/O thread for `CLOSED`/`DISCONNECTED`. If this PAIR is closed
+/// first, that send finds no peer and waits for good, and the thread it blocks (for
+/// `MONITOR_STOPPED` the context's reaper) serves nothing else until the context is
+/// terminated: every socket closed in that context afterwards is never freed (its mailbox and
+/// connections stay open; measured: every later dial left 5-8 descriptors behind). So the
+/// monitor of a [`Sockets::dialled`] socket is dropped only after
+/// [`MonitorSocket::close_confirmed`] said yes, i.e. after libzmq sent its last event.
+///
+/// By then libzmq has freed the closed socket's slot in its context too. (Closed in a tight
+/// loop together with their sockets, about 450 monitored sockets exhausted a context's 1023
+/// slots with libzmq 4.3.4; the slots were free again within a second.)
 pub struct MonitorSocket {
     // Declared before the lease: the socket is closed before its room is given back.
     socket: zmq::Socket,
     _lease: Lease,
+}
+
+impl MonitorSocket {
+    /// Reads every event queued on this monitor without blocking and says whether libzmq
+    /// reported the socket destroyed ([`MonitorEvent::Stopped`], sent by [`Sockets::dialled`]
+    /// sockets only): the honest confirmation that a closed socket is gone, after which libzmq
+    /// publishes nothing more and this monitor can be dropped safely. Other events (of the
+    /// connection that was closed) are read and ignored.
+    pub fn close_confirmed(&self) -> bool {
+        let mut stopped = false;
+        while let Ok(Some(frames)) = self.socket.try_recv_frames() {
+            stopped |= MonitorEvent::decode(&frames) == Some(MonitorEvent::Stopped);
+        }
+        stopped
+    }
 }
 
 impl Deref for MonitorSocket {
@@ -349,12 +378,32 @@ impl Sockets {
 
     /// A socket with a monitor for the handshake and disconnect events.
     pub fn monitored(&mut self, kind: zmq::SocketType) -> Result<Monitored, zmq::Error> {
+        self.monitored_with(kind, monitored_events())
+    }
+
+    /// A monitored socket whose monitor also reports the socket's own close
+    /// (`MONITOR_STOPPED`, sent once libzmq destroyed the socket): for the dialled sockets the
+    /// I/O thread closes itself and must see closed before it dials a replacement (MISSION
+    /// F3). Keep the monitor until [`MonitorSocket::close_confirmed`] said yes: dropped sooner,
+    /// it blocks the context's reaper (see [`MonitorSocket`]).
+    pub fn dialled(&mut self, kind: zmq::SocketType) -> Result<Monitored, zmq::Error> {
+        self.monitored_with(
+            kind,
+            monitored_events() | zmq::SocketEvent::MONITOR_STOPPED.to_raw(),
+        )
+    }
+
+    fn monitored_with(
+        &mut self,
+        kind: zmq::SocketType,
+        events: u16,
+    ) -> Result<Monitored, zmq::Error> {
         // Three sockets of the context: the socket, the PAIR that `zmq_socket_monitor`
         // creates inside libzmq to publish the events, and our PAIR that reads them. (Counting
         // two let a context reach libzmq's 1023 at about 340 monitored sockets, and socket
         // creation then failed with EMFILE until the count moved on to a new context.)
         let (i, ctx, lease) = self.context(3);
-        match self.monitored_in(&ctx, lease, kind) {
+        match self.monitored_in(&ctx, lease, kind, events) {
             // libzmq's reaper frees closed sockets' slots a little after they were closed; a
             // context whose count has room can be full for that moment. Try another one (a
             // new one if none has room; it is let go again once its sockets are closed) and
@@ -363,7 +412,7 @@ impl Sockets {
                 let full = self.contexts.remove(i);
                 let (_, ctx, lease) = self.context(3);
                 self.contexts.push(full);
-                self.monitored_in(&ctx, lease, kind)
+                self.monitored_in(&ctx, lease, kind, events)
             }
             other => other,
         }
@@ -393,22 +442,20 @@ impl Sockets {
         ctx: &zmq::Context,
         lease: Lease,
         kind: zmq::SocketType,
+        events: u16,
     ) -> Result<Monitored, zmq::Error> {
         let socket = ctx.socket(kind)?;
         apply_common(&socket, kind)?;
         let n = self.monitor_seq.fetch_add(1, Ordering::Relaxed);
         let ep = format!("inproc://zmesh-mon-{}-{}", self.tag, n);
-        let events = zmq::SocketEvent::HANDSHAKE_SUCCEEDED.to_raw()
-            | zmq::SocketEvent::DISCONNECTED.to_raw()
-            | zmq::SocketEvent::CLOSED.to_raw()
-            | zmq::SocketEvent::CONNECT_RETRIED.to_raw()
-            | zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL.to_raw()
-            | zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL.to_raw()
-            | zmq::SocketEvent::HANDSHAKE_FAILED_AUTH.to_raw();
-        socket.monitor(&ep, i32::from(events))?;
+        // Our PAIR connects first (libzmq completes an inproc connect at the bind), so that
+        // once the socket's monitor exists it always has its reader: a socket whose monitor
+        // never got one would block libzmq's reaper with its last event when closed (see
+        // [`MonitorSocket`]). A failure before the monitor starts leaves nothing behind.
         let monitor = ctx.socket(zmq::PAIR)?;
         monitor.set_linger(0)?;
         monitor.connect(&ep)?;
+        socket.monitor(&ep, i32::from(events))?;
         Ok(Monitored {
             socket,
             monitor: MonitorSocket {
@@ -417,6 +464,17 @@ impl Sockets {
             },
         })
     }
+}
+
+/// The events every monitor reports.
+fn monitored_events() -> u16 {
+    zmq::SocketEvent::HANDSHAKE_SUCCEEDED.to_raw()
+        | zmq::SocketEvent::DISCONNECTED.to_raw()
+        | zmq::SocketEvent::CLOSED.to_raw()
+        | zmq::SocketEvent::CONNECT_RETRIED.to_raw()
+        | zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL.to_raw()
+        | zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL.to_raw()
+        | zmq::SocketEvent::HANDSHAKE_FAILED_AUTH.to_raw()
 }
 
 fn apply_common(s: &zmq::Socket, kind: zmq::SocketType) -> Result<(), zmq::Error> {
@@ -546,6 +604,50 @@ mod tests {
         close(one);
         assert_eq!(s.open_sockets(), 0);
         assert_eq!(s.contexts(), 1);
+    }
+
+    /// Waits up to 5 s for `m` to confirm its socket's close (polling the monitor, no sleep).
+    fn confirmed_within_5s(m: &MonitorSocket) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            if m.close_confirmed() {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            let ms = i64::try_from(left.as_millis()).unwrap_or(i64::MAX).max(1);
+            m.poll(zmq::POLLIN, ms).expect("poll");
+        }
+    }
+
+    /// A closed dialled socket's monitor reports the close (MONITOR_STOPPED): the confirmation
+    /// the I/O thread waits for before it dials a replacement (MISSION F3), whether the socket
+    /// was connected or not, and with the monitor's earlier events still unread. Without it
+    /// the monitor stays silent and every redial waited the 1 s fallback
+    /// (`CLOSE_CONFIRM_MAX`): a reconnect storm measured about 1 s to all-ready per fault.
+    #[test]
+    fn a_closed_dialled_sockets_monitor_confirms_the_close() {
+        let mut s = Sockets::new(4);
+        let peer_ctx = zmq::Context::new();
+        let bound = peer_ctx.socket(zmq::ROUTER).expect("router");
+        bound.bind("tcp://127.0.0.1:*").expect("bind");
+        let ep = bound.get_last_endpoint().expect("ep").expect("utf-8");
+        for kind in [zmq::ROUTER, zmq::DEALER] {
+            // Connected (the handshake event left unread) and never connected.
+            for connect in [true, false] {
+                let m = s.dialled(kind).expect("socket");
+                if connect {
+                    m.socket.connect(&ep).expect("connect");
+                    assert_eq!(m.monitor.poll(zmq::POLLIN, 5_000).expect("poll"), 1);
+                }
+                drop(m.socket);
+                assert!(confirmed_within_5s(&m.monitor), "{kind:?} {connect}");
+                drop(m.monitor);
+            }
+        }
+        assert_eq!(s.open_sockets(), 0);
     }
 
     /// The publisher's plain socket keeps its room while the factory lives.

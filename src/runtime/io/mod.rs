@@ -78,7 +78,9 @@ pub const BACKOFF_MIN: Duration = Duration::from_millis(100);
 /// Largest reconnect delay.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// Longest wait for a closed dialled socket's monitor to confirm the close before a
-/// replacement is dialled anyway.
+/// replacement is dialled anyway (the monitor itself is kept until libzmq confirms). libzmq
+/// confirms within milliseconds (`MONITOR_STOPPED`, once the socket is destroyed); the bound
+/// is for a reaper that is far behind.
 pub const CLOSE_CONFIRM_MAX: Duration = Duration::from_secs(1);
 /// Records read from a dialled socket after its disconnect event, before the disconnect is
 /// acted on (they arrived first; an orderly CLOSE among them is the better reason).
@@ -366,6 +368,11 @@ pub(crate) struct IoThread {
     sched: ReceiveScheduler<Unit, Staged>,
     shared_slots: IdMap<SharedSocketId, SlotKey>,
     sweeps: Vec<(Instant, SlotKey, usize)>,
+    /// Monitors of closed dialled sockets whose close was not confirmed within
+    /// [`CLOSE_CONFIRM_MAX`]: their links dial again, but the monitors are kept (still watched,
+    /// under their link's [`Watch::Closing`]) until libzmq confirms, because a monitor dropped
+    /// before libzmq's last event blocks the context's reaper (see `MonitorSocket`).
+    overdue_closing: Vec<MonitorSocket>,
     next_conn: u64,
     /// Round-robin position among the ready servers of a channel.
     server_rr: usize,
@@ -448,6 +455,7 @@ impl IoThread {
             sched: ReceiveScheduler::new().with_readiness(),
             shared_slots: IdMap::default(),
             sweeps: Vec::new(),
+            overdue_closing: Vec::new(),
             next_conn: 1,
             server_rr: 0,
             host: Host::Running,
@@ -564,7 +572,19 @@ impl IoThread {
             _ => Ok(()),
         };
         if let Err(e) = registered {
-            drop(self.take_slot(key));
+            if let Some(slot) = self.take_slot(key) {
+                match (slot.role, slot.monitor) {
+                    // A dialled socket's monitor waits for libzmq's confirmation of the close.
+                    (SlotRole::Dialled(k), Some(m)) => {
+                        drop(slot.socket);
+                        self.park_closing(k, m);
+                    }
+                    (_, monitor) => {
+                        drop(slot.socket);
+                        drop(monitor);
+                    }
+                }
+            }
             return Err(e);
         }
         Ok(key)
@@ -819,14 +839,17 @@ impl IoThread {
                         }
                     }
                     Watch::Closing(k) => {
+                        // Only libzmq's MONITOR_STOPPED confirms: other events still queued
+                        // on the monitor belong to the closed connection and come before it.
                         let confirmed = self
                             .links
                             .get(k)
                             .and_then(|l| l.closing.as_ref())
-                            .is_some_and(|(m, _)| ready::has_input(m));
+                            .is_some_and(|(m, _)| m.close_confirmed());
                         if confirmed {
                             self.confirm_close(k);
                         }
+                        self.settle_overdue_closing();
                     }
                 }
             }
@@ -981,9 +1004,10 @@ impl IoThread {
                 .as_ref()
                 .is_some_and(|c| now >= c.1 + CLOSE_CONFIRM_MAX)
             {
-                self.confirm_close(k);
+                self.close_overdue(k);
             }
         }
+        self.settle_overdue_closing();
         // Fanout subscriptions without a socket get a new one (MISSION L5).
         for i in 0..self.subs.len() {
             if self.subs[i].slot.is_none() && now >= self.subs[i].retry_at {
@@ -1118,14 +1142,9 @@ impl IoThread {
         };
         let id = self.fresh_conn_id();
         let routing = routing_id(lane, self.me.generation, id);
-        let opened = self.sockets.monitored(kind).and_then(|m| {
-            m.socket.set_identity(&routing)?;
-            m.socket.set_reconnect_ivl(100)?;
-            m.socket.set_reconnect_ivl_max(1000)?;
-            m.socket.connect(&endpoint)?;
-            Ok(m)
-        });
-        let m = match opened {
+        // Its monitor reports the socket's own close, confirmed before any replacement is
+        // dialled (MISSION F3).
+        let m = match self.sockets.dialled(kind) {
             Ok(m) => m,
             Err(e) => {
                 self.links[k].retry_at = Some(now + BACKOFF_MAX);
@@ -1133,6 +1152,20 @@ impl IoThread {
                 return;
             }
         };
+        let configured = m
+            .socket
+            .set_identity(&routing)
+            .and_then(|()| m.socket.set_reconnect_ivl(100))
+            .and_then(|()| m.socket.set_reconnect_ivl_max(1000))
+            .and_then(|()| m.socket.connect(&endpoint));
+        if let Err(e) = configured {
+            // The socket goes; its monitor waits for libzmq's confirmation like any other.
+            drop(m.socket);
+            self.park_closing(k, m.monitor);
+            self.links[k].retry_at = Some(now + BACKOFF_MAX);
+            tracing::warn!(error = %e, endpoint, "cannot open dialled socket");
+            return;
+        }
         let added = self.add_slot(Slot {
             socket: m.socket,
             monitor: Some(m.monitor),
@@ -1238,10 +1271,16 @@ impl IoThread {
                 // close, and dial no replacement before that (MISSION F3).
                 if let Some(m) = slot.monitor {
                     if let Err(e) = self.ready.register(&m, Watch::Closing(k)) {
-                        // Unwatched, the close is taken as confirmed at its time bound.
+                        // Unwatched, the link dials again at the time bound, and the monitor is
+                        // checked on the timer passes after that (overdue).
                         tracing::debug!(error = %e, "closing monitor not watched");
                     }
-                    self.links[k].closing = Some((m, Instant::now()));
+                    let earlier = self.links[k].closing.replace((m, Instant::now()));
+                    // Never the case (a link dials only once its last close is settled); if
+                    // it were, that monitor must still wait for libzmq's confirmation.
+                    if let Some((earlier, _)) = earlier {
+                        self.overdue_closing.push(earlier);
+                    }
                 }
                 drop(slot.socket);
             }
@@ -1260,12 +1299,48 @@ impl IoThread {
         }
     }
 
+    /// libzmq confirmed the close of link `k`'s closed socket (or the node is shutting down
+    /// and terminates the contexts next): its monitor goes, and the link may be dialled again
+    /// at its retry time.
     fn confirm_close(&mut self, k: LinkKey) {
-        // The link may now be dialled again at its retry time.
         self.timers_changed();
         if let Some((m, _)) = self.links.get_mut(k).and_then(|l| l.closing.take()) {
             self.ready.deregister(&m);
         }
+    }
+
+    /// Link `k`'s closed socket was not confirmed closed within [`CLOSE_CONFIRM_MAX`]: the
+    /// link may be dialled again, its old monitor is kept until libzmq confirms after all.
+    fn close_overdue(&mut self, k: LinkKey) {
+        self.timers_changed();
+        if let Some((m, _)) = self.links.get_mut(k).and_then(|l| l.closing.take()) {
+            tracing::debug!(link = k, "close not confirmed in time; dialling anyway");
+            self.overdue_closing.push(m);
+        }
+    }
+
+    /// Keeps the monitor of a dialled socket of link `k` that was closed before it served a
+    /// connection, until libzmq confirms the close (it does not hold the link's redial).
+    fn park_closing(&mut self, k: LinkKey, m: MonitorSocket) {
+        if let Err(e) = self.ready.register(&m, Watch::Closing(k)) {
+            tracing::debug!(error = %e, "closing monitor not watched");
+        }
+        self.overdue_closing.push(m);
+    }
+
+    /// Drops the overdue closing monitors whose close libzmq has confirmed by now.
+    fn settle_overdue_closing(&mut self) {
+        if self.overdue_closing.is_empty() {
+            return;
+        }
+        let ready = &self.ready;
+        self.overdue_closing.retain(|m| {
+            let keep = !m.close_confirmed();
+            if !keep {
+                ready.deregister(m);
+            }
+            keep
+        });
     }
 
     // ----------------------------------------------------------------------------------
@@ -2400,8 +2475,14 @@ impl IoThread {
             if let Some(conn) = self.links[k].conn.take() {
                 self.close_conn(k, conn, FailureReason::HostStopped, now);
             }
+            // Dropped before libzmq confirmed the close: a monitor dropped that early can
+            // keep the context's reaper waiting to send it MONITOR_STOPPED, until the context
+            // is terminated, which the end of this function does.
             self.confirm_close(k);
             self.links[k].retry_at = None;
+        }
+        for m in std::mem::take(&mut self.overdue_closing) {
+            self.ready.deregister(&m);
         }
         for k in 0..self.slots.len() {
             if let Some(slot) = self.take_slot(k) {
