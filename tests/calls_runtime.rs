@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{free_tcp, mesh_bind, peer, server_of, wait_peer_ready, Events, FreezeProxy};
+use common::{free_tcp, mesh_bind, peer, server_of, start_ready, Events, FreezeProxy};
 use tokio::sync::mpsc;
 use zmesh::config::{Endpoint, NodeConfig, PeerConfig, RouteMeshBind, ServerConfig};
 use zmesh::proto::state::ConnState;
@@ -66,9 +66,7 @@ async fn c1_calls_round_trip_on_route_mesh_and_client_server() {
     let _started = serve_with(&b, "math");
     let mut a = NodeConfig::new("a");
     a.peers = vec![peer("b", &b_bind)];
-    let a = Node::start(a).await.expect("a");
-    let mut ea = Events::new(a.take_events().expect("events"));
-    wait_peer_ready(&a, &mut ea, "b").await;
+    let (a, _ea) = start_ready(a, "b").await;
     let sum: i64 = a
         .call("math", "add", &(40, 2))
         .await
@@ -182,9 +180,7 @@ async fn c2_callee_killed_mid_call_fails_at_once_may_have_run() {
     let (mut child, lines) = spawn_callee(&dir, &b_bind, "work");
     let mut a = NodeConfig::new("a");
     a.peers = vec![peer("b", &b_bind)];
-    let a = Node::start(a).await.expect("a");
-    let mut ea = Events::new(a.take_events().expect("events"));
-    wait_peer_ready(&a, &mut ea, "b").await;
+    let (a, _ea) = start_ready(a, "b").await;
     let echoed: String = a.call("work", "echo", "ping").await.expect("echo");
     assert_eq!(echoed, "ping");
     let caller = a.clone();
@@ -236,9 +232,7 @@ async fn c2_half_open_callee_fails_within_deadline_may_have_run() {
         generation: None,
         security_identity: None,
     }];
-    let a = Node::start(a).await.expect("a");
-    let mut ea = Events::new(a.take_events().expect("events"));
-    wait_peer_ready(&a, &mut ea, "b").await;
+    let (a, _ea) = start_ready(a, "b").await;
     let caller = a.clone();
     let call =
         tokio::spawn(async move { caller.call::<_, String>("work", "hold", &60_000u64).await });
@@ -278,9 +272,7 @@ async fn c4_graceful_stop_answers_accepted_calls() {
     let mut started = serve_with(&b, "work");
     let mut a = NodeConfig::new("a");
     a.peers = vec![peer("b", &b_bind)];
-    let a = Node::start(a).await.expect("a");
-    let mut ea = Events::new(a.take_events().expect("events"));
-    wait_peer_ready(&a, &mut ea, "b").await;
+    let (a, _ea) = start_ready(a, "b").await;
     let caller = a.clone();
     let call = tokio::spawn(async move { caller.call::<_, String>("work", "hold", &500u64).await });
     tokio::time::timeout(STEP, started.recv())
@@ -315,9 +307,7 @@ async fn c6_reply_after_caller_gave_up_is_dropped() {
     let mut started = serve_with(&b, "work");
     let mut a = NodeConfig::new("a");
     a.peers = vec![peer("b", &b_bind)];
-    let a = Node::start(a).await.expect("a");
-    let mut ea = Events::new(a.take_events().expect("events"));
-    wait_peer_ready(&a, &mut ea, "b").await;
+    let (a, _ea) = start_ready(a, "b").await;
     let err = a
         .call_with::<_, String>(
             "work",
@@ -376,9 +366,7 @@ async fn builder_services_serve_the_first_call_after_ready() {
         .expect("b");
     let mut a = NodeConfig::new("a");
     a.peers = vec![peer("b", &b_bind)];
-    let a = Node::start(a).await.expect("a");
-    let mut ea = Events::new(a.take_events().expect("events"));
-    wait_peer_ready(&a, &mut ea, "b").await;
+    let (a, _ea) = start_ready(a, "b").await;
     let sum: i64 = a.call("math", "add", &(40, 2)).await.expect("first call");
     assert_eq!(sum, 42);
     let mut s = a.call_stream("feed", "count", &3u64, CallOptions::default());

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{mesh_bind, peer, wait_peer_ready, Events};
+use common::{mesh_bind, peer, start_ready, wait_peer_ready, Events};
 use zmesh::config::{NodeConfig, RouteMeshBind};
 use zmesh::runtime::calls::{may_have_run, CallError, CallOptions};
 use zmesh::runtime::Node;
@@ -225,9 +225,7 @@ async fn setup(name: &str) -> Setup {
     let callee = Callee::start(&dir, &bind, &dir.join("exec.log"));
     let mut a = NodeConfig::new("caller");
     a.peers = vec![peer("callee", &bind)];
-    let a = Node::start(a).await.expect("caller");
-    let mut ea = Events::new(a.take_events().expect("events"));
-    wait_peer_ready(&a, &mut ea, "callee").await;
+    let (a, ea) = start_ready(a, "callee").await;
     Setup {
         dir,
         bind,

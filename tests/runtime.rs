@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{
-    client_of, free_tcp, ipc, mesh_bind, peer, server_of, wait_peer_ready, EventPred, Events,
-    FreezeProxy,
+    client_of, free_tcp, ipc, mesh_bind, peer, server_of, start_ready, wait_peer_ready, EventPred,
+    Events, FreezeProxy,
 };
 use zmesh::config::{Endpoint, NodeConfig, PeerConfig, ServerConfig};
 use zmesh::proto::state::{ConnState, FailureReason};
@@ -381,9 +381,7 @@ async fn l6_killed_peer_process_detected_at_once_only_that_peer() {
     let c = Node::start(c).await.expect("c");
     let mut a = NodeConfig::new("a");
     a.peers = vec![peer("b", &b_bind), peer("c", &c_bind)];
-    let a = Node::start(a).await.expect("a");
-    let mut ea = Events::new(a.take_events().expect("events"));
-    wait_peer_ready(&a, &mut ea, "b").await;
+    let (a, mut ea) = start_ready(a, "b").await;
     wait_peer_ready(&a, &mut ea, "c").await;
 
     let killed = Instant::now();
@@ -432,9 +430,7 @@ async fn l2_half_open_connection_fails_on_deadline_real_time() {
         generation: None,
         security_identity: None,
     }];
-    let a = Node::start(a).await.expect("a");
-    let mut ea = Events::new(a.take_events().expect("events"));
-    wait_peer_ready(&a, &mut ea, "b").await;
+    let (a, mut ea) = start_ready(a, "b").await;
     let frozen_at = Instant::now();
     app_proxy.freeze();
     let ev = ea
@@ -467,9 +463,7 @@ async fn f4_restarted_peer_is_admitted_as_new_run() {
     let b1 = Node::start(bc.clone()).await.expect("b1");
     let mut a = NodeConfig::new("a");
     a.peers = vec![peer("b", &b_bind)];
-    let a = Node::start(a).await.expect("a");
-    let mut ea = Events::new(a.take_events().expect("events"));
-    wait_peer_ready(&a, &mut ea, "b").await;
+    let (a, mut ea) = start_ready(a, "b").await;
     let g1 = b1.generation();
     b1.shutdown().await.expect("b1 down");
     let ev = ea.wait(STEP, |e| is_failure(e, "peer b")).await;
@@ -568,9 +562,7 @@ async fn f6_shutdown_leaves_nothing_running() {
     let b = Node::start(b).await.expect("b");
     let mut a = NodeConfig::new("a");
     a.peers = vec![peer("b", &b_bind)];
-    let a = Node::start(a).await.expect("a");
-    let mut ea = Events::new(a.take_events().expect("events"));
-    wait_peer_ready(&a, &mut ea, "b").await;
+    let (a, mut ea) = start_ready(a, "b").await;
     b.shutdown().await.expect("shutdown");
     assert!(!b.is_running());
     assert!(
@@ -602,9 +594,7 @@ async fn r5_paused_application_queue_never_changes_readiness() {
     let mut a = NodeConfig::new("a");
     a.delivery_high_water = 8;
     a.peers = vec![peer("b", &b_bind)];
-    let a = Node::start(a).await.expect("a");
-    let mut ea = Events::new(a.take_events().expect("events"));
-    wait_peer_ready(&a, &mut ea, "b").await;
+    let (a, mut ea) = start_ready(a, "b").await;
     // From here on a's application takes nothing: its queue fills to the high-water mark and
     // the rest waits in the link's backlog.
     for i in 0..100u32 {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{free_tcp, Events, FreezeProxy};
+use common::{free_tcp, start_ready, Events, FreezeProxy};
 use tokio::sync::{mpsc, Notify};
 use zmesh::config::{Endpoint, NodeConfig, PeerConfig, RouteMeshBind, ServerConfig};
 use zmesh::proto::handshake::{Membership, Role};
@@ -46,25 +46,6 @@ fn peer(rid: &str, application: &str, completion: &str) -> PeerConfig {
         completion: completion.into(),
         generation: None,
         security_identity: None,
-    }
-}
-
-async fn wait_peer_ready(node: &Node, events: &mut Events, rid: &str) {
-    let limit = tokio::time::Instant::now() + STEP;
-    loop {
-        let snap = node.snapshot().await.expect("snapshot");
-        if snap
-            .peer(rid)
-            .filter(|l| l.state == ConnState::Ready)
-            .count()
-            == 2
-        {
-            return;
-        }
-        assert!(tokio::time::Instant::now() < limit, "{}", snap.to_table());
-        events
-            .wait(STEP, |e| matches!(e, NodeEvent::State(_)))
-            .await;
     }
 }
 
@@ -212,9 +193,7 @@ async fn c1_stream_items_in_order_then_terminal_on_route_mesh_and_client_server(
     let _started = serve_unary_with(&b, "math", Arc::new(Notify::new()));
     let mut a = NodeConfig::new("a");
     a.peers = vec![peer("b", &b_bind.application, &b_bind.completion)];
-    let a = Node::start(a).await.expect("a");
-    let mut ea = Events::new(a.take_events().expect("events"));
-    wait_peer_ready(&a, &mut ea, "b").await;
+    let (a, _ea) = start_ready(a, "b").await;
     check_streams(&a, 1000).await;
     let done: String = a
         .call("feed", "count", &5u64)
@@ -269,9 +248,7 @@ async fn c4_graceful_stop_ends_stream_at_once_and_answers_unary() {
     let mut started = serve_unary_with(&b, "work", gate.clone());
     let mut a = NodeConfig::new("a");
     a.peers = vec![peer("b", &b_bind.application, &b_bind.completion)];
-    let a = Node::start(a).await.expect("a");
-    let mut ea = Events::new(a.take_events().expect("events"));
-    wait_peer_ready(&a, &mut ea, "b").await;
+    let (a, _ea) = start_ready(a, "b").await;
 
     let mut stream = a.call_stream("feed", "endless", &(), CallOptions::default());
     for want in 0..10u64 {
@@ -347,9 +324,7 @@ async fn c2_stream_fails_at_once_when_callee_node_goes_away() {
     let (b, mut seen) = stream_callee(&b_bind).await;
     let mut a = NodeConfig::new("a");
     a.peers = vec![peer("b", &b_bind.application, &b_bind.completion)];
-    let a = Node::start(a).await.expect("a");
-    let mut ea = Events::new(a.take_events().expect("events"));
-    wait_peer_ready(&a, &mut ea, "b").await;
+    let (a, _ea) = start_ready(a, "b").await;
     let mut stream = a.call_stream("feed", "endless", &(), CallOptions::default());
     for want in 0..10u64 {
         assert_eq!(next_within(&mut stream, STEP).await, Some(want));
@@ -385,9 +360,7 @@ async fn c2_half_open_stream_fails_within_deadline_may_have_run() {
     let (b, _seen) = stream_callee(&b_bind).await;
     let mut a = NodeConfig::new("a");
     a.peers = vec![peer("b", &app.endpoint, &cpl.endpoint)];
-    let a = Node::start(a).await.expect("a");
-    let mut ea = Events::new(a.take_events().expect("events"));
-    wait_peer_ready(&a, &mut ea, "b").await;
+    let (a, _ea) = start_ready(a, "b").await;
     let mut stream = a.call_stream("feed", "endless", &(), CallOptions::default());
     for want in 0..10u64 {
         assert_eq!(next_within(&mut stream, STEP).await, Some(want));

@@ -553,6 +553,20 @@ pub fn peer(rid: &str, b: &zmesh::config::RouteMeshBind) -> zmesh::config::PeerC
     }
 }
 
+/// Starts a node from `config`, takes its event stream and waits (bounded) until its
+/// RouteMesh peer `rid` is ready on both lanes.
+pub async fn start_ready(
+    config: zmesh::config::NodeConfig,
+    rid: &str,
+) -> (zmesh::runtime::Node, Events) {
+    let node = zmesh::runtime::Node::start(config)
+        .await
+        .unwrap_or_else(|e| panic!("start {rid}'s dialler: {e}"));
+    let mut events = Events::new(node.take_events().expect("events"));
+    wait_peer_ready(&node, &mut events, rid).await;
+    (node, events)
+}
+
 /// Waits (bounded) until `rid`'s two RouteMesh lanes are ready in `node`'s snapshot.
 pub async fn wait_peer_ready(node: &zmesh::runtime::Node, events: &mut Events, rid: &str) {
     let step = Duration::from_secs(10);
