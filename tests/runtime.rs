@@ -30,6 +30,23 @@ fn is_failure(ev: &NodeEvent, link_part: &str) -> bool {
         && s.state != ConnState::Ready)
 }
 
+/// A RouteMesh pair, both nodes binding (over tcp or ipc): `b` serves `channel`, `a` dials
+/// `b`; returns once each sees the other ready on both lanes.
+async fn route_mesh_pair(tcp: bool, channel: &str) -> (Node, Events, Node, Events) {
+    let b_bind = mesh_bind(tcp);
+    let mut b = NodeConfig::new("b");
+    b.memberships = server_of(channel);
+    b.route_mesh = Some(b_bind.clone());
+    let mut a = NodeConfig::new("a");
+    a.route_mesh = Some(mesh_bind(tcp));
+    a.peers = vec![peer("b", &b_bind)];
+    let b = Node::start(b).await.expect("start b");
+    let (a, ea) = start_ready(a, "b").await;
+    let mut eb = Events::new(b.take_events().expect("events"));
+    wait_peer_ready(&b, &mut eb, "a").await;
+    (a, ea, b, eb)
+}
+
 fn delivery_payload(ev: &NodeEvent) -> Option<&[u8]> {
     match ev {
         NodeEvent::Delivery(d) => Some(&d.payload),
@@ -42,19 +59,7 @@ fn delivery_payload(ev: &NodeEvent) -> Option<&[u8]> {
 #[tokio::test]
 async fn t1_route_mesh_ready_and_records_both_ways_tcp_and_ipc() {
     for tcp in [true, false] {
-        let b_bind = mesh_bind(tcp);
-        let mut b = NodeConfig::new("b");
-        b.memberships = server_of("orders");
-        b.route_mesh = Some(b_bind.clone());
-        let mut a = NodeConfig::new("a");
-        a.route_mesh = Some(mesh_bind(tcp));
-        a.peers = vec![peer("b", &b_bind)];
-        let b = Node::start(b).await.expect("start b");
-        let a = Node::start(a).await.expect("start a");
-        let mut ea = Events::new(a.take_events().expect("events"));
-        let mut eb = Events::new(b.take_events().expect("events"));
-        wait_peer_ready(&a, &mut ea, "b").await;
-        wait_peer_ready(&b, &mut eb, "a").await;
+        let (a, mut ea, b, mut eb) = route_mesh_pair(tcp, "orders").await;
 
         a.send("b", "greetings", "to b").await.expect("a -> b");
         let ev = eb.wait(STEP, |e| delivery_payload(e).is_some()).await;
@@ -859,19 +864,7 @@ async fn receive_round(events: &mut Events, round: u64, n: u64, limit: Duration)
 async fn records_both_ways_on_shared_sockets_all_arrive_round_after_round() {
     const ROUNDS: u64 = 30;
     const PER_ROUND: u64 = 3_000;
-    let b_bind = mesh_bind(true);
-    let mut b = NodeConfig::new("b");
-    b.memberships = server_of("both-ways");
-    b.route_mesh = Some(b_bind.clone());
-    let mut a = NodeConfig::new("a");
-    a.route_mesh = Some(mesh_bind(true));
-    a.peers = vec![peer("b", &b_bind)];
-    let b = Node::start(b).await.expect("start b");
-    let a = Node::start(a).await.expect("start a");
-    let mut ea = Events::new(a.take_events().expect("events"));
-    let mut eb = Events::new(b.take_events().expect("events"));
-    wait_peer_ready(&a, &mut ea, "b").await;
-    wait_peer_ready(&b, &mut eb, "a").await;
+    let (a, mut ea, b, mut eb) = route_mesh_pair(true, "both-ways").await;
     for round in 0..ROUNDS {
         // Odd rounds are tiny: the last records of a round then arrive at an idle loop.
         let n = if round % 2 == 0 { PER_ROUND } else { 3 };

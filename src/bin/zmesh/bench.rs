@@ -710,19 +710,23 @@ pub(crate) fn clock_ticks() -> f64 {
 /// CPU time (user + system, every thread, also those that ended) this process has used,
 /// from `/proc/self/stat`; 10 ms resolution.
 pub(crate) fn process_cpu() -> Result<Duration> {
-    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    let ticks = cpu_ticks("/proc/self/stat")?;
+    Ok(Duration::from_secs_f64(ticks as f64 / clock_ticks()))
+}
+
+/// `utime + stime` (clock ticks, every thread) from a `/proc/<pid>/stat` file.
+pub(crate) fn cpu_ticks(stat_path: &str) -> Result<u64> {
+    let stat = std::fs::read_to_string(stat_path)?;
     // Fields after the command name (which may contain spaces) start after ") ".
     let rest = stat.rsplit_once(") ").map(|x| x.1).context("stat")?;
     let f: Vec<&str> = rest.split_whitespace().collect();
     // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name.
-    let ticks = f
-        .get(11)
-        .and_then(|v| v.parse::<u64>().ok())
-        .context("utime")?
-        + f.get(12)
+    let field = |i: usize, name: &str| {
+        f.get(i)
             .and_then(|v| v.parse::<u64>().ok())
-            .context("stime")?;
-    Ok(Duration::from_secs_f64(ticks as f64 / clock_ticks()))
+            .with_context(|| format!("{name} in {stat_path}"))
+    };
+    Ok(field(11, "utime")? + field(12, "stime")?)
 }
 
 /// Microseconds of a duration, as a float.

@@ -34,7 +34,7 @@ use zmesh::proto::wire::{
     self, Label, Membership, Memberships, Name, Record, Role, Welcome, BEACON_PAYLOAD, BEACON_TOPIC,
 };
 
-use super::{bind_any, clock_ticks, free_tcp, Plan, Series, CHANNEL};
+use super::{bind_any, clock_ticks, cpu_ticks, free_tcp, Plan, Series, CHANNEL};
 
 /// Sockets per libzmq context (its default limit is 1023).
 const SOCKETS_PER_CONTEXT: usize = 900;
@@ -241,18 +241,7 @@ impl NodeProcess {
 
     fn cpu(&self) -> Result<CpuSample> {
         let base = self.proc_path();
-        let stat = std::fs::read_to_string(format!("{base}/stat"))?;
-        // Fields after the command name (which may contain spaces) start at ") ".
-        let rest = stat.rsplit_once(") ").map(|x| x.1).context("stat")?;
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name.
-        let ticks = f
-            .get(11)
-            .and_then(|v| v.parse::<u64>().ok())
-            .context("utime")?
-            + f.get(12)
-                .and_then(|v| v.parse::<u64>().ok())
-                .context("stime")?;
+        let ticks = cpu_ticks(&format!("{base}/stat"))?;
         let (mut on_cpu_ns, mut switches) = (0u64, 0u64);
         for task in std::fs::read_dir(format!("{base}/task"))? {
             let task = task?.path();
