@@ -14,14 +14,16 @@
 //! state machines in [`crate::proto`]; it never decides protocol questions itself.
 
 pub mod calls;
+mod command;
+mod error;
+mod event;
 mod io;
 mod node;
 mod records;
 pub mod snapshot;
 pub mod socket;
 
+pub use error::{BatchSendError, NodeError, PublishError, SendError};
+pub use event::{Delivery, EventStream, NodeEvent, Source, StateChange};
 pub use io::GRACEFUL_STOP_BOUND;
-pub use node::{
-    BatchSendError, Delivery, EventStream, Node, NodeBuilder, NodeError, NodeEvent, PublishError,
-    SendError, Source, StateChange,
-};
+pub use node::{Node, NodeBuilder};

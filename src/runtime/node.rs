@@ -1,6 +1,6 @@
 //! The public, async handle of a running node.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 
@@ -12,11 +12,13 @@ use super::calls::{
     self as rcalls, CallError, CallOptions, CallStream, HandlerFuture, RemoteCode, Request,
     ServeError,
 };
-use super::io::{CallReply, Command, IoThread, ServeDone, ServeItem, ServeJob, Served};
+use super::command::{CallReply, Command, ServeDone, ServeItem, ServeJob, Served};
+use super::error::{BatchSendError, NodeError, PublishError, SendError};
+use super::event::EventStream;
+use super::io::IoThread;
 use super::snapshot::Snapshot;
-use crate::config::{ConfigError, NodeConfig};
+use crate::config::NodeConfig;
 use crate::proto::calls::{CallShape, ServeId};
-use crate::proto::state::{ConnState, FailureReason};
 use crate::proto::wire::BEACON_TOPIC;
 
 /// A running zmesh node. Cheap to clone; all clones drive the same I/O thread.
@@ -33,219 +35,6 @@ struct Inner {
     wake: Mutex<zmq::Socket>,
     events: Mutex<Option<EventStream>>,
     thread: Mutex<Option<JoinHandle<()>>>,
-}
-
-/// Where a delivered record came from.
-///
-/// The names are `Arc<str>`: every record of a connection shares one allocation, so cloning a
-/// source (the runtime does once per delivery) is a reference count, not a copy. Compare with
-/// `&*rid == "node-b"`, build one with `"node-b".into()`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Source {
-    /// A RouteMesh peer, by RID.
-    Peer {
-        /// The peer's RID.
-        rid: Arc<str>,
-    },
-    /// A ClientServer client connected to this node's server endpoint.
-    Client {
-        /// The client's RID.
-        rid: Arc<str>,
-    },
-    /// A ClientServer server this node is a client of.
-    Server {
-        /// The server's RID.
-        rid: Arc<str>,
-    },
-    /// A fanout publisher, by endpoint.
-    Publisher {
-        /// The publisher's endpoint.
-        endpoint: Arc<str>,
-    },
-}
-
-impl std::fmt::Display for Source {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Source::Peer { rid } => write!(f, "peer {rid}"),
-            Source::Client { rid } => write!(f, "client {rid}"),
-            Source::Server { rid } => write!(f, "server {rid}"),
-            Source::Publisher { endpoint } => write!(f, "publisher {endpoint}"),
-        }
-    }
-}
-
-/// One application record delivered to this node. Probes, ACKs and beacons never appear here
-/// (MISSION L3, L5).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Delivery {
-    /// Who sent it.
-    pub source: Source,
-    /// The channel (RouteMesh/ClientServer) or topic bytes (fanout).
-    pub channel: Bytes,
-    /// The application payload. A payload of at least
-    /// [`SHARE_MIN`](crate::runtime::socket::SHARE_MIN) bytes is libzmq's received message
-    /// itself, not a copy: while it is alive it keeps libzmq's receive buffer (a few KiB,
-    /// shared with the records received around it) alive; copy it to keep it for long.
-    pub payload: Bytes,
-}
-
-/// A link changed state.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct StateChange {
-    /// The link's display name (e.g. `peer node-b application`, `sub tcp://…`).
-    pub link: String,
-    /// The new state.
-    pub state: ConnState,
-    /// Why, when the link left ready or failed.
-    pub reason: Option<FailureReason>,
-    /// Free-form detail for humans.
-    pub detail: String,
-}
-
-/// The stream of a node's events, in batches.
-///
-/// Deliveries not yet taken from the stream are the node's *application queue*. When it holds
-/// [`crate::config::NodeConfig::delivery_high_water`] deliveries or more, the queue is paused:
-/// RouteMesh and ClientServer records wait in a bounded backlog per link, and once a link's
-/// backlog is full its socket is not read (libzmq's HWM then pushes back on the sender, whose
-/// sends fail at once as never sent). Liveness records keep being processed as long as a
-/// socket is read; a paused queue by itself never changes readiness (MISSION R5). Fanout is
-/// never flow-controlled: its records are delivered whatever the queue holds.
-///
-/// The limit of that rule: probes and ACKs travel on the same sockets as application
-/// records, so a link whose backlog stays full for longer than the peer deadline (15 s)
-/// leaves its peer's probes unread like any record behind a high-water mark, and the link
-/// fails with `deadline_exceeded` (on both sides) for lack of progress evidence, exactly as
-/// seed 002 has it ("earlier DATA and HWM/PAUSED can also delay a later liveness record, and
-/// the 15-second deadline still applies"). Take deliveries at least that often.
-pub struct EventStream {
-    rx: mpsc::UnboundedReceiver<Vec<NodeEvent>>,
-    outstanding: Arc<AtomicUsize>,
-}
-
-impl EventStream {
-    fn taken(&self, batch: &[NodeEvent]) {
-        let n = batch
-            .iter()
-            .filter(|e| matches!(e, NodeEvent::Delivery(_)))
-            .count();
-        if n > 0 {
-            self.outstanding.fetch_sub(n, Ordering::Relaxed);
-        }
-    }
-
-    /// The next batch; `None` once the node has stopped and every batch was taken.
-    pub async fn recv(&mut self) -> Option<Vec<NodeEvent>> {
-        let batch = self.rx.recv().await?;
-        self.taken(&batch);
-        Some(batch)
-    }
-
-    /// The next batch if one is ready, without waiting.
-    pub fn try_recv(&mut self) -> Result<Vec<NodeEvent>, mpsc::error::TryRecvError> {
-        let batch = self.rx.try_recv()?;
-        self.taken(&batch);
-        Ok(batch)
-    }
-
-    /// Deliveries produced but not yet taken from this stream.
-    pub fn queued_deliveries(&self) -> usize {
-        self.outstanding.load(Ordering::Relaxed)
-    }
-}
-
-/// What a node reports to its application.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NodeEvent {
-    /// An application record arrived.
-    Delivery(Delivery),
-    /// A link changed state.
-    State(StateChange),
-}
-
-/// A node could not start.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum NodeError {
-    /// The configuration is invalid.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// A socket could not be created or bound.
-    #[error("cannot bind {endpoint}: {source}")]
-    Bind {
-        /// The endpoint.
-        endpoint: String,
-        /// The libzmq error.
-        source: zmq::Error,
-    },
-    /// libzmq failed while setting up the node.
-    #[error("zeromq: {0}")]
-    Zmq(#[from] zmq::Error),
-    /// The I/O thread's epoll set could not be created, or a socket could not be added to it.
-    #[error("readiness (epoll): {0}")]
-    Poller(std::io::Error),
-    /// An argument is invalid.
-    #[error("invalid argument: {0}")]
-    Invalid(String),
-    /// The call needs a tokio runtime and none is running.
-    #[error("no tokio runtime is running")]
-    NoRuntime,
-    /// The I/O thread could not be started or has stopped.
-    #[error("the node's I/O thread is not running")]
-    Stopped,
-}
-
-/// Why a one-way send was not taken. In every case the record was not queued anywhere: it
-/// certainly was not delivered.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum SendError {
-    /// No ready connection to that peer / no ready server for that channel.
-    #[error("no ready peer for {0}")]
-    NotReady(String),
-    /// The link is ready but cannot take the record now (pipe full).
-    #[error("link to {0} cannot send now (pipe full)")]
-    WouldBlock(String),
-    /// An argument is invalid (e.g. channel name length).
-    #[error("invalid argument: {0}")]
-    Invalid(String),
-    /// The node is stopping or stopped.
-    #[error("node is shut down")]
-    Shutdown,
-}
-
-/// Why [`Node::send_batch`] did not take every record.
-///
-/// The first [`sent`](Self::sent) records were handed to the link, in order; the record at
-/// index `sent` was refused for [`error`](Self::error), and neither it nor any later record was
-/// queued anywhere: they certainly were not delivered, and may be sent again.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{sent} records sent, then: {error}")]
-pub struct BatchSendError {
-    /// How many records, from the first, were taken.
-    pub sent: usize,
-    /// Why the next record was not taken.
-    pub error: SendError,
-}
-
-/// Why a publish was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum PublishError {
-    /// The topic is exactly the reserved beacon topic `01 5A 4C 46 31` (MISSION L4).
-    #[error("the topic 01 5A 4C 46 31 is reserved for liveness beacons")]
-    ReservedTopic,
-    /// The topic is empty or longer than 255 bytes.
-    #[error("topic must be 1..=255 bytes")]
-    InvalidTopic,
-    /// This node has no `[publisher]` endpoint.
-    #[error("this node has no publisher endpoint")]
-    NoPublisher,
-    /// The node is stopping or stopped.
-    #[error("node is shut down")]
-    Shutdown,
 }
 
 /// A service registered on a [`NodeBuilder`], applied to the node before it starts.
@@ -378,10 +167,7 @@ impl Node {
                 generation,
                 commands: cmd_tx,
                 wake: Mutex::new(wake),
-                events: Mutex::new(Some(EventStream {
-                    rx: ev_rx,
-                    outstanding,
-                })),
+                events: Mutex::new(Some(EventStream::new(ev_rx, outstanding))),
                 thread: Mutex::new(None),
             }),
         };

@@ -11,7 +11,7 @@
 //!
 //! Streams: a caller's stream items go to the call's [`StreamEvent`] channel in order, and
 //! always before its end (items are drained before completions). A channel served with
-//! [`CallShape::Stream`] numbers each handler item through the serve table and sends it as
+//! [`CallShape::Stream`](crate::proto::calls::CallShape::Stream) numbers each handler item through the serve table and sends it as
 //! ITEM on the same route as the REPLY; the drain ends such calls with REPLY `Unavailable`.
 
 use std::collections::VecDeque;
@@ -19,58 +19,24 @@ use std::num::NonZeroU64;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::sync::{mpsc, oneshot};
 
-use super::{IoThread, LinkKey, LinkKind};
-use crate::proto::calls::{
-    ttl_on_wire, Admission, CallError, CallId, CallShape, Dispatch, RemoteCode, Unrouted,
-};
+use super::links::LinkKind;
+use super::{IoThread, LinkKey};
+use crate::proto::calls::{ttl_on_wire, Admission, CallId, Dispatch, RemoteCode, Unrouted};
 use crate::proto::handshake::Role;
 use crate::proto::state::FailureReason;
 use crate::proto::wire::{self, Lane, ReplyCode};
 use crate::proto::ConnId;
 use crate::runtime::calls::{CallOptions, Request, ServeError, StreamEvent};
+use crate::runtime::command::{CallReply, ServeDone, ServeItem, ServeJob, Served};
 use crate::runtime::records;
 use crate::runtime::socket::SendError;
 
 /// The physical connection a call travels on: a link and its current connection.
 pub(crate) type CallKey = (LinkKey, ConnId);
 
-/// Where a call's answer goes, on the caller's side.
-pub(crate) enum CallReply {
-    /// A unary call: its one result. Stream items for it are dropped.
-    Unary(oneshot::Sender<Result<Bytes, CallError>>),
-    /// A streaming call: its items in order, then its one end.
-    Stream(mpsc::UnboundedSender<StreamEvent>),
-}
-
-/// A channel this node serves.
-pub(crate) struct Served {
-    /// Where its accepted calls are dispatched.
-    pub jobs: mpsc::UnboundedSender<ServeJob>,
-    /// Unary, or streams (which a drain ends with `Unavailable`).
-    pub shape: CallShape,
-}
-
-/// One item a stream handler produced, for the I/O thread to number and send.
-pub(crate) struct ServeItem {
-    pub id: crate::proto::calls::ServeId,
-    pub payload: Bytes,
-    /// `Ok` once the ITEM was handed to the transport; an error when the stream is over.
-    pub reply: oneshot::Sender<Result<(), ServeError>>,
-}
-
-/// One accepted call handed to the application's dispatcher.
-pub(crate) struct ServeJob {
-    pub id: crate::proto::calls::ServeId,
-    pub request: Request,
-}
-
-/// A handler's answer, back to the I/O thread.
-pub(crate) struct ServeDone {
-    pub id: crate::proto::calls::ServeId,
-    pub result: Result<Bytes, crate::runtime::calls::ServeError>,
-}
+/// Answers (ACCEPT, REPLY) held back by a full pipe: the connection they are for, in order.
+pub(super) type HeldAnswers = (ConnId, VecDeque<Vec<Vec<u8>>>);
 
 /// Longest graceful stop: accepted calls still running then are answered `Unavailable`.
 pub const GRACEFUL_STOP_BOUND: Duration = Duration::from_secs(10);

@@ -1,0 +1,86 @@
+//! Why a node could not start, and why a one-way send or a publish was refused.
+
+use crate::config::ConfigError;
+
+/// A node could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A socket could not be created or bound.
+    #[error("cannot bind {endpoint}: {source}")]
+    Bind {
+        /// The endpoint.
+        endpoint: String,
+        /// The libzmq error.
+        source: zmq::Error,
+    },
+    /// libzmq failed while setting up the node.
+    #[error("zeromq: {0}")]
+    Zmq(#[from] zmq::Error),
+    /// The I/O thread's epoll set could not be created, or a socket could not be added to it.
+    #[error("readiness (epoll): {0}")]
+    Poller(std::io::Error),
+    /// An argument is invalid.
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    /// The call needs a tokio runtime and none is running.
+    #[error("no tokio runtime is running")]
+    NoRuntime,
+    /// The I/O thread could not be started or has stopped.
+    #[error("the node's I/O thread is not running")]
+    Stopped,
+}
+
+/// Why a one-way send was not taken. In every case the record was not queued anywhere: it
+/// certainly was not delivered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SendError {
+    /// No ready connection to that peer / no ready server for that channel.
+    #[error("no ready peer for {0}")]
+    NotReady(String),
+    /// The link is ready but cannot take the record now (pipe full).
+    #[error("link to {0} cannot send now (pipe full)")]
+    WouldBlock(String),
+    /// An argument is invalid (e.g. channel name length).
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    /// The node is stopping or stopped.
+    #[error("node is shut down")]
+    Shutdown,
+}
+
+/// Why [`Node::send_batch`](super::Node::send_batch) did not take every record.
+///
+/// The first [`sent`](Self::sent) records were handed to the link, in order; the record at
+/// index `sent` was refused for [`error`](Self::error), and neither it nor any later record was
+/// queued anywhere: they certainly were not delivered, and may be sent again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{sent} records sent, then: {error}")]
+pub struct BatchSendError {
+    /// How many records, from the first, were taken.
+    pub sent: usize,
+    /// Why the next record was not taken.
+    pub error: SendError,
+}
+
+/// Why a publish was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PublishError {
+    /// The topic is exactly the reserved beacon topic `01 5A 4C 46 31` (MISSION L4).
+    #[error("the topic 01 5A 4C 46 31 is reserved for liveness beacons")]
+    ReservedTopic,
+    /// The topic is empty or longer than 255 bytes.
+    #[error("topic must be 1..=255 bytes")]
+    InvalidTopic,
+    /// This node has no `[publisher]` endpoint.
+    #[error("this node has no publisher endpoint")]
+    NoPublisher,
+    /// The node is stopping or stopped.
+    #[error("node is shut down")]
+    Shutdown,
+}

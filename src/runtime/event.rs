@@ -1,0 +1,148 @@
+//! What a node reports to its application: deliveries and link state changes, in batches.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use crate::proto::state::{ConnState, FailureReason};
+
+/// Where a delivered record came from.
+///
+/// The names are `Arc<str>`: every record of a connection shares one allocation, so cloning a
+/// source (the runtime does once per delivery) is a reference count, not a copy. Compare with
+/// `&*rid == "node-b"`, build one with `"node-b".into()`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Source {
+    /// A RouteMesh peer, by RID.
+    Peer {
+        /// The peer's RID.
+        rid: Arc<str>,
+    },
+    /// A ClientServer client connected to this node's server endpoint.
+    Client {
+        /// The client's RID.
+        rid: Arc<str>,
+    },
+    /// A ClientServer server this node is a client of.
+    Server {
+        /// The server's RID.
+        rid: Arc<str>,
+    },
+    /// A fanout publisher, by endpoint.
+    Publisher {
+        /// The publisher's endpoint.
+        endpoint: Arc<str>,
+    },
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Peer { rid } => write!(f, "peer {rid}"),
+            Source::Client { rid } => write!(f, "client {rid}"),
+            Source::Server { rid } => write!(f, "server {rid}"),
+            Source::Publisher { endpoint } => write!(f, "publisher {endpoint}"),
+        }
+    }
+}
+
+/// One application record delivered to this node. Probes, ACKs and beacons never appear here
+/// (MISSION L3, L5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    /// Who sent it.
+    pub source: Source,
+    /// The channel (RouteMesh/ClientServer) or topic bytes (fanout).
+    pub channel: Bytes,
+    /// The application payload. A payload of at least
+    /// [`SHARE_MIN`](crate::runtime::socket::SHARE_MIN) bytes is libzmq's received message
+    /// itself, not a copy: while it is alive it keeps libzmq's receive buffer (a few KiB,
+    /// shared with the records received around it) alive; copy it to keep it for long.
+    pub payload: Bytes,
+}
+
+/// A link changed state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StateChange {
+    /// The link's display name (e.g. `peer node-b application`, `sub tcp://…`).
+    pub link: String,
+    /// The new state.
+    pub state: ConnState,
+    /// Why, when the link left ready or failed.
+    pub reason: Option<FailureReason>,
+    /// Free-form detail for humans.
+    pub detail: String,
+}
+
+/// The stream of a node's events, in batches.
+///
+/// Deliveries not yet taken from the stream are the node's *application queue*. When it holds
+/// [`crate::config::NodeConfig::delivery_high_water`] deliveries or more, the queue is paused:
+/// RouteMesh and ClientServer records wait in a bounded backlog per link, and once a link's
+/// backlog is full its socket is not read (libzmq's HWM then pushes back on the sender, whose
+/// sends fail at once as never sent). Liveness records keep being processed as long as a
+/// socket is read; a paused queue by itself never changes readiness (MISSION R5). Fanout is
+/// never flow-controlled: its records are delivered whatever the queue holds.
+///
+/// The limit of that rule: probes and ACKs travel on the same sockets as application
+/// records, so a link whose backlog stays full for longer than the peer deadline (15 s)
+/// leaves its peer's probes unread like any record behind a high-water mark, and the link
+/// fails with `deadline_exceeded` (on both sides) for lack of progress evidence, exactly as
+/// seed 002 has it ("earlier DATA and HWM/PAUSED can also delay a later liveness record, and
+/// the 15-second deadline still applies"). Take deliveries at least that often.
+pub struct EventStream {
+    rx: mpsc::UnboundedReceiver<Vec<NodeEvent>>,
+    outstanding: Arc<AtomicUsize>,
+}
+
+impl EventStream {
+    /// The stream over `rx`; `outstanding` counts the deliveries sent and not yet taken.
+    pub(crate) fn new(
+        rx: mpsc::UnboundedReceiver<Vec<NodeEvent>>,
+        outstanding: Arc<AtomicUsize>,
+    ) -> EventStream {
+        EventStream { rx, outstanding }
+    }
+
+    fn taken(&self, batch: &[NodeEvent]) {
+        let n = batch
+            .iter()
+            .filter(|e| matches!(e, NodeEvent::Delivery(_)))
+            .count();
+        if n > 0 {
+            self.outstanding.fetch_sub(n, Ordering::Relaxed);
+        }
+    }
+
+    /// The next batch; `None` once the node has stopped and every batch was taken.
+    pub async fn recv(&mut self) -> Option<Vec<NodeEvent>> {
+        let batch = self.rx.recv().await?;
+        self.taken(&batch);
+        Some(batch)
+    }
+
+    /// The next batch if one is ready, without waiting.
+    pub fn try_recv(&mut self) -> Result<Vec<NodeEvent>, mpsc::error::TryRecvError> {
+        let batch = self.rx.try_recv()?;
+        self.taken(&batch);
+        Ok(batch)
+    }
+
+    /// Deliveries produced but not yet taken from this stream.
+    pub fn queued_deliveries(&self) -> usize {
+        self.outstanding.load(Ordering::Relaxed)
+    }
+}
+
+/// What a node reports to its application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeEvent {
+    /// An application record arrived.
+    Delivery(Delivery),
+    /// A link changed state.
+    State(StateChange),
+}

@@ -1,0 +1,299 @@
+//! Handshake and admission: HELLO from the dialler, admission (or REJECT) by the acceptor,
+//! WELCOME checked by the dialler, duplicate resolution between two nodes that dial each other
+//! (MISSION T1), NotRequired (T4), and the step to ready. The decisions are
+//! [`crate::proto::handshake`]'s; this file moves their records.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::links::{note, Conn, LinkKind};
+use super::slots::Unit;
+use super::{Host, IoThread, LinkKey, LiveOwner, SlotKey};
+use crate::proto::handshake::{self, Expectation, Identity, Refusal};
+use crate::proto::sched::Source as SchedSource;
+use crate::proto::state::{ConnState, FailureReason};
+use crate::runtime::event::Source;
+use crate::runtime::records::{self, Lane, Rec, RejectReason};
+use crate::runtime::socket::Frame;
+
+impl IoThread {
+    pub(super) fn send_hello(&mut self, k: LinkKey) {
+        let Some((lane, expect)) = self.dial_expectation(k) else {
+            return;
+        };
+        let sent = match records::hello(lane, &self.me, &expect, 0) {
+            Ok(frames) => self.send_on_link(k, frames),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot encode HELLO");
+                return;
+            }
+        };
+        if let Some(c) = self.links[k].conn.as_mut() {
+            c.hello_sent = sent.is_ok();
+        }
+    }
+
+    /// A dialled link's lane and what it expects of the node it dials.
+    pub(super) fn dial_expectation(&self, k: LinkKey) -> Option<(Lane, Expectation)> {
+        match &self.links[k].kind {
+            LinkKind::MeshDial { peer, lane } => Some((*lane, self.expectation_for_peer(*peer))),
+            LinkKind::ClientDial { server } => Some((
+                Lane::ClientServer,
+                Expectation {
+                    rid: self.cfg.servers.get(*server).and_then(|s| s.rid.clone()),
+                    ..Expectation::default()
+                },
+            )),
+            LinkKind::Inbound { .. } => None,
+        }
+    }
+
+    pub(super) fn expectation_for_peer(&self, peer: usize) -> Expectation {
+        let Some(p) = self.cfg.peers.get(peer) else {
+            return Expectation::default();
+        };
+        Expectation {
+            rid: Some(p.rid.clone()),
+            generation: p.generation.filter(|g| *g != 0),
+            security_identity: p.security_identity.clone(),
+        }
+    }
+
+    pub(super) fn on_unknown_inbound(
+        &mut self,
+        slot: SlotKey,
+        lane: Lane,
+        route: Frame,
+        frames: &[Frame],
+        now: Instant,
+    ) {
+        let hello = match records::decode(frames) {
+            Ok(Rec::Hello(h)) => h,
+            Ok(_) => {
+                // A record from a physical connection that is not (or no longer) admitted:
+                // it changes nothing (MISSION L6).
+                metrics::counter!("zmesh_stale_records_total").increment(1);
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "malformed record from an unadmitted connection");
+                return;
+            }
+        };
+        let route = route.as_ref().to_vec();
+        let reject = |io: &mut IoThread, reason: RejectReason, detail: &str| {
+            let _ = io.send_slot(slot, Some(&route), &records::reject(reason, detail));
+        };
+        if hello.lane != lane {
+            reject(self, RejectReason::LaneMismatch, "hello names another lane");
+            return;
+        }
+        if self.host != Host::Running {
+            reject(self, RejectReason::Draining, "node is stopping");
+            return;
+        }
+        // What does this node expect of that RID? A configured peer's expectation, if any.
+        let configured = self
+            .cfg
+            .peers
+            .iter()
+            .position(|p| p.rid == hello.identity.rid);
+        let expect = match (lane, configured) {
+            (Lane::ClientServer, _) | (_, None) => Expectation::default(),
+            (_, Some(i)) => self.expectation_for_peer(i),
+        };
+        // Does the dialler expect us?
+        let theirs = Expectation {
+            rid: hello.expect.rid.clone(),
+            generation: hello.expect.generation,
+            security_identity: None,
+        };
+        if let Err(r) = admit_on(lane, &hello.identity, &theirs, &self.me) {
+            reject(self, records::reject_reason(r), &r.to_string());
+            return;
+        }
+        if let Err(r) = admit_on(lane, &self.me, &expect, &hello.identity) {
+            reject(self, records::reject_reason(r), &r.to_string());
+            return;
+        }
+        // Duplicate resolution: if we dial this peer on this lane too, the connection dialled
+        // by the smaller RID is the current one.
+        if let (Some(i), true) = (configured, lane != Lane::ClientServer) {
+            if let Some(dk) = self.find_mesh_dial(i, lane) {
+                if self.me.rid < hello.identity.rid {
+                    reject(
+                        self,
+                        RejectReason::Duplicate,
+                        "the connection dialled by the smaller RID is current",
+                    );
+                    return;
+                }
+                // Their dial wins: stand our own dial down.
+                if self.links[dk].conn.is_some() {
+                    self.fail_link(
+                        dk,
+                        FailureReason::Replaced,
+                        "peer's own dial is current",
+                        now,
+                    );
+                }
+                self.links[dk].yielded = true;
+                self.timers_changed();
+            }
+        }
+        let k = self.inbound_link(&hello.identity.rid, lane, now);
+        // A replacement connection of the same peer and lane (F3): the dialler closed the old
+        // one before dialling this one, so the old one is done.
+        if self.links[k].conn.is_some() {
+            self.fail_link(
+                k,
+                FailureReason::Replaced,
+                "replaced by a newer admitted connection",
+                now,
+            );
+        }
+        let id = self.fresh_conn_id();
+        let Ok(welcome) = records::welcome(lane, &self.me) else {
+            return;
+        };
+        if let Err(e) = self.send_slot(slot, Some(&route), &welcome) {
+            tracing::debug!(error = %e, "welcome not sent");
+            return;
+        }
+        self.inbound
+            .entry(slot)
+            .or_default()
+            .insert(route.clone(), k);
+        if let Some(sid) = self.shared_id(slot) {
+            if let Err(e) = self
+                .sched
+                .add_unit(Unit::Peer(k, id), SchedSource::Shared(sid))
+            {
+                tracing::debug!(error = ?e, "scheduler unit not added");
+            }
+        }
+        self.timers_changed();
+        self.links[k].conn = Some(Conn {
+            id,
+            slot,
+            route: Some(route),
+            opened_at: now,
+            hello_sent: true,
+            ready: false,
+            peer: None,
+            source: None,
+            live: None,
+            last_peer_probe: None,
+        });
+        if self.links[k].state.state() != ConnState::Connecting {
+            note(self.links[k].state.handle_connecting(now));
+        }
+        note(self.links[k].state.handle_admitted(now));
+        self.become_ready(k, hello.identity, now);
+    }
+
+    pub(super) fn find_mesh_dial(&self, peer: usize, lane: Lane) -> Option<LinkKey> {
+        self.links
+            .iter()
+            .position(|l| l.kind == LinkKind::MeshDial { peer, lane })
+    }
+
+    pub(super) fn inbound_link(&mut self, rid: &str, lane: Lane, now: Instant) -> LinkKey {
+        let kind = LinkKind::Inbound {
+            rid: rid.to_owned(),
+            lane,
+        };
+        match self.links.iter().position(|l| l.kind == kind) {
+            Some(k) => k,
+            None => {
+                let k = self.add_link(kind, now);
+                self.links[k].retry_at = None;
+                k
+            }
+        }
+    }
+
+    pub(super) fn become_ready(&mut self, k: LinkKey, peer: Identity, now: Instant) {
+        // A ready connection has no handshake timeout any more.
+        self.timers_changed();
+        let l = &mut self.links[k];
+        let Some(c) = l.conn.as_mut() else {
+            return;
+        };
+        c.ready = true;
+        let rid: Arc<str> = Arc::from(peer.rid.as_str());
+        c.source = Some(match &l.kind {
+            LinkKind::MeshDial { .. } => Source::Peer { rid },
+            LinkKind::Inbound {
+                lane: Lane::ClientServer,
+                ..
+            } => Source::Client { rid },
+            LinkKind::Inbound { .. } => Source::Peer { rid },
+            LinkKind::ClientDial { .. } => Source::Server { rid },
+        });
+        let id = c.id;
+        // The 15 s deadline runs from ready (seed 002 §3).
+        let live = self.liveness.insert_connection(id, now);
+        c.live = Some(live);
+        self.live_owner.insert(live, LiveOwner::Link(k));
+        let rid = peer.rid.clone();
+        for m in &peer.memberships {
+            if m.role == crate::proto::handshake::Role::Server {
+                self.known_servers.insert(m.channel.clone());
+            }
+        }
+        c.peer = Some(peer);
+        let l = &mut self.links[k];
+        l.failures_in_row = 0;
+        note(l.state.handle_ready(now));
+        let name = self.link_name(k);
+        self.emit_state(
+            name,
+            ConnState::Ready,
+            None,
+            &format!("{rid} ready on {id}"),
+        );
+    }
+
+    /// The acceptor admitted us: verify it is who we expect, then the lane is ready.
+    pub(super) fn on_welcome(&mut self, k: LinkKey, w: records::WelcomeRec, now: Instant) {
+        let Some((lane, expect)) = self.dial_expectation(k) else {
+            return;
+        };
+        if w.lane != lane {
+            self.fail_link(
+                k,
+                FailureReason::ProtocolError,
+                "welcome names another lane",
+                now,
+            );
+            return;
+        }
+        match admit_on(lane, &self.me, &expect, &w.identity) {
+            Ok(()) => {
+                note(self.links[k].state.handle_admitted(now));
+                self.become_ready(k, w.identity, now);
+            }
+            Err(r) => {
+                let detail = r.to_string();
+                // Tell the acceptor why, then close our side.
+                let _ = self.send_on_link(k, records::reject(records::reject_reason(r), &detail));
+                self.fail_link(k, records::refusal_failure(r), &detail, now);
+            }
+        }
+    }
+}
+
+/// Handshake admission on a lane: the NotRequired rule is RouteMesh's (MISSION T4); a
+/// ClientServer client may call any server.
+pub(super) fn admit_on(
+    lane: Lane,
+    local: &Identity,
+    expect: &Expectation,
+    peer: &Identity,
+) -> Result<(), Refusal> {
+    match handshake::admit(local, expect, peer) {
+        Err(Refusal::NotRequired) if lane == Lane::ClientServer => Ok(()),
+        other => other,
+    }
+}

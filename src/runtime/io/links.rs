@@ -1,0 +1,496 @@
+//! Links and dialling: a link is a configured peer lane, a configured server, or a peer's
+//! inbound connection; it holds at most one current physical connection. Dialling, failing a
+//! connection at once (MISSION F1, L6), closing it and waiting for libzmq to confirm the close
+//! before a replacement is dialled (F3), reconnect backoff, and the monitor events and
+//! bound-socket sweeps that detect a vanished connection.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use super::ready::Watch;
+
+use super::slots::{Slot, SlotRole, Unit};
+use super::{
+    Host, IoThread, LinkKey, SlotKey, BACKOFF_MAX, BACKOFF_MIN, BOUND_ID_APPLICATION,
+    BOUND_ID_COMPLETION, DRAIN_BEFORE_DISCONNECT,
+};
+use crate::proto::handshake::Identity;
+use crate::proto::liveness::{self};
+use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
+use crate::proto::ConnId;
+use crate::runtime::event::{Delivery, Source};
+use crate::runtime::records::{self, Lane};
+use crate::runtime::socket::{FrameSocket, MonitorEvent, MonitorSocket};
+
+/// Where a link's records go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum LinkKind {
+    /// A RouteMesh lane this node dials (index into config.peers).
+    MeshDial { peer: usize, lane: Lane },
+    /// A ClientServer server this node dials (index into config.servers).
+    ClientDial { server: usize },
+    /// A connection accepted on a bound socket, keyed by peer RID and lane.
+    Inbound { rid: String, lane: Lane },
+}
+
+/// One physical connection of a link.
+pub(super) struct Conn {
+    pub(super) id: ConnId,
+    pub(super) slot: SlotKey,
+    /// The routing id to prefix when sending (the peer's id on a bound socket, the bound
+    /// socket's constant id on a dialled ROUTER, none on a DEALER).
+    pub(super) route: Option<Vec<u8>>,
+    /// Dialled connections: when the socket was created (handshake timeout).
+    pub(super) opened_at: Instant,
+    pub(super) hello_sent: bool,
+    pub(super) ready: bool,
+    pub(super) peer: Option<Identity>,
+    /// Who this connection's application records come from (once ready): built once, so a
+    /// delivery costs a reference count, not a copy of the peer's RID.
+    pub(super) source: Option<Source>,
+    /// This connection's probe tracker in the node's liveness table (once ready).
+    pub(super) live: Option<liveness::LinkKey>,
+    /// The last probe id the peer sent on this connection (re-ACKed by disconnect sweeps).
+    pub(super) last_peer_probe: Option<u64>,
+}
+
+pub(super) struct Link {
+    pub(super) kind: LinkKind,
+    pub(super) state: LinkState,
+    pub(super) conn: Option<Conn>,
+    /// Reconnect not before this instant (dialled links).
+    pub(super) retry_at: Option<Instant>,
+    /// A closed socket whose close is not yet confirmed; no new dial until it is.
+    pub(super) closing: Option<(MonitorSocket, Instant)>,
+    pub(super) failures_in_row: u32,
+    /// NotRequired is terminal for this configuration generation (MISSION T4).
+    pub(super) terminal: bool,
+    /// This dialled lane is served by the peer's inbound connection (duplicate resolution).
+    pub(super) yielded: bool,
+    pub(super) records: u64,
+    pub(super) last_receive: Option<Instant>,
+    /// Application records held while the application queue is paused (MISSION R5).
+    pub(super) backlog: VecDeque<Delivery>,
+}
+
+impl Link {
+    /// Whether this link will be dialled again at `retry_at`: a dialled link without a
+    /// connection, not stood down, whose old socket's close was confirmed. The poll timeout
+    /// takes `retry_at` only for such links: an inbound link is never dialled, and a timer
+    /// nothing acts on would make every poll return at once (the loop would spin).
+    pub(super) fn waits_to_redial(&self) -> bool {
+        self.conn.is_none()
+            && !self.terminal
+            && !self.yielded
+            && self.closing.is_none()
+            && !matches!(self.kind, LinkKind::Inbound { .. })
+    }
+
+    /// The lane this link serves.
+    pub(super) fn lane(&self) -> Option<Lane> {
+        match &self.kind {
+            LinkKind::MeshDial { lane, .. } | LinkKind::Inbound { lane, .. } => Some(*lane),
+            LinkKind::ClientDial { .. } => Some(Lane::ClientServer),
+        }
+    }
+}
+
+impl IoThread {
+    pub(super) fn add_link(&mut self, kind: LinkKind, now: Instant) -> LinkKey {
+        self.timers_changed();
+        self.links.push(Link {
+            kind,
+            state: LinkState::new(StateKind::Peer, 0, now),
+            conn: None,
+            retry_at: Some(now),
+            closing: None,
+            failures_in_row: 0,
+            terminal: false,
+            yielded: false,
+            records: 0,
+            last_receive: None,
+            backlog: VecDeque::new(),
+        });
+        self.links.len() - 1
+    }
+
+    pub(super) fn link_name(&self, k: LinkKey) -> String {
+        match &self.links[k].kind {
+            LinkKind::MeshDial { peer, lane } => {
+                let rid = self
+                    .cfg
+                    .peers
+                    .get(*peer)
+                    .map(|p| p.rid.as_str())
+                    .unwrap_or("?");
+                format!("peer {rid} {}", records::lane_name(*lane))
+            }
+            LinkKind::ClientDial { server } => {
+                let s = self.cfg.servers.get(*server);
+                format!(
+                    "server {} {}",
+                    s.map(|s| s.channel.as_str()).unwrap_or("?"),
+                    s.map(|s| s.endpoint.as_str()).unwrap_or("?")
+                )
+            }
+            LinkKind::Inbound { rid, lane } => {
+                format!("inbound {rid} {}", records::lane_name(*lane))
+            }
+        }
+    }
+
+    pub(super) fn dial(&mut self, k: LinkKey, now: Instant) {
+        self.timers_changed();
+        let (endpoint, lane, kind) = match &self.links[k].kind {
+            LinkKind::MeshDial { peer, lane } => {
+                let Some(p) = self.cfg.peers.get(*peer) else {
+                    return;
+                };
+                let ep = match lane {
+                    Lane::Completion => p.completion.clone(),
+                    _ => p.application.clone(),
+                };
+                (ep, *lane, zmq::ROUTER)
+            }
+            LinkKind::ClientDial { server } => {
+                let Some(s) = self.cfg.servers.get(*server) else {
+                    return;
+                };
+                (s.endpoint.clone(), Lane::ClientServer, zmq::DEALER)
+            }
+            LinkKind::Inbound { .. } => return,
+        };
+        let id = self.fresh_conn_id();
+        let routing = routing_id(lane, self.me.generation, id);
+        // Its monitor reports the socket's own close, confirmed before any replacement is
+        // dialled (MISSION F3).
+        let m = match self.sockets.dialled(kind) {
+            Ok(m) => m,
+            Err(e) => {
+                self.links[k].retry_at = Some(now + BACKOFF_MAX);
+                tracing::warn!(error = %e, endpoint, "cannot open dialled socket");
+                return;
+            }
+        };
+        let configured = m
+            .socket
+            .set_identity(&routing)
+            .and_then(|()| m.socket.set_reconnect_ivl(100))
+            .and_then(|()| m.socket.set_reconnect_ivl_max(1000))
+            .and_then(|()| m.socket.connect(&endpoint));
+        if let Err(e) = configured {
+            // The socket goes; its monitor waits for libzmq's confirmation like any other.
+            drop(m.socket);
+            self.park_closing(k, m.monitor);
+            self.links[k].retry_at = Some(now + BACKOFF_MAX);
+            tracing::warn!(error = %e, endpoint, "cannot open dialled socket");
+            return;
+        }
+        let added = self.add_slot(Slot {
+            socket: m.socket,
+            monitor: Some(m.monitor),
+            role: SlotRole::Dialled(k),
+            endpoint: endpoint.clone(),
+            shared: None,
+        });
+        let slot = match added {
+            Ok(slot) => slot,
+            Err(e) => {
+                self.links[k].retry_at = Some(now + BACKOFF_MAX);
+                tracing::warn!(error = %e, endpoint, "cannot watch dialled socket");
+                return;
+            }
+        };
+        let route = match lane {
+            Lane::Application => Some(BOUND_ID_APPLICATION.to_vec()),
+            Lane::Completion => Some(BOUND_ID_COMPLETION.to_vec()),
+            Lane::ClientServer => None,
+        };
+        let l = &mut self.links[k];
+        l.retry_at = None;
+        l.conn = Some(Conn {
+            id,
+            slot,
+            route,
+            opened_at: now,
+            hello_sent: false,
+            ready: false,
+            peer: None,
+            source: None,
+            live: None,
+            last_peer_probe: None,
+        });
+        note(l.state.handle_connecting(now));
+        let name = self.link_name(k);
+        self.emit_state(
+            name,
+            ConnState::Connecting,
+            None,
+            &format!("dialling as {id}"),
+        );
+    }
+
+    /// Takes a link's current connection out of ready at once and closes it (MISSION F1, L6).
+    pub(super) fn fail_link(
+        &mut self,
+        k: LinkKey,
+        reason: FailureReason,
+        detail: &str,
+        now: Instant,
+    ) {
+        self.timers_changed();
+        let Some(conn_id) = self.links[k].conn.as_ref().map(|c| c.id) else {
+            return;
+        };
+        // Calls leased on this connection fail at once, as "may have run" (MISSION C2).
+        self.calls_connection_lost(k, conn_id, reason, now);
+        let Some(conn) = self.links[k].conn.take() else {
+            return;
+        };
+        self.close_conn(k, conn, reason, now);
+        let l = &mut self.links[k];
+        l.failures_in_row = l.failures_in_row.saturating_add(1);
+        let terminal = reason == FailureReason::NotRequired;
+        l.terminal |= terminal;
+        let recovery = if self.host == Host::Running && !matches!(l.kind, LinkKind::Inbound { .. })
+        {
+            Recovery::Reconnect
+        } else {
+            Recovery::Hold
+        };
+        note(l.state.handle_failure(reason, detail, recovery, now));
+        let state = l.state.state();
+        l.retry_at = Some(now + backoff(l.failures_in_row));
+        let name = self.link_name(k);
+        self.emit_state(name, state, Some(reason), detail);
+        // A dial that stood down for this peer's own connection resumes when that one fails.
+        if let LinkKind::Inbound { rid, lane } = &self.links[k].kind {
+            let (rid, lane) = (rid.clone(), *lane);
+            if let Some(dk) = self
+                .cfg
+                .peers
+                .iter()
+                .position(|p| p.rid == rid)
+                .and_then(|i| self.find_mesh_dial(i, lane))
+            {
+                let d = &mut self.links[dk];
+                if d.yielded {
+                    d.yielded = false;
+                    d.retry_at = Some(now + BACKOFF_MIN);
+                }
+            }
+        }
+        metrics::counter!("zmesh_link_failures_total", "reason" => reason.as_str()).increment(1);
+    }
+
+    pub(super) fn close_conn(
+        &mut self,
+        k: LinkKey,
+        conn: Conn,
+        reason: FailureReason,
+        _now: Instant,
+    ) {
+        self.timers_changed();
+        if let Some(live) = conn.live {
+            self.liveness.remove(live);
+            self.live_owner.remove(&live);
+        }
+        let dialled =
+            matches!(self.slots.get(conn.slot), Some(Some(s)) if s.role == SlotRole::Dialled(k));
+        if dialled {
+            if let Some(slot) = self.take_slot(conn.slot) {
+                // Closing our own dialled socket: keep its monitor until libzmq confirms the
+                // close, and dial no replacement before that (MISSION F3).
+                if let Some(m) = slot.monitor {
+                    if let Err(e) = self.ready.register(&m, Watch::Closing(k)) {
+                        // Unwatched, the link dials again at the time bound, and the monitor is
+                        // checked on the timer passes after that (overdue).
+                        tracing::debug!(error = %e, "closing monitor not watched");
+                    }
+                    let earlier = self.links[k].closing.replace((m, Instant::now()));
+                    // Never the case (a link dials only once its last close is settled); if
+                    // it were, that monitor must still wait for libzmq's confirmation.
+                    if let Some((earlier, _)) = earlier {
+                        self.overdue_closing.push(earlier);
+                    }
+                }
+                drop(slot.socket);
+            }
+        } else if let Some(route) = conn.route {
+            // An inbound connection on a shared bound socket: libzmq cannot close one pipe
+            // there. Tell the peer to close (it owns the socket), and forget the routing id so
+            // that late records of this physical connection change nothing (MISSION L6).
+            if reason != FailureReason::OrderlyClose && reason != FailureReason::TransportError {
+                let close = records::close(records::close_reason(reason));
+                let _ = self.send_slot(conn.slot, Some(&route), &close);
+            }
+            if let Some(m) = self.inbound.get_mut(&conn.slot) {
+                m.remove(route.as_slice());
+            }
+            self.sched.remove_unit(Unit::Peer(k, conn.id));
+        }
+    }
+
+    /// libzmq confirmed the close of link `k`'s closed socket (or the node is shutting down
+    /// and terminates the contexts next): its monitor goes, and the link may be dialled again
+    /// at its retry time.
+    pub(super) fn confirm_close(&mut self, k: LinkKey) {
+        self.timers_changed();
+        if let Some((m, _)) = self.links.get_mut(k).and_then(|l| l.closing.take()) {
+            self.ready.deregister(&m);
+        }
+    }
+
+    /// Link `k`'s closed socket was not confirmed closed within [`CLOSE_CONFIRM_MAX`](super::CLOSE_CONFIRM_MAX): the
+    /// link may be dialled again, its old monitor is kept until libzmq confirms after all.
+    pub(super) fn close_overdue(&mut self, k: LinkKey) {
+        self.timers_changed();
+        if let Some((m, _)) = self.links.get_mut(k).and_then(|l| l.closing.take()) {
+            tracing::debug!(link = k, "close not confirmed in time; dialling anyway");
+            self.overdue_closing.push(m);
+        }
+    }
+
+    /// Keeps the monitor of a dialled socket of link `k` that was closed before it served a
+    /// connection, until libzmq confirms the close (it does not hold the link's redial).
+    pub(super) fn park_closing(&mut self, k: LinkKey, m: MonitorSocket) {
+        if let Err(e) = self.ready.register(&m, Watch::Closing(k)) {
+            tracing::debug!(error = %e, "closing monitor not watched");
+        }
+        self.overdue_closing.push(m);
+    }
+
+    /// Drops the overdue closing monitors whose close libzmq has confirmed by now.
+    pub(super) fn settle_overdue_closing(&mut self) {
+        if self.overdue_closing.is_empty() {
+            return;
+        }
+        let ready = &self.ready;
+        self.overdue_closing.retain(|m| {
+            let keep = !m.close_confirmed();
+            if !keep {
+                ready.deregister(m);
+            }
+            keep
+        });
+    }
+
+    pub(super) fn drain_monitor(&mut self, slot: SlotKey, now: Instant) {
+        let mut events = Vec::new();
+        if let Some(Some(s)) = self.slots.get(slot) {
+            if let Some(m) = &s.monitor {
+                while let Ok(Some(frames)) = m.try_recv_frames() {
+                    if let Some(ev) = MonitorEvent::decode(&frames) {
+                        events.push(ev);
+                    }
+                }
+                self.ready.touch(Watch::Monitor(slot));
+            }
+        }
+        for ev in events {
+            let Some(Some(s)) = self.slots.get(slot) else {
+                return;
+            };
+            match (s.role, ev) {
+                (SlotRole::Dialled(k), MonitorEvent::HandshakeSucceeded) => self.send_hello(k),
+                (SlotRole::Dialled(k), MonitorEvent::Disconnected) => {
+                    // Records that arrived before the disconnect come first: an orderly CLOSE
+                    // explains the disconnect better than the disconnect itself.
+                    for _ in 0..DRAIN_BEFORE_DISCONNECT {
+                        let Some(frames) = self.recv_one(slot) else {
+                            break;
+                        };
+                        self.on_frames(slot, frames, now);
+                    }
+                    let still = self.links[k]
+                        .conn
+                        .as_ref()
+                        .is_some_and(|c| c.slot == slot && c.hello_sent);
+                    if still {
+                        self.fail_link(k, FailureReason::TransportError, "disconnected", now);
+                    }
+                }
+                (SlotRole::Bound(_), MonitorEvent::Disconnected) => {
+                    self.sweeps.push((now, slot, 0));
+                    self.timers_changed();
+                }
+                (SlotRole::Sub(i), MonitorEvent::HandshakeSucceeded) => {
+                    self.subs[i].connected = true;
+                }
+                // Before a handshake, a disconnect is a failed connect attempt that libzmq
+                // retries itself; after one, the publisher is gone (MISSION L6).
+                (SlotRole::Sub(i), MonitorEvent::Disconnected) if self.subs[i].connected => {
+                    self.fail_sub(
+                        i,
+                        FailureReason::TransportError,
+                        "publisher disconnected",
+                        now,
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Checks every inbound connection of a bound socket for a vanished pipe: a record sent
+    /// with `ROUTER_MANDATORY` to a routing id whose pipe is gone fails with `EHOSTUNREACH`.
+    /// The record is one that changes nothing at the peer (L2): a repeat of our ACK of its
+    /// last probe (a duplicate), or our own pending probe id (a resend).
+    pub(super) fn sweep(&mut self, slot: SlotKey, now: Instant) {
+        let victims: Vec<(Vec<u8>, LinkKey)> = self
+            .inbound
+            .get(&slot)
+            .map(|m| m.iter().map(|(r, k)| (r.clone(), *k)).collect())
+            .unwrap_or_default();
+        for (route, k) in victims {
+            let Some(c) = self.links[k].conn.as_ref() else {
+                continue;
+            };
+            let pending = c
+                .live
+                .and_then(|key| self.liveness.probe(key))
+                .and_then(|t| t.pending_id());
+            let frames = match (c.last_peer_probe, pending) {
+                (Some(id), _) => records::ack(id),
+                (None, Some(id)) => records::probe(id),
+                (None, None) => continue,
+            };
+            let gone = self.send_slot(slot, Some(&route), &frames)
+                == Err(crate::runtime::socket::SendError::Unreachable);
+            if gone {
+                self.fail_link(k, FailureReason::TransportError, "peer disconnected", now);
+            }
+        }
+    }
+}
+
+/// Reconnect delay after `failures` consecutive failures: [`BACKOFF_MIN`] doubling up to
+/// [`BACKOFF_MAX`].
+pub(super) fn backoff(failures: u32) -> Duration {
+    let shift = failures.clamp(1, 8) - 1;
+    (BACKOFF_MIN * (1u32 << shift)).min(BACKOFF_MAX)
+}
+
+/// Logs a state transition the link state machine refused; the runtime's own bookkeeping
+/// decides what happens next, the refusal only signals a bug worth seeing in traces.
+pub(super) fn note(r: Result<(), crate::proto::state::TransitionError>) {
+    if let Err(e) = r {
+        tracing::debug!(error = %e, "link state transition refused");
+    }
+}
+
+/// The routing id of a dialled connection: unique per physical connection, so that a new
+/// connection never collides with a half-open old one at the accepting ROUTER (LIBZMQ-NOTES),
+/// and never starting with byte 0 (reserved by libzmq).
+pub(super) fn routing_id(lane: Lane, generation: u64, id: ConnId) -> Vec<u8> {
+    let mut r = Vec::with_capacity(18);
+    r.push(b'z');
+    r.push(match lane {
+        Lane::Application => b'A',
+        Lane::Completion => b'C',
+        Lane::ClientServer => b'S',
+    });
+    r.extend_from_slice(&generation.to_be_bytes());
+    r.extend_from_slice(&id.0.to_be_bytes());
+    r
+}

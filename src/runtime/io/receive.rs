@@ -1,0 +1,340 @@
+//! Receiving: one rotation of the fair receive loop under the scheduler's caps (MISSION
+//! R1-R3), routing a record to its link, subscription or admission, the records of a ready
+//! link, and the application backlog held while its queue is paused (R5).
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::links::LinkKind;
+use super::slots::{Slot, SlotRole, Unit};
+use super::{IoThread, LinkKey, SlotKey, LINK_BACKLOG};
+use crate::proto::sched::{Action, ReadTarget, RotationEndReason, SharedSocketId};
+use crate::proto::state::FailureReason;
+use crate::runtime::event::{Delivery, NodeEvent};
+use crate::runtime::records::{self, CloseReason, Lane, Rec, RejectReason};
+use crate::runtime::socket::Frame;
+
+/// A record read by the receive loop, waiting for its unit's turn.
+pub(super) struct Staged {
+    /// The routing id split off a bound socket's record.
+    pub(super) route: Option<Frame>,
+    pub(super) frames: Vec<Frame>,
+}
+
+impl IoThread {
+    /// One rotation of the receive loop (MISSION R1-R3): the scheduler says which socket to
+    /// read and whose record to process next, under its count, byte and time caps; the next
+    /// rotation starts right after the entry where this one stopped. Sockets not in the
+    /// readable set (or held back by a paused application queue) are answered "would block"
+    /// without a syscall; a receive that finds nothing takes its socket out of the set.
+    ///
+    /// Returns true if the scheduler holds work that readiness cannot show (a rotation cut by
+    /// its time cap, records read but not handed out): the loop then waits again without
+    /// sleeping. A socket with records still queued in libzmq stays readable, so the next
+    /// wait does not sleep for it without this flag.
+    pub(super) fn receive_rotation(&mut self) -> bool {
+        // The scheduler learns which sockets have records from the readable set; a receive
+        // that finds nothing ("would block") takes a socket out of both.
+        for &slot in self.readable.members() {
+            if self.held.contains(&slot) {
+                continue;
+            }
+            match self.slots.get(slot) {
+                Some(Some(Slot {
+                    shared: Some(sid), ..
+                })) => self.sched.handle_readable(ReadTarget::Shared(*sid)),
+                Some(Some(_)) => self
+                    .sched
+                    .handle_readable(ReadTarget::Unit(Unit::Socket(slot))),
+                _ => {}
+            }
+        }
+        loop {
+            match self.sched.poll_action(Instant::now()) {
+                // Wait again without sleeping only if the scheduler holds work that socket
+                // readiness cannot show: a rotation cut by its time cap, or records read but
+                // not handed out. A socket left with records (a turn ended by a cap) stays in
+                // the readable set, so the next wait does not sleep for it anyway.
+                Action::Yield(end) => {
+                    return end.reason == RotationEndReason::TimeCap || self.sched.has_staged()
+                }
+                Action::Deliver { unit, record } => self.on_staged(unit, record, Instant::now()),
+                Action::Read(req) => {
+                    let slot = match req.target() {
+                        ReadTarget::Unit(Unit::Socket(s)) => Some(s),
+                        ReadTarget::Shared(sid) => self.slot_of_shared(sid),
+                        ReadTarget::Unit(_) => None,
+                    };
+                    let frames = match slot {
+                        Some(s) if self.readable.contains(s) && !self.held.contains(&s) => {
+                            self.recv_one(s)
+                        }
+                        _ => None,
+                    };
+                    let (Some(slot), Some(mut frames)) = (slot, frames) else {
+                        self.sched.handle_would_block(req);
+                        continue;
+                    };
+                    let len = frames.iter().map(|f| f.as_ref().len()).sum();
+                    let (owner, staged) = match req.target() {
+                        ReadTarget::Shared(_) if !frames.is_empty() => {
+                            let route = frames.remove(0);
+                            let owner = self
+                                .inbound
+                                .get(&slot)
+                                .and_then(|m| m.get(route.as_ref()))
+                                .and_then(|k| {
+                                    self.links[*k].conn.as_ref().map(|c| Unit::Peer(*k, c.id))
+                                })
+                                .unwrap_or(Unit::Admission(slot));
+                            (
+                                owner,
+                                Staged {
+                                    route: Some(route),
+                                    frames,
+                                },
+                            )
+                        }
+                        _ => (
+                            Unit::Socket(slot),
+                            Staged {
+                                route: None,
+                                frames,
+                            },
+                        ),
+                    };
+                    if let Err(rejected) = self.sched.handle_read(req, owner, staged, len) {
+                        // The owner is not a unit (yet): account it to the socket's admission unit.
+                        let (req, staged) = rejected.into_parts();
+                        if self
+                            .sched
+                            .handle_read(req, Unit::Admission(slot), staged, len)
+                            .is_err()
+                        {
+                            tracing::debug!("record dropped: no scheduler unit for it");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn slot_of_shared(&self, sid: SharedSocketId) -> Option<SlotKey> {
+        self.shared_slots.get(&sid).copied()
+    }
+
+    /// Processes a record in its unit's turn.
+    pub(super) fn on_staged(&mut self, unit: Unit, staged: Staged, now: Instant) {
+        match (unit, staged.route) {
+            (Unit::Socket(slot), _) => self.on_frames(slot, staged.frames, now),
+            (Unit::Peer(k, _), Some(_)) => {
+                // The routing id was looked up when the record was read: while the unit's
+                // connection is still the link's current one, the record is that link's.
+                if self.links_slot(unit).is_some() {
+                    self.on_link_record(k, &staged.frames, now);
+                }
+            }
+            (Unit::Admission(slot), Some(route)) => {
+                let Some(Some(SlotRole::Bound(lane))) =
+                    self.slots.get(slot).map(|s| s.as_ref().map(|s| s.role))
+                else {
+                    return;
+                };
+                self.on_bound(slot, lane, route, staged.frames, now);
+            }
+            (_, None) => {}
+        }
+    }
+
+    /// The bound socket of an inbound peer unit, if its connection is still current.
+    pub(super) fn links_slot(&self, unit: Unit) -> Option<SlotKey> {
+        let Unit::Peer(k, id) = unit else { return None };
+        let c = self.links.get(k)?.conn.as_ref()?;
+        (c.id == id).then_some(c.slot)
+    }
+
+    pub(super) fn on_frames(&mut self, slot: SlotKey, mut frames: Vec<Frame>, now: Instant) {
+        let Some(Some(s)) = self.slots.get(slot) else {
+            return;
+        };
+        match s.role {
+            SlotRole::Sub(i) => self.on_fanout(i, frames, now),
+            SlotRole::Publisher => {}
+            SlotRole::Dialled(k) => {
+                // A dialled ROUTER sees the bound peer's routing id first; a DEALER does not.
+                if self.links[k]
+                    .conn
+                    .as_ref()
+                    .is_some_and(|c| c.route.is_some())
+                {
+                    if frames.is_empty() {
+                        return;
+                    }
+                    frames.remove(0);
+                }
+                self.on_link_record(k, &frames, now);
+            }
+            SlotRole::Bound(lane) => {
+                if frames.is_empty() {
+                    return;
+                }
+                let route = frames.remove(0);
+                self.on_bound(slot, lane, route, frames, now);
+            }
+        }
+    }
+
+    /// A record read from a bound socket, with its routing id already split off. The routing
+    /// id names one physical connection: records of a replaced connection find no link and
+    /// change nothing (MISSION L6).
+    pub(super) fn on_bound(
+        &mut self,
+        slot: SlotKey,
+        lane: Lane,
+        route: Frame,
+        frames: Vec<Frame>,
+        now: Instant,
+    ) {
+        let known = self
+            .inbound
+            .get(&slot)
+            .and_then(|m| m.get(route.as_ref()))
+            .copied();
+        match known {
+            Some(k) => self.on_link_record(k, &frames, now),
+            None => self.on_unknown_inbound(slot, lane, route, &frames, now),
+        }
+    }
+
+    pub(super) fn on_link_record(&mut self, k: LinkKey, frames: &[Frame], now: Instant) {
+        let rec = match records::decode(frames) {
+            Ok(r) => r,
+            Err(e) => {
+                // Malformed input: a protocol error for this connection only (MISSION W3).
+                self.fail_link(k, FailureReason::ProtocolError, &e.to_string(), now);
+                return;
+            }
+        };
+        let inbound = matches!(self.links[k].kind, LinkKind::Inbound { .. });
+        let Some(c) = self.links[k].conn.as_mut() else {
+            return;
+        };
+        let (ready, conn_id, live) = (c.ready, c.id, c.live);
+        // One span per physical connection: identities go to traces, never to metric labels.
+        let _span = tracing::debug_span!("conn", id = %conn_id, kind = rec.kind_name()).entered();
+        if let Rec::Probe(id) = rec {
+            c.last_peer_probe = Some(id);
+        }
+        self.links[k].records += 1;
+        self.links[k].last_receive = Some(now);
+        self.links[k].state.handle_receive(now);
+        match rec {
+            Rec::Probe(id) => {
+                // Echo the id; a received probe is not evidence for our own deadline (L2).
+                let _ = self.send_on_link(k, records::ack(id));
+            }
+            Rec::Ack(id) => {
+                if let Some(live) = live {
+                    // The ACK travelled on this physical connection: it is evidence only for
+                    // this connection's tracker (L2).
+                    let outcome = self.liveness.handle_ack(live, conn_id, id, now);
+                    tracing::trace!(conn = %conn_id, ?outcome, "ack");
+                }
+            }
+            Rec::Welcome(w) if !ready && !inbound => self.on_welcome(k, w, now),
+            Rec::Request(req) if ready => self.on_request(k, req, now),
+            rec @ (Rec::Accept { .. } | Rec::Reply { .. } | Rec::Item { .. }) if ready => {
+                self.on_call_answer(k, rec, now)
+            }
+            Rec::Reject { reason, detail } => {
+                if reason == RejectReason::Duplicate {
+                    // The peer's own dial of this lane is the current connection (T1).
+                    self.fail_link(k, FailureReason::Replaced, &detail, now);
+                    self.links[k].yielded = true;
+                    self.timers_changed();
+                } else {
+                    self.fail_link(k, records::reject_failure(reason), &detail, now);
+                }
+            }
+            Rec::Close(reason) => {
+                let detail = format!("peer closed: {}", records::close_name(reason));
+                self.fail_link(k, FailureReason::OrderlyClose, &detail, now);
+                if reason == CloseReason::Replaced && !inbound {
+                    // The peer kept its own dial of this lane: ours stands down (T1).
+                    self.links[k].yielded = true;
+                    self.timers_changed();
+                }
+            }
+            Rec::Message { channel, payload } if ready => {
+                if let Some(live) = live {
+                    // Diagnostics only: application traffic never extends the deadline (L2).
+                    let _ = self.liveness.handle_app_traffic(live, now);
+                }
+                let Some(source) = self.links[k].conn.as_ref().and_then(|c| c.source.clone())
+                else {
+                    return;
+                };
+                metrics::counter!("zmesh_app_records_received_total").increment(1);
+                let d = Delivery {
+                    source,
+                    channel: Bytes::from(channel.into_bytes()),
+                    payload,
+                };
+                if self.paused() || !self.links[k].backlog.is_empty() {
+                    // Order within a link is kept: behind a backlog, records queue too.
+                    self.links[k].backlog.push_back(d);
+                    self.backlog_links.insert(k);
+                } else {
+                    self.out.push(NodeEvent::Delivery(d));
+                }
+            }
+            other => {
+                tracing::debug!(kind = other.kind_name(), "record not handled in this state");
+            }
+        }
+    }
+
+    /// True when the application queue holds `delivery_high_water` deliveries or more.
+    pub(super) fn paused(&self) -> bool {
+        self.outstanding.load(Ordering::Relaxed) + self.out.len() >= self.cfg.delivery_high_water
+    }
+
+    /// Moves held records to the application while its queue has room, in order per link,
+    /// and recomputes which sockets a full backlog holds back.
+    ///
+    /// Only the links with a backlog are looked at (in link order, as before).
+    pub(super) fn release_backlogs(&mut self) {
+        if self.backlog_links.is_empty() {
+            self.held.clear();
+            self.backlogged = 0;
+            return;
+        }
+        let keys: Vec<LinkKey> = self.backlog_links.iter().copied().collect();
+        for k in keys {
+            while !self.paused() {
+                let Some(d) = self.links[k].backlog.pop_front() else {
+                    break;
+                };
+                self.out.push(NodeEvent::Delivery(d));
+            }
+            if self.links[k].backlog.is_empty() {
+                self.backlog_links.remove(&k);
+            }
+        }
+        self.held.clear();
+        self.backlogged = 0;
+        for &k in &self.backlog_links {
+            let l = &self.links[k];
+            self.backlogged += l.backlog.len();
+            if l.backlog.len() >= LINK_BACKLOG {
+                if let Some(c) = &l.conn {
+                    if !self.held.contains(&c.slot) {
+                        self.held.push(c.slot);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! The end of a node: orderly CLOSE on every ready connection, then every socket, monitor
+//! and timer goes, and the contexts are terminated (MISSION F6).
+
+use std::time::Instant;
+
+use super::IoThread;
+use crate::proto::state::FailureReason;
+use crate::runtime::records::{self, CloseReason};
+use crate::runtime::socket::{Sockets, CLOSE_LINGER_MS};
+
+impl IoThread {
+    /// Orderly close of every ready connection, then every socket, monitor and timer goes.
+    pub(super) fn close_everything(&mut self) {
+        let now = Instant::now();
+        // This node's own calls still out end now, each saying whether it may have run.
+        self.calls.handle_shutdown(now);
+        self.drain_calls(now);
+        for k in 0..self.links.len() {
+            if self.links[k].conn.as_ref().is_some_and(|c| c.ready) {
+                let _ = self.send_on_link(k, records::close(CloseReason::Shutdown));
+            }
+            if let Some(conn) = self.links[k].conn.take() {
+                self.close_conn(k, conn, FailureReason::HostStopped, now);
+            }
+            // Dropped before libzmq confirmed the close: a monitor dropped that early can
+            // keep the context's reaper waiting to send it MONITOR_STOPPED, until the context
+            // is terminated, which the end of this function does.
+            self.confirm_close(k);
+            self.links[k].retry_at = None;
+        }
+        for m in std::mem::take(&mut self.overdue_closing) {
+            self.ready.deregister(&m);
+        }
+        for k in 0..self.slots.len() {
+            if let Some(slot) = self.take_slot(k) {
+                // Dialled sockets carrying our CLOSE need a moment to flush it.
+                let _ = slot.socket.set_linger(CLOSE_LINGER_MS);
+                drop(slot);
+            }
+        }
+        self.sweeps.clear();
+        self.inbound.clear();
+        self.subs.clear();
+        self.publisher = None;
+        self.liveness.clear();
+        self.live_owner.clear();
+        // Dropping the contexts terminates them once their last socket is closed: after this,
+        // libzmq has released every socket, connection and listening port of the node.
+        self.sockets = Sockets::new(0);
+        self.flush_events();
+        if let Some(reply) = self.shutdown_reply.take() {
+            let _ = reply.send(());
+        }
+    }
+}

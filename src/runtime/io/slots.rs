@@ -1,0 +1,252 @@
+//! Sockets in slots: binding the node's endpoints, placing a socket and its monitor in the
+//! epoll set and taking them out again, and the one send and receive primitive of a slot.
+//! A send or receive marks its socket for a `ZMQ_EVENTS` check (see [`super::ready`]).
+
+use super::ready::Watch;
+use super::{
+    IoThread, LinkKey, SlotKey, BOUND_ID_APPLICATION, BOUND_ID_COMPLETION, BOUND_ID_SERVER,
+};
+use crate::proto::sched::{SharedSocketId, Source as SchedSource};
+use crate::proto::ConnId;
+use crate::runtime::error::NodeError;
+use crate::runtime::records::Lane;
+use crate::runtime::socket::{Frame, FrameSocket, MonitorSocket, CLOSE_LINGER_MS};
+
+/// What a socket is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SlotRole {
+    /// A bound ROUTER shared by the inbound connections of one lane.
+    Bound(Lane),
+    /// A dialled ROUTER/DEALER owned by one link.
+    Dialled(LinkKey),
+    /// A SUB socket owned by one fanout subscription.
+    Sub(usize),
+    /// The publisher's PUB socket (never polled for input).
+    Publisher,
+}
+
+pub(super) struct Slot {
+    pub(super) socket: zmq::Socket,
+    pub(super) monitor: Option<MonitorSocket>,
+    pub(super) role: SlotRole,
+    pub(super) endpoint: String,
+    /// The scheduler's handle of a bound socket shared by several peers (MISSION R3).
+    pub(super) shared: Option<SharedSocketId>,
+}
+
+/// What the receive scheduler accounts caps to (MISSION R2, R3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum Unit {
+    /// A socket with one peer: a dialled ROUTER/DEALER or a SUB socket.
+    Socket(SlotKey),
+    /// One inbound physical connection behind a bound socket.
+    Peer(LinkKey, ConnId),
+    /// Records from not-yet-admitted connections of a bound socket (handshakes).
+    Admission(SlotKey),
+}
+
+impl IoThread {
+    pub(super) fn bind(
+        &mut self,
+        kind: zmq::SocketType,
+        ep: &str,
+        role: SlotRole,
+    ) -> Result<SlotKey, NodeError> {
+        let bind_err = |source| NodeError::Bind {
+            endpoint: ep.to_owned(),
+            source,
+        };
+        let (socket, monitor) = if role == SlotRole::Publisher {
+            (self.sockets.plain(kind).map_err(bind_err)?.0, None)
+        } else {
+            let m = self.sockets.monitored(kind).map_err(bind_err)?;
+            (m.socket, Some(m.monitor))
+        };
+        if let SlotRole::Bound(lane) = role {
+            let id = match lane {
+                Lane::Application => BOUND_ID_APPLICATION,
+                Lane::Completion => BOUND_ID_COMPLETION,
+                Lane::ClientServer => BOUND_ID_SERVER,
+            };
+            socket.set_identity(id).map_err(bind_err)?;
+        }
+        socket.set_linger(CLOSE_LINGER_MS).map_err(bind_err)?;
+        socket.bind(ep).map_err(bind_err)?;
+        self.add_slot(Slot {
+            socket,
+            monitor,
+            role,
+            endpoint: ep.to_owned(),
+            shared: None,
+        })
+        .map_err(NodeError::Poller)
+    }
+
+    /// Places a socket in a slot and registers it and its monitor in the epoll set; on
+    /// failure the slot is given up again (the socket closes).
+    pub(super) fn add_slot(&mut self, slot: Slot) -> std::io::Result<SlotKey> {
+        let key = self.put_slot(slot);
+        let registered = match self.slots.get(key) {
+            Some(Some(s)) => {
+                let socket = if s.role == SlotRole::Publisher {
+                    // Never read: nothing to watch.
+                    Ok(())
+                } else {
+                    self.ready.register(&s.socket, Watch::Socket(key))
+                };
+                socket.and_then(|()| match &s.monitor {
+                    Some(m) => self.ready.register(m, Watch::Monitor(key)),
+                    None => Ok(()),
+                })
+            }
+            _ => Ok(()),
+        };
+        if let Err(e) = registered {
+            if let Some(slot) = self.take_slot(key) {
+                match (slot.role, slot.monitor) {
+                    // A dialled socket's monitor waits for libzmq's confirmation of the close.
+                    (SlotRole::Dialled(k), Some(m)) => {
+                        drop(slot.socket);
+                        self.park_closing(k, m);
+                    }
+                    (_, monitor) => {
+                        drop(slot.socket);
+                        drop(monitor);
+                    }
+                }
+            }
+            return Err(e);
+        }
+        Ok(key)
+    }
+
+    pub(super) fn put_slot(&mut self, mut slot: Slot) -> SlotKey {
+        let role = slot.role;
+        let shared = match role {
+            SlotRole::Bound(_) => Some(self.sched.add_shared_socket()),
+            _ => None,
+        };
+        slot.shared = shared;
+        let key = match self.slots.iter().position(Option::is_none) {
+            Some(i) => {
+                self.slots[i] = Some(slot);
+                i
+            }
+            None => {
+                self.slots.push(Some(slot));
+                self.slots.len() - 1
+            }
+        };
+        if let Some(sid) = shared {
+            self.shared_slots.insert(sid, key);
+        }
+        let unit = match (role, shared) {
+            (SlotRole::Publisher, _) => None,
+            (_, Some(sid)) => Some((Unit::Admission(key), SchedSource::Shared(sid))),
+            (_, None) => Some((Unit::Socket(key), SchedSource::Single)),
+        };
+        if let Some((unit, source)) = unit {
+            if let Err(e) = self.sched.add_unit(unit, source) {
+                tracing::debug!(error = ?e, "scheduler unit not added");
+            }
+        }
+        key
+    }
+
+    pub(super) fn shared_id(&self, slot: SlotKey) -> Option<SharedSocketId> {
+        self.slots.get(slot)?.as_ref()?.shared
+    }
+
+    pub(super) fn take_slot(&mut self, key: SlotKey) -> Option<Slot> {
+        match self.shared_id(key) {
+            // Records staged for its peers go with the socket.
+            Some(sid) => {
+                self.shared_slots.remove(&sid);
+                drop(self.sched.remove_shared_socket(sid));
+            }
+            None => drop(self.sched.remove_unit(Unit::Socket(key))),
+        }
+        self.inbound.remove(&key);
+        self.sweeps.retain(|s| s.1 != key);
+        self.readable.remove(key);
+        self.monitors_ready.remove(key);
+        let slot = self.slots.get_mut(key).and_then(Option::take)?;
+        // Out of the epoll set before the sockets close (their descriptors go with them).
+        if slot.role != SlotRole::Publisher {
+            self.ready.deregister(&slot.socket);
+        }
+        if let Some(m) = &slot.monitor {
+            self.ready.deregister(m);
+        }
+        Some(slot)
+    }
+
+    pub(super) fn send_frames_on_link(
+        &self,
+        k: LinkKey,
+        frames: &[Vec<u8>],
+    ) -> Result<(), crate::runtime::socket::SendError> {
+        let Some(c) = self.links.get(k).and_then(|l| l.conn.as_ref()) else {
+            return Err(crate::runtime::socket::SendError::Unreachable);
+        };
+        self.send_slot(c.slot, c.route.as_deref(), frames)
+    }
+
+    /// Sends a record on a slot's socket, prefixed by a routing id when the socket is a
+    /// ROUTER, and marks the socket for a `ZMQ_EVENTS` check (the send may have consumed the
+    /// signal of a record that arrived meanwhile).
+    pub(super) fn send_slot(
+        &self,
+        slot: SlotKey,
+        route: Option<&[u8]>,
+        frames: &[Vec<u8>],
+    ) -> Result<(), crate::runtime::socket::SendError> {
+        match self.slots.get(slot) {
+            Some(Some(s)) => {
+                let r = send_routed(&s.socket, route, frames);
+                self.ready.touch(Watch::Socket(slot));
+                r
+            }
+            _ => Err(crate::runtime::socket::SendError::Unreachable),
+        }
+    }
+
+    pub(super) fn send_on_link(
+        &mut self,
+        k: LinkKey,
+        frames: Vec<Vec<u8>>,
+    ) -> Result<(), crate::runtime::socket::SendError> {
+        self.send_frames_on_link(k, &frames)
+    }
+
+    /// One record from a socket without blocking, if any. "Nothing" (or an error) takes the
+    /// socket out of the readable set until its descriptor fires or a check finds a record.
+    pub(super) fn recv_one(&mut self, slot: SlotKey) -> Option<Vec<Frame>> {
+        let got = match self.slots.get(slot)?.as_ref()?.socket.try_recv_frames() {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(error = %e, "receive failed");
+                None
+            }
+        };
+        self.ready.touch(Watch::Socket(slot));
+        if got.is_none() {
+            self.readable.remove(slot);
+        }
+        got
+    }
+}
+
+/// Sends a record, prefixed by a routing id when the socket is a ROUTER.
+pub(super) fn send_routed(
+    socket: &zmq::Socket,
+    route: Option<&[u8]>,
+    frames: &[Vec<u8>],
+) -> Result<(), crate::runtime::socket::SendError> {
+    let mut refs: Vec<&[u8]> = Vec::with_capacity(frames.len() + 1);
+    if let Some(r) = route {
+        refs.push(r);
+    }
+    refs.extend(frames.iter().map(Vec::as_slice));
+    socket.send_frames(&refs)
+}

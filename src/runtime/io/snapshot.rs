@@ -1,0 +1,138 @@
+//! The node's snapshot (MISSION O1): every link and subscription with its state, last failure
+//! and counters, count-limited.
+
+use std::time::Instant;
+
+use super::links::LinkKind;
+use super::slots::SlotRole;
+use super::{Host, IoThread};
+use crate::runtime::records::{self, Lane};
+use crate::runtime::snapshot::{FailureSnapshot, LinkSnapshot, Snapshot, SNAPSHOT_LIMIT};
+
+impl IoThread {
+    pub(super) fn snapshot(&self, now: Instant) -> Snapshot {
+        let age = |t: Instant| now.saturating_duration_since(t).as_millis() as u64;
+        let mut links = Vec::new();
+        for (k, l) in self.links.iter().enumerate() {
+            let (topology, role, peer, endpoint) = match &l.kind {
+                LinkKind::MeshDial { peer, lane } => {
+                    let p = self.cfg.peers.get(*peer);
+                    let ep = p.map(|p| match lane {
+                        Lane::Completion => p.completion.clone(),
+                        _ => p.application.clone(),
+                    });
+                    (
+                        "route_mesh",
+                        records::lane_name(*lane),
+                        p.map(|p| p.rid.clone()),
+                        ep.unwrap_or_default(),
+                    )
+                }
+                LinkKind::ClientDial { server } => {
+                    let s = self.cfg.servers.get(*server);
+                    let peer = l
+                        .conn
+                        .as_ref()
+                        .and_then(|c| c.peer.as_ref())
+                        .map(|p| p.rid.clone());
+                    (
+                        "client_server",
+                        "client",
+                        peer.or(s.and_then(|s| s.rid.clone())),
+                        s.map(|s| s.endpoint.clone()).unwrap_or_default(),
+                    )
+                }
+                LinkKind::Inbound { rid, lane } => {
+                    let ep = self
+                        .slots
+                        .iter()
+                        .flatten()
+                        .find(|s| s.role == SlotRole::Bound(*lane))
+                        .map(|s| s.endpoint.clone())
+                        .unwrap_or_default();
+                    let (topo, role) = match lane {
+                        Lane::ClientServer => ("client_server", "server_inbound"),
+                        Lane::Application => ("route_mesh", "application_inbound"),
+                        Lane::Completion => ("route_mesh", "completion_inbound"),
+                    };
+                    (topo, role, Some(rid.clone()), ep)
+                }
+            };
+            let _ = k;
+            let peer_generation = l
+                .conn
+                .as_ref()
+                .and_then(|c| c.peer.as_ref())
+                .map(|p| p.generation);
+            links.push(LinkSnapshot {
+                topology,
+                role,
+                peer,
+                peer_generation,
+                endpoint,
+                state: l.state.state(),
+                connection_id: l.conn.as_ref().map(|c| c.id.0),
+                last_failure: l.state.last_failure().map(|f| FailureSnapshot {
+                    reason: f.reason,
+                    detail: f.detail.clone(),
+                    age_ms: age(f.at),
+                }),
+                last_receive_age_ms: l.last_receive.map(age),
+                last_receive_unix_ms: l
+                    .last_receive
+                    .map(|t| crate::display_time::unix_millis(t, now)),
+                records_received: l.records,
+                pending_calls: l
+                    .conn
+                    .as_ref()
+                    .map(|c| self.calls.pending_on((k, c.id)))
+                    .unwrap_or(0),
+                ready_count: l.state.readies(),
+                failure_count: l.state.failures(),
+            });
+        }
+        for s in &self.subs {
+            let last = self
+                .liveness
+                .publisher(s.live)
+                .and_then(|w| w.last_receive_at());
+            links.push(LinkSnapshot {
+                topology: "fanout",
+                role: "subscriber",
+                peer: None,
+                peer_generation: None,
+                endpoint: s.endpoint.clone(),
+                state: s.state.state(),
+                connection_id: s.conn_id.map(|c| c.0),
+                last_failure: s.state.last_failure().map(|f| FailureSnapshot {
+                    reason: f.reason,
+                    detail: f.detail.clone(),
+                    age_ms: age(f.at),
+                }),
+                last_receive_age_ms: last.map(age),
+                last_receive_unix_ms: last.map(|t| crate::display_time::unix_millis(t, now)),
+                records_received: s.records,
+                pending_calls: 0,
+                ready_count: s.state.readies(),
+                failure_count: s.state.failures(),
+            });
+        }
+        let omitted = links.len().saturating_sub(SNAPSHOT_LIMIT);
+        links.truncate(SNAPSHOT_LIMIT);
+        Snapshot {
+            rid: self.me.rid.clone(),
+            generation: self.me.generation,
+            host: match self.host {
+                Host::Running => "running",
+                Host::Draining => "draining",
+                Host::Stopped => "stopped",
+            },
+            pending_calls: self.calls.pending(),
+            serving_calls: self.serve.in_flight(),
+            links,
+            omitted,
+            zmq_contexts: self.sockets.contexts(),
+            zmq_sockets: self.sockets.open_sockets(),
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! Timers: the earliest deadline the loop may sleep to, and what runs when deadlines come
+//! due (call deadlines, liveness probes and beacons, handshake timeouts, redials, close
+//! confirmations, SUB re-opens, disconnect sweeps). Per-link timers are scanned only after a
+//! link changed or the earliest of them came due.
+
+use std::time::Instant;
+
+use super::links::note;
+use super::{IoThread, LiveOwner, SlotKey, CLOSE_CONFIRM_MAX, HANDSHAKE_TIMEOUT, SWEEP_DELAYS};
+use crate::proto::liveness::{LivenessEvent, ProbeEvent, PublisherEvent, Transmit};
+use crate::proto::state::{ConnState, FailureReason};
+use crate::runtime::records::{self};
+
+impl IoThread {
+    /// The earliest instant any timer of the node is due.
+    pub(super) fn poll_timeout(&mut self) -> Option<Instant> {
+        if self.link_timers_changed {
+            self.link_timers_changed = false;
+            self.link_deadline = self.scan_link_timers();
+        }
+        [
+            self.liveness.poll_timeout(),
+            self.calls.poll_timeout(),
+            self.serve.poll_timeout(),
+            self.link_deadline,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Notes that a link, a subscription or the sweeps changed: their timers are scanned
+    /// again before the loop next sleeps or trusts the last scan.
+    pub(super) fn timers_changed(&mut self) {
+        self.link_timers_changed = true;
+    }
+
+    /// The earliest per-link, per-subscription or sweep deadline: a walk over every link
+    /// and subscription, done only after one of them changed or a deadline came due.
+    pub(super) fn scan_link_timers(&self) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        let mut take = |t: Option<Instant>| {
+            if let Some(t) = t {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        };
+        for l in &self.links {
+            if let Some(c) = &l.conn {
+                if !c.ready {
+                    take(Some(c.opened_at + HANDSHAKE_TIMEOUT));
+                }
+            } else if l.waits_to_redial() {
+                take(l.retry_at);
+            }
+            take(l.closing.as_ref().map(|c| c.1 + CLOSE_CONFIRM_MAX));
+        }
+        for s in self.subs.iter().filter(|s| s.slot.is_none()) {
+            take(Some(s.retry_at));
+        }
+        for s in &self.sweeps {
+            take(Some(s.0));
+        }
+        next
+    }
+
+    pub(super) fn run_timers(&mut self, now: Instant) {
+        // Call deadlines and serve-side ttl refusals and drain bound.
+        self.calls.handle_timeout(now);
+        self.serve.handle_timeout(now);
+        self.drain_calls(now);
+        // Every liveness machine of the node, from one table (MISSION L8).
+        self.liveness.handle_timeout(now);
+        while let Some(t) = self.liveness.poll_transmit(now) {
+            match t {
+                Transmit::Probe { key, id, .. } => {
+                    if let Some(LiveOwner::Link(k)) = self.live_owner.get(&key).copied() {
+                        if let Err(e) = self.send_on_link(k, records::probe(id)) {
+                            tracing::debug!(error = %e, "probe not sent");
+                        }
+                    }
+                }
+                Transmit::Beacon { key } => {
+                    if self.publisher.as_ref().is_some_and(|p| p.live == key) {
+                        self.send_beacon();
+                    }
+                }
+            }
+        }
+        self.drain_liveness_events(now);
+        // The per-link timers below are walked only if something changed since the last
+        // scan or the earliest of them is due (an idle node has none set at all).
+        let due = self.link_timers_changed || self.link_deadline.is_some_and(|t| now >= t);
+        if !due {
+            return;
+        }
+        // What runs below may set timers of its own; the next poll_timeout scans again.
+        self.timers_changed();
+        // Handshake timeouts.
+        for k in 0..self.links.len() {
+            let expired = self.links[k]
+                .conn
+                .as_ref()
+                .is_some_and(|c| !c.ready && now >= c.opened_at + HANDSHAKE_TIMEOUT);
+            if expired {
+                self.fail_link(k, FailureReason::TransportError, "handshake timed out", now);
+            }
+        }
+        // Reconnects.
+        for k in 0..self.links.len() {
+            let l = &self.links[k];
+            let due = l.waits_to_redial() && l.retry_at.is_some_and(|t| now >= t);
+            if due {
+                self.dial(k, now);
+            }
+            if self.links[k]
+                .closing
+                .as_ref()
+                .is_some_and(|c| now >= c.1 + CLOSE_CONFIRM_MAX)
+            {
+                self.close_overdue(k);
+            }
+        }
+        self.settle_overdue_closing();
+        // Fanout subscriptions without a socket get a new one (MISSION L5).
+        for i in 0..self.subs.len() {
+            if self.subs[i].slot.is_none() && now >= self.subs[i].retry_at {
+                self.open_sub(i, now);
+            }
+        }
+        // Bound-socket disconnect sweeps.
+        let due: Vec<(SlotKey, usize)> = self
+            .sweeps
+            .iter()
+            .filter(|s| now >= s.0)
+            .map(|s| (s.1, s.2))
+            .collect();
+        self.sweeps.retain(|s| now < s.0);
+        for (slot, step) in due {
+            self.sweep(slot, now);
+            if let Some(d) = SWEEP_DELAYS.get(step + 1) {
+                self.sweeps
+                    .push((now + (*d - SWEEP_DELAYS[step]), slot, step + 1));
+            }
+        }
+    }
+
+    /// Acts on the liveness table's verdicts.
+    pub(super) fn drain_liveness_events(&mut self, now: Instant) {
+        while let Some((key, ev)) = self.liveness.poll_event() {
+            match (self.live_owner.get(&key).copied(), ev) {
+                (
+                    Some(LiveOwner::Link(k)),
+                    LivenessEvent::Probe(ProbeEvent::DeadlineExceeded { .. }),
+                ) => {
+                    self.fail_link(
+                        k,
+                        FailureReason::DeadlineExceeded,
+                        "no valid ACK for 15 s",
+                        now,
+                    );
+                }
+                (
+                    Some(LiveOwner::Sub(i)),
+                    LivenessEvent::Publisher(PublisherEvent::BecameReady),
+                ) => {
+                    let s = &mut self.subs[i];
+                    s.failures_in_row = 0;
+                    note(s.state.handle_ready(now));
+                    let name = format!("sub {}", s.endpoint);
+                    self.emit_state(name, ConnState::Ready, None, "first record or beacon");
+                }
+                (
+                    Some(LiveOwner::Sub(i)),
+                    LivenessEvent::Publisher(PublisherEvent::Silence { .. }),
+                ) => {
+                    self.fail_sub(
+                        i,
+                        FailureReason::FanoutSilence,
+                        "no record or beacon for 15 s",
+                        now,
+                    );
+                }
+                (
+                    Some(LiveOwner::Sub(i)),
+                    LivenessEvent::Publisher(PublisherEvent::ProtocolError(e)),
+                ) => {
+                    self.fail_sub(i, FailureReason::ProtocolError, &format!("{e}"), now);
+                }
+                (owner, ev) => tracing::debug!(?owner, ?ev, "liveness event without an owner"),
+            }
+        }
+    }
+}
