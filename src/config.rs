@@ -23,10 +23,12 @@
 //! rid = "node-b"
 //! application = "tcp://127.0.0.1:7201"
 //! completion = "tcp://127.0.0.1:7202"
+//! batch_calls = true                   # calls issued together share a BATCH (default)
 //!
 //! [[servers]]                           # ClientServer servers to dial
 //! channel = "orders"
 //! endpoint = "tcp://127.0.0.1:7203"
+//! batch_calls = true                   # default; false only for a pre-BATCH server
 //!
 //! [[subscriptions]]                     # fanout publishers to subscribe to
 //! endpoint = "tcp://127.0.0.1:7204"
@@ -130,6 +132,11 @@ pub struct PeerConfig {
     /// The security identity the peer must present; absent accepts any.
     #[serde(default)]
     pub security_identity: Option<String>,
+    /// Whether calls issued together to this peer travel in one BATCH (MISSION K5; default
+    /// true). Turn it off only for a peer built before BATCH existed: it cannot unpack one,
+    /// and there is no negotiation.
+    #[serde(default = "default_true")]
+    pub batch_calls: bool,
 }
 
 /// A ClientServer server to dial.
@@ -143,6 +150,14 @@ pub struct ServerConfig {
     /// The RID the server must present; absent accepts any.
     #[serde(default)]
     pub rid: Option<String>,
+    /// Whether calls issued together to this server travel in one BATCH (MISSION K5; default
+    /// true). Turn it off only for a server built before BATCH existed.
+    #[serde(default = "default_true")]
+    pub batch_calls: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 /// A configuration that cannot be used.

@@ -81,6 +81,7 @@ async fn c1_calls_round_trip_on_route_mesh_and_client_server() {
 
     let mut c = NodeConfig::new("c");
     c.servers = vec![ServerConfig {
+        batch_calls: true,
         channel: "math".into(),
         endpoint: s_ep,
         rid: Some("b".into()),
@@ -113,6 +114,7 @@ async fn c1_calls_round_trip_on_route_mesh_and_client_server() {
 async fn c3_no_ready_peer_and_no_registration_did_not_run() {
     let mut a = NodeConfig::new("a");
     a.servers = vec![ServerConfig {
+        batch_calls: true,
         channel: "orders".into(),
         endpoint: free_tcp(), // nothing listens there
         rid: None,
@@ -226,6 +228,7 @@ async fn c2_half_open_callee_fails_within_deadline_may_have_run() {
     let mut started = serve_with(&b, "work");
     let mut a = NodeConfig::new("a");
     a.peers = vec![PeerConfig {
+        batch_calls: true,
         rid: "b".into(),
         application: app.endpoint.clone(),
         completion: cpl.endpoint.clone(),

@@ -126,6 +126,7 @@ async fn c3_cli_call_prints_result_or_honest_error() {
         .expect("spawn server");
     let mut a = NodeConfig::new("a");
     a.peers = vec![PeerConfig {
+        batch_calls: true,
         rid: "b".into(),
         application: bind.application.clone(),
         completion: bind.completion.clone(),

@@ -179,6 +179,7 @@ fn server_of(channel: &str) -> Vec<Membership> {
 fn dialler(rid: &str, a: &RouteMeshBind) -> NodeConfig {
     let mut c = NodeConfig::new(rid);
     c.peers = vec![PeerConfig {
+        batch_calls: true,
         rid: "a".into(),
         application: a.application.clone(),
         completion: a.completion.clone(),

@@ -444,6 +444,7 @@ async fn w3_malformed_frames_at_every_position_close_only_that_connection() {
     .expect("serve");
     let mut healthy = NodeConfig::new("healthy");
     healthy.servers = vec![zmesh::config::ServerConfig {
+        batch_calls: true,
         channel: "work".into(),
         endpoint: ep.clone(),
         rid: Some("srv".into()),
@@ -784,6 +785,7 @@ async fn storm_setup(name: &str, fault: StormFault) -> Storm {
         });
         servers.push(StormChild::start(&dir, &c, &channel));
         hub.servers.push(zmesh::config::ServerConfig {
+            batch_calls: true,
             channel,
             endpoint: via(&ep),
             rid: Some(rid),

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{free_tcp, Events, PyPeer};
+use common::{free_tcp, py_script, Events, PyPeer};
 use serde_json::Value;
 use zmesh::config::{Endpoint, NodeConfig};
 use zmesh::proto::handshake::{Membership, Role};
@@ -24,49 +24,6 @@ const STEP: Duration = Duration::from_secs(15);
 const STARTUP: Duration = Duration::from_secs(60);
 /// A Python peer never outlives this (seconds), even if the test is stuck.
 const PY_LIFETIME_S: u32 = 60;
-
-/// Helpers shared by the Python peers: the byte forms of WIRE.md §1 and §3.
-const PRELUDE: &str = r#"
-import json, queue, struct, sys, threading, time
-import zmq
-
-DEADLINE = time.monotonic() + LIFETIME
-
-def emit(**kv):
-    print(json.dumps(kv), flush=True)
-
-def u16(n): return struct.pack(">H", n)
-def u64(n): return struct.pack(">Q", n)
-def string(s):
-    b = s.encode("utf-8")
-    return u16(len(b)) + b
-def envelope(kind): return bytes([0x5A, 0x4D, 0x01, kind])
-
-BEACON_TOPIC = bytes([0x01, 0x5A, 0x4C, 0x46, 0x31])
-BEACON_PAYLOAD = bytes([0x5A, 0x46, 0x01, 0x01])
-
-class Reader:
-    def __init__(self, b): self.b, self.i = b, 0
-    def take(self, n):
-        if self.i + n > len(self.b): raise ValueError("truncated")
-        self.i += n
-        return self.b[self.i - n:self.i]
-    def u8(self): return self.take(1)[0]
-    def u16(self): return struct.unpack(">H", self.take(2))[0]
-    def u64(self): return struct.unpack(">Q", self.take(8))[0]
-    def string(self): return self.take(self.u16()).decode("utf-8")
-    def done(self): return self.i == len(self.b)
-
-def stdin_commands():
-    """Lines of stdin as lists of words; None once stdin is closed."""
-    q = queue.Queue()
-    def read():
-        for line in sys.stdin:
-            q.put(line.split())
-        q.put(None)
-    threading.Thread(target=read, daemon=True).start()
-    return q
-"#;
 
 /// A pyzmq PUB: an exact beacon every 200 ms; on `publish TOPIC_HEX PAYLOAD_HEX GEN SEQ` one
 /// PUBLISH record (WIRE.md §7.2); on `mark` reports how many beacons it has sent.
@@ -167,7 +124,7 @@ while time.monotonic() < DEADLINE:
 "#;
 
 fn script(body: &str) -> String {
-    PRELUDE.replace("LIFETIME", &PY_LIFETIME_S.to_string()) + body
+    py_script(body, PY_LIFETIME_S)
 }
 
 fn is_ready(ev: &NodeEvent, link_part: &str) -> bool {

@@ -35,6 +35,7 @@ async fn o2_metric_labels_carry_no_identities() {
     let bn = Node::start(b.clone()).await.expect("b");
     let mut a = NodeConfig::new("node-ay");
     a.peers = vec![PeerConfig {
+        batch_calls: true,
         rid: "node-bee".into(),
         application: bind.application.clone(),
         completion: bind.completion.clone(),

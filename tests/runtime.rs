@@ -148,6 +148,7 @@ async fn t2_client_server_ready_and_records_both_ways() {
     });
     let mut c = NodeConfig::new("cli");
     c.servers = vec![ServerConfig {
+        batch_calls: true,
         channel: "orders".into(),
         endpoint: ep,
         rid: Some("srv".into()),
@@ -429,6 +430,7 @@ async fn l2_half_open_connection_fails_on_deadline_real_time() {
     let b = Node::start(b).await.expect("b");
     let mut a = NodeConfig::new("a");
     a.peers = vec![PeerConfig {
+        batch_calls: true,
         rid: "b".into(),
         application: app_proxy.endpoint.clone(),
         completion: b_bind.completion.clone(),

@@ -41,6 +41,7 @@ fn mesh_bind() -> RouteMeshBind {
 
 fn peer(rid: &str, application: &str, completion: &str) -> PeerConfig {
     PeerConfig {
+        batch_calls: true,
         rid: rid.into(),
         application: application.into(),
         completion: completion.into(),
@@ -206,6 +207,7 @@ async fn c1_stream_items_in_order_then_terminal_on_route_mesh_and_client_server(
 
     let mut c = NodeConfig::new("c");
     c.servers = vec![ServerConfig {
+        batch_calls: true,
         channel: "feed".into(),
         endpoint: s_ep,
         rid: Some("b".into()),

@@ -54,8 +54,8 @@ pub(crate) enum Rec {
         seq: u64,
         payload: Bytes,
     },
-    /// A valid record this runtime does not act on (BATCH: sent by later versions).
-    Other(&'static str),
+    /// The requests of a BATCH, in wire order (2 or more, MISSION K5).
+    Batch(Vec<wire::Request>),
 }
 
 impl Rec {
@@ -72,7 +72,7 @@ impl Rec {
             Rec::Accept { .. } => "accept",
             Rec::Reply { .. } => "reply",
             Rec::Item { .. } => "item",
-            Rec::Other(k) => k,
+            Rec::Batch(_) => "batch",
         }
     }
 }
@@ -159,7 +159,7 @@ pub(crate) fn decode(frames: &[Frame]) -> Result<Rec, WireError> {
             seq: i.seq,
             payload: i.payload,
         },
-        other => Rec::Other(other.kind().name()),
+        Record::Batch(b) => Rec::Batch(b.into_requests()),
     })
 }
 
@@ -264,20 +264,35 @@ pub(crate) fn message_envelope(channel: &str) -> Result<Vec<u8>, WireError> {
 pub(crate) fn request(
     call_id: NonZeroU64,
     ttl_ms: Option<NonZeroU64>,
+    semantics: wire::Semantics,
     channel: &str,
     method: &str,
+    idempotency_key: Option<&str>,
     payload: Bytes,
-) -> Result<Vec<Vec<u8>>, WireError> {
-    Ok(Record::Request(wire::Request {
+) -> Result<wire::Request, WireError> {
+    Ok(wire::Request {
         call_id,
         ttl_ms,
-        semantics: wire::Semantics::Undeclared,
+        semantics,
         channel: name(channel)?,
         method: name(method)?,
-        idempotency_key: None,
+        idempotency_key: idempotency_key
+            .filter(|k| !k.is_empty())
+            .map(name)
+            .transpose()?,
         payload,
     })
-    .encode())
+}
+
+/// The frames of one message carrying `requests`: a lone REQUEST for one, a BATCH for two or
+/// more (MISSION K5: a lone call is never wrapped).
+pub(crate) fn requests(mut requests: Vec<wire::Request>) -> Result<Vec<Vec<u8>>, WireError> {
+    if requests.len() == 1 {
+        if let Some(r) = requests.pop() {
+            return Ok(Record::Request(r).encode());
+        }
+    }
+    Ok(Record::Batch(wire::Batch::new(requests)?).encode())
 }
 
 /// ACCEPT, naming this node's generation and the physical connection that took the call.

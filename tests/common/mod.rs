@@ -545,6 +545,7 @@ pub fn mesh_bind(tcp: bool) -> zmesh::config::RouteMeshBind {
 /// A RouteMesh peer to dial at `b`'s endpoints.
 pub fn peer(rid: &str, b: &zmesh::config::RouteMeshBind) -> zmesh::config::PeerConfig {
     zmesh::config::PeerConfig {
+        batch_calls: true,
         rid: rid.into(),
         application: b.application.clone(),
         completion: b.completion.clone(),
@@ -589,4 +590,53 @@ pub async fn wait_peer_ready(node: &zmesh::runtime::Node, events: &mut Events, r
             .wait(step, |e| matches!(e, NodeEvent::State(_)))
             .await;
     }
+}
+
+/// Helpers shared by the Python peers: the byte forms of WIRE.md §1 and §3.
+pub const PY_PRELUDE: &str = r#"
+import json, queue, struct, sys, threading, time
+import zmq
+
+DEADLINE = time.monotonic() + LIFETIME
+
+def emit(**kv):
+    print(json.dumps(kv), flush=True)
+
+def u16(n): return struct.pack(">H", n)
+def u64(n): return struct.pack(">Q", n)
+def string(s):
+    b = s.encode("utf-8")
+    return u16(len(b)) + b
+def envelope(kind): return bytes([0x5A, 0x4D, 0x01, kind])
+
+BEACON_TOPIC = bytes([0x01, 0x5A, 0x4C, 0x46, 0x31])
+BEACON_PAYLOAD = bytes([0x5A, 0x46, 0x01, 0x01])
+
+class Reader:
+    def __init__(self, b): self.b, self.i = b, 0
+    def take(self, n):
+        if self.i + n > len(self.b): raise ValueError("truncated")
+        self.i += n
+        return self.b[self.i - n:self.i]
+    def u8(self): return self.take(1)[0]
+    def u16(self): return struct.unpack(">H", self.take(2))[0]
+    def u64(self): return struct.unpack(">Q", self.take(8))[0]
+    def string(self): return self.take(self.u16()).decode("utf-8")
+    def done(self): return self.i == len(self.b)
+
+def stdin_commands():
+    """Lines of stdin as lists of words; None once stdin is closed."""
+    q = queue.Queue()
+    def read():
+        for line in sys.stdin:
+            q.put(line.split())
+        q.put(None)
+    threading.Thread(target=read, daemon=True).start()
+    return q
+"#;
+
+/// A Python peer's script: [`PY_PRELUDE`] (which stops the peer after `lifetime_s` seconds
+/// through its `DEADLINE`) followed by `body`.
+pub fn py_script(body: &str, lifetime_s: u32) -> String {
+    PY_PRELUDE.replace("LIFETIME", &lifetime_s.to_string()) + body
 }

@@ -598,6 +598,7 @@ pub(crate) fn server_config(rid: &str) -> Result<NodeConfig> {
 pub(crate) fn client_config(rid: &str, server: &str, bind: &RouteMeshBind) -> NodeConfig {
     let mut c = NodeConfig::new(rid);
     c.peers = vec![PeerConfig {
+        batch_calls: true,
         rid: server.into(),
         application: bind.application.clone(),
         completion: bind.completion.clone(),

@@ -129,6 +129,7 @@ pub(crate) async fn run(quick: bool) -> Result<()> {
     });
     a.peers = vec![
         PeerConfig {
+            batch_calls: true,
             rid: "b".into(),
             application: b_rm.application.clone(),
             completion: b_rm.completion.clone(),
@@ -136,6 +137,7 @@ pub(crate) async fn run(quick: bool) -> Result<()> {
             security_identity: None,
         },
         PeerConfig {
+            batch_calls: true,
             rid: "d".into(),
             application: d_rm.application.clone(),
             completion: d_rm.completion.clone(),
@@ -144,6 +146,7 @@ pub(crate) async fn run(quick: bool) -> Result<()> {
         },
     ];
     a.servers = vec![ServerConfig {
+        batch_calls: true,
         channel: "orders".into(),
         endpoint: c_server.clone(),
         rid: Some("c".into()),

@@ -42,6 +42,7 @@
     clippy::indexing_slicing
 )]
 
+pub mod batch;
 mod caller;
 mod error;
 mod serve;

@@ -22,6 +22,7 @@ use bytes::Bytes;
 
 use super::links::LinkKind;
 use super::{IoThread, LinkKey};
+use crate::proto::calls::batch::{self, MAX_INCOMING_BATCH_CALLS};
 use crate::proto::calls::{ttl_on_wire, Admission, CallId, Dispatch, RemoteCode, Unrouted};
 use crate::proto::handshake::Role;
 use crate::proto::state::FailureReason;
@@ -116,7 +117,10 @@ impl IoThread {
         Ok(pick)
     }
 
-    /// Starts a call: routes it, sends its REQUEST (or fails it at once as never sent).
+    /// Starts a call: routes it and queues its REQUEST for [`Self::flush_calls`], which the
+    /// command drain runs before it handles any other command and at its end, so the REQUEST
+    /// leaves in this loop turn (or the call fails at once as never sent). A call that cannot
+    /// be routed fails at once.
     pub(super) fn start_call(
         &mut self,
         channel: String,
@@ -134,19 +138,20 @@ impl IoThread {
                 Err(why) => self.calls.start_unrouted(why, now),
                 Ok((send_link, key)) => {
                     let id = self.calls.start(key, ttl, now);
-                    let frames =
-                        records::request(id.get(), ttl_on_wire(ttl), &channel, &method, args);
-                    // A frame is never queued on a link that cannot send now (MISSION C3).
-                    let sent = match frames {
-                        Ok(f) => self.send_on_link(send_link, f).is_ok(),
-                        Err(_) => false,
-                    };
-                    tracing::debug!(call = %id.get(), sent, "request");
-                    if sent {
-                        let _ = self.calls.handle_sent(id, now);
-                        metrics::counter!("zmesh_calls_started_total").increment(1);
-                    } else {
-                        let _ = self.calls.handle_send_failed(id, now);
+                    let request = records::request(
+                        id.get(),
+                        ttl_on_wire(ttl),
+                        wire::Semantics::Undeclared,
+                        &channel,
+                        &method,
+                        None,
+                        args,
+                    );
+                    match request {
+                        Ok(r) => self.outgoing_calls.push((send_link, id, r)),
+                        Err(_) => {
+                            let _ = self.calls.handle_send_failed(id, now);
+                        }
                     }
                     id
                 }
@@ -154,6 +159,76 @@ impl IoThread {
         };
         self.pending_calls.insert(id, reply);
         self.drain_calls(now);
+    }
+
+    /// Sends the REQUESTs queued by [`Self::start_call`] in this loop turn (MISSION K5): the
+    /// calls for one link go, in order, as one BATCH when there are two or more (cut by
+    /// [`batch::split`] above [`batch::MAX_BATCH_CALLS`]) and as a lone REQUEST otherwise, or
+    /// each alone when the peer's configuration turns batching off. A message the link cannot
+    /// take now fails every call in it at once as never sent: a frame is never queued on a
+    /// link that cannot send now (MISSION C3).
+    pub(super) fn flush_calls(&mut self, now: Instant) {
+        if self.outgoing_calls.is_empty() {
+            return;
+        }
+        let mut per_link: Vec<(LinkKey, Vec<(CallId, wire::Request)>)> = Vec::new();
+        for (link, id, request) in self.outgoing_calls.drain(..) {
+            match per_link.iter_mut().find(|(l, _)| *l == link) {
+                Some((_, calls)) => calls.push((id, request)),
+                None => per_link.push((link, vec![(id, request)])),
+            }
+        }
+        for (link, calls) in per_link {
+            let parts: Vec<std::ops::Range<usize>> = if self.batches_calls(link) {
+                batch::split(calls.len()).collect()
+            } else {
+                (0..calls.len()).map(|i| i..i + 1).collect()
+            };
+            let mut calls = calls.into_iter();
+            for part in parts {
+                let (ids, requests): (Vec<CallId>, Vec<wire::Request>) =
+                    calls.by_ref().take(part.len()).unzip();
+                let sent = records::requests(requests)
+                    .is_ok_and(|frames| self.send_on_link(link, frames).is_ok());
+                tracing::debug!(calls = ids.len(), sent, "requests");
+                if ids.len() > 1 && sent {
+                    metrics::counter!("zmesh_batches_sent_total").increment(1);
+                }
+                for id in ids {
+                    if sent {
+                        let _ = self.calls.handle_sent(id, now);
+                        metrics::counter!("zmesh_calls_started_total").increment(1);
+                    } else {
+                        let _ = self.calls.handle_send_failed(id, now);
+                    }
+                }
+            }
+        }
+        self.drain_calls(now);
+    }
+
+    /// Whether calls to the node behind link `k` may share a BATCH (its `batch_calls`
+    /// configuration; a peer that dialled us and is not configured here: yes).
+    fn batches_calls(&self, k: LinkKey) -> bool {
+        let Some(l) = self.links.get(k) else {
+            return true;
+        };
+        match &l.kind {
+            LinkKind::MeshDial { peer, .. } => {
+                self.cfg.peers.get(*peer).map_or(true, |p| p.batch_calls)
+            }
+            LinkKind::ClientDial { server } => self
+                .cfg
+                .servers
+                .get(*server)
+                .map_or(true, |s| s.batch_calls),
+            LinkKind::Inbound { rid, .. } => self
+                .cfg
+                .peers
+                .iter()
+                .find(|p| &p.rid == rid)
+                .map_or(true, |p| p.batch_calls),
+        }
     }
 
     /// The call key of answers arriving on link `k`: the connection itself, if it is a
@@ -207,19 +282,60 @@ impl IoThread {
         (c.id == key.1 && c.ready).then_some(key.0)
     }
 
+    /// Where the answers to REQUESTs arriving on link `k` go: the calls' key (the connection
+    /// answers travel on), the link to send them on, and the caller's RID. `None` when there
+    /// is no way to answer (a REQUEST on a Completion lane, or the caller's Completion lane
+    /// is not ready): the caller fails such calls when its lanes fail.
+    fn request_route(&self, k: LinkKey) -> Option<(CallKey, LinkKey, String)> {
+        let l = self.links.get(k)?;
+        let c = l.conn.as_ref()?;
+        let caller = c.peer.as_ref().map(|p| p.rid.clone()).unwrap_or_default();
+        let key = match l.lane()? {
+            Lane::ClientServer => (k, c.id),
+            // A RouteMesh call is answered on the caller's Completion lane.
+            Lane::Application => self.lane_of(&caller, Lane::Completion)?,
+            Lane::Completion => return None,
+        };
+        let route = self.answer_route(key)?;
+        Some((key, route, caller))
+    }
+
+    /// A BATCH arriving on link `k` (MISSION K5): an envelope, never a transaction. Each call
+    /// goes through the path of a lone REQUEST, so each is refused, ACCEPTed, deadlined and
+    /// answered on its own. A BATCH over [`MAX_INCOMING_BATCH_CALLS`] is not dispatched:
+    /// every call of it is answered `InvalidParams` (did not run), none is dropped.
+    pub(super) fn on_batch(&mut self, k: LinkKey, requests: Vec<wire::Request>, now: Instant) {
+        metrics::counter!("zmesh_batches_received_total").increment(1);
+        if requests.len() > MAX_INCOMING_BATCH_CALLS {
+            let Some((_, route, _)) = self.request_route(k) else {
+                return;
+            };
+            let message = format!(
+                "a BATCH of {} calls exceeds this receiver's limit of {MAX_INCOMING_BATCH_CALLS} \
+                 calls; not run",
+                requests.len()
+            );
+            for req in requests {
+                self.send_answer(
+                    route,
+                    records::reply(
+                        req.call_id,
+                        ReplyCode::InvalidParams,
+                        Bytes::from(message.clone()),
+                    ),
+                );
+            }
+            return;
+        }
+        for req in requests {
+            self.on_request(k, req, now);
+        }
+    }
+
     /// A REQUEST arriving on link `k`: ACCEPT before dispatch, or refuse it at once.
     pub(super) fn on_request(&mut self, k: LinkKey, req: wire::Request, now: Instant) {
-        let Some(l) = self.links.get(k) else { return };
-        let Some(c) = l.conn.as_ref() else { return };
-        let caller = c.peer.as_ref().map(|p| p.rid.clone()).unwrap_or_default();
-        let key = match l.lane() {
-            Some(Lane::ClientServer) => Some((k, c.id)),
-            // A RouteMesh call is answered on the caller's Completion lane.
-            Some(Lane::Application) => self.lane_of(&caller, Lane::Completion),
-            _ => None,
-        };
         let call_id = req.call_id;
-        let Some((key, route)) = key.and_then(|key| Some((key, self.answer_route(key)?))) else {
+        let Some((key, route, caller)) = self.request_route(k) else {
             // No way to answer: the caller fails the call when its lanes fail.
             return;
         };

@@ -19,12 +19,25 @@ use crate::runtime::socket::FrameSocket;
 impl IoThread {
     /// Returns false when the node must stop.
     pub(super) fn drain_commands(&mut self, now: Instant) -> bool {
+        let go_on = self.drain_command_queue(now);
+        // The calls of the last run of Call commands leave now, batched per link (K5).
+        self.flush_calls(now);
+        go_on
+    }
+
+    /// Handles up to [`COMMANDS_PER_TURN`] commands; returns false when the node must stop.
+    /// Calls queue their REQUESTs; any other command first sends the ones queued before it,
+    /// so commands take effect in the order they were given.
+    fn drain_command_queue(&mut self, now: Instant) -> bool {
         for _ in 0..COMMANDS_PER_TURN {
             let cmd = match self.commands.try_recv() {
                 Ok(c) => c,
                 Err(TryRecvError::Empty) => return true,
                 Err(TryRecvError::Disconnected) => return false,
             };
+            if !matches!(cmd, Command::Call { .. }) {
+                self.flush_calls(now);
+            }
             match cmd {
                 Command::SendPeer {
                     peer,

@@ -179,6 +179,10 @@ pub(crate) struct IoThread {
     /// Calls this node made, leased on the connection that carried them (MISSION C1, C2).
     calls: CallTable<CallKey>,
     pending_calls: HashMap<CallId, CallReply>,
+    /// REQUESTs of calls started in this loop turn, with the link they go on: sent together
+    /// (per link, as BATCHes) before any other command is handled and at the end of the
+    /// command drain (MISSION K5).
+    outgoing_calls: Vec<(LinkKey, CallId, crate::proto::wire::Request)>,
     /// Calls this node serves (MISSION C4, C6).
     serve: ServeTable<CallKey>,
     served: HashMap<String, Served>,
@@ -272,6 +276,7 @@ impl IoThread {
             busy: false,
             calls: CallTable::new(),
             pending_calls: HashMap::new(),
+            outgoing_calls: Vec::new(),
             serve: ServeTable::new(),
             served: HashMap::new(),
             known_servers: HashSet::new(),

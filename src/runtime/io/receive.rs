@@ -245,6 +245,7 @@ impl IoThread {
             }
             Rec::Welcome(w) if !ready && !inbound => self.on_welcome(k, w, now),
             Rec::Request(req) if ready => self.on_request(k, req, now),
+            Rec::Batch(requests) if ready => self.on_batch(k, requests, now),
             rec @ (Rec::Accept { .. } | Rec::Reply { .. } | Rec::Item { .. }) if ready => {
                 self.on_call_answer(k, rec, now)
             }

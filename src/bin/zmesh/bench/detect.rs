@@ -143,6 +143,7 @@ pub(crate) async fn half_open(plan: &Plan) -> Result<HalfOpen> {
         let b = Node::start(b_cfg).await?;
         let mut a_cfg = client_config("ha", "hb", &bind);
         a_cfg.peers = vec![PeerConfig {
+            batch_calls: true,
             application: proxy.endpoint.clone(),
             ..a_cfg.peers[0].clone()
         }];

@@ -91,6 +91,7 @@ fn idle_blocking(plan: &Plan) -> Result<Idle> {
             .collect();
         cfg.peers = (0..plan.peers)
             .map(|i| PeerConfig {
+                batch_calls: true,
                 rid: format!("p{i}"),
                 application: peers.application.clone(),
                 completion: peers.completion.clone(),
