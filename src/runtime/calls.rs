@@ -82,21 +82,64 @@ impl Request {
 }
 
 /// A handler's failure, sent to the caller as a REPLY code and message.
+///
+/// A handler chooses its code from the allow-list of MISSION K6
+/// ([`RemoteCode::handler_may_choose`]): `Exception`, `Unauthorized`, `Forbidden`,
+/// `InvalidParams`, `IncompatibleVersion`, `ClassNotFound`, `MethodNotFound`,
+/// `TransportError`, `Timeout`, `UnknownOutcome`. Any other code (`Busy`, `Superseded`,
+/// `NotFound`, `Unavailable`: the runtime's own) is sent as `Exception`, however the error
+/// was built. `UnknownOutcome` is the honest answer of a gateway whose own downstream call was
+/// lost: it may have run, and inventing a result or a plain `Exception` would claim more than
+/// is known:
+///
+/// ```
+/// use zmesh::runtime::calls::{RemoteCode, ServeError};
+///
+/// let lost = ServeError::new(RemoteCode::UnknownOutcome, "the drive did not answer");
+/// assert_eq!(lost.code, RemoteCode::UnknownOutcome);
+/// // Busy is the runtime's (a full mailbox): a handler that picks it answers Exception.
+/// assert_eq!(ServeError::new(RemoteCode::Busy, "x").code, RemoteCode::Exception);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{code:?}: {message}")]
 pub struct ServeError {
-    /// The code; a handler may choose any of [`RemoteCode`] (the allow-list of K6).
+    /// The code (see the allow-list above).
     pub code: RemoteCode,
     /// A human-readable message.
     pub message: String,
 }
 
 impl ServeError {
-    /// An error with a chosen code.
+    /// An error with a chosen code from the allow-list (MISSION K6); a code outside it
+    /// becomes `Exception`, the message kept.
     pub fn new(code: RemoteCode, message: impl Into<String>) -> ServeError {
+        let code = if code.handler_may_choose() {
+            code
+        } else {
+            RemoteCode::Exception
+        };
         ServeError {
             code,
             message: message.into(),
+        }
+    }
+
+    /// An error with any code, for the runtime's own answers to a handler (e.g. an item
+    /// refused because the service stopped: `Unavailable`).
+    pub(crate) fn runtime(code: RemoteCode, message: impl Into<String>) -> ServeError {
+        ServeError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The REPLY code a handler's error travels as: its code if on the allow-list (MISSION
+    /// K6), else `Exception` (a `ServeError` built field by field can carry any code).
+    pub(crate) fn wire_code(&self) -> RemoteCode {
+        if self.code.handler_may_choose() {
+            self.code
+        } else {
+            RemoteCode::Exception
         }
     }
 

@@ -610,7 +610,7 @@ impl ItemSink {
     /// stopped; code `UnknownOutcome` when the link could not take the item now (a frame is
     /// never queued, MISSION C3), in which case the node ended the call with that code.
     pub async fn send(&self, payload: impl Into<Bytes>) -> Result<(), ServeError> {
-        let closed = || ServeError::new(RemoteCode::Unavailable, "the node stopped");
+        let closed = || ServeError::runtime(RemoteCode::Unavailable, "the node stopped");
         let Some(inner) = self.node.upgrade() else {
             return Err(closed());
         };

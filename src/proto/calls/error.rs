@@ -135,6 +135,33 @@ impl RemoteCode {
         }
     }
 
+    /// Whether a handler may answer with this code (MISSION K6, seed 003 "Errors"): the
+    /// allow-list `Exception`, `Unauthorized`, `Forbidden`, `InvalidParams`,
+    /// `IncompatibleVersion`, `ClassNotFound`, `MethodNotFound`, `TransportError`, `Timeout`,
+    /// `UnknownOutcome`. `Busy`, `Superseded`, `NotFound` and `Unavailable` are the runtime's
+    /// own: each states something about the runtime (its mailbox, its queue, its routing, its
+    /// stop) that a handler cannot know, so a handler that returns one answers `Exception`.
+    /// (`Timeout` from a handler is sent as `UnknownOutcome`: on the wire `Timeout` means
+    /// "refused before dispatch", see [`super::ServeTable::handle_done`].)
+    pub fn handler_may_choose(self) -> bool {
+        match self {
+            RemoteCode::Exception
+            | RemoteCode::Unauthorized
+            | RemoteCode::Forbidden
+            | RemoteCode::InvalidParams
+            | RemoteCode::IncompatibleVersion
+            | RemoteCode::ClassNotFound
+            | RemoteCode::MethodNotFound
+            | RemoteCode::TransportError
+            | RemoteCode::Timeout
+            | RemoteCode::UnknownOutcome => true,
+            RemoteCode::Busy
+            | RemoteCode::Superseded
+            | RemoteCode::NotFound
+            | RemoteCode::Unavailable => false,
+        }
+    }
+
     /// Whether a call answered with this code may have run (the "It ..." sentence of each
     /// variant).
     pub fn may_have_run(self) -> bool {

@@ -463,3 +463,28 @@ fn c4_lost_connection_orphans_running_calls() {
     assert_eq!(serve.in_flight(), 0);
     assert_eq!(serve.stats().orphaned, 2);
 }
+
+/// MISSION K6: the handler allow-list is exactly the nine codes of seed 003 plus Exception;
+/// the runtime's own codes are not on it.
+#[test]
+fn k6_handler_allow_list() {
+    use RemoteCode::*;
+    let allowed = [
+        Exception,
+        Unauthorized,
+        Forbidden,
+        InvalidParams,
+        IncompatibleVersion,
+        ClassNotFound,
+        MethodNotFound,
+        TransportError,
+        Timeout,
+        UnknownOutcome,
+    ];
+    for c in allowed {
+        assert!(c.handler_may_choose(), "{c}");
+    }
+    for c in [Busy, Superseded, NotFound, Unavailable] {
+        assert!(!c.handler_may_choose(), "{c}");
+    }
+}

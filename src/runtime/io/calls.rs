@@ -405,7 +405,11 @@ impl IoThread {
         };
         let (code, payload) = match done.result {
             Ok(bytes) => (ReplyCode::Ok, bytes),
-            Err(e) => (e.code.to_reply(), Bytes::from(e.message.into_bytes())),
+            // Only allow-listed codes leave a handler (MISSION K6).
+            Err(e) => (
+                e.wire_code().to_reply(),
+                Bytes::from(e.message.into_bytes()),
+            ),
         };
         if let Some(code) = self.serve.handle_done(done.id, code, now) {
             if let Some(route) = self.answer_route(key) {
@@ -429,7 +433,7 @@ impl IoThread {
         let call = self.serve.call_of(id);
         let seq = call.and_then(|_| self.serve.handle_item(id, now));
         let (Some((key, call_id)), Some(seq)) = (call, seq) else {
-            let _ = reply.send(Err(ServeError::new(
+            let _ = reply.send(Err(ServeError::runtime(
                 RemoteCode::Unavailable,
                 "the stream is over: the service is stopping, the caller is gone, or the call \
                  already ended",
@@ -455,7 +459,10 @@ impl IoThread {
                     );
                 }
             }
-            let _ = reply.send(Err(ServeError::new(RemoteCode::UnknownOutcome, message)));
+            let _ = reply.send(Err(ServeError::runtime(
+                RemoteCode::UnknownOutcome,
+                message,
+            )));
         }
         self.drain_calls(now);
     }
