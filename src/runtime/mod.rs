@@ -2,8 +2,8 @@
 //! ([`Node`]) that applications use.
 //!
 //! ```text
-//!  Node (Clone, async)  --Command--> crossbeam channel --+   wake-up PAIR (inproc)
-//!        ^                                               v          |
+//!  Node (Clone, async)  --Command--> crossbeam channel --+   wake-up (eventfd, once
+//!        ^                                               v     per burst of commands)
 //!        |                           I/O thread: loop { timers; epoll wait on ZMQ_FDs, then
 //!        +--- NodeEvent batches ---      ZMQ_EVENTS of fired/touched sockets; receive
 //!             (tokio mpsc)               rotation (scheduler caps); sans-IO core decides;

@@ -12,7 +12,7 @@ use super::calls::{
     self as rcalls, CallError, CallOptions, CallStream, HandlerFuture, RemoteCode, Request,
     ServeError,
 };
-use super::command::{CallReply, Command, ServeDone, ServeItem, ServeJob, Served};
+use super::command::{CallReply, Command, ServeDone, ServeItem, ServeJob, Served, WakeUp};
 use super::error::{BatchSendError, NodeError, PublishError, SendError};
 use super::event::EventStream;
 use super::io::IoThread;
@@ -32,7 +32,7 @@ struct Inner {
     has_publisher: bool,
     generation: u64,
     commands: crossbeam_channel::Sender<Command>,
-    wake: Mutex<zmq::Socket>,
+    wake: Arc<WakeUp>,
     events: Mutex<Option<EventStream>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -166,7 +166,7 @@ impl Node {
                 has_publisher,
                 generation,
                 commands: cmd_tx,
-                wake: Mutex::new(wake),
+                wake,
                 events: Mutex::new(Some(EventStream::new(ev_rx, outstanding))),
                 thread: Mutex::new(None),
             }),
@@ -207,11 +207,7 @@ impl Node {
         if self.inner.commands.send(cmd).is_err() {
             return false;
         }
-        if let Ok(wake) = self.inner.wake.lock() {
-            // The wake-up pipe has no high-water mark: this fails only when the I/O thread is
-            // gone, and then the command fails with it.
-            let _ = wake.send(&[][..], zmq::DONTWAIT);
-        }
+        self.inner.wake.command_queued();
         true
     }
 
@@ -646,7 +642,7 @@ impl Drop for Inner {
         // the channel merely empty and sleep until its next timer (up to a probe interval).
         let (dead, _) = crossbeam_channel::bounded(0);
         drop(std::mem::replace(&mut self.commands, dead));
-        let _ = self.wake.lock().map(|w| w.send(&[][..], zmq::DONTWAIT));
+        self.wake.wake_now();
     }
 }
 

@@ -29,8 +29,7 @@ pub struct Snapshot {
     pub links: Vec<LinkSnapshot>,
     /// Links left out because of the limit.
     pub omitted: usize,
-    /// libzmq contexts holding this node's link sockets (each runs two libzmq threads; the
-    /// wake-up pair's own context is not counted). Follows the number of open sockets, not
+    /// libzmq contexts holding this node's link sockets (each runs two libzmq threads). Follows the number of open sockets, not
     /// the number ever opened: a node that redials often does not accumulate contexts.
     pub zmq_contexts: usize,
     /// Sockets open in those contexts, as counted against libzmq's per-context limit (a

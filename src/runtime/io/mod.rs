@@ -2,8 +2,8 @@
 //! (MISSION R1).
 //!
 //! One loop turn: read the monotonic clock once; run due timers (liveness, beacons, reconnects,
-//! disconnect sweeps); wait on the epoll set of every socket's, monitor's and the wake-up
-//! pair's `ZMQ_FD` until the next deadline, and check `ZMQ_EVENTS` of the sockets that fired or
+//! disconnect sweeps); wait on the epoll set of every socket's and monitor's `ZMQ_FD` and the
+//! async side's wake-up until the next deadline, and check `ZMQ_EVENTS` of the sockets that fired or
 //! that the loop touched (module [`ready`]); handle monitor events; handle commands; run one
 //! receive rotation under the scheduler's caps; hand the batch of events to the application.
 //! Protocol questions (is this ACK evidence? is this peer admitted? is this publisher silent?)
@@ -62,7 +62,7 @@ use bytes::Bytes;
 use crossbeam_channel::Receiver;
 use tokio::sync::{mpsc, oneshot};
 
-use super::command::{CallReply, Command, Served};
+use super::command::{CallReply, Command, Served, WakeUp};
 use super::error::NodeError;
 use super::event::{NodeEvent, Source, StateChange};
 use super::records::Lane;
@@ -142,7 +142,8 @@ pub(crate) struct IoThread {
     cfg: NodeConfig,
     me: Identity,
     sockets: Sockets,
-    wake: zmq::Socket,
+    /// The async side's wake-up: taken before each drain of the command queue.
+    wake: Arc<WakeUp>,
     /// The epoll set over every socket's `ZMQ_FD` and the sockets due for a `ZMQ_EVENTS`
     /// check (see [`ready`] for the rule that keeps an edge from being lost).
     ready: Readiness,
@@ -151,7 +152,7 @@ pub(crate) struct IoThread {
     readable: KeySet,
     /// Slots whose monitor has events to read.
     monitors_ready: KeySet,
-    /// The wake-up pair has wake-ups to read.
+    /// The async side woke the loop (commands are queued).
     wake_ready: bool,
     commands: Receiver<Command>,
     events: mpsc::UnboundedSender<Vec<NodeEvent>>,
@@ -219,35 +220,18 @@ pub(crate) struct IoThread {
 
 impl IoThread {
     /// Binds the node's endpoints and prepares its links; returns the thread state and the
-    /// sending end of the wake-up pair.
+    /// async side's wake-up.
     pub(crate) fn new(
         cfg: NodeConfig,
         generation: u64,
         commands: Receiver<Command>,
         events: mpsc::UnboundedSender<Vec<NodeEvent>>,
         outstanding: Arc<AtomicUsize>,
-    ) -> Result<(IoThread, zmq::Socket), NodeError> {
+    ) -> Result<(IoThread, Arc<WakeUp>), NodeError> {
         let now = Instant::now();
         let sockets = Sockets::new(generation);
-        // The wake-up pair lives in a context of its own: the handle keeps its end, and the
-        // contexts of every other socket must be free to terminate at shutdown.
-        let ctx = zmq::Context::new();
-        let wake = ctx.socket(zmq::PAIR)?;
-        wake.set_linger(0)?;
-        let wake_ep = format!("inproc://zmesh-wake-{generation:016x}");
-        wake.bind(&wake_ep)?;
-        let waker = ctx.socket(zmq::PAIR)?;
-        // No high-water mark: a wake-up is never refused. With a limit, libzmq can refuse one
-        // although the I/O thread already read every earlier wake-up (the sender learns of
-        // reads only in steps, and at most about once per millisecond), and the command
-        // behind it would wait for an unrelated wake-up. Every turn drains them all.
-        waker.set_sndhwm(0)?;
-        waker.set_linger(0)?;
-        waker.connect(&wake_ep)?;
         let ready = Readiness::new().map_err(NodeError::Poller)?;
-        ready
-            .register(&wake, Watch::Wake)
-            .map_err(NodeError::Poller)?;
+        let wake = Arc::new(WakeUp::new(ready.waker().map_err(NodeError::Poller)?));
 
         let me = Identity {
             rid: cfg.rid.clone(),
@@ -259,7 +243,7 @@ impl IoThread {
             cfg: cfg.clone(),
             me,
             sockets,
-            wake,
+            wake: wake.clone(),
             ready,
             readable: KeySet::default(),
             monitors_ready: KeySet::default(),
@@ -351,7 +335,7 @@ impl IoThread {
                 failures_in_row: 0,
             });
         }
-        Ok((io, waker))
+        Ok((io, wake))
     }
 
     pub(super) fn fresh_conn_id(&mut self) -> ConnId {
@@ -417,8 +401,7 @@ impl IoThread {
             // effect (e.g. a service registered before the peer was seen ready) is in force
             // before any record read after that effect.
             if std::mem::take(&mut self.wake_ready) {
-                while self.wake.recv_bytes(zmq::DONTWAIT).is_ok() {}
-                self.ready.touch(Watch::Wake);
+                self.wake.taken();
             }
             if !self.drain_commands(now) {
                 break;
@@ -443,7 +426,7 @@ impl IoThread {
         while self.ready.has_checks() {
             for w in self.ready.take_checks() {
                 match w {
-                    Watch::Wake => self.wake_ready |= ready::has_input(&self.wake),
+                    Watch::Wake => self.wake_ready = true,
                     Watch::Socket(k) => {
                         let input = match self.slots.get(k) {
                             Some(Some(s)) if s.role != SlotRole::Publisher => {

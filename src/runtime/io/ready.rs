@@ -1,7 +1,7 @@
 //! Socket readiness in O(active) instead of O(all sockets): an epoll set over every libzmq
 //! socket's `ZMQ_FD`, and the `ZMQ_EVENTS` rule that keeps an edge from being lost.
 //!
-//! `zmq::poll` over every socket, monitor and the wake-up pair costs about 2 us per connection
+//! `zmq::poll` over every socket and monitor costs about 2 us per connection
 //! per wake-up (a `poll(2)` over every descriptor plus libzmq's per-socket checks), and an
 //! idle node with 1 512 connections wakes about 400 times a second (BENCHMARKS.md, P5). Here
 //! each socket's `ZMQ_FD` is registered once in an epoll set (mio), and a wake-up costs the
@@ -42,7 +42,7 @@ const EVENTS_PER_WAIT: usize = 1024;
 /// One registered libzmq socket, named by what it is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) enum Watch {
-    /// The wake-up pair's reading end.
+    /// The async side's wake-up ([`crate::runtime::command::WakeUp`]).
     Wake,
     /// The socket of a slot.
     Socket(usize),
@@ -155,6 +155,11 @@ impl Readiness {
             .register(&mut SourceFd(&fd), w.token(), Interest::READABLE)?;
         self.touch(w);
         Ok(())
+    }
+
+    /// A waker whose wake-ups fire [`Watch::Wake`] in this set.
+    pub(super) fn waker(&self) -> io::Result<mio::Waker> {
+        mio::Waker::new(self.poll.registry(), Watch::Wake.token())
     }
 
     /// Takes a socket's `ZMQ_FD` out of the epoll set; call it before the socket is closed.
