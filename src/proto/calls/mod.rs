@@ -44,6 +44,7 @@
 
 mod caller;
 mod error;
+mod exec;
 mod serve;
 
 pub use caller::{
@@ -51,6 +52,7 @@ pub use caller::{
     Unrouted, REFUSAL_MARGIN,
 };
 pub use error::{may_have_run, CallError, Phase, RemoteCode};
+pub use exec::{Arrival, ExecQueues, ExecStats, DEFAULT_MAILBOX};
 pub use serve::{
     Admission, CallShape, Dispatch, DrainReport, ServeId, ServeReply, ServeStats, ServeTable,
 };
