@@ -11,6 +11,7 @@
 pub mod calls;
 pub mod handshake;
 pub mod liveness;
+pub mod ops;
 pub mod sched;
 pub mod state;
 pub mod wire;

@@ -45,6 +45,7 @@
 pub mod batch;
 mod caller;
 mod error;
+mod exec;
 mod serve;
 
 pub use caller::{
@@ -52,6 +53,7 @@ pub use caller::{
     Unrouted, REFUSAL_MARGIN,
 };
 pub use error::{may_have_run, CallError, Phase, RemoteCode};
+pub use exec::{Arrival, ExecQueues, ExecStats, DEFAULT_MAILBOX};
 pub use serve::{
     Admission, CallShape, Dispatch, DrainReport, ServeId, ServeReply, ServeStats, ServeTable,
 };
