@@ -1729,6 +1729,42 @@ mod tests {
         assert_eq!(back, Some(report));
     }
 
+    /// K1: `ChangeKind::as_str` (the table's CHANGE column) is the JSON `change` tag.
+    #[test]
+    fn k1_change_kind_names_match_json_tags() {
+        let kinds = [
+            ChangeKind::ServiceRemoved,
+            ChangeKind::ServiceAdded,
+            ChangeKind::MethodRemoved,
+            ChangeKind::MethodAdded,
+            ChangeKind::MoreDangerous { from: Q, to: U },
+            ChangeKind::LessDangerous { from: U, to: Q },
+            ChangeKind::ShapeChanged {
+                from: Shape::Unary,
+                to: Shape::Stream,
+            },
+            ChangeKind::ExecutionChanged {
+                from: ExecutionKind::Serial,
+                to: ExecutionKind::Keyed,
+            },
+            ChangeKind::ConflateChanged {
+                from: false,
+                to: true,
+            },
+            ChangeKind::MailboxChanged { from: 1, to: 2 },
+            ChangeKind::VersionChanged {
+                from: "1".to_owned(),
+                to: "2".to_owned(),
+            },
+        ];
+        for kind in kinds {
+            let json = serde_json::to_value(&kind).expect("serialises");
+            assert_eq!(json["change"], kind.as_str());
+            let back: ChangeKind = serde_json::from_value(json).expect("reads back");
+            assert_eq!(back, kind);
+        }
+    }
+
     // ----- properties -----
 
     /// Recomputes each method's effective execution and drops conflate where it is invalid,
