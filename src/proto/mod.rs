@@ -9,6 +9,7 @@
 //! same order, it produces the same outputs.
 
 pub mod calls;
+pub mod contract;
 pub mod handshake;
 pub mod liveness;
 pub mod ops;

@@ -13,6 +13,7 @@ use zmesh::runtime::calls::{encode, may_have_run, CallError, CallOptions, Reques
 use zmesh::runtime::{Node, NodeEvent};
 
 mod bench;
+mod contract;
 mod demo;
 
 /// zmesh: a node transport runtime over ZeroMQ.
@@ -126,6 +127,11 @@ enum Cmd {
     },
     /// Measure raw libzmq and zmesh side by side on 127.0.0.1 (see BENCHMARKS.md).
     Bench(bench::BenchArgs),
+    /// Service contracts (MISSION K1): `zmesh contract check OLD.json NEW.json`.
+    Contract {
+        #[command(subcommand)]
+        cmd: contract::ContractCmd,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -212,6 +218,7 @@ fn main() -> Result<()> {
             Cmd::Status { control, json } => status(&control, json),
             Cmd::Demo { quick } => demo::run(quick).await,
             Cmd::Bench(args) => bench::run(args).await,
+            Cmd::Contract { cmd } => std::process::exit(contract::run(&cmd)),
         }
     })
 }
