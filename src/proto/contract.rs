@@ -101,8 +101,9 @@ use crate::proto::wire;
 /// The format number of [`NodeContract`] JSON written and read by this version.
 pub const CONTRACT_FORMAT: u32 = 1;
 
-/// The mailbox bound when a service declares none: at most this many calls wait in one queue.
-pub const DEFAULT_MAILBOX: usize = 100;
+/// The mailbox bound when a service declares none: at most this many calls wait in one queue
+/// (the executor's [`crate::proto::calls::DEFAULT_MAILBOX`], MISSION K4).
+pub const DEFAULT_MAILBOX: usize = crate::proto::calls::DEFAULT_MAILBOX;
 
 /// The contract version of a service that declares none.
 pub const DEFAULT_VERSION: &str = "1";
