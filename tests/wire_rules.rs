@@ -7,7 +7,12 @@
 //!   well-formed HELLO gets exactly one REJECT (`Protocol`, or `UnsupportedVersion` for
 //!   another envelope version) and is ignored afterwards, a REJECT or CLOSE gets no answer,
 //!   and the node goes on admitting well-formed HELLOs. The peers are pyzmq processes that
-//!   build every record byte by byte in Python.
+//!   build every record byte by byte in Python;
+//! - other rules WIRE.md states about zmesh, against raw libzmq sockets (zmesh's codec on
+//!   the test side) or zmesh pairs: HELLO and WELCOME fields, the dialled routing id, the
+//!   first PROBE at ready and the +1 probe ids (§5.1, §5.2, §5.4), Replacement (§5.1),
+//!   security identity and NotRequired (§5.1), records on the wrong lane (§5.4), PUBLISH seq
+//!   (§7.2).
 //!
 //! Each Python peer stops by itself after at most [`PY_LIFETIME_S`] seconds; every wait of
 //! the Rust side is bounded.
@@ -715,4 +720,445 @@ async fn w3_protocol_error_before_admission_gets_one_reject() {
     assert_eq!(snap.peer("py-ok").count(), 1, "{}", snap.to_table());
     drop(py);
     node.shutdown().await.expect("shutdown");
+}
+
+// ---- §5 and §7 rules, against raw libzmq sockets (zmesh's codec on the test side) ----
+
+/// Sends `frames` on a dialling ROUTER (with `ROUTER_MANDATORY`), retrying while the ZMTP
+/// handshake has not completed yet (WIRE.md §5.4): `EHOSTUNREACH` until then.
+fn send_routed(s: &zmq::Socket, peer: &[u8], frames: &[Vec<u8>]) {
+    let deadline = std::time::Instant::now() + STEP;
+    let mut all = vec![peer.to_vec()];
+    all.extend(frames.iter().cloned());
+    loop {
+        match s.send_multipart(all.iter(), 0) {
+            Ok(()) => return,
+            Err(zmq::Error::EHOSTUNREACH) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("send: {e}"),
+        }
+    }
+}
+
+/// The next record on `s` within `limit` (its leading routing frame removed if `routed`),
+/// answering PROBEs with ACKs and skipping ACKs; `None` if nothing else came in time.
+fn next_record(s: &zmq::Socket, routed: bool, limit: Duration) -> Option<Record> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX).max(1);
+        s.set_rcvtimeo(ms).expect("rcvtimeo");
+        let mut frames = s.recv_multipart(0).ok()?;
+        let route = routed.then(|| frames.remove(0));
+        match Record::decode(&frames).expect("zmesh sent a well-formed record") {
+            Record::Probe { id } => {
+                let mut ack = Vec::new();
+                ack.extend(route);
+                ack.extend(Record::Ack { id }.encode());
+                s.send_multipart(ack.iter(), 0).expect("ack");
+            }
+            Record::Ack { .. } => {}
+            other => return Some(other),
+        }
+    }
+}
+
+/// The next record on `s` within `limit`, PROBEs and ACKs included.
+fn next_any(s: &zmq::Socket, routed: bool, limit: Duration) -> Option<(Option<Vec<u8>>, Record)> {
+    let ms = i32::try_from(limit.as_millis()).unwrap_or(i32::MAX).max(1);
+    s.set_rcvtimeo(ms).expect("rcvtimeo");
+    let mut frames = s.recv_multipart(0).ok()?;
+    let route = routed.then(|| frames.remove(0));
+    Some((route, Record::decode(&frames).expect("well-formed")))
+}
+
+fn hello_record(
+    lane: Lane,
+    rid: &str,
+    generation: u64,
+    expect: Option<&str>,
+    ms: &[(Role, &str)],
+) -> Vec<Vec<u8>> {
+    Record::Hello(Hello {
+        lane,
+        rid: name(rid),
+        generation: nz(generation),
+        security_identity: Label::default(),
+        expect_rid: expect.map(name),
+        expect_generation: None,
+        config_generation: 0,
+        memberships: memberships(ms),
+    })
+    .encode()
+}
+
+/// WIRE.md §5.1, §5.2, §5.4 (MISSION T2, L2): what a zmesh ClientServer client sends. Its
+/// dialled routing id is `z S generation counter`; its HELLO carries its RID, its
+/// lifecycle generation, its security identity (by default its RID), the server RID it
+/// expects, expect_generation 0, config_generation 0 and its memberships (a client sends them
+/// too). Its first PROBE comes right after the WELCOME, the next one on the 5 s grid with the
+/// next id (+1).
+#[tokio::test]
+async fn s5_client_hello_fields_first_probe_and_probe_ids() {
+    let ep = free_tcp();
+    let ctx = zmq::Context::new();
+    let server = ctx.socket(zmq::ROUTER).expect("router");
+    server.set_linger(0).expect("linger");
+    server.set_router_mandatory(true).expect("mandatory");
+    server.bind(&ep).expect("bind");
+    let mut c = NodeConfig::new("cli");
+    c.memberships = vec![zmesh::proto::handshake::Membership {
+        role: zmesh::proto::handshake::Role::ObjectClient,
+        channel: "billing".into(),
+    }];
+    c.servers = vec![zmesh::config::ServerConfig {
+        channel: "orders".into(),
+        endpoint: ep.clone(),
+        rid: Some("srv".into()),
+        batch_calls: true,
+    }];
+    let node = Node::start(c).await.expect("client");
+
+    let (route, hello) = next_any(&server, true, STEP).expect("HELLO");
+    let route = route.expect("routing id");
+    let Record::Hello(h) = hello else {
+        panic!("first record: {hello:?}")
+    };
+    assert_eq!(h.lane, Lane::ClientServer);
+    assert_eq!(h.rid.as_str(), "cli");
+    assert_eq!(h.security_identity.as_str(), "cli", "default: the RID");
+    assert_eq!(h.expect_rid.as_ref().map(|r| r.as_str()), Some("srv"));
+    assert_eq!(h.expect_generation, None);
+    assert_eq!(h.config_generation, 0);
+    assert_eq!(
+        h.memberships,
+        memberships(&[(Role::ObjectClient, "billing")])
+    );
+    assert_eq!(route.len(), 18, "{route:02x?}");
+    assert_eq!(&route[..2], b"zS");
+    assert_eq!(route[2..10], h.generation.get().to_be_bytes());
+
+    let welcome = Record::Welcome(Welcome {
+        lane: Lane::ClientServer,
+        rid: name("srv"),
+        generation: nz(0x1122_3344_5566_7788),
+        security_identity: Label::new("srv").expect("label"),
+        memberships: memberships(&[(Role::Server, "orders")]),
+    });
+    let mut out = vec![route.clone()];
+    out.extend(welcome.encode());
+    server.send_multipart(out.iter(), 0).expect("welcome");
+    let welcomed = std::time::Instant::now();
+    let (_, first) = next_any(&server, true, Duration::from_secs(2)).expect("a PROBE at ready");
+    let Record::Probe { id: first } = first else {
+        panic!("not a PROBE: {first:?}")
+    };
+    let mut ack = vec![route.clone()];
+    ack.extend(Record::Ack { id: first }.encode());
+    server.send_multipart(ack.iter(), 0).expect("ack");
+    let (_, second) = next_any(&server, true, Duration::from_secs(8)).expect("the next PROBE");
+    let Record::Probe { id: second } = second else {
+        panic!("not a PROBE: {second:?}")
+    };
+    let waited = welcomed.elapsed();
+    assert!(
+        waited >= Duration::from_millis(4_500),
+        "on the 5 s grid: {waited:?}"
+    );
+    let next = first.get().checked_add(1).unwrap_or(1);
+    assert_eq!(second.get(), next, "a new id is the previous one + 1");
+    node.shutdown().await.expect("shutdown");
+}
+
+/// WIRE.md §5.1, §5.2 (MISSION T2, L2, F3): a zmesh ClientServer server's WELCOME carries its
+/// RID, its security identity (by default its RID) and its memberships; its first PROBE comes
+/// right after the WELCOME; a second connection of the same RID is admitted and the old one
+/// gets CLOSE Replaced.
+#[tokio::test]
+async fn s5_server_welcome_first_probe_and_replacement() {
+    let ep = free_tcp();
+    let mut c = NodeConfig::new("srv");
+    c.memberships = server_of("orders");
+    c.server = Some(Endpoint {
+        endpoint: ep.clone(),
+    });
+    let node = Node::start(c).await.expect("server");
+    let ctx = zmq::Context::new();
+    let dealer = || {
+        let d = ctx.socket(zmq::DEALER).expect("dealer");
+        d.set_linger(0).expect("linger");
+        d.connect(&ep).expect("connect");
+        d
+    };
+    let hello = hello_record(Lane::ClientServer, "raw", 5, Some("srv"), &[]);
+    let old = dealer();
+    old.send_multipart(hello.iter(), 0).expect("hello");
+    let (_, welcome) = next_any(&old, false, STEP).expect("WELCOME");
+    let at = std::time::Instant::now();
+    let Record::Welcome(w) = welcome else {
+        panic!("not a WELCOME: {welcome:?}")
+    };
+    assert_eq!(w.lane, Lane::ClientServer);
+    assert_eq!(w.rid.as_str(), "srv");
+    assert_eq!(w.security_identity.as_str(), "srv");
+    assert_eq!(w.memberships, memberships(&[(Role::Server, "orders")]));
+    let (_, probe) = next_any(&old, false, Duration::from_secs(2)).expect("a PROBE at ready");
+    assert!(matches!(probe, Record::Probe { .. }), "{probe:?}");
+    assert!(at.elapsed() < Duration::from_secs(2));
+
+    // The same RID and generation again, on a new connection: admitted; the old one replaced.
+    let new = dealer();
+    new.send_multipart(hello.iter(), 0).expect("hello");
+    let (_, welcome) = next_any(&new, false, STEP).expect("WELCOME");
+    assert!(matches!(welcome, Record::Welcome(_)), "{welcome:?}");
+    assert_eq!(
+        next_record(&old, false, STEP),
+        Some(Record::Close {
+            reason: CloseReason::Replaced
+        })
+    );
+    node.shutdown().await.expect("shutdown");
+}
+
+/// WIRE.md §5.3, §5.4 (MISSION T1): on RouteMesh, records on the wrong lane are ignored and
+/// the connections stay ready: a REQUEST on the Completion lane gets no answer, an ACCEPT on
+/// the Application lane changes nothing; a MESSAGE on the Completion lane is delivered
+/// (zmesh). A REQUEST on the Application lane is answered on the Completion lane. (Multi-thread
+/// runtime: the test blocks in libzmq receives while the handler runs on the runtime.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s5_records_on_the_wrong_lane_are_ignored() {
+    let bind = RouteMeshBind {
+        application: free_tcp(),
+        completion: free_tcp(),
+    };
+    let mut c = NodeConfig::new("srv");
+    c.memberships = server_of("orders");
+    c.route_mesh = Some(bind.clone());
+    let node = Node::builder(c)
+        .serve("orders", |req: zmesh::runtime::calls::Request| async move {
+            Ok(req.raw_args().clone())
+        })
+        .start()
+        .await
+        .expect("node");
+    let mut events = common::Events::new(node.take_events().expect("events"));
+    let ctx = zmq::Context::new();
+    let dial = |ep: &str, id: &[u8]| {
+        let s = ctx.socket(zmq::ROUTER).expect("router");
+        s.set_linger(0).expect("linger");
+        s.set_identity(id).expect("id");
+        s.set_router_mandatory(true).expect("mandatory");
+        s.connect(ep).expect("connect");
+        s
+    };
+    let (app, comp) = (
+        dial(&bind.application, b"raw-app"),
+        dial(&bind.completion, b"raw-comp"),
+    );
+    const APP: &[u8] = b"zmesh-application";
+    const COMP: &[u8] = b"zmesh-completion";
+    let client = [(Role::ObjectClient, "orders")];
+    send_routed(
+        &app,
+        APP,
+        &hello_record(Lane::Application, "raw", 3, None, &client),
+    );
+    send_routed(
+        &comp,
+        COMP,
+        &hello_record(Lane::Completion, "raw", 3, None, &client),
+    );
+    for s in [&app, &comp] {
+        let r = next_record(s, true, STEP);
+        assert!(matches!(r, Some(Record::Welcome(_))), "{r:?}");
+    }
+    let request = |call_id: u64| {
+        Record::Request(request(
+            call_id,
+            0,
+            Semantics::Undeclared,
+            "orders",
+            "echo",
+            None,
+            msgpack("x"),
+        ))
+        .encode()
+    };
+    // Wrong lanes: a REQUEST on the Completion lane, an ACCEPT on the Application lane.
+    send_routed(&comp, COMP, &request(1));
+    let accept = Record::Accept(Accept {
+        call_id: nz(99),
+        generation: nz(3),
+        connection_id: 1,
+    });
+    send_routed(&app, APP, &accept.encode());
+    // A MESSAGE on the Completion lane: zmesh delivers it.
+    let message = Record::Message(Message {
+        channel: name("orders"),
+        payload: Bytes::from_static(b"on the completion lane"),
+    });
+    send_routed(&comp, COMP, &message.encode());
+    let delivered = events
+        .wait(STEP, |e| {
+            matches!(e, zmesh::runtime::NodeEvent::Delivery(_))
+        })
+        .await;
+    let zmesh::runtime::NodeEvent::Delivery(d) = delivered else {
+        unreachable!()
+    };
+    assert_eq!(&d.payload[..], b"on the completion lane");
+    // The right lane: answered on the Completion lane, and only call 2 is.
+    send_routed(&app, APP, &request(2));
+    let mut answers = Vec::new();
+    while let Some(r) = next_record(&comp, true, Duration::from_millis(500)) {
+        answers.push(r);
+    }
+    assert_eq!(
+        answers.len(),
+        2,
+        "call 1 (on the Completion lane) is never answered: {answers:?}"
+    );
+    assert!(
+        matches!(&answers[0], Record::Accept(a) if a.call_id == nz(2)),
+        "{answers:?}"
+    );
+    assert_eq!(answers[1], reply(2, ReplyCode::Ok, msgpack("x")));
+    assert_eq!(next_record(&app, true, Duration::from_millis(200)), None);
+    let snap = node.snapshot().await.expect("snapshot");
+    let ready = snap
+        .peer("raw")
+        .filter(|l| l.state == zmesh::proto::state::ConnState::Ready)
+        .count();
+    assert_eq!(ready, 2, "both lanes still ready: {}", snap.to_table());
+    node.shutdown().await.expect("shutdown");
+}
+
+/// WIRE.md §7.2 (MISSION T3): a zmesh publisher numbers its PUBLISH records 1, 2, 3, … (each
+/// record of a batch too), with its lifecycle generation: the first record a subscriber sees
+/// (after it joined, slow joiner) carries the number of publishes so far, and the numbers go
+/// on by one.
+#[tokio::test]
+async fn s7_publish_seq_starts_at_1_and_steps_by_1() {
+    let ep = free_tcp();
+    let mut c = NodeConfig::new("pub");
+    c.publisher = Some(Endpoint {
+        endpoint: ep.clone(),
+    });
+    let node = Node::start(c).await.expect("publisher");
+    let ctx = zmq::Context::new();
+    let sub = ctx.socket(zmq::SUB).expect("sub");
+    sub.set_linger(0).expect("linger");
+    sub.set_subscribe(b"").expect("subscribe");
+    sub.connect(&ep).expect("connect");
+    sub.set_rcvtimeo(50).expect("rcvtimeo");
+    // Publish one record at a time, its number as its payload, until one arrives.
+    let mut published = 0u64;
+    let seen = loop {
+        published += 1;
+        assert!(published < 400, "no record reached the subscriber");
+        node.publish(b"t", published.to_string()).expect("publish");
+        if let Some(m) = recv_publish(&sub) {
+            break m;
+        }
+    };
+    assert_eq!(seen.1, seen.2, "seq = the record's number, counted from 1");
+    let generation = seen.0;
+    // Then a batch of three: the next three numbers.
+    node.publish_batch(b"t", vec!["a".into(), "b".into(), "c".into()])
+        .expect("batch");
+    sub.set_rcvtimeo(i32::try_from(STEP.as_millis()).expect("ms"))
+        .expect("rcvtimeo");
+    let mut later = Vec::new();
+    while later.len() < 3 {
+        let (g, seq, _) = recv_publish(&sub).expect("the batch");
+        assert_eq!(g, generation);
+        if seq > published {
+            later.push(seq);
+        }
+    }
+    assert_eq!(later, vec![published + 1, published + 2, published + 3]);
+    node.shutdown().await.expect("shutdown");
+}
+
+/// The next PUBLISH on `sub` (beacons skipped): generation, seq, and the payload as a number
+/// (0 if it is not one); `None` on a receive timeout.
+fn recv_publish(sub: &zmq::Socket) -> Option<(NonZeroU64, u64, u64)> {
+    loop {
+        let frames = sub.recv_multipart(0).ok()?;
+        match FanoutMessage::decode(&frames).expect("a well-formed fanout message") {
+            FanoutMessage::Beacon => continue,
+            FanoutMessage::Publish {
+                generation,
+                seq,
+                payload,
+                ..
+            } => {
+                let n = std::str::from_utf8(&payload)
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0);
+                return Some((generation, seq, n));
+            }
+        }
+    }
+}
+
+/// WIRE.md §5.1 (MISSION F3, T4): a security identity is checked only where a peer entry
+/// configures one, by the dialer (in the WELCOME) and by the acceptor (in the HELLO), and a
+/// mismatch is SecurityFailure; NotRequired compares roles, not channels (a Server of
+/// `billing` and an Object Client of `orders` are a required pair).
+#[tokio::test]
+async fn s5_security_identity_and_not_required_rules() {
+    use zmesh::proto::state::FailureReason;
+    use zmesh::runtime::NodeEvent;
+    let security_failure = |e: &NodeEvent| matches!(e, NodeEvent::State(s) if s.reason == Some(FailureReason::SecurityFailure));
+
+    // The dialer pins the acceptor's identity; the acceptor announces another.
+    let b1_bind = common::mesh_bind(true);
+    let mut b1 = NodeConfig::new("b1");
+    b1.security_identity = Some("other".into());
+    b1.memberships = server_of("orders");
+    b1.route_mesh = Some(b1_bind.clone());
+    let b1 = Node::start(b1).await.expect("b1");
+    let mut a1 = NodeConfig::new("a1");
+    a1.peers = vec![zmesh::config::PeerConfig {
+        security_identity: Some("svc-b1".into()),
+        ..common::peer("b1", &b1_bind)
+    }];
+    let a1 = Node::start(a1).await.expect("a1");
+    let mut e1 = common::Events::new(a1.take_events().expect("events"));
+    e1.wait(STEP, security_failure).await;
+
+    // The acceptor pins the dialer's identity (it announces its RID, "a2", by default).
+    let a2_bind = common::mesh_bind(true);
+    let b2_bind = common::mesh_bind(true);
+    let mut b2 = NodeConfig::new("b2");
+    b2.memberships = server_of("orders");
+    b2.route_mesh = Some(b2_bind.clone());
+    b2.peers = vec![zmesh::config::PeerConfig {
+        security_identity: Some("svc-a2".into()),
+        ..common::peer("a2", &a2_bind)
+    }];
+    let b2 = Node::start(b2).await.expect("b2");
+    let mut a2 = NodeConfig::new("a2");
+    a2.peers = vec![common::peer("b2", &b2_bind)];
+    let a2 = Node::start(a2).await.expect("a2");
+    let mut e2 = common::Events::new(a2.take_events().expect("events"));
+    e2.wait(STEP, security_failure).await;
+
+    // Roles, not channels: Object Client of orders + Server of billing is a required pair.
+    let b3_bind = common::mesh_bind(true);
+    let mut b3 = NodeConfig::new("b3");
+    b3.memberships = server_of("billing");
+    b3.route_mesh = Some(b3_bind.clone());
+    let b3 = Node::start(b3).await.expect("b3");
+    let mut a3 = NodeConfig::new("a3");
+    a3.memberships = common::client_of("orders");
+    a3.peers = vec![common::peer("b3", &b3_bind)];
+    let (a3, _e3) = common::start_ready(a3, "b3").await;
+
+    for n in [a1, b1, a2, b2, a3, b3] {
+        n.shutdown().await.expect("shutdown");
+    }
 }
