@@ -470,6 +470,9 @@ impl Serialize for ByteString {
 }
 
 #[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct Pair(u8, u8);
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
 enum Shape {
     Dot,
     Size(u8),
@@ -504,6 +507,7 @@ fn w1_appendix_a_encoding_table_holds() {
     assert_eq!(hex(msgpack(&ByteString(b"ab"))), "C4026162");
     assert_eq!(hex(msgpack(&vec![1u8, 2])), "920102");
     assert_eq!(hex(msgpack(&(40i64, 2i64))), "922802");
+    assert_eq!(hex(msgpack(&Pair(1, 2))), "920102");
     assert_eq!(hex(msgpack(&BTreeMap::from([("a", 1)]))), "81A16101");
     assert_eq!(
         hex(msgpack(&Order {
