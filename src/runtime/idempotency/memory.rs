@@ -17,8 +17,8 @@ const SWEEP_EVERY: u32 = 64;
 ///
 /// It is not an answer to the problem MISSION K3 solves. It dies with the process, which is
 /// exactly when a durable store would earn its keep: after a crash, a redelivered command
-/// finds nothing here and runs again. Use a durable [`IdempotencyStore`] to run a command
-/// once.
+/// finds nothing here and runs again. Use [`SqliteStore`](super::SqliteStore) (or another
+/// durable [`IdempotencyStore`]) to run a command once.
 ///
 /// Expiry is measured on the monotonic clock (`Instant`), which is right for records that
 /// never outlive the process. Expired records are evicted by

@@ -23,7 +23,8 @@
 //! ```
 //!
 //! The runtime, not this module, makes those decisions; this module is the trait, the key and
-//! fingerprint helpers and [`MemoryStore`] for tests.
+//! fingerprint helpers and two stores: [`MemoryStore`] for tests and [`SqliteStore`], a durable
+//! store in one SQLite file.
 //!
 //! Two rules of K3 shape the interface:
 //! - The outcome is recorded before the answer is sent. The other order leaves a window where
@@ -35,6 +36,7 @@
 //!   was installed to prevent.
 
 mod memory;
+mod sqlite;
 
 use std::fmt;
 use std::future::Future;
@@ -45,6 +47,7 @@ use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
 pub use memory::MemoryStore;
+pub use sqlite::SqliteStore;
 
 /// How long a record is kept when the caller of [`IdempotencyStore::begin`] has no reason to
 /// choose otherwise: 24 hours, long enough for an operator to come back and retry a command
