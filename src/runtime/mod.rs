@@ -17,6 +17,7 @@ pub mod calls;
 mod command;
 mod error;
 mod event;
+pub mod idempotency;
 mod io;
 mod node;
 mod records;
