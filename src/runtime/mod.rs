@@ -20,7 +20,9 @@ mod event;
 pub mod idempotency;
 mod io;
 mod node;
+pub mod operations;
 mod records;
+pub mod service;
 pub mod snapshot;
 pub mod socket;
 

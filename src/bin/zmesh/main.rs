@@ -374,6 +374,7 @@ async fn call_once(
     let opts = CallOptions {
         ttl: (ttl_ms > 0).then(|| Duration::from_millis(ttl_ms)),
         peer,
+        ..CallOptions::default()
     };
     let limit = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
     let mut events = node.take_events().context("events")?;

@@ -35,6 +35,7 @@
 //!   handler: failing open would turn an unreachable guard into exactly the double execution it
 //!   was installed to prevent.
 
+mod guard;
 mod memory;
 mod sqlite;
 
@@ -46,6 +47,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
+pub(crate) use guard::Guard;
 pub use memory::MemoryStore;
 pub use sqlite::SqliteStore;
 
