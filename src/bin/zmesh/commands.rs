@@ -296,7 +296,7 @@ pub(crate) fn print_ops(
     for o in ops {
         println!(
             "{:>6} {:<12} {:<24} {:<24} {:<16} {:<16} {:>10} {:>10}",
-            o["id"],
+            o["id"].as_u64().unwrap_or(0),
             o["target"].as_str().unwrap_or("-"),
             format!(
                 "{}.{}",
