@@ -803,3 +803,43 @@ async fn k2_operations_registry_records_every_call_and_its_end() {
     a.shutdown().await.expect("a");
     b.shutdown().await.expect("b");
 }
+
+/// MISSION K2: a stream call that has answered items but not yet its end is `deferred` in the
+/// caller's registry (a call that succeeded and an operation that has not); its end settles
+/// it.
+#[tokio::test]
+async fn k2_stream_with_items_and_no_end_is_deferred_then_settled() {
+    let (gate, mut started_rx) = Gate::new();
+    let g = gate.clone();
+    let svc = Service::new("feed").stream_method(
+        Method::query("ticks"),
+        move |_r: Request, sink: zmesh::runtime::calls::ItemSink| {
+            let gate = g.clone();
+            async move {
+                sink.send_item(&1u8).await?;
+                gate.pass("after item".into()).await;
+                encode("end")
+            }
+        },
+    );
+    let (a, b) = pair_with(svc, None).await;
+    let mut stream = a.call_stream("feed", "ticks", &(), CallOptions::default());
+    let item = tokio::time::timeout(STEP, stream.next_item())
+        .await
+        .expect("in time")
+        .expect("an item");
+    assert_eq!(&item[..], &encode(&1u8).expect("item")[..]);
+    assert_eq!(started(&mut started_rx).await, "after item");
+    let op = a.operations().snapshot().pop().expect("one entry");
+    assert_eq!((op.status, op.items), (OpStatus::Deferred, 1));
+    gate.open(1);
+    let end: String = tokio::time::timeout(STEP, stream.finish_as())
+        .await
+        .expect("in time")
+        .expect("end");
+    assert_eq!(end, "end");
+    let op = a.operations().snapshot().pop().expect("one entry");
+    assert_eq!(op.status, OpStatus::Succeeded);
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+}
