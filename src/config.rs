@@ -76,6 +76,15 @@ pub struct NodeConfig {
     /// paused (see [`crate::runtime::EventStream`]). Default 65536.
     #[serde(default = "default_high_water")]
     pub delivery_high_water: usize,
+    /// Entries the operations registry keeps (MISSION K2, [`crate::runtime::operations`]):
+    /// settled-and-certain entries beyond it are evicted first, then the oldest
+    /// unknown-outcome ones; entries in flight never are. Default 1000.
+    #[serde(default = "default_operations_keep")]
+    pub operations_keep: usize,
+}
+
+fn default_operations_keep() -> usize {
+    crate::proto::ops::DEFAULT_KEEP
 }
 
 fn default_high_water() -> usize {
@@ -96,6 +105,7 @@ impl Default for NodeConfig {
             servers: Vec::new(),
             subscriptions: Vec::new(),
             delivery_high_water: default_high_water(),
+            operations_keep: default_operations_keep(),
         }
     }
 }

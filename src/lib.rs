@@ -29,6 +29,7 @@
 
 pub mod config;
 pub mod display_time;
+mod durable_time;
 pub mod proto;
 pub mod runtime;
 

@@ -9,8 +9,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::calls::{CallError, CallOptions, Request, ServeError, StreamEvent};
 use super::error::{BatchSendError, SendError};
+use super::service::ServedService;
 use super::snapshot::Snapshot;
-use crate::proto::calls::{CallShape, ServeId};
+use crate::proto::calls::ServeId;
+use crate::proto::contract::Semantics;
 
 /// Work for the I/O thread from the async side.
 pub(crate) enum Command {
@@ -68,8 +70,8 @@ pub(crate) enum CallReply {
 pub(crate) struct Served {
     /// Where its accepted calls are dispatched.
     pub jobs: mpsc::UnboundedSender<ServeJob>,
-    /// Unary, or streams (which a drain ends with `Unavailable`).
-    pub shape: CallShape,
+    /// Its methods, their semantics, shapes and execution (MISSION K1, K4).
+    pub service: ServedService,
 }
 
 /// One item a stream handler produced, for the I/O thread to number and send.
@@ -84,6 +86,9 @@ pub(crate) struct ServeItem {
 pub(crate) struct ServeJob {
     pub id: ServeId,
     pub request: Request,
+    /// The method's declared semantics (a non-repeatable command is guarded by the node's
+    /// idempotency store, if it has one: MISSION K3).
+    pub semantics: Option<Semantics>,
 }
 
 /// A handler's answer, back to the I/O thread.

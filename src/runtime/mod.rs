@@ -17,9 +17,12 @@ pub mod calls;
 mod command;
 mod error;
 mod event;
+pub mod idempotency;
 mod io;
 mod node;
+pub mod operations;
 mod records;
+pub mod service;
 pub mod snapshot;
 pub mod socket;
 

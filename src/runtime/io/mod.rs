@@ -37,7 +37,8 @@
 //! - [`fanout`]: the publisher and one SUB socket per publisher;
 //! - [`timers`]: the next deadline and what runs when deadlines come due;
 //! - [`commands`]: commands from the async side, one-way sends, publishing;
-//! - [`calls`]: the caller's call table and the callee's serve table on the wire;
+//! - [`calls`]: the caller's side of calls: routing, BATCHes, leases, answers;
+//! - [`serve`]: the callee's side: contract checks, admission, execution queues, dispatch;
 //! - [`snapshot`], [`shutdown`]: the node's snapshot, and the end of a node;
 //! - [`ready`]: readiness of the sockets (epoll over `ZMQ_FD`, the edge rule).
 
@@ -48,6 +49,7 @@ mod fanout;
 mod links;
 mod ready;
 mod receive;
+mod serve;
 mod shutdown;
 mod slots;
 mod snapshot;
@@ -65,10 +67,11 @@ use tokio::sync::{mpsc, oneshot};
 use super::command::{CallReply, Command, Served, WakeUp};
 use super::error::NodeError;
 use super::event::{NodeEvent, Source, StateChange};
+use super::operations::OpsShared;
 use super::records::Lane;
 use super::socket::{MonitorSocket, Sockets};
 use crate::config::NodeConfig;
-use crate::proto::calls::{CallId, CallTable, ServeTable};
+use crate::proto::calls::{CallId, CallTable, ExecQueues, ServeId, ServeTable};
 use crate::proto::handshake::Identity;
 use crate::proto::liveness::{self, Liveness, PEER_DEADLINE};
 use crate::proto::sched::{IdMap, ReceiveScheduler, SharedSocketId};
@@ -179,6 +182,8 @@ pub(crate) struct IoThread {
     busy: bool,
     /// Calls this node made, leased on the connection that carried them (MISSION C1, C2).
     calls: CallTable<CallKey>,
+    /// The operations registry: one frozen entry per call this node made (MISSION K2).
+    ops: Arc<OpsShared>,
     pending_calls: HashMap<CallId, CallReply>,
     /// REQUESTs of calls started in this loop turn, with the link they go on: sent together
     /// (per link, as BATCHes) before any other command is handled and at the end of the
@@ -186,6 +191,10 @@ pub(crate) struct IoThread {
     outgoing_calls: Vec<(LinkKey, CallId, crate::proto::wire::Request)>,
     /// Calls this node serves (MISSION C4, C6).
     serve: ServeTable<CallKey>,
+    /// The execution queues of served calls (MISSION K4).
+    exec: ExecQueues<serve::QueueKey, ServeId>,
+    /// Accepted calls waiting in an execution queue, with their jobs.
+    waiting_jobs: serve::WaitingJobs,
     served: HashMap<String, Served>,
     /// Channels some peer ever announced a Server membership for.
     known_servers: HashSet<String>,
@@ -229,6 +238,7 @@ impl IoThread {
         commands: Receiver<Command>,
         events: mpsc::UnboundedSender<Vec<NodeEvent>>,
         outstanding: Arc<AtomicUsize>,
+        ops: Arc<OpsShared>,
     ) -> Result<(IoThread, Arc<WakeUp>), NodeError> {
         let now = Instant::now();
         let sockets = Sockets::new(generation);
@@ -261,9 +271,12 @@ impl IoThread {
             link_timers_changed: true,
             busy: false,
             calls: CallTable::new(),
+            ops,
             pending_calls: HashMap::new(),
             outgoing_calls: Vec::new(),
             serve: ServeTable::new(),
+            exec: ExecQueues::new(),
+            waiting_jobs: HashMap::new(),
             served: HashMap::new(),
             known_servers: HashSet::new(),
             answers: HashMap::new(),
