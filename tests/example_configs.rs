@@ -171,6 +171,7 @@ fn every_key() -> NodeConfig {
             endpoint: "tcp://127.0.0.1:8".into(),
         }],
         delivery_high_water: 1,
+        operations_keep: 1,
     }
 }
 
@@ -268,6 +269,7 @@ fn readme_configuration_defaults_hold() {
     assert_eq!(c.security_identity(), "n");
     assert!(c.memberships.is_empty());
     assert_eq!(c.delivery_high_water, 65_536);
+    assert_eq!(c.operations_keep, 1000);
     assert!(c.route_mesh.is_none() && c.server.is_none() && c.publisher.is_none());
     assert_eq!(c.peers[0].generation, None);
     assert_eq!(c.peers[0].security_identity, None);
