@@ -498,6 +498,8 @@ fn serve_control(node: Node, endpoint: String) -> Result<()> {
     let ctx = zmq::Context::new();
     let rep = ctx.socket(zmq::REP)?;
     rep.set_linger(0)?;
+    // A control question is a word: nobody sends more than 64 KiB to it (issue 11).
+    rep.set_maxmsgsize(64 << 10)?;
     rep.bind(&endpoint)
         .with_context(|| format!("binding control endpoint {endpoint}"))?;
     let handle = tokio::runtime::Handle::current();

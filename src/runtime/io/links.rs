@@ -380,14 +380,20 @@ impl IoThread {
         if let Some(Some(s)) = self.slots.get(slot) {
             if let Some(m) = &s.monitor {
                 while let Ok(Some(frames)) = m.try_recv_frames() {
-                    if let Some(ev) = MonitorEvent::decode(&frames) {
+                    if let Some(ev) = MonitorEvent::decode_with_value(&frames) {
                         events.push(ev);
                     }
                 }
                 self.ready.touch(Watch::Monitor(slot));
             }
         }
-        for ev in events {
+        for (ev, value) in events {
+            let Some(Some(s)) = self.slots.get(slot) else {
+                return;
+            };
+            if let SlotRole::Bound(_) = s.role {
+                self.gate_monitor_event(slot, ev, value, now);
+            }
             let Some(Some(s)) = self.slots.get(slot) else {
                 return;
             };

@@ -33,6 +33,7 @@
 //! - [`slots`]: sockets in slots, the epoll set, the send and receive primitives;
 //! - [`links`]: links, dialling, failing and closing connections, monitor events, sweeps;
 //! - [`admission`]: HELLO, admission or REJECT, WELCOME, duplicate resolution, ready;
+//! - [`gate`]: the bound sockets' ZAP handler, the unadmitted-connection cap, refusals;
 //! - [`receive`]: the fair receive rotation, routing records, the paused-queue backlog;
 //! - [`fanout`]: the publisher and one SUB socket per publisher;
 //! - [`timers`]: the next deadline and what runs when deadlines come due;
@@ -46,6 +47,7 @@ mod admission;
 mod calls;
 mod commands;
 mod fanout;
+mod gate;
 mod links;
 mod ready;
 mod receive;
@@ -208,6 +210,8 @@ pub(crate) struct IoThread {
     inbound: IdMap<SlotKey, HashMap<Vec<u8>, LinkKey>>,
     /// Unadmitted connections of the bound sockets that were sent a REJECT: ignored since.
     refused: admission::Refused,
+    /// The bound sockets' ZAP handler, their open connections and recent refusals.
+    gate: gate::Gate,
     subs: Vec<Sub>,
     publisher: Option<Publisher>,
     /// The one structure owning every liveness machine of this node (MISSION L8).
@@ -241,7 +245,16 @@ impl IoThread {
         ops: Arc<OpsShared>,
     ) -> Result<(IoThread, Arc<WakeUp>), NodeError> {
         let now = Instant::now();
-        let sockets = Sockets::new(generation);
+        let mut sockets = Sockets::new(generation);
+        sockets.set_max_frame_size(Some(cfg.max_frame_size));
+        let mut gate = gate::Gate::default();
+        if cfg.route_mesh.is_some() || cfg.server.is_some() {
+            let zap = sockets.zap_handler().map_err(|source| NodeError::Bind {
+                endpoint: crate::runtime::socket::ZAP_ENDPOINT.to_owned(),
+                source,
+            })?;
+            gate.set_handler(zap);
+        }
         let ready = Readiness::new().map_err(NodeError::Poller)?;
         let wake = Arc::new(WakeUp::new(ready.waker().map_err(NodeError::Poller)?));
 
@@ -284,6 +297,7 @@ impl IoThread {
             links: Vec::new(),
             inbound: IdMap::default(),
             refused: admission::Refused::default(),
+            gate,
             subs: Vec::new(),
             publisher: None,
             liveness: Liveness::new(generation),
@@ -299,6 +313,11 @@ impl IoThread {
             host: Host::Running,
             shutdown_reply: None,
         };
+        if let Some(zap) = io.gate.handler() {
+            io.ready
+                .register(zap, Watch::Zap)
+                .map_err(NodeError::Poller)?;
+        }
         if let Some(rm) = &cfg.route_mesh {
             io.bind(
                 zmq::ROUTER,
@@ -413,6 +432,9 @@ impl IoThread {
             for slot in self.monitors_ready.take() {
                 self.drain_monitor(slot, now);
             }
+            if std::mem::take(&mut self.gate.zap_ready) {
+                self.handle_zap(now);
+            }
             // Commands before records: a command the application gave before it saw some
             // effect (e.g. a service registered before the peer was seen ready) is in force
             // before any record read after that effect.
@@ -443,6 +465,11 @@ impl IoThread {
             for w in self.ready.take_checks() {
                 match w {
                     Watch::Wake => self.wake_ready = true,
+                    Watch::Zap => {
+                        if self.gate.handler().is_some_and(ready::has_input) {
+                            self.gate.zap_ready = true;
+                        }
+                    }
                     Watch::Socket(k) => {
                         let input = match self.slots.get(k) {
                             Some(Some(s)) if s.role != SlotRole::Publisher => {
@@ -488,7 +515,10 @@ impl IoThread {
     /// True if something is waiting that the loop can act on now: a readable socket it may
     /// read, a monitor event, a wake-up.
     pub(super) fn has_input(&self) -> bool {
-        self.wake_ready || !self.monitors_ready.is_empty() || self.has_readable()
+        self.wake_ready
+            || self.gate.zap_ready
+            || !self.monitors_ready.is_empty()
+            || self.has_readable()
     }
 
     /// True if some readable socket is not held back by a paused application queue.
