@@ -10,6 +10,9 @@
 //!   handshake while admitted peers keep working; once one silent connection goes, a new one
 //!   gets through.
 //!
+//! - authorize() per call (K6): `Unauthorized` and `Forbidden` reach the caller as did-not-run,
+//!   each call of a BATCH is authorized on its own.
+//!
 //! Memory is asserted, never time; every wait is bounded.
 
 mod common;
@@ -22,6 +25,9 @@ use common::{free_tcp, py_script, Events, PyPeer};
 use zmesh::config::{Endpoint, NodeConfig, RouteMeshBind, ServerConfig};
 use zmesh::proto::security::InputRefusal;
 use zmesh::proto::state::ConnState;
+use zmesh::runtime::calls::{encode, may_have_run, CallError, RemoteCode, Request};
+use zmesh::runtime::security::Denied;
+use zmesh::runtime::service::{Method, Service};
 use zmesh::runtime::{Node, NodeEvent};
 
 /// Upper bound of every single wait.
@@ -361,5 +367,173 @@ async fn issue11_garbage_handshake_failures_and_the_unadmitted_cap() {
 
     drop((silent_b, mon_b, third, mon_c, tcp));
     client.shutdown().await.expect("shutdown");
+    server.shutdown().await.expect("shutdown");
+}
+
+/// A pyzmq DEALER on the ClientServer lane (rid from argv): HELLO, then after WELCOME one
+/// BATCH of three calls of channel `vault` (1 `open`, 2 `secret`, 3 `open`, no arguments);
+/// reports every ACCEPT and REPLY.
+const PY_AUTH_BATCH: &str = r#"
+ep, rid = sys.argv[1], sys.argv[2]
+def request(call_id, method):
+    return (envelope(0x07) + u64(call_id) + u64(0) + bytes([0]) + string("vault")
+            + string(method) + string(""))
+ctx = zmq.Context()
+d = ctx.socket(zmq.DEALER)
+d.linger = 0
+d.connect(ep)
+d.send(envelope(0x01) + bytes([3]) + string(rid) + u64(7) + string("") + string("")
+       + u64(0) + u64(0) + u16(0))
+while time.monotonic() < DEADLINE:
+    if not d.poll(50):
+        continue
+    frames = d.recv_multipart()
+    f0 = frames[0]
+    kind, r = f0[3], Reader(f0[4:])
+    if kind == 0x02:
+        calls = [(1, "open"), (2, "secret"), (3, "open")]
+        out = [envelope(0x0C) + u16(len(calls))]
+        for call_id, method in calls:
+            out += [request(call_id, method), bytes([0xC0])]
+        d.send_multipart(out)
+        emit(sent=len(calls))
+    elif kind == 0x04:
+        d.send(envelope(0x05) + f0[4:12])
+    elif kind == 0x08:
+        emit(accept=r.u64())
+    elif kind == 0x09:
+        emit(reply=r.u64(), code=r.u8())
+"#;
+
+/// The `vault` service: `open` for anyone, `secret` only for the RID `boss` (else
+/// Forbidden), `cmd` only for an authenticated caller (else Unauthorized); counts the runs
+/// of its handlers.
+fn vault(runs: std::sync::Arc<std::sync::atomic::AtomicUsize>) -> Service {
+    let run = move |r: Request| {
+        let runs = runs.clone();
+        async move {
+            runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            encode(&r.method)
+        }
+    };
+    Service::new("vault")
+        .method(Method::query("open"), run.clone())
+        .method(Method::query("secret"), run.clone())
+        .method(Method::non_repeatable_command("cmd"), run)
+        .authorize(|call| match call.method {
+            "secret" if call.caller.rid != "boss" => Err(Denied::forbidden("boss only")),
+            "cmd" if !call.caller.verified => Err(Denied::unauthorized("who are you?")),
+            _ => Ok(()),
+        })
+}
+
+/// MISSION K6 / issue 11 item 4: a service's authorizer refuses `Unauthorized` (the caller is
+/// not authenticated: `security = "none"` identities are claims) and `Forbidden` (known, not
+/// permitted); both reach the caller as "did not run" and no handler ran; the authorizer
+/// sees the caller's RID and its unverified identity.
+#[tokio::test]
+async fn k6_issue11_authorizer_refuses_unauthorized_and_forbidden_did_not_run() {
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let server_ep = free_tcp();
+    let mut cfg = NodeConfig::new("vault-node");
+    cfg.server = Some(Endpoint {
+        endpoint: server_ep.clone(),
+    });
+    let server = Node::builder(cfg)
+        .expose(vault(runs.clone()))
+        .start()
+        .await
+        .expect("server");
+    let client = |rid: &str| {
+        let mut c = NodeConfig::new(rid);
+        c.servers = vec![ServerConfig {
+            channel: "vault".into(),
+            endpoint: server_ep.clone(),
+            rid: None,
+            batch_calls: true,
+        }];
+        c
+    };
+    let guest = Node::start(client("guest")).await.expect("guest");
+    let boss = Node::start(client("boss")).await.expect("boss");
+    for node in [&guest, &boss] {
+        let mut ev = Events::new(node.take_events().expect("events"));
+        ev.wait(STEP, is_ready).await;
+    }
+    let open: String = guest.call("vault", "open", &()).await.expect("open");
+    assert_eq!(open, "open");
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+    let refused = |e: CallError, want: RemoteCode| match e {
+        CallError::Remote { code, ref message } => {
+            assert_eq!(code, want, "{message}");
+            assert!(!may_have_run(&e), "{want:?} is did-not-run");
+        }
+        other => panic!("expected {want:?}, got {other:?}"),
+    };
+    let e = guest
+        .call::<_, String>("vault", "secret", &())
+        .await
+        .expect_err("forbidden");
+    refused(e, RemoteCode::Forbidden);
+    let e = boss
+        .call::<_, String>("vault", "cmd", &())
+        .await
+        .expect_err("unauthorized");
+    refused(e, RemoteCode::Unauthorized);
+    assert_eq!(
+        runs.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "no refused call ran"
+    );
+    let secret: String = boss.call("vault", "secret", &()).await.expect("boss");
+    assert_eq!(secret, "secret");
+    for n in [guest, boss, server] {
+        n.shutdown().await.expect("shutdown");
+    }
+}
+
+/// MISSION K5/K6, issue 11: each call of a BATCH is authorized on its own: in one BATCH of
+/// `open`, `secret`, `open` from a guest, both `open` calls are ACCEPTed and answered Ok, the
+/// `secret` call is answered Forbidden without an ACCEPT, and only the two `open` calls ran.
+#[tokio::test]
+async fn k6_issue11_each_call_of_a_batch_is_authorized_on_its_own() {
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let server_ep = free_tcp();
+    let mut cfg = NodeConfig::new("vault-node");
+    cfg.server = Some(Endpoint {
+        endpoint: server_ep.clone(),
+    });
+    let server = Node::builder(cfg)
+        .expose(vault(runs.clone()))
+        .start()
+        .await
+        .expect("server");
+    let mut py = PyPeer::start(
+        &py_script(PY_AUTH_BATCH, PY_LIFETIME_S),
+        &[&server_ep, "guest"],
+    );
+    let mut accepts = Vec::new();
+    let mut replies = std::collections::BTreeMap::new();
+    while replies.len() < 3 {
+        let v = py.next(Duration::from_secs(60)).await;
+        if let Some(id) = v["accept"].as_u64() {
+            accepts.push(id);
+        }
+        if let Some(id) = v["reply"].as_u64() {
+            replies.insert(id, v["code"].as_u64().expect("code"));
+        }
+    }
+    accepts.sort_unstable();
+    assert_eq!(
+        accepts,
+        vec![1, 3],
+        "only the permitted calls were ACCEPTed"
+    );
+    assert_eq!(replies[&1], 0, "Ok");
+    assert_eq!(replies[&2], 7, "Forbidden");
+    assert_eq!(replies[&3], 0, "Ok");
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 2);
+    drop(py);
     server.shutdown().await.expect("shutdown");
 }

@@ -22,6 +22,7 @@ mod io;
 mod node;
 pub mod operations;
 mod records;
+pub mod security;
 pub mod service;
 pub mod snapshot;
 pub mod socket;

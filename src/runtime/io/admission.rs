@@ -214,6 +214,7 @@ impl IoThread {
             source: None,
             live: None,
             last_peer_probe: None,
+            verified_key: None,
         });
         if self.links[k].state.state() != ConnState::Connecting {
             note(self.links[k].state.handle_connecting(now));

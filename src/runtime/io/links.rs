@@ -16,6 +16,7 @@ use super::{
 };
 use crate::proto::handshake::Identity;
 use crate::proto::liveness::{self};
+use crate::proto::security::PublicKey;
 use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
 use crate::proto::ConnId;
 use crate::runtime::event::{Delivery, Source};
@@ -52,6 +53,9 @@ pub(super) struct Conn {
     pub(super) live: Option<liveness::LinkKey>,
     /// The last probe id the peer sent on this connection (re-ACKed by disconnect sweeps).
     pub(super) last_peer_probe: Option<u64>,
+    /// The peer's CURVE public key, verified by the transport (issue 11); `None` without
+    /// CURVE, where the peer's security identity is only what its handshake claimed.
+    pub(super) verified_key: Option<PublicKey>,
 }
 
 pub(super) struct Link {
@@ -219,6 +223,7 @@ impl IoThread {
             source: None,
             live: None,
             last_peer_probe: None,
+            verified_key: None,
         });
         note(l.state.handle_connecting(now));
         let name = self.link_name(k);
