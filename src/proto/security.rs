@@ -150,7 +150,7 @@ pub enum InputRefusal {
     /// libzmq's handshake deadline passed (ZMTP `HANDSHAKE_FAILED_*` events).
     HandshakeFailed,
     /// The endpoint already had as many unadmitted connections as `max_unadmitted`: refused
-    /// in the transport handshake (ZAP status 300).
+    /// in the transport handshake (ZAP status 500).
     UnadmittedCap,
     /// Security verification failed: a CURVE client the allow-list does not name, or a
     /// client without CURVE on a CURVE endpoint (ZAP status 400).
@@ -261,18 +261,21 @@ impl ZapRequest {
 pub enum ZapStatus {
     /// 200: admitted to the transport.
     Ok,
-    /// 300: a temporary refusal (zmesh: the unadmitted-connection cap).
-    TemporaryError,
     /// 400: authentication failed.
     AuthFailure,
+    /// 500: refused for another reason (zmesh: the unadmitted-connection cap). Not 300
+    /// ("temporary"): libzmq answers a 300 with nothing and leaves the connection open until
+    /// its handshake deadline, holding it meanwhile; after a 400 or 500 it sends the client
+    /// an ERROR and closes the connection at once.
+    Refused,
 }
 
 impl ZapStatus {
     fn code(self) -> &'static [u8] {
         match self {
             ZapStatus::Ok => b"200",
-            ZapStatus::TemporaryError => b"300",
             ZapStatus::AuthFailure => b"400",
+            ZapStatus::Refused => b"500",
         }
     }
 }

@@ -8,7 +8,8 @@
 //! - **The unadmitted cap.** The bound sockets' monitors report each accepted connection and
 //!   each disconnect with the connection's descriptor; the connections open on a socket minus
 //!   those admitted there (a WELCOME sent, not failed since) are its unadmitted ones. At
-//!   `max_unadmitted` the handler refuses a new connection (status 300): a peer that opens
+//!   `max_unadmitted` the handler refuses a new connection (status 500, which makes libzmq
+//!   close it at once; see [`ZapStatus::Refused`]): a peer that opens
 //!   connections and says nothing holds at most that many per endpoint. libzmq cannot close
 //!   one accepted connection of a bound socket, so an unadmitted connection that stays silent
 //!   is bounded by this cap rather than by a deadline: libzmq's own handshake deadline
@@ -217,7 +218,7 @@ impl IoThread {
                 self.cfg.max_unadmitted
             );
             self.record_refusal(slot, InputRefusal::UnadmittedCap, detail.clone(), now);
-            return verdict(ZapStatus::TemporaryError, detail);
+            return verdict(ZapStatus::Refused, detail);
         }
         verdict(ZapStatus::Ok, "OK".into())
     }

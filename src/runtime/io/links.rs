@@ -404,6 +404,24 @@ impl IoThread {
             };
             match (s.role, ev) {
                 (SlotRole::Dialled(k), MonitorEvent::HandshakeSucceeded) => self.send_hello(k),
+                // The peer refused this connection in its transport handshake (its ZAP
+                // handler): libzmq will not retry it; the link dials again after its backoff.
+                (SlotRole::Dialled(k), MonitorEvent::AuthFailed) => {
+                    let (reason, detail) = if value == 400 {
+                        (
+                            FailureReason::SecurityFailure,
+                            "the peer refused this node's credentials (ZAP 400)".to_owned(),
+                        )
+                    } else {
+                        (
+                            FailureReason::TransportError,
+                            format!(
+                                "the peer refused the connection in its handshake (ZAP {value})"
+                            ),
+                        )
+                    };
+                    self.fail_link(k, reason, &detail, now);
+                }
                 (SlotRole::Dialled(k), MonitorEvent::Disconnected) => {
                     // Records that arrived before the disconnect come first: an orderly CLOSE
                     // explains the disconnect better than the disconnect itself.
