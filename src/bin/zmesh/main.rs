@@ -166,6 +166,14 @@ enum Cmd {
         #[arg(long)]
         seconds: Option<u64>,
     },
+    /// Make a CURVE key pair (issue 11): writes the key file (public and secret key, Z85;
+    /// readable by its owner only; never overwrites) and prints the public key, which peers
+    /// configure to expect of this node.
+    Keygen {
+        /// Where to write the key file.
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Print a running node's snapshot, fetched from its `--control` endpoint.
     Status {
         /// The node's control endpoint.
@@ -299,6 +307,12 @@ fn main() -> Result<()> {
                     Serving::default(),
                 )
                 .await
+            }
+            Cmd::Keygen { out } => {
+                let pair = zmesh::runtime::security::KeyPair::generate()?;
+                pair.write_new(&out)?;
+                println!("{}", pair.public);
+                Ok(())
             }
             Cmd::Status { control, json } => status(&control, json),
             Cmd::Describe {
