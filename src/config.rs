@@ -1,5 +1,7 @@
 //! Node configuration (TOML via serde). Every key is documented on its field; unknown keys are
-//! rejected so a typo is an error, not a silently ignored setting.
+//! rejected so a typo is an error, not a silently ignored setting. README.md's section
+//! "Configuration" lists every key with its type and default, and `examples/config/` holds one
+//! file per topology.
 //!
 //! Fixed timings (probe interval, peer deadline, beacon interval) are deliberately absent:
 //! they are constants (MISSION L1).

@@ -28,7 +28,7 @@ struct Cli {
 enum Cmd {
     /// Run a node from a TOML configuration until Ctrl-C (or SIGTERM).
     Node {
-        /// The node's configuration file (see `zmesh::config`).
+        /// The node's TOML configuration file: every key is in README.md, section "Configuration".
         #[arg(long)]
         config: PathBuf,
         /// How to print state changes and deliveries on stdout.

@@ -206,6 +206,8 @@ pub(crate) struct IoThread {
     /// The outer key is our own slot key (fast hash); the routing ids are chosen by peers and
     /// keep the standard keyed hash.
     inbound: IdMap<SlotKey, HashMap<Vec<u8>, LinkKey>>,
+    /// Unadmitted connections of the bound sockets that were sent a REJECT: ignored since.
+    refused: admission::Refused,
     subs: Vec<Sub>,
     publisher: Option<Publisher>,
     /// The one structure owning every liveness machine of this node (MISSION L8).
@@ -281,6 +283,7 @@ impl IoThread {
             slots: Vec::new(),
             links: Vec::new(),
             inbound: IdMap::default(),
+            refused: admission::Refused::default(),
             subs: Vec::new(),
             publisher: None,
             liveness: Liveness::new(generation),
