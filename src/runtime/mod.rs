@@ -15,6 +15,7 @@
 
 pub mod calls;
 mod command;
+pub mod discovery;
 mod error;
 mod event;
 pub mod idempotency;

@@ -15,6 +15,7 @@ mod bench;
 mod commands;
 mod contract;
 mod demo;
+mod peers;
 
 /// zmesh: a node transport runtime over ZeroMQ.
 #[derive(Parser)]
@@ -165,6 +166,17 @@ enum Cmd {
         #[arg(long)]
         seconds: Option<u64>,
     },
+    /// List the nodes in a discovery store (automatic mode, MISSION D1): every live
+    /// descriptor with its generation, endpoints, memberships and lease age.
+    Peers {
+        /// The store: `sqlite:///path/mesh.db` (or `etcd://host:port[/prefix]` with the
+        /// `etcd` feature).
+        #[arg(long)]
+        store: String,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a running node's snapshot, fetched from its `--control` endpoint.
     Status {
         /// The node's control endpoint.
@@ -300,6 +312,7 @@ fn main() -> Result<()> {
                 .await
             }
             Cmd::Status { control, json } => status(&control, json),
+            Cmd::Peers { store, json } => peers::run(&store, json).await,
             Cmd::Describe {
                 control,
                 config,
@@ -354,6 +367,22 @@ pub(crate) fn print_event(rid: &str, ev: &NodeEvent, format: EventFormat, t0: In
             String::from_utf8_lossy(&d.channel),
             String::from_utf8_lossy(&d.payload)
         ),
+        (NodeEvent::Discovery(e), EventFormat::Ndjson) => {
+            let mut v = json!({ "event": "discovery", "node": rid, "t_ms": ms });
+            if let (Some(obj), Ok(serde_json::Value::Object(fields))) =
+                (v.as_object_mut(), serde_json::to_value(e))
+            {
+                obj.extend(fields);
+            }
+            v.to_string()
+        }
+        (NodeEvent::Discovery(e), EventFormat::Human) => {
+            format!("[{ms:>6} ms] {rid}: discovery: {e}")
+        }
+        (_, EventFormat::Ndjson) => {
+            json!({ "event": "other", "node": rid, "t_ms": ms }).to_string()
+        }
+        (_, EventFormat::Human) => format!("[{ms:>6} ms] {rid}: {ev:?}"),
     };
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
@@ -587,6 +616,23 @@ fn render_table(v: &serde_json::Value) -> String {
             s(&l["state"]),
             s(&l["connection_id"]),
             failure
+        ));
+    }
+    let d = &v["discovery"];
+    if d.is_object() {
+        let reachable = if d["store_reachable"] == true {
+            "reachable"
+        } else {
+            "unreachable"
+        };
+        out.push_str(&format!(
+            "discovery {} store {reachable} lease {} (age {} ms, ttl {} ms, renewed every {} ms) descriptors {}\n",
+            s(&d["store"]),
+            s(&d["lease"]),
+            s(&d["lease_age_ms"]),
+            s(&d["lease_ttl_ms"]),
+            s(&d["lease_renew_interval_ms"]),
+            s(&d["descriptors_seen"]),
         ));
     }
     out
