@@ -1,4 +1,5 @@
 //! The `zmesh` command line: run a node, publish, subscribe, inspect, and the local demo.
+#![forbid(unsafe_code)]
 
 use std::io::Write;
 use std::path::PathBuf;
