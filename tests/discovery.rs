@@ -765,3 +765,90 @@ async fn f5_store_down_beyond_the_lease_ttl_links_stay_ready() {
     .await;
     assert!(mesh_ready(&a.status(), &["b"]));
 }
+
+/// MISSION F3 (manual and automatic combined): `a` dials `b` through a manual `[[peers]]`
+/// entry (endpoint only, generation 0), and also knows `b`'s descriptor. The manual endpoint
+/// is served by another run claiming RID `b` (same security identity, another generation, not
+/// in the store). The descriptor's fence wins: that run is never left ready, the manual link
+/// fails with `generation_mismatch`; the manual intent could not weaken the fence.
+#[tokio::test]
+async fn f3_manual_intent_cannot_weaken_a_descriptor_fence() {
+    use zmesh::config::PeerConfig;
+    use zmesh::proto::state::{ConnState, FailureReason};
+    use zmesh::runtime::Node;
+
+    let mesh = Mesh::new("manual-fence");
+    // The real b, in the store.
+    let real_b = Node::start(mesh.config("b", server("orders")))
+        .await
+        .expect("real b");
+    // Another run with RID b on manual endpoints, not in the store.
+    let mut other = NodeConfig::new("b");
+    other.memberships = server("orders");
+    other.route_mesh = Some(common::mesh_bind(true));
+    let impostor = Node::start(other.clone()).await.expect("other b");
+    assert_ne!(impostor.generation(), real_b.generation());
+
+    let mut a = mesh.config("a", server("orders"));
+    let bind = other.route_mesh.clone().expect("bound");
+    a.peers = vec![PeerConfig {
+        rid: "b".into(),
+        application: bind.application,
+        completion: bind.completion,
+        generation: Some(0),
+        security_identity: None,
+        batch_calls: true,
+    }];
+    let a = Node::start(a).await.expect("a");
+    let deadline = tokio::time::Instant::now() + BOUND;
+    loop {
+        let s = a.snapshot().await.expect("snapshot");
+        let manual: Vec<_> = s
+            .links
+            .iter()
+            .filter(|l| l.role == "application" || l.role == "completion")
+            .filter(|l| l.peer.as_deref() == Some("b"))
+            .collect();
+        assert_eq!(
+            manual.len(),
+            2,
+            "the manual entry, fenced, not a second dial"
+        );
+        let fenced = s
+            .discovery
+            .as_ref()
+            .is_some_and(|d| d.descriptors_seen == 1)
+            && manual.iter().all(|l| {
+                l.state != ConnState::Ready
+                    && l.last_failure
+                        .as_ref()
+                        .is_some_and(|f| f.reason == FailureReason::GenerationMismatch)
+            });
+        if fenced {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not fenced: {}",
+            s.to_table()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // And it stays fenced: the manual link keeps dialling the other run (manual intents are
+    // retried), which is refused every time.
+    let until = tokio::time::Instant::now() + Duration::from_secs(1);
+    while tokio::time::Instant::now() < until {
+        let s = a.snapshot().await.expect("snapshot");
+        assert!(
+            !s.links.iter().any(|l| l.peer.as_deref() == Some("b")
+                && l.state == ConnState::Ready
+                && l.peer_generation == Some(impostor.generation())),
+            "{}",
+            s.to_table()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for n in [a, impostor, real_b] {
+        n.shutdown().await.expect("shutdown");
+    }
+}
