@@ -36,7 +36,7 @@
 //! endpoint = "tcp://127.0.0.1:7204"
 //!
 //! [discovery]                           # automatic mode: find peers through a store
-//! store = "sqlite:///tmp/zmesh-mesh.db"  # one host; or etcd://127.0.0.1:2379 (feature etcd)
+//! store = "sqlite:///tmp/zmesh-mesh.db"  # one host; or etcd://127.0.0.1:2379 (many hosts)
 //! bind = ["route_mesh"]                # sections bound on ephemeral ports when absent
 //! host = "127.0.0.1"                   # the address those ports are bound (and dialled) on
 //! route_mesh = true                    # dial RouteMesh peers found in the store
@@ -111,7 +111,7 @@ pub struct NodeConfig {
 #[serde(deny_unknown_fields)]
 pub struct DiscoveryConfig {
     /// The store: `sqlite:///path/mesh.db` (embedded, one host only) or
-    /// `etcd://host:port[,host:port…][/prefix]` (builds with the `etcd` feature).
+    /// `etcd://host:port[,host:port…][/prefix]` (etcd v3, many hosts).
     pub store: String,
     /// The sections this node binds by itself when they are absent from the file, each on an
     /// ephemeral tcp port of [`DiscoveryConfig::host`], and publishes in its descriptor:

@@ -443,6 +443,12 @@ async fn watch_task(
                     }
                     intents
                 }
+                WatchEvent::Resumed => {
+                    if !std::mem::replace(&mut reachable, true) {
+                        events.push(DiscoveryEvent::StoreReachable { op: StoreOp::Watch });
+                    }
+                    Vec::new()
+                }
                 WatchEvent::Unreachable(e) => {
                     reachable = false;
                     count_error(StoreOp::Watch);

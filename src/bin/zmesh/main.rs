@@ -170,8 +170,7 @@ enum Cmd {
     /// List the nodes in a discovery store (automatic mode, MISSION D1): every live
     /// descriptor with its generation, endpoints, memberships and lease age.
     Peers {
-        /// The store: `sqlite:///path/mesh.db` (or `etcd://host:port[/prefix]` with the
-        /// `etcd` feature).
+        /// The store: `sqlite:///path/mesh.db` or `etcd://host:port[,host:port…][/prefix]`.
         #[arg(long)]
         store: String,
         /// Print JSON instead of a table.

@@ -6,7 +6,7 @@
 //! | URL | backend | scope |
 //! |---|---|---|
 //! | `sqlite:///var/lib/zmesh/mesh.db` | [`SqliteStore`]: one SQLite file, no server; rows with a wall-clock expiry renewed on the lease interval, a revision column for change polling, stale rows ignored and cleaned | **one host only**: every node must open the same file on a local file system |
-//! | `etcd://127.0.0.1:2379[,host:port…][/prefix]` | etcd v3 (cargo feature `etcd`): one lease per node with keep-alive, watch by revision with resume, a compacted revision reloads everything | many hosts |
+//! | `etcd://127.0.0.1:2379[,host:port…][/prefix]` | [`EtcdStore`], etcd v3 through its JSON gateway (plain HTTP, no TLS): one lease per node with keep-alive, watch by revision with resume, a compacted revision reloads everything | many hosts |
 //!
 //! # The interface
 //!
@@ -22,14 +22,16 @@
 //! - [`Store::watch`] is a change stream that survives reconnects: its first event is a
 //!   [`WatchEvent::Reload`] with everything, then [`WatchEvent::Delta`]s; when the store
 //!   cannot be read it says so ([`WatchEvent::Unreachable`], once per outage) and keeps
-//!   trying, and when it can again it starts over with a `Reload` (so nothing that happened
-//!   meanwhile is missed). A store whose history no longer reaches back to the watcher's
-//!   position (etcd compaction) also answers with a `Reload`.
+//!   trying, and when it can again it either starts over with a `Reload` (SQLite) or resumes
+//!   from the last change it delivered ([`WatchEvent::Resumed`], etcd): nothing that happened
+//!   meanwhile is missed. A store whose history no longer reaches back to the watcher's
+//!   position (etcd compaction) answers with a `Reload` ([`ReloadReason::Compacted`]).
 //!
 //! Lease expiry is never a precise clock: a store removes an expired descriptor *not before*
 //! its TTL, sometimes later (etcd stretches leases across a leader change; the SQLite store
 //! judges expiry on the wall clock of whoever reads).
 
+mod etcd;
 mod sqlite;
 
 use std::fmt;
@@ -44,6 +46,7 @@ use tokio::sync::mpsc;
 
 pub use crate::proto::discovery::lease::RenewOutcome;
 pub use crate::proto::discovery::Descriptor;
+pub use etcd::{EtcdStore, ETCD_REQUEST_TIMEOUT};
 pub use sqlite::{SqliteStore, SQLITE_POLL_INTERVAL};
 
 /// The future every store operation returns: boxed so that [`Store`] stays dyn-compatible,
@@ -145,8 +148,12 @@ pub enum WatchEvent {
     },
     /// Changes since the previous event, in order.
     Delta(Vec<Change>),
-    /// The store cannot be read; the watch keeps trying and starts over with a `Reload`.
+    /// The store cannot be read; the watch keeps trying, and says when it can again: with a
+    /// `Reload`, or with `Resumed`.
     Unreachable(StoreError),
+    /// The store answers again and the watch went on from the last change it delivered:
+    /// nothing was missed, nothing is repeated (etcd, whose history allows it).
+    Resumed,
 }
 
 /// A change stream of a store's descriptors (see [`Store::watch`]). Dropping it ends the
@@ -253,15 +260,11 @@ impl StoreUrl {
 /// the first operation, not here (a node starts whether or not its store answers).
 ///
 /// # Errors
-/// [`StoreError::Url`] for a URL this build cannot open (an `etcd://` URL in a build without
-/// the `etcd` feature).
+/// [`StoreError::Url`] for a URL this build cannot open.
 pub fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {
     match StoreUrl::parse(url)? {
         StoreUrl::Sqlite(path) => Ok(Arc::new(SqliteStore::new(path))),
-        StoreUrl::Etcd { .. } => Err(StoreError::Url {
-            url: url.to_owned(),
-            reason: "this build has no etcd support (cargo feature `etcd`)".into(),
-        }),
+        StoreUrl::Etcd { endpoints, prefix } => Ok(Arc::new(EtcdStore::new(endpoints, prefix))),
     }
 }
 
