@@ -87,6 +87,16 @@ pub struct SqliteStore {
 struct Inner {
     conn: Connection,
     begins_since_sweep: u32,
+    /// The database file and its identity (device, inode) when opened: a file removed or
+    /// replaced while the store is open is detected, because SQLite would go on writing to
+    /// the old, unlinked file and the records would be lost at the next start.
+    file: Option<(std::path::PathBuf, (u64, u64))>,
+}
+
+/// The (device, inode) of `path`, if it exists.
+fn file_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 impl fmt::Debug for SqliteStore {
@@ -126,10 +136,16 @@ impl SqliteStore {
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(store_error)?;
         ensure_schema(&mut conn)?;
+        let file = conn
+            .path()
+            .filter(|p| !p.is_empty())
+            .map(std::path::PathBuf::from)
+            .and_then(|p| file_identity(&p).map(|id| (p, id)));
         Ok(SqliteStore {
             inner: Arc::new(Mutex::new(Inner {
                 conn,
                 begins_since_sweep: 0,
+                file,
             })),
             path: path.to_string_lossy().into(),
         })
@@ -179,6 +195,20 @@ impl IdempotencyStore for SqliteStore {
 }
 
 impl Inner {
+    /// Fails when the database file is no longer the one the store opened (removed, or
+    /// replaced by another file): writing on would record into a file nobody will read again.
+    fn check_file(&self) -> Result<(), StoreError> {
+        match &self.file {
+            Some((path, id)) if file_identity(path) != Some(*id) => {
+                Err(StoreError::Unavailable(format!(
+                    "the store file {} was removed or replaced while open",
+                    path.display()
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn begin(
         &mut self,
         key: &ScopedKey,
@@ -186,6 +216,7 @@ impl Inner {
         owner: &Owner,
         retention: Duration,
     ) -> Result<Begin, StoreError> {
+        self.check_file()?;
         self.begins_since_sweep += 1;
         let sweep = self.begins_since_sweep >= SWEEP_EVERY;
         // IMMEDIATE takes the write lock before reading, so no other connection (in this
@@ -242,6 +273,7 @@ impl Inner {
     }
 
     fn complete(&mut self, key: &ScopedKey, outcome: &Outcome) -> Result<(), StoreError> {
+        self.check_file()?;
         let changed = self
             .conn
             .execute(
@@ -404,6 +436,37 @@ fn generation_from_sql(stored: i64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// MISSION K3: a store whose file was removed while open refuses (`Unavailable`, so the
+    /// runtime answers UnknownOutcome and does not run) instead of recording into the unlinked
+    /// file, whose records the next start would not see.
+    #[tokio::test]
+    async fn k3_store_file_removed_while_open_is_unavailable() {
+        let path = temp_db("removed");
+        let store = SqliteStore::open(&path).expect("open");
+        let owner = Owner {
+            rid: "n".into(),
+            generation: 1,
+        };
+        let key = ScopedKey::from_idempotency_key("c", "m", "k1");
+        let fp = Fingerprint::of_call("c", "m", b"");
+        let begun = store
+            .begin(&key, &fp, &owner, Duration::from_secs(60))
+            .await;
+        assert_eq!(begun, Ok(Begin::Started));
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+        let key2 = ScopedKey::from_idempotency_key("c", "m", "k2");
+        let begun = store
+            .begin(&key2, &fp, &owner, Duration::from_secs(60))
+            .await;
+        assert!(
+            matches!(begun, Err(StoreError::Unavailable(_))),
+            "{begun:?}"
+        );
+        let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
+    }
 
     fn temp_db(name: &str) -> std::path::PathBuf {
         let dir =
