@@ -192,6 +192,13 @@ enum Cmd {
         /// Fewer pauses (for CI).
         #[arg(long)]
         quick: bool,
+        /// Automatic mode: the nodes find each other through a descriptor store (embedded
+        /// SQLite), no endpoint written anywhere.
+        #[arg(long)]
+        discovery: bool,
+        /// With --discovery: through an etcd the demo starts (ZMESH_ETCD or `etcd` on PATH).
+        #[arg(long, requires = "discovery")]
+        etcd: bool,
     },
     /// Measure raw libzmq and zmesh side by side on 127.0.0.1 (see BENCHMARKS.md).
     Bench(bench::BenchArgs),
@@ -330,7 +337,12 @@ fn main() -> Result<()> {
                 let ops = v.as_array().cloned().unwrap_or_default();
                 commands::print_ops(&ops, status.as_deref(), json)
             }
-            Cmd::Demo { quick } => demo::run(quick).await,
+            Cmd::Demo {
+                quick,
+                discovery: false,
+                ..
+            } => demo::run(quick).await,
+            Cmd::Demo { quick, etcd, .. } => demo::discovery::run(quick, etcd).await,
             Cmd::Bench(args) => bench::run(args).await,
             Cmd::Contract { cmd } => std::process::exit(contract::run(&cmd)),
         }

@@ -19,7 +19,8 @@ pub(crate) async fn run(url: &str, as_json: bool) -> Result<()> {
     Ok(())
 }
 
-fn table(entries: &[Entry]) -> String {
+/// The table `zmesh peers` prints.
+pub(crate) fn table(entries: &[Entry]) -> String {
     let ms = |v: Option<u64>| v.map_or("-".to_owned(), |v| format!("{v} ms"));
     let mut out = format!(
         "{:<12} {:<16} {:>10} {:>10}  {:<46} {:<24} {:<24} {}\n",
