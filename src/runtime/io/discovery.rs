@@ -276,7 +276,7 @@ impl IoThread {
             let inbound = matches!(self.links[k].kind, LinkKind::Inbound { .. });
             let conn = self.links[k].conn.as_ref().map(|c| {
                 let same_run = c.peer.as_ref().is_some_and(|p| {
-                    fence.generation.is_none_or_eq(p.generation)
+                    fence.generation.map_or(true, |g| g == p.generation)
                         && fence
                             .security_identity
                             .as_ref()
@@ -423,16 +423,5 @@ impl IoThread {
             retired: false,
         });
         i
-    }
-}
-
-/// `None` accepts any value; `Some(g)` only `g`.
-trait AcceptsOrEq {
-    fn is_none_or_eq(&self, v: u64) -> bool;
-}
-
-impl AcceptsOrEq for Option<u64> {
-    fn is_none_or_eq(&self, v: u64) -> bool {
-        self.map_or(true, |g| g == v)
     }
 }
