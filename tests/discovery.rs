@@ -590,6 +590,51 @@ async fn t3_two_publishers_by_descriptor_two_sub_sockets() {
     assert_eq!(status["discovery"]["descriptors_seen"], 2);
 }
 
+/// MISSION D1 (ClientServer by descriptor): a client dials the ClientServer server of each
+/// channel it is an Object Client of, found in the store; a server of another channel is not
+/// dialled.
+#[tokio::test]
+async fn d1_client_server_servers_per_channel_by_descriptor() {
+    let mesh = Mesh::new("client-server");
+    let server_cfg = |rid: &str, channel: &str| {
+        let mut c = mesh.config(rid, server(channel));
+        if let Some(d) = c.discovery.as_mut() {
+            d.bind = vec![AutoBind::Server];
+            d.route_mesh = false;
+        }
+        c
+    };
+    let _s1 = mesh.start(&server_cfg("s1", "orders"));
+    let _s2 = mesh.start(&server_cfg("s2", "billing"));
+    let mut client = mesh.config("k", common::client_of("orders"));
+    if let Some(d) = client.discovery.as_mut() {
+        d.bind = Vec::new();
+    }
+    let k = mesh.start(&client);
+    let s = k
+        .wait_status("ready with the orders server", |s| {
+            s["discovery"]["descriptors_seen"] == 2
+                && s["links"].as_array().into_iter().flatten().any(|l| {
+                    l["topology"] == "client_server" && l["peer"] == "s1" && l["state"] == "ready"
+                })
+        })
+        .await;
+    let cs: Vec<&Value> = s["links"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|l| l["topology"] == "client_server")
+        .collect();
+    assert_eq!(
+        cs.len(),
+        1,
+        "only the server of a channel k is a client of: {cs:?}"
+    );
+    assert!(cs[0]["endpoint"]
+        .as_str()
+        .is_some_and(|e| e.starts_with("tcp://127.0.0.1:")));
+}
+
 /// MISSION F5: the store file is moved away (every store operation fails): both nodes say
 /// so (event and snapshot), and no link leaves ready while probes go on past a probe
 /// interval; a node started meanwhile cannot publish; the store back, it is picked up.
