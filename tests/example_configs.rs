@@ -174,6 +174,7 @@ fn every_key() -> NodeConfig {
         operations_keep: 1,
         max_frame_size: 1 << 20,
         max_unadmitted: 1,
+        discovery: Some(zmesh::config::DiscoveryConfig::new("sqlite:///tmp/x.db")),
     }
 }
 

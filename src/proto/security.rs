@@ -22,7 +22,7 @@ const Z85: &[u8; 85] =
 
 /// Z85 text of `bytes` (ZeroMQ RFC 32); `None` unless the length is a multiple of 4.
 pub fn z85_encode(bytes: &[u8]) -> Option<String> {
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return None;
     }
     let mut out = String::with_capacity(bytes.len() / 4 * 5);
@@ -42,7 +42,7 @@ pub fn z85_encode(bytes: &[u8]) -> Option<String> {
 /// group is valid.
 pub fn z85_decode(text: &str) -> Option<Vec<u8>> {
     let text = text.as_bytes();
-    if text.len() % 5 != 0 {
+    if !text.len().is_multiple_of(5) {
         return None;
     }
     let mut out = Vec::with_capacity(text.len() / 5 * 4);

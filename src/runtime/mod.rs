@@ -15,6 +15,7 @@
 
 pub mod calls;
 mod command;
+pub mod discovery;
 mod error;
 mod event;
 pub mod idempotency;
@@ -26,6 +27,7 @@ pub mod security;
 pub mod service;
 pub mod snapshot;
 pub mod socket;
+pub mod store;
 
 pub use error::{BatchSendError, NodeError, PublishError, SendError};
 pub use event::{Delivery, EventStream, NodeEvent, Source, StateChange};

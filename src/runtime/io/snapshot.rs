@@ -134,6 +134,7 @@ impl IoThread {
             recent_refusals: self.recent_refusals(now),
             zmq_contexts: self.sockets.contexts(),
             zmq_sockets: self.sockets.open_sockets(),
+            discovery: None,
         }
     }
 }
