@@ -18,11 +18,11 @@ async fn main() -> Result<()> {
     let ep = free_tcp()?;
     let srv = Node::start(NodeConfig::from_toml(&format!(
         "rid = \"srv\"\nmemberships = [{{ role = \"server\", channel = \"orders\" }}]\n\
-         [server]\nendpoint = \"{ep}\"\n"
+         [server]\nendpoint = \"{ep}\"\n[security]\nmode = \"none\"\n"
     ))?)
     .await?;
     let cli = Node::start(NodeConfig::from_toml(&format!(
-        "rid = \"cli\"\n[[servers]]\nchannel = \"orders\"\nendpoint = \"{ep}\"\nrid = \"srv\"\n"
+        "rid = \"cli\"\n[[servers]]\nchannel = \"orders\"\nendpoint = \"{ep}\"\nrid = \"srv\"\n[security]\nmode = \"none\"\n"
     ))?)
     .await?;
     let mut es = srv.take_events().context("events of srv")?;

@@ -18,11 +18,11 @@ async fn main() -> Result<()> {
     // RouteMesh needs a Server membership on one side of the pair (MISSION T4).
     let b = Node::start(NodeConfig::from_toml(&format!(
         "rid = \"b\"\nmemberships = [{{ role = \"server\", channel = \"chat\" }}]\n\
-         [route_mesh]\napplication = \"{b_app}\"\ncompletion = \"{b_cpl}\"\n"
+         [route_mesh]\napplication = \"{b_app}\"\ncompletion = \"{b_cpl}\"\n[security]\nmode = \"none\"\n"
     ))?)
     .await?;
     let a = Node::start(NodeConfig::from_toml(&format!(
-        "rid = \"a\"\n[[peers]]\nrid = \"b\"\napplication = \"{b_app}\"\ncompletion = \"{b_cpl}\"\n"
+        "rid = \"a\"\n[[peers]]\nrid = \"b\"\napplication = \"{b_app}\"\ncompletion = \"{b_cpl}\"\n[security]\nmode = \"none\"\n"
     ))?)
     .await?;
     let mut ea = a.take_events().context("events of a")?;

@@ -44,17 +44,22 @@
 //! route_mesh = true                    # dial RouteMesh peers found in the store
 //! client_server = true                 # dial servers of this node's object_client channels
 //! subscribe = true                     # one SUB socket per publisher found in the store
+//!
+//! [security]                            # required: "curve", or "none" to trust the network
+//! mode = "none"
 //! ```
 //!
 //! Manual and automatic mode combine: `[[peers]]`, `[[servers]]` and `[[subscriptions]]` are
 //! dialled as written, and a descriptor of the same peer fences them (MISSION F3): its RID,
 //! security identity and generation are required of the peer whatever the manual entry says.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::proto::handshake::Membership;
+use crate::proto::security::PublicKey;
 
 /// Configuration of one node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -112,6 +117,103 @@ pub struct NodeConfig {
     /// links from the other nodes' descriptors. Absent: manual mode only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub discovery: Option<DiscoveryConfig>,
+    /// Transport security (issue 11): CURVE with an allow-list, or none. A configuration
+    /// file must say which (`[security] mode = "curve"` or `mode = "none"`, see
+    /// [`NodeConfig::from_toml`]); the Rust default is [`SecurityMode::None`], which a node
+    /// warns about when it starts.
+    #[serde(default)]
+    pub security: SecurityConfig,
+}
+
+/// `[security]`: how this node authenticates its peers and encrypts its traffic (issue 11).
+///
+/// With [`SecurityMode::Curve`] every socket runs CurveZMQ (RFC 26): every bound endpoint
+/// (RouteMesh lanes, ClientServer server, fanout publisher) is a CURVE server that admits
+/// only clients whose public key is on the allow-list (`allow`, `allow_dir`), and every
+/// dialled endpoint (peers, servers, subscriptions) is a CURVE client that accepts only the
+/// server holding the key this node expects there (`endpoint_keys`, or the key a discovery
+/// descriptor carries). A peer's security identity is then its public key (Z85), proven by
+/// the transport. With [`SecurityMode::None`] nothing is authenticated or encrypted: the
+/// network is trusted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecurityConfig {
+    /// `"curve"` or `"none"`. Required in a `[security]` section.
+    pub mode: SecurityMode,
+    /// CURVE: this node's key pair, as `zmesh keygen` writes it (TOML, Z85 keys; or the raw
+    /// 64 bytes public key then secret key). Required with `mode = "curve"`. A relative path
+    /// in a file read by [`NodeConfig::from_file`] is relative to that file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_key_file: Option<PathBuf>,
+    /// CURVE: public keys (Z85) of the clients the bound endpoints admit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<PublicKey>,
+    /// CURVE: a directory of key files whose public keys the bound endpoints admit too (each
+    /// file: Z85 keys, one a line, `#` comments; or a `zmesh keygen` key file). Read at start,
+    /// again on SIGHUP (`zmesh node`) or [`crate::runtime::Node::reload_allow_list`], and
+    /// whenever its files change (looked at every second). Relative as `secret_key_file`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_dir: Option<PathBuf>,
+    /// CURVE: the public key of the node listening on each endpoint this node dials
+    /// (`[[peers]]` lanes, `[[servers]]`, `[[subscriptions]]`), by endpoint. Every such
+    /// endpoint needs one; a peer's two lanes name the same key. Discovered endpoints take
+    /// the key from their descriptor instead.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub endpoint_keys: BTreeMap<String, PublicKey>,
+}
+
+/// The transport security of a node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SecurityMode {
+    /// No authentication, no encryption: anyone who reaches an endpoint may claim any
+    /// identity, and the traffic can be read and altered on the wire. For development and
+    /// trusted networks only; a node in this mode warns when it starts.
+    #[default]
+    None,
+    /// CurveZMQ on every socket, with the allow-list and the expected keys of
+    /// [`SecurityConfig`].
+    Curve,
+}
+
+impl SecurityMode {
+    /// `"none"` or `"curve"`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            SecurityMode::None => "none",
+            SecurityMode::Curve => "curve",
+        }
+    }
+}
+
+impl SecurityConfig {
+    /// CURVE with the key pair in `secret_key_file`, an empty allow-list and no expected
+    /// keys yet.
+    pub fn curve(secret_key_file: impl Into<PathBuf>) -> SecurityConfig {
+        SecurityConfig {
+            mode: SecurityMode::Curve,
+            secret_key_file: Some(secret_key_file.into()),
+            ..SecurityConfig::default()
+        }
+    }
+
+    /// Makes relative `secret_key_file` and `allow_dir` paths relative to `dir` (what
+    /// [`NodeConfig::from_file`] does with the file's directory).
+    pub fn resolve_paths(&mut self, dir: &Path) {
+        for p in [&mut self.secret_key_file, &mut self.allow_dir]
+            .into_iter()
+            .flatten()
+        {
+            if p.is_relative() {
+                *p = dir.join(&*p);
+            }
+        }
+    }
+
+    /// The key expected of the node listening on `endpoint` (CURVE), if configured.
+    pub fn endpoint_key(&self, endpoint: &str) -> Option<PublicKey> {
+        self.endpoint_keys.get(endpoint).copied()
+    }
 }
 
 /// Default of [`NodeConfig::max_frame_size`]: 16 MiB.
@@ -225,6 +327,7 @@ impl Default for NodeConfig {
             max_frame_size: DEFAULT_MAX_FRAME_SIZE,
             max_unadmitted: DEFAULT_MAX_UNADMITTED,
             discovery: None,
+            security: SecurityConfig::default(),
         }
     }
 }
@@ -327,12 +430,29 @@ impl NodeConfig {
             path: path.display().to_string(),
             source,
         })?;
-        NodeConfig::from_toml(&text)
+        let mut config = NodeConfig::from_toml(&text)?;
+        // Key paths in a file are relative to the file, wherever it is run from.
+        if let Some(dir) = path.parent() {
+            config.security.resolve_paths(dir);
+        }
+        Ok(config)
     }
 
     /// Parses and validates TOML text.
+    ///
+    /// The text must have a `[security]` section naming its mode: a node never runs without
+    /// authentication because a section was forgotten (`mode = "none"` says so on purpose).
     pub fn from_toml(text: &str) -> Result<NodeConfig, ConfigError> {
         let config: NodeConfig = toml::from_str(text)?;
+        let table: toml::Table = toml::from_str(text)?;
+        if !table.contains_key("security") {
+            return Err(ConfigError::Invalid(
+                "no [security] section: add `[security]` with `mode = \"curve\"` and \
+                 `secret_key_file` (make one with `zmesh keygen`), or `mode = \"none\"` to \
+                 trust the network"
+                    .into(),
+            ));
+        }
         config.validate()?;
         Ok(config)
     }
@@ -408,12 +528,76 @@ impl NodeConfig {
                 ));
             }
         }
+        self.validate_security()?;
+        endpoints.extend(self.security.endpoint_keys.keys().map(String::as_str));
         for e in endpoints {
             if !(e.starts_with("tcp://") || e.starts_with("ipc://")) {
                 return bad(format!(
                     "endpoint {e:?}: only tcp:// and ipc:// are supported"
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// `[security]`: in `none` mode no CURVE key is set; in `curve` mode the key file is
+    /// named and every manually dialled endpoint has the key expected there.
+    fn validate_security(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(format!("security: {m}")));
+        let s = &self.security;
+        if s.mode == SecurityMode::None {
+            if s.secret_key_file.is_some()
+                || !s.allow.is_empty()
+                || s.allow_dir.is_some()
+                || !s.endpoint_keys.is_empty()
+            {
+                return bad(
+                    "secret_key_file, allow, allow_dir and endpoint_keys apply only with \
+                     mode = \"curve\""
+                        .into(),
+                );
+            }
+            return Ok(());
+        }
+        if s.secret_key_file.is_none() {
+            return bad(
+                "mode = \"curve\" needs secret_key_file (make one with `zmesh keygen --out \
+                 FILE`)"
+                    .into(),
+            );
+        }
+        let key = |ep: &str| {
+            s.endpoint_key(ep).ok_or_else(|| {
+                ConfigError::Invalid(format!(
+                    "security: no key in [security.endpoint_keys] for {ep:?}: with CURVE this \
+                     node must know the public key of every endpoint it dials"
+                ))
+            })
+        };
+        for p in &self.peers {
+            let (a, c) = (key(&p.application)?, key(&p.completion)?);
+            if a != c {
+                return bad(format!(
+                    "peer {:?}: its two lanes are one node and must have the same key",
+                    p.rid
+                ));
+            }
+            if p.security_identity
+                .as_ref()
+                .is_some_and(|i| *i != a.to_z85())
+            {
+                return bad(format!(
+                    "peer {:?}: with CURVE its security identity is its public key; \
+                     security_identity differs from the key of its endpoints",
+                    p.rid
+                ));
+            }
+        }
+        for e in self.servers.iter().map(|s| &s.endpoint) {
+            key(e)?;
+        }
+        for e in self.subscriptions.iter().map(|s| &s.endpoint) {
+            key(e)?;
         }
         Ok(())
     }
@@ -483,7 +667,8 @@ mod tests {
     fn discovery_binds_absent_sections_on_ephemeral_ports() {
         let c = NodeConfig::from_toml(
             "rid = \"a\"\n[discovery]\nstore = \"sqlite:///tmp/x.db\"\n\
-             bind = [\"route_mesh\", \"publisher\"]\n[publisher]\nendpoint = \"ipc:///tmp/p\"\n",
+             bind = [\"route_mesh\", \"publisher\"]\n[publisher]\nendpoint = \"ipc:///tmp/p\"\n\
+             [security]\nmode = \"none\"\n",
         )
         .expect("parses")
         .with_discovery_binds();
@@ -499,6 +684,51 @@ mod tests {
         ] {
             assert!(NodeConfig::from_toml(bad).is_err(), "{bad}");
         }
+    }
+
+    /// Issue 11: `[security]` is required in a file; CURVE needs its key file and the key of
+    /// every dialled endpoint, the same for both lanes of a peer; `none` takes no keys.
+    #[test]
+    fn security_section_is_explicit_and_curve_needs_every_dialled_key() {
+        let k1 = PublicKey::from_bytes([1; 32]).to_z85();
+        let k2 = PublicKey::from_bytes([2; 32]).to_z85();
+        let peer = "[[peers]]\nrid = \"b\"\napplication = \"tcp://127.0.0.1:1\"\n\
+                    completion = \"tcp://127.0.0.1:2\"\n";
+        let curve = |keys: &str| {
+            format!(
+                "rid = \"a\"\n{peer}[security]\nmode = \"curve\"\nsecret_key_file = \"a.key\"\n\
+                 [security.endpoint_keys]\n{keys}"
+            )
+        };
+        let both = format!("\"tcp://127.0.0.1:1\" = \"{k1}\"\n\"tcp://127.0.0.1:2\" = \"{k1}\"\n");
+        let c = NodeConfig::from_toml(&curve(&both)).expect("curve with both lane keys");
+        assert_eq!(c.security.mode, SecurityMode::Curve);
+        assert_eq!(
+            c.security
+                .endpoint_key("tcp://127.0.0.1:2")
+                .map(|k| k.to_z85()),
+            Some(k1.clone())
+        );
+        let one = format!("\"tcp://127.0.0.1:1\" = \"{k1}\"\n");
+        let differ =
+            format!("\"tcp://127.0.0.1:1\" = \"{k1}\"\n\"tcp://127.0.0.1:2\" = \"{k2}\"\n");
+        for bad in [
+            format!("rid = \"a\"\n{peer}"),
+            "rid = \"a\"\n[security]\nmode = \"curve\"\n".to_owned(),
+            format!("rid = \"a\"\n[security]\nmode = \"none\"\nallow = [\"{k1}\"]\n"),
+            "rid = \"a\"\n[security]\nmode = \"sometimes\"\n".to_owned(),
+            curve(&one),
+            curve(&differ),
+            curve(&both).replace(
+                "[security.endpoint_keys]",
+                "[security.endpoint_keys]\n\"udp://x\" = \"k\"",
+            ),
+        ] {
+            assert!(NodeConfig::from_toml(&bad).is_err(), "{bad}");
+        }
+        let mut c = c;
+        c.security.resolve_paths(Path::new("/etc/zmesh"));
+        assert_eq!(c.security.secret_key_file, Some("/etc/zmesh/a.key".into()));
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! RouteMesh (ROUTER-ROUTER, an Application and a Completion lane per peer pair),
 //! ClientServer (DEALER-ROUTER, one lane) and Classic fanout (PUB/SUB, one SUB socket per
 //! publisher). Liveness is exact and fixed: a probe every 5 s, a 15 s peer deadline, exact-byte
-//! beacons on fanout.
+//! beacons on fanout. Peers are authenticated by CurveZMQ keys with an allow-list, or, in
+//! `none` mode, not at all ([`config::SecurityConfig`]).
 //!
 //! # Layout
 //!
@@ -20,6 +21,7 @@
 //!        sched     fair receive scheduler (64 records / bytes / time caps)
 //!        calls     reply correlation, leases, deadlines, graceful stop
 //!        discovery descriptors, the intents a descriptor set implies, the owner lease
+//!        security  CURVE public keys (Z85), the ZAP codec, refusal reasons
 //!   runtime::store: descriptor stores (embedded SQLite, etcd v3) for automatic mode
 //! ```
 //!

@@ -8,8 +8,12 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use zmesh::config::{Endpoint, NodeConfig, PeerConfig, RouteMeshBind, ServerConfig};
+use zmesh::config::{
+    Endpoint, NodeConfig, PeerConfig, RouteMeshBind, SecurityConfig, SecurityMode, ServerConfig,
+};
 use zmesh::proto::handshake::{Membership, Role};
+use zmesh::proto::security::PublicKey;
+use zmesh::runtime::security::{load_allow_list, KeyPair};
 
 const README: &str = include_str!("../README.md");
 
@@ -102,6 +106,16 @@ fn client_server_examples_fit_each_other() {
         .contains(&membership(Role::Server, &server.channel)));
     assert!(server.batch_calls);
     assert!(cli.route_mesh.is_none() && cli.server.is_none());
+    // CURVE: the client expects the server's key, and the server allows the client's.
+    let pair = |c: &NodeConfig| {
+        assert_eq!(c.security.mode, SecurityMode::Curve);
+        let path = c.security.secret_key_file.as_ref().expect("a key file");
+        KeyPair::read(path).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let (srv_keys, cli_keys) = (pair(&srv), pair(&cli));
+    assert_eq!(cli.security.endpoint_key(endpoint), Some(srv_keys.public));
+    let allowed = load_allow_list(&srv.security).expect("the server's allow-list");
+    assert!(allowed.contains(&cli_keys.public), "{allowed:?}");
 }
 
 /// Fanout: the subscriber subscribes to the publisher's endpoint.
@@ -175,12 +189,28 @@ fn every_key() -> NodeConfig {
         max_frame_size: 1 << 20,
         max_unadmitted: 1,
         discovery: Some(zmesh::config::DiscoveryConfig::new("sqlite:///tmp/x.db")),
+        security: SecurityConfig {
+            mode: SecurityMode::Curve,
+            secret_key_file: Some("a.key".into()),
+            allow: vec![key(1)],
+            allow_dir: Some("/etc/zmesh/allowed".into()),
+            endpoint_keys: (5..=8)
+                .map(|port| (format!("tcp://127.0.0.1:{port}"), key(2)))
+                .collect(),
+        },
     }
+}
+
+/// A public key of `n`s.
+fn key(n: u8) -> PublicKey {
+    PublicKey::from_bytes([n; 32])
 }
 
 /// The keys of a TOML value as `parent.key` paths (array entries share their array's path).
 fn key_paths(value: &toml::Value, prefix: &str, out: &mut BTreeSet<String>) {
     match value {
+        // A map whose keys are data (endpoints), not configuration keys.
+        toml::Value::Table(_) if prefix == "security.endpoint_keys" => {}
         toml::Value::Table(t) => {
             for (k, v) in t {
                 let path = if prefix.is_empty() {
@@ -248,11 +278,19 @@ fn readme_configuration_example_is_complete() {
     let c = NodeConfig::from_toml(readme_example()).expect("README's example loads");
     assert_eq!(keys_of(&c), keys_of(&every_key()), "keys the example sets");
     assert_eq!(c.rid, "node-a");
-    assert_eq!(c.security_identity(), "spiffe://example/node-a");
-    assert_eq!(c.memberships.len(), 2);
     assert_eq!(
-        c.peers[0].security_identity.as_deref(),
-        Some("spiffe://example/node-b")
+        c.security_identity(),
+        "qDxqdleXFUi{{dV{a]?R3=>J43</t]JR0$iWcFhr"
+    );
+    assert_eq!(c.memberships.len(), 2);
+    let node_b = ">ayA%{O)eKCErry6-)b@uXg9>&p*#<t9=iNgSwtU";
+    assert_eq!(c.peers[0].security_identity.as_deref(), Some(node_b));
+    assert_eq!(c.security.mode, SecurityMode::Curve);
+    assert_eq!(
+        c.security
+            .endpoint_key(&c.peers[0].completion)
+            .map(|k| k.to_z85()),
+        Some(node_b.to_owned())
     );
     assert_eq!(c.peers[0].generation, Some(0));
     assert!(c.peers[0].batch_calls && c.servers[0].batch_calls);
@@ -266,7 +304,7 @@ fn readme_configuration_defaults_hold() {
     let c = NodeConfig::from_toml(
         "rid = \"n\"\n[[peers]]\nrid = \"p\"\napplication = \"tcp://127.0.0.1:1\"\n\
          completion = \"tcp://127.0.0.1:2\"\n[[servers]]\nchannel = \"c\"\n\
-         endpoint = \"tcp://127.0.0.1:3\"\n",
+         endpoint = \"tcp://127.0.0.1:3\"\n[security]\nmode = \"none\"\n",
     )
     .expect("minimal");
     assert_eq!(c.security_identity(), "n");
@@ -281,6 +319,11 @@ fn readme_configuration_defaults_hold() {
     assert!(c.peers[0].batch_calls);
     assert_eq!(c.servers[0].rid, None);
     assert!(c.servers[0].batch_calls);
+    assert_eq!(c.security, SecurityConfig::default());
+    // [security] is required in a file, and names its mode.
+    for text in ["rid = \"n\"\n", "rid = \"n\"\n[security]\n"] {
+        assert!(NodeConfig::from_toml(text).is_err(), "{text:?}");
+    }
     // Unknown keys are an error; TOML integers stop at 2^63 - 1.
     assert!(NodeConfig::from_toml("rid = \"n\"\nprobe_interval = 5\n").is_err());
     let big = "rid = \"n\"\n[[peers]]\nrid = \"p\"\napplication = \"tcp://127.0.0.1:1\"\n\

@@ -152,8 +152,10 @@ pub enum InputRefusal {
     /// The endpoint already had as many unadmitted connections as `max_unadmitted`: refused
     /// in the transport handshake (ZAP status 500).
     UnadmittedCap,
-    /// Security verification failed: a CURVE client the allow-list does not name, or a
-    /// client without CURVE on a CURVE endpoint (ZAP status 400).
+    /// Security verification failed (CURVE): a client whose key the allow-list does not name
+    /// (ZAP status 400), a client without CURVE or one that does not hold the key it presents
+    /// (its handshake fails), or a HELLO that claims another security identity than the
+    /// connection's verified key (REJECT `SecurityFailure`).
     SecurityFailure,
 }
 
@@ -173,6 +175,43 @@ impl InputRefusal {
 impl fmt::Display for InputRefusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// libzmq's code for a handshake that failed in the security mechanism's cryptography (the
+/// value of a `HANDSHAKE_FAILED_PROTOCOL` event): under CURVE, a client that encrypted its
+/// HELLO for another server key, or a box that does not open.
+pub const ZMTP_CRYPTOGRAPHIC: u32 = 0x1100_0001;
+/// libzmq's code for a handshake whose two greetings name different mechanisms (one side
+/// CURVE, the other NULL).
+pub const ZMTP_MECHANISM_MISMATCH: u32 = 0x1100_0002;
+/// libzmq's code for a failed CURVE key exchange.
+pub const ZMTP_KEY_EXCHANGE: u32 = 0x1000_0003;
+
+/// What the value of a failed transport handshake event says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandshakeFailure {
+    /// The two sides use different security mechanisms (CURVE against none).
+    MechanismMismatch,
+    /// The CURVE handshake's cryptography failed: the keys do not match.
+    Cryptographic,
+    /// A ZMTP protocol error that says nothing about keys (garbage, an unknown command).
+    Protocol,
+    /// The connection failed during the handshake without a protocol error (a libzmq
+    /// `HANDSHAKE_FAILED_NO_DETAIL` event, whose value is an errno): the other side closed it.
+    Closed,
+}
+
+impl HandshakeFailure {
+    /// Classifies the value of a libzmq `HANDSHAKE_FAILED_*` event (protocol error codes are
+    /// `0x1000_0000` and above; anything below is an errno).
+    pub fn of(code: u32) -> HandshakeFailure {
+        match code {
+            ZMTP_MECHANISM_MISMATCH => HandshakeFailure::MechanismMismatch,
+            ZMTP_CRYPTOGRAPHIC | ZMTP_KEY_EXCHANGE => HandshakeFailure::Cryptographic,
+            c if c >= 0x1000_0000 => HandshakeFailure::Protocol,
+            _ => HandshakeFailure::Closed,
+        }
     }
 }
 

@@ -61,6 +61,13 @@ pub(crate) enum Command {
         Vec<crate::proto::discovery::Intent>,
         Vec<super::discovery::DiscoveryEvent>,
     ),
+    /// A new allow-list, or why it could not be read (issue 11): `trigger` says what made the
+    /// node read it; `reply` hears the number of keys in force.
+    AllowList {
+        loaded: Result<std::collections::BTreeSet<crate::proto::security::PublicKey>, String>,
+        trigger: &'static str,
+        reply: Option<oneshot::Sender<Result<usize, String>>>,
+    },
 }
 
 /// Where a call's answer goes, on the caller's side.

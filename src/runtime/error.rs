@@ -35,6 +35,9 @@ pub enum NodeError {
     /// The I/O thread could not be started or has stopped.
     #[error("the node's I/O thread is not running")]
     Stopped,
+    /// A key file or the allow-list cannot be used (`[security]`, issue 11).
+    #[error("security: {0}")]
+    Security(#[from] crate::runtime::security::KeyFileError),
 }
 
 /// Why a one-way send was not taken. In every case the record was not queued anywhere: it

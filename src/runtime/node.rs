@@ -8,7 +8,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use super::calls::{
@@ -21,14 +21,17 @@ use super::error::{BatchSendError, NodeError, PublishError, SendError};
 use super::event::EventStream;
 use super::idempotency::{Guard, IdempotencyStore, Owner, DEFAULT_RETENTION};
 use super::io::IoThread;
+use super::io::SecurityInit;
 use super::operations::{Operations, OpsShared};
+use super::security::{curve_available, load_allow_list, KeyPair, ALLOW_DIR_POLL};
 use super::service::{
     MethodHandler, NodeContract, Semantics, ServedService, Service, StreamHandler, DESCRIBE_METHOD,
 };
 use super::snapshot::Snapshot;
-use crate::config::NodeConfig;
+use crate::config::{ConfigError, NodeConfig, SecurityConfig, SecurityMode};
 use crate::proto::calls::{CallShape, ServeId};
 use crate::proto::contract::ServiceContract;
+use crate::proto::security::PublicKey;
 use crate::proto::wire::BEACON_TOPIC;
 
 /// A running zmesh node. Cheap to clone; all clones drive the same I/O thread.
@@ -53,6 +56,10 @@ struct Inner {
     ops: Arc<OpsShared>,
     /// Automatic mode: the discovery agent (MISSION D1, D3), once started.
     discovery: Mutex<Option<Agent>>,
+    /// `[security]`, for reading the allow-list again.
+    security: SecurityConfig,
+    /// Stops the thread that watches `allow_dir` when dropped (with this, or at shutdown).
+    allow_watch: Mutex<Option<crossbeam_channel::Sender<()>>>,
 }
 
 /// What automatic mode needs to start once the I/O thread runs.
@@ -246,8 +253,12 @@ impl Node {
         idempotency: Option<(Arc<dyn IdempotencyStore>, Duration)>,
     ) -> Result<(Node, IoThread, Option<DiscoveryPlan>), NodeError> {
         config.validate()?;
+        let security = security_init(&config)?;
+        let watch_allow_dir = security.curve.is_some() && config.security.allow_dir.is_some();
+        let initial_allow = security.allow.clone();
         // Automatic mode binds what it publishes: absent sections on ephemeral ports.
         let config = config.with_discovery_binds();
+        let security_config = config.security.clone();
         let discovery = config.discovery.clone();
         let memberships = config.memberships.clone();
         let generation = fresh_generation();
@@ -265,6 +276,7 @@ impl Node {
             ev_tx,
             outstanding.clone(),
             ops.clone(),
+            security,
         )?;
         let node = Node {
             inner: Arc::new(Inner {
@@ -285,8 +297,21 @@ impl Node {
                     Arc::new(Guard::new(store, retention, owner))
                 }),
                 discovery: Mutex::new(None),
+                security: security_config,
+                allow_watch: Mutex::new(None),
             }),
         };
+        if watch_allow_dir {
+            let stop = spawn_allow_watch(
+                Arc::downgrade(&node.inner),
+                node.inner.security.clone(),
+                initial_allow,
+            )
+            .map_err(|_| NodeError::Stopped)?;
+            if let Ok(mut w) = node.inner.allow_watch.lock() {
+                *w = Some(stop);
+            }
+        }
         let plan = match discovery {
             Some(d) => {
                 let store = crate::runtime::store::open(&d.store).map_err(|e| {
@@ -758,6 +783,14 @@ impl Node {
         if let Some(agent) = agent {
             agent.stop().await;
         }
+        // The allow_dir watcher stops (it would only find the I/O thread gone).
+        drop(
+            self.inner
+                .allow_watch
+                .lock()
+                .ok()
+                .and_then(|mut w| w.take()),
+        );
         let _ = self.ask(Command::Shutdown).await;
         let handle = self.inner.thread.lock().ok().and_then(|mut t| t.take());
         if let Some(h) = handle {
@@ -769,6 +802,42 @@ impl Node {
         Ok(())
     }
 
+    /// Reads the allow-list again (`[security] allow` and the files of `allow_dir`) and puts
+    /// it in force (issue 11): new connections to the bound endpoints are checked against it
+    /// at once, and admitted inbound connections whose key is no longer on it are closed
+    /// (`security_failure`). `zmesh node` calls this on SIGHUP; a change of `allow_dir`'s
+    /// files is picked up without it within [`ALLOW_DIR_POLL`](crate::runtime::security::ALLOW_DIR_POLL).
+    /// Reports [`SecurityEvent::AllowListLoaded`](crate::runtime::security::SecurityEvent)
+    /// and returns the number of keys in force (0 in `none` mode, which has no allow-list).
+    /// A directory or file that cannot be read leaves the previous list in force and is the
+    /// error.
+    pub async fn reload_allow_list(&self) -> Result<usize, NodeError> {
+        if self.inner.security.mode == SecurityMode::None {
+            return Ok(0);
+        }
+        let cfg = self.inner.security.clone();
+        let loaded = tokio::task::spawn_blocking(move || load_allow_list(&cfg))
+            .await
+            .map_err(|_| NodeError::Stopped)?;
+        let (loaded, error) = match loaded {
+            Ok(keys) => (Ok(keys), None),
+            Err(e) => (Err(e.to_string()), Some(e)),
+        };
+        let applied = self
+            .ask(|reply| Command::AllowList {
+                loaded,
+                trigger: "reload",
+                reply: Some(reply),
+            })
+            .await
+            .ok_or(NodeError::Stopped)?;
+        match (applied, error) {
+            (Ok(n), _) => Ok(n),
+            (Err(_), Some(e)) => Err(NodeError::Security(e)),
+            (Err(_), None) => Err(NodeError::Stopped),
+        }
+    }
+
     /// True while the node's I/O thread is running.
     pub fn is_running(&self) -> bool {
         self.inner
@@ -778,6 +847,90 @@ impl Node {
             .and_then(|t| t.as_ref().map(|h| !h.is_finished()))
             .unwrap_or(false)
     }
+}
+
+/// What the I/O thread starts with of `[security]`: the key pair (CURVE) and the
+/// allow-list, both read now; `none` mode is said loudly, since nothing is authenticated.
+fn security_init(config: &NodeConfig) -> Result<SecurityInit, NodeError> {
+    let s = &config.security;
+    let Some(path) = s
+        .secret_key_file
+        .as_ref()
+        .filter(|_| s.mode == SecurityMode::Curve)
+    else {
+        tracing::warn!(
+            rid = %config.rid,
+            "security mode \"none\": peers are not authenticated and traffic is not \
+             encrypted; anyone who reaches this node's endpoints can claim any identity"
+        );
+        return Ok(SecurityInit {
+            curve: None,
+            allow: BTreeSet::new(),
+        });
+    };
+    if !curve_available() {
+        return Err(NodeError::Invalid(
+            "security mode \"curve\": the linked libzmq has no CURVE".into(),
+        ));
+    }
+    let pair = KeyPair::read(path)?;
+    if let Some(claimed) = &config.security_identity {
+        if *claimed != pair.public.to_z85() {
+            return Err(NodeError::Config(ConfigError::Invalid(format!(
+                "security_identity {claimed:?}: under CURVE this node's security identity is \
+                 its public key {}; leave security_identity out",
+                pair.public
+            ))));
+        }
+    }
+    let allow = load_allow_list(s)?;
+    tracing::info!(
+        rid = %config.rid,
+        public_key = %pair.public,
+        allowed = allow.len(),
+        "security mode \"curve\""
+    );
+    Ok(SecurityInit {
+        curve: Some(pair),
+        allow,
+    })
+}
+
+/// Starts the thread that looks at `allow_dir` every [`ALLOW_DIR_POLL`] and hands the I/O
+/// thread the allow-list whenever what the files say changed (or stopped being readable).
+/// It stops when the returned sender is dropped, or when the node is gone.
+fn spawn_allow_watch(
+    node: Weak<Inner>,
+    cfg: SecurityConfig,
+    initial: BTreeSet<PublicKey>,
+) -> std::io::Result<crossbeam_channel::Sender<()>> {
+    let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
+    let mut last: Result<BTreeSet<PublicKey>, String> = Ok(initial);
+    std::thread::Builder::new()
+        .name("zmesh-allow-dir".into())
+        .spawn(move || {
+            // A poll interval, not a synchronisation: the directory has no change signal here.
+            while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+                stopped.recv_timeout(ALLOW_DIR_POLL)
+            {
+                let now = load_allow_list(&cfg).map_err(|e| e.to_string());
+                if now == last {
+                    continue;
+                }
+                last = now.clone();
+                let sent = node.upgrade().is_some_and(|inner| {
+                    Node { inner }.command(Command::AllowList {
+                        loaded: now,
+                        trigger: "change",
+                        reply: None,
+                    })
+                });
+                if !sent {
+                    break;
+                }
+            }
+        })?;
+    Ok(stop)
 }
 
 /// Where a stream handler sends its items (see [`Node::serve_stream`]).

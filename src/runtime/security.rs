@@ -10,11 +10,12 @@
 //!
 //! What the authorizer sees of the caller is [`Caller`]: its RID and its security identity.
 //! The identity is **verified** only when the connection authenticated the caller (CURVE: the
-//! client's public key, checked by the transport). In `security = "none"` mode it is the
+//! client's public key, checked by the transport). In `[security] mode = "none"` it is the
 //! identity the caller *claimed* in its HELLO, and [`Caller::verified`] is false: anyone who
 //! reaches the endpoint can claim anything, so an authorizer that needs to know who calls
 //! answers such a caller [`Denied::Unauthorized`].
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -30,7 +31,7 @@ pub struct Caller {
     /// by the transport); otherwise the identity its HELLO claimed.
     pub security_identity: String,
     /// True when the transport authenticated `security_identity` (CURVE); false when it is
-    /// only a claim (`security = "none"`).
+    /// only a claim (`[security] mode = "none"`).
     pub verified: bool,
 }
 
@@ -170,13 +171,32 @@ impl KeyPair {
         })
     }
 
-    /// Reads a key file written by [`KeyPair::write_new`].
+    /// Reads a key file: the TOML that [`KeyPair::write_new`] writes (Z85 keys), or the raw
+    /// form, exactly 64 bytes: the public key's 32 bytes, then the secret key's.
+    ///
+    /// Nothing here can check that the two halves belong together (that takes the curve
+    /// arithmetic libzmq does not expose): a mismatched pair fails every CURVE handshake,
+    /// because peers expect the public key and this node proves the secret one.
     pub fn read(path: impl AsRef<Path>) -> Result<KeyPair, KeyFileError> {
         let path = path.as_ref();
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| KeyFileError::Io {
+        let bytes = std::fs::read(path).map_err(|source| KeyFileError::Io {
             path: shown.clone(),
             source,
+        })?;
+        if bytes.len() == 2 * KEY_LEN {
+            // No TOML key file is this short (two 40-character values and their names).
+            let (public, secret) = bytes.split_at(KEY_LEN);
+            if let (Some(public), Ok(secret)) = (
+                PublicKey::from_slice(public),
+                <[u8; KEY_LEN]>::try_from(secret),
+            ) {
+                return Ok(KeyPair { public, secret });
+            }
+        }
+        let text = String::from_utf8(bytes).map_err(|_| KeyFileError::Invalid {
+            path: shown.clone(),
+            why: "neither TOML text nor the raw 64 bytes of a key pair".into(),
         })?;
         KeyPair::from_file_text(&text, &shown)
     }
@@ -204,6 +224,107 @@ impl KeyPair {
 /// Whether the linked libzmq has CURVE (zmesh builds it with libsodium: vendor/zmq-sys).
 pub fn curve_available() -> bool {
     zmq::has("curve") == Some(true)
+}
+
+/// How often a node looks at its `allow_dir` for changes.
+pub const ALLOW_DIR_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Public keys in a key file's text: a `zmesh keygen` key file (its `public_key`), or Z85
+/// keys one a line, with blank lines and lines starting with `#` (what `zmesh keygen` prints, collected
+/// in a file). `path` names the file in errors.
+pub fn parse_public_keys(text: &str, path: &str) -> Result<Vec<PublicKey>, KeyFileError> {
+    #[derive(serde::Deserialize)]
+    struct WithPublicKey {
+        public_key: PublicKey,
+    }
+    if let Ok(file) = toml::from_str::<WithPublicKey>(text) {
+        return Ok(vec![file.public_key]);
+    }
+    let mut keys = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        // `#` is a Z85 digit, but never the first of a key (a first digit is at most 82,
+        // `%`): a line starting with it is a comment.
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let key = line.parse().map_err(|_| KeyFileError::Invalid {
+            path: path.to_owned(),
+            why: format!("line {} is not a Z85 public key", n + 1),
+        })?;
+        keys.push(key);
+    }
+    Ok(keys)
+}
+
+/// The allow-list a configuration names: its inline `allow` keys and the keys of every file
+/// in its `allow_dir` (files whose name starts with `.` are skipped; so are directories).
+/// An unreadable directory or an invalid file is an error: the caller keeps the list it had.
+pub fn load_allow_list(
+    cfg: &crate::config::SecurityConfig,
+) -> Result<BTreeSet<PublicKey>, KeyFileError> {
+    let mut keys: BTreeSet<PublicKey> = cfg.allow.iter().copied().collect();
+    let Some(dir) = &cfg.allow_dir else {
+        return Ok(keys);
+    };
+    let io = |path: &Path| {
+        let path = path.display().to_string();
+        move |source| KeyFileError::Io { path, source }
+    };
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io(dir))? {
+        let entry = entry.map_err(io(dir))?;
+        let path = entry.path();
+        let hidden = entry.file_name().to_string_lossy().starts_with('.');
+        if !hidden && entry.file_type().map_err(io(&path))?.is_file() {
+            files.push(path);
+        }
+    }
+    files.sort();
+    for path in files {
+        let text = std::fs::read_to_string(&path).map_err(io(&path))?;
+        keys.extend(parse_public_keys(&text, &path.display().to_string())?);
+    }
+    Ok(keys)
+}
+
+/// A change of this node's security state, reported as [`crate::runtime::NodeEvent::Security`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum SecurityEvent {
+    /// The allow-list now in force: `keys` public keys. Admitted connections whose key is no
+    /// longer on it were closed (`security_failure`).
+    AllowListLoaded {
+        /// Keys on the list.
+        keys: usize,
+        /// What made the node read it: `reload` (SIGHUP, [`crate::runtime::Node::reload_allow_list`])
+        /// or `change` (the directory's files changed).
+        trigger: &'static str,
+    },
+    /// The allow-list could not be read again: the previous one stays in force.
+    AllowListError {
+        /// What went wrong.
+        detail: String,
+        /// `reload` or `change`, as above.
+        trigger: &'static str,
+    },
+}
+
+impl std::fmt::Display for SecurityEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SecurityEvent::AllowListLoaded { keys, trigger } => {
+                write!(f, "allow-list loaded ({trigger}): {keys} keys")
+            }
+            SecurityEvent::AllowListError { detail, trigger } => {
+                write!(
+                    f,
+                    "allow-list not reloaded ({trigger}), the previous one stays: {detail}"
+                )
+            }
+        }
+    }
 }
 
 #[cfg(test)]

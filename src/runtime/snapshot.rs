@@ -43,6 +43,24 @@ pub struct Snapshot {
     /// Automatic mode: the store, the lease and the descriptors seen (absent in manual mode).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub discovery: Option<crate::runtime::discovery::DiscoverySnapshot>,
+    /// Transport security: the mode, this node's public key, the allow-list (issue 11).
+    pub security: SecuritySnapshot,
+}
+
+/// A node's transport security (issue 11).
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct SecuritySnapshot {
+    /// `curve` or `none` (`none`: nothing is authenticated or encrypted).
+    pub mode: &'static str,
+    /// CURVE: this node's public key (Z85), its security identity.
+    pub public_key: Option<String>,
+    /// CURVE: keys on the allow-list of the bound endpoints.
+    pub allowed_keys: usize,
+    /// Times the allow-list was read again since start (SIGHUP, a change of `allow_dir`).
+    pub allow_list_reloads: u64,
+    /// Why the last attempt to read it again failed, if it did (the previous list stays).
+    pub allow_list_error: Option<String>,
 }
 
 /// One link: a RouteMesh lane, a ClientServer connection or a fanout publisher.
@@ -79,6 +97,11 @@ pub struct LinkSnapshot {
     pub ready_count: u64,
     /// Times this link failed.
     pub failure_count: u64,
+    /// The security identity of the peer on the current connection, once admitted: under
+    /// CURVE its public key (Z85), else what its handshake claimed.
+    pub peer_security_identity: Option<String>,
+    /// True when the transport proved `peer_security_identity` (CURVE).
+    pub verified: bool,
 }
 
 /// One refusal of a connection that was never admitted (issue 11). It names the local
@@ -161,6 +184,24 @@ impl Snapshot {
                 ));
             }
         }
+        let sec = &self.security;
+        out.push_str(&match &sec.public_key {
+            Some(key) => format!(
+                "security {} key {} allow-list {} keys (reloaded {} times){}\n",
+                sec.mode,
+                key,
+                sec.allowed_keys,
+                sec.allow_list_reloads,
+                sec.allow_list_error
+                    .as_ref()
+                    .map(|e| format!(", last reload failed: {e}"))
+                    .unwrap_or_default()
+            ),
+            None => format!(
+                "security {}: nothing authenticated or encrypted\n",
+                sec.mode
+            ),
+        });
         if let Some(d) = &self.discovery {
             out.push_str(&format!(
                 "discovery {} store {} lease {} (age {}, ttl {} ms, renewed every {} ms) descriptors {}\n",

@@ -33,7 +33,12 @@
 //! - Bound ROUTERs ([`Sockets::bound`]) live in the context of the node's ZAP handler
 //!   ([`Sockets::zap_handler`]) and carry a ZAP domain, so every connection they accept is
 //!   put to the I/O thread before it may carry a record (the unadmitted-connection cap, the
-//!   CURVE allow-list).
+//!   CURVE allow-list); under CURVE the publisher too ([`Sockets::plain_gated`]).
+//! - CURVE (`[security] mode = "curve"`, issue 11): bound sockets are CURVE servers
+//!   ([`set_curve_server`]), dialled and SUB sockets CURVE clients that name the key they
+//!   expect of the server ([`set_curve_client`]); both set before bind / connect. The key a
+//!   client proved reaches the I/O thread as the `User-Id` property of its frames
+//!   ([`Frame::user_id`]).
 
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -111,6 +116,20 @@ impl Frame {
     }
 }
 
+impl Frame {
+    /// The `User-Id` libzmq attached to this frame: what the ZAP handler answered for the
+    /// connection it arrived on (zmesh: the Z85 public key of a CURVE client). Every frame
+    /// read from the connection carries it; not the routing id a ROUTER prepends when it was
+    /// prefetched by a `ZMQ_EVENTS` check (libzmq 4.3 attaches no properties to that one),
+    /// and a [`Frame::Shared`] frame can no longer be asked.
+    pub fn user_id(&mut self) -> Option<String> {
+        match self {
+            Frame::Message(m) => m.gets("User-Id").map(str::to_owned),
+            Frame::Shared(_) => None,
+        }
+    }
+}
+
 impl AsRef<[u8]> for Frame {
     fn as_ref(&self) -> &[u8] {
         match self {
@@ -139,7 +158,26 @@ pub trait FrameSocket {
     /// Receives one whole record without blocking; `Ok(None)` when nothing is queued. The
     /// last frame of a record of two frames or more is [`Frame::Shared`] if it is at least
     /// [`SHARE_MIN`] bytes long.
-    fn try_recv_frames(&self) -> Result<Option<Vec<Frame>>, zmq::Error>;
+    fn try_recv_frames(&self) -> Result<Option<Vec<Frame>>, zmq::Error> {
+        self.try_recv_record(true)
+    }
+    /// As [`FrameSocket::try_recv_frames`]; with `share` false every frame stays a
+    /// [`Frame::Message`], whose message properties ([`Frame::user_id`]) can still be read
+    /// ([`share_last`] shares it later).
+    fn try_recv_record(&self, share: bool) -> Result<Option<Vec<Frame>>, zmq::Error>;
+}
+
+/// Makes the last frame of `frames` (a whole record as received, routing id included)
+/// [`Frame::Shared`] when the record has two frames or more and that frame is at least
+/// [`SHARE_MIN`] bytes long: what [`FrameSocket::try_recv_frames`] does on receipt.
+pub fn share_last(frames: &mut [Frame]) {
+    if frames.len() >= 2 {
+        if let Some(last) = frames.last_mut() {
+            if last.as_ref().len() >= SHARE_MIN {
+                last.share();
+            }
+        }
+    }
 }
 
 impl FrameSocket for zmq::Socket {
@@ -160,7 +198,7 @@ impl FrameSocket for zmq::Socket {
         Ok(())
     }
 
-    fn try_recv_frames(&self) -> Result<Option<Vec<Frame>>, zmq::Error> {
+    fn try_recv_record(&self, share: bool) -> Result<Option<Vec<Frame>>, zmq::Error> {
         // Messages rather than `recv_multipart`: no heap copy of every frame, and the "more"
         // flag is read from the message instead of a getsockopt per frame.
         let mut msg = zmq::Message::new();
@@ -179,12 +217,8 @@ impl FrameSocket for zmq::Socket {
             more = msg.get_more();
             frames.push(Frame::Message(msg));
         }
-        if frames.len() >= 2 {
-            if let Some(last) = frames.last_mut() {
-                if last.as_ref().len() >= SHARE_MIN {
-                    last.share();
-                }
-            }
+        if share {
+            share_last(&mut frames);
         }
         Ok(Some(frames))
     }
@@ -413,6 +447,24 @@ impl Sockets {
         Ok(m)
     }
 
+    /// A socket with no monitor (the publisher) in the ZAP handler's context, with ZAP
+    /// domain `domain`: every connection it accepts is put to the ZAP handler (the CURVE
+    /// allow-list). Without a ZAP handler, as [`Sockets::plain`].
+    pub fn plain_gated(
+        &mut self,
+        kind: zmq::SocketType,
+        domain: &str,
+    ) -> Result<zmq::Socket, zmq::Error> {
+        let Some(zap) = &self.zap else {
+            return self.plain(kind).map(|(s, _)| s);
+        };
+        let s = zap.ctx.socket(kind)?;
+        apply_common(&s, kind, self.max_frame_size)?;
+        s.set_zap_domain(domain)?;
+        zap.used.fetch_add(1, Ordering::Relaxed);
+        Ok(s)
+    }
+
     /// libzmq contexts this factory holds (each runs two libzmq threads).
     pub fn contexts(&self) -> usize {
         self.contexts.len()
@@ -566,6 +618,31 @@ fn monitored_events() -> u16 {
         | zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL.to_raw()
         | zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL.to_raw()
         | zmq::SocketEvent::HANDSHAKE_FAILED_AUTH.to_raw()
+}
+
+/// Makes `s` a CURVE server with `pair`'s keys (set before it binds): every connection must
+/// complete a CurveZMQ handshake, in which the client proves it holds the secret key of the
+/// public key it presents (the ZAP handler then decides whether that key is allowed).
+pub fn set_curve_server(
+    s: &zmq::Socket,
+    pair: &crate::runtime::security::KeyPair,
+) -> Result<(), zmq::Error> {
+    s.set_curve_server(true)?;
+    s.set_curve_publickey(pair.public.as_bytes())?;
+    s.set_curve_secretkey(pair.secret_bytes())
+}
+
+/// Makes `s` a CURVE client with `pair`'s keys that accepts only a server holding the secret
+/// key of `server` (set before it connects): a server with another key cannot complete the
+/// handshake, so nothing it sends is ever read.
+pub fn set_curve_client(
+    s: &zmq::Socket,
+    pair: &crate::runtime::security::KeyPair,
+    server: &crate::proto::security::PublicKey,
+) -> Result<(), zmq::Error> {
+    s.set_curve_serverkey(server.as_bytes())?;
+    s.set_curve_publickey(pair.public.as_bytes())?;
+    s.set_curve_secretkey(pair.secret_bytes())
 }
 
 fn apply_common(

@@ -9,6 +9,7 @@
 //! | P5 | idle CPU and memory per connection of one node with many publishers and mesh peers | - | a `zmesh node` child process |
 //! | P6 | failure detection: orderly close, killed process, half-open | - | event on the dialling node |
 //! | K5 | bytes on the wire, calls/s and latency of 300 concurrent small calls, `batch_calls` off and on | - | a RouteMesh pair through counting TCP proxies |
+//! | C1 | P1 (1 KiB, `send_batch`) and P2 with CURVE on both sides (issue 11) | DEALER -> ROUTER with CURVE | a pair in `[security] mode = "curve"` |
 //!
 //! Every measurement is repeated `--runs` times (raw and zmesh interleaved); the table shows
 //! the median and the min..max spread. Method and results: BENCHMARKS.md.
@@ -27,9 +28,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::{json, Value};
-use zmesh::config::{NodeConfig, PeerConfig, RouteMeshBind};
+use zmesh::config::{NodeConfig, PeerConfig, RouteMeshBind, SecurityConfig};
 use zmesh::proto::handshake::{Membership, Role};
 use zmesh::proto::state::ConnState;
+use zmesh::runtime::security::KeyPair;
 use zmesh::runtime::{EventStream, Node, NodeEvent};
 
 /// Options of `zmesh bench`.
@@ -67,7 +69,7 @@ pub(crate) struct BenchArgs {
     /// Length of the idle CPU window in seconds (P5) [default: 10; quick: 2].
     #[arg(long)]
     idle_secs: Option<u64>,
-    /// Only these measurements, comma-separated: p1,p2,p3,p5,p6,k5 [default: all].
+    /// Only these measurements, comma-separated: p1,p2,p3,p5,p6,k5,c1 [default: all].
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -245,8 +247,8 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
     let plan = Plan::from_args(&args);
     let want = |id: &str| args.only.is_empty() || args.only.iter().any(|o| o == id);
     for o in &args.only {
-        if !["p1", "p2", "p3", "p5", "p6", "k5"].contains(&o.as_str()) {
-            bail!("--only: unknown measurement {o:?} (use p1,p2,p3,p5,p6,k5)");
+        if !["p1", "p2", "p3", "p5", "p6", "k5", "c1"].contains(&o.as_str()) {
+            bail!("--only: unknown measurement {o:?} (use p1,p2,p3,p5,p6,k5,c1)");
         }
     }
     let machine = machine_info();
@@ -338,6 +340,43 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
                 "raw_p999_us": r.raw_p999.to_json(),
                 "zmesh_p999_us": r.zmesh_p999.to_json(),
             }),
+        });
+    }
+    if want("c1") {
+        let o = throughput::oneway_curve(&plan, 1024).await?;
+        metrics.push(Metric {
+            key: "c1_oneway_1k_curve",
+            label: "C1 one-way 1 KiB, CURVE, send_batch",
+            unit: "msg/s",
+            raw: Some(o.raw),
+            zmesh: o.batch,
+            target: Target::RatioAtLeast(0.9),
+            extra: json!({
+                "messages": plan.messages,
+                "senders": plan.senders,
+                "batch": plan.batch,
+                "raw_cpu_us_per_msg": o.raw_cpu_us.to_json(),
+                "zmesh_cpu_us_per_msg": o.batch_cpu_us.to_json(),
+            }),
+        });
+        let r = calls::round_trip_curve(&plan).await?;
+        metrics.push(Metric {
+            key: "c1_call_p50_curve",
+            label: "C1 call round trip p50, CURVE",
+            unit: "us",
+            raw: Some(r.raw_p50),
+            zmesh: r.zmesh_p50,
+            target: Target::RatioAtMost(1.2),
+            extra: json!({ "calls": plan.calls }),
+        });
+        metrics.push(Metric {
+            key: "c1_call_p99_curve",
+            label: "C1 call round trip p99, CURVE",
+            unit: "us",
+            raw: Some(r.raw_p99),
+            zmesh: r.zmesh_p99,
+            target: Target::RatioAtMost(2.0),
+            extra: json!({ "calls": plan.calls }),
         });
     }
     if want("p3") {
@@ -787,15 +826,70 @@ impl Pair {
 
     /// The usual pair: `a` dials `b`.
     pub(crate) async fn mesh() -> Result<Pair> {
-        let b = server_config("b")?;
+        Pair::mesh_with(None).await
+    }
+
+    /// The usual pair, in `mode = "curve"` with `curve`'s keys when given.
+    pub(crate) async fn mesh_with(curve: Option<&Curve>) -> Result<Pair> {
+        let mut b = server_config("b")?;
         let bind = b.route_mesh.clone().context("b binds")?;
-        Pair::start(b, client_config("a", "b", &bind)).await
+        let mut a = client_config("a", "b", &bind);
+        if let Some(c) = curve {
+            b.security = SecurityConfig {
+                allow: vec![c.a.public],
+                ..SecurityConfig::curve(&c.b_file)
+            };
+            a.security = SecurityConfig::curve(&c.a_file);
+            for ep in [&bind.application, &bind.completion] {
+                a.security.endpoint_keys.insert(ep.clone(), c.b.public);
+            }
+        }
+        Pair::start(b, a).await
     }
 
     pub(crate) async fn shutdown(self) -> Result<()> {
         self.a.shutdown().await?;
         self.b.shutdown().await?;
         Ok(())
+    }
+}
+
+/// CURVE keys of a measured pair (issue 11, item 6): `b` is the server (the bound side), `a`
+/// the client; written to key files for the zmesh nodes, set on raw sockets directly.
+#[derive(Clone)]
+pub(crate) struct Curve {
+    pub a: KeyPair,
+    pub b: KeyPair,
+    pub a_file: PathBuf,
+    pub b_file: PathBuf,
+}
+
+impl Curve {
+    /// Fresh keys, in a directory of this process.
+    pub(crate) fn new() -> Result<Curve> {
+        let dir = std::env::temp_dir().join(format!("zmesh-bench-curve-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        let (a, b) = (KeyPair::generate()?, KeyPair::generate()?);
+        let (a_file, b_file) = (dir.join("a.key"), dir.join("b.key"));
+        a.write_new(&a_file)?;
+        b.write_new(&b_file)?;
+        Ok(Curve {
+            a,
+            b,
+            a_file,
+            b_file,
+        })
+    }
+
+    /// Makes a raw socket the CURVE server (before it binds).
+    pub(crate) fn server(&self, s: &zmq::Socket) -> zmq::Result<()> {
+        zmesh::runtime::socket::set_curve_server(s, &self.b)
+    }
+
+    /// Makes a raw socket the CURVE client of the server (before it connects).
+    pub(crate) fn client(&self, s: &zmq::Socket) -> zmq::Result<()> {
+        zmesh::runtime::socket::set_curve_client(s, &self.a, &self.b.public)
     }
 }
 

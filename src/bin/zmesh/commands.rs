@@ -38,7 +38,11 @@ impl Demo {
     fn started(&self, req: &Request) {
         if let Some(log) = &self.exec_log {
             if let Ok(mut f) = log.lock() {
-                let _ = writeln!(f, "{} {}", req.method, hex::encode(req.raw_args()));
+                // One write call per line: `writeln!` may split a line into several writes,
+                // and a process killed between them leaves half a line (seen in
+                // faults::k5_c1_c3_kill9_with_batches_in_flight).
+                let line = format!("{} {}\n", req.method, hex::encode(req.raw_args()));
+                let _ = f.write_all(line.as_bytes());
             }
         }
         let line = match self.format {

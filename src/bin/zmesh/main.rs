@@ -405,6 +405,18 @@ pub(crate) fn print_event(rid: &str, ev: &NodeEvent, format: EventFormat, t0: In
         (NodeEvent::Discovery(e), EventFormat::Human) => {
             format!("[{ms:>6} ms] {rid}: discovery: {e}")
         }
+        (NodeEvent::Security(e), EventFormat::Ndjson) => {
+            let mut v = json!({ "event": "security", "node": rid, "t_ms": ms });
+            if let (Some(obj), Ok(serde_json::Value::Object(fields))) =
+                (v.as_object_mut(), serde_json::to_value(e))
+            {
+                obj.extend(fields);
+            }
+            v.to_string()
+        }
+        (NodeEvent::Security(e), EventFormat::Human) => {
+            format!("[{ms:>6} ms] {rid}: security: {e}")
+        }
         (_, EventFormat::Ndjson) => {
             json!({ "event": "other", "node": rid, "t_ms": ms }).to_string()
         }
@@ -432,6 +444,10 @@ async fn run_node(
     serving: Serving,
 ) -> Result<()> {
     let t0 = Instant::now();
+    // Before the node and its control endpoint exist: once either answers, TERM and HUP are
+    // handled (SIGHUP reads the allow-list again, issue 11; its outcome is an event).
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let peers: Vec<String> = cfg.peers.iter().map(|p| p.rid.clone()).collect();
     let channels: Vec<String> = cfg.servers.iter().map(|s| s.channel.clone()).collect();
     let rid = cfg.rid.clone();
@@ -452,7 +468,6 @@ async fn run_node(
     }
     let mut sent = false;
     let deadline = limit.map(|l| tokio::time::Instant::now() + l);
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     loop {
         let stop = async {
             match deadline {
@@ -472,6 +487,11 @@ async fn run_node(
             }
             _ = tokio::signal::ctrl_c() => break,
             _ = term.recv() => break,
+            _ = hangup.recv() => {
+                if let Err(e) = node.reload_allow_list().await {
+                    eprintln!("{rid}: SIGHUP: allow-list not reloaded, the previous one stays: {e}");
+                }
+            }
             _ = stop => break,
         }
     }
@@ -645,6 +665,17 @@ fn render_table(v: &serde_json::Value) -> String {
             s(&l["connection_id"]),
             failure
         ));
+    }
+    let sec = &v["security"];
+    if sec["mode"] == "curve" {
+        out.push_str(&format!(
+            "security curve key {} allow-list {} keys (reloaded {} times)\n",
+            s(&sec["public_key"]),
+            s(&sec["allowed_keys"]),
+            s(&sec["allow_list_reloads"]),
+        ));
+    } else if sec.is_object() {
+        out.push_str("security none: nothing authenticated or encrypted\n");
     }
     let d = &v["discovery"];
     if d.is_object() {

@@ -108,6 +108,9 @@ pub enum Intent {
         endpoint: String,
         /// Its lifecycle generation.
         generation: u64,
+        /// Its descriptor's security identity: under CURVE the public key the publisher
+        /// must hold (a subscriber accepts no other publisher at that endpoint).
+        security_identity: String,
     },
     /// Stop subscribing to publisher `rid` at `endpoint`.
     PublisherGone {
@@ -253,6 +256,7 @@ impl Directory {
                         rid: d.rid.clone(),
                         endpoint: endpoint.clone(),
                         generation: d.generation,
+                        security_identity: d.security_identity.clone(),
                     },
                 );
             }

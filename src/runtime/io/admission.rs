@@ -16,7 +16,7 @@ use super::slots::Unit;
 use super::{Host, IoThread, LinkKey, LiveOwner, SlotKey};
 use crate::proto::handshake::{self, Expectation, Identity, Refusal};
 use crate::proto::sched::Source as SchedSource;
-use crate::proto::security::InputRefusal;
+use crate::proto::security::{InputRefusal, PublicKey};
 use crate::proto::state::{ConnState, FailureReason};
 use crate::proto::wire::WireError;
 use crate::runtime::event::Source;
@@ -45,8 +45,13 @@ impl IoThread {
         match &self.links[k].kind {
             LinkKind::MeshDial { peer, lane } => Some((*lane, self.expectation_for_peer(*peer))),
             LinkKind::ClientDial { server } => {
+                let s = self.cfg.servers.get(*server);
                 let manual = Expectation {
-                    rid: self.cfg.servers.get(*server).and_then(|s| s.rid.clone()),
+                    rid: s.and_then(|s| s.rid.clone()),
+                    // CURVE: the key expected at this endpoint is the server's identity.
+                    security_identity: s
+                        .and_then(|s| self.pinned_key(&s.endpoint))
+                        .map(|k| k.to_z85()),
                     ..Expectation::default()
                 };
                 // A descriptor of this server fences it (MISSION F3).
@@ -67,7 +72,12 @@ impl IoThread {
         let manual = Expectation {
             rid: Some(p.rid.clone()),
             generation: p.generation.filter(|g| *g != 0),
-            security_identity: p.security_identity.clone(),
+            // CURVE: the key expected at the peer's endpoints is its identity (the
+            // configuration checked that a security_identity, if any, is that key).
+            security_identity: p
+                .security_identity
+                .clone()
+                .or_else(|| self.pinned_key(&p.application).map(|k| k.to_z85())),
         };
         // A descriptor of this peer fences it; a manual entry cannot weaken that (F3).
         match self.peer_fence(&p.rid) {
@@ -76,23 +86,48 @@ impl IoThread {
         }
     }
 
+    /// CURVE: the key `[security.endpoint_keys]` pins for `endpoint`, if any.
+    pub(super) fn pinned_key(&self, endpoint: &str) -> Option<PublicKey> {
+        self.curve.as_ref()?;
+        self.cfg.security.endpoint_key(endpoint)
+    }
+
     pub(super) fn on_unknown_inbound(
         &mut self,
         slot: SlotKey,
         lane: Lane,
         route: Frame,
-        frames: &[Frame],
+        frames: &mut [Frame],
         now: Instant,
     ) {
         if self.refused.contains(slot, route.as_ref()) {
             // Refused already: the rest of what this connection sends is ignored.
             return;
         }
+        // CURVE: the key the connection proved, as the ZAP handler answered it (the User-Id
+        // of the record's frames, read unshared for this: `recv_one`).
+        let user_id = self
+            .curve
+            .as_ref()
+            .map(|_| frames.first_mut().and_then(Frame::user_id));
         let route = route.as_ref().to_vec();
         let reject = |io: &mut IoThread, reason: RejectReason, detail: &str| {
             io.refuse(slot, &route, reason, detail);
         };
-        let hello = match records::decode(frames) {
+        let verified: Option<PublicKey> = match user_id {
+            None => None,
+            Some(id) => match id.as_deref().map(str::parse) {
+                Some(Ok(key)) => Some(key),
+                _ => {
+                    // Never the case: the ZAP handler answers every CURVE client's key.
+                    let detail = format!("no verified CURVE key on this connection ({id:?})");
+                    self.record_refusal(slot, InputRefusal::SecurityFailure, detail.clone(), now);
+                    reject(self, RejectReason::SecurityFailure, &detail);
+                    return;
+                }
+            },
+        };
+        let hello = match records::decode(&*frames) {
             Ok(Rec::Hello(h)) => h,
             Ok(rec) => {
                 // A record from a physical connection that is not (or no longer) admitted:
@@ -128,6 +163,20 @@ impl IoThread {
             reject(self, RejectReason::Draining, "node is stopping");
             return;
         }
+        // CURVE: the identity a HELLO claims must be the key the connection proved (F1).
+        if let Some(key) = verified {
+            let claimed = &hello.identity.security_identity;
+            if *claimed != key.to_z85() {
+                let detail = format!(
+                    "HELLO of {:?} claims security identity {claimed:?}, but the connection \
+                     holds key {key}",
+                    hello.identity.rid
+                );
+                self.record_refusal(slot, InputRefusal::SecurityFailure, detail.clone(), now);
+                reject(self, RejectReason::SecurityFailure, &detail);
+                return;
+            }
+        }
         // What does this node expect of that RID? A configured peer's expectation, if any.
         let configured = self
             .cfg
@@ -150,8 +199,15 @@ impl IoThread {
         }
         if let Err(r) = admit_on(lane, &self.me, &expect, &hello.identity) {
             if r == Refusal::SecurityFailure {
-                let detail = format!("HELLO of {:?}: {r}", hello.identity.rid);
-                self.record_refusal(slot, InputRefusal::SecurityFailure, detail, now);
+                let detail = format!(
+                    "HELLO of {:?}: {r} (it presents {:?}, {:?} is expected of that RID)",
+                    hello.identity.rid,
+                    hello.identity.security_identity,
+                    expect.security_identity.as_deref().unwrap_or_default()
+                );
+                self.record_refusal(slot, InputRefusal::SecurityFailure, detail.clone(), now);
+                reject(self, records::reject_reason(r), &detail);
+                return;
             }
             reject(self, records::reject_reason(r), &r.to_string());
             return;
@@ -224,7 +280,7 @@ impl IoThread {
             source: None,
             live: None,
             last_peer_probe: None,
-            verified_key: None,
+            verified_key: verified,
         });
         if self.links[k].state.state() != ConnState::Connecting {
             note(self.links[k].state.handle_connecting(now));
@@ -317,6 +373,22 @@ impl IoThread {
                 now,
             );
             return;
+        }
+        // CURVE: the handshake proved the key this link dialled with; the WELCOME must claim
+        // it (F1), whatever else is expected.
+        let verified = self.links[k].conn.as_ref().and_then(|c| c.verified_key);
+        if let Some(key) = verified {
+            if w.identity.security_identity != key.to_z85() {
+                let detail = format!(
+                    "WELCOME of {:?} claims security identity {:?}, but the connection holds \
+                     key {key}",
+                    w.identity.rid, w.identity.security_identity
+                );
+                let _ =
+                    self.send_on_link(k, records::reject(RejectReason::SecurityFailure, &detail));
+                self.fail_link(k, FailureReason::SecurityFailure, &detail, now);
+                return;
+            }
         }
         match admit_on(lane, &self.me, &expect, &w.identity) {
             Ok(()) => {

@@ -93,6 +93,16 @@ impl IoThread {
                 Command::ServeItem(item) => self.on_serve_item(item, now),
                 Command::ServeDone(done) => self.on_serve_done(done, now),
                 Command::Discovery(intents, events) => self.on_discovery(intents, events, now),
+                Command::AllowList {
+                    loaded,
+                    trigger,
+                    reply,
+                } => {
+                    let r = self.on_allow_list(loaded, trigger, now);
+                    if let Some(reply) = reply {
+                        let _ = reply.send(r);
+                    }
+                }
             }
         }
         true

@@ -33,6 +33,7 @@ use super::IoThread;
 use crate::config::{PeerConfig, ServerConfig};
 use crate::proto::discovery::{Descriptor, Intent, MeshEndpoints};
 use crate::proto::handshake::Expectation;
+use crate::proto::security::PublicKey;
 use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
 use crate::runtime::discovery::DiscoveryEvent;
 use crate::runtime::event::{NodeEvent, Source};
@@ -155,7 +156,8 @@ impl IoThread {
                     rid,
                     endpoint,
                     generation,
-                } => self.discover_publisher(rid, endpoint, generation, now),
+                    security_identity,
+                } => self.discover_publisher(rid, endpoint, generation, &security_identity, now),
                 Intent::PublisherGone { rid, endpoint } => {
                     if let Some(&(i, _)) = self.discovered.subs.get(&(rid, endpoint)) {
                         self.retire_sub(i, now);
@@ -352,11 +354,26 @@ impl IoThread {
         }
     }
 
-    fn discover_publisher(&mut self, rid: String, endpoint: String, generation: u64, now: Instant) {
+    fn discover_publisher(
+        &mut self,
+        rid: String,
+        endpoint: String,
+        generation: u64,
+        security_identity: &str,
+        now: Instant,
+    ) {
+        // CURVE: the publisher must hold the key its descriptor names (opened only while that
+        // key is on this node's allow-list: the store is not trusted with keys); a configured
+        // key for that endpoint wins.
+        let pinned = self.cfg.security.endpoint_key(&endpoint);
+        let public_key = pinned.or_else(|| security_identity.parse().ok());
+        let from_descriptor = pinned.is_none();
         let key = (rid, endpoint.clone());
         match self.discovered.subs.get(&key).copied() {
             Some((i, g)) => {
                 self.subs[i].retired = false;
+                self.subs[i].key = public_key;
+                self.subs[i].key_from_descriptor = from_descriptor;
                 if g != generation {
                     // A new run of the publisher: a new socket (seed 002 §6).
                     if let Some(e) = self.discovered.subs.get_mut(&key) {
@@ -375,7 +392,8 @@ impl IoThread {
                 self.timers_changed();
             }
             None => {
-                let i = self.add_sub(&endpoint, now);
+                let i = self.add_sub(&endpoint, public_key, now);
+                self.subs[i].key_from_descriptor = from_descriptor;
                 self.discovered.subs.insert(key, (i, generation));
             }
         }
@@ -400,8 +418,13 @@ impl IoThread {
     }
 
     /// Adds a subscription to the publisher at `endpoint` (a SUB socket of its own, opened on
-    /// the next timer pass); returns its index.
-    pub(super) fn add_sub(&mut self, endpoint: &str, now: Instant) -> usize {
+    /// the next timer pass), which under CURVE must hold `key`; returns its index.
+    pub(super) fn add_sub(
+        &mut self,
+        endpoint: &str,
+        key: Option<PublicKey>,
+        now: Instant,
+    ) -> usize {
         self.timers_changed();
         let i = self.subs.len();
         let live = self.liveness.insert_publisher(now);
@@ -421,6 +444,8 @@ impl IoThread {
             retry_at: now,
             failures_in_row: 0,
             retired: false,
+            key,
+            key_from_descriptor: false,
         });
         i
     }

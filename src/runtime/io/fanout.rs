@@ -9,12 +9,13 @@ use super::links::{backoff, note};
 use super::slots::{Slot, SlotRole};
 use super::{Host, IoThread, SlotKey, BACKOFF_MAX};
 use crate::proto::liveness::{self, Delivery as FanoutDelivery, FanoutInput};
+use crate::proto::security::PublicKey;
 use crate::proto::state::{ConnState, FailureReason, LinkState, Recovery};
 use crate::proto::wire::{BEACON_TOPIC, MAX_TOPIC_LEN};
 use crate::proto::ConnId;
 use crate::runtime::event::{Delivery, NodeEvent, Source};
 use crate::runtime::records::{self, Fanout};
-use crate::runtime::socket::{Frame, FrameSocket};
+use crate::runtime::socket::{set_curve_client, Frame, FrameSocket};
 
 pub(super) struct Sub {
     pub(super) endpoint: String,
@@ -37,6 +38,11 @@ pub(super) struct Sub {
     /// Automatic mode: the publisher's descriptor is gone, so no new socket is opened (a
     /// ready one stays until it fails; see `io::discovery`).
     pub(super) retired: bool,
+    /// CURVE: the key the publisher must hold (`[security.endpoint_keys]`, or its
+    /// descriptor's security identity); a publisher with another key is never read.
+    pub(super) key: Option<PublicKey>,
+    /// `key` is the publisher descriptor's: used only while it is on the allow-list.
+    pub(super) key_from_descriptor: bool,
 }
 
 pub(super) struct Publisher {
@@ -84,7 +90,21 @@ impl IoThread {
     pub(super) fn open_sub(&mut self, i: usize, now: Instant) {
         self.timers_changed();
         let endpoint = self.subs[i].endpoint.clone();
+        let key = self.subs[i]
+            .key
+            .filter(|k| !self.subs[i].key_from_descriptor || self.gate.allows(k));
+        let curve = match (&self.curve, key) {
+            (None, _) => None,
+            (Some(pair), Some(key)) => Some((pair.clone(), key)),
+            (Some(_), None) => {
+                self.refuse_sub(i, &endpoint, now);
+                return;
+            }
+        };
         let opened = self.sockets.monitored(zmq::SUB).and_then(|m| {
+            if let Some((pair, key)) = &curve {
+                set_curve_client(&m.socket, pair, key)?;
+            }
             m.socket.set_subscribe(b"")?;
             m.socket.set_reconnect_ivl(100)?;
             m.socket.set_reconnect_ivl_max(1000)?;
@@ -160,6 +180,36 @@ impl IoThread {
             }));
         }
         self.drain_liveness_events(now);
+    }
+
+    /// Subscription `i` has no CURVE key to expect of its publisher: it is not opened; it
+    /// shows `not_connected` with `security_failure` and is looked at again after a while.
+    fn refuse_sub(&mut self, i: usize, endpoint: &str, now: Instant) {
+        let detail = format!(
+            "no CURVE key known for publisher {endpoint} (none in [security.endpoint_keys], \
+             and no descriptor key on this node's allow-list)"
+        );
+        let s = &mut self.subs[i];
+        s.retry_at = now + BACKOFF_MAX;
+        let already = s.state.state() == ConnState::NotConnected
+            && s.state
+                .last_failure()
+                .is_some_and(|f| f.reason == FailureReason::SecurityFailure);
+        if already {
+            return;
+        }
+        note(s.state.handle_failure(
+            FailureReason::SecurityFailure,
+            detail.as_str(),
+            Recovery::Hold,
+            now,
+        ));
+        self.emit_state(
+            format!("sub {endpoint}"),
+            ConnState::NotConnected,
+            Some(FailureReason::SecurityFailure),
+            &detail,
+        );
     }
 
     /// Takes one publisher out of ready, closes only its socket; a new socket is opened on the

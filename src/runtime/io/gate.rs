@@ -15,18 +15,31 @@
 //!   is bounded by this cap rather than by a deadline: libzmq's own handshake deadline
 //!   (`HANDSHAKE_IVL`, 15 s) closes only connections whose transport handshake never
 //!   completed.
+//! - **The allow-list (CURVE).** In `curve` mode every connection to a bound endpoint (the
+//!   publisher's included) completed a CurveZMQ handshake before its ZAP request, so the
+//!   key in the request is proven; the handler admits it only if the allow-list names it,
+//!   and answers its Z85 text as the connection's `User-Id`, which libzmq attaches to every
+//!   frame of the connection: admission reads it as the peer's verified security identity.
+//!   A client without CURVE, or one that does not hold its key, fails its handshake before
+//!   any ZAP request; its monitor event is recorded as `security_failure` too.
 //! - **Refusals.** Every refusal of an unadmitted connection (garbage, a first record that is
 //!   not a HELLO, a failed transport handshake, the cap) is counted in
 //!   `zmesh_input_refused_total{reason}` (the reason is the only label, MISSION O2) and kept in
 //!   the snapshot's `recent_refusals` (the last [`RECENT_REFUSALS`], with the endpoint).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::Instant;
 
+use super::links::LinkKind;
 use super::ready::Watch;
 use super::slots::{Slot, SlotRole};
-use super::{IoThread, SlotKey};
-use crate::proto::security::{InputRefusal, ZapReply, ZapRequest, ZapStatus};
+use super::{IoThread, LinkKey, SlotKey};
+use crate::proto::security::{
+    HandshakeFailure, InputRefusal, PublicKey, ZapReply, ZapRequest, ZapStatus,
+};
+use crate::proto::state::FailureReason;
+use crate::runtime::event::NodeEvent;
+use crate::runtime::security::SecurityEvent;
 use crate::runtime::snapshot::RefusalSnapshot;
 use crate::runtime::socket::{FrameSocket, MonitorEvent};
 
@@ -44,7 +57,6 @@ struct Refusal {
 }
 
 /// The gate's state.
-#[derive(Default)]
 pub(super) struct Gate {
     /// The ZAP handler (none when the node binds no ROUTER).
     zap: Option<zmq::Socket>,
@@ -55,9 +67,40 @@ pub(super) struct Gate {
     /// Connections open on each bound socket, by descriptor (monitor events).
     open: HashMap<SlotKey, HashSet<u32>>,
     recent: VecDeque<Refusal>,
+    /// CURVE: the public keys of the clients the bound endpoints admit.
+    allow: BTreeSet<PublicKey>,
+    /// Times the allow-list was loaded again since start.
+    pub(super) allow_reloads: u64,
+    /// Why the last attempt to load it again failed, if it did (the list in force stays).
+    pub(super) allow_error: Option<String>,
 }
 
 impl Gate {
+    /// A gate with no handler yet, admitting the CURVE clients of `allow`.
+    pub(super) fn new(allow: BTreeSet<PublicKey>) -> Gate {
+        metrics::gauge!("zmesh_allow_list_keys").set(allow.len() as f64);
+        Gate {
+            zap: None,
+            zap_ready: false,
+            domains: HashMap::new(),
+            open: HashMap::new(),
+            recent: VecDeque::new(),
+            allow,
+            allow_reloads: 0,
+            allow_error: None,
+        }
+    }
+
+    /// Keys on the allow-list.
+    pub(super) fn allowed_keys(&self) -> usize {
+        self.allow.len()
+    }
+
+    /// Whether `key` is on the allow-list.
+    pub(super) fn allows(&self, key: &PublicKey) -> bool {
+        self.allow.contains(key)
+    }
+
     /// Installs the ZAP handler.
     pub(super) fn set_handler(&mut self, zap: zmq::Socket) {
         self.zap = Some(zap);
@@ -94,11 +137,27 @@ impl IoThread {
                 }
             }
             MonitorEvent::HandshakeFailed => {
-                let detail = format!(
-                    "transport handshake failed (not ZMTP, a mechanism mismatch, or no \
-                     handshake within 15 s; libzmq code {value:#x})"
-                );
-                self.record_refusal(slot, InputRefusal::HandshakeFailed, detail, now);
+                let (reason, detail) = match (self.curve.is_some(), HandshakeFailure::of(value)) {
+                    (true, HandshakeFailure::MechanismMismatch) => (
+                        InputRefusal::SecurityFailure,
+                        "a client without CURVE on a CURVE endpoint (mechanism mismatch)".into(),
+                    ),
+                    (true, HandshakeFailure::Cryptographic) => (
+                        InputRefusal::SecurityFailure,
+                        format!(
+                            "the CURVE handshake failed: the client does not use this node's \
+                             public key, or does not hold its own (libzmq code {value:#x})"
+                        ),
+                    ),
+                    _ => (
+                        InputRefusal::HandshakeFailed,
+                        format!(
+                            "transport handshake failed (not ZMTP, a mechanism mismatch, or no \
+                             handshake within 15 s; libzmq code {value:#x})"
+                        ),
+                    ),
+                };
+                self.record_refusal(slot, reason, detail, now);
             }
             // The ZAP handler's own refusals are recorded when it decides.
             _ => {}
@@ -187,28 +246,55 @@ impl IoThread {
         self.ready.touch(Watch::Zap);
     }
 
-    /// The verdict on one connection.
+    /// The verdict on one connection: under CURVE its key must be on the allow-list (the
+    /// key becomes the connection's `User-Id`, the verified security identity admission
+    /// reads); on a bound ROUTER the unadmitted cap must have room.
     fn zap_verdict(&mut self, request: &ZapRequest, now: Instant) -> ZapReply {
-        let verdict = |status, text: String| ZapReply {
+        let verdict = |status, text: String, user_id: String| ZapReply {
             request_id: request.request_id.clone(),
             status,
             text,
-            user_id: String::new(),
+            user_id,
         };
         let Some(&slot) = self.gate.domains.get(&request.domain) else {
-            return verdict(ZapStatus::AuthFailure, "unknown ZAP domain".into());
+            return verdict(
+                ZapStatus::AuthFailure,
+                "unknown ZAP domain".into(),
+                String::new(),
+            );
         };
-        // The connection's ACCEPTED event was published before its ZAP request: read it,
-        // so the count includes this connection.
-        if matches!(
+        let mut user_id = String::new();
+        if self.curve.is_some() {
+            let refused = match request.curve_key() {
+                Some(key) if self.gate.allow.contains(&key) => {
+                    user_id = key.to_z85();
+                    None
+                }
+                Some(key) => Some(format!("client key {key} is not on the allow-list")),
+                None => Some(format!(
+                    "mechanism {:?}: this endpoint admits CURVE clients only",
+                    request.mechanism
+                )),
+            };
+            if let Some(detail) = refused {
+                self.record_refusal(slot, InputRefusal::SecurityFailure, detail.clone(), now);
+                return verdict(ZapStatus::AuthFailure, detail, String::new());
+            }
+        }
+        // Only bound ROUTERs admit connections; a publisher's subscribers are never admitted
+        // by a handshake, so the cap is not theirs.
+        if !matches!(
             self.slots.get(slot),
             Some(Some(Slot {
                 role: SlotRole::Bound(_),
                 ..
             }))
         ) {
-            self.drain_monitor(slot, now);
+            return verdict(ZapStatus::Ok, "OK".into(), user_id);
         }
+        // The connection's ACCEPTED event was published before its ZAP request: read it,
+        // so the count includes this connection.
+        self.drain_monitor(slot, now);
         let unadmitted = self.unadmitted(slot);
         if unadmitted > self.cfg.max_unadmitted {
             let detail = format!(
@@ -218,8 +304,103 @@ impl IoThread {
                 self.cfg.max_unadmitted
             );
             self.record_refusal(slot, InputRefusal::UnadmittedCap, detail.clone(), now);
-            return verdict(ZapStatus::Refused, detail);
+            return verdict(ZapStatus::Refused, detail, String::new());
         }
-        verdict(ZapStatus::Ok, "OK".into())
+        verdict(ZapStatus::Ok, "OK".into(), user_id)
+    }
+
+    /// A new allow-list (or the error of an attempt to read one): in force at once for new
+    /// connections; admitted inbound connections whose key is no longer on it are closed
+    /// (`security_failure`: libzmq cannot close one connection of a bound socket, so the
+    /// peer is told to close it, and nothing it sends on it is read any more).
+    pub(super) fn on_allow_list(
+        &mut self,
+        loaded: Result<BTreeSet<PublicKey>, String>,
+        trigger: &'static str,
+        now: Instant,
+    ) -> Result<usize, String> {
+        let keys = match loaded {
+            Ok(keys) => keys,
+            Err(detail) => {
+                tracing::warn!(
+                    trigger,
+                    detail,
+                    "allow-list not reloaded; the previous one stays"
+                );
+                self.gate.allow_error = Some(detail.clone());
+                self.out
+                    .push(NodeEvent::Security(SecurityEvent::AllowListError {
+                        detail: detail.clone(),
+                        trigger,
+                    }));
+                return Err(detail);
+            }
+        };
+        self.gate.allow = keys;
+        self.gate.allow_reloads += 1;
+        self.gate.allow_error = None;
+        let n = self.gate.allow.len();
+        metrics::gauge!("zmesh_allow_list_keys").set(n as f64);
+        tracing::info!(trigger, keys = n, "allow-list loaded");
+        self.out
+            .push(NodeEvent::Security(SecurityEvent::AllowListLoaded {
+                keys: n,
+                trigger,
+            }));
+        // Dialled links refused for want of an allowed key try again (a descriptor's key
+        // may be on the list now; dial_key decides).
+        for l in &mut self.links {
+            let refused = l.conn.is_none()
+                && l.retry_at.is_none()
+                && l.waits_to_redial()
+                && l.state.state() == crate::proto::state::ConnState::NotConnected
+                && l.state
+                    .last_failure()
+                    .is_some_and(|f| f.reason == FailureReason::SecurityFailure);
+            if refused {
+                l.retry_at = Some(now);
+            }
+        }
+        self.timers_changed();
+        // Connections to nodes whose key left the list: inbound ones, and dialled ones whose
+        // key came from a descriptor (a key pinned in endpoint_keys is the operator's word).
+        let removed: Vec<LinkKey> = (0..self.links.len())
+            .filter(|&k| {
+                let l = &self.links[k];
+                let Some(key) = l.conn.as_ref().and_then(|c| c.verified_key) else {
+                    return false;
+                };
+                let pinned = self
+                    .link_endpoint(k)
+                    .is_some_and(|ep| self.cfg.security.endpoint_key(&ep).is_some());
+                !self.gate.allow.contains(&key)
+                    && (matches!(l.kind, LinkKind::Inbound { .. }) || !pinned)
+            })
+            .collect();
+        for k in removed {
+            if !matches!(self.links[k].kind, LinkKind::Inbound { .. }) {
+                self.fail_link(
+                    k,
+                    FailureReason::SecurityFailure,
+                    "the descriptor's key was removed from this node's allow-list",
+                    now,
+                );
+                continue;
+            }
+            // The dialer learns why (it treats a REJECT on an admitted connection like any
+            // REJECT), then the connection closes as every failed inbound one does.
+            let reject = crate::runtime::records::reject(
+                crate::runtime::records::RejectReason::SecurityFailure,
+                "this node's key was removed from the peer's allow-list",
+            );
+            let _ = self.send_on_link(k, reject);
+            self.fail_link(
+                k,
+                FailureReason::SecurityFailure,
+                "its key was removed from the allow-list",
+                now,
+            );
+        }
+        Ok(n)
     }
 }

@@ -16,12 +16,12 @@ use super::{
 };
 use crate::proto::handshake::Identity;
 use crate::proto::liveness::{self};
-use crate::proto::security::PublicKey;
+use crate::proto::security::{HandshakeFailure, PublicKey};
 use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
 use crate::proto::ConnId;
 use crate::runtime::event::{Delivery, Source};
 use crate::runtime::records::{self, Lane};
-use crate::runtime::socket::{FrameSocket, MonitorEvent, MonitorSocket};
+use crate::runtime::socket::{set_curve_client, FrameSocket, MonitorEvent, MonitorSocket};
 
 /// Where a link's records go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,6 +148,20 @@ impl IoThread {
         }
     }
 
+    /// The endpoint dialled link `k` dials (`None` for an inbound link).
+    pub(super) fn link_endpoint(&self, k: LinkKey) -> Option<String> {
+        match &self.links[k].kind {
+            LinkKind::MeshDial { peer, lane } => self.cfg.peers.get(*peer).map(|p| match lane {
+                Lane::Completion => p.completion.clone(),
+                _ => p.application.clone(),
+            }),
+            LinkKind::ClientDial { server } => {
+                self.cfg.servers.get(*server).map(|s| s.endpoint.clone())
+            }
+            LinkKind::Inbound { .. } => None,
+        }
+    }
+
     pub(super) fn dial(&mut self, k: LinkKey, now: Instant) {
         self.timers_changed();
         let (endpoint, lane, kind) = match &self.links[k].kind {
@@ -169,6 +183,17 @@ impl IoThread {
             }
             LinkKind::Inbound { .. } => return,
         };
+        // CURVE: the key the node at this endpoint must hold; no key, no dial.
+        let server_key = match &self.curve {
+            None => None,
+            Some(_) => match self.dial_key(k, &endpoint) {
+                Ok(key) => Some(key),
+                Err(detail) => {
+                    self.refuse_dial(k, &detail, now);
+                    return;
+                }
+            },
+        };
         let id = self.fresh_conn_id();
         let routing = routing_id(lane, self.me.generation, id);
         // Its monitor reports the socket's own close, confirmed before any replacement is
@@ -181,9 +206,12 @@ impl IoThread {
                 return;
             }
         };
-        let configured = m
-            .socket
-            .set_identity(&routing)
+        let curve = match (&self.curve, &server_key) {
+            (Some(pair), Some(key)) => set_curve_client(&m.socket, pair, key),
+            _ => Ok(()),
+        };
+        let configured = curve
+            .and_then(|()| m.socket.set_identity(&routing))
             .and_then(|()| m.socket.set_reconnect_ivl(100))
             .and_then(|()| m.socket.set_reconnect_ivl_max(1000))
             .and_then(|()| m.socket.connect(&endpoint));
@@ -228,7 +256,8 @@ impl IoThread {
             source: None,
             live: None,
             last_peer_probe: None,
-            verified_key: None,
+            // Proven by the CURVE handshake before the first record can arrive.
+            verified_key: server_key,
         });
         note(l.state.handle_connecting(now));
         let name = self.link_name(k);
@@ -238,6 +267,77 @@ impl IoThread {
             None,
             &format!("dialling as {id}"),
         );
+    }
+
+    /// The CURVE key dialled link `k` expects of the node at `endpoint`: the configured one
+    /// (`[security.endpoint_keys]`), else the one of the peer's descriptor (automatic mode).
+    /// A descriptor with another key fences the peer all the same (F3): the WELCOME of the
+    /// node that holds the configured key then fails admission (`security_failure`).
+    fn dial_key(&self, k: LinkKey, endpoint: &str) -> Result<PublicKey, String> {
+        if let Some(key) = self.cfg.security.endpoint_key(endpoint) {
+            return Ok(key);
+        }
+        let fence = match &self.links[k].kind {
+            LinkKind::MeshDial { peer, .. } => self
+                .cfg
+                .peers
+                .get(*peer)
+                .and_then(|p| self.peer_fence(&p.rid)),
+            LinkKind::ClientDial { server } => self.server_fence(*server),
+            LinkKind::Inbound { .. } => None,
+        };
+        match fence.and_then(|f| f.security_identity.as_deref()) {
+            Some(identity) => {
+                let key: PublicKey = identity.parse().map_err(|_| {
+                    format!(
+                        "the descriptor's security identity {identity:?} is not a CURVE public \
+                         key: the node at {endpoint} does not run CURVE"
+                    )
+                })?;
+                // The store is not trusted with keys: a discovered node is dialled only if
+                // its key is one this node admits.
+                if !self.gate.allows(&key) {
+                    return Err(format!(
+                        "the descriptor's key {key} for {endpoint} is not on this node's \
+                         allow-list"
+                    ));
+                }
+                Ok(key)
+            }
+            None => Err(format!(
+                "no CURVE key known for {endpoint} ([security.endpoint_keys] or a descriptor)"
+            )),
+        }
+    }
+
+    /// Link `k` cannot be dialled under CURVE (no key to expect): it shows
+    /// `not_connected` with `security_failure` and is not dialled again until a descriptor
+    /// brings a new configuration generation.
+    fn refuse_dial(&mut self, k: LinkKey, detail: &str, now: Instant) {
+        self.timers_changed();
+        let l = &mut self.links[k];
+        l.retry_at = None;
+        let already = l.state.state() == ConnState::NotConnected
+            && l.state
+                .last_failure()
+                .is_some_and(|f| f.reason == FailureReason::SecurityFailure && f.detail == detail);
+        if already {
+            return;
+        }
+        note(
+            l.state
+                .handle_failure(FailureReason::SecurityFailure, detail, Recovery::Hold, now),
+        );
+        tracing::warn!(detail, "not dialled");
+        let name = self.link_name(k);
+        self.emit_state(
+            name,
+            ConnState::NotConnected,
+            Some(FailureReason::SecurityFailure),
+            detail,
+        );
+        metrics::counter!("zmesh_link_failures_total", "reason" => FailureReason::SecurityFailure.as_str())
+            .increment(1);
     }
 
     /// Takes a link's current connection out of ready at once and closes it (MISSION F1, L6).
@@ -417,7 +517,9 @@ impl IoThread {
                     let (reason, detail) = if value == 400 {
                         (
                             FailureReason::SecurityFailure,
-                            "the peer refused this node's credentials (ZAP 400)".to_owned(),
+                            "the peer refused this node's credentials (ZAP 400: under CURVE, \
+                             this node's key is not on its allow-list)"
+                                .to_owned(),
                         )
                     } else {
                         (
@@ -428,6 +530,13 @@ impl IoThread {
                         )
                     };
                     self.fail_link(k, reason, &detail, now);
+                }
+                // The transport handshake failed: under CURVE (or against a CURVE node)
+                // that is the keys; libzmq would only try again with the same keys.
+                (SlotRole::Dialled(k), MonitorEvent::HandshakeFailed) => {
+                    if let Some(detail) = self.handshake_security_detail(value) {
+                        self.fail_link(k, FailureReason::SecurityFailure, &detail, now);
+                    }
                 }
                 (SlotRole::Dialled(k), MonitorEvent::Disconnected) => {
                     // Records that arrived before the disconnect come first: an orderly CLOSE
@@ -453,6 +562,20 @@ impl IoThread {
                 (SlotRole::Sub(i), MonitorEvent::HandshakeSucceeded) => {
                     self.subs[i].connected = true;
                 }
+                // A publisher that does not hold the key this node expects of it, or refuses
+                // this node (its allow-list): nothing of it is ever read (issue 11).
+                (SlotRole::Sub(i), MonitorEvent::HandshakeFailed) => {
+                    if let Some(detail) = self.handshake_security_detail(value) {
+                        self.fail_sub(i, FailureReason::SecurityFailure, &detail, now);
+                    }
+                }
+                (SlotRole::Sub(i), MonitorEvent::AuthFailed) => {
+                    let detail = format!(
+                        "the publisher refused this node's credentials (ZAP {value}): not on \
+                         its allow-list"
+                    );
+                    self.fail_sub(i, FailureReason::SecurityFailure, &detail, now);
+                }
                 // Before a handshake, a disconnect is a failed connect attempt that libzmq
                 // retries itself; after one, the publisher is gone (MISSION L6).
                 (SlotRole::Sub(i), MonitorEvent::Disconnected) if self.subs[i].connected => {
@@ -465,6 +588,36 @@ impl IoThread {
                 }
                 _ => {}
             }
+        }
+    }
+
+    /// What a failed transport handshake of a dialled or SUB socket (event value `value`)
+    /// says about security, if anything: a mechanism mismatch (one side CURVE, the other
+    /// not), failed CURVE cryptography, and under CURVE a connection the node at the other
+    /// end closed during the handshake (it does not hold the key expected of it, so it could
+    /// not open this node's HELLO). `None`: not a security failure; the link's own timers and
+    /// disconnect handling deal with it.
+    pub(super) fn handshake_security_detail(&self, value: u32) -> Option<String> {
+        match (HandshakeFailure::of(value), self.curve.is_some()) {
+            (HandshakeFailure::MechanismMismatch, true) => {
+                Some("the node at this endpoint does not run CURVE (mechanism mismatch)".into())
+            }
+            (HandshakeFailure::MechanismMismatch, false) => Some(
+                "the node at this endpoint runs CURVE and this node does not (mechanism \
+                 mismatch)"
+                    .into(),
+            ),
+            (HandshakeFailure::Cryptographic, _) => Some(format!(
+                "the CURVE handshake failed (libzmq code {value:#x}): the node at this endpoint \
+                 does not hold the key expected of it"
+            )),
+            (HandshakeFailure::Closed, true) => Some(
+                "closed during the CURVE handshake: the node at this endpoint does not hold the \
+                 key expected of it (or this node's key file pairs a public key with another \
+                 secret key)"
+                    .into(),
+            ),
+            _ => None,
         }
     }
 

@@ -33,7 +33,8 @@
 //! - [`slots`]: sockets in slots, the epoll set, the send and receive primitives;
 //! - [`links`]: links, dialling, failing and closing connections, monitor events, sweeps;
 //! - [`admission`]: HELLO, admission or REJECT, WELCOME, duplicate resolution, ready;
-//! - [`gate`]: the bound sockets' ZAP handler, the unadmitted-connection cap, refusals;
+//! - [`gate`]: the bound sockets' ZAP handler, the unadmitted-connection cap, the CURVE
+//!   allow-list, refusals;
 //! - [`receive`]: the fair receive rotation, routing records, the paused-queue backlog;
 //! - [`fanout`]: the publisher and one SUB socket per publisher;
 //! - [`timers`]: the next deadline and what runs when deadlines come due;
@@ -72,12 +73,14 @@ use super::error::NodeError;
 use super::event::{NodeEvent, StateChange};
 use super::operations::OpsShared;
 use super::records::Lane;
+use super::security::KeyPair;
 use super::socket::{MonitorSocket, Sockets};
 use crate::config::NodeConfig;
 use crate::proto::calls::{CallId, CallTable, ExecQueues, ServeId, ServeTable};
 use crate::proto::handshake::Identity;
 use crate::proto::liveness::{self, Liveness, PEER_DEADLINE};
 use crate::proto::sched::{IdMap, ReceiveScheduler, SharedSocketId};
+use crate::proto::security::PublicKey;
 use crate::proto::state::{ConnState, FailureReason};
 use crate::proto::ConnId;
 pub use calls::GRACEFUL_STOP_BOUND;
@@ -123,6 +126,8 @@ const COMMANDS_PER_TURN: usize = 1024;
 const BOUND_ID_APPLICATION: &[u8] = b"zmesh-application";
 const BOUND_ID_COMPLETION: &[u8] = b"zmesh-completion";
 const BOUND_ID_SERVER: &[u8] = b"zmesh-server";
+/// The publisher's ZAP domain (CURVE: its subscribers must be on the allow-list).
+const PUBLISHER_DOMAIN: &str = "zmesh-publisher";
 
 type SlotKey = usize;
 type LinkKey = usize;
@@ -234,6 +239,16 @@ pub(crate) struct IoThread {
     server_rr: usize,
     host: Host,
     shutdown_reply: Option<oneshot::Sender<()>>,
+    /// CURVE (issue 11): this node's key pair; `None` in `none` mode.
+    curve: Option<KeyPair>,
+}
+
+/// What the I/O thread is given of the node's security at start (issue 11).
+pub(crate) struct SecurityInit {
+    /// This node's CURVE key pair (`mode = "curve"`), or `None` (`mode = "none"`).
+    pub(crate) curve: Option<KeyPair>,
+    /// The allow-list the bound endpoints start with.
+    pub(crate) allow: BTreeSet<PublicKey>,
 }
 
 impl IoThread {
@@ -246,12 +261,19 @@ impl IoThread {
         events: mpsc::UnboundedSender<Vec<NodeEvent>>,
         outstanding: Arc<AtomicUsize>,
         ops: Arc<OpsShared>,
+        security: SecurityInit,
     ) -> Result<(IoThread, Arc<WakeUp>), NodeError> {
         let now = Instant::now();
         let mut sockets = Sockets::new(generation);
         sockets.set_max_frame_size(Some(cfg.max_frame_size));
-        let mut gate = gate::Gate::default();
-        if cfg.route_mesh.is_some() || cfg.server.is_some() {
+        let mut gate = gate::Gate::new(security.allow);
+        let curve = security.curve;
+        // Bound ROUTERs always go through the gate (the unadmitted cap); under CURVE the
+        // publisher too (the allow-list).
+        let gated = cfg.route_mesh.is_some()
+            || cfg.server.is_some()
+            || (curve.is_some() && cfg.publisher.is_some());
+        if gated {
             let zap = sockets.zap_handler().map_err(|source| NodeError::Bind {
                 endpoint: crate::runtime::socket::ZAP_ENDPOINT.to_owned(),
                 source,
@@ -261,10 +283,16 @@ impl IoThread {
         let ready = Readiness::new().map_err(NodeError::Poller)?;
         let wake = Arc::new(WakeUp::new(ready.waker().map_err(NodeError::Poller)?));
 
+        // Under CURVE a node's security identity is its public key, which it proves in every
+        // handshake.
+        let security_identity = match &curve {
+            Some(pair) => pair.public.to_z85(),
+            None => cfg.security_identity().to_owned(),
+        };
         let me = Identity {
             rid: cfg.rid.clone(),
             generation,
-            security_identity: cfg.security_identity().to_owned(),
+            security_identity,
             memberships: cfg.memberships.clone(),
         };
         let mut io = IoThread {
@@ -316,6 +344,7 @@ impl IoThread {
             server_rr: 0,
             host: Host::Running,
             shutdown_reply: None,
+            curve,
         };
         if let Some(zap) = io.gate.handler() {
             io.ready
@@ -356,7 +385,8 @@ impl IoThread {
             io.add_link(LinkKind::ClientDial { server: i }, now);
         }
         for s in &cfg.subscriptions {
-            io.add_sub(&s.endpoint, now);
+            let key = cfg.security.endpoint_key(&s.endpoint);
+            io.add_sub(&s.endpoint, key, now);
         }
         Ok((io, wake))
     }

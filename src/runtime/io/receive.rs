@@ -14,7 +14,7 @@ use crate::proto::sched::{Action, ReadTarget, RotationEndReason, SharedSocketId}
 use crate::proto::state::FailureReason;
 use crate::runtime::event::{Delivery, NodeEvent};
 use crate::runtime::records::{self, CloseReason, Lane, Rec, RejectReason};
-use crate::runtime::socket::Frame;
+use crate::runtime::socket::{share_last, Frame};
 
 /// A record read by the receive loop, waiting for its unit's turn.
 pub(super) struct Staged {
@@ -80,15 +80,20 @@ impl IoThread {
                     let len = frames.iter().map(|f| f.as_ref().len()).sum();
                     let (owner, staged) = match req.target() {
                         ReadTarget::Shared(_) if !frames.is_empty() => {
-                            let route = frames.remove(0);
                             let owner = self
                                 .inbound
                                 .get(&slot)
-                                .and_then(|m| m.get(route.as_ref()))
+                                .and_then(|m| m.get(frames[0].as_ref()))
                                 .and_then(|k| {
                                     self.links[*k].conn.as_ref().map(|c| Unit::Peer(*k, c.id))
                                 })
                                 .unwrap_or(Unit::Admission(slot));
+                            // Read unshared under CURVE (`recv_one`): an admitted
+                            // connection's payload is shared now, as on receipt otherwise.
+                            if self.curve.is_some() && matches!(owner, Unit::Peer(..)) {
+                                share_last(&mut frames);
+                            }
+                            let route = frames.remove(0);
                             (
                                 owner,
                                 Staged {
@@ -194,7 +199,7 @@ impl IoThread {
         slot: SlotKey,
         lane: Lane,
         route: Frame,
-        frames: Vec<Frame>,
+        mut frames: Vec<Frame>,
         now: Instant,
     ) {
         let known = self
@@ -204,7 +209,7 @@ impl IoThread {
             .copied();
         match known {
             Some(k) => self.on_link_record(k, &frames, now),
-            None => self.on_unknown_inbound(slot, lane, route, &frames, now),
+            None => self.on_unknown_inbound(slot, lane, route, &mut frames, now),
         }
     }
 

@@ -10,7 +10,9 @@ use crate::proto::sched::{SharedSocketId, Source as SchedSource};
 use crate::proto::ConnId;
 use crate::runtime::error::NodeError;
 use crate::runtime::records::Lane;
-use crate::runtime::socket::{Frame, FrameSocket, MonitorSocket, CLOSE_LINGER_MS};
+use crate::runtime::socket::{
+    set_curve_server, Frame, FrameSocket, MonitorSocket, CLOSE_LINGER_MS,
+};
 
 /// What a socket is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,10 +65,20 @@ impl IoThread {
             _ => None,
         };
         // A bound ROUTER's ZAP domain is its routing id: the ZAP handler knows by it which
-        // socket a connection arrives on (gate).
-        let domain = bound_id.map(|id| String::from_utf8_lossy(id).into_owned());
+        // socket a connection arrives on (gate). Under CURVE the publisher has one too.
+        let domain = match (bound_id, role) {
+            (Some(id), _) => Some(String::from_utf8_lossy(id).into_owned()),
+            (None, SlotRole::Publisher) if self.curve.is_some() => {
+                Some(super::PUBLISHER_DOMAIN.to_owned())
+            }
+            _ => None,
+        };
         let (socket, monitor) = match (&domain, role) {
-            (_, SlotRole::Publisher) => (self.sockets.plain(kind).map_err(bind_err)?.0, None),
+            (Some(domain), SlotRole::Publisher) => (
+                self.sockets.plain_gated(kind, domain).map_err(bind_err)?,
+                None,
+            ),
+            (None, SlotRole::Publisher) => (self.sockets.plain(kind).map_err(bind_err)?.0, None),
             (Some(domain), _) => {
                 let m = self.sockets.bound(kind, domain).map_err(bind_err)?;
                 (m.socket, Some(m.monitor))
@@ -78,6 +90,9 @@ impl IoThread {
         };
         if let Some(id) = bound_id {
             socket.set_identity(id).map_err(bind_err)?;
+        }
+        if let Some(pair) = &self.curve {
+            set_curve_server(&socket, pair).map_err(bind_err)?;
         }
         socket.set_linger(CLOSE_LINGER_MS).map_err(bind_err)?;
         socket.bind(ep).map_err(bind_err)?;
@@ -241,7 +256,12 @@ impl IoThread {
     /// One record from a socket without blocking, if any. "Nothing" (or an error) takes the
     /// socket out of the readable set until its descriptor fires or a check finds a record.
     pub(super) fn recv_one(&mut self, slot: SlotKey) -> Option<Vec<Frame>> {
-        let got = match self.slots.get(slot)?.as_ref()?.socket.try_recv_frames() {
+        let s = self.slots.get(slot)?.as_ref()?;
+        // CURVE: a bound socket's records keep their message properties until the receive
+        // loop knows whether they come from an admitted connection (`receive`): a HELLO's
+        // carries the client's verified key.
+        let share = self.curve.is_none() || !matches!(s.role, SlotRole::Bound(_));
+        let got = match s.socket.try_recv_record(share) {
             Ok(f) => f,
             Err(e) => {
                 tracing::warn!(error = %e, "receive failed");

@@ -7,7 +7,9 @@ use super::links::LinkKind;
 use super::slots::SlotRole;
 use super::{Host, IoThread};
 use crate::runtime::records::{self, Lane};
-use crate::runtime::snapshot::{FailureSnapshot, LinkSnapshot, Snapshot, SNAPSHOT_LIMIT};
+use crate::runtime::snapshot::{
+    FailureSnapshot, LinkSnapshot, SecuritySnapshot, Snapshot, SNAPSHOT_LIMIT,
+};
 
 impl IoThread {
     pub(super) fn snapshot(&self, now: Instant) -> Snapshot {
@@ -58,7 +60,6 @@ impl IoThread {
                     (topo, role, Some(rid.clone()), ep)
                 }
             };
-            let _ = k;
             let peer_generation = l
                 .conn
                 .as_ref()
@@ -89,6 +90,15 @@ impl IoThread {
                     .unwrap_or(0),
                 ready_count: l.state.readies(),
                 failure_count: l.state.failures(),
+                peer_security_identity: l
+                    .conn
+                    .as_ref()
+                    .filter(|c| c.peer.is_some())
+                    .map(|_| self.caller_of(k).security_identity),
+                verified: l
+                    .conn
+                    .as_ref()
+                    .is_some_and(|c| c.peer.is_some() && c.verified_key.is_some()),
             });
         }
         for s in &self.subs {
@@ -115,6 +125,8 @@ impl IoThread {
                 pending_calls: 0,
                 ready_count: s.state.readies(),
                 failure_count: s.state.failures(),
+                peer_security_identity: s.key.filter(|_| s.state.is_ready()).map(|k| k.to_z85()),
+                verified: self.curve.is_some() && s.state.is_ready(),
             });
         }
         let omitted = links.len().saturating_sub(SNAPSHOT_LIMIT);
@@ -135,6 +147,17 @@ impl IoThread {
             zmq_contexts: self.sockets.contexts(),
             zmq_sockets: self.sockets.open_sockets(),
             discovery: None,
+            security: SecuritySnapshot {
+                mode: if self.curve.is_some() {
+                    "curve"
+                } else {
+                    "none"
+                },
+                public_key: self.curve.as_ref().map(|p| p.public.to_z85()),
+                allowed_keys: self.gate.allowed_keys(),
+                allow_list_reloads: self.gate.allow_reloads,
+                allow_list_error: self.gate.allow_error.clone(),
+            },
         }
     }
 }

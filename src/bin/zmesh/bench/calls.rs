@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use bytes::Bytes;
 use zmesh::runtime::calls::{may_have_run, CallOptions, Request};
 
-use super::{bind_any, micros, quantile, Pair, Plan, Series, CHANNEL};
+use super::{bind_any, micros, quantile, Curve, Pair, Plan, Series, CHANNEL};
 
 /// Argument bytes of every call and ping.
 const ARGS: &[u8] = b"0123456789abcdef";
@@ -40,8 +40,8 @@ pub(crate) async fn round_trip(plan: &Plan) -> Result<RoundTrip> {
     };
     for run in 0..plan.runs {
         let n = plan.calls;
-        let raw = tokio::task::spawn_blocking(move || raw_ping_pong(n)).await??;
-        let (zm, cmd) = zmesh_calls(n).await?;
+        let raw = tokio::task::spawn_blocking(move || raw_ping_pong(n, None)).await??;
+        let (zm, cmd) = zmesh_calls(n, None).await?;
         let (r50, r99) = (quantile(&raw, 0.5), quantile(&raw, 0.99));
         let (z50, z99) = (quantile(&zm, 0.5), quantile(&zm, 0.99));
         let c50 = quantile(&cmd, 0.5);
@@ -61,11 +61,48 @@ pub(crate) async fn round_trip(plan: &Plan) -> Result<RoundTrip> {
     Ok(r)
 }
 
+/// CURVE (issue 11, item 6): raw ping-pong with CURVE against zmesh calls of a pair in
+/// `mode = "curve"`, `plan.runs` runs interleaved; p50 and p99 of each (the command round trip
+/// is not measured again).
+pub(crate) async fn round_trip_curve(plan: &Plan) -> Result<RoundTrip> {
+    let curve = Curve::new()?;
+    let mut r = RoundTrip {
+        raw_p50: Series::default(),
+        raw_p99: Series::default(),
+        zmesh_p50: Series::default(),
+        zmesh_p99: Series::default(),
+        raw_p999: Series::default(),
+        zmesh_p999: Series::default(),
+        command_p50: Series::default(),
+    };
+    for run in 0..plan.runs {
+        let n = plan.calls;
+        let c = curve.clone();
+        let raw = tokio::task::spawn_blocking(move || raw_ping_pong(n, Some(c))).await??;
+        let (zm, _) = zmesh_calls(n, Some(&curve)).await?;
+        let (r50, r99) = (quantile(&raw, 0.5), quantile(&raw, 0.99));
+        let (z50, z99) = (quantile(&zm, 0.5), quantile(&zm, 0.99));
+        eprintln!(
+            "C2 run {} (CURVE): raw p50 {r50:.0} us p99 {r99:.0} us, zmesh p50 {z50:.0} us p99 \
+             {z99:.0} us",
+            run + 1
+        );
+        r.raw_p50.push(r50);
+        r.raw_p99.push(r99);
+        r.zmesh_p50.push(z50);
+        r.zmesh_p99.push(z99);
+    }
+    Ok(r)
+}
+
 /// `n` sequential DEALER -> ROUTER -> DEALER round trips; sorted latencies in microseconds.
-fn raw_ping_pong(n: usize) -> Result<Vec<f64>> {
+fn raw_ping_pong(n: usize, curve: Option<Curve>) -> Result<Vec<f64>> {
     let ctx = zmq::Context::new();
     let router = ctx.socket(zmq::ROUTER)?;
     router.set_linger(0)?;
+    if let Some(c) = &curve {
+        c.server(&router)?;
+    }
     let ep = bind_any(&router)?;
     let echo = std::thread::spawn(move || -> Result<()> {
         loop {
@@ -81,6 +118,9 @@ fn raw_ping_pong(n: usize) -> Result<Vec<f64>> {
     let dealer = ctx.socket(zmq::DEALER)?;
     dealer.set_linger(0)?;
     dealer.set_rcvtimeo(10_000)?;
+    if let Some(c) = &curve {
+        c.client(&dealer)?;
+    }
     dealer.connect(&ep)?;
     let mut lat = Vec::with_capacity(n);
     let mut msg = zmq::Message::new();
@@ -101,8 +141,8 @@ fn raw_ping_pong(n: usize) -> Result<Vec<f64>> {
 
 /// `n` sequential calls from `a` to an echo handler on `b`, then `n` bare command round trips
 /// on `a`; sorted latencies in microseconds.
-async fn zmesh_calls(n: usize) -> Result<(Vec<f64>, Vec<f64>)> {
-    let pair = Pair::mesh().await?;
+async fn zmesh_calls(n: usize, curve: Option<&Curve>) -> Result<(Vec<f64>, Vec<f64>)> {
+    let pair = Pair::mesh_with(curve).await?;
     pair.b.serve(
         CHANNEL,
         |req: Request| async move { Ok(req.raw_args().clone()) },

@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use zmesh::runtime::{BatchSendError, NodeEvent, SendError};
 
-use super::{bind_any, process_cpu, Pair, Plan, Series, CHANNEL};
+use super::{bind_any, process_cpu, Curve, Pair, Plan, Series, CHANNEL};
 
 /// The high-water mark both sides use: the same as zmesh's per-pipe HWM.
 const HWM: i32 = zmesh::runtime::socket::HWM;
@@ -39,6 +39,41 @@ impl Run {
     }
 }
 
+/// CURVE (issue 11, item 6): raw DEALER -> ROUTER with CURVE against zmesh `send_batch` of a
+/// pair in `mode = "curve"`, `plan.runs` runs interleaved; records per second and CPU per
+/// record of each.
+pub(crate) async fn oneway_curve(plan: &Plan, size: usize) -> Result<OneWay> {
+    let curve = Curve::new()?;
+    let mut o = OneWay {
+        raw: Series::default(),
+        zmesh: Series::default(),
+        raw_cpu_us: Series::default(),
+        zmesh_cpu_us: Series::default(),
+        batch: Series::default(),
+        batch_cpu_us: Series::default(),
+    };
+    for run in 0..plan.runs {
+        let n = plan.messages;
+        let c = curve.clone();
+        let r = tokio::task::spawn_blocking(move || raw_oneway(size, n, Some(c))).await??;
+        let b = zmesh_oneway(size, n, plan.senders, plan.batch, Some(&curve)).await?;
+        eprintln!(
+            "C1 {size} B run {} (CURVE): raw {:.0} msg/s ({:.2} us CPU/msg), zmesh send_batch \
+             {:.0} msg/s ({:.2} us CPU/msg)",
+            run + 1,
+            r.rate,
+            r.cpu_us,
+            b.rate,
+            b.cpu_us
+        );
+        o.raw.push(r.rate);
+        o.raw_cpu_us.push(r.cpu_us);
+        o.batch.push(b.rate);
+        o.batch_cpu_us.push(b.cpu_us);
+    }
+    Ok(o)
+}
+
 /// `plan.runs` runs of raw and zmesh, interleaved.
 pub(crate) async fn oneway(plan: &Plan, size: usize) -> Result<OneWay> {
     let mut o = OneWay {
@@ -51,9 +86,9 @@ pub(crate) async fn oneway(plan: &Plan, size: usize) -> Result<OneWay> {
     };
     for run in 0..plan.runs {
         let n = plan.messages;
-        let r = tokio::task::spawn_blocking(move || raw_oneway(size, n)).await??;
-        let z = zmesh_oneway(size, n, plan.senders, 1).await?;
-        let b = zmesh_oneway(size, n, plan.senders, plan.batch).await?;
+        let r = tokio::task::spawn_blocking(move || raw_oneway(size, n, None)).await??;
+        let z = zmesh_oneway(size, n, plan.senders, 1, None).await?;
+        let b = zmesh_oneway(size, n, plan.senders, plan.batch, None).await?;
         eprintln!(
             "P1 {size} B run {}: raw {:.0} msg/s ({:.2} us CPU/msg), zmesh send {:.0} msg/s \
              ({:.2} us CPU/msg), zmesh send_batch {:.0} msg/s ({:.2} us CPU/msg)",
@@ -77,16 +112,22 @@ pub(crate) async fn oneway(plan: &Plan, size: usize) -> Result<OneWay> {
 
 /// A DEALER sends `n` records of `size` bytes to a ROUTER as fast as libzmq takes them; the
 /// ROUTER counts them. Clock: first send to last receive.
-fn raw_oneway(size: usize, n: u64) -> Result<Run> {
+fn raw_oneway(size: usize, n: u64, curve: Option<Curve>) -> Result<Run> {
     let ctx = zmq::Context::new();
     let router = ctx.socket(zmq::ROUTER)?;
     router.set_rcvhwm(HWM)?;
     router.set_linger(0)?;
     router.set_rcvtimeo(10_000)?;
+    if let Some(c) = &curve {
+        c.server(&router)?;
+    }
     let ep = bind_any(&router)?;
     let dealer = ctx.socket(zmq::DEALER)?;
     dealer.set_sndhwm(HWM)?;
     dealer.set_linger(0)?;
+    if let Some(c) = &curve {
+        c.client(&dealer)?;
+    }
     dealer.connect(&ep)?;
     // One record through before the clock starts: the connection is up.
     dealer.send(&b"warm-up"[..], 0)?;
@@ -126,8 +167,14 @@ fn raw_oneway(size: usize, n: u64) -> Result<Run> {
 /// round trip), with `Node::send` if `batch` is 1, else with `Node::send_batch` of `batch`
 /// records. A record refused as `WouldBlock` (pipe full: nothing was queued) is sent again.
 /// Clock: first send to the last delivery taken from `b`'s event stream.
-async fn zmesh_oneway(size: usize, n: u64, senders: usize, batch: usize) -> Result<Run> {
-    let Pair { a, b, ea, mut eb } = Pair::mesh().await?;
+async fn zmesh_oneway(
+    size: usize,
+    n: u64,
+    senders: usize,
+    batch: usize,
+    curve: Option<&Curve>,
+) -> Result<Run> {
+    let Pair { a, b, ea, mut eb } = Pair::mesh_with(curve).await?;
     let counter = tokio::spawn(async move {
         let mut got = 0u64;
         while got < n {
