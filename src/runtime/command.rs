@@ -59,7 +59,7 @@ pub(crate) enum Command {
     /// From the discovery agent: link intents to apply, then events to report (MISSION D1).
     Discovery(
         Vec<crate::proto::discovery::Intent>,
-        Vec<super::discovery::DiscoveryEvent>,
+        Vec<super::event::DiscoveryEvent>,
     ),
 }
 

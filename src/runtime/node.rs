@@ -5,15 +5,14 @@ use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 
 use bytes::Bytes;
-use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use super::calls::{
-    self as rcalls, CallError, CallOptions, CallStream, Handler, HandlerFuture, RemoteCode,
-    Request, ServeError,
+    self as rcalls, CallError, CallOptions, CallStream, Handler, HandlerFuture, ItemPort, ItemSink,
+    RemoteCode, Request, ServeError,
 };
 use super::command::{CallReply, Command, ServeDone, ServeItem, ServeJob, Served, WakeUp};
 use super::discovery::Agent;
@@ -337,11 +336,7 @@ impl Node {
     }
 
     fn command(&self, cmd: Command) -> bool {
-        if self.inner.commands.send(cmd).is_err() {
-            return false;
-        }
-        self.inner.wake.command_queued();
-        true
+        self.inner.command(cmd)
     }
 
     async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Option<T> {
@@ -779,47 +774,28 @@ impl Node {
     }
 }
 
-/// Where a stream handler sends its items (see [`Node::serve_stream`]).
-///
-/// Each item is numbered by the node and sent as one ITEM, in the order the sends complete,
-/// on the connection the call's REPLY will take. Cheap to clone; a clone sends into the same
-/// call. It does not keep the node alive.
-#[derive(Clone)]
-pub struct ItemSink {
-    id: ServeId,
-    node: Weak<Inner>,
-}
-
-impl std::fmt::Debug for ItemSink {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ItemSink").field("call", &self.id).finish()
+/// A stream handler's items reach the I/O thread as [`Command::ServeItem`]s; an [`ItemSink`]
+/// holds the node only weakly, through this.
+impl ItemPort for Inner {
+    fn send_item(
+        &self,
+        id: ServeId,
+        payload: Bytes,
+    ) -> Option<oneshot::Receiver<Result<(), ServeError>>> {
+        let (reply, rx) = oneshot::channel();
+        self.command(Command::ServeItem(ServeItem { id, payload, reply }))
+            .then_some(rx)
     }
 }
 
-impl ItemSink {
-    /// Sends one item; returns once the node has handed it to the transport.
-    ///
-    /// An error means the stream is over and the handler should stop (returning the error
-    /// with `?` is fine: the call already has its answer, so the handler's result is
-    /// dropped): code `Unavailable` when the service is stopping (the caller was told
-    /// `Unavailable`), the caller's connection is gone, the call already ended or the node
-    /// stopped; code `UnknownOutcome` when the link could not take the item now (a frame is
-    /// never queued, MISSION C3), in which case the node ended the call with that code.
-    pub async fn send(&self, payload: impl Into<Bytes>) -> Result<(), ServeError> {
-        let closed = || ServeError::runtime(RemoteCode::Unavailable, "the node stopped");
-        let Some(inner) = self.node.upgrade() else {
-            return Err(closed());
-        };
-        let node = Node { inner };
-        let (id, payload) = (self.id, payload.into());
-        node.ask(|reply| Command::ServeItem(ServeItem { id, payload, reply }))
-            .await
-            .unwrap_or_else(|| Err(closed()))
-    }
-
-    /// Sends one item encoded as MessagePack; see [`ItemSink::send`].
-    pub async fn send_item<T: Serialize + ?Sized>(&self, item: &T) -> Result<(), ServeError> {
-        self.send(rcalls::encode(item)?).await
+impl Inner {
+    /// Queues `cmd` for the I/O thread and wakes it if needed; false once it is gone.
+    fn command(&self, cmd: Command) -> bool {
+        if self.commands.send(cmd).is_err() {
+            return false;
+        }
+        self.wake.command_queued();
+        true
     }
 }
 
@@ -861,10 +837,8 @@ async fn run_job(
     let Some(handler) = handler else {
         return Err(ServeError::method_not_found(&request.method));
     };
-    let sink = ItemSink {
-        id,
-        node: node.clone(),
-    };
+    let port: Weak<dyn ItemPort> = node.clone();
+    let sink = ItemSink::new(id, port);
     let guarded = (semantics == Some(Semantics::NonRepeatableCommand))
         .then_some(guard)
         .flatten();
