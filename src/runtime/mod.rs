@@ -2,12 +2,14 @@
 //! ([`Node`]) that applications use.
 //!
 //! ```text
-//!  Node (Clone, async)  --Command--> crossbeam channel --+   wake-up (eventfd, once
-//!        ^                                               v     per burst of commands)
-//!        |                           I/O thread: loop { timers; epoll wait on ZMQ_FDs, then
-//!        +--- NodeEvent batches ---      ZMQ_EVENTS of fired/touched sockets; receive
-//!             (tokio mpsc)               rotation (scheduler caps); sans-IO core decides;
-//!                                        sockets send }
+//!  Node (Clone, async)
+//!   |-- calls, serve, snapshot, shutdown: Command -> crossbeam channel --+  wake-up: eventfd,
+//!   |-- send: link table -> the link's send queue (SEND_QUEUE records) --+  once per burst
+//!   |-- publish: straight to the PUB socket (a mutex; never read)        v
+//!   ^                     I/O thread: loop { timers; epoll wait on ZMQ_FDs, then ZMQ_EVENTS
+//!   |                         of fired/touched sockets; commands; send queues in bursts;
+//!   +-- NodeEvent batches     receive rotation (scheduler caps); sans-IO core decides;
+//!       (tokio mpsc)          sockets send }
 //! ```
 //!
 //! The I/O thread reads the monotonic clock once per loop turn and hands `now` to the sans-IO
@@ -19,6 +21,7 @@ mod error;
 mod event;
 mod io;
 mod node;
+mod outbound;
 mod records;
 pub mod snapshot;
 pub mod socket;
@@ -27,3 +30,4 @@ pub use error::{BatchSendError, NodeError, PublishError, SendError};
 pub use event::{Delivery, EventStream, NodeEvent, Source, StateChange};
 pub use io::GRACEFUL_STOP_BOUND;
 pub use node::{Node, NodeBuilder};
+pub use outbound::SEND_QUEUE;

@@ -161,7 +161,6 @@ impl IoThread {
         };
         match s.role {
             SlotRole::Sub(i) => self.on_fanout(i, frames, now),
-            SlotRole::Publisher => {}
             SlotRole::Dialled(k) => {
                 // A dialled ROUTER sees the bound peer's routing id first; a DEALER does not.
                 if self.links[k]
@@ -233,7 +232,7 @@ impl IoThread {
         match rec {
             Rec::Probe(id) => {
                 // Echo the id; a received probe is not evidence for our own deadline (L2).
-                let _ = self.send_on_link(k, records::ack(id));
+                self.send_liveness(k, records::ack(id));
             }
             Rec::Ack(id) => {
                 if let Some(live) = live {
