@@ -315,6 +315,8 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
             extra: json!({
                 "calls": plan.calls,
                 "zmesh_command_round_trip_p50_us": r.command_p50.to_json(),
+                "zmesh_send_ping_pong_p50_us": r.send_ping_pong_p50.to_json(),
+                "zmesh_send_ping_pong_p99_us": r.send_ping_pong_p99.to_json(),
             }),
         });
         metrics.push(Metric {
