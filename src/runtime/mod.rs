@@ -1,5 +1,6 @@
-//! The runtime: one I/O thread per node that owns every libzmq socket, and the async handle
-//! ([`Node`]) that applications use.
+//! The runtime: one I/O thread per node that owns every libzmq socket (the PUB socket, never
+//! read, it shares with [`Node::publish`]), and the async handle ([`Node`]) that applications
+//! use.
 //!
 //! ```text
 //!  Node (Clone, async)

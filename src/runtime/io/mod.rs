@@ -1,11 +1,12 @@
-//! The I/O thread: owns every libzmq socket of a node and runs the single receive loop
-//! (MISSION R1).
+//! The I/O thread: owns every libzmq socket of a node (the PUB socket, never read, is shared
+//! with the async side, see [`outbound`]) and runs the single receive loop (MISSION R1).
 //!
 //! One loop turn: read the monotonic clock once; run due timers (liveness, beacons, reconnects,
 //! disconnect sweeps); wait on the epoll set of every socket's and monitor's `ZMQ_FD` and the
 //! async side's wake-up until the next deadline, and check `ZMQ_EVENTS` of the sockets that fired or
-//! that the loop touched (module [`ready`]); handle monitor events; handle commands; run one
-//! receive rotation under the scheduler's caps; hand the batch of events to the application.
+//! that the loop touched (module [`ready`]); handle monitor events; handle commands, then the
+//! send queues in bursts (module [`outbound`]); run one receive rotation under the scheduler's
+//! caps; hand the batch of events to the application.
 //! Protocol questions (is this ACK evidence? is this peer admitted? is this publisher silent?)
 //! are answered by the sans-IO state machines of [`crate::proto`]; this file only moves bytes
 //! and reports socket events. An idle wake-up costs the sockets that moved and the timers that
