@@ -69,7 +69,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::command::{CallReply, Command, Served, WakeUp};
 use super::error::NodeError;
 use super::event::{NodeEvent, Source, StateChange};
-use super::outbound::{LinkTable, Outgoing, PubSocket};
+use super::outbound::{Closed, LinkTable, Outgoing, PubSocket};
 use super::records::Lane;
 use super::socket::{MonitorSocket, Sockets};
 use crate::config::NodeConfig;
@@ -565,15 +565,11 @@ impl Drop for IoThread {
         self.table.stop();
         for l in &mut self.links {
             if let Some(q) = l.conn.as_mut().and_then(|c| c.outq.take()) {
-                q.close(outbound_closed());
+                q.close(Closed::Shutdown);
             }
         }
         if let Some(p) = &self.publisher {
             drop(p.socket.close());
         }
     }
-}
-
-fn outbound_closed() -> super::outbound::Closed {
-    super::outbound::Closed::Shutdown
 }
