@@ -622,6 +622,7 @@ def records_file():
                     batch(request(1, kind=False))),
         unencodable("batch_of_0", "An empty batch.", batch()),
     ]
+    record_additions(v, inv, une)
     return {
         "format": "zmesh-spec-vectors",
         "version": 1,
@@ -632,6 +633,138 @@ def records_file():
         "invalid": inv,
         "unencodable": une,
     }
+
+
+# ---- added after the first publication ----
+#
+# Published vectors never change (WIRE.md §8): vectors added later are appended to the end of
+# their lists by these functions, so regenerating leaves every earlier vector as it was.
+
+def record_additions(v, inv, une):
+    """Codec checks that had no vector yet, and the BATCH check order of WIRE.md §6.2."""
+    v.append(valid("hello_1024_memberships", "1024 memberships (the maximum count).",
+                   hello(rid="a", ms=[member("server", "c")] * 1024)))
+    v.append(valid("request_names_255_bytes", "Channel, method and idempotency key of "
+                   "255 bytes each (the maximum).",
+                   request(call_id=3, channel="c" * 255, method="m" * 255, key="k" * 255)))
+    v.append(valid("batch_inner_payloads_opaque", "Inner payload frames are not checked: any "
+                   "bytes, empty included.",
+                   batch(request(1, payload="ff00", kind=False),
+                         request(2, payload="", kind=False),
+                         request(3, payload="5a4d0104", kind=False))))
+
+    h = encode(hello(rid="node-a", generation=1, ms=[member("server", "orders")]))[0]
+    w = encode(welcome(rid="node-b", generation=0xFF, security_identity="svc",
+                       ms=[member("server", "orders")]))[0]
+    # w: lane 4, rid 5..13, generation 13..21, identity 21..26, count 26..28, role 28,
+    # channel length 29..31, channel 31..37
+    q = encode(request(5, 1500, "non_repeatable_command", "pump", "dispense", "wo-1", "c0"))
+    inv.extend([
+        invalid("hello_expect_rid_bad_utf8", "Expected RID with byte FF.", "hello",
+                [encode(hello(expect_rid="zz"))[0].replace(string("zz"), string(b"\xff"), 1)],
+                "invalid_field"),
+        invalid("hello_membership_channel_256_bytes", "Membership channel of 256 bytes.",
+                "hello", [h[:44] + string("c" * 256)], "invalid_field"),
+        invalid("hello_membership_channel_bad_utf8", "Membership channel with byte 80.",
+                "hello", [h[:44] + string(b"\x80")], "invalid_field"),
+        invalid("welcome_rid_empty", "RID must be 1..=255 bytes.", "welcome",
+                [encode(welcome(rid="x"))[0].replace(string("x"), string(b""), 1)],
+                "invalid_field"),
+        invalid("welcome_identity_256_bytes", "Security identity of 256 bytes.", "welcome",
+                [w[:21] + string("i" * 256) + w[26:]], "invalid_field"),
+        invalid("welcome_role_0", "Membership role 0.", "welcome", [replace(w, 28, b"\x00")],
+                "invalid_field"),
+        invalid("welcome_membership_channel_empty", "Membership channel must be 1..=255 "
+                "bytes.", "welcome", [w[:29] + string(b"")], "invalid_field"),
+        invalid("welcome_1025_memberships", "More than 1024 memberships.", "welcome",
+                [encode(welcome(ms=[member("object_client", "c")] * 1025))[0]],
+                "invalid_field"),
+        invalid("welcome_memberships_truncated", "Memberships count 1, no entry.", "welcome",
+                [w[:26] + u16(1)], "truncated"),
+        invalid("request_channel_empty", "Channel must be 1..=255 bytes.", "request",
+                [q[0][:21] + string(b"") + q[0][27:], q[1]], "invalid_field"),
+        invalid("request_channel_256_bytes", "Channel of 256 bytes.", "request",
+                [q[0][:21] + string("c" * 256) + q[0][27:], q[1]], "invalid_field"),
+        invalid("request_method_bad_utf8", "Method with byte FF.", "request",
+                [replace(q[0], 29, b"\xff"), q[1]], "invalid_field"),
+        invalid("reply_three_frames", "REPLY has 2 frames.", "reply",
+                encode(reply(5, "ok", "c3")) + [b""], "frame_count"),
+        invalid("item_no_payload_frame", "ITEM has 2 frames.", "item",
+                encode(item(5, 0, "01"))[:1], "frame_count"),
+    ])
+
+    # BATCH check order (WIRE.md §6.2): frame 0 completely first, then pair by pair.
+    r1 = request_frames(request(1, semantics="query", method="pressure", kind=False))
+    r2 = request_frames(request(2, method="status", kind=False))
+    b_hdr = header("batch")
+    inv.extend([
+        invalid("batch_order_count_before_pairs", "Count 1 with 3 frames (consistent): "
+                "invalid_field for the count, although the one pair is truncated.", "batch",
+                [b_hdr + u16(1), r1[0][:-1], r1[1]], "invalid_field"),
+        invalid("batch_order_frame_count_before_count", "Count 1 with 1 frame: the frame "
+                "count (3 expected) is checked before the count's value.", "batch",
+                [b_hdr + u16(1)], "frame_count"),
+        invalid("batch_order_count_0_with_a_pair", "Count 0 with 3 frames: frame_count "
+                "(1 expected) before the count's value.", "batch",
+                [b_hdr + u16(0)] + r1, "frame_count"),
+        invalid("batch_order_first_pair_first", "Pair 1 has call id 0, pair 2 is truncated: "
+                "pair 1 is checked completely before pair 2 is looked at.", "batch",
+                [b_hdr + u16(2), replace(r1[0], 4, u64(0)), r1[1], r2[0][:-1], r2[1]],
+                "invalid_field"),
+        invalid("batch_order_truncated_pair_before_bad_magic", "Pair 1 is truncated, pair 2 "
+                "has bad magic: truncated.", "batch",
+                [b_hdr + u16(2), r1[0][:-1], r1[1], replace(r2[0], 0, b"ZZ"), r2[1]],
+                "truncated"),
+        invalid("batch_order_value_after_structure_in_a_pair", "Pair 1 has call id 0 and a "
+                "trailing byte: within a pair, trailing_bytes comes before values.", "batch",
+                [b_hdr + u16(2), replace(r1[0], 4, u64(0)) + b"\x00", r1[1]] + r2,
+                "trailing_bytes"),
+        invalid("batch_order_kind_before_body", "A bare MESSAGE header as pair 2's envelope: "
+                "the kind is checked before the body (invalid_field, not truncated).",
+                "batch", [b_hdr + u16(2)] + r1 + [header("message"), b""], "invalid_field"),
+        invalid("batch_inner_empty_envelope", "Pair 2's envelope frame is empty.", "batch",
+                [b_hdr + u16(2)] + r1 + [b"", b""], "truncated"),
+        invalid("batch_inner_publish", "A PUBLISH envelope inside a BATCH.", "batch",
+                [b_hdr + u16(2)] + r1
+                + [header("publish") + u64(1) + u64(1), b""], "invalid_field"),
+    ])
+
+    une.extend([
+        unencodable("hello_security_identity_256_bytes", "Security identity of 256 bytes.",
+                    hello(security_identity="i" * 256)),
+        unencodable("request_channel_empty", "Channel must be 1..=255 bytes.",
+                    request(channel="")),
+        unencodable("request_key_256_bytes", "Idempotency key of 256 bytes.",
+                    request(key="k" * 256)),
+        unencodable("reply_call_id_0", "Call id must be non-zero.", reply(call_id=0)),
+        unencodable("item_call_id_0", "Call id must be non-zero.", item(call_id=0)),
+    ])
+
+
+def fanout_additions(v, inv, une):
+    """The fanout check order of WIRE.md §6.3 where it had no vector yet."""
+    v.append(valid("publish_seq_1", "The first record of a publisher: seq 1 (WIRE.md §7.2).",
+                   publish("707269636573", 0x0102030405060708, 1, "3432")))
+    pub = encode(publish("74", 1, 9, "68656c6c6f"))
+    inv.extend([
+        invalid("publish_order_truncated_before_frame_count", "Topic and a truncated "
+                "envelope, no payload frame: truncated (structure before frame count).",
+                "publish", [pub[0], pub[1][:6]], "truncated"),
+        invalid("publish_order_kind_before_frame_count", "Topic and a MESSAGE envelope, 2 "
+                "frames: invalid_field (the kind before the frame count).", "publish",
+                [pub[0], encode(message("orders", ""))[0]], "invalid_field"),
+        invalid("publish_order_version_before_frame_count", "Topic and a version-2 "
+                "envelope, 2 frames: unsupported_version.", "publish",
+                [pub[0], replace(pub[1], 2, b"\x02")], "unsupported_version"),
+        invalid("publish_order_frame_count_before_topic", "Empty topic and a good envelope, "
+                "no payload frame: frame_count (before the topic's value).", "publish",
+                [b"", pub[1]], "frame_count"),
+    ])
+    une.extend([
+        unencodable("publish_topic_beacon_topic_exact_with_beacon_payload", "The exact "
+                    "reserved topic is refused whatever the payload (L4).",
+                    publish("015a4c4631", 1, 1, "5a460101")),
+    ])
 
 
 # ---- fanout.json ----
@@ -716,6 +849,7 @@ def fanout_file():
         unencodable("publish_generation_0", "Generation must be non-zero.",
                     publish("74", 0, 0, "")),
     ]
+    fanout_additions(v, inv, une)
     return {
         "format": "zmesh-spec-vectors",
         "version": 1,

@@ -22,6 +22,7 @@ use serde_json::Value;
 use zmesh::config::{Endpoint, NodeConfig, RouteMeshBind, ServerConfig};
 use zmesh::proto::state::ConnState;
 use zmesh::runtime::calls::{CallOptions, Request, ServeError};
+use zmesh::runtime::service::{Method, Service};
 use zmesh::runtime::{Node, NodeEvent};
 
 /// Upper bound of every single wait.
@@ -198,15 +199,14 @@ fn script(body: &str) -> String {
     py_script(&(PY_CALLS.to_owned() + body), PY_LIFETIME_S)
 }
 
-/// A server of `orders` whose `echo` answers its raw arguments.
+/// A server of `orders` whose `echo` (a query: the Python callers pin that semantics)
+/// answers its raw arguments.
 async fn echo_server(cfg: NodeConfig) -> Node {
+    let orders = Service::new("orders").method(Method::query("echo"), |req: Request| async move {
+        Ok::<_, ServeError>(req.raw_args().clone())
+    });
     Node::builder(cfg)
-        .serve("orders", |req: Request| async move {
-            match req.method.as_str() {
-                "echo" => Ok(req.raw_args().clone()),
-                other => Err(ServeError::method_not_found(other)),
-            }
-        })
+        .expose(orders)
         .start()
         .await
         .expect("server")

@@ -1,12 +1,13 @@
 //! `zmesh bench --quick` (smoke mode: tiny sizes, one run) runs every measurement and writes
-//! a JSON file with every metric and positive numbers. Speed itself is not asserted here: it
-//! belongs to the benchmark (BENCHMARKS.md), not to tests.
+//! a JSON file with every metric and positive numbers, and K5's batched round takes fewer
+//! messages than its unbatched one. Speed itself is not asserted here: it belongs to the
+//! benchmark (BENCHMARKS.md), not to tests.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// Every metric the JSON must hold.
-const METRICS: [&str; 15] = [
+const METRICS: [&str; 21] = [
     "p1_oneway_64b",
     "p1_oneway_64b_batch",
     "p1_oneway_1k",
@@ -22,6 +23,12 @@ const METRICS: [&str; 15] = [
     "p6_orderly_close",
     "p6_killed",
     "p6_half_open",
+    "k5_bytes_unbatched",
+    "k5_bytes_batched",
+    "k5_calls_per_s_unbatched",
+    "k5_calls_per_s_batched",
+    "k5_p50_unbatched",
+    "k5_p50_batched",
 ];
 /// Metrics whose value may be zero (counts whose target is zero).
 const MAY_BE_ZERO: [&str; 1] = ["p4_false_not_ready"];
@@ -102,5 +109,15 @@ fn bench_quick_reports_every_metric() {
             "{label} not in the table:\n{stdout}"
         );
     }
+    // K5: `batch_calls = false` sends every call as its own message; `true` sends fewer
+    // messages for the same 300 calls (BATCHes). A count, not a speed.
+    let messages = |key: &str| {
+        doc["metrics"][key]["extra"]["messages_to_server"]["median"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key}: messages_to_server:\n{doc:#}"))
+    };
+    let (off, on) = (messages("k5_bytes_unbatched"), messages("k5_bytes_batched"));
+    assert!(off >= 300.0, "unbatched: {off} messages for 300 calls");
+    assert!(on < off, "batched: {on} messages, unbatched {off}");
     let _ = std::fs::remove_dir_all(&dir);
 }

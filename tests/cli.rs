@@ -176,3 +176,93 @@ async fn c3_cli_call_prints_result_or_honest_error() {
     let _ = server.kill();
     let _ = server.wait();
 }
+
+/// MISSION K1, K2: `zmesh describe` prints a running node's contract from its control
+/// endpoint and over the wire (`--config --channel`), as JSON and as a table naming each
+/// method's semantics; `zmesh ops` prints its operations registry (empty: it made no calls).
+#[tokio::test]
+async fn k1_k2_cli_describe_and_ops() {
+    use zmesh::config::ServerConfig;
+    use zmesh::proto::handshake::{Membership, Role};
+    let dir = std::env::temp_dir().join(format!("zmesh-cli-describe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let endpoint = common::free_tcp();
+    let mut b = NodeConfig::new("pump-node");
+    b.memberships = vec![Membership {
+        role: Role::Server,
+        channel: "pump".into(),
+    }];
+    b.server = Some(Endpoint {
+        endpoint: endpoint.clone(),
+    });
+    let b_path = dir.join("b.toml");
+    std::fs::write(&b_path, toml::to_string(&b).expect("toml")).expect("write");
+    let control = ipc("describe-ctl");
+    let mut server = Command::new(env!("CARGO_BIN_EXE_zmesh"))
+        .args(["node", "--serve", "pump", "--control", &control, "--config"])
+        .arg(&b_path)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn server");
+    let mut a = NodeConfig::new("asker");
+    a.servers = vec![ServerConfig {
+        batch_calls: true,
+        channel: "pump".into(),
+        endpoint,
+        rid: None,
+    }];
+    let a_path = dir.join("a.toml");
+    std::fs::write(&a_path, toml::to_string(&a).expect("toml")).expect("write");
+    let zmesh = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_zmesh"))
+            .args(args)
+            .output()
+            .expect("zmesh");
+        assert!(
+            out.status.success(),
+            "zmesh {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let a_config = a_path.display().to_string();
+    // Over the wire first: it waits for the server to be ready (bounded by --wait-ms).
+    let wire: serde_json::Value = serde_json::from_str(&zmesh(&[
+        "describe",
+        "--config",
+        &a_config,
+        "--channel",
+        "pump",
+        "--wait-ms",
+        "15000",
+        "--json",
+    ]))
+    .expect("JSON");
+    let local: serde_json::Value =
+        serde_json::from_str(&zmesh(&["describe", "--control", &control, "--json"])).expect("JSON");
+    assert_eq!(wire, local, "the same contract both ways");
+    assert_eq!(local["rid"], "pump-node");
+    let methods = local["services"][0]["methods"].as_array().expect("methods");
+    let semantics = |name: &str| {
+        methods
+            .iter()
+            .find(|m| m["name"] == name)
+            .map(|m| m["semantics"].clone())
+    };
+    assert_eq!(semantics("dispense"), Some("non-repeatable-command".into()));
+    assert_eq!(semantics("set"), Some("idempotent-command".into()));
+    assert_eq!(semantics("get"), Some("query".into()));
+    assert_eq!(semantics("sleep"), Some("undeclared".into()));
+    let table = zmesh(&["describe", "--control", &control]);
+    assert!(
+        table.contains("dispense") && table.contains("non-repeatable-command"),
+        "{table}"
+    );
+    let ops: serde_json::Value =
+        serde_json::from_str(&zmesh(&["ops", "--control", &control, "--json"])).expect("JSON");
+    assert_eq!(ops, serde_json::json!([]), "the server made no calls");
+    let table = zmesh(&["ops", "--control", &control, "--status", "unknown-outcome"]);
+    assert!(table.contains("STATUS"), "{table}");
+    let _ = server.kill();
+    let _ = server.wait();
+}

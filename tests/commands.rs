@@ -3,12 +3,24 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use common::{mesh_bind, peer, server_of, start_ready};
+use tokio::sync::{mpsc, Semaphore};
 use zmesh::config::NodeConfig;
-use zmesh::runtime::calls::{may_have_run, CallError, RemoteCode, Request, ServeError};
-use zmesh::runtime::Node;
+use zmesh::runtime::calls::{
+    encode, may_have_run, CallError, CallOptions, RemoteCode, Request, Semantics, ServeError,
+};
+use zmesh::runtime::idempotency::{
+    Begin, Fingerprint, IdempotencyStore, MemoryStore, Outcome, Owner, ScopedKey, StoreError,
+    StoreFuture,
+};
+use zmesh::runtime::operations::OpStatus;
+use zmesh::runtime::service::{Execution, Method, Service};
+use zmesh::runtime::{Node, NodeError};
 
 /// Upper bound of every single wait.
 const STEP: Duration = Duration::from_secs(15);
@@ -99,6 +111,735 @@ async fn k6_handler_codes_outside_the_allow_list_become_exception() {
         "{err:?}"
     );
     assert!(!may_have_run(&err));
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+}
+
+/// A RouteMesh pair: `b` exposes `service` (with `store` guarding its non-repeatable
+/// commands, if given), `a` dials it and is ready.
+async fn pair_with(service: Service, store: Option<Arc<dyn IdempotencyStore>>) -> (Node, Node) {
+    let bind = mesh_bind(false);
+    let mut b = NodeConfig::new("b");
+    b.memberships = server_of(service.channel());
+    b.route_mesh = Some(bind.clone());
+    let mut builder = Node::builder(b).expose(service);
+    if let Some(store) = store {
+        builder = builder.idempotency_store(store);
+    }
+    let b = builder.start().await.expect("b");
+    let mut a = NodeConfig::new("a");
+    a.peers = vec![peer("b", &bind)];
+    let (a, _events) = start_ready(a, "b").await;
+    (a, b)
+}
+
+/// A gate handlers wait at until the test opens it, and the labels of the calls that started.
+#[derive(Clone)]
+struct Gate {
+    permits: Arc<Semaphore>,
+    started: mpsc::UnboundedSender<String>,
+}
+
+impl Gate {
+    fn new() -> (Gate, mpsc::UnboundedReceiver<String>) {
+        let (started, rx) = mpsc::unbounded_channel();
+        (
+            Gate {
+                permits: Arc::new(Semaphore::new(0)),
+                started,
+            },
+            rx,
+        )
+    }
+
+    /// Reports `label` as started, then waits for a permit.
+    async fn pass(&self, label: String) {
+        let _ = self.started.send(label);
+        if let Ok(p) = self.permits.acquire().await {
+            p.forget();
+        }
+    }
+
+    fn open(&self, n: usize) {
+        self.permits.add_permits(n);
+    }
+}
+
+async fn started(rx: &mut mpsc::UnboundedReceiver<String>) -> String {
+    tokio::time::timeout(STEP, rx.recv())
+        .await
+        .expect("a handler started in time")
+        .expect("gate open")
+}
+
+/// Waits (bounded) until `b` holds `n` accepted calls not yet answered (running or queued).
+async fn serving(b: &Node, n: usize) {
+    let deadline = tokio::time::Instant::now() + STEP;
+    loop {
+        let got = b.snapshot().await.expect("snapshot").serving_calls;
+        if got == n {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "serving {got} calls, waited for {n}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn code_of(err: &CallError) -> Option<RemoteCode> {
+    match err {
+        CallError::Remote { code, .. } => Some(*code),
+        _ => None,
+    }
+}
+
+/// The demo pump: `pressure` (query), `set` (idempotent command, conflating), `dispense`
+/// (non-repeatable command) and `legacy` (undeclared), counting runs of `dispense`.
+fn pump(runs: Arc<AtomicU64>) -> Service {
+    Service::new("pump")
+        .version("2")
+        .method(Method::query("pressure"), |_r: Request| async move {
+            encode(&1.5f64)
+        })
+        .method(
+            Method::idempotent_command("set").conflate(),
+            |r: Request| async move {
+                let v: u32 = r.args()?;
+                encode(&v)
+            },
+        )
+        .method(
+            Method::non_repeatable_command("dispense"),
+            move |_r: Request| {
+                let runs = runs.clone();
+                async move { encode(&(runs.fetch_add(1, Ordering::SeqCst) + 1)) }
+            },
+        )
+        .method(Method::undeclared("legacy"), |_r: Request| async move {
+            encode("ok")
+        })
+}
+
+/// MISSION K1: `describe` reports every method's semantics (undeclared stays undeclared),
+/// shape, execution and conflation, the mailbox and the version; another node fetches the
+/// same contract over the wire (`$describe`).
+#[tokio::test]
+async fn k1_describe_reports_semantics_and_is_fetched_over_the_wire() {
+    let (a, b) = pair_with(pump(Arc::new(AtomicU64::new(0))), None).await;
+    let local = b.describe();
+    let json = serde_json::to_value(&local).expect("json");
+    let methods = &json["services"][0]["methods"];
+    let by_name = |n: &str| {
+        methods
+            .as_array()
+            .expect("methods")
+            .iter()
+            .find(|m| m["name"] == n)
+            .cloned()
+            .unwrap_or_else(|| panic!("no method {n} in {json}"))
+    };
+    assert_eq!(by_name("pressure")["semantics"], "query");
+    assert_eq!(by_name("pressure")["execution"], "parallel");
+    assert_eq!(by_name("set")["semantics"], "idempotent-command");
+    assert_eq!(by_name("set")["conflate"], true);
+    assert_eq!(by_name("set")["execution"], "serial");
+    assert_eq!(by_name("dispense")["semantics"], "non-repeatable-command");
+    assert_eq!(by_name("legacy")["semantics"], "undeclared");
+    assert_eq!(json["services"][0]["version"], "2");
+    assert_eq!(json["services"][0]["mailbox"], 100);
+    let fetched = tokio::time::timeout(STEP, a.fetch_contract("pump", CallOptions::default()))
+        .await
+        .expect("in time")
+        .expect("contract");
+    assert_eq!(fetched, local);
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+}
+
+/// MISSION K1: a caller that pins the semantics it was built against is refused
+/// `IncompatibleVersion` (did not run) when the method is more dangerous to repeat here; a
+/// pin at least as dangerous, or none, runs it. A method the service does not declare is
+/// `MethodNotFound` (did not run).
+#[tokio::test]
+async fn k1_pinned_semantics_more_dangerous_here_is_refused_incompatible_version() {
+    let runs = Arc::new(AtomicU64::new(0));
+    let (a, b) = pair_with(pump(runs.clone()), None).await;
+    let call = |method: &'static str, pin: Option<Semantics>| {
+        let a = a.clone();
+        async move {
+            let opts = CallOptions {
+                semantics: pin,
+                ..CallOptions::default()
+            };
+            tokio::time::timeout(
+                STEP,
+                a.call_with::<_, serde_json::Value>("pump", method, &(), opts),
+            )
+            .await
+            .expect("answered")
+        }
+    };
+    let err = call("dispense", Some(Semantics::Query))
+        .await
+        .expect_err("a query pin must not run a non-repeatable command");
+    assert_eq!(
+        code_of(&err),
+        Some(RemoteCode::IncompatibleVersion),
+        "{err:?}"
+    );
+    assert!(!may_have_run(&err));
+    let err = call("legacy", Some(Semantics::IdempotentCommand))
+        .await
+        .expect_err("declared -> undeclared is more dangerous");
+    assert_eq!(
+        code_of(&err),
+        Some(RemoteCode::IncompatibleVersion),
+        "{err:?}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "nothing ran");
+    call("dispense", Some(Semantics::NonRepeatableCommand))
+        .await
+        .expect("same semantics runs");
+    call("dispense", None).await.expect("no pin runs");
+    call("pressure", Some(Semantics::NonRepeatableCommand))
+        .await
+        .expect("less dangerous than the pin runs");
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    let err = call("nope", None).await.expect_err("not declared");
+    assert_eq!(code_of(&err), Some(RemoteCode::MethodNotFound), "{err:?}");
+    assert!(!may_have_run(&err));
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+}
+
+/// MISSION K4: invalid combinations are refused when the service is exposed, with a clear
+/// error: conflate on a non-repeatable (or undeclared) method, conflate with parallel
+/// execution, a mailbox of 0.
+#[tokio::test]
+async fn k4_invalid_combinations_refused_when_exposed() {
+    let b = Node::start(NodeConfig::new("b")).await.expect("b");
+    let h = |_r: Request| async move { Ok::<_, ServeError>(Bytes::new()) };
+    let bad = [
+        Service::new("x").method(Method::non_repeatable_command("m").conflate(), h),
+        Service::new("x").method(Method::undeclared("m").conflate(), h),
+        Service::new("x")
+            .execution(Execution::Parallel)
+            .method(Method::idempotent_command("m").conflate(), h),
+        Service::new("x").mailbox(0).method(Method::query("m"), h),
+    ];
+    for service in bad {
+        let shown = format!("{service:?}");
+        match b.expose(service) {
+            Err(NodeError::Contract(e)) => assert!(!e.to_string().is_empty()),
+            other => panic!("{shown} exposed: {other:?}"),
+        }
+    }
+    b.expose(Service::new("x").method(Method::idempotent_command("m").conflate(), h))
+        .expect("a conflating idempotent command on a serial queue is fine");
+    b.shutdown().await.expect("b");
+}
+
+/// A handler that records its argument in `log` and waits at `gate` when the argument starts
+/// with "wait".
+fn logged(
+    gate: Gate,
+    log: Arc<Mutex<Vec<String>>>,
+) -> impl Fn(
+    Request,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Bytes, ServeError>> + Send>>
+       + Send
+       + Sync
+       + 'static {
+    move |r: Request| {
+        let (gate, log) = (gate.clone(), log.clone());
+        Box::pin(async move {
+            let label: String = r.args()?;
+            if let Ok(mut l) = log.lock() {
+                l.push(label.clone());
+            }
+            if label.starts_with("wait") {
+                gate.pass(label.clone()).await;
+            }
+            encode(&label)
+        })
+    }
+}
+
+/// A service whose command `hold` waits at `gate`, with the given execution and mailbox;
+/// `step` and `set` (idempotent commands; `set` conflates) are [`logged`].
+fn held(
+    gate: Gate,
+    log: Arc<Mutex<Vec<String>>>,
+    execution: Option<Execution>,
+    mailbox: usize,
+) -> Service {
+    let g2 = gate.clone();
+    let mut s = Service::new("cell")
+        .mailbox(mailbox)
+        .method(Method::idempotent_command("hold"), move |r: Request| {
+            let gate = gate.clone();
+            async move {
+                let label: String = r.args()?;
+                gate.pass(label.clone()).await;
+                encode(&label)
+            }
+        })
+        .method(
+            Method::idempotent_command("step"),
+            logged(g2.clone(), log.clone()),
+        )
+        .method(
+            Method::idempotent_command("set").conflate(),
+            logged(g2, log),
+        );
+    if let Some(e) = execution {
+        s = s.execution(e);
+    }
+    s
+}
+
+/// MISSION K4: commands run one at a time (default for command semantics); behind a running
+/// call, 101 arrivals fill the mailbox of 100 and exactly one is refused `Busy` (did not
+/// run, never queued); the other 100 run once the first ends.
+#[tokio::test]
+async fn k4_mailbox_of_100_behind_a_running_call_refuses_exactly_one_busy() {
+    let (gate, mut started_rx) = Gate::new();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let (a, b) = pair_with(held(gate.clone(), log, None, 100), None).await;
+    let first = {
+        let a = a.clone();
+        tokio::spawn(async move { a.call::<_, String>("cell", "hold", &"first").await })
+    };
+    assert_eq!(started(&mut started_rx).await, "first");
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..101 {
+        let a = a.clone();
+        calls.spawn(async move { a.call::<_, String>("cell", "hold", &format!("q{i}")).await });
+    }
+    // The one refusal comes while the first call still holds the queue.
+    let busy = tokio::time::timeout(STEP, calls.join_next())
+        .await
+        .expect("the refusal comes at once")
+        .expect("a call")
+        .expect("task");
+    let err = busy.expect_err("Busy");
+    assert_eq!(code_of(&err), Some(RemoteCode::Busy), "{err:?}");
+    assert!(!may_have_run(&err));
+    serving(&b, 101).await;
+    gate.open(1_000);
+    let mut ok = 0;
+    while let Some(r) = tokio::time::timeout(STEP, calls.join_next())
+        .await
+        .expect("in time")
+    {
+        let r = r.expect("task");
+        assert!(r.is_ok(), "only one Busy: {r:?}");
+        ok += 1;
+    }
+    assert_eq!(ok, 100);
+    first.await.expect("task").expect("first");
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+}
+
+/// MISSION K4: a conflating idempotent command that waits in its queue is replaced by a newer
+/// call of the same method; the replaced caller is answered `Superseded` at once (did not
+/// run), the newer one runs.
+#[tokio::test]
+async fn k4_conflate_answers_the_replaced_caller_superseded_at_once() {
+    let (gate, mut started_rx) = Gate::new();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let (a, b) = pair_with(held(gate.clone(), log.clone(), None, 100), None).await;
+    let first = {
+        let a = a.clone();
+        tokio::spawn(async move { a.call::<_, String>("cell", "hold", &"first").await })
+    };
+    assert_eq!(started(&mut started_rx).await, "first");
+    let old = {
+        let a = a.clone();
+        tokio::spawn(async move { a.call::<_, String>("cell", "set", &"1200").await })
+    };
+    serving(&b, 2).await;
+    let new = {
+        let a = a.clone();
+        tokio::spawn(async move { a.call::<_, String>("cell", "set", &"1300").await })
+    };
+    let err = tokio::time::timeout(STEP, old)
+        .await
+        .expect("answered while the queue is still held")
+        .expect("task")
+        .expect_err("superseded");
+    assert_eq!(code_of(&err), Some(RemoteCode::Superseded), "{err:?}");
+    assert!(!may_have_run(&err));
+    gate.open(10);
+    assert_eq!(new.await.expect("task").expect("newer runs"), "1300");
+    first.await.expect("task").expect("first");
+    assert_eq!(*log.lock().expect("log"), vec!["1300".to_owned()]);
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+}
+
+/// MISSION K4: keyed execution: calls with one key run one at a time in arrival order, while
+/// calls with other keys proceed meanwhile.
+#[tokio::test]
+async fn k4_keyed_execution_keeps_per_key_order_while_other_keys_proceed() {
+    let (gate, mut started_rx) = Gate::new();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let key = Execution::keyed(|r: &Request| {
+        let label: String = r.args()?;
+        Ok(label.trim_start_matches("wait").chars().take(1).collect())
+    });
+    let (a, b) = pair_with(held(gate.clone(), log.clone(), Some(key), 100), None).await;
+    let call = |label: &'static str| {
+        let a = a.clone();
+        tokio::spawn(async move { a.call::<_, String>("cell", "step", &label).await })
+    };
+    // Device A's first command holds A's queue.
+    let a1 = call("waitA1");
+    assert_eq!(started(&mut started_rx).await, "waitA1");
+    let a2 = call("A2");
+    serving(&b, 2).await;
+    let a3 = call("A3");
+    serving(&b, 3).await;
+    // Device B is not behind A.
+    for label in ["B1", "B2", "B3"] {
+        let r = tokio::time::timeout(STEP, call(label))
+            .await
+            .expect("B proceeds while A is held")
+            .expect("task");
+        assert_eq!(r.expect("B"), label);
+    }
+    gate.open(1);
+    for (h, label) in [(a1, "waitA1"), (a2, "A2"), (a3, "A3")] {
+        assert_eq!(h.await.expect("task").expect("A"), label);
+    }
+    let order: Vec<String> = log
+        .lock()
+        .expect("log")
+        .iter()
+        .filter(|l| l.contains('A'))
+        .cloned()
+        .collect();
+    assert_eq!(order, ["waitA1", "A2", "A3"]);
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+}
+
+/// MISSION K4, C6: the ttl is read after the queue wait: a call that waited behind a running
+/// one until its ttl ran out is refused `Timeout` by the server (did not run), never run late.
+#[tokio::test]
+async fn k4_ttl_read_after_the_queue_wait_refuses_timeout() {
+    let (gate, mut started_rx) = Gate::new();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let (a, b) = pair_with(held(gate.clone(), log.clone(), None, 100), None).await;
+    let first = {
+        let a = a.clone();
+        tokio::spawn(async move { a.call::<_, String>("cell", "hold", &"first").await })
+    };
+    assert_eq!(started(&mut started_rx).await, "first");
+    let opts = CallOptions::with_ttl(Duration::from_millis(400));
+    let err = tokio::time::timeout(
+        STEP,
+        a.call_with::<_, String>("cell", "step", &"late", opts),
+    )
+    .await
+    .expect("answered")
+    .expect_err("refused");
+    assert_eq!(
+        err,
+        CallError::Timeout {
+            refused_by_server: true
+        },
+        "{err:?}"
+    );
+    assert!(!may_have_run(&err));
+    gate.open(10);
+    first.await.expect("task").expect("first");
+    assert!(
+        log.lock().expect("log").is_empty(),
+        "the late call never ran"
+    );
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+}
+
+/// A store around a [`MemoryStore`] that counts `begin`s and can be made to fail.
+#[derive(Default)]
+struct ProbeStore {
+    inner: MemoryStore,
+    begins: AtomicUsize,
+    failing: bool,
+}
+
+impl IdempotencyStore for ProbeStore {
+    fn begin(
+        &self,
+        key: &ScopedKey,
+        fingerprint: &Fingerprint,
+        owner: &Owner,
+        retention: Duration,
+    ) -> StoreFuture<'_, Begin> {
+        self.begins.fetch_add(1, Ordering::SeqCst);
+        if self.failing {
+            return Box::pin(async { Err(StoreError::Unavailable("the disk is gone".into())) });
+        }
+        self.inner.begin(key, fingerprint, owner, retention)
+    }
+
+    fn complete(&self, key: &ScopedKey, outcome: &Outcome) -> StoreFuture<'_, ()> {
+        self.inner.complete(key, outcome)
+    }
+
+    fn remove_expired(&self) -> StoreFuture<'_, u64> {
+        self.inner.remove_expired()
+    }
+}
+
+async fn dispense(a: &Node, key: Option<&str>, amount: u32) -> Result<u64, CallError> {
+    let opts = CallOptions {
+        idempotency_key: key.map(str::to_owned),
+        ..CallOptions::default()
+    };
+    tokio::time::timeout(STEP, a.call_with("pump", "dispense", &amount, opts))
+        .await
+        .expect("answered")
+}
+
+/// MISSION K3: with an idempotency store, a repeat of a non-repeatable command with the same
+/// key is answered from the record of the first run (it runs once); another key runs; the
+/// same key with other arguments is `InvalidParams` (did not run); queries never reach the
+/// store.
+#[tokio::test]
+async fn k3_same_key_answered_from_the_record_other_arguments_refused_queries_skip_store() {
+    let runs = Arc::new(AtomicU64::new(0));
+    let store = Arc::new(ProbeStore::default());
+    let (a, b) = pair_with(pump(runs.clone()), Some(store.clone())).await;
+    for _ in 0..5 {
+        let _: f64 = a.call("pump", "pressure", &()).await.expect("query");
+    }
+    assert_eq!(
+        store.begins.load(Ordering::SeqCst),
+        0,
+        "queries pay nothing"
+    );
+    assert_eq!(dispense(&a, Some("wo-1"), 7).await, Ok(1));
+    assert_eq!(
+        dispense(&a, Some("wo-1"), 7).await,
+        Ok(1),
+        "answered from the record"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "ran once");
+    assert_eq!(
+        dispense(&a, Some("wo-2"), 7).await,
+        Ok(2),
+        "another intent runs"
+    );
+    let err = dispense(&a, Some("wo-1"), 8)
+        .await
+        .expect_err("other arguments");
+    assert_eq!(code_of(&err), Some(RemoteCode::InvalidParams), "{err:?}");
+    assert!(!may_have_run(&err));
+    // Without a key, each call is its own request (caller RID + generation + call id).
+    assert_eq!(dispense(&a, None, 7).await, Ok(3));
+    assert_eq!(dispense(&a, None, 7).await, Ok(4));
+    assert_eq!(runs.load(Ordering::SeqCst), 4);
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+}
+
+/// MISSION K3: a repeat that arrives while the first call with its key is still running here
+/// attaches to it and gets the same answer: the command runs once.
+#[tokio::test]
+async fn k3_repeat_while_running_attaches_to_the_first() {
+    let (gate, mut started_rx) = Gate::new();
+    let runs = Arc::new(AtomicU64::new(0));
+    let svc = {
+        let (runs, gate) = (runs.clone(), gate.clone());
+        Service::new("pump").execution(Execution::Parallel).method(
+            Method::non_repeatable_command("dispense"),
+            move |_r: Request| {
+                let (gate, runs) = (gate.clone(), runs.clone());
+                async move {
+                    let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+                    gate.pass(format!("run {n}")).await;
+                    encode(&n)
+                }
+            },
+        )
+    };
+    let (a, b) = pair_with(svc, Some(Arc::new(MemoryStore::new()))).await;
+    let first = {
+        let a = a.clone();
+        tokio::spawn(async move { dispense(&a, Some("press-1"), 1).await })
+    };
+    assert_eq!(started(&mut started_rx).await, "run 1");
+    let second = {
+        let a = a.clone();
+        tokio::spawn(async move { dispense(&a, Some("press-1"), 1).await })
+    };
+    serving(&b, 2).await;
+    gate.open(10);
+    assert_eq!(first.await.expect("task"), Ok(1));
+    assert_eq!(second.await.expect("task"), Ok(1), "the first one's answer");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+}
+
+/// MISSION K3: a record found in progress that nobody here is running (the server died in
+/// the middle of the command) answers `UnknownOutcome` and never runs the command again; a
+/// store that fails answers `UnknownOutcome` without running it (failing open would be the
+/// double execution the store is there to prevent).
+#[tokio::test]
+async fn k3_in_progress_record_and_failing_store_answer_unknown_outcome_never_run() {
+    let runs = Arc::new(AtomicU64::new(0));
+    let store = Arc::new(MemoryStore::new());
+    // A run of another process began this key and never recorded an outcome.
+    let key = ScopedKey::from_idempotency_key("pump", "dispense", "wo-9");
+    let args = encode(&7u32).expect("args");
+    let fp = Fingerprint::of_call("pump", "dispense", &args);
+    let dead = Owner {
+        rid: "b".into(),
+        generation: 42,
+    };
+    assert_eq!(
+        store
+            .begin(&key, &fp, &dead, Duration::from_secs(60))
+            .await
+            .expect("begin"),
+        Begin::Started
+    );
+    let (a, b) = pair_with(pump(runs.clone()), Some(store)).await;
+    let err = dispense(&a, Some("wo-9"), 7).await.expect_err("unknown");
+    assert_eq!(code_of(&err), Some(RemoteCode::UnknownOutcome), "{err:?}");
+    assert!(may_have_run(&err), "the first run may have happened");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "never run again");
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+
+    let failing = Arc::new(ProbeStore {
+        failing: true,
+        ..ProbeStore::default()
+    });
+    let (a, b) = pair_with(pump(runs.clone()), Some(failing.clone())).await;
+    let err = dispense(&a, Some("wo-10"), 7)
+        .await
+        .expect_err("store down");
+    assert_eq!(code_of(&err), Some(RemoteCode::UnknownOutcome), "{err:?}");
+    assert_eq!(failing.begins.load(Ordering::SeqCst), 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "not run without its guard");
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+}
+
+/// MISSION K2: every call the node makes has one entry in its operations registry, hooked at
+/// the call funnel: succeeded, failed (with its code), unknown-outcome (with its code), with
+/// the caller's semantics; a subscriber sees each change; arguments are not kept (the entry
+/// has no field for them).
+#[tokio::test]
+async fn k2_operations_registry_records_every_call_and_its_end() {
+    let svc = Service::new("gw")
+        .method(
+            Method::query("ok"),
+            |_r: Request| async move { encode(&1u8) },
+        )
+        .method(
+            Method::non_repeatable_command("lost"),
+            |_r: Request| async move {
+                Err::<Bytes, _>(ServeError::new(
+                    RemoteCode::UnknownOutcome,
+                    "downstream lost",
+                ))
+            },
+        );
+    let (a, b) = pair_with(svc, None).await;
+    let tray = a.operations();
+    let mut changes = tray.subscribe();
+    let _: u8 = a.call("gw", "ok", &"secret-token").await.expect("ok");
+    let opts = CallOptions::default().semantics(Semantics::NonRepeatableCommand);
+    let _ = a.call_with::<_, u8>("gw", "lost", &(), opts).await;
+    let _ = a.call::<_, u8>("gw", "missing", &()).await;
+    let _ = a.call::<_, u8>("nobody", "x", &()).await;
+    let ops = tray.snapshot();
+    assert_eq!(ops.len(), 4, "{ops:?}");
+    let status: Vec<(&str, OpStatus, Option<&str>)> =
+        ops.iter().map(|o| (&*o.method, o.status, o.code)).collect();
+    assert_eq!(
+        status,
+        [
+            ("ok", OpStatus::Succeeded, None),
+            ("lost", OpStatus::UnknownOutcome, Some("UnknownOutcome")),
+            ("missing", OpStatus::Failed, Some("MethodNotFound")),
+            ("x", OpStatus::Failed, Some("NotFound")),
+        ]
+    );
+    assert_eq!(&*ops[0].target, "b");
+    assert_eq!(&*ops[3].target, "channel:nobody");
+    assert!(ops.iter().all(|o| o.settled_at.is_some()));
+    assert!(
+        ops[0].sent_at.is_some() && ops[3].sent_at.is_none(),
+        "never sent: issued only"
+    );
+    assert_eq!(
+        ops[1].semantics,
+        zmesh::proto::wire::Semantics::NonRepeatableCommand
+    );
+    let json = serde_json::to_string(&tray.views()).expect("json");
+    assert!(
+        !json.contains("secret-token"),
+        "arguments are never retained"
+    );
+    let counts = tray.counts();
+    assert_eq!(counts.get(OpStatus::UnknownOutcome), 1);
+    // Every change reached the subscriber, ending with the last call's settlement.
+    let mut last = None;
+    while let Ok(op) = changes.try_recv() {
+        last = Some(op);
+    }
+    let last = last.expect("changes");
+    assert_eq!((&*last.method, last.status), ("x", OpStatus::Failed));
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+}
+
+/// MISSION K2: a stream call that has answered items but not yet its end is `deferred` in the
+/// caller's registry (a call that succeeded and an operation that has not); its end settles
+/// it.
+#[tokio::test]
+async fn k2_stream_with_items_and_no_end_is_deferred_then_settled() {
+    let (gate, mut started_rx) = Gate::new();
+    let g = gate.clone();
+    let svc = Service::new("feed").stream_method(
+        Method::query("ticks"),
+        move |_r: Request, sink: zmesh::runtime::calls::ItemSink| {
+            let gate = g.clone();
+            async move {
+                sink.send_item(&1u8).await?;
+                gate.pass("after item".into()).await;
+                encode("end")
+            }
+        },
+    );
+    let (a, b) = pair_with(svc, None).await;
+    let mut stream = a.call_stream("feed", "ticks", &(), CallOptions::default());
+    let item = tokio::time::timeout(STEP, stream.next_item())
+        .await
+        .expect("in time")
+        .expect("an item");
+    assert_eq!(&item[..], &encode(&1u8).expect("item")[..]);
+    assert_eq!(started(&mut started_rx).await, "after item");
+    let op = a.operations().snapshot().pop().expect("one entry");
+    assert_eq!((op.status, op.items), (OpStatus::Deferred, 1));
+    gate.open(1);
+    let end: String = tokio::time::timeout(STEP, stream.finish_as())
+        .await
+        .expect("in time")
+        .expect("end");
+    assert_eq!(end, "end");
+    let op = a.operations().snapshot().pop().expect("one entry");
+    assert_eq!(op.status, OpStatus::Succeeded);
     a.shutdown().await.expect("a");
     b.shutdown().await.expect("b");
 }

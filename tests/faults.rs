@@ -9,7 +9,8 @@
 //!
 //! The reconnect storm (`f1_f4_c1_c3_reconnect_storm*`) kills and restarts several callees
 //! together, over and over, and checks the same per call plus reconnection: see
-//! `reconnect_storm`.
+//! `reconnect_storm`. `k5_c1_c3_kill9_with_batches_in_flight` does the same per call with
+//! BATCHes running and in flight at each kill (MISSION K5).
 //!
 //! Short versions run in the default suite; the long ones (SIGSTOP beyond the 15 s deadline,
 //! the long reconnect storm) are `#[ignore]`d and run by name:
@@ -1207,4 +1208,139 @@ async fn f1_f4_c1_c3_reconnect_storm_long() {
 async fn f1_f4_c2_reconnect_storm_connections_cut() {
     let row = reconnect_storm("storm-cut", StormFault::Cut, 4, 4, None).await;
     assert!(row.failed_may_have_run > 0 && row.ok > 0, "{row:?}");
+}
+
+/// Records the callee's current run received from `peer` on its inbound Application lanes (a
+/// BATCH is one record however many calls it carries; probes and acks count too).
+async fn application_records(callee: &StormChild, peer: &str) -> u64 {
+    let snap = callee.snapshot().await;
+    snap["links"]
+        .as_array()
+        .expect("links")
+        .iter()
+        .filter(|l| l["peer"] == peer && l["role"] == "application_inbound")
+        .map(|l| l["records_received"].as_u64().expect("records_received"))
+        .sum()
+}
+
+/// Waits (bounded) until `n` of `node`'s calls on `channel` are `sent` (MISSION K2's
+/// registry: handed to libzmq, no answer yet). Checks again at every turn of the test's
+/// runtime rather than after a sleep, so the fault that follows lands as close as possible
+/// to the moment the requests left.
+async fn wait_sent(node: &Node, channel: &str, n: usize) {
+    use zmesh::runtime::operations::OpStatus;
+    let deadline = tokio::time::Instant::now() + STEP;
+    loop {
+        let ops = node.operations().views();
+        let sent = ops
+            .iter()
+            .filter(|o| &*o.channel == channel && o.status == OpStatus::Sent)
+            .count();
+        if sent >= n {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{sent} of {n} calls sent within {STEP:?}: {ops:?}"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+/// MISSION K5, C1, C2, C3: kill -9 of the callee with BATCHes in flight. Concurrent `work`
+/// calls leave together, so the caller sends them as BATCHes (checked: the callee's snapshot
+/// counts fewer records on its Application lane than calls arrived in). Round 0: 40 calls
+/// run, 40 more are issued, and the callee is killed the moment the caller's registry shows
+/// them handed to libzmq, so that BATCH is on its way or being unpacked when the process
+/// dies. Rounds 1-3: the callee is restarted (a new generation) and killed the same way with
+/// 40 calls in flight. Every call of every BATCH completes exactly once and is classified
+/// against the execution logs by [`judge`]: none lost, none run twice, none wrongly "did not
+/// run" (a BATCH is an envelope: each call is answered, and fails, on its own). A last run
+/// of the callee then takes 40 calls as BATCHes and answers every one.
+#[tokio::test]
+async fn k5_c1_c3_kill9_with_batches_in_flight() {
+    const N: usize = 40;
+    const ROUNDS: usize = 4;
+    let dir = std::env::temp_dir().join(format!("zmesh-faults-batch-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let bind = mesh_bind(false);
+    let mut cfg = NodeConfig::new("callee");
+    cfg.memberships = common::server_of("work");
+    cfg.route_mesh = Some(bind.clone());
+    let mut callee = StormChild::start(&dir, &cfg, "work");
+    let mut a = NodeConfig::new("caller");
+    a.peers = vec![peer("callee", &bind)];
+    assert!(a.peers[0].batch_calls, "batching is on by default");
+    let (a, mut ea) = start_ready(a, "callee").await;
+
+    // Round 0 first: N calls running, carried in fewer records than calls (BATCHes).
+    let before = application_records(&callee, "caller").await;
+    let running = issue(&a, "running", N, 60_000);
+    callee.wait_started(N).await;
+    let carried = application_records(&callee, "caller").await - before;
+    assert!(
+        carried < N as u64,
+        "{N} calls arrived in {carried} records: no BATCH was used"
+    );
+    let mut results = Vec::new();
+    let mut pending = Some(running);
+    let mut started_in_flight = Vec::new();
+    for round in 0..ROUNDS {
+        if round > 0 {
+            callee.spawn();
+            wait_peer_ready(&a, &mut ea, "callee").await;
+        }
+        let already = pending.as_ref().map_or(0, Vec::len);
+        let in_flight = issue(&a, &format!("inflight{round}"), N, 60_000);
+        wait_sent(&a, "work", already + N).await;
+        callee.kill9();
+        if let Some(running) = pending.take() {
+            results.extend(collect(running).await);
+        }
+        let round_results = collect(in_flight).await;
+        let mut runs = HashMap::new();
+        callee.executed(&mut runs);
+        started_in_flight.push(
+            round_results
+                .iter()
+                .filter(|(t, _)| runs.contains_key(t))
+                .count(),
+        );
+        results.extend(round_results);
+    }
+    let mut runs = HashMap::new();
+    callee.executed(&mut runs);
+    let row = judge(
+        &format!(
+            "kill -9 with BATCHes in flight, {ROUNDS} times: {N} running (sent in {carried} records) + {N} sent just before each kill (of which started: {started_in_flight:?})"
+        ),
+        &results,
+        &runs,
+    );
+    assert_eq!(row.ok, 0, "{row:?}");
+    // Every call was handed to libzmq before its kill: each may have run, none is "did not
+    // run" (judge checked that none of those ran).
+    assert_eq!(row.failed_may_have_run, (ROUNDS + 1) * N, "{row:?}");
+    assert!(row.executed >= N, "{row:?}");
+    assert_eq!(a.snapshot().await.expect("snapshot").pending_calls, 0);
+
+    // A new run of the callee takes the next BATCHes and answers every call.
+    callee.spawn();
+    wait_peer_ready(&a, &mut ea, "callee").await;
+    let before = application_records(&callee, "caller").await;
+    let results = collect(issue(&a, "after", N, 10)).await;
+    let carried = application_records(&callee, "caller").await - before;
+    let mut runs = HashMap::new();
+    callee.executed(&mut runs);
+    let row = judge(
+        &format!("restart with a new generation, then {N} calls (sent in {carried} records)"),
+        &results,
+        &runs,
+    );
+    assert_eq!(row.ok, N, "{row:?}");
+    assert!(carried < N as u64, "{N} calls in {carried} records");
+    a.shutdown().await.expect("caller");
+    drop(callee);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -104,7 +104,7 @@ async fn o2_metric_labels_carry_no_identities() {
                 label.key()
             );
             assert!(
-                ["reason", "code", "topology"].contains(&label.key()),
+                ["reason", "code", "topology", "status"].contains(&label.key()),
                 "unexpected label key {} on {}",
                 label.key(),
                 key.name()

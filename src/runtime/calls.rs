@@ -26,6 +26,7 @@ use tokio::sync::mpsc;
 
 pub use super::node::ItemSink;
 pub use crate::proto::calls::{may_have_run, CallError, Phase, RemoteCode};
+pub use crate::proto::contract::Semantics;
 
 /// Options of one call.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -35,6 +36,17 @@ pub struct CallOptions {
     pub ttl: Option<Duration>,
     /// Call this RouteMesh peer (by RID) rather than any ready server of the channel.
     pub peer: Option<String>,
+    /// The semantics the caller was built against (MISSION K1), carried in the REQUEST: a
+    /// server whose method is now more dangerous to repeat (query < idempotent command <
+    /// non-repeatable command < undeclared) answers `IncompatibleVersion` instead of running
+    /// it. `None` pins nothing. The operations registry shows it too.
+    pub semantics: Option<Semantics>,
+    /// The caller's idempotency key (MISSION K3): it names the operator's intent, so a retry
+    /// of the same intent with the same key is answered from the server's record of the first
+    /// run instead of running a non-repeatable command again. Mint one per intent and keep it
+    /// for the retries (never derive it from the value written). 1..=255 bytes; travels in the
+    /// REQUEST, scoped by the server to channel + method.
+    pub idempotency_key: Option<String>,
 }
 
 impl CallOptions {
@@ -44,6 +56,24 @@ impl CallOptions {
             ttl: Some(ttl),
             ..CallOptions::default()
         }
+    }
+
+    /// These options with the caller's pinned semantics (see [`CallOptions::semantics`]).
+    pub fn semantics(mut self, semantics: Semantics) -> CallOptions {
+        self.semantics = Some(semantics);
+        self
+    }
+
+    /// These options with an idempotency key (see [`CallOptions::idempotency_key`]).
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> CallOptions {
+        self.idempotency_key = Some(key.into());
+        self
+    }
+
+    /// These options calling RouteMesh peer `rid` (see [`CallOptions::peer`]).
+    pub fn peer(mut self, rid: impl Into<String>) -> CallOptions {
+        self.peer = Some(rid.into());
+        self
     }
 }
 
@@ -56,6 +86,9 @@ pub struct Request {
     pub method: String,
     /// The caller's RID.
     pub caller: String,
+    caller_generation: u64,
+    call_id: u64,
+    idempotency_key: Option<String>,
     args: Bytes,
 }
 
@@ -65,8 +98,40 @@ impl Request {
             channel,
             method,
             caller,
+            caller_generation: 0,
+            call_id: 0,
+            idempotency_key: None,
             args,
         }
+    }
+
+    /// This request with who made it: the caller's lifecycle generation, its call id and its
+    /// idempotency key (together the request's identity, MISSION K3).
+    pub(crate) fn with_identity(
+        mut self,
+        caller_generation: u64,
+        call_id: u64,
+        idempotency_key: Option<String>,
+    ) -> Request {
+        self.caller_generation = caller_generation;
+        self.call_id = call_id;
+        self.idempotency_key = idempotency_key;
+        self
+    }
+
+    /// The caller's lifecycle generation (a new process run of the caller has a new one).
+    pub fn caller_generation(&self) -> u64 {
+        self.caller_generation
+    }
+
+    /// The caller's id of this call (unique among its pending calls on its connection).
+    pub fn call_id(&self) -> u64 {
+        self.call_id
+    }
+
+    /// The caller's idempotency key, if it gave one.
+    pub fn idempotency_key(&self) -> Option<&str> {
+        self.idempotency_key.as_deref()
     }
 
     /// The arguments, decoded from MessagePack. A mismatch answers `InvalidParams`.

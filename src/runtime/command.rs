@@ -10,8 +10,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::calls::{CallError, CallOptions, Request, ServeError, StreamEvent};
 use super::outbound::SendQueue;
+use super::service::ServedService;
 use super::snapshot::Snapshot;
-use crate::proto::calls::{CallShape, ServeId};
+use crate::proto::calls::ServeId;
+use crate::proto::contract::Semantics;
 
 /// Work for the I/O thread from the async side.
 pub(crate) enum Command {
@@ -33,6 +35,11 @@ pub(crate) enum Command {
     },
     ServeItem(ServeItem),
     ServeDone(ServeDone),
+    /// From the discovery agent: link intents to apply, then events to report (MISSION D1).
+    Discovery(
+        Vec<crate::proto::discovery::Intent>,
+        Vec<super::discovery::DiscoveryEvent>,
+    ),
 }
 
 /// Where a call's answer goes, on the caller's side.
@@ -47,8 +54,8 @@ pub(crate) enum CallReply {
 pub(crate) struct Served {
     /// Where its accepted calls are dispatched.
     pub jobs: mpsc::UnboundedSender<ServeJob>,
-    /// Unary, or streams (which a drain ends with `Unavailable`).
-    pub shape: CallShape,
+    /// Its methods, their semantics, shapes and execution (MISSION K1, K4).
+    pub service: ServedService,
 }
 
 /// One item a stream handler produced, for the I/O thread to number and send.
@@ -63,6 +70,9 @@ pub(crate) struct ServeItem {
 pub(crate) struct ServeJob {
     pub id: ServeId,
     pub request: Request,
+    /// The method's declared semantics (a non-repeatable command is guarded by the node's
+    /// idempotency store, if it has one: MISSION K3).
+    pub semantics: Option<Semantics>,
 }
 
 /// A handler's answer, back to the I/O thread.

@@ -26,6 +26,9 @@ pub enum NodeError {
     /// An argument is invalid.
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// A service cannot be exposed as declared (MISSION K1, K4: an invalid combination).
+    #[error("cannot expose the service: {0}")]
+    Contract(#[from] crate::proto::contract::ContractError),
     /// The call needs a tokio runtime and none is running.
     #[error("no tokio runtime is running")]
     NoRuntime,

@@ -18,14 +18,19 @@
 
 pub mod calls;
 mod command;
+pub mod discovery;
 mod error;
 mod event;
+pub mod idempotency;
 mod io;
 mod node;
+pub mod operations;
 mod outbound;
 mod records;
+pub mod service;
 pub mod snapshot;
 pub mod socket;
+pub mod store;
 
 pub use error::{BatchSendError, NodeError, PublishError, SendError};
 pub use event::{Delivery, EventStream, NodeEvent, Source, StateChange};

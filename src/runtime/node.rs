@@ -8,18 +8,28 @@ use bytes::Bytes;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
 use super::calls::{
-    self as rcalls, CallError, CallOptions, CallStream, HandlerFuture, RemoteCode, Request,
-    ServeError,
+    self as rcalls, CallError, CallOptions, CallStream, Handler, HandlerFuture, RemoteCode,
+    Request, ServeError,
 };
 use super::command::{CallReply, Command, ServeDone, ServeItem, ServeJob, Served, WakeUp};
+use super::discovery::Agent;
 use super::error::{BatchSendError, NodeError, PublishError, SendError};
 use super::event::EventStream;
+use super::idempotency::{Guard, IdempotencyStore, Owner, DEFAULT_RETENTION};
 use super::io::IoThread;
+use super::operations::{Operations, OpsShared};
 use super::outbound::{Closed, LinkTable, PubSocket, SendQueue, Stop};
+use super::service::{
+    MethodHandler, NodeContract, Semantics, ServedService, Service, StreamHandler, DESCRIBE_METHOD,
+};
 use super::snapshot::Snapshot;
 use crate::config::NodeConfig;
 use crate::proto::calls::{CallShape, ServeId};
+use crate::proto::contract::ServiceContract;
 use crate::proto::wire::BEACON_TOPIC;
 
 /// A running zmesh node. Cheap to clone; all clones drive the same I/O thread.
@@ -39,10 +49,25 @@ struct Inner {
     publisher: Option<Arc<PubSocket>>,
     events: Mutex<Option<EventStream>>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// The contract of every served channel, by channel (MISSION K1).
+    contract: Mutex<BTreeMap<String, ServiceContract>>,
+    /// The idempotency guard of non-repeatable commands, if the node has a store (K3).
+    guard: Option<Arc<Guard>>,
+    /// The operations registry (K2).
+    ops: Arc<OpsShared>,
+    /// Automatic mode: the discovery agent (MISSION D1, D3), once started.
+    discovery: Mutex<Option<Agent>>,
+}
+
+/// What automatic mode needs to start once the I/O thread runs.
+struct DiscoveryPlan {
+    store: Arc<dyn crate::runtime::store::Store>,
+    descriptor: crate::proto::discovery::Descriptor,
+    local: crate::proto::discovery::Local,
 }
 
 /// A service registered on a [`NodeBuilder`], applied to the node before it starts.
-type Service = Box<dyn FnOnce(&Node) -> Result<(), NodeError> + Send>;
+type Registration = Box<dyn FnOnce(&Node) -> Result<(), NodeError> + Send>;
 
 /// Builds a [`Node`] together with the channels it serves ([`Node::builder`]).
 ///
@@ -69,7 +94,8 @@ type Service = Box<dyn FnOnce(&Node) -> Result<(), NodeError> + Send>;
 #[must_use = "a builder does nothing until started"]
 pub struct NodeBuilder {
     config: NodeConfig,
-    services: Vec<Service>,
+    services: Vec<Registration>,
+    idempotency: Option<(Arc<dyn IdempotencyStore>, Duration)>,
 }
 
 impl NodeBuilder {
@@ -99,33 +125,96 @@ impl NodeBuilder {
         self
     }
 
+    /// Exposes `service` (its methods, semantics and execution), exactly as
+    /// [`Node::expose`] does, from the start.
+    pub fn expose(mut self, service: Service) -> Self {
+        self.services
+            .push(Box::new(move |node: &Node| node.expose(service)));
+        self
+    }
+
+    /// Guards this node's non-repeatable commands with `store` (MISSION K3): a repeat of a
+    /// command is answered from the store's record instead of running again (see
+    /// [`crate::runtime::service`]). Records are kept [`DEFAULT_RETENTION`] (24 h) unless
+    /// [`NodeBuilder::idempotency_retention`] says otherwise. Queries and other semantics
+    /// never reach the store.
+    pub fn idempotency_store(mut self, store: Arc<dyn IdempotencyStore>) -> Self {
+        let retention = self
+            .idempotency
+            .as_ref()
+            .map_or(DEFAULT_RETENTION, |(_, r)| *r);
+        self.idempotency = Some((store, retention));
+        self
+    }
+
+    /// How long idempotency records are kept (default 24 h; applies once a store is set).
+    pub fn idempotency_retention(mut self, retention: Duration) -> Self {
+        if let Some((_, r)) = self.idempotency.as_mut() {
+            *r = retention;
+        }
+        self
+    }
+
     /// Starts the node ([`Node::start`]) with its services in place.
     pub async fn start(self) -> Result<Node, NodeError> {
-        let NodeBuilder { config, services } = self;
-        let (node, io) = tokio::task::spawn_blocking(move || Node::prepare(config))
-            .await
-            .map_err(|_| NodeError::Stopped)??;
-        NodeBuilder::finish(node, io, services)
+        let NodeBuilder {
+            config,
+            services,
+            idempotency,
+        } = self;
+        let (node, io, plan) =
+            tokio::task::spawn_blocking(move || Node::prepare(config, idempotency))
+                .await
+                .map_err(|_| NodeError::Stopped)??;
+        NodeBuilder::finish(node, io, plan, services)
     }
 
-    /// Blocking variant of [`NodeBuilder::start`]. A builder with services must be started
-    /// inside a tokio runtime (the handlers run on it): outside one this fails with
+    /// Blocking variant of [`NodeBuilder::start`]. A builder with services, or a
+    /// configuration with `[discovery]`, must be started inside a tokio runtime (the handlers
+    /// and the discovery agent run on it): outside one this fails with
     /// [`NodeError::NoRuntime`] before anything is bound.
     pub fn start_blocking(self) -> Result<Node, NodeError> {
-        if !self.services.is_empty() && tokio::runtime::Handle::try_current().is_err() {
+        let needs_runtime = !self.services.is_empty() || self.config.discovery.is_some();
+        if needs_runtime && tokio::runtime::Handle::try_current().is_err() {
             return Err(NodeError::NoRuntime);
         }
-        let NodeBuilder { config, services } = self;
-        let (node, io) = Node::prepare(config)?;
-        NodeBuilder::finish(node, io, services)
+        let NodeBuilder {
+            config,
+            services,
+            idempotency,
+        } = self;
+        let (node, io, plan) = Node::prepare(config, idempotency)?;
+        NodeBuilder::finish(node, io, plan, services)
     }
 
-    fn finish(node: Node, io: IoThread, services: Vec<Service>) -> Result<Node, NodeError> {
+    fn finish(
+        node: Node,
+        io: IoThread,
+        plan: Option<DiscoveryPlan>,
+        services: Vec<Registration>,
+    ) -> Result<Node, NodeError> {
         for service in services {
             // On failure `io` is dropped unstarted: its sockets close and nothing runs.
             service(&node)?;
         }
+        let handle = match plan {
+            Some(_) => {
+                Some(tokio::runtime::Handle::try_current().map_err(|_| NodeError::NoRuntime)?)
+            }
+            None => None,
+        };
         node.launch(io)?;
+        if let (Some(plan), Some(handle)) = (plan, handle) {
+            let weak = Arc::downgrade(&node.inner);
+            let to_io: super::discovery::ToIo = Arc::new(move |cmd| match weak.upgrade() {
+                Some(inner) => Node { inner }.command(cmd),
+                None => false,
+            });
+            let agent = Agent::spawn(&handle, plan.store, plan.descriptor, plan.local, to_io);
+            if let Ok(mut d) = node.inner.discovery.lock() {
+                *d = Some(agent);
+            }
+        }
         Ok(node)
     }
 }
@@ -150,19 +239,36 @@ impl Node {
         NodeBuilder {
             config,
             services: Vec::new(),
+            idempotency: None,
         }
     }
 
     /// Binds the node's endpoints and builds its I/O thread without starting it: nothing is
     /// read from any socket until [`Node::launch`].
-    fn prepare(config: NodeConfig) -> Result<(Node, IoThread), NodeError> {
+    fn prepare(
+        config: NodeConfig,
+        idempotency: Option<(Arc<dyn IdempotencyStore>, Duration)>,
+    ) -> Result<(Node, IoThread, Option<DiscoveryPlan>), NodeError> {
         config.validate()?;
+        // Automatic mode binds what it publishes: absent sections on ephemeral ports.
+        let config = config.with_discovery_binds();
+        let discovery = config.discovery.clone();
+        let memberships = config.memberships.clone();
         let generation = fresh_generation();
         let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
         let (ev_tx, ev_rx) = mpsc::unbounded_channel();
         let rid = config.rid.clone();
+        let rid_for_guard = rid.clone();
         let outstanding = Arc::new(AtomicUsize::new(0));
-        let (io, shared) = IoThread::new(config, generation, cmd_rx, ev_tx, outstanding.clone())?;
+        let ops = Arc::new(OpsShared::new(config.operations_keep));
+        let (io, shared) = IoThread::new(
+            config,
+            generation,
+            cmd_rx,
+            ev_tx,
+            outstanding.clone(),
+            ops.clone(),
+        )?;
         let node = Node {
             inner: Arc::new(Inner {
                 rid,
@@ -173,9 +279,36 @@ impl Node {
                 publisher: shared.publisher,
                 events: Mutex::new(Some(EventStream::new(ev_rx, outstanding))),
                 thread: Mutex::new(None),
+                contract: Mutex::new(BTreeMap::new()),
+                ops,
+                guard: idempotency.map(|(store, retention)| {
+                    let owner = Owner {
+                        rid: rid_for_guard.clone(),
+                        generation,
+                    };
+                    Arc::new(Guard::new(store, retention, owner))
+                }),
+                discovery: Mutex::new(None),
             }),
         };
-        Ok((node, io))
+        let plan = match discovery {
+            Some(d) => {
+                let store = crate::runtime::store::open(&d.store).map_err(|e| {
+                    NodeError::Config(crate::config::ConfigError::Invalid(e.to_string()))
+                })?;
+                let mut local = crate::proto::discovery::Local::new(node.rid(), &memberships);
+                local.route_mesh = d.route_mesh;
+                local.client_server = d.client_server;
+                local.subscribe = d.subscribe;
+                Some(DiscoveryPlan {
+                    store,
+                    descriptor: io.descriptor(),
+                    local,
+                })
+            }
+            None => None,
+        };
+        Ok((node, io, plan))
     }
 
     /// Starts the I/O thread built by [`Node::prepare`]. Commands queued before (service
@@ -477,7 +610,7 @@ impl Node {
         args: Bytes,
         opts: CallOptions,
     ) -> Result<Bytes, CallError> {
-        check_names(channel, method)?;
+        check_names(channel, method, &opts)?;
         let (tx, rx) = oneshot::channel();
         let cmd = Command::Call {
             channel: channel.to_owned(),
@@ -528,7 +661,7 @@ impl Node {
         args: Bytes,
         opts: CallOptions,
     ) -> CallStream {
-        if let Err(e) = check_names(channel, method) {
+        if let Err(e) = check_names(channel, method, &opts) {
             return CallStream::failed(e);
         }
         let (tx, rx) = mpsc::unbounded_channel();
@@ -546,21 +679,22 @@ impl Node {
     }
 
     /// Serves `channel`: every call accepted for it runs `handler` on the current tokio
-    /// runtime. The node ACCEPTs a call before the handler runs, refuses calls whose ttl ran
-    /// out, and answers each call exactly once with the handler's result. A handler that
-    /// panics answers `Exception`. Must be called from within a tokio runtime. Serving a
+    /// runtime, whatever its method (the handler answers `MethodNotFound` itself for names it
+    /// does not know). The node ACCEPTs a call before the handler runs, refuses calls whose
+    /// ttl ran out, and answers each call exactly once with the handler's result. A handler
+    /// that panics answers `Exception`. Must be called from within a tokio runtime. Serving a
     /// channel again replaces its handler.
+    ///
+    /// Nothing is declared about such a channel's methods: they are undeclared (never guessed
+    /// to be safe to repeat) and run in parallel, and `describe` lists no methods for it. To
+    /// declare methods, their semantics and execution, use [`Node::expose`].
     pub fn serve<F, Fut>(&self, channel: &str, handler: F) -> Result<(), NodeError>
     where
         F: Fn(Request) -> Fut + Send + Sync + 'static,
         Fut: std::future::Future<Output = Result<Bytes, ServeError>> + Send + 'static,
     {
-        let handler = Arc::new(handler);
-        self.serve_shape(
-            channel,
-            CallShape::Unary,
-            Box::new(move |job: ServeJob| -> HandlerFuture { Box::pin(handler(job.request)) }),
-        )
+        let handler: Handler = Arc::new(move |req| -> HandlerFuture { Box::pin(handler(req)) });
+        self.serve_any(channel, CallShape::Unary, MethodHandler::Unary(handler))
     }
 
     /// Serves `channel` with streaming answers: every call accepted for it runs `handler`
@@ -579,49 +713,96 @@ impl Node {
         F: Fn(Request, ItemSink) -> Fut + Send + Sync + 'static,
         Fut: std::future::Future<Output = Result<Bytes, ServeError>> + Send + 'static,
     {
-        let handler = Arc::new(handler);
-        let node = Arc::downgrade(&self.inner);
-        self.serve_shape(
-            channel,
-            CallShape::Stream,
-            Box::new(move |job: ServeJob| -> HandlerFuture {
-                let sink = ItemSink {
-                    id: job.id,
-                    node: node.clone(),
-                };
-                Box::pin(handler(job.request, sink))
-            }),
-        )
+        let handler: StreamHandler =
+            Arc::new(move |req, sink| -> HandlerFuture { Box::pin(handler(req, sink)) });
+        self.serve_any(channel, CallShape::Stream, MethodHandler::Stream(handler))
     }
 
-    /// Registers `channel` with the I/O thread and runs its dispatcher: each accepted call
-    /// becomes a task running `run(job)`, whose result goes back as [`Command::ServeDone`].
-    fn serve_shape(
+    /// Exposes `service` (MISSION K1, K3, K4): its declared methods, each with its semantics,
+    /// and its execution (serial, keyed or parallel, mailbox, conflation), checked now:
+    /// invalid combinations (conflate on a method that is not an idempotent command, or with
+    /// parallel execution; a mailbox of 0; duplicate or reserved method names) are refused
+    /// with [`NodeError::Contract`]. A call to a method the service does not declare is
+    /// answered `MethodNotFound` (did not run). Must be called from within a tokio runtime;
+    /// exposing a channel again replaces it. See [`crate::runtime::service`].
+    pub fn expose(&self, service: Service) -> Result<(), NodeError> {
+        let channel = service.channel().to_owned();
+        let (served, handlers) = service.into_parts().map_err(NodeError::Contract)?;
+        self.register(&channel, served, Lookup::Methods(handlers.handlers))
+    }
+
+    /// The operations registry of this node (MISSION K2): one frozen entry per call it
+    /// made, with a snapshot and a change stream (see [`crate::runtime::operations`]).
+    pub fn operations(&self) -> Operations {
+        Operations::new(self.inner.ops.clone())
+    }
+
+    /// This node's contract (MISSION K1): every channel it serves, with its methods, their
+    /// semantics, shape and execution, conflation, mailbox and version. Another node fetches
+    /// it with [`Node::fetch_contract`]; `zmesh describe` prints it.
+    pub fn describe(&self) -> NodeContract {
+        let mut c = NodeContract::new(self.inner.rid.clone());
+        if let Ok(services) = self.inner.contract.lock() {
+            c.services = services.values().cloned().collect();
+        }
+        c.normalize();
+        c
+    }
+
+    /// Fetches the contract of the node that serves `channel` (routed like any call: `opts`
+    /// may name a RouteMesh peer), through the built-in method `$describe` every served
+    /// channel answers.
+    pub async fn fetch_contract(
+        &self,
+        channel: &str,
+        opts: CallOptions,
+    ) -> Result<NodeContract, CallError> {
+        let bytes = self
+            .call_raw(channel, DESCRIBE_METHOD, Bytes::new(), opts)
+            .await?;
+        rcalls::decode(&bytes)
+    }
+
+    /// Registers a channel served by one handler for every method.
+    fn serve_any(
         &self,
         channel: &str,
         shape: CallShape,
-        run: Box<dyn Fn(ServeJob) -> HandlerFuture + Send + Sync>,
+        handler: MethodHandler,
     ) -> Result<(), NodeError> {
         if channel.is_empty() || channel.len() > 255 {
             return Err(NodeError::Invalid("channel must be 1..=255 bytes".into()));
         }
+        let served = ServedService {
+            contract: Arc::new(ServiceContract::new(channel)),
+            key: None,
+            any_method: Some(shape),
+        };
+        self.register(channel, served, Lookup::Any(handler))
+    }
+
+    /// Registers `channel` with the I/O thread and runs its dispatcher: each accepted call
+    /// becomes a task running its method's handler (behind the idempotency guard for a
+    /// non-repeatable command, if the node has a store), whose result goes back as
+    /// [`Command::ServeDone`].
+    fn register(
+        &self,
+        channel: &str,
+        served: ServedService,
+        lookup: Lookup,
+    ) -> Result<(), NodeError> {
         let rt = tokio::runtime::Handle::try_current().map_err(|_| NodeError::NoRuntime)?;
         let (jobs, mut rx) = mpsc::unbounded_channel::<ServeJob>();
         let weak = Arc::downgrade(&self.inner);
-        let run: Arc<dyn Fn(ServeJob) -> HandlerFuture + Send + Sync> = Arc::from(run);
+        let lookup = Arc::new(lookup);
+        let guard = self.inner.guard.clone();
         rt.spawn(async move {
             // Ends when the I/O thread drops its sender (node stopped).
             while let Some(job) = rx.recv().await {
-                let weak = weak.clone();
-                let run = run.clone();
-                let id = job.id;
+                let (weak, lookup, guard) = (weak.clone(), lookup.clone(), guard.clone());
                 tokio::spawn(async move {
-                    // The handler is called inside the task, so a panic anywhere in it is a
-                    // failed task answered `Exception`.
-                    let result = match tokio::spawn(async move { run(job).await }).await {
-                        Ok(r) => r,
-                        Err(e) => Err(ServeError::exception(format!("handler failed: {e}"))),
-                    };
+                    let id = job.id;
+                    let result = run_job(job, &lookup, &weak, guard.as_deref()).await;
                     if let Some(inner) = weak.upgrade() {
                         let node = Node { inner };
                         node.command(Command::ServeDone(ServeDone { id, result }));
@@ -629,19 +810,32 @@ impl Node {
                 });
             }
         });
-        if self.command(Command::Serve {
+        let contract = (*served.contract).clone();
+        if !self.command(Command::Serve {
             channel: channel.to_owned(),
-            served: Served { jobs, shape },
+            served: Served {
+                jobs,
+                service: served,
+            },
         }) {
-            Ok(())
-        } else {
-            Err(NodeError::Stopped)
+            return Err(NodeError::Stopped);
         }
+        if let Ok(mut c) = self.inner.contract.lock() {
+            c.insert(channel.to_owned(), contract);
+        }
+        Ok(())
     }
 
     /// A snapshot of every configured and inbound link (MISSION O1).
     pub async fn snapshot(&self) -> Result<Snapshot, NodeError> {
-        self.ask(Command::Snapshot).await.ok_or(NodeError::Stopped)
+        let mut snap = self
+            .ask(Command::Snapshot)
+            .await
+            .ok_or(NodeError::Stopped)?;
+        if let Ok(d) = self.inner.discovery.lock() {
+            snap.discovery = d.as_ref().map(|a| a.snapshot(std::time::Instant::now()));
+        }
+        Ok(snap)
     }
 
     /// Stops the node gracefully (MISSION C4, F6): refuses new calls (`Unavailable`, did not
@@ -652,6 +846,12 @@ impl Node {
     /// every ready connection, closes every socket and monitor, stops every timer, and waits
     /// for the I/O thread to exit. When this returns, nothing of the node is running.
     pub async fn shutdown(&self) -> Result<(), NodeError> {
+        // Automatic mode: the descriptor goes first (bounded), so peers stop dialling a node
+        // that is leaving; its connections are closed in order below.
+        let agent = self.inner.discovery.lock().ok().and_then(|mut d| d.take());
+        if let Some(agent) = agent {
+            agent.stop().await;
+        }
         let _ = self.ask(Command::Shutdown).await;
         let handle = self.inner.thread.lock().ok().and_then(|mut t| t.take());
         if let Some(h) = handle {
@@ -726,10 +926,81 @@ fn check_channel(channel: &str) -> Result<(), SendError> {
     Ok(())
 }
 
+/// How a served channel finds the handler of a call.
+enum Lookup {
+    /// One handler for every method ([`Node::serve`], [`Node::serve_stream`]).
+    Any(MethodHandler),
+    /// One handler per declared method ([`Node::expose`]).
+    Methods(HashMap<String, MethodHandler>),
+}
+
+/// Runs one accepted call: the built-in `$describe`, or its method's handler (a panic is
+/// answered `Exception`), behind the idempotency guard for a non-repeatable command.
+async fn run_job(
+    job: ServeJob,
+    lookup: &Lookup,
+    node: &Weak<Inner>,
+    guard: Option<&Guard>,
+) -> Result<Bytes, ServeError> {
+    let ServeJob {
+        id,
+        request,
+        semantics,
+    } = job;
+    if request.method == DESCRIBE_METHOD {
+        let contract = node.upgrade().map(|inner| Node { inner }.describe());
+        return match contract {
+            Some(c) => rcalls::encode(&c),
+            None => Err(ServeError::runtime(
+                RemoteCode::Unavailable,
+                "the node stopped",
+            )),
+        };
+    }
+    let handler = match lookup {
+        Lookup::Any(h) => Some(h.clone()),
+        Lookup::Methods(m) => m.get(&request.method).cloned(),
+    };
+    let Some(handler) = handler else {
+        return Err(ServeError::method_not_found(&request.method));
+    };
+    let sink = ItemSink {
+        id,
+        node: node.clone(),
+    };
+    let guarded = (semantics == Some(Semantics::NonRepeatableCommand))
+        .then_some(guard)
+        .flatten();
+    let run = |request: Request| async move {
+        // The handler is called inside its own task, so a panic anywhere in it is a failed
+        // task answered `Exception` (it may have run).
+        let task = match handler {
+            MethodHandler::Unary(h) => tokio::spawn(h(request)),
+            MethodHandler::Stream(h) => tokio::spawn(h(request, sink)),
+        };
+        match task.await {
+            Ok(r) => r,
+            Err(e) => Err(ServeError::exception(format!("handler failed: {e}"))),
+        }
+    };
+    match guarded {
+        Some(g) => {
+            let req = request.clone();
+            g.run(&req, move || run(request)).await
+        }
+        None => run(request).await,
+    }
+}
+
 /// Channel and method names travel as 1..=255-byte strings.
-fn check_names(channel: &str, method: &str) -> Result<(), CallError> {
-    for (what, v) in [("channel", channel), ("method", method)] {
-        if v.is_empty() || v.len() > 255 {
+fn check_names(channel: &str, method: &str, opts: &CallOptions) -> Result<(), CallError> {
+    let key = opts.idempotency_key.as_deref();
+    for (what, v) in [
+        ("channel", Some(channel)),
+        ("method", Some(method)),
+        ("idempotency key", key),
+    ] {
+        if v.is_some_and(|v| v.is_empty() || v.len() > 255) {
             return Err(CallError::InvalidArgument {
                 reason: format!("{what} must be 1..=255 bytes"),
             });

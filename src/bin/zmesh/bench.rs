@@ -9,11 +9,13 @@
 //! | P4 | one peer floods, a quiet peer's probe/ACK round trip and false not-ready | - | three peers of one node (see `flood`) |
 //! | P5 | idle CPU and memory per connection of one node with many publishers and mesh peers | - | a `zmesh node` child process |
 //! | P6 | failure detection: orderly close, killed process, half-open | - | event on the dialling node |
+//! | K5 | bytes on the wire, calls/s and latency of 300 concurrent small calls, `batch_calls` off and on | - | a RouteMesh pair through counting TCP proxies |
 //!
 //! Every measurement is repeated `--runs` times (raw and zmesh interleaved); the table shows
 //! the median and the min..max spread. P4 is one window of `--flood-secs` (its thousands of
 //! probes are the samples). Method and results: BENCHMARKS.md.
 
+mod batching;
 mod calls;
 mod detect;
 mod fanout;
@@ -71,7 +73,7 @@ pub(crate) struct BenchArgs {
     /// Length of the flood window in seconds (P4, run once) [default: 300; quick: 3].
     #[arg(long)]
     flood_secs: Option<u64>,
-    /// Only these measurements, comma-separated: p1,p2,p3,p4,p5,p6 [default: all].
+    /// Only these measurements, comma-separated: p1,p2,p3,p4,p5,p6,k5 [default: all].
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -174,6 +176,13 @@ enum Target {
     AtMost(f64),
     /// zmesh value within `center ± tolerance`.
     Within(f64, f64),
+    /// zmesh value at most `ratio` times a reference row measured in the same run (its
+    /// median, and its name).
+    AtMostOf(f64, f64, &'static str),
+    /// zmesh value at least `ratio` times a reference row measured in the same run.
+    AtLeastOf(f64, f64, &'static str),
+    /// The reference of other rows: no target of its own.
+    Reference,
 }
 
 impl Target {
@@ -184,6 +193,9 @@ impl Target {
             Target::Below(v) => format!("< {v}"),
             Target::AtMost(v) => format!("<= {v}"),
             Target::Within(c, t) => format!("{c} ± {t}"),
+            Target::AtMostOf(_, r, name) => format!("<= {r}x {name}"),
+            Target::AtLeastOf(_, r, name) => format!(">= {r}x {name}"),
+            Target::Reference => "(reference)".into(),
         }
     }
 }
@@ -201,8 +213,14 @@ struct Metric {
 }
 
 impl Metric {
+    /// zmesh / raw, or zmesh / the reference row for a target against one.
     fn ratio(&self) -> Option<f64> {
-        self.raw.as_ref().map(|r| self.zmesh.median() / r.median())
+        match self.target {
+            Target::AtMostOf(reference, ..) | Target::AtLeastOf(reference, ..) => {
+                Some(self.zmesh.median() / reference)
+            }
+            _ => self.raw.as_ref().map(|r| self.zmesh.median() / r.median()),
+        }
     }
 
     fn met(&self) -> bool {
@@ -213,6 +231,9 @@ impl Metric {
             (Target::Below(t), _) => z < t,
             (Target::AtMost(t), _) => z <= t,
             (Target::Within(c, t), _) => (z - c).abs() <= t,
+            (Target::AtMostOf(_, t, _), Some(r)) => r <= t,
+            (Target::AtLeastOf(_, t, _), Some(r)) => r >= t,
+            (Target::Reference, _) => true,
             _ => false,
         }
     }
@@ -236,8 +257,8 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
     let plan = Plan::from_args(&args);
     let want = |id: &str| args.only.is_empty() || args.only.iter().any(|o| o == id);
     for o in &args.only {
-        if !["p1", "p2", "p3", "p4", "p5", "p6"].contains(&o.as_str()) {
-            bail!("--only: unknown measurement {o:?} (use p1,p2,p3,p4,p5,p6)");
+        if !["p1", "p2", "p3", "p4", "p5", "p6", "k5"].contains(&o.as_str()) {
+            bail!("--only: unknown measurement {o:?} (use p1,p2,p3,p4,p5,p6,k5)");
         }
     }
     let machine = machine_info();
@@ -470,6 +491,80 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
         });
     }
 
+    if want("k5") {
+        let r = batching::bytes_on_the_wire(&plan).await?;
+        let (off, on) = (&r.unbatched, &r.batched);
+        let detail = |m: &batching::Mode, batch_calls: bool| {
+            json!({
+                "calls": batching::CALLS,
+                "rounds_per_run": r.rounds,
+                "batch_calls": batch_calls,
+                "bytes_fewest_in_a_round": m.bytes_min.to_json(),
+                "bytes_most_in_a_round": m.bytes_max.to_json(),
+                "bytes_to_server": m.bytes_to_server.to_json(),
+                "bytes_to_client": m.bytes_to_client.to_json(),
+                "messages_to_server": m.messages_to_server.to_json(),
+                "messages_to_client": m.messages_to_client.to_json(),
+                "p99_us": m.p99_us.to_json(),
+            })
+        };
+        let unbatched = "unbatched";
+        metrics.push(Metric {
+            key: "k5_bytes_unbatched",
+            label: "K5 300 calls: wire bytes, unbatched",
+            unit: "B",
+            raw: None,
+            zmesh: off.bytes.clone(),
+            target: Target::Reference,
+            extra: detail(off, false),
+        });
+        metrics.push(Metric {
+            key: "k5_bytes_batched",
+            label: "K5 300 calls: wire bytes, batched",
+            unit: "B",
+            raw: None,
+            zmesh: on.bytes.clone(),
+            target: Target::AtMostOf(off.bytes.median(), K5_BYTES_AT_MOST, unbatched),
+            extra: detail(on, true),
+        });
+        metrics.push(Metric {
+            key: "k5_calls_per_s_unbatched",
+            label: "K5 300 calls: calls/s, unbatched",
+            unit: "call/s",
+            raw: None,
+            zmesh: off.calls_per_s.clone(),
+            target: Target::Reference,
+            extra: detail(off, false),
+        });
+        metrics.push(Metric {
+            key: "k5_calls_per_s_batched",
+            label: "K5 300 calls: calls/s, batched",
+            unit: "call/s",
+            raw: None,
+            zmesh: on.calls_per_s.clone(),
+            target: Target::AtLeastOf(off.calls_per_s.median(), 0.9, unbatched),
+            extra: detail(on, true),
+        });
+        metrics.push(Metric {
+            key: "k5_p50_unbatched",
+            label: "K5 300 calls: latency p50, unbatched",
+            unit: "us",
+            raw: None,
+            zmesh: off.p50_us.clone(),
+            target: Target::Reference,
+            extra: detail(off, false),
+        });
+        metrics.push(Metric {
+            key: "k5_p50_batched",
+            label: "K5 300 calls: latency p50, batched",
+            unit: "us",
+            raw: None,
+            zmesh: on.p50_us.clone(),
+            target: Target::AtMostOf(off.p50_us.median(), 1.1, unbatched),
+            extra: detail(on, true),
+        });
+    }
+
     let total = started.elapsed();
     print!("{}", render(&metrics, &plan));
     println!(
@@ -550,12 +645,12 @@ fn render(metrics: &[Metric], plan: &Plan) -> String {
         }
     );
     out.push_str(&format!(
-        "{:<36} {:<7} {:<26} {:<26} {:>6}  {:<16} {}\n",
+        "{:<36} {:<7} {:<26} {:<26} {:>6}  {:<18} {}\n",
         "metric", "unit", "raw libzmq", "zmesh", "ratio", "target", "met"
     ));
     for m in metrics {
         out.push_str(&format!(
-            "{:<36} {:<7} {:<26} {:<26} {:>6}  {:<16} {}\n",
+            "{:<36} {:<7} {:<26} {:<26} {:>6}  {:<18} {}\n",
             m.label,
             m.unit,
             m.raw.as_ref().map(cell).unwrap_or_else(|| "-".into()),
@@ -564,7 +659,11 @@ fn render(metrics: &[Metric], plan: &Plan) -> String {
                 .map(|r| format!("{r:.2}x"))
                 .unwrap_or_else(|| "-".into()),
             m.target.describe(),
-            if m.met() { "yes" } else { "NO" }
+            match (m.target, m.met()) {
+                (Target::Reference, _) => "-",
+                (_, true) => "yes",
+                (_, false) => "NO",
+            }
         ));
     }
     out
@@ -607,6 +706,12 @@ fn load_average() -> String {
 // ------------------------------------------------------------------------------------------
 // Helpers shared by the measurements
 // ------------------------------------------------------------------------------------------
+
+/// The K5 target: a round of batched calls puts at most this fraction of the unbatched
+/// round's bytes on the wire (seed 003: batching "buys bytes"). Missed by the wire format
+/// as it stands: a BATCH keeps every call's whole REQUEST, envelope and names included, so it
+/// saves messages, not bytes (BENCHMARKS.md, K5).
+const K5_BYTES_AT_MOST: f64 = 0.8;
 
 /// Longest wait for any setup step (a link becoming ready, a process starting).
 pub(crate) const SETUP_LIMIT: Duration = Duration::from_secs(30);

@@ -1,20 +1,22 @@
 //! The `zmesh` command line: run a node, publish, subscribe, inspect, and the local demo.
+#![forbid(unsafe_code)]
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use bytes::Bytes;
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::json;
 use zmesh::config::{Endpoint, NodeConfig};
-use zmesh::runtime::calls::{encode, may_have_run, CallError, CallOptions, Request, ServeError};
+use zmesh::runtime::calls::{may_have_run, CallError, CallOptions};
 use zmesh::runtime::{Node, NodeEvent};
 
 mod bench;
+mod commands;
 mod contract;
 mod demo;
+mod peers;
 
 /// zmesh: a node transport runtime over ZeroMQ.
 #[derive(Parser)]
@@ -28,7 +30,7 @@ struct Cli {
 enum Cmd {
     /// Run a node from a TOML configuration until Ctrl-C (or SIGTERM).
     Node {
-        /// The node's configuration file (see `zmesh::config`).
+        /// The node's TOML configuration file: every key is in README.md, section "Configuration".
         #[arg(long)]
         config: PathBuf,
         /// How to print state changes and deliveries on stdout.
@@ -41,12 +43,23 @@ enum Cmd {
         /// (a quick traffic source for tests and demos).
         #[arg(long, default_value_t = 0)]
         send: u32,
-        /// Serve the built-in demo methods on this channel (repeatable): `echo` returns its
-        /// arguments, `sleep` takes milliseconds and answers after them, `work` takes
-        /// `[token, milliseconds]` and answers the token after them, `fail` answers
-        /// Exception.
+        /// Serve the built-in demo service on this channel (repeatable), its methods declared
+        /// with their semantics (MISSION K1): `echo` (query) returns its arguments, `get`
+        /// (query) the setpoint, `set` (idempotent command, conflating) sets it, `dispense`
+        /// (non-repeatable command) answers "dispensed #N" (`{"hold_ms": M}` holds M ms
+        /// after it ran); undeclared: `sleep` takes milliseconds and answers after them,
+        /// `work` takes `[token, milliseconds]` and answers the token after them, `fail`
+        /// answers Exception.
         #[arg(long = "serve")]
         serve: Vec<String>,
+        /// Guard non-repeatable commands with a durable idempotency store in this SQLite file
+        /// (MISSION K3; created if absent; one host only).
+        #[arg(long)]
+        idempotency_store: Option<PathBuf>,
+        /// Fault injection for crash tests and the demo: hold each recorded outcome this many
+        /// milliseconds before its REPLY may leave.
+        #[arg(long, hide = true)]
+        fault_hold_after_record_ms: Option<u64>,
         /// Append one line per demo method call that starts running (`METHOD ARGS-HEX`),
         /// written before the method runs: a record of what this node executed, for fault
         /// tests that check `may_have_run` against reality.
@@ -78,6 +91,51 @@ enum Cmd {
         /// certainly did not run (no ready peer) are retried meanwhile.
         #[arg(long, default_value_t = 10_000)]
         wait_ms: u64,
+        /// The idempotency key of this intent (MISSION K3): a retry with the same key is
+        /// answered from the server's record instead of running again.
+        #[arg(long)]
+        key: Option<String>,
+        /// Pin the semantics the caller expects (query, idempotent-command,
+        /// non-repeatable-command): a server whose method is more dangerous to repeat answers
+        /// IncompatibleVersion instead of running it.
+        #[arg(long)]
+        semantics: Option<String>,
+    },
+    /// Print a node's service contract (MISSION K1): from its `--control` endpoint, or over
+    /// the wire from the node serving `--channel` (dialled with `--config`).
+    Describe {
+        /// The node's control endpoint.
+        #[arg(long, conflicts_with = "config")]
+        control: Option<String>,
+        /// A configuration to dial the serving node with (with `--channel`).
+        #[arg(long, requires = "channel")]
+        config: Option<PathBuf>,
+        /// The channel whose serving node to ask.
+        #[arg(long)]
+        channel: Option<String>,
+        /// Ask this RouteMesh peer (RID).
+        #[arg(long)]
+        peer: Option<String>,
+        /// How long to wait for a ready server (ms).
+        #[arg(long, default_value_t = 10_000)]
+        wait_ms: u64,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a running node's operations registry (MISSION K2): the calls it made and how
+    /// each ended, from its `--control` endpoint.
+    Ops {
+        /// The node's control endpoint.
+        #[arg(long)]
+        control: String,
+        /// Only operations with this status (issued, sent, succeeded, failed,
+        /// unknown-outcome, deferred).
+        #[arg(long)]
+        status: Option<String>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
     },
     /// Publish fanout records (with beacons every 5 s) on an endpoint.
     Pub {
@@ -109,6 +167,16 @@ enum Cmd {
         #[arg(long)]
         seconds: Option<u64>,
     },
+    /// List the nodes in a discovery store (automatic mode, MISSION D1): every live
+    /// descriptor with its generation, endpoints, memberships and lease age.
+    Peers {
+        /// The store: `sqlite:///path/mesh.db` or `etcd://host:port[,host:port…][/prefix]`.
+        #[arg(long)]
+        store: String,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a running node's snapshot, fetched from its `--control` endpoint.
     Status {
         /// The node's control endpoint.
@@ -124,6 +192,13 @@ enum Cmd {
         /// Fewer pauses (for CI).
         #[arg(long)]
         quick: bool,
+        /// Automatic mode: the nodes find each other through a descriptor store (embedded
+        /// SQLite), no endpoint written anywhere.
+        #[arg(long)]
+        discovery: bool,
+        /// With --discovery: through an etcd the demo starts (ZMESH_ETCD or `etcd` on PATH).
+        #[arg(long, requires = "discovery")]
+        etcd: bool,
     },
     /// Measure raw libzmq and zmesh side by side on 127.0.0.1 (see BENCHMARKS.md).
     Bench(bench::BenchArgs),
@@ -161,8 +236,17 @@ fn main() -> Result<()> {
                 send,
                 serve,
                 exec_log,
+                idempotency_store,
+                fault_hold_after_record_ms,
             } => {
                 let cfg = NodeConfig::from_file(&config)?;
+                let store = match &idempotency_store {
+                    Some(p) => Some(commands::idempotency_store(
+                        p,
+                        fault_hold_after_record_ms.map(Duration::from_millis),
+                    )?),
+                    None => None,
+                };
                 let exec_log = match exec_log {
                     Some(p) => Some(std::sync::Arc::new(std::sync::Mutex::new(
                         std::fs::OpenOptions::new()
@@ -173,7 +257,12 @@ fn main() -> Result<()> {
                     ))),
                     None => None,
                 };
-                run_node(cfg, events, control, send, None, serve, exec_log).await
+                let serving = Serving {
+                    channels: serve,
+                    exec_log,
+                    store,
+                };
+                run_node(cfg, events, control, send, None, serving).await
             }
             Cmd::Call {
                 config,
@@ -183,9 +272,24 @@ fn main() -> Result<()> {
                 ttl_ms,
                 peer,
                 wait_ms,
+                key,
+                semantics,
             } => {
                 let cfg = NodeConfig::from_file(&config)?;
-                call_once(cfg, &channel, &method, &args, ttl_ms, peer, wait_ms).await
+                let semantics = match semantics.as_deref() {
+                    None => None,
+                    Some(s) => match zmesh::proto::contract::parse_semantics(s) {
+                        Some(p) => p,
+                        None => bail!("--semantics {s:?}: use query, idempotent-command or non-repeatable-command"),
+                    },
+                };
+                let opts = CallOptions {
+                    ttl: (ttl_ms > 0).then(|| Duration::from_millis(ttl_ms)),
+                    peer,
+                    semantics,
+                    idempotency_key: key,
+                };
+                call_once(cfg, &channel, &method, &args, opts, wait_ms).await
             }
             Cmd::Pub {
                 endpoint,
@@ -210,13 +314,35 @@ fn main() -> Result<()> {
                     None,
                     0,
                     seconds.map(Duration::from_secs),
-                    vec![],
-                    None,
+                    Serving::default(),
                 )
                 .await
             }
             Cmd::Status { control, json } => status(&control, json),
-            Cmd::Demo { quick } => demo::run(quick).await,
+            Cmd::Peers { store, json } => peers::run(&store, json).await,
+            Cmd::Describe {
+                control,
+                config,
+                channel,
+                peer,
+                wait_ms,
+                json,
+            } => describe(control, config, channel, peer, wait_ms, json).await,
+            Cmd::Ops {
+                control,
+                status,
+                json,
+            } => {
+                let v = commands::ask_control(&control, "ops")?;
+                let ops = v.as_array().cloned().unwrap_or_default();
+                commands::print_ops(&ops, status.as_deref(), json)
+            }
+            Cmd::Demo {
+                quick,
+                discovery: false,
+                ..
+            } => demo::run(quick).await,
+            Cmd::Demo { quick, etcd, .. } => demo::discovery::run(quick, etcd).await,
             Cmd::Bench(args) => bench::run(args).await,
             Cmd::Contract { cmd } => std::process::exit(contract::run(&cmd)),
         }
@@ -253,9 +379,34 @@ pub(crate) fn print_event(rid: &str, ev: &NodeEvent, format: EventFormat, t0: In
             String::from_utf8_lossy(&d.channel),
             String::from_utf8_lossy(&d.payload)
         ),
+        (NodeEvent::Discovery(e), EventFormat::Ndjson) => {
+            let mut v = json!({ "event": "discovery", "node": rid, "t_ms": ms });
+            if let (Some(obj), Ok(serde_json::Value::Object(fields))) =
+                (v.as_object_mut(), serde_json::to_value(e))
+            {
+                obj.extend(fields);
+            }
+            v.to_string()
+        }
+        (NodeEvent::Discovery(e), EventFormat::Human) => {
+            format!("[{ms:>6} ms] {rid}: discovery: {e}")
+        }
+        (_, EventFormat::Ndjson) => {
+            json!({ "event": "other", "node": rid, "t_ms": ms }).to_string()
+        }
+        (_, EventFormat::Human) => format!("[{ms:>6} ms] {rid}: {ev:?}"),
     };
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
+}
+
+/// What `zmesh node` serves: the demo service on these channels, its exec log, and the
+/// idempotency store guarding its non-repeatable commands.
+#[derive(Default)]
+struct Serving {
+    channels: Vec<String>,
+    exec_log: Option<commands::ExecLog>,
+    store: Option<std::sync::Arc<dyn zmesh::runtime::idempotency::IdempotencyStore>>,
 }
 
 async fn run_node(
@@ -264,8 +415,7 @@ async fn run_node(
     control: Option<String>,
     send: u32,
     limit: Option<Duration>,
-    serve: Vec<String>,
-    exec_log: Option<ExecLog>,
+    serving: Serving,
 ) -> Result<()> {
     let t0 = Instant::now();
     let peers: Vec<String> = cfg.peers.iter().map(|p| p.rid.clone()).collect();
@@ -274,34 +424,12 @@ async fn run_node(
     // Services are registered before the node reads its first record: a caller that sees
     // this node ready never finds the channel unserved.
     let mut builder = Node::builder(cfg);
-    for channel in &serve {
-        let rid = rid.clone();
-        let exec_log = exec_log.clone();
-        builder = builder.serve(channel, move |req: Request| {
-            if let Some(log) = &exec_log {
-                if let Ok(mut f) = log.lock() {
-                    // Written (a completed write syscall) before the method runs.
-                    let _ = writeln!(f, "{} {}", req.method, hex::encode(req.raw_args()));
-                }
-            }
-            // Say that the handler runs: the call was accepted and dispatched.
-            let line = match format {
-                EventFormat::Ndjson => json!({
-                    "event": "call", "node": rid, "t_ms": t0.elapsed().as_millis(),
-                    "channel": req.channel, "method": req.method, "caller": req.caller,
-                })
-                .to_string(),
-                EventFormat::Human => format!(
-                    "[{:>6} ms] {rid}: serving {}.{} for {}",
-                    t0.elapsed().as_millis(),
-                    req.channel,
-                    req.method,
-                    req.caller
-                ),
-            };
-            println!("{line}");
-            demo_method(req)
-        });
+    for channel in &serving.channels {
+        let service = commands::demo_service(channel, &rid, format, t0, serving.exec_log.clone());
+        builder = builder.expose(service);
+    }
+    if let Some(store) = serving.store {
+        builder = builder.idempotency_store(store);
     }
     let node = builder.start().await?;
     let mut events = node.take_events().context("event stream already taken")?;
@@ -337,44 +465,16 @@ async fn run_node(
     Ok(())
 }
 
-/// Where `--exec-log` records the calls that started running.
-type ExecLog = std::sync::Arc<std::sync::Mutex<std::fs::File>>;
-
-/// The built-in demo methods of `zmesh node --serve`.
-async fn demo_method(req: Request) -> Result<Bytes, ServeError> {
-    match req.method.as_str() {
-        "echo" => Ok(req.raw_args().clone()),
-        "sleep" => {
-            let ms: u64 = req.args()?;
-            tokio::time::sleep(Duration::from_millis(ms)).await;
-            encode(&format!("slept {ms} ms"))
-        }
-        "work" => {
-            // A unit of work with a caller-chosen token: (token, milliseconds).
-            let (token, ms): (String, u64) = req.args()?;
-            tokio::time::sleep(Duration::from_millis(ms)).await;
-            encode(&token)
-        }
-        "fail" => Err(ServeError::exception("the demo method failed on purpose")),
-        other => Err(ServeError::method_not_found(other)),
-    }
-}
-
 async fn call_once(
     cfg: NodeConfig,
     channel: &str,
     method: &str,
     args: &str,
-    ttl_ms: u64,
-    peer: Option<String>,
+    opts: CallOptions,
     wait_ms: u64,
 ) -> Result<()> {
     let args: serde_json::Value = serde_json::from_str(args).context("--args is not JSON")?;
     let node = Node::start(cfg).await?;
-    let opts = CallOptions {
-        ttl: (ttl_ms > 0).then(|| Duration::from_millis(ttl_ms)),
-        peer,
-    };
     let limit = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
     let mut events = node.take_events().context("events")?;
     let result = loop {
@@ -444,11 +544,20 @@ fn serve_control(node: Node, endpoint: String) -> Result<()> {
     let handle = tokio::runtime::Handle::current();
     std::thread::spawn(move || {
         let _ctx = ctx;
-        while rep.recv_bytes(0).is_ok() {
-            let reply = match handle.block_on(node.snapshot()) {
-                Ok(s) => serde_json::to_string(&s)
-                    .unwrap_or_else(|e| json!({"error": e.to_string()}).to_string()),
-                Err(e) => json!({"error": e.to_string()}).to_string(),
+        while let Ok(asked) = rep.recv_bytes(0) {
+            let answer = match &asked[..] {
+                b"ops" => {
+                    serde_json::to_value(node.operations().views()).map_err(|e| e.to_string())
+                }
+                b"describe" => serde_json::to_value(node.describe()).map_err(|e| e.to_string()),
+                _ => handle
+                    .block_on(node.snapshot())
+                    .map_err(|e| e.to_string())
+                    .and_then(|s| serde_json::to_value(&s).map_err(|e| e.to_string())),
+            };
+            let reply = match answer {
+                Ok(v) => v.to_string(),
+                Err(e) => json!({ "error": e }).to_string(),
             };
             if rep.send(reply.as_bytes(), 0).is_err() {
                 break;
@@ -521,6 +630,23 @@ fn render_table(v: &serde_json::Value) -> String {
             failure
         ));
     }
+    let d = &v["discovery"];
+    if d.is_object() {
+        let reachable = if d["store_reachable"] == true {
+            "reachable"
+        } else {
+            "unreachable"
+        };
+        out.push_str(&format!(
+            "discovery {} store {reachable} lease {} (age {} ms, ttl {} ms, renewed every {} ms) descriptors {}\n",
+            s(&d["store"]),
+            s(&d["lease"]),
+            s(&d["lease_age_ms"]),
+            s(&d["lease_ttl_ms"]),
+            s(&d["lease_renew_interval_ms"]),
+            s(&d["descriptors_seen"]),
+        ));
+    }
     out
 }
 
@@ -544,4 +670,47 @@ async fn run_pub(
     }
     node.shutdown().await?;
     Ok(())
+}
+
+/// `zmesh describe`: a node's contract, from its control endpoint or over the wire.
+async fn describe(
+    control: Option<String>,
+    config: Option<PathBuf>,
+    channel: Option<String>,
+    peer: Option<String>,
+    wait_ms: u64,
+    as_json: bool,
+) -> Result<()> {
+    let contract: zmesh::runtime::service::NodeContract = match (control, config, channel) {
+        (Some(control), _, _) => {
+            serde_json::from_value(commands::ask_control(&control, "describe")?)
+                .context("the control endpoint's contract")?
+        }
+        (None, Some(config), Some(channel)) => {
+            let node = Node::start(NodeConfig::from_file(&config)?).await?;
+            let mut events = node.take_events().context("events")?;
+            let opts = CallOptions {
+                peer,
+                ..CallOptions::default()
+            };
+            let limit = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
+            let got = loop {
+                match node.fetch_contract(&channel, opts.clone()).await {
+                    Err(CallError::NoReadyPeer | CallError::NoRegistration)
+                        if tokio::time::Instant::now() < limit =>
+                    {
+                        tokio::select! {
+                            _ = events.recv() => {}
+                            _ = tokio::time::sleep_until(limit) => {}
+                        }
+                    }
+                    other => break other,
+                }
+            };
+            node.shutdown().await?;
+            got.with_context(|| format!("fetching the contract of {channel:?}"))?
+        }
+        _ => bail!("give --control EP, or --config FILE with --channel CHANNEL"),
+    };
+    commands::print_contract(&contract, as_json)
 }

@@ -2,7 +2,12 @@
 //! WELCOME checked by the dialler, duplicate resolution between two nodes that dial each other
 //! (MISSION T1), NotRequired (T4), and the step to ready. The decisions are
 //! [`crate::proto::handshake`]'s; this file moves their records.
+//!
+//! A connection that does not open with a well-formed HELLO is refused like one whose HELLO
+//! fails admission: one REJECT (`Protocol`, or `UnsupportedVersion` for another envelope
+//! version), then everything else it sends is ignored ([`Refused`], WIRE.md §5.1).
 
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -12,6 +17,7 @@ use super::{Host, IoThread, LinkKey, LiveOwner, SlotKey};
 use crate::proto::handshake::{self, Expectation, Identity, Refusal};
 use crate::proto::sched::Source as SchedSource;
 use crate::proto::state::{ConnState, FailureReason};
+use crate::proto::wire::WireError;
 use crate::runtime::event::Source;
 use crate::runtime::records::{self, Lane, Rec, RejectReason};
 use crate::runtime::socket::Frame;
@@ -37,13 +43,18 @@ impl IoThread {
     pub(super) fn dial_expectation(&self, k: LinkKey) -> Option<(Lane, Expectation)> {
         match &self.links[k].kind {
             LinkKind::MeshDial { peer, lane } => Some((*lane, self.expectation_for_peer(*peer))),
-            LinkKind::ClientDial { server } => Some((
-                Lane::ClientServer,
-                Expectation {
+            LinkKind::ClientDial { server } => {
+                let manual = Expectation {
                     rid: self.cfg.servers.get(*server).and_then(|s| s.rid.clone()),
                     ..Expectation::default()
-                },
-            )),
+                };
+                // A descriptor of this server fences it (MISSION F3).
+                let expect = match self.server_fence(*server) {
+                    Some(fence) => manual.fenced_by(fence),
+                    None => manual,
+                };
+                Some((Lane::ClientServer, expect))
+            }
             LinkKind::Inbound { .. } => None,
         }
     }
@@ -52,10 +63,15 @@ impl IoThread {
         let Some(p) = self.cfg.peers.get(peer) else {
             return Expectation::default();
         };
-        Expectation {
+        let manual = Expectation {
             rid: Some(p.rid.clone()),
             generation: p.generation.filter(|g| *g != 0),
             security_identity: p.security_identity.clone(),
+        };
+        // A descriptor of this peer fences it; a manual entry cannot weaken that (F3).
+        match self.peer_fence(&p.rid) {
+            Some(fence) => manual.fenced_by(fence),
+            None => manual,
         }
     }
 
@@ -67,22 +83,37 @@ impl IoThread {
         frames: &[Frame],
         now: Instant,
     ) {
+        if self.refused.contains(slot, route.as_ref()) {
+            // Refused already: the rest of what this connection sends is ignored.
+            return;
+        }
+        let route = route.as_ref().to_vec();
+        let reject = |io: &mut IoThread, reason: RejectReason, detail: &str| {
+            io.refuse(slot, &route, reason, detail);
+        };
         let hello = match records::decode(frames) {
             Ok(Rec::Hello(h)) => h,
-            Ok(_) => {
+            Ok(rec) => {
                 // A record from a physical connection that is not (or no longer) admitted:
                 // it changes nothing (MISSION L6).
                 metrics::counter!("zmesh_stale_records_total").increment(1);
+                // A REJECT or CLOSE ends its connection anyway; answering one could start an
+                // exchange of refusals between two peers that both answer.
+                if !matches!(rec, Rec::Reject { .. } | Rec::Close(_)) {
+                    let detail = format!("{} before HELLO", rec.kind_name());
+                    reject(self, RejectReason::Protocol, &detail);
+                }
                 return;
             }
             Err(e) => {
                 tracing::debug!(error = %e, "malformed record from an unadmitted connection");
+                let reason = match e {
+                    WireError::UnsupportedVersion { .. } => RejectReason::UnsupportedVersion,
+                    _ => RejectReason::Protocol,
+                };
+                reject(self, reason, &format!("malformed record before HELLO: {e}"));
                 return;
             }
-        };
-        let route = route.as_ref().to_vec();
-        let reject = |io: &mut IoThread, reason: RejectReason, detail: &str| {
-            let _ = io.send_slot(slot, Some(&route), &records::reject(reason, detail));
         };
         if hello.lane != lane {
             reject(self, RejectReason::LaneMismatch, "hello names another lane");
@@ -194,6 +225,14 @@ impl IoThread {
         self.become_ready(k, hello.identity, now);
     }
 
+    /// Refuses the unadmitted connection `route` of bound socket `slot`: one REJECT, and
+    /// nothing it sends afterwards is looked at (while [`Refused`] remembers it).
+    fn refuse(&mut self, slot: SlotKey, route: &[u8], reason: RejectReason, detail: &str) {
+        if self.refused.insert(slot, route) {
+            let _ = self.send_slot(slot, Some(route), &records::reject(reason, detail));
+        }
+    }
+
     pub(super) fn find_mesh_dial(&self, peer: usize, lane: Lane) -> Option<LinkKey> {
         self.links
             .iter()
@@ -299,5 +338,74 @@ pub(super) fn admit_on(
     match handshake::admit(local, expect, peer) {
         Err(Refusal::NotRequired) if lane == Lane::ClientServer => Ok(()),
         other => other,
+    }
+}
+
+/// The routing ids of bound-socket connections this node refused with a REJECT, per socket,
+/// oldest forgotten first beyond [`Refused::CAPACITY`]. A refused connection gets no second
+/// REJECT and its records are ignored: a peer that keeps sending garbage on one connection
+/// costs one REJECT, and one that opens connection after connection one per connection
+/// (each costs it a transport handshake), in bounded memory.
+#[derive(Debug, Default)]
+pub(super) struct Refused {
+    by_slot: HashMap<SlotKey, HashSet<Vec<u8>>>,
+    order: VecDeque<(SlotKey, Vec<u8>)>,
+}
+
+impl Refused {
+    /// Routing ids remembered; the oldest goes when another one is refused.
+    pub(super) const CAPACITY: usize = 256;
+
+    /// Whether connection `route` of socket `slot` was refused (and is still remembered).
+    pub(super) fn contains(&self, slot: SlotKey, route: &[u8]) -> bool {
+        self.by_slot
+            .get(&slot)
+            .is_some_and(|ids| ids.contains(route))
+    }
+
+    /// Remembers connection `route` of socket `slot` as refused; false if it already was.
+    pub(super) fn insert(&mut self, slot: SlotKey, route: &[u8]) -> bool {
+        if !self.by_slot.entry(slot).or_default().insert(route.to_vec()) {
+            return false;
+        }
+        self.order.push_back((slot, route.to_vec()));
+        while self.order.len() > Self::CAPACITY {
+            if let Some((s, r)) = self.order.pop_front() {
+                if let Some(ids) = self.by_slot.get_mut(&s) {
+                    ids.remove(&r);
+                }
+            }
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Refused;
+
+    #[test]
+    fn refused_ids_are_remembered_once_and_bounded() {
+        let mut r = Refused::default();
+        assert!(r.insert(1, b"a"));
+        assert!(
+            !r.insert(1, b"a"),
+            "a second REJECT for the same connection"
+        );
+        assert!(r.contains(1, b"a"));
+        assert!(!r.contains(2, b"a"), "routing ids are per bound socket");
+        for i in 0..Refused::CAPACITY {
+            assert!(r.insert(2, &i.to_be_bytes()));
+        }
+        assert!(
+            !r.contains(1, b"a"),
+            "the oldest is forgotten beyond the capacity"
+        );
+        assert!(r.contains(2, &0usize.to_be_bytes()));
+        assert_eq!(r.order.len(), Refused::CAPACITY);
+        assert_eq!(
+            r.by_slot.values().map(|s| s.len()).sum::<usize>(),
+            Refused::CAPACITY
+        );
     }
 }

@@ -22,14 +22,16 @@ use bytes::Bytes;
 
 use super::links::LinkKind;
 use super::{IoThread, LinkKey};
-use crate::proto::calls::batch::{self, MAX_INCOMING_BATCH_CALLS};
-use crate::proto::calls::{ttl_on_wire, Admission, CallId, Dispatch, RemoteCode, Unrouted};
+use crate::proto::calls::batch;
+use crate::proto::calls::{ttl_on_wire, CallId, Unrouted};
+use crate::proto::contract;
 use crate::proto::handshake::Role;
+use crate::proto::ops;
 use crate::proto::state::FailureReason;
-use crate::proto::wire::{self, Lane, ReplyCode};
+use crate::proto::wire::{self, Lane};
 use crate::proto::ConnId;
-use crate::runtime::calls::{CallOptions, Request, ServeError, StreamEvent};
-use crate::runtime::command::{CallReply, ServeDone, ServeItem, ServeJob, Served};
+use crate::runtime::calls::{CallOptions, StreamEvent};
+use crate::runtime::command::CallReply;
 use crate::runtime::records;
 use crate::runtime::socket::SendError;
 
@@ -44,7 +46,7 @@ pub const GRACEFUL_STOP_BOUND: Duration = Duration::from_secs(10);
 
 impl IoThread {
     /// The ready connection of `rid`'s RouteMesh lane `lane`.
-    fn lane_of(&self, rid: &str, lane: Lane) -> Option<CallKey> {
+    pub(super) fn lane_of(&self, rid: &str, lane: Lane) -> Option<CallKey> {
         self.links.iter().enumerate().find_map(|(k, l)| {
             let c = l.conn.as_ref().filter(|c| c.ready)?;
             (l.lane() == Some(lane) && c.peer.as_ref()?.rid == rid).then_some((k, c.id))
@@ -131,6 +133,8 @@ impl IoThread {
         now: Instant,
     ) {
         let ttl = opts.ttl.filter(|t| !t.is_zero());
+        let semantics = contract::to_wire(opts.semantics);
+        let mut target = None;
         let id = if self.stopping() {
             self.calls.start_unrouted(Unrouted::NoReadyPeer, now)
         } else {
@@ -138,13 +142,18 @@ impl IoThread {
                 Err(why) => self.calls.start_unrouted(why, now),
                 Ok((send_link, key)) => {
                     let id = self.calls.start(key, ttl, now);
+                    target = self.links[send_link]
+                        .conn
+                        .as_ref()
+                        .and_then(|c| c.peer.as_ref())
+                        .map(|p| p.rid.clone());
                     let request = records::request(
                         id.get(),
                         ttl_on_wire(ttl),
-                        wire::Semantics::Undeclared,
+                        semantics,
                         &channel,
                         &method,
-                        None,
+                        opts.idempotency_key.as_deref(),
                         args,
                     );
                     match request {
@@ -157,6 +166,10 @@ impl IoThread {
                 }
             }
         };
+        // The one funnel every call of this node passes (MISSION K2).
+        let target = target.unwrap_or_else(|| ops::channel_target(&channel));
+        self.ops
+            .with(|r| r.issue(id.get().get(), target, channel, method, semantics, now));
         self.pending_calls.insert(id, reply);
         self.drain_calls(now);
     }
@@ -197,6 +210,7 @@ impl IoThread {
                 for id in ids {
                     if sent {
                         let _ = self.calls.handle_sent(id, now);
+                        self.ops.with(|r| r.sent(id.get().get(), now));
                         metrics::counter!("zmesh_calls_started_total").increment(1);
                     } else {
                         let _ = self.calls.handle_send_failed(id, now);
@@ -277,194 +291,9 @@ impl IoThread {
     }
 
     /// Where answers to calls keyed `key` are sent: that connection, if it is still current.
-    fn answer_route(&self, key: CallKey) -> Option<LinkKey> {
+    pub(super) fn answer_route(&self, key: CallKey) -> Option<LinkKey> {
         let c = self.links.get(key.0)?.conn.as_ref()?;
         (c.id == key.1 && c.ready).then_some(key.0)
-    }
-
-    /// Where the answers to REQUESTs arriving on link `k` go: the calls' key (the connection
-    /// answers travel on), the link to send them on, and the caller's RID. `None` when there
-    /// is no way to answer (a REQUEST on a Completion lane, or the caller's Completion lane
-    /// is not ready): the caller fails such calls when its lanes fail.
-    fn request_route(&self, k: LinkKey) -> Option<(CallKey, LinkKey, String)> {
-        let l = self.links.get(k)?;
-        let c = l.conn.as_ref()?;
-        let caller = c.peer.as_ref().map(|p| p.rid.clone()).unwrap_or_default();
-        let key = match l.lane()? {
-            Lane::ClientServer => (k, c.id),
-            // A RouteMesh call is answered on the caller's Completion lane.
-            Lane::Application => self.lane_of(&caller, Lane::Completion)?,
-            Lane::Completion => return None,
-        };
-        let route = self.answer_route(key)?;
-        Some((key, route, caller))
-    }
-
-    /// A BATCH arriving on link `k` (MISSION K5): an envelope, never a transaction. Each call
-    /// goes through the path of a lone REQUEST, so each is refused, ACCEPTed, deadlined and
-    /// answered on its own. A BATCH over [`MAX_INCOMING_BATCH_CALLS`] is not dispatched:
-    /// every call of it is answered `InvalidParams` (did not run), none is dropped.
-    pub(super) fn on_batch(&mut self, k: LinkKey, requests: Vec<wire::Request>, now: Instant) {
-        metrics::counter!("zmesh_batches_received_total").increment(1);
-        if requests.len() > MAX_INCOMING_BATCH_CALLS {
-            let Some((_, route, _)) = self.request_route(k) else {
-                return;
-            };
-            let message = format!(
-                "a BATCH of {} calls exceeds this receiver's limit of {MAX_INCOMING_BATCH_CALLS} \
-                 calls; not run",
-                requests.len()
-            );
-            for req in requests {
-                self.send_answer(
-                    route,
-                    records::reply(
-                        req.call_id,
-                        ReplyCode::InvalidParams,
-                        Bytes::from(message.clone()),
-                    ),
-                );
-            }
-            return;
-        }
-        for req in requests {
-            self.on_request(k, req, now);
-        }
-    }
-
-    /// A REQUEST arriving on link `k`: ACCEPT before dispatch, or refuse it at once.
-    pub(super) fn on_request(&mut self, k: LinkKey, req: wire::Request, now: Instant) {
-        let call_id = req.call_id;
-        let Some((key, route, caller)) = self.request_route(k) else {
-            // No way to answer: the caller fails the call when its lanes fail.
-            return;
-        };
-        let channel = req.channel.as_str().to_owned();
-        let served = self.served.get(&channel).map(|s| (s.jobs.clone(), s.shape));
-        let Some((jobs, shape)) = served else {
-            // Nothing exposed under that name: did not run.
-            let msg = format!("nothing serves channel {channel:?} here");
-            self.send_answer(
-                route,
-                records::reply(call_id, ReplyCode::ClassNotFound, Bytes::from(msg)),
-            );
-            return;
-        };
-        match self
-            .serve
-            .handle_request(key, call_id, req.ttl_ms, shape, now)
-        {
-            Admission::Duplicate => {}
-            Admission::Refuse(code) => {
-                self.send_answer(
-                    route,
-                    records::reply(call_id, code, Bytes::from_static(b"refused")),
-                );
-            }
-            Admission::Accept(sid) => {
-                let accept = records::accept(call_id, self.me.generation, key.1 .0);
-                if !self.send_answer(route, accept) {
-                    // ACCEPT could not be sent: the answer path is gone.
-                    let _ = self.serve.handle_connection_lost(key, now);
-                    return;
-                }
-                match self.serve.handle_dispatch(sid, now) {
-                    Dispatch::Run => {
-                        let request = Request::new(
-                            channel,
-                            req.method.as_str().to_owned(),
-                            caller,
-                            req.payload,
-                        );
-                        if jobs.send(ServeJob { id: sid, request }).is_err() {
-                            let _ = self.serve.handle_done(sid, ReplyCode::Unavailable, now);
-                        }
-                    }
-                    Dispatch::Refuse(code) => {
-                        self.send_answer(
-                            route,
-                            records::reply(
-                                call_id,
-                                code,
-                                Bytes::from_static(b"ttl ran out before dispatch"),
-                            ),
-                        );
-                    }
-                    Dispatch::Skip => {}
-                }
-            }
-        }
-        self.drain_calls(now);
-    }
-
-    /// A handler finished.
-    pub(super) fn on_serve_done(&mut self, done: ServeDone, now: Instant) {
-        let Some((key, call_id)) = self.serve.call_of(done.id) else {
-            let _ = self.serve.handle_done(done.id, ReplyCode::Ok, now);
-            return;
-        };
-        let (code, payload) = match done.result {
-            Ok(bytes) => (ReplyCode::Ok, bytes),
-            // Only allow-listed codes leave a handler (MISSION K6).
-            Err(e) => (
-                e.wire_code().to_reply(),
-                Bytes::from(e.message.into_bytes()),
-            ),
-        };
-        if let Some(code) = self.serve.handle_done(done.id, code, now) {
-            if let Some(route) = self.answer_route(key) {
-                self.send_answer(route, records::reply(call_id, code, payload));
-            }
-        }
-        self.drain_calls(now);
-    }
-
-    /// A stream handler produced an item: number it and send it as ITEM on the call's answer
-    /// route, or tell the handler the stream is over.
-    ///
-    /// The serve table refuses the item when the call is no longer answered (the drain ended
-    /// the stream with `Unavailable`, the caller's connection is gone, the handler already
-    /// returned): nothing is sent. An ITEM the link cannot take now is never queued
-    /// (MISSION C3); its number is spent, so the stream cannot go on: the call ends at once
-    /// with REPLY `UnknownOutcome` (the caller must not take a shortened stream for a
-    /// complete one), and the handler's later result is dropped.
-    pub(super) fn on_serve_item(&mut self, item: ServeItem, now: Instant) {
-        let ServeItem { id, payload, reply } = item;
-        let call = self.serve.call_of(id);
-        let seq = call.and_then(|_| self.serve.handle_item(id, now));
-        let (Some((key, call_id)), Some(seq)) = (call, seq) else {
-            let _ = reply.send(Err(ServeError::runtime(
-                RemoteCode::Unavailable,
-                "the stream is over: the service is stopping, the caller is gone, or the call \
-                 already ended",
-            )));
-            self.drain_calls(now);
-            return;
-        };
-        let route = self.answer_route(key);
-        let sent = route.is_some_and(|r| {
-            self.send_on_link(r, records::item(call_id, seq, payload))
-                .is_ok()
-        });
-        if sent {
-            let _ = reply.send(Ok(()));
-        } else {
-            metrics::counter!("zmesh_stream_items_unsent_total").increment(1);
-            let message = format!("stream item {seq} could not be sent now; the stream ended");
-            if let Some(code) = self.serve.handle_done(id, ReplyCode::UnknownOutcome, now) {
-                if let Some(r) = route {
-                    self.send_answer(
-                        r,
-                        records::reply(call_id, code, Bytes::from(message.clone())),
-                    );
-                }
-            }
-            let _ = reply.send(Err(ServeError::runtime(
-                RemoteCode::UnknownOutcome,
-                message,
-            )));
-        }
-        self.drain_calls(now);
     }
 
     /// Sends an ACCEPT or REPLY on `route`, in order behind any answer still waiting there.
@@ -571,13 +400,16 @@ impl IoThread {
     /// Items first: the table queues a call's items before its completion, so draining them
     /// first hands every item to its stream before the stream's end. Items of a call nobody
     /// streams (a unary caller, a dropped stream) are dropped.
-    pub(super) fn drain_calls(&mut self, _now: Instant) {
+    pub(super) fn drain_calls(&mut self, now: Instant) {
         while let Some(item) = self.calls.poll_item() {
+            self.ops.with(|r| r.item(item.id.get().get(), now));
             if let Some(CallReply::Stream(tx)) = self.pending_calls.get(&item.id) {
                 let _ = tx.send(StreamEvent::Item(item.payload));
             }
         }
         while let Some((id, result)) = self.calls.poll_completion() {
+            self.ops
+                .with(|r| r.settle(id.get().get(), result.as_ref().map(|_| ()), now));
             if let Some(reply) = self.pending_calls.remove(&id) {
                 let result = result.map(|c| c.payload);
                 if let Err(e) = &result {
@@ -600,12 +432,16 @@ impl IoThread {
                     records::reply(r.call_id, r.code, Bytes::from_static(r.message.as_bytes())),
                 );
             }
+            // A queued call refused by its ttl, or a call cut by the drain: the next one of
+            // its queue moves up.
+            let next = self.left_queue(r.id);
+            self.dispatch(next, now);
         }
         metrics::gauge!("zmesh_calls_pending").set(self.calls.pending() as f64);
-    }
-
-    /// Registers a served channel (replacing an earlier registration of the same name).
-    pub(super) fn serve_channel(&mut self, channel: String, served: Served) {
-        self.served.insert(channel, served);
+        let counts = self.ops.with(|r| r.counts());
+        for status in ops::OpStatus::ALL {
+            metrics::gauge!("zmesh_operations", "status" => status.name())
+                .set(counts.get(status) as f64);
+        }
     }
 }

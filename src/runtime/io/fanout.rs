@@ -36,19 +36,25 @@ pub(super) struct Sub {
     /// Open a new socket not before this instant.
     pub(super) retry_at: Instant,
     pub(super) failures_in_row: u32,
+    /// Automatic mode: the publisher's descriptor is gone, so no new socket is opened (a
+    /// ready one stays until it fails; see `io::discovery`).
+    pub(super) retired: bool,
 }
 
 pub(super) struct Publisher {
     /// The PUB socket, shared with the async side, which publishes on it directly.
     pub(super) socket: Arc<PubSocket>,
+    /// The endpoint it is bound to (what libzmq bound, for a wildcard).
+    pub(super) endpoint: String,
     /// The beacon schedule in the node's liveness table.
     pub(super) live: liveness::LinkKey,
 }
 
 impl IoThread {
-    /// Binds the node's PUB socket. It is never read, so it is not in the epoll set, and the
-    /// async side publishes on it without the I/O thread (see [`PubSocket`]).
-    pub(super) fn bind_publisher(&mut self, ep: &str) -> Result<zmq::Socket, NodeError> {
+    /// Binds the node's PUB socket; returns it and the endpoint it is bound to (what libzmq
+    /// bound, for a wildcard). It is never read, so it is not in the epoll set, and the async
+    /// side publishes on it without the I/O thread (see [`PubSocket`]).
+    pub(super) fn bind_publisher(&mut self, ep: &str) -> Result<(zmq::Socket, String), NodeError> {
         let bind_err = |source| NodeError::Bind {
             endpoint: ep.to_owned(),
             source,
@@ -56,7 +62,11 @@ impl IoThread {
         let (socket, _) = self.sockets.plain(zmq::PUB).map_err(bind_err)?;
         socket.set_linger(CLOSE_LINGER_MS).map_err(bind_err)?;
         socket.bind(ep).map_err(bind_err)?;
-        Ok(socket)
+        let endpoint = match socket.get_last_endpoint() {
+            Ok(Ok(bound)) if ep.contains('*') => bound,
+            _ => ep.to_owned(),
+        };
+        Ok((socket, endpoint))
     }
 
     /// Sends the two beacon frames on the publisher socket (MISSION L4).
@@ -159,7 +169,7 @@ impl IoThread {
         s.conn_id = None;
         s.failures_in_row = s.failures_in_row.saturating_add(1);
         s.retry_at = now + backoff(s.failures_in_row);
-        let recovery = if self.host == Host::Running {
+        let recovery = if self.host == Host::Running && !s.retired {
             Recovery::Reconnect
         } else {
             Recovery::Hold

@@ -79,6 +79,9 @@ pub(super) struct Link {
     pub(super) backlog: VecDeque<Delivery>,
     /// The link is in one of the lists of send queues to drain ([`super::outbound`]).
     pub(super) send_listed: bool,
+    /// Automatic mode: the peer's descriptor is gone, so the link is not dialled again (an
+    /// established connection stays until it fails; see `io::discovery`).
+    pub(super) withdrawn: bool,
 }
 
 impl Link {
@@ -90,6 +93,7 @@ impl Link {
         self.conn.is_none()
             && !self.terminal
             && !self.yielded
+            && !self.withdrawn
             && self.closing.is_none()
             && !matches!(self.kind, LinkKind::Inbound { .. })
     }
@@ -119,6 +123,7 @@ impl IoThread {
             last_receive: None,
             backlog: VecDeque::new(),
             send_listed: false,
+            withdrawn: false,
         });
         self.links.len() - 1
     }
@@ -273,7 +278,9 @@ impl IoThread {
         l.failures_in_row = l.failures_in_row.saturating_add(1);
         let terminal = reason == FailureReason::NotRequired;
         l.terminal |= terminal;
-        let recovery = if self.host == Host::Running && !matches!(l.kind, LinkKind::Inbound { .. })
+        let recovery = if self.host == Host::Running
+            && !l.withdrawn
+            && !matches!(l.kind, LinkKind::Inbound { .. })
         {
             Recovery::Reconnect
         } else {

@@ -40,18 +40,22 @@
 //! - [`commands`]: commands from the async side;
 //! - [`outbound`]: the link table published for the async side, and the per-link send queues
 //!   of one-way records, drained in bursts;
-//! - [`calls`]: the caller's call table and the callee's serve table on the wire;
+//! - [`calls`]: the caller's side of calls: routing, BATCHes, leases, answers;
+//! - [`discovery`]: automatic mode: descriptor intents and fences (MISSION D1, F3, T3);
+//! - [`serve`]: the callee's side: contract checks, admission, execution queues, dispatch;
 //! - [`snapshot`], [`shutdown`]: the node's snapshot, and the end of a node;
 //! - [`ready`]: readiness of the sockets (epoll over `ZMQ_FD`, the edge rule).
 
 mod admission;
 mod calls;
 mod commands;
+mod discovery;
 mod fanout;
 mod links;
 mod outbound;
 mod ready;
 mod receive;
+mod serve;
 mod shutdown;
 mod slots;
 mod snapshot;
@@ -62,22 +66,22 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use crossbeam_channel::Receiver;
 use tokio::sync::{mpsc, oneshot};
 
 use super::command::{CallReply, Command, Served, WakeUp};
 use super::error::NodeError;
-use super::event::{NodeEvent, Source, StateChange};
+use super::event::{NodeEvent, StateChange};
+use super::operations::OpsShared;
 use super::outbound::{Closed, LinkTable, Outgoing, PubSocket};
 use super::records::Lane;
 use super::socket::{MonitorSocket, Sockets};
 use crate::config::NodeConfig;
-use crate::proto::calls::{CallId, CallTable, ServeTable};
+use crate::proto::calls::{CallId, CallTable, ExecQueues, ServeId, ServeTable};
 use crate::proto::handshake::Identity;
 use crate::proto::liveness::{self, Liveness, PEER_DEADLINE};
 use crate::proto::sched::{IdMap, ReceiveScheduler, SharedSocketId};
-use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState};
+use crate::proto::state::{ConnState, FailureReason};
 use crate::proto::ConnId;
 pub use calls::GRACEFUL_STOP_BOUND;
 use calls::{CallKey, HeldAnswers};
@@ -205,6 +209,8 @@ pub(crate) struct IoThread {
     busy: bool,
     /// Calls this node made, leased on the connection that carried them (MISSION C1, C2).
     calls: CallTable<CallKey>,
+    /// The operations registry: one frozen entry per call this node made (MISSION K2).
+    ops: Arc<OpsShared>,
     pending_calls: HashMap<CallId, CallReply>,
     /// REQUESTs of calls started in this loop turn, with the link they go on: sent together
     /// (per link, as BATCHes) before any other command is handled and at the end of the
@@ -212,6 +218,10 @@ pub(crate) struct IoThread {
     outgoing_calls: Vec<(LinkKey, CallId, crate::proto::wire::Request)>,
     /// Calls this node serves (MISSION C4, C6).
     serve: ServeTable<CallKey>,
+    /// The execution queues of served calls (MISSION K4).
+    exec: ExecQueues<serve::QueueKey, ServeId>,
+    /// Accepted calls waiting in an execution queue, with their jobs.
+    waiting_jobs: serve::WaitingJobs,
     served: HashMap<String, Served>,
     /// Channels some peer ever announced a Server membership for.
     known_servers: HashSet<String>,
@@ -223,8 +233,12 @@ pub(crate) struct IoThread {
     /// The outer key is our own slot key (fast hash); the routing ids are chosen by peers and
     /// keep the standard keyed hash.
     inbound: IdMap<SlotKey, HashMap<Vec<u8>, LinkKey>>,
+    /// Unadmitted connections of the bound sockets that were sent a REJECT: ignored since.
+    refused: admission::Refused,
     subs: Vec<Sub>,
     publisher: Option<Publisher>,
+    /// Automatic mode: links added by discovery and the descriptors' fences.
+    discovered: discovery::Discovered,
     /// The one structure owning every liveness machine of this node (MISSION L8).
     liveness: Liveness,
     live_owner: HashMap<liveness::LinkKey, LiveOwner>,
@@ -253,6 +267,7 @@ impl IoThread {
         commands: Receiver<Command>,
         events: mpsc::UnboundedSender<Vec<NodeEvent>>,
         outstanding: Arc<AtomicUsize>,
+        ops: Arc<OpsShared>,
     ) -> Result<(IoThread, Shared), NodeError> {
         let now = Instant::now();
         let sockets = Sockets::new(generation);
@@ -291,17 +306,22 @@ impl IoThread {
             link_timers_changed: true,
             busy: false,
             calls: CallTable::new(),
+            ops,
             pending_calls: HashMap::new(),
             outgoing_calls: Vec::new(),
             serve: ServeTable::new(),
+            exec: ExecQueues::new(),
+            waiting_jobs: HashMap::new(),
             served: HashMap::new(),
             known_servers: HashSet::new(),
             answers: HashMap::new(),
             slots: Vec::new(),
             links: Vec::new(),
             inbound: IdMap::default(),
+            refused: admission::Refused::default(),
             subs: Vec::new(),
             publisher: None,
+            discovered: discovery::Discovered::default(),
             liveness: Liveness::new(generation),
             live_owner: HashMap::new(),
             // Readiness mode: a rotation visits the units with work only (the readable set
@@ -335,10 +355,15 @@ impl IoThread {
             )?;
         }
         if let Some(p) = &cfg.publisher {
-            let socket = Arc::new(PubSocket::new(io.bind_publisher(&p.endpoint)?, generation));
+            let (socket, endpoint) = io.bind_publisher(&p.endpoint)?;
+            let socket = Arc::new(PubSocket::new(socket, generation));
             let live = io.liveness.insert_beacon(now);
             io.live_owner.insert(live, LiveOwner::Publisher);
-            io.publisher = Some(Publisher { socket, live });
+            io.publisher = Some(Publisher {
+                socket,
+                endpoint,
+                live,
+            });
         }
         for (i, _) in cfg.peers.iter().enumerate() {
             for lane in [Lane::Application, Lane::Completion] {
@@ -349,23 +374,7 @@ impl IoThread {
             io.add_link(LinkKind::ClientDial { server: i }, now);
         }
         for s in &cfg.subscriptions {
-            let live = io.liveness.insert_publisher(now);
-            io.live_owner.insert(live, LiveOwner::Sub(io.subs.len()));
-            io.subs.push(Sub {
-                endpoint: s.endpoint.clone(),
-                source: Source::Publisher {
-                    endpoint: Arc::from(s.endpoint.as_str()),
-                },
-                last_topic: Bytes::new(),
-                slot: None,
-                conn_id: None,
-                live,
-                state: LinkState::new(StateKind::Publisher, 0, now),
-                records: 0,
-                connected: false,
-                retry_at: now,
-                failures_in_row: 0,
-            });
+            io.add_sub(&s.endpoint, now);
         }
         let shared = Shared {
             wake,

@@ -159,7 +159,8 @@ async fn watch(mut events: EventStream, end: Instant, who: &str) -> Result<(u64,
                     );
                     left += 1;
                 }
-                NodeEvent::State(_) => {}
+                // State changes into ready, discovery events: not a false not-ready.
+                _ => {}
             }
         }
     }

@@ -7,11 +7,17 @@
 //!
 //! The demo waits for readiness, sends records, kills `b` with SIGKILL and shows `a` detect it
 //! at once, restarts `b` (a new lifecycle generation) and shows the new run admitted, prints
-//! `a`'s snapshot, and exits.
+//! `a`'s snapshot, then runs the commands scene ([`commands`]: a non-repeatable command whose
+//! server `e` is killed after it ran, answered from the durable idempotency record after the
+//! restart), and exits.
+
+mod commands;
+pub(crate) mod discovery;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -29,8 +35,10 @@ const STEP_LIMIT: Duration = Duration::from_secs(20);
 struct Proc {
     name: &'static str,
     config: PathBuf,
-    extra: Vec<&'static str>,
+    extra: Vec<String>,
     child: Option<Child>,
+    /// Every line the process printed on stderr, when captured (else stderr is inherited).
+    stderr: Option<Arc<Mutex<Vec<String>>>>,
 }
 
 impl Proc {
@@ -41,9 +49,24 @@ impl Proc {
             .arg(&self.config)
             .args(&self.extra)
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(if self.stderr.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::inherit()
+            })
             .spawn()
             .with_context(|| format!("starting node {}", self.name))?;
+        if let (Some(err), Some(lines)) = (child.stderr.take(), self.stderr.clone()) {
+            let name = self.name;
+            std::thread::spawn(move || {
+                for line in BufReader::new(err).lines().map_while(Result::ok) {
+                    println!("    [{name}] {line}");
+                    if let Ok(mut l) = lines.lock() {
+                        l.push(line);
+                    }
+                }
+            });
+        }
         if let Some(out) = child.stdout.take() {
             let name = self.name;
             std::thread::spawn(move || {
@@ -166,7 +189,7 @@ pub(crate) async fn run(quick: bool) -> Result<()> {
         };
         // b serves the demo methods (echo, sleep, fail) on "orders".
         let extra = if name == "b" {
-            vec!["--serve", "orders"]
+            vec!["--serve".to_owned(), "orders".to_owned()]
         } else {
             vec![]
         };
@@ -175,12 +198,15 @@ pub(crate) async fn run(quick: bool) -> Result<()> {
             config: write_config(&dir, cfg)?,
             extra,
             child: None,
+            stderr: None,
         });
     }
     for p in procs.iter_mut() {
         p.start()?;
     }
 
+    let mut pump = commands::Pump::prepare(&dir)?;
+    a.servers.push(pump.server_entry());
     let node = Node::start(a).await?;
     let mut events = node.take_events().context("events")?;
 
@@ -258,9 +284,16 @@ pub(crate) async fn run(quick: bool) -> Result<()> {
     println!("\n== 6. a's snapshot");
     print!("{}", node.snapshot().await?.to_table());
 
-    println!("\n== 7. shutdown");
+    println!(
+        "\n== 7. commands: a non-repeatable command, its server killed after it ran, retried \
+         with the same idempotency key"
+    );
+    pump.run(&node, &mut events, t0, quick).await?;
+
+    println!("\n== 8. shutdown");
     node.shutdown().await?;
     drop(procs);
+    drop(pump);
     let _ = std::fs::remove_dir_all(&dir);
     println!("demo finished in {} ms", t0.elapsed().as_millis());
     Ok(())

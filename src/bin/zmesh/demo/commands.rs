@@ -1,0 +1,210 @@
+//! The demo's commands scene (MISSION K1-K3, issue 8 item 7): node `e` serves "pump" with a
+//! durable idempotency store; `a` sends it a non-repeatable command with an idempotency key;
+//! `e` is killed after the command ran and its outcome was recorded, before `a` heard the
+//! answer; `a` is told the command may have run and its operations tray shows the row;
+//! `e` restarts (a new process run, the same store) and the same command with the same key
+//! is answered from the durable record: the execution log shows it ran once.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use zmesh::config::{Endpoint, NodeConfig, ServerConfig};
+use zmesh::proto::handshake::{Membership, Role};
+use zmesh::proto::state::ConnState;
+use zmesh::runtime::calls::{may_have_run, CallOptions, Semantics};
+use zmesh::runtime::operations::OpStatus;
+use zmesh::runtime::{EventStream, Node};
+
+use super::{free_tcp, wait_for, write_config, Proc, STEP_LIMIT};
+
+/// How long `e` holds each answer after recording it, in the first run.
+const HOLD_MS: &str = "60000";
+
+/// Node `e` and its files.
+pub(super) struct Pump {
+    proc: Proc,
+    endpoint: String,
+    store: PathBuf,
+    exec_log: PathBuf,
+}
+
+impl Pump {
+    /// Writes `e`'s configuration into `dir` and starts it, holding answers after recording.
+    pub(super) fn prepare(dir: &Path) -> Result<Pump> {
+        let endpoint = free_tcp()?;
+        let mut e = NodeConfig::new("e");
+        e.memberships = vec![Membership {
+            role: Role::Server,
+            channel: "pump".into(),
+        }];
+        e.server = Some(Endpoint {
+            endpoint: endpoint.clone(),
+        });
+        let store = dir.join("e-idempotency.db");
+        let exec_log = dir.join("e-exec.log");
+        let mut pump = Pump {
+            proc: Proc {
+                name: "e",
+                config: write_config(dir, &e)?,
+                extra: Vec::new(),
+                child: None,
+                stderr: Some(Arc::new(Mutex::new(Vec::new()))),
+            },
+            endpoint,
+            store,
+            exec_log,
+        };
+        pump.proc.extra = pump.args(true);
+        pump.proc.start()?;
+        Ok(pump)
+    }
+
+    fn args(&self, hold: bool) -> Vec<String> {
+        let mut args = vec![
+            "--serve".to_owned(),
+            "pump".to_owned(),
+            "--idempotency-store".to_owned(),
+            self.store.display().to_string(),
+            "--exec-log".to_owned(),
+            self.exec_log.display().to_string(),
+        ];
+        if hold {
+            args.extend([
+                "--fault-hold-after-record-ms".to_owned(),
+                HOLD_MS.to_owned(),
+            ]);
+        }
+        args
+    }
+
+    /// `a`'s `[[servers]]` entry for "pump".
+    pub(super) fn server_entry(&self) -> ServerConfig {
+        ServerConfig {
+            batch_calls: true,
+            channel: "pump".into(),
+            endpoint: self.endpoint.clone(),
+            rid: Some("e".into()),
+        }
+    }
+
+    /// Whether `a`'s link to `e` is ready.
+    fn ready(&self, s: &zmesh::runtime::snapshot::Snapshot) -> bool {
+        s.links
+            .iter()
+            .any(|l| l.endpoint == self.endpoint && l.state == ConnState::Ready)
+    }
+
+    /// The scene.
+    pub(super) async fn run(
+        &mut self,
+        node: &Node,
+        events: &mut EventStream,
+        t0: Instant,
+        quick: bool,
+    ) -> Result<()> {
+        wait_for(node, events, t0, |s| self.ready(s)).await?;
+        println!(
+            "   e serves \"pump\" with a durable idempotency store (SQLite); its contract, \
+             fetched by a over the wire:"
+        );
+        let contract = node
+            .fetch_contract("pump", CallOptions::default())
+            .await
+            .context("fetching e's contract")?;
+        crate::commands::print_contract(&contract, false)?;
+        println!(
+            "   e records each outcome before it answers; in this run it then holds the answer \
+             {HOLD_MS} ms (fault injection), so the kill below lands after dispense ran and was \
+             recorded, before a heard the answer"
+        );
+        let opts = CallOptions::default()
+            .semantics(Semantics::NonRepeatableCommand)
+            .idempotency_key("work-order-1001");
+        let args = serde_json::json!({ "amount": 5 });
+        let caller = node.clone();
+        let (o, a) = (opts.clone(), args.clone());
+        let call = tokio::spawn(async move {
+            caller
+                .call_with::<_, String>("pump", "dispense", &a, o)
+                .await
+        });
+        self.until_recorded().await?;
+        let killed = Instant::now();
+        self.proc.kill();
+        println!("   kill -9 e");
+        match call.await? {
+            Ok(v) => println!("   unexpected answer {v:?}"),
+            Err(e) => println!(
+                "   a's call failed after {} ms: {e} [code {}, may_have_run = {}]",
+                killed.elapsed().as_millis(),
+                e.code(),
+                may_have_run(&e)
+            ),
+        }
+        println!(
+            "   a's operations tray, unknown-outcome rows (zmesh ops --status unknown-outcome):"
+        );
+        let rows: Vec<serde_json::Value> = node
+            .operations()
+            .views()
+            .into_iter()
+            .filter(|v| v.status == OpStatus::UnknownOutcome)
+            .map(|v| serde_json::to_value(v).unwrap_or_default())
+            .collect();
+        crate::commands::print_ops(&rows, None, false)?;
+
+        println!("   restart e (same store, no fault injection); retry with the same key");
+        self.proc.extra = self.args(false);
+        self.proc.start()?;
+        wait_for(node, events, t0, |s| self.ready(s)).await?;
+        let answer: String = node
+            .call_with("pump", "dispense", &args, opts)
+            .await
+            .context("the retry")?;
+        println!(
+            "   a -> e pump.dispense (key work-order-1001) = {answer:?}: answered from e's record"
+        );
+        let log = std::fs::read_to_string(&self.exec_log).unwrap_or_default();
+        let runs = log.lines().filter(|l| l.starts_with("dispense ")).count();
+        println!("   e's execution log, both process runs: dispense ran {runs} time(s)");
+        if runs != 1 {
+            bail!("dispense ran {runs} times");
+        }
+        if !quick {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        Ok(())
+    }
+
+    /// Waits (bounded) until `e` says it recorded the outcome and holds the answer.
+    async fn until_recorded(&self) -> Result<()> {
+        let limit = Instant::now() + STEP_LIMIT;
+        loop {
+            let seen = self
+                .proc
+                .stderr
+                .as_ref()
+                .and_then(|l| {
+                    l.lock()
+                        .ok()
+                        .map(|l| l.iter().any(|l| l.contains("outcome recorded")))
+                })
+                .unwrap_or(false);
+            if seen {
+                return Ok(());
+            }
+            if Instant::now() > limit {
+                bail!("e did not record the outcome within {STEP_LIMIT:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl Drop for Pump {
+    fn drop(&mut self) {
+        self.proc.kill();
+    }
+}

@@ -1,0 +1,598 @@
+//! A durable idempotency store in one SQLite file.
+//!
+//! # Schema (version 1, in `PRAGMA user_version`)
+//!
+//! ```sql
+//! CREATE TABLE idempotency_records (
+//!     key              TEXT PRIMARY KEY NOT NULL, -- ScopedKey::as_str()
+//!     fingerprint      BLOB NOT NULL,             -- 32 bytes, SHA-256
+//!     owner_rid        TEXT NOT NULL,
+//!     owner_generation INTEGER NOT NULL,          -- u64 stored as i64, same bits
+//!     state            INTEGER NOT NULL,          -- 0 in progress, 1 done
+//!     code             INTEGER,                   -- REPLY code byte when done, else NULL
+//!     payload          BLOB,                      -- result or message when done, else NULL
+//!     expires_at_ms    INTEGER NOT NULL           -- Unix milliseconds (wall clock)
+//! );
+//! CREATE INDEX idempotency_records_expiry ON idempotency_records (expires_at_ms);
+//! ```
+//!
+//! Expiry dates are wall-clock milliseconds because a record outlives the monotonic clock of
+//! the process that wrote it (MISSION L7 allows this in `durable_time` only). A row whose
+//! `expires_at_ms` is not after now does not exist for any operation.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
+
+use super::{
+    Begin, Fingerprint, IdempotencyStore, Outcome, Owner, Record, RecordState, ScopedKey,
+    StoreError, StoreFuture,
+};
+use crate::durable_time::unix_millis_now;
+
+/// The schema version this build reads and writes (`PRAGMA user_version`).
+const SCHEMA_VERSION: i64 = 1;
+
+/// How long a statement waits for another connection (or process) holding the write lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Every this many `begin`s on one store, delete every expired row in the same transaction.
+const SWEEP_EVERY: u32 = 64;
+
+const STATE_IN_PROGRESS: i64 = 0;
+const STATE_DONE: i64 = 1;
+
+const CREATE_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS idempotency_records (
+    key              TEXT PRIMARY KEY NOT NULL,
+    fingerprint      BLOB NOT NULL,
+    owner_rid        TEXT NOT NULL,
+    owner_generation INTEGER NOT NULL,
+    state            INTEGER NOT NULL,
+    code             INTEGER,
+    payload          BLOB,
+    expires_at_ms    INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idempotency_records_expiry ON idempotency_records (expires_at_ms);
+";
+
+/// A durable [`IdempotencyStore`] in one SQLite file (MISSION K3): records survive a crash
+/// and a restart of the process, so a redelivered command is answered from the record.
+///
+/// The file is in WAL mode with `synchronous=FULL`, so a `begin` or `complete` that returned
+/// `Ok` is on disk before the REPLY is sent. Several processes on one host may share the file
+/// (writers wait up to 5 s for one another); WAL needs shared memory, so the file must not be
+/// on a network file system.
+///
+/// SQLite calls block, so each operation runs on tokio's blocking pool (`spawn_blocking`)
+/// over one connection behind a mutex: the returned futures are `Send` and never block a
+/// runtime worker, but must be polled inside a tokio runtime ([`StoreError::NoRuntime`]
+/// otherwise). Dropping a returned future does not cancel the operation: a `begin` whose
+/// caller went away may still leave an in-progress record, which is the safe direction (a
+/// retry is answered `UnknownOutcome`, never run twice).
+///
+/// Expired rows are deleted by [`remove_expired`](IdempotencyStore::remove_expired), every
+/// 64 `begin`s, and by a `begin` that finds an expired row under its own key.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Mutex<Inner>>,
+    /// The path or URI it was opened with, for Debug (which must not wait for the lock).
+    path: Arc<str>,
+}
+
+struct Inner {
+    conn: Connection,
+    begins_since_sweep: u32,
+    /// The database file and its identity (device, inode) when opened: a file removed or
+    /// replaced while the store is open is detected, because SQLite would go on writing to
+    /// the old, unlinked file and the records would be lost at the next start.
+    file: Option<(std::path::PathBuf, (u64, u64))>,
+}
+
+/// The (device, inode) of `path`, if it exists.
+fn file_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens the store at `path`, creating the file and its table if they do not exist.
+    ///
+    /// `path` may also be an SQLite `file:` URI (for example with `?mode=ro`). Blocks on file
+    /// I/O: call it at startup, or from `spawn_blocking`.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] if the file cannot be opened, created or switched to WAL
+    /// mode; [`StoreError::Corrupt`] if it is not an SQLite database;
+    /// [`StoreError::UnsupportedSchema`] if it was written by a build with another schema.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let path = path.as_ref();
+        let mut conn = Connection::open_with_flags(path, flags).map_err(store_error)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(store_error)?;
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
+            .map_err(store_error)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Unavailable(format!(
+                "cannot switch the store to WAL mode (journal_mode is {mode})"
+            )));
+        }
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(store_error)?;
+        ensure_schema(&mut conn)?;
+        let file = conn
+            .path()
+            .filter(|p| !p.is_empty())
+            .map(std::path::PathBuf::from)
+            .and_then(|p| file_identity(&p).map(|id| (p, id)));
+        Ok(SqliteStore {
+            inner: Arc::new(Mutex::new(Inner {
+                conn,
+                begins_since_sweep: 0,
+                file,
+            })),
+            path: path.to_string_lossy().into(),
+        })
+    }
+
+    /// Runs `op` on the blocking pool with the connection locked.
+    fn run<T, F>(&self, op: F) -> StoreFuture<'static, T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Inner) -> Result<T, StoreError> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        Box::pin(async move {
+            let handle =
+                tokio::runtime::Handle::try_current().map_err(|_| StoreError::NoRuntime)?;
+            handle
+                .spawn_blocking(move || op(&mut lock(&inner)))
+                .await
+                .map_err(|e| StoreError::Unavailable(format!("store worker failed: {e}")))?
+        })
+    }
+}
+
+impl IdempotencyStore for SqliteStore {
+    fn begin(
+        &self,
+        key: &ScopedKey,
+        fingerprint: &Fingerprint,
+        owner: &Owner,
+        retention: Duration,
+    ) -> StoreFuture<'_, Begin> {
+        let key = key.clone();
+        let fingerprint = *fingerprint;
+        let owner = owner.clone();
+        self.run(move |inner| inner.begin(&key, &fingerprint, &owner, retention))
+    }
+
+    fn complete(&self, key: &ScopedKey, outcome: &Outcome) -> StoreFuture<'_, ()> {
+        let key = key.clone();
+        let outcome = outcome.clone();
+        self.run(move |inner| inner.complete(&key, &outcome))
+    }
+
+    fn remove_expired(&self) -> StoreFuture<'_, u64> {
+        self.run(Inner::remove_expired)
+    }
+}
+
+impl Inner {
+    /// Fails when the database file is no longer the one the store opened (removed, or
+    /// replaced by another file): writing on would record into a file nobody will read again.
+    fn check_file(&self) -> Result<(), StoreError> {
+        match &self.file {
+            Some((path, id)) if file_identity(path) != Some(*id) => {
+                Err(StoreError::Unavailable(format!(
+                    "the store file {} was removed or replaced while open",
+                    path.display()
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn begin(
+        &mut self,
+        key: &ScopedKey,
+        fingerprint: &Fingerprint,
+        owner: &Owner,
+        retention: Duration,
+    ) -> Result<Begin, StoreError> {
+        self.check_file()?;
+        self.begins_since_sweep += 1;
+        let sweep = self.begins_since_sweep >= SWEEP_EVERY;
+        // IMMEDIATE takes the write lock before reading, so no other connection (in this
+        // process or another) can insert under the key between our read and our insert.
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(store_error)?;
+        let now = now_ms();
+        if sweep {
+            tx.execute(
+                "DELETE FROM idempotency_records WHERE expires_at_ms <= ?1",
+                [now],
+            )
+            .map_err(store_error)?;
+        }
+        let existing = tx
+            .query_row(
+                "SELECT fingerprint, owner_rid, owner_generation, state, code, payload
+                 FROM idempotency_records WHERE key = ?1 AND expires_at_ms > ?2",
+                params![key.as_str(), now],
+                RawRecord::from_row,
+            )
+            .optional()
+            .map_err(store_error)?;
+        if let Some(raw) = existing {
+            let record = raw.decode()?;
+            tx.commit().map_err(store_error)?;
+            if sweep {
+                self.begins_since_sweep = 0;
+            }
+            return Ok(Begin::Existing(record));
+        }
+        // An expired row under this key, if any, is replaced.
+        tx.execute(
+            "INSERT OR REPLACE INTO idempotency_records
+             (key, fingerprint, owner_rid, owner_generation, state, code, payload, expires_at_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, NULL, NULL, ?6)",
+            params![
+                key.as_str(),
+                &fingerprint.as_bytes()[..],
+                owner.rid,
+                generation_to_sql(owner.generation),
+                STATE_IN_PROGRESS,
+                now.saturating_add(retention_ms(retention)),
+            ],
+        )
+        .map_err(store_error)?;
+        tx.commit().map_err(store_error)?;
+        if sweep {
+            self.begins_since_sweep = 0;
+        }
+        Ok(Begin::Started)
+    }
+
+    fn complete(&mut self, key: &ScopedKey, outcome: &Outcome) -> Result<(), StoreError> {
+        self.check_file()?;
+        let changed = self
+            .conn
+            .execute(
+                "UPDATE idempotency_records SET state = ?1, code = ?2, payload = ?3
+                 WHERE key = ?4 AND state = ?5 AND expires_at_ms > ?6",
+                params![
+                    STATE_DONE,
+                    i64::from(outcome.code),
+                    &outcome.payload[..],
+                    key.as_str(),
+                    STATE_IN_PROGRESS,
+                    now_ms(),
+                ],
+            )
+            .map_err(store_error)?;
+        if changed == 0 {
+            return Err(StoreError::NotInProgress);
+        }
+        Ok(())
+    }
+
+    fn remove_expired(&mut self) -> Result<u64, StoreError> {
+        let removed = self
+            .conn
+            .execute(
+                "DELETE FROM idempotency_records WHERE expires_at_ms <= ?1",
+                [now_ms()],
+            )
+            .map_err(store_error)?;
+        self.begins_since_sweep = 0;
+        Ok(removed as u64)
+    }
+}
+
+/// A row as SQLite typed it, before this build's checks.
+struct RawRecord {
+    fingerprint: Vec<u8>,
+    owner_rid: String,
+    owner_generation: i64,
+    state: i64,
+    code: Option<i64>,
+    payload: Option<Vec<u8>>,
+}
+
+impl RawRecord {
+    fn from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+        Ok(RawRecord {
+            fingerprint: row.get(0)?,
+            owner_rid: row.get(1)?,
+            owner_generation: row.get(2)?,
+            state: row.get(3)?,
+            code: row.get(4)?,
+            payload: row.get(5)?,
+        })
+    }
+
+    fn decode(self) -> Result<Record, StoreError> {
+        let fingerprint = <[u8; 32]>::try_from(self.fingerprint.as_slice()).map_err(|_| {
+            StoreError::Corrupt(format!(
+                "fingerprint is {} bytes, expected 32",
+                self.fingerprint.len()
+            ))
+        })?;
+        let state = match (self.state, self.code, self.payload) {
+            (STATE_IN_PROGRESS, None, None) => RecordState::InProgress,
+            (STATE_DONE, Some(code), Some(payload)) => RecordState::Done(Outcome {
+                code: u8::try_from(code)
+                    .map_err(|_| StoreError::Corrupt(format!("reply code {code} is not a byte")))?,
+                payload: Bytes::from(payload),
+            }),
+            (state, code, payload) => {
+                return Err(StoreError::Corrupt(format!(
+                    "state {state} with code {code:?} and {} payload",
+                    if payload.is_some() { "a" } else { "no" }
+                )))
+            }
+        };
+        Ok(Record {
+            fingerprint: Fingerprint::from_bytes(fingerprint),
+            owner: Owner {
+                rid: self.owner_rid,
+                generation: generation_from_sql(self.owner_generation),
+            },
+            state,
+        })
+    }
+}
+
+/// Creates the table on a fresh file, accepts a file of this version, refuses any other.
+fn ensure_schema(conn: &mut Connection) -> Result<(), StoreError> {
+    // Read first without a write lock, so opening an up-to-date file writes nothing.
+    if user_version(conn)? == SCHEMA_VERSION {
+        return Ok(());
+    }
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(store_error)?;
+    // Another process may have created the schema between the read and the lock.
+    match user_version(&tx)? {
+        0 => {
+            tx.execute_batch(CREATE_SCHEMA).map_err(store_error)?;
+            tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+                .map_err(store_error)?;
+            tx.commit().map_err(store_error)
+        }
+        SCHEMA_VERSION => Ok(()),
+        found => Err(StoreError::UnsupportedSchema {
+            found,
+            supported: SCHEMA_VERSION,
+        }),
+    }
+}
+
+fn user_version(conn: &Connection) -> Result<i64, StoreError> {
+    conn.pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(store_error)
+}
+
+fn lock(inner: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
+    // A panic under the lock unwinds through rusqlite's Transaction, whose drop rolls back:
+    // the file, which is the truth, is consistent, so the connection can be used again.
+    inner.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn store_error(error: rusqlite::Error) -> StoreError {
+    match error.sqlite_error_code() {
+        Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => {
+            StoreError::Corrupt(error.to_string())
+        }
+        _ => StoreError::Unavailable(error.to_string()),
+    }
+}
+
+/// Now, as stored: wall-clock Unix milliseconds, saturated into SQLite's i64.
+fn now_ms() -> i64 {
+    i64::try_from(unix_millis_now()).unwrap_or(i64::MAX)
+}
+
+/// The retention in whole milliseconds, rounded up (a retention of 1 µs keeps the record for
+/// 1 ms rather than not at all), saturated into i64.
+fn retention_ms(retention: Duration) -> i64 {
+    let whole = retention.as_millis();
+    let ms = if retention.subsec_nanos() % 1_000_000 == 0 {
+        whole
+    } else {
+        whole.saturating_add(1)
+    };
+    i64::try_from(ms).unwrap_or(i64::MAX)
+}
+
+/// The generation is any u64; SQLite integers are i64: store the same 64 bits.
+fn generation_to_sql(generation: u64) -> i64 {
+    i64::from_ne_bytes(generation.to_ne_bytes())
+}
+
+fn generation_from_sql(stored: i64) -> u64 {
+    u64::from_ne_bytes(stored.to_ne_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// MISSION K3: a store whose file was removed while open refuses (`Unavailable`, so the
+    /// runtime answers UnknownOutcome and does not run) instead of recording into the unlinked
+    /// file, whose records the next start would not see.
+    #[tokio::test]
+    async fn k3_store_file_removed_while_open_is_unavailable() {
+        let path = temp_db("removed");
+        let store = SqliteStore::open(&path).expect("open");
+        let owner = Owner {
+            rid: "n".into(),
+            generation: 1,
+        };
+        let key = ScopedKey::from_idempotency_key("c", "m", "k1");
+        let fp = Fingerprint::of_call("c", "m", b"");
+        let begun = store
+            .begin(&key, &fp, &owner, Duration::from_secs(60))
+            .await;
+        assert_eq!(begun, Ok(Begin::Started));
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+        let key2 = ScopedKey::from_idempotency_key("c", "m", "k2");
+        let begun = store
+            .begin(&key2, &fp, &owner, Duration::from_secs(60))
+            .await;
+        assert!(
+            matches!(begun, Err(StoreError::Unavailable(_))),
+            "{begun:?}"
+        );
+        let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
+    }
+
+    fn temp_db(name: &str) -> std::path::PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("zmesh-idem-unit-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        dir.join("store.db")
+    }
+
+    fn owner() -> Owner {
+        Owner {
+            rid: "node-a".into(),
+            generation: u64::MAX - 1,
+        }
+    }
+
+    /// K3: a generation above i64::MAX survives the round trip through an i64 column.
+    #[test]
+    fn k3_generation_keeps_all_64_bits() {
+        for g in [0, 1, i64::MAX as u64, i64::MAX as u64 + 1, u64::MAX] {
+            assert_eq!(generation_from_sql(generation_to_sql(g)), g);
+        }
+    }
+
+    /// K3: retention is rounded up to whole milliseconds and saturates.
+    #[test]
+    fn k3_retention_rounds_up_and_saturates() {
+        assert_eq!(retention_ms(Duration::ZERO), 0);
+        assert_eq!(retention_ms(Duration::from_micros(1)), 1);
+        assert_eq!(retention_ms(Duration::from_millis(5)), 5);
+        assert_eq!(retention_ms(Duration::MAX), i64::MAX);
+    }
+
+    /// K3: a row this build cannot read gives `Corrupt`, not a panic and not a guess.
+    #[test]
+    fn k3_sqlite_rejects_malformed_rows() {
+        let path = temp_db("malformed");
+        let store = SqliteStore::open(&path).expect("open");
+        let far = now_ms() + 60_000;
+        // (key, fingerprint, state, code, payload)
+        type Row<'a> = (&'a str, &'a [u8], i64, Option<i64>, Option<&'a [u8]>);
+        let bad_rows: [Row<'_>; 4] = [
+            ("short-fp", &[1, 2, 3], STATE_IN_PROGRESS, None, None),
+            ("bad-state", &[0; 32], 7, None, None),
+            ("done-without-code", &[0; 32], STATE_DONE, None, Some(b"x")),
+            ("code-too-big", &[0; 32], STATE_DONE, Some(300), Some(b"x")),
+        ];
+        let mut inner = lock(&store.inner);
+        for (key, fp, state, code, payload) in bad_rows {
+            inner
+                .conn
+                .execute(
+                    "INSERT INTO idempotency_records VALUES (?1, ?2, 'r', 1, ?3, ?4, ?5, ?6)",
+                    params![key, fp, state, code, payload, far],
+                )
+                .expect("insert");
+        }
+        for (key, ..) in bad_rows {
+            let key = ScopedKey(key.to_owned());
+            let fp = Fingerprint::from_bytes([0; 32]);
+            let answer = inner.begin(&key, &fp, &owner(), Duration::from_secs(60));
+            assert!(
+                matches!(answer, Err(StoreError::Corrupt(_))),
+                "{key}: {answer:?}"
+            );
+        }
+        drop(inner);
+        let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
+    }
+
+    /// K3: a file written by a future schema is refused at open, not misread.
+    #[test]
+    fn k3_sqlite_refuses_unknown_schema_version() {
+        let path = temp_db("schema");
+        drop(SqliteStore::open(&path).expect("open"));
+        Connection::open(&path)
+            .and_then(|c| c.pragma_update(None, "user_version", 2))
+            .expect("bump version");
+        assert_eq!(
+            SqliteStore::open(&path).map(|_| ()),
+            Err(StoreError::UnsupportedSchema {
+                found: 2,
+                supported: 1
+            })
+        );
+        let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
+    }
+
+    /// K3: `begin` sweeps expired rows every SWEEP_EVERY calls.
+    #[test]
+    fn k3_sqlite_begin_evicts_amortised() {
+        let path = temp_db("sweep");
+        let store = SqliteStore::open(&path).expect("open");
+        let mut inner = lock(&store.inner);
+        let past = now_ms() - 1;
+        inner
+            .conn
+            .execute(
+                "INSERT INTO idempotency_records VALUES ('old', ?1, 'r', 1, 0, NULL, NULL, ?2)",
+                params![&[0u8; 32][..], past],
+            )
+            .expect("insert");
+        let fp = Fingerprint::from_bytes([1; 32]);
+        let count = |inner: &Inner| -> i64 {
+            inner
+                .conn
+                .query_row("SELECT count(*) FROM idempotency_records", [], |r| r.get(0))
+                .expect("count")
+        };
+        for i in 0..u64::from(SWEEP_EVERY) - 1 {
+            let key = ScopedKey::from_request("c", 1, i);
+            inner
+                .begin(&key, &fp, &owner(), Duration::from_secs(60))
+                .expect("begin");
+        }
+        assert_eq!(count(&inner), i64::from(SWEEP_EVERY), "not swept yet");
+        let key = ScopedKey::from_request("c", 1, u64::MAX);
+        inner
+            .begin(&key, &fp, &owner(), Duration::from_secs(60))
+            .expect("begin");
+        assert_eq!(
+            count(&inner),
+            i64::from(SWEEP_EVERY),
+            "old row swept, new one in"
+        );
+        drop(inner);
+        let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
+    }
+}
