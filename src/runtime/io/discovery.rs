@@ -79,7 +79,7 @@ impl IoThread {
             &self.me,
             route_mesh,
             bound(SlotRole::Bound(Lane::ClientServer)),
-            bound(SlotRole::Publisher).into_iter().collect(),
+            self.publisher.iter().map(|p| p.endpoint.clone()).collect(),
         )
     }
 

@@ -1,6 +1,7 @@
 //! Classic fanout: the publisher's records and beacons (MISSION L4), and one SUB socket per
 //! publisher with its own liveness watch (T3, L5): opened, judged, failed and reopened alone.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -10,11 +11,12 @@ use super::slots::{Slot, SlotRole};
 use super::{Host, IoThread, SlotKey, BACKOFF_MAX};
 use crate::proto::liveness::{self, Delivery as FanoutDelivery, FanoutInput};
 use crate::proto::state::{ConnState, FailureReason, LinkState, Recovery};
-use crate::proto::wire::{BEACON_TOPIC, MAX_TOPIC_LEN};
 use crate::proto::ConnId;
+use crate::runtime::error::NodeError;
 use crate::runtime::event::{Delivery, NodeEvent, Source};
+use crate::runtime::outbound::PubSocket;
 use crate::runtime::records::{self, Fanout};
-use crate::runtime::socket::{Frame, FrameSocket};
+use crate::runtime::socket::{Frame, CLOSE_LINGER_MS};
 
 pub(super) struct Sub {
     pub(super) endpoint: String,
@@ -40,44 +42,37 @@ pub(super) struct Sub {
 }
 
 pub(super) struct Publisher {
-    pub(super) slot: SlotKey,
+    /// The PUB socket, shared with the async side, which publishes on it directly.
+    pub(super) socket: Arc<PubSocket>,
+    /// The endpoint it is bound to (what libzmq bound, for a wildcard).
+    pub(super) endpoint: String,
     /// The beacon schedule in the node's liveness table.
     pub(super) live: liveness::LinkKey,
-    pub(super) seq: u64,
 }
 
 impl IoThread {
-    /// Sends the two beacon frames on the publisher socket (MISSION L4).
-    pub(super) fn send_beacon(&mut self) {
-        let Some(p) = &self.publisher else { return };
-        if let Some(Some(slot)) = self.slots.get(p.slot) {
-            let frames = records::beacon();
-            let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
-            if let Err(e) = slot.socket.send_frames(&refs) {
-                tracing::warn!(error = %e, "beacon not sent");
-            }
-        }
+    /// Binds the node's PUB socket; returns it and the endpoint it is bound to (what libzmq
+    /// bound, for a wildcard). It is never read, so it is not in the epoll set, and the async
+    /// side publishes on it without the I/O thread (see [`PubSocket`]).
+    pub(super) fn bind_publisher(&mut self, ep: &str) -> Result<(zmq::Socket, String), NodeError> {
+        let bind_err = |source| NodeError::Bind {
+            endpoint: ep.to_owned(),
+            source,
+        };
+        let (socket, _) = self.sockets.plain(zmq::PUB).map_err(bind_err)?;
+        socket.set_linger(CLOSE_LINGER_MS).map_err(bind_err)?;
+        socket.bind(ep).map_err(bind_err)?;
+        let endpoint = match socket.get_last_endpoint() {
+            Ok(Ok(bound)) if ep.contains('*') => bound,
+            _ => ep.to_owned(),
+        };
+        Ok((socket, endpoint))
     }
 
-    /// Publishes `payloads` on `topic` in order, one sequence number each. Topic and payload
-    /// go to the socket as they are, between them an envelope built on the stack.
-    pub(super) fn publish(&mut self, topic: &[u8], payloads: &[Bytes]) {
-        let Some(p) = self.publisher.as_mut() else {
-            tracing::warn!("publish on a node without a publisher endpoint");
-            return;
-        };
-        // Node::publish checked the topic; the wire rule is checked again here, once a batch.
-        if topic.is_empty() || topic.len() > MAX_TOPIC_LEN || topic == BEACON_TOPIC {
-            return;
-        }
-        let Some(Some(slot)) = self.slots.get(p.slot) else {
-            return;
-        };
-        for payload in payloads {
-            p.seq += 1;
-            let env = records::publish_envelope(self.me.generation, p.seq);
-            // PUB never blocks; at HWM libzmq drops for that subscriber (fanout loss rule).
-            let _ = slot.socket.send_frames(&[topic, &env, payload]);
+    /// Sends the two beacon frames on the publisher socket (MISSION L4).
+    pub(super) fn send_beacon(&mut self) {
+        if let Some(p) = &self.publisher {
+            p.socket.beacon();
         }
     }
 

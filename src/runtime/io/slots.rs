@@ -21,8 +21,6 @@ pub(super) enum SlotRole {
     Dialled(LinkKey),
     /// A SUB socket owned by one fanout subscription.
     Sub(usize),
-    /// The publisher's PUB socket (never polled for input).
-    Publisher,
 }
 
 pub(super) struct Slot {
@@ -56,12 +54,8 @@ impl IoThread {
             endpoint: ep.to_owned(),
             source,
         };
-        let (socket, monitor) = if role == SlotRole::Publisher {
-            (self.sockets.plain(kind).map_err(bind_err)?.0, None)
-        } else {
-            let m = self.sockets.monitored(kind).map_err(bind_err)?;
-            (m.socket, Some(m.monitor))
-        };
+        let m = self.sockets.monitored(kind).map_err(bind_err)?;
+        let (socket, monitor) = (m.socket, Some(m.monitor));
         if let SlotRole::Bound(lane) = role {
             let id = match lane {
                 Lane::Application => BOUND_ID_APPLICATION,
@@ -93,12 +87,7 @@ impl IoThread {
         let key = self.put_slot(slot);
         let registered = match self.slots.get(key) {
             Some(Some(s)) => {
-                let socket = if s.role == SlotRole::Publisher {
-                    // Never read: nothing to watch.
-                    Ok(())
-                } else {
-                    self.ready.register(&s.socket, Watch::Socket(key))
-                };
+                let socket = self.ready.register(&s.socket, Watch::Socket(key));
                 socket.and_then(|()| match &s.monitor {
                     Some(m) => self.ready.register(m, Watch::Monitor(key)),
                     None => Ok(()),
@@ -145,15 +134,12 @@ impl IoThread {
         if let Some(sid) = shared {
             self.shared_slots.insert(sid, key);
         }
-        let unit = match (role, shared) {
-            (SlotRole::Publisher, _) => None,
-            (_, Some(sid)) => Some((Unit::Admission(key), SchedSource::Shared(sid))),
-            (_, None) => Some((Unit::Socket(key), SchedSource::Single)),
+        let (unit, source) = match shared {
+            Some(sid) => (Unit::Admission(key), SchedSource::Shared(sid)),
+            None => (Unit::Socket(key), SchedSource::Single),
         };
-        if let Some((unit, source)) = unit {
-            if let Err(e) = self.sched.add_unit(unit, source) {
-                tracing::debug!(error = ?e, "scheduler unit not added");
-            }
+        if let Err(e) = self.sched.add_unit(unit, source) {
+            tracing::debug!(error = ?e, "scheduler unit not added");
         }
         key
     }
@@ -177,9 +163,7 @@ impl IoThread {
         self.monitors_ready.remove(key);
         let slot = self.slots.get_mut(key).and_then(Option::take)?;
         // Out of the epoll set before the sockets close (their descriptors go with them).
-        if slot.role != SlotRole::Publisher {
-            self.ready.deregister(&slot.socket);
-        }
+        self.ready.deregister(&slot.socket);
         if let Some(m) = &slot.monitor {
             self.ready.deregister(m);
         }
