@@ -52,11 +52,14 @@ pub(crate) enum CallReply {
 
 /// A channel this node serves.
 pub(crate) struct Served {
-    /// Where its accepted calls are dispatched.
-    pub jobs: mpsc::UnboundedSender<ServeJob>,
+    /// Runs an accepted call: spawns its task on the application's runtime.
+    pub dispatch: Dispatcher,
     /// Its methods, their semantics, shapes and execution (MISSION K1, K4).
     pub service: ServedService,
 }
+
+/// Spawns the task of one accepted call (on the runtime its channel was registered from).
+pub(crate) type Dispatcher = std::sync::Arc<dyn Fn(ServeJob) + Send + Sync>;
 
 /// One item a stream handler produced, for the I/O thread to number and send.
 pub(crate) struct ServeItem {

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::{Inner, Node};
 use crate::proto::calls::{CallShape, ServeId};
@@ -15,7 +15,7 @@ use crate::runtime::calls::{
     self as rcalls, CallError, CallOptions, Handler, HandlerFuture, ItemPort, ItemSink, RemoteCode,
     Request, ServeError,
 };
-use crate::runtime::command::{Command, ServeDone, ServeItem, ServeJob, Served};
+use crate::runtime::command::{Command, Dispatcher, ServeDone, ServeItem, ServeJob, Served};
 use crate::runtime::error::NodeError;
 use crate::runtime::idempotency::Guard;
 use crate::runtime::operations::Operations;
@@ -137,29 +137,27 @@ impl Node {
         lookup: Lookup,
     ) -> Result<(), NodeError> {
         let rt = tokio::runtime::Handle::try_current().map_err(|_| NodeError::NoRuntime)?;
-        let (jobs, mut rx) = mpsc::unbounded_channel::<ServeJob>();
         let weak = Arc::downgrade(&self.inner);
         let lookup = Arc::new(lookup);
         let guard = self.inner.guard.clone();
-        rt.spawn(async move {
-            // Ends when the I/O thread drops its sender (node stopped).
-            while let Some(job) = rx.recv().await {
-                let (weak, lookup, guard) = (weak.clone(), lookup.clone(), guard.clone());
-                tokio::spawn(async move {
-                    let id = job.id;
-                    let result = run_job(job, &lookup, &weak, guard.as_deref()).await;
-                    if let Some(inner) = weak.upgrade() {
-                        let node = Node { inner };
-                        node.command(Command::ServeDone(ServeDone { id, result }));
-                    }
-                });
-            }
+        // The I/O thread spawns each accepted call's task itself, on the runtime the channel
+        // was registered from: no dispatcher task in between (one thread hand-off less per
+        // call, issue 9 item 5).
+        let dispatch: Dispatcher = Arc::new(move |job: ServeJob| {
+            let (weak, lookup, guard) = (weak.clone(), lookup.clone(), guard.clone());
+            drop(rt.spawn(async move {
+                let id = job.id;
+                let result = run_job(job, &lookup, &weak, guard.as_deref()).await;
+                if let Some(inner) = weak.upgrade() {
+                    inner.command(Command::ServeDone(ServeDone { id, result }));
+                }
+            }));
         });
         let contract = (*served.contract).clone();
         if !self.command(Command::Serve {
             channel: channel.to_owned(),
             served: Served {
-                jobs,
+                dispatch,
                 service: served,
             },
         }) {
@@ -229,17 +227,13 @@ async fn run_job(
     let guarded = (semantics == Some(Semantics::NonRepeatableCommand))
         .then_some(guard)
         .flatten();
-    let run = |request: Request| async move {
-        // The handler is called inside its own task, so a panic anywhere in it is a failed
-        // task answered `Exception` (it may have run).
-        let task = match handler {
-            MethodHandler::Unary(h) => tokio::spawn(h(request)),
-            MethodHandler::Stream(h) => tokio::spawn(h(request, sink)),
-        };
-        match task.await {
-            Ok(r) => r,
-            Err(e) => Err(ServeError::exception(format!("handler failed: {e}"))),
-        }
+    // A panic anywhere in the handler (in the call that makes its future, or while the
+    // future runs) answers `Exception`: it may have run.
+    let run = |request: Request| {
+        Caught::new(move || match handler {
+            MethodHandler::Unary(h) => h(request),
+            MethodHandler::Stream(h) => h(request, sink),
+        })
     };
     match guarded {
         Some(g) => {
@@ -248,4 +242,49 @@ async fn run_job(
         }
         None => run(request).await,
     }
+}
+
+/// A handler's future with its panics caught: a panic while the handler is called or while
+/// its future is polled ends the call with `Exception` instead of killing the task (which
+/// would leave the call unanswered).
+struct Caught(Result<HandlerFuture, String>);
+
+impl Caught {
+    fn new(call: impl FnOnce() -> HandlerFuture) -> Caught {
+        Caught(std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)).map_err(panic_text))
+    }
+}
+
+impl std::future::Future for Caught {
+    type Output = Result<Bytes, ServeError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let failed = |text: &str| ServeError::exception(format!("handler panicked: {text}"));
+        let fut = match &mut self.0 {
+            Ok(fut) => fut,
+            Err(text) => return std::task::Poll::Ready(Err(failed(text))),
+        };
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
+            Ok(poll) => poll,
+            Err(panic) => {
+                let text = panic_text(panic);
+                let answer = failed(&text);
+                // Never polled again: the future panicked.
+                self.0 = Err(text);
+                std::task::Poll::Ready(Err(answer))
+            }
+        }
+    }
+}
+
+/// The message of a panic payload, if it has one.
+fn panic_text(panic: Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".to_owned())
 }
