@@ -1,11 +1,18 @@
 //! Classic fanout: the publisher's records and beacons (MISSION L4), and one SUB socket per
 //! publisher with its own liveness watch (T3, L5): opened, judged, failed and reopened alone.
+//!
+//! The publisher's socket is an XPUB (PUB on the wire; subscribers see no difference) so
+//! that the subscriptions reach the node: a subscription that covers the beacon topic is a
+//! subscriber joining, and it gets a beacon at once (WIRE.md §7.1), besides the 5 s grid of
+//! the beacon schedule, which joins do not move. Subscription messages are read apart from
+//! the receive loop and never become records, deliveries or record counts.
 
 use std::time::Instant;
 
 use bytes::Bytes;
 
 use super::links::{backoff, note};
+use super::ready::Watch;
 use super::slots::{Slot, SlotRole};
 use super::{Host, IoThread, SlotKey, BACKOFF_MAX};
 use crate::proto::liveness::{self, Delivery as FanoutDelivery, FanoutInput};
@@ -36,11 +43,41 @@ pub(super) struct Sub {
     pub(super) failures_in_row: u32,
 }
 
+/// Subscription messages read from the publisher's socket per loop turn; more wait for the
+/// next turn (a flood of subscriptions cannot starve the loop, and costs one beacon a turn).
+const SUBSCRIPTIONS_PER_TURN: usize = 256;
+
 pub(super) struct Publisher {
     pub(super) slot: SlotKey,
     /// The beacon schedule in the node's liveness table.
     pub(super) live: liveness::LinkKey,
     pub(super) seq: u64,
+    /// The socket's `ZMQ_EVENTS` said subscription messages are waiting.
+    pub(super) subscriptions: bool,
+}
+
+impl Publisher {
+    /// The publisher of the XPUB socket in `slot`, its beacon schedule `live`.
+    pub(super) fn new(slot: SlotKey, live: liveness::LinkKey) -> Publisher {
+        Publisher {
+            slot,
+            live,
+            seq: 0,
+            subscriptions: false,
+        }
+    }
+}
+
+/// Whether `frames`, read from an XPUB socket, subscribe to a prefix of the beacon topic
+/// (the empty prefix included): a subscriber that will receive beacons joined.
+fn subscribes_to_beacons(frames: &[Frame]) -> bool {
+    match frames {
+        [f] => match f.as_ref().split_first() {
+            Some((1, prefix)) => BEACON_TOPIC.starts_with(prefix),
+            _ => false,
+        },
+        _ => false,
+    }
 }
 
 impl IoThread {
@@ -53,6 +90,57 @@ impl IoThread {
             if let Err(e) = slot.socket.send_frames(&refs) {
                 tracing::warn!(error = %e, "beacon not sent");
             }
+            // The send may have consumed the signal of a subscription that arrived meanwhile.
+            self.ready.touch(Watch::Socket(p.slot));
+        }
+    }
+
+    /// Notes what the publisher socket's `ZMQ_EVENTS` said: subscriptions waiting or not.
+    pub(super) fn subscriptions_waiting(&mut self, input: bool) {
+        if let Some(p) = self.publisher.as_mut() {
+            p.subscriptions = input;
+        }
+    }
+
+    /// Reads the subscription messages waiting on the publisher socket (at most
+    /// [`SUBSCRIPTIONS_PER_TURN`]) and, if one of them subscribes to the beacons, sends one
+    /// beacon at once: a subscriber that joins is ready in milliseconds instead of at the next
+    /// tick of the 5 s grid (WIRE.md §7.1). The schedule is not touched. Nothing read here is
+    /// a record.
+    pub(super) fn read_subscriptions(&mut self) {
+        let Some(p) = self.publisher.as_mut() else {
+            return;
+        };
+        if !p.subscriptions {
+            return;
+        }
+        let key = p.slot;
+        let Some(Some(slot)) = self.slots.get(key) else {
+            p.subscriptions = false;
+            return;
+        };
+        let mut joined = false;
+        let mut more = true;
+        for _ in 0..SUBSCRIPTIONS_PER_TURN {
+            match slot.socket.try_recv_frames() {
+                Ok(Some(frames)) => joined |= subscribes_to_beacons(&frames),
+                Ok(None) => {
+                    more = false;
+                    break;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "subscription not read");
+                    more = false;
+                    break;
+                }
+            }
+        }
+        p.subscriptions = more;
+        // The receives processed libzmq's commands: check again before sleeping.
+        self.ready.touch(Watch::Socket(key));
+        if joined {
+            metrics::counter!("zmesh_fanout_join_beacons_total").increment(1);
+            self.send_beacon();
         }
     }
 
@@ -76,6 +164,8 @@ impl IoThread {
             // PUB never blocks; at HWM libzmq drops for that subscriber (fanout loss rule).
             let _ = slot.socket.send_frames(&[topic, &env, payload]);
         }
+        // A send can consume the signal of a subscription (beacon on join).
+        self.ready.touch(Watch::Socket(p.slot));
     }
 
     pub(super) fn open_sub(&mut self, i: usize, now: Instant) {

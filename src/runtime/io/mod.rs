@@ -319,10 +319,11 @@ impl IoThread {
             )?;
         }
         if let Some(p) = &cfg.publisher {
-            let slot = io.bind(zmq::PUB, &p.endpoint, SlotRole::Publisher)?;
+            // XPUB: PUB on the wire, and the subscriptions reach us (beacon on join, §7.1).
+            let slot = io.bind(zmq::XPUB, &p.endpoint, SlotRole::Publisher)?;
             let live = io.liveness.insert_beacon(now);
             io.live_owner.insert(live, LiveOwner::Publisher);
-            io.publisher = Some(Publisher { slot, live, seq: 0 });
+            io.publisher = Some(Publisher::new(slot, live));
         }
         for (i, _) in cfg.peers.iter().enumerate() {
             for lane in [Lane::Application, Lane::Completion] {
@@ -413,6 +414,7 @@ impl IoThread {
             for slot in self.monitors_ready.take() {
                 self.drain_monitor(slot, now);
             }
+            self.read_subscriptions();
             // Commands before records: a command the application gave before it saw some
             // effect (e.g. a service registered before the peer was seen ready) is in force
             // before any record read after that effect.
@@ -444,13 +446,14 @@ impl IoThread {
                 match w {
                     Watch::Wake => self.wake_ready = true,
                     Watch::Socket(k) => {
-                        let input = match self.slots.get(k) {
-                            Some(Some(s)) if s.role != SlotRole::Publisher => {
-                                ready::has_input(&s.socket)
-                            }
+                        let (input, role) = match self.slots.get(k) {
+                            Some(Some(s)) => (ready::has_input(&s.socket), s.role),
                             _ => continue,
                         };
-                        if input {
+                        if role == SlotRole::Publisher {
+                            // Subscriptions, not records: read apart from the receive loop.
+                            self.subscriptions_waiting(input);
+                        } else if input {
                             self.readable.insert(k);
                         } else {
                             self.readable.remove(k);
@@ -488,7 +491,10 @@ impl IoThread {
     /// True if something is waiting that the loop can act on now: a readable socket it may
     /// read, a monitor event, a wake-up.
     pub(super) fn has_input(&self) -> bool {
-        self.wake_ready || !self.monitors_ready.is_empty() || self.has_readable()
+        self.wake_ready
+            || !self.monitors_ready.is_empty()
+            || self.has_readable()
+            || self.publisher.as_ref().is_some_and(|p| p.subscriptions)
     }
 
     /// True if some readable socket is not held back by a paused application queue.

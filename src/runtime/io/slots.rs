@@ -21,7 +21,8 @@ pub(super) enum SlotRole {
     Dialled(LinkKey),
     /// A SUB socket owned by one fanout subscription.
     Sub(usize),
-    /// The publisher's PUB socket (never polled for input).
+    /// The publisher's XPUB socket: records and beacons go out; its input is subscription
+    /// messages only, read for the beacon on join and never routed as records.
     Publisher,
 }
 
@@ -62,6 +63,11 @@ impl IoThread {
             let m = self.sockets.monitored(kind).map_err(bind_err)?;
             (m.socket, Some(m.monitor))
         };
+        if role == SlotRole::Publisher {
+            // Every subscription reaches the application, also a second one of the same
+            // prefix (every zmesh subscriber subscribes to ""): each join gets its beacon.
+            socket.set_xpub_verbose(true).map_err(bind_err)?;
+        }
         if let SlotRole::Bound(lane) = role {
             let id = match lane {
                 Lane::Application => BOUND_ID_APPLICATION,
@@ -88,12 +94,7 @@ impl IoThread {
         let key = self.put_slot(slot);
         let registered = match self.slots.get(key) {
             Some(Some(s)) => {
-                let socket = if s.role == SlotRole::Publisher {
-                    // Never read: nothing to watch.
-                    Ok(())
-                } else {
-                    self.ready.register(&s.socket, Watch::Socket(key))
-                };
+                let socket = self.ready.register(&s.socket, Watch::Socket(key));
                 socket.and_then(|()| match &s.monitor {
                     Some(m) => self.ready.register(m, Watch::Monitor(key)),
                     None => Ok(()),
@@ -172,9 +173,7 @@ impl IoThread {
         self.monitors_ready.remove(key);
         let slot = self.slots.get_mut(key).and_then(Option::take)?;
         // Out of the epoll set before the sockets close (their descriptors go with them).
-        if slot.role != SlotRole::Publisher {
-            self.ready.deregister(&slot.socket);
-        }
+        self.ready.deregister(&slot.socket);
         if let Some(m) = &slot.monitor {
             self.ready.deregister(m);
         }
