@@ -25,6 +25,7 @@ mod records;
 pub mod service;
 pub mod snapshot;
 pub mod socket;
+pub mod telemetry;
 
 pub use error::{BatchSendError, NodeError, PublishError, SendError};
 pub use event::{Delivery, EventStream, NodeEvent, Source, StateChange};

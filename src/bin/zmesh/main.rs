@@ -38,6 +38,11 @@ enum Cmd {
         /// Serve snapshots on this endpoint for `zmesh status` (e.g. ipc:///tmp/a.ctl).
         #[arg(long)]
         control: Option<String>,
+        /// Serve the node's metrics for Prometheus over HTTP on this address (any path, e.g.
+        /// 127.0.0.1:9464/metrics). No authentication: keep it on loopback or a trusted
+        /// network. Labels never carry RIDs or endpoints.
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<std::net::SocketAddr>,
         /// Send this many one-way records to every configured peer and server once ready
         /// (a quick traffic source for tests and demos).
         #[arg(long, default_value_t = 0)]
@@ -215,6 +220,7 @@ fn main() -> Result<()> {
                 config,
                 events,
                 control,
+                metrics,
                 send,
                 serve,
                 exec_log,
@@ -222,6 +228,9 @@ fn main() -> Result<()> {
                 fault_hold_after_record_ms,
             } => {
                 let cfg = NodeConfig::from_file(&config)?;
+                if let Some(addr) = metrics {
+                    serve_metrics(addr)?;
+                }
                 let store = match &idempotency_store {
                     Some(p) => Some(commands::idempotency_store(
                         p,
@@ -491,6 +500,17 @@ async fn send_when_ready(node: &Node, peers: &[String], channels: &[String], n: 
         }
     }
     true
+}
+
+/// Installs the Prometheus exporter (its HTTP listener on `addr`, on this tokio runtime) as
+/// the process's metrics recorder and describes zmesh's metrics to it.
+fn serve_metrics(addr: std::net::SocketAddr) -> Result<()> {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .install()
+        .with_context(|| format!("serving metrics on {addr}"))?;
+    zmesh::runtime::telemetry::describe();
+    Ok(())
 }
 
 /// Answers snapshot requests on a REP socket from a plain thread (the CLI's own control
