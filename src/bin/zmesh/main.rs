@@ -14,6 +14,7 @@ use zmesh::runtime::{Node, NodeEvent};
 
 mod bench;
 mod commands;
+mod conform;
 mod contract;
 mod demo;
 
@@ -189,6 +190,10 @@ enum Cmd {
     },
     /// Measure raw libzmq and zmesh side by side on 127.0.0.1 (see BENCHMARKS.md).
     Bench(bench::BenchArgs),
+    /// Check another implementation live, over the wire, rule by rule against WIRE.md: the
+    /// runner plays the target's counterpart in each role the target is described with
+    /// (spec-tests/README.md, "The live runner"). Exit status 1 if a MUST rule failed.
+    Conform(conform::ConformArgs),
     /// Service contracts (MISSION K1): `zmesh contract check OLD.json NEW.json`.
     Contract {
         #[command(subcommand)]
@@ -329,6 +334,7 @@ fn main() -> Result<()> {
             }
             Cmd::Demo { quick } => demo::run(quick).await,
             Cmd::Bench(args) => bench::run(args).await,
+            Cmd::Conform(args) => conform::run(args),
             Cmd::Contract { cmd } => std::process::exit(contract::run(&cmd)),
         }
     })
