@@ -63,6 +63,7 @@ async fn until(
                         String::from_utf8_lossy(&d.channel),
                         String::from_utf8_lossy(&d.payload)
                     ),
+                    other => println!("[{node}] {other:?}"),
                 }
                 hit |= done(ev);
             }

@@ -34,7 +34,19 @@
 //!
 //! [[subscriptions]]                     # fanout publishers to subscribe to
 //! endpoint = "tcp://127.0.0.1:7204"
+//!
+//! [discovery]                           # automatic mode: find peers through a store
+//! store = "sqlite:///tmp/zmesh-mesh.db"  # one host; or etcd://127.0.0.1:2379 (many hosts)
+//! bind = ["route_mesh"]                # sections bound on ephemeral ports when absent
+//! host = "127.0.0.1"                   # the address those ports are bound (and dialled) on
+//! route_mesh = true                    # dial RouteMesh peers found in the store
+//! client_server = true                 # dial servers of this node's object_client channels
+//! subscribe = true                     # one SUB socket per publisher found in the store
 //! ```
+//!
+//! Manual and automatic mode combine: `[[peers]]`, `[[servers]]` and `[[subscriptions]]` are
+//! dialled as written, and a descriptor of the same peer fences them (MISSION F3): its RID,
+//! security identity and generation are required of the peer whatever the manual entry says.
 
 use std::path::Path;
 
@@ -81,6 +93,79 @@ pub struct NodeConfig {
     /// unknown-outcome ones; entries in flight never are. Default 1000.
     #[serde(default = "default_operations_keep")]
     pub operations_keep: usize,
+    /// Automatic mode (MISSION D1): publish this node's descriptor to a store and derive
+    /// links from the other nodes' descriptors. Absent: manual mode only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discovery: Option<DiscoveryConfig>,
+}
+
+/// Automatic discovery through a descriptor store (MISSION D1, D2; see
+/// [`crate::runtime::store`] and [`crate::proto::discovery`]).
+///
+/// The node publishes its descriptor (RID, generation, security identity, memberships and the
+/// endpoints it bound) under an owner lease, and from the other nodes' descriptors dials:
+/// RouteMesh peers (never an Object Client pair without a Server membership, MISSION T4),
+/// ClientServer servers of the channels it is an Object Client of, and every publisher with a
+/// SUB socket of its own (T3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiscoveryConfig {
+    /// The store: `sqlite:///path/mesh.db` (embedded, one host only) or
+    /// `etcd://host:port[,host:port…][/prefix]` (etcd v3, many hosts).
+    pub store: String,
+    /// The sections this node binds by itself when they are absent from the file, each on an
+    /// ephemeral tcp port of [`DiscoveryConfig::host`], and publishes in its descriptor:
+    /// `route_mesh`, `server`, `publisher`. Default `["route_mesh"]`.
+    #[serde(default = "default_auto_bind")]
+    pub bind: Vec<AutoBind>,
+    /// The address the automatically bound endpoints listen on, which peers dial: it must be
+    /// reachable by them (not `*` or `0.0.0.0`). Default `127.0.0.1`.
+    #[serde(default = "default_discovery_host")]
+    pub host: String,
+    /// Dial the RouteMesh peers found in the store. Default true.
+    #[serde(default = "default_true")]
+    pub route_mesh: bool,
+    /// Dial the ClientServer servers found in the store, for the channels this node is an
+    /// `object_client` of. Default true.
+    #[serde(default = "default_true")]
+    pub client_server: bool,
+    /// Subscribe to every publisher found in the store, one SUB socket each. Default true.
+    #[serde(default = "default_true")]
+    pub subscribe: bool,
+}
+
+/// A section that [`DiscoveryConfig::bind`] binds automatically.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AutoBind {
+    /// `[route_mesh]`: both lanes.
+    RouteMesh,
+    /// `[server]`: the ClientServer endpoint.
+    Server,
+    /// `[publisher]`: the fanout endpoint.
+    Publisher,
+}
+
+impl DiscoveryConfig {
+    /// Discovery through `store` with every default.
+    pub fn new(store: impl Into<String>) -> DiscoveryConfig {
+        DiscoveryConfig {
+            store: store.into(),
+            bind: default_auto_bind(),
+            host: default_discovery_host(),
+            route_mesh: true,
+            client_server: true,
+            subscribe: true,
+        }
+    }
+}
+
+fn default_auto_bind() -> Vec<AutoBind> {
+    vec![AutoBind::RouteMesh]
+}
+
+fn default_discovery_host() -> String {
+    "127.0.0.1".into()
 }
 
 fn default_operations_keep() -> usize {
@@ -106,6 +191,7 @@ impl Default for NodeConfig {
             subscriptions: Vec::new(),
             delivery_high_water: default_high_water(),
             operations_keep: default_operations_keep(),
+            discovery: None,
         }
     }
 }
@@ -267,6 +353,19 @@ impl NodeConfig {
             endpoints.push(&s.endpoint);
         }
         endpoints.extend(self.subscriptions.iter().map(|e| e.endpoint.as_str()));
+        if let Some(d) = &self.discovery {
+            if let Err(e) = crate::runtime::store::StoreUrl::parse(&d.store) {
+                return bad(format!("discovery: {e}"));
+            }
+            let host_ok =
+                !d.host.is_empty() && d.host != "*" && d.host != "0.0.0.0" && !d.host.contains('/');
+            if !host_ok {
+                return bad(format!(
+                    "discovery host {:?} must be an address peers can dial",
+                    d.host
+                ));
+            }
+        }
         for e in endpoints {
             if !(e.starts_with("tcp://") || e.starts_with("ipc://")) {
                 return bad(format!(
@@ -275,6 +374,38 @@ impl NodeConfig {
             }
         }
         Ok(())
+    }
+
+    /// This configuration with the sections that [`DiscoveryConfig::bind`] names and the file
+    /// leaves out filled in with ephemeral ports (`tcp://HOST:*`); unchanged without
+    /// `[discovery]`. The node publishes the ports it was given.
+    pub fn with_discovery_binds(mut self) -> NodeConfig {
+        let Some(d) = self.discovery.clone() else {
+            return self;
+        };
+        let any = format!("tcp://{}:*", d.host);
+        for b in &d.bind {
+            match b {
+                AutoBind::RouteMesh if self.route_mesh.is_none() => {
+                    self.route_mesh = Some(RouteMeshBind {
+                        application: any.clone(),
+                        completion: any.clone(),
+                    });
+                }
+                AutoBind::Server if self.server.is_none() => {
+                    self.server = Some(Endpoint {
+                        endpoint: any.clone(),
+                    });
+                }
+                AutoBind::Publisher if self.publisher.is_none() => {
+                    self.publisher = Some(Endpoint {
+                        endpoint: any.clone(),
+                    });
+                }
+                _ => {}
+            }
+        }
+        self
     }
 
     /// The security identity this node announces.
@@ -302,6 +433,30 @@ mod tests {
         assert_eq!(c.peers.len(), 1);
         assert_eq!(c.servers[0].channel, "orders");
         assert_eq!(c.subscriptions.len(), 1);
+        let d = c.discovery.as_ref().expect("discovery");
+        assert_eq!(d, &DiscoveryConfig::new("sqlite:///tmp/zmesh-mesh.db"));
+    }
+
+    #[test]
+    fn discovery_binds_absent_sections_on_ephemeral_ports() {
+        let c = NodeConfig::from_toml(
+            "rid = \"a\"\n[discovery]\nstore = \"sqlite:///tmp/x.db\"\n\
+             bind = [\"route_mesh\", \"publisher\"]\n[publisher]\nendpoint = \"ipc:///tmp/p\"\n",
+        )
+        .expect("parses")
+        .with_discovery_binds();
+        let rm = c.route_mesh.expect("bound");
+        assert_eq!(rm.application, "tcp://127.0.0.1:*");
+        assert_eq!(rm.completion, "tcp://127.0.0.1:*");
+        assert_eq!(c.publisher.expect("kept").endpoint, "ipc:///tmp/p");
+        assert!(c.server.is_none());
+        for bad in [
+            "rid = \"a\"\n[discovery]\nstore = \"redis://x\"\n",
+            "rid = \"a\"\n[discovery]\nstore = \"sqlite:///x\"\nhost = \"0.0.0.0\"\n",
+            "rid = \"a\"\n[discovery]\nstore = \"sqlite:///x\"\nbind = [\"peers\"]\n",
+        ] {
+            assert!(NodeConfig::from_toml(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

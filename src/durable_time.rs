@@ -24,3 +24,21 @@ pub(crate) fn unix_millis_now() -> u64 {
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0)
 }
+
+/// Milliseconds from the wall-clock instant `t_ms` (Unix milliseconds) to now; 0 if `t_ms` is
+/// in the future.
+///
+/// Used ONLY for the age of a lease renewal written by another process into a store shared
+/// by processes (the SQLite descriptor store: "renewed 812 ms ago" in `zmesh peers`), where no
+/// monotonic clock is common to writer and reader. Display and expiry of durable records
+/// only, never a liveness judgment.
+pub(crate) fn millis_since_unix(t_ms: u64) -> u64 {
+    unix_millis_now().saturating_sub(t_ms)
+}
+
+/// Milliseconds from now to the wall-clock instant `t_ms` (Unix milliseconds); 0 if it has
+/// passed. The same restriction as [`millis_since_unix`]: a durable record's expiry, for
+/// display.
+pub(crate) fn millis_until_unix(t_ms: u64) -> u64 {
+    t_ms.saturating_sub(unix_millis_now())
+}

@@ -19,6 +19,8 @@
 //!        state     connection states and failure reasons
 //!        sched     fair receive scheduler (64 records / bytes / time caps)
 //!        calls     reply correlation, leases, deadlines, graceful stop
+//!        discovery descriptors, the intents a descriptor set implies, the owner lease
+//!   runtime::store: descriptor stores (embedded SQLite, etcd v3) for automatic mode
 //! ```
 //!
 //! Everything under [`proto`] is deterministic: it takes `now: Instant` as an input and reports

@@ -172,6 +172,7 @@ fn every_key() -> NodeConfig {
         }],
         delivery_high_water: 1,
         operations_keep: 1,
+        discovery: Some(zmesh::config::DiscoveryConfig::new("sqlite:///tmp/x.db")),
     }
 }
 

@@ -129,6 +129,7 @@ async fn r4_fanout_flood_never_flips_the_quiet_publisher() {
             }
         }
         NodeEvent::State(st) => panic!("a link changed state under the flood: {st:?}"),
+        _ => {}
     })
     .await;
     stop.store(true, Ordering::Relaxed);

@@ -335,10 +335,10 @@ fn o2_telemetry_list_matches_the_code() {
             assert!(LABEL_KEYS.contains(l), "{}: label key {l}", m.name);
         }
     }
-    // And the in-process recorder test's allowed keys are the same set.
+    // And the in-process recorder tests' allowed keys are the same set.
     let set: BTreeSet<&str> = LABEL_KEYS.iter().copied().collect();
     assert_eq!(
         set,
-        BTreeSet::from(["reason", "code", "topology", "status"])
+        BTreeSet::from(["reason", "code", "topology", "status", "op"])
     );
 }

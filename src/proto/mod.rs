@@ -10,6 +10,7 @@
 
 pub mod calls;
 pub mod contract;
+pub mod discovery;
 pub mod handshake;
 pub mod liveness;
 pub mod ops;

@@ -56,6 +56,11 @@ pub(crate) enum Command {
     },
     ServeItem(ServeItem),
     ServeDone(ServeDone),
+    /// From the discovery agent: link intents to apply, then events to report (MISSION D1).
+    Discovery(
+        Vec<crate::proto::discovery::Intent>,
+        Vec<super::discovery::DiscoveryEvent>,
+    ),
 }
 
 /// Where a call's answer goes, on the caller's side.

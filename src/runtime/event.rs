@@ -140,9 +140,13 @@ impl EventStream {
 
 /// What a node reports to its application.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum NodeEvent {
     /// An application record arrived.
     Delivery(Delivery),
     /// A link changed state.
     State(StateChange),
+    /// Automatic mode: the store, the lease or the descriptors changed (MISSION D1, D3,
+    /// F5). Never a change of any link's readiness by itself.
+    Discovery(super::discovery::DiscoveryEvent),
 }

@@ -15,6 +15,7 @@
 
 pub mod calls;
 mod command;
+pub mod discovery;
 mod error;
 mod event;
 pub mod idempotency;
@@ -25,6 +26,7 @@ mod records;
 pub mod service;
 pub mod snapshot;
 pub mod socket;
+pub mod store;
 pub mod telemetry;
 
 pub use error::{BatchSendError, NodeError, PublishError, SendError};

@@ -16,6 +16,7 @@ use super::calls::{
     Request, ServeError,
 };
 use super::command::{CallReply, Command, ServeDone, ServeItem, ServeJob, Served, WakeUp};
+use super::discovery::Agent;
 use super::error::{BatchSendError, NodeError, PublishError, SendError};
 use super::event::EventStream;
 use super::idempotency::{Guard, IdempotencyStore, Owner, DEFAULT_RETENTION};
@@ -50,6 +51,15 @@ struct Inner {
     guard: Option<Arc<Guard>>,
     /// The operations registry (K2).
     ops: Arc<OpsShared>,
+    /// Automatic mode: the discovery agent (MISSION D1, D3), once started.
+    discovery: Mutex<Option<Agent>>,
+}
+
+/// What automatic mode needs to start once the I/O thread runs.
+struct DiscoveryPlan {
+    store: Arc<dyn crate::runtime::store::Store>,
+    descriptor: crate::proto::discovery::Descriptor,
+    local: crate::proto::discovery::Local,
 }
 
 /// A service registered on a [`NodeBuilder`], applied to the node before it starts.
@@ -148,17 +158,20 @@ impl NodeBuilder {
             services,
             idempotency,
         } = self;
-        let (node, io) = tokio::task::spawn_blocking(move || Node::prepare(config, idempotency))
-            .await
-            .map_err(|_| NodeError::Stopped)??;
-        NodeBuilder::finish(node, io, services)
+        let (node, io, plan) =
+            tokio::task::spawn_blocking(move || Node::prepare(config, idempotency))
+                .await
+                .map_err(|_| NodeError::Stopped)??;
+        NodeBuilder::finish(node, io, plan, services)
     }
 
-    /// Blocking variant of [`NodeBuilder::start`]. A builder with services must be started
-    /// inside a tokio runtime (the handlers run on it): outside one this fails with
+    /// Blocking variant of [`NodeBuilder::start`]. A builder with services, or a
+    /// configuration with `[discovery]`, must be started inside a tokio runtime (the handlers
+    /// and the discovery agent run on it): outside one this fails with
     /// [`NodeError::NoRuntime`] before anything is bound.
     pub fn start_blocking(self) -> Result<Node, NodeError> {
-        if !self.services.is_empty() && tokio::runtime::Handle::try_current().is_err() {
+        let needs_runtime = !self.services.is_empty() || self.config.discovery.is_some();
+        if needs_runtime && tokio::runtime::Handle::try_current().is_err() {
             return Err(NodeError::NoRuntime);
         }
         let NodeBuilder {
@@ -166,16 +179,38 @@ impl NodeBuilder {
             services,
             idempotency,
         } = self;
-        let (node, io) = Node::prepare(config, idempotency)?;
-        NodeBuilder::finish(node, io, services)
+        let (node, io, plan) = Node::prepare(config, idempotency)?;
+        NodeBuilder::finish(node, io, plan, services)
     }
 
-    fn finish(node: Node, io: IoThread, services: Vec<Registration>) -> Result<Node, NodeError> {
+    fn finish(
+        node: Node,
+        io: IoThread,
+        plan: Option<DiscoveryPlan>,
+        services: Vec<Registration>,
+    ) -> Result<Node, NodeError> {
         for service in services {
             // On failure `io` is dropped unstarted: its sockets close and nothing runs.
             service(&node)?;
         }
+        let handle = match plan {
+            Some(_) => {
+                Some(tokio::runtime::Handle::try_current().map_err(|_| NodeError::NoRuntime)?)
+            }
+            None => None,
+        };
         node.launch(io)?;
+        if let (Some(plan), Some(handle)) = (plan, handle) {
+            let weak = Arc::downgrade(&node.inner);
+            let to_io: super::discovery::ToIo = Arc::new(move |cmd| match weak.upgrade() {
+                Some(inner) => Node { inner }.command(cmd),
+                None => false,
+            });
+            let agent = Agent::spawn(&handle, plan.store, plan.descriptor, plan.local, to_io);
+            if let Ok(mut d) = node.inner.discovery.lock() {
+                *d = Some(agent);
+            }
+        }
         Ok(node)
     }
 }
@@ -209,8 +244,12 @@ impl Node {
     fn prepare(
         config: NodeConfig,
         idempotency: Option<(Arc<dyn IdempotencyStore>, Duration)>,
-    ) -> Result<(Node, IoThread), NodeError> {
+    ) -> Result<(Node, IoThread, Option<DiscoveryPlan>), NodeError> {
         config.validate()?;
+        // Automatic mode binds what it publishes: absent sections on ephemeral ports.
+        let config = config.with_discovery_binds();
+        let discovery = config.discovery.clone();
+        let memberships = config.memberships.clone();
         let generation = fresh_generation();
         let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
         let (ev_tx, ev_rx) = mpsc::unbounded_channel();
@@ -245,9 +284,27 @@ impl Node {
                     };
                     Arc::new(Guard::new(store, retention, owner))
                 }),
+                discovery: Mutex::new(None),
             }),
         };
-        Ok((node, io))
+        let plan = match discovery {
+            Some(d) => {
+                let store = crate::runtime::store::open(&d.store).map_err(|e| {
+                    NodeError::Config(crate::config::ConfigError::Invalid(e.to_string()))
+                })?;
+                let mut local = crate::proto::discovery::Local::new(node.rid(), &memberships);
+                local.route_mesh = d.route_mesh;
+                local.client_server = d.client_server;
+                local.subscribe = d.subscribe;
+                Some(DiscoveryPlan {
+                    store,
+                    descriptor: io.descriptor(),
+                    local,
+                })
+            }
+            None => None,
+        };
+        Ok((node, io, plan))
     }
 
     /// Starts the I/O thread built by [`Node::prepare`]. Commands queued before (service
@@ -676,7 +733,14 @@ impl Node {
 
     /// A snapshot of every configured and inbound link (MISSION O1).
     pub async fn snapshot(&self) -> Result<Snapshot, NodeError> {
-        self.ask(Command::Snapshot).await.ok_or(NodeError::Stopped)
+        let mut snap = self
+            .ask(Command::Snapshot)
+            .await
+            .ok_or(NodeError::Stopped)?;
+        if let Ok(d) = self.inner.discovery.lock() {
+            snap.discovery = d.as_ref().map(|a| a.snapshot(std::time::Instant::now()));
+        }
+        Ok(snap)
     }
 
     /// Stops the node gracefully (MISSION C4, F6): refuses new calls (`Unavailable`, did not
@@ -687,6 +751,12 @@ impl Node {
     /// every ready connection, closes every socket and monitor, stops every timer, and waits
     /// for the I/O thread to exit. When this returns, nothing of the node is running.
     pub async fn shutdown(&self) -> Result<(), NodeError> {
+        // Automatic mode: the descriptor goes first (bounded), so peers stop dialling a node
+        // that is leaving; its connections are closed in order below.
+        let agent = self.inner.discovery.lock().ok().and_then(|mut d| d.take());
+        if let Some(agent) = agent {
+            agent.stop().await;
+        }
         let _ = self.ask(Command::Shutdown).await;
         let handle = self.inner.thread.lock().ok().and_then(|mut t| t.take());
         if let Some(h) = handle {

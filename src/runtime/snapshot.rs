@@ -35,6 +35,9 @@ pub struct Snapshot {
     /// Sockets open in those contexts, as counted against libzmq's per-context limit (a
     /// monitored socket counts three: itself and its two monitor PAIRs).
     pub zmq_sockets: usize,
+    /// Automatic mode: the store, the lease and the descriptors seen (absent in manual mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub discovery: Option<crate::runtime::discovery::DiscoverySnapshot>,
 }
 
 /// One link: a RouteMesh lane, a ClientServer connection or a fanout publisher.
@@ -128,6 +131,18 @@ impl Snapshot {
         }
         if self.omitted > 0 {
             out.push_str(&format!("... {} more links omitted\n", self.omitted));
+        }
+        if let Some(d) = &self.discovery {
+            out.push_str(&format!(
+                "discovery {} store {} lease {} (age {}, ttl {} ms, renewed every {} ms) descriptors {}\n",
+                d.store,
+                if d.store_reachable { "reachable" } else { "unreachable" },
+                d.lease.as_str(),
+                d.lease_age_ms.map_or("-".into(), |a| format!("{a} ms")),
+                d.lease_ttl_ms,
+                d.lease_renew_interval_ms,
+                d.descriptors_seen,
+            ));
         }
         out
     }

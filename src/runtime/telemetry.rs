@@ -4,7 +4,7 @@
 //!
 //! Names follow the Prometheus conventions: every name starts with `zmesh_`, is snake_case,
 //! a counter ends in `_total`, a gauge does not, and a name carries its unit when it has one
-//! (none measures bytes or time so far). Labels carry a small fixed set of values, never an
+//! (`_seconds`). Labels carry a small fixed set of values, never an
 //! identity (MISSION O2): no RID, endpoint, routing id or connection id; identities appear
 //! only in count-limited snapshots and traces. The label keys are [`LABEL_KEYS`].
 
@@ -32,8 +32,9 @@ pub struct MetricInfo {
 
 /// Every label key a metric may carry; each has a small fixed set of values: `reason` a
 /// failure reason (`transport_error`, `deadline_exceeded`, ...), `code` a call error code,
-/// `topology` one of the three topologies, `status` an operation status.
-pub const LABEL_KEYS: &[&str] = &["reason", "code", "topology", "status"];
+/// `topology` one of the three topologies, `status` an operation status, `op` a discovery
+/// store operation (`put`, `renew`, `watch`, `remove`).
+pub const LABEL_KEYS: &[&str] = &["reason", "code", "topology", "status", "op"];
 
 const fn counter(
     name: &'static str,
@@ -142,6 +143,31 @@ pub const METRICS: &[MetricInfo] = &[
         "zmesh_idempotency_store_errors_total",
         &[],
         "Idempotency store operations that failed.",
+    ),
+    counter(
+        "zmesh_discovery_lease_lost_total",
+        &[],
+        "Discovery leases of this node's descriptor that were lost.",
+    ),
+    counter(
+        "zmesh_discovery_store_errors_total",
+        &["op"],
+        "Discovery store operations that failed, by operation.",
+    ),
+    gauge(
+        "zmesh_discovery_descriptors",
+        &[],
+        "Descriptors the discovery watch sees in the store.",
+    ),
+    gauge(
+        "zmesh_discovery_lease_age_seconds",
+        &[],
+        "Age of this node's discovery lease in seconds (-1 without a lease).",
+    ),
+    gauge(
+        "zmesh_discovery_store_reachable",
+        &[],
+        "1 if the discovery store answered its last lease and watch operations, else 0.",
     ),
     gauge(
         "zmesh_calls_pending",

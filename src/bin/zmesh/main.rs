@@ -17,6 +17,7 @@ mod commands;
 mod conform;
 mod contract;
 mod demo;
+mod peers;
 
 /// zmesh: a node transport runtime over ZeroMQ.
 #[derive(Parser)]
@@ -172,6 +173,16 @@ enum Cmd {
         #[arg(long)]
         seconds: Option<u64>,
     },
+    /// List the nodes in a discovery store (automatic mode, MISSION D1): every live
+    /// descriptor with its generation, endpoints, memberships and lease age.
+    Peers {
+        /// The store: `sqlite:///path/mesh.db` or `etcd://host:port[,host:port…][/prefix]`.
+        #[arg(long)]
+        store: String,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a running node's snapshot, fetched from its `--control` endpoint.
     Status {
         /// The node's control endpoint.
@@ -187,6 +198,13 @@ enum Cmd {
         /// Fewer pauses (for CI).
         #[arg(long)]
         quick: bool,
+        /// Automatic mode: the nodes find each other through a descriptor store (embedded
+        /// SQLite), no endpoint written anywhere.
+        #[arg(long)]
+        discovery: bool,
+        /// With --discovery: through an etcd the demo starts (ZMESH_ETCD or `etcd` on PATH).
+        #[arg(long, requires = "discovery")]
+        etcd: bool,
     },
     /// Measure raw libzmq and zmesh side by side on 127.0.0.1 (see BENCHMARKS.md).
     Bench(bench::BenchArgs),
@@ -315,6 +333,7 @@ fn main() -> Result<()> {
                 .await
             }
             Cmd::Status { control, json } => status(&control, json),
+            Cmd::Peers { store, json } => peers::run(&store, json).await,
             Cmd::Describe {
                 control,
                 config,
@@ -332,7 +351,12 @@ fn main() -> Result<()> {
                 let ops = v.as_array().cloned().unwrap_or_default();
                 commands::print_ops(&ops, status.as_deref(), json)
             }
-            Cmd::Demo { quick } => demo::run(quick).await,
+            Cmd::Demo {
+                quick,
+                discovery: false,
+                ..
+            } => demo::run(quick).await,
+            Cmd::Demo { quick, etcd, .. } => demo::discovery::run(quick, etcd).await,
             Cmd::Bench(args) => bench::run(args).await,
             Cmd::Conform(args) => conform::run(args),
             Cmd::Contract { cmd } => std::process::exit(contract::run(&cmd)),
@@ -370,6 +394,22 @@ pub(crate) fn print_event(rid: &str, ev: &NodeEvent, format: EventFormat, t0: In
             String::from_utf8_lossy(&d.channel),
             String::from_utf8_lossy(&d.payload)
         ),
+        (NodeEvent::Discovery(e), EventFormat::Ndjson) => {
+            let mut v = json!({ "event": "discovery", "node": rid, "t_ms": ms });
+            if let (Some(obj), Ok(serde_json::Value::Object(fields))) =
+                (v.as_object_mut(), serde_json::to_value(e))
+            {
+                obj.extend(fields);
+            }
+            v.to_string()
+        }
+        (NodeEvent::Discovery(e), EventFormat::Human) => {
+            format!("[{ms:>6} ms] {rid}: discovery: {e}")
+        }
+        (_, EventFormat::Ndjson) => {
+            json!({ "event": "other", "node": rid, "t_ms": ms }).to_string()
+        }
+        (_, EventFormat::Human) => format!("[{ms:>6} ms] {rid}: {ev:?}"),
     };
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
@@ -614,6 +654,23 @@ fn render_table(v: &serde_json::Value) -> String {
             s(&l["state"]),
             s(&l["connection_id"]),
             failure
+        ));
+    }
+    let d = &v["discovery"];
+    if d.is_object() {
+        let reachable = if d["store_reachable"] == true {
+            "reachable"
+        } else {
+            "unreachable"
+        };
+        out.push_str(&format!(
+            "discovery {} store {reachable} lease {} (age {} ms, ttl {} ms, renewed every {} ms) descriptors {}\n",
+            s(&d["store"]),
+            s(&d["lease"]),
+            s(&d["lease_age_ms"]),
+            s(&d["lease_ttl_ms"]),
+            s(&d["lease_renew_interval_ms"]),
+            s(&d["descriptors_seen"]),
         ));
     }
     out

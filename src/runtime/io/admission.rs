@@ -43,13 +43,18 @@ impl IoThread {
     pub(super) fn dial_expectation(&self, k: LinkKey) -> Option<(Lane, Expectation)> {
         match &self.links[k].kind {
             LinkKind::MeshDial { peer, lane } => Some((*lane, self.expectation_for_peer(*peer))),
-            LinkKind::ClientDial { server } => Some((
-                Lane::ClientServer,
-                Expectation {
+            LinkKind::ClientDial { server } => {
+                let manual = Expectation {
                     rid: self.cfg.servers.get(*server).and_then(|s| s.rid.clone()),
                     ..Expectation::default()
-                },
-            )),
+                };
+                // A descriptor of this server fences it (MISSION F3).
+                let expect = match self.server_fence(*server) {
+                    Some(fence) => manual.fenced_by(fence),
+                    None => manual,
+                };
+                Some((Lane::ClientServer, expect))
+            }
             LinkKind::Inbound { .. } => None,
         }
     }
@@ -58,10 +63,15 @@ impl IoThread {
         let Some(p) = self.cfg.peers.get(peer) else {
             return Expectation::default();
         };
-        Expectation {
+        let manual = Expectation {
             rid: Some(p.rid.clone()),
             generation: p.generation.filter(|g| *g != 0),
             security_identity: p.security_identity.clone(),
+        };
+        // A descriptor of this peer fences it; a manual entry cannot weaken that (F3).
+        match self.peer_fence(&p.rid) {
+            Some(fence) => manual.fenced_by(fence),
+            None => manual,
         }
     }
 

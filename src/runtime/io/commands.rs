@@ -92,6 +92,7 @@ impl IoThread {
                 Command::Serve { channel, served } => self.serve_channel(channel, served),
                 Command::ServeItem(item) => self.on_serve_item(item, now),
                 Command::ServeDone(done) => self.on_serve_done(done, now),
+                Command::Discovery(intents, events) => self.on_discovery(intents, events, now),
             }
         }
         true

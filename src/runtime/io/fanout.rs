@@ -41,6 +41,9 @@ pub(super) struct Sub {
     /// Open a new socket not before this instant.
     pub(super) retry_at: Instant,
     pub(super) failures_in_row: u32,
+    /// Automatic mode: the publisher's descriptor is gone, so no new socket is opened (a
+    /// ready one stays until it fails; see `io::discovery`).
+    pub(super) retired: bool,
 }
 
 /// Subscription messages read from the publisher's socket per loop turn; more wait for the
@@ -261,7 +264,7 @@ impl IoThread {
         s.conn_id = None;
         s.failures_in_row = s.failures_in_row.saturating_add(1);
         s.retry_at = now + backoff(s.failures_in_row);
-        let recovery = if self.host == Host::Running {
+        let recovery = if self.host == Host::Running && !s.retired {
             Recovery::Reconnect
         } else {
             Recovery::Hold

@@ -71,6 +71,9 @@ pub(super) struct Link {
     pub(super) last_receive: Option<Instant>,
     /// Application records held while the application queue is paused (MISSION R5).
     pub(super) backlog: VecDeque<Delivery>,
+    /// Automatic mode: the peer's descriptor is gone, so the link is not dialled again (an
+    /// established connection stays until it fails; see `io::discovery`).
+    pub(super) withdrawn: bool,
 }
 
 impl Link {
@@ -82,6 +85,7 @@ impl Link {
         self.conn.is_none()
             && !self.terminal
             && !self.yielded
+            && !self.withdrawn
             && self.closing.is_none()
             && !matches!(self.kind, LinkKind::Inbound { .. })
     }
@@ -110,6 +114,7 @@ impl IoThread {
             records: 0,
             last_receive: None,
             backlog: VecDeque::new(),
+            withdrawn: false,
         });
         self.links.len() - 1
     }
@@ -252,7 +257,9 @@ impl IoThread {
         l.failures_in_row = l.failures_in_row.saturating_add(1);
         let terminal = reason == FailureReason::NotRequired;
         l.terminal |= terminal;
-        let recovery = if self.host == Host::Running && !matches!(l.kind, LinkKind::Inbound { .. })
+        let recovery = if self.host == Host::Running
+            && !l.withdrawn
+            && !matches!(l.kind, LinkKind::Inbound { .. })
         {
             Recovery::Reconnect
         } else {

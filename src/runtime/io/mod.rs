@@ -38,6 +38,7 @@
 //! - [`timers`]: the next deadline and what runs when deadlines come due;
 //! - [`commands`]: commands from the async side, one-way sends, publishing;
 //! - [`calls`]: the caller's side of calls: routing, BATCHes, leases, answers;
+//! - [`discovery`]: automatic mode: descriptor intents and fences (MISSION D1, F3, T3);
 //! - [`serve`]: the callee's side: contract checks, admission, execution queues, dispatch;
 //! - [`snapshot`], [`shutdown`]: the node's snapshot, and the end of a node;
 //! - [`ready`]: readiness of the sockets (epoll over `ZMQ_FD`, the edge rule).
@@ -45,6 +46,7 @@
 mod admission;
 mod calls;
 mod commands;
+mod discovery;
 mod fanout;
 mod links;
 mod ready;
@@ -60,13 +62,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use crossbeam_channel::Receiver;
 use tokio::sync::{mpsc, oneshot};
 
 use super::command::{CallReply, Command, Served, WakeUp};
 use super::error::NodeError;
-use super::event::{NodeEvent, Source, StateChange};
+use super::event::{NodeEvent, StateChange};
 use super::operations::OpsShared;
 use super::records::Lane;
 use super::socket::{MonitorSocket, Sockets};
@@ -75,7 +76,7 @@ use crate::proto::calls::{CallId, CallTable, ExecQueues, ServeId, ServeTable};
 use crate::proto::handshake::Identity;
 use crate::proto::liveness::{self, Liveness, PEER_DEADLINE};
 use crate::proto::sched::{IdMap, ReceiveScheduler, SharedSocketId};
-use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState};
+use crate::proto::state::{ConnState, FailureReason};
 use crate::proto::ConnId;
 pub use calls::GRACEFUL_STOP_BOUND;
 use calls::{CallKey, HeldAnswers};
@@ -210,6 +211,8 @@ pub(crate) struct IoThread {
     refused: admission::Refused,
     subs: Vec<Sub>,
     publisher: Option<Publisher>,
+    /// Automatic mode: links added by discovery and the descriptors' fences.
+    discovered: discovery::Discovered,
     /// The one structure owning every liveness machine of this node (MISSION L8).
     liveness: Liveness,
     live_owner: HashMap<liveness::LinkKey, LiveOwner>,
@@ -286,6 +289,7 @@ impl IoThread {
             refused: admission::Refused::default(),
             subs: Vec::new(),
             publisher: None,
+            discovered: discovery::Discovered::default(),
             liveness: Liveness::new(generation),
             live_owner: HashMap::new(),
             // Readiness mode: a rotation visits the units with work only (the readable set
@@ -334,23 +338,7 @@ impl IoThread {
             io.add_link(LinkKind::ClientDial { server: i }, now);
         }
         for s in &cfg.subscriptions {
-            let live = io.liveness.insert_publisher(now);
-            io.live_owner.insert(live, LiveOwner::Sub(io.subs.len()));
-            io.subs.push(Sub {
-                endpoint: s.endpoint.clone(),
-                source: Source::Publisher {
-                    endpoint: Arc::from(s.endpoint.as_str()),
-                },
-                last_topic: Bytes::new(),
-                slot: None,
-                conn_id: None,
-                live,
-                state: LinkState::new(StateKind::Publisher, 0, now),
-                records: 0,
-                connected: false,
-                retry_at: now,
-                failures_in_row: 0,
-            });
+            io.add_sub(&s.endpoint, now);
         }
         Ok((io, wake))
     }

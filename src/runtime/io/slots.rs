@@ -78,11 +78,16 @@ impl IoThread {
         }
         socket.set_linger(CLOSE_LINGER_MS).map_err(bind_err)?;
         socket.bind(ep).map_err(bind_err)?;
+        // A wildcard (`tcp://127.0.0.1:*`, automatic mode) is known by what libzmq bound.
+        let endpoint = match socket.get_last_endpoint() {
+            Ok(Ok(bound)) if ep.contains('*') => bound,
+            _ => ep.to_owned(),
+        };
         self.add_slot(Slot {
             socket,
             monitor,
             role,
-            endpoint: ep.to_owned(),
+            endpoint,
             shared: None,
         })
         .map_err(NodeError::Poller)

@@ -133,6 +133,7 @@ impl IoThread {
             omitted,
             zmq_contexts: self.sockets.contexts(),
             zmq_sockets: self.sockets.open_sockets(),
+            discovery: None,
         }
     }
 }

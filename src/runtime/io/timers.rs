@@ -54,7 +54,7 @@ impl IoThread {
             }
             take(l.closing.as_ref().map(|c| c.1 + CLOSE_CONFIRM_MAX));
         }
-        for s in self.subs.iter().filter(|s| s.slot.is_none()) {
+        for s in self.subs.iter().filter(|s| s.slot.is_none() && !s.retired) {
             take(Some(s.retry_at));
         }
         for s in &self.sweeps {
@@ -123,7 +123,8 @@ impl IoThread {
         self.settle_overdue_closing();
         // Fanout subscriptions without a socket get a new one (MISSION L5).
         for i in 0..self.subs.len() {
-            if self.subs[i].slot.is_none() && now >= self.subs[i].retry_at {
+            let s = &self.subs[i];
+            if s.slot.is_none() && !s.retired && now >= s.retry_at {
                 self.open_sub(i, now);
             }
         }

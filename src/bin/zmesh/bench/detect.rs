@@ -40,7 +40,7 @@ async fn failure(
     let at = Instant::now();
     match ev {
         NodeEvent::State(s) => Ok((s.reason.context("a failure has a reason")?, at)),
-        NodeEvent::Delivery(_) => anyhow::bail!("not a state change"),
+        _ => anyhow::bail!("not a state change"),
     }
 }
 

@@ -12,6 +12,7 @@
 //! restart), and exits.
 
 mod commands;
+pub(crate) mod discovery;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -1,0 +1,427 @@
+//! Automatic mode in the I/O thread (MISSION D1, F3, F4, T3, T4): applying the discovery
+//! agent's [`Intent`]s to links, and the descriptor fences that admission checks.
+//!
+//! A discovered RouteMesh peer or ClientServer server becomes a configured entry like a
+//! manual one (appended to the node's peer and server lists, dialled the same way); a
+//! discovered publisher gets a SUB socket of its own (T3). What discovery adds:
+//!
+//! - **Fences (F3).** Every descriptor's RID + security identity + generation is the fence of
+//!   that RID: admission (HELLO, WELCOME) requires all three, for discovered links and for
+//!   manual intents of the same peer alike ([`Expectation::fenced_by`]: a manual entry's
+//!   generation 0 cannot weaken it). A manual server without a RID is fenced by the
+//!   descriptor that publishes its endpoint.
+//! - **Replacement (F3, F4).** A new generation of a known RID closes every connection of the
+//!   old run ([`FailureReason::Reconfigured`]), and closes a dial still in progress (it
+//!   carries the old fence); the link then waits until libzmq confirmed the close of the old
+//!   socket (links.rs, `closing`) before it dials the new run, and the new handshake must
+//!   present the new fence. Late frames of the old connection find no link (L6).
+//! - **Withdrawal.** A descriptor that disappears stops the dialling of its peer: a dial in
+//!   progress is closed, a link waiting to redial goes `not_connected`, and an established
+//!   connection stays until the transport fails it (then it is not redialled). A manual
+//!   intent is never withdrawn.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::fanout::Sub;
+use super::links::{note, LinkKind};
+use super::slots::SlotRole;
+use super::IoThread;
+use crate::config::{PeerConfig, ServerConfig};
+use crate::proto::discovery::{Descriptor, Intent, MeshEndpoints};
+use crate::proto::handshake::Expectation;
+use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
+use crate::runtime::discovery::DiscoveryEvent;
+use crate::runtime::event::{NodeEvent, Source};
+use crate::runtime::records::Lane;
+
+/// What discovery added to the I/O thread's links, and the fences of the descriptors.
+#[derive(Debug, Default)]
+pub(super) struct Discovered {
+    /// The current descriptor fence of each RID (MISSION F3).
+    fences: HashMap<String, Expectation>,
+    /// The RID whose descriptor publishes a ClientServer endpoint (fences manual servers
+    /// configured without a RID).
+    endpoint_owner: HashMap<String, String>,
+    /// Peers discovery appended to the peer list: RID -> index.
+    peers: HashMap<String, usize>,
+    /// Servers discovery appended to the server list: (RID, channel) -> index.
+    servers: HashMap<(String, String), usize>,
+    /// Subscriptions discovery opened: (RID, endpoint) -> index, and the generation each was
+    /// opened for.
+    subs: HashMap<(String, String), (usize, u64)>,
+}
+
+impl IoThread {
+    /// The descriptor this node publishes: its identity and the endpoints it bound.
+    pub(crate) fn descriptor(&self) -> Descriptor {
+        let bound = |role: SlotRole| {
+            self.slots
+                .iter()
+                .flatten()
+                .find(|s| s.role == role)
+                .map(|s| s.endpoint.clone())
+        };
+        let route_mesh = match (
+            bound(SlotRole::Bound(Lane::Application)),
+            bound(SlotRole::Bound(Lane::Completion)),
+        ) {
+            (Some(application), Some(completion)) => Some(MeshEndpoints {
+                application,
+                completion,
+            }),
+            _ => None,
+        };
+        Descriptor::of(
+            &self.me,
+            route_mesh,
+            bound(SlotRole::Bound(Lane::ClientServer)),
+            bound(SlotRole::Publisher).into_iter().collect(),
+        )
+    }
+
+    /// The descriptor fence of RouteMesh peer `rid`, if a descriptor set one.
+    pub(super) fn peer_fence(&self, rid: &str) -> Option<&Expectation> {
+        self.discovered.fences.get(rid)
+    }
+
+    /// The descriptor fence of configured server `server` (by its RID, or by its endpoint
+    /// when it was configured without one).
+    pub(super) fn server_fence(&self, server: usize) -> Option<&Expectation> {
+        self.server_rid(server)
+            .and_then(|rid| self.discovered.fences.get(rid))
+    }
+
+    /// The RID behind configured server `server`: configured, or the owner of its endpoint.
+    fn server_rid(&self, server: usize) -> Option<&str> {
+        let s = self.cfg.servers.get(server)?;
+        s.rid.as_deref().or_else(|| {
+            self.discovered
+                .endpoint_owner
+                .get(&s.endpoint)
+                .map(String::as_str)
+        })
+    }
+
+    /// Applies what the discovery agent learnt: its events first (they explain the state
+    /// changes that follow), then its intents, in order.
+    pub(super) fn on_discovery(
+        &mut self,
+        intents: Vec<Intent>,
+        events: Vec<DiscoveryEvent>,
+        now: Instant,
+    ) {
+        for e in events {
+            tracing::info!(event = %e, "discovery");
+            self.out.push(NodeEvent::Discovery(e));
+        }
+        if self.stopping() {
+            return;
+        }
+        for intent in intents {
+            match intent {
+                Intent::Peer {
+                    rid,
+                    endpoints,
+                    fence,
+                } => self.discover_peer(rid, endpoints, fence, now),
+                Intent::PeerGone { rid } => {
+                    if let Some(&i) = self.discovered.peers.get(&rid) {
+                        for lane in [Lane::Application, Lane::Completion] {
+                            if let Some(k) = self.find_mesh_dial(i, lane) {
+                                self.withdraw(k, now);
+                            }
+                        }
+                    }
+                }
+                Intent::Server {
+                    rid,
+                    channel,
+                    endpoint,
+                    fence,
+                } => self.discover_server(rid, channel, endpoint, fence, now),
+                Intent::ServerGone { rid, channel } => {
+                    if let Some(&i) = self.discovered.servers.get(&(rid, channel)) {
+                        let kind = LinkKind::ClientDial { server: i };
+                        if let Some(k) = self.links.iter().position(|l| l.kind == kind) {
+                            self.withdraw(k, now);
+                        }
+                    }
+                }
+                Intent::Publisher {
+                    rid,
+                    endpoint,
+                    generation,
+                } => self.discover_publisher(rid, endpoint, generation, now),
+                Intent::PublisherGone { rid, endpoint } => {
+                    if let Some(&(i, _)) = self.discovered.subs.get(&(rid, endpoint)) {
+                        self.retire_sub(i, now);
+                    }
+                }
+            }
+        }
+    }
+
+    fn discover_peer(
+        &mut self,
+        rid: String,
+        endpoints: MeshEndpoints,
+        fence: Expectation,
+        now: Instant,
+    ) {
+        let generation = fence.generation.unwrap_or(0);
+        self.discovered.fences.insert(rid.clone(), fence);
+        let Some(i) = self.cfg.peers.iter().position(|p| p.rid == rid) else {
+            self.cfg.peers.push(PeerConfig {
+                rid: rid.clone(),
+                application: endpoints.application,
+                completion: endpoints.completion,
+                generation: None,
+                security_identity: None,
+                batch_calls: true,
+            });
+            let i = self.cfg.peers.len() - 1;
+            self.discovered.peers.insert(rid.clone(), i);
+            for lane in [Lane::Application, Lane::Completion] {
+                self.add_link(LinkKind::MeshDial { peer: i, lane }, now);
+            }
+            // An inbound connection of this RID that came first is fenced too.
+            self.refence(&rid, generation, now);
+            return;
+        };
+        if self.discovered.peers.get(&rid) == Some(&i) {
+            // Discovery's own entry follows the descriptor; a manual one keeps its endpoints.
+            let p = &mut self.cfg.peers[i];
+            p.application = endpoints.application;
+            p.completion = endpoints.completion;
+        }
+        for lane in [Lane::Application, Lane::Completion] {
+            if let Some(k) = self.find_mesh_dial(i, lane) {
+                self.links[k].withdrawn = false;
+            }
+        }
+        self.refence(&rid, generation, now);
+    }
+
+    fn discover_server(
+        &mut self,
+        rid: String,
+        channel: String,
+        endpoint: String,
+        fence: Expectation,
+        now: Instant,
+    ) {
+        let generation = fence.generation.unwrap_or(0);
+        self.discovered.fences.insert(rid.clone(), fence);
+        self.discovered
+            .endpoint_owner
+            .insert(endpoint.clone(), rid.clone());
+        let key = (rid.clone(), channel.clone());
+        // A manual entry for this server (by RID, or by endpoint without one) is fenced
+        // instead of dialled twice.
+        let manual = self.cfg.servers.iter().enumerate().any(|(i, s)| {
+            !self.discovered.servers.values().any(|d| *d == i)
+                && s.channel == channel
+                && (s.rid.as_deref() == Some(rid.as_str())
+                    || (s.rid.is_none() && s.endpoint == endpoint))
+        });
+        match self.discovered.servers.get(&key).copied() {
+            Some(i) => {
+                if let Some(s) = self.cfg.servers.get_mut(i) {
+                    s.endpoint = endpoint;
+                }
+                let kind = LinkKind::ClientDial { server: i };
+                if let Some(k) = self.links.iter().position(|l| l.kind == kind) {
+                    self.links[k].withdrawn = false;
+                }
+            }
+            None if !manual => {
+                self.cfg.servers.push(ServerConfig {
+                    channel,
+                    endpoint,
+                    rid: Some(rid.clone()),
+                    batch_calls: true,
+                });
+                let i = self.cfg.servers.len() - 1;
+                self.discovered.servers.insert(key, i);
+                self.add_link(LinkKind::ClientDial { server: i }, now);
+            }
+            None => {}
+        }
+        self.refence(&rid, generation, now);
+    }
+
+    /// Holds every link of `rid` to its current fence: a ready connection of another run is
+    /// closed, a dial in progress (started under an older fence) is closed, and a dialled link
+    /// with no connection is reconfigured for the new generation and dialled as soon as the
+    /// close of its last socket is confirmed.
+    fn refence(&mut self, rid: &str, generation: u64, now: Instant) {
+        let Some(fence) = self.discovered.fences.get(rid).cloned() else {
+            return;
+        };
+        for k in 0..self.links.len() {
+            let ours = match &self.links[k].kind {
+                LinkKind::MeshDial { peer, .. } => {
+                    self.cfg.peers.get(*peer).is_some_and(|p| p.rid == rid)
+                }
+                LinkKind::ClientDial { server } => self.server_rid(*server) == Some(rid),
+                LinkKind::Inbound { rid: r, .. } => r == rid,
+            };
+            if !ours {
+                continue;
+            }
+            let inbound = matches!(self.links[k].kind, LinkKind::Inbound { .. });
+            let conn = self.links[k].conn.as_ref().map(|c| {
+                let same_run = c.peer.as_ref().is_some_and(|p| {
+                    fence.generation.map_or(true, |g| g == p.generation)
+                        && fence
+                            .security_identity
+                            .as_ref()
+                            .map_or(true, |s| *s == p.security_identity)
+                });
+                (c.ready, same_run)
+            });
+            match conn {
+                Some((true, true)) => {}
+                Some((true, false)) => {
+                    let detail =
+                        format!("a descriptor of generation {generation:016x} replaces this run");
+                    self.fail_link(k, FailureReason::Reconfigured, &detail, now);
+                }
+                Some((false, _)) if !inbound => {
+                    self.fail_link(
+                        k,
+                        FailureReason::Reconfigured,
+                        "dial started under an older descriptor",
+                        now,
+                    );
+                }
+                _ => {}
+            }
+            let l = &mut self.links[k];
+            if !inbound && l.conn.is_none() && !l.terminal && !l.yielded {
+                // The new run is a new configuration generation of this link.
+                if l.state.handle_reconfigure(generation, now).is_ok() {
+                    l.retry_at = Some(now);
+                    self.timers_changed();
+                    let name = self.link_name(k);
+                    self.emit_state(
+                        name,
+                        ConnState::Configured,
+                        None,
+                        &format!("descriptor generation {generation:016x}"),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Stops dialling link `k` (its descriptor is gone): a dial in progress is closed, a link
+    /// waiting to redial goes `not_connected`; a ready connection stays.
+    fn withdraw(&mut self, k: usize, now: Instant) {
+        if self.links[k].withdrawn {
+            return;
+        }
+        self.links[k].withdrawn = true;
+        self.timers_changed();
+        const DETAIL: &str = "descriptor gone: not dialled any more";
+        match self.links[k].conn.as_ref().map(|c| c.ready) {
+            Some(true) => {}
+            Some(false) => self.fail_link(k, FailureReason::Reconfigured, DETAIL, now),
+            None => {
+                let l = &mut self.links[k];
+                if l.state.state() != ConnState::NotConnected {
+                    note(l.state.handle_failure(
+                        FailureReason::Reconfigured,
+                        DETAIL,
+                        Recovery::Hold,
+                        now,
+                    ));
+                    let name = self.link_name(k);
+                    self.emit_state(
+                        name,
+                        ConnState::NotConnected,
+                        Some(FailureReason::Reconfigured),
+                        DETAIL,
+                    );
+                }
+            }
+        }
+    }
+
+    fn discover_publisher(&mut self, rid: String, endpoint: String, generation: u64, now: Instant) {
+        let key = (rid, endpoint.clone());
+        match self.discovered.subs.get(&key).copied() {
+            Some((i, g)) => {
+                self.subs[i].retired = false;
+                if g != generation {
+                    // A new run of the publisher: a new socket (seed 002 §6).
+                    if let Some(e) = self.discovered.subs.get_mut(&key) {
+                        e.1 = generation;
+                    }
+                    self.fail_sub(
+                        i,
+                        FailureReason::Reconfigured,
+                        &format!("publisher generation {generation:016x}"),
+                        now,
+                    );
+                    self.subs[i].retry_at = now;
+                } else if self.subs[i].slot.is_none() {
+                    self.subs[i].retry_at = now;
+                }
+                self.timers_changed();
+            }
+            None => {
+                let i = self.add_sub(&endpoint, now);
+                self.discovered.subs.insert(key, (i, generation));
+            }
+        }
+    }
+
+    /// Stops subscribing to publisher `i`: a socket that never became ready is closed now; a
+    /// ready one stays until the transport fails it, and is not reopened.
+    fn retire_sub(&mut self, i: usize, now: Instant) {
+        if self.subs[i].retired {
+            return;
+        }
+        self.subs[i].retired = true;
+        self.timers_changed();
+        if self.subs[i].slot.is_some() && !self.subs[i].state.is_ready() {
+            self.fail_sub(
+                i,
+                FailureReason::Reconfigured,
+                "descriptor gone: not subscribed any more",
+                now,
+            );
+        }
+    }
+
+    /// Adds a subscription to the publisher at `endpoint` (a SUB socket of its own, opened on
+    /// the next timer pass); returns its index.
+    pub(super) fn add_sub(&mut self, endpoint: &str, now: Instant) -> usize {
+        self.timers_changed();
+        let i = self.subs.len();
+        let live = self.liveness.insert_publisher(now);
+        self.live_owner.insert(live, super::LiveOwner::Sub(i));
+        self.subs.push(Sub {
+            endpoint: endpoint.to_owned(),
+            source: Source::Publisher {
+                endpoint: Arc::from(endpoint),
+            },
+            last_topic: Bytes::new(),
+            slot: None,
+            conn_id: None,
+            live,
+            state: LinkState::new(StateKind::Publisher, 0, now),
+            records: 0,
+            connected: false,
+            retry_at: now,
+            failures_in_row: 0,
+            retired: false,
+        });
+        i
+    }
+}

@@ -1,0 +1,195 @@
+//! The descriptor store contract (MISSION D2, D3, F5), checked on the embedded SQLite store:
+//! put under a lease, renew, remove, list with lease ages, and a watch that starts with a full
+//! reload, then reports deltas (put, new generation, removal, expiry), says once when the
+//! store cannot be read, and starts over with a reload when it can again.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use zmesh::proto::discovery::{Descriptor, MeshEndpoints};
+use zmesh::proto::handshake::{Membership, Role};
+use zmesh::runtime::store::{
+    self, Change, ReloadReason, RenewOutcome, SqliteStore, Store, StoreError, Watch, WatchEvent,
+};
+
+const BOUND: Duration = Duration::from_secs(10);
+const TTL: Duration = Duration::from_secs(30);
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("zmesh-store-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+fn desc(rid: &str, generation: u64) -> Descriptor {
+    Descriptor {
+        rid: rid.into(),
+        generation,
+        security_identity: rid.into(),
+        memberships: vec![Membership {
+            role: Role::Server,
+            channel: "orders".into(),
+        }],
+        route_mesh: Some(MeshEndpoints {
+            application: "tcp://127.0.0.1:1".into(),
+            completion: "tcp://127.0.0.1:2".into(),
+        }),
+        server: None,
+        publishers: Vec::new(),
+    }
+}
+
+async fn next(w: &mut Watch) -> WatchEvent {
+    tokio::time::timeout(BOUND, w.next())
+        .await
+        .expect("a watch event within the bound")
+        .expect("watch still running")
+}
+
+#[tokio::test]
+async fn d2_sqlite_put_list_renew_remove() {
+    let d = dir("crud");
+    let store = store::open(&format!("sqlite://{}", d.join("mesh.db").display())).expect("open");
+    assert!(store.list().await.expect("empty list").is_empty());
+    let lease = store.put(&desc("b", 7), TTL).await.expect("put");
+    assert_eq!((lease.rid.as_str(), lease.generation), ("b", 7));
+    let listed = store.list().await.expect("list");
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].descriptor, desc("b", 7));
+    assert!(listed[0].lease_age_ms.expect("age") < 5_000);
+    assert!(listed[0].expires_in_ms.expect("expiry") > 25_000);
+    assert_eq!(store.renew(&lease).await, Ok(RenewOutcome::Renewed));
+    // A new run of the same RID replaces the descriptor; the old run's lease is superseded,
+    // and its removal never deletes the new run's descriptor.
+    let newer = store.put(&desc("b", 8), TTL).await.expect("put newer");
+    assert_eq!(
+        store.renew(&lease).await,
+        Ok(RenewOutcome::Superseded { generation: 8 })
+    );
+    store.remove(&lease).await.expect("remove old");
+    assert_eq!(
+        store.list().await.expect("list")[0].descriptor.generation,
+        8
+    );
+    store.remove(&newer).await.expect("remove");
+    assert!(store.list().await.expect("list").is_empty());
+    assert_eq!(store.renew(&newer).await, Ok(RenewOutcome::Lost));
+    assert!(store.url().starts_with("sqlite://"));
+}
+
+/// A lease that is not renewed expires: the descriptor is gone for readers and watchers, and
+/// its renewal answers Lost (the node then publishes again).
+#[tokio::test]
+async fn d3_unrenewed_lease_expires() {
+    let d = dir("expiry");
+    let store = SqliteStore::new(d.join("mesh.db"));
+    let mut watch = store.watch().expect("watch");
+    assert!(matches!(next(&mut watch).await, WatchEvent::Reload { .. }));
+    let lease = store
+        .put(&desc("b", 1), Duration::from_millis(300))
+        .await
+        .expect("put");
+    assert_eq!(
+        next(&mut watch).await,
+        WatchEvent::Delta(vec![Change::Put(desc("b", 1))])
+    );
+    assert_eq!(
+        next(&mut watch).await,
+        WatchEvent::Delta(vec![Change::Removed { rid: "b".into() }]),
+        "expiry is seen as a removal"
+    );
+    assert!(store.list().await.expect("list").is_empty());
+    assert_eq!(store.renew(&lease).await, Ok(RenewOutcome::Lost));
+}
+
+#[tokio::test]
+async fn d2_sqlite_watch_reload_then_deltas() {
+    let d = dir("watch");
+    let store = SqliteStore::new(d.join("mesh.db"));
+    store.put(&desc("a", 1), TTL).await.expect("put a");
+    let mut watch = store.watch().expect("watch");
+    assert_eq!(
+        next(&mut watch).await,
+        WatchEvent::Reload {
+            descriptors: vec![desc("a", 1)],
+            reason: ReloadReason::Initial
+        }
+    );
+    let b = store.put(&desc("b", 2), TTL).await.expect("put b");
+    assert_eq!(
+        next(&mut watch).await,
+        WatchEvent::Delta(vec![Change::Put(desc("b", 2))])
+    );
+    // Renewals are not changes.
+    store.renew(&b).await.expect("renew");
+    store.put(&desc("b", 3), TTL).await.expect("new generation");
+    assert_eq!(
+        next(&mut watch).await,
+        WatchEvent::Delta(vec![Change::Put(desc("b", 3))])
+    );
+    let a = zmesh::runtime::store::Lease {
+        rid: "a".into(),
+        generation: 1,
+        ttl: TTL,
+        id: 0,
+    };
+    store.remove(&a).await.expect("remove a");
+    assert_eq!(
+        next(&mut watch).await,
+        WatchEvent::Delta(vec![Change::Removed { rid: "a".into() }])
+    );
+}
+
+/// MISSION F5 at the store: a store file moved away makes every operation fail (the store
+/// does not create an empty file in its place) and the watch say so once; moved back, the
+/// watch starts over with a reload that holds what changed meanwhile.
+#[tokio::test]
+async fn f5_sqlite_unavailable_then_resumed_with_a_reload() {
+    let d = dir("outage");
+    let path = d.join("db").join("mesh.db");
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("db dir");
+    let store = SqliteStore::new(&path);
+    let other = SqliteStore::new(&path);
+    let lease = store.put(&desc("a", 1), TTL).await.expect("put");
+    let mut watch = store.watch().expect("watch");
+    assert!(matches!(next(&mut watch).await, WatchEvent::Reload { .. }));
+    let away = d.join("db-away");
+    std::fs::rename(d.join("db"), &away).expect("move the store away");
+    assert!(matches!(
+        next(&mut watch).await,
+        WatchEvent::Unreachable(StoreError::Unavailable(_))
+    ));
+    assert!(matches!(
+        store.renew(&lease).await,
+        Err(StoreError::Unavailable(_))
+    ));
+    assert!(store.list().await.is_err());
+    assert!(!path.exists(), "no empty store was created in its place");
+    // Meanwhile another writer changes the (moved) file.
+    let moved = SqliteStore::new(away.join("mesh.db"));
+    moved.put(&desc("c", 5), TTL).await.expect("put c");
+    drop(moved);
+    std::fs::rename(&away, d.join("db")).expect("move the store back");
+    assert_eq!(
+        next(&mut watch).await,
+        WatchEvent::Reload {
+            descriptors: vec![desc("a", 1), desc("c", 5)],
+            reason: ReloadReason::Resumed
+        }
+    );
+    assert_eq!(store.renew(&lease).await, Ok(RenewOutcome::Renewed));
+    assert_eq!(other.list().await.expect("list").len(), 2);
+}
+
+#[test]
+fn unknown_store_urls_are_refused() {
+    assert!(matches!(
+        store::open("redis://x"),
+        Err(StoreError::Url { .. })
+    ));
+    assert!(matches!(
+        store::open("sqlite://"),
+        Err(StoreError::Url { .. })
+    ));
+}
