@@ -83,7 +83,7 @@ pub const RULES: &[Rule] = &[
     must("5.1/one-reject-per-connection", "after its REJECT, the acceptor answers nothing more on that connection, a valid HELLO included"),
     must("5.1/no-answer-to-close-or-reject", "a CLOSE or REJECT as first records get no answer"),
     must("5.1/replacement", "a second connection with the same RID is admitted and the old one gets CLOSE Replaced (3)"),
-    must("5.1/close-forgets-connection", "after a CLOSE the acceptor treats the connection as gone: a PROBE on it gets no ACK (zmesh: REJECT Protocol)"),
+    must("5.1/close-forgets-connection", "after a CLOSE the acceptor treats the connection as gone: a PROBE sent after it gets no ACK"),
     // §5.1, the target dials (the runner accepts).
     must("5.1/hello-first", "a dialler's first record is a well-formed HELLO of the lane it dials, expecting the runner's RID or none"),
     must("5.4/routing-id", "a dialler's routing id is 1..=255 bytes and does not begin with 00"),
