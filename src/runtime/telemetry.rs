@@ -70,6 +70,11 @@ pub const METRICS: &[MetricInfo] = &[
         "One-way application records (MESSAGE) handed to a socket.",
     ),
     counter(
+        "zmesh_records_unsent_total",
+        &["reason"],
+        "One-way records still queued for a connection when it left ready (never sent), by the failure reason.",
+    ),
+    counter(
         "zmesh_app_records_received_total",
         &[],
         "One-way application records (MESSAGE) received on ready connections.",

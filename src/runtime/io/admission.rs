@@ -215,6 +215,8 @@ impl IoThread {
             source: None,
             live: None,
             last_peer_probe: None,
+            outq: None,
+            held: Vec::new(),
         });
         if self.links[k].state.state() != ConnState::Connecting {
             note(self.links[k].state.handle_connecting(now));
@@ -285,6 +287,8 @@ impl IoThread {
         let l = &mut self.links[k];
         l.failures_in_row = 0;
         note(l.state.handle_ready(now));
+        // One-way records may go to it from now on (before the application hears of it).
+        self.open_send_queue(k);
         let name = self.link_name(k);
         self.emit_state(
             name,

@@ -1,11 +1,13 @@
-//! The I/O thread: owns every libzmq socket of a node and runs the single receive loop
-//! (MISSION R1).
+//! The I/O thread: owns every libzmq socket of a node (the publisher socket, of which it reads
+//! only subscriptions, is shared with the async side, see [`outbound`]) and runs the single
+//! receive loop (MISSION R1).
 //!
 //! One loop turn: read the monotonic clock once; run due timers (liveness, beacons, reconnects,
 //! disconnect sweeps); wait on the epoll set of every socket's and monitor's `ZMQ_FD` and the
 //! async side's wake-up until the next deadline, and check `ZMQ_EVENTS` of the sockets that fired or
-//! that the loop touched (module [`ready`]); handle monitor events; handle commands; run one
-//! receive rotation under the scheduler's caps; hand the batch of events to the application.
+//! that the loop touched (module [`ready`]); handle monitor events; handle commands, then the
+//! send queues in bursts (module [`outbound`]); run one receive rotation under the scheduler's
+//! caps; hand the batch of events to the application.
 //! Protocol questions (is this ACK evidence? is this peer admitted? is this publisher silent?)
 //! are answered by the sans-IO state machines of [`crate::proto`]; this file only moves bytes
 //! and reports socket events. An idle wake-up costs the sockets that moved and the timers that
@@ -34,9 +36,11 @@
 //! - [`links`]: links, dialling, failing and closing connections, monitor events, sweeps;
 //! - [`admission`]: HELLO, admission or REJECT, WELCOME, duplicate resolution, ready;
 //! - [`receive`]: the fair receive rotation, routing records, the paused-queue backlog;
-//! - [`fanout`]: the publisher and one SUB socket per publisher;
+//! - [`fanout`]: the publisher's beacons and one SUB socket per publisher;
 //! - [`timers`]: the next deadline and what runs when deadlines come due;
-//! - [`commands`]: commands from the async side, one-way sends, publishing;
+//! - [`commands`]: commands from the async side;
+//! - [`outbound`]: the link table published for the async side, and the per-link send queues
+//!   of one-way records, drained in bursts;
 //! - [`calls`]: the caller's side of calls: routing, BATCHes, leases, answers;
 //! - [`discovery`]: automatic mode: descriptor intents and fences (MISSION D1, F3, T3);
 //! - [`serve`]: the callee's side: contract checks, admission, execution queues, dispatch;
@@ -49,6 +53,7 @@ mod commands;
 mod discovery;
 mod fanout;
 mod links;
+mod outbound;
 mod ready;
 mod receive;
 mod serve;
@@ -57,7 +62,7 @@ mod slots;
 mod snapshot;
 mod timers;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -69,6 +74,7 @@ use super::command::{CallReply, Command, Served, WakeUp};
 use super::error::NodeError;
 use super::event::{NodeEvent, StateChange};
 use super::operations::OpsShared;
+use super::outbound::{Closed, LinkTable, Outgoing, PubSocket};
 use super::records::Lane;
 use super::socket::{MonitorSocket, Sockets};
 use crate::config::NodeConfig;
@@ -117,6 +123,7 @@ pub const LINK_BACKLOG: usize = 1024;
 const PAUSED_POLL_MS: i64 = 10;
 /// Bound on one drain of commands per loop turn, so commands cannot starve the receive loop.
 const COMMANDS_PER_TURN: usize = 1024;
+use outbound::SENDS_PER_TURN;
 
 const BOUND_ID_APPLICATION: &[u8] = b"zmesh-application";
 const BOUND_ID_COMPLETION: &[u8] = b"zmesh-completion";
@@ -141,6 +148,16 @@ enum Host {
     Stopped,
 }
 
+/// What the async side shares with the I/O thread.
+pub(crate) struct Shared {
+    /// Wakes the I/O thread for commands.
+    pub(crate) wake: Arc<WakeUp>,
+    /// Where one-way records go.
+    pub(crate) table: Arc<LinkTable>,
+    /// The node's PUB socket, if it has a publisher endpoint.
+    pub(crate) publisher: Option<Arc<PubSocket>>,
+}
+
 /// The I/O thread's state.
 pub(crate) struct IoThread {
     cfg: NodeConfig,
@@ -148,6 +165,16 @@ pub(crate) struct IoThread {
     sockets: Sockets,
     /// The async side's wake-up: taken before each drain of the command queue.
     wake: Arc<WakeUp>,
+    /// Where one-way records go, published for the async side (see [`outbound`]).
+    table: Arc<LinkTable>,
+    /// Links whose send queue has records to drain, in turn order.
+    send_pending: VecDeque<LinkKey>,
+    /// Links whose send queue waits for room in libzmq's pipe; tried again every turn.
+    send_blocked: Vec<LinkKey>,
+    /// Records the send queues may still send in this loop turn.
+    send_budget: usize,
+    /// A burst of records taken from a send queue (kept to reuse its allocation).
+    send_scratch: Vec<Outgoing>,
     /// The epoll set over every socket's `ZMQ_FD` and the sockets due for a `ZMQ_EVENTS`
     /// check (see [`ready`] for the rule that keeps an edge from being lost).
     ready: Readiness,
@@ -233,8 +260,8 @@ pub(crate) struct IoThread {
 }
 
 impl IoThread {
-    /// Binds the node's endpoints and prepares its links; returns the thread state and the
-    /// async side's wake-up.
+    /// Binds the node's endpoints and prepares its links; returns the thread state and what
+    /// the async side shares with it.
     pub(crate) fn new(
         cfg: NodeConfig,
         generation: u64,
@@ -242,11 +269,12 @@ impl IoThread {
         events: mpsc::UnboundedSender<Vec<NodeEvent>>,
         outstanding: Arc<AtomicUsize>,
         ops: Arc<OpsShared>,
-    ) -> Result<(IoThread, Arc<WakeUp>), NodeError> {
+    ) -> Result<(IoThread, Shared), NodeError> {
         let now = Instant::now();
         let sockets = Sockets::new(generation);
         let ready = Readiness::new().map_err(NodeError::Poller)?;
         let wake = Arc::new(WakeUp::new(ready.waker().map_err(NodeError::Poller)?));
+        let table = Arc::new(LinkTable::default());
 
         let me = Identity {
             rid: cfg.rid.clone(),
@@ -259,6 +287,11 @@ impl IoThread {
             me,
             sockets,
             wake: wake.clone(),
+            table: table.clone(),
+            send_pending: VecDeque::new(),
+            send_blocked: Vec::new(),
+            send_budget: SENDS_PER_TURN,
+            send_scratch: Vec::new(),
             ready,
             readable: KeySet::default(),
             monitors_ready: KeySet::default(),
@@ -323,11 +356,16 @@ impl IoThread {
             )?;
         }
         if let Some(p) = &cfg.publisher {
-            // XPUB: PUB on the wire, and the subscriptions reach us (beacon on join, §7.1).
-            let slot = io.bind(zmq::XPUB, &p.endpoint, SlotRole::Publisher)?;
+            let (socket, endpoint) = io.bind_publisher(&p.endpoint)?;
+            let socket = Arc::new(PubSocket::new(socket, generation));
             let live = io.liveness.insert_beacon(now);
             io.live_owner.insert(live, LiveOwner::Publisher);
-            io.publisher = Some(Publisher::new(slot, live));
+            io.publisher = Some(Publisher {
+                socket,
+                endpoint,
+                live,
+                subscriptions: false,
+            });
         }
         for (i, _) in cfg.peers.iter().enumerate() {
             for lane in [Lane::Application, Lane::Completion] {
@@ -340,7 +378,12 @@ impl IoThread {
         for s in &cfg.subscriptions {
             io.add_sub(&s.endpoint, now);
         }
-        Ok((io, wake))
+        let shared = Shared {
+            wake,
+            table,
+            publisher: io.publisher.as_ref().map(|p| p.socket.clone()),
+        };
+        Ok((io, shared))
     }
 
     pub(super) fn fresh_conn_id(&mut self) -> ConnId {
@@ -381,11 +424,15 @@ impl IoThread {
                     (d.as_micros().div_ceil(1000)) as i64
                 })
                 .unwrap_or(-1);
-            let timeout = if self.busy || !self.commands.is_empty() || self.has_input() {
-                // More records, monitor events or commands are waiting (commands left over by
-                // the per-turn cap have no wake-up of their own): do not sleep.
+            let timeout = if self.busy
+                || !self.commands.is_empty()
+                || self.has_input()
+                || self.has_sends()
+            {
+                // More records, monitor events, commands or queued sends are waiting (those
+                // left over by a per-turn cap have no wake-up of their own): do not sleep.
                 0
-            } else if self.backlogged == 0 && self.answers.is_empty() {
+            } else if self.backlogged == 0 && self.answers.is_empty() && !self.has_blocked_sends() {
                 timeout
             } else if timeout < 0 {
                 PAUSED_POLL_MS
@@ -433,15 +480,13 @@ impl IoThread {
             for w in self.ready.take_checks() {
                 match w {
                     Watch::Wake => self.wake_ready = true,
+                    Watch::Publisher => self.subscriptions_waiting(),
                     Watch::Socket(k) => {
-                        let (input, role) = match self.slots.get(k) {
-                            Some(Some(s)) => (ready::has_input(&s.socket), s.role),
+                        let input = match self.slots.get(k) {
+                            Some(Some(s)) => ready::has_input(&s.socket),
                             _ => continue,
                         };
-                        if role == SlotRole::Publisher {
-                            // Subscriptions, not records: read apart from the receive loop.
-                            self.subscriptions_waiting(input);
-                        } else if input {
+                        if input {
                             self.readable.insert(k);
                         } else {
                             self.readable.remove(k);
@@ -525,5 +570,22 @@ impl IoThread {
     /// True once a stop began: no new work is taken.
     pub(super) fn stopping(&self) -> bool {
         self.host != Host::Running
+    }
+}
+
+impl Drop for IoThread {
+    fn drop(&mut self) {
+        // However the thread ended, or if it never ran: senders learn that the node stopped
+        // instead of waiting for room in a queue nobody drains (a stop that ran
+        // `close_everything` did all of this already).
+        self.table.stop();
+        for l in &mut self.links {
+            if let Some(q) = l.conn.as_mut().and_then(|c| c.outq.take()) {
+                q.close(Closed::Shutdown);
+            }
+        }
+        if let Some(p) = &self.publisher {
+            drop(p.socket.close());
+        }
     }
 }

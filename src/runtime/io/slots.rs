@@ -21,9 +21,6 @@ pub(super) enum SlotRole {
     Dialled(LinkKey),
     /// A SUB socket owned by one fanout subscription.
     Sub(usize),
-    /// The publisher's XPUB socket: records and beacons go out; its input is subscription
-    /// messages only, read for the beacon on join and never routed as records.
-    Publisher,
 }
 
 pub(super) struct Slot {
@@ -57,17 +54,8 @@ impl IoThread {
             endpoint: ep.to_owned(),
             source,
         };
-        let (socket, monitor) = if role == SlotRole::Publisher {
-            (self.sockets.plain(kind).map_err(bind_err)?.0, None)
-        } else {
-            let m = self.sockets.monitored(kind).map_err(bind_err)?;
-            (m.socket, Some(m.monitor))
-        };
-        if role == SlotRole::Publisher {
-            // Every subscription reaches the application, also a second one of the same
-            // prefix (every zmesh subscriber subscribes to ""): each join gets its beacon.
-            socket.set_xpub_verbose(true).map_err(bind_err)?;
-        }
+        let m = self.sockets.monitored(kind).map_err(bind_err)?;
+        let (socket, monitor) = (m.socket, Some(m.monitor));
         if let SlotRole::Bound(lane) = role {
             let id = match lane {
                 Lane::Application => BOUND_ID_APPLICATION,
@@ -146,15 +134,12 @@ impl IoThread {
         if let Some(sid) = shared {
             self.shared_slots.insert(sid, key);
         }
-        let unit = match (role, shared) {
-            (SlotRole::Publisher, _) => None,
-            (_, Some(sid)) => Some((Unit::Admission(key), SchedSource::Shared(sid))),
-            (_, None) => Some((Unit::Socket(key), SchedSource::Single)),
+        let (unit, source) = match shared {
+            Some(sid) => (Unit::Admission(key), SchedSource::Shared(sid)),
+            None => (Unit::Socket(key), SchedSource::Single),
         };
-        if let Some((unit, source)) = unit {
-            if let Err(e) = self.sched.add_unit(unit, source) {
-                tracing::debug!(error = ?e, "scheduler unit not added");
-            }
+        if let Err(e) = self.sched.add_unit(unit, source) {
+            tracing::debug!(error = ?e, "scheduler unit not added");
         }
         key
     }
