@@ -1,12 +1,12 @@
-//! The runtime: one I/O thread per node that owns every libzmq socket (the PUB socket, never
-//! read, it shares with [`Node::publish`]), and the async handle ([`Node`]) that applications
-//! use.
+//! The runtime: one I/O thread per node that owns every libzmq socket (the publisher socket,
+//! of which it reads only subscriptions, it shares with [`Node::publish`]), and the async
+//! handle ([`Node`]) that applications use.
 //!
 //! ```text
 //!  Node (Clone, async)
 //!   |-- calls, serve, snapshot, shutdown: Command -> crossbeam channel --+  wake-up: eventfd,
 //!   |-- send: link table -> the link's send queue (SEND_QUEUE records) --+  once per burst
-//!   |-- publish: straight to the PUB socket (a mutex; never read)        v
+//!   |-- publish: straight to the XPUB socket (a mutex)                   v
 //!   ^                     I/O thread: loop { timers; epoll wait on ZMQ_FDs, then ZMQ_EVENTS
 //!   |                         of fired/touched sockets; commands; send queues in bursts;
 //!   +-- NodeEvent batches     receive rotation (scheduler caps); sans-IO core decides;
@@ -31,6 +31,7 @@ pub mod service;
 pub mod snapshot;
 pub mod socket;
 pub mod store;
+pub mod telemetry;
 
 pub use error::{BatchSendError, NodeError, PublishError, SendError};
 pub use event::{Delivery, EventStream, NodeEvent, Source, StateChange};

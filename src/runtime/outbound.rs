@@ -8,8 +8,8 @@
 //!      |    try_send refuses WouldBlock) ──> I/O thread, in bursts: libzmq, in order
 //!      +──> Command::SendQueued + one wake-up, only when no drain of that queue is on its way
 //!
-//!  Node::publish ──> PubSocket: the PUB socket itself, under a mutex (never read or polled,
-//!                    so the I/O thread needs it for beacons only)
+//!  Node::publish ──> PubSocket: the publisher (XPUB) socket itself, under a mutex (the I/O
+//!                    thread uses it for beacons and reads its subscriptions: beacon on join)
 //! ```
 //!
 //! A queue belongs to one physical connection: it is made when the connection becomes ready
@@ -364,13 +364,15 @@ impl LinkTable {
     }
 }
 
-/// The node's PUB socket, shared by [`Node::publish`](super::Node::publish) (which sends on
-/// it directly: PUB never blocks, and at the high-water mark libzmq drops records per
-/// subscriber, the fanout loss rule) and the I/O thread (beacons, and the close).
+/// The node's publisher socket (an XPUB: PUB on the wire), shared by
+/// [`Node::publish`](super::Node::publish) (which sends on it directly: it never blocks, and
+/// at the high-water mark libzmq drops records per subscriber, the fanout loss rule) and the
+/// I/O thread (beacons, the subscriptions of joining subscribers, and the close).
 ///
 /// A libzmq socket may be used from several threads one at a time, with a full memory barrier
-/// between them: the mutex is that barrier. The socket is never read or polled, so the I/O
-/// thread's readiness rules do not concern it.
+/// between them: the mutex is that barrier. The I/O thread watches its descriptor for
+/// subscriptions; a publish can consume that descriptor's signal, so the I/O thread also reads
+/// the subscriptions at every grid beacon (see `io::fanout`).
 pub(crate) struct PubSocket {
     state: Mutex<Option<PubState>>,
 }
@@ -432,9 +434,73 @@ impl PubSocket {
         }
     }
 
+    /// Reads up to `max` subscription messages waiting on the (XPUB) socket and sends one
+    /// beacon if one of them subscribes to a prefix of the beacon topic (a subscriber joined:
+    /// beacon on join, WIRE.md §7.1). The socket's last operation is a read that found
+    /// nothing or an event check, so the next subscription signals its descriptor again;
+    /// `more` says whether messages are still waiting.
+    pub(crate) fn subscriptions(&self, max: usize) -> Subscriptions {
+        let guard = self.lock();
+        let Some(p) = guard.as_ref() else {
+            return Subscriptions::default();
+        };
+        let mut read = Subscriptions {
+            joined: false,
+            more: true,
+        };
+        for _ in 0..max {
+            match p.socket.try_recv_frames() {
+                Ok(Some(frames)) => read.joined |= subscribes_to_beacons(&frames),
+                Ok(None) => {
+                    read.more = false;
+                    break;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "subscription not read");
+                    read.more = false;
+                    break;
+                }
+            }
+        }
+        if read.joined {
+            let frames = records::beacon();
+            let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+            if let Err(e) = p.socket.send_frames(&refs) {
+                tracing::warn!(error = %e, "beacon not sent");
+            }
+            // The send may have consumed the signal of a subscription that came meanwhile.
+            read.more |= p
+                .socket
+                .get_events()
+                .is_ok_and(|ev| ev.contains(zmq::POLLIN));
+        }
+        read
+    }
+
     /// Takes the socket out (the node stops): publishing fails from now on.
     pub(crate) fn close(&self) -> Option<zmq::Socket> {
         self.lock().take().map(|p| p.socket)
+    }
+}
+
+/// What [`PubSocket::subscriptions`] read.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Subscriptions {
+    /// A subscriber joined (a subscription to a prefix of the beacon topic): a beacon went.
+    pub(crate) joined: bool,
+    /// Messages are still waiting.
+    pub(crate) more: bool,
+}
+
+/// Whether `frames`, read from an XPUB socket, subscribe to a prefix of the beacon topic (the
+/// empty prefix included): a subscriber that will receive beacons joined.
+fn subscribes_to_beacons(frames: &[super::socket::Frame]) -> bool {
+    match frames {
+        [f] => match f.as_ref().split_first() {
+            Some((1, prefix)) => BEACON_TOPIC.starts_with(prefix),
+            _ => false,
+        },
+        _ => false,
     }
 }
 

@@ -1,5 +1,16 @@
 //! Classic fanout: the publisher's records and beacons (MISSION L4), and one SUB socket per
 //! publisher with its own liveness watch (T3, L5): opened, judged, failed and reopened alone.
+//!
+//! The publisher's socket is an XPUB (PUB on the wire; subscribers see no difference) so
+//! that subscriptions reach the node: a subscription that covers the beacon topic is a
+//! subscriber joining, and it gets a beacon at once (WIRE.md §7.1), besides the 5 s grid of
+//! the beacon schedule, which joins do not move. The I/O thread watches the socket's
+//! descriptor and reads the subscriptions apart from the receive loop; they never become
+//! records, deliveries or record counts. The application publishes on the same socket from
+//! its own threads (under the socket's mutex), and such a send can consume the descriptor's
+//! signal of a subscription that arrives meanwhile: the subscriptions are therefore also read
+//! at every grid beacon, so such a join gets its beacon at the next tick at the latest (and a
+//! publisher that is publishing makes its subscribers ready with its records anyway).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -7,6 +18,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::links::{backoff, note};
+use super::ready::Watch;
 use super::slots::{Slot, SlotRole};
 use super::{Host, IoThread, SlotKey, BACKOFF_MAX};
 use crate::proto::liveness::{self, Delivery as FanoutDelivery, FanoutInput};
@@ -42,26 +54,40 @@ pub(super) struct Sub {
 }
 
 pub(super) struct Publisher {
-    /// The PUB socket, shared with the async side, which publishes on it directly.
+    /// The publisher (XPUB) socket, shared with the async side, which publishes on it
+    /// directly.
     pub(super) socket: Arc<PubSocket>,
     /// The endpoint it is bound to (what libzmq bound, for a wildcard).
     pub(super) endpoint: String,
     /// The beacon schedule in the node's liveness table.
     pub(super) live: liveness::LinkKey,
+    /// Subscription messages may be waiting: read them before sleeping.
+    pub(super) subscriptions: bool,
 }
 
+/// Subscription messages read from the publisher's socket per loop turn; more wait for the
+/// next turn (a flood of subscriptions cannot starve the loop, and costs one beacon a turn).
+const SUBSCRIPTIONS_PER_TURN: usize = 256;
+
 impl IoThread {
-    /// Binds the node's PUB socket; returns it and the endpoint it is bound to (what libzmq
-    /// bound, for a wildcard). It is never read, so it is not in the epoll set, and the async
-    /// side publishes on it without the I/O thread (see [`PubSocket`]).
+    /// Binds the node's publisher socket (an XPUB); returns it and the endpoint it is bound
+    /// to (what libzmq bound, for a wildcard). The async side publishes on it without the I/O
+    /// thread (see [`PubSocket`]); the I/O thread watches its descriptor for subscriptions
+    /// (beacon on join) and sends the beacons.
     pub(super) fn bind_publisher(&mut self, ep: &str) -> Result<(zmq::Socket, String), NodeError> {
         let bind_err = |source| NodeError::Bind {
             endpoint: ep.to_owned(),
             source,
         };
-        let (socket, _) = self.sockets.plain(zmq::PUB).map_err(bind_err)?;
+        let (socket, _) = self.sockets.plain(zmq::XPUB).map_err(bind_err)?;
         socket.set_linger(CLOSE_LINGER_MS).map_err(bind_err)?;
+        // Every subscription reaches the node, also a second one of the same prefix (every
+        // zmesh subscriber subscribes to ""): each join gets its beacon.
+        socket.set_xpub_verbose(true).map_err(bind_err)?;
         socket.bind(ep).map_err(bind_err)?;
+        self.ready
+            .register(&socket, Watch::Publisher)
+            .map_err(NodeError::Poller)?;
         let endpoint = match socket.get_last_endpoint() {
             Ok(Ok(bound)) if ep.contains('*') => bound,
             _ => ep.to_owned(),
@@ -69,10 +95,39 @@ impl IoThread {
         Ok((socket, endpoint))
     }
 
-    /// Sends the two beacon frames on the publisher socket (MISSION L4).
+    /// Sends the two beacon frames on the publisher socket (MISSION L4), on the 5 s grid.
+    /// The subscriptions are read in the same turn, so one whose descriptor signal a publish
+    /// consumed waits no longer than this.
     pub(super) fn send_beacon(&mut self) {
-        if let Some(p) = &self.publisher {
+        if let Some(p) = self.publisher.as_mut() {
             p.socket.beacon();
+            p.subscriptions = true;
+        }
+    }
+
+    /// The publisher socket's descriptor fired: subscriptions may be waiting.
+    pub(super) fn subscriptions_waiting(&mut self) {
+        if let Some(p) = self.publisher.as_mut() {
+            p.subscriptions = true;
+        }
+    }
+
+    /// Reads the subscription messages waiting on the publisher socket (at most
+    /// [`SUBSCRIPTIONS_PER_TURN`] a turn) and, if one of them subscribes to the beacons,
+    /// sends one beacon at once: a subscriber that joins is ready in milliseconds instead of
+    /// at the next tick of the 5 s grid (WIRE.md §7.1). The schedule is not touched, and
+    /// nothing read here is a record.
+    pub(super) fn read_subscriptions(&mut self) {
+        let Some(p) = self.publisher.as_mut() else {
+            return;
+        };
+        if !p.subscriptions {
+            return;
+        }
+        let read = p.socket.subscriptions(SUBSCRIPTIONS_PER_TURN);
+        p.subscriptions = read.more;
+        if read.joined {
+            metrics::counter!("zmesh_fanout_join_beacons_total").increment(1);
         }
     }
 

@@ -1,5 +1,6 @@
-//! The I/O thread: owns every libzmq socket of a node (the PUB socket, never read, is shared
-//! with the async side, see [`outbound`]) and runs the single receive loop (MISSION R1).
+//! The I/O thread: owns every libzmq socket of a node (the publisher socket, of which it reads
+//! only subscriptions, is shared with the async side, see [`outbound`]) and runs the single
+//! receive loop (MISSION R1).
 //!
 //! One loop turn: read the monotonic clock once; run due timers (liveness, beacons, reconnects,
 //! disconnect sweeps); wait on the epoll set of every socket's and monitor's `ZMQ_FD` and the
@@ -363,6 +364,7 @@ impl IoThread {
                 socket,
                 endpoint,
                 live,
+                subscriptions: false,
             });
         }
         for (i, _) in cfg.peers.iter().enumerate() {
@@ -447,6 +449,7 @@ impl IoThread {
             for slot in self.monitors_ready.take() {
                 self.drain_monitor(slot, now);
             }
+            self.read_subscriptions();
             // Commands before records: a command the application gave before it saw some
             // effect (e.g. a service registered before the peer was seen ready) is in force
             // before any record read after that effect.
@@ -477,6 +480,7 @@ impl IoThread {
             for w in self.ready.take_checks() {
                 match w {
                     Watch::Wake => self.wake_ready = true,
+                    Watch::Publisher => self.subscriptions_waiting(),
                     Watch::Socket(k) => {
                         let input = match self.slots.get(k) {
                             Some(Some(s)) => ready::has_input(&s.socket),
@@ -520,7 +524,10 @@ impl IoThread {
     /// True if something is waiting that the loop can act on now: a readable socket it may
     /// read, a monitor event, a wake-up.
     pub(super) fn has_input(&self) -> bool {
-        self.wake_ready || !self.monitors_ready.is_empty() || self.has_readable()
+        self.wake_ready
+            || !self.monitors_ready.is_empty()
+            || self.has_readable()
+            || self.publisher.as_ref().is_some_and(|p| p.subscriptions)
     }
 
     /// True if some readable socket is not held back by a paused application queue.

@@ -57,6 +57,7 @@ impl IoThread {
         self.subs.clear();
         if let Some(p) = self.publisher.take() {
             if let Some(socket) = p.socket.close() {
+                self.ready.deregister(&socket);
                 // Records published just before the stop get the linger to leave.
                 let _ = socket.set_linger(CLOSE_LINGER_MS);
             }
