@@ -10,6 +10,8 @@
 //! rid = "node-a"                       # stable node id (required)
 //! security_identity = "svc-a"          # optional; defaults to the rid
 //! memberships = [{ role = "server", channel = "orders" }]
+//! max_frame_size = 16777216            # largest frame a peer may send (default 16 MiB)
+//! max_unadmitted = 256                 # unadmitted connections per bound endpoint
 //!
 //! [route_mesh]                          # accept RouteMesh peers on these endpoints
 //! application = "tcp://127.0.0.1:7101"
@@ -93,10 +95,39 @@ pub struct NodeConfig {
     /// unknown-outcome ones; entries in flight never are. Default 1000.
     #[serde(default = "default_operations_keep")]
     pub operations_keep: usize,
+    /// The largest frame a peer may send, in bytes (libzmq `ZMQ_MAXMSGSIZE` on every
+    /// socket): libzmq checks a frame's length before it reads the frame, and closes the
+    /// connection of a peer that announces a longer one, so no byte of it is stored. Only
+    /// that connection is closed. Default [`DEFAULT_MAX_FRAME_SIZE`] (16 MiB); at least
+    /// [`MIN_MAX_FRAME_SIZE`] so that every valid handshake record fits.
+    #[serde(default = "default_max_frame_size")]
+    pub max_frame_size: u64,
+    /// Connections each bound endpoint (RouteMesh lanes, ClientServer server) holds that
+    /// were not admitted (no WELCOME sent on them, or refused): at this many, a new
+    /// connection is refused in its transport handshake until one of them goes. Default
+    /// [`DEFAULT_MAX_UNADMITTED`].
+    #[serde(default = "default_max_unadmitted")]
+    pub max_unadmitted: usize,
     /// Automatic mode (MISSION D1): publish this node's descriptor to a store and derive
     /// links from the other nodes' descriptors. Absent: manual mode only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub discovery: Option<DiscoveryConfig>,
+}
+
+/// Default of [`NodeConfig::max_frame_size`]: 16 MiB.
+pub const DEFAULT_MAX_FRAME_SIZE: u64 = 16 << 20;
+/// Smallest [`NodeConfig::max_frame_size`]: 1 MiB, above the longest valid HELLO (1 024
+/// memberships of 255-byte channel names, about 265 KB).
+pub const MIN_MAX_FRAME_SIZE: u64 = 1 << 20;
+/// Default of [`NodeConfig::max_unadmitted`].
+pub const DEFAULT_MAX_UNADMITTED: usize = 256;
+
+fn default_max_frame_size() -> u64 {
+    DEFAULT_MAX_FRAME_SIZE
+}
+
+fn default_max_unadmitted() -> usize {
+    DEFAULT_MAX_UNADMITTED
 }
 
 /// Automatic discovery through a descriptor store (MISSION D1, D2; see
@@ -191,6 +222,8 @@ impl Default for NodeConfig {
             subscriptions: Vec::new(),
             delivery_high_water: default_high_water(),
             operations_keep: default_operations_keep(),
+            max_frame_size: DEFAULT_MAX_FRAME_SIZE,
+            max_unadmitted: DEFAULT_MAX_UNADMITTED,
             discovery: None,
         }
     }
@@ -312,6 +345,15 @@ impl NodeConfig {
         }
         if self.delivery_high_water == 0 {
             return bad("delivery_high_water must be at least 1".into());
+        }
+        if self.max_frame_size < MIN_MAX_FRAME_SIZE || self.max_frame_size > i64::MAX as u64 {
+            return bad(format!(
+                "max_frame_size must be at least {MIN_MAX_FRAME_SIZE} bytes, got {}",
+                self.max_frame_size
+            ));
+        }
+        if self.max_unadmitted == 0 {
+            return bad("max_unadmitted must be at least 1".into());
         }
         if self
             .security_identity

@@ -172,6 +172,8 @@ fn every_key() -> NodeConfig {
         }],
         delivery_high_water: 1,
         operations_keep: 1,
+        max_frame_size: 1 << 20,
+        max_unadmitted: 1,
         discovery: Some(zmesh::config::DiscoveryConfig::new("sqlite:///tmp/x.db")),
     }
 }
@@ -271,6 +273,8 @@ fn readme_configuration_defaults_hold() {
     assert!(c.memberships.is_empty());
     assert_eq!(c.delivery_high_water, 65_536);
     assert_eq!(c.operations_keep, 1000);
+    assert_eq!(c.max_frame_size, 16 << 20);
+    assert_eq!(c.max_unadmitted, 256);
     assert!(c.route_mesh.is_none() && c.server.is_none() && c.publisher.is_none());
     assert_eq!(c.peers[0].generation, None);
     assert_eq!(c.peers[0].security_identity, None);

@@ -762,7 +762,7 @@ impl Wire {
 
     fn send(&mut self, now: Instant, frame: Frame) {
         self.sent += 1;
-        let dropped = self.drop_every != 0 && self.sent % self.drop_every == 0;
+        let dropped = self.drop_every != 0 && self.sent.is_multiple_of(self.drop_every);
         let partitioned = self.partitions.iter().any(|&(a, b)| a <= now && now < b);
         if dropped || partitioned {
             self.lost += 1;

@@ -456,7 +456,7 @@ impl Sim {
     /// staging queue becoming full.
     fn is_roomy(&self, socket: SharedSocketId) -> bool {
         self.live.iter().all(|u| {
-            self.unit(*u).map_or(true, |st| {
+            self.unit(*u).is_none_or(|st| {
                 st.socket != Some(socket)
                     || (st.held + 1 < STAGING_RECORD_BOUND
                         && st.held_bytes + self.max_len < self.caps.bytes())
@@ -537,7 +537,7 @@ impl Sim {
         let new_turn = self
             .turn
             .as_ref()
-            .map_or(true, |t| t.entry != entry || t.rotation != rotation);
+            .is_none_or(|t| t.entry != entry || t.rotation != rotation);
         if !new_turn {
             return;
         }

@@ -389,7 +389,7 @@ proptest! {
     fn beacon_is_exact(payload in prop::collection::vec(any::<u8>(), 0..6), extra in 0usize..3) {
         // L4/L5: on the exact reserved topic, only the exact beacon is accepted.
         let mut frames = vec![BEACON_TOPIC.to_vec(), payload.clone()];
-        frames.extend(std::iter::repeat(Vec::new()).take(extra));
+        frames.extend(std::iter::repeat_n(Vec::new(), extra));
         let result = FanoutMessage::decode(&frames);
         if payload == BEACON_PAYLOAD && extra == 0 {
             prop_assert_eq!(result, Ok(FanoutMessage::Beacon));

@@ -15,6 +15,7 @@ pub mod handshake;
 pub mod liveness;
 pub mod ops;
 pub mod sched;
+pub mod security;
 pub mod state;
 pub mod wire;
 

@@ -27,6 +27,7 @@ mod node;
 pub mod operations;
 mod outbound;
 mod records;
+pub mod security;
 pub mod service;
 pub mod snapshot;
 pub mod socket;

@@ -73,6 +73,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::calls::{Handler, HandlerFuture, ItemSink, Request, ServeError};
+use super::security::{AuthRequest, Authorizer, Denied};
 use crate::proto::calls::CallShape;
 use crate::proto::contract::{self, MethodContract, ServiceContract, Shape};
 pub use crate::proto::contract::{ContractError, ExecutionKind, NodeContract, Semantics};
@@ -205,6 +206,7 @@ pub struct Service {
     execution: Option<Execution>,
     mailbox: usize,
     methods: Vec<(Method, MethodHandler)>,
+    authorizer: Option<Authorizer>,
 }
 
 impl std::fmt::Debug for Service {
@@ -232,7 +234,45 @@ impl Service {
             execution: None,
             mailbox: contract::DEFAULT_MAILBOX,
             methods: Vec::new(),
+            authorizer: None,
         }
+    }
+
+    /// Asks `authorizer` about every call of this channel before it is accepted (issue 11,
+    /// MISSION K6; see [`crate::runtime::security`]): `Err(Denied::Unauthorized(..))` or
+    /// `Err(Denied::Forbidden(..))` answers the caller with that code, and the call does not
+    /// run. Each call of a BATCH is asked about on its own. Without one, every caller that
+    /// reaches the channel may call it.
+    ///
+    /// ```
+    /// use zmesh::runtime::calls::{encode, Request};
+    /// use zmesh::runtime::security::Denied;
+    /// use zmesh::runtime::service::{Method, Service};
+    ///
+    /// let pump = Service::new("pump")
+    ///     .method(Method::query("pressure"), |_r: Request| async move { encode(&1.2f64) })
+    ///     .method(Method::non_repeatable_command("dispense"), |_r: Request| async move {
+    ///         encode("dispensed")
+    ///     })
+    ///     .authorize(|call| {
+    ///         if call.method == "pressure" {
+    ///             Ok(()) // anyone may read
+    ///         } else if !call.caller.verified {
+    ///             Err(Denied::unauthorized("commands need an authenticated caller"))
+    ///         } else if call.caller.rid != "operator" {
+    ///             Err(Denied::forbidden("only the operator dispenses"))
+    ///         } else {
+    ///             Ok(())
+    ///         }
+    ///     });
+    /// # let _ = pump;
+    /// ```
+    pub fn authorize<F>(mut self, authorizer: F) -> Service
+    where
+        F: Fn(&AuthRequest<'_>) -> Result<(), Denied> + Send + Sync + 'static,
+    {
+        self.authorizer = Some(Arc::new(authorizer));
+        self
     }
 
     /// The service's own contract version (free text, reported by `describe`).
@@ -320,6 +360,7 @@ impl Service {
                 contract: Arc::new(contract),
                 key,
                 any_method: None,
+                authorizer: self.authorizer,
             },
             ServiceHandlers { handlers },
         ))
@@ -335,6 +376,8 @@ pub(crate) struct ServedService {
     /// A channel served with one handler for every method ([`crate::runtime::Node::serve`]):
     /// any method name is accepted, undeclared and parallel, with this shape.
     pub any_method: Option<CallShape>,
+    /// Asked about every call before it is accepted ([`Service::authorize`]).
+    pub authorizer: Option<Authorizer>,
 }
 
 /// How the I/O thread treats one call of a served channel.

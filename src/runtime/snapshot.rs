@@ -7,6 +7,7 @@
 use serde::Serialize;
 
 use crate::proto::discovery::{Descriptor, LeaseStatus};
+use crate::proto::security::InputRefusal;
 use crate::proto::state::{ConnState, FailureReason};
 
 /// Most links a snapshot lists; the rest are counted in [`Snapshot::omitted`].
@@ -30,6 +31,10 @@ pub struct Snapshot {
     pub links: Vec<LinkSnapshot>,
     /// Links left out because of the limit.
     pub omitted: usize,
+    /// The last refusals of connections that were never admitted on this node's bound
+    /// endpoints (garbage, a first record that is not a HELLO, a failed transport
+    /// handshake, the unadmitted-connection cap, security), oldest first, at most 64.
+    pub recent_refusals: Vec<RefusalSnapshot>,
     /// libzmq contexts holding this node's link sockets (each runs two libzmq threads). Follows the number of open sockets, not
     /// the number ever opened: a node that redials often does not accumulate contexts.
     pub zmq_contexts: usize,
@@ -75,6 +80,21 @@ pub struct LinkSnapshot {
     pub ready_count: u64,
     /// Times this link failed.
     pub failure_count: u64,
+}
+
+/// One refusal of a connection that was never admitted (issue 11). It names the local
+/// endpoint, never the peer (the peer is not known: it was not admitted).
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct RefusalSnapshot {
+    /// The local bound endpoint the connection arrived on.
+    pub endpoint: String,
+    /// Why (the label of `zmesh_input_refused_total`).
+    pub reason: InputRefusal,
+    /// Detail for humans.
+    pub detail: String,
+    /// Milliseconds since it happened (monotonic).
+    pub age_ms: u64,
 }
 
 /// The last failure of a link.
@@ -132,6 +152,15 @@ impl Snapshot {
         }
         if self.omitted > 0 {
             out.push_str(&format!("... {} more links omitted\n", self.omitted));
+        }
+        if !self.recent_refusals.is_empty() {
+            out.push_str("recent refusals of unadmitted connections:\n");
+            for r in &self.recent_refusals {
+                out.push_str(&format!(
+                    "  {} {} ({} ms ago) {}\n",
+                    r.endpoint, r.reason, r.age_ms, r.detail
+                ));
+            }
         }
         if let Some(d) = &self.discovery {
             out.push_str(&format!(

@@ -23,6 +23,17 @@
 //!   monitored socket's room is given back when its monitor is dropped, so a node that redials
 //!   often keeps reusing the contexts it has instead of opening new ones (each context runs
 //!   two libzmq threads), and a context left without sockets is let go (see [`Sockets`]).
+//! - `MAXMSGSIZE` = the node's `max_frame_size` on every socket (issue 11): libzmq reads a
+//!   frame's length before the frame and closes the connection of a peer that announces a
+//!   longer one, so an oversize frame costs no memory. libzmq reports that close only as a
+//!   disconnect, without a reason.
+//! - `HANDSHAKE_IVL` = [`HANDSHAKE_IVL_MS`] on every socket: a connection whose transport
+//!   handshake (ZMTP greeting, security mechanism, ZAP) has not completed by then is closed by
+//!   libzmq, on the accepting side too.
+//! - Bound ROUTERs ([`Sockets::bound`]) live in the context of the node's ZAP handler
+//!   ([`Sockets::zap_handler`]) and carry a ZAP domain, so every connection they accept is
+//!   put to the I/O thread before it may carry a record (the unadmitted-connection cap, the
+//!   CURVE allow-list).
 
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -44,6 +55,11 @@ pub const CLOSE_LINGER_MS: i32 = 200;
 /// Sockets placed in one libzmq context before a new context is opened (libzmq's default
 /// maximum is 1023; monitors count too: a monitored socket is three sockets of its context).
 pub const SOCKETS_PER_CONTEXT: usize = 900;
+/// libzmq's transport handshake deadline on every socket (ms): the 15 s of the dialler's
+/// `HANDSHAKE_TIMEOUT`, so a connection that never completes ZMTP is closed on both sides.
+pub const HANDSHAKE_IVL_MS: i32 = 15_000;
+/// The endpoint libzmq sends ZAP requests to, in the context of the socket being connected.
+pub const ZAP_ENDPOINT: &str = "inproc://zeromq.zap.01";
 
 /// Why a send did not happen. Either way nothing was queued.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -187,7 +203,15 @@ pub enum MonitorEvent {
     /// is free) and stopped its monitor: the last event a monitor reports. Only monitors of
     /// [`Sockets::dialled`] sockets report it.
     Stopped,
-    /// Anything else (connected, delayed, listening, accepted ...): informational.
+    /// A bound socket accepted a connection (its transport handshake starts).
+    Accepted,
+    /// The transport handshake failed: not ZMTP, a mechanism mismatch, libzmq's handshake
+    /// deadline (a `Disconnected` follows).
+    HandshakeFailed,
+    /// The security handshake failed: the ZAP handler refused the client, or the server
+    /// refused this client's key (a `Disconnected` follows).
+    AuthFailed,
+    /// Anything else (connected, delayed, listening ...): informational.
     Other(u16),
 }
 
@@ -195,24 +219,35 @@ impl MonitorEvent {
     /// Decodes a libzmq monitor message (frame 0: u16 event + u32 value in native byte order;
     /// frame 1: the endpoint). Malformed monitor messages are `None`.
     pub fn decode<F: AsRef<[u8]>>(frames: &[F]) -> Option<MonitorEvent> {
-        let head = frames.first()?;
-        let raw: [u8; 2] = head.as_ref().get(0..2)?.try_into().ok()?;
+        MonitorEvent::decode_with_value(frames).map(|(ev, _)| ev)
+    }
+
+    /// As [`MonitorEvent::decode`], with the event's value: the connection's file descriptor
+    /// for `Accepted` and `Disconnected` (libzmq's only handle on one connection of a bound
+    /// socket), an error code for handshake failures.
+    pub fn decode_with_value<F: AsRef<[u8]>>(frames: &[F]) -> Option<(MonitorEvent, u32)> {
+        let head = frames.first()?.as_ref();
+        let raw: [u8; 2] = head.get(0..2)?.try_into().ok()?;
+        let value: [u8; 4] = head.get(2..6)?.try_into().ok()?;
         let ev = u16::from_ne_bytes(raw);
         use zmq::SocketEvent as E;
-        Some(match ev {
+        let event = match ev {
             x if x == E::HANDSHAKE_SUCCEEDED.to_raw() => MonitorEvent::HandshakeSucceeded,
-            x if x == E::DISCONNECTED.to_raw()
-                || x == E::CLOSED.to_raw()
-                || x == E::HANDSHAKE_FAILED_NO_DETAIL.to_raw()
-                || x == E::HANDSHAKE_FAILED_PROTOCOL.to_raw()
-                || x == E::HANDSHAKE_FAILED_AUTH.to_raw() =>
-            {
+            x if x == E::DISCONNECTED.to_raw() || x == E::CLOSED.to_raw() => {
                 MonitorEvent::Disconnected
             }
+            x if x == E::HANDSHAKE_FAILED_NO_DETAIL.to_raw()
+                || x == E::HANDSHAKE_FAILED_PROTOCOL.to_raw() =>
+            {
+                MonitorEvent::HandshakeFailed
+            }
+            x if x == E::HANDSHAKE_FAILED_AUTH.to_raw() => MonitorEvent::AuthFailed,
+            x if x == E::ACCEPTED.to_raw() => MonitorEvent::Accepted,
             x if x == E::CONNECT_RETRIED.to_raw() => MonitorEvent::ConnectFailed,
             x if x == E::MONITOR_STOPPED.to_raw() => MonitorEvent::Stopped,
             other => MonitorEvent::Other(other),
-        })
+        };
+        Some((event, u32::from_ne_bytes(value)))
     }
 }
 
@@ -317,6 +352,10 @@ pub struct Sockets {
     contexts: Vec<Room>,
     monitor_seq: AtomicU64,
     tag: u64,
+    /// `MAXMSGSIZE` of every socket made from now on (-1: no limit).
+    max_frame_size: i64,
+    /// The context of the ZAP handler, where bound sockets are made.
+    zap: Option<Room>,
 }
 
 impl Sockets {
@@ -326,7 +365,52 @@ impl Sockets {
             contexts: Vec::new(),
             monitor_seq: AtomicU64::new(0),
             tag,
+            max_frame_size: -1,
+            zap: None,
         }
+    }
+
+    /// Sets `MAXMSGSIZE` (bytes) of every socket made from now on; `None` for no limit.
+    pub fn set_max_frame_size(&mut self, max: Option<u64>) {
+        self.max_frame_size = max.map_or(-1, |m| i64::try_from(m).unwrap_or(i64::MAX));
+    }
+
+    /// The node's ZAP handler: a ROUTER bound to [`ZAP_ENDPOINT`] in a context of its own,
+    /// where [`Sockets::bound`] makes the bound sockets (libzmq asks the ZAP handler of the
+    /// socket's own context). Made once; the caller answers its requests
+    /// ([`crate::proto::security::ZapRequest`]). Its room is not given back.
+    pub fn zap_handler(&mut self) -> Result<zmq::Socket, zmq::Error> {
+        if self.zap.is_some() {
+            return Err(zmq::Error::EADDRINUSE);
+        }
+        let room = Room {
+            ctx: zmq::Context::new(),
+            used: Arc::new(AtomicUsize::new(1)),
+        };
+        let s = room.ctx.socket(zmq::ROUTER)?;
+        s.set_linger(0)?;
+        s.bind(ZAP_ENDPOINT)?;
+        self.zap = Some(room);
+        Ok(s)
+    }
+
+    /// A monitored ROUTER (or other `kind`) to bind, in the ZAP handler's context, whose
+    /// monitor also reports accepted connections, with ZAP domain `domain`: every connection
+    /// it accepts is put to the ZAP handler. Without a ZAP handler, as [`Sockets::monitored`].
+    pub fn bound(&mut self, kind: zmq::SocketType, domain: &str) -> Result<Monitored, zmq::Error> {
+        let events = monitored_events() | zmq::SocketEvent::ACCEPTED.to_raw();
+        let Some(zap) = &self.zap else {
+            return self.monitored_with(kind, events);
+        };
+        zap.used.fetch_add(3, Ordering::Relaxed);
+        let lease = Lease {
+            used: zap.used.clone(),
+            n: 3,
+        };
+        let ctx = zap.ctx.clone();
+        let m = self.monitored_in(&ctx, lease, kind, events)?;
+        m.socket.set_zap_domain(domain)?;
+        Ok(m)
     }
 
     /// libzmq contexts this factory holds (each runs two libzmq threads).
@@ -375,7 +459,7 @@ impl Sockets {
     ) -> Result<(zmq::Socket, zmq::Context), zmq::Error> {
         let (_, ctx, lease) = self.context(1);
         let s = ctx.socket(kind)?;
-        apply_common(&s, kind)?;
+        apply_common(&s, kind, self.max_frame_size)?;
         std::mem::forget(lease);
         Ok((s, ctx))
     }
@@ -452,7 +536,7 @@ impl Sockets {
         events: u16,
     ) -> Result<Monitored, zmq::Error> {
         let socket = ctx.socket(kind)?;
-        apply_common(&socket, kind)?;
+        apply_common(&socket, kind, self.max_frame_size)?;
         let n = self.monitor_seq.fetch_add(1, Ordering::Relaxed);
         let ep = format!("inproc://zmesh-mon-{}-{}", self.tag, n);
         // Our PAIR connects first (libzmq completes an inproc connect at the bind), so that
@@ -484,7 +568,13 @@ fn monitored_events() -> u16 {
         | zmq::SocketEvent::HANDSHAKE_FAILED_AUTH.to_raw()
 }
 
-fn apply_common(s: &zmq::Socket, kind: zmq::SocketType) -> Result<(), zmq::Error> {
+fn apply_common(
+    s: &zmq::Socket,
+    kind: zmq::SocketType,
+    max_frame_size: i64,
+) -> Result<(), zmq::Error> {
+    s.set_maxmsgsize(max_frame_size)?;
+    s.set_handshake_ivl(HANDSHAKE_IVL_MS)?;
     s.set_sndhwm(HWM)?;
     s.set_rcvhwm(HWM)?;
     s.set_linger(0)?;

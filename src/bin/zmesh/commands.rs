@@ -278,7 +278,7 @@ pub(crate) fn print_ops(
 ) -> Result<()> {
     let ops: Vec<&serde_json::Value> = ops
         .iter()
-        .filter(|o| status.map_or(true, |s| o["status"] == s))
+        .filter(|o| status.is_none_or(|s| o["status"] == s))
         .collect();
     if as_json {
         println!("{}", serde_json::to_string_pretty(&ops)?);

@@ -173,6 +173,14 @@ enum Cmd {
         #[arg(long)]
         seconds: Option<u64>,
     },
+    /// Make a CURVE key pair (issue 11): writes the key file (public and secret key, Z85;
+    /// readable by its owner only; never overwrites) and prints the public key, which peers
+    /// configure to expect of this node.
+    Keygen {
+        /// Where to write the key file.
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// List the nodes in a discovery store (automatic mode, MISSION D1): every live
     /// descriptor with its generation, endpoints, memberships and lease age.
     Peers {
@@ -331,6 +339,12 @@ fn main() -> Result<()> {
                     Serving::default(),
                 )
                 .await
+            }
+            Cmd::Keygen { out } => {
+                let pair = zmesh::runtime::security::KeyPair::generate()?;
+                pair.write_new(&out)?;
+                println!("{}", pair.public);
+                Ok(())
             }
             Cmd::Status { control, json } => status(&control, json),
             Cmd::Peers { store, json } => peers::run(&store, json).await,
@@ -565,6 +579,8 @@ fn serve_control(node: Node, endpoint: String) -> Result<()> {
     let ctx = zmq::Context::new();
     let rep = ctx.socket(zmq::REP)?;
     rep.set_linger(0)?;
+    // A control question is a word: nobody sends more than 64 KiB to it (issue 11).
+    rep.set_maxmsgsize(64 << 10)?;
     rep.bind(&endpoint)
         .with_context(|| format!("binding control endpoint {endpoint}"))?;
     let handle = tokio::runtime::Handle::current();

@@ -186,7 +186,7 @@ impl LeaseKeeper {
     /// answer is handed back.
     #[must_use]
     pub fn poll_op(&mut self, now: Instant) -> Option<StoreOp> {
-        if self.in_flight.is_some() || !self.next_at.is_some_and(|t| now >= t) {
+        if self.in_flight.is_some() || self.next_at.is_none_or(|t| now < t) {
             return None;
         }
         let op = match self.status {

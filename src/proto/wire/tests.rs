@@ -691,14 +691,14 @@ fn rejects_bad_utf8() {
 fn rejects_string_length_out_of_range() {
     assert_invalid(&[h("5a4d0106 0000"), vec![]], Kind::Message, "channel");
     let mut long = h("5a4d0106 0100");
-    long.extend(std::iter::repeat(b'a').take(256));
+    long.extend(std::iter::repeat_n(b'a', 256));
     assert_invalid(&[long, vec![]], Kind::Message, "channel");
     let mut detail = h("5a4d0103 08 0401");
-    detail.extend(std::iter::repeat(b'a').take(1025));
+    detail.extend(std::iter::repeat_n(b'a', 1025));
     assert_invalid(&[detail], Kind::Reject, "detail");
     // 1024 bytes of detail is the maximum and fine.
     let mut detail = h("5a4d0103 08 0400");
-    detail.extend(std::iter::repeat(b'a').take(1024));
+    detail.extend(std::iter::repeat_n(b'a', 1024));
     assert!(decode(&[detail]).is_ok());
     // Empty method.
     let frames = [

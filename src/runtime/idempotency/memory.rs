@@ -43,7 +43,7 @@ struct Entry {
 
 impl Entry {
     fn is_live(&self, now: Instant) -> bool {
-        self.expires.map_or(true, |at| now < at)
+        self.expires.is_none_or(|at| now < at)
     }
 }
 

@@ -416,7 +416,7 @@ fn now_ms() -> i64 {
 /// 1 ms rather than not at all), saturated into i64.
 fn retention_ms(retention: Duration) -> i64 {
     let whole = retention.as_millis();
-    let ms = if retention.subsec_nanos() % 1_000_000 == 0 {
+    let ms = if retention.subsec_nanos().is_multiple_of(1_000_000) {
         whole
     } else {
         whole.saturating_add(1)

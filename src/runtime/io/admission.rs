@@ -16,6 +16,7 @@ use super::slots::Unit;
 use super::{Host, IoThread, LinkKey, LiveOwner, SlotKey};
 use crate::proto::handshake::{self, Expectation, Identity, Refusal};
 use crate::proto::sched::Source as SchedSource;
+use crate::proto::security::InputRefusal;
 use crate::proto::state::{ConnState, FailureReason};
 use crate::proto::wire::WireError;
 use crate::runtime::event::Source;
@@ -101,6 +102,8 @@ impl IoThread {
                 // exchange of refusals between two peers that both answer.
                 if !matches!(rec, Rec::Reject { .. } | Rec::Close(_)) {
                     let detail = format!("{} before HELLO", rec.kind_name());
+                    let why = InputRefusal::UnexpectedRecord;
+                    self.record_refusal(slot, why, detail.clone(), now);
                     reject(self, RejectReason::Protocol, &detail);
                 }
                 return;
@@ -111,7 +114,9 @@ impl IoThread {
                     WireError::UnsupportedVersion { .. } => RejectReason::UnsupportedVersion,
                     _ => RejectReason::Protocol,
                 };
-                reject(self, reason, &format!("malformed record before HELLO: {e}"));
+                let detail = format!("malformed record before HELLO: {e}");
+                self.record_refusal(slot, InputRefusal::Malformed, detail.clone(), now);
+                reject(self, reason, &detail);
                 return;
             }
         };
@@ -144,6 +149,10 @@ impl IoThread {
             return;
         }
         if let Err(r) = admit_on(lane, &self.me, &expect, &hello.identity) {
+            if r == Refusal::SecurityFailure {
+                let detail = format!("HELLO of {:?}: {r}", hello.identity.rid);
+                self.record_refusal(slot, InputRefusal::SecurityFailure, detail, now);
+            }
             reject(self, records::reject_reason(r), &r.to_string());
             return;
         }
@@ -217,6 +226,7 @@ impl IoThread {
             last_peer_probe: None,
             outq: None,
             held: Vec::new(),
+            verified_key: None,
         });
         if self.links[k].state.state() != ConnState::Connecting {
             note(self.links[k].state.handle_connecting(now));

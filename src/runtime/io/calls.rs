@@ -229,19 +229,17 @@ impl IoThread {
         };
         match &l.kind {
             LinkKind::MeshDial { peer, .. } => {
-                self.cfg.peers.get(*peer).map_or(true, |p| p.batch_calls)
+                self.cfg.peers.get(*peer).is_none_or(|p| p.batch_calls)
             }
-            LinkKind::ClientDial { server } => self
-                .cfg
-                .servers
-                .get(*server)
-                .map_or(true, |s| s.batch_calls),
+            LinkKind::ClientDial { server } => {
+                self.cfg.servers.get(*server).is_none_or(|s| s.batch_calls)
+            }
             LinkKind::Inbound { rid, .. } => self
                 .cfg
                 .peers
                 .iter()
                 .find(|p| &p.rid == rid)
-                .map_or(true, |p| p.batch_calls),
+                .is_none_or(|p| p.batch_calls),
         }
     }
 

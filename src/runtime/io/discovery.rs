@@ -276,11 +276,11 @@ impl IoThread {
             let inbound = matches!(self.links[k].kind, LinkKind::Inbound { .. });
             let conn = self.links[k].conn.as_ref().map(|c| {
                 let same_run = c.peer.as_ref().is_some_and(|p| {
-                    fence.generation.map_or(true, |g| g == p.generation)
+                    fence.generation.is_none_or(|g| g == p.generation)
                         && fence
                             .security_identity
                             .as_ref()
-                            .map_or(true, |s| *s == p.security_identity)
+                            .is_none_or(|s| *s == p.security_identity)
                 });
                 (c.ready, same_run)
             });

@@ -17,6 +17,7 @@ use super::{
 };
 use crate::proto::handshake::Identity;
 use crate::proto::liveness::{self};
+use crate::proto::security::PublicKey;
 use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
 use crate::proto::ConnId;
 use crate::runtime::event::{Delivery, Source};
@@ -58,6 +59,9 @@ pub(super) struct Conn {
     pub(super) outq: Option<Arc<SendQueue>>,
     /// PROBEs and ACKs a full pipe refused, sent before anything else once it has room.
     pub(super) held: Vec<Vec<Vec<u8>>>,
+    /// The peer's CURVE public key, verified by the transport (issue 11); `None` without
+    /// CURVE, where the peer's security identity is only what its handshake claimed.
+    pub(super) verified_key: Option<PublicKey>,
 }
 
 pub(super) struct Link {
@@ -235,6 +239,7 @@ impl IoThread {
             last_peer_probe: None,
             outq: None,
             held: Vec::new(),
+            verified_key: None,
         });
         note(l.state.handle_connecting(now));
         let name = self.link_name(k);
@@ -408,19 +413,43 @@ impl IoThread {
         if let Some(Some(s)) = self.slots.get(slot) {
             if let Some(m) = &s.monitor {
                 while let Ok(Some(frames)) = m.try_recv_frames() {
-                    if let Some(ev) = MonitorEvent::decode(&frames) {
+                    if let Some(ev) = MonitorEvent::decode_with_value(&frames) {
                         events.push(ev);
                     }
                 }
                 self.ready.touch(Watch::Monitor(slot));
             }
         }
-        for ev in events {
+        for (ev, value) in events {
+            let Some(Some(s)) = self.slots.get(slot) else {
+                return;
+            };
+            if let SlotRole::Bound(_) = s.role {
+                self.gate_monitor_event(slot, ev, value, now);
+            }
             let Some(Some(s)) = self.slots.get(slot) else {
                 return;
             };
             match (s.role, ev) {
                 (SlotRole::Dialled(k), MonitorEvent::HandshakeSucceeded) => self.send_hello(k),
+                // The peer refused this connection in its transport handshake (its ZAP
+                // handler): libzmq will not retry it; the link dials again after its backoff.
+                (SlotRole::Dialled(k), MonitorEvent::AuthFailed) => {
+                    let (reason, detail) = if value == 400 {
+                        (
+                            FailureReason::SecurityFailure,
+                            "the peer refused this node's credentials (ZAP 400)".to_owned(),
+                        )
+                    } else {
+                        (
+                            FailureReason::TransportError,
+                            format!(
+                                "the peer refused the connection in its handshake (ZAP {value})"
+                            ),
+                        )
+                    };
+                    self.fail_link(k, reason, &detail, now);
+                }
                 (SlotRole::Dialled(k), MonitorEvent::Disconnected) => {
                     // Records that arrived before the disconnect come first: an orderly CLOSE
                     // explains the disconnect better than the disconnect itself.

@@ -35,6 +35,7 @@
 //! - [`slots`]: sockets in slots, the epoll set, the send and receive primitives;
 //! - [`links`]: links, dialling, failing and closing connections, monitor events, sweeps;
 //! - [`admission`]: HELLO, admission or REJECT, WELCOME, duplicate resolution, ready;
+//! - [`gate`]: the bound sockets' ZAP handler, the unadmitted-connection cap, refusals;
 //! - [`receive`]: the fair receive rotation, routing records, the paused-queue backlog;
 //! - [`fanout`]: the publisher's beacons and one SUB socket per publisher;
 //! - [`timers`]: the next deadline and what runs when deadlines come due;
@@ -52,6 +53,7 @@ mod calls;
 mod commands;
 mod discovery;
 mod fanout;
+mod gate;
 mod links;
 mod outbound;
 mod ready;
@@ -236,6 +238,8 @@ pub(crate) struct IoThread {
     inbound: IdMap<SlotKey, HashMap<Vec<u8>, LinkKey>>,
     /// Unadmitted connections of the bound sockets that were sent a REJECT: ignored since.
     refused: admission::Refused,
+    /// The bound sockets' ZAP handler, their open connections and recent refusals.
+    gate: gate::Gate,
     subs: Vec<Sub>,
     publisher: Option<Publisher>,
     /// Automatic mode: links added by discovery and the descriptors' fences.
@@ -271,7 +275,16 @@ impl IoThread {
         ops: Arc<OpsShared>,
     ) -> Result<(IoThread, Shared), NodeError> {
         let now = Instant::now();
-        let sockets = Sockets::new(generation);
+        let mut sockets = Sockets::new(generation);
+        sockets.set_max_frame_size(Some(cfg.max_frame_size));
+        let mut gate = gate::Gate::default();
+        if cfg.route_mesh.is_some() || cfg.server.is_some() {
+            let zap = sockets.zap_handler().map_err(|source| NodeError::Bind {
+                endpoint: crate::runtime::socket::ZAP_ENDPOINT.to_owned(),
+                source,
+            })?;
+            gate.set_handler(zap);
+        }
         let ready = Readiness::new().map_err(NodeError::Poller)?;
         let wake = Arc::new(WakeUp::new(ready.waker().map_err(NodeError::Poller)?));
         let table = Arc::new(LinkTable::default());
@@ -320,6 +333,7 @@ impl IoThread {
             links: Vec::new(),
             inbound: IdMap::default(),
             refused: admission::Refused::default(),
+            gate,
             subs: Vec::new(),
             publisher: None,
             discovered: discovery::Discovered::default(),
@@ -336,6 +350,11 @@ impl IoThread {
             host: Host::Running,
             shutdown_reply: None,
         };
+        if let Some(zap) = io.gate.handler() {
+            io.ready
+                .register(zap, Watch::Zap)
+                .map_err(NodeError::Poller)?;
+        }
         if let Some(rm) = &cfg.route_mesh {
             io.bind(
                 zmq::ROUTER,
@@ -450,6 +469,9 @@ impl IoThread {
                 self.drain_monitor(slot, now);
             }
             self.read_subscriptions();
+            if std::mem::take(&mut self.gate.zap_ready) {
+                self.handle_zap(now);
+            }
             // Commands before records: a command the application gave before it saw some
             // effect (e.g. a service registered before the peer was seen ready) is in force
             // before any record read after that effect.
@@ -481,6 +503,11 @@ impl IoThread {
                 match w {
                     Watch::Wake => self.wake_ready = true,
                     Watch::Publisher => self.subscriptions_waiting(),
+                    Watch::Zap => {
+                        if self.gate.handler().is_some_and(ready::has_input) {
+                            self.gate.zap_ready = true;
+                        }
+                    }
                     Watch::Socket(k) => {
                         let input = match self.slots.get(k) {
                             Some(Some(s)) => ready::has_input(&s.socket),
@@ -525,6 +552,7 @@ impl IoThread {
     /// read, a monitor event, a wake-up.
     pub(super) fn has_input(&self) -> bool {
         self.wake_ready
+            || self.gate.zap_ready
             || !self.monitors_ready.is_empty()
             || self.has_readable()
             || self.publisher.as_ref().is_some_and(|p| p.subscriptions)

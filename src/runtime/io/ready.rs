@@ -52,6 +52,8 @@ pub(super) enum Watch {
     Closing(usize),
     /// The node's publisher (XPUB) socket: subscriptions arrived (beacon on join).
     Publisher,
+    /// The node's ZAP handler (issue 11).
+    Zap,
 }
 
 impl Watch {
@@ -59,6 +61,7 @@ impl Watch {
         Token(match self {
             Watch::Wake => 0,
             Watch::Publisher => 1 << 2,
+            Watch::Zap => 2 << 2,
             Watch::Socket(i) => (i << 2) | 1,
             Watch::Monitor(i) => (i << 2) | 2,
             Watch::Closing(i) => (i << 2) | 3,
@@ -72,6 +75,7 @@ impl Watch {
             2 => Watch::Monitor(i),
             3 => Watch::Closing(i),
             _ if i == 1 => Watch::Publisher,
+            _ if i == 2 => Watch::Zap,
             _ => Watch::Wake,
         }
     }

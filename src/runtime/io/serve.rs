@@ -13,8 +13,9 @@
 //!    connection); no route, no answer (the caller fails the call with its lanes).
 //! 2. Refusals without ACCEPT (did not run): `ClassNotFound` (nothing serves the channel),
 //!    `MethodNotFound`, `IncompatibleVersion` (the method is more dangerous to repeat than the
-//!    caller's pin), the key function's error (keyed execution), `Unavailable` (stopping),
-//!    `Busy` (its queue's mailbox is full).
+//!    caller's pin), `Unauthorized` / `Forbidden` (the channel's authorizer, issue 11), the
+//!    key function's error (keyed execution), `Unavailable` (stopping), `Busy` (its queue's
+//!    mailbox is full).
 //! 3. ACCEPT, then: run now, wait in its queue, or take the place of a waiting call of the
 //!    same conflating method (that one is answered `Superseded`, after its ACCEPT: did not
 //!    run).
@@ -36,6 +37,7 @@ use crate::proto::wire::{self, Lane, ReplyCode};
 use crate::runtime::calls::{Request, ServeError};
 use crate::runtime::command::{ServeDone, ServeItem, ServeJob, Served};
 use crate::runtime::records;
+use crate::runtime::security::{AuthRequest, Caller, Denied};
 use crate::runtime::service::MethodPlan;
 
 /// An execution queue: the channel, and the key under keyed execution.
@@ -65,6 +67,23 @@ impl IoThread {
         };
         let route = self.answer_route(key)?;
         Some((key, route, caller, generation))
+    }
+
+    /// Who calls on link `k`, as its connection knows it (see
+    /// [`crate::runtime::security::Caller`]).
+    pub(super) fn caller_of(&self, k: LinkKey) -> Caller {
+        let c = self.links.get(k).and_then(|l| l.conn.as_ref());
+        let peer = c.and_then(|c| c.peer.as_ref());
+        let verified = c.and_then(|c| c.verified_key);
+        Caller {
+            rid: peer.map(|p| p.rid.clone()).unwrap_or_default(),
+            security_identity: match (verified, peer) {
+                (Some(key), _) => key.to_z85(),
+                (None, Some(p)) => p.security_identity.clone(),
+                (None, None) => String::new(),
+            },
+            verified: verified.is_some(),
+        }
     }
 
     /// A BATCH arriving on link `k` (MISSION K5): an envelope, never a transaction. Each call
@@ -135,6 +154,34 @@ impl IoThread {
             );
             refuse(self, ReplyCode::IncompatibleVersion, msg);
             return;
+        }
+        // The channel's authorizer (issue 11, MISSION K6): before ACCEPT, so a refusal did
+        // not run. Each call of a BATCH comes through here on its own.
+        if let Some(authorizer) = &served.service.authorizer {
+            let who = self.caller_of(k);
+            let asked = AuthRequest {
+                caller: &who,
+                channel,
+                method,
+                semantics: plan.semantics,
+            };
+            let verdict =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| authorizer(&asked)))
+                    .unwrap_or_else(|_| Err(Denied::forbidden("the channel's authorizer failed")));
+            if let Err(denied) = verdict {
+                let (code, why) = match denied {
+                    Denied::Unauthorized(m) => (ReplyCode::Unauthorized, m),
+                    Denied::Forbidden(m) => (ReplyCode::Forbidden, m),
+                };
+                let label = if code == ReplyCode::Unauthorized {
+                    "Unauthorized"
+                } else {
+                    "Forbidden"
+                };
+                metrics::counter!("zmesh_calls_refused_total", "code" => label).increment(1);
+                refuse(self, code, format!("{channel}.{method}: {why}; not run"));
+                return;
+            }
         }
         let request = Request::new(channel.to_owned(), method.to_owned(), caller, req.payload)
             .with_identity(

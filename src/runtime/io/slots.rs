@@ -54,14 +54,26 @@ impl IoThread {
             endpoint: ep.to_owned(),
             source,
         };
-        let m = self.sockets.monitored(kind).map_err(bind_err)?;
-        let (socket, monitor) = (m.socket, Some(m.monitor));
-        if let SlotRole::Bound(lane) = role {
-            let id = match lane {
-                Lane::Application => BOUND_ID_APPLICATION,
-                Lane::Completion => BOUND_ID_COMPLETION,
-                Lane::ClientServer => BOUND_ID_SERVER,
-            };
+        let bound_id = match role {
+            SlotRole::Bound(Lane::Application) => Some(BOUND_ID_APPLICATION),
+            SlotRole::Bound(Lane::Completion) => Some(BOUND_ID_COMPLETION),
+            SlotRole::Bound(Lane::ClientServer) => Some(BOUND_ID_SERVER),
+            _ => None,
+        };
+        // A bound ROUTER's ZAP domain is its routing id: the ZAP handler knows by it which
+        // socket a connection arrives on (gate).
+        let domain = bound_id.map(|id| String::from_utf8_lossy(id).into_owned());
+        let (socket, monitor) = match (&domain, role) {
+            (Some(domain), _) => {
+                let m = self.sockets.bound(kind, domain).map_err(bind_err)?;
+                (m.socket, Some(m.monitor))
+            }
+            (None, _) => {
+                let m = self.sockets.monitored(kind).map_err(bind_err)?;
+                (m.socket, Some(m.monitor))
+            }
+        };
+        if let Some(id) = bound_id {
             socket.set_identity(id).map_err(bind_err)?;
         }
         socket.set_linger(CLOSE_LINGER_MS).map_err(bind_err)?;
@@ -71,14 +83,19 @@ impl IoThread {
             Ok(Ok(bound)) if ep.contains('*') => bound,
             _ => ep.to_owned(),
         };
-        self.add_slot(Slot {
-            socket,
-            monitor,
-            role,
-            endpoint,
-            shared: None,
-        })
-        .map_err(NodeError::Poller)
+        let slot = self
+            .add_slot(Slot {
+                socket,
+                monitor,
+                role,
+                endpoint,
+                shared: None,
+            })
+            .map_err(NodeError::Poller)?;
+        if let Some(domain) = domain {
+            self.gate.add_domain(&domain, slot);
+        }
+        Ok(slot)
     }
 
     /// Places a socket in a slot and registers it and its monitor in the epoll set; on

@@ -131,6 +131,7 @@ impl IoThread {
             serving_calls: self.serve.in_flight(),
             links,
             omitted,
+            recent_refusals: self.recent_refusals(now),
             zmq_contexts: self.sockets.contexts(),
             zmq_sockets: self.sockets.open_sockets(),
             discovery: None,

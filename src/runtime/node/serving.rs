@@ -122,6 +122,7 @@ impl Node {
             contract: Arc::new(ServiceContract::new(channel)),
             key: None,
             any_method: Some(shape),
+            authorizer: None,
         };
         self.register(channel, served, Lookup::Any(handler))
     }

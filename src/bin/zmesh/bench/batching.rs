@@ -478,7 +478,7 @@ mod tests {
         wire.extend([0x01, 2, 1, 2, 0x00, 1, 9]);
         wire.extend([0x00, 0]);
         wire.extend([0x02, 0, 0, 0, 0, 0, 0, 1, 44]);
-        wire.extend(std::iter::repeat(7u8).take(300));
+        wire.extend(std::iter::repeat_n(7u8, 300));
         for cut in 1..wire.len() {
             let mut z = Zmtp::default();
             let (m1, c1) = z.feed(&wire[..cut]);

@@ -1,0 +1,378 @@
+//! Security identities and the ZAP exchange, sans-IO (issue 11; MISSION F1, F3).
+//!
+//! The types other modules share: a CURVE [`PublicKey`] (the verified security identity of a
+//! peer once CURVE is on; descriptors carry it too), its Z85 text form (ZeroMQ RFC 32), the
+//! reasons an unadmitted connection is refused ([`InputRefusal`], the label of
+//! `zmesh_input_refused_total`), and the codec of ZAP requests and replies (ZeroMQ RFC 27),
+//! which the I/O thread answers for its bound sockets. Nothing here reads a clock or touches a
+//! socket.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// Length of a CURVE key in bytes.
+pub const KEY_LEN: usize = 32;
+/// Length of a CURVE key in Z85 text.
+pub const KEY_Z85_LEN: usize = 40;
+
+const Z85: &[u8; 85] =
+    b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#";
+
+/// Z85 text of `bytes` (ZeroMQ RFC 32); `None` unless the length is a multiple of 4.
+pub fn z85_encode(bytes: &[u8]) -> Option<String> {
+    if !bytes.len().is_multiple_of(4) {
+        return None;
+    }
+    let mut out = String::with_capacity(bytes.len() / 4 * 5);
+    for chunk in bytes.chunks_exact(4) {
+        let mut v = u32::from_be_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+        let mut digits = [0u8; 5];
+        for d in digits.iter_mut().rev() {
+            *d = Z85[(v % 85) as usize];
+            v /= 85;
+        }
+        out.extend(digits.iter().map(|&d| d as char));
+    }
+    Some(out)
+}
+
+/// Bytes of Z85 text; `None` unless the length is a multiple of 5 and every character and
+/// group is valid.
+pub fn z85_decode(text: &str) -> Option<Vec<u8>> {
+    let text = text.as_bytes();
+    if !text.len().is_multiple_of(5) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(text.len() / 5 * 4);
+    for chunk in text.chunks_exact(5) {
+        let mut v: u64 = 0;
+        for &c in chunk {
+            let d = Z85.iter().position(|&z| z == c)?;
+            v = v * 85 + d as u64;
+        }
+        let v = u32::try_from(v).ok()?;
+        out.extend_from_slice(&v.to_be_bytes());
+    }
+    Some(out)
+}
+
+/// A CURVE public key: the security identity a peer proves it holds under CURVE. Shown and
+/// configured as its 40 characters of Z85 text.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PublicKey([u8; KEY_LEN]);
+
+impl PublicKey {
+    /// The key of these 32 bytes.
+    pub fn from_bytes(bytes: [u8; KEY_LEN]) -> PublicKey {
+        PublicKey(bytes)
+    }
+
+    /// The key of a 32-byte slice; `None` for another length.
+    pub fn from_slice(bytes: &[u8]) -> Option<PublicKey> {
+        bytes.try_into().ok().map(PublicKey)
+    }
+
+    /// The key's 32 bytes.
+    pub fn as_bytes(&self) -> &[u8; KEY_LEN] {
+        &self.0
+    }
+
+    /// The key's 40 characters of Z85 text.
+    pub fn to_z85(&self) -> String {
+        // 32 bytes are a multiple of 4: always encodable.
+        z85_encode(&self.0).unwrap_or_default()
+    }
+}
+
+impl fmt::Display for PublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_z85())
+    }
+}
+
+impl fmt::Debug for PublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PublicKey({})", self.to_z85())
+    }
+}
+
+/// Text that is not a key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a CURVE key: expected {KEY_Z85_LEN} characters of Z85 text")]
+pub struct KeyParseError;
+
+impl FromStr for PublicKey {
+    type Err = KeyParseError;
+
+    fn from_str(s: &str) -> Result<PublicKey, KeyParseError> {
+        let s = s.trim();
+        if s.len() != KEY_Z85_LEN {
+            return Err(KeyParseError);
+        }
+        z85_decode(s)
+            .and_then(|b| PublicKey::from_slice(&b))
+            .ok_or(KeyParseError)
+    }
+}
+
+impl Serialize for PublicKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_z85())
+    }
+}
+
+impl<'de> Deserialize<'de> for PublicKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<PublicKey, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Why a connection that was never admitted (no WELCOME) was refused or dropped: the only
+/// label of the metric `zmesh_input_refused_total` (MISSION O2: never an identity), and the
+/// reason of an entry in a snapshot's recent refusals.
+///
+/// A frame longer than `max_frame_size` has no reason here: libzmq closes its connection as
+/// it reads the frame's length (no byte of it is stored) and reports that only as a
+/// disconnect, so zmesh cannot tell it from a peer that went away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum InputRefusal {
+    /// Its first record did not decode (WIRE.md §6): garbage, answered REJECT Protocol or
+    /// UnsupportedVersion.
+    Malformed,
+    /// Its first record was well-formed but not a HELLO: answered REJECT Protocol.
+    UnexpectedRecord,
+    /// The transport handshake failed: bytes that are not ZMTP, a mechanism mismatch, or
+    /// libzmq's handshake deadline passed (ZMTP `HANDSHAKE_FAILED_*` events).
+    HandshakeFailed,
+    /// The endpoint already had as many unadmitted connections as `max_unadmitted`: refused
+    /// in the transport handshake (ZAP status 500).
+    UnadmittedCap,
+    /// Security verification failed: a CURVE client the allow-list does not name, or a
+    /// client without CURVE on a CURVE endpoint (ZAP status 400).
+    SecurityFailure,
+}
+
+impl InputRefusal {
+    /// Stable snake_case name, as in the metric label and snapshots.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            InputRefusal::Malformed => "malformed",
+            InputRefusal::UnexpectedRecord => "unexpected_record",
+            InputRefusal::HandshakeFailed => "handshake_failed",
+            InputRefusal::UnadmittedCap => "unadmitted_cap",
+            InputRefusal::SecurityFailure => "security_failure",
+        }
+    }
+}
+
+impl fmt::Display for InputRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The security mechanism a ZAP request is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mechanism {
+    /// No security (the client's key is not known).
+    Null,
+    /// PLAIN (user name and password in clear; zmesh never accepts it).
+    Plain,
+    /// CURVE: the client proved it holds the secret key of the public key in the request.
+    Curve,
+    /// Anything else (GSSAPI ...).
+    Other(String),
+}
+
+/// A ZAP request (RFC 27) as libzmq sends it, without the routing envelope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZapRequest {
+    /// Echoed in the reply.
+    pub request_id: Vec<u8>,
+    /// The ZAP domain of the socket the connection arrived on (zmesh: one per bound socket).
+    pub domain: String,
+    /// The client's address (an IP address for tcp, empty for ipc).
+    pub address: String,
+    /// The mechanism.
+    pub mechanism: Mechanism,
+    /// The mechanism's credentials: CURVE, one frame of the client's 32-byte public key.
+    pub credentials: Vec<Vec<u8>>,
+}
+
+/// A ZAP message that is not a version 1.0 request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("malformed ZAP request: {0}")]
+pub struct ZapError(&'static str);
+
+impl ZapRequest {
+    /// Parses the frames after the routing envelope (the empty delimiter included or not).
+    pub fn parse<F: AsRef<[u8]>>(frames: &[F]) -> Result<ZapRequest, ZapError> {
+        let mut it = frames.iter().map(AsRef::as_ref).peekable();
+        if it.peek().is_some_and(|f| f.is_empty()) {
+            it.next();
+        }
+        let mut next = |what| it.next().ok_or(ZapError(what));
+        if next("version")? != b"1.0" {
+            return Err(ZapError("version is not 1.0"));
+        }
+        let request_id = next("request id")?.to_vec();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        let domain = text(next("domain")?);
+        let address = text(next("address")?);
+        let _identity = next("identity")?;
+        let mechanism = match next("mechanism")? {
+            b"NULL" => Mechanism::Null,
+            b"PLAIN" => Mechanism::Plain,
+            b"CURVE" => Mechanism::Curve,
+            other => Mechanism::Other(text(other)),
+        };
+        let credentials: Vec<Vec<u8>> = it.map(<[u8]>::to_vec).collect();
+        if mechanism == Mechanism::Curve && credentials.len() != 1 {
+            return Err(ZapError("CURVE request without exactly one key frame"));
+        }
+        Ok(ZapRequest {
+            request_id,
+            domain,
+            address,
+            mechanism,
+            credentials,
+        })
+    }
+
+    /// The client's public key, for a CURVE request.
+    pub fn curve_key(&self) -> Option<PublicKey> {
+        match self.mechanism {
+            Mechanism::Curve => self
+                .credentials
+                .first()
+                .and_then(|k| PublicKey::from_slice(k)),
+            _ => None,
+        }
+    }
+}
+
+/// A ZAP verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZapStatus {
+    /// 200: admitted to the transport.
+    Ok,
+    /// 400: authentication failed.
+    AuthFailure,
+    /// 500: refused for another reason (zmesh: the unadmitted-connection cap). Not 300
+    /// ("temporary"): libzmq answers a 300 with nothing and leaves the connection open until
+    /// its handshake deadline, holding it meanwhile; after a 400 or 500 it sends the client
+    /// an ERROR and closes the connection at once.
+    Refused,
+}
+
+impl ZapStatus {
+    fn code(self) -> &'static [u8] {
+        match self {
+            ZapStatus::Ok => b"200",
+            ZapStatus::AuthFailure => b"400",
+            ZapStatus::Refused => b"500",
+        }
+    }
+}
+
+/// A ZAP reply (RFC 27), without the routing envelope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZapReply {
+    /// The request's id.
+    pub request_id: Vec<u8>,
+    /// The verdict.
+    pub status: ZapStatus,
+    /// Text for humans (libzmq logs nothing of it).
+    pub text: String,
+    /// The User-Id libzmq attaches to every message of the connection (message property
+    /// `User-Id`); zmesh: the Z85 public key of a CURVE client, else empty.
+    pub user_id: String,
+}
+
+impl ZapReply {
+    /// The reply's frames, starting with the empty delimiter libzmq's ZAP client expects.
+    pub fn encode(&self) -> Vec<Vec<u8>> {
+        vec![
+            Vec::new(),
+            b"1.0".to_vec(),
+            self.request_id.clone(),
+            self.status.code().to_vec(),
+            self.text.as_bytes().to_vec(),
+            self.user_id.as_bytes().to_vec(),
+            Vec::new(),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// RFC 32's test vector.
+    #[test]
+    fn z85_matches_rfc_32() {
+        let bytes = [0x86, 0x4F, 0xD2, 0x6F, 0xB5, 0x59, 0xF7, 0x5B];
+        assert_eq!(z85_encode(&bytes).as_deref(), Some("HelloWorld"));
+        assert_eq!(z85_decode("HelloWorld").as_deref(), Some(&bytes[..]));
+    }
+
+    #[test]
+    fn rejects_bad_z85_and_keys() {
+        assert_eq!(z85_encode(&[1, 2, 3]), None);
+        assert_eq!(z85_decode("Hello"), Some(vec![0x86, 0x4F, 0xD2, 0x6F]));
+        assert_eq!(z85_decode("Hell"), None);
+        assert_eq!(z85_decode("Hell~"), None);
+        // Five '#' (84 each) exceed u32.
+        assert_eq!(z85_decode("#####"), None);
+        assert!("short".parse::<PublicKey>().is_err());
+        let k = PublicKey::from_bytes([7; 32]);
+        let text = k.to_z85();
+        assert_eq!(text.len(), KEY_Z85_LEN);
+        assert_eq!(text.parse::<PublicKey>(), Ok(k));
+    }
+
+    #[test]
+    fn parses_curve_and_null_zap_requests_and_encodes_replies() {
+        let key = [9u8; 32];
+        let frames: Vec<&[u8]> = vec![
+            b"",
+            b"1.0",
+            b"7",
+            b"zmesh-server",
+            b"127.0.0.1",
+            b"",
+            b"CURVE",
+            &key,
+        ];
+        let r = ZapRequest::parse(&frames).expect("valid");
+        assert_eq!(r.domain, "zmesh-server");
+        assert_eq!(r.curve_key(), Some(PublicKey::from_bytes(key)));
+        let null: Vec<&[u8]> = vec![b"1.0", b"1", b"d", b"", b"", b"NULL"];
+        let r = ZapRequest::parse(&null).expect("valid");
+        assert_eq!((&r.mechanism, r.curve_key()), (&Mechanism::Null, None));
+        let reply = ZapReply {
+            request_id: b"7".to_vec(),
+            status: ZapStatus::AuthFailure,
+            text: "no".into(),
+            user_id: String::new(),
+        };
+        let f = reply.encode();
+        assert_eq!(f.len(), 7);
+        assert_eq!((&f[1][..], &f[3][..]), (&b"1.0"[..], &b"400"[..]));
+    }
+
+    #[test]
+    fn rejects_malformed_zap_requests() {
+        let short: Vec<&[u8]> = vec![b"1.0", b"1"];
+        assert!(ZapRequest::parse(&short).is_err());
+        let version: Vec<&[u8]> = vec![b"2.0", b"1", b"d", b"", b"", b"NULL"];
+        assert!(ZapRequest::parse(&version).is_err());
+        let no_key: Vec<&[u8]> = vec![b"1.0", b"1", b"d", b"", b"", b"CURVE"];
+        assert!(ZapRequest::parse(&no_key).is_err());
+    }
+}
