@@ -1,7 +1,7 @@
 //! Classic fanout (PUB/SUB, MISSION T3) between two in-process nodes over ipc: `sub`
-//! subscribes to `pub`'s publisher endpoint, becomes ready on the first beacon (sent at bind,
-//! then every 5 s, so this can take up to 5 s), receives a few records (one way: fanout has no
-//! replies) and never sees a beacon as a record; then both nodes shut down.
+//! subscribes to `pub`'s publisher endpoint, becomes ready on the first beacon (the publisher
+//! sends one as soon as a subscriber joins, and one every 5 s), receives a few records (one
+//! way: fanout has no replies) and never sees a beacon as a record; then both nodes shut down.
 //! Run with `cargo run --example fanout`.
 
 use std::time::Duration;
@@ -10,7 +10,8 @@ use anyhow::{bail, Context, Result};
 use zmesh::config::{Endpoint, NodeConfig};
 use zmesh::runtime::{EventStream, Node, NodeEvent};
 
-/// Longest wait for any one step (readiness waits for a beacon: at most 5 s).
+/// Longest wait for any one step (readiness waits for a beacon: milliseconds after the join,
+/// at most 5 s from a publisher without beacon on join).
 const LIMIT: Duration = Duration::from_secs(10);
 
 #[tokio::main]
@@ -29,7 +30,7 @@ async fn main() -> Result<()> {
     let subscriber = Node::start(s).await?;
     let mut events = subscriber.take_events().context("events of sub")?;
 
-    println!("waiting for the publisher's first beacon (up to 5 s)");
+    println!("waiting for the publisher's beacon (sent when a subscriber joins)");
     until("sub", &mut events, is_ready).await?;
 
     for (topic, price) in [

@@ -843,3 +843,42 @@ async fn k2_stream_with_items_and_no_end_is_deferred_then_settled() {
     a.shutdown().await.expect("a");
     b.shutdown().await.expect("b");
 }
+
+/// MISSION C1, C3: a handler that panics, whether in the call that makes its future or while
+/// the future runs, answers `Exception` (it may have run): the call completes exactly once,
+/// and the node serves the next call.
+#[tokio::test]
+async fn c1_a_panicking_handler_answers_exception_and_the_node_goes_on() {
+    #[allow(clippy::panic)]
+    fn make(
+        r: Request,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Bytes, ServeError>> + Send>>
+    {
+        if r.method == "at_call" {
+            panic!("boom before the future");
+        }
+        Box::pin(async move {
+            if r.method == "in_future" {
+                panic!("boom inside the future");
+            }
+            encode("fine")
+        })
+    }
+    let svc = Service::new("p")
+        .method(Method::query("at_call"), make)
+        .method(Method::query("in_future"), make)
+        .method(Method::query("ok"), make);
+    let (a, b) = pair_with(svc, None).await;
+    for m in ["at_call", "in_future"] {
+        let err = tokio::time::timeout(STEP, a.call::<_, String>("p", m, &()))
+            .await
+            .expect("answered, not hung")
+            .expect_err("panicked");
+        assert_eq!(code_of(&err), Some(RemoteCode::Exception), "{m}: {err:?}");
+        assert!(may_have_run(&err));
+    }
+    let ok: String = a.call("p", "ok", &()).await.expect("still serving");
+    assert_eq!(ok, "fine");
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+}

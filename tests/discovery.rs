@@ -246,6 +246,9 @@ fn settled(status: &Value, me: &str, peers: &[&str]) -> bool {
             .iter()
             .filter(|p| me < **p)
             .all(|p| dialled_ready(status, p).len() == 2)
+        // Both nodes dial each other: until the duplicate resolution has closed the losing
+        // dial, a node can hold both (4 ready connections to one peer). Settled is one per lane.
+        && peers.iter().all(|p| ready_conns(status, p).len() == 2)
 }
 
 /// Every ready RouteMesh connection to `peer`: (role, connection id).

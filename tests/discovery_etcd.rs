@@ -557,11 +557,17 @@ async fn etcd_down(window: Duration) {
     let dir = temp_dir(&format!("down-{}", window.as_secs()));
     let a = Proc::start(&dir, &config(&url, "a"));
     let b = Proc::start(&dir, &config(&url, "b"));
+    // Settled: both nodes dial each other, so wait until the duplicate resolution closed the
+    // losing dial (one ready connection per lane) before taking the connections to compare.
     let sa = a
-        .wait_status("ready with b", |s| mesh_ready(s, &["b"]))
+        .wait_status("settled with b", |s| {
+            mesh_ready(s, &["b"]) && ready_conns(s, "b").len() == 2
+        })
         .await;
     let sb = b
-        .wait_status("ready with a", |s| mesh_ready(s, &["a"]))
+        .wait_status("settled with a", |s| {
+            mesh_ready(s, &["a"]) && ready_conns(s, "a").len() == 2
+        })
         .await;
     let before = (ready_conns(&sa, "b"), ready_conns(&sb, "a"));
     etcd.kill();

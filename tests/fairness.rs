@@ -98,8 +98,8 @@ async fn r4_fanout_flood_never_flips_the_quiet_publisher() {
     let mut es = Events::new(sub.take_events().expect("events"));
     let quiet_link = format!("sub {quiet_ep}");
     let flood_link = format!("sub {flood_ep}");
-    // The quiet link is ready on its first beacon (the one sent at bind may precede the
-    // subscription, the next comes 5 s later).
+    // The quiet link is ready on its first beacon (the publisher sends one when the
+    // subscriber joins, and every 5 s).
     let (mut quiet_ready, mut flood_ready) = (false, false);
     while !(quiet_ready && flood_ready) {
         let ev = es

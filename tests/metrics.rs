@@ -3,24 +3,54 @@
 
 mod common;
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use common::{free_tcp, Events};
-use metrics_util::debugging::DebuggingRecorder;
+use bytes::Bytes;
+use common::{free_tcp, mesh_bind, peer, server_of, start_ready, Events};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use zmesh::config::{NodeConfig, PeerConfig, RouteMeshBind};
 use zmesh::proto::handshake::{Membership, Role};
 use zmesh::proto::state::ConnState;
-use zmesh::runtime::{Node, NodeEvent};
+use zmesh::runtime::{Node, NodeEvent, SEND_QUEUE};
+
+/// The metrics recorder of this test binary, installed by the first test that asks.
+fn snapshotter() -> &'static Snapshotter {
+    static SNAPSHOTTER: OnceLock<Snapshotter> = OnceLock::new();
+    SNAPSHOTTER.get_or_init(|| {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder
+            .install()
+            .expect("the only recorder in this test binary");
+        snapshotter
+    })
+}
+
+/// The value of counter `name` with label `reason`, 0 if never recorded.
+fn counter(name: &str, reason: &str) -> u64 {
+    snapshotter()
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(k, _, _, _)| {
+            k.key().name() == name
+                && k.key()
+                    .labels()
+                    .any(|l| l.key() == "reason" && l.value() == reason)
+        })
+        .map(|(_, _, _, v)| match v {
+            DebugValue::Counter(n) => n,
+            _ => 0,
+        })
+        .sum()
+}
 
 /// MISSION O2: after traffic, a failure and a reconnect, every metric's labels are free of
 /// RIDs, endpoints and connection ids.
 #[tokio::test]
 async fn o2_metric_labels_carry_no_identities() {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    recorder
-        .install()
-        .expect("the only recorder in this test binary");
+    let snapshotter = snapshotter();
 
     let bind = RouteMeshBind {
         application: free_tcp(),
@@ -82,4 +112,50 @@ async fn o2_metric_labels_carry_no_identities() {
         }
     }
     an.shutdown().await.expect("a down");
+}
+
+/// Issue 9 (item 2, honest at failure), MISSION O2: a link that fails with records still in
+/// its zmesh queue names the count in its state change ("…; N queued records not sent") and
+/// counts them in `zmesh_records_unsent_total`, labelled with the failure reason only.
+#[tokio::test]
+async fn issue9_link_failing_with_queued_records_reports_the_count() {
+    snapshotter();
+    let b_bind = mesh_bind(true);
+    let mut b = NodeConfig::new("b");
+    b.memberships = server_of("data");
+    b.route_mesh = Some(b_bind.clone());
+    // b's application takes nothing: its queue pauses, its link's backlog fills, its socket
+    // is not read, and a's pipe and then a's queue fill up.
+    b.delivery_high_water = 16;
+    let b = Node::start(b).await.expect("b");
+    let mut a = NodeConfig::new("a");
+    a.peers = vec![peer("b", &b_bind)];
+    let (a, mut ea) = start_ready(a, "b").await;
+    let record = Bytes::from(vec![0x5Au8; 1024]);
+    common::fill_link(&a, "b", "data", |_| record.clone()).await;
+    b.shutdown().await.expect("b down");
+    let ev = ea
+        .wait(Duration::from_secs(10), |e| {
+            matches!(e, NodeEvent::State(s) if s.link == "peer b application" && s.reason.is_some())
+        })
+        .await;
+    let NodeEvent::State(s) = ev else {
+        unreachable!()
+    };
+    let reason = s.reason.expect("a reason").as_str();
+    let unsent: u64 = s
+        .detail
+        .rsplit_once("; ")
+        .and_then(|(_, tail)| tail.strip_suffix(" queued records not sent"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count of queued records in {s:?}"));
+    assert!(
+        (1..=SEND_QUEUE as u64).contains(&unsent),
+        "{unsent} records counted: {s:?}"
+    );
+    assert!(
+        counter("zmesh_records_unsent_total", reason) >= unsent,
+        "zmesh_records_unsent_total{{reason={reason}}} below {unsent}"
+    );
+    a.shutdown().await.expect("a down");
 }

@@ -686,9 +686,9 @@ async fn l5_subscriber_waits_for_an_absent_publisher_without_spinning() {
 }
 
 /// `Node::send_batch`: records arrive in order on the peer's Application lane; a batch to a
-/// peer that is not ready is refused whole; a batch larger than the link can hold stops at the
-/// first record the link refuses, and exactly the records reported sent arrive, in order
-/// (MISSION C3: a record is never queued on a link that cannot send now).
+/// peer that is not ready is refused whole; `Node::try_send_batch` of more than the link can
+/// hold stops at the first record the link's queue refuses (issue 9: `WouldBlock`), and
+/// exactly the records reported taken arrive, in order.
 #[tokio::test]
 async fn send_batch_in_order_and_stops_at_the_first_refused_record() {
     let b_bind = mesh_bind(true);
@@ -721,9 +721,9 @@ async fn send_batch_in_order_and_stops_at_the_first_refused_record() {
     assert_eq!(refused.sent, 0);
     assert!(matches!(refused.error, SendError::NotReady(_)), "{refused}");
 
-    // Far more than b's queue and backlog, both HWMs and the TCP buffers hold together. The
-    // records are taken from b right away (a socket held for 15 s would also hold back the
-    // probes' ACKs).
+    // Far more than a's send queue, b's queue and backlog, both HWMs and the TCP buffers hold
+    // together. The records are taken from b right away (a socket held for 15 s would also
+    // hold back the probes' ACKs).
     const BIG: u64 = 60_000;
     let big: Vec<Bytes> = (0..BIG)
         .map(|i| {
@@ -733,8 +733,7 @@ async fn send_batch_in_order_and_stops_at_the_first_refused_record() {
         })
         .collect();
     let stopped = a
-        .send_batch("b", "orders", big)
-        .await
+        .try_send_batch("b", "orders", big)
         .expect_err("the link fills up");
     assert!(
         matches!(stopped.error, SendError::WouldBlock(_)),

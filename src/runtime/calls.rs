@@ -16,15 +16,15 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
-pub use super::node::ItemSink;
+use crate::proto::calls::ServeId;
 pub use crate::proto::calls::{may_have_run, CallError, Phase, RemoteCode};
 pub use crate::proto::contract::Semantics;
 
@@ -357,5 +357,66 @@ impl CallStream {
     pub async fn finish_as<R: DeserializeOwned>(self) -> Result<R, CallError> {
         let bytes = self.finish().await?;
         decode(&bytes)
+    }
+}
+
+/// How an [`ItemSink`] reaches its node without keeping it alive (the node implements it).
+pub(crate) trait ItemPort: Send + Sync {
+    /// Hands item `payload` of call `id` to the node; the receiver answers once the node has
+    /// handed it to the transport (or refused it). `None` once the node is gone.
+    fn send_item(
+        &self,
+        id: ServeId,
+        payload: Bytes,
+    ) -> Option<oneshot::Receiver<Result<(), ServeError>>>;
+}
+
+/// Where a stream handler sends its items (see [`crate::runtime::Node::serve_stream`] and
+/// [`crate::runtime::service::Service::stream_method`]).
+///
+/// Each item is numbered by the node and sent as one ITEM, in the order the sends complete,
+/// on the connection the call's REPLY will take. Cheap to clone; a clone sends into the same
+/// call. It does not keep the node alive.
+#[derive(Clone)]
+pub struct ItemSink {
+    id: ServeId,
+    port: Weak<dyn ItemPort>,
+}
+
+impl std::fmt::Debug for ItemSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ItemSink").field("call", &self.id).finish()
+    }
+}
+
+impl ItemSink {
+    /// A sink for call `id` of the node behind `port`.
+    pub(crate) fn new(id: ServeId, port: Weak<dyn ItemPort>) -> ItemSink {
+        ItemSink { id, port }
+    }
+
+    /// Sends one item; returns once the node has handed it to the transport.
+    ///
+    /// An error means the stream is over and the handler should stop (returning the error
+    /// with `?` is fine: the call already has its answer, so the handler's result is
+    /// dropped): code `Unavailable` when the service is stopping (the caller was told
+    /// `Unavailable`), the caller's connection is gone, the call already ended or the node
+    /// stopped; code `UnknownOutcome` when the link could not take the item now (a frame is
+    /// never queued, MISSION C3), in which case the node ended the call with that code.
+    pub async fn send(&self, payload: impl Into<Bytes>) -> Result<(), ServeError> {
+        let closed = || ServeError::runtime(RemoteCode::Unavailable, "the node stopped");
+        let rx = self
+            .port
+            .upgrade()
+            .and_then(|port| port.send_item(self.id, payload.into()));
+        match rx {
+            Some(rx) => rx.await.unwrap_or_else(|_| Err(closed())),
+            None => Err(closed()),
+        }
+    }
+
+    /// Sends one item encoded as MessagePack; see [`ItemSink::send`].
+    pub async fn send_item<T: Serialize + ?Sized>(&self, item: &T) -> Result<(), ServeError> {
+        self.send(encode(item)?).await
     }
 }

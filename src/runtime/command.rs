@@ -3,12 +3,13 @@
 //! imports the other's types through it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
 use super::calls::{CallError, CallOptions, Request, ServeError, StreamEvent};
-use super::error::{BatchSendError, SendError};
+use super::outbound::SendQueue;
 use super::service::ServedService;
 use super::snapshot::Snapshot;
 use crate::proto::calls::ServeId;
@@ -16,31 +17,9 @@ use crate::proto::contract::Semantics;
 
 /// Work for the I/O thread from the async side.
 pub(crate) enum Command {
-    SendPeer {
-        peer: String,
-        channel: String,
-        payload: Bytes,
-        reply: oneshot::Sender<Result<(), SendError>>,
-    },
-    SendPeerBatch {
-        peer: String,
-        channel: String,
-        payloads: Vec<Bytes>,
-        reply: oneshot::Sender<Result<(), BatchSendError>>,
-    },
-    SendServer {
-        channel: String,
-        payload: Bytes,
-        reply: oneshot::Sender<Result<(), SendError>>,
-    },
-    Publish {
-        topic: Bytes,
-        payload: Bytes,
-    },
-    PublishBatch {
-        topic: Bytes,
-        payloads: Vec<Bytes>,
-    },
+    /// Records were queued on a link whose queue had no drain on its way (one command per
+    /// burst of records, not per record).
+    SendQueued(Arc<SendQueue>),
     Snapshot(oneshot::Sender<Snapshot>),
     Shutdown(oneshot::Sender<()>),
     Call {
@@ -59,7 +38,7 @@ pub(crate) enum Command {
     /// From the discovery agent: link intents to apply, then events to report (MISSION D1).
     Discovery(
         Vec<crate::proto::discovery::Intent>,
-        Vec<super::discovery::DiscoveryEvent>,
+        Vec<super::event::DiscoveryEvent>,
     ),
     /// A new allow-list, or why it could not be read (issue 11): `trigger` says what made the
     /// node read it; `reply` hears the number of keys in force.
@@ -80,11 +59,14 @@ pub(crate) enum CallReply {
 
 /// A channel this node serves.
 pub(crate) struct Served {
-    /// Where its accepted calls are dispatched.
-    pub jobs: mpsc::UnboundedSender<ServeJob>,
+    /// Runs an accepted call: spawns its task on the application's runtime.
+    pub dispatch: Dispatcher,
     /// Its methods, their semantics, shapes and execution (MISSION K1, K4).
     pub service: ServedService,
 }
+
+/// Spawns the task of one accepted call (on the runtime its channel was registered from).
+pub(crate) type Dispatcher = std::sync::Arc<dyn Fn(ServeJob) + Send + Sync>;
 
 /// One item a stream handler produced, for the I/O thread to number and send.
 pub(crate) struct ServeItem {

@@ -27,12 +27,12 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
 use tokio::sync::watch;
 
 use super::command::Command;
-use super::store::{Lease, ReloadReason, RenewOutcome, Store, StoreError, WatchEvent};
-use crate::proto::discovery::lease::LostReason;
+pub use super::event::DiscoveryEvent;
+pub use super::snapshot::DiscoverySnapshot;
+use super::store::{Lease, RenewOutcome, Store, StoreError, WatchEvent};
 use crate::proto::discovery::{
     Descriptor, Directory, Intent, LeaseEvent, LeaseKeeper, LeaseStatus, Local, StoreOp,
     LEASE_RENEW_INTERVAL, LEASE_TTL, STORE_RETRY,
@@ -43,115 +43,6 @@ pub const STORE_OP_BOUND: Duration = Duration::from_secs(5);
 
 /// Longest wait for the removal of the node's descriptor on an orderly stop.
 pub const REMOVE_BOUND: Duration = Duration::from_secs(2);
-
-/// What the discovery agent reports to the application, in the node's event stream.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum DiscoveryEvent {
-    /// This node's descriptor is published under a lease (first time, or again after a loss).
-    LeaseAcquired,
-    /// This node's lease is lost: the store says it expired, or no renewal was confirmed for
-    /// a TTL. The node publishes again as soon as the store lets it. Links are not affected.
-    LeaseLost {
-        /// Why.
-        reason: LostReason,
-    },
-    /// Another process run of this node's RID published its descriptor over this one's: this
-    /// run stops publishing. Links are not affected.
-    LeaseSuperseded {
-        /// The other run's generation.
-        generation: u64,
-    },
-    /// A store operation failed; it is retried. Links are not affected.
-    StoreUnreachable {
-        /// The operation that failed.
-        op: StoreOp,
-        /// The store's error.
-        error: String,
-    },
-    /// The store answers again.
-    StoreReachable {
-        /// The operation that succeeded.
-        op: StoreOp,
-    },
-    /// Every descriptor was read (the first read, after an outage, after compaction).
-    Reloaded {
-        /// Why.
-        reason: ReloadReason,
-        /// Descriptors of other nodes now known.
-        descriptors: usize,
-    },
-    /// A peer's descriptor appeared or changed.
-    DescriptorPut {
-        /// Its RID.
-        rid: String,
-        /// Its generation.
-        generation: u64,
-    },
-    /// A peer's descriptor disappeared (removed, or its lease expired): it is no longer
-    /// dialled; an established connection stays as long as the transport judges it ready.
-    DescriptorRemoved {
-        /// Its RID.
-        rid: String,
-    },
-}
-
-impl std::fmt::Display for DiscoveryEvent {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DiscoveryEvent::LeaseAcquired => write!(f, "lease acquired (descriptor published)"),
-            DiscoveryEvent::LeaseLost { reason } => write!(f, "lease lost ({reason:?})"),
-            DiscoveryEvent::LeaseSuperseded { generation } => {
-                write!(f, "lease superseded by generation {generation:016x}")
-            }
-            DiscoveryEvent::StoreUnreachable { op, error } => {
-                write!(f, "store unreachable ({}): {error}", op.as_str())
-            }
-            DiscoveryEvent::StoreReachable { op } => {
-                write!(f, "store reachable again ({})", op.as_str())
-            }
-            DiscoveryEvent::Reloaded {
-                reason,
-                descriptors,
-            } => write!(
-                f,
-                "descriptors reloaded ({}): {descriptors} known",
-                reason.as_str()
-            ),
-            DiscoveryEvent::DescriptorPut { rid, generation } => {
-                write!(f, "descriptor of {rid} generation {generation:016x}")
-            }
-            DiscoveryEvent::DescriptorRemoved { rid } => {
-                write!(f, "descriptor of {rid} removed or expired")
-            }
-        }
-    }
-}
-
-/// The discovery part of a node's snapshot.
-#[derive(Debug, Clone, Serialize)]
-#[non_exhaustive]
-pub struct DiscoverySnapshot {
-    /// The store's URL.
-    pub store: String,
-    /// Whether the store answered the last lease operation and the last read.
-    pub store_reachable: bool,
-    /// The last store error, if any, and how long ago (ms, monotonic).
-    pub last_store_error: Option<(String, u64)>,
-    /// Where this node's lease stands: `acquiring`, `held`, `lost`, `superseded`, `released`.
-    pub lease: LeaseStatus,
-    /// Milliseconds since the store last confirmed this node's lease (monotonic).
-    pub lease_age_ms: Option<u64>,
-    /// The lease's TTL in ms ([`LEASE_TTL`]).
-    pub lease_ttl_ms: u64,
-    /// The renewal interval in ms ([`LEASE_RENEW_INTERVAL`]).
-    pub lease_renew_interval_ms: u64,
-    /// Descriptors of other nodes known from the store.
-    pub descriptors_seen: usize,
-    /// This node's own descriptor, as published.
-    pub descriptor: Descriptor,
-}
 
 /// What both tasks update and the snapshot reads.
 #[derive(Debug)]

@@ -41,15 +41,18 @@ pub enum NodeError {
 }
 
 /// Why a one-way send was not taken. In every case the record was not queued anywhere: it
-/// certainly was not delivered.
+/// certainly was not delivered, and may be sent again.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SendError {
     /// No ready connection to that peer / no ready server for that channel.
     #[error("no ready peer for {0}")]
     NotReady(String),
-    /// The link is ready but cannot take the record now (pipe full).
-    #[error("link to {0} cannot send now (pipe full)")]
+    /// The link is ready but its zmesh queue is full
+    /// ([`SEND_QUEUE`](crate::runtime::SEND_QUEUE) records, libzmq's pipe behind it full
+    /// too). Only [`Node::try_send`](super::Node::try_send) and
+    /// [`Node::try_send_batch`](super::Node::try_send_batch) say so; `send` waits for room.
+    #[error("link to {0} cannot take more now (queue full)")]
     WouldBlock(String),
     /// An argument is invalid (e.g. channel name length).
     #[error("invalid argument: {0}")]
@@ -59,11 +62,14 @@ pub enum SendError {
     Shutdown,
 }
 
-/// Why [`Node::send_batch`](super::Node::send_batch) did not take every record.
+/// Why [`Node::send_batch`](super::Node::send_batch) or
+/// [`Node::try_send_batch`](super::Node::try_send_batch) did not take every record.
 ///
-/// The first [`sent`](Self::sent) records were handed to the link, in order; the record at
-/// index `sent` was refused for [`error`](Self::error), and neither it nor any later record was
-/// queued anywhere: they certainly were not delivered, and may be sent again.
+/// The first [`sent`](Self::sent) records were taken, in order: queued on the link and sent
+/// from there in order, unless the link fails first, in which case its failure counts them
+/// (see [`Node::send`](super::Node::send)). The record at index `sent` was refused for
+/// [`error`](Self::error), and neither it nor any later record was queued anywhere: they
+/// certainly were not delivered, and may be sent again.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{sent} records sent, then: {error}")]
 pub struct BatchSendError {

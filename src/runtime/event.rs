@@ -7,7 +7,10 @@ use bytes::Bytes;
 use serde::Serialize;
 use tokio::sync::mpsc;
 
+use crate::proto::discovery::lease::LostReason;
+use crate::proto::discovery::StoreOp;
 use crate::proto::state::{ConnState, FailureReason};
+use crate::runtime::store::ReloadReason;
 
 /// Where a delivered record came from.
 ///
@@ -148,7 +151,92 @@ pub enum NodeEvent {
     State(StateChange),
     /// Automatic mode: the store, the lease or the descriptors changed (MISSION D1, D3,
     /// F5). Never a change of any link's readiness by itself.
-    Discovery(super::discovery::DiscoveryEvent),
+    Discovery(DiscoveryEvent),
     /// The node's security state changed: its allow-list was read again (issue 11).
     Security(super::security::SecurityEvent),
+}
+
+/// What the discovery agent reports to the application, in the node's event stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum DiscoveryEvent {
+    /// This node's descriptor is published under a lease (first time, or again after a loss).
+    LeaseAcquired,
+    /// This node's lease is lost: the store says it expired, or no renewal was confirmed for
+    /// a TTL. The node publishes again as soon as the store lets it. Links are not affected.
+    LeaseLost {
+        /// Why.
+        reason: LostReason,
+    },
+    /// Another process run of this node's RID published its descriptor over this one's: this
+    /// run stops publishing. Links are not affected.
+    LeaseSuperseded {
+        /// The other run's generation.
+        generation: u64,
+    },
+    /// A store operation failed; it is retried. Links are not affected.
+    StoreUnreachable {
+        /// The operation that failed.
+        op: StoreOp,
+        /// The store's error.
+        error: String,
+    },
+    /// The store answers again.
+    StoreReachable {
+        /// The operation that succeeded.
+        op: StoreOp,
+    },
+    /// Every descriptor was read (the first read, after an outage, after compaction).
+    Reloaded {
+        /// Why.
+        reason: ReloadReason,
+        /// Descriptors of other nodes now known.
+        descriptors: usize,
+    },
+    /// A peer's descriptor appeared or changed.
+    DescriptorPut {
+        /// Its RID.
+        rid: String,
+        /// Its generation.
+        generation: u64,
+    },
+    /// A peer's descriptor disappeared (removed, or its lease expired): it is no longer
+    /// dialled; an established connection stays as long as the transport judges it ready.
+    DescriptorRemoved {
+        /// Its RID.
+        rid: String,
+    },
+}
+
+impl std::fmt::Display for DiscoveryEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DiscoveryEvent::LeaseAcquired => write!(f, "lease acquired (descriptor published)"),
+            DiscoveryEvent::LeaseLost { reason } => write!(f, "lease lost ({reason:?})"),
+            DiscoveryEvent::LeaseSuperseded { generation } => {
+                write!(f, "lease superseded by generation {generation:016x}")
+            }
+            DiscoveryEvent::StoreUnreachable { op, error } => {
+                write!(f, "store unreachable ({}): {error}", op.as_str())
+            }
+            DiscoveryEvent::StoreReachable { op } => {
+                write!(f, "store reachable again ({})", op.as_str())
+            }
+            DiscoveryEvent::Reloaded {
+                reason,
+                descriptors,
+            } => write!(
+                f,
+                "descriptors reloaded ({}): {descriptors} known",
+                reason.as_str()
+            ),
+            DiscoveryEvent::DescriptorPut { rid, generation } => {
+                write!(f, "descriptor of {rid} generation {generation:016x}")
+            }
+            DiscoveryEvent::DescriptorRemoved { rid } => {
+                write!(f, "descriptor of {rid} removed or expired")
+            }
+        }
+    }
 }

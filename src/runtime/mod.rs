@@ -1,13 +1,16 @@
-//! The runtime: one I/O thread per node that owns every libzmq socket, and the async handle
-//! ([`Node`]) that applications use.
+//! The runtime: one I/O thread per node that owns every libzmq socket (the publisher socket,
+//! of which it reads only subscriptions, it shares with [`Node::publish`]), and the async
+//! handle ([`Node`]) that applications use.
 //!
 //! ```text
-//!  Node (Clone, async)  --Command--> crossbeam channel --+   wake-up (eventfd, once
-//!        ^                                               v     per burst of commands)
-//!        |                           I/O thread: loop { timers; epoll wait on ZMQ_FDs, then
-//!        +--- NodeEvent batches ---      ZMQ_EVENTS of fired/touched sockets; receive
-//!             (tokio mpsc)               rotation (scheduler caps); sans-IO core decides;
-//!                                        sockets send }
+//!  Node (Clone, async)
+//!   |-- calls, serve, snapshot, shutdown: Command -> crossbeam channel --+  wake-up: eventfd,
+//!   |-- send: link table -> the link's send queue (SEND_QUEUE records) --+  once per burst
+//!   |-- publish: straight to the XPUB socket (a mutex)                   v
+//!   ^                     I/O thread: loop { timers; epoll wait on ZMQ_FDs, then ZMQ_EVENTS
+//!   |                         of fired/touched sockets; commands; send queues in bursts;
+//!   +-- NodeEvent batches     receive rotation (scheduler caps); sans-IO core decides;
+//!       (tokio mpsc)          sockets send }
 //! ```
 //!
 //! The I/O thread reads the monotonic clock once per loop turn and hands `now` to the sans-IO
@@ -22,14 +25,17 @@ pub mod idempotency;
 mod io;
 mod node;
 pub mod operations;
+mod outbound;
 mod records;
 pub mod security;
 pub mod service;
 pub mod snapshot;
 pub mod socket;
 pub mod store;
+pub mod telemetry;
 
 pub use error::{BatchSendError, NodeError, PublishError, SendError};
 pub use event::{Delivery, EventStream, NodeEvent, Source, StateChange};
 pub use io::GRACEFUL_STOP_BOUND;
 pub use node::{Node, NodeBuilder};
+pub use outbound::SEND_QUEUE;

@@ -72,8 +72,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::calls::{Handler, HandlerFuture, Request, ServeError};
-use super::node::ItemSink;
+use super::calls::{Handler, HandlerFuture, ItemSink, Request, ServeError};
 use super::security::{AuthRequest, Authorizer, Denied};
 use crate::proto::calls::CallShape;
 use crate::proto::contract::{self, MethodContract, ServiceContract, Shape};

@@ -6,6 +6,7 @@
 
 use serde::Serialize;
 
+use crate::proto::discovery::{Descriptor, LeaseStatus};
 use crate::proto::security::InputRefusal;
 use crate::proto::state::{ConnState, FailureReason};
 
@@ -42,7 +43,7 @@ pub struct Snapshot {
     pub zmq_sockets: usize,
     /// Automatic mode: the store, the lease and the descriptors seen (absent in manual mode).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub discovery: Option<crate::runtime::discovery::DiscoverySnapshot>,
+    pub discovery: Option<DiscoverySnapshot>,
     /// Transport security: the mode, this node's public key, the allow-list (issue 11).
     pub security: SecuritySnapshot,
 }
@@ -216,4 +217,28 @@ impl Snapshot {
         }
         out
     }
+}
+
+/// The discovery part of a node's snapshot.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct DiscoverySnapshot {
+    /// The store's URL.
+    pub store: String,
+    /// Whether the store answered the last lease operation and the last read.
+    pub store_reachable: bool,
+    /// The last store error, if any, and how long ago (ms, monotonic).
+    pub last_store_error: Option<(String, u64)>,
+    /// Where this node's lease stands: `acquiring`, `held`, `lost`, `superseded`, `released`.
+    pub lease: LeaseStatus,
+    /// Milliseconds since the store last confirmed this node's lease (monotonic).
+    pub lease_age_ms: Option<u64>,
+    /// The lease's TTL in ms ([`LEASE_TTL`](crate::proto::discovery::LEASE_TTL)).
+    pub lease_ttl_ms: u64,
+    /// The renewal interval in ms ([`LEASE_RENEW_INTERVAL`](crate::proto::discovery::LEASE_RENEW_INTERVAL)).
+    pub lease_renew_interval_ms: u64,
+    /// Descriptors of other nodes known from the store.
+    pub descriptors_seen: usize,
+    /// This node's own descriptor, as published.
+    pub descriptor: Descriptor,
 }

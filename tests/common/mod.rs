@@ -592,6 +592,39 @@ pub async fn wait_peer_ready(node: &zmesh::runtime::Node, events: &mut Events, r
     }
 }
 
+/// `try_send`s records `record(0)`, `record(1)`, ... to `peer` on `channel` until the link's
+/// zmesh queue stays full: `WouldBlock` 20 times in a row, 20 ms apart (the I/O thread drains
+/// the queue into libzmq until the pipe towards a peer that reads nothing is full). Returns
+/// how many records were taken. Issue 9's tests make such a peer with a paused application
+/// queue: its link's backlog fills, its socket is not read, the pipe fills.
+pub async fn fill_link(
+    node: &zmesh::runtime::Node,
+    peer: &str,
+    channel: &str,
+    record: impl Fn(u64) -> bytes::Bytes,
+) -> u64 {
+    let mut taken = 0u64;
+    let mut refused_in_row = 0;
+    loop {
+        match node.try_send(peer, channel, record(taken)) {
+            Ok(()) => {
+                taken += 1;
+                refused_in_row = 0;
+            }
+            Err(zmesh::runtime::SendError::WouldBlock(who)) => {
+                assert_eq!(who, peer);
+                refused_in_row += 1;
+                if refused_in_row == 20 {
+                    return taken;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("try_send to {peer} failed: {e}"),
+        }
+        assert!(taken < 1_000_000, "the link to {peer} never filled up");
+    }
+}
+
 /// Helpers shared by the Python peers: the byte forms of WIRE.md §1 and §3.
 pub const PY_PRELUDE: &str = r#"
 import json, queue, struct, sys, threading, time

@@ -6,18 +6,21 @@
 //! | P1 | one-way throughput, 64 B and 1 KiB | DEALER -> ROUTER | `Node::send` on the RouteMesh Application lane, counted on the peer's event stream |
 //! | P2 | call round trip p50/p99, sequential | DEALER/ROUTER ping-pong | `Node::call_raw` -> handler -> reply |
 //! | P3 | fanout throughput, 64 B | PUB -> SUB | `Node::publish`, and `Node::publish_batch`, -> subscriber node's event stream |
+//! | P4 | one peer floods, a quiet peer's probe/ACK round trip and false not-ready | - | three peers of one node (see `flood`) |
 //! | P5 | idle CPU and memory per connection of one node with many publishers and mesh peers | - | a `zmesh node` child process |
 //! | P6 | failure detection: orderly close, killed process, half-open | - | event on the dialling node |
 //! | K5 | bytes on the wire, calls/s and latency of 300 concurrent small calls, `batch_calls` off and on | - | a RouteMesh pair through counting TCP proxies |
 //! | C1 | P1 (1 KiB, `send_batch`) and P2 with CURVE on both sides (issue 11) | DEALER -> ROUTER with CURVE | a pair in `[security] mode = "curve"` |
 //!
 //! Every measurement is repeated `--runs` times (raw and zmesh interleaved); the table shows
-//! the median and the min..max spread. Method and results: BENCHMARKS.md.
+//! the median and the min..max spread. P4 is one window of `--flood-secs` (its thousands of
+//! probes are the samples). Method and results: BENCHMARKS.md.
 
 mod batching;
 mod calls;
 mod detect;
 mod fanout;
+mod flood;
 mod idle;
 mod throughput;
 
@@ -69,7 +72,10 @@ pub(crate) struct BenchArgs {
     /// Length of the idle CPU window in seconds (P5) [default: 10; quick: 2].
     #[arg(long)]
     idle_secs: Option<u64>,
-    /// Only these measurements, comma-separated: p1,p2,p3,p5,p6,k5,c1 [default: all].
+    /// Length of the flood window in seconds (P4, run once) [default: 300; quick: 3].
+    #[arg(long)]
+    flood_secs: Option<u64>,
+    /// Only these measurements, comma-separated: p1,p2,p3,p4,p5,p6,k5,c1 [default: all].
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -86,6 +92,7 @@ pub(crate) struct Plan {
     publishers: usize,
     peers: usize,
     idle: Duration,
+    flood: Duration,
 }
 
 impl Plan {
@@ -101,6 +108,7 @@ impl Plan {
             publishers: a.publishers.unwrap_or(if q { 20 } else { 1_000 }),
             peers: a.peers.unwrap_or(if q { 4 } else { 256 }),
             idle: Duration::from_secs(a.idle_secs.unwrap_or(if q { 2 } else { 10 }).max(1)),
+            flood: Duration::from_secs(a.flood_secs.unwrap_or(if q { 3 } else { 300 }).max(1)),
         }
     }
 }
@@ -166,6 +174,8 @@ enum Target {
     RatioAtMost(f64),
     /// zmesh value below this.
     Below(f64),
+    /// zmesh value at most this.
+    AtMost(f64),
     /// zmesh value within `center ± tolerance`.
     Within(f64, f64),
     /// zmesh value at most `ratio` times a reference row measured in the same run (its
@@ -183,6 +193,7 @@ impl Target {
             Target::RatioAtLeast(r) => format!(">= {r}x raw"),
             Target::RatioAtMost(r) => format!("<= {r}x raw"),
             Target::Below(v) => format!("< {v}"),
+            Target::AtMost(v) => format!("<= {v}"),
             Target::Within(c, t) => format!("{c} ± {t}"),
             Target::AtMostOf(_, r, name) => format!("<= {r}x {name}"),
             Target::AtLeastOf(_, r, name) => format!(">= {r}x {name}"),
@@ -220,6 +231,7 @@ impl Metric {
             (Target::RatioAtLeast(t), Some(r)) => r >= t,
             (Target::RatioAtMost(t), Some(r)) => r <= t,
             (Target::Below(t), _) => z < t,
+            (Target::AtMost(t), _) => z <= t,
             (Target::Within(c, t), _) => (z - c).abs() <= t,
             (Target::AtMostOf(_, t, _), Some(r)) => r <= t,
             (Target::AtLeastOf(_, t, _), Some(r)) => r >= t,
@@ -247,8 +259,8 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
     let plan = Plan::from_args(&args);
     let want = |id: &str| args.only.is_empty() || args.only.iter().any(|o| o == id);
     for o in &args.only {
-        if !["p1", "p2", "p3", "p5", "p6", "k5", "c1"].contains(&o.as_str()) {
-            bail!("--only: unknown measurement {o:?} (use p1,p2,p3,p5,p6,k5,c1)");
+        if !["p1", "p2", "p3", "p4", "p5", "p6", "k5", "c1"].contains(&o.as_str()) {
+            bail!("--only: unknown measurement {o:?} (use p1,p2,p3,p4,p5,p6,k5,c1)");
         }
     }
     let machine = machine_info();
@@ -326,6 +338,8 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
             extra: json!({
                 "calls": plan.calls,
                 "zmesh_command_round_trip_p50_us": r.command_p50.to_json(),
+                "zmesh_send_ping_pong_p50_us": r.send_ping_pong_p50.to_json(),
+                "zmesh_send_ping_pong_p99_us": r.send_ping_pong_p99.to_json(),
             }),
         });
         metrics.push(Metric {
@@ -407,6 +421,41 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
                 "raw_delivered_fraction": r.raw_delivered.to_json(),
                 "zmesh_delivered_fraction": r.batch_delivered.to_json(),
             }),
+        });
+    }
+    if want("p4") {
+        let f = flood::flood(&plan).await?;
+        let (p50, p99, max) = flood::summary(&f.rtt_ms);
+        let mut rtt = Series::default();
+        rtt.push(p99);
+        let mut left = Series::default();
+        left.push(f.false_not_ready as f64);
+        let extra = json!({
+            "flood_s": plan.flood.as_secs(),
+            "probe_every_ms": flood::PROBE_EVERY.as_millis() as u64,
+            "probes_answered": f.rtt_ms.len(),
+            "ack_rtt_p50_ms": p50,
+            "ack_rtt_max_ms": max,
+            "flood_records_delivered": f.flood_delivered,
+            "flood_records_per_s": f.flood_rate,
+        });
+        metrics.push(Metric {
+            key: "p4_quiet_ack_rtt_p99",
+            label: "P4 quiet peer ACK RTT p99, flood",
+            unit: "ms",
+            raw: None,
+            zmesh: rtt,
+            target: Target::Below(50.0),
+            extra: extra.clone(),
+        });
+        metrics.push(Metric {
+            key: "p4_false_not_ready",
+            label: "P4 false not-ready under flood",
+            unit: "count",
+            raw: None,
+            zmesh: left,
+            target: Target::AtMost(0.0),
+            extra,
         });
     }
     if want("p5") {
@@ -579,6 +628,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
                 "publishers": plan.publishers,
                 "peers": plan.peers,
                 "idle_s": plan.idle.as_secs(),
+                "flood_s": plan.flood.as_secs(),
             },
             "machine": machine,
             "load_average_before": load_before,

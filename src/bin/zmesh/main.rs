@@ -14,6 +14,7 @@ use zmesh::runtime::{Node, NodeEvent};
 
 mod bench;
 mod commands;
+mod conform;
 mod contract;
 mod demo;
 mod peers;
@@ -39,6 +40,11 @@ enum Cmd {
         /// Serve snapshots on this endpoint for `zmesh status` (e.g. ipc:///tmp/a.ctl).
         #[arg(long)]
         control: Option<String>,
+        /// Serve the node's metrics for Prometheus over HTTP on this address (any path, e.g.
+        /// 127.0.0.1:9464/metrics). No authentication: keep it on loopback or a trusted
+        /// network. Labels never carry RIDs or endpoints.
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<std::net::SocketAddr>,
         /// Send this many one-way records to every configured peer and server once ready
         /// (a quick traffic source for tests and demos).
         #[arg(long, default_value_t = 0)]
@@ -210,6 +216,10 @@ enum Cmd {
     },
     /// Measure raw libzmq and zmesh side by side on 127.0.0.1 (see BENCHMARKS.md).
     Bench(bench::BenchArgs),
+    /// Check another implementation live, over the wire, rule by rule against WIRE.md: the
+    /// runner plays the target's counterpart in each role the target is described with
+    /// (spec-tests/README.md, "The live runner"). Exit status 1 if a MUST rule failed.
+    Conform(conform::ConformArgs),
     /// Service contracts (MISSION K1): `zmesh contract check OLD.json NEW.json`.
     Contract {
         #[command(subcommand)]
@@ -241,6 +251,7 @@ fn main() -> Result<()> {
                 config,
                 events,
                 control,
+                metrics,
                 send,
                 serve,
                 exec_log,
@@ -248,6 +259,9 @@ fn main() -> Result<()> {
                 fault_hold_after_record_ms,
             } => {
                 let cfg = NodeConfig::from_file(&config)?;
+                if let Some(addr) = metrics {
+                    serve_metrics(addr)?;
+                }
                 let store = match &idempotency_store {
                     Some(p) => Some(commands::idempotency_store(
                         p,
@@ -358,6 +372,7 @@ fn main() -> Result<()> {
             } => demo::run(quick).await,
             Cmd::Demo { quick, etcd, .. } => demo::discovery::run(quick, etcd).await,
             Cmd::Bench(args) => bench::run(args).await,
+            Cmd::Conform(args) => conform::run(args),
             Cmd::Contract { cmd } => std::process::exit(contract::run(&cmd)),
         }
     })
@@ -565,6 +580,17 @@ async fn send_when_ready(node: &Node, peers: &[String], channels: &[String], n: 
         }
     }
     true
+}
+
+/// Installs the Prometheus exporter (its HTTP listener on `addr`, on this tokio runtime) as
+/// the process's metrics recorder and describes zmesh's metrics to it.
+fn serve_metrics(addr: std::net::SocketAddr) -> Result<()> {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .install()
+        .with_context(|| format!("serving metrics on {addr}"))?;
+    zmesh::runtime::telemetry::describe();
+    Ok(())
 }
 
 /// Answers snapshot requests on a REP socket from a plain thread (the CLI's own control

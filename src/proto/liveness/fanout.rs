@@ -268,7 +268,8 @@ impl PublisherWatch {
 ///
 /// The first beacon is due at once (at bind), so subscribers that are already connected
 /// become ready without waiting a full interval; later beacons fall on the fixed grid
-/// `bind + k * 5 s`. Application records never postpone a beacon. A wake-up that comes late
+/// `bind + k * 5 s`. (The runtime also sends a beacon when a subscriber joins, WIRE.md §7.1;
+/// such beacons are outside this schedule and do not move its grid.) Application records never postpone a beacon. A wake-up that comes late
 /// sends one beacon, not one per missed tick.
 #[derive(Debug, Clone)]
 pub struct BeaconSchedule {

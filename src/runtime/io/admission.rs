@@ -280,6 +280,8 @@ impl IoThread {
             source: None,
             live: None,
             last_peer_probe: None,
+            outq: None,
+            held: Vec::new(),
             verified_key: verified,
         });
         if self.links[k].state.state() != ConnState::Connecting {
@@ -351,6 +353,8 @@ impl IoThread {
         let l = &mut self.links[k];
         l.failures_in_row = 0;
         note(l.state.handle_ready(now));
+        // One-way records may go to it from now on (before the application hears of it).
+        self.open_send_queue(k);
         let name = self.link_name(k);
         self.emit_state(
             name,

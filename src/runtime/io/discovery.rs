@@ -35,7 +35,7 @@ use crate::proto::discovery::{Descriptor, Intent, MeshEndpoints};
 use crate::proto::handshake::Expectation;
 use crate::proto::security::PublicKey;
 use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
-use crate::runtime::discovery::DiscoveryEvent;
+use crate::runtime::event::DiscoveryEvent;
 use crate::runtime::event::{NodeEvent, Source};
 use crate::runtime::records::Lane;
 
@@ -80,7 +80,7 @@ impl IoThread {
             &self.me,
             route_mesh,
             bound(SlotRole::Bound(Lane::ClientServer)),
-            bound(SlotRole::Publisher).into_iter().collect(),
+            self.publisher.iter().map(|p| p.endpoint.clone()).collect(),
         )
     }
 

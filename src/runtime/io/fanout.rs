@@ -1,21 +1,35 @@
 //! Classic fanout: the publisher's records and beacons (MISSION L4), and one SUB socket per
 //! publisher with its own liveness watch (T3, L5): opened, judged, failed and reopened alone.
+//!
+//! The publisher's socket is an XPUB (PUB on the wire; subscribers see no difference) so
+//! that subscriptions reach the node: a subscription that covers the beacon topic is a
+//! subscriber joining, and it gets a beacon at once (WIRE.md §7.1), besides the 5 s grid of
+//! the beacon schedule, which joins do not move. The I/O thread watches the socket's
+//! descriptor and reads the subscriptions apart from the receive loop; they never become
+//! records, deliveries or record counts. The application publishes on the same socket from
+//! its own threads (under the socket's mutex), and such a send can consume the descriptor's
+//! signal of a subscription that arrives meanwhile: the subscriptions are therefore also read
+//! at every grid beacon, so such a join gets its beacon at the next tick at the latest (and a
+//! publisher that is publishing makes its subscribers ready with its records anyway).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 
 use super::links::{backoff, note};
+use super::ready::Watch;
 use super::slots::{Slot, SlotRole};
 use super::{Host, IoThread, SlotKey, BACKOFF_MAX};
 use crate::proto::liveness::{self, Delivery as FanoutDelivery, FanoutInput};
 use crate::proto::security::PublicKey;
 use crate::proto::state::{ConnState, FailureReason, LinkState, Recovery};
-use crate::proto::wire::{BEACON_TOPIC, MAX_TOPIC_LEN};
 use crate::proto::ConnId;
+use crate::runtime::error::NodeError;
 use crate::runtime::event::{Delivery, NodeEvent, Source};
+use crate::runtime::outbound::PubSocket;
 use crate::runtime::records::{self, Fanout};
-use crate::runtime::socket::{set_curve_client, Frame, FrameSocket};
+use crate::runtime::socket::{set_curve_client, set_curve_server, Frame, CLOSE_LINGER_MS};
 
 pub(super) struct Sub {
     pub(super) endpoint: String,
@@ -46,44 +60,94 @@ pub(super) struct Sub {
 }
 
 pub(super) struct Publisher {
-    pub(super) slot: SlotKey,
+    /// The publisher (XPUB) socket, shared with the async side, which publishes on it
+    /// directly.
+    pub(super) socket: Arc<PubSocket>,
+    /// The endpoint it is bound to (what libzmq bound, for a wildcard).
+    pub(super) endpoint: String,
     /// The beacon schedule in the node's liveness table.
     pub(super) live: liveness::LinkKey,
-    pub(super) seq: u64,
+    /// Subscription messages may be waiting: read them before sleeping.
+    pub(super) subscriptions: bool,
 }
 
+/// Subscription messages read from the publisher's socket per loop turn; more wait for the
+/// next turn (a flood of subscriptions cannot starve the loop, and costs one beacon a turn).
+const SUBSCRIPTIONS_PER_TURN: usize = 256;
+
 impl IoThread {
-    /// Sends the two beacon frames on the publisher socket (MISSION L4).
-    pub(super) fn send_beacon(&mut self) {
-        let Some(p) = &self.publisher else { return };
-        if let Some(Some(slot)) = self.slots.get(p.slot) {
-            let frames = records::beacon();
-            let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
-            if let Err(e) = slot.socket.send_frames(&refs) {
-                tracing::warn!(error = %e, "beacon not sent");
+    /// Binds the node's publisher socket (an XPUB); returns it and the endpoint it is bound
+    /// to (what libzmq bound, for a wildcard). The async side publishes on it without the I/O
+    /// thread (see [`PubSocket`]); the I/O thread watches its descriptor for subscriptions
+    /// (beacon on join) and sends the beacons.
+    pub(super) fn bind_publisher(&mut self, ep: &str) -> Result<(zmq::Socket, String), NodeError> {
+        let bind_err = |source| NodeError::Bind {
+            endpoint: ep.to_owned(),
+            source,
+        };
+        // Under CURVE the publisher is a CURVE server in the ZAP handler's context, with a
+        // domain of its own: a subscriber must be on the allow-list (gate).
+        let socket = match &self.curve {
+            Some(pair) => {
+                let s = self
+                    .sockets
+                    .plain_gated(zmq::XPUB, super::PUBLISHER_DOMAIN)
+                    .map_err(bind_err)?;
+                set_curve_server(&s, pair).map_err(bind_err)?;
+                self.gate
+                    .add_domain(super::PUBLISHER_DOMAIN, super::gate::Gated::Publisher);
+                s
             }
+            None => self.sockets.plain(zmq::XPUB).map_err(bind_err)?.0,
+        };
+        socket.set_linger(CLOSE_LINGER_MS).map_err(bind_err)?;
+        // Every subscription reaches the node, also a second one of the same prefix (every
+        // zmesh subscriber subscribes to ""): each join gets its beacon.
+        socket.set_xpub_verbose(true).map_err(bind_err)?;
+        socket.bind(ep).map_err(bind_err)?;
+        self.ready
+            .register(&socket, Watch::Publisher)
+            .map_err(NodeError::Poller)?;
+        let endpoint = match socket.get_last_endpoint() {
+            Ok(Ok(bound)) if ep.contains('*') => bound,
+            _ => ep.to_owned(),
+        };
+        Ok((socket, endpoint))
+    }
+
+    /// Sends the two beacon frames on the publisher socket (MISSION L4), on the 5 s grid.
+    /// The subscriptions are read in the same turn, so one whose descriptor signal a publish
+    /// consumed waits no longer than this.
+    pub(super) fn send_beacon(&mut self) {
+        if let Some(p) = self.publisher.as_mut() {
+            p.socket.beacon();
+            p.subscriptions = true;
         }
     }
 
-    /// Publishes `payloads` on `topic` in order, one sequence number each. Topic and payload
-    /// go to the socket as they are, between them an envelope built on the stack.
-    pub(super) fn publish(&mut self, topic: &[u8], payloads: &[Bytes]) {
+    /// The publisher socket's descriptor fired: subscriptions may be waiting.
+    pub(super) fn subscriptions_waiting(&mut self) {
+        if let Some(p) = self.publisher.as_mut() {
+            p.subscriptions = true;
+        }
+    }
+
+    /// Reads the subscription messages waiting on the publisher socket (at most
+    /// [`SUBSCRIPTIONS_PER_TURN`] a turn) and, if one of them subscribes to the beacons,
+    /// sends one beacon at once: a subscriber that joins is ready in milliseconds instead of
+    /// at the next tick of the 5 s grid (WIRE.md §7.1). The schedule is not touched, and
+    /// nothing read here is a record.
+    pub(super) fn read_subscriptions(&mut self) {
         let Some(p) = self.publisher.as_mut() else {
-            tracing::warn!("publish on a node without a publisher endpoint");
             return;
         };
-        // Node::publish checked the topic; the wire rule is checked again here, once a batch.
-        if topic.is_empty() || topic.len() > MAX_TOPIC_LEN || topic == BEACON_TOPIC {
+        if !p.subscriptions {
             return;
         }
-        let Some(Some(slot)) = self.slots.get(p.slot) else {
-            return;
-        };
-        for payload in payloads {
-            p.seq += 1;
-            let env = records::publish_envelope(self.me.generation, p.seq);
-            // PUB never blocks; at HWM libzmq drops for that subscriber (fanout loss rule).
-            let _ = slot.socket.send_frames(&[topic, &env, payload]);
+        let read = p.socket.subscriptions(SUBSCRIPTIONS_PER_TURN);
+        p.subscriptions = read.more;
+        if read.joined {
+            metrics::counter!("zmesh_fanout_join_beacons_total").increment(1);
         }
     }
 

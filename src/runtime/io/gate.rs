@@ -63,7 +63,7 @@ pub(super) struct Gate {
     /// Its descriptor fired or it was touched: read it.
     pub(super) zap_ready: bool,
     /// The bound sockets by ZAP domain.
-    domains: HashMap<String, SlotKey>,
+    domains: HashMap<String, Gated>,
     /// Connections open on each bound socket, by descriptor (monitor events).
     open: HashMap<SlotKey, HashSet<u32>>,
     recent: VecDeque<Refusal>,
@@ -112,10 +112,22 @@ impl Gate {
     }
 
     /// Bound socket `slot` answers to ZAP domain `domain`.
-    pub(super) fn add_domain(&mut self, domain: &str, slot: SlotKey) {
-        self.domains.insert(domain.to_owned(), slot);
-        self.open.entry(slot).or_default();
+    pub(super) fn add_domain(&mut self, domain: &str, gated: Gated) {
+        self.domains.insert(domain.to_owned(), gated);
+        if let Gated::Bound(slot) = gated {
+            self.open.entry(slot).or_default();
+        }
     }
+}
+
+/// The socket behind a ZAP domain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Gated {
+    /// A bound ROUTER, in its slot: the allow-list (CURVE) and the unadmitted cap.
+    Bound(SlotKey),
+    /// The publisher's XPUB (CURVE only): the allow-list. Its subscribers are never admitted
+    /// by a handshake, so the cap is not theirs.
+    Publisher,
 }
 
 impl IoThread {
@@ -180,10 +192,28 @@ impl IoThread {
         detail: String,
         now: Instant,
     ) {
+        self.record_refusal_at(Gated::Bound(slot), reason, detail, now);
+    }
+
+    /// As [`IoThread::record_refusal`], for a bound socket or the publisher.
+    fn record_refusal_at(
+        &mut self,
+        gated: Gated,
+        reason: InputRefusal,
+        detail: String,
+        now: Instant,
+    ) {
         metrics::counter!("zmesh_input_refused_total", "reason" => reason.as_str()).increment(1);
-        let endpoint = match self.slots.get(slot) {
-            Some(Some(s)) => s.endpoint.clone(),
-            _ => String::new(),
+        let endpoint = match gated {
+            Gated::Bound(slot) => match self.slots.get(slot) {
+                Some(Some(s)) => s.endpoint.clone(),
+                _ => String::new(),
+            },
+            Gated::Publisher => self
+                .publisher
+                .as_ref()
+                .map(|p| p.endpoint.clone())
+                .unwrap_or_default(),
         };
         tracing::debug!(endpoint, reason = reason.as_str(), detail, "refused");
         if self.gate.recent.len() == RECENT_REFUSALS {
@@ -256,7 +286,7 @@ impl IoThread {
             text,
             user_id,
         };
-        let Some(&slot) = self.gate.domains.get(&request.domain) else {
+        let Some(&gated) = self.gate.domains.get(&request.domain) else {
             return verdict(
                 ZapStatus::AuthFailure,
                 "unknown ZAP domain".into(),
@@ -277,12 +307,14 @@ impl IoThread {
                 )),
             };
             if let Some(detail) = refused {
-                self.record_refusal(slot, InputRefusal::SecurityFailure, detail.clone(), now);
+                self.record_refusal_at(gated, InputRefusal::SecurityFailure, detail.clone(), now);
                 return verdict(ZapStatus::AuthFailure, detail, String::new());
             }
         }
-        // Only bound ROUTERs admit connections; a publisher's subscribers are never admitted
-        // by a handshake, so the cap is not theirs.
+        let slot = match gated {
+            Gated::Bound(slot) => slot,
+            Gated::Publisher => return verdict(ZapStatus::Ok, "OK".into(), user_id),
+        };
         if !matches!(
             self.slots.get(slot),
             Some(Some(Slot {

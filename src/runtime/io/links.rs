@@ -5,6 +5,7 @@
 //! bound-socket sweeps that detect a vanished connection.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::ready::Watch;
@@ -20,6 +21,7 @@ use crate::proto::security::{HandshakeFailure, PublicKey};
 use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
 use crate::proto::ConnId;
 use crate::runtime::event::{Delivery, Source};
+use crate::runtime::outbound::{Closed, SendQueue};
 use crate::runtime::records::{self, Lane};
 use crate::runtime::socket::{set_curve_client, FrameSocket, MonitorEvent, MonitorSocket};
 
@@ -53,6 +55,10 @@ pub(super) struct Conn {
     pub(super) live: Option<liveness::LinkKey>,
     /// The last probe id the peer sent on this connection (re-ACKed by disconnect sweeps).
     pub(super) last_peer_probe: Option<u64>,
+    /// The queue of one-way records for this connection, once ready (see [`super::outbound`]).
+    pub(super) outq: Option<Arc<SendQueue>>,
+    /// PROBEs and ACKs a full pipe refused, sent before anything else once it has room.
+    pub(super) held: Vec<Vec<Vec<u8>>>,
     /// The peer's CURVE public key, verified by the transport (issue 11); `None` without
     /// CURVE, where the peer's security identity is only what its handshake claimed.
     pub(super) verified_key: Option<PublicKey>,
@@ -75,6 +81,8 @@ pub(super) struct Link {
     pub(super) last_receive: Option<Instant>,
     /// Application records held while the application queue is paused (MISSION R5).
     pub(super) backlog: VecDeque<Delivery>,
+    /// The link is in one of the lists of send queues to drain ([`super::outbound`]).
+    pub(super) send_listed: bool,
     /// Automatic mode: the peer's descriptor is gone, so the link is not dialled again (an
     /// established connection stays until it fails; see `io::discovery`).
     pub(super) withdrawn: bool,
@@ -118,6 +126,7 @@ impl IoThread {
             records: 0,
             last_receive: None,
             backlog: VecDeque::new(),
+            send_listed: false,
             withdrawn: false,
         });
         self.links.len() - 1
@@ -256,6 +265,8 @@ impl IoThread {
             source: None,
             live: None,
             last_peer_probe: None,
+            outq: None,
+            held: Vec::new(),
             // Proven by the CURVE handshake before the first record can arrive.
             verified_key: server_key,
         });
@@ -354,6 +365,16 @@ impl IoThread {
         };
         // Calls leased on this connection fail at once, as "may have run" (MISSION C2).
         self.calls_connection_lost(k, conn_id, reason, now);
+        // One-way records still in its zmesh queue are counted and named in this failure,
+        // never silently gone (issue 9).
+        let unsent = self.close_send_queue(k, Closed::NotReady, reason);
+        let with_unsent;
+        let detail = if unsent > 0 {
+            with_unsent = format!("{detail}; {unsent} queued records not sent");
+            with_unsent.as_str()
+        } else {
+            detail
+        };
         let Some(conn) = self.links[k].conn.take() else {
             return;
         };

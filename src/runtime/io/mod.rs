@@ -1,11 +1,13 @@
-//! The I/O thread: owns every libzmq socket of a node and runs the single receive loop
-//! (MISSION R1).
+//! The I/O thread: owns every libzmq socket of a node (the publisher socket, of which it reads
+//! only subscriptions, is shared with the async side, see [`outbound`]) and runs the single
+//! receive loop (MISSION R1).
 //!
 //! One loop turn: read the monotonic clock once; run due timers (liveness, beacons, reconnects,
 //! disconnect sweeps); wait on the epoll set of every socket's and monitor's `ZMQ_FD` and the
 //! async side's wake-up until the next deadline, and check `ZMQ_EVENTS` of the sockets that fired or
-//! that the loop touched (module [`ready`]); handle monitor events; handle commands; run one
-//! receive rotation under the scheduler's caps; hand the batch of events to the application.
+//! that the loop touched (module [`ready`]); handle monitor events; handle commands, then the
+//! send queues in bursts (module [`outbound`]); run one receive rotation under the scheduler's
+//! caps; hand the batch of events to the application.
 //! Protocol questions (is this ACK evidence? is this peer admitted? is this publisher silent?)
 //! are answered by the sans-IO state machines of [`crate::proto`]; this file only moves bytes
 //! and reports socket events. An idle wake-up costs the sockets that moved and the timers that
@@ -36,9 +38,11 @@
 //! - [`gate`]: the bound sockets' ZAP handler, the unadmitted-connection cap, the CURVE
 //!   allow-list, refusals;
 //! - [`receive`]: the fair receive rotation, routing records, the paused-queue backlog;
-//! - [`fanout`]: the publisher and one SUB socket per publisher;
+//! - [`fanout`]: the publisher's beacons and one SUB socket per publisher;
 //! - [`timers`]: the next deadline and what runs when deadlines come due;
-//! - [`commands`]: commands from the async side, one-way sends, publishing;
+//! - [`commands`]: commands from the async side;
+//! - [`outbound`]: the link table published for the async side, and the per-link send queues
+//!   of one-way records, drained in bursts;
 //! - [`calls`]: the caller's side of calls: routing, BATCHes, leases, answers;
 //! - [`discovery`]: automatic mode: descriptor intents and fences (MISSION D1, F3, T3);
 //! - [`serve`]: the callee's side: contract checks, admission, execution queues, dispatch;
@@ -52,6 +56,7 @@ mod discovery;
 mod fanout;
 mod gate;
 mod links;
+mod outbound;
 mod ready;
 mod receive;
 mod serve;
@@ -60,7 +65,7 @@ mod slots;
 mod snapshot;
 mod timers;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -72,6 +77,7 @@ use super::command::{CallReply, Command, Served, WakeUp};
 use super::error::NodeError;
 use super::event::{NodeEvent, StateChange};
 use super::operations::OpsShared;
+use super::outbound::{Closed, LinkTable, Outgoing, PubSocket};
 use super::records::Lane;
 use super::security::KeyPair;
 use super::socket::{MonitorSocket, Sockets};
@@ -122,6 +128,7 @@ pub const LINK_BACKLOG: usize = 1024;
 const PAUSED_POLL_MS: i64 = 10;
 /// Bound on one drain of commands per loop turn, so commands cannot starve the receive loop.
 const COMMANDS_PER_TURN: usize = 1024;
+use outbound::SENDS_PER_TURN;
 
 const BOUND_ID_APPLICATION: &[u8] = b"zmesh-application";
 const BOUND_ID_COMPLETION: &[u8] = b"zmesh-completion";
@@ -148,6 +155,16 @@ enum Host {
     Stopped,
 }
 
+/// What the async side shares with the I/O thread.
+pub(crate) struct Shared {
+    /// Wakes the I/O thread for commands.
+    pub(crate) wake: Arc<WakeUp>,
+    /// Where one-way records go.
+    pub(crate) table: Arc<LinkTable>,
+    /// The node's PUB socket, if it has a publisher endpoint.
+    pub(crate) publisher: Option<Arc<PubSocket>>,
+}
+
 /// The I/O thread's state.
 pub(crate) struct IoThread {
     cfg: NodeConfig,
@@ -155,6 +172,16 @@ pub(crate) struct IoThread {
     sockets: Sockets,
     /// The async side's wake-up: taken before each drain of the command queue.
     wake: Arc<WakeUp>,
+    /// Where one-way records go, published for the async side (see [`outbound`]).
+    table: Arc<LinkTable>,
+    /// Links whose send queue has records to drain, in turn order.
+    send_pending: VecDeque<LinkKey>,
+    /// Links whose send queue waits for room in libzmq's pipe; tried again every turn.
+    send_blocked: Vec<LinkKey>,
+    /// Records the send queues may still send in this loop turn.
+    send_budget: usize,
+    /// A burst of records taken from a send queue (kept to reuse its allocation).
+    send_scratch: Vec<Outgoing>,
     /// The epoll set over every socket's `ZMQ_FD` and the sockets due for a `ZMQ_EVENTS`
     /// check (see [`ready`] for the rule that keeps an edge from being lost).
     ready: Readiness,
@@ -252,8 +279,8 @@ pub(crate) struct SecurityInit {
 }
 
 impl IoThread {
-    /// Binds the node's endpoints and prepares its links; returns the thread state and the
-    /// async side's wake-up.
+    /// Binds the node's endpoints and prepares its links; returns the thread state and what
+    /// the async side shares with it.
     pub(crate) fn new(
         cfg: NodeConfig,
         generation: u64,
@@ -262,7 +289,7 @@ impl IoThread {
         outstanding: Arc<AtomicUsize>,
         ops: Arc<OpsShared>,
         security: SecurityInit,
-    ) -> Result<(IoThread, Arc<WakeUp>), NodeError> {
+    ) -> Result<(IoThread, Shared), NodeError> {
         let now = Instant::now();
         let mut sockets = Sockets::new(generation);
         sockets.set_max_frame_size(Some(cfg.max_frame_size));
@@ -282,6 +309,7 @@ impl IoThread {
         }
         let ready = Readiness::new().map_err(NodeError::Poller)?;
         let wake = Arc::new(WakeUp::new(ready.waker().map_err(NodeError::Poller)?));
+        let table = Arc::new(LinkTable::default());
 
         // Under CURVE a node's security identity is its public key, which it proves in every
         // handshake.
@@ -300,6 +328,11 @@ impl IoThread {
             me,
             sockets,
             wake: wake.clone(),
+            table: table.clone(),
+            send_pending: VecDeque::new(),
+            send_blocked: Vec::new(),
+            send_budget: SENDS_PER_TURN,
+            send_scratch: Vec::new(),
             ready,
             readable: KeySet::default(),
             monitors_ready: KeySet::default(),
@@ -371,10 +404,16 @@ impl IoThread {
             )?;
         }
         if let Some(p) = &cfg.publisher {
-            let slot = io.bind(zmq::PUB, &p.endpoint, SlotRole::Publisher)?;
+            let (socket, endpoint) = io.bind_publisher(&p.endpoint)?;
+            let socket = Arc::new(PubSocket::new(socket, generation));
             let live = io.liveness.insert_beacon(now);
             io.live_owner.insert(live, LiveOwner::Publisher);
-            io.publisher = Some(Publisher { slot, live, seq: 0 });
+            io.publisher = Some(Publisher {
+                socket,
+                endpoint,
+                live,
+                subscriptions: false,
+            });
         }
         for (i, _) in cfg.peers.iter().enumerate() {
             for lane in [Lane::Application, Lane::Completion] {
@@ -388,7 +427,12 @@ impl IoThread {
             let key = cfg.security.endpoint_key(&s.endpoint);
             io.add_sub(&s.endpoint, key, now);
         }
-        Ok((io, wake))
+        let shared = Shared {
+            wake,
+            table,
+            publisher: io.publisher.as_ref().map(|p| p.socket.clone()),
+        };
+        Ok((io, shared))
     }
 
     pub(super) fn fresh_conn_id(&mut self) -> ConnId {
@@ -429,11 +473,15 @@ impl IoThread {
                     (d.as_micros().div_ceil(1000)) as i64
                 })
                 .unwrap_or(-1);
-            let timeout = if self.busy || !self.commands.is_empty() || self.has_input() {
-                // More records, monitor events or commands are waiting (commands left over by
-                // the per-turn cap have no wake-up of their own): do not sleep.
+            let timeout = if self.busy
+                || !self.commands.is_empty()
+                || self.has_input()
+                || self.has_sends()
+            {
+                // More records, monitor events, commands or queued sends are waiting (those
+                // left over by a per-turn cap have no wake-up of their own): do not sleep.
                 0
-            } else if self.backlogged == 0 && self.answers.is_empty() {
+            } else if self.backlogged == 0 && self.answers.is_empty() && !self.has_blocked_sends() {
                 timeout
             } else if timeout < 0 {
                 PAUSED_POLL_MS
@@ -450,6 +498,7 @@ impl IoThread {
             for slot in self.monitors_ready.take() {
                 self.drain_monitor(slot, now);
             }
+            self.read_subscriptions();
             if std::mem::take(&mut self.gate.zap_ready) {
                 self.handle_zap(now);
             }
@@ -483,6 +532,7 @@ impl IoThread {
             for w in self.ready.take_checks() {
                 match w {
                     Watch::Wake => self.wake_ready = true,
+                    Watch::Publisher => self.subscriptions_waiting(),
                     Watch::Zap => {
                         if self.gate.handler().is_some_and(ready::has_input) {
                             self.gate.zap_ready = true;
@@ -490,9 +540,7 @@ impl IoThread {
                     }
                     Watch::Socket(k) => {
                         let input = match self.slots.get(k) {
-                            Some(Some(s)) if s.role != SlotRole::Publisher => {
-                                ready::has_input(&s.socket)
-                            }
+                            Some(Some(s)) => ready::has_input(&s.socket),
                             _ => continue,
                         };
                         if input {
@@ -537,6 +585,7 @@ impl IoThread {
             || self.gate.zap_ready
             || !self.monitors_ready.is_empty()
             || self.has_readable()
+            || self.publisher.as_ref().is_some_and(|p| p.subscriptions)
     }
 
     /// True if some readable socket is not held back by a paused application queue.
@@ -579,5 +628,22 @@ impl IoThread {
     /// True once a stop began: no new work is taken.
     pub(super) fn stopping(&self) -> bool {
         self.host != Host::Running
+    }
+}
+
+impl Drop for IoThread {
+    fn drop(&mut self) {
+        // However the thread ended, or if it never ran: senders learn that the node stopped
+        // instead of waiting for room in a queue nobody drains (a stop that ran
+        // `close_everything` did all of this already).
+        self.table.stop();
+        for l in &mut self.links {
+            if let Some(q) = l.conn.as_mut().and_then(|c| c.outq.take()) {
+                q.close(Closed::Shutdown);
+            }
+        }
+        if let Some(p) = &self.publisher {
+            drop(p.socket.close());
+        }
     }
 }

@@ -50,6 +50,8 @@ pub(super) enum Watch {
     Monitor(usize),
     /// The monitor of a link's closed socket, waiting for libzmq to confirm the close.
     Closing(usize),
+    /// The node's publisher (XPUB) socket: subscriptions arrived (beacon on join).
+    Publisher,
     /// The node's ZAP handler (issue 11).
     Zap,
 }
@@ -58,7 +60,8 @@ impl Watch {
     fn token(self) -> Token {
         Token(match self {
             Watch::Wake => 0,
-            Watch::Zap => 4,
+            Watch::Publisher => 1 << 2,
+            Watch::Zap => 2 << 2,
             Watch::Socket(i) => (i << 2) | 1,
             Watch::Monitor(i) => (i << 2) | 2,
             Watch::Closing(i) => (i << 2) | 3,
@@ -71,7 +74,8 @@ impl Watch {
             1 => Watch::Socket(i),
             2 => Watch::Monitor(i),
             3 => Watch::Closing(i),
-            _ if i == 1 => Watch::Zap,
+            _ if i == 1 => Watch::Publisher,
+            _ if i == 2 => Watch::Zap,
             _ => Watch::Wake,
         }
     }

@@ -283,17 +283,19 @@ impl IoThread {
             let call = self.serve.call_of(sid);
             match self.serve.handle_dispatch(sid, now) {
                 Dispatch::Run => {
-                    let jobs = self
-                        .served
-                        .get(&job.request.channel)
-                        .map(|s| s.jobs.clone());
-                    if jobs.is_some_and(|j| j.send(job).is_ok()) {
-                        continue;
+                    match self.served.get(&job.request.channel) {
+                        Some(s) => (s.dispatch)(job),
+                        None => {
+                            // Never the case (a served channel is only ever replaced); if it
+                            // were: answered, not run.
+                            let code = self.serve.handle_done(sid, ReplyCode::Unavailable, now);
+                            if let Some(code) = code {
+                                self.reply_to(call, code, "the channel is no longer served");
+                            }
+                            next = self.left_queue(sid);
+                        }
                     }
-                    // No dispatcher (the application side is gone): answered, not run.
-                    if let Some(code) = self.serve.handle_done(sid, ReplyCode::Unavailable, now) {
-                        self.reply_to(call, code, "the service's handlers are gone");
-                    }
+                    continue;
                 }
                 Dispatch::Refuse(code) => {
                     self.reply_to(call, code, "ttl ran out before dispatch; not run");

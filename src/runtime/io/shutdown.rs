@@ -3,8 +3,9 @@
 
 use std::time::Instant;
 
+use super::links::note;
 use super::IoThread;
-use crate::proto::state::FailureReason;
+use crate::proto::state::{FailureReason, Recovery};
 use crate::runtime::records::{self, CloseReason};
 use crate::runtime::socket::{Sockets, CLOSE_LINGER_MS};
 
@@ -15,6 +16,19 @@ impl IoThread {
         // This node's own calls still out end now, each saying whether it may have run.
         self.calls.handle_shutdown(now);
         self.drain_calls(now);
+        // One-way records queued before the stop leave ahead of the CLOSE, as far as the
+        // pipes take them; what is left is counted and named (issue 9).
+        for (k, unsent) in self.flush_send_queues_at_stop() {
+            let detail = format!("node stopped; {unsent} queued records not sent");
+            let l = &mut self.links[k];
+            note(
+                l.state
+                    .handle_failure(FailureReason::HostStopped, &detail, Recovery::Hold, now),
+            );
+            let state = l.state.state();
+            let name = self.link_name(k);
+            self.emit_state(name, state, Some(FailureReason::HostStopped), &detail);
+        }
         for k in 0..self.links.len() {
             if self.links[k].conn.as_ref().is_some_and(|c| c.ready) {
                 let _ = self.send_on_link(k, records::close(CloseReason::Shutdown));
@@ -41,7 +55,13 @@ impl IoThread {
         self.sweeps.clear();
         self.inbound.clear();
         self.subs.clear();
-        self.publisher = None;
+        if let Some(p) = self.publisher.take() {
+            if let Some(socket) = p.socket.close() {
+                self.ready.deregister(&socket);
+                // Records published just before the stop get the linger to leave.
+                let _ = socket.set_linger(CLOSE_LINGER_MS);
+            }
+        }
         self.liveness.clear();
         self.live_owner.clear();
         // Dropping the contexts terminates them once their last socket is closed: after this,

@@ -2,6 +2,7 @@
 //! epoll set and taking them out again, and the one send and receive primitive of a slot.
 //! A send or receive marks its socket for a `ZMQ_EVENTS` check (see [`super::ready`]).
 
+use super::gate::Gated;
 use super::ready::Watch;
 use super::{
     IoThread, LinkKey, SlotKey, BOUND_ID_APPLICATION, BOUND_ID_COMPLETION, BOUND_ID_SERVER,
@@ -23,8 +24,6 @@ pub(super) enum SlotRole {
     Dialled(LinkKey),
     /// A SUB socket owned by one fanout subscription.
     Sub(usize),
-    /// The publisher's PUB socket (never polled for input).
-    Publisher,
 }
 
 pub(super) struct Slot {
@@ -65,20 +64,9 @@ impl IoThread {
             _ => None,
         };
         // A bound ROUTER's ZAP domain is its routing id: the ZAP handler knows by it which
-        // socket a connection arrives on (gate). Under CURVE the publisher has one too.
-        let domain = match (bound_id, role) {
-            (Some(id), _) => Some(String::from_utf8_lossy(id).into_owned()),
-            (None, SlotRole::Publisher) if self.curve.is_some() => {
-                Some(super::PUBLISHER_DOMAIN.to_owned())
-            }
-            _ => None,
-        };
+        // socket a connection arrives on (gate).
+        let domain = bound_id.map(|id| String::from_utf8_lossy(id).into_owned());
         let (socket, monitor) = match (&domain, role) {
-            (Some(domain), SlotRole::Publisher) => (
-                self.sockets.plain_gated(kind, domain).map_err(bind_err)?,
-                None,
-            ),
-            (None, SlotRole::Publisher) => (self.sockets.plain(kind).map_err(bind_err)?.0, None),
             (Some(domain), _) => {
                 let m = self.sockets.bound(kind, domain).map_err(bind_err)?;
                 (m.socket, Some(m.monitor))
@@ -111,7 +99,7 @@ impl IoThread {
             })
             .map_err(NodeError::Poller)?;
         if let Some(domain) = domain {
-            self.gate.add_domain(&domain, slot);
+            self.gate.add_domain(&domain, Gated::Bound(slot));
         }
         Ok(slot)
     }
@@ -122,12 +110,7 @@ impl IoThread {
         let key = self.put_slot(slot);
         let registered = match self.slots.get(key) {
             Some(Some(s)) => {
-                let socket = if s.role == SlotRole::Publisher {
-                    // Never read: nothing to watch.
-                    Ok(())
-                } else {
-                    self.ready.register(&s.socket, Watch::Socket(key))
-                };
+                let socket = self.ready.register(&s.socket, Watch::Socket(key));
                 socket.and_then(|()| match &s.monitor {
                     Some(m) => self.ready.register(m, Watch::Monitor(key)),
                     None => Ok(()),
@@ -174,15 +157,12 @@ impl IoThread {
         if let Some(sid) = shared {
             self.shared_slots.insert(sid, key);
         }
-        let unit = match (role, shared) {
-            (SlotRole::Publisher, _) => None,
-            (_, Some(sid)) => Some((Unit::Admission(key), SchedSource::Shared(sid))),
-            (_, None) => Some((Unit::Socket(key), SchedSource::Single)),
+        let (unit, source) = match shared {
+            Some(sid) => (Unit::Admission(key), SchedSource::Shared(sid)),
+            None => (Unit::Socket(key), SchedSource::Single),
         };
-        if let Some((unit, source)) = unit {
-            if let Err(e) = self.sched.add_unit(unit, source) {
-                tracing::debug!(error = ?e, "scheduler unit not added");
-            }
+        if let Err(e) = self.sched.add_unit(unit, source) {
+            tracing::debug!(error = ?e, "scheduler unit not added");
         }
         key
     }
@@ -206,9 +186,7 @@ impl IoThread {
         self.monitors_ready.remove(key);
         let slot = self.slots.get_mut(key).and_then(Option::take)?;
         // Out of the epoll set before the sockets close (their descriptors go with them).
-        if slot.role != SlotRole::Publisher {
-            self.ready.deregister(&slot.socket);
-        }
+        self.ready.deregister(&slot.socket);
         if let Some(m) = &slot.monitor {
             self.ready.deregister(m);
         }

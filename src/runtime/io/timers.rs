@@ -74,9 +74,7 @@ impl IoThread {
             match t {
                 Transmit::Probe { key, id, .. } => {
                     if let Some(LiveOwner::Link(k)) = self.live_owner.get(&key).copied() {
-                        if let Err(e) = self.send_on_link(k, records::probe(id)) {
-                            tracing::debug!(error = %e, "probe not sent");
-                        }
+                        self.send_liveness(k, records::probe(id));
                     }
                 }
                 Transmit::Beacon { key } => {

@@ -7,6 +7,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use zmesh::runtime::calls::{may_have_run, CallOptions, Request};
+use zmesh::runtime::NodeEvent;
 
 use super::{bind_any, micros, quantile, Curve, Pair, Plan, Series, CHANNEL};
 
@@ -23,9 +24,16 @@ pub(crate) struct RoundTrip {
     pub zmesh_p99: Series,
     pub raw_p999: Series,
     pub zmesh_p999: Series,
-    /// p50 of a bare command round trip between a task and the node's I/O thread (a `send`
-    /// to an unknown peer, refused at once): the cost of one hop pair of the call path.
+    /// p50 of a bare command round trip between a task and the node's I/O thread (a
+    /// `snapshot` of the pair's node, two links): the cost of one hop pair of the call path.
     pub command_p50: Series,
+    /// p50 and p99 of a one-way ping-pong between the same two nodes: `a` sends, `b`'s
+    /// application sends the record back as it takes it from its event stream. The same
+    /// threads as a call minus the handler's dispatch and the ACCEPT (issue 9, item 5: where
+    /// a call's time goes, measured from outside the call path).
+    pub send_ping_pong_p50: Series,
+    /// See [`RoundTrip::send_ping_pong_p50`].
+    pub send_ping_pong_p99: Series,
 }
 
 pub(crate) async fn round_trip(plan: &Plan) -> Result<RoundTrip> {
@@ -37,19 +45,24 @@ pub(crate) async fn round_trip(plan: &Plan) -> Result<RoundTrip> {
         raw_p999: Series::default(),
         zmesh_p999: Series::default(),
         command_p50: Series::default(),
+        send_ping_pong_p50: Series::default(),
+        send_ping_pong_p99: Series::default(),
     };
     for run in 0..plan.runs {
         let n = plan.calls;
         let raw = tokio::task::spawn_blocking(move || raw_ping_pong(n, None)).await??;
-        let (zm, cmd) = zmesh_calls(n, None).await?;
+        let (zm, cmd, ping) = zmesh_calls(n, None).await?;
         let (r50, r99) = (quantile(&raw, 0.5), quantile(&raw, 0.99));
         let (z50, z99) = (quantile(&zm, 0.5), quantile(&zm, 0.99));
         let c50 = quantile(&cmd, 0.5);
+        let (s50, s99) = (quantile(&ping, 0.5), quantile(&ping, 0.99));
         eprintln!(
             "P2 run {}: raw p50 {r50:.0} us p99 {r99:.0} us, zmesh p50 {z50:.0} us p99 {z99:.0} us \
-             (command round trip p50 {c50:.1} us)",
+             (command round trip p50 {c50:.1} us; send ping-pong p50 {s50:.0} us p99 {s99:.0} us)",
             run + 1
         );
+        r.send_ping_pong_p50.push(s50);
+        r.send_ping_pong_p99.push(s99);
         r.raw_p999.push(quantile(&raw, 0.999));
         r.zmesh_p999.push(quantile(&zm, 0.999));
         r.command_p50.push(c50);
@@ -74,12 +87,14 @@ pub(crate) async fn round_trip_curve(plan: &Plan) -> Result<RoundTrip> {
         raw_p999: Series::default(),
         zmesh_p999: Series::default(),
         command_p50: Series::default(),
+        send_ping_pong_p50: Series::default(),
+        send_ping_pong_p99: Series::default(),
     };
     for run in 0..plan.runs {
         let n = plan.calls;
         let c = curve.clone();
         let raw = tokio::task::spawn_blocking(move || raw_ping_pong(n, Some(c))).await??;
-        let (zm, _) = zmesh_calls(n, Some(&curve)).await?;
+        let (zm, _, _) = zmesh_calls(n, Some(&curve)).await?;
         let (r50, r99) = (quantile(&raw, 0.5), quantile(&raw, 0.99));
         let (z50, z99) = (quantile(&zm, 0.5), quantile(&zm, 0.99));
         eprintln!(
@@ -140,9 +155,9 @@ fn raw_ping_pong(n: usize, curve: Option<Curve>) -> Result<Vec<f64>> {
 }
 
 /// `n` sequential calls from `a` to an echo handler on `b`, then `n` bare command round trips
-/// on `a`; sorted latencies in microseconds.
-async fn zmesh_calls(n: usize, curve: Option<&Curve>) -> Result<(Vec<f64>, Vec<f64>)> {
-    let pair = Pair::mesh_with(curve).await?;
+/// on `a`, then `n` one-way ping-pongs; sorted latencies in microseconds.
+async fn zmesh_calls(n: usize, curve: Option<&Curve>) -> Result<(Vec<f64>, Vec<f64>, Vec<f64>)> {
+    let mut pair = Pair::mesh_with(curve).await?;
     pair.b.serve(
         CHANNEL,
         |req: Request| async move { Ok(req.raw_args().clone()) },
@@ -176,14 +191,60 @@ async fn zmesh_calls(n: usize, curve: Option<&Curve>) -> Result<(Vec<f64>, Vec<f
     let mut cmd = Vec::with_capacity(n);
     for i in 0..WARM_UP + n {
         let t = Instant::now();
-        let refused = pair.a.send("nobody", CHANNEL, args.clone()).await;
+        // A `send` no longer goes to the I/O thread (issue 9); a snapshot does, and is small.
+        let snap = pair.a.snapshot().await.context("snapshot")?;
         if i >= WARM_UP {
             cmd.push(micros(t.elapsed()));
         }
-        anyhow::ensure!(refused.is_err(), "a send to an unknown peer was taken");
+        anyhow::ensure!(!snap.links.is_empty(), "a snapshot without links");
     }
+    let ping = send_ping_pong(&mut pair, n).await?;
     pair.shutdown().await?;
     lat.sort_by(f64::total_cmp);
     cmd.sort_by(f64::total_cmp);
-    Ok((lat, cmd))
+    Ok((lat, cmd, ping))
+}
+
+/// `n` sequential one-way round trips: `a` sends on the Application lane, `b`'s application
+/// sends each record back as it takes it from its event stream; sorted latencies in
+/// microseconds.
+async fn send_ping_pong(pair: &mut Pair, n: usize) -> Result<Vec<f64>> {
+    let (a, b) = (pair.a.clone(), pair.b.clone());
+    let eb = &mut pair.eb;
+    let ea = &mut pair.ea;
+    let echo = async {
+        while let Some(batch) = eb.recv().await {
+            for ev in batch {
+                if let NodeEvent::Delivery(d) = ev {
+                    b.send("a", "pong", d.payload).await.context("pong")?;
+                }
+            }
+        }
+        anyhow::Ok(())
+    };
+    let ping = async {
+        let mut lat = Vec::with_capacity(n);
+        for i in 0..WARM_UP + n {
+            let t = Instant::now();
+            a.send("b", "ping", Bytes::from_static(ARGS))
+                .await
+                .context("ping")?;
+            'pong: loop {
+                let batch = ea.recv().await.context("events of a ended")?;
+                if batch.iter().any(|e| matches!(e, NodeEvent::Delivery(_))) {
+                    break 'pong;
+                }
+            }
+            if i >= WARM_UP {
+                lat.push(micros(t.elapsed()));
+            }
+        }
+        anyhow::Ok(lat)
+    };
+    let mut lat = tokio::select! {
+        r = echo => { r?; anyhow::bail!("the echo ended first") }
+        lat = ping => lat?,
+    };
+    lat.sort_by(f64::total_cmp);
+    Ok(lat)
 }

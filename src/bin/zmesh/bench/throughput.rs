@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
-use zmesh::runtime::{BatchSendError, NodeEvent, SendError};
+use zmesh::runtime::NodeEvent;
 
 use super::{bind_any, process_cpu, Curve, Pair, Plan, Series, CHANNEL};
 
@@ -162,10 +162,10 @@ fn raw_oneway(size: usize, n: u64, curve: Option<Curve>) -> Result<Run> {
     Ok(Run::new(n, elapsed, cpu))
 }
 
-/// Node `a` sends `n` records of `size` bytes to node `b` from `senders` concurrent tasks
-/// (each `Node::send` is a round trip to the I/O thread, so one task alone would measure that
-/// round trip), with `Node::send` if `batch` is 1, else with `Node::send_batch` of `batch`
-/// records. A record refused as `WouldBlock` (pipe full: nothing was queued) is sent again.
+/// Node `a` sends `n` records of `size` bytes to node `b` from `senders` concurrent tasks,
+/// with `Node::send` if `batch` is 1, else with `Node::send_batch` of `batch` records; both
+/// queue on the link and wait while its queue is full (issue 9; before, each `send` was a
+/// round trip to the I/O thread and a full pipe refused records, which were sent again).
 /// Clock: first send to the last delivery taken from `b`'s event stream.
 async fn zmesh_oneway(
     size: usize,
@@ -202,45 +202,29 @@ async fn zmesh_oneway(
         };
         let (a, payload) = (a.clone(), payload.clone());
         tasks.push(tokio::spawn(async move {
-            let mut blocked = 0u64;
             let mut left = count;
             while left > 0 {
                 let take = left.min(batch as u64);
-                let sent = if batch == 1 {
-                    match a.send("b", CHANNEL, payload.clone()).await {
-                        Ok(()) => 1,
-                        Err(SendError::WouldBlock(_)) => 0,
-                        Err(e) => bail!("send failed: {e}"),
+                if batch == 1 {
+                    if let Err(e) = a.send("b", CHANNEL, payload.clone()).await {
+                        bail!("send failed: {e}");
                     }
                 } else {
                     let chunk = vec![payload.clone(); take as usize];
-                    match a.send_batch("b", CHANNEL, chunk).await {
-                        Ok(()) => take,
-                        Err(BatchSendError {
-                            sent,
-                            error: SendError::WouldBlock(_),
-                        }) => sent as u64,
-                        Err(e) => bail!("send_batch failed: {e}"),
+                    if let Err(e) = a.send_batch("b", CHANNEL, chunk).await {
+                        bail!("send_batch failed: {e}");
                     }
-                };
-                left -= sent;
-                if sent < take {
-                    blocked += 1;
-                    tokio::task::yield_now().await;
                 }
+                left -= take;
             }
-            Ok(blocked)
+            Ok(())
         }));
     }
-    let mut blocked = 0;
     for t in tasks {
-        blocked += t.await??;
+        t.await??;
     }
     let (t_end, eb) = counter.await??;
     let run = Run::new(n, t_end.duration_since(t0), process_cpu()? - cpu0);
-    if blocked > 0 {
-        eprintln!("  (zmesh: {blocked} sends stopped at a full pipe and were retried)");
-    }
     Pair { a, b, ea, eb }.shutdown().await?;
     Ok(run)
 }

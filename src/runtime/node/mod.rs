@@ -1,35 +1,34 @@
-//! The public, async handle of a running node.
+//! The public, async handle of a running node. Serving (channels, services, the contract,
+//! the operations registry) is in [`serving`].
+
+mod serving;
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 
 use bytes::Bytes;
-use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::calls::{
-    self as rcalls, CallError, CallOptions, CallStream, Handler, HandlerFuture, RemoteCode,
-    Request, ServeError,
+    self as rcalls, CallError, CallOptions, CallStream, ItemSink, Request, ServeError,
 };
-use super::command::{CallReply, Command, ServeDone, ServeItem, ServeJob, Served, WakeUp};
+use super::command::{CallReply, Command, WakeUp};
 use super::discovery::Agent;
 use super::error::{BatchSendError, NodeError, PublishError, SendError};
 use super::event::EventStream;
 use super::idempotency::{Guard, IdempotencyStore, Owner, DEFAULT_RETENTION};
 use super::io::IoThread;
 use super::io::SecurityInit;
-use super::operations::{Operations, OpsShared};
+use super::operations::OpsShared;
+use super::outbound::{Closed, LinkTable, PubSocket, SendQueue, Stop};
 use super::security::{curve_available, load_allow_list, KeyPair, ALLOW_DIR_POLL};
-use super::service::{
-    MethodHandler, NodeContract, Semantics, ServedService, Service, StreamHandler, DESCRIBE_METHOD,
-};
+use super::service::Service;
 use super::snapshot::Snapshot;
 use crate::config::{ConfigError, NodeConfig, SecurityConfig, SecurityMode};
-use crate::proto::calls::{CallShape, ServeId};
 use crate::proto::contract::ServiceContract;
 use crate::proto::security::PublicKey;
 use crate::proto::wire::BEACON_TOPIC;
@@ -42,10 +41,13 @@ pub struct Node {
 
 struct Inner {
     rid: String,
-    has_publisher: bool,
     generation: u64,
     commands: crossbeam_channel::Sender<Command>,
     wake: Arc<WakeUp>,
+    /// Where one-way records go, as the I/O thread publishes it.
+    table: Arc<LinkTable>,
+    /// The node's PUB socket, if it has a publisher endpoint.
+    publisher: Option<Arc<PubSocket>>,
     events: Mutex<Option<EventStream>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     /// The contract of every served channel, by channel (MISSION K1).
@@ -266,10 +268,9 @@ impl Node {
         let (ev_tx, ev_rx) = mpsc::unbounded_channel();
         let rid = config.rid.clone();
         let rid_for_guard = rid.clone();
-        let has_publisher = config.publisher.is_some();
         let outstanding = Arc::new(AtomicUsize::new(0));
         let ops = Arc::new(OpsShared::new(config.operations_keep));
-        let (io, wake) = IoThread::new(
+        let (io, shared) = IoThread::new(
             config,
             generation,
             cmd_rx,
@@ -281,10 +282,11 @@ impl Node {
         let node = Node {
             inner: Arc::new(Inner {
                 rid,
-                has_publisher,
                 generation,
                 commands: cmd_tx,
-                wake,
+                wake: shared.wake,
+                table: shared.table,
+                publisher: shared.publisher,
                 events: Mutex::new(Some(EventStream::new(ev_rx, outstanding))),
                 thread: Mutex::new(None),
                 contract: Mutex::new(BTreeMap::new()),
@@ -362,11 +364,7 @@ impl Node {
     }
 
     fn command(&self, cmd: Command) -> bool {
-        if self.inner.commands.send(cmd).is_err() {
-            return false;
-        }
-        self.inner.wake.command_queued();
-        true
+        self.inner.command(cmd)
     }
 
     async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Option<T> {
@@ -379,124 +377,215 @@ impl Node {
 
     /// Sends a one-way application record to a RouteMesh peer (on its Application lane) or to
     /// a ClientServer client connected to this node's server endpoint, by RID.
-    /// Fails at once, with nothing queued, if the lane is not ready or cannot send now.
+    ///
+    /// The record goes into the zmesh queue of the peer's ready link, at most
+    /// [`SEND_QUEUE`](crate::runtime::SEND_QUEUE) records deep, and from there to libzmq, in
+    /// order, without a round trip to the I/O thread: `Ok` means the record was queued. While
+    /// the queue is full, `send` waits for room ([`Node::try_send`] refuses instead). It
+    /// fails at once, with nothing queued, if no link to `peer` is ready
+    /// ([`SendError::NotReady`]) or the channel is not a valid name.
+    ///
+    /// Records to one peer keep their order: a task's records arrive in the order it sent
+    /// them, also while other tasks send to the same peer (one-way records and calls are not
+    /// ordered with respect to each other). A record still queued when its link fails is
+    /// not lost silently: the failure's [`StateChange`](crate::runtime::StateChange) detail
+    /// says how many queued records were not sent (`"…; 3 queued records not sent"`) and the
+    /// metric `zmesh_records_unsent_total` (label `reason`) counts them. At
+    /// [`Node::shutdown`], queued records leave before the link's CLOSE, as far as libzmq
+    /// takes them; any left are counted the same way.
     pub async fn send(
         &self,
         peer: &str,
         channel: &str,
         payload: impl Into<Bytes>,
     ) -> Result<(), SendError> {
-        let (peer, channel, payload) = (peer.to_owned(), channel.to_owned(), payload.into());
-        self.ask(|reply| Command::SendPeer {
-            peer,
-            channel,
-            payload,
-            reply,
-        })
-        .await
-        .unwrap_or(Err(SendError::Shutdown))
+        check_channel(channel)?;
+        let q = self.inner.table.peer(peer)?;
+        let mut one = [payload.into()];
+        self.enqueue(&q, channel, &mut one, true)
+            .await
+            .map_err(|e| e.error)
     }
 
-    /// Sends several one-way records to `peer` on `channel`, in order, on the same link as
-    /// [`Node::send`], with one round trip to the I/O thread for all of them (`send` costs a
-    /// round trip per record).
+    /// [`Node::send`] without waiting: while the link's queue is full, fails at once with
+    /// [`SendError::WouldBlock`], nothing queued.
+    pub fn try_send(
+        &self,
+        peer: &str,
+        channel: &str,
+        payload: impl Into<Bytes>,
+    ) -> Result<(), SendError> {
+        check_channel(channel)?;
+        let q = self.inner.table.peer(peer)?;
+        let mut one = [payload.into()];
+        self.push_all(&q, channel, &mut one).map_err(|e| e.error)
+    }
+
+    /// Sends several one-way records to `peer` on `channel`, in order, exactly as that many
+    /// [`Node::send`]s would, at the cost of one.
     ///
-    /// Records are taken in order until the link cannot take one (pipe full, link not ready);
-    /// that record and every later one are not queued anywhere, and the error says how many
-    /// were sent ([`BatchSendError::sent`]). The I/O thread sends a batch in one go, so keep
-    /// batches modest (hundreds of records, not millions).
+    /// Records are taken in order, waiting for room in the link's queue as `send` does.
+    /// On an error, [`BatchSendError::sent`] says how many were taken (queued, then sent in
+    /// order unless the link fails first, in which case its failure counts them, as for
+    /// `send`); the record at that index and every later one were not queued anywhere.
     pub async fn send_batch(
         &self,
         peer: &str,
         channel: &str,
-        payloads: Vec<Bytes>,
+        mut payloads: Vec<Bytes>,
     ) -> Result<(), BatchSendError> {
         if payloads.is_empty() {
             return Ok(());
         }
-        let (peer, channel) = (peer.to_owned(), channel.to_owned());
-        self.ask(|reply| Command::SendPeerBatch {
-            peer,
-            channel,
-            payloads,
-            reply,
-        })
-        .await
-        .unwrap_or(Err(BatchSendError {
-            sent: 0,
-            error: SendError::Shutdown,
-        }))
+        let q = check_channel(channel)
+            .and_then(|()| self.inner.table.peer(peer))
+            .map_err(|error| BatchSendError { sent: 0, error })?;
+        self.enqueue(&q, channel, &mut payloads, true).await
     }
 
-    /// Sends a one-way application record to one ready ClientServer server of `channel`.
+    /// [`Node::send_batch`] without waiting: takes records while the link's queue has room,
+    /// then fails with [`SendError::WouldBlock`]; [`BatchSendError::sent`] says how many were
+    /// taken, and the rest were not queued anywhere.
+    pub fn try_send_batch(
+        &self,
+        peer: &str,
+        channel: &str,
+        mut payloads: Vec<Bytes>,
+    ) -> Result<(), BatchSendError> {
+        if payloads.is_empty() {
+            return Ok(());
+        }
+        let q = check_channel(channel)
+            .and_then(|()| self.inner.table.peer(peer))
+            .map_err(|error| BatchSendError { sent: 0, error })?;
+        self.push_all(&q, channel, &mut payloads)
+    }
+
+    /// Sends a one-way application record to one ready ClientServer server of `channel`
+    /// (the ready servers take turns), as [`Node::send`] does to a peer.
     pub async fn send_to_server(
         &self,
         channel: &str,
         payload: impl Into<Bytes>,
     ) -> Result<(), SendError> {
-        let (channel, payload) = (channel.to_owned(), payload.into());
-        self.ask(|reply| Command::SendServer {
-            channel,
-            payload,
-            reply,
-        })
-        .await
-        .unwrap_or(Err(SendError::Shutdown))
+        check_channel(channel)?;
+        let q = self.inner.table.server(channel)?;
+        let mut one = [payload.into()];
+        self.enqueue(&q, channel, &mut one, true)
+            .await
+            .map_err(|e| e.error)
+    }
+
+    /// Queues `payloads` on `q`; waits for room when `wait`, else fails `WouldBlock`.
+    async fn enqueue(
+        &self,
+        q: &Arc<SendQueue>,
+        channel: &str,
+        payloads: &mut [Bytes],
+        wait: bool,
+    ) -> Result<(), BatchSendError> {
+        let mut sent = 0;
+        loop {
+            match self.push(q, channel, payloads, &mut sent) {
+                Ok(true) => return Ok(()),
+                Ok(false) if wait => q.wait_for_room().await,
+                Ok(false) => {
+                    let error = SendError::WouldBlock(q.who().to_owned());
+                    return Err(BatchSendError { sent, error });
+                }
+                Err(error) => return Err(BatchSendError { sent, error }),
+            }
+        }
+    }
+
+    /// Queues what fits of `payloads` on `q`, without waiting.
+    fn push_all(
+        &self,
+        q: &Arc<SendQueue>,
+        channel: &str,
+        payloads: &mut [Bytes],
+    ) -> Result<(), BatchSendError> {
+        let mut sent = 0;
+        match self.push(q, channel, payloads, &mut sent) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(BatchSendError {
+                sent,
+                error: SendError::WouldBlock(q.who().to_owned()),
+            }),
+            Err(error) => Err(BatchSendError { sent, error }),
+        }
+    }
+
+    /// One push of `payloads[*sent..]` on `q`: counts what was taken into `sent` and tells
+    /// the I/O thread when no drain of `q` is on its way. `Ok(true)`: every record taken;
+    /// `Ok(false)`: the queue is full.
+    fn push(
+        &self,
+        q: &Arc<SendQueue>,
+        channel: &str,
+        payloads: &mut [Bytes],
+        sent: &mut usize,
+    ) -> Result<bool, SendError> {
+        let rest = payloads.get_mut(*sent..).unwrap_or_default();
+        let pushed = q.push(channel, rest);
+        *sent += pushed.taken;
+        if pushed.schedule && !self.command(Command::SendQueued(q.clone())) {
+            return Err(SendError::Shutdown);
+        }
+        match pushed.stop {
+            None => Ok(true),
+            Some(Stop::Full) => Ok(false),
+            Some(Stop::Closed(Closed::NotReady)) => Err(SendError::NotReady(q.who().to_owned())),
+            Some(Stop::Closed(Closed::Shutdown)) => Err(SendError::Shutdown),
+            Some(Stop::Invalid(e)) => Err(SendError::Invalid(e)),
+        }
     }
 
     /// Publishes a fanout record. The exact beacon topic is refused (MISSION L4); topics that
     /// merely share a prefix with it are fine.
+    ///
+    /// The record goes straight to the node's PUB socket (no command to the I/O thread, no
+    /// wake-up): `Ok` means it was handed to the publisher with the next sequence number, not
+    /// that anyone received it. PUB never blocks: at the high-water mark libzmq drops records
+    /// for a slow subscriber (the fanout loss rule). Records published from one task keep
+    /// their order.
     pub fn publish(&self, topic: &[u8], payload: impl Into<Bytes>) -> Result<(), PublishError> {
-        self.check_publish(topic)?;
-        let cmd = Command::Publish {
-            topic: Bytes::copy_from_slice(topic),
-            payload: payload.into(),
-        };
-        if self.command(cmd) {
+        let publisher = self.check_publish(topic)?;
+        if publisher.publish(topic, std::slice::from_ref(&payload.into())) {
             Ok(())
         } else {
             Err(PublishError::Shutdown)
         }
     }
 
-    /// Publishes several fanout records on `topic`, in order, with one command to the I/O
-    /// thread for all of them ([`Node::publish`] costs a command and a wake-up per record).
+    /// Publishes several fanout records on `topic`, in order, as that many [`Node::publish`]s
+    /// would (with one lock of the PUB socket for all of them).
     ///
     /// The checks are those of `publish` and apply to the whole batch: a reserved or invalid
     /// topic, or a node without a publisher endpoint, refuses every record (and an empty batch
     /// is checked too). As with `publish`, `Ok` means the records were handed to the
-    /// publisher, one sequence number each, not that anyone received them: PUB never blocks,
-    /// and at the high-water mark libzmq drops records for a slow subscriber (the fanout loss
-    /// rule). The I/O thread publishes a batch in one go, so keep batches modest (hundreds of
-    /// records, not millions).
+    /// publisher, one sequence number each, not that anyone received them.
     pub fn publish_batch(&self, topic: &[u8], payloads: Vec<Bytes>) -> Result<(), PublishError> {
-        self.check_publish(topic)?;
-        if payloads.is_empty() {
-            return Ok(());
-        }
-        let cmd = Command::PublishBatch {
-            topic: Bytes::copy_from_slice(topic),
-            payloads,
-        };
-        if self.command(cmd) {
+        let publisher = self.check_publish(topic)?;
+        if payloads.is_empty() || publisher.publish(topic, &payloads) {
             Ok(())
         } else {
             Err(PublishError::Shutdown)
         }
     }
 
-    /// The argument checks of [`Node::publish`] and [`Node::publish_batch`].
-    fn check_publish(&self, topic: &[u8]) -> Result<(), PublishError> {
+    /// The argument checks of [`Node::publish`] and [`Node::publish_batch`]; the publisher.
+    fn check_publish(&self, topic: &[u8]) -> Result<&PubSocket, PublishError> {
         if topic == BEACON_TOPIC {
             return Err(PublishError::ReservedTopic);
         }
         if topic.is_empty() || topic.len() > 255 {
             return Err(PublishError::InvalidTopic);
         }
-        if !self.inner.has_publisher {
-            return Err(PublishError::NoPublisher);
-        }
-        Ok(())
+        self.inner
+            .publisher
+            .as_deref()
+            .ok_or(PublishError::NoPublisher)
     }
 
     /// Calls `method` on a ready server of `channel` and decodes its result.
@@ -606,155 +695,6 @@ impl Node {
             return CallStream::failed(CallError::Shutdown { sent: false });
         }
         CallStream::new(rx)
-    }
-
-    /// Serves `channel`: every call accepted for it runs `handler` on the current tokio
-    /// runtime, whatever its method (the handler answers `MethodNotFound` itself for names it
-    /// does not know). The node ACCEPTs a call before the handler runs, refuses calls whose
-    /// ttl ran out, and answers each call exactly once with the handler's result. A handler
-    /// that panics answers `Exception`. Must be called from within a tokio runtime. Serving a
-    /// channel again replaces its handler.
-    ///
-    /// Nothing is declared about such a channel's methods: they are undeclared (never guessed
-    /// to be safe to repeat) and run in parallel, and `describe` lists no methods for it. To
-    /// declare methods, their semantics and execution, use [`Node::expose`].
-    pub fn serve<F, Fut>(&self, channel: &str, handler: F) -> Result<(), NodeError>
-    where
-        F: Fn(Request) -> Fut + Send + Sync + 'static,
-        Fut: std::future::Future<Output = Result<Bytes, ServeError>> + Send + 'static,
-    {
-        let handler: Handler = Arc::new(move |req| -> HandlerFuture { Box::pin(handler(req)) });
-        self.serve_any(channel, CallShape::Unary, MethodHandler::Unary(handler))
-    }
-
-    /// Serves `channel` with streaming answers: every call accepted for it runs `handler`
-    /// with the [`Request`] and an [`ItemSink`]; the handler sends items through the sink, in
-    /// order, and returns the call's terminal result. Everything else is as for
-    /// [`Node::serve`].
-    ///
-    /// A stream cannot be finished by a stopping service: when [`Node::shutdown`] begins,
-    /// every call of this channel still in hand ends at once with REPLY `Unavailable`
-    /// (the caller sees [`CallError::Unavailable`] `{ accepted: true }`, may have run), the
-    /// sink refuses further items, and the handler's result is dropped (MISSION C4). The
-    /// same happens to a call of this channel that sends no items at all: every call of a
-    /// stream channel is a stream.
-    pub fn serve_stream<F, Fut>(&self, channel: &str, handler: F) -> Result<(), NodeError>
-    where
-        F: Fn(Request, ItemSink) -> Fut + Send + Sync + 'static,
-        Fut: std::future::Future<Output = Result<Bytes, ServeError>> + Send + 'static,
-    {
-        let handler: StreamHandler =
-            Arc::new(move |req, sink| -> HandlerFuture { Box::pin(handler(req, sink)) });
-        self.serve_any(channel, CallShape::Stream, MethodHandler::Stream(handler))
-    }
-
-    /// Exposes `service` (MISSION K1, K3, K4): its declared methods, each with its semantics,
-    /// and its execution (serial, keyed or parallel, mailbox, conflation), checked now:
-    /// invalid combinations (conflate on a method that is not an idempotent command, or with
-    /// parallel execution; a mailbox of 0; duplicate or reserved method names) are refused
-    /// with [`NodeError::Contract`]. A call to a method the service does not declare is
-    /// answered `MethodNotFound` (did not run). Must be called from within a tokio runtime;
-    /// exposing a channel again replaces it. See [`crate::runtime::service`].
-    pub fn expose(&self, service: Service) -> Result<(), NodeError> {
-        let channel = service.channel().to_owned();
-        let (served, handlers) = service.into_parts().map_err(NodeError::Contract)?;
-        self.register(&channel, served, Lookup::Methods(handlers.handlers))
-    }
-
-    /// The operations registry of this node (MISSION K2): one frozen entry per call it
-    /// made, with a snapshot and a change stream (see [`crate::runtime::operations`]).
-    pub fn operations(&self) -> Operations {
-        Operations::new(self.inner.ops.clone())
-    }
-
-    /// This node's contract (MISSION K1): every channel it serves, with its methods, their
-    /// semantics, shape and execution, conflation, mailbox and version. Another node fetches
-    /// it with [`Node::fetch_contract`]; `zmesh describe` prints it.
-    pub fn describe(&self) -> NodeContract {
-        let mut c = NodeContract::new(self.inner.rid.clone());
-        if let Ok(services) = self.inner.contract.lock() {
-            c.services = services.values().cloned().collect();
-        }
-        c.normalize();
-        c
-    }
-
-    /// Fetches the contract of the node that serves `channel` (routed like any call: `opts`
-    /// may name a RouteMesh peer), through the built-in method `$describe` every served
-    /// channel answers.
-    pub async fn fetch_contract(
-        &self,
-        channel: &str,
-        opts: CallOptions,
-    ) -> Result<NodeContract, CallError> {
-        let bytes = self
-            .call_raw(channel, DESCRIBE_METHOD, Bytes::new(), opts)
-            .await?;
-        rcalls::decode(&bytes)
-    }
-
-    /// Registers a channel served by one handler for every method.
-    fn serve_any(
-        &self,
-        channel: &str,
-        shape: CallShape,
-        handler: MethodHandler,
-    ) -> Result<(), NodeError> {
-        if channel.is_empty() || channel.len() > 255 {
-            return Err(NodeError::Invalid("channel must be 1..=255 bytes".into()));
-        }
-        let served = ServedService {
-            contract: Arc::new(ServiceContract::new(channel)),
-            key: None,
-            any_method: Some(shape),
-            authorizer: None,
-        };
-        self.register(channel, served, Lookup::Any(handler))
-    }
-
-    /// Registers `channel` with the I/O thread and runs its dispatcher: each accepted call
-    /// becomes a task running its method's handler (behind the idempotency guard for a
-    /// non-repeatable command, if the node has a store), whose result goes back as
-    /// [`Command::ServeDone`].
-    fn register(
-        &self,
-        channel: &str,
-        served: ServedService,
-        lookup: Lookup,
-    ) -> Result<(), NodeError> {
-        let rt = tokio::runtime::Handle::try_current().map_err(|_| NodeError::NoRuntime)?;
-        let (jobs, mut rx) = mpsc::unbounded_channel::<ServeJob>();
-        let weak = Arc::downgrade(&self.inner);
-        let lookup = Arc::new(lookup);
-        let guard = self.inner.guard.clone();
-        rt.spawn(async move {
-            // Ends when the I/O thread drops its sender (node stopped).
-            while let Some(job) = rx.recv().await {
-                let (weak, lookup, guard) = (weak.clone(), lookup.clone(), guard.clone());
-                tokio::spawn(async move {
-                    let id = job.id;
-                    let result = run_job(job, &lookup, &weak, guard.as_deref()).await;
-                    if let Some(inner) = weak.upgrade() {
-                        let node = Node { inner };
-                        node.command(Command::ServeDone(ServeDone { id, result }));
-                    }
-                });
-            }
-        });
-        let contract = (*served.contract).clone();
-        if !self.command(Command::Serve {
-            channel: channel.to_owned(),
-            served: Served {
-                jobs,
-                service: served,
-            },
-        }) {
-            return Err(NodeError::Stopped);
-        }
-        if let Ok(mut c) = self.inner.contract.lock() {
-            c.insert(channel.to_owned(), contract);
-        }
-        Ok(())
     }
 
     /// A snapshot of every configured and inbound link (MISSION O1).
@@ -933,114 +873,23 @@ fn spawn_allow_watch(
     Ok(stop)
 }
 
-/// Where a stream handler sends its items (see [`Node::serve_stream`]).
-///
-/// Each item is numbered by the node and sent as one ITEM, in the order the sends complete,
-/// on the connection the call's REPLY will take. Cheap to clone; a clone sends into the same
-/// call. It does not keep the node alive.
-#[derive(Clone)]
-pub struct ItemSink {
-    id: ServeId,
-    node: Weak<Inner>,
-}
-
-impl std::fmt::Debug for ItemSink {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ItemSink").field("call", &self.id).finish()
-    }
-}
-
-impl ItemSink {
-    /// Sends one item; returns once the node has handed it to the transport.
-    ///
-    /// An error means the stream is over and the handler should stop (returning the error
-    /// with `?` is fine: the call already has its answer, so the handler's result is
-    /// dropped): code `Unavailable` when the service is stopping (the caller was told
-    /// `Unavailable`), the caller's connection is gone, the call already ended or the node
-    /// stopped; code `UnknownOutcome` when the link could not take the item now (a frame is
-    /// never queued, MISSION C3), in which case the node ended the call with that code.
-    pub async fn send(&self, payload: impl Into<Bytes>) -> Result<(), ServeError> {
-        let closed = || ServeError::runtime(RemoteCode::Unavailable, "the node stopped");
-        let Some(inner) = self.node.upgrade() else {
-            return Err(closed());
-        };
-        let node = Node { inner };
-        let (id, payload) = (self.id, payload.into());
-        node.ask(|reply| Command::ServeItem(ServeItem { id, payload, reply }))
-            .await
-            .unwrap_or_else(|| Err(closed()))
-    }
-
-    /// Sends one item encoded as MessagePack; see [`ItemSink::send`].
-    pub async fn send_item<T: Serialize + ?Sized>(&self, item: &T) -> Result<(), ServeError> {
-        self.send(rcalls::encode(item)?).await
-    }
-}
-
-/// How a served channel finds the handler of a call.
-enum Lookup {
-    /// One handler for every method ([`Node::serve`], [`Node::serve_stream`]).
-    Any(MethodHandler),
-    /// One handler per declared method ([`Node::expose`]).
-    Methods(HashMap<String, MethodHandler>),
-}
-
-/// Runs one accepted call: the built-in `$describe`, or its method's handler (a panic is
-/// answered `Exception`), behind the idempotency guard for a non-repeatable command.
-async fn run_job(
-    job: ServeJob,
-    lookup: &Lookup,
-    node: &Weak<Inner>,
-    guard: Option<&Guard>,
-) -> Result<Bytes, ServeError> {
-    let ServeJob {
-        id,
-        request,
-        semantics,
-    } = job;
-    if request.method == DESCRIBE_METHOD {
-        let contract = node.upgrade().map(|inner| Node { inner }.describe());
-        return match contract {
-            Some(c) => rcalls::encode(&c),
-            None => Err(ServeError::runtime(
-                RemoteCode::Unavailable,
-                "the node stopped",
-            )),
-        };
-    }
-    let handler = match lookup {
-        Lookup::Any(h) => Some(h.clone()),
-        Lookup::Methods(m) => m.get(&request.method).cloned(),
-    };
-    let Some(handler) = handler else {
-        return Err(ServeError::method_not_found(&request.method));
-    };
-    let sink = ItemSink {
-        id,
-        node: node.clone(),
-    };
-    let guarded = (semantics == Some(Semantics::NonRepeatableCommand))
-        .then_some(guard)
-        .flatten();
-    let run = |request: Request| async move {
-        // The handler is called inside its own task, so a panic anywhere in it is a failed
-        // task answered `Exception` (it may have run).
-        let task = match handler {
-            MethodHandler::Unary(h) => tokio::spawn(h(request)),
-            MethodHandler::Stream(h) => tokio::spawn(h(request, sink)),
-        };
-        match task.await {
-            Ok(r) => r,
-            Err(e) => Err(ServeError::exception(format!("handler failed: {e}"))),
+impl Inner {
+    /// Queues `cmd` for the I/O thread and wakes it if needed; false once it is gone.
+    fn command(&self, cmd: Command) -> bool {
+        if self.commands.send(cmd).is_err() {
+            return false;
         }
-    };
-    match guarded {
-        Some(g) => {
-            let req = request.clone();
-            g.run(&req, move || run(request)).await
-        }
-        None => run(request).await,
+        self.wake.command_queued();
+        true
     }
+}
+
+/// A one-way record's channel travels as a 1..=255-byte name.
+fn check_channel(channel: &str) -> Result<(), SendError> {
+    if channel.is_empty() || channel.len() > 255 {
+        return Err(SendError::Invalid("channel must be 1..=255 bytes".into()));
+    }
+    Ok(())
 }
 
 /// Channel and method names travel as 1..=255-byte strings.

@@ -1,0 +1,390 @@
+//! One-way records out (issue 9, item 2): the link table this thread publishes for the async
+//! side, and the per-connection send queues it drains into libzmq in bursts.
+//!
+//! A queue is made when a connection that carries one-way records becomes ready (a RouteMesh
+//! peer's Application lane, a ClientServer client of ours, a server we dial) and published in
+//! the [`LinkTable`](crate::runtime::outbound::LinkTable); it is unpublished and closed when
+//! the connection leaves ready, and the records still in it are counted in that failure.
+//!
+//! Draining is bounded: at most [`SEND_BURST`] records of one link at a time and
+//! [`SENDS_PER_TURN`] per loop turn, so a flood of sends cannot hold up the receive rotation
+//! (MISSION R1-R4). A link whose pipe is full (libzmq's high-water mark) is *blocked*: it is
+//! tried again every loop turn, and the loop sleeps at most
+//! [`PAUSED_POLL_MS`](super::PAUSED_POLL_MS) while one is (libzmq signals the socket's
+//! `ZMQ_FD` when the pipe has room again, which wakes the loop sooner).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::links::LinkKind;
+use super::ready::Watch;
+use super::{IoThread, LinkKey};
+use crate::proto::state::FailureReason;
+use crate::runtime::outbound::{Closed, Outgoing, SendQueue, SEND_QUEUE};
+use crate::runtime::records::Lane;
+use crate::runtime::socket::{FrameSocket, SendError as SocketError};
+
+/// Records of one link sent in one go before another link (or the receive rotation) has its
+/// turn.
+pub(super) const SEND_BURST: usize = 256;
+/// Records sent from send queues per loop turn, over every link.
+pub(super) const SENDS_PER_TURN: usize = 2048;
+/// PROBEs and ACKs held per connection behind a full pipe.
+pub(super) const HELD_LIVENESS: usize = 4;
+
+/// Where a link's one-way records are published in the link table.
+enum Route {
+    /// By the peer's (or client's) RID.
+    Peer(String),
+    /// Among the ready servers of a channel.
+    Server(String),
+}
+
+/// How one burst of a link ended.
+enum Burst {
+    /// The queue is empty (as far as this burst saw).
+    Drained,
+    /// Records are left; the budget ended the burst.
+    More,
+    /// libzmq's pipe is full.
+    Blocked,
+    /// The link has no ready connection (any more).
+    Gone,
+    /// libzmq refused the record for another reason than a full pipe: the pipe is gone.
+    Failed(SocketError),
+}
+
+impl IoThread {
+    /// Where link `k`'s one-way records are published, if it carries any.
+    fn route_of(&self, k: LinkKey) -> Option<Route> {
+        let l = self.links.get(k)?;
+        match &l.kind {
+            LinkKind::MeshDial {
+                lane: Lane::Application,
+                ..
+            }
+            | LinkKind::Inbound {
+                lane: Lane::Application | Lane::ClientServer,
+                ..
+            } => {
+                let rid = l.conn.as_ref()?.peer.as_ref()?.rid.clone();
+                Some(Route::Peer(rid))
+            }
+            LinkKind::ClientDial { server } => Some(Route::Server(
+                self.cfg.servers.get(*server)?.channel.clone(),
+            )),
+            _ => None,
+        }
+    }
+
+    /// Link `k`'s connection became ready: it gets a send queue, published in the table.
+    pub(super) fn open_send_queue(&mut self, k: LinkKey) {
+        let Some(route) = self.route_of(k) else {
+            return;
+        };
+        let who = match &route {
+            Route::Peer(rid) => rid.as_str(),
+            Route::Server(channel) => channel.as_str(),
+        };
+        let who: Arc<str> = Arc::from(who);
+        let Some(c) = self.links.get_mut(k).and_then(|l| l.conn.as_mut()) else {
+            return;
+        };
+        let q = Arc::new(SendQueue::new(k, c.id, who));
+        if let Some(old) = c.outq.replace(q) {
+            old.close(Closed::NotReady);
+        }
+        self.publish_route(&route);
+    }
+
+    /// Link `k`'s connection leaves ready: its queue is unpublished and closed. Returns how
+    /// many records were still in it (not sent), counted in the metric under `reason`.
+    pub(super) fn close_send_queue(
+        &mut self,
+        k: LinkKey,
+        why: Closed,
+        reason: FailureReason,
+    ) -> usize {
+        let route = self.route_of(k);
+        let Some(q) = self
+            .links
+            .get_mut(k)
+            .and_then(|l| l.conn.as_mut())
+            .and_then(|c| c.outq.take())
+        else {
+            return 0;
+        };
+        let unsent = q.close(why);
+        if let Some(route) = route {
+            self.publish_route(&route);
+        }
+        if unsent > 0 {
+            // The reason only: no RID, endpoint or connection id in labels (MISSION O2).
+            metrics::counter!("zmesh_records_unsent_total", "reason" => reason.as_str())
+                .increment(unsent as u64);
+            tracing::warn!(
+                link = k,
+                unsent,
+                reason = reason.as_str(),
+                "queued records not sent"
+            );
+        }
+        unsent
+    }
+
+    /// Publishes, for `route`, the queues of the current ready links: a peer's first such
+    /// link in link order (as a lookup by RID always found), a channel's every ready server.
+    fn publish_route(&self, route: &Route) {
+        match route {
+            Route::Peer(rid) => {
+                let q = (0..self.links.len())
+                    .filter(|k| matches!(self.route_of(*k), Some(Route::Peer(r)) if r == *rid))
+                    .find_map(|k| self.ready_queue(k));
+                self.table.set_peer(rid, q);
+            }
+            Route::Server(channel) => {
+                let qs = (0..self.links.len())
+                    .filter(
+                        |k| matches!(self.route_of(*k), Some(Route::Server(c)) if c == *channel),
+                    )
+                    .filter_map(|k| self.ready_queue(k))
+                    .collect();
+                self.table.set_servers(channel, qs);
+            }
+        }
+    }
+
+    /// The send queue of link `k`'s ready connection.
+    fn ready_queue(&self, k: LinkKey) -> Option<Arc<SendQueue>> {
+        let c = self.links.get(k)?.conn.as_ref()?;
+        c.outq.clone().filter(|_| c.ready)
+    }
+
+    /// A sender queued records on `q` with no drain on its way: the first burst leaves now,
+    /// in command order; what is left waits for [`Self::flush_send_queues`].
+    pub(super) fn on_send_queued(&mut self, q: Arc<SendQueue>, now: Instant) {
+        let k = q.link();
+        let current = self
+            .links
+            .get(k)
+            .and_then(|l| l.conn.as_ref())
+            .and_then(|c| c.outq.as_ref())
+            .is_some_and(|o| Arc::ptr_eq(o, &q) && o.conn() == q.conn());
+        if !current || self.links[k].send_listed {
+            // A closed queue (its records were counted), or one already in the lists.
+            return;
+        }
+        let burst = self.send_burst(k);
+        if let Some(blocked) = self.after_burst(k, burst, now) {
+            self.list_send(k, blocked);
+        }
+    }
+
+    fn list_send(&mut self, k: LinkKey, blocked: bool) {
+        if let Some(l) = self.links.get_mut(k) {
+            l.send_listed = true;
+        }
+        if blocked {
+            self.send_blocked.push(k);
+        } else {
+            self.send_pending.push_back(k);
+        }
+    }
+
+    /// Drains the listed send queues within this turn's budget, blocked links first tried
+    /// again; links with records left stay listed for the next turn.
+    pub(super) fn flush_send_queues(&mut self, now: Instant) {
+        let blocked = std::mem::take(&mut self.send_blocked);
+        for k in blocked {
+            self.send_pending.push_back(k);
+        }
+        let mut visits = self.send_pending.len();
+        while visits > 0 && self.send_budget > 0 {
+            visits -= 1;
+            let Some(k) = self.send_pending.pop_front() else {
+                break;
+            };
+            let burst = self.send_burst(k);
+            match self.after_burst(k, burst, now) {
+                None => {
+                    if let Some(l) = self.links.get_mut(k) {
+                        l.send_listed = false;
+                    }
+                }
+                Some(false) => self.send_pending.push_back(k),
+                Some(true) => self.send_blocked.push(k),
+            }
+        }
+    }
+
+    /// True if a listed send queue can make progress now (not only blocked ones).
+    pub(super) fn has_sends(&self) -> bool {
+        !self.send_pending.is_empty()
+    }
+
+    /// True if some link waits for room in libzmq's pipe.
+    pub(super) fn has_blocked_sends(&self) -> bool {
+        !self.send_blocked.is_empty()
+    }
+
+    /// Sends a PROBE or an ACK on link `k`. A full pipe does not drop it (one-way records
+    /// this node queued would otherwise keep the pipe full and starve its liveness records,
+    /// MISSION R4): it is held and sent before anything else on the link once the pipe has
+    /// room, the link being tried again every loop turn meanwhile. At most [`HELD_LIVENESS`]
+    /// are held per connection, the oldest dropped (a newer PROBE or ACK supersedes it).
+    pub(super) fn send_liveness(&mut self, k: LinkKey, frames: Vec<Vec<u8>>) {
+        let held = match self.links.get(k).and_then(|l| l.conn.as_ref()) {
+            Some(c) => !c.held.is_empty(),
+            None => return,
+        };
+        if !held {
+            match self.send_frames_on_link(k, &frames) {
+                Err(SocketError::Full) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "liveness record not sent");
+                    return;
+                }
+                Ok(()) => return,
+            }
+        }
+        if let Some(c) = self.links.get_mut(k).and_then(|l| l.conn.as_mut()) {
+            if c.held.len() >= HELD_LIVENESS {
+                c.held.remove(0);
+            }
+            c.held.push(frames);
+        }
+        if !self.links[k].send_listed {
+            self.list_send(k, true);
+        }
+    }
+
+    /// Sends link `k`'s held liveness records, in order, while the pipe takes them; true if
+    /// none is left.
+    fn flush_held(&mut self, k: LinkKey) -> bool {
+        let Some(c) = self.links.get_mut(k).and_then(|l| l.conn.as_mut()) else {
+            return true;
+        };
+        if c.held.is_empty() {
+            return true;
+        }
+        let held = std::mem::take(&mut c.held);
+        let mut sent = 0;
+        for frames in &held {
+            match self.send_frames_on_link(k, frames) {
+                Err(SocketError::Full) => break,
+                // Sent, or never will be on this connection (its failure is noticed apart).
+                _ => sent += 1,
+            }
+        }
+        let left: Vec<_> = held.into_iter().skip(sent).collect();
+        let done = left.is_empty();
+        if let Some(c) = self.links.get_mut(k).and_then(|l| l.conn.as_mut()) {
+            c.held = left;
+        }
+        done
+    }
+
+    /// Sends up to one burst of link `k`'s queue (bounded by the turn's budget), after its
+    /// held liveness records.
+    fn send_burst(&mut self, k: LinkKey) -> Burst {
+        if !self.flush_held(k) {
+            return Burst::Blocked;
+        }
+        let max = SEND_BURST.min(self.send_budget);
+        let Some(q) = self.ready_queue(k) else {
+            return Burst::Gone;
+        };
+        if max == 0 {
+            return Burst::More;
+        }
+        let mut buf = std::mem::take(&mut self.send_scratch);
+        q.take(max, &mut buf);
+        let (sent, failed) = self.send_records(k, &buf);
+        let more = q.settle(&mut buf, sent);
+        self.send_scratch = buf;
+        self.send_budget -= sent.min(self.send_budget);
+        if sent > 0 {
+            metrics::counter!("zmesh_app_records_sent_total").increment(sent as u64);
+        }
+        match failed {
+            None if more => Burst::More,
+            None => Burst::Drained,
+            Some(SocketError::Full) => Burst::Blocked,
+            Some(e) => Burst::Failed(e),
+        }
+    }
+
+    /// Sends `records` in order as MESSAGEs on link `k`'s connection until libzmq refuses
+    /// one; returns how many went, and the refusal.
+    fn send_records(&self, k: LinkKey, records: &[Outgoing]) -> (usize, Option<SocketError>) {
+        let Some(c) = self.links.get(k).and_then(|l| l.conn.as_ref()) else {
+            return (0, Some(SocketError::Unreachable));
+        };
+        let Some(Some(s)) = self.slots.get(c.slot) else {
+            return (0, Some(SocketError::Unreachable));
+        };
+        let mut sent = 0;
+        let mut failed = None;
+        for rec in records {
+            let r = match c.route.as_deref() {
+                Some(route) => s.socket.send_frames(&[route, &rec.env, &rec.payload]),
+                None => s.socket.send_frames(&[&rec.env, &rec.payload]),
+            };
+            if let Err(e) = r {
+                failed = Some(e);
+                break;
+            }
+            sent += 1;
+        }
+        // A send may consume the ZMQ_FD signal of a record that arrived meanwhile: check the
+        // socket before the loop sleeps (see `ready`).
+        self.ready.touch(Watch::Socket(c.slot));
+        (sent, failed)
+    }
+
+    /// Acts on how a burst ended: a link with records left stays listed (`true`); a failed
+    /// send fails the link, its queued records counted in the failure.
+    fn after_burst(&mut self, k: LinkKey, burst: Burst, now: Instant) -> Option<bool> {
+        match burst {
+            Burst::Drained | Burst::Gone => None,
+            Burst::More => Some(false),
+            Burst::Blocked => Some(true),
+            Burst::Failed(e) => {
+                // The pipe is gone (a ROUTER with ROUTER_MANDATORY says so at once): the
+                // connection is over.
+                let detail = format!("send failed: {e}");
+                self.fail_link(k, FailureReason::TransportError, &detail, now);
+                None
+            }
+        }
+    }
+
+    /// The node stops: every ready link's queue takes no more records, what it holds goes to
+    /// libzmq as far as the pipe takes it (the socket's linger then flushes it with the
+    /// CLOSE), and the rest is counted; the table answers `Shutdown` from now on. Returns the
+    /// links that had records left, and how many.
+    pub(super) fn flush_send_queues_at_stop(&mut self) -> Vec<(LinkKey, usize)> {
+        self.table.stop();
+        let mut unsent = Vec::new();
+        for k in 0..self.links.len() {
+            let Some(q) = self.ready_queue(k) else {
+                continue;
+            };
+            q.seal(Closed::Shutdown);
+            // Sealed, the queue holds at most SEND_QUEUE records: bursts enough for those.
+            for _ in 0..=SEND_QUEUE.div_ceil(SEND_BURST) {
+                self.send_budget = SEND_BURST;
+                if !matches!(self.send_burst(k), Burst::More) {
+                    break;
+                }
+            }
+            let n = self.close_send_queue(k, Closed::Shutdown, FailureReason::HostStopped);
+            if n > 0 {
+                unsent.push((k, n));
+            }
+        }
+        self.send_pending.clear();
+        self.send_blocked.clear();
+        unsent
+    }
+}

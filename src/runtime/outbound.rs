@@ -1,0 +1,638 @@
+//! One-way records out, without a round trip to the I/O thread per record (issue 9, items 2
+//! and 6). Both [`super::node`] and [`super::io`] use this module.
+//!
+//! ```text
+//!  Node::send ──> LinkTable (RID / server channel -> queue of the current ready link; the
+//!      |          I/O thread publishes it when a link becomes ready or fails)
+//!      +──> SendQueue of that link: at most SEND_QUEUE records (send waits for room,
+//!      |    try_send refuses WouldBlock) ──> I/O thread, in bursts: libzmq, in order
+//!      +──> Command::SendQueued + one wake-up, only when no drain of that queue is on its way
+//!
+//!  Node::publish ──> PubSocket: the publisher (XPUB) socket itself, under a mutex (the I/O
+//!                    thread uses it for beacons and reads its subscriptions: beacon on join)
+//! ```
+//!
+//! A queue belongs to one physical connection: it is made when the connection becomes ready
+//! and closed when it leaves ready. Records still in it then are counted in that failure
+//! (the state change's detail and `zmesh_records_unsent_total`), never silently dropped.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+
+use bytes::Bytes;
+use tokio::sync::Notify;
+
+use super::error::SendError;
+use super::records;
+use super::socket::FrameSocket;
+use crate::proto::wire::{BEACON_TOPIC, MAX_TOPIC_LEN};
+use crate::proto::ConnId;
+
+/// Records one link's zmesh queue holds (besides libzmq's own pipe, [`HWM`] records deep):
+/// [`Node::send`](super::Node::send) waits for room while it is full,
+/// [`Node::try_send`](super::Node::try_send) refuses with
+/// [`SendError::WouldBlock`](super::SendError::WouldBlock).
+///
+/// [`HWM`]: super::socket::HWM
+pub const SEND_QUEUE: usize = 1_000;
+/// Envelopes (one per channel) a queue keeps built, so a record costs no envelope of its own.
+const ENVELOPES_CACHED: usize = 8;
+
+/// One record waiting in a [`SendQueue`]: the MESSAGE envelope of its channel, shared by every
+/// record of that channel on the link, and the payload as the application gave it.
+pub(crate) struct Outgoing {
+    pub(crate) env: Bytes,
+    pub(crate) payload: Bytes,
+}
+
+/// Why a queue takes no more records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Closed {
+    /// Its connection left ready.
+    NotReady,
+    /// The node stopped.
+    Shutdown,
+}
+
+/// What [`SendQueue::push`] did.
+pub(crate) struct Pushed {
+    /// Records taken, from the first.
+    pub(crate) taken: usize,
+    /// The I/O thread must be told (with [`super::command::Command::SendQueued`]): no drain
+    /// of this queue is on its way.
+    pub(crate) schedule: bool,
+    /// Why it stopped before the end, if it did.
+    pub(crate) stop: Option<Stop>,
+}
+
+/// Why [`SendQueue::push`] stopped before the last record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// The queue holds [`SEND_QUEUE`] records.
+    Full,
+    /// The queue is closed.
+    Closed(Closed),
+    /// The channel is not a valid name.
+    Invalid(String),
+}
+
+/// The zmesh send queue of one ready connection.
+pub(crate) struct SendQueue {
+    link: usize,
+    conn: ConnId,
+    /// The peer's RID or the server's channel, for errors.
+    who: Arc<str>,
+    state: Mutex<QueueState>,
+    /// Senders waiting for room, and for the close.
+    room: Notify,
+}
+
+struct QueueState {
+    records: VecDeque<Outgoing>,
+    /// Records the I/O thread took and has not settled yet; they count against the bound.
+    in_flight: usize,
+    closed: Option<Closed>,
+    /// A drain is on its way: the I/O thread was told and has not found the queue empty since.
+    scheduled: bool,
+    envelopes: Vec<(Box<str>, Bytes)>,
+    /// The cache entry replaced next when a new channel does not fit.
+    evict: usize,
+}
+
+impl QueueState {
+    fn occupancy(&self) -> usize {
+        self.records.len() + self.in_flight
+    }
+
+    /// The envelope of `channel`, built once per queue (up to [`ENVELOPES_CACHED`] channels).
+    fn envelope(&mut self, channel: &str) -> Result<Bytes, String> {
+        if let Some((_, env)) = self.envelopes.iter().find(|(c, _)| &**c == channel) {
+            return Ok(env.clone());
+        }
+        let env = Bytes::from(records::message_envelope(channel).map_err(|e| e.to_string())?);
+        let entry = (Box::from(channel), env.clone());
+        if self.envelopes.len() < ENVELOPES_CACHED {
+            self.envelopes.push(entry);
+        } else {
+            self.envelopes[self.evict] = entry;
+            self.evict = (self.evict + 1) % ENVELOPES_CACHED;
+        }
+        Ok(env)
+    }
+}
+
+impl SendQueue {
+    /// An open, empty queue for connection `conn` of link `link`.
+    pub(crate) fn new(link: usize, conn: ConnId, who: Arc<str>) -> SendQueue {
+        SendQueue {
+            link,
+            conn,
+            who,
+            state: Mutex::new(QueueState {
+                records: VecDeque::new(),
+                in_flight: 0,
+                closed: None,
+                scheduled: false,
+                envelopes: Vec::new(),
+                evict: 0,
+            }),
+            room: Notify::new(),
+        }
+    }
+
+    /// The link this queue feeds.
+    pub(crate) fn link(&self) -> usize {
+        self.link
+    }
+
+    /// The connection this queue feeds.
+    pub(crate) fn conn(&self) -> ConnId {
+        self.conn
+    }
+
+    /// Whom the records go to (a RID, or a server's channel).
+    pub(crate) fn who(&self) -> &str {
+        &self.who
+    }
+
+    fn lock(&self) -> MutexGuard<'_, QueueState> {
+        // A panic while holding the lock leaves the queue consistent (every step is one
+        // collection operation), so a poisoned lock is used as it is.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes records from the front of `payloads` on `channel`, in order, while the queue has
+    /// room; each taken payload is moved out (left empty).
+    pub(crate) fn push(&self, channel: &str, payloads: &mut [Bytes]) -> Pushed {
+        let mut s = self.lock();
+        let mut pushed = Pushed {
+            taken: 0,
+            schedule: false,
+            stop: None,
+        };
+        if let Some(c) = s.closed {
+            pushed.stop = Some(Stop::Closed(c));
+            return pushed;
+        }
+        let env = match s.envelope(channel) {
+            Ok(env) => env,
+            Err(e) => {
+                pushed.stop = Some(Stop::Invalid(e));
+                return pushed;
+            }
+        };
+        for payload in payloads.iter_mut() {
+            if s.occupancy() >= SEND_QUEUE {
+                pushed.stop = Some(Stop::Full);
+                break;
+            }
+            s.records.push_back(Outgoing {
+                env: env.clone(),
+                payload: std::mem::take(payload),
+            });
+            pushed.taken += 1;
+        }
+        if pushed.taken > 0 && !s.scheduled {
+            s.scheduled = true;
+            pushed.schedule = true;
+        }
+        pushed
+    }
+
+    /// Waits until the queue may have room or is closed. The waiter is registered before the
+    /// queue is looked at, so a drain between the look and the wait is not missed.
+    pub(crate) async fn wait_for_room(&self) {
+        let notified = self.room.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        {
+            let s = self.lock();
+            if s.closed.is_some() || s.occupancy() < SEND_QUEUE {
+                return;
+            }
+        }
+        notified.await;
+    }
+
+    /// I/O thread: moves up to `max` records from the front into `out` (they keep counting
+    /// against the bound until [`SendQueue::settle`]).
+    pub(crate) fn take(&self, max: usize, out: &mut Vec<Outgoing>) {
+        let mut s = self.lock();
+        let n = max.min(s.records.len());
+        out.extend(s.records.drain(..n));
+        s.in_flight += n;
+    }
+
+    /// I/O thread: the first `sent` records of `out` (from [`SendQueue::take`]) went to the
+    /// transport; the rest go back to the front, in order. Wakes the senders waiting for room
+    /// if some was made. Returns true if records are still queued (the drain stays on its
+    /// way); false clears it, so the next record pushed tells the I/O thread again.
+    pub(crate) fn settle(&self, out: &mut Vec<Outgoing>, sent: usize) -> bool {
+        let (more, made_room) = {
+            let mut s = self.lock();
+            // Full before this settle: some sender may be waiting.
+            let was_full = s.occupancy() >= SEND_QUEUE;
+            s.in_flight = 0;
+            for rec in out.drain(sent.min(out.len())..).rev() {
+                s.records.push_front(rec);
+            }
+            let more = !s.records.is_empty();
+            if !more {
+                s.scheduled = false;
+            }
+            (more, was_full && sent > 0)
+        };
+        out.clear();
+        if made_room {
+            self.room.notify_waiters();
+        }
+        more
+    }
+
+    /// Seals the queue: it takes no more records (its waiting senders are told), and the
+    /// I/O thread may still drain what it holds.
+    pub(crate) fn seal(&self, why: Closed) {
+        {
+            let mut s = self.lock();
+            if s.closed.is_none() {
+                s.closed = Some(why);
+            }
+        }
+        self.room.notify_waiters();
+    }
+
+    /// Closes the queue: it takes no more records, its waiting senders are told. Returns how
+    /// many records were still queued (dropped, for the caller to count).
+    pub(crate) fn close(&self, why: Closed) -> usize {
+        let dropped = {
+            let mut s = self.lock();
+            if s.closed.is_none() {
+                s.closed = Some(why);
+            }
+            let n = s.occupancy();
+            s.records.clear();
+            s.in_flight = 0;
+            n
+        };
+        self.room.notify_waiters();
+        dropped
+    }
+
+    /// Records queued now.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.lock().occupancy()
+    }
+}
+
+/// Where one-way records go, as the I/O thread last published it: each peer RID to the queue
+/// of its current ready link, each server channel to the queues of its ready servers.
+#[derive(Default)]
+pub(crate) struct LinkTable {
+    routes: RwLock<Routes>,
+    /// Round-robin position among a channel's ready servers.
+    server_rr: AtomicUsize,
+    stopped: AtomicBool,
+}
+
+#[derive(Default)]
+struct Routes {
+    peers: HashMap<String, Arc<SendQueue>>,
+    servers: HashMap<String, Vec<Arc<SendQueue>>>,
+}
+
+impl LinkTable {
+    /// The queue of `peer`'s current ready link.
+    pub(crate) fn peer(&self, peer: &str) -> Result<Arc<SendQueue>, SendError> {
+        let routes = self.routes.read().unwrap_or_else(PoisonError::into_inner);
+        match routes.peers.get(peer) {
+            Some(q) => Ok(q.clone()),
+            None => Err(self.not_ready(peer)),
+        }
+    }
+
+    /// The queue of one ready server of `channel`, taking turns among them.
+    pub(crate) fn server(&self, channel: &str) -> Result<Arc<SendQueue>, SendError> {
+        let routes = self.routes.read().unwrap_or_else(PoisonError::into_inner);
+        match routes.servers.get(channel) {
+            Some(qs) if !qs.is_empty() => {
+                let i = self.server_rr.fetch_add(1, Ordering::Relaxed) % qs.len();
+                Ok(qs[i].clone())
+            }
+            _ => Err(self.not_ready(channel)),
+        }
+    }
+
+    fn not_ready(&self, who: &str) -> SendError {
+        if self.stopped.load(Ordering::Acquire) {
+            SendError::Shutdown
+        } else {
+            SendError::NotReady(who.to_owned())
+        }
+    }
+
+    /// I/O thread: `peer`'s records go to `q` from now on (none: the peer has no ready link).
+    pub(crate) fn set_peer(&self, peer: &str, q: Option<Arc<SendQueue>>) {
+        let mut routes = self.routes.write().unwrap_or_else(PoisonError::into_inner);
+        match q {
+            Some(q) => {
+                routes.peers.insert(peer.to_owned(), q);
+            }
+            None => {
+                routes.peers.remove(peer);
+            }
+        }
+    }
+
+    /// I/O thread: the ready servers of `channel` are now `qs`, in link order.
+    pub(crate) fn set_servers(&self, channel: &str, qs: Vec<Arc<SendQueue>>) {
+        let mut routes = self.routes.write().unwrap_or_else(PoisonError::into_inner);
+        if qs.is_empty() {
+            routes.servers.remove(channel);
+        } else {
+            routes.servers.insert(channel.to_owned(), qs);
+        }
+    }
+
+    /// I/O thread: the node stopped; every lookup fails with [`SendError::Shutdown`].
+    pub(crate) fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        let mut routes = self.routes.write().unwrap_or_else(PoisonError::into_inner);
+        routes.peers.clear();
+        routes.servers.clear();
+    }
+}
+
+/// The node's publisher socket (an XPUB: PUB on the wire), shared by
+/// [`Node::publish`](super::Node::publish) (which sends on it directly: it never blocks, and
+/// at the high-water mark libzmq drops records per subscriber, the fanout loss rule) and the
+/// I/O thread (beacons, the subscriptions of joining subscribers, and the close).
+///
+/// A libzmq socket may be used from several threads one at a time, with a full memory barrier
+/// between them: the mutex is that barrier. The I/O thread watches its descriptor for
+/// subscriptions; a publish can consume that descriptor's signal, so the I/O thread also reads
+/// the subscriptions at every grid beacon (see `io::fanout`).
+pub(crate) struct PubSocket {
+    state: Mutex<Option<PubState>>,
+}
+
+struct PubState {
+    socket: zmq::Socket,
+    generation: u64,
+    /// The sequence number of the last record published.
+    seq: u64,
+}
+
+impl PubSocket {
+    /// The publisher of a node of lifecycle `generation`, over its bound PUB `socket`.
+    pub(crate) fn new(socket: zmq::Socket, generation: u64) -> PubSocket {
+        PubSocket {
+            state: Mutex::new(Some(PubState {
+                socket,
+                generation,
+                seq: 0,
+            })),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<PubState>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Publishes `payloads` on `topic` in order, one sequence number each: the topic and the
+    /// payload go to libzmq as they are, between them an envelope built on the stack. False
+    /// once the node stopped (nothing was published).
+    pub(crate) fn publish(&self, topic: &[u8], payloads: &[Bytes]) -> bool {
+        let mut guard = self.lock();
+        let Some(p) = guard.as_mut() else {
+            return false;
+        };
+        // The wire rule, checked again here (Node::publish checked the argument).
+        if topic.is_empty() || topic.len() > MAX_TOPIC_LEN || topic == BEACON_TOPIC {
+            return true;
+        }
+        for payload in payloads {
+            p.seq += 1;
+            let env = records::publish_envelope(p.generation, p.seq);
+            // PUB never blocks; at HWM libzmq drops for that subscriber (fanout loss rule).
+            let _ = p.socket.send_frames(&[topic, &env, payload]);
+        }
+        true
+    }
+
+    /// Sends the two beacon frames (MISSION L4).
+    pub(crate) fn beacon(&self) {
+        let guard = self.lock();
+        let Some(p) = guard.as_ref() else {
+            return;
+        };
+        let frames = records::beacon();
+        let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+        if let Err(e) = p.socket.send_frames(&refs) {
+            tracing::warn!(error = %e, "beacon not sent");
+        }
+    }
+
+    /// Reads up to `max` subscription messages waiting on the (XPUB) socket and sends one
+    /// beacon if one of them subscribes to a prefix of the beacon topic (a subscriber joined:
+    /// beacon on join, WIRE.md §7.1). The socket's last operation is a read that found
+    /// nothing or an event check, so the next subscription signals its descriptor again;
+    /// `more` says whether messages are still waiting.
+    pub(crate) fn subscriptions(&self, max: usize) -> Subscriptions {
+        let guard = self.lock();
+        let Some(p) = guard.as_ref() else {
+            return Subscriptions::default();
+        };
+        let mut read = Subscriptions {
+            joined: false,
+            more: true,
+        };
+        for _ in 0..max {
+            match p.socket.try_recv_frames() {
+                Ok(Some(frames)) => read.joined |= subscribes_to_beacons(&frames),
+                Ok(None) => {
+                    read.more = false;
+                    break;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "subscription not read");
+                    read.more = false;
+                    break;
+                }
+            }
+        }
+        if read.joined {
+            let frames = records::beacon();
+            let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+            if let Err(e) = p.socket.send_frames(&refs) {
+                tracing::warn!(error = %e, "beacon not sent");
+            }
+            // The send may have consumed the signal of a subscription that came meanwhile.
+            read.more |= p
+                .socket
+                .get_events()
+                .is_ok_and(|ev| ev.contains(zmq::POLLIN));
+        }
+        read
+    }
+
+    /// Takes the socket out (the node stops): publishing fails from now on.
+    pub(crate) fn close(&self) -> Option<zmq::Socket> {
+        self.lock().take().map(|p| p.socket)
+    }
+}
+
+/// What [`PubSocket::subscriptions`] read.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Subscriptions {
+    /// A subscriber joined (a subscription to a prefix of the beacon topic): a beacon went.
+    pub(crate) joined: bool,
+    /// Messages are still waiting.
+    pub(crate) more: bool,
+}
+
+/// Whether `frames`, read from an XPUB socket, subscribe to a prefix of the beacon topic (the
+/// empty prefix included): a subscriber that will receive beacons joined.
+fn subscribes_to_beacons(frames: &[super::socket::Frame]) -> bool {
+    match frames {
+        [f] => match f.as_ref().split_first() {
+            Some((1, prefix)) => BEACON_TOPIC.starts_with(prefix),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue() -> SendQueue {
+        SendQueue::new(0, ConnId(1), Arc::from("b"))
+    }
+
+    fn payloads(n: usize) -> Vec<Bytes> {
+        payloads_from(0, n)
+    }
+
+    fn payloads_from(first: usize, n: usize) -> Vec<Bytes> {
+        (first..first + n)
+            .map(|i| Bytes::from(i.to_be_bytes().to_vec()))
+            .collect()
+    }
+
+    /// Issue 9 item 2: the bound is [`SEND_QUEUE`] records, counting the ones the I/O thread
+    /// holds; a push past it stops with `Full`; only the first push of a burst asks for a
+    /// drain.
+    #[test]
+    fn push_stops_at_the_bound_and_schedules_once() {
+        let q = queue();
+        let mut first = payloads(10);
+        let p = q.push("c", &mut first);
+        assert_eq!((p.taken, p.schedule, p.stop), (10, true, None));
+        let mut rest = payloads_from(10, SEND_QUEUE);
+        let p = q.push("c", &mut rest);
+        assert_eq!(p.taken, SEND_QUEUE - 10);
+        assert!(!p.schedule, "a drain is already on its way");
+        assert_eq!(p.stop, Some(Stop::Full));
+        // Taken by the I/O thread but not settled: still counted.
+        let mut out = Vec::new();
+        q.take(100, &mut out);
+        assert_eq!(out.len(), 100);
+        let p = q.push("c", &mut payloads(1));
+        assert_eq!((p.taken, p.stop), (0, Some(Stop::Full)));
+        // 60 sent, 40 back at the front, in order.
+        assert!(q.settle(&mut out, 60));
+        assert_eq!(q.len(), SEND_QUEUE - 60);
+        q.take(1, &mut out);
+        assert_eq!(out[0].payload, Bytes::from(60usize.to_be_bytes().to_vec()));
+    }
+
+    /// Issue 9 item 2: records leave in the order they were pushed, and a queue emptied by
+    /// the I/O thread asks for a drain again on the next push.
+    #[test]
+    fn order_kept_and_drain_requested_again_after_empty() {
+        let q = queue();
+        let p = q.push("c", &mut payloads(5));
+        assert!(p.schedule);
+        let mut out = Vec::new();
+        q.take(usize::MAX, &mut out);
+        let got: Vec<Bytes> = out.iter().map(|o| o.payload.clone()).collect();
+        assert_eq!(got, payloads(5));
+        assert!(!q.settle(&mut out, 5));
+        assert!(q.push("c", &mut payloads(1)).schedule);
+    }
+
+    /// Issue 9 item 4: one envelope per channel, shared by the records of that channel.
+    #[test]
+    fn envelope_built_once_per_channel() {
+        let q = queue();
+        q.push("a", &mut payloads(2));
+        q.push("b", &mut payloads(1));
+        let mut out = Vec::new();
+        q.take(usize::MAX, &mut out);
+        assert_eq!(out[0].env.as_ptr(), out[1].env.as_ptr());
+        assert_ne!(out[0].env, out[2].env);
+        assert_eq!(
+            out[2].env,
+            Bytes::from(records::message_envelope("b").expect("valid"))
+        );
+        let p = q.push("", &mut payloads(1));
+        assert!(matches!(p.stop, Some(Stop::Invalid(_))), "empty channel");
+    }
+
+    /// Issue 9 item 2 (honest at failure): closing counts what was queued, taken or not,
+    /// and refuses every later push.
+    #[test]
+    fn close_counts_queued_records_and_refuses_more() {
+        let q = queue();
+        q.push("c", &mut payloads(7));
+        assert_eq!(q.close(Closed::NotReady), 7);
+        let p = q.push("c", &mut payloads(1));
+        assert_eq!((p.taken, p.stop), (0, Some(Stop::Closed(Closed::NotReady))));
+    }
+
+    /// A sender waiting for room wakes when the I/O thread makes some, and when the queue
+    /// closes.
+    #[tokio::test]
+    async fn waiting_sender_wakes_on_room_and_on_close() {
+        let q = Arc::new(queue());
+        q.push("c", &mut payloads(SEND_QUEUE));
+        let waiter = tokio::spawn({
+            let q = q.clone();
+            async move {
+                q.wait_for_room().await;
+                q.push("c", &mut payloads(1)).taken
+            }
+        });
+        tokio::task::yield_now().await;
+        let mut out = Vec::new();
+        q.take(1, &mut out);
+        q.settle(&mut out, 1);
+        assert_eq!(waiter.await.expect("waiter"), 1);
+        let closed = tokio::spawn({
+            let q = q.clone();
+            async move { q.wait_for_room().await }
+        });
+        tokio::task::yield_now().await;
+        q.close(Closed::Shutdown);
+        closed.await.expect("woken by the close");
+    }
+
+    /// The table answers NotReady for an unknown peer, and Shutdown once stopped.
+    #[test]
+    fn table_lookups() {
+        let t = LinkTable::default();
+        assert_eq!(t.peer("b").err(), Some(SendError::NotReady("b".into())));
+        t.set_peer("b", Some(Arc::new(queue())));
+        assert!(t.peer("b").is_ok());
+        t.set_servers("orders", vec![Arc::new(queue()), Arc::new(queue())]);
+        let a = t.server("orders").expect("one");
+        let b = t.server("orders").expect("other");
+        assert!(!Arc::ptr_eq(&a, &b), "servers take turns");
+        t.stop();
+        assert_eq!(t.peer("b").err(), Some(SendError::Shutdown));
+        assert_eq!(t.server("orders").err(), Some(SendError::Shutdown));
+    }
+}
