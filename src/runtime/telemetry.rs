@@ -90,6 +90,11 @@ pub const METRICS: &[MetricInfo] = &[
         "Beacons sent at once because a subscriber joined (besides the 5 s grid).",
     ),
     counter(
+        "zmesh_input_refused_total",
+        &["reason"],
+        "Connections refused before admission (oversize or malformed input, a failed transport handshake, the unadmitted cap, a security failure), by reason.",
+    ),
+    counter(
         "zmesh_link_failures_total",
         &["reason"],
         "Links (connections or fanout subscriptions) that left ready or failed to become ready, by failure reason.",
