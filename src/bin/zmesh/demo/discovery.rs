@@ -241,7 +241,15 @@ pub(crate) async fn run(quick: bool, etcd: bool) -> Result<()> {
                 .iter()
                 .any(|l| l.topology == topo && l.state == ConnState::Ready)
         };
-        let b_ready = s.peer("b").filter(|l| l.state == ConnState::Ready).count() >= 2;
+        // Settled: a and b dial each other, and the connections a dialled (the smaller RID)
+        // stay current; until b's dials were closed as duplicates, a call may pick one of
+        // them as it goes (seen in CI: "the link could not take the request now").
+        let b_links = |inbound: bool| {
+            s.peer("b")
+                .filter(|l| l.state == ConnState::Ready && l.role.ends_with("_inbound") == inbound)
+                .count()
+        };
+        let b_ready = b_links(false) == 2 && b_links(true) == 0;
         let seen = s
             .discovery
             .as_ref()
