@@ -219,7 +219,12 @@ pub(crate) async fn run(quick: bool) -> Result<()> {
         };
         let b_ready = s.peer("b").filter(|l| l.state == ConnState::Ready).count() == 2;
         let d_nr = s.peer("d").any(|l| l.state == ConnState::NotRequired);
-        b_ready && d_nr && ready("client_server", "client") && ready("fanout", "subscriber")
+        // c's "orders" server itself (a is also a client of e's "pump", for scene 7).
+        let c_ready = s
+            .links
+            .iter()
+            .any(|l| l.endpoint == c_server && l.state == ConnState::Ready);
+        b_ready && d_nr && c_ready && ready("fanout", "subscriber")
     })
     .await?;
 
