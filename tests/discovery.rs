@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde_json::Value;
 use zmesh::config::{AutoBind, DiscoveryConfig, NodeConfig};
 use zmesh::proto::discovery::LEASE_RENEW_INTERVAL;
-use zmesh::runtime::store::{Lease, SqliteStore, Store};
+use zmesh::runtime::store::{SqliteStore, Store};
 
 /// Bound of every wait for a condition.
 const BOUND: Duration = Duration::from_secs(20);
@@ -54,6 +54,12 @@ impl Mesh {
             !text.contains("tcp://") && !text.contains("ipc://"),
             "no endpoint in the configuration:\n{text}"
         );
+        self.spawn(cfg)
+    }
+
+    /// Starts a `zmesh node` child with `cfg` as it is (endpoints allowed: a manual node).
+    fn spawn(&self, cfg: &NodeConfig) -> Proc {
+        let text = toml::to_string(cfg).expect("toml");
         let path = self.dir.join(format!("{}.toml", cfg.rid));
         std::fs::write(&path, text).expect("write config");
         let control = common::ipc(&format!("ctl-{}", cfg.rid));
@@ -704,27 +710,69 @@ async fn f5_store_unavailable_no_link_leaves_ready() {
         .await;
 }
 
-/// A descriptor that disappears stops the dialling of its peer, and nothing else: `a`'s
-/// established connections to `b` stay ready (a lease is not a liveness signal, F5); when
-/// they fail afterwards they go `not_connected` and are not dialled again.
+/// The RouteMesh links of `peer` in `status` (dialled or inbound).
+fn links_of<'a>(status: &'a Value, peer: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+    status["links"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(move |l| l["topology"] == "route_mesh" && l["peer"] == peer)
+}
+
+/// MISSION D1, F5 (a descriptor that disappears): `a` (automatic mode) dials `b`, a node in
+/// manual mode that stays alive throughout, whose descriptor the test publishes itself and
+/// then removes. The established connection stays ready and live: probes and ACKs go on over
+/// it past a probe interval (a lease is not a liveness signal). Then `b` is killed: `a`'s
+/// links to it fail at once and are never dialled again (no `connecting` event, no
+/// `reconnecting` state, no new connection), and the removed links leave `a`'s snapshot.
 #[tokio::test]
-async fn a_vanished_descriptor_stops_dialling_and_keeps_the_established_connection() {
+async fn d1_f5_vanished_descriptor_keeps_the_live_connection_and_never_redials() {
+    use zmesh::proto::discovery::{Descriptor, MeshEndpoints};
+
     let mesh = Mesh::new("vanish");
-    let mut a = mesh.start(&mesh.config("a", server("orders")));
-    let mut b = mesh.start(&mesh.config("b", server("orders")));
-    let s = a
-        .wait_status("settled with b", |s| settled(s, "a", &["b"]))
+    let mut bc = NodeConfig::new("b");
+    bc.memberships = server("orders");
+    let bind = common::mesh_bind(true);
+    bc.route_mesh = Some(bind.clone());
+    let mut b = mesh.spawn(&bc);
+    let bs = b
+        .wait_status("b up", |s| s["generation"].as_u64().is_some())
         .await;
-    let generation = peer_generations(&s, "b")[0];
-    // b stops renewing (stopped), and its descriptor is removed from the store.
-    b.signal("-STOP");
-    let mark = a.take_lines().len();
-    let lease = Lease {
+    let descriptor = Descriptor {
         rid: "b".into(),
-        generation,
-        ttl: Duration::from_secs(20),
-        id: 0,
+        generation: bs["generation"].as_u64().expect("generation"),
+        security_identity: bc.security_identity().to_owned(),
+        memberships: bc.memberships.clone(),
+        route_mesh: Some(MeshEndpoints {
+            application: bind.application.clone(),
+            completion: bind.completion.clone(),
+        }),
+        server: None,
+        publishers: Vec::new(),
     };
+    // A TTL far beyond the test: only the explicit removal below takes the descriptor away.
+    let lease = mesh
+        .store()
+        .put(&descriptor, Duration::from_secs(600))
+        .await
+        .expect("publish b's descriptor");
+    let mut a = mesh.start(&mesh.config("a", server("orders")));
+    let s = a
+        .wait_status("a's own dials to b ready", |s| {
+            dialled_ready(s, "b").len() == 2
+        })
+        .await;
+    let conns = dialled_ready(&s, "b");
+    let received = |s: &Value| -> u64 {
+        links_of(s, "b")
+            .filter(|l| l["state"] == "ready")
+            .filter_map(|l| l["records_received"].as_u64())
+            .sum()
+    };
+    let before = received(&s);
+
+    // The descriptor goes; b lives on.
+    let mark = a.take_lines().len();
     mesh.store()
         .remove(&lease)
         .await
@@ -733,35 +781,58 @@ async fn a_vanished_descriptor_stops_dialling_and_keeps_the_established_connecti
         v["kind"] == "descriptor_removed" && v["rid"] == "b"
     })
     .await;
-    let s = a.status();
-    assert!(
-        mesh_ready(&s, &["b"]),
-        "the established connection stays ready"
-    );
+    // Liveness goes on over the same connections: b's probe and b's ACK of a's probe on
+    // each lane (one probe interval, 5 s), and they never leave ready.
+    let s = a
+        .wait_status("probes and ACKs from b after the removal", |s| {
+            assert_eq!(
+                dialled_ready(s, "b"),
+                conns,
+                "the established connections stay ready:\n{s:#}"
+            );
+            received(s) >= before + 4
+        })
+        .await;
     assert_eq!(s["discovery"]["descriptors_seen"], 0);
-    // Now b dies: its connections fail at once and are not dialled again.
-    let mark = a.take_lines().len();
-    b.signal("-CONT");
-    b.kill9();
-    a.wait_status("b's lanes not connected", |s| {
-        s["links"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|l| l["peer"] == "b" && l["topology"] == "route_mesh")
-            .all(|l| l["state"] == "not_connected")
-    })
-    .await;
-    // Longer than the first redial delays (100 ms, 200 ms, ...): no dial comes.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
     let lines = a.take_lines()[mark..].to_vec();
     assert!(
-        !lines
-            .iter()
-            .any(|v| is_link_of(v, "b") && v["state"] == "connecting"),
-        "{}",
+        !lines.iter().any(|v| is_link_of(v, "b")),
+        "no state change of b's links: {}",
         lines_text(&lines)
     );
+
+    // Now b dies: the connections fail at once, and nothing dials b again.
+    let mark = a.take_lines().len();
+    b.kill9();
+    let failed = a
+        .wait_line(mark, "b's links failed", |v| {
+            is_link_of(v, "b") && v["state"] == "not_connected"
+        })
+        .await;
+    assert_eq!(failed["reason"], "transport_error", "{failed}");
+    a.wait_status("b's links removed from the snapshot", |s| {
+        links_of(s, "b").next().is_none()
+    })
+    .await;
+    // Past the first redial delays (100 ms, 200 ms, 400 ms, ...), observed all along: no
+    // dial, no link of b back in the snapshot.
+    let until = tokio::time::Instant::now() + Duration::from_millis(1500);
+    while tokio::time::Instant::now() < until {
+        let s = a.status();
+        assert!(
+            links_of(&s, "b").next().is_none(),
+            "a link of b came back:\n{s:#}"
+        );
+        let lines = a.take_lines()[mark..].to_vec();
+        assert!(
+            !lines.iter().any(|v| is_link_of(v, "b")
+                && ["connecting", "reconnecting", "configured"]
+                    .contains(&v["state"].as_str().unwrap_or_default())),
+            "b was dialled again: {}",
+            lines_text(&lines)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// MISSION F5, D3 (long: ~30 s): the store stays down for longer than the lease TTL. Each

@@ -213,9 +213,13 @@ impl IoThread {
             return;
         }
         // Duplicate resolution: if we dial this peer on this lane too, the connection dialled
-        // by the smaller RID is the current one.
+        // by the smaller RID is the current one. A dial withdrawn with its descriptor is not a
+        // contender: it will not dial again, so the peer's own dial is the only way back.
         if let (Some(i), true) = (configured, lane != Lane::ClientServer) {
-            if let Some(dk) = self.find_mesh_dial(i, lane) {
+            let dial = self
+                .find_mesh_dial(i, lane)
+                .filter(|dk| !self.links[*dk].withdrawn);
+            if let Some(dk) = dial {
                 if self.me.rid < hello.identity.rid {
                     reject(
                         self,

@@ -15,10 +15,13 @@
 //!   carries the old fence); the link then waits until libzmq confirmed the close of the old
 //!   socket (links.rs, `closing`) before it dials the new run, and the new handshake must
 //!   present the new fence. Late frames of the old connection find no link (L6).
-//! - **Withdrawal.** A descriptor that disappears stops the dialling of its peer: a dial in
+//! - **Withdrawal.** A descriptor that disappears removes the intents it made: a dial in
 //!   progress is closed, a link waiting to redial goes `not_connected`, and an established
-//!   connection stays until the transport fails it (then it is not redialled). A manual
-//!   intent is never withdrawn.
+//!   connection stays, ready for as long as liveness keeps it (a lease is not a liveness
+//!   signal, F5), until its deadline, a transport error or the peer's CLOSE ends it; it is
+//!   then not redialled. A withdrawn link that holds nothing any more leaves the snapshot
+//!   ([`Link::is_removed`](super::links::Link::is_removed)); the same RID's descriptor coming
+//!   back takes it up again. A manual intent is never withdrawn.
 
 use std::collections::HashMap;
 use std::sync::Arc;
