@@ -971,3 +971,104 @@ async fn f3_manual_intent_cannot_weaken_a_descriptor_fence() {
         n.shutdown().await.expect("shutdown");
     }
 }
+
+/// MISSION F3 (ClientServer inbound): a server in automatic mode holds each client to the
+/// fence of the client's descriptor (RID + security identity + generation), as RouteMesh
+/// does with its peers. The real `c` (in the store) is admitted; another run claiming RID
+/// `c` (not in the store, so another generation) dials the same server and is refused with
+/// `generation_mismatch`, the reason RouteMesh uses, and never replaces the real `c`'s
+/// connection.
+#[tokio::test]
+async fn f3_client_server_inbound_is_fenced_by_the_client_descriptor() {
+    use zmesh::config::ServerConfig;
+    use zmesh::proto::state::{ConnState, FailureReason};
+    use zmesh::runtime::snapshot::Snapshot;
+    use zmesh::runtime::Node;
+
+    let mesh = Mesh::new("cs-fence");
+    let mut sc = mesh.config("s", server("orders"));
+    if let Some(d) = sc.discovery.as_mut() {
+        d.bind = vec![AutoBind::Server];
+        d.route_mesh = false;
+    }
+    let s = Node::start(sc).await.expect("s");
+    let mut cc = mesh.config("c", common::client_of("orders"));
+    if let Some(d) = cc.discovery.as_mut() {
+        // A client only: its descriptor binds nothing, it is there for its fence.
+        d.bind = Vec::new();
+    }
+    let c = Node::start(cc).await.expect("c");
+    let inbound_c = |snap: &Snapshot| -> Vec<(ConnState, Option<u64>, Option<u64>)> {
+        snap.links
+            .iter()
+            .filter(|l| l.role == "server_inbound" && l.peer.as_deref() == Some("c"))
+            .map(|l| (l.state, l.peer_generation, l.connection_id))
+            .collect()
+    };
+    let deadline = tokio::time::Instant::now() + BOUND;
+    let (real, endpoint) = loop {
+        let snap = s.snapshot().await.expect("snapshot");
+        let d = snap.discovery.as_ref().expect("automatic mode");
+        if let ([(ConnState::Ready, Some(g), Some(id))], 1) =
+            (inbound_c(&snap).as_slice(), d.descriptors_seen)
+        {
+            let endpoint = d.descriptor.server.clone().expect("s binds a server");
+            assert_eq!(*g, c.generation());
+            break ((*g, *id), endpoint);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "c not admitted: {}",
+            snap.to_table()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+
+    // Another run claiming RID c dials s's server by hand.
+    let mut other = NodeConfig::new("c");
+    other.memberships = common::client_of("orders");
+    other.servers = vec![ServerConfig {
+        channel: "orders".into(),
+        endpoint,
+        rid: Some("s".into()),
+        batch_calls: true,
+    }];
+    let impostor = Node::start(other).await.expect("other c");
+    assert_ne!(impostor.generation(), c.generation());
+    let deadline = tokio::time::Instant::now() + BOUND;
+    loop {
+        let snap = impostor.snapshot().await.expect("snapshot");
+        let refused = snap.links.iter().any(|l| {
+            l.role == "client"
+                && l.state != ConnState::Ready
+                && l.last_failure
+                    .as_ref()
+                    .is_some_and(|f| f.reason == FailureReason::GenerationMismatch)
+        });
+        if refused {
+            break;
+        }
+        assert!(
+            snap.links.iter().all(|l| l.state != ConnState::Ready),
+            "the other run was admitted: {}",
+            snap.to_table()
+        );
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not refused: {}",
+            snap.to_table()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The real c's connection is untouched: the same connection, still ready.
+    let snap = s.snapshot().await.expect("snapshot");
+    assert_eq!(
+        inbound_c(&snap),
+        [(ConnState::Ready, Some(real.0), Some(real.1))],
+        "{}",
+        snap.to_table()
+    );
+    for n in [impostor, c, s] {
+        n.shutdown().await.expect("shutdown");
+    }
+}

@@ -177,14 +177,19 @@ impl IoThread {
                 return;
             }
         }
-        // What does this node expect of that RID? A configured peer's expectation, if any.
+        // What does this node expect of that RID? A configured peer's expectation, else the
+        // fence of its descriptor (automatic mode): a ClientServer client is held to its
+        // descriptor like a RouteMesh peer (MISSION F3).
         let configured = self
             .cfg
             .peers
             .iter()
             .position(|p| p.rid == hello.identity.rid);
         let expect = match (lane, configured) {
-            (Lane::ClientServer, _) | (_, None) => Expectation::default(),
+            (Lane::ClientServer, _) | (_, None) => self
+                .peer_fence(&hello.identity.rid)
+                .cloned()
+                .unwrap_or_default(),
             (_, Some(i)) => self.expectation_for_peer(i),
         };
         // Does the dialler expect us?
