@@ -2,8 +2,9 @@
 //! children whose configurations hold no endpoint at all, only `[discovery]` with the embedded
 //! SQLite store of one host. Each test has its own store file.
 //!
-//! The long test (`f5_store_down_beyond_the_lease_ttl_links_stay_ready`, ~30 s: the store is
-//! down for longer than the lease TTL) is `#[ignore]`d and run by name:
+//! The long tests (`f5_store_down_beyond_the_lease_ttl_links_stay_ready`, ~30 s: the store is
+//! down for longer than the lease TTL; `d3_f5_an_expired_lease_stops_the_redials_of_a_killed_node`,
+//! ~25 s: a killed node's lease runs out) are `#[ignore]`d and run by name:
 //! `cargo test --locked --test discovery -- --ignored`.
 
 mod common;
@@ -129,7 +130,18 @@ impl Proc {
 
     /// Waits (bounded) for a line matching `pred` printed after the first `from` lines.
     async fn wait_line(&mut self, from: usize, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let deadline = tokio::time::Instant::now() + BOUND;
+        self.wait_line_within(from, what, BOUND, pred).await
+    }
+
+    /// [`Proc::wait_line`] with a bound of its own.
+    async fn wait_line_within(
+        &mut self,
+        from: usize,
+        what: &str,
+        bound: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = tokio::time::Instant::now() + bound;
         let mut i = from;
         loop {
             while i < self.seen.len() {
@@ -142,7 +154,7 @@ impl Proc {
                 Ok(Some(v)) => self.seen.push(v),
                 Ok(None) => panic!("{} ended before {what}", self.rid),
                 Err(_) => panic!(
-                    "{}: no {what} within {BOUND:?}; lines:\n{}",
+                    "{}: no {what} within {bound:?}; lines:\n{}",
                     self.rid,
                     lines_text(&self.seen)
                 ),
@@ -833,6 +845,58 @@ async fn d1_f5_vanished_descriptor_keeps_the_live_connection_and_never_redials()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// MISSION D3, F5 (long: ~25 s; a lease that expires): `b` is killed with SIGKILL, so nothing
+/// removes its descriptor. Until its lease expires `a` redials it (the descriptor still says
+/// it exists); once the lease TTL ran out the store drops the descriptor, `a` stops dialling,
+/// its links to `b` leave the snapshot and nothing dials `b` again.
+#[tokio::test]
+#[ignore = "long real-time test (~25 s): waits for the 20 s lease TTL of a killed node"]
+async fn d3_f5_an_expired_lease_stops_the_redials_of_a_killed_node() {
+    use zmesh::proto::discovery::LEASE_TTL;
+
+    let mesh = Mesh::new("expiry");
+    let mut a = mesh.start(&mesh.config("a", server("orders")));
+    let mut b = mesh.start(&mesh.config("b", server("orders")));
+    a.wait_status("settled with b", |s| settled(s, "a", &["b"]))
+        .await;
+    let mark = a.take_lines().len();
+    b.kill9();
+    // The lease is not renewed any more: the store drops the descriptor after the TTL.
+    a.wait_line_within(mark, "b's descriptor expired", LEASE_TTL + BOUND, |v| {
+        v["kind"] == "descriptor_removed" && v["rid"] == "b"
+    })
+    .await;
+    let lines = a.take_lines()[mark..].to_vec();
+    assert!(
+        lines
+            .iter()
+            .any(|v| is_link_of(v, "b") && v["state"] == "connecting"),
+        "a redialled b while its descriptor lived: {}",
+        lines_text(&lines)
+    );
+    a.wait_status("b's links removed from the snapshot", |s| {
+        links_of(s, "b").next().is_none()
+    })
+    .await;
+    let mark = a.take_lines().len();
+    // Past the first redial delays (100 ms, 200 ms, 400 ms, ...), observed all along.
+    let until = tokio::time::Instant::now() + Duration::from_millis(1500);
+    while tokio::time::Instant::now() < until {
+        let s = a.status();
+        assert!(
+            links_of(&s, "b").next().is_none(),
+            "a link of b came back:\n{s:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let lines = a.take_lines()[mark..].to_vec();
+    assert!(
+        !lines.iter().any(|v| is_link_of(v, "b")),
+        "b was dialled again: {}",
+        lines_text(&lines)
+    );
 }
 
 /// MISSION F5, D3 (long: ~30 s): the store stays down for longer than the lease TTL. Each
