@@ -146,6 +146,15 @@ impl Drop for Proc {
     }
 }
 
+/// Removes a directory when dropped.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 fn write_config(dir: &Path, cfg: &NodeConfig) -> Result<PathBuf> {
     let path = dir.join(format!("{}.toml", cfg.rid));
     std::fs::write(&path, toml::to_string(cfg)?)?;
@@ -238,6 +247,9 @@ pub(crate) async fn run(quick: bool, etcd: bool) -> Result<()> {
     let t0 = Instant::now();
     let dir = std::env::temp_dir().join(format!("zmesh-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
+    // Declared before everything that uses the directory, so dropped after it: the directory
+    // goes on every exit, a failed step (or no etcd for --etcd) included.
+    let _dir_guard = RemoveOnDrop(dir.clone());
     let pace = || async {
         if !quick {
             tokio::time::sleep(PACE).await;
@@ -463,7 +475,6 @@ pub(crate) async fn run(quick: bool, etcd: bool) -> Result<()> {
     drop(procs);
     drop(pump);
     drop(store);
-    let _ = std::fs::remove_dir_all(&dir);
     println!("demo finished in {} ms", t0.elapsed().as_millis());
     if left.get() {
         bail!("a link left ready while the store was away");
