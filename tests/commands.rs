@@ -1038,3 +1038,68 @@ async fn k3_inline_non_repeatable_command_with_a_store_runs_on_a_task_behind_the
     a.shutdown().await.expect("a");
     b.shutdown().await.expect("b");
 }
+
+/// MISSION K4 (and C2): calls waiting in an execution queue whose caller went away leave the
+/// queue at once. They will never run (their caller already failed them), so they must not
+/// hold mailbox places: another caller's calls are accepted, not refused `Busy`, and only
+/// they run after the call that was running.
+#[tokio::test]
+async fn k4_waiting_calls_of_a_caller_that_left_free_their_mailbox_places() {
+    let (gate, mut started_rx) = Gate::new();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let svc = held(gate.clone(), log, None, 2);
+    let bind = mesh_bind(false);
+    let mut bc = NodeConfig::new("b");
+    bc.memberships = server_of(svc.channel());
+    bc.route_mesh = Some(bind.clone());
+    let b = Node::builder(bc).expose(svc).start().await.expect("b");
+    let mut ac = NodeConfig::new("a");
+    ac.peers = vec![peer("b", &bind)];
+    let (a, _ea) = start_ready(ac, "b").await;
+    let hold = |n: &Node, label: &str| {
+        let (n, label) = (n.clone(), label.to_owned());
+        tokio::spawn(async move { n.call::<_, String>("cell", "hold", &label).await })
+    };
+    // a's first call holds the serial queue; two more fill its mailbox of 2; a fourth is Busy.
+    let first = hold(&a, "a-first");
+    assert_eq!(started(&mut started_rx).await, "a-first");
+    let waiting = [hold(&a, "a-q0"), hold(&a, "a-q1")];
+    serving(&b, 3).await;
+    let err = tokio::time::timeout(STEP, a.call::<_, String>("cell", "hold", &"a-q2"))
+        .await
+        .expect("answered")
+        .expect_err("Busy");
+    assert_eq!(code_of(&err), Some(RemoteCode::Busy), "{err:?}");
+    // a goes away: its calls fail on its side; b forgets the waiting ones.
+    a.shutdown().await.expect("a");
+    for w in waiting {
+        assert!(
+            w.await.expect("task").is_err(),
+            "a's waiting call failed with a"
+        );
+    }
+    assert!(first.await.expect("task").is_err());
+    serving(&b, 1).await;
+    // c's calls find the mailbox free: both accepted (b holds 3 calls), none Busy.
+    let mut cc = NodeConfig::new("c");
+    cc.peers = vec![peer("b", &bind)];
+    let (c, _ec) = start_ready(cc, "b").await;
+    let c_calls = [hold(&c, "c-0"), hold(&c, "c-1")];
+    serving(&b, 3).await;
+    gate.open(10);
+    let mut ran = Vec::new();
+    for _ in 0..2 {
+        ran.push(started(&mut started_rx).await);
+    }
+    ran.sort();
+    assert_eq!(ran, ["c-0", "c-1"], "a's waiting calls never ran");
+    for (i, call) in c_calls.into_iter().enumerate() {
+        let got = tokio::time::timeout(STEP, call)
+            .await
+            .expect("answered")
+            .expect("task");
+        assert_eq!(got.ok(), Some(format!("c-{i}")));
+    }
+    c.shutdown().await.expect("c");
+    b.shutdown().await.expect("b");
+}

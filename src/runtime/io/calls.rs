@@ -389,6 +389,7 @@ impl IoThread {
                 tracing::info!(calls = lost, "calls failed with their connection");
             }
             let _ = self.serve.handle_connection_lost(key, now);
+            self.forget_orphaned_waiting(now);
         }
         self.drain_calls(now);
     }

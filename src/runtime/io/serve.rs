@@ -234,6 +234,7 @@ impl IoThread {
                     let _ = self.serve.handle_connection_lost(key, now);
                     let next = self.left_queue(sid);
                     self.dispatch(next, now);
+                    self.forget_orphaned_waiting(now);
                     self.drain_calls(now);
                     return;
                 }
@@ -332,6 +333,23 @@ impl IoThread {
                 // Never the case (every waiting call has its job); if it were, skip it.
                 None => gone = next,
             }
+        }
+    }
+
+    /// Calls waiting in an execution queue whose caller's connection is gone (the serve table
+    /// forgot them: they will never run) leave their queue now, so that they do not hold
+    /// mailbox places until their turn comes (MISSION K4: a caller that goes away must not
+    /// make others `Busy`). A call that was running in its queue lets the next one move up.
+    pub(super) fn forget_orphaned_waiting(&mut self, now: Instant) {
+        let gone: Vec<ServeId> = self
+            .waiting_jobs
+            .keys()
+            .copied()
+            .filter(|&sid| self.serve.call_of(sid).is_none())
+            .collect();
+        for sid in gone {
+            let next = self.left_queue(sid);
+            self.dispatch(next, now);
         }
     }
 
