@@ -41,6 +41,11 @@ pub struct Snapshot {
     /// Sockets open in those contexts, as counted against libzmq's per-context limit (a
     /// monitored socket counts three: itself and its two monitor PAIRs).
     pub zmq_sockets: usize,
+    /// File descriptors the process has open (Linux: `/proc/self/fd`; `None` elsewhere).
+    pub fds_open: Option<u64>,
+    /// The process's soft file descriptor limit (`RLIMIT_NOFILE`), which the node raised to
+    /// the hard limit at start; `None` where there is none.
+    pub fd_limit: Option<u64>,
     /// Automatic mode: the store, the lease and the descriptors seen (absent in manual mode).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub discovery: Option<DiscoverySnapshot>,
@@ -185,6 +190,13 @@ impl Snapshot {
                 ));
             }
         }
+        out.push_str(&format!(
+            "file descriptors {} open of {} (libzmq: {} contexts, {} sockets)\n",
+            self.fds_open.map_or("?".into(), |n| n.to_string()),
+            self.fd_limit.map_or("?".into(), |n| n.to_string()),
+            self.zmq_contexts,
+            self.zmq_sockets,
+        ));
         let sec = &self.security;
         out.push_str(&match &sec.public_key {
             Some(key) => format!(

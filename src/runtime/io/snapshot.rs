@@ -146,6 +146,8 @@ impl IoThread {
             recent_refusals: self.recent_refusals(now),
             zmq_contexts: self.sockets.contexts(),
             zmq_sockets: self.sockets.open_sockets(),
+            fds_open: crate::runtime::fds::open_count(),
+            fd_limit: crate::runtime::fds::limit(),
             discovery: None,
             security: SecuritySnapshot {
                 mode: if self.curve.is_some() {
