@@ -216,6 +216,11 @@ fn a_limit_below_the_configuration_is_named_at_start() {
                     && detail_of(l).contains(" of 64")
             })
         });
+    // The warning of the episode (stderr is read on a thread of its own: it may come in
+    // after the event on stdout).
+    node.out.wait("the episode warning", |_, err| {
+        err.iter().any(|l| l.contains(EPISODE_LINE))
+    });
     let stderr = node.out.stderr();
     assert!(!stderr.contains("Bad address"), "{stderr}");
     assert_eq!(node.out.stderr_count(EPISODE_LINE), 1, "{stderr}");
