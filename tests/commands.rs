@@ -882,3 +882,159 @@ async fn c1_a_panicking_handler_answers_exception_and_the_node_goes_on() {
     a.shutdown().await.expect("a");
     b.shutdown().await.expect("b");
 }
+
+/// The name of the thread a handler runs on.
+fn thread_name() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("(unnamed)")
+        .to_owned()
+}
+
+/// Issue 9 item 5 (MISSION C2): an inline handler runs on the callee's I/O thread, right
+/// after the ACCEPT (no task hop); every one of many concurrent calls is answered exactly once
+/// with its own result; `Node::serve_inline` does the same for a channel of any method.
+#[tokio::test]
+async fn c2_inline_handlers_run_on_the_io_thread_and_answer_each_call_once() {
+    let svc = Service::new("inl").inline_method(Method::query("where"), |r: Request| {
+        let n: u32 = r.args()?;
+        encode(&(n, thread_name()))
+    });
+    let (a, b) = pair_with(svc, None).await;
+    b.serve_inline("any", |r: Request| {
+        encode(&(r.method.clone(), thread_name()))
+    })
+    .expect("serve_inline");
+    let calls = (0..50u32).map(|n| {
+        let a = a.clone();
+        tokio::spawn(async move {
+            tokio::time::timeout(STEP, a.call::<_, (u32, String)>("inl", "where", &n)).await
+        })
+    });
+    let mut seen = Vec::new();
+    for c in calls.collect::<Vec<_>>() {
+        let (n, thread) = c.await.expect("task").expect("answered").expect("ok");
+        assert_eq!(thread, "zmesh-io-b", "call {n} ran on {thread}");
+        seen.push(n);
+    }
+    seen.sort_unstable();
+    assert_eq!(
+        seen,
+        (0..50).collect::<Vec<_>>(),
+        "each call its own answer"
+    );
+    let (method, thread): (String, String) = tokio::time::timeout(
+        STEP,
+        a.call_with("any", "whatever", &(), CallOptions::default().peer("b")),
+    )
+    .await
+    .expect("answered")
+    .expect("ok");
+    assert_eq!(
+        (method.as_str(), thread.as_str()),
+        ("whatever", "zmesh-io-b")
+    );
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+}
+
+/// Issue 9 item 5 (MISSION C5): an inline handler that panics answers `Exception` (it may
+/// have run) and the node, whose I/O thread ran it, goes on serving; a handler error travels
+/// as it is.
+#[tokio::test]
+async fn c5_inline_handler_panic_answers_exception_and_the_node_goes_on() {
+    let svc = Service::new("inl").inline_method(Method::query("q"), |r: Request| {
+        match r.args::<u32>()? {
+            0 => panic!("inline boom"),
+            1 => Err(ServeError::new(
+                RemoteCode::InvalidParams,
+                "one is not allowed",
+            )),
+            n => encode(&n),
+        }
+    });
+    let (a, b) = pair_with(svc, None).await;
+    let err = tokio::time::timeout(STEP, a.call::<_, u32>("inl", "q", &0u32))
+        .await
+        .expect("answered, not hung")
+        .expect_err("panicked");
+    assert_eq!(code_of(&err), Some(RemoteCode::Exception), "{err:?}");
+    assert!(may_have_run(&err));
+    let err = a
+        .call::<_, u32>("inl", "q", &1u32)
+        .await
+        .expect_err("refused");
+    assert_eq!(code_of(&err), Some(RemoteCode::InvalidParams), "{err:?}");
+    let n: u32 = a.call("inl", "q", &7u32).await.expect("still serving");
+    assert_eq!(n, 7);
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+}
+
+/// Issue 9 item 5 with MISSION K4: inline handlers of a serial service still run one at a
+/// time, each exactly once: 100 concurrent calls each see a distinct run number.
+#[tokio::test]
+async fn k4_inline_serial_calls_each_run_once() {
+    let runs = Arc::new(AtomicU64::new(0));
+    let counted = runs.clone();
+    let svc = Service::new("ser")
+        .execution(Execution::Serial)
+        .inline_method(Method::idempotent_command("step"), move |_r: Request| {
+            encode(&(counted.fetch_add(1, Ordering::SeqCst) + 1))
+        });
+    let (a, b) = pair_with(svc, None).await;
+    let calls: Vec<_> = (0..100)
+        .map(|_| {
+            let a = a.clone();
+            tokio::spawn(async move {
+                tokio::time::timeout(STEP, a.call::<_, u64>("ser", "step", &())).await
+            })
+        })
+        .collect();
+    let mut seen = Vec::new();
+    for c in calls {
+        seen.push(c.await.expect("task").expect("answered").expect("ok"));
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, (1..=100).collect::<Vec<u64>>());
+    assert_eq!(runs.load(Ordering::SeqCst), 100);
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+}
+
+/// Issue 9 item 5 with MISSION K3: on a node with an idempotency store, an inline
+/// non-repeatable command runs on a task (the store may block), behind the guard: a repeat
+/// with the same key is answered from the record without running again.
+#[tokio::test]
+async fn k3_inline_non_repeatable_command_with_a_store_runs_on_a_task_behind_the_guard() {
+    let runs = Arc::new(AtomicU64::new(0));
+    let counted = runs.clone();
+    let svc = Service::new("pump").inline_method(
+        Method::non_repeatable_command("dispense"),
+        move |_r: Request| {
+            let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+            encode(&(n, thread_name()))
+        },
+    );
+    let (a, b) = pair_with(svc, Some(Arc::new(MemoryStore::new()))).await;
+    let opts = || CallOptions {
+        idempotency_key: Some("wo-1".into()),
+        ..CallOptions::default()
+    };
+    let first: (u64, String) =
+        tokio::time::timeout(STEP, a.call_with("pump", "dispense", &1u32, opts()))
+            .await
+            .expect("answered")
+            .expect("ok");
+    assert_eq!(first.0, 1);
+    assert_ne!(first.1, "zmesh-io-b", "guarded: not on the I/O thread");
+    let again: (u64, String) =
+        tokio::time::timeout(STEP, a.call_with("pump", "dispense", &1u32, opts()))
+            .await
+            .expect("answered")
+            .expect("ok");
+    assert_eq!(again, first, "answered from the record");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+}

@@ -242,6 +242,39 @@ async fn issue9_shutdown_with_queued_records_counts_them() {
     b.shutdown().await.expect("b");
 }
 
+/// Issue 9 (item 2, honest at failure): records still in a link's queue when the *link*
+/// fails (its peer stops while the pipe is full) are counted and named in that link's failure:
+/// the state change's detail says how many were not sent; the node itself goes on.
+#[tokio::test]
+async fn issue9_link_failing_with_queued_records_reports_the_count() {
+    let (a, mut ea, b, _eb) = pair(16).await;
+    fill(&a).await;
+    b.shutdown().await.expect("b");
+    let ev = ea
+        .wait(STEP, |e| {
+            matches!(e, NodeEvent::State(s) if s.link == "peer b application"
+                && s.state != ConnState::Ready
+                && s.detail.ends_with(" queued records not sent"))
+        })
+        .await;
+    let NodeEvent::State(s) = ev else {
+        unreachable!()
+    };
+    assert_ne!(s.reason, Some(FailureReason::HostStopped), "{s:?}");
+    let unsent: usize = s
+        .detail
+        .rsplit("; ")
+        .next()
+        .and_then(|d| d.strip_suffix(" queued records not sent"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {s:?}"));
+    assert!(
+        (1..=SEND_QUEUE).contains(&unsent),
+        "{unsent} records counted: {s:?}"
+    );
+    a.shutdown().await.expect("a");
+}
+
 /// Issue 9 (item 6): `publish` and `publish_batch` go straight to the PUB socket, and the
 /// records of one task keep their order, mixed as they are.
 #[tokio::test]

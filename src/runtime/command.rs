@@ -61,12 +61,25 @@ pub(crate) enum CallReply {
 pub(crate) struct Served {
     /// Runs an accepted call: spawns its task on the application's runtime.
     pub dispatch: Dispatcher,
+    /// Runs a call's inline handler on the I/O thread, if the channel has any.
+    pub inline: Option<InlineDispatch>,
     /// Its methods, their semantics, shapes and execution (MISSION K1, K4).
     pub service: ServedService,
 }
 
 /// Spawns the task of one accepted call (on the runtime its channel was registered from).
 pub(crate) type Dispatcher = std::sync::Arc<dyn Fn(ServeJob) + Send + Sync>;
+
+/// Runs an accepted call's inline handler in place (see `node::serving::inline_dispatch`).
+pub(crate) type InlineDispatch = std::sync::Arc<dyn Fn(ServeJob) -> InlineRun + Send + Sync>;
+
+/// What [`InlineDispatch`] did with a call.
+pub(crate) enum InlineRun {
+    /// Ran it here: its result.
+    Answered(Result<Bytes, crate::runtime::calls::ServeError>),
+    /// It must run on a task after all: the job, handed back.
+    OnTask(ServeJob),
+}
 
 /// One item a stream handler produced, for the I/O thread to number and send.
 pub(crate) struct ServeItem {

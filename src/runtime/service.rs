@@ -78,12 +78,22 @@ use crate::proto::calls::CallShape;
 use crate::proto::contract::{self, MethodContract, ServiceContract, Shape};
 pub use crate::proto::contract::{ContractError, ExecutionKind, NodeContract, Semantics};
 
+/// How long an inline handler ([`Service::inline_method`]) may hold the I/O thread before
+/// its run is counted as an overrun. A fixed figure, not an option: every other connection's
+/// records wait while an inline handler runs, and 1 ms is about the cost of a full receive
+/// rotation (64 records per unit) on this design's reference machine (BENCHMARKS.md).
+pub const INLINE_BUDGET: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// Names the queue of a call under [`Execution::Keyed`]: calls with the same key run one at a
 /// time, in arrival order; calls with different keys run in parallel. Called on the node's
 /// I/O thread for every call of the service, so it must be cheap and must not block (decode
 /// the argument that names the device, say). An error refuses the call with its code (did not
 /// run); a panic refuses it `InvalidParams`.
 pub type KeyFn = Arc<dyn Fn(&Request) -> Result<String, ServeError> + Send + Sync>;
+
+/// A handler run on the node's I/O thread (see [`Service::inline_method`]): a plain function,
+/// no await, that answers within microseconds.
+pub type InlineHandler = Arc<dyn Fn(Request) -> Result<Bytes, ServeError> + Send + Sync>;
 
 /// A stream handler: items through the [`ItemSink`], then the terminal result.
 pub type StreamHandler = Arc<dyn Fn(Request, ItemSink) -> HandlerFuture + Send + Sync + 'static>;
@@ -187,12 +197,13 @@ impl Method {
 pub(crate) enum MethodHandler {
     Unary(Handler),
     Stream(StreamHandler),
+    Inline(InlineHandler),
 }
 
 impl MethodHandler {
     fn shape(&self) -> Shape {
         match self {
-            MethodHandler::Unary(_) => Shape::Unary,
+            MethodHandler::Unary(_) | MethodHandler::Inline(_) => Shape::Unary,
             MethodHandler::Stream(_) => Shape::Stream,
         }
     }
@@ -302,6 +313,25 @@ impl Service {
     {
         let handler: Handler = Arc::new(move |req| -> HandlerFuture { Box::pin(handler(req)) });
         self.methods.push((method, MethodHandler::Unary(handler)));
+        self
+    }
+
+    /// Adds a method answered once by `handler` run on the node's I/O thread, right after
+    /// the call's ACCEPT, with no hand-off to a task and back (issue 9: the ACCEPT and the
+    /// REPLY leave together, a call round trip saves two thread hand-offs). For handlers
+    /// that are plain functions finishing within microseconds (a lookup, a counter, a
+    /// setpoint in memory): while one runs, the node reads no socket, answers no probe and
+    /// sends nothing. A run longer than [`INLINE_BUDGET`] is counted
+    /// (`zmesh_inline_overruns_total`) and logged once per channel. A panic answers
+    /// `Exception`, as for any handler. Semantics, execution queues, the authorizer and
+    /// ttl refusals apply as for [`Service::method`]; a non-repeatable command on a node
+    /// with an idempotency store runs on a task instead (the store may block).
+    pub fn inline_method<F>(mut self, method: Method, handler: F) -> Service
+    where
+        F: Fn(Request) -> Result<Bytes, ServeError> + Send + Sync + 'static,
+    {
+        self.methods
+            .push((method, MethodHandler::Inline(Arc::new(handler))));
         self
     }
 

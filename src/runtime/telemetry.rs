@@ -140,6 +140,11 @@ pub const METRICS: &[MetricInfo] = &[
         "Stream items of served calls that could not be sent.",
     ),
     counter(
+        "zmesh_inline_overruns_total",
+        &[],
+        "Inline handler runs that held the I/O thread longer than their 1 ms budget.",
+    ),
+    counter(
         "zmesh_idempotent_attached_total",
         &[],
         "Non-repeatable calls attached to a run of the same idempotency key still in progress.",

@@ -4,7 +4,7 @@
 //! | id | what | raw libzmq | zmesh |
 //! |---|---|---|---|
 //! | P1 | one-way throughput, 64 B and 1 KiB | DEALER -> ROUTER | `Node::send` on the RouteMesh Application lane, counted on the peer's event stream |
-//! | P2 | call round trip p50/p99, sequential | DEALER/ROUTER ping-pong | `Node::call_raw` -> handler -> reply |
+//! | P2 | call round trip p50/p99, sequential | DEALER/ROUTER ping-pong | `Node::call_raw` -> handler -> reply, with a task handler (`Node::serve`) and an inline one (`Node::serve_inline`) |
 //! | P3 | fanout throughput, 64 B | PUB -> SUB | `Node::publish`, and `Node::publish_batch`, -> subscriber node's event stream |
 //! | P4 | one peer floods, a quiet peer's probe/ACK round trip and false not-ready | - | three peers of one node (see `flood`) |
 //! | P5 | idle CPU and memory per connection of one node with many publishers and mesh peers | - | a `zmesh node` child process |
@@ -328,6 +328,24 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
     }
     if want("p2") {
         let r = calls::round_trip(&plan).await?;
+        // Issue 9 item 5: the same calls to an inline handler (run on the callee's I/O
+        // thread), against the same raw runs.
+        let inline = [
+            (
+                "p2_call_inline_p50",
+                "P2 call p50, inline handler",
+                r.raw_p50.clone(),
+                r.inline_p50,
+                1.2,
+            ),
+            (
+                "p2_call_inline_p99",
+                "P2 call p99, inline handler",
+                r.raw_p99.clone(),
+                r.inline_p99,
+                2.0,
+            ),
+        ];
         metrics.push(Metric {
             key: "p2_call_p50",
             label: "P2 call round trip p50",
@@ -355,6 +373,17 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
                 "zmesh_p999_us": r.zmesh_p999.to_json(),
             }),
         });
+        for (key, label, raw, zmesh, ratio) in inline {
+            metrics.push(Metric {
+                key,
+                label,
+                unit: "us",
+                raw: Some(raw),
+                zmesh,
+                target: Target::RatioAtMost(ratio),
+                extra: json!({ "calls": plan.calls }),
+            });
+        }
     }
     if want("c1") {
         let o = throughput::oneway_curve(&plan, 1024).await?;
@@ -774,13 +803,20 @@ pub(crate) fn bind_any(s: &zmq::Socket) -> Result<String> {
 /// membership, MISSION T4).
 pub(crate) const CHANNEL: &str = "bench";
 
-/// Configuration of a RouteMesh node that accepts peers and serves [`CHANNEL`].
+/// The channel P2 serves with an inline handler (issue 9, item 5).
+pub(crate) const INLINE_CHANNEL: &str = "bench-inline";
+
+/// Configuration of a RouteMesh node that accepts peers and serves [`CHANNEL`] and
+/// [`INLINE_CHANNEL`].
 pub(crate) fn server_config(rid: &str) -> Result<NodeConfig> {
     let mut c = NodeConfig::new(rid);
-    c.memberships = vec![Membership {
-        role: Role::Server,
-        channel: CHANNEL.into(),
-    }];
+    c.memberships = [CHANNEL, INLINE_CHANNEL]
+        .into_iter()
+        .map(|channel| Membership {
+            role: Role::Server,
+            channel: channel.into(),
+        })
+        .collect();
     c.route_mesh = Some(RouteMeshBind {
         application: free_tcp()?,
         completion: free_tcp()?,

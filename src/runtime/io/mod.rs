@@ -233,6 +233,8 @@ pub(crate) struct IoThread {
     exec: ExecQueues<serve::QueueKey, ServeId>,
     /// Accepted calls waiting in an execution queue, with their jobs.
     waiting_jobs: serve::WaitingJobs,
+    /// Channels whose inline handler overran its budget (logged once each).
+    inline_overruns_logged: std::collections::HashSet<String>,
     served: HashMap<String, Served>,
     /// Channels some peer ever announced a Server membership for.
     known_servers: HashSet<String>,
@@ -361,6 +363,7 @@ impl IoThread {
             serve: ServeTable::new(),
             exec: ExecQueues::new(),
             waiting_jobs: HashMap::new(),
+            inline_overruns_logged: std::collections::HashSet::new(),
             served: HashMap::new(),
             known_servers: HashSet::new(),
             answers: HashMap::new(),

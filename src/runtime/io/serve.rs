@@ -35,10 +35,10 @@ use crate::proto::calls::{Admission, Arrival, Dispatch, RemoteCode, ServeId};
 use crate::proto::contract::{self, ExecutionKind};
 use crate::proto::wire::{self, Lane, ReplyCode};
 use crate::runtime::calls::{Request, ServeError};
-use crate::runtime::command::{ServeDone, ServeItem, ServeJob, Served};
+use crate::runtime::command::{InlineDispatch, InlineRun, ServeDone, ServeItem, ServeJob, Served};
 use crate::runtime::records;
 use crate::runtime::security::{AuthRequest, Caller, Denied};
-use crate::runtime::service::MethodPlan;
+use crate::runtime::service::{MethodPlan, INLINE_BUDGET};
 
 /// An execution queue: the channel, and the key under keyed execution.
 pub(super) type QueueKey = (String, Option<String>);
@@ -283,8 +283,21 @@ impl IoThread {
             let call = self.serve.call_of(sid);
             match self.serve.handle_dispatch(sid, now) {
                 Dispatch::Run => {
-                    match self.served.get(&job.request.channel) {
-                        Some(s) => (s.dispatch)(job),
+                    let handlers = self
+                        .served
+                        .get(&job.request.channel)
+                        .map(|s| (s.dispatch.clone(), s.inline.clone()));
+                    match handlers {
+                        Some((spawn, Some(inline))) => match self.run_inline(&inline, job) {
+                            InlineRun::Answered(result) => {
+                                // Answered in place: the REPLY follows the ACCEPT in the same
+                                // turn, and the queue moves on without a hand-off.
+                                self.finish_call(sid, result, now);
+                                next = self.left_queue(sid);
+                            }
+                            InlineRun::OnTask(job) => spawn(job),
+                        },
+                        Some((spawn, None)) => spawn(job),
                         None => {
                             // Never the case (a served channel is only ever replaced); if it
                             // were: answered, not run.
@@ -338,10 +351,38 @@ impl IoThread {
         }
     }
 
-    /// A handler finished: its REPLY, then the next call of its queue.
-    pub(super) fn on_serve_done(&mut self, done: ServeDone, now: Instant) {
-        let call = self.serve.call_of(done.id);
-        let (code, payload) = match done.result {
+    /// Runs a call's inline handler on this thread (see
+    /// [`crate::runtime::service::Service::inline_method`]), or hands the job back for a
+    /// task. A run longer than [`INLINE_BUDGET`] is counted, and logged once per channel.
+    fn run_inline(&mut self, inline: &InlineDispatch, job: ServeJob) -> InlineRun {
+        let channel = job.request.channel.clone();
+        let started = Instant::now();
+        let result = inline(job);
+        if matches!(result, InlineRun::OnTask(_)) {
+            return result;
+        }
+        let took = started.elapsed();
+        if took > INLINE_BUDGET {
+            metrics::counter!("zmesh_inline_overruns_total").increment(1);
+            if self.inline_overruns_logged.insert(channel.clone()) {
+                tracing::warn!(
+                    channel = %channel,
+                    took_us = took.as_micros() as u64,
+                    budget_us = INLINE_BUDGET.as_micros() as u64,
+                    "an inline handler held the I/O thread longer than its budget; every \
+                     connection waited meanwhile: make it a task handler (Service::method) \
+                     (logged once per channel)"
+                );
+            }
+        }
+        result
+    }
+
+    /// A call's handler finished: its one REPLY (unless the serve table already answered
+    /// it, e.g. a stream ended by a drain).
+    fn finish_call(&mut self, id: ServeId, result: Result<Bytes, ServeError>, now: Instant) {
+        let call = self.serve.call_of(id);
+        let (code, payload) = match result {
             Ok(bytes) => (ReplyCode::Ok, bytes),
             // Only allow-listed codes leave a handler (MISSION K6).
             Err(e) => (
@@ -349,13 +390,18 @@ impl IoThread {
                 Bytes::from(e.message.into_bytes()),
             ),
         };
-        if let Some(code) = self.serve.handle_done(done.id, code, now) {
+        if let Some(code) = self.serve.handle_done(id, code, now) {
             if let Some((key, call_id)) = call {
                 if let Some(route) = self.answer_route(key) {
                     self.send_answer(route, records::reply(call_id, code, payload));
                 }
             }
         }
+    }
+
+    /// A handler finished: its REPLY, then the next call of its queue.
+    pub(super) fn on_serve_done(&mut self, done: ServeDone, now: Instant) {
+        self.finish_call(done.id, done.result, now);
         let next = self.left_queue(done.id);
         self.dispatch(next, now);
         self.drain_calls(now);

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use zmesh::runtime::calls::{may_have_run, CallOptions, Request};
 use zmesh::runtime::NodeEvent;
 
-use super::{bind_any, micros, quantile, Curve, Pair, Plan, Series, CHANNEL};
+use super::{bind_any, micros, quantile, Curve, Pair, Plan, Series, CHANNEL, INLINE_CHANNEL};
 
 /// Argument bytes of every call and ping.
 const ARGS: &[u8] = b"0123456789abcdef";
@@ -34,6 +34,11 @@ pub(crate) struct RoundTrip {
     pub send_ping_pong_p50: Series,
     /// See [`RoundTrip::send_ping_pong_p50`].
     pub send_ping_pong_p99: Series,
+    /// p50 and p99 of the same calls to an inline handler (`Node::serve_inline`: run on
+    /// `b`'s I/O thread, no task hop; issue 9, item 5).
+    pub inline_p50: Series,
+    /// See [`RoundTrip::inline_p50`].
+    pub inline_p99: Series,
 }
 
 pub(crate) async fn round_trip(plan: &Plan) -> Result<RoundTrip> {
@@ -47,20 +52,31 @@ pub(crate) async fn round_trip(plan: &Plan) -> Result<RoundTrip> {
         command_p50: Series::default(),
         send_ping_pong_p50: Series::default(),
         send_ping_pong_p99: Series::default(),
+        inline_p50: Series::default(),
+        inline_p99: Series::default(),
     };
     for run in 0..plan.runs {
         let n = plan.calls;
         let raw = tokio::task::spawn_blocking(move || raw_ping_pong(n, None)).await??;
-        let (zm, cmd, ping) = zmesh_calls(n, None).await?;
+        let Calls {
+            task: zm,
+            inline,
+            command: cmd,
+            ping,
+        } = zmesh_calls(n, None).await?;
+        let (i50, i99) = (quantile(&inline, 0.5), quantile(&inline, 0.99));
         let (r50, r99) = (quantile(&raw, 0.5), quantile(&raw, 0.99));
         let (z50, z99) = (quantile(&zm, 0.5), quantile(&zm, 0.99));
         let c50 = quantile(&cmd, 0.5);
         let (s50, s99) = (quantile(&ping, 0.5), quantile(&ping, 0.99));
         eprintln!(
             "P2 run {}: raw p50 {r50:.0} us p99 {r99:.0} us, zmesh p50 {z50:.0} us p99 {z99:.0} us \
-             (command round trip p50 {c50:.1} us; send ping-pong p50 {s50:.0} us p99 {s99:.0} us)",
+             (inline handler p50 {i50:.0} us p99 {i99:.0} us; command round trip p50 {c50:.1} us; \
+             send ping-pong p50 {s50:.0} us p99 {s99:.0} us)",
             run + 1
         );
+        r.inline_p50.push(i50);
+        r.inline_p99.push(i99);
         r.send_ping_pong_p50.push(s50);
         r.send_ping_pong_p99.push(s99);
         r.raw_p999.push(quantile(&raw, 0.999));
@@ -89,12 +105,14 @@ pub(crate) async fn round_trip_curve(plan: &Plan) -> Result<RoundTrip> {
         command_p50: Series::default(),
         send_ping_pong_p50: Series::default(),
         send_ping_pong_p99: Series::default(),
+        inline_p50: Series::default(),
+        inline_p99: Series::default(),
     };
     for run in 0..plan.runs {
         let n = plan.calls;
         let c = curve.clone();
         let raw = tokio::task::spawn_blocking(move || raw_ping_pong(n, Some(c))).await??;
-        let (zm, _, _) = zmesh_calls(n, Some(&curve)).await?;
+        let zm = zmesh_calls(n, Some(&curve)).await?.task;
         let (r50, r99) = (quantile(&raw, 0.5), quantile(&raw, 0.99));
         let (z50, z99) = (quantile(&zm, 0.5), quantile(&zm, 0.99));
         eprintln!(
@@ -154,40 +172,30 @@ fn raw_ping_pong(n: usize, curve: Option<Curve>) -> Result<Vec<f64>> {
     Ok(lat)
 }
 
-/// `n` sequential calls from `a` to an echo handler on `b`, then `n` bare command round trips
-/// on `a`, then `n` one-way ping-pongs; sorted latencies in microseconds.
-async fn zmesh_calls(n: usize, curve: Option<&Curve>) -> Result<(Vec<f64>, Vec<f64>, Vec<f64>)> {
+/// What [`zmesh_calls`] measured: sorted latencies in microseconds.
+struct Calls {
+    /// Calls to a task handler (`Node::serve`).
+    task: Vec<f64>,
+    /// Calls to an inline handler (`Node::serve_inline`).
+    inline: Vec<f64>,
+    /// Bare command round trips (a snapshot).
+    command: Vec<f64>,
+    /// One-way ping-pongs.
+    ping: Vec<f64>,
+}
+
+/// `n` sequential calls from `a` to an echo handler on `b` (a task handler, then an inline
+/// one), then `n` bare command round trips on `a`, then `n` one-way ping-pongs.
+async fn zmesh_calls(n: usize, curve: Option<&Curve>) -> Result<Calls> {
     let mut pair = Pair::mesh_with(curve).await?;
     pair.b.serve(
         CHANNEL,
         |req: Request| async move { Ok(req.raw_args().clone()) },
     )?;
-    let args = Bytes::from_static(ARGS);
-    // The Serve command and the first REQUEST reach `b` separately: until `b` has taken the
-    // former, a call is refused as never run, and is simply made again.
-    let mut tries = 0;
-    while let Err(e) = pair
-        .a
-        .call_raw(CHANNEL, "echo", args.clone(), CallOptions::default())
-        .await
-    {
-        tries += 1;
-        anyhow::ensure!(!may_have_run(&e) && tries < 100, "first call: {e}");
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    let mut lat = Vec::with_capacity(n);
-    for i in 0..WARM_UP + n {
-        let t = Instant::now();
-        let reply = pair
-            .a
-            .call_raw(CHANNEL, "echo", args.clone(), CallOptions::default())
-            .await
-            .context("zmesh call")?;
-        if i >= WARM_UP {
-            lat.push(micros(t.elapsed()));
-        }
-        anyhow::ensure!(reply == args, "echo answered other bytes");
-    }
+    pair.b
+        .serve_inline(INLINE_CHANNEL, |req: Request| Ok(req.raw_args().clone()))?;
+    let task = timed_calls(&pair, CHANNEL, n).await?;
+    let inline = timed_calls(&pair, INLINE_CHANNEL, n).await?;
     let mut cmd = Vec::with_capacity(n);
     for i in 0..WARM_UP + n {
         let t = Instant::now();
@@ -200,9 +208,46 @@ async fn zmesh_calls(n: usize, curve: Option<&Curve>) -> Result<(Vec<f64>, Vec<f
     }
     let ping = send_ping_pong(&mut pair, n).await?;
     pair.shutdown().await?;
-    lat.sort_by(f64::total_cmp);
     cmd.sort_by(f64::total_cmp);
-    Ok((lat, cmd, ping))
+    Ok(Calls {
+        task,
+        inline,
+        command: cmd,
+        ping,
+    })
+}
+
+/// `n` sequential echo calls from `a` to `channel` on `b` after a warm-up; sorted latencies in
+/// microseconds.
+async fn timed_calls(pair: &Pair, channel: &str, n: usize) -> Result<Vec<f64>> {
+    let args = Bytes::from_static(ARGS);
+    // The Serve command and the first REQUEST reach `b` separately: until `b` has taken the
+    // former, a call is refused as never run, and is simply made again.
+    let mut tries = 0;
+    while let Err(e) = pair
+        .a
+        .call_raw(channel, "echo", args.clone(), CallOptions::default())
+        .await
+    {
+        tries += 1;
+        anyhow::ensure!(!may_have_run(&e) && tries < 100, "first call: {e}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let mut lat = Vec::with_capacity(n);
+    for i in 0..WARM_UP + n {
+        let t = Instant::now();
+        let reply = pair
+            .a
+            .call_raw(channel, "echo", args.clone(), CallOptions::default())
+            .await
+            .context("zmesh call")?;
+        if i >= WARM_UP {
+            lat.push(micros(t.elapsed()));
+        }
+        anyhow::ensure!(reply == args, "echo answered other bytes");
+    }
+    lat.sort_by(f64::total_cmp);
+    Ok(lat)
 }
 
 /// `n` sequential one-way round trips: `a` sends on the Application lane, `b`'s application
