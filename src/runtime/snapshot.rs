@@ -31,6 +31,9 @@ pub struct Snapshot {
     pub links: Vec<LinkSnapshot>,
     /// Links left out because of the limit.
     pub omitted: usize,
+    /// Links and subscriptions in state `ready`, over all of them (those left out of
+    /// [`Snapshot::links`] too).
+    pub links_ready: usize,
     /// The last refusals of connections that were never admitted on this node's bound
     /// endpoints (garbage, a first record that is not a HELLO, a failed transport
     /// handshake, the unadmitted-connection cap, security), oldest first, at most 64.

@@ -129,6 +129,10 @@ impl IoThread {
                 verified: self.curve.is_some() && s.state.is_ready(),
             });
         }
+        let links_ready = links
+            .iter()
+            .filter(|l| l.state == crate::proto::state::ConnState::Ready)
+            .count();
         let omitted = links.len().saturating_sub(SNAPSHOT_LIMIT);
         links.truncate(SNAPSHOT_LIMIT);
         Snapshot {
@@ -143,6 +147,7 @@ impl IoThread {
             serving_calls: self.serve.in_flight(),
             links,
             omitted,
+            links_ready,
             recent_refusals: self.recent_refusals(now),
             zmq_contexts: self.sockets.contexts(),
             zmq_sockets: self.sockets.open_sockets(),
