@@ -194,7 +194,8 @@ impl Snapshot {
             }
         }
         out.push_str(&format!(
-            "file descriptors {} open of {} (libzmq: {} contexts, {} sockets)\n",
+            "links ready {}; file descriptors {} open of {} (libzmq: {} contexts, {} sockets)\n",
+            self.links_ready,
             self.fds_open.map_or("?".into(), |n| n.to_string()),
             self.fd_limit.map_or("?".into(), |n| n.to_string()),
             self.zmq_contexts,
