@@ -293,6 +293,73 @@ impl DiscoveryConfig {
     }
 }
 
+/// A parsed [`DiscoveryConfig::store`] URL: which store backend, and where. It lives here,
+/// beside the configuration that names it, so that checking a configuration needs nothing of
+/// the runtime; [`crate::runtime::store::open`] opens what it names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreUrl {
+    /// `sqlite://PATH` (`sqlite:///abs/path.db`, or a relative path after `sqlite://`).
+    Sqlite(PathBuf),
+    /// `etcd://host:port[,host:port…][/prefix]`.
+    Etcd {
+        /// `host:port` of each etcd member.
+        endpoints: Vec<String>,
+        /// Key prefix of this mesh (default `/zmesh/`), always ending in `/`.
+        prefix: String,
+    },
+}
+
+/// A store URL that is not one this build can open.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("store URL {url:?}: {reason}")]
+pub struct StoreUrlError {
+    /// The URL.
+    pub url: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl StoreUrl {
+    /// Parses a store URL.
+    ///
+    /// # Errors
+    /// [`StoreUrlError`] for anything but `sqlite://PATH` and
+    /// `etcd://host:port[,host:port…][/prefix]`.
+    pub fn parse(url: &str) -> Result<StoreUrl, StoreUrlError> {
+        let bad = |reason: &str| StoreUrlError {
+            url: url.to_owned(),
+            reason: reason.to_owned(),
+        };
+        if let Some(path) = url.strip_prefix("sqlite://") {
+            if path.is_empty() {
+                return Err(bad("no file path after sqlite://"));
+            }
+            return Ok(StoreUrl::Sqlite(PathBuf::from(path)));
+        }
+        if let Some(rest) = url.strip_prefix("etcd://") {
+            let (hosts, prefix) = match rest.find('/') {
+                Some(i) => (&rest[..i], &rest[i..]),
+                None => (rest, "/zmesh/"),
+            };
+            let endpoints: Vec<String> = hosts
+                .split(',')
+                .filter(|h| !h.is_empty())
+                .map(str::to_owned)
+                .collect();
+            if endpoints.is_empty() || endpoints.iter().any(|h| !h.contains(':')) {
+                return Err(bad("expected etcd://host:port[,host:port…][/prefix]"));
+            }
+            let mut prefix = prefix.to_owned();
+            if !prefix.ends_with('/') {
+                prefix.push('/');
+            }
+            return Ok(StoreUrl::Etcd { endpoints, prefix });
+        }
+        Err(bad("expected sqlite://PATH or etcd://HOST:PORT"))
+    }
+}
+
 fn default_auto_bind() -> Vec<AutoBind> {
     vec![AutoBind::RouteMesh]
 }
@@ -516,7 +583,7 @@ impl NodeConfig {
         }
         endpoints.extend(self.subscriptions.iter().map(|e| e.endpoint.as_str()));
         if let Some(d) = &self.discovery {
-            if let Err(e) = crate::runtime::store::StoreUrl::parse(&d.store) {
+            if let Err(e) = StoreUrl::parse(&d.store) {
                 return bad(format!("discovery: {e}"));
             }
             let host_ok =
@@ -643,6 +710,41 @@ impl NodeConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_store_urls() {
+        assert_eq!(
+            StoreUrl::parse("sqlite:///var/lib/zmesh/mesh.db"),
+            Ok(StoreUrl::Sqlite("/var/lib/zmesh/mesh.db".into()))
+        );
+        assert_eq!(
+            StoreUrl::parse("sqlite://mesh.db"),
+            Ok(StoreUrl::Sqlite("mesh.db".into()))
+        );
+        assert_eq!(
+            StoreUrl::parse("etcd://127.0.0.1:2379"),
+            Ok(StoreUrl::Etcd {
+                endpoints: vec!["127.0.0.1:2379".into()],
+                prefix: "/zmesh/".into()
+            })
+        );
+        assert_eq!(
+            StoreUrl::parse("etcd://a:1,b:2/plant-7"),
+            Ok(StoreUrl::Etcd {
+                endpoints: vec!["a:1".into(), "b:2".into()],
+                prefix: "/plant-7/".into()
+            })
+        );
+        for bad in [
+            "sqlite://",
+            "etcd://",
+            "etcd://nohost",
+            "redis://x",
+            "/tmp/x.db",
+        ] {
+            assert!(StoreUrl::parse(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn parses_the_documented_example() {

@@ -1,4 +1,5 @@
-//! The `zmesh` command line over real processes: `node --events ndjson`, `status`.
+//! The `zmesh` command line over real processes: `node --events ndjson`, `status`, `call`,
+//! `describe`, `ops`, and the main demo.
 
 mod common;
 
@@ -265,4 +266,54 @@ async fn k1_k2_cli_describe_and_ops() {
     assert!(table.contains("STATUS"), "{table}");
     let _ = server.kill();
     let _ = server.wait();
+}
+
+/// MISSION D1, D2, T4, F3, F5 (the README's main command): `zmesh demo --quick` finds its
+/// nodes through the embedded SQLite store with no endpoint written anywhere and runs every
+/// scene to the end: records and calls, b killed and its new generation admitted, the store
+/// away with every ready link staying ready, the commands scene answered from e's durable
+/// record (dispense ran once); the Object Client pair a-d is never dialled.
+#[test]
+fn d1_demo_quick_finds_its_nodes_through_the_embedded_store() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zmesh"))
+        .args(["demo", "--quick"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn zmesh demo");
+    let out = child.stdout.take().expect("stdout");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text
+    });
+    // Bounded: the demo waits on what it observes, each step within 20 s.
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("zmesh demo --quick did not finish within 180 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let text = reader.join().expect("reader");
+    assert!(status.success(), "zmesh demo failed:\n{text}");
+    for expected in [
+        "sqlite://",
+        "a's links to d: 0",
+        "a -> b orders.echo(\"hello\") = \"hello\"",
+        "may_have_run = true",
+        "b was generation",
+        "each stays ready on the same connection",
+        "dispense ran 1 time(s)",
+        "demo finished",
+    ] {
+        assert!(text.contains(expected), "no {expected:?} in:\n{text}");
+    }
 }

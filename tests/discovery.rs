@@ -2,8 +2,9 @@
 //! children whose configurations hold no endpoint at all, only `[discovery]` with the embedded
 //! SQLite store of one host. Each test has its own store file.
 //!
-//! The long test (`f5_store_down_beyond_the_lease_ttl_links_stay_ready`, ~30 s: the store is
-//! down for longer than the lease TTL) is `#[ignore]`d and run by name:
+//! The long tests (`f5_store_down_beyond_the_lease_ttl_links_stay_ready`, ~30 s: the store is
+//! down for longer than the lease TTL; `d3_f5_an_expired_lease_stops_the_redials_of_a_killed_node`,
+//! ~25 s: a killed node's lease runs out) are `#[ignore]`d and run by name:
 //! `cargo test --locked --test discovery -- --ignored`.
 
 mod common;
@@ -16,7 +17,7 @@ use std::time::Duration;
 use serde_json::Value;
 use zmesh::config::{AutoBind, DiscoveryConfig, NodeConfig};
 use zmesh::proto::discovery::LEASE_RENEW_INTERVAL;
-use zmesh::runtime::store::{Lease, SqliteStore, Store};
+use zmesh::runtime::store::{SqliteStore, Store};
 
 /// Bound of every wait for a condition.
 const BOUND: Duration = Duration::from_secs(20);
@@ -54,6 +55,12 @@ impl Mesh {
             !text.contains("tcp://") && !text.contains("ipc://"),
             "no endpoint in the configuration:\n{text}"
         );
+        self.spawn(cfg)
+    }
+
+    /// Starts a `zmesh node` child with `cfg` as it is (endpoints allowed: a manual node).
+    fn spawn(&self, cfg: &NodeConfig) -> Proc {
+        let text = toml::to_string(cfg).expect("toml");
         let path = self.dir.join(format!("{}.toml", cfg.rid));
         std::fs::write(&path, text).expect("write config");
         let control = common::ipc(&format!("ctl-{}", cfg.rid));
@@ -123,7 +130,18 @@ impl Proc {
 
     /// Waits (bounded) for a line matching `pred` printed after the first `from` lines.
     async fn wait_line(&mut self, from: usize, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let deadline = tokio::time::Instant::now() + BOUND;
+        self.wait_line_within(from, what, BOUND, pred).await
+    }
+
+    /// [`Proc::wait_line`] with a bound of its own.
+    async fn wait_line_within(
+        &mut self,
+        from: usize,
+        what: &str,
+        bound: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = tokio::time::Instant::now() + bound;
         let mut i = from;
         loop {
             while i < self.seen.len() {
@@ -136,7 +154,7 @@ impl Proc {
                 Ok(Some(v)) => self.seen.push(v),
                 Ok(None) => panic!("{} ended before {what}", self.rid),
                 Err(_) => panic!(
-                    "{}: no {what} within {BOUND:?}; lines:\n{}",
+                    "{}: no {what} within {bound:?}; lines:\n{}",
                     self.rid,
                     lines_text(&self.seen)
                 ),
@@ -704,27 +722,69 @@ async fn f5_store_unavailable_no_link_leaves_ready() {
         .await;
 }
 
-/// A descriptor that disappears stops the dialling of its peer, and nothing else: `a`'s
-/// established connections to `b` stay ready (a lease is not a liveness signal, F5); when
-/// they fail afterwards they go `not_connected` and are not dialled again.
+/// The RouteMesh links of `peer` in `status` (dialled or inbound).
+fn links_of<'a>(status: &'a Value, peer: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+    status["links"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(move |l| l["topology"] == "route_mesh" && l["peer"] == peer)
+}
+
+/// MISSION D1, F5 (a descriptor that disappears): `a` (automatic mode) dials `b`, a node in
+/// manual mode that stays alive throughout, whose descriptor the test publishes itself and
+/// then removes. The established connection stays ready and live: probes and ACKs go on over
+/// it past a probe interval (a lease is not a liveness signal). Then `b` is killed: `a`'s
+/// links to it fail at once and are never dialled again (no `connecting` event, no
+/// `reconnecting` state, no new connection), and the removed links leave `a`'s snapshot.
 #[tokio::test]
-async fn a_vanished_descriptor_stops_dialling_and_keeps_the_established_connection() {
+async fn d1_f5_vanished_descriptor_keeps_the_live_connection_and_never_redials() {
+    use zmesh::proto::discovery::{Descriptor, MeshEndpoints};
+
     let mesh = Mesh::new("vanish");
-    let mut a = mesh.start(&mesh.config("a", server("orders")));
-    let mut b = mesh.start(&mesh.config("b", server("orders")));
-    let s = a
-        .wait_status("settled with b", |s| settled(s, "a", &["b"]))
+    let mut bc = NodeConfig::new("b");
+    bc.memberships = server("orders");
+    let bind = common::mesh_bind(true);
+    bc.route_mesh = Some(bind.clone());
+    let mut b = mesh.spawn(&bc);
+    let bs = b
+        .wait_status("b up", |s| s["generation"].as_u64().is_some())
         .await;
-    let generation = peer_generations(&s, "b")[0];
-    // b stops renewing (stopped), and its descriptor is removed from the store.
-    b.signal("-STOP");
-    let mark = a.take_lines().len();
-    let lease = Lease {
+    let descriptor = Descriptor {
         rid: "b".into(),
-        generation,
-        ttl: Duration::from_secs(20),
-        id: 0,
+        generation: bs["generation"].as_u64().expect("generation"),
+        security_identity: bc.security_identity().to_owned(),
+        memberships: bc.memberships.clone(),
+        route_mesh: Some(MeshEndpoints {
+            application: bind.application.clone(),
+            completion: bind.completion.clone(),
+        }),
+        server: None,
+        publishers: Vec::new(),
     };
+    // A TTL far beyond the test: only the explicit removal below takes the descriptor away.
+    let lease = mesh
+        .store()
+        .put(&descriptor, Duration::from_secs(600))
+        .await
+        .expect("publish b's descriptor");
+    let mut a = mesh.start(&mesh.config("a", server("orders")));
+    let s = a
+        .wait_status("a's own dials to b ready", |s| {
+            dialled_ready(s, "b").len() == 2
+        })
+        .await;
+    let conns = dialled_ready(&s, "b");
+    let received = |s: &Value| -> u64 {
+        links_of(s, "b")
+            .filter(|l| l["state"] == "ready")
+            .filter_map(|l| l["records_received"].as_u64())
+            .sum()
+    };
+    let before = received(&s);
+
+    // The descriptor goes; b lives on.
+    let mark = a.take_lines().len();
     mesh.store()
         .remove(&lease)
         .await
@@ -733,33 +793,108 @@ async fn a_vanished_descriptor_stops_dialling_and_keeps_the_established_connecti
         v["kind"] == "descriptor_removed" && v["rid"] == "b"
     })
     .await;
-    let s = a.status();
-    assert!(
-        mesh_ready(&s, &["b"]),
-        "the established connection stays ready"
-    );
+    // Liveness goes on over the same connections: b's probe and b's ACK of a's probe on
+    // each lane (one probe interval, 5 s), and they never leave ready.
+    let s = a
+        .wait_status("probes and ACKs from b after the removal", |s| {
+            assert_eq!(
+                dialled_ready(s, "b"),
+                conns,
+                "the established connections stay ready:\n{s:#}"
+            );
+            received(s) >= before + 4
+        })
+        .await;
     assert_eq!(s["discovery"]["descriptors_seen"], 0);
-    // Now b dies: its connections fail at once and are not dialled again.
-    let mark = a.take_lines().len();
-    b.signal("-CONT");
-    b.kill9();
-    a.wait_status("b's lanes not connected", |s| {
-        s["links"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|l| l["peer"] == "b" && l["topology"] == "route_mesh")
-            .all(|l| l["state"] == "not_connected")
-    })
-    .await;
-    // Longer than the first redial delays (100 ms, 200 ms, ...): no dial comes.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
     let lines = a.take_lines()[mark..].to_vec();
     assert!(
-        !lines
+        !lines.iter().any(|v| is_link_of(v, "b")),
+        "no state change of b's links: {}",
+        lines_text(&lines)
+    );
+
+    // Now b dies: the connections fail at once, and nothing dials b again.
+    let mark = a.take_lines().len();
+    b.kill9();
+    let failed = a
+        .wait_line(mark, "b's links failed", |v| {
+            is_link_of(v, "b") && v["state"] == "not_connected"
+        })
+        .await;
+    assert_eq!(failed["reason"], "transport_error", "{failed}");
+    a.wait_status("b's links removed from the snapshot", |s| {
+        links_of(s, "b").next().is_none()
+    })
+    .await;
+    // Past the first redial delays (100 ms, 200 ms, 400 ms, ...), observed all along: no
+    // dial, no link of b back in the snapshot.
+    let until = tokio::time::Instant::now() + Duration::from_millis(1500);
+    while tokio::time::Instant::now() < until {
+        let s = a.status();
+        assert!(
+            links_of(&s, "b").next().is_none(),
+            "a link of b came back:\n{s:#}"
+        );
+        let lines = a.take_lines()[mark..].to_vec();
+        assert!(
+            !lines.iter().any(|v| is_link_of(v, "b")
+                && ["connecting", "reconnecting", "configured"]
+                    .contains(&v["state"].as_str().unwrap_or_default())),
+            "b was dialled again: {}",
+            lines_text(&lines)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// MISSION D3, F5 (long: ~25 s; a lease that expires): `b` is killed with SIGKILL, so nothing
+/// removes its descriptor. Until its lease expires `a` redials it (the descriptor still says
+/// it exists); once the lease TTL ran out the store drops the descriptor, `a` stops dialling,
+/// its links to `b` leave the snapshot and nothing dials `b` again.
+#[tokio::test]
+#[ignore = "long real-time test (~25 s): waits for the 20 s lease TTL of a killed node"]
+async fn d3_f5_an_expired_lease_stops_the_redials_of_a_killed_node() {
+    use zmesh::proto::discovery::LEASE_TTL;
+
+    let mesh = Mesh::new("expiry");
+    let mut a = mesh.start(&mesh.config("a", server("orders")));
+    let mut b = mesh.start(&mesh.config("b", server("orders")));
+    a.wait_status("settled with b", |s| settled(s, "a", &["b"]))
+        .await;
+    let mark = a.take_lines().len();
+    b.kill9();
+    // The lease is not renewed any more: the store drops the descriptor after the TTL.
+    a.wait_line_within(mark, "b's descriptor expired", LEASE_TTL + BOUND, |v| {
+        v["kind"] == "descriptor_removed" && v["rid"] == "b"
+    })
+    .await;
+    let lines = a.take_lines()[mark..].to_vec();
+    assert!(
+        lines
             .iter()
             .any(|v| is_link_of(v, "b") && v["state"] == "connecting"),
-        "{}",
+        "a redialled b while its descriptor lived: {}",
+        lines_text(&lines)
+    );
+    a.wait_status("b's links removed from the snapshot", |s| {
+        links_of(s, "b").next().is_none()
+    })
+    .await;
+    let mark = a.take_lines().len();
+    // Past the first redial delays (100 ms, 200 ms, 400 ms, ...), observed all along.
+    let until = tokio::time::Instant::now() + Duration::from_millis(1500);
+    while tokio::time::Instant::now() < until {
+        let s = a.status();
+        assert!(
+            links_of(&s, "b").next().is_none(),
+            "a link of b came back:\n{s:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let lines = a.take_lines()[mark..].to_vec();
+    assert!(
+        !lines.iter().any(|v| is_link_of(v, "b")),
+        "b was dialled again: {}",
         lines_text(&lines)
     );
 }
@@ -897,6 +1032,107 @@ async fn f3_manual_intent_cannot_weaken_a_descriptor_fence() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     for n in [a, impostor, real_b] {
+        n.shutdown().await.expect("shutdown");
+    }
+}
+
+/// MISSION F3 (ClientServer inbound): a server in automatic mode holds each client to the
+/// fence of the client's descriptor (RID + security identity + generation), as RouteMesh
+/// does with its peers. The real `c` (in the store) is admitted; another run claiming RID
+/// `c` (not in the store, so another generation) dials the same server and is refused with
+/// `generation_mismatch`, the reason RouteMesh uses, and never replaces the real `c`'s
+/// connection.
+#[tokio::test]
+async fn f3_client_server_inbound_is_fenced_by_the_client_descriptor() {
+    use zmesh::config::ServerConfig;
+    use zmesh::proto::state::{ConnState, FailureReason};
+    use zmesh::runtime::snapshot::Snapshot;
+    use zmesh::runtime::Node;
+
+    let mesh = Mesh::new("cs-fence");
+    let mut sc = mesh.config("s", server("orders"));
+    if let Some(d) = sc.discovery.as_mut() {
+        d.bind = vec![AutoBind::Server];
+        d.route_mesh = false;
+    }
+    let s = Node::start(sc).await.expect("s");
+    let mut cc = mesh.config("c", common::client_of("orders"));
+    if let Some(d) = cc.discovery.as_mut() {
+        // A client only: its descriptor binds nothing, it is there for its fence.
+        d.bind = Vec::new();
+    }
+    let c = Node::start(cc).await.expect("c");
+    let inbound_c = |snap: &Snapshot| -> Vec<(ConnState, Option<u64>, Option<u64>)> {
+        snap.links
+            .iter()
+            .filter(|l| l.role == "server_inbound" && l.peer.as_deref() == Some("c"))
+            .map(|l| (l.state, l.peer_generation, l.connection_id))
+            .collect()
+    };
+    let deadline = tokio::time::Instant::now() + BOUND;
+    let (real, endpoint) = loop {
+        let snap = s.snapshot().await.expect("snapshot");
+        let d = snap.discovery.as_ref().expect("automatic mode");
+        if let ([(ConnState::Ready, Some(g), Some(id))], 1) =
+            (inbound_c(&snap).as_slice(), d.descriptors_seen)
+        {
+            let endpoint = d.descriptor.server.clone().expect("s binds a server");
+            assert_eq!(*g, c.generation());
+            break ((*g, *id), endpoint);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "c not admitted: {}",
+            snap.to_table()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+
+    // Another run claiming RID c dials s's server by hand.
+    let mut other = NodeConfig::new("c");
+    other.memberships = common::client_of("orders");
+    other.servers = vec![ServerConfig {
+        channel: "orders".into(),
+        endpoint,
+        rid: Some("s".into()),
+        batch_calls: true,
+    }];
+    let impostor = Node::start(other).await.expect("other c");
+    assert_ne!(impostor.generation(), c.generation());
+    let deadline = tokio::time::Instant::now() + BOUND;
+    loop {
+        let snap = impostor.snapshot().await.expect("snapshot");
+        let refused = snap.links.iter().any(|l| {
+            l.role == "client"
+                && l.state != ConnState::Ready
+                && l.last_failure
+                    .as_ref()
+                    .is_some_and(|f| f.reason == FailureReason::GenerationMismatch)
+        });
+        if refused {
+            break;
+        }
+        assert!(
+            snap.links.iter().all(|l| l.state != ConnState::Ready),
+            "the other run was admitted: {}",
+            snap.to_table()
+        );
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not refused: {}",
+            snap.to_table()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The real c's connection is untouched: the same connection, still ready.
+    let snap = s.snapshot().await.expect("snapshot");
+    assert_eq!(
+        inbound_c(&snap),
+        [(ConnState::Ready, Some(real.0), Some(real.1))],
+        "{}",
+        snap.to_table()
+    );
+    for n in [impostor, c, s] {
         n.shutdown().await.expect("shutdown");
     }
 }

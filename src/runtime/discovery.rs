@@ -16,9 +16,10 @@
 //! which fence, which to stop dialling.
 //!
 //! A descriptor that disappears (the node left, or its lease expired) stops the dialling of
-//! that peer. An established connection to it is left alone: it stays ready for as long as
-//! its probes are answered (or its publisher's beacons arrive), and when it fails it is not
-//! dialled again. A lease is an authority record, not a liveness signal: a node whose
+//! that peer and removes its intents. An established connection to it is left alone: it stays
+//! ready for as long as its probes are answered (or its publisher's beacons arrive), until
+//! liveness, a transport error or a CLOSE ends it; then it is not dialled again and leaves
+//! the snapshot. A lease is an authority record, not a liveness signal: a node whose
 //! descriptor expired while the store was down is still a working peer (F5).
 //!
 //! On an orderly stop the lease task removes the node's descriptor (bounded by

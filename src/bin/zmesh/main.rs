@@ -200,19 +200,20 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// A live local mesh: several nodes, all three topologies, a peer killed, detected and
-    /// recovering; exits by itself.
+    /// A live local mesh whose nodes find each other through a descriptor store (the embedded
+    /// SQLite one; no endpoint written anywhere): all three topologies, a peer killed,
+    /// detected and restarted as a new run, the store taken away, commands; exits by itself.
     Demo {
-        /// Fewer pauses (for CI).
+        /// No pacing pauses between scenes (for CI); every step still waits on what it
+        /// observes.
         #[arg(long)]
         quick: bool,
-        /// Automatic mode: the nodes find each other through a descriptor store (embedded
-        /// SQLite), no endpoint written anywhere.
+        /// The same demo through an etcd it starts itself (ZMESH_ETCD, or `etcd` on PATH).
         #[arg(long)]
-        discovery: bool,
-        /// With --discovery: through an etcd the demo starts (ZMESH_ETCD or `etcd` on PATH).
-        #[arg(long, requires = "discovery")]
         etcd: bool,
+        /// Accepted for older scripts: the demo always runs in automatic mode now.
+        #[arg(long, hide = true)]
+        discovery: bool,
     },
     /// Measure raw libzmq and zmesh side by side on 127.0.0.1 (see BENCHMARKS.md).
     Bench(bench::BenchArgs),
@@ -365,12 +366,7 @@ fn main() -> Result<()> {
                 let ops = v.as_array().cloned().unwrap_or_default();
                 commands::print_ops(&ops, status.as_deref(), json)
             }
-            Cmd::Demo {
-                quick,
-                discovery: false,
-                ..
-            } => demo::run(quick).await,
-            Cmd::Demo { quick, etcd, .. } => demo::discovery::run(quick, etcd).await,
+            Cmd::Demo { quick, etcd, .. } => demo::run(quick, etcd).await,
             Cmd::Bench(args) => bench::run(args).await,
             Cmd::Conform(args) => conform::run(args),
             Cmd::Contract { cmd } => std::process::exit(contract::run(&cmd)),

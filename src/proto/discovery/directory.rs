@@ -13,11 +13,12 @@
 //! | serves channel C on a ClientServer endpoint, and this node is an Object Client of C | [`Intent::Server`] for (peer, C) |
 //! | publishes on endpoint E | [`Intent::Publisher`]: one SUB socket for (peer, E) (T3) |
 //! | changed generation | the same intents with the new fence: the I/O thread closes the old run's connection, waits for the close, then dials (F3, F4) |
-//! | disappeared (left, or its lease expired) | [`Intent::PeerGone`] and friends: stop dialling |
+//! | exists at all | [`Intent::Fence`]: admit this RID only with the descriptor's fence, also on inbound connections (a ClientServer client, a RouteMesh peer this node does not dial) |
+//! | disappeared (left, or its lease expired) | [`Intent::FenceGone`], [`Intent::PeerGone`] and friends: stop dialling |
 //!
 //! The fence of every intent is the descriptor's complete set (RID, security identity,
 //! generation): a manual intent for the same peer cannot weaken it (F3,
-//! [`Expectation::fenced_by`]).
+//! [`Expectation::fenced_by`]). A fence comes before the dial intents of its descriptor.
 //!
 //! Intents are idempotent: applying the same one twice changes nothing, so a reload that
 //! finds nothing new yields no intent at all, and one that does yields only the difference.
@@ -65,6 +66,20 @@ impl Local {
 /// What the descriptors ask of this node's links.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Intent {
+    /// Admit RID `rid` only with `fence`, whoever dials (MISSION F3): every descriptor but
+    /// this node's own sets one, whether or not this node dials it. A new fence (new
+    /// generation) closes the connections of the old run.
+    Fence {
+        /// The RID.
+        rid: String,
+        /// Its descriptor's RID + security identity + generation.
+        fence: Expectation,
+    },
+    /// The descriptor of `rid` is gone: its fence goes with it.
+    FenceGone {
+        /// The RID.
+        rid: String,
+    },
     /// Dial RouteMesh peer `rid` on both lanes at `endpoints`; admit only `fence`. For a peer
     /// already known: a new fence (new generation) replaces the current connection, after
     /// its close was observed.
@@ -124,6 +139,8 @@ pub enum Intent {
 /// What an intent is about: one intent per key at a time.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Key {
+    // First: a fence is applied before the dial intents of the same descriptor.
+    Fence(String),
     Peer(String),
     Server(String, String),
     Publisher(String, String),
@@ -132,6 +149,7 @@ enum Key {
 impl Key {
     fn gone(self) -> Intent {
         match self {
+            Key::Fence(rid) => Intent::FenceGone { rid },
             Key::Peer(rid) => Intent::PeerGone { rid },
             Key::Server(rid, channel) => Intent::ServerGone { rid, channel },
             Key::Publisher(rid, endpoint) => Intent::PublisherGone { rid, endpoint },
@@ -220,6 +238,13 @@ impl Directory {
             return out;
         }
         let fence = d.fence();
+        out.insert(
+            Key::Fence(d.rid.clone()),
+            Intent::Fence {
+                rid: d.rid.clone(),
+                fence: fence.clone(),
+            },
+        );
         // T4: an Object Client pair without a Server membership needs no connection, so
         // discovery asks for none (no dial, no NotRequired round trip).
         let pair_needed = self.local.is_server || d.is_server();
@@ -317,7 +342,11 @@ mod tests {
     fn rids(intents: &[Intent]) -> Vec<String> {
         intents
             .iter()
+            // Fences are checked by their own tests.
+            .filter(|i| !matches!(i, Intent::Fence { .. } | Intent::FenceGone { .. }))
             .map(|i| match i {
+                Intent::Fence { rid, .. } => format!("fence {rid}"),
+                Intent::FenceGone { rid } => format!("fence-gone {rid}"),
                 Intent::Peer { rid, fence, .. } => {
                     format!("peer {rid} {}", fence.generation.unwrap_or(0))
                 }
@@ -354,7 +383,7 @@ mod tests {
     fn f3_new_generation_is_a_new_fence_and_repeats_are_silent() {
         let mut dir = Directory::new(local(Role::Server));
         let first = dir.handle_put(desc("b", 7, Role::Server));
-        let Intent::Peer { fence, .. } = &first[0] else {
+        let Some(Intent::Peer { fence, .. }) = first.get(1) else {
             panic!("{first:?}");
         };
         assert_eq!(*fence, desc("b", 7, Role::Server).fence());
@@ -434,7 +463,49 @@ mod tests {
         let mut dir = Directory::new(l);
         let mut b = desc("b", 1, Role::Server);
         b.publishers = vec!["ipc:///tmp/b.sock".into()];
-        assert!(dir.handle_put(b).is_empty());
+        assert!(rids(&dir.handle_put(b)).is_empty());
         assert_eq!(dir.len(), 1);
+    }
+
+    /// MISSION F3: every descriptor fences its RID, also one this node never dials (a
+    /// ClientServer client, an Object Client pair), before any dial intent of it; a new
+    /// generation is a new fence; a descriptor gone takes its fence with it.
+    #[test]
+    fn f3_every_descriptor_fences_its_rid_before_its_dials() {
+        let mut dir = Directory::new(local(Role::Server));
+        let mut client = desc("c", 4, Role::ObjectClient);
+        client.route_mesh = None;
+        let b = desc("b", 7, Role::Server);
+        let intents = dir.handle_reload(vec![client.clone(), b.clone()]);
+        assert_eq!(
+            intents,
+            vec![
+                Intent::Fence {
+                    rid: "b".into(),
+                    fence: b.fence()
+                },
+                Intent::Fence {
+                    rid: "c".into(),
+                    fence: client.fence()
+                },
+                Intent::Peer {
+                    rid: "b".into(),
+                    endpoints: b.route_mesh.clone().expect("bound"),
+                    fence: b.fence()
+                },
+            ]
+        );
+        client.generation = 5;
+        assert_eq!(
+            dir.handle_put(client.clone()),
+            vec![Intent::Fence {
+                rid: "c".into(),
+                fence: client.fence()
+            }]
+        );
+        assert_eq!(
+            dir.handle_removed("c"),
+            vec![Intent::FenceGone { rid: "c".into() }]
+        );
     }
 }

@@ -177,14 +177,19 @@ impl IoThread {
                 return;
             }
         }
-        // What does this node expect of that RID? A configured peer's expectation, if any.
+        // What does this node expect of that RID? A configured peer's expectation, else the
+        // fence of its descriptor (automatic mode): a ClientServer client is held to its
+        // descriptor like a RouteMesh peer (MISSION F3).
         let configured = self
             .cfg
             .peers
             .iter()
             .position(|p| p.rid == hello.identity.rid);
         let expect = match (lane, configured) {
-            (Lane::ClientServer, _) | (_, None) => Expectation::default(),
+            (Lane::ClientServer, _) | (_, None) => self
+                .peer_fence(&hello.identity.rid)
+                .cloned()
+                .unwrap_or_default(),
             (_, Some(i)) => self.expectation_for_peer(i),
         };
         // Does the dialler expect us?
@@ -213,9 +218,13 @@ impl IoThread {
             return;
         }
         // Duplicate resolution: if we dial this peer on this lane too, the connection dialled
-        // by the smaller RID is the current one.
+        // by the smaller RID is the current one. A dial withdrawn with its descriptor is not a
+        // contender: it will not dial again, so the peer's own dial is the only way back.
         if let (Some(i), true) = (configured, lane != Lane::ClientServer) {
-            if let Some(dk) = self.find_mesh_dial(i, lane) {
+            let dial = self
+                .find_mesh_dial(i, lane)
+                .filter(|dk| !self.links[*dk].withdrawn);
+            if let Some(dk) = dial {
                 if self.me.rid < hello.identity.rid {
                     reject(
                         self,

@@ -6,19 +6,26 @@
 //! discovered publisher gets a SUB socket of its own (T3). What discovery adds:
 //!
 //! - **Fences (F3).** Every descriptor's RID + security identity + generation is the fence of
-//!   that RID: admission (HELLO, WELCOME) requires all three, for discovered links and for
-//!   manual intents of the same peer alike ([`Expectation::fenced_by`]: a manual entry's
-//!   generation 0 cannot weaken it). A manual server without a RID is fenced by the
-//!   descriptor that publishes its endpoint.
+//!   that RID ([`Intent::Fence`], also for a node this one never dials): admission (HELLO,
+//!   WELCOME) requires all three, for discovered links and for manual intents of the same
+//!   peer alike ([`Expectation::fenced_by`]: a manual entry's generation 0 cannot weaken it),
+//!   and on inbound connections of both topologies: a RouteMesh peer, and a ClientServer
+//!   client whose HELLO does not match its descriptor is refused like a RouteMesh one
+//!   (`generation_mismatch`, `security_failure`). A manual server without a RID is fenced by
+//!   the descriptor that publishes its endpoint. A new fence closes the ready inbound
+//!   connections of the old run (`reconfigured`).
 //! - **Replacement (F3, F4).** A new generation of a known RID closes every connection of the
 //!   old run ([`FailureReason::Reconfigured`]), and closes a dial still in progress (it
 //!   carries the old fence); the link then waits until libzmq confirmed the close of the old
 //!   socket (links.rs, `closing`) before it dials the new run, and the new handshake must
 //!   present the new fence. Late frames of the old connection find no link (L6).
-//! - **Withdrawal.** A descriptor that disappears stops the dialling of its peer: a dial in
+//! - **Withdrawal.** A descriptor that disappears removes the intents it made: a dial in
 //!   progress is closed, a link waiting to redial goes `not_connected`, and an established
-//!   connection stays until the transport fails it (then it is not redialled). A manual
-//!   intent is never withdrawn.
+//!   connection stays, ready for as long as liveness keeps it (a lease is not a liveness
+//!   signal, F5), until its deadline, a transport error or the peer's CLOSE ends it; it is
+//!   then not redialled. A withdrawn link that holds nothing any more leaves the snapshot
+//!   ([`Link::is_removed`](super::links::Link::is_removed)); the same RID's descriptor coming
+//!   back takes it up again. A manual intent is never withdrawn.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -124,6 +131,16 @@ impl IoThread {
         }
         for intent in intents {
             match intent {
+                Intent::Fence { rid, fence } => {
+                    let generation = fence.generation.unwrap_or(0);
+                    self.discovered.fences.insert(rid.clone(), fence);
+                    // Inbound connections of another run go now; dialled links follow their
+                    // own intents (Peer, Server), which come next.
+                    self.refence(&rid, generation, true, now);
+                }
+                Intent::FenceGone { rid } => {
+                    self.discovered.fences.remove(&rid);
+                }
                 Intent::Peer {
                     rid,
                     endpoints,
@@ -191,7 +208,7 @@ impl IoThread {
                 self.add_link(LinkKind::MeshDial { peer: i, lane }, now);
             }
             // An inbound connection of this RID that came first is fenced too.
-            self.refence(&rid, generation, now);
+            self.refence(&rid, generation, false, now);
             return;
         };
         if self.discovered.peers.get(&rid) == Some(&i) {
@@ -205,7 +222,7 @@ impl IoThread {
                 self.links[k].withdrawn = false;
             }
         }
-        self.refence(&rid, generation, now);
+        self.refence(&rid, generation, false, now);
     }
 
     fn discover_server(
@@ -253,14 +270,14 @@ impl IoThread {
             }
             None => {}
         }
-        self.refence(&rid, generation, now);
+        self.refence(&rid, generation, false, now);
     }
 
-    /// Holds every link of `rid` to its current fence: a ready connection of another run is
-    /// closed, a dial in progress (started under an older fence) is closed, and a dialled link
-    /// with no connection is reconfigured for the new generation and dialled as soon as the
-    /// close of its last socket is confirmed.
-    fn refence(&mut self, rid: &str, generation: u64, now: Instant) {
+    /// Holds every link of `rid` (only its inbound links if `inbound_only`) to its current
+    /// fence: a ready connection of another run is closed, a dial in progress (started under
+    /// an older fence) is closed, and a dialled link with no connection is reconfigured for
+    /// the new generation and dialled as soon as the close of its last socket is confirmed.
+    fn refence(&mut self, rid: &str, generation: u64, inbound_only: bool, now: Instant) {
         let Some(fence) = self.discovered.fences.get(rid).cloned() else {
             return;
         };
@@ -276,6 +293,9 @@ impl IoThread {
                 continue;
             }
             let inbound = matches!(self.links[k].kind, LinkKind::Inbound { .. });
+            if inbound_only && !inbound {
+                continue;
+            }
             let conn = self.links[k].conn.as_ref().map(|c| {
                 let same_run = c.peer.as_ref().is_some_and(|p| {
                     fence.generation.is_none_or(|g| g == p.generation)

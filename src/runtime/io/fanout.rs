@@ -92,7 +92,7 @@ impl IoThread {
                     .map_err(bind_err)?;
                 set_curve_server(&s, pair).map_err(bind_err)?;
                 self.gate
-                    .add_domain(super::PUBLISHER_DOMAIN, super::gate::Gated::Publisher);
+                    .add_domain(super::PUBLISHER_DOMAIN, super::Gated::Publisher);
                 s
             }
             None => self.sockets.plain(zmq::XPUB).map_err(bind_err)?.0,

@@ -33,7 +33,7 @@ use std::time::Instant;
 use super::links::LinkKind;
 use super::ready::Watch;
 use super::slots::{Slot, SlotRole};
-use super::{IoThread, LinkKey, SlotKey};
+use super::{Gated, IoThread, LinkKey, SlotKey};
 use crate::proto::security::{
     HandshakeFailure, InputRefusal, PublicKey, ZapReply, ZapRequest, ZapStatus,
 };
@@ -118,16 +118,6 @@ impl Gate {
             self.open.entry(slot).or_default();
         }
     }
-}
-
-/// The socket behind a ZAP domain.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Gated {
-    /// A bound ROUTER, in its slot: the allow-list (CURVE) and the unadmitted cap.
-    Bound(SlotKey),
-    /// The publisher's XPUB (CURVE only): the allow-list. Its subscribers are never admitted
-    /// by a handshake, so the cap is not theirs.
-    Publisher,
 }
 
 impl IoThread {

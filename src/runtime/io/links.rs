@@ -102,6 +102,14 @@ impl Link {
             && !matches!(self.kind, LinkKind::Inbound { .. })
     }
 
+    /// A discovered intent whose descriptor is gone and that holds nothing any more: no
+    /// connection, no close to confirm. It is removed: it is never dialled and leaves the
+    /// snapshot. Its entry stays in the link table only so that the same RID's descriptor,
+    /// if it comes back, takes it up again (link keys are never reused for another peer).
+    pub(super) fn is_removed(&self) -> bool {
+        self.withdrawn && self.conn.is_none() && self.closing.is_none()
+    }
+
     /// The lane this link serves.
     pub(super) fn lane(&self) -> Option<Lane> {
         match &self.kind {

@@ -142,6 +142,18 @@ const PUBLISHER_DOMAIN: &str = "zmesh-publisher";
 type SlotKey = usize;
 type LinkKey = usize;
 
+/// The socket behind a ZAP domain ([`gate`]). Here, not in `gate.rs`, because the slots that
+/// register their domains ([`slots`]) and the gate that judges them both use it, and neither
+/// imports the other for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gated {
+    /// A bound ROUTER, in its slot: the allow-list (CURVE) and the unadmitted cap.
+    Bound(SlotKey),
+    /// The publisher's XPUB (CURVE only): the allow-list. Its subscribers are never admitted
+    /// by a handshake, so the cap is not theirs.
+    Publisher,
+}
+
 /// Who owns a liveness entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum LiveOwner {

@@ -2,10 +2,9 @@
 //! epoll set and taking them out again, and the one send and receive primitive of a slot.
 //! A send or receive marks its socket for a `ZMQ_EVENTS` check (see [`super::ready`]).
 
-use super::gate::Gated;
 use super::ready::Watch;
 use super::{
-    IoThread, LinkKey, SlotKey, BOUND_ID_APPLICATION, BOUND_ID_COMPLETION, BOUND_ID_SERVER,
+    Gated, IoThread, LinkKey, SlotKey, BOUND_ID_APPLICATION, BOUND_ID_COMPLETION, BOUND_ID_SERVER,
 };
 use crate::proto::sched::{SharedSocketId, Source as SchedSource};
 use crate::proto::ConnId;

@@ -16,6 +16,10 @@ impl IoThread {
         let age = |t: Instant| now.saturating_duration_since(t).as_millis() as u64;
         let mut links = Vec::new();
         for (k, l) in self.links.iter().enumerate() {
+            // A discovered intent whose descriptor is gone, once its last connection ended.
+            if l.is_removed() {
+                continue;
+            }
             let (topology, role, peer, endpoint) = match &l.kind {
                 LinkKind::MeshDial { peer, lane } => {
                     let p = self.cfg.peers.get(*peer);
@@ -101,7 +105,12 @@ impl IoThread {
                     .is_some_and(|c| c.peer.is_some() && c.verified_key.is_some()),
             });
         }
-        for s in &self.subs {
+        // A discovered publisher whose descriptor is gone, once its socket is closed.
+        for s in self
+            .subs
+            .iter()
+            .filter(|s| !(s.retired && s.slot.is_none()))
+        {
             let last = self
                 .liveness
                 .publisher(s.live)

@@ -36,7 +36,6 @@ mod sqlite;
 
 use std::fmt;
 use std::future::Future;
-use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,6 +43,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::sync::mpsc;
 
+pub use crate::config::{StoreUrl, StoreUrlError};
 pub use crate::proto::discovery::lease::RenewOutcome;
 pub use crate::proto::discovery::Descriptor;
 pub use etcd::{EtcdStore, ETCD_REQUEST_TIMEOUT};
@@ -205,54 +205,12 @@ pub trait Store: Send + Sync + fmt::Debug {
     fn url(&self) -> String;
 }
 
-/// A parsed store URL.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum StoreUrl {
-    /// `sqlite://PATH` (`sqlite:///abs/path.db`, or a relative path after `sqlite://`).
-    Sqlite(PathBuf),
-    /// `etcd://host:port[,host:port…][/prefix]`.
-    Etcd {
-        /// `host:port` of each etcd member.
-        endpoints: Vec<String>,
-        /// Key prefix of this mesh (default `/zmesh/`), always ending in `/`.
-        prefix: String,
-    },
-}
-
-impl StoreUrl {
-    /// Parses a store URL.
-    pub fn parse(url: &str) -> Result<StoreUrl, StoreError> {
-        let bad = |reason: &str| StoreError::Url {
-            url: url.to_owned(),
-            reason: reason.to_owned(),
-        };
-        if let Some(path) = url.strip_prefix("sqlite://") {
-            if path.is_empty() {
-                return Err(bad("no file path after sqlite://"));
-            }
-            return Ok(StoreUrl::Sqlite(PathBuf::from(path)));
+impl From<StoreUrlError> for StoreError {
+    fn from(e: StoreUrlError) -> StoreError {
+        StoreError::Url {
+            url: e.url,
+            reason: e.reason,
         }
-        if let Some(rest) = url.strip_prefix("etcd://") {
-            let (hosts, prefix) = match rest.find('/') {
-                Some(i) => (&rest[..i], &rest[i..]),
-                None => (rest, "/zmesh/"),
-            };
-            let endpoints: Vec<String> = hosts
-                .split(',')
-                .filter(|h| !h.is_empty())
-                .map(str::to_owned)
-                .collect();
-            if endpoints.is_empty() || endpoints.iter().any(|h| !h.contains(':')) {
-                return Err(bad("expected etcd://host:port[,host:port…][/prefix]"));
-            }
-            let mut prefix = prefix.to_owned();
-            if !prefix.ends_with('/') {
-                prefix.push('/');
-            }
-            return Ok(StoreUrl::Etcd { endpoints, prefix });
-        }
-        Err(bad("expected sqlite://PATH or etcd://HOST:PORT"))
     }
 }
 
@@ -265,45 +223,5 @@ pub fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {
     match StoreUrl::parse(url)? {
         StoreUrl::Sqlite(path) => Ok(Arc::new(SqliteStore::new(path))),
         StoreUrl::Etcd { endpoints, prefix } => Ok(Arc::new(EtcdStore::new(endpoints, prefix))),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_store_urls() {
-        assert_eq!(
-            StoreUrl::parse("sqlite:///var/lib/zmesh/mesh.db"),
-            Ok(StoreUrl::Sqlite("/var/lib/zmesh/mesh.db".into()))
-        );
-        assert_eq!(
-            StoreUrl::parse("sqlite://mesh.db"),
-            Ok(StoreUrl::Sqlite("mesh.db".into()))
-        );
-        assert_eq!(
-            StoreUrl::parse("etcd://127.0.0.1:2379"),
-            Ok(StoreUrl::Etcd {
-                endpoints: vec!["127.0.0.1:2379".into()],
-                prefix: "/zmesh/".into()
-            })
-        );
-        assert_eq!(
-            StoreUrl::parse("etcd://a:1,b:2/plant-7"),
-            Ok(StoreUrl::Etcd {
-                endpoints: vec!["a:1".into(), "b:2".into()],
-                prefix: "/plant-7/".into()
-            })
-        );
-        for bad in [
-            "sqlite://",
-            "etcd://",
-            "etcd://nohost",
-            "redis://x",
-            "/tmp/x.db",
-        ] {
-            assert!(StoreUrl::parse(bad).is_err(), "{bad}");
-        }
     }
 }

@@ -3,21 +3,23 @@
 //! `e` is killed after the command ran and its outcome was recorded, before `a` heard the
 //! answer; `a` is told the command may have run and its operations tray shows the row;
 //! `e` restarts (a new process run, the same store) and the same command with the same key
-//! is answered from the durable record: the execution log shows it ran once.
+//! is answered from the durable record: the execution log shows it ran once. `a` finds `e`
+//! through the store, both runs: the restarted `e` binds a new port, and its new descriptor
+//! replaces the old run's connection (MISSION F3).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use zmesh::config::{Endpoint, NodeConfig, ServerConfig};
-use zmesh::proto::handshake::{Membership, Role};
+use zmesh::config::AutoBind;
+use zmesh::proto::handshake::Role;
 use zmesh::proto::state::ConnState;
 use zmesh::runtime::calls::{may_have_run, CallOptions, Semantics};
 use zmesh::runtime::operations::OpStatus;
+use zmesh::runtime::snapshot::Snapshot;
 use zmesh::runtime::{EventStream, Node};
 
-use super::{free_tcp, wait_for, write_config, Proc, STEP_LIMIT};
+use super::{member, node_config, wait_for, write_config, Proc};
 
 /// How long `e` holds each answer after recording it, in the first run.
 const HOLD_MS: &str = "60000";
@@ -25,34 +27,30 @@ const HOLD_MS: &str = "60000";
 /// Node `e` and its files.
 pub(super) struct Pump {
     proc: Proc,
-    endpoint: String,
     store: PathBuf,
     exec_log: PathBuf,
 }
 
 impl Pump {
-    /// Writes `e`'s configuration into `dir` and starts it, holding answers after recording.
-    pub(super) fn prepare(dir: &Path) -> Result<Pump> {
-        let endpoint = free_tcp()?;
-        let mut e = NodeConfig::new("e");
-        e.memberships = vec![Membership {
-            role: Role::Server,
-            channel: "pump".into(),
-        }];
-        e.server = Some(Endpoint {
-            endpoint: endpoint.clone(),
-        });
+    /// Writes `e`'s configuration into `dir` (no endpoint: `[discovery]` on `url`, its
+    /// ClientServer server on an ephemeral port) and starts it, holding answers after
+    /// recording.
+    pub(super) fn prepare(dir: &Path, url: &str) -> Result<Pump> {
+        let mut e = node_config(
+            "e",
+            vec![member(Role::Server, "pump")],
+            url,
+            vec![AutoBind::Server],
+        );
+        // e serves "pump" and nothing else: no RouteMesh, no subscriptions.
+        if let Some(d) = e.discovery.as_mut() {
+            d.route_mesh = false;
+            d.subscribe = false;
+        }
         let store = dir.join("e-idempotency.db");
         let exec_log = dir.join("e-exec.log");
         let mut pump = Pump {
-            proc: Proc {
-                name: "e",
-                config: write_config(dir, &e)?,
-                extra: Vec::new(),
-                child: None,
-                stderr: Some(Arc::new(Mutex::new(Vec::new()))),
-            },
-            endpoint,
+            proc: Proc::new("e", write_config(dir, &e)?, Vec::new()),
             store,
             exec_log,
         };
@@ -79,21 +77,16 @@ impl Pump {
         args
     }
 
-    /// `a`'s `[[servers]]` entry for "pump".
-    pub(super) fn server_entry(&self) -> ServerConfig {
-        ServerConfig {
-            batch_calls: true,
-            channel: "pump".into(),
-            endpoint: self.endpoint.clone(),
-            rid: Some("e".into()),
-        }
-    }
-
-    /// Whether `a`'s link to `e` is ready.
-    fn ready(&self, s: &zmesh::runtime::snapshot::Snapshot) -> bool {
+    /// The generation of `e` on `a`'s ready link to it, if ready.
+    fn ready(s: &Snapshot) -> Option<u64> {
         s.links
             .iter()
-            .any(|l| l.endpoint == self.endpoint && l.state == ConnState::Ready)
+            .find(|l| {
+                l.topology == "client_server"
+                    && l.peer.as_deref() == Some("e")
+                    && l.state == ConnState::Ready
+            })
+            .and_then(|l| l.peer_generation)
     }
 
     /// The scene.
@@ -102,9 +95,9 @@ impl Pump {
         node: &Node,
         events: &mut EventStream,
         t0: Instant,
-        quick: bool,
     ) -> Result<()> {
-        wait_for(node, events, t0, |s| self.ready(s)).await?;
+        wait_for(node, events, t0, |s| Pump::ready(s).is_some()).await?;
+        let first = Pump::ready(&node.snapshot().await?);
         println!(
             "   e serves \"pump\" with a durable idempotency store (SQLite); its contract, \
              fetched by a over the wire:"
@@ -125,12 +118,13 @@ impl Pump {
         let args = serde_json::json!({ "amount": 5 });
         let caller = node.clone();
         let (o, a) = (opts.clone(), args.clone());
+        let mark = self.proc.mark();
         let call = tokio::spawn(async move {
             caller
                 .call_with::<_, String>("pump", "dispense", &a, o)
                 .await
         });
-        self.until_recorded().await?;
+        self.proc.wait_line(mark, "outcome recorded").await?;
         let killed = Instant::now();
         self.proc.kill();
         println!("   kill -9 e");
@@ -155,10 +149,16 @@ impl Pump {
             .collect();
         crate::commands::print_ops(&rows, None, false)?;
 
-        println!("   restart e (same store, no fault injection); retry with the same key");
+        println!(
+            "   restart e (same idempotency store, no fault injection, a new port found through \
+             its new descriptor); retry with the same key"
+        );
         self.proc.extra = self.args(false);
         self.proc.start()?;
-        wait_for(node, events, t0, |s| self.ready(s)).await?;
+        wait_for(node, events, t0, |s| {
+            Pump::ready(s).is_some_and(|g| Some(g) != first)
+        })
+        .await?;
         let answer: String = node
             .call_with("pump", "dispense", &args, opts)
             .await
@@ -172,34 +172,7 @@ impl Pump {
         if runs != 1 {
             bail!("dispense ran {runs} times");
         }
-        if !quick {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
         Ok(())
-    }
-
-    /// Waits (bounded) until `e` says it recorded the outcome and holds the answer.
-    async fn until_recorded(&self) -> Result<()> {
-        let limit = Instant::now() + STEP_LIMIT;
-        loop {
-            let seen = self
-                .proc
-                .stderr
-                .as_ref()
-                .and_then(|l| {
-                    l.lock()
-                        .ok()
-                        .map(|l| l.iter().any(|l| l.contains("outcome recorded")))
-                })
-                .unwrap_or(false);
-            if seen {
-                return Ok(());
-            }
-            if Instant::now() > limit {
-                bail!("e did not record the outcome within {STEP_LIMIT:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
     }
 }
 

@@ -1,82 +1,135 @@
-//! `zmesh demo`: a live local mesh on 127.0.0.1 (tcp) and ipc, in real processes.
+//! `zmesh demo`: a live local mesh in real processes whose nodes find each other through a
+//! descriptor store (MISSION D1-D3): no endpoint is written anywhere. Every node binds
+//! ephemeral tcp ports on 127.0.0.1 and publishes them in its descriptor, in the embedded
+//! SQLite store (default) or in an etcd the demo starts (`--etcd`, see [`store`]).
 //!
 //! - node `a` runs in this process: RouteMesh peer of `b`, ClientServer client of `c`'s
-//!   "orders" channel, fanout subscriber of `c`'s publisher, and dials `d`.
-//! - `b` (RouteMesh, Server of "orders"), `c` (ClientServer server + fanout publisher on ipc)
-//!   and `d` (an Object Client only) are child processes running `zmesh node`.
+//!   "orders" and `e`'s "pump", fanout subscriber of `c`'s publisher; an Object Client like
+//!   `d`, so the pair a-d is never dialled (T4).
+//! - `b` (RouteMesh, Server of "orders", serves it), `c` (ClientServer server of "orders",
+//!   fanout publisher), `d` (an Object Client only) and `e` ([`commands`]) are child
+//!   processes running `zmesh node`.
 //!
-//! The demo waits for readiness, sends records, kills `b` with SIGKILL and shows `a` detect it
-//! at once, restarts `b` (a new lifecycle generation) and shows the new run admitted, prints
-//! `a`'s snapshot, then runs the commands scene ([`commands`]: a non-repeatable command whose
-//! server `e` is killed after it ran, answered from the durable idempotency record after the
-//! restart), and exits.
+//! Scenes: the nodes find each other and become ready; records a -> b and a -> c; a call to
+//! `b`; a 60 s call, then `b` killed with SIGKILL: the call fails at once; `b` restarted, its
+//! new generation (from its new descriptor) replacing the old connection (F3, F4); the store
+//! taken away while every ready link stays ready and probes go on (F5), and back; `a`'s
+//! snapshot; the commands scene ([`commands`]: a non-repeatable command whose server `e` is
+//! killed after it ran, answered from the durable idempotency record after the restart);
+//! shutdown. Every step waits on what it observes (a's snapshot and events, the children's
+//! output lines), bounded by [`STEP_LIMIT`], never on a fixed delay; `--quick` only drops the
+//! pacing pauses between scenes that give a reader time.
 
 mod commands;
-pub(crate) mod discovery;
+mod store;
 
-use std::io::{BufRead, BufReader};
+use std::cell::Cell;
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use zmesh::config::{Endpoint, NodeConfig, PeerConfig, RouteMeshBind, ServerConfig};
+use zmesh::config::{AutoBind, DiscoveryConfig, NodeConfig};
 use zmesh::proto::handshake::{Membership, Role};
 use zmesh::proto::state::ConnState;
 use zmesh::runtime::calls::{may_have_run, CallOptions};
+use zmesh::runtime::snapshot::{LinkSnapshot, Snapshot};
 use zmesh::runtime::{EventStream, Node};
 
 use crate::{print_event, EventFormat};
+use store::{store_line, DemoStore};
 
 /// Longest wait for any one step of the demo.
 const STEP_LIMIT: Duration = Duration::from_secs(20);
 
+/// A pause between scenes for a reader (none with `--quick`): pacing, never a wait for a
+/// state.
+const PACE: Duration = Duration::from_millis(600);
+
+/// A child `zmesh node`: its configuration, extra arguments and every line it printed.
 struct Proc {
     name: &'static str,
     config: PathBuf,
     extra: Vec<String>,
     child: Option<Child>,
-    /// Every line the process printed on stderr, when captured (else stderr is inherited).
-    stderr: Option<Arc<Mutex<Vec<String>>>>,
+    /// Every line the process printed (stdout and stderr, every run), echoed as
+    /// `    [name] line`.
+    lines: Arc<Mutex<Vec<String>>>,
 }
 
 impl Proc {
+    fn new(name: &'static str, config: PathBuf, extra: Vec<String>) -> Proc {
+        Proc {
+            name,
+            config,
+            extra,
+            child: None,
+            lines: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
     fn start(&mut self) -> Result<()> {
         let exe = std::env::current_exe().context("locating the zmesh binary")?;
         let mut child = Command::new(exe)
             .args(["node", "--config"])
             .arg(&self.config)
             .args(&self.extra)
+            // Its log lines are echoed into the demo's output: plain text, no colour codes.
+            .env("NO_COLOR", "1")
             .stdout(Stdio::piped())
-            .stderr(if self.stderr.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::inherit()
-            })
+            .stderr(Stdio::piped())
             .spawn()
             .with_context(|| format!("starting node {}", self.name))?;
-        if let (Some(err), Some(lines)) = (child.stderr.take(), self.stderr.clone()) {
-            let name = self.name;
-            std::thread::spawn(move || {
-                for line in BufReader::new(err).lines().map_while(Result::ok) {
-                    println!("    [{name}] {line}");
-                    if let Ok(mut l) = lines.lock() {
-                        l.push(line);
-                    }
-                }
-            });
-        }
         if let Some(out) = child.stdout.take() {
-            let name = self.name;
-            std::thread::spawn(move || {
-                for line in BufReader::new(out).lines().map_while(Result::ok) {
-                    println!("    [{name}] {line}");
-                }
-            });
+            self.echo(out);
+        }
+        if let Some(err) = child.stderr.take() {
+            self.echo(err);
         }
         self.child = Some(child);
         Ok(())
+    }
+
+    /// Echoes and records every line of `from`, on a thread of its own.
+    fn echo(&self, from: impl Read + Send + 'static) {
+        let (name, lines) = (self.name, self.lines.clone());
+        std::thread::spawn(move || {
+            for line in BufReader::new(from).lines().map_while(Result::ok) {
+                println!("    [{name}] {line}");
+                if let Ok(mut l) = lines.lock() {
+                    l.push(line);
+                }
+            }
+        });
+    }
+
+    /// How many lines the process printed so far: a mark for [`Proc::wait_line`].
+    fn mark(&self) -> usize {
+        self.lines.lock().map(|l| l.len()).unwrap_or(0)
+    }
+
+    /// Waits (bounded by [`STEP_LIMIT`]) until a line printed after `mark` contains `needle`.
+    async fn wait_line(&self, mark: usize, needle: &str) -> Result<()> {
+        let limit = tokio::time::Instant::now() + STEP_LIMIT;
+        loop {
+            let seen = self
+                .lines
+                .lock()
+                .map(|l| l.iter().skip(mark).any(|l| l.contains(needle)))
+                .unwrap_or(false);
+            if seen {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > limit {
+                bail!(
+                    "{} did not print {needle:?} within {STEP_LIMIT:?}",
+                    self.name
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     fn kill(&mut self) {
@@ -93,9 +146,13 @@ impl Drop for Proc {
     }
 }
 
-fn free_tcp() -> Result<String> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(format!("tcp://127.0.0.1:{}", l.local_addr()?.port()))
+/// Removes a directory when dropped.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 fn write_config(dir: &Path, cfg: &NodeConfig) -> Result<PathBuf> {
@@ -104,135 +161,193 @@ fn write_config(dir: &Path, cfg: &NodeConfig) -> Result<PathBuf> {
     Ok(path)
 }
 
-fn membership(role: Role) -> Vec<Membership> {
-    vec![Membership {
+fn member(role: Role, channel: &str) -> Membership {
+    Membership {
         role,
-        channel: "orders".into(),
-    }]
+        channel: channel.into(),
+    }
 }
 
-pub(crate) async fn run(quick: bool) -> Result<()> {
+/// A node configuration with no endpoint: memberships, and `[discovery]` on `url` binding
+/// `bind` on ephemeral ports.
+fn node_config(
+    rid: &str,
+    memberships: Vec<Membership>,
+    url: &str,
+    bind: Vec<AutoBind>,
+) -> NodeConfig {
+    let mut c = NodeConfig::new(rid);
+    c.memberships = memberships;
+    let mut d = DiscoveryConfig::new(url);
+    d.bind = bind;
+    c.discovery = Some(d);
+    c
+}
+
+/// a's ready RouteMesh links to `b`: (the ones a dialled, b's dials a admitted).
+fn b_links(s: &Snapshot) -> (Vec<&LinkSnapshot>, usize) {
+    let ready: Vec<&LinkSnapshot> = s
+        .peer("b")
+        .filter(|l| l.state == ConnState::Ready)
+        .collect();
+    let inbound = ready
+        .iter()
+        .filter(|l| l.role.ends_with("_inbound"))
+        .count();
+    (
+        ready
+            .into_iter()
+            .filter(|l| !l.role.ends_with("_inbound"))
+            .collect(),
+        inbound,
+    )
+}
+
+/// Settled with `b`: a and b dial each other, and the connections a dialled (the smaller
+/// RID) stay current; until b's dials were closed as duplicates a call may pick one of them
+/// as it goes. Returns b's generation on a's dials.
+fn b_settled(s: &Snapshot) -> Option<u64> {
+    let (dialled, inbound) = b_links(s);
+    let generation = dialled.first()?.peer_generation?;
+    (dialled.len() == 2
+        && inbound == 0
+        && dialled
+            .iter()
+            .all(|l| l.peer_generation == Some(generation)))
+    .then_some(generation)
+}
+
+/// Whether a's ClientServer link to `rid` is ready.
+fn server_ready(s: &Snapshot, rid: &str) -> bool {
+    s.links.iter().any(|l| {
+        l.topology == "client_server"
+            && l.peer.as_deref() == Some(rid)
+            && l.state == ConnState::Ready
+    })
+}
+
+/// One ready link of a: its topology, role, peer and connection id.
+type LinkId = (&'static str, &'static str, Option<String>, Option<u64>);
+
+/// a's ready links, each with the records received on it.
+fn ready_links(s: &Snapshot) -> Vec<(LinkId, u64)> {
+    s.links
+        .iter()
+        .filter(|l| l.state == ConnState::Ready)
+        .map(|l| {
+            (
+                (l.topology, l.role, l.peer.clone(), l.connection_id),
+                l.records_received,
+            )
+        })
+        .collect()
+}
+
+pub(crate) async fn run(quick: bool, etcd: bool) -> Result<()> {
     let t0 = Instant::now();
     let dir = std::env::temp_dir().join(format!("zmesh-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let pause =
-        |ms: u64| tokio::time::sleep(Duration::from_millis(if quick { ms / 4 } else { ms }));
-
-    let b_rm = RouteMeshBind {
-        application: free_tcp()?,
-        completion: free_tcp()?,
+    // Declared before everything that uses the directory, so dropped after it: the directory
+    // goes on every exit, a failed step (or no etcd for --etcd) included.
+    let _dir_guard = RemoveOnDrop(dir.clone());
+    let pace = || async {
+        if !quick {
+            tokio::time::sleep(PACE).await;
+        }
     };
-    let d_rm = RouteMeshBind {
-        application: free_tcp()?,
-        completion: free_tcp()?,
-    };
-    let c_server = free_tcp()?;
-    let c_pub = format!("ipc://{}/c-pub.sock", dir.display());
+    let mut store = DemoStore::start(&dir, etcd)?;
+    let url = store.url();
 
-    let mut b = NodeConfig::new("b");
-    b.memberships = membership(Role::Server);
-    b.route_mesh = Some(b_rm.clone());
-    let mut c = NodeConfig::new("c");
-    c.memberships = membership(Role::Server);
-    c.server = Some(Endpoint {
-        endpoint: c_server.clone(),
-    });
-    c.publisher = Some(Endpoint {
-        endpoint: c_pub.clone(),
-    });
-    let mut d = NodeConfig::new("d");
-    d.memberships = membership(Role::ObjectClient);
-    d.route_mesh = Some(d_rm.clone());
-
-    let mut a = NodeConfig::new("a");
-    a.memberships = membership(Role::ObjectClient);
-    a.route_mesh = Some(RouteMeshBind {
-        application: free_tcp()?,
-        completion: free_tcp()?,
-    });
-    a.peers = vec![
-        PeerConfig {
-            batch_calls: true,
-            rid: "b".into(),
-            application: b_rm.application.clone(),
-            completion: b_rm.completion.clone(),
-            generation: None,
-            security_identity: None,
-        },
-        PeerConfig {
-            batch_calls: true,
-            rid: "d".into(),
-            application: d_rm.application.clone(),
-            completion: d_rm.completion.clone(),
-            generation: None,
-            security_identity: None,
-        },
-    ];
-    a.servers = vec![ServerConfig {
-        batch_calls: true,
-        channel: "orders".into(),
-        endpoint: c_server.clone(),
-        rid: Some("c".into()),
-    }];
-    a.subscriptions = vec![Endpoint { endpoint: c_pub }];
-
-    println!("zmesh demo: nodes b, c, d as processes; node a in this process");
-    println!("  b: RouteMesh {} / {}", b_rm.application, b_rm.completion);
-    println!("  c: ClientServer {c_server}, fanout publisher on ipc");
-    println!("  d: RouteMesh, Object Client only (a and d need no connection: not_required)");
+    let b = node_config(
+        "b",
+        vec![member(Role::Server, "orders")],
+        &url,
+        vec![AutoBind::RouteMesh],
+    );
+    let mut c = node_config(
+        "c",
+        vec![member(Role::Server, "orders")],
+        &url,
+        vec![AutoBind::Server, AutoBind::Publisher],
+    );
+    // c takes no part in RouteMesh: a ClientServer server and a publisher only.
+    if let Some(d) = c.discovery.as_mut() {
+        d.route_mesh = false;
+    }
+    let d = node_config(
+        "d",
+        vec![member(Role::ObjectClient, "orders")],
+        &url,
+        vec![AutoBind::RouteMesh],
+    );
+    let a = node_config(
+        "a",
+        vec![
+            member(Role::ObjectClient, "orders"),
+            member(Role::ObjectClient, "pump"),
+        ],
+        &url,
+        vec![AutoBind::RouteMesh],
+    );
+    println!("zmesh demo: nodes b, c, d, e as processes; node a in this process");
+    println!("  no endpoint in any configuration: every node binds ephemeral ports on 127.0.0.1");
+    println!("  and publishes its descriptor to {url}");
+    println!("  b: Server of \"orders\" (RouteMesh), serves it");
+    println!("  c: Server of \"orders\" (ClientServer), fanout publisher");
+    println!("  d: Object Client of \"orders\", like a: the pair a-d needs no connection and is never dialled");
+    println!("  e: Server of \"pump\" (ClientServer), a durable idempotency store (scene 8)");
     let mut procs = Vec::new();
-    for cfg in [&b, &c, &d] {
-        let name = match cfg.rid.as_str() {
-            "b" => "b",
-            "c" => "c",
-            _ => "d",
-        };
+    for (cfg, name) in [(&b, "b"), (&c, "c"), (&d, "d")] {
         // b serves the demo methods (echo, sleep, fail) on "orders".
         let extra = if name == "b" {
             vec!["--serve".to_owned(), "orders".to_owned()]
         } else {
             vec![]
         };
-        procs.push(Proc {
-            name,
-            config: write_config(&dir, cfg)?,
-            extra,
-            child: None,
-            stderr: None,
-        });
+        procs.push(Proc::new(name, write_config(&dir, cfg)?, extra));
     }
     for p in procs.iter_mut() {
         p.start()?;
     }
-
-    let mut pump = commands::Pump::prepare(&dir)?;
-    a.servers.push(pump.server_entry());
+    let mut pump = commands::Pump::prepare(&dir, &url)?;
     let node = Node::start(a).await?;
     let mut events = node.take_events().context("events")?;
 
-    println!("\n== 1. links become ready");
+    println!("\n== 1. the nodes find each other through the store; links become ready");
     wait_for(&node, &mut events, t0, |s| {
-        let ready = |topo: &str, role: &str| {
-            s.links
-                .iter()
-                .any(|l| l.topology == topo && l.role == role && l.state == ConnState::Ready)
-        };
-        let b_ready = s.peer("b").filter(|l| l.state == ConnState::Ready).count() == 2;
-        let d_nr = s.peer("d").any(|l| l.state == ConnState::NotRequired);
-        // c's "orders" server itself (a is also a client of e's "pump", for scene 7).
-        let c_ready = s
+        let seen = s
+            .discovery
+            .as_ref()
+            .is_some_and(|d| d.descriptors_seen == 4);
+        let fanout = s
             .links
             .iter()
-            .any(|l| l.endpoint == c_server && l.state == ConnState::Ready);
-        b_ready && d_nr && c_ready && ready("fanout", "subscriber")
+            .any(|l| l.topology == "fanout" && l.state == ConnState::Ready);
+        // c's "orders" server itself (a is also a client of e's "pump", scene 8).
+        seen && b_settled(s).is_some() && server_ready(s, "c") && fanout
     })
     .await?;
+    let s = node.snapshot().await?;
+    println!("   a: {}", store_line(&s));
+    println!(
+        "   a's links to d: {} (an Object Client pair: never dialled, not even to learn it is not required)",
+        s.peer("d").count()
+    );
+    println!("   the store (zmesh peers --store {url}):");
+    let entries = zmesh::runtime::store::open(&url)?.list().await?;
+    for line in crate::peers::table(&entries).lines() {
+        println!("     {line}");
+    }
+    pace().await;
 
     println!("\n== 2. records flow: a -> b (RouteMesh), a -> c (ClientServer)");
+    let (mb, mc) = (procs[0].mark(), procs[1].mark());
     node.send("b", "greetings", "hello b").await?;
     node.send_to_server("orders", "order #1").await?;
-    pause(800).await;
+    procs[0].wait_line(mb, "\"greetings\": hello b").await?;
+    procs[1].wait_line(mc, "\"orders\": order #1").await?;
     drain(&node, &mut events, t0);
+    pace().await;
 
     println!("\n== 3. a call to b: answered");
     let opts = CallOptions {
@@ -243,19 +358,22 @@ pub(crate) async fn run(quick: bool) -> Result<()> {
         .call_with("orders", "echo", "hello", opts.clone())
         .await?;
     println!("   a -> b orders.echo(\"hello\") = {echoed:?}");
+    pace().await;
 
     println!(
         "\n== 4. a 60 s call to b, then kill -9 b: the call fails at once, saying it may have run"
     );
+    let old = b_settled(&node.snapshot().await?);
     let caller = node.clone();
     let o = opts.clone();
+    let mark = procs[0].mark();
     let call = tokio::spawn(async move {
         caller
             .call_with::<_, String>("orders", "sleep", &60_000u64, o)
             .await
     });
-    // Let the call reach b's handler (b prints "serving orders.sleep").
-    pause(1200).await;
+    // The call reached b's handler when b says so.
+    procs[0].wait_line(mark, "serving orders.sleep").await?;
     let killed = Instant::now();
     procs[0].kill();
     match call.await? {
@@ -275,32 +393,92 @@ pub(crate) async fn run(quick: bool) -> Result<()> {
         "   detected {} ms after the kill (no 15 s wait: the OS closed b's sockets)",
         killed.elapsed().as_millis()
     );
-
-    println!("\n== 5. restart b: a new process run (new generation) is admitted");
-    procs[0].start()?;
-    wait_for(&node, &mut events, t0, |s| {
-        s.peer("b").filter(|l| l.state == ConnState::Ready).count() == 2
-    })
-    .await?;
-    node.send("b", "greetings", "hello again, new b").await?;
-    pause(500).await;
-    drain(&node, &mut events, t0);
-
-    println!("\n== 6. a's snapshot");
-    print!("{}", node.snapshot().await?.to_table());
+    pace().await;
 
     println!(
-        "\n== 7. commands: a non-repeatable command, its server killed after it ran, retried \
+        "\n== 5. restart b: a new process run on new ports; its new descriptor's generation \
+         replaces the old connection"
+    );
+    procs[0].start()?;
+    wait_for(&node, &mut events, t0, |s| {
+        b_settled(s).is_some_and(|g| Some(g) != old)
+    })
+    .await?;
+    let now = b_settled(&node.snapshot().await?);
+    if let (Some(o), Some(n)) = (old, now) {
+        println!("   b was generation {o:016x}, is now {n:016x}");
+    }
+    let mark = procs[0].mark();
+    node.send("b", "greetings", "hello again, new b").await?;
+    procs[0].wait_line(mark, "hello again, new b").await?;
+    drain(&node, &mut events, t0);
+    pace().await;
+
+    println!(
+        "\n== 6. the store goes away: reported, and every ready link stays ready, probes going on"
+    );
+    let before = ready_links(&node.snapshot().await?);
+    store.take_away()?;
+    wait_for(&node, &mut events, t0, |s| {
+        s.discovery.as_ref().is_some_and(|d| !d.store_reachable)
+    })
+    .await?;
+    // Until every ready RouteMesh and ClientServer connection received liveness records
+    // (probes, ACKs) with the store away, or one of the ready links left ready.
+    let left = Cell::new(false);
+    wait_for(&node, &mut events, t0, |s| {
+        let during = ready_links(s);
+        let same = |k: &LinkId| during.iter().find(|(d, _)| d == k);
+        if before.iter().any(|(k, _)| same(k).is_none()) {
+            left.set(true);
+            return true;
+        }
+        before
+            .iter()
+            .filter(|(k, _)| k.0 != "fanout")
+            .all(|(k, n)| same(k).is_some_and(|(_, m)| m > n))
+    })
+    .await?;
+    println!(
+        "   {} links ready before the store went away; with it away, {}",
+        before.len(),
+        if left.get() {
+            "one LEFT READY"
+        } else {
+            "each stays ready on the same connection, and each RouteMesh and ClientServer one received probes or ACKs"
+        }
+    );
+    store.bring_back()?;
+    wait_for(&node, &mut events, t0, |s| {
+        s.discovery.as_ref().is_some_and(|d| d.store_reachable)
+    })
+    .await?;
+    println!(
+        "   the store is back; a: {}",
+        store_line(&node.snapshot().await?)
+    );
+    pace().await;
+
+    println!("\n== 7. a's snapshot");
+    print!("{}", node.snapshot().await?.to_table());
+    pace().await;
+
+    println!(
+        "\n== 8. commands: a non-repeatable command, its server killed after it ran, retried \
          with the same idempotency key"
     );
-    pump.run(&node, &mut events, t0, quick).await?;
+    pump.run(&node, &mut events, t0).await?;
+    pace().await;
 
-    println!("\n== 8. shutdown");
+    println!("\n== 9. shutdown");
     node.shutdown().await?;
     drop(procs);
     drop(pump);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(store);
     println!("demo finished in {} ms", t0.elapsed().as_millis());
+    if left.get() {
+        bail!("a link left ready while the store was away");
+    }
     Ok(())
 }
 
@@ -312,7 +490,9 @@ fn drain(node: &Node, events: &mut EventStream, t0: Instant) {
     }
 }
 
-/// Prints a's events until `done(snapshot)` holds; fails after [`STEP_LIMIT`].
+/// Prints a's events until `done(snapshot)` holds, looking again at every batch of events and
+/// at least every 100 ms (counters such as records received change without an event); fails
+/// after [`STEP_LIMIT`].
 async fn wait_for(
     node: &Node,
     events: &mut EventStream,
@@ -332,6 +512,7 @@ async fn wait_for(
                     print_event(node.rid(), ev, EventFormat::Human, t0);
                 }
             }
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
             _ = tokio::time::sleep_until(limit) => {
                 print!("{}", node.snapshot().await?.to_table());
                 bail!("step did not complete within {STEP_LIMIT:?}");
