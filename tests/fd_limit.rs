@@ -184,7 +184,8 @@ fn route_mesh_node(rid: &str) -> NodeConfig {
 }
 
 /// A node whose limit is below what its configuration needs says so at start, and its links
-/// that cannot open a socket show `resource_exhausted` with the figures ("too many open
+/// (RouteMesh lanes and a fanout subscription) that cannot open a socket show
+/// `resource_exhausted` with the figures ("too many open
 /// files: N of 64"), never "Bad address"; a node that cannot even open its bound sockets
 /// fails at start with that message.
 #[cfg(target_os = "linux")]
@@ -196,6 +197,11 @@ fn a_limit_below_the_configuration_is_named_at_start() {
     cfg.peers = (0..20)
         .map(|i| peer(&format!("p{i}"), &mesh_bind(true)))
         .collect();
+    // And fanout subscriptions, whose SUB sockets fail the same way.
+    let sub = common::free_tcp();
+    cfg.subscriptions = vec![zmesh::config::Endpoint {
+        endpoint: sub.clone(),
+    }];
     let node = Limited::start(64, &cfg);
     node.out.wait("the start-time warning", |_, err| {
         err.iter().any(|l| {
@@ -216,6 +222,16 @@ fn a_limit_below_the_configuration_is_named_at_start() {
                     && detail_of(l).contains(" of 64")
             })
         });
+    let sub_link = format!("sub {sub}");
+    node.out.wait(
+        "a subscription failing with resource_exhausted",
+        |out, _| {
+            out.iter().any(|l| {
+                is_state(l, &sub_link, "reconnecting", Some("resource_exhausted"))
+                    && detail_of(l).starts_with("too many open files: ")
+            })
+        },
+    );
     // The warning of the episode (stderr is read on a thread of its own: it may come in
     // after the event on stdout).
     node.out.wait("the episode warning", |_, err| {
