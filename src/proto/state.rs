@@ -107,6 +107,10 @@ pub enum FailureReason {
     HostError,
     /// The link's configuration changed; the old connection was closed for the new intent.
     Reconfigured,
+    /// The node could not open a socket for the link: the process's file descriptor limit,
+    /// the system's file table or libzmq's socket limit (the detail names which, with the
+    /// figures). Retried with the normal backoff (issue 13).
+    ResourceExhausted,
 }
 
 impl FailureReason {
@@ -127,6 +131,7 @@ impl FailureReason {
             FailureReason::HostStopped => "host_stopped",
             FailureReason::HostError => "host_error",
             FailureReason::Reconfigured => "reconfigured",
+            FailureReason::ResourceExhausted => "resource_exhausted",
         }
     }
 }
@@ -251,6 +256,8 @@ impl LinkState {
             (Connecting, Ready) => !peer,
             (Connecting | Admitted, NotRequired) => peer,
             (Connecting | Admitted | Ready, Reconnecting) => true,
+            // A dial that could not even open its socket: another attempt is planned.
+            (Configured | Reconnecting | NotConnected, Reconnecting) => true,
             (
                 Configured | Connecting | Admitted | Ready | Reconnecting | NotConnected,
                 NotConnected,
@@ -497,6 +504,46 @@ mod tests {
         Duration::from_secs(n)
     }
 
+    /// A dial that cannot open its socket (issue 13) fails before any connection exists, on
+    /// the first attempt and on later ones: the link is Reconnecting with the reason, and
+    /// the next dial that opens its socket is Connecting as usual.
+    #[test]
+    fn a_dial_that_cannot_open_its_socket_is_reconnecting() {
+        let t0 = Instant::now();
+        let mut link = LinkState::new(LinkKind::Peer, 1, t0);
+        for i in 1..=3 {
+            assert_eq!(
+                link.handle_failure(
+                    FailureReason::ResourceExhausted,
+                    "too many open files: 63 of 64",
+                    Recovery::Reconnect,
+                    t0 + s(i)
+                ),
+                Ok(())
+            );
+            assert_eq!(link.state(), ConnState::Reconnecting);
+        }
+        assert_eq!(link.failures(), 3);
+        assert_eq!(
+            link.last_failure().map(|f| f.reason),
+            Some(FailureReason::ResourceExhausted)
+        );
+        assert_eq!(link.handle_connecting(t0 + s(4)), Ok(()));
+        // Held links too (a refused dial, then a retry that cannot open its socket).
+        let mut held = LinkState::new(LinkKind::Peer, 1, t0);
+        let failed =
+            held.handle_failure(FailureReason::SecurityFailure, "no key", Recovery::Hold, t0);
+        assert_eq!(failed, Ok(()));
+        let failed = held.handle_failure(
+            FailureReason::ResourceExhausted,
+            "too many open files: 63 of 64",
+            Recovery::Reconnect,
+            t0 + s(1),
+        );
+        assert_eq!(failed, Ok(()));
+        assert_eq!(held.state(), ConnState::Reconnecting);
+    }
+
     #[test]
     fn peer_lifecycle_with_reconnect() {
         let t0 = Instant::now();
@@ -680,6 +727,7 @@ mod tests {
             FailureReason::HostStopped,
             FailureReason::HostError,
             FailureReason::Reconfigured,
+            FailureReason::ResourceExhausted,
         ];
         let mut names: Vec<&str> = reasons.iter().map(FailureReason::as_str).collect();
         for (reason, name) in reasons.iter().zip(&names) {

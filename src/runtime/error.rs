@@ -17,6 +17,15 @@ pub enum NodeError {
         /// The libzmq error.
         source: zmq::Error,
     },
+    /// A socket or the epoll set could not be created at start because the node ran out of
+    /// file descriptors (or libzmq's socket limit): the cause with its figures (issue 13).
+    #[error("cannot open {what}: {cause}")]
+    Exhausted {
+        /// What could not be opened (the endpoint to bind, or the node's epoll set).
+        what: String,
+        /// The real cause and its figures.
+        cause: crate::runtime::fds::Exhausted,
+    },
     /// libzmq failed while setting up the node.
     #[error("zeromq: {0}")]
     Zmq(#[from] zmq::Error),
@@ -38,6 +47,34 @@ pub enum NodeError {
     /// A key file or the allow-list cannot be used (`[security]`, issue 11).
     #[error("security: {0}")]
     Security(#[from] crate::runtime::security::KeyFileError),
+}
+
+impl NodeError {
+    /// The error of binding `endpoint` (or opening its socket) at start: [`NodeError::Exhausted`]
+    /// with the figures when the node ran out of descriptors, [`NodeError::Bind`] otherwise.
+    pub(crate) fn bind(endpoint: &str, source: zmq::Error) -> NodeError {
+        match crate::runtime::fds::classify(source, 0, 0) {
+            Some(cause) => NodeError::Exhausted {
+                what: endpoint.to_owned(),
+                cause,
+            },
+            None => NodeError::Bind {
+                endpoint: endpoint.to_owned(),
+                source,
+            },
+        }
+    }
+
+    /// The error of creating the node's epoll set (or adding a socket to it) at start.
+    pub(crate) fn poller(e: std::io::Error) -> NodeError {
+        match crate::runtime::fds::classify_io(&e, 0, 0) {
+            Some(cause) => NodeError::Exhausted {
+                what: "the node's epoll set".to_owned(),
+                cause,
+            },
+            None => NodeError::Poller(e),
+        }
+    }
 }
 
 /// Why a one-way send was not taken. In every case the record was not queued anywhere: it

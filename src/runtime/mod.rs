@@ -21,6 +21,7 @@ mod command;
 pub mod discovery;
 mod error;
 mod event;
+pub mod fds;
 pub mod idempotency;
 mod io;
 mod node;

@@ -31,6 +31,9 @@ pub struct Snapshot {
     pub links: Vec<LinkSnapshot>,
     /// Links left out because of the limit.
     pub omitted: usize,
+    /// Links and subscriptions in state `ready`, over all of them (those left out of
+    /// [`Snapshot::links`] too).
+    pub links_ready: usize,
     /// The last refusals of connections that were never admitted on this node's bound
     /// endpoints (garbage, a first record that is not a HELLO, a failed transport
     /// handshake, the unadmitted-connection cap, security), oldest first, at most 64.
@@ -41,6 +44,11 @@ pub struct Snapshot {
     /// Sockets open in those contexts, as counted against libzmq's per-context limit (a
     /// monitored socket counts three: itself and its two monitor PAIRs).
     pub zmq_sockets: usize,
+    /// File descriptors the process has open (Linux: `/proc/self/fd`; `None` elsewhere).
+    pub fds_open: Option<u64>,
+    /// The process's soft file descriptor limit (`RLIMIT_NOFILE`), which the node raised to
+    /// the hard limit at start; `None` where there is none.
+    pub fd_limit: Option<u64>,
     /// Automatic mode: the store, the lease and the descriptors seen (absent in manual mode).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub discovery: Option<DiscoverySnapshot>,
@@ -185,6 +193,14 @@ impl Snapshot {
                 ));
             }
         }
+        out.push_str(&format!(
+            "links ready {}; file descriptors {} open of {} (libzmq: {} contexts, {} sockets)\n",
+            self.links_ready,
+            self.fds_open.map_or("?".into(), |n| n.to_string()),
+            self.fd_limit.map_or("?".into(), |n| n.to_string()),
+            self.zmq_contexts,
+            self.zmq_sockets,
+        ));
         let sec = &self.security;
         out.push_str(&match &sec.public_key {
             Some(key) => format!(

@@ -23,6 +23,12 @@
 //!   monitored socket's room is given back when its monitor is dropped, so a node that redials
 //!   often keeps reusing the contexts it has instead of opening new ones (each context runs
 //!   two libzmq threads), and a context left without sockets is let go (see [`Sockets`]).
+//! - A context is opened only if the process has descriptors to spare for it
+//!   ([`CONTEXT_HEADROOM`]), and a context libzmq could not create is never used: libzmq
+//!   aborts the process when it cannot create a context's pollers, and `zmq_ctx_new` failing
+//!   for want of a descriptor left the `zmq` crate a null context whose every socket failed
+//!   with `EFAULT` ("Bad address", issue 13). Both are reported as `EMFILE`, which
+//!   [`crate::runtime::fds::classify`] names with its figures.
 //! - `MAXMSGSIZE` = the node's `max_frame_size` on every socket (issue 11): libzmq reads a
 //!   frame's length before the frame and closes the connection of a peer that announces a
 //!   longer one, so an oversize frame costs no memory. libzmq reports that close only as a
@@ -43,6 +49,7 @@
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 
@@ -60,6 +67,22 @@ pub const CLOSE_LINGER_MS: i32 = 200;
 /// Sockets placed in one libzmq context before a new context is opened (libzmq's default
 /// maximum is 1023; monitors count too: a monitored socket is three sockets of its context).
 pub const SOCKETS_PER_CONTEXT: usize = 900;
+/// File descriptors a dialled connection takes at steady state (the fd budget, README "File
+/// descriptors"; measured in BENCHMARKS.md P7): the socket's mailbox, the mailboxes of its
+/// monitor's two PAIR sockets, and the TCP connection. A libzmq mailbox is one eventfd on
+/// Linux (vendor/zmq-sys builds libzmq with `ZMQ_HAVE_EVENTFD`) and a socket pair, two
+/// descriptors, elsewhere. An inbound connection on a shared bound socket takes one (its TCP
+/// connection).
+pub const FDS_PER_DIALLED: u64 = 1 + 3 * MAILBOX_FDS;
+/// File descriptors a libzmq context takes once it has a socket: its termination mailbox,
+/// and the mailbox and poller of each of its two threads (reaper, I/O thread).
+pub const FDS_PER_CONTEXT: u64 = 3 * MAILBOX_FDS + 2;
+/// Descriptors of one libzmq mailbox: an eventfd on Linux, a socket pair elsewhere.
+const MAILBOX_FDS: u64 = if cfg!(target_os = "linux") { 1 } else { 2 };
+/// Descriptors that must be free before a new context is opened: its own, room for the
+/// socket that asked for it, and two to spare. libzmq aborts the process if it cannot create
+/// a context's poller, so a context is never opened closer to the limit.
+pub const CONTEXT_HEADROOM: u64 = FDS_PER_CONTEXT + FDS_PER_DIALLED + 2;
 /// libzmq's transport handshake deadline on every socket (ms): the 15 s of the dialler's
 /// `HANDSHAKE_TIMEOUT`, so a connection that never completes ZMTP is closed on both sides.
 pub const HANDSHAKE_IVL_MS: i32 = 15_000;
@@ -390,7 +413,13 @@ pub struct Sockets {
     max_frame_size: i64,
     /// The context of the ZAP handler, where bound sockets are made.
     zap: Option<Room>,
+    /// When a new context was last refused for want of descriptors: none is tried again
+    /// for [`CONTEXT_RETRY`] (counting the descriptors costs a directory read).
+    refused_at: Option<Instant>,
 }
+
+/// How long after a context was refused for want of descriptors no new one is tried.
+const CONTEXT_RETRY: std::time::Duration = std::time::Duration::from_millis(250);
 
 impl Sockets {
     /// A new socket factory; `tag` makes inproc monitor names unique per node.
@@ -401,6 +430,7 @@ impl Sockets {
             tag,
             max_frame_size: -1,
             zap: None,
+            refused_at: None,
         }
     }
 
@@ -418,10 +448,10 @@ impl Sockets {
             return Err(zmq::Error::EADDRINUSE);
         }
         let room = Room {
-            ctx: zmq::Context::new(),
+            ctx: self.open_context()?,
             used: Arc::new(AtomicUsize::new(1)),
         };
-        let s = room.ctx.socket(zmq::ROUTER)?;
+        let s = guarded(|| room.ctx.socket(zmq::ROUTER))?;
         s.set_linger(0)?;
         s.bind(ZAP_ENDPOINT)?;
         self.zap = Some(room);
@@ -458,7 +488,7 @@ impl Sockets {
         let Some(zap) = &self.zap else {
             return self.plain(kind).map(|(s, _)| s);
         };
-        let s = zap.ctx.socket(kind)?;
+        let s = guarded(|| zap.ctx.socket(kind))?;
         apply_common(&s, kind, self.max_frame_size)?;
         s.set_zap_domain(domain)?;
         zap.used.fetch_add(1, Ordering::Relaxed);
@@ -477,7 +507,7 @@ impl Sockets {
 
     /// Takes room for `needed` sockets in the first context that has it, opening a context
     /// if none has.
-    fn context(&mut self, needed: usize) -> (usize, zmq::Context, Lease) {
+    fn context(&mut self, needed: usize) -> Result<(usize, zmq::Context, Lease), zmq::Error> {
         // Let go of contexts left without sockets, all but the first such one.
         let mut kept_empty = false;
         self.contexts.retain(|r| {
@@ -491,8 +521,8 @@ impl Sockets {
             .iter()
             .position(|r| r.used() + needed <= SOCKETS_PER_CONTEXT)
         else {
-            let (ctx, lease) = self.new_context(needed);
-            return (self.contexts.len() - 1, ctx, lease);
+            let (ctx, lease) = self.new_context(needed)?;
+            return Ok((self.contexts.len() - 1, ctx, lease));
         };
         let room = &self.contexts[i];
         room.used.fetch_add(needed, Ordering::Relaxed);
@@ -500,7 +530,7 @@ impl Sockets {
             used: room.used.clone(),
             n: needed,
         };
-        (i, room.ctx.clone(), lease)
+        Ok((i, room.ctx.clone(), lease))
     }
 
     /// A plain socket with no monitor (the publisher). Its room is not given back while this
@@ -509,8 +539,8 @@ impl Sockets {
         &mut self,
         kind: zmq::SocketType,
     ) -> Result<(zmq::Socket, zmq::Context), zmq::Error> {
-        let (_, ctx, lease) = self.context(1);
-        let s = ctx.socket(kind)?;
+        let (_, ctx, lease) = self.context(1)?;
+        let s = guarded(|| ctx.socket(kind))?;
         apply_common(&s, kind, self.max_frame_size)?;
         std::mem::forget(lease);
         Ok((s, ctx))
@@ -549,7 +579,10 @@ impl Sockets {
         // of times; the passed-over contexts go to the end, to be used when the others fill.
         let mut passed = Vec::new();
         let result = loop {
-            let (i, ctx, lease) = self.context(3);
+            let (i, ctx, lease) = match self.context(3) {
+                Ok(c) => c,
+                Err(e) => break Err(e),
+            };
             match self.monitored_in(&ctx, lease, kind, events) {
                 Err(zmq::Error::EMFILE) if passed.len() < EMFILE_PASSES => {
                     passed.push(self.contexts.remove(i));
@@ -562,9 +595,9 @@ impl Sockets {
     }
 
     /// Opens a context and takes room for `needed` sockets in it.
-    fn new_context(&mut self, needed: usize) -> (zmq::Context, Lease) {
+    fn new_context(&mut self, needed: usize) -> Result<(zmq::Context, Lease), zmq::Error> {
         let room = Room {
-            ctx: zmq::Context::new(),
+            ctx: self.open_context()?,
             used: Arc::new(AtomicUsize::new(needed)),
         };
         let taken = (
@@ -575,7 +608,50 @@ impl Sockets {
             },
         );
         self.contexts.push(room);
-        taken
+        Ok(taken)
+    }
+
+    /// A new libzmq context, if the process has [`CONTEXT_HEADROOM`] descriptors to spare
+    /// and libzmq could create it; `EMFILE` if not. libzmq aborts the process when it cannot
+    /// create the poller of a context's thread (done at its first socket), and a context that
+    /// `zmq_ctx_new` could not create (no descriptor for its mailbox) is a null pointer to
+    /// the `zmq` crate: every socket of it failed with `EFAULT` ("Bad address"), and, kept as
+    /// the context with room, it failed every later socket too, long after descriptors were
+    /// free again (issue 13).
+    fn open_context(&mut self) -> Result<zmq::Context, zmq::Error> {
+        let now = Instant::now();
+        if self
+            .refused_at
+            .is_some_and(|t| now.saturating_duration_since(t) < CONTEXT_RETRY)
+        {
+            return Err(zmq::Error::EMFILE);
+        }
+        let short = match (
+            crate::runtime::fds::open_count(),
+            crate::runtime::fds::limit(),
+        ) {
+            (Some(open), Some(limit)) => open + CONTEXT_HEADROOM > limit,
+            // Not even the count could open its directory.
+            (None, Some(_)) => cfg!(target_os = "linux"),
+            _ => false,
+        };
+        let ctx = if short {
+            None
+        } else {
+            let ctx = zmq::Context::new();
+            // `zmq_ctx_get` of a null context fails (EFAULT); of a real one it answers.
+            ctx.get_io_threads().is_ok().then_some(ctx)
+        };
+        match ctx {
+            Some(ctx) => {
+                self.refused_at = None;
+                Ok(ctx)
+            }
+            None => {
+                self.refused_at = Some(now);
+                Err(zmq::Error::EMFILE)
+            }
+        }
     }
 
     /// A monitored socket in `ctx`, holding `lease`. On any error the lease is dropped (after
@@ -587,7 +663,7 @@ impl Sockets {
         kind: zmq::SocketType,
         events: u16,
     ) -> Result<Monitored, zmq::Error> {
-        let socket = ctx.socket(kind)?;
+        let socket = guarded(|| ctx.socket(kind))?;
         apply_common(&socket, kind, self.max_frame_size)?;
         let n = self.monitor_seq.fetch_add(1, Ordering::Relaxed);
         let ep = format!("inproc://zmesh-mon-{}-{}", self.tag, n);
@@ -595,10 +671,10 @@ impl Sockets {
         // once the socket's monitor exists it always has its reader: a socket whose monitor
         // never got one would block libzmq's reaper with its last event when closed (see
         // [`MonitorSocket`]). A failure before the monitor starts leaves nothing behind.
-        let monitor = ctx.socket(zmq::PAIR)?;
+        let monitor = guarded(|| ctx.socket(zmq::PAIR))?;
         monitor.set_linger(0)?;
         monitor.connect(&ep)?;
-        socket.monitor(&ep, i32::from(events))?;
+        guarded(|| socket.monitor(&ep, i32::from(events)))?;
         Ok(Monitored {
             socket,
             monitor: MonitorSocket {
@@ -607,6 +683,14 @@ impl Sockets {
             },
         })
     }
+}
+
+/// Runs a libzmq call that may need new descriptors. The `zmq` crate panics on an error code
+/// it does not know, and `ENFILE` (the system's file table is full) is one: that panic is
+/// caught here and reported as `EMFILE`, which [`crate::runtime::fds::classify`] tells apart
+/// by the system's figures. (The panic's message is still printed by the panic hook.)
+pub fn guarded<T>(f: impl FnOnce() -> Result<T, zmq::Error>) -> Result<T, zmq::Error> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(Err(zmq::Error::EMFILE))
 }
 
 /// The events every monitor reports.

@@ -11,6 +11,7 @@
 //! | P6 | failure detection: orderly close, killed process, half-open | - | event on the dialling node |
 //! | K5 | bytes on the wire, calls/s and latency of 300 concurrent small calls, `batch_calls` off and on | - | a RouteMesh pair through counting TCP proxies |
 //! | C1 | P1 (1 KiB, `send_batch`) and P2 with CURVE on both sides (issue 11) | DEALER -> ROUTER with CURVE | a pair in `[security] mode = "curve"` |
+//! | P7 | one node with 1 000 / 5 000 / 10 000 connections: time to all ready, idle CPU, descriptors and memory per connection (issue 13) | - | a `zmesh node` child process (see `scale`) |
 //!
 //! Every measurement is repeated `--runs` times (raw and zmesh interleaved); the table shows
 //! the median and the min..max spread. P4 is one window of `--flood-secs` (its thousands of
@@ -22,6 +23,7 @@ mod detect;
 mod fanout;
 mod flood;
 mod idle;
+mod scale;
 mod throughput;
 
 use std::net::TcpListener;
@@ -75,7 +77,7 @@ pub(crate) struct BenchArgs {
     /// Length of the flood window in seconds (P4, run once) [default: 300; quick: 3].
     #[arg(long)]
     flood_secs: Option<u64>,
-    /// Only these measurements, comma-separated: p1,p2,p3,p4,p5,p6,k5,c1 [default: all].
+    /// Only these measurements, comma-separated: p1,p2,p3,p4,p5,p6,k5,c1,p7 [default: all].
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -259,8 +261,8 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
     let plan = Plan::from_args(&args);
     let want = |id: &str| args.only.is_empty() || args.only.iter().any(|o| o == id);
     for o in &args.only {
-        if !["p1", "p2", "p3", "p4", "p5", "p6", "k5", "c1"].contains(&o.as_str()) {
-            bail!("--only: unknown measurement {o:?} (use p1,p2,p3,p4,p5,p6,k5,c1)");
+        if !["p1", "p2", "p3", "p4", "p5", "p6", "k5", "c1", "p7"].contains(&o.as_str()) {
+            bail!("--only: unknown measurement {o:?} (use p1,p2,p3,p4,p5,p6,k5,c1,p7)");
         }
     }
     let machine = machine_info();
@@ -519,6 +521,73 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
                 "baseline_rss_kib": r.baseline_rss_kib.to_json(),
             }),
         });
+    }
+    if want("p7") {
+        let r = scale::scale(&plan).await?;
+        for row in r.rows {
+            // One row per size: the labels are made once per run (a CLI's few bytes).
+            let name = |what: &str| -> &'static str {
+                Box::leak(format!("P7 {what}, {} conn", row.connections).into_boxed_str())
+            };
+            let key = |what: &str| -> &'static str {
+                Box::leak(format!("p7_{what}_{}", row.connections).into_boxed_str())
+            };
+            let one = |v: f64| {
+                let mut s = Series::default();
+                s.push(v);
+                s
+            };
+            let extra = json!({
+                "connections": row.connections,
+                "publishers": row.publishers,
+                "mesh_lanes": row.connections - row.publishers,
+                "fds": row.fds,
+                "baseline_fds": row.baseline_fds,
+                "fd_limit": row.fd_limit,
+                "rss_kib": row.rss_kib,
+                "cpu_percent_from_stat_ticks": row.cpu_ticks_percent,
+                "window_s": plan.idle.as_secs(),
+            });
+            metrics.push(Metric {
+                key: key("ready_s"),
+                label: name("all ready"),
+                unit: "s",
+                raw: None,
+                zmesh: one(row.ready_s),
+                target: Target::Reference,
+                extra: extra.clone(),
+            });
+            metrics.push(Metric {
+                key: key("idle_cpu"),
+                label: name("idle CPU"),
+                unit: "% core",
+                raw: None,
+                zmesh: one(row.cpu_percent),
+                target: Target::Below(5.0),
+                extra: extra.clone(),
+            });
+            metrics.push(Metric {
+                key: key("fds_per_conn"),
+                label: name("fds per conn"),
+                unit: "fds",
+                raw: None,
+                zmesh: one(row.fds_per_connection),
+                target: Target::AtMost(2.0),
+                extra: extra.clone(),
+            });
+            metrics.push(Metric {
+                key: key("mem_per_conn"),
+                label: name("memory per conn"),
+                unit: "KiB",
+                raw: None,
+                zmesh: one(row.kib_per_connection),
+                target: Target::Below(100.0),
+                extra,
+            });
+        }
+        for (n, why) in r.skipped {
+            eprintln!("P7 {n} connections skipped: {why}");
+        }
     }
     if want("p6") {
         let orderly = detect::orderly(&plan).await?;

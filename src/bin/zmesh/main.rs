@@ -688,6 +688,17 @@ fn render_table(v: &serde_json::Value) -> String {
             failure
         ));
     }
+    if v["omitted"].as_u64().is_some_and(|n| n > 0) {
+        out.push_str(&format!("... {} more links omitted\n", s(&v["omitted"])));
+    }
+    out.push_str(&format!(
+        "links ready {}; file descriptors {} open of {} (libzmq: {} contexts, {} sockets)\n",
+        s(&v["links_ready"]),
+        s(&v["fds_open"]),
+        s(&v["fd_limit"]),
+        s(&v["zmq_contexts"]),
+        s(&v["zmq_sockets"]),
+    ));
     let sec = &v["security"];
     if sec["mode"] == "curve" {
         out.push_str(&format!(

@@ -29,7 +29,7 @@ use crate::runtime::error::NodeError;
 use crate::runtime::event::{Delivery, NodeEvent, Source};
 use crate::runtime::outbound::PubSocket;
 use crate::runtime::records::{self, Fanout};
-use crate::runtime::socket::{set_curve_client, set_curve_server, Frame, CLOSE_LINGER_MS};
+use crate::runtime::socket::{guarded, set_curve_client, set_curve_server, Frame, CLOSE_LINGER_MS};
 
 pub(super) struct Sub {
     pub(super) endpoint: String,
@@ -81,10 +81,7 @@ impl IoThread {
     /// thread (see [`PubSocket`]); the I/O thread watches its descriptor for subscriptions
     /// (beacon on join) and sends the beacons.
     pub(super) fn bind_publisher(&mut self, ep: &str) -> Result<(zmq::Socket, String), NodeError> {
-        let bind_err = |source| NodeError::Bind {
-            endpoint: ep.to_owned(),
-            source,
-        };
+        let bind_err = |source| NodeError::bind(ep, source);
         // Under CURVE the publisher is a CURVE server in the ZAP handler's context, with a
         // domain of its own: a subscriber must be on the allow-list (gate).
         let socket = match &self.curve {
@@ -104,10 +101,10 @@ impl IoThread {
         // Every subscription reaches the node, also a second one of the same prefix (every
         // zmesh subscriber subscribes to ""): each join gets its beacon.
         socket.set_xpub_verbose(true).map_err(bind_err)?;
-        socket.bind(ep).map_err(bind_err)?;
+        guarded(|| socket.bind(ep)).map_err(bind_err)?;
         self.ready
             .register(&socket, Watch::Publisher)
-            .map_err(NodeError::Poller)?;
+            .map_err(NodeError::poller)?;
         let endpoint = match socket.get_last_endpoint() {
             Ok(Ok(bound)) if ep.contains('*') => bound,
             _ => ep.to_owned(),
@@ -177,6 +174,7 @@ impl IoThread {
         });
         match opened {
             Ok(m) => {
+                self.socket_opened(now);
                 let added = self.add_slot(Slot {
                     socket: m.socket,
                     monitor: Some(m.monitor),
@@ -207,11 +205,7 @@ impl IoThread {
                     &format!("subscribed as {id}"),
                 );
             }
-            Err(e) => {
-                // Not again at once: the poll timeout takes this instant.
-                self.subs[i].retry_at = now + BACKOFF_MAX;
-                tracing::warn!(error = %e, endpoint, "cannot open SUB socket");
-            }
+            Err(e) => self.sub_open_failed(i, e, now),
         }
     }
 

@@ -218,8 +218,7 @@ impl IoThread {
         let m = match self.sockets.dialled(kind) {
             Ok(m) => m,
             Err(e) => {
-                self.links[k].retry_at = Some(now + BACKOFF_MAX);
-                tracing::warn!(error = %e, endpoint, "cannot open dialled socket");
+                self.dial_failed(k, e, &endpoint, now);
                 return;
             }
         };
@@ -236,10 +235,10 @@ impl IoThread {
             // The socket goes; its monitor waits for libzmq's confirmation like any other.
             drop(m.socket);
             self.park_closing(k, m.monitor);
-            self.links[k].retry_at = Some(now + BACKOFF_MAX);
-            tracing::warn!(error = %e, endpoint, "cannot open dialled socket");
+            self.dial_failed(k, e, &endpoint, now);
             return;
         }
+        self.socket_opened(now);
         let added = self.add_slot(Slot {
             socket: m.socket,
             monitor: Some(m.monitor),

@@ -44,6 +44,8 @@
 //! - [`outbound`]: the link table published for the async side, and the per-link send queues
 //!   of one-way records, drained in bursts;
 //! - [`calls`]: the caller's side of calls: routing, BATCHes, leases, answers;
+//! - [`exhaustion`]: running out of descriptors: the named failure, one log line per
+//!   episode, the start-time check of the limit against the configuration;
 //! - [`discovery`]: automatic mode: descriptor intents and fences (MISSION D1, F3, T3);
 //! - [`serve`]: the callee's side: contract checks, admission, execution queues, dispatch;
 //! - [`snapshot`], [`shutdown`]: the node's snapshot, and the end of a node;
@@ -53,6 +55,7 @@ mod admission;
 mod calls;
 mod commands;
 mod discovery;
+mod exhaustion;
 mod fanout;
 mod gate;
 mod links;
@@ -282,6 +285,8 @@ pub(crate) struct IoThread {
     shutdown_reply: Option<oneshot::Sender<()>>,
     /// CURVE (issue 11): this node's key pair; `None` in `none` mode.
     curve: Option<KeyPair>,
+    /// Running out of descriptors: the figures and the episode being logged (issue 13).
+    exhaustion: exhaustion::Exhaustion,
 }
 
 /// What the I/O thread is given of the node's security at start (issue 11).
@@ -315,14 +320,16 @@ impl IoThread {
             || cfg.server.is_some()
             || (curve.is_some() && cfg.publisher.is_some());
         if gated {
-            let zap = sockets.zap_handler().map_err(|source| NodeError::Bind {
-                endpoint: crate::runtime::socket::ZAP_ENDPOINT.to_owned(),
-                source,
+            let zap = sockets.zap_handler().map_err(|source| {
+                NodeError::bind(
+                    "the ZAP handler of the bound endpoints (inproc://zeromq.zap.01)",
+                    source,
+                )
             })?;
             gate.set_handler(zap);
         }
-        let ready = Readiness::new().map_err(NodeError::Poller)?;
-        let wake = Arc::new(WakeUp::new(ready.waker().map_err(NodeError::Poller)?));
+        let ready = Readiness::new().map_err(NodeError::poller)?;
+        let wake = Arc::new(WakeUp::new(ready.waker().map_err(NodeError::poller)?));
         let table = Arc::new(LinkTable::default());
 
         // Under CURVE a node's security identity is its public key, which it proves in every
@@ -393,11 +400,12 @@ impl IoThread {
             host: Host::Running,
             shutdown_reply: None,
             curve,
+            exhaustion: exhaustion::Exhaustion::default(),
         };
         if let Some(zap) = io.gate.handler() {
             io.ready
                 .register(zap, Watch::Zap)
-                .map_err(NodeError::Poller)?;
+                .map_err(NodeError::poller)?;
         }
         if let Some(rm) = &cfg.route_mesh {
             io.bind(
@@ -442,6 +450,7 @@ impl IoThread {
             let key = cfg.security.endpoint_key(&s.endpoint);
             io.add_sub(&s.endpoint, key, now);
         }
+        io.check_fd_limit();
         let shared = Shared {
             wake,
             table,

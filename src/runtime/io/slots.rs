@@ -11,7 +11,7 @@ use crate::proto::ConnId;
 use crate::runtime::error::NodeError;
 use crate::runtime::records::Lane;
 use crate::runtime::socket::{
-    set_curve_server, Frame, FrameSocket, MonitorSocket, CLOSE_LINGER_MS,
+    guarded, set_curve_server, Frame, FrameSocket, MonitorSocket, CLOSE_LINGER_MS,
 };
 
 /// What a socket is for.
@@ -52,10 +52,7 @@ impl IoThread {
         ep: &str,
         role: SlotRole,
     ) -> Result<SlotKey, NodeError> {
-        let bind_err = |source| NodeError::Bind {
-            endpoint: ep.to_owned(),
-            source,
-        };
+        let bind_err = |source| NodeError::bind(ep, source);
         let bound_id = match role {
             SlotRole::Bound(Lane::Application) => Some(BOUND_ID_APPLICATION),
             SlotRole::Bound(Lane::Completion) => Some(BOUND_ID_COMPLETION),
@@ -82,7 +79,7 @@ impl IoThread {
             set_curve_server(&socket, pair).map_err(bind_err)?;
         }
         socket.set_linger(CLOSE_LINGER_MS).map_err(bind_err)?;
-        socket.bind(ep).map_err(bind_err)?;
+        guarded(|| socket.bind(ep)).map_err(bind_err)?;
         // A wildcard (`tcp://127.0.0.1:*`, automatic mode) is known by what libzmq bound.
         let endpoint = match socket.get_last_endpoint() {
             Ok(Ok(bound)) if ep.contains('*') => bound,
@@ -96,7 +93,7 @@ impl IoThread {
                 endpoint,
                 shared: None,
             })
-            .map_err(NodeError::Poller)?;
+            .map_err(NodeError::poller)?;
         if let Some(domain) = domain {
             self.gate.add_domain(&domain, Gated::Bound(slot));
         }

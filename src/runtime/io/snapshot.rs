@@ -138,6 +138,10 @@ impl IoThread {
                 verified: self.curve.is_some() && s.state.is_ready(),
             });
         }
+        let links_ready = links
+            .iter()
+            .filter(|l| l.state == crate::proto::state::ConnState::Ready)
+            .count();
         let omitted = links.len().saturating_sub(SNAPSHOT_LIMIT);
         links.truncate(SNAPSHOT_LIMIT);
         Snapshot {
@@ -152,9 +156,12 @@ impl IoThread {
             serving_calls: self.serve.in_flight(),
             links,
             omitted,
+            links_ready,
             recent_refusals: self.recent_refusals(now),
             zmq_contexts: self.sockets.contexts(),
             zmq_sockets: self.sockets.open_sockets(),
+            fds_open: crate::runtime::fds::open_count(),
+            fd_limit: crate::runtime::fds::limit(),
             discovery: None,
             security: SecuritySnapshot {
                 mode: if self.curve.is_some() {

@@ -255,6 +255,9 @@ impl Node {
         idempotency: Option<(Arc<dyn IdempotencyStore>, Duration)>,
     ) -> Result<(Node, IoThread, Option<DiscoveryPlan>), NodeError> {
         config.validate()?;
+        // libzmq needs descriptors per connection: the soft limit goes up to the hard one
+        // before the first socket is opened (once per process; issue 13).
+        crate::runtime::fds::raise_limit();
         let security = security_init(&config)?;
         let watch_allow_dir = security.curve.is_some() && config.security.allow_dir.is_some();
         let initial_allow = security.allow.clone();

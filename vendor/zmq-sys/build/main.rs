@@ -1,6 +1,7 @@
 //! Builds libzmq 4.3 from zeromq-src with CURVE, linked against the libsodium that the
 //! libsodium-sys-stable crate built (zmesh's change to zmq-sys 0.12.0: the original passes
-//! no libsodium, so libzmq has no CURVE).
+//! no libsodium, so libzmq has no CURVE), and on Linux with eventfd mailboxes (zmesh's second
+//! change, issue 13: see `eventfd_on_linux`).
 
 use std::env;
 use std::path::PathBuf;
@@ -16,9 +17,33 @@ fn main() {
             )
         })
     };
+    eventfd_on_linux();
     let lib = dep("DEP_SODIUM_LIB");
     let include = dep("DEP_SODIUM_INCLUDE");
     zeromq_src::Build::new()
         .with_libsodium(Some(zeromq_src::LibLocation::new(lib, include)))
         .build();
+}
+
+/// zeromq-src configures libzmq by hand (an empty platform.hpp and a few defines) and, on
+/// Linux, leaves out `ZMQ_HAVE_EVENTFD`, which libzmq's own CMake and autotools builds set
+/// there. Without it every libzmq mailbox (one per socket, per context thread, per context) is
+/// a socket pair, two file descriptors, instead of one eventfd: a dialled connection with its
+/// monitor took 7 descriptors instead of 4 (issue 13, BENCHMARKS.md P7). zeromq-src has no
+/// option for defines, so they go in through the C++ flags that the `cc` crate reads for
+/// this target (appended to any the caller set).
+fn eventfd_on_linux() {
+    let target = env::var("TARGET").unwrap_or_default();
+    if !target.contains("linux") || target.contains("android") {
+        return;
+    }
+    let var = format!("CXXFLAGS_{}", target.replace('-', "_"));
+    let mut flags = env::var(&var).unwrap_or_default();
+    for define in ["-DZMQ_HAVE_EVENTFD=1", "-DZMQ_HAVE_EVENTFD_CLOEXEC=1"] {
+        if !flags.split_whitespace().any(|f| f == define) {
+            flags.push(' ');
+            flags.push_str(define);
+        }
+    }
+    env::set_var(&var, flags.trim());
 }

@@ -39,7 +39,7 @@ use super::{bind_any, clock_ticks, cpu_ticks, free_tcp, Plan, Series, CHANNEL};
 /// Sockets per libzmq context (its default limit is 1023).
 const SOCKETS_PER_CONTEXT: usize = 900;
 /// Beacon and probe period once the node is ready (MISSION L1, L4).
-const PERIOD: Duration = Duration::from_secs(5);
+pub(super) const PERIOD: Duration = Duration::from_secs(5);
 /// Beacon period while the node is getting ready.
 const FAST_PERIOD: Duration = Duration::from_millis(200);
 /// Longest wait for the node to get every link ready.
@@ -155,22 +155,22 @@ fn idle_blocking(plan: &Plan) -> Result<Idle> {
 // ------------------------------------------------------------------------------------------
 
 /// A `zmesh node` child process with a control endpoint; killed when dropped.
-struct NodeProcess {
+pub(super) struct NodeProcess {
     child: Child,
     control: String,
 }
 
-struct CpuSample {
+pub(super) struct CpuSample {
     /// Time on CPU of every thread (schedstat), ns.
-    on_cpu_ns: u64,
+    pub(super) on_cpu_ns: u64,
     /// utime + stime, clock ticks.
-    ticks: u64,
+    pub(super) ticks: u64,
     /// Context switches of every thread (voluntary + involuntary).
-    switches: u64,
+    pub(super) switches: u64,
 }
 
 impl NodeProcess {
-    fn start(dir: &std::path::Path, cfg: &NodeConfig) -> Result<NodeProcess> {
+    pub(super) fn start(dir: &std::path::Path, cfg: &NodeConfig) -> Result<NodeProcess> {
         let path = dir.join(format!("{}.toml", cfg.rid));
         std::fs::write(&path, toml::to_string(cfg)?)?;
         let control = free_tcp()?;
@@ -203,8 +203,12 @@ impl NodeProcess {
         Ok(serde_json::from_slice(&reply)?)
     }
 
-    fn ready_links(&self) -> Result<usize> {
+    /// Links ready: the snapshot's count over every link (its list stops at 4 096).
+    pub(super) fn ready_links(&self) -> Result<usize> {
         let s = self.snapshot()?;
+        if let Some(n) = s["links_ready"].as_u64() {
+            return Ok(usize::try_from(n)?);
+        }
         Ok(s["links"]
             .as_array()
             .map(|l| l.iter().filter(|l| l["state"] == "ready").count())
@@ -212,7 +216,7 @@ impl NodeProcess {
     }
 
     /// Waits until `links` links are ready (0: until the control endpoint answers).
-    fn wait_ready(&self, links: usize) -> Result<()> {
+    pub(super) fn wait_ready(&self, links: usize) -> Result<()> {
         let limit = Instant::now() + READY_LIMIT;
         let mut ready = 0;
         while Instant::now() < limit {
@@ -230,7 +234,12 @@ impl NodeProcess {
         format!("/proc/{}", self.child.id())
     }
 
-    fn rss_kib(&self) -> Result<u64> {
+    /// Descriptors the node has open (`/proc/<pid>/fd`).
+    pub(super) fn fds(&self) -> Result<u64> {
+        Ok(std::fs::read_dir(format!("{}/fd", self.proc_path()))?.count() as u64)
+    }
+
+    pub(super) fn rss_kib(&self) -> Result<u64> {
         let status = std::fs::read_to_string(format!("{}/status", self.proc_path()))?;
         status
             .lines()
@@ -240,7 +249,7 @@ impl NodeProcess {
             .context("no VmRSS")
     }
 
-    fn cpu(&self) -> Result<CpuSample> {
+    pub(super) fn cpu(&self) -> Result<CpuSample> {
         let base = self.proc_path();
         let ticks = cpu_ticks(&format!("{base}/stat"))?;
         let (mut on_cpu_ns, mut switches) = (0u64, 0u64);
@@ -282,15 +291,15 @@ impl Drop for NodeProcess {
 // ------------------------------------------------------------------------------------------
 
 /// Raw PUB sockets sending exact beacons from one thread.
-struct Publishers {
-    endpoints: Vec<String>,
+pub(super) struct Publishers {
+    pub(super) endpoints: Vec<String>,
     slow: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Publishers {
-    fn start(n: usize) -> Result<Publishers> {
+    pub(super) fn start(n: usize) -> Result<Publishers> {
         let mut contexts = Vec::new();
         let mut sockets = Vec::with_capacity(n);
         let mut endpoints = Vec::with_capacity(n);
@@ -348,11 +357,11 @@ impl Publishers {
         })
     }
 
-    fn slow_down(&self) {
+    pub(super) fn slow_down(&self) {
         self.slow.store(true, Ordering::Relaxed);
     }
 
-    fn stop(mut self) {
+    pub(super) fn stop(mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -365,9 +374,9 @@ impl Publishers {
 // ------------------------------------------------------------------------------------------
 
 /// Two raw ROUTER sockets answering for every peer RID the node dials.
-struct FakePeers {
-    application: String,
-    completion: String,
+pub(super) struct FakePeers {
+    pub(super) application: String,
+    pub(super) completion: String,
     stop: Arc<AtomicBool>,
     counters: Arc<std::sync::Mutex<PeerCounters>>,
     thread: Option<JoinHandle<Result<()>>>,
@@ -391,7 +400,7 @@ struct FakeConn {
 
 impl FakePeers {
     /// `expected`: connections expected, to spread the fake peers' own probes over 5 s.
-    fn start(expected: usize) -> Result<FakePeers> {
+    pub(super) fn start(expected: usize) -> Result<FakePeers> {
         let ctx = zmq::Context::new();
         let app = ctx.socket(zmq::ROUTER)?;
         let cpl = ctx.socket(zmq::ROUTER)?;
@@ -510,14 +519,14 @@ impl FakePeers {
         })
     }
 
-    fn stats(&self) -> String {
+    pub(super) fn stats(&self) -> String {
         match self.counters.lock() {
             Ok(c) => format!("{:?}", *c),
             Err(_) => "?".into(),
         }
     }
 
-    fn stop(mut self) -> Result<()> {
+    pub(super) fn stop(mut self) -> Result<()> {
         self.stop.store(true, Ordering::Relaxed);
         match self.thread.take().map(JoinHandle::join) {
             Some(Ok(r)) => r,

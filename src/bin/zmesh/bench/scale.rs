@@ -1,0 +1,243 @@
+//! P7: one node with N connections (issue 13), for N = 1 000, 5 000 and 10 000: the time
+//! until every link is ready, its idle CPU, and its file descriptors and memory per
+//! connection, to show how they grow with N.
+//!
+//! The node is a `zmesh node` child process, as in P5 (`idle.rs`, whose publishers, fake
+//! peers and node process this reuses): a fifth of the connections are fanout publishers
+//! (raw PUB sockets in this process, beaconing), the rest RouteMesh lanes (two per peer) to
+//! two raw ROUTER sockets in this process that answer HELLO and PROBE. Descriptors and
+//! memory per connection are the loaded node's minus those of the same binary running a node
+//! without links, over N.
+//!
+//! Descriptors: the node needs about [`FDS_PER_DIALLED`] per connection, so 10 000 need
+//! more than the usual hard limit of 20 000. The bench raises its own limit before each size
+//! (soft to hard, and the hard limit too where it may: as root with `CAP_SYS_RESOURCE`), and
+//! the node, its child, inherits it; a size the limit cannot hold is skipped with the
+//! figures, and the largest size under the limit (a multiple of 500) is measured instead.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use zmesh::config::{Endpoint, NodeConfig, PeerConfig};
+use zmesh::runtime::socket::{FDS_PER_CONTEXT, FDS_PER_DIALLED, SOCKETS_PER_CONTEXT};
+
+use super::idle::{FakePeers, NodeProcess, Publishers, PERIOD};
+use super::{clock_ticks, Plan};
+
+/// The sizes measured (connections).
+pub(crate) const SIZES: [usize; 3] = [1_000, 5_000, 10_000];
+/// The size of `--quick` (smoke only).
+const QUICK_SIZE: usize = 30;
+/// Descriptors beyond the connections' own (the process, its contexts, slack).
+const SLACK_FDS: u64 = 512;
+/// A size the limit cannot hold is replaced by the largest multiple of this that it can.
+const SIZE_STEP: usize = 500;
+
+/// One size's figures.
+pub(crate) struct ScaleRow {
+    pub connections: usize,
+    pub publishers: usize,
+    pub ready_s: f64,
+    pub cpu_percent: f64,
+    pub cpu_ticks_percent: f64,
+    pub fds: u64,
+    pub baseline_fds: u64,
+    pub fds_per_connection: f64,
+    pub kib_per_connection: f64,
+    pub rss_kib: u64,
+    pub fd_limit: u64,
+}
+
+/// Every size measured, and those skipped with why.
+pub(crate) struct Scale {
+    pub rows: Vec<ScaleRow>,
+    pub skipped: Vec<(usize, String)>,
+}
+
+pub(crate) async fn scale(plan: &Plan) -> Result<Scale> {
+    let plan = plan.clone();
+    tokio::task::spawn_blocking(move || scale_blocking(&plan)).await?
+}
+
+fn scale_blocking(plan: &Plan) -> Result<Scale> {
+    let sizes: Vec<usize> = if plan.quick {
+        vec![QUICK_SIZE]
+    } else {
+        SIZES.to_vec()
+    };
+    let dir = std::env::temp_dir().join(format!("zmesh-bench-scale-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let mut out = Scale {
+        rows: Vec::new(),
+        skipped: Vec::new(),
+    };
+    let mut largest = 0;
+    for n in sizes {
+        let need = needed_for(n);
+        let limit = raise_limit(need);
+        let n = if limit >= need {
+            n
+        } else {
+            let why = format!(
+                "needs about {need} file descriptors ({FDS_PER_DIALLED} per connection in the \
+                 node); the limit is {limit} and could not be raised (raising the hard limit \
+                 needs root with CAP_SYS_RESOURCE)"
+            );
+            eprintln!("P7 {n} connections: skipped: {why}");
+            out.skipped.push((n, why));
+            // The largest size under the limit instead (in steps of 500), once.
+            match (1..=n / SIZE_STEP)
+                .rev()
+                .map(|k| k * SIZE_STEP)
+                .find(|&m| needed_for(m) <= limit)
+            {
+                Some(m) if m > largest => m,
+                _ => continue,
+            }
+        };
+        largest = largest.max(n);
+        let publishers = n / 5;
+        let peers = (n - publishers) / 2;
+        let limit = raise_limit(needed_for(n));
+        out.rows
+            .push(one_size(plan, &dir, publishers, peers, limit)?);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(out)
+}
+
+fn one_size(
+    plan: &Plan,
+    dir: &std::path::Path,
+    publishers: usize,
+    peers: usize,
+    fd_limit: u64,
+) -> Result<ScaleRow> {
+    let connections = publishers + 2 * peers;
+    // The same binary running a node without links: the baselines.
+    let base = NodeProcess::start(dir, &NodeConfig::new("scale-base"))?;
+    base.wait_ready(0)?;
+    let (baseline_fds, baseline_rss) = (base.fds()?, base.rss_kib()?);
+    drop(base);
+
+    let pubs = Publishers::start(publishers)?;
+    let fake = FakePeers::start(2 * peers)?;
+    let mut cfg = NodeConfig::new("scale");
+    cfg.subscriptions = pubs
+        .endpoints
+        .iter()
+        .map(|e| Endpoint {
+            endpoint: e.clone(),
+        })
+        .collect();
+    cfg.peers = (0..peers)
+        .map(|i| PeerConfig {
+            batch_calls: true,
+            rid: format!("p{i}"),
+            application: fake.application.clone(),
+            completion: fake.completion.clone(),
+            generation: None,
+            security_identity: None,
+        })
+        .collect();
+    let node = NodeProcess::start(dir, &cfg)?;
+    let t0 = Instant::now();
+    node.wait_ready(connections)?;
+    let ready_s = t0.elapsed().as_secs_f64();
+    eprintln!("P7 {connections} connections: all ready in {ready_s:.1} s");
+    // Steady state, as P5: one beacon period after the fast phase.
+    pubs.slow_down();
+    std::thread::sleep(if plan.quick {
+        Duration::from_secs(1)
+    } else {
+        PERIOD + Duration::from_secs(1)
+    });
+    let before = node.cpu()?;
+    let t = Instant::now();
+    std::thread::sleep(plan.idle);
+    let after = node.cpu()?;
+    let window = t.elapsed().as_secs_f64();
+    let (fds, rss) = (node.fds()?, node.rss_kib()?);
+    let ready = node.ready_links()?;
+    anyhow::ensure!(
+        ready >= connections,
+        "only {ready} of {connections} links ready after the idle window"
+    );
+    let cpu_percent = (after.on_cpu_ns - before.on_cpu_ns) as f64 / 1e9 / window * 100.0;
+    let cpu_ticks_percent = (after.ticks - before.ticks) as f64 / clock_ticks() / window * 100.0;
+    let per = |v: f64| v / connections.max(1) as f64;
+    let row = ScaleRow {
+        connections,
+        publishers,
+        ready_s,
+        cpu_percent,
+        cpu_ticks_percent,
+        fds,
+        baseline_fds,
+        fds_per_connection: per(fds as f64 - baseline_fds as f64),
+        kib_per_connection: per(rss as f64 - baseline_rss as f64),
+        rss_kib: rss,
+        fd_limit,
+    };
+    eprintln!(
+        "P7 {connections} connections ({publishers} publishers, {} mesh lanes): idle CPU \
+         {cpu_percent:.2} % ({cpu_ticks_percent:.2} % from ticks); {fds} fds (baseline \
+         {baseline_fds}): {:.2} per connection; RSS {rss} KiB (baseline {baseline_rss} KiB): \
+         {:.1} KiB per connection; fake peers: {}",
+        2 * peers,
+        row.fds_per_connection,
+        row.kib_per_connection,
+        fake.stats()
+    );
+    drop(node);
+    pubs.stop();
+    fake.stop()?;
+    Ok(row)
+}
+
+/// Descriptors one process needs for `n` connections as this bench makes them.
+fn needed_for(n: usize) -> u64 {
+    let publishers = n / 5;
+    let connections = publishers + 2 * ((n - publishers) / 2);
+    needed(connections as u64, publishers as u64)
+}
+
+/// Descriptors one process needs for `connections`, `publishers` of them fanout: the node
+/// (about [`FDS_PER_DIALLED`] per connection and its contexts) or this bench (a PUB socket's
+/// mailbox, listening socket and connection per publisher; one accepted connection per mesh
+/// lane), whichever is more.
+fn needed(connections: u64, publishers: u64) -> u64 {
+    let contexts = connections.div_ceil((SOCKETS_PER_CONTEXT / 3) as u64) + 1;
+    let node = connections * FDS_PER_DIALLED + contexts * FDS_PER_CONTEXT;
+    let bench = 3 * publishers + (connections - publishers) + contexts * FDS_PER_CONTEXT;
+    node.max(bench) + SLACK_FDS
+}
+
+/// Raises this process's descriptor limit (soft and, where allowed, hard) to at least
+/// `need`; returns the soft limit it has after.
+fn raise_limit(need: u64) -> u64 {
+    #[cfg(unix)]
+    {
+        let Ok((soft, hard)) = rlimit::getrlimit(rlimit::Resource::NOFILE) else {
+            return 0;
+        };
+        if hard < need {
+            // Root may raise the hard limit (up to fs.nr_open); anyone else keeps theirs.
+            let _ = rlimit::setrlimit(rlimit::Resource::NOFILE, need, need);
+        }
+        let hard = rlimit::getrlimit(rlimit::Resource::NOFILE)
+            .map(|(_, h)| h)
+            .unwrap_or(hard);
+        if soft < hard {
+            let _ = rlimit::setrlimit(rlimit::Resource::NOFILE, hard, hard);
+        }
+        rlimit::getrlimit(rlimit::Resource::NOFILE)
+            .map(|(s, _)| s)
+            .unwrap_or(soft)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = need;
+        0
+    }
+}

@@ -1,0 +1,222 @@
+//! Running out of descriptors (issue 13). A link or subscription whose socket cannot be
+//! opened because the node ran out (the process's limit, the system's file table, libzmq's
+//! socket limit) fails with [`FailureReason::ResourceExhausted`] and the real cause with its
+//! figures ([`Exhausted`]), and is retried with the normal backoff. Its state event is
+//! emitted on the first such failure only (the link stays `reconnecting`; later failures
+//! update its figures and counters); the node logs one warning per episode, an episode
+//! lasting from the first such failure to the next socket that opens, and at most one per
+//! [`EPISODE_LOG_MIN`]. At start, [`IoThread::check_fd_limit`] warns when the limit is below
+//! what the configuration needs.
+
+use std::time::{Duration, Instant};
+
+use super::links::{backoff, note};
+use super::{IoThread, LinkKey};
+use crate::proto::state::{ConnState, FailureReason, Recovery};
+use crate::runtime::fds::{self, Exhausted, Gauge};
+use crate::runtime::socket::{FDS_PER_CONTEXT, FDS_PER_DIALLED, SOCKETS_PER_CONTEXT};
+
+/// Shortest time between two episode warnings: a node that runs out again and again logs
+/// once per this, with the count of what it left out.
+pub const EPISODE_LOG_MIN: Duration = Duration::from_secs(10);
+
+/// Running out of descriptors: the figures and the episode (see the module doc).
+#[derive(Debug, Default)]
+pub(super) struct Exhaustion {
+    /// Descriptors open and the limit, read at most once per [`Gauge::TTL`].
+    gauge: Gauge,
+    /// Descriptors open at start, after the binds: left out of the figure per connection.
+    base: u64,
+    /// The cause of the last failure and when it was worked out, reused for
+    /// [`Gauge::TTL`]: a node that runs out fails many dials in a short time.
+    last: Option<(Instant, Exhausted)>,
+    /// An episode is running: no socket opened since the last failure.
+    active: bool,
+    /// Failures in the running episode.
+    failures: u64,
+    /// When the last episode warning was logged.
+    logged_at: Option<Instant>,
+    /// Failures not logged since that warning (episodes inside [`EPISODE_LOG_MIN`]).
+    unlogged: u64,
+}
+
+impl IoThread {
+    /// Connections the node has open (sockets with a peer): dialled and inbound
+    /// connections, and subscriptions with a socket.
+    pub(super) fn open_connections(&self) -> usize {
+        self.links.iter().filter(|l| l.conn.is_some()).count()
+            + self.subs.iter().filter(|s| s.slot.is_some()).count()
+    }
+
+    /// What opening a socket failing with `e` says about resources, the figures read at
+    /// most once per [`Gauge::TTL`]; `None` for an error that is not running out.
+    fn exhausted(&mut self, e: zmq::Error, now: Instant) -> Option<Exhausted> {
+        if e != zmq::Error::EMFILE {
+            return None;
+        }
+        if let Some((at, cause)) = &self.exhaustion.last {
+            if now.saturating_duration_since(*at) < Gauge::TTL {
+                return Some(cause.clone());
+            }
+        }
+        let cause = fds::classify(e, self.open_connections(), self.exhaustion.base)?;
+        self.exhaustion.last = Some((now, cause.clone()));
+        Some(cause)
+    }
+
+    /// Counts a failure of `what` for `cause` in the episode and logs the episode's warning
+    /// if it is the first failure and none was logged for [`EPISODE_LOG_MIN`].
+    fn note_exhausted(&mut self, what: &str, cause: &Exhausted, now: Instant) {
+        let x = &mut self.exhaustion;
+        let first = !x.active;
+        x.active = true;
+        x.failures += 1;
+        let quiet = x
+            .logged_at
+            .is_none_or(|t| now.saturating_duration_since(t) >= EPISODE_LOG_MIN);
+        if first && quiet {
+            let left_out = std::mem::take(&mut x.unlogged);
+            x.logged_at = Some(now);
+            tracing::warn!(
+                first = what,
+                left_out,
+                "cannot open sockets: {cause}; links that need one fail with \
+                 resource_exhausted and retry with their backoff (one line per episode; \
+                 raise the limit or lower the connections: README \"File descriptors\")"
+            );
+        } else {
+            x.unlogged += 1;
+        }
+    }
+
+    /// A socket opened: a running episode ends (logged at info level).
+    pub(super) fn socket_opened(&mut self, now: Instant) {
+        let x = &mut self.exhaustion;
+        if !x.active {
+            return;
+        }
+        x.active = false;
+        x.last = None;
+        let failures = std::mem::take(&mut x.failures);
+        let (open, limit) = x.gauge.read(now);
+        tracing::info!(
+            failures,
+            open,
+            limit,
+            "sockets open again after running out of descriptors"
+        );
+    }
+
+    /// Dialled link `k` could not open or set up its socket for `endpoint`: running out is
+    /// a named failure of the link ([`FailureReason::ResourceExhausted`]), retried with the
+    /// normal backoff; any other error is logged and retried after [`super::BACKOFF_MAX`].
+    pub(super) fn dial_failed(&mut self, k: LinkKey, e: zmq::Error, endpoint: &str, now: Instant) {
+        self.timers_changed();
+        let Some(cause) = self.exhausted(e, now) else {
+            self.links[k].retry_at = Some(now + super::BACKOFF_MAX);
+            tracing::warn!(error = %e, endpoint, "cannot open dialled socket");
+            return;
+        };
+        let name = self.link_name(k);
+        tracing::debug!(link = %name, "socket not opened: {cause}");
+        self.note_exhausted(&name, &cause, now);
+        let detail = cause.to_string();
+        let l = &mut self.links[k];
+        l.failures_in_row = l.failures_in_row.saturating_add(1);
+        l.retry_at = Some(now + backoff(l.failures_in_row));
+        let already = l.state.state() == ConnState::Reconnecting
+            && l.state
+                .last_failure()
+                .is_some_and(|f| f.reason == FailureReason::ResourceExhausted);
+        // Recorded every time (the snapshot shows the latest figures and the count); the
+        // state event only on the first failure, the link staying `reconnecting`.
+        note(l.state.handle_failure(
+            FailureReason::ResourceExhausted,
+            detail.as_str(),
+            Recovery::Reconnect,
+            now,
+        ));
+        if !already {
+            self.emit_state(
+                name,
+                ConnState::Reconnecting,
+                Some(FailureReason::ResourceExhausted),
+                &detail,
+            );
+        }
+        metrics::counter!("zmesh_link_failures_total", "reason" => FailureReason::ResourceExhausted.as_str())
+            .increment(1);
+    }
+
+    /// Subscription `i` could not open its SUB socket: as [`IoThread::dial_failed`].
+    pub(super) fn sub_open_failed(&mut self, i: usize, e: zmq::Error, now: Instant) {
+        self.timers_changed();
+        let endpoint = self.subs[i].endpoint.clone();
+        let Some(cause) = self.exhausted(e, now) else {
+            // Not again at once: the poll timeout takes this instant.
+            self.subs[i].retry_at = now + super::BACKOFF_MAX;
+            tracing::warn!(error = %e, endpoint, "cannot open SUB socket");
+            return;
+        };
+        let name = format!("sub {endpoint}");
+        tracing::debug!(link = %name, "socket not opened: {cause}");
+        self.note_exhausted(&name, &cause, now);
+        let detail = cause.to_string();
+        let s = &mut self.subs[i];
+        s.failures_in_row = s.failures_in_row.saturating_add(1);
+        s.retry_at = now + backoff(s.failures_in_row);
+        let already = s.state.state() == ConnState::Reconnecting
+            && s.state
+                .last_failure()
+                .is_some_and(|f| f.reason == FailureReason::ResourceExhausted);
+        note(s.state.handle_failure(
+            FailureReason::ResourceExhausted,
+            detail.as_str(),
+            Recovery::Reconnect,
+            now,
+        ));
+        if !already {
+            self.emit_state(
+                name,
+                ConnState::Reconnecting,
+                Some(FailureReason::ResourceExhausted),
+                &detail,
+            );
+        }
+        metrics::counter!("zmesh_link_failures_total", "reason" => FailureReason::ResourceExhausted.as_str())
+            .increment(1);
+    }
+
+    /// At start, after the binds: warns when the descriptor limit is below what the
+    /// configuration needs (the descriptors open now, [`FDS_PER_DIALLED`] per connection the
+    /// node dials or subscribes, and the libzmq contexts for them), before any inbound
+    /// connection. The node starts all the same: the links that cannot open a socket fail
+    /// with `resource_exhausted` and retry.
+    pub(super) fn check_fd_limit(&mut self) {
+        let dialled = (2 * self.cfg.peers.len()
+            + self.cfg.servers.len()
+            + self.cfg.subscriptions.len()) as u64;
+        let (Some(open), Some(limit)) = (fds::open_count(), fds::limit()) else {
+            return;
+        };
+        self.exhaustion.base = open;
+        let contexts = dialled.div_ceil((SOCKETS_PER_CONTEXT / 3) as u64);
+        let need = open + dialled * FDS_PER_DIALLED + contexts * FDS_PER_CONTEXT;
+        if need > limit {
+            tracing::warn!(
+                limit,
+                need,
+                open,
+                dialled,
+                "the file descriptor limit ({limit}) is below what this node's configuration \
+                 needs: about {need} ({open} open now, {dialled} dialled or subscribed \
+                 connections x {FDS_PER_DIALLED}, {contexts} libzmq contexts x \
+                 {FDS_PER_CONTEXT}), before any inbound connection; links that cannot open a \
+                 socket will fail with resource_exhausted and retry. Raise the hard limit \
+                 (ulimit -Hn, systemd LimitNOFILE=)"
+            );
+        } else {
+            tracing::debug!(limit, need, open, dialled, "file descriptor limit checked");
+        }
+    }
+}
