@@ -11,6 +11,8 @@
 //! `cargo test --locked --test discovery_etcd -- --ignored`.
 
 mod common;
+#[path = "common/discovery.rs"]
+mod disc;
 
 use std::io::{BufRead, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -28,6 +30,8 @@ use zmesh::runtime::store::{
     self, Change, EtcdStore, ReloadReason, RenewOutcome, Store, Watch, WatchEvent,
 };
 use zmesh::runtime::Node;
+
+use disc::{mesh_ready, ready_conns, Mesh, Proc};
 
 const BOUND: Duration = Duration::from_secs(20);
 const TTL: Duration = Duration::from_secs(30);
@@ -418,92 +422,9 @@ async fn d2_etcd_watch_resumes_by_revision_and_reloads_after_compaction() {
     );
 }
 
-/// A `zmesh node` child with `--control`, its configuration without any endpoint.
-struct Proc {
-    child: Child,
-    control: String,
-}
-
-impl Proc {
-    fn start(dir: &std::path::Path, cfg: &NodeConfig) -> Proc {
-        let text = toml::to_string(cfg).expect("toml");
-        assert!(
-            !text.contains("tcp://") && !text.contains("ipc://"),
-            "{text}"
-        );
-        let path = dir.join(format!("{}.toml", cfg.rid));
-        std::fs::write(&path, text).expect("write");
-        let control = common::ipc(&format!("etcd-ctl-{}", cfg.rid));
-        let child = Command::new(env!("CARGO_BIN_EXE_zmesh"))
-            .args([
-                "node",
-                "--events",
-                "ndjson",
-                "--control",
-                &control,
-                "--config",
-            ])
-            .arg(&path)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("spawn zmesh node");
-        Proc { child, control }
-    }
-
-    fn status(&self) -> Value {
-        let out = Command::new(env!("CARGO_BIN_EXE_zmesh"))
-            .args(["status", "--json", "--control", &self.control])
-            .output()
-            .expect("zmesh status");
-        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
-    }
-
-    async fn wait_status(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let deadline = tokio::time::Instant::now() + BOUND;
-        loop {
-            let s = self.status();
-            if pred(&s) {
-                return s;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "not {what} within {BOUND:?}: {}",
-                serde_json::to_string_pretty(&s).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn ready_conns(status: &Value, peer: &str) -> Vec<(String, u64)> {
-    let mut out: Vec<(String, u64)> = status["links"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|l| l["topology"] == "route_mesh" && l["peer"] == peer && l["state"] == "ready")
-        .filter_map(|l| Some((l["role"].as_str()?.to_owned(), l["connection_id"].as_u64()?)))
-        .collect();
-    out.sort();
-    out
-}
-
-fn mesh_ready(status: &Value, peers: &[&str]) -> bool {
-    peers.iter().all(|p| {
-        let mut lanes: Vec<String> = ready_conns(status, p)
-            .into_iter()
-            .map(|(r, _)| r.trim_end_matches("_inbound").to_owned())
-            .collect();
-        lanes.sort();
-        lanes.dedup();
-        lanes == ["application", "completion"]
-    }) && status["discovery"]["descriptors_seen"] == peers.len()
+/// Ready on both lanes with every peer in `peers`, and exactly their descriptors known.
+fn discovered(status: &Value, peers: &[&str]) -> bool {
+    mesh_ready(status, peers) && status["discovery"]["descriptors_seen"] == peers.len()
 }
 
 fn config(url: &str, rid: &str) -> NodeConfig {
@@ -513,29 +434,19 @@ fn config(url: &str, rid: &str) -> NodeConfig {
     c
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("zmesh-etcd-nodes-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("dir");
-    d
-}
-
 /// MISSION D1, D2 (etcd): three `zmesh node` processes with no endpoint configured discover
 /// each other through etcd and become ready.
 #[tokio::test]
 async fn d1_d2_etcd_three_nodes_discover_each_other() {
     let etcd = Etcd::start("three");
     let url = format!("etcd://{}/three", etcd.host());
-    let dir = temp_dir("three");
+    let mesh = Mesh::at("etcd-three", url.clone());
     let rids = ["a", "b", "c"];
-    let procs: Vec<Proc> = rids
-        .iter()
-        .map(|r| Proc::start(&dir, &config(&url, r)))
-        .collect();
+    let procs: Vec<Proc> = rids.iter().map(|r| mesh.start(&config(&url, r))).collect();
     for (p, rid) in procs.iter().zip(rids) {
         let others: Vec<&str> = rids.iter().copied().filter(|r| *r != rid).collect();
         let s = p
-            .wait_status("ready with the other two", |s| mesh_ready(s, &others))
+            .wait_status("ready with the other two", |s| discovered(s, &others))
             .await;
         assert_eq!(s["discovery"]["store"], format!("{url}/"));
         assert_eq!(s["discovery"]["lease"], "held");
@@ -554,19 +465,19 @@ async fn d1_d2_etcd_three_nodes_discover_each_other() {
 async fn etcd_down(window: Duration) {
     let mut etcd = Etcd::start(&format!("down-{}", window.as_secs()));
     let url = format!("etcd://{}/down", etcd.host());
-    let dir = temp_dir(&format!("down-{}", window.as_secs()));
-    let a = Proc::start(&dir, &config(&url, "a"));
-    let b = Proc::start(&dir, &config(&url, "b"));
+    let mesh = Mesh::at(&format!("etcd-down-{}", window.as_secs()), url.clone());
+    let a = mesh.start(&config(&url, "a"));
+    let b = mesh.start(&config(&url, "b"));
     // Settled: both nodes dial each other, so wait until the duplicate resolution closed the
     // losing dial (one ready connection per lane) before taking the connections to compare.
     let sa = a
         .wait_status("settled with b", |s| {
-            mesh_ready(s, &["b"]) && ready_conns(s, "b").len() == 2
+            discovered(s, &["b"]) && ready_conns(s, "b").len() == 2
         })
         .await;
     let sb = b
         .wait_status("settled with a", |s| {
-            mesh_ready(s, &["a"]) && ready_conns(s, "a").len() == 2
+            discovered(s, &["a"]) && ready_conns(s, "a").len() == 2
         })
         .await;
     let before = (ready_conns(&sa, "b"), ready_conns(&sb, "a"));
@@ -577,7 +488,7 @@ async fn etcd_down(window: Duration) {
         })
         .await;
     }
-    let c = Proc::start(&dir, &config(&url, "c"));
+    let c = mesh.start(&config(&url, "c"));
     let until = tokio::time::Instant::now() + window;
     while tokio::time::Instant::now() < until {
         let now = (ready_conns(&a.status(), "b"), ready_conns(&b.status(), "a"));
@@ -587,11 +498,11 @@ async fn etcd_down(window: Duration) {
     etcd.run();
     for (p, other) in [(&a, "b"), (&b, "a")] {
         p.wait_status("back, with c discovered", |s| {
-            s["discovery"]["store_reachable"] == true && mesh_ready(s, &[other, "c"])
+            s["discovery"]["store_reachable"] == true && discovered(s, &[other, "c"])
         })
         .await;
     }
-    c.wait_status("ready with a and b", |s| mesh_ready(s, &["a", "b"]))
+    c.wait_status("ready with a and b", |s| discovered(s, &["a", "b"]))
         .await;
     let now = (ready_conns(&a.status(), "b"), ready_conns(&b.status(), "a"));
     assert_eq!(now, before, "the same connections throughout");
