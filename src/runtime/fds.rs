@@ -23,6 +23,23 @@
 use std::fmt;
 use std::sync::OnceLock;
 
+/// File descriptors a dialled connection takes at steady state (the fd budget, README "File
+/// descriptors"; measured in BENCHMARKS.md P7): the socket's mailbox, the mailboxes of its
+/// monitor's two PAIR sockets, and the TCP connection. A libzmq mailbox is one eventfd on
+/// Linux (vendor/zmq-sys builds libzmq with `ZMQ_HAVE_EVENTFD`) and a socket pair, two
+/// descriptors, elsewhere. An inbound connection on a shared bound socket takes one (its TCP
+/// connection).
+pub const FDS_PER_DIALLED: u64 = 1 + 3 * MAILBOX_FDS;
+/// File descriptors a libzmq context takes once it has a socket: its termination mailbox,
+/// and the mailbox and poller of each of its two threads (reaper, I/O thread).
+pub const FDS_PER_CONTEXT: u64 = 3 * MAILBOX_FDS + 2;
+/// Descriptors of one libzmq mailbox: an eventfd on Linux, a socket pair elsewhere.
+const MAILBOX_FDS: u64 = if cfg!(target_os = "linux") { 1 } else { 2 };
+/// Descriptors that must be free before a new context is opened: its own, room for the
+/// socket that asked for it, and two to spare. libzmq aborts the process if it cannot create
+/// a context's poller, so a context is never opened closer to the limit.
+pub const CONTEXT_HEADROOM: u64 = FDS_PER_CONTEXT + FDS_PER_DIALLED + 2;
+
 /// What [`raise_limit`] found and did, in descriptors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LimitRaise {
@@ -39,7 +56,7 @@ pub struct LimitRaise {
 /// the platform has no such limit or it cannot be read.
 ///
 /// The soft limit is often 1 024 while the hard limit is far higher; a node needs about
-/// [`FDS_PER_DIALLED`](crate::runtime::socket::FDS_PER_DIALLED) descriptors per connection it
+/// [`FDS_PER_DIALLED`](FDS_PER_DIALLED) descriptors per connection it
 /// dials, so the soft default would cap it at a few hundred connections.
 pub fn raise_limit() -> Option<LimitRaise> {
     static RAISED: OnceLock<Option<LimitRaise>> = OnceLock::new();
@@ -185,8 +202,8 @@ pub enum Exhausted {
 /// Descriptors within this many of the limit count as "at the limit": the socket that failed
 /// may have given back the few it had taken by the time they are counted, and the socket
 /// layer opens no libzmq context with fewer left
-/// ([`CONTEXT_HEADROOM`](crate::runtime::socket::CONTEXT_HEADROOM)).
-const AT_LIMIT_MARGIN: u64 = crate::runtime::socket::CONTEXT_HEADROOM;
+/// ([`CONTEXT_HEADROOM`](CONTEXT_HEADROOM)).
+const AT_LIMIT_MARGIN: u64 = CONTEXT_HEADROOM;
 
 /// What a libzmq error from opening a socket says about resources: `Some` if it is running
 /// out (`EMFILE`, or the `ENFILE` that the socket layer reports as `EMFILE`), `None` for any
@@ -256,7 +273,7 @@ impl fmt::Display for Headroom {
         write!(
             f,
             " (too few left for a new libzmq context, which needs {})",
-            crate::runtime::socket::CONTEXT_HEADROOM
+            CONTEXT_HEADROOM
         )
     }
 }
@@ -328,7 +345,7 @@ mod tests {
             format!(
                 "too many open files: 50 of 64 (too few left for a new libzmq context, which \
                  needs {}); about 7.0 per connection (2 connections)",
-                crate::runtime::socket::CONTEXT_HEADROOM
+                CONTEXT_HEADROOM
             )
         );
         assert_eq!(Figure(1_000_000).to_string(), "1 000 000");

@@ -67,22 +67,7 @@ pub const CLOSE_LINGER_MS: i32 = 200;
 /// Sockets placed in one libzmq context before a new context is opened (libzmq's default
 /// maximum is 1023; monitors count too: a monitored socket is three sockets of its context).
 pub const SOCKETS_PER_CONTEXT: usize = 900;
-/// File descriptors a dialled connection takes at steady state (the fd budget, README "File
-/// descriptors"; measured in BENCHMARKS.md P7): the socket's mailbox, the mailboxes of its
-/// monitor's two PAIR sockets, and the TCP connection. A libzmq mailbox is one eventfd on
-/// Linux (vendor/zmq-sys builds libzmq with `ZMQ_HAVE_EVENTFD`) and a socket pair, two
-/// descriptors, elsewhere. An inbound connection on a shared bound socket takes one (its TCP
-/// connection).
-pub const FDS_PER_DIALLED: u64 = 1 + 3 * MAILBOX_FDS;
-/// File descriptors a libzmq context takes once it has a socket: its termination mailbox,
-/// and the mailbox and poller of each of its two threads (reaper, I/O thread).
-pub const FDS_PER_CONTEXT: u64 = 3 * MAILBOX_FDS + 2;
-/// Descriptors of one libzmq mailbox: an eventfd on Linux, a socket pair elsewhere.
-const MAILBOX_FDS: u64 = if cfg!(target_os = "linux") { 1 } else { 2 };
-/// Descriptors that must be free before a new context is opened: its own, room for the
-/// socket that asked for it, and two to spare. libzmq aborts the process if it cannot create
-/// a context's poller, so a context is never opened closer to the limit.
-pub const CONTEXT_HEADROOM: u64 = FDS_PER_CONTEXT + FDS_PER_DIALLED + 2;
+pub use crate::runtime::fds::{CONTEXT_HEADROOM, FDS_PER_CONTEXT, FDS_PER_DIALLED};
 /// libzmq's transport handshake deadline on every socket (ms): the 15 s of the dialler's
 /// `HANDSHAKE_TIMEOUT`, so a connection that never completes ZMTP is closed on both sides.
 pub const HANDSHAKE_IVL_MS: i32 = 15_000;
