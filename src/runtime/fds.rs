@@ -56,7 +56,7 @@ pub struct LimitRaise {
 /// the platform has no such limit or it cannot be read.
 ///
 /// The soft limit is often 1 024 while the hard limit is far higher; a node needs about
-/// [`FDS_PER_DIALLED`](FDS_PER_DIALLED) descriptors per connection it
+/// [`FDS_PER_DIALLED`] descriptors per connection it
 /// dials, so the soft default would cap it at a few hundred connections.
 pub fn raise_limit() -> Option<LimitRaise> {
     static RAISED: OnceLock<Option<LimitRaise>> = OnceLock::new();
