@@ -202,7 +202,7 @@ pub enum Exhausted {
 /// Descriptors within this many of the limit count as "at the limit": the socket that failed
 /// may have given back the few it had taken by the time they are counted, and the socket
 /// layer opens no libzmq context with fewer left
-/// ([`CONTEXT_HEADROOM`](CONTEXT_HEADROOM)).
+/// ([`CONTEXT_HEADROOM`]).
 const AT_LIMIT_MARGIN: u64 = CONTEXT_HEADROOM;
 
 /// What a libzmq error from opening a socket says about resources: `Some` if it is running
