@@ -93,7 +93,7 @@ use crate::proto::security::PublicKey;
 use crate::proto::state::{ConnState, FailureReason};
 use crate::proto::ConnId;
 pub use calls::GRACEFUL_STOP_BOUND;
-use calls::{CallKey, HeldAnswers};
+use calls::{CallGauges, CallKey, HeldAnswers};
 use fanout::{Publisher, Sub};
 use links::{Link, LinkKind};
 use ready::{KeySet, Readiness, Watch};
@@ -232,6 +232,8 @@ pub(crate) struct IoThread {
     busy: bool,
     /// Calls this node made, leased on the connection that carried them (MISSION C1, C2).
     calls: CallTable<CallKey>,
+    /// The call gauges as last set (set again on a change, or once a second).
+    call_gauges: CallGauges,
     /// The operations registry: one frozen entry per call this node made (MISSION K2).
     ops: Arc<OpsShared>,
     pending_calls: HashMap<CallId, CallReply>,
@@ -369,6 +371,7 @@ impl IoThread {
             link_timers_changed: true,
             busy: false,
             calls: CallTable::new(),
+            call_gauges: None,
             ops,
             pending_calls: HashMap::new(),
             outgoing_calls: Vec::new(),
