@@ -3,9 +3,12 @@
 //! receive loop (MISSION R1).
 //!
 //! One loop turn: read the monotonic clock once; run due timers (liveness, beacons, reconnects,
-//! disconnect sweeps); wait on the epoll set of every socket's and monitor's `ZMQ_FD` and the
-//! async side's wake-up until the next deadline, and check `ZMQ_EVENTS` of the sockets that fired or
-//! that the loop touched (module [`ready`]); handle monitor events; handle commands, then the
+//! disconnect sweeps; a turn that runs a due liveness timer also sends every probe and beacon
+//! due within the next [`liveness::COALESCE_WINDOW`], never late, so thousands of connections
+//! cost one wake-up per window and not one per probe); wait on the epoll set of every
+//! socket's and monitor's `ZMQ_FD` and the async side's wake-up until the next deadline, and
+//! check `ZMQ_EVENTS` of the sockets that fired or that the loop touched (module [`ready`]);
+//! handle monitor events; handle commands, then the
 //! send queues in bursts (module [`outbound`]); run one receive rotation under the scheduler's
 //! caps; hand the batch of events to the application.
 //! Protocol questions (is this ACK evidence? is this peer admitted? is this publisher silent?)
