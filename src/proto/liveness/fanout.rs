@@ -7,7 +7,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::timer::{after, next_tick, Timer, TimerTable};
-use super::{PEER_DEADLINE, PROBE_INTERVAL};
+use super::{COALESCE_WINDOW, PEER_DEADLINE, PROBE_INTERVAL};
 
 /// One message received on a publisher's SUB socket, already classified by the wire codec.
 ///
@@ -294,6 +294,22 @@ impl BeaconSchedule {
     /// tick. Calling it is optional: [`Self::poll_transmit`] applies it itself.
     pub fn handle_timeout(&mut self, now: Instant) {
         if let Some(tick) = self.timers.get(Timer::Beacon).filter(|&tick| tick <= now) {
+            self.timers
+                .set(Timer::Beacon, next_tick(tick, now, PROBE_INTERVAL));
+            self.due = true;
+        }
+    }
+
+    /// Like [`Self::handle_timeout`], and also marks the next beacon due now if its tick falls
+    /// within [`COALESCE_WINDOW`] after `now` (MISSION L1, L4): it goes out at most the window
+    /// early, never late, and the grid `bind + k * 5 s` stays where it is.
+    pub fn handle_timeout_coalesced(&mut self, now: Instant) {
+        let horizon = after(now, COALESCE_WINDOW);
+        if let Some(tick) = self
+            .timers
+            .get(Timer::Beacon)
+            .filter(|&tick| tick <= horizon)
+        {
             self.timers
                 .set(Timer::Beacon, next_tick(tick, now, PROBE_INTERVAL));
             self.due = true;

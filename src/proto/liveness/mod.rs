@@ -48,3 +48,8 @@ pub const PROBE_INTERVAL: Duration = Duration::from_secs(5);
 /// How long a connection stays ready without an accepted ACK, and a publisher without a valid
 /// record or beacon (MISSION L1, L2, L5). Fixed for every topology; not configurable.
 pub const PEER_DEADLINE: Duration = Duration::from_secs(15);
+
+/// How long before its instant on the 5 s grid a probe cycle or a beacon may start, so that
+/// one wake-up serves every probe and beacon due that close together (see "Coalescing"
+/// above). Deadlines never start early. Fixed; not configurable (MISSION L1).
+pub const COALESCE_WINDOW: Duration = Duration::from_millis(10);

@@ -6,7 +6,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::timer::{after, next_tick, Timer, TimerTable};
-use super::{PEER_DEADLINE, PROBE_INTERVAL};
+use super::{COALESCE_WINDOW, PEER_DEADLINE, PROBE_INTERVAL};
 use crate::proto::ConnId;
 
 /// Deterministic source of non-zero probe ids for one connection.
@@ -286,6 +286,23 @@ impl ProbeTracker {
             return;
         }
         if let Some(due) = self.timers.get(Timer::Probe).filter(|&due| due <= now) {
+            self.timers
+                .set(Timer::Probe, next_tick(due, now, PROBE_INTERVAL));
+            self.phase = Phase::Alive { probe_due: true };
+        }
+    }
+
+    /// Like [`Self::handle_timeout`], and also starts the next probe cycle now if it falls
+    /// within [`COALESCE_WINDOW`] after `now` (MISSION L1, module doc "Coalescing"): its probe
+    /// goes out at most the window early, never late, and the grid `ready + k * 5 s` stays
+    /// where it is. The deadline is never applied before it is due.
+    pub fn handle_timeout_coalesced(&mut self, now: Instant) {
+        self.handle_timeout(now);
+        if self.is_dead() {
+            return;
+        }
+        let horizon = after(now, COALESCE_WINDOW);
+        if let Some(due) = self.timers.get(Timer::Probe).filter(|&due| due <= horizon) {
             self.timers
                 .set(Timer::Probe, next_tick(due, now, PROBE_INTERVAL));
             self.phase = Phase::Alive { probe_due: true };

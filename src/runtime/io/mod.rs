@@ -3,9 +3,12 @@
 //! receive loop (MISSION R1).
 //!
 //! One loop turn: read the monotonic clock once; run due timers (liveness, beacons, reconnects,
-//! disconnect sweeps); wait on the epoll set of every socket's and monitor's `ZMQ_FD` and the
-//! async side's wake-up until the next deadline, and check `ZMQ_EVENTS` of the sockets that fired or
-//! that the loop touched (module [`ready`]); handle monitor events; handle commands, then the
+//! disconnect sweeps; a turn that runs a due liveness timer also sends every probe and beacon
+//! due within the next [`liveness::COALESCE_WINDOW`], never late, so thousands of connections
+//! cost one wake-up per window and not one per probe); wait on the epoll set of every
+//! socket's and monitor's `ZMQ_FD` and the async side's wake-up until the next deadline, and
+//! check `ZMQ_EVENTS` of the sockets that fired or that the loop touched (module [`ready`]);
+//! handle monitor events; handle commands, then the
 //! send queues in bursts (module [`outbound`]); run one receive rotation under the scheduler's
 //! caps; hand the batch of events to the application.
 //! Protocol questions (is this ACK evidence? is this peer admitted? is this publisher silent?)
@@ -93,7 +96,7 @@ use crate::proto::security::PublicKey;
 use crate::proto::state::{ConnState, FailureReason};
 use crate::proto::ConnId;
 pub use calls::GRACEFUL_STOP_BOUND;
-use calls::{CallKey, HeldAnswers};
+use calls::{CallGauges, CallKey, HeldAnswers};
 use fanout::{Publisher, Sub};
 use links::{Link, LinkKind};
 use ready::{KeySet, Readiness, Watch};
@@ -232,6 +235,8 @@ pub(crate) struct IoThread {
     busy: bool,
     /// Calls this node made, leased on the connection that carried them (MISSION C1, C2).
     calls: CallTable<CallKey>,
+    /// The call gauges as last set (set again on a change, or once a second).
+    call_gauges: CallGauges,
     /// The operations registry: one frozen entry per call this node made (MISSION K2).
     ops: Arc<OpsShared>,
     pending_calls: HashMap<CallId, CallReply>,
@@ -369,6 +374,7 @@ impl IoThread {
             link_timers_changed: true,
             busy: false,
             calls: CallTable::new(),
+            call_gauges: None,
             ops,
             pending_calls: HashMap::new(),
             outgoing_calls: Vec::new(),

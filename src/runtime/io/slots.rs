@@ -235,14 +235,17 @@ impl IoThread {
         // loop knows whether they come from an admitted connection (`receive`): a HELLO's
         // carries the client's verified key.
         let share = self.curve.is_none() || !matches!(s.role, SlotRole::Bound(_));
-        let got = match s.socket.try_recv_record(share) {
-            Ok(f) => f,
-            Err(e) => {
-                tracing::warn!(error = %e, "receive failed");
-                None
-            }
-        };
-        self.ready.touch(Watch::Socket(slot));
+        let got = s.socket.try_recv_record(share);
+        match &got {
+            Ok(Some(_)) | Err(_) => self.ready.touch(Watch::Socket(slot)),
+            // EAGAIN: libzmq processed the socket's commands and found nothing; the socket's
+            // next record signals its descriptor (`ready`, the rule), so no check is due.
+            Ok(None) => self.ready.settled_by_receive(Watch::Socket(slot)),
+        }
+        let got = got.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "receive failed");
+            None
+        });
         if got.is_none() {
             self.readable.remove(slot);
         }

@@ -68,8 +68,12 @@ impl IoThread {
         self.calls.handle_timeout(now);
         self.serve.handle_timeout(now);
         self.drain_calls(now);
-        // Every liveness machine of the node, from one table (MISSION L8).
-        self.liveness.handle_timeout(now);
+        // Every liveness machine of the node, from one table (MISSION L8). Coalesced: a
+        // wake-up for a due timer also starts every probe and beacon due within the next
+        // `COALESCE_WINDOW` (never late, at most that early; deadlines never early), so that
+        // thousands of connections' probe cycles a few milliseconds apart cost one wake-up
+        // per window instead of one each, and their ACKs come back together (issue 13).
+        self.liveness.handle_timeout_coalesced(now);
         while let Some(t) = self.liveness.poll_transmit(now) {
             match t {
                 Transmit::Probe { key, id, .. } => {
