@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::links::{backoff, note};
 use super::{IoThread, LinkKey};
-use crate::proto::state::{ConnState, FailureReason, Recovery};
+use crate::proto::state::{ConnState, FailureReason, LinkState, Recovery};
 use crate::runtime::fds::{self, Exhausted, Gauge};
 use crate::runtime::socket::{FDS_PER_CONTEXT, FDS_PER_DIALLED, SOCKETS_PER_CONTEXT};
 
@@ -122,30 +122,10 @@ impl IoThread {
         self.note_exhausted(&name, &cause, now);
         let detail = cause.to_string();
         let l = &mut self.links[k];
-        l.failures_in_row = l.failures_in_row.saturating_add(1);
-        l.retry_at = Some(now + backoff(l.failures_in_row));
-        let already = l.state.state() == ConnState::Reconnecting
-            && l.state
-                .last_failure()
-                .is_some_and(|f| f.reason == FailureReason::ResourceExhausted);
-        // Recorded every time (the snapshot shows the latest figures and the count); the
-        // state event only on the first failure, the link staying `reconnecting`.
-        note(l.state.handle_failure(
-            FailureReason::ResourceExhausted,
-            detail.as_str(),
-            Recovery::Reconnect,
-            now,
-        ));
-        if !already {
-            self.emit_state(
-                name,
-                ConnState::Reconnecting,
-                Some(FailureReason::ResourceExhausted),
-                &detail,
-            );
-        }
-        metrics::counter!("zmesh_link_failures_total", "reason" => FailureReason::ResourceExhausted.as_str())
-            .increment(1);
+        let (retry_at, first) =
+            record_exhausted(&mut l.state, &mut l.failures_in_row, &detail, now);
+        l.retry_at = Some(retry_at);
+        self.report_exhausted(name, first, &detail);
     }
 
     /// Subscription `i` could not open its SUB socket: as [`IoThread::dial_failed`].
@@ -163,24 +143,21 @@ impl IoThread {
         self.note_exhausted(&name, &cause, now);
         let detail = cause.to_string();
         let s = &mut self.subs[i];
-        s.failures_in_row = s.failures_in_row.saturating_add(1);
-        s.retry_at = now + backoff(s.failures_in_row);
-        let already = s.state.state() == ConnState::Reconnecting
-            && s.state
-                .last_failure()
-                .is_some_and(|f| f.reason == FailureReason::ResourceExhausted);
-        note(s.state.handle_failure(
-            FailureReason::ResourceExhausted,
-            detail.as_str(),
-            Recovery::Reconnect,
-            now,
-        ));
-        if !already {
+        let (retry_at, first) =
+            record_exhausted(&mut s.state, &mut s.failures_in_row, &detail, now);
+        s.retry_at = retry_at;
+        self.report_exhausted(name, first, &detail);
+    }
+
+    /// The state event of a `resource_exhausted` failure (only on the first failure of an
+    /// episode: the link stays `reconnecting`) and its count.
+    fn report_exhausted(&mut self, name: String, first: bool, detail: &str) {
+        if first {
             self.emit_state(
                 name,
                 ConnState::Reconnecting,
                 Some(FailureReason::ResourceExhausted),
-                &detail,
+                detail,
             );
         }
         metrics::counter!("zmesh_link_failures_total", "reason" => FailureReason::ResourceExhausted.as_str())
@@ -219,4 +196,27 @@ impl IoThread {
             tracing::debug!(limit, need, open, dialled, "file descriptor limit checked");
         }
     }
+}
+
+/// Records a `resource_exhausted` failure on a link's or a subscription's state (every time:
+/// the snapshot shows the latest figures and the count) and counts it for the backoff.
+/// Returns when to try again and whether this is the episode's first failure.
+fn record_exhausted(
+    state: &mut LinkState,
+    failures_in_row: &mut u32,
+    detail: &str,
+    now: Instant,
+) -> (Instant, bool) {
+    *failures_in_row = failures_in_row.saturating_add(1);
+    let first = !(state.state() == ConnState::Reconnecting
+        && state
+            .last_failure()
+            .is_some_and(|f| f.reason == FailureReason::ResourceExhausted));
+    note(state.handle_failure(
+        FailureReason::ResourceExhausted,
+        detail,
+        Recovery::Reconnect,
+        now,
+    ));
+    (now + backoff(*failures_in_row), first)
 }
