@@ -18,12 +18,19 @@ pub fn free_tcp() -> String {
     format!("tcp://127.0.0.1:{}", l.local_addr().expect("addr").port())
 }
 
-/// A fresh ipc endpoint in the temp directory.
+/// A fresh ipc endpoint in one shared directory under the temp directory (one directory for
+/// every test process, not one per process left behind by each run; the process id in the
+/// name keeps concurrent test binaries apart, and libzmq removes a bound socket's file when
+/// it closes).
 pub fn ipc(name: &str) -> String {
-    let dir = std::env::temp_dir().join(format!("zmesh-test-{}", std::process::id()));
+    let dir = std::env::temp_dir().join("zmesh-test-ipc");
     std::fs::create_dir_all(&dir).expect("temp dir");
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    format!("ipc://{}/{name}-{n}.sock", dir.display())
+    format!(
+        "ipc://{}/{}-{name}-{n}.sock",
+        dir.display(),
+        std::process::id()
+    )
 }
 static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
