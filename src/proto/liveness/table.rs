@@ -377,19 +377,7 @@ impl Liveness {
 
     /// Advances every entry whose timer is due at or before `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
-        let mut due = Vec::new();
-        while let Some(&Reverse((at, key))) = self.heap.peek() {
-            if at > now {
-                break;
-            }
-            self.heap.pop();
-            if let Some(slot) = self.entries.get_mut(&key) {
-                if slot.scheduled == Some(at) {
-                    slot.scheduled = None;
-                    due.push(key);
-                }
-            }
-        }
+        let due = self.take_due(now);
         for key in due {
             if let Some(slot) = self.entries.get_mut(&key) {
                 slot.machine.handle_timeout(now);
@@ -413,9 +401,23 @@ impl Liveness {
             return;
         }
         let horizon = after(now, COALESCE_WINDOW);
+        let due = self.take_due(horizon);
+        for key in due {
+            if let Some(slot) = self.entries.get_mut(&key) {
+                slot.machine.handle_timeout_coalesced(now);
+            }
+            self.after_change(key, now);
+        }
+        self.prune();
+    }
+
+    /// Pops the heap items registered at or before `until` and returns the keys of the
+    /// entries still registered under them (stale items are dropped), clearing their
+    /// registration.
+    fn take_due(&mut self, until: Instant) -> Vec<LinkKey> {
         let mut due = Vec::new();
         while let Some(&Reverse((at, key))) = self.heap.peek() {
-            if at > horizon {
+            if at > until {
                 break;
             }
             self.heap.pop();
@@ -426,13 +428,7 @@ impl Liveness {
                 }
             }
         }
-        for key in due {
-            if let Some(slot) = self.entries.get_mut(&key) {
-                slot.machine.handle_timeout_coalesced(now);
-            }
-            self.after_change(key, now);
-        }
-        self.prune();
+        due
     }
 
     /// The next thing to send, across all entries.

@@ -17,6 +17,7 @@ const ARGS: &[u8] = b"0123456789abcdef";
 const WARM_UP: usize = 200;
 
 /// Each run's quantiles, in microseconds.
+#[derive(Default)]
 pub(crate) struct RoundTrip {
     pub raw_p50: Series,
     pub raw_p99: Series,
@@ -42,19 +43,7 @@ pub(crate) struct RoundTrip {
 }
 
 pub(crate) async fn round_trip(plan: &Plan) -> Result<RoundTrip> {
-    let mut r = RoundTrip {
-        raw_p50: Series::default(),
-        raw_p99: Series::default(),
-        zmesh_p50: Series::default(),
-        zmesh_p99: Series::default(),
-        raw_p999: Series::default(),
-        zmesh_p999: Series::default(),
-        command_p50: Series::default(),
-        send_ping_pong_p50: Series::default(),
-        send_ping_pong_p99: Series::default(),
-        inline_p50: Series::default(),
-        inline_p99: Series::default(),
-    };
+    let mut r = RoundTrip::default();
     for run in 0..plan.runs {
         let n = plan.calls;
         let raw = tokio::task::spawn_blocking(move || raw_ping_pong(n, None)).await??;
@@ -95,19 +84,7 @@ pub(crate) async fn round_trip(plan: &Plan) -> Result<RoundTrip> {
 /// is not measured again).
 pub(crate) async fn round_trip_curve(plan: &Plan) -> Result<RoundTrip> {
     let curve = Curve::new()?;
-    let mut r = RoundTrip {
-        raw_p50: Series::default(),
-        raw_p99: Series::default(),
-        zmesh_p50: Series::default(),
-        zmesh_p99: Series::default(),
-        raw_p999: Series::default(),
-        zmesh_p999: Series::default(),
-        command_p50: Series::default(),
-        send_ping_pong_p50: Series::default(),
-        send_ping_pong_p99: Series::default(),
-        inline_p50: Series::default(),
-        inline_p99: Series::default(),
-    };
+    let mut r = RoundTrip::default();
     for run in 0..plan.runs {
         let n = plan.calls;
         let c = curve.clone();
