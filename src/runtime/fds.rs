@@ -23,13 +23,19 @@
 use std::fmt;
 use std::sync::OnceLock;
 
-/// File descriptors a dialled connection takes at steady state (the fd budget, README "File
-/// descriptors"; measured in BENCHMARKS.md P7): the socket's mailbox, the mailboxes of its
-/// monitor's two PAIR sockets, and the TCP connection. A libzmq mailbox is one eventfd on
-/// Linux (vendor/zmq-sys builds libzmq with `ZMQ_HAVE_EVENTFD`) and a socket pair, two
-/// descriptors, elsewhere. An inbound connection on a shared bound socket takes one (its TCP
-/// connection).
-pub const FDS_PER_DIALLED: u64 = 1 + 3 * MAILBOX_FDS;
+/// File descriptors a dialled RouteMesh lane takes at steady state (the fd budget, README
+/// "File descriptors"; measured in BENCHMARKS.md P7): the socket's mailbox and the TCP
+/// connection. Its monitor is stopped once the handshake is done (the connection's loss
+/// arrives in band, `ROUTER_NOTIFY`), so it takes [`FDS_PER_MONITORED`] only while it
+/// connects and while it is closed. A libzmq mailbox is one eventfd on Linux (vendor/zmq-sys
+/// builds libzmq with `ZMQ_HAVE_EVENTFD`) and a socket pair, two descriptors, elsewhere. An
+/// inbound connection on a shared bound socket takes one (its TCP connection).
+pub const FDS_PER_DIALLED: u64 = 1 + MAILBOX_FDS;
+/// File descriptors a dialled socket with its monitor takes: the socket's mailbox, the
+/// mailboxes of the monitor's two PAIR sockets, and the TCP connection. A ClientServer
+/// client's DEALER and a fanout subscription's SUB keep their monitor (neither has
+/// `ROUTER_NOTIFY`); a RouteMesh lane has one only while it connects and is closed.
+pub const FDS_PER_MONITORED: u64 = 1 + 3 * MAILBOX_FDS;
 /// File descriptors a libzmq context takes once it has a socket: its termination mailbox,
 /// and the mailbox and poller of each of its two threads (reaper, I/O thread).
 pub const FDS_PER_CONTEXT: u64 = 3 * MAILBOX_FDS + 2;
@@ -38,7 +44,7 @@ const MAILBOX_FDS: u64 = if cfg!(target_os = "linux") { 1 } else { 2 };
 /// Descriptors that must be free before a new context is opened: its own, room for the
 /// socket that asked for it, and two to spare. libzmq aborts the process if it cannot create
 /// a context's poller, so a context is never opened closer to the limit.
-pub const CONTEXT_HEADROOM: u64 = FDS_PER_CONTEXT + FDS_PER_DIALLED + 2;
+pub const CONTEXT_HEADROOM: u64 = FDS_PER_CONTEXT + FDS_PER_MONITORED + 2;
 
 /// What [`raise_limit`] found and did, in descriptors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -67,7 +67,9 @@ pub const CLOSE_LINGER_MS: i32 = 200;
 /// Sockets placed in one libzmq context before a new context is opened (libzmq's default
 /// maximum is 1023; monitors count too: a monitored socket is three sockets of its context).
 pub const SOCKETS_PER_CONTEXT: usize = 900;
-pub use crate::runtime::fds::{CONTEXT_HEADROOM, FDS_PER_CONTEXT, FDS_PER_DIALLED};
+pub use crate::runtime::fds::{
+    CONTEXT_HEADROOM, FDS_PER_CONTEXT, FDS_PER_DIALLED, FDS_PER_MONITORED,
+};
 /// libzmq's transport handshake deadline on every socket (ms): the 15 s of the dialler's
 /// `HANDSHAKE_TIMEOUT`, so a connection that never completes ZMTP is closed on both sides.
 pub const HANDSHAKE_IVL_MS: i32 = 15_000;
@@ -320,8 +322,21 @@ pub struct Monitored {
 /// loop together with their sockets, about 450 monitored sockets exhausted a context's 1023
 /// slots with libzmq 4.3.4; the slots were free again within a second.)
 pub struct MonitorSocket {
-    // Declared before the lease: the socket is closed before its room is given back.
+    // Declared before the room: the socket is closed before its room is given back.
     socket: zmq::Socket,
+    room: SocketRoom,
+}
+
+/// What [`MonitorSocket::stop`] leaves: the events (with their values) libzmq raised before
+/// the stop, in order, and the room the socket keeps.
+pub type Stopped = (Vec<(MonitorEvent, u32)>, SocketRoom);
+
+/// The room a monitored socket takes in its libzmq context (three sockets: itself and the
+/// two PAIRs of its monitor), held by the socket alone once its monitor is stopped
+/// ([`MonitorSocket::stop`]), so that a monitor can be attached again in the same context
+/// when the socket is closed ([`Sockets::close_monitor`]). Given back when dropped.
+pub struct SocketRoom {
+    ctx: zmq::Context,
     _lease: Lease,
 }
 
@@ -337,6 +352,29 @@ impl MonitorSocket {
             stopped |= MonitorEvent::decode(&frames) == Some(MonitorEvent::Stopped);
         }
         stopped
+    }
+
+    /// Stops the monitor of `watched`, the socket this PAIR reads the events of (issue 13: a
+    /// dialled RouteMesh ROUTER keeps no monitor once its handshake is done; it learns of its
+    /// connection's loss in band, see [`Sockets::dialled`]). libzmq stops the monitor within
+    /// the call (`MONITOR_STOPPED` last) and publishes nothing after it, so this PAIR is
+    /// closed at once, without the wait a closed socket's monitor needs: returned are the
+    /// events raised before the stop, still to be acted on, and the room, which the socket
+    /// keeps. If libzmq refuses, the monitor runs on and comes back with the error.
+    #[allow(clippy::result_large_err)]
+    pub fn stop(self, watched: &zmq::Socket) -> Result<Stopped, (zmq::Error, MonitorSocket)> {
+        if let Err(e) = watched.monitor_stop() {
+            return Err((e, self));
+        }
+        let mut events = Vec::new();
+        while let Ok(Some(frames)) = self.socket.try_recv_frames() {
+            if let Some(ev) = MonitorEvent::decode_with_value(&frames) {
+                events.push(ev);
+            }
+        }
+        let MonitorSocket { socket, room } = self;
+        drop(socket);
+        Ok((events, room))
     }
 }
 
@@ -541,11 +579,51 @@ impl Sockets {
     /// I/O thread closes itself and must see closed before it dials a replacement (MISSION
     /// F3). Keep the monitor until [`MonitorSocket::close_confirmed`] said yes: dropped sooner,
     /// it blocks the context's reaper (see [`MonitorSocket`]).
+    ///
+    /// A ROUTER (a RouteMesh lane) also reports its connection in band (issue 13):
+    /// `ROUTER_NOTIFY` = connect | disconnect makes libzmq hand it an empty record from the
+    /// peer's routing id when the connection attaches (after the handshake, security
+    /// included) and when it is lost, in order with the records: the first such record says
+    /// "attached", any later one "the connection this socket had is gone" (a disconnect, or
+    /// the attach of a reconnection libzmq made after a disconnect notice that a full pipe
+    /// could not take). So its monitor is needed only until the handshake is done
+    /// ([`MonitorSocket::stop`]) and again for the close ([`Sockets::close_monitor`]): two
+    /// descriptors at steady state instead of four. (`IMMEDIATE` stays 0: with 1, libzmq
+    /// drops the disconnect notice when it re-dials; measured.)
     pub fn dialled(&mut self, kind: zmq::SocketType) -> Result<Monitored, zmq::Error> {
-        self.monitored_with(
+        let m = self.monitored_with(
             kind,
             monitored_events() | zmq::SocketEvent::MONITOR_STOPPED.to_raw(),
-        )
+        )?;
+        if kind == zmq::ROUTER {
+            m.socket
+                .set_router_notify(zmq::ROUTER_NOTIFY_CONNECT | zmq::ROUTER_NOTIFY_DISCONNECT)?;
+        }
+        Ok(m)
+    }
+
+    /// Attaches a monitor to `watched`, a dialled socket whose monitor was stopped, that
+    /// reports only the socket's close (`MONITOR_STOPPED`), in the context `room` was taken
+    /// in; attached right before the socket is closed, so that the close is confirmed before
+    /// a replacement is dialled (MISSION F3), as for a socket that kept its monitor. On error
+    /// the room is given back (the caller closes the socket unconfirmed).
+    pub fn close_monitor(
+        &self,
+        watched: &zmq::Socket,
+        room: SocketRoom,
+    ) -> Result<MonitorSocket, zmq::Error> {
+        let ep = self.monitor_endpoint();
+        let pair = guarded(|| room.ctx.socket(zmq::PAIR))?;
+        pair.set_linger(0)?;
+        pair.connect(&ep)?;
+        guarded(|| watched.monitor(&ep, i32::from(zmq::SocketEvent::MONITOR_STOPPED.to_raw())))?;
+        Ok(MonitorSocket { socket: pair, room })
+    }
+
+    /// A fresh inproc endpoint for a monitor.
+    fn monitor_endpoint(&self) -> String {
+        let n = self.monitor_seq.fetch_add(1, Ordering::Relaxed);
+        format!("inproc://zmesh-mon-{}-{}", self.tag, n)
     }
 
     fn monitored_with(
@@ -650,8 +728,7 @@ impl Sockets {
     ) -> Result<Monitored, zmq::Error> {
         let socket = guarded(|| ctx.socket(kind))?;
         apply_common(&socket, kind, self.max_frame_size)?;
-        let n = self.monitor_seq.fetch_add(1, Ordering::Relaxed);
-        let ep = format!("inproc://zmesh-mon-{}-{}", self.tag, n);
+        let ep = self.monitor_endpoint();
         // Our PAIR connects first (libzmq completes an inproc connect at the bind), so that
         // once the socket's monitor exists it always has its reader: a socket whose monitor
         // never got one would block libzmq's reaper with its last event when closed (see
@@ -664,7 +741,10 @@ impl Sockets {
             socket,
             monitor: MonitorSocket {
                 socket: monitor,
-                _lease: lease,
+                room: SocketRoom {
+                    ctx: ctx.clone(),
+                    _lease: lease,
+                },
             },
         })
     }
@@ -895,6 +975,72 @@ mod tests {
                 drop(m.monitor);
             }
         }
+        assert_eq!(s.open_sockets(), 0);
+    }
+
+    /// The in-band connection reports a dialled ROUTER relies on once its monitor is stopped
+    /// (issue 13): the attach of its connection and its loss arrive as empty records from the
+    /// peer's routing id, in order with the peer's records; `stop` confirms itself
+    /// (`MONITOR_STOPPED`) and nothing reaches the stopped monitor afterwards; and a monitor
+    /// attached again for the close confirms it. Fails with a libzmq built without the draft API
+    /// (`set_router_notify` is `EINVAL` there).
+    #[test]
+    fn a_dialled_router_learns_of_its_connection_in_band_after_its_monitor_stopped() {
+        let mut s = Sockets::new(5);
+        let peer_ctx = zmq::Context::new();
+        let bound = peer_ctx.socket(zmq::ROUTER).expect("router");
+        bound.set_identity(b"B").expect("identity");
+        bound.set_linger(0).expect("linger");
+        bound.bind("tcp://127.0.0.1:*").expect("bind");
+        let ep = bound.get_last_endpoint().expect("ep").expect("utf-8");
+        let m = s.dialled(zmq::ROUTER).expect("socket");
+        assert_eq!(
+            m.socket
+                .get_router_notify()
+                .expect("draft ZMQ_ROUTER_NOTIFY"),
+            zmq::ROUTER_NOTIFY_CONNECT | zmq::ROUTER_NOTIFY_DISCONNECT
+        );
+        m.socket.set_identity(b"D").expect("identity");
+        m.socket.connect(&ep).expect("connect");
+        m.monitor.set_rcvtimeo(5_000).expect("rcvtimeo");
+        loop {
+            let frames = m.monitor.recv_multipart(0).expect("event within 5 s");
+            if MonitorEvent::decode(&frames) == Some(MonitorEvent::HandshakeSucceeded) {
+                break;
+            }
+        }
+        let (events, room) = match m.monitor.stop(&m.socket) {
+            Ok(stopped) => stopped,
+            Err((e, _)) => panic!("stop: {e}"),
+        };
+        assert_eq!(
+            events.last().map(|e| e.0),
+            Some(MonitorEvent::Stopped),
+            "{events:?}"
+        );
+        assert_eq!(s.open_sockets(), 3, "the socket keeps the room");
+        let notice = vec![b"B".to_vec(), Vec::new()];
+        m.socket.set_rcvtimeo(5_000).expect("rcvtimeo");
+        let attached = m.socket.recv_multipart(0).expect("notice within 5 s");
+        assert_eq!(attached, notice, "attached: an empty record from B");
+        m.socket.send_frames(&[b"B", b"hello"]).expect("send");
+        bound.set_rcvtimeo(5_000).expect("rcvtimeo");
+        let got = bound.recv_multipart(0).expect("record within 5 s");
+        assert_eq!(got, vec![b"D".to_vec(), b"hello".to_vec()]);
+        bound.send_frames(&[b"D", b"last"]).expect("send");
+        drop(bound);
+        let first = m.socket.recv_multipart(0).expect("record within 5 s");
+        assert_eq!(first, vec![b"B".to_vec(), b"last".to_vec()]);
+        let gone = m.socket.recv_multipart(0).expect("notice within 5 s");
+        assert_eq!(
+            gone, notice,
+            "gone: an empty record from B, after its last record"
+        );
+        // The close is confirmed by a monitor attached for it.
+        let closing = s.close_monitor(&m.socket, room).expect("close monitor");
+        drop(m.socket);
+        assert!(confirmed_within_5s(&closing), "close confirmed");
+        drop(closing);
         assert_eq!(s.open_sockets(), 0);
     }
 

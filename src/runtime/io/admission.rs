@@ -292,6 +292,7 @@ impl IoThread {
             outq: None,
             held: Vec::new(),
             verified_key: verified,
+            notices: 0,
         });
         if self.links[k].state.state() != ConnState::Connecting {
             note(self.links[k].state.handle_connecting(now));

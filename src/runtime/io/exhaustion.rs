@@ -14,7 +14,9 @@ use super::links::{backoff, note};
 use super::{IoThread, LinkKey};
 use crate::proto::state::{ConnState, FailureReason, LinkState, Recovery};
 use crate::runtime::fds::{self, Exhausted, Gauge};
-use crate::runtime::socket::{FDS_PER_CONTEXT, FDS_PER_DIALLED, SOCKETS_PER_CONTEXT};
+use crate::runtime::socket::{
+    FDS_PER_CONTEXT, FDS_PER_DIALLED, FDS_PER_MONITORED, SOCKETS_PER_CONTEXT,
+};
 
 /// Shortest time between two episode warnings: a node that runs out again and again logs
 /// once per this, with the count of what it left out.
@@ -165,20 +167,23 @@ impl IoThread {
     }
 
     /// At start, after the binds: warns when the descriptor limit is below what the
-    /// configuration needs (the descriptors open now, [`FDS_PER_DIALLED`] per connection the
-    /// node dials or subscribes, and the libzmq contexts for them), before any inbound
-    /// connection. The node starts all the same: the links that cannot open a socket fail
+    /// configuration needs (the descriptors open now, [`FDS_PER_DIALLED`] per RouteMesh lane
+    /// the node dials, [`FDS_PER_MONITORED`] per server it dials and per publisher it
+    /// subscribes to, and the libzmq contexts for them), before any inbound connection. The node starts all the same: the links that cannot open a socket fail
     /// with `resource_exhausted` and retry.
     pub(super) fn check_fd_limit(&mut self) {
-        let dialled = (2 * self.cfg.peers.len()
-            + self.cfg.servers.len()
-            + self.cfg.subscriptions.len()) as u64;
+        let lanes = 2 * self.cfg.peers.len() as u64;
+        let monitored = (self.cfg.servers.len() + self.cfg.subscriptions.len()) as u64;
+        let dialled = lanes + monitored;
         let (Some(open), Some(limit)) = (fds::open_count(), fds::limit()) else {
             return;
         };
         self.exhaustion.base = open;
         let contexts = dialled.div_ceil((SOCKETS_PER_CONTEXT / 3) as u64);
-        let need = open + dialled * FDS_PER_DIALLED + contexts * FDS_PER_CONTEXT;
+        let need = open
+            + lanes * FDS_PER_DIALLED
+            + monitored * FDS_PER_MONITORED
+            + contexts * FDS_PER_CONTEXT;
         if need > limit {
             tracing::warn!(
                 limit,
@@ -186,9 +191,10 @@ impl IoThread {
                 open,
                 dialled,
                 "the file descriptor limit ({limit}) is below what this node's configuration \
-                 needs: about {need} ({open} open now, {dialled} dialled or subscribed \
-                 connections x {FDS_PER_DIALLED}, {contexts} libzmq contexts x \
-                 {FDS_PER_CONTEXT}), before any inbound connection; links that cannot open a \
+                 needs: about {need} ({open} open now, {lanes} dialled RouteMesh lanes x \
+                 {FDS_PER_DIALLED}, {monitored} dialled servers and subscriptions x \
+                 {FDS_PER_MONITORED}, {contexts} libzmq contexts x {FDS_PER_CONTEXT}), before \
+                 any inbound connection; links that cannot open a \
                  socket will fail with resource_exhausted and retry. Raise the hard limit \
                  (ulimit -Hn, systemd LimitNOFILE=)"
             );

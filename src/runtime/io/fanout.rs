@@ -178,6 +178,7 @@ impl IoThread {
                 let added = self.add_slot(Slot {
                     socket: m.socket,
                     monitor: Some(m.monitor),
+                    room: None,
                     role: SlotRole::Sub(i),
                     endpoint: endpoint.clone(),
                     shared: None,

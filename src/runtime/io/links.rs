@@ -62,6 +62,9 @@ pub(super) struct Conn {
     /// The peer's CURVE public key, verified by the transport (issue 11); `None` without
     /// CURVE, where the peer's security identity is only what its handshake claimed.
     pub(super) verified_key: Option<PublicKey>,
+    /// Connection notices a dialled ROUTER received in band (`ROUTER_NOTIFY`, issue 13): the
+    /// first says the connection attached, any later one that it is gone.
+    pub(super) notices: u8,
 }
 
 pub(super) struct Link {
@@ -242,6 +245,7 @@ impl IoThread {
         let added = self.add_slot(Slot {
             socket: m.socket,
             monitor: Some(m.monitor),
+            room: None,
             role: SlotRole::Dialled(k),
             endpoint: endpoint.clone(),
             shared: None,
@@ -276,6 +280,7 @@ impl IoThread {
             held: Vec::new(),
             // Proven by the CURVE handshake before the first record can arrive.
             verified_key: server_key,
+            notices: 0,
         });
         note(l.state.handle_connecting(now));
         let name = self.link_name(k);
@@ -438,7 +443,16 @@ impl IoThread {
         let dialled =
             matches!(self.slots.get(conn.slot), Some(Some(s)) if s.role == SlotRole::Dialled(k));
         if dialled {
-            if let Some(slot) = self.take_slot(conn.slot) {
+            if let Some(mut slot) = self.take_slot(conn.slot) {
+                // A socket whose monitor was stopped after its handshake gets one again for
+                // its close (issue 13); if it cannot (no descriptors), the close goes
+                // unconfirmed and the link dials again after its backoff alone.
+                if let (None, Some(room)) = (slot.monitor.as_ref(), slot.room.take()) {
+                    match self.sockets.close_monitor(&slot.socket, room) {
+                        Ok(m) => slot.monitor = Some(m),
+                        Err(e) => tracing::debug!(error = %e, link = k, "close not monitored"),
+                    }
+                }
                 // Closing our own dialled socket: keep its monitor until libzmq confirms the
                 // close, and dial no replacement before that (MISSION F3).
                 if let Some(m) = slot.monitor {
@@ -515,7 +529,76 @@ impl IoThread {
         });
     }
 
+    /// Reads and acts on the events queued on a slot's monitor; a dialled ROUTER's monitor
+    /// is stopped once its connection's handshake is done (see [`IoThread::stop_monitor`]).
     pub(super) fn drain_monitor(&mut self, slot: SlotKey, now: Instant) {
+        self.monitor_events(slot, now);
+        self.stop_monitor(slot, now);
+    }
+
+    /// A dialled ROUTER whose handshake is done (HELLO sent) needs its monitor no longer
+    /// (issue 13): the loss of its connection reaches it in band (`ROUTER_NOTIFY`, see
+    /// [`IoThread::on_router_notice`]), so the monitor is stopped and its two descriptors go.
+    /// Events libzmq raised before the stop (a disconnect among them) are acted on here.
+    fn stop_monitor(&mut self, slot: SlotKey, now: Instant) {
+        let Some(Some(s)) = self.slots.get(slot) else {
+            return;
+        };
+        let SlotRole::Dialled(k) = s.role else {
+            return;
+        };
+        let done = s.monitor.is_some()
+            && s.socket.get_socket_type() == Ok(zmq::ROUTER)
+            && self.links[k]
+                .conn
+                .as_ref()
+                .is_some_and(|c| c.slot == slot && c.hello_sent);
+        if !done {
+            return;
+        }
+        let Some(Some(s)) = self.slots.get_mut(slot) else {
+            return;
+        };
+        let Some(m) = s.monitor.take() else {
+            return;
+        };
+        self.ready.deregister(&m);
+        self.monitors_ready.remove(slot);
+        match m.stop(&s.socket) {
+            Ok((events, room)) => {
+                s.room = Some(room);
+                self.act_on_monitor_events(slot, events, now);
+            }
+            Err((e, m)) => {
+                // It keeps running: the node goes on with it as before.
+                tracing::debug!(error = %e, link = k, "monitor not stopped");
+                let registered = self.ready.register(&m, Watch::Monitor(slot));
+                if let Err(e) = registered {
+                    tracing::debug!(error = %e, "monitor not watched");
+                }
+                s.monitor = Some(m);
+            }
+        }
+    }
+
+    /// An empty record a dialled ROUTER received from its peer's routing id: a connection
+    /// notice of libzmq (`ROUTER_NOTIFY`, issue 13), in order with the peer's records. The
+    /// first says the connection attached; any later one that the connection is gone
+    /// (MISSION L6: at once), whether it says so itself or is the attach of a reconnection
+    /// libzmq made after it (which never carries this link's records).
+    pub(super) fn on_router_notice(&mut self, k: LinkKey, now: Instant) {
+        let Some(c) = self.links[k].conn.as_mut() else {
+            return;
+        };
+        c.notices = c.notices.saturating_add(1);
+        tracing::debug!(link = k, notices = c.notices, "connection notice");
+        if c.notices > 1 {
+            self.fail_link(k, FailureReason::TransportError, "disconnected", now);
+        }
+    }
+
+    /// Reads the events queued on a slot's monitor and acts on them.
+    fn monitor_events(&mut self, slot: SlotKey, now: Instant) {
         let mut events = Vec::new();
         if let Some(Some(s)) = self.slots.get(slot) {
             if let Some(m) = &s.monitor {
@@ -527,6 +610,16 @@ impl IoThread {
                 self.ready.touch(Watch::Monitor(slot));
             }
         }
+        self.act_on_monitor_events(slot, events, now);
+    }
+
+    /// Acts on events read from a slot's monitor, in order.
+    fn act_on_monitor_events(
+        &mut self,
+        slot: SlotKey,
+        events: Vec<(MonitorEvent, u32)>,
+        now: Instant,
+    ) {
         for (ev, value) in events {
             let Some(Some(s)) = self.slots.get(slot) else {
                 return;

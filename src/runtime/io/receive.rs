@@ -213,6 +213,15 @@ impl IoThread {
                         return;
                     }
                     frames.remove(0);
+                    // An empty record from the peer's routing id is libzmq's notice that the
+                    // connection attached or is gone (ROUTER_NOTIFY, issue 13), never one of
+                    // the peer's records (each has an envelope).
+                    if let [only] = frames.as_slice() {
+                        if only.as_ref().is_empty() {
+                            self.on_router_notice(k, now);
+                            return;
+                        }
+                    }
                 }
                 self.on_link_record(k, &frames, now);
             }

@@ -11,7 +11,7 @@ use crate::proto::ConnId;
 use crate::runtime::error::NodeError;
 use crate::runtime::records::Lane;
 use crate::runtime::socket::{
-    guarded, set_curve_server, Frame, FrameSocket, MonitorSocket, CLOSE_LINGER_MS,
+    guarded, set_curve_server, Frame, FrameSocket, MonitorSocket, SocketRoom, CLOSE_LINGER_MS,
 };
 
 /// What a socket is for.
@@ -28,6 +28,9 @@ pub(super) enum SlotRole {
 pub(super) struct Slot {
     pub(super) socket: zmq::Socket,
     pub(super) monitor: Option<MonitorSocket>,
+    /// The room in its context of a dialled ROUTER whose monitor was stopped once its
+    /// handshake was done (issue 13): a monitor is attached again in it for the close.
+    pub(super) room: Option<SocketRoom>,
     pub(super) role: SlotRole,
     pub(super) endpoint: String,
     /// The scheduler's handle of a bound socket shared by several peers (MISSION R3).
@@ -89,6 +92,7 @@ impl IoThread {
             .add_slot(Slot {
                 socket,
                 monitor,
+                room: None,
                 role,
                 endpoint,
                 shared: None,

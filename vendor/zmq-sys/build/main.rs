@@ -22,6 +22,10 @@ fn main() {
     let include = dep("DEP_SODIUM_INCLUDE");
     zeromq_src::Build::new()
         .with_libsodium(Some(zeromq_src::LibLocation::new(lib, include)))
+        // The draft API for ZMQ_ROUTER_NOTIFY (zmesh's third change, issue 13): a dialled
+        // ROUTER learns of its connection's loss in band, without a monitor socket (two
+        // descriptors) per connection. Options and calls outside the draft behave the same.
+        .enable_draft(true)
         .build();
 }
 

@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use zmesh::config::{Endpoint, NodeConfig, PeerConfig};
-use zmesh::runtime::socket::{FDS_PER_CONTEXT, FDS_PER_DIALLED, SOCKETS_PER_CONTEXT};
+use zmesh::runtime::socket::{
+    FDS_PER_CONTEXT, FDS_PER_DIALLED, FDS_PER_MONITORED, SOCKETS_PER_CONTEXT,
+};
 
 use super::idle::{FakePeers, NodeProcess, Publishers, PERIOD};
 use super::{clock_ticks, Plan};
@@ -203,12 +205,15 @@ fn needed_for(n: usize) -> u64 {
 }
 
 /// Descriptors one process needs for `connections`, `publishers` of them fanout: the node
-/// (about [`FDS_PER_DIALLED`] per connection and its contexts) or this bench (a PUB socket's
+/// ([`FDS_PER_DIALLED`] per mesh lane, [`FDS_PER_MONITORED`] per subscription, and its
+/// contexts) or this bench (a PUB socket's
 /// mailbox, listening socket and connection per publisher; one accepted connection per mesh
 /// lane), whichever is more.
 fn needed(connections: u64, publishers: u64) -> u64 {
     let contexts = connections.div_ceil((SOCKETS_PER_CONTEXT / 3) as u64) + 1;
-    let node = connections * FDS_PER_DIALLED + contexts * FDS_PER_CONTEXT;
+    let node = (connections - publishers) * FDS_PER_DIALLED
+        + publishers * FDS_PER_MONITORED
+        + contexts * FDS_PER_CONTEXT;
     let bench = 3 * publishers + (connections - publishers) + contexts * FDS_PER_CONTEXT;
     node.max(bench) + SLACK_FDS
 }
