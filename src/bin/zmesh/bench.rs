@@ -11,7 +11,7 @@
 //! | P6 | failure detection: orderly close, killed process, half-open | - | event on the dialling node |
 //! | K5 | bytes on the wire, calls/s and latency of 300 concurrent small calls, `batch_calls` off and on | - | a RouteMesh pair through counting TCP proxies |
 //! | C1 | P1 (1 KiB, `send_batch`) and P2 with CURVE on both sides (issue 11) | DEALER -> ROUTER with CURVE | a pair in `[security] mode = "curve"` |
-//! | P7 | one node with 1 000 / 5 000 / 10 000 connections: time to all ready, idle CPU, descriptors and memory per connection (issue 13) | - | a `zmesh node` child process (see `scale`) |
+//! | P7 | one node with 1 000 / 5 000 / 10 000 connections (a fifth fanout), then 10 000 RouteMesh lanes only: time to all ready, idle CPU, descriptors and memory per connection (issue 13) | - | a `zmesh node` child process (see `scale`) |
 //!
 //! Every measurement is repeated `--runs` times (raw and zmesh interleaved); the table shows
 //! the median and the min..max spread. P4 is one window of `--flood-secs` (its thousands of
@@ -526,11 +526,15 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
         let r = scale::scale(&plan).await?;
         for row in r.rows {
             // One row per size: the labels are made once per run (a CLI's few bytes).
+            // A size of RouteMesh lanes only is named so.
+            let mesh = if row.publishers == 0 { " mesh" } else { "" };
             let name = |what: &str| -> &'static str {
-                Box::leak(format!("P7 {what}, {} conn", row.connections).into_boxed_str())
+                Box::leak(format!("P7 {what}, {} conn{mesh}", row.connections).into_boxed_str())
             };
             let key = |what: &str| -> &'static str {
-                Box::leak(format!("p7_{what}_{}", row.connections).into_boxed_str())
+                let mesh = mesh.trim().replace(' ', "_");
+                let sep = if mesh.is_empty() { "" } else { "_" };
+                Box::leak(format!("p7_{what}_{}{sep}{mesh}", row.connections).into_boxed_str())
             };
             let one = |v: f64| {
                 let mut s = Series::default();

@@ -455,23 +455,6 @@ impl Context {
         Ok(())
     }
 
-    /// Set the largest number of sockets this context allows (`ZMQ_MAX_SOCKETS`; libzmq's
-    /// default is 1023). Set before the first socket is created. (Added by zmesh.)
-    pub fn set_max_sockets(&self, value: i32) -> Result<()> {
-        zmq_try!(unsafe {
-            zmq_sys::zmq_ctx_set(self.raw.ctx, zmq_sys::ZMQ_MAX_SOCKETS as _, value as i32)
-        });
-        Ok(())
-    }
-
-    /// Get the largest number of sockets this context allows (`ZMQ_MAX_SOCKETS`). (Added by
-    /// zmesh.)
-    pub fn get_max_sockets(&self) -> Result<i32> {
-        let rc =
-            zmq_try!(unsafe { zmq_sys::zmq_ctx_get(self.raw.ctx, zmq_sys::ZMQ_MAX_SOCKETS as _) });
-        Ok(rc as i32)
-    }
-
     /// Create a new socket.
     ///
     /// Note that the returned socket keeps a an `Arc` reference to

@@ -9,8 +9,12 @@
 //! memory per connection are the loaded node's minus those of the same binary running a node
 //! without links, over N.
 //!
-//! Descriptors: the node needs about [`FDS_PER_DIALLED`] per connection, so 10 000 need
-//! more than the usual hard limit of 20 000. The bench raises its own limit before each size
+//! Then one size of RouteMesh lanes only ([`MESH_ONLY_SIZE`]): the connections a node dials
+//! at [`FDS_PER_DIALLED`] descriptors each, without the fanout subscriptions'
+//! [`FDS_PER_MONITORED`].
+//!
+//! Descriptors: the node needs [`FDS_PER_DIALLED`] per mesh lane and [`FDS_PER_MONITORED`] per
+//! subscription, so 10 000 need more than the usual hard limit of 20 000. The bench raises its own limit before each size
 //! (soft to hard, and the hard limit too where it may: as root with `CAP_SYS_RESOURCE`), and
 //! the node, its child, inherits it; a size the limit cannot hold is skipped with the
 //! figures, and the largest size under the limit (a multiple of 500) is measured instead.
@@ -28,6 +32,8 @@ use super::{clock_ticks, Plan};
 
 /// The sizes measured (connections).
 pub(crate) const SIZES: [usize; 3] = [1_000, 5_000, 10_000];
+/// The size of the RouteMesh-only measurement (connections, two per peer), after [`SIZES`].
+pub(crate) const MESH_ONLY_SIZE: usize = 10_000;
 /// The size of `--quick` (smoke only).
 const QUICK_SIZE: usize = 30;
 /// Descriptors beyond the connections' own (the process, its contexts, slack).
@@ -62,10 +68,14 @@ pub(crate) async fn scale(plan: &Plan) -> Result<Scale> {
 }
 
 fn scale_blocking(plan: &Plan) -> Result<Scale> {
-    let sizes: Vec<usize> = if plan.quick {
-        vec![QUICK_SIZE]
+    let sizes: Vec<(usize, bool)> = if plan.quick {
+        vec![(QUICK_SIZE, false)]
     } else {
-        SIZES.to_vec()
+        SIZES
+            .iter()
+            .map(|&n| (n, false))
+            .chain([(MESH_ONLY_SIZE, true)])
+            .collect()
     };
     let dir = std::env::temp_dir().join(format!("zmesh-bench-scale-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -74,33 +84,35 @@ fn scale_blocking(plan: &Plan) -> Result<Scale> {
         skipped: Vec::new(),
     };
     let mut largest = 0;
-    for n in sizes {
-        let need = needed_for(n);
+    for (n, mesh_only) in sizes {
+        let need = needed_for(n, mesh_only);
         let limit = raise_limit(need);
         let n = if limit >= need {
             n
         } else {
             let why = format!(
-                "needs about {need} file descriptors ({FDS_PER_DIALLED} per connection in the \
-                 node); the limit is {limit} and could not be raised (raising the hard limit \
-                 needs root with CAP_SYS_RESOURCE)"
+                "needs about {need} file descriptors ({FDS_PER_DIALLED} per mesh lane and \
+                 {FDS_PER_MONITORED} per subscription in the node); the limit is {limit} and \
+                 could not be raised (raising the hard limit needs root with CAP_SYS_RESOURCE)"
             );
             eprintln!("P7 {n} connections: skipped: {why}");
             out.skipped.push((n, why));
-            // The largest size under the limit instead (in steps of 500), once.
+            // The largest size under the limit instead (in steps of 500), once per mix.
             match (1..=n / SIZE_STEP)
                 .rev()
                 .map(|k| k * SIZE_STEP)
-                .find(|&m| needed_for(m) <= limit)
+                .find(|&m| needed_for(m, mesh_only) <= limit)
             {
-                Some(m) if m > largest => m,
+                Some(m) if mesh_only || m > largest => m,
                 _ => continue,
             }
         };
-        largest = largest.max(n);
-        let publishers = n / 5;
+        if !mesh_only {
+            largest = largest.max(n);
+        }
+        let publishers = if mesh_only { 0 } else { n / 5 };
         let peers = (n - publishers) / 2;
-        let limit = raise_limit(needed_for(n));
+        let limit = raise_limit(needed_for(n, mesh_only));
         out.rows
             .push(one_size(plan, &dir, publishers, peers, limit)?);
     }
@@ -197,9 +209,10 @@ fn one_size(
     Ok(row)
 }
 
-/// Descriptors one process needs for `n` connections as this bench makes them.
-fn needed_for(n: usize) -> u64 {
-    let publishers = n / 5;
+/// Descriptors one process needs for `n` connections as this bench makes them (a fifth of
+/// them publishers, or none if `mesh_only`).
+fn needed_for(n: usize, mesh_only: bool) -> u64 {
+    let publishers = if mesh_only { 0 } else { n / 5 };
     let connections = publishers + 2 * ((n - publishers) / 2);
     needed(connections as u64, publishers as u64)
 }
