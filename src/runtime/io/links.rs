@@ -446,8 +446,11 @@ impl IoThread {
             if let Some(mut slot) = self.take_slot(conn.slot) {
                 // A socket whose monitor was stopped after its handshake gets one again for
                 // its close (issue 13); if it cannot (no descriptors), the close goes
-                // unconfirmed and the link dials again after its backoff alone.
-                if let (None, Some(room)) = (slot.monitor.as_ref(), slot.room.take()) {
+                // unconfirmed and the link dials again after its backoff alone. A node that
+                // stops dials nothing again: no confirmation is needed then.
+                let redial = self.host != Host::Stopped;
+                if let (None, Some(room), true) = (slot.monitor.as_ref(), slot.room.take(), redial)
+                {
                     match self.sockets.close_monitor(&slot.socket, room) {
                         Ok(m) => slot.monitor = Some(m),
                         Err(e) => tracing::debug!(error = %e, link = k, "close not monitored"),
