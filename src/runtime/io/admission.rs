@@ -25,6 +25,11 @@ use crate::runtime::socket::Frame;
 
 impl IoThread {
     pub(super) fn send_hello(&mut self, k: LinkKey) {
+        // Once per connection: a dialled ROUTER learns that its handshake is done both from
+        // its monitor and in band (`on_router_notice`), in either order.
+        if self.links[k].conn.as_ref().is_none_or(|c| c.hello_sent) {
+            return;
+        }
         let Some((lane, expect)) = self.dial_expectation(k) else {
             return;
         };

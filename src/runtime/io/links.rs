@@ -597,7 +597,14 @@ impl IoThread {
         tracing::debug!(link = k, notices = c.notices, "connection notice");
         if c.notices > 1 {
             self.fail_link(k, FailureReason::TransportError, "disconnected", now);
+            return;
         }
+        // Attached: the handshake is done and the socket knows the peer's routing id, so
+        // HELLO can go now if the monitor's word has not come yet (or a send right after it
+        // found the peer not yet known), and the monitor can go.
+        let slot = c.slot;
+        self.send_hello(k);
+        self.stop_monitor(slot, now);
     }
 
     /// Reads the events queued on a slot's monitor and acts on them.
