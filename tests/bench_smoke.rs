@@ -51,9 +51,11 @@ fn non_negative(v: &serde_json::Value) -> bool {
 
 #[test]
 fn bench_quick_reports_every_metric() {
-    let dir = std::env::temp_dir().join(format!("zmesh-bench-smoke-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let json = dir.join("bench.json");
+    let dir = tempfile::Builder::new()
+        .prefix("zmesh-bench-smoke-")
+        .tempdir()
+        .expect("temp dir");
+    let json = dir.path().join("bench.json");
     let child = Command::new(env!("CARGO_BIN_EXE_zmesh"))
         .args(["bench", "--quick", "--json"])
         .arg(&json)
@@ -124,5 +126,4 @@ fn bench_quick_reports_every_metric() {
     let (off, on) = (messages("k5_bytes_unbatched"), messages("k5_bytes_batched"));
     assert!(off >= 300.0, "unbatched: {off} messages for 300 calls");
     assert!(on < off, "batched: {on} messages, unbatched {off}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -176,10 +176,12 @@ fn spawn_callee(
 /// after a timeout.
 #[tokio::test]
 async fn c2_callee_killed_mid_call_fails_at_once_may_have_run() {
-    let dir = std::env::temp_dir().join(format!("zmesh-callkill-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let tmp = tempfile::Builder::new()
+        .prefix("zmesh-callkill-")
+        .tempdir()
+        .expect("dir");
     let b_bind = mesh_bind(true);
-    let (mut child, lines) = spawn_callee(&dir, &b_bind, "work");
+    let (mut child, lines) = spawn_callee(tmp.path(), &b_bind, "work");
     let mut a = NodeConfig::new("a");
     a.peers = vec![peer("b", &b_bind)];
     let (a, _ea) = start_ready(a, "b").await;

@@ -26,8 +26,11 @@ async fn o1_cli_node_ndjson_events_and_status_snapshot() {
     cfg.subscriptions = vec![Endpoint {
         endpoint: pub_ep.clone(),
     }];
-    let dir = std::env::temp_dir().join(format!("zmesh-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let tmp = tempfile::Builder::new()
+        .prefix("zmesh-cli-")
+        .tempdir()
+        .expect("dir");
+    let dir = tmp.path();
     let path = dir.join("node.toml");
     std::fs::write(&path, toml::to_string(&cfg).expect("toml")).expect("write");
     let control = ipc("ctl");
@@ -109,8 +112,11 @@ async fn c3_cli_call_prints_result_or_honest_error() {
         application: common::free_tcp(),
         completion: common::free_tcp(),
     };
-    let dir = std::env::temp_dir().join(format!("zmesh-cli-call-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let tmp = tempfile::Builder::new()
+        .prefix("zmesh-cli-call-")
+        .tempdir()
+        .expect("dir");
+    let dir = tmp.path();
     let mut b = NodeConfig::new("b");
     b.memberships = vec![Membership {
         role: Role::Server,
@@ -185,8 +191,11 @@ async fn c3_cli_call_prints_result_or_honest_error() {
 async fn k1_k2_cli_describe_and_ops() {
     use zmesh::config::ServerConfig;
     use zmesh::proto::handshake::{Membership, Role};
-    let dir = std::env::temp_dir().join(format!("zmesh-cli-describe-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let tmp = tempfile::Builder::new()
+        .prefix("zmesh-cli-describe-")
+        .tempdir()
+        .expect("dir");
+    let dir = tmp.path();
     let endpoint = common::free_tcp();
     let mut b = NodeConfig::new("pump-node");
     b.memberships = vec![Membership {

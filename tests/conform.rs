@@ -12,6 +12,7 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -57,9 +58,16 @@ fn start_and_wait_first_line(mut cmd: Command) -> Killed {
     Killed(child)
 }
 
-fn write_config(c: &NodeConfig) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("zmesh-conform-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+/// A directory for one test's node configurations, removed when the guard drops (even on a
+/// panic): declared before the test's [`Killed`] children, so they are killed first.
+fn config_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("zmesh-conform-")
+        .tempdir()
+        .expect("dir")
+}
+
+fn write_config(dir: &Path, c: &NodeConfig) -> PathBuf {
     let path = dir.join(format!("{}.toml", c.rid));
     std::fs::write(&path, toml::to_string(c).expect("toml")).expect("write");
     path
@@ -149,8 +157,9 @@ fn table(v: &Value) -> String {
 /// without Server membership. Nothing fails, nothing warns, and every rule the description
 /// enables passed (the long ones are not run).
 /// A zmesh node in every role (the runner is its pinned RouteMesh peer `zmesh-conform` and
-/// its ClientServer server), started; and the runner's description of it.
-fn node_t() -> (Killed, Vec<String>) {
+/// its ClientServer server), started, its configuration in `dir`; and the runner's
+/// description of it.
+fn node_t(dir: &Path) -> (Killed, Vec<String>) {
     let route_mesh = RouteMeshBind {
         application: free_tcp(),
         completion: free_tcp(),
@@ -187,7 +196,7 @@ fn node_t() -> (Killed, Vec<String>) {
     node.args([
         "node", "--events", "ndjson", "--serve", "orders", "--config",
     ])
-    .arg(write_config(&t));
+    .arg(write_config(dir, &t));
     let node = start_and_wait_first_line(node);
     let args = vec![
         "--route-mesh".into(),
@@ -219,7 +228,8 @@ fn node_t() -> (Killed, Vec<String>) {
 /// enables passed (the long ones are not run).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conform_passes_against_zmesh() {
-    let (_node, args) = node_t();
+    let dir = config_dir();
+    let (_node, args) = node_t(dir.path());
     // Records on the wire for §7.2: a `zmesh pub` publishing every 200 ms.
     let records = free_tcp();
     let mut publish = zmesh();
@@ -236,7 +246,7 @@ async fn conform_passes_against_zmesh() {
     let mut lonely_node = zmesh();
     lonely_node
         .args(["node", "--events", "ndjson", "--config"])
-        .arg(write_config(&n));
+        .arg(write_config(dir.path(), &n));
     // It prints nothing until a link changes: started without waiting for a line.
     let _lonely = Killed(
         lonely_node
@@ -296,7 +306,8 @@ async fn conform_passes_against_zmesh() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "about 25 s (the 15 s deadlines); run with --ignored"]
 async fn conform_long_checks_pass_against_zmesh() {
-    let (_node, mut args) = node_t();
+    let dir = config_dir();
+    let (_node, mut args) = node_t(dir.path());
     args.push("--long".into());
     let (status, v) = conform(args).await;
     assert_eq!(v["failed"], 0, "{}", table(&v));

@@ -9,13 +9,12 @@ use zmesh::proto::contract::{
     default_execution, MethodContract, NodeContract, Semantics, ServiceContract, Shape,
 };
 
-/// A fresh directory for one test's files.
-fn temp_dir(test: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("zmesh-contract-cli-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+/// A fresh directory for one test's files, removed when the guard drops (even on a panic).
+fn temp_dir(test: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("zmesh-contract-cli-{test}-"))
+        .tempdir()
+        .expect("temp dir")
 }
 
 /// A pump node whose `pressure` method has the given semantics.
@@ -64,11 +63,12 @@ fn stdout(out: &Output) -> String {
 /// the same contract on both sides exits 0 and says there are no changes.
 #[test]
 fn k1_cli_compatible_change_exits_0() {
-    let dir = temp_dir("ok");
-    let old = write(&dir, "old.json", &pump(None));
+    let tmp = temp_dir("ok");
+    let dir = tmp.path();
+    let old = write(dir, "old.json", &pump(None));
     let mut newer = pump(Some(Semantics::Query));
     newer.services[0].version = "2".to_owned();
-    let new = write(&dir, "new.json", &newer);
+    let new = write(dir, "new.json", &newer);
 
     let out = zmesh_check(&old, &new, &[]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -85,10 +85,11 @@ fn k1_cli_compatible_change_exits_0() {
 /// of the table names the channel and the method; `--json` prints the same report as JSON.
 #[test]
 fn k1_cli_more_dangerous_method_exits_1_and_names_it() {
-    let dir = temp_dir("breaking");
-    let old = write(&dir, "old.json", &pump(Some(Semantics::Query)));
+    let tmp = temp_dir("breaking");
+    let dir = tmp.path();
+    let old = write(dir, "old.json", &pump(Some(Semantics::Query)));
     let new = write(
-        &dir,
+        dir,
         "new.json",
         &pump(Some(Semantics::NonRepeatableCommand)),
     );
@@ -122,14 +123,15 @@ fn k1_cli_more_dangerous_method_exits_1_and_names_it() {
 /// of another format each exit 2 with a message naming the file.
 #[test]
 fn k1_cli_unreadable_or_invalid_input_exits_2_naming_the_file() {
-    let dir = temp_dir("invalid");
-    let good = write(&dir, "good.json", &pump(None));
+    let tmp = temp_dir("invalid");
+    let dir = tmp.path();
+    let good = write(dir, "good.json", &pump(None));
     let missing = dir.join("missing.json");
     let not_json = dir.join("not-json.json");
     std::fs::write(&not_json, "this is not json").expect("write");
     let mut conflating_query = pump(Some(Semantics::Query));
     conflating_query.services[0].methods[1].conflate = true;
-    let invalid = write(&dir, "invalid.json", &conflating_query);
+    let invalid = write(dir, "invalid.json", &conflating_query);
     let future = dir.join("future.json");
     std::fs::write(&future, r#"{"format": 2, "rid": "x", "services": []}"#).expect("write");
 

@@ -17,8 +17,11 @@ async fn o2_discovery_metrics_carry_no_identities() {
     recorder
         .install()
         .expect("the only recorder in this test binary");
-    let dir = std::env::temp_dir().join(format!("zmesh-disc-metrics-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let tmp = tempfile::Builder::new()
+        .prefix("zmesh-disc-metrics-")
+        .tempdir()
+        .expect("dir");
+    let dir = tmp.path();
     std::fs::create_dir_all(dir.join("store")).expect("dir");
     let url = format!("sqlite://{}", dir.join("store").join("mesh.db").display());
     let mut nodes = Vec::new();
@@ -96,5 +99,4 @@ async fn o2_discovery_metrics_carry_no_identities() {
     for n in nodes {
         n.shutdown().await.expect("shutdown");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -3,7 +3,6 @@
 //! reload, then reports deltas (put, new generation, removal, expiry), says once when the
 //! store cannot be read, and starts over with a reload when it can again.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use zmesh::proto::discovery::{Descriptor, MeshEndpoints};
@@ -15,11 +14,12 @@ use zmesh::runtime::store::{
 const BOUND: Duration = Duration::from_secs(10);
 const TTL: Duration = Duration::from_secs(30);
 
-fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("zmesh-store-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
+/// A directory for one test's store, removed when the guard drops (even on a panic).
+fn dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("zmesh-store-{name}-"))
+        .tempdir()
+        .expect("temp dir")
 }
 
 fn desc(rid: &str, generation: u64) -> Descriptor {
@@ -49,7 +49,8 @@ async fn next(w: &mut Watch) -> WatchEvent {
 
 #[tokio::test]
 async fn d2_sqlite_put_list_renew_remove() {
-    let d = dir("crud");
+    let tmp = dir("crud");
+    let d = tmp.path();
     let store = store::open(&format!("sqlite://{}", d.join("mesh.db").display())).expect("open");
     assert!(store.list().await.expect("empty list").is_empty());
     let lease = store.put(&desc("b", 7), TTL).await.expect("put");
@@ -82,7 +83,8 @@ async fn d2_sqlite_put_list_renew_remove() {
 /// its renewal answers Lost (the node then publishes again).
 #[tokio::test]
 async fn d3_unrenewed_lease_expires() {
-    let d = dir("expiry");
+    let tmp = dir("expiry");
+    let d = tmp.path();
     let store = SqliteStore::new(d.join("mesh.db"));
     let mut watch = store.watch().expect("watch");
     assert!(matches!(next(&mut watch).await, WatchEvent::Reload { .. }));
@@ -105,7 +107,8 @@ async fn d3_unrenewed_lease_expires() {
 
 #[tokio::test]
 async fn d2_sqlite_watch_reload_then_deltas() {
-    let d = dir("watch");
+    let tmp = dir("watch");
+    let d = tmp.path();
     let store = SqliteStore::new(d.join("mesh.db"));
     store.put(&desc("a", 1), TTL).await.expect("put a");
     let mut watch = store.watch().expect("watch");
@@ -146,7 +149,8 @@ async fn d2_sqlite_watch_reload_then_deltas() {
 /// watch starts over with a reload that holds what changed meanwhile.
 #[tokio::test]
 async fn f5_sqlite_unavailable_then_resumed_with_a_reload() {
-    let d = dir("outage");
+    let tmp = dir("outage");
+    let d = tmp.path();
     let path = d.join("db").join("mesh.db");
     std::fs::create_dir_all(path.parent().expect("parent")).expect("db dir");
     let store = SqliteStore::new(&path);

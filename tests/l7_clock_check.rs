@@ -26,7 +26,11 @@ fn l7_check_passes_on_this_tree() {
 /// MISSION L7: the same check fails on a tree where src/ subtracts wall-clock readings.
 #[test]
 fn l7_check_fails_on_wall_clock_elapsed_time() {
-    let dir = std::env::temp_dir().join(format!("zmesh-l7-{}", std::process::id()));
+    let tmp = tempfile::Builder::new()
+        .prefix("zmesh-l7-")
+        .tempdir()
+        .expect("dir");
+    let dir = tmp.path();
     std::fs::create_dir_all(dir.join(".ci")).expect("dir");
     std::fs::create_dir_all(dir.join("src")).expect("dir");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/check-clock");
@@ -37,11 +41,10 @@ fn l7_check_fails_on_wall_clock_elapsed_time() {
          std::time::SystemTime::now().duration_since(start).map(|d| d.as_secs() > 15).unwrap_or(false)\n}\n",
     )
     .expect("write");
-    let out = run_check(&dir);
+    let out = run_check(dir);
     assert!(
         !out.status.success(),
         "the check let wall-clock elapsed time through"
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("src/deadline.rs"));
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -143,8 +143,11 @@ async fn o2_prometheus_scrape_conventional_names_no_identities() {
     a.publisher = Some(Endpoint {
         endpoint: pub_ep.clone(),
     });
-    let dir = std::env::temp_dir().join(format!("zmesh-prom-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let tmp = tempfile::Builder::new()
+        .prefix("zmesh-prom-")
+        .tempdir()
+        .expect("dir");
+    let dir = tmp.path();
     let path = dir.join("node-ay.toml");
     std::fs::write(&path, toml::to_string(&a).expect("toml")).expect("write");
     let addr = format!("127.0.0.1:{}", free_port());

@@ -367,8 +367,11 @@ async fn l5_malformed_reserved_topic_drops_only_that_publisher() {
 /// reason transport_error (not the 15 s deadline); the other peer stays ready.
 #[tokio::test]
 async fn l6_killed_peer_process_detected_at_once_only_that_peer() {
-    let dir = std::env::temp_dir().join(format!("zmesh-kill-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let tmp = tempfile::Builder::new()
+        .prefix("zmesh-kill-")
+        .tempdir()
+        .expect("dir");
+    let dir = tmp.path();
     let (b_bind, c_bind) = (mesh_bind(true), mesh_bind(true));
     let mut b = NodeConfig::new("b");
     b.memberships = server_of("x");

@@ -143,8 +143,11 @@ async fn issue11_800mb_frames_before_hello_cost_no_memory_and_spare_other_peers(
     cfg.server = Some(Endpoint {
         endpoint: server_ep.clone(),
     });
-    let dir = std::env::temp_dir().join(format!("zmesh-sec-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let tmp = tempfile::Builder::new()
+        .prefix("zmesh-sec-")
+        .tempdir()
+        .expect("dir");
+    let dir = tmp.path();
     let path = dir.join("guarded.toml");
     std::fs::write(&path, toml::to_string(&cfg).expect("toml")).expect("write");
     let mut node = Child(
