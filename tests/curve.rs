@@ -37,38 +37,33 @@ const STEP: Duration = Duration::from_secs(20);
 /// A Python peer never outlives this (seconds).
 const PY_LIFETIME_S: u32 = 120;
 
-/// Key files in a directory of this test's own.
+/// Key files in a directory of this test's own, removed when dropped (even on a panic).
 struct Keys {
-    dir: PathBuf,
+    dir: tempfile::TempDir,
 }
 
 impl Keys {
     fn new(tag: &str) -> Keys {
-        let dir = std::env::temp_dir().join(format!("zmesh-curve-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("key dir");
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("zmesh-curve-{tag}-"))
+            .tempdir()
+            .expect("key dir");
         Keys { dir }
     }
 
     /// A fresh key pair, written to `<name>.key`.
     fn pair(&self, name: &str) -> (KeyPair, PathBuf) {
         let pair = KeyPair::generate().expect("CURVE key pair");
-        let path = self.dir.join(format!("{name}.key"));
+        let path = self.dir.path().join(format!("{name}.key"));
         pair.write_new(&path).expect("write key file");
         (pair, path)
     }
 
     /// A subdirectory (an `allow_dir`).
     fn subdir(&self, name: &str) -> PathBuf {
-        let d = self.dir.join(name);
+        let d = self.dir.path().join(name);
         std::fs::create_dir_all(&d).expect("dir");
         d
-    }
-}
-
-impl Drop for Keys {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -260,7 +255,7 @@ async fn issue11_no_key_wrong_key_and_unlisted_key_are_never_ready() {
     let (stranger_k, stranger_f) = keys.pair("stranger");
     let (impostor_k, _) = keys.pair("impostor");
     // The allowed public key with another secret key: the raw 64-byte key file form.
-    let impostor_f = keys.dir.join("impostor-raw.key");
+    let impostor_f = keys.dir.path().join("impostor-raw.key");
     let mut raw = good_k.public.as_bytes().to_vec();
     raw.extend_from_slice(impostor_k.secret_bytes());
     std::fs::write(&impostor_f, raw).expect("raw key file");
@@ -709,7 +704,7 @@ async fn issue11_zmesh_node_reloads_its_allow_list_on_sighup() {
         allow_dir: Some(allowed),
         ..SecurityConfig::curve(&srv_f)
     };
-    let path = keys.dir.join("hup.toml");
+    let path = keys.dir.path().join("hup.toml");
     std::fs::write(&path, toml::to_string(&cfg).expect("toml")).expect("write");
     let control = common::ipc("hup-control");
     let mut node = Child(
@@ -787,7 +782,7 @@ async fn issue11_discovered_peers_are_dialled_with_their_descriptor_key() {
     let keys = Keys::new("discovery");
     let (a_k, a_f) = keys.pair("a");
     let (b_k, b_f) = keys.pair("b");
-    let db = keys.dir.join("mesh.db");
+    let db = keys.dir.path().join("mesh.db");
     let url = format!("sqlite://{}", db.display());
     let mut a = NodeConfig::new("a");
     a.memberships = server_of("vault");

@@ -24,7 +24,7 @@ use disc::*;
 impl Mesh {
     /// The embedded store of a [`Mesh::new`] mesh, opened by the test itself.
     fn store(&self) -> SqliteStore {
-        SqliteStore::new(self.dir.join("store").join("mesh.db"))
+        SqliteStore::new(self.dir.path().join("store").join("mesh.db"))
     }
 }
 
@@ -238,8 +238,8 @@ async fn f5_store_unavailable_no_link_leaves_ready() {
     let before = (ready_conns(&sa, "b"), ready_conns(&sb, "a"));
     let marks = (a.take_lines().len(), b.take_lines().len());
 
-    let away = mesh.dir.join("store-away");
-    std::fs::rename(mesh.dir.join("store"), &away).expect("move the store away");
+    let away = mesh.dir.path().join("store-away");
+    std::fs::rename(mesh.dir.path().join("store"), &away).expect("move the store away");
     for (p, mark) in [(&mut a, marks.0), (&mut b, marks.1)] {
         p.wait_line(mark, "a store_unreachable event", |v| {
             v["event"] == "discovery" && v["kind"] == "store_unreachable"
@@ -275,7 +275,7 @@ async fn f5_store_unavailable_no_link_leaves_ready() {
     assert_eq!(cs["discovery"]["lease"], "acquiring");
     assert_eq!(cs["discovery"]["store_reachable"], false);
 
-    std::fs::rename(&away, mesh.dir.join("store")).expect("move the store back");
+    std::fs::rename(&away, mesh.dir.path().join("store")).expect("move the store back");
     for p in [&a, &b] {
         let other = if p.rid == "a" { "b" } else { "a" };
         p.wait_status("back, with c discovered", |s| {
@@ -474,8 +474,8 @@ async fn f5_store_down_beyond_the_lease_ttl_links_stay_ready() {
     b.wait_status("settled with a", |s| settled(s, "b", &["a"]))
         .await;
     let mark = a.take_lines().len();
-    let away = mesh.dir.join("store-away");
-    std::fs::rename(mesh.dir.join("store"), &away).expect("move the store away");
+    let away = mesh.dir.path().join("store-away");
+    std::fs::rename(mesh.dir.path().join("store"), &away).expect("move the store away");
     let limit = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let s = a.status();
@@ -502,7 +502,7 @@ async fn f5_store_down_beyond_the_lease_ttl_links_stay_ready() {
         "{}",
         lines_text(&lines)
     );
-    std::fs::rename(&away, mesh.dir.join("store")).expect("move the store back");
+    std::fs::rename(&away, mesh.dir.path().join("store")).expect("move the store back");
     a.wait_status("holding its lease again", |s| {
         s["discovery"]["lease"] == "held"
     })

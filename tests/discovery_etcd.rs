@@ -106,19 +106,21 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-/// A real etcd on 127.0.0.1 with its own data dir; killed when dropped.
+/// A real etcd on 127.0.0.1 with its own data dir; killed when dropped (by `Drop`, before
+/// the fields drop, so the data dir goes after the child).
 struct Etcd {
     child: Option<Child>,
-    dir: PathBuf,
+    dir: tempfile::TempDir,
     client: u16,
     peer: u16,
 }
 
 impl Etcd {
     fn start(name: &str) -> Etcd {
-        let dir = std::env::temp_dir().join(format!("zmesh-etcd-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("etcd dir");
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("zmesh-etcd-{name}-"))
+            .tempdir()
+            .expect("etcd dir");
         let mut e = Etcd {
             child: None,
             dir,
@@ -140,7 +142,7 @@ impl Etcd {
             .arg("--name")
             .arg("zmesh-test")
             .arg("--data-dir")
-            .arg(self.dir.join("data"))
+            .arg(self.dir.path().join("data"))
             .args([
                 "--listen-client-urls",
                 &client,
@@ -157,7 +159,7 @@ impl Etcd {
             .arg(format!("zmesh-test={peer}"))
             .stdout(Stdio::null())
             .stderr(Stdio::from(
-                std::fs::File::create(self.dir.join("etcd.log")).expect("log"),
+                std::fs::File::create(self.dir.path().join("etcd.log")).expect("log"),
             ))
             .spawn()
             .expect("start etcd");
@@ -167,7 +169,7 @@ impl Etcd {
             assert!(
                 std::time::Instant::now() < deadline,
                 "etcd did not answer; its log:\n{}",
-                std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default()
+                std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -184,7 +186,6 @@ impl Etcd {
 impl Drop for Etcd {
     fn drop(&mut self) {
         self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

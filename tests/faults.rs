@@ -211,28 +211,36 @@ async fn collect(
 }
 
 struct Setup {
-    dir: PathBuf,
     bind: RouteMeshBind,
     a: Node,
     ea: Events,
     callee: Callee,
+    /// Removed when dropped (even on a panic); the last field, so it drops after the callee
+    /// (fields drop in declaration order).
+    dir: tempfile::TempDir,
+}
+
+/// A directory for one test's files, removed when the guard drops (even on a panic).
+fn test_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("zmesh-faults-{name}-"))
+        .tempdir()
+        .expect("dir")
 }
 
 async fn setup(name: &str) -> Setup {
-    let dir = std::env::temp_dir().join(format!("zmesh-faults-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = test_dir(name);
     let bind = mesh_bind(true);
-    let callee = Callee::start(&dir, &bind, &dir.join("exec.log"));
+    let callee = Callee::start(dir.path(), &bind, &dir.path().join("exec.log"));
     let mut a = NodeConfig::new("caller");
     a.peers = vec![peer("callee", &bind)];
     let (a, ea) = start_ready(a, "callee").await;
     Setup {
-        dir,
         bind,
         a,
         ea,
         callee,
+        dir,
     }
 }
 
@@ -254,7 +262,7 @@ async fn c1_c2_c3_kill9_with_calls_in_flight_then_restart() {
     assert_eq!(s.a.snapshot().await.expect("snapshot").pending_calls, 0);
 
     // Restart: a new process run of the same RID is admitted and serves.
-    s.callee = Callee::start(&s.dir, &s.bind, &s.dir.join("exec2.log"));
+    s.callee = Callee::start(s.dir.path(), &s.bind, &s.dir.path().join("exec2.log"));
     wait_peer_ready(&s.a, &mut s.ea, "callee").await;
     let results = collect(issue(&s.a, "after", 8, 10)).await;
     let row = judge(
@@ -712,7 +720,6 @@ impl StateLog {
 /// The storm's cast: the hub (the node under test, in this process) dials RouteMesh peers
 /// `m0` (never restarted) and `m1..` and ClientServer servers `s1..` (channel `job1`..).
 struct Storm {
-    dir: PathBuf,
     hub: Node,
     log: std::sync::Arc<StateLog>,
     steady: StormChild,
@@ -720,6 +727,9 @@ struct Storm {
     servers: Vec<StormChild>,
     /// [`StormFault::Cut`]: the proxies the hub dials the stormed nodes through.
     proxies: Vec<common::CutProxy>,
+    /// Removed when dropped (even on a panic); the last field, so it drops after the
+    /// children (fields drop in declaration order).
+    _dir: tempfile::TempDir,
 }
 
 /// What hits the stormed nodes, all at once.
@@ -736,14 +746,12 @@ const STORM_MESH: usize = 3;
 const STORM_SERVERS: usize = 2;
 
 async fn storm_setup(name: &str, fault: StormFault) -> Storm {
-    let dir = std::env::temp_dir().join(format!("zmesh-faults-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = test_dir(name);
     let mesh_child = |rid: &str, bind: &RouteMeshBind| {
         let mut c = NodeConfig::new(rid);
         c.memberships = common::server_of("work");
         c.route_mesh = Some(bind.clone());
-        StormChild::start(&dir, &c, "work")
+        StormChild::start(dir.path(), &c, "work")
     };
     // Every node binds ipc: a tcp port picked with `free_tcp` can be taken by another test
     // (or an outgoing connection) before the child binds it, or between a kill and the
@@ -784,7 +792,7 @@ async fn storm_setup(name: &str, fault: StormFault) -> Storm {
         c.server = Some(zmesh::config::Endpoint {
             endpoint: ep.clone(),
         });
-        servers.push(StormChild::start(&dir, &c, &channel));
+        servers.push(StormChild::start(dir.path(), &c, &channel));
         hub.servers.push(zmesh::config::ServerConfig {
             batch_calls: true,
             channel,
@@ -795,13 +803,13 @@ async fn storm_setup(name: &str, fault: StormFault) -> Storm {
     let hub = Node::start(hub).await.expect("hub");
     let log = StateLog::follow(hub.take_events().expect("events"));
     Storm {
-        dir,
         hub,
         log,
         steady,
         mesh,
         servers,
         proxies,
+        _dir: dir,
     }
 }
 
@@ -1168,7 +1176,6 @@ async fn reconnect_storm(
         after.zmq_sockets,
     );
     s.hub.shutdown().await.expect("hub");
-    let _ = std::fs::remove_dir_all(&s.dir);
     row
 }
 
@@ -1261,14 +1268,13 @@ async fn wait_sent(node: &Node, channel: &str, n: usize) {
 async fn k5_c1_c3_kill9_with_batches_in_flight() {
     const N: usize = 40;
     const ROUNDS: usize = 4;
-    let dir = std::env::temp_dir().join(format!("zmesh-faults-batch-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
+    // Declared before the callee, so it is removed after the callee is killed.
+    let dir = test_dir("batch");
     let bind = mesh_bind(false);
     let mut cfg = NodeConfig::new("callee");
     cfg.memberships = common::server_of("work");
     cfg.route_mesh = Some(bind.clone());
-    let mut callee = StormChild::start(&dir, &cfg, "work");
+    let mut callee = StormChild::start(dir.path(), &cfg, "work");
     let mut a = NodeConfig::new("caller");
     a.peers = vec![peer("callee", &bind)];
     assert!(a.peers[0].batch_calls, "batching is on by default");
@@ -1342,5 +1348,4 @@ async fn k5_c1_c3_kill9_with_batches_in_flight() {
     assert!(carried < N as u64, "{N} calls in {carried} records");
     a.shutdown().await.expect("caller");
     drop(callee);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -63,30 +63,21 @@ impl Output {
     }
 }
 
-/// A `zmesh node` child under `ulimit -n limit`; killed when dropped.
+/// A `zmesh node` child under `ulimit -n limit`; killed when dropped (by `Drop`, before the
+/// fields drop, so the directory goes after the child).
 struct Limited {
     child: Child,
     out: Arc<Output>,
-    _dir: TempDir,
-}
-
-struct TempDir(std::path::PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+    _dir: tempfile::TempDir,
 }
 
 impl Limited {
     fn start(limit: u32, cfg: &NodeConfig) -> Limited {
-        let dir = std::env::temp_dir().join(format!(
-            "zmesh-fd-limit-{}-{}-{limit}",
-            std::process::id(),
-            cfg.rid
-        ));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let path = dir.join("node.toml");
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("zmesh-fd-limit-{}-{limit}-", cfg.rid))
+            .tempdir()
+            .expect("temp dir");
+        let path = dir.path().join("node.toml");
         std::fs::write(&path, toml::to_string(cfg).expect("config as toml")).expect("write");
         let mut child = Command::new("bash")
             .arg("-c")
@@ -126,7 +117,7 @@ impl Limited {
         Limited {
             child,
             out,
-            _dir: TempDir(dir),
+            _dir: dir,
         }
     }
 

@@ -48,22 +48,13 @@ const POLL: Duration = Duration::from_millis(20);
 const CHANNEL: &str = "pump";
 const SERVER_RID: &str = "pump-node";
 
-/// A scratch directory per test, removed when it drops.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("zmesh-k3crash-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("scratch dir");
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// A scratch directory per test, removed when it drops (even on a panic): declare it before
+/// the [`PumpServer`] that uses it, so the server's children are killed first.
+fn scratch_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("zmesh-k3crash-{name}-"))
+        .tempdir()
+        .expect("scratch dir")
 }
 
 /// The server: `zmesh node --serve pump` with a durable store, one child process per run,
@@ -424,11 +415,11 @@ fn cli_call(dir: &Path, endpoint: &str, args: &serde_json::Value, key: &str) -> 
 /// the `zmesh call` CLI. The execution logs of both runs show exactly one run.
 #[tokio::test]
 async fn k3_crash_after_outcome_recorded_retry_answers_the_record() {
-    let scratch = Scratch::new("recorded");
-    let db = scratch.0.join("store.db");
+    let scratch = scratch_dir("recorded");
+    let db = scratch.path().join("store.db");
     let db_arg = db.to_str().expect("utf-8 path").to_owned();
     // The REPLY is held 10 minutes after the outcome is recorded: the kill comes first.
-    let mut server = PumpServer::start(&scratch.0, &db_arg, Some(600_000));
+    let mut server = PumpServer::start(scratch.path(), &db_arg, Some(600_000));
     let gen0 = server.generation().await;
     let mut caller = Caller::start(&server.endpoint).await;
     caller.wait_ready(gen0).await;
@@ -498,7 +489,7 @@ async fn k3_crash_after_outcome_recorded_retry_answers_the_record() {
         "the very bytes the first run recorded"
     );
     // Another process, the CLI, retrying the same intent gets the same record.
-    let cli = cli_call(&scratch.0, &server.endpoint, &args, "wo-crash-a");
+    let cli = cli_call(scratch.path(), &server.endpoint, &args, "wo-crash-a");
     assert_eq!(cli["ok"], true, "{cli}");
     assert_eq!(cli["result"], "dispensed #1", "{cli}");
 
@@ -516,10 +507,10 @@ async fn k3_crash_after_outcome_recorded_retry_answers_the_record() {
 /// execution logs show exactly one run.
 #[tokio::test]
 async fn k3_crash_mid_handler_retry_answers_unknown_outcome_never_reruns() {
-    let scratch = Scratch::new("midrun");
-    let db = scratch.0.join("store.db");
+    let scratch = scratch_dir("midrun");
+    let db = scratch.path().join("store.db");
     let db_arg = db.to_str().expect("utf-8 path").to_owned();
-    let mut server = PumpServer::start(&scratch.0, &db_arg, None);
+    let mut server = PumpServer::start(scratch.path(), &db_arg, None);
     let gen0 = server.generation().await;
     let mut caller = Caller::start(&server.endpoint).await;
     caller.wait_ready(gen0).await;
@@ -585,12 +576,12 @@ async fn k3_crash_mid_handler_retry_answers_unknown_outcome_never_reruns() {
 /// execution log, with or without an idempotency key, and nothing in the store.
 #[tokio::test]
 async fn k3_crash_unwritable_store_unknown_outcome_zero_runs() {
-    let scratch = Scratch::new("readonly");
-    let db = scratch.0.join("store.db");
+    let scratch = scratch_dir("readonly");
+    let db = scratch.path().join("store.db");
     // A store file of this build's schema, so opening it read-only needs no write.
     drop(SqliteStore::open(&db).expect("create the store"));
     let uri = format!("file:{}?mode=ro", db.display());
-    let server = PumpServer::start(&scratch.0, &uri, None);
+    let server = PumpServer::start(scratch.path(), &uri, None);
     let gen0 = server.generation().await;
     let mut caller = Caller::start(&server.endpoint).await;
     caller.wait_ready(gen0).await;
@@ -647,10 +638,10 @@ async fn k3_crash_unwritable_store_unknown_outcome_zero_runs() {
 /// the lock is gone the same call runs, exactly once.
 #[tokio::test]
 async fn k3_crash_store_locked_after_start_unknown_outcome_zero_runs() {
-    let scratch = Scratch::new("locked");
-    let db = scratch.0.join("store.db");
+    let scratch = scratch_dir("locked");
+    let db = scratch.path().join("store.db");
     let db_arg = db.to_str().expect("utf-8 path").to_owned();
-    let server = PumpServer::start(&scratch.0, &db_arg, None);
+    let server = PumpServer::start(scratch.path(), &db_arg, None);
     let gen0 = server.generation().await;
     let mut caller = Caller::start(&server.endpoint).await;
     caller.wait_ready(gen0).await;

@@ -4,7 +4,6 @@
 //! racing on one file, and an unwritable or foreign file refused with an error, not a panic.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
@@ -16,30 +15,20 @@ use zmesh::runtime::idempotency::{
     ScopedKey, SqliteStore, StoreError, DEFAULT_RETENTION,
 };
 
-/// A directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
+/// A directory under the system temp dir, removed on drop (even on a panic).
+struct TempDir(tempfile::TempDir);
 
 impl TempDir {
     fn new(name: &str) -> Self {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "zmesh-idem-{name}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create temp dir");
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("zmesh-idem-{name}-"))
+            .tempdir()
+            .expect("create temp dir");
         TempDir(dir)
     }
 
     fn db(&self) -> PathBuf {
-        self.0.join("idempotency.db")
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        self.0.path().join("idempotency.db")
     }
 }
 
@@ -507,7 +496,7 @@ async fn k3_sqlite_two_connections_one_winner() {
 #[test]
 fn k3_sqlite_uncreatable_file_is_unavailable() {
     let dir = TempDir::new("uncreatable");
-    let not_a_dir = dir.0.join("plain-file");
+    let not_a_dir = dir.0.path().join("plain-file");
     std::fs::write(&not_a_dir, b"not a directory").expect("write");
     match SqliteStore::open(not_a_dir.join("idempotency.db")) {
         Err(StoreError::Unavailable(_)) => {}

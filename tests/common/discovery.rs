@@ -8,7 +8,6 @@
 #![allow(dead_code)]
 
 use std::io::BufRead;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -20,9 +19,11 @@ use crate::common;
 /// Bound of every wait for a condition.
 pub const BOUND: Duration = Duration::from_secs(20);
 
-/// A test's directory (node configurations; for SQLite, the store) and store URL.
+/// A test's directory (node configurations; for SQLite, the store) and store URL. The
+/// directory is removed when the mesh drops (even on a panic): declare the mesh before its
+/// [`Proc`]s, so they are killed first.
 pub struct Mesh {
-    pub dir: PathBuf,
+    pub dir: tempfile::TempDir,
     pub url: String,
 }
 
@@ -30,8 +31,9 @@ impl Mesh {
     /// A mesh on the embedded SQLite store `store/mesh.db` in the test's directory.
     pub fn new(name: &str) -> Mesh {
         let dir = Mesh::dir(name);
-        std::fs::create_dir_all(dir.join("store")).expect("store dir");
-        let url = format!("sqlite://{}", dir.join("store").join("mesh.db").display());
+        let store = dir.path().join("store");
+        std::fs::create_dir_all(&store).expect("store dir");
+        let url = format!("sqlite://{}", store.join("mesh.db").display());
         Mesh { dir, url }
     }
 
@@ -42,11 +44,11 @@ impl Mesh {
         Mesh { dir, url }
     }
 
-    fn dir(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("zmesh-disc-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("test dir");
-        dir
+    fn dir(name: &str) -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix(&format!("zmesh-disc-{name}-"))
+            .tempdir()
+            .expect("test dir")
     }
 
     /// A node configuration: a RID, memberships, `[discovery]` and nothing else.
@@ -73,7 +75,7 @@ impl Mesh {
     /// Starts a `zmesh node` child with `cfg` as it is (endpoints allowed: a manual node).
     pub fn spawn(&self, cfg: &NodeConfig) -> Proc {
         let text = toml::to_string(cfg).expect("toml");
-        let path = self.dir.join(format!("{}.toml", cfg.rid));
+        let path = self.dir.path().join(format!("{}.toml", cfg.rid));
         std::fs::write(&path, text).expect("write config");
         let control = common::ipc(&format!("ctl-{}", cfg.rid));
         let mut child = Command::new(env!("CARGO_BIN_EXE_zmesh"))
@@ -108,12 +110,6 @@ impl Mesh {
             seen: Vec::new(),
             control,
         }
-    }
-}
-
-impl Drop for Mesh {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
