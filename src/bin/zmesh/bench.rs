@@ -1021,6 +1021,17 @@ pub(crate) struct Curve {
     pub b: KeyPair,
     pub a_file: PathBuf,
     pub b_file: PathBuf,
+    /// The directory of the key files, removed when the last clone is dropped.
+    _dir: std::sync::Arc<KeyDir>,
+}
+
+/// A directory removed when dropped.
+struct KeyDir(PathBuf);
+
+impl Drop for KeyDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 impl Curve {
@@ -1038,6 +1049,7 @@ impl Curve {
             b,
             a_file,
             b_file,
+            _dir: std::sync::Arc::new(KeyDir(dir)),
         })
     }
 
