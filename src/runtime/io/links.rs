@@ -550,8 +550,9 @@ impl IoThread {
         let SlotRole::Dialled(k) = s.role else {
             return;
         };
+        // A RouteMesh lane: a ROUTER with ROUTER_NOTIFY (a ClientServer DEALER keeps its).
         let done = s.monitor.is_some()
-            && s.socket.get_socket_type() == Ok(zmq::ROUTER)
+            && matches!(self.links[k].kind, LinkKind::MeshDial { .. })
             && self.links[k]
                 .conn
                 .as_ref()
