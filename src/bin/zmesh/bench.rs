@@ -26,7 +26,6 @@ mod idle;
 mod scale;
 mod throughput;
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -859,8 +858,8 @@ pub(crate) const SETUP_LIMIT: Duration = Duration::from_secs(30);
 
 /// A free tcp endpoint on 127.0.0.1 (for zmesh configurations, which name their ports).
 pub(crate) fn free_tcp() -> Result<String> {
-    let l = TcpListener::bind("127.0.0.1:0").context("bind 127.0.0.1:0")?;
-    Ok(format!("tcp://127.0.0.1:{}", l.local_addr()?.port()))
+    let port = crate::ports::free_loopback_port().context("a free port on 127.0.0.1")?;
+    Ok(format!("tcp://127.0.0.1:{port}"))
 }
 
 /// Binds a raw socket on an ephemeral 127.0.0.1 port; returns the endpoint.

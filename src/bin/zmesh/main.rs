@@ -18,6 +18,7 @@ mod conform;
 mod contract;
 mod demo;
 mod peers;
+mod ports;
 
 /// zmesh: a node transport runtime over ZeroMQ.
 #[derive(Parser)]
@@ -793,4 +794,23 @@ async fn describe(
         _ => bail!("give --control EP, or --config FILE with --channel CHANNEL"),
     };
     commands::print_contract(&contract, as_json)
+}
+
+// Here, not in ports.rs: the integration tests include that file, and would run this again.
+#[cfg(test)]
+mod ports_tests {
+    use super::ports::{free_loopback_port, pool};
+
+    #[test]
+    fn ports_are_below_the_ephemeral_range_and_distinct() {
+        let (start, len) = pool();
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..50 {
+            let p = free_loopback_port().expect("a port");
+            if len > 0 {
+                assert!(p >= start && p < start + len, "{p} outside {start}+{len}");
+            }
+            assert!(seen.insert(p), "{p} handed out twice");
+        }
+    }
 }

@@ -94,11 +94,7 @@ impl EtcdServer {
                 PathBuf::from(p)
             }
         };
-        let port = || -> Result<u16> {
-            Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-                .local_addr()?
-                .port())
-        };
+        let port = || -> Result<u16> { Ok(crate::ports::free_loopback_port()?) };
         let mut e = EtcdServer {
             binary,
             dir: dir.join("etcd"),
