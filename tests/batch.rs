@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{free_tcp, py_script, server_of, Events, PyPeer};
+use common::{free_tcp, mesh_server, py_script, server_of, Events, PyPeer};
 use serde_json::Value;
 use zmesh::config::{Endpoint, NodeConfig, RouteMeshBind, ServerConfig};
 use zmesh::proto::state::ConnState;
@@ -311,9 +311,7 @@ async fn k5_pyzmq_mesh_peer_batches_on_application_lane_every_call_answered() {
         application: free_tcp(),
         completion: free_tcp(),
     };
-    let mut c = NodeConfig::new("srv");
-    c.memberships = server_of("orders");
-    c.route_mesh = Some(bind.clone());
+    let c = mesh_server("srv", "orders", &bind);
     let srv = echo_server(c).await;
     let mut py = PyPeer::start(
         &script(PY_BATCH_MESH),

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{free_tcp, mesh_bind, peer, server_of, start_ready, Events, FreezeProxy};
+use common::{free_tcp, mesh_bind, mesh_server, peer, server_of, start_ready, Events, FreezeProxy};
 use tokio::sync::mpsc;
 use zmesh::config::{Endpoint, NodeConfig, PeerConfig, RouteMeshBind, ServerConfig};
 use zmesh::proto::state::ConnState;
@@ -56,9 +56,7 @@ async fn c1_calls_round_trip_on_route_mesh_and_client_server() {
         .try_init();
     let b_bind = mesh_bind(true);
     let s_ep = free_tcp();
-    let mut b = NodeConfig::new("b");
-    b.memberships = server_of("math");
-    b.route_mesh = Some(b_bind.clone());
+    let mut b = mesh_server("b", "math", &b_bind);
     b.server = Some(Endpoint {
         endpoint: s_ep.clone(),
     });
@@ -147,9 +145,7 @@ fn spawn_callee(
     bind: &RouteMeshBind,
     channel: &str,
 ) -> (Child, std::sync::mpsc::Receiver<String>) {
-    let mut b = NodeConfig::new("b");
-    b.memberships = server_of(channel);
-    b.route_mesh = Some(bind.clone());
+    let b = mesh_server("b", channel, bind);
     let path = dir.join("callee.toml");
     std::fs::write(&path, toml::to_string(&b).expect("toml")).expect("write");
     let mut child = Command::new(env!("CARGO_BIN_EXE_zmesh"))
@@ -223,9 +219,7 @@ async fn c2_half_open_callee_fails_within_deadline_may_have_run() {
     let b_bind = mesh_bind(true);
     let app = FreezeProxy::start(&b_bind.application);
     let cpl = FreezeProxy::start(&b_bind.completion);
-    let mut b = NodeConfig::new("b");
-    b.memberships = server_of("work");
-    b.route_mesh = Some(b_bind.clone());
+    let b = mesh_server("b", "work", &b_bind);
     let b = Node::start(b).await.expect("b");
     let mut started = serve_with(&b, "work");
     let mut a = NodeConfig::new("a");
@@ -270,9 +264,7 @@ async fn c4_graceful_stop_answers_accepted_calls() {
         .with_test_writer()
         .try_init();
     let b_bind = mesh_bind(true);
-    let mut b = NodeConfig::new("b");
-    b.memberships = server_of("work");
-    b.route_mesh = Some(b_bind.clone());
+    let b = mesh_server("b", "work", &b_bind);
     let b = Node::start(b).await.expect("b");
     let mut started = serve_with(&b, "work");
     let mut a = NodeConfig::new("a");
@@ -305,9 +297,7 @@ async fn c4_graceful_stop_answers_accepted_calls() {
 #[tokio::test]
 async fn c6_reply_after_caller_gave_up_is_dropped() {
     let b_bind = mesh_bind(true);
-    let mut b = NodeConfig::new("b");
-    b.memberships = server_of("work");
-    b.route_mesh = Some(b_bind.clone());
+    let b = mesh_server("b", "work", &b_bind);
     let b = Node::start(b).await.expect("b");
     let mut started = serve_with(&b, "work");
     let mut a = NodeConfig::new("a");

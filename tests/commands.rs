@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{mesh_bind, peer, server_of, start_ready};
+use common::{mesh_bind, mesh_server, peer, start_ready};
 use tokio::sync::{mpsc, Semaphore};
 use zmesh::config::NodeConfig;
 use zmesh::runtime::calls::{
@@ -33,9 +33,7 @@ where
     Fut: std::future::Future<Output = Result<bytes::Bytes, ServeError>> + Send + 'static,
 {
     let bind = mesh_bind(false);
-    let mut b = NodeConfig::new("b");
-    b.memberships = server_of(channel);
-    b.route_mesh = Some(bind.clone());
+    let b = mesh_server("b", channel, &bind);
     let b = Node::builder(b)
         .serve(channel, handler)
         .start()
@@ -119,9 +117,7 @@ async fn k6_handler_codes_outside_the_allow_list_become_exception() {
 /// commands, if given), `a` dials it and is ready.
 async fn pair_with(service: Service, store: Option<Arc<dyn IdempotencyStore>>) -> (Node, Node) {
     let bind = mesh_bind(false);
-    let mut b = NodeConfig::new("b");
-    b.memberships = server_of(service.channel());
-    b.route_mesh = Some(bind.clone());
+    let b = mesh_server("b", service.channel(), &bind);
     let mut builder = Node::builder(b).expose(service);
     if let Some(store) = store {
         builder = builder.idempotency_store(store);
@@ -1049,9 +1045,7 @@ async fn k4_waiting_calls_of_a_caller_that_left_free_their_mailbox_places() {
     let log = Arc::new(Mutex::new(Vec::new()));
     let svc = held(gate.clone(), log, None, 2);
     let bind = mesh_bind(false);
-    let mut bc = NodeConfig::new("b");
-    bc.memberships = server_of(svc.channel());
-    bc.route_mesh = Some(bind.clone());
+    let bc = mesh_server("b", svc.channel(), &bind);
     let b = Node::builder(bc).expose(svc).start().await.expect("b");
     let mut ac = NodeConfig::new("a");
     ac.peers = vec![peer("b", &bind)];

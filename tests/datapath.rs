@@ -15,7 +15,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{mesh_bind, peer, server_of, start_ready, Events};
+use common::{mesh_bind, mesh_server, peer, start_ready, Events};
 use zmesh::config::{Endpoint, NodeConfig};
 use zmesh::proto::state::{ConnState, FailureReason};
 use zmesh::runtime::{Node, NodeEvent, SendError, SEND_QUEUE};
@@ -56,9 +56,7 @@ fn untag(p: &[u8]) -> (u32, u64) {
 /// `high_water` deliveries. Returns once `a` has `b` ready on both lanes.
 async fn pair(high_water: usize) -> (Node, Events, Node, Events) {
     let b_bind = mesh_bind(true);
-    let mut b = NodeConfig::new("b");
-    b.memberships = server_of("data");
-    b.route_mesh = Some(b_bind.clone());
+    let mut b = mesh_server("b", "data", &b_bind);
     b.delivery_high_water = high_water;
     let b = Node::start(b).await.expect("start b");
     let eb = Events::new(b.take_events().expect("events"));

@@ -13,9 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{free_tcp, EventPred, Events};
+use common::{free_tcp, mesh_server, EventPred, Events};
 use zmesh::config::{Endpoint, NodeConfig, PeerConfig, RouteMeshBind};
-use zmesh::proto::handshake::{Membership, Role};
 use zmesh::proto::state::ConnState;
 use zmesh::runtime::{Node, NodeEvent, SendError, Source};
 
@@ -170,13 +169,6 @@ async fn r4_fanout_flood_never_flips_the_quiet_publisher() {
     quiet.shutdown().await.expect("quiet");
 }
 
-fn server_of(channel: &str) -> Vec<Membership> {
-    vec![Membership {
-        role: Role::Server,
-        channel: channel.into(),
-    }]
-}
-
 fn dialler(rid: &str, a: &RouteMeshBind) -> NodeConfig {
     let mut c = NodeConfig::new(rid);
     c.peers = vec![PeerConfig {
@@ -210,9 +202,7 @@ async fn r4_route_mesh_flooding_peer_never_flips_the_quiet_peer() {
         application: free_tcp(),
         completion: free_tcp(),
     };
-    let mut ac = NodeConfig::new("a");
-    ac.memberships = server_of("work");
-    ac.route_mesh = Some(a_bind.clone());
+    let ac = mesh_server("a", "work", &a_bind);
     let a = Node::start(ac).await.expect("a");
     let x = Node::start(dialler("x", &a_bind)).await.expect("x");
     let y = Node::start(dialler("y", &a_bind)).await.expect("y");

@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{mesh_bind, peer, server_of};
+use common::{mesh_bind, mesh_server, peer};
 use zmesh::config::NodeConfig;
 
 /// Upper bound on every wait for the child's output.
@@ -168,10 +168,7 @@ fn detail_of(line: &str) -> String {
 }
 
 fn route_mesh_node(rid: &str) -> NodeConfig {
-    let mut cfg = NodeConfig::new(rid);
-    cfg.memberships = server_of("orders");
-    cfg.route_mesh = Some(mesh_bind(true));
-    cfg
+    mesh_server(rid, "orders", &mesh_bind(true))
 }
 
 /// A node whose limit is below what its configuration needs says so at start, and its links

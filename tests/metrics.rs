@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{free_tcp, mesh_bind, peer, server_of, start_ready, Events};
+use common::{free_tcp, mesh_bind, mesh_server, peer, start_ready, Events};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use zmesh::config::{NodeConfig, PeerConfig, RouteMeshBind};
 use zmesh::proto::handshake::{Membership, Role};
@@ -121,9 +121,7 @@ async fn o2_metric_labels_carry_no_identities() {
 async fn issue9_link_failing_with_queued_records_reports_the_count() {
     snapshotter();
     let b_bind = mesh_bind(true);
-    let mut b = NodeConfig::new("b");
-    b.memberships = server_of("data");
-    b.route_mesh = Some(b_bind.clone());
+    let mut b = mesh_server("b", "data", &b_bind);
     // b's application takes nothing: its queue pauses, its link's backlog fills, its socket
     // is not read, and a's pipe and then a's queue fill up.
     b.delivery_high_water = 16;

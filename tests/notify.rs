@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{mesh_bind, peer, server_of, start_ready, wait_peer_ready, CutProxy};
+use common::{mesh_bind, mesh_server, peer, start_ready, wait_peer_ready, CutProxy};
 use zmesh::config::{NodeConfig, PeerConfig};
 use zmesh::proto::state::{ConnState, FailureReason};
 use zmesh::runtime::{Node, NodeEvent};
@@ -25,9 +25,7 @@ const AT_ONCE: Duration = Duration::from_secs(10);
 #[tokio::test]
 async fn l6_f3_dialled_lanes_without_monitors_fail_at_once_when_cut_and_come_back() {
     let b_bind = mesh_bind(true);
-    let mut b = NodeConfig::new("b");
-    b.memberships = server_of("orders");
-    b.route_mesh = Some(b_bind.clone());
+    let b = mesh_server("b", "orders", &b_bind);
     let b = Node::start(b).await.expect("b");
     let app = CutProxy::start(&b_bind.application);
     let cpl = CutProxy::start(&b_bind.completion);

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{free_port, mesh_bind, server_of, Events};
+use common::{free_port, mesh_bind, mesh_server, server_of, Events};
 use zmesh::config::{Endpoint, NodeConfig};
 use zmesh::runtime::telemetry::{MetricKind, LABEL_KEYS, METRICS};
 use zmesh::runtime::{Node, NodeEvent};
@@ -124,9 +124,7 @@ fn conventional(name: &str, kind: MetricKind) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn o2_prometheus_scrape_conventional_names_no_identities() {
     let bind = mesh_bind(true);
-    let mut b = NodeConfig::new("node-bee");
-    b.memberships = server_of("orders");
-    b.route_mesh = Some(bind.clone());
+    let b = mesh_server("node-bee", "orders", &bind);
     let bee = Node::start(b).await.expect("node-bee");
     let mut eb = Events::new(bee.take_events().expect("events"));
 

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{
-    client_of, free_tcp, ipc, mesh_bind, peer, server_of, start_ready, wait_peer_ready, EventPred,
-    Events, FreezeProxy,
+    client_of, free_tcp, ipc, mesh_bind, mesh_server, peer, server_of, start_ready,
+    wait_peer_ready, EventPred, Events, FreezeProxy,
 };
 use zmesh::config::{Endpoint, NodeConfig, PeerConfig, ServerConfig};
 use zmesh::proto::state::{ConnState, FailureReason};
@@ -34,9 +34,7 @@ fn is_failure(ev: &NodeEvent, link_part: &str) -> bool {
 /// `b`; returns once each sees the other ready on both lanes.
 async fn route_mesh_pair(tcp: bool, channel: &str) -> (Node, Events, Node, Events) {
     let b_bind = mesh_bind(tcp);
-    let mut b = NodeConfig::new("b");
-    b.memberships = server_of(channel);
-    b.route_mesh = Some(b_bind.clone());
+    let b = mesh_server("b", channel, &b_bind);
     let mut a = NodeConfig::new("a");
     a.route_mesh = Some(mesh_bind(tcp));
     a.peers = vec![peer("b", &b_bind)];
@@ -105,13 +103,9 @@ async fn t1_route_mesh_ready_and_records_both_ways_tcp_and_ipc() {
 #[tokio::test]
 async fn t1_mutual_dial_keeps_one_connection_per_lane() {
     let (a_bind, b_bind) = (mesh_bind(true), mesh_bind(true));
-    let mut a = NodeConfig::new("a");
-    a.memberships = server_of("x");
-    a.route_mesh = Some(a_bind.clone());
+    let mut a = mesh_server("a", "x", &a_bind);
     a.peers = vec![peer("b", &b_bind)];
-    let mut b = NodeConfig::new("b");
-    b.memberships = server_of("x");
-    b.route_mesh = Some(b_bind);
+    let mut b = mesh_server("b", "x", &b_bind);
     b.peers = vec![peer("a", &a_bind)];
     let a = Node::start(a).await.expect("a");
     let b = Node::start(b).await.expect("b");
@@ -373,9 +367,7 @@ async fn l6_killed_peer_process_detected_at_once_only_that_peer() {
         .expect("dir");
     let dir = tmp.path();
     let (b_bind, c_bind) = (mesh_bind(true), mesh_bind(true));
-    let mut b = NodeConfig::new("b");
-    b.memberships = server_of("x");
-    b.route_mesh = Some(b_bind.clone());
+    let b = mesh_server("b", "x", &b_bind);
     let path = dir.join("b.toml");
     std::fs::write(&path, toml::to_string(&b).expect("toml")).expect("write");
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_zmesh"))
@@ -384,9 +376,7 @@ async fn l6_killed_peer_process_detected_at_once_only_that_peer() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("spawn b");
-    let mut c = NodeConfig::new("c");
-    c.memberships = server_of("x");
-    c.route_mesh = Some(c_bind.clone());
+    let c = mesh_server("c", "x", &c_bind);
     let c = Node::start(c).await.expect("c");
     let mut a = NodeConfig::new("a");
     a.peers = vec![peer("b", &b_bind), peer("c", &c_bind)];
@@ -427,9 +417,7 @@ async fn l6_killed_peer_process_detected_at_once_only_that_peer() {
 async fn l2_half_open_connection_fails_on_deadline_real_time() {
     let b_bind = mesh_bind(true);
     let app_proxy = FreezeProxy::start(&b_bind.application);
-    let mut b = NodeConfig::new("b");
-    b.memberships = server_of("x");
-    b.route_mesh = Some(b_bind.clone());
+    let b = mesh_server("b", "x", &b_bind);
     let b = Node::start(b).await.expect("b");
     let mut a = NodeConfig::new("a");
     a.peers = vec![PeerConfig {
@@ -467,9 +455,7 @@ async fn l2_half_open_connection_fails_on_deadline_real_time() {
 #[tokio::test]
 async fn f4_restarted_peer_is_admitted_as_new_run() {
     let b_bind = mesh_bind(true);
-    let mut bc = NodeConfig::new("b");
-    bc.memberships = server_of("x");
-    bc.route_mesh = Some(b_bind.clone());
+    let bc = mesh_server("b", "x", &b_bind);
     let b1 = Node::start(bc.clone()).await.expect("b1");
     let mut a = NodeConfig::new("a");
     a.peers = vec![peer("b", &b_bind)];
@@ -566,9 +552,7 @@ async fn t4_not_required_pair_never_ready_never_retried() {
 #[tokio::test]
 async fn f6_shutdown_leaves_nothing_running() {
     let b_bind = mesh_bind(true);
-    let mut b = NodeConfig::new("b");
-    b.memberships = server_of("x");
-    b.route_mesh = Some(b_bind.clone());
+    let b = mesh_server("b", "x", &b_bind);
     let b = Node::start(b).await.expect("b");
     let mut a = NodeConfig::new("a");
     a.peers = vec![peer("b", &b_bind)];
@@ -597,9 +581,7 @@ async fn f6_shutdown_leaves_nothing_running() {
 #[tokio::test]
 async fn r5_paused_application_queue_never_changes_readiness() {
     let b_bind = mesh_bind(true);
-    let mut b = NodeConfig::new("b");
-    b.memberships = server_of("x");
-    b.route_mesh = Some(b_bind.clone());
+    let b = mesh_server("b", "x", &b_bind);
     let b = Node::start(b).await.expect("b");
     let mut a = NodeConfig::new("a");
     a.delivery_high_water = 8;
@@ -695,9 +677,7 @@ async fn l5_subscriber_waits_for_an_absent_publisher_without_spinning() {
 #[tokio::test]
 async fn send_batch_in_order_and_stops_at_the_first_refused_record() {
     let b_bind = mesh_bind(true);
-    let mut b = NodeConfig::new("b");
-    b.memberships = server_of("orders");
-    b.route_mesh = Some(b_bind.clone());
+    let mut b = mesh_server("b", "orders", &b_bind);
     // While b's application takes nothing, its queue pauses at 1024 deliveries, then its
     // link's backlog fills and its socket stops being read, so the link fills up (R5).
     b.delivery_high_water = 1024;
@@ -786,9 +766,7 @@ fn thread_cpu(name: &str) -> Duration {
 async fn acceptor_idles_after_its_inbound_peer_closed() {
     let b_bind = mesh_bind(true);
     // A RID of its own: the check below finds the I/O thread by name (zmesh-io-<rid>).
-    let mut b = NodeConfig::new("acc9");
-    b.memberships = server_of("x");
-    b.route_mesh = Some(b_bind.clone());
+    let b = mesh_server("acc9", "x", &b_bind);
     let b = Node::start(b).await.expect("b");
     let mut a = NodeConfig::new("a");
     a.peers = vec![peer("acc9", &b_bind)];

@@ -24,7 +24,7 @@ use std::num::NonZeroU64;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{free_tcp, py_script, server_of, PyPeer};
+use common::{free_tcp, mesh_server, py_script, server_of, PyPeer};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 use zmesh::config::{Endpoint, NodeConfig, RouteMeshBind};
@@ -936,9 +936,7 @@ async fn s5_records_on_the_wrong_lane_are_ignored() {
         application: free_tcp(),
         completion: free_tcp(),
     };
-    let mut c = NodeConfig::new("srv");
-    c.memberships = server_of("orders");
-    c.route_mesh = Some(bind.clone());
+    let c = mesh_server("srv", "orders", &bind);
     let node = Node::builder(c)
         .serve("orders", |req: zmesh::runtime::calls::Request| async move {
             Ok(req.raw_args().clone())
@@ -1137,9 +1135,7 @@ async fn s5_security_identity_and_not_required_rules() {
     // The acceptor pins the dialer's identity (it announces its RID, "a2", by default).
     let a2_bind = common::mesh_bind(true);
     let b2_bind = common::mesh_bind(true);
-    let mut b2 = NodeConfig::new("b2");
-    b2.memberships = server_of("orders");
-    b2.route_mesh = Some(b2_bind.clone());
+    let mut b2 = mesh_server("b2", "orders", &b2_bind);
     b2.peers = vec![zmesh::config::PeerConfig {
         security_identity: Some("svc-a2".into()),
         ..common::peer("a2", &a2_bind)
@@ -1153,9 +1149,7 @@ async fn s5_security_identity_and_not_required_rules() {
 
     // Roles, not channels: Object Client of orders + Server of billing is a required pair.
     let b3_bind = common::mesh_bind(true);
-    let mut b3 = NodeConfig::new("b3");
-    b3.memberships = server_of("billing");
-    b3.route_mesh = Some(b3_bind.clone());
+    let b3 = mesh_server("b3", "billing", &b3_bind);
     let b3 = Node::start(b3).await.expect("b3");
     let mut a3 = NodeConfig::new("a3");
     a3.memberships = common::client_of("orders");

@@ -557,6 +557,19 @@ pub fn mesh_bind(tcp: bool) -> zmesh::config::RouteMeshBind {
     }
 }
 
+/// A RouteMesh node `rid` serving `channel` (a [`server_of`] membership), bound at `bind`:
+/// the acceptor most tests start.
+pub fn mesh_server(
+    rid: impl Into<String>,
+    channel: &str,
+    bind: &zmesh::config::RouteMeshBind,
+) -> zmesh::config::NodeConfig {
+    let mut config = zmesh::config::NodeConfig::new(rid);
+    config.memberships = server_of(channel);
+    config.route_mesh = Some(bind.clone());
+    config
+}
+
 /// A RouteMesh peer to dial at `b`'s endpoints.
 pub fn peer(rid: &str, b: &zmesh::config::RouteMeshBind) -> zmesh::config::PeerConfig {
     zmesh::config::PeerConfig {
