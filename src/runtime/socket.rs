@@ -16,8 +16,11 @@
 //! - `RECONNECT_IVL = -1` on dialled ROUTER/DEALER sockets: libzmq must not silently re-dial
 //!   with the same routing id; zmesh closes the socket and dials a fresh one (fresh routing id,
 //!   fresh handshake) after its own backoff (MISSION F4). SUB sockets likewise.
-//! - libzmq's default limit of 1023 sockets per context cannot be raised through the safe
-//!   `zmq` API, so [`Sockets`] spreads sockets over as many contexts as needed
+//! - Every context [`Sockets`] opens holds up to [`MAX_SOCKETS`] sockets (libzmq's
+//!   `ZMQ_MAX_SOCKETS`, 1023 by default; `vendor/zmq` adds the call), so one context, with
+//!   its two libzmq threads and five descriptors, serves some 10 000 dialled connections
+//!   (issue 13: with 1023 a node opened one per 300, 34 contexts and 68 threads at 10 000).
+//!   Beyond that [`Sockets`] spreads sockets over as many contexts as needed
 //!   ([`SOCKETS_PER_CONTEXT`] each); tcp and ipc endpoints do not care which context a socket
 //!   lives in, and a monitor's inproc pair is created in its socket's own context. A
 //!   monitored socket's room is given back when its monitor is dropped, so a node that redials
@@ -64,9 +67,17 @@ pub const SHARE_MIN: usize = 512;
 pub const HWM: i32 = 10_000;
 /// Linger of bound sockets and publishers at close, so an orderly close flushes (ms).
 pub const CLOSE_LINGER_MS: i32 = 200;
-/// Sockets placed in one libzmq context before a new context is opened (libzmq's default
-/// maximum is 1023; monitors count too: a monitored socket is three sockets of its context).
-pub const SOCKETS_PER_CONTEXT: usize = 900;
+/// The most sockets a context of [`Sockets`] may hold (`ZMQ_MAX_SOCKETS`, set when the
+/// context is opened; libzmq's default is 1023). libzmq sizes a context's slot table by it
+/// (12 bytes a slot: about 390 KiB of memory, no descriptors).
+pub const MAX_SOCKETS: i32 = 32_768;
+/// Sockets placed in one libzmq context before a new context is opened: [`MAX_SOCKETS`] less
+/// room for closed sockets libzmq's reaper has not freed yet. Monitors count too: a
+/// monitored socket is three sockets of its context while its monitor is attached, and a
+/// dialled RouteMesh lane keeps room for three so that its close monitor always fits.
+pub const SOCKETS_PER_CONTEXT: usize = 32_000;
+/// Sockets placed in a context whose `ZMQ_MAX_SOCKETS` stayed at libzmq's default of 1023.
+const DEFAULT_ROOM: usize = 900;
 pub use crate::runtime::fds::{
     CONTEXT_HEADROOM, FDS_PER_CONTEXT, FDS_PER_DIALLED, FDS_PER_MONITORED,
 };
@@ -402,6 +413,8 @@ impl Drop for Lease {
 struct Room {
     ctx: zmq::Context,
     used: Arc<AtomicUsize>,
+    /// Sockets placed in it at most.
+    cap: usize,
 }
 
 impl Room {
@@ -423,7 +436,7 @@ const EMFILE_PASSES: usize = 4;
 /// the number of contexts follows the number of open sockets, not the number ever opened.
 ///
 /// libzmq frees a closed socket's slot a little later than `zmq_close` returns (its reaper
-/// thread does it); [`SOCKETS_PER_CONTEXT`] stays below libzmq's 1023 to leave room for
+/// thread does it); [`SOCKETS_PER_CONTEXT`] stays below [`MAX_SOCKETS`] to leave room for
 /// sockets being reaped, and a context that is full for that moment anyway (`EMFILE`) is
 /// passed over for another one. Letting a context go terminates it (`zmq_ctx_term`) on the
 /// caller's thread; every socket of it is closed by then and dialled sockets have
@@ -439,6 +452,9 @@ pub struct Sockets {
     /// When a new context was last refused for want of descriptors: none is tried again
     /// for [`CONTEXT_RETRY`] (counting the descriptors costs a directory read).
     refused_at: Option<Instant>,
+    /// Sockets placed in one context: [`SOCKETS_PER_CONTEXT`], fewer in unit tests that
+    /// need a second context without opening thousands of sockets.
+    per_context: usize,
 }
 
 /// How long after a context was refused for want of descriptors no new one is tried.
@@ -454,6 +470,16 @@ impl Sockets {
             max_frame_size: -1,
             zap: None,
             refused_at: None,
+            per_context: SOCKETS_PER_CONTEXT,
+        }
+    }
+
+    /// A factory that places `per_context` sockets in one context (tests of the spreading).
+    #[cfg(test)]
+    fn with_per_context(tag: u64, per_context: usize) -> Sockets {
+        Sockets {
+            per_context,
+            ..Sockets::new(tag)
         }
     }
 
@@ -470,9 +496,11 @@ impl Sockets {
         if self.zap.is_some() {
             return Err(zmq::Error::EADDRINUSE);
         }
+        let (ctx, cap) = self.open_context()?;
         let room = Room {
-            ctx: self.open_context()?,
+            ctx,
             used: Arc::new(AtomicUsize::new(1)),
+            cap,
         };
         let s = guarded(|| room.ctx.socket(zmq::ROUTER))?;
         s.set_linger(0)?;
@@ -542,7 +570,7 @@ impl Sockets {
         let Some(i) = self
             .contexts
             .iter()
-            .position(|r| r.used() + needed <= SOCKETS_PER_CONTEXT)
+            .position(|r| r.used() + needed <= r.cap)
         else {
             let (ctx, lease) = self.new_context(needed)?;
             return Ok((self.contexts.len() - 1, ctx, lease));
@@ -659,9 +687,11 @@ impl Sockets {
 
     /// Opens a context and takes room for `needed` sockets in it.
     fn new_context(&mut self, needed: usize) -> Result<(zmq::Context, Lease), zmq::Error> {
+        let (ctx, cap) = self.open_context()?;
         let room = Room {
-            ctx: self.open_context()?,
+            ctx,
             used: Arc::new(AtomicUsize::new(needed)),
+            cap,
         };
         let taken = (
             room.ctx.clone(),
@@ -681,7 +711,11 @@ impl Sockets {
     /// the `zmq` crate: every socket of it failed with `EFAULT` ("Bad address"), and, kept as
     /// the context with room, it failed every later socket too, long after descriptors were
     /// free again (issue 13).
-    fn open_context(&mut self) -> Result<zmq::Context, zmq::Error> {
+    ///
+    /// Returns the context and how many sockets to place in it: `per_context`, or
+    /// [`DEFAULT_ROOM`] where libzmq refused to raise `ZMQ_MAX_SOCKETS` (its `select` poller
+    /// caps it at `FD_SETSIZE`).
+    fn open_context(&mut self) -> Result<(zmq::Context, usize), zmq::Error> {
         let now = Instant::now();
         if self
             .refused_at
@@ -702,13 +736,19 @@ impl Sockets {
             None
         } else {
             let ctx = zmq::Context::new();
-            // `zmq_ctx_get` of a null context fails (EFAULT); of a real one it answers.
-            ctx.get_io_threads().is_ok().then_some(ctx)
+            if ctx.set_max_sockets(MAX_SOCKETS).is_ok() {
+                Some((ctx, self.per_context))
+            } else {
+                // `zmq_ctx_get` of a null context fails (EFAULT); of a real one it answers.
+                ctx.get_io_threads()
+                    .is_ok()
+                    .then_some((ctx, DEFAULT_ROOM.min(self.per_context)))
+            }
         };
         match ctx {
-            Some(ctx) => {
+            Some(opened) => {
                 self.refused_at = None;
-                Ok(ctx)
+                Ok(opened)
             }
             None => {
                 self.refused_at = Some(now);
@@ -864,7 +904,9 @@ mod tests {
     /// was opened every 300 dials: 2000 dials ended with 7 contexts.
     #[test]
     fn closed_sockets_give_their_room_back() {
-        let mut s = Sockets::new(1);
+        // 900 a context, as before `MAX_SOCKETS` was raised, so that 2 000 dials without the
+        // give-back would need seven.
+        let mut s = Sockets::with_per_context(1, 900);
         let keep = s.monitored(zmq::ROUTER).expect("socket");
         // Closed sockets' monitors, kept a while as the I/O thread keeps them (until the close
         // is confirmed); they hold their room until dropped.
@@ -898,8 +940,8 @@ mod tests {
     /// (its termination does not block: every socket of it is closed).
     #[test]
     fn emptied_contexts_are_let_go_and_the_first_with_room_is_reused() {
-        let mut s = Sockets::new(2);
-        let per = SOCKETS_PER_CONTEXT / 3;
+        let mut s = Sockets::with_per_context(2, 90);
+        let per = 90 / 3;
         let many: Vec<Monitored> = (0..per + 1)
             .map(|_| s.monitored(zmq::DEALER).expect("socket"))
             .collect();

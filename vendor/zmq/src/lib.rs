@@ -455,6 +455,15 @@ impl Context {
         Ok(())
     }
 
+    /// Set the most sockets this context may hold (`ZMQ_MAX_SOCKETS`); only before its
+    /// first socket. (Added by zmesh.)
+    pub fn set_max_sockets(&self, value: i32) -> Result<()> {
+        zmq_try!(unsafe {
+            zmq_sys::zmq_ctx_set(self.raw.ctx, zmq_sys::ZMQ_MAX_SOCKETS as _, value as i32)
+        });
+        Ok(())
+    }
+
     /// Create a new socket.
     ///
     /// Note that the returned socket keeps a an `Arc` reference to
