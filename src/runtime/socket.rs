@@ -16,7 +16,7 @@
 //! - `RECONNECT_IVL = -1` on dialled ROUTER/DEALER sockets: libzmq must not silently re-dial
 //!   with the same routing id; zmesh closes the socket and dials a fresh one (fresh routing id,
 //!   fresh handshake) after its own backoff (MISSION F4). SUB sockets likewise.
-//! - Every context [`Sockets`] opens holds up to [`MAX_SOCKETS`] sockets (libzmq's
+//! - Every context [`Sockets`] opens for dialled sockets holds up to [`MAX_SOCKETS`] sockets (libzmq's
 //!   `ZMQ_MAX_SOCKETS`, 1023 by default; `vendor/zmq` adds the call), so one context, with
 //!   its two libzmq threads and five descriptors, serves some 10 000 dialled connections
 //!   (issue 13: with 1023 a node opened one per 300, 34 contexts and 68 threads at 10 000).
@@ -67,8 +67,9 @@ pub const SHARE_MIN: usize = 512;
 pub const HWM: i32 = 10_000;
 /// Linger of bound sockets and publishers at close, so an orderly close flushes (ms).
 pub const CLOSE_LINGER_MS: i32 = 200;
-/// The most sockets a context of [`Sockets`] may hold (`ZMQ_MAX_SOCKETS`, set when the
-/// context is opened; libzmq's default is 1023). libzmq sizes a context's slot table by it
+/// The most sockets a context of [`Sockets`] for dialled sockets may hold
+/// (`ZMQ_MAX_SOCKETS`, set when the context is opened; libzmq's default is 1023, which the
+/// ZAP handler's context keeps). libzmq sizes a context's slot table by it
 /// (12 bytes a slot: about 390 KiB of memory, no descriptors).
 pub const MAX_SOCKETS: i32 = 32_768;
 /// Sockets placed in one libzmq context before a new context is opened: [`MAX_SOCKETS`] less
@@ -496,7 +497,8 @@ impl Sockets {
         if self.zap.is_some() {
             return Err(zmq::Error::EADDRINUSE);
         }
-        let (ctx, cap) = self.open_context()?;
+        // A few sockets (the bound ones, the publisher): libzmq's default slot table.
+        let (ctx, cap) = self.open_context(false)?;
         let room = Room {
             ctx,
             used: Arc::new(AtomicUsize::new(1)),
@@ -687,7 +689,7 @@ impl Sockets {
 
     /// Opens a context and takes room for `needed` sockets in it.
     fn new_context(&mut self, needed: usize) -> Result<(zmq::Context, Lease), zmq::Error> {
-        let (ctx, cap) = self.open_context()?;
+        let (ctx, cap) = self.open_context(true)?;
         let room = Room {
             ctx,
             used: Arc::new(AtomicUsize::new(needed)),
@@ -712,10 +714,11 @@ impl Sockets {
     /// the context with room, it failed every later socket too, long after descriptors were
     /// free again (issue 13).
     ///
-    /// Returns the context and how many sockets to place in it: `per_context`, or
-    /// [`DEFAULT_ROOM`] where libzmq refused to raise `ZMQ_MAX_SOCKETS` (its `select` poller
-    /// caps it at `FD_SETSIZE`).
-    fn open_context(&mut self) -> Result<(zmq::Context, usize), zmq::Error> {
+    /// With `large`, its `ZMQ_MAX_SOCKETS` is raised to [`MAX_SOCKETS`]. Returns the context
+    /// and how many sockets to place in it: `per_context`, or [`DEFAULT_ROOM`] where it was
+    /// not raised (not `large`, or libzmq refused: its `select` poller caps it at
+    /// `FD_SETSIZE`).
+    fn open_context(&mut self, large: bool) -> Result<(zmq::Context, usize), zmq::Error> {
         let now = Instant::now();
         if self
             .refused_at
@@ -736,7 +739,7 @@ impl Sockets {
             None
         } else {
             let ctx = zmq::Context::new();
-            if ctx.set_max_sockets(MAX_SOCKETS).is_ok() {
+            if large && ctx.set_max_sockets(MAX_SOCKETS).is_ok() {
                 Some((ctx, self.per_context))
             } else {
                 // `zmq_ctx_get` of a null context fails (EFAULT); of a real one it answers.
@@ -1093,5 +1096,34 @@ mod tests {
         let (p, _) = s.plain(zmq::PUB).expect("socket");
         drop(p);
         assert_eq!(s.open_sockets(), 1);
+    }
+
+    /// One context takes more sockets than libzmq's default of 1023 (issue 13: a node opened
+    /// a context, two threads and five descriptors per 300 dialled connections): 1 100
+    /// sockets, all in the first context. Without `ZMQ_MAX_SOCKETS` raised the 1 024th
+    /// fails (`EMFILE`). Needs about 1 150 descriptors; where the hard limit is lower there
+    /// is nothing to check.
+    #[test]
+    fn one_context_holds_more_than_libzmqs_default_1023_sockets() {
+        const N: usize = 1_100;
+        crate::runtime::fds::raise_limit();
+        let Some(limit) = crate::runtime::fds::limit() else {
+            return;
+        };
+        if limit < 1_400 {
+            eprintln!("descriptor limit {limit}: too low for {N} sockets, nothing checked");
+            return;
+        }
+        let mut s = Sockets::new(4);
+        let many: Vec<zmq::Socket> = (0..N)
+            .map(|i| {
+                s.plain(zmq::DEALER)
+                    .unwrap_or_else(|e| panic!("socket {i}: {e}"))
+                    .0
+            })
+            .collect();
+        assert_eq!(s.contexts(), 1);
+        assert_eq!(s.open_sockets(), N);
+        drop(many);
     }
 }
