@@ -65,6 +65,12 @@ use bytes::Bytes;
 pub const SHARE_MIN: usize = 512;
 /// Send and receive high-water mark per pipe (records).
 pub const HWM: i32 = 10_000;
+/// Listen backlog of every socket that binds (libzmq's default is 100): connections a bound
+/// endpoint holds before it accepts them. The kernel caps it at `net.core.somaxconn` (4 096
+/// by default since Linux 5.4). With 100, peers dialling a node all at once (a restart, a
+/// network back) overflowed the queue and waited for TCP's SYN retransmissions (1 s, 3 s,
+/// 7 s ...): BENCHMARKS.md P7, 10 000 inbound connections.
+pub const BACKLOG: i32 = 4_096;
 /// Linger of bound sockets and publishers at close, so an orderly close flushes (ms).
 pub const CLOSE_LINGER_MS: i32 = 200;
 /// The most sockets a context of [`Sockets`] for dialled sockets may hold
@@ -844,6 +850,7 @@ fn apply_common(
 ) -> Result<(), zmq::Error> {
     s.set_maxmsgsize(max_frame_size)?;
     s.set_handshake_ivl(HANDSHAKE_IVL_MS)?;
+    s.set_backlog(BACKLOG)?;
     s.set_sndhwm(HWM)?;
     s.set_rcvhwm(HWM)?;
     s.set_linger(0)?;
@@ -1087,6 +1094,22 @@ mod tests {
         assert!(confirmed_within_5s(&closing), "close confirmed");
         drop(closing);
         assert_eq!(s.open_sockets(), 0);
+    }
+
+    /// Every socket that may bind holds BACKLOG connections before it accepts them, not
+    /// libzmq's 100: 10 000 peers dialling a node at once waited 31.9 s for TCP's SYN
+    /// retransmissions with 100, 3.8 s with 4 096 (BENCHMARKS.md P7, inbound).
+    #[test]
+    fn bound_sockets_take_a_backlog_of_4096() {
+        let mut s = Sockets::new(5);
+        let zap = s.zap_handler().expect("zap handler");
+        let bound = s.bound(zmq::ROUTER, "test").expect("bound");
+        assert_eq!(bound.socket.get_backlog().expect("backlog"), BACKLOG);
+        let publisher = s.plain_gated(zmq::PUB, "test").expect("publisher");
+        assert_eq!(publisher.get_backlog().expect("backlog"), BACKLOG);
+        assert_eq!(BACKLOG, 4_096);
+        drop((zap, publisher));
+        close(bound);
     }
 
     /// The publisher's plain socket keeps its room while the factory lives.
