@@ -11,7 +11,7 @@
 //! | P6 | failure detection: orderly close, killed process, half-open | - | event on the dialling node |
 //! | K5 | bytes on the wire, calls/s and latency of 300 concurrent small calls, `batch_calls` off and on | - | a RouteMesh pair through counting TCP proxies |
 //! | C1 | P1 (1 KiB, `send_batch`) and P2 with CURVE on both sides (issue 11) | DEALER -> ROUTER with CURVE | a pair in `[security] mode = "curve"` |
-//! | P7 | one node with 1 000 / 5 000 / 10 000 connections (a fifth fanout), then 10 000 RouteMesh lanes only: time to all ready, idle CPU, descriptors and memory per connection (issue 13) | - | a `zmesh node` child process (see `scale`) |
+//! | P7 | one node with 1 000 / 5 000 / 10 000 connections (a fifth fanout), then 10 000 RouteMesh lanes it dials, then 10 000 it accepts: time to all ready, idle CPU, descriptors and memory per connection (issue 13) | - | a `zmesh node` child process (see `scale`) |
 //!
 //! Every measurement is repeated `--runs` times (raw and zmesh interleaved); the table shows
 //! the median and the min..max spread. P4 is one window of `--flood-secs` (its thousands of
@@ -23,6 +23,7 @@ mod detect;
 mod fanout;
 mod flood;
 mod idle;
+mod inbound;
 mod scale;
 mod throughput;
 
@@ -525,8 +526,9 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
         let r = scale::scale(&plan).await?;
         for row in r.rows {
             // One row per size: the labels are made once per run (a CLI's few bytes).
-            // A size of RouteMesh lanes only is named so.
-            let mesh = if row.publishers == 0 { " mesh" } else { "" };
+            // A size of RouteMesh lanes only is named so, dialled ("mesh") or accepted
+            // ("inbound").
+            let mesh = row.mix.suffix();
             let name = |what: &str| -> &'static str {
                 Box::leak(format!("P7 {what}, {} conn{mesh}", row.connections).into_boxed_str())
             };
@@ -544,6 +546,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
                 "connections": row.connections,
                 "publishers": row.publishers,
                 "mesh_lanes": row.connections - row.publishers,
+                "mix": row.mix.suffix().trim(),
                 "fds": row.fds,
                 "baseline_fds": row.baseline_fds,
                 "fd_limit": row.fd_limit,
@@ -785,12 +788,12 @@ fn render(metrics: &[Metric], plan: &Plan) -> String {
         }
     );
     out.push_str(&format!(
-        "{:<36} {:<7} {:<26} {:<26} {:>6}  {:<18} {}\n",
+        "{:<40} {:<7} {:<26} {:<26} {:>6}  {:<18} {}\n",
         "metric", "unit", "raw libzmq", "zmesh", "ratio", "target", "met"
     ));
     for m in metrics {
         out.push_str(&format!(
-            "{:<36} {:<7} {:<26} {:<26} {:>6}  {:<18} {}\n",
+            "{:<40} {:<7} {:<26} {:<26} {:>6}  {:<18} {}\n",
             m.label,
             m.unit,
             m.raw.as_ref().map(cell).unwrap_or_else(|| "-".into()),

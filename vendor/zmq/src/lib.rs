@@ -711,6 +711,17 @@ impl Socket {
         <i32 as sockopt::Setter>::set(self.sock, ZMQ_ROUTER_NOTIFY, value)
     }
 
+    /// Set `ZMQ_CONNECT_ROUTING_ID`: the routing id by which this ROUTER will know the peer
+    /// of its next `connect`, so that one socket can connect to the same bound ROUTER more
+    /// than once. (Added by zmesh, for its bench's fake dialers.)
+    pub fn set_connect_routing_id(&self, value: &[u8]) -> Result<()> {
+        <&[u8] as sockopt::Setter>::set(
+            self.sock,
+            zmq_sys::ZMQ_CONNECT_ROUTING_ID as c_int,
+            value,
+        )
+    }
+
     /// Get `ZMQ_ROUTER_NOTIFY` (see [`Socket::set_router_notify`]). (Added by zmesh.)
     pub fn get_router_notify(&self) -> Result<i32> {
         <i32 as sockopt::Getter>::get(self.sock, ZMQ_ROUTER_NOTIFY)

@@ -373,13 +373,56 @@ impl Publishers {
 // Fake mesh peers
 // ------------------------------------------------------------------------------------------
 
+/// A traffic thread of this bench: its counters, and a flag that stops it.
+pub(super) struct Worker<C> {
+    what: &'static str,
+    stop: Arc<AtomicBool>,
+    counters: Arc<std::sync::Mutex<C>>,
+    thread: Option<JoinHandle<Result<()>>>,
+}
+
+impl<C: std::fmt::Debug + Default + Send + 'static> Worker<C> {
+    /// Runs `body` on a thread of its own with the stop flag and the counters.
+    pub(super) fn spawn(
+        what: &'static str,
+        body: impl FnOnce(&AtomicBool, &std::sync::Mutex<C>) -> Result<()> + Send + 'static,
+    ) -> Worker<C> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let counters = Arc::new(std::sync::Mutex::new(C::default()));
+        let (st, co) = (stop.clone(), counters.clone());
+        let thread = std::thread::spawn(move || body(&st, &co));
+        Worker {
+            what,
+            stop,
+            counters,
+            thread: Some(thread),
+        }
+    }
+
+    /// The counters, for a log line.
+    pub(super) fn stats(&self) -> String {
+        match self.counters.lock() {
+            Ok(c) => format!("{:?}", *c),
+            Err(_) => "?".into(),
+        }
+    }
+
+    /// Stops the thread and returns what it returned.
+    pub(super) fn stop(mut self) -> Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => bail!("{} panicked", self.what),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Two raw ROUTER sockets answering for every peer RID the node dials.
 pub(super) struct FakePeers {
     pub(super) application: String,
     pub(super) completion: String,
-    stop: Arc<AtomicBool>,
-    counters: Arc<std::sync::Mutex<PeerCounters>>,
-    thread: Option<JoinHandle<Result<()>>>,
+    worker: Worker<PeerCounters>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -414,129 +457,123 @@ impl FakePeers {
         }
         let application = bind_any(&app)?;
         let completion = bind_any(&cpl)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let counters = Arc::new(std::sync::Mutex::new(PeerCounters::default()));
-        let (st, co) = (stop.clone(), counters.clone());
-        let thread = std::thread::spawn(move || -> Result<()> {
-            let _ctx = ctx;
-            let sockets = [app, cpl];
-            let mut conns: Vec<FakeConn> = Vec::new();
-            let mut generations: HashMap<String, NonZeroU64> = HashMap::new();
-            let memberships = Memberships::new(vec![Membership {
-                role: Role::Server,
-                channel: Name::new(CHANNEL)?,
-            }])?;
-            let mut next_id = 1u64;
-            while !st.load(Ordering::Relaxed) {
-                let now = Instant::now();
-                let mut items = [
-                    sockets[0].as_poll_item(zmq::POLLIN),
-                    sockets[1].as_poll_item(zmq::POLLIN),
-                ];
-                let wait = conns
-                    .iter()
-                    .map(|c| c.next_probe)
-                    .min()
-                    .map(|t| t.saturating_duration_since(now).as_millis() as i64 + 1)
-                    .unwrap_or(50)
-                    .min(50);
-                zmq::poll(&mut items, wait)?;
-                let readable = [items[0].is_readable(), items[1].is_readable()];
-                let mut c = co.lock().map_err(|_| anyhow::anyhow!("counters"))?;
-                for (lane, socket) in sockets.iter().enumerate() {
-                    if !readable[lane] {
-                        continue;
-                    }
-                    while let Ok(frames) = socket.recv_multipart(zmq::DONTWAIT) {
-                        let Some((route, rec)) = frames.split_first() else {
+        let worker = Worker::spawn(
+            "fake peers",
+            move |st, co: &std::sync::Mutex<PeerCounters>| {
+                let _ctx = ctx;
+                let sockets = [app, cpl];
+                let mut conns: Vec<FakeConn> = Vec::new();
+                let mut generations: HashMap<String, NonZeroU64> = HashMap::new();
+                let memberships = Memberships::new(vec![Membership {
+                    role: Role::Server,
+                    channel: Name::new(CHANNEL)?,
+                }])?;
+                let mut next_id = 1u64;
+                while !st.load(Ordering::Relaxed) {
+                    let now = Instant::now();
+                    let mut items = [
+                        sockets[0].as_poll_item(zmq::POLLIN),
+                        sockets[1].as_poll_item(zmq::POLLIN),
+                    ];
+                    let wait = conns
+                        .iter()
+                        .map(|c| c.next_probe)
+                        .min()
+                        .map(|t| t.saturating_duration_since(now).as_millis() as i64 + 1)
+                        .unwrap_or(50)
+                        .min(50);
+                    zmq::poll(&mut items, wait)?;
+                    let readable = [items[0].is_readable(), items[1].is_readable()];
+                    let mut c = co.lock().map_err(|_| anyhow::anyhow!("counters"))?;
+                    for (lane, socket) in sockets.iter().enumerate() {
+                        if !readable[lane] {
                             continue;
-                        };
-                        match Record::decode(rec) {
-                            Ok(Record::Hello(h)) => {
-                                let rid = h.expect_rid.clone().unwrap_or(Name::new("fake")?);
-                                let n = generations.len() as u64 + 1;
-                                let generation = *generations
-                                    .entry(rid.as_str().to_owned())
-                                    .or_insert_with(|| {
-                                        NonZeroU64::new(0x5EED_0000_0000 + n)
-                                            .unwrap_or(NonZeroU64::MIN)
+                        }
+                        while let Ok(frames) = socket.recv_multipart(zmq::DONTWAIT) {
+                            let Some((route, rec)) = frames.split_first() else {
+                                continue;
+                            };
+                            match Record::decode(rec) {
+                                Ok(Record::Hello(h)) => {
+                                    let rid = h.expect_rid.clone().unwrap_or(Name::new("fake")?);
+                                    let n = generations.len() as u64 + 1;
+                                    let generation = *generations
+                                        .entry(rid.as_str().to_owned())
+                                        .or_insert_with(|| {
+                                            NonZeroU64::new(0x5EED_0000_0000 + n)
+                                                .unwrap_or(NonZeroU64::MIN)
+                                        });
+                                    let welcome = Record::Welcome(Welcome {
+                                        lane: h.lane,
+                                        security_identity: Label::new(rid.as_str())?,
+                                        rid,
+                                        generation,
+                                        memberships: memberships.clone(),
                                     });
-                                let welcome = Record::Welcome(Welcome {
-                                    lane: h.lane,
-                                    security_identity: Label::new(rid.as_str())?,
-                                    rid,
-                                    generation,
-                                    memberships: memberships.clone(),
-                                });
-                                if send(socket, route, &welcome.encode()).is_err() {
-                                    continue;
+                                    if send(socket, route, &welcome.encode()).is_err() {
+                                        continue;
+                                    }
+                                    c.welcomed += 1;
+                                    let k = conns.len() as u32;
+                                    conns.push(FakeConn {
+                                        lane,
+                                        route: route.clone(),
+                                        next_probe: now
+                                            + PERIOD * (k % expected.max(1) as u32)
+                                                / expected.max(1) as u32,
+                                    });
                                 }
-                                c.welcomed += 1;
-                                let k = conns.len() as u32;
-                                conns.push(FakeConn {
-                                    lane,
-                                    route: route.clone(),
-                                    next_probe: now
-                                        + PERIOD * (k % expected.max(1) as u32)
-                                            / expected.max(1) as u32,
-                                });
+                                Ok(Record::Probe { id }) => {
+                                    let ack = [wire::encode_ack(id).to_vec()];
+                                    c.probes_answered +=
+                                        u64::from(send(socket, route, &ack).is_ok());
+                                }
+                                Ok(Record::Ack { .. }) => c.acks_received += 1,
+                                Ok(Record::Close { .. }) => {
+                                    conns.retain(|x| !(x.lane == lane && x.route == *route));
+                                    c.closed += 1;
+                                }
+                                _ => {}
                             }
-                            Ok(Record::Probe { id }) => {
-                                let ack = [wire::encode_ack(id).to_vec()];
-                                c.probes_answered += u64::from(send(socket, route, &ack).is_ok());
-                            }
-                            Ok(Record::Ack { .. }) => c.acks_received += 1,
-                            Ok(Record::Close { .. }) => {
-                                conns.retain(|x| !(x.lane == lane && x.route == *route));
-                                c.closed += 1;
-                            }
-                            _ => {}
                         }
                     }
+                    // Our own probes, each connection every 5 s (a fresh id each time).
+                    let now = Instant::now();
+                    for conn in conns.iter_mut().filter(|x| now >= x.next_probe) {
+                        send_probe(&sockets[conn.lane], &conn.route, &mut next_id);
+                        conn.next_probe += PERIOD;
+                        c.probes_sent += 1;
+                    }
                 }
-                // Our own probes, each connection every 5 s (a fresh id each time).
-                let now = Instant::now();
-                for conn in conns.iter_mut().filter(|x| now >= x.next_probe) {
-                    let id = NonZeroU64::new(next_id).unwrap_or(NonZeroU64::MIN);
-                    next_id += 1;
-                    let _ = send(
-                        &sockets[conn.lane],
-                        &conn.route,
-                        &[wire::encode_probe(id).to_vec()],
-                    );
-                    conn.next_probe += PERIOD;
-                    c.probes_sent += 1;
-                }
-            }
-            Ok(())
-        });
+                Ok(())
+            },
+        );
         Ok(FakePeers {
             application,
             completion,
-            stop,
-            counters,
-            thread: Some(thread),
+            worker,
         })
     }
 
     pub(super) fn stats(&self) -> String {
-        match self.counters.lock() {
-            Ok(c) => format!("{:?}", *c),
-            Err(_) => "?".into(),
-        }
+        self.worker.stats()
     }
 
-    pub(super) fn stop(mut self) -> Result<()> {
-        self.stop.store(true, Ordering::Relaxed);
-        match self.thread.take().map(JoinHandle::join) {
-            Some(Ok(r)) => r,
-            Some(Err(_)) => bail!("fake peers panicked"),
-            None => Ok(()),
-        }
+    pub(super) fn stop(self) -> Result<()> {
+        self.worker.stop()
     }
 }
 
-fn send(socket: &zmq::Socket, route: &[u8], frames: &[Vec<u8>]) -> Result<()> {
+/// Sends a PROBE with a fresh id (`next_id`, then counted up) to `route` on a ROUTER; one
+/// that cannot go now is dropped (the node's deadline is what the bench watches).
+pub(super) fn send_probe(socket: &zmq::Socket, route: &[u8], next_id: &mut u64) {
+    let id = NonZeroU64::new(*next_id).unwrap_or(NonZeroU64::MIN);
+    *next_id += 1;
+    let _ = send(socket, route, &[wire::encode_probe(id).to_vec()]);
+}
+
+/// Sends `frames` to `route` on a ROUTER, without blocking.
+pub(super) fn send(socket: &zmq::Socket, route: &[u8], frames: &[Vec<u8>]) -> Result<()> {
     socket.send(route, zmq::SNDMORE | zmq::DONTWAIT)?;
     let last = frames.len().saturating_sub(1);
     for (i, f) in frames.iter().enumerate() {

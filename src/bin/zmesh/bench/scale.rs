@@ -11,7 +11,10 @@
 //!
 //! Then one size of RouteMesh lanes only ([`MESH_ONLY_SIZE`]): the connections a node dials
 //! at [`FDS_PER_DIALLED`] descriptors each, without the fanout subscriptions'
-//! [`FDS_PER_MONITORED`].
+//! [`FDS_PER_MONITORED`]. Last, one size of RouteMesh connections the node accepts
+//! ([`INBOUND_SIZE`], fake peers dialling it: see `inbound`), one descriptor each, so that
+//! 10 000 fit under a limit of 20 000; its baseline is the same node with its endpoints
+//! bound and nobody connected.
 //!
 //! Descriptors: the node needs [`FDS_PER_DIALLED`] per mesh lane and [`FDS_PER_MONITORED`] per
 //! subscription, so 10 000 need more than the usual hard limit of 20 000. The bench raises its own limit before each size
@@ -21,19 +24,46 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
-use zmesh::config::{Endpoint, NodeConfig, PeerConfig};
+use anyhow::{Context, Result};
+use zmesh::config::{Endpoint, NodeConfig, PeerConfig, RouteMeshBind};
+use zmesh::proto::handshake::{Membership, Role};
 use zmesh::runtime::socket::{
     FDS_PER_CONTEXT, FDS_PER_DIALLED, FDS_PER_MONITORED, SOCKETS_PER_CONTEXT,
 };
 
 use super::idle::{FakePeers, NodeProcess, Publishers, PERIOD};
-use super::{clock_ticks, Plan};
+use super::inbound::{self, FakeDialers};
+use super::{clock_ticks, free_tcp, Plan, CHANNEL};
 
 /// The sizes measured (connections).
 pub(crate) const SIZES: [usize; 3] = [1_000, 5_000, 10_000];
 /// The size of the RouteMesh-only measurement (connections, two per peer), after [`SIZES`].
 pub(crate) const MESH_ONLY_SIZE: usize = 10_000;
+/// The size of the inbound measurement (connections the node accepts, two per peer), last.
+pub(crate) const INBOUND_SIZE: usize = 10_000;
+
+/// What a size's connections are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mix {
+    /// A fifth fanout subscriptions, the rest RouteMesh lanes the node dials.
+    Mixed,
+    /// RouteMesh lanes the node dials.
+    MeshOnly,
+    /// RouteMesh lanes the node accepts (fake peers dial it).
+    Inbound,
+}
+
+impl Mix {
+    /// The suffix of the size's labels.
+    pub(crate) fn suffix(self) -> &'static str {
+        match self {
+            Mix::Mixed => "",
+            Mix::MeshOnly => " mesh",
+            Mix::Inbound => " inbound",
+        }
+    }
+}
+
 /// The size of `--quick` (smoke only).
 const QUICK_SIZE: usize = 30;
 /// Descriptors beyond the connections' own (the process, its contexts, slack).
@@ -43,6 +73,7 @@ const SIZE_STEP: usize = 500;
 
 /// One size's figures.
 pub(crate) struct ScaleRow {
+    pub mix: Mix,
     pub connections: usize,
     pub publishers: usize,
     pub ready_s: f64,
@@ -68,13 +99,16 @@ pub(crate) async fn scale(plan: &Plan) -> Result<Scale> {
 }
 
 fn scale_blocking(plan: &Plan) -> Result<Scale> {
-    let sizes: Vec<(usize, bool)> = if plan.quick {
-        vec![(QUICK_SIZE, false)]
+    let sizes: Vec<(usize, Mix)> = if plan.quick {
+        vec![(QUICK_SIZE, Mix::Mixed), (QUICK_SIZE, Mix::Inbound)]
     } else {
         SIZES
             .iter()
-            .map(|&n| (n, false))
-            .chain([(MESH_ONLY_SIZE, true)])
+            .map(|&n| (n, Mix::Mixed))
+            .chain([
+                (MESH_ONLY_SIZE, Mix::MeshOnly),
+                (INBOUND_SIZE, Mix::Inbound),
+            ])
             .collect()
     };
     let dir = std::env::temp_dir().join(format!("zmesh-bench-scale-{}", std::process::id()));
@@ -84,16 +118,17 @@ fn scale_blocking(plan: &Plan) -> Result<Scale> {
         skipped: Vec::new(),
     };
     let mut largest = 0;
-    for (n, mesh_only) in sizes {
-        let need = needed_for(n, mesh_only);
+    for (n, mix) in sizes {
+        let need = needed_for(n, mix);
         let limit = raise_limit(need);
         let n = if limit >= need {
             n
         } else {
             let why = format!(
-                "needs about {need} file descriptors ({FDS_PER_DIALLED} per mesh lane and \
-                 {FDS_PER_MONITORED} per subscription in the node); the limit is {limit} and \
-                 could not be raised (raising the hard limit needs root with CAP_SYS_RESOURCE)"
+                "needs about {need} file descriptors ({FDS_PER_DIALLED} per dialled mesh lane, \
+                 {FDS_PER_MONITORED} per subscription and 1 per accepted lane in the node); \
+                 the limit is {limit} and could not be raised (raising the hard limit needs \
+                 root with CAP_SYS_RESOURCE)"
             );
             // Said once, with the results (bench.rs), not here as well.
             out.skipped.push((n, why));
@@ -101,42 +136,85 @@ fn scale_blocking(plan: &Plan) -> Result<Scale> {
             match (1..=n / SIZE_STEP)
                 .rev()
                 .map(|k| k * SIZE_STEP)
-                .find(|&m| needed_for(m, mesh_only) <= limit)
+                .find(|&m| needed_for(m, mix) <= limit)
             {
-                Some(m) if mesh_only || m > largest => m,
+                Some(m) if mix != Mix::Mixed || m > largest => m,
                 _ => continue,
             }
         };
-        if !mesh_only {
+        if mix == Mix::Mixed {
             largest = largest.max(n);
         }
-        let publishers = if mesh_only { 0 } else { n / 5 };
+        let publishers = if mix == Mix::Mixed { n / 5 } else { 0 };
         let peers = (n - publishers) / 2;
-        let limit = raise_limit(needed_for(n, mesh_only));
+        let limit = raise_limit(needed_for(n, mix));
         out.rows
-            .push(one_size(plan, &dir, publishers, peers, limit)?);
+            .push(one_size(plan, &dir, mix, publishers, peers, limit)?);
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(out)
 }
 
+/// The far ends of a size's mesh connections.
+enum Far {
+    /// Fake peers the node dials.
+    Peers(FakePeers),
+    /// Fake peers that dial the node.
+    Dialers(FakeDialers),
+}
+
+impl Far {
+    fn stats(&self) -> String {
+        match self {
+            Far::Peers(p) => p.stats(),
+            Far::Dialers(d) => d.stats(),
+        }
+    }
+
+    fn stop(self) -> Result<()> {
+        match self {
+            Far::Peers(p) => p.stop(),
+            Far::Dialers(d) => d.stop(),
+        }
+    }
+}
+
 fn one_size(
     plan: &Plan,
     dir: &std::path::Path,
+    mix: Mix,
     publishers: usize,
     peers: usize,
     fd_limit: u64,
 ) -> Result<ScaleRow> {
     let connections = publishers + 2 * peers;
-    // The same binary running a node without links: the baselines.
-    let base = NodeProcess::start(dir, &NodeConfig::new("scale-base"))?;
+    let mut cfg = NodeConfig::new("scale");
+    if mix == Mix::Inbound {
+        // Every connection may arrive at once: none is refused as unadmitted.
+        cfg.max_unadmitted = connections + 1;
+        cfg.memberships = vec![Membership {
+            role: Role::Server,
+            channel: CHANNEL.into(),
+        }];
+        cfg.route_mesh = Some(RouteMeshBind {
+            application: free_tcp()?,
+            completion: free_tcp()?,
+        });
+    }
+    // The same binary running the node without links (with its endpoints bound, if it
+    // accepts): the baselines.
+    let base = NodeProcess::start(
+        dir,
+        &NodeConfig {
+            rid: "scale-base".into(),
+            ..cfg.clone()
+        },
+    )?;
     base.wait_ready(0)?;
     let (baseline_fds, baseline_rss) = (base.fds()?, base.rss_kib()?);
     drop(base);
 
     let pubs = Publishers::start(publishers)?;
-    let fake = FakePeers::start(2 * peers)?;
-    let mut cfg = NodeConfig::new("scale");
     cfg.subscriptions = pubs
         .endpoints
         .iter()
@@ -144,18 +222,35 @@ fn one_size(
             endpoint: e.clone(),
         })
         .collect();
-    cfg.peers = (0..peers)
-        .map(|i| PeerConfig {
-            batch_calls: true,
-            rid: format!("p{i}"),
-            application: fake.application.clone(),
-            completion: fake.completion.clone(),
-            generation: None,
-            security_identity: None,
-        })
-        .collect();
+    let fake = match mix {
+        Mix::Inbound => None,
+        Mix::Mixed | Mix::MeshOnly => Some(FakePeers::start(2 * peers)?),
+    };
+    if let Some(fake) = &fake {
+        cfg.peers = (0..peers)
+            .map(|i| PeerConfig {
+                batch_calls: true,
+                rid: format!("p{i}"),
+                application: fake.application.clone(),
+                completion: fake.completion.clone(),
+                generation: None,
+                security_identity: None,
+            })
+            .collect();
+    }
     let node = NodeProcess::start(dir, &cfg)?;
     let t0 = Instant::now();
+    let far = match (fake, &cfg.route_mesh) {
+        (Some(fake), _) => Far::Peers(fake),
+        (None, bind) => {
+            let bind = bind
+                .as_ref()
+                .context("an inbound size binds its endpoints")?;
+            // Its endpoints are bound once its control endpoint answers.
+            node.wait_ready(0)?;
+            Far::Dialers(inbound::dial(peers, &bind.application, &bind.completion)?)
+        }
+    };
     node.wait_ready(connections)?;
     let ready_s = t0.elapsed().as_secs_f64();
     eprintln!("P7 {connections} connections: all ready in {ready_s:.1} s");
@@ -167,6 +262,10 @@ fn one_size(
         PERIOD + Duration::from_secs(1)
     });
     let before = node.cpu()?;
+    eprintln!(
+        "P7 {connections} connections: idle window starts; fake peers: {}",
+        far.stats()
+    );
     let t = Instant::now();
     std::thread::sleep(plan.idle);
     let after = node.cpu()?;
@@ -181,6 +280,7 @@ fn one_size(
     let cpu_ticks_percent = (after.ticks - before.ticks) as f64 / clock_ticks() / window * 100.0;
     let per = |v: f64| v / connections.max(1) as f64;
     let row = ScaleRow {
+        mix,
         connections,
         publishers,
         ready_s,
@@ -193,27 +293,36 @@ fn one_size(
         rss_kib: rss,
         fd_limit,
     };
+    let lanes = if mix == Mix::Inbound {
+        "accepted"
+    } else {
+        "dialled"
+    };
     eprintln!(
-        "P7 {connections} connections ({publishers} publishers, {} mesh lanes): idle CPU \
-         {cpu_percent:.2} % ({cpu_ticks_percent:.2} % from ticks); {fds} fds (baseline \
+        "P7 {connections} connections ({publishers} publishers, {} {lanes} mesh lanes): idle \
+         CPU {cpu_percent:.2} % ({cpu_ticks_percent:.2} % from ticks); {fds} fds (baseline \
          {baseline_fds}): {:.2} per connection; RSS {rss} KiB (baseline {baseline_rss} KiB): \
          {:.1} KiB per connection; fake peers: {}",
         2 * peers,
         row.fds_per_connection,
         row.kib_per_connection,
-        fake.stats()
+        far.stats()
     );
     drop(node);
     pubs.stop();
-    fake.stop()?;
+    far.stop()?;
     Ok(row)
 }
 
-/// Descriptors one process needs for `n` connections as this bench makes them (a fifth of
-/// them publishers, or none if `mesh_only`).
-fn needed_for(n: usize, mesh_only: bool) -> u64 {
-    let publishers = if mesh_only { 0 } else { n / 5 };
+/// Descriptors one process needs for `n` connections of `mix` as this bench makes them.
+fn needed_for(n: usize, mix: Mix) -> u64 {
+    let publishers = if mix == Mix::Mixed { n / 5 } else { 0 };
     let connections = publishers + 2 * ((n - publishers) / 2);
+    if mix == Mix::Inbound {
+        // One per connection on either side (the node's accepted TCP connections; the fake
+        // dialers' connections on their two sockets).
+        return connections as u64 + SLACK_FDS;
+    }
     needed(connections as u64, publishers as u64)
 }
 
