@@ -89,16 +89,7 @@ fn idle_blocking(plan: &Plan) -> Result<Idle> {
                 endpoint: e.clone(),
             })
             .collect();
-        cfg.peers = (0..plan.peers)
-            .map(|i| PeerConfig {
-                batch_calls: true,
-                rid: format!("p{i}"),
-                application: peers.application.clone(),
-                completion: peers.completion.clone(),
-                generation: None,
-                security_identity: None,
-            })
-            .collect();
+        cfg.peers = peers.configs(plan.peers);
         let node = NodeProcess::start(&dir, &cfg)?;
         let t_ready = Instant::now();
         node.wait_ready(connections)?;
@@ -553,6 +544,20 @@ impl FakePeers {
             completion,
             worker,
         })
+    }
+
+    /// The node's `[[peers]]` for `n` of them (RIDs `p0`, `p1`, ...), all at these sockets.
+    pub(super) fn configs(&self, n: usize) -> Vec<PeerConfig> {
+        (0..n)
+            .map(|i| PeerConfig {
+                batch_calls: true,
+                rid: format!("p{i}"),
+                application: self.application.clone(),
+                completion: self.completion.clone(),
+                generation: None,
+                security_identity: None,
+            })
+            .collect()
     }
 
     pub(super) fn stats(&self) -> String {

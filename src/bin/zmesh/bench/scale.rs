@@ -25,7 +25,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use zmesh::config::{Endpoint, NodeConfig, PeerConfig, RouteMeshBind};
+use zmesh::config::{Endpoint, NodeConfig, RouteMeshBind};
 use zmesh::proto::handshake::{Membership, Role};
 use zmesh::runtime::socket::{
     FDS_PER_CONTEXT, FDS_PER_DIALLED, FDS_PER_MONITORED, SOCKETS_PER_CONTEXT,
@@ -227,16 +227,7 @@ fn one_size(
         Mix::Mixed | Mix::MeshOnly => Some(FakePeers::start(2 * peers)?),
     };
     if let Some(fake) = &fake {
-        cfg.peers = (0..peers)
-            .map(|i| PeerConfig {
-                batch_calls: true,
-                rid: format!("p{i}"),
-                application: fake.application.clone(),
-                completion: fake.completion.clone(),
-                generation: None,
-                security_identity: None,
-            })
-            .collect();
+        cfg.peers = fake.configs(peers);
     }
     let node = NodeProcess::start(dir, &cfg)?;
     let t0 = Instant::now();
