@@ -40,8 +40,6 @@ struct Conn {
     lane: usize,
     /// The local name of the connection (`ZMQ_CONNECT_ROUTING_ID`).
     route: Vec<u8>,
-    /// Its HELLO, until sent.
-    hello: Option<Vec<Vec<u8>>>,
     welcomed: bool,
     next_probe: Instant,
 }
@@ -54,6 +52,8 @@ pub(super) fn dial(peers: usize, application: &str, completion: &str) -> Result<
     let ctx = zmq::Context::new();
     let sockets = [ctx.socket(zmq::ROUTER)?, ctx.socket(zmq::ROUTER)?];
     let mut conns = Vec::with_capacity(2 * peers);
+    // Each connection's HELLO, by its place in `conns`, until it is sent.
+    let mut hellos = Vec::with_capacity(2 * peers);
     let start = Instant::now();
     for (lane, (socket, endpoint)) in sockets.iter().zip([application, completion]).enumerate() {
         socket.set_linger(0)?;
@@ -67,10 +67,10 @@ pub(super) fn dial(peers: usize, application: &str, completion: &str) -> Result<
             socket.connect(endpoint)?;
             let k = (2 * peer + lane) as u32;
             let n = (2 * peers).max(1) as u32;
+            hellos.push((conns.len(), hello(LANES[lane].0, peer)?));
             conns.push(Conn {
                 lane,
                 route,
-                hello: Some(hello(LANES[lane].0, peer)?),
                 welcomed: false,
                 next_probe: start + PERIOD * (k % n) / n,
             });
@@ -78,7 +78,7 @@ pub(super) fn dial(peers: usize, application: &str, completion: &str) -> Result<
     }
     Ok(Worker::spawn("fake dialers", move |st, co| {
         let _ctx = ctx;
-        run(&sockets, conns, st, co)
+        run(&sockets, conns, hellos, st, co)
     }))
 }
 
@@ -113,34 +113,23 @@ fn hello(lane: Lane, peer: usize) -> Result<Vec<Vec<u8>>> {
 fn run(
     sockets: &[zmq::Socket; 2],
     mut conns: Vec<Conn>,
+    mut unsent: Vec<(usize, Vec<Vec<u8>>)>,
     stop: &AtomicBool,
     counters: &std::sync::Mutex<DialerCounters>,
 ) -> Result<()> {
     // Where a connection is in `conns`, by lane and peer.
     let peers = conns.len() / 2;
     let index = |lane: usize, peer: usize| lane * peers + peer;
-    let mut unsent: Vec<usize> = (0..conns.len()).collect();
     let mut next_id = 1u64;
     while !stop.load(Ordering::Relaxed) {
         let mut c = counters.lock().map_err(|_| anyhow::anyhow!("counters"))?;
         // HELLO on every connection whose handshake is done (the send fails until then).
-        let mut left = Vec::with_capacity(unsent.len());
-        for i in unsent.drain(..) {
-            let Some(conn) = conns.get_mut(i) else {
-                continue;
-            };
-            let Some(frames) = &conn.hello else {
-                continue;
-            };
-            match send(&sockets[conn.lane], &conn.route, frames) {
-                Ok(()) => {
-                    conn.hello = None;
-                    c.hellos_sent += 1;
-                }
-                Err(_) => left.push(i),
-            }
-        }
-        unsent = left;
+        unsent.retain(|(i, frames)| {
+            let conn = &conns[*i];
+            let sent = send(&sockets[conn.lane], &conn.route, frames).is_ok();
+            c.hellos_sent += u64::from(sent);
+            !sent
+        });
         for (lane, socket) in sockets.iter().enumerate() {
             while let Ok(frames) = socket.recv_multipart(zmq::DONTWAIT) {
                 let Some((route, rec)) = frames.split_first() else {

@@ -16,24 +16,24 @@
 //! 10 000 fit under a limit of 20 000; its baseline is the same node with its endpoints
 //! bound and nobody connected.
 //!
-//! Descriptors: the node needs [`FDS_PER_DIALLED`] per mesh lane and [`FDS_PER_MONITORED`] per
-//! subscription, so 10 000 need more than the usual hard limit of 20 000. The bench raises its own limit before each size
-//! (soft to hard, and the hard limit too where it may: as root with `CAP_SYS_RESOURCE`), and
+//! Descriptors: the node needs [`FDS_PER_DIALLED`] per dialled mesh lane and
+//! [`FDS_PER_MONITORED`] per subscription, so 10 000 dialled need more than the usual hard
+//! limit of 20 000. The bench raises its own limit before each size (soft to hard, and the
+//! hard limit too where it may: as root with `CAP_SYS_RESOURCE`), and
 //! the node, its child, inherits it; a size the limit cannot hold is skipped with the
 //! figures, and the largest size under the limit (a multiple of 500) is measured instead.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use zmesh::config::{Endpoint, NodeConfig, RouteMeshBind};
-use zmesh::proto::handshake::{Membership, Role};
+use zmesh::config::{Endpoint, NodeConfig};
 use zmesh::runtime::socket::{
     FDS_PER_CONTEXT, FDS_PER_DIALLED, FDS_PER_MONITORED, SOCKETS_PER_CONTEXT,
 };
 
 use super::idle::{FakePeers, NodeProcess, Publishers, PERIOD};
 use super::inbound::{self, FakeDialers};
-use super::{clock_ticks, free_tcp, Plan, CHANNEL};
+use super::{clock_ticks, server_config, Plan};
 
 /// The sizes measured (connections).
 pub(crate) const SIZES: [usize; 3] = [1_000, 5_000, 10_000];
@@ -188,19 +188,15 @@ fn one_size(
     fd_limit: u64,
 ) -> Result<ScaleRow> {
     let connections = publishers + 2 * peers;
-    let mut cfg = NodeConfig::new("scale");
-    if mix == Mix::Inbound {
-        // Every connection may arrive at once: none is refused as unadmitted.
-        cfg.max_unadmitted = connections + 1;
-        cfg.memberships = vec![Membership {
-            role: Role::Server,
-            channel: CHANNEL.into(),
-        }];
-        cfg.route_mesh = Some(RouteMeshBind {
-            application: free_tcp()?,
-            completion: free_tcp()?,
-        });
-    }
+    let mut cfg = match mix {
+        Mix::Inbound => {
+            let mut c = server_config("scale")?;
+            // Every connection may arrive at once: none is refused as unadmitted.
+            c.max_unadmitted = connections + 1;
+            c
+        }
+        Mix::Mixed | Mix::MeshOnly => NodeConfig::new("scale"),
+    };
     // The same binary running the node without links (with its endpoints bound, if it
     // accepts): the baselines.
     let base = NodeProcess::start(
