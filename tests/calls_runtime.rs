@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use zmesh::config::{Endpoint, NodeConfig, PeerConfig, RouteMeshBind, ServerConfig};
 use zmesh::proto::state::ConnState;
 use zmesh::runtime::calls::{encode, may_have_run, CallError, CallOptions, Request, ServeError};
+use zmesh::runtime::service::{Method, Service};
 use zmesh::runtime::{Node, NodeEvent};
 
 const STEP: Duration = Duration::from_secs(10);
@@ -269,7 +270,7 @@ async fn c4_graceful_stop_answers_accepted_calls() {
     let mut started = serve_with(&b, "work");
     let mut a = NodeConfig::new("a");
     a.peers = vec![peer("b", &b_bind)];
-    let (a, _ea) = start_ready(a, "b").await;
+    let (a, mut ea) = start_ready(a, "b").await;
     let caller = a.clone();
     let call = tokio::spawn(async move { caller.call::<_, String>("work", "hold", &500u64).await });
     tokio::time::timeout(STEP, started.recv())
@@ -284,6 +285,12 @@ async fn c4_graceful_stop_answers_accepted_calls() {
         .expect("the accepted call is answered");
     assert_eq!(answer, "held");
     stop.await.expect("join").expect("shutdown");
+    // Once a has seen b leave (b's CLOSE), a call is refused before it is sent. Without this
+    // wait, a REQUEST sent before a read the CLOSE is honestly "may have run".
+    ea.wait(STEP, |e| {
+        matches!(e, NodeEvent::State(s) if s.link.starts_with("peer b") && s.state != ConnState::Ready)
+    })
+    .await;
     let err = a
         .call::<_, String>("work", "echo", "late")
         .await
@@ -403,4 +410,116 @@ fn builder_with_services_outside_a_runtime_is_refused() {
         .err()
         .expect("no runtime");
     assert!(matches!(err, zmesh::runtime::NodeError::NoRuntime), "{err}");
+}
+
+/// Sends its name when dropped: the handler's future that holds it is gone.
+struct DropProbe(&'static str, mpsc::UnboundedSender<&'static str>);
+
+impl Drop for DropProbe {
+    fn drop(&mut self) {
+        let _ = self.1.send(self.0);
+    }
+}
+
+/// MISSION X1 (handlers of a caller whose connection left ready), S1 (no handler runs on for
+/// a caller that is gone): the caller goes away while its calls run. A running query's task is dropped at its await
+/// (it never returns); a running non-repeatable command is signalled through
+/// `Request::cancelled` and is not stopped: it returns on its own. Neither was signalled
+/// while its caller waited, and the callee holds no call afterwards.
+#[tokio::test]
+async fn x1_handlers_of_a_caller_that_is_gone_are_told() {
+    let b_bind = mesh_bind(true);
+    let b = Node::start(mesh_server("b", "work", &b_bind))
+        .await
+        .expect("b");
+    let (started_tx, mut started) = mpsc::unbounded_channel::<(&'static str, bool)>();
+    let (dropped_tx, mut dropped) = mpsc::unbounded_channel::<&'static str>();
+    let (returned_tx, mut returned) = mpsc::unbounded_channel::<&'static str>();
+    let look = {
+        let (started, dropped) = (started_tx.clone(), dropped_tx.clone());
+        move |req: Request| {
+            let (started, dropped) = (started.clone(), dropped.clone());
+            async move {
+                let _probe = DropProbe("look", dropped);
+                let _ = started.send(("look", req.is_cancelled()));
+                std::future::pending::<()>().await;
+                encode("never")
+            }
+        }
+    };
+    let act = move |req: Request| {
+        let (started, dropped, returned) =
+            (started_tx.clone(), dropped_tx.clone(), returned_tx.clone());
+        async move {
+            let _probe = DropProbe("act", dropped);
+            let _ = started.send(("act", req.is_cancelled()));
+            req.cancelled().await;
+            assert!(req.is_cancelled());
+            let _ = returned.send("act");
+            encode("stopped early")
+        }
+    };
+    b.expose(
+        Service::new("work")
+            .method(Method::query("look"), look)
+            .method(Method::non_repeatable_command("act"), act),
+    )
+    .expect("expose");
+    let mut a = NodeConfig::new("a");
+    a.peers = vec![peer("b", &b_bind)];
+    let (a, _ea) = start_ready(a, "b").await;
+    let calls: Vec<_> = ["look", "act"]
+        .into_iter()
+        .map(|m| {
+            let a = a.clone();
+            tokio::spawn(async move { a.call::<_, String>("work", m, &()).await })
+        })
+        .collect();
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let (method, cancelled) = tokio::time::timeout(STEP, started.recv())
+            .await
+            .expect("handler started")
+            .expect("handler");
+        assert!(!cancelled, "{method} signalled while its caller waited");
+        seen.push(method);
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, ["act", "look"]);
+    a.shutdown().await.expect("a");
+    for call in calls {
+        let err = call.await.expect("join").expect_err("the caller stopped");
+        assert!(may_have_run(&err), "{err}");
+    }
+    let returned = tokio::time::timeout(STEP, returned.recv())
+        .await
+        .expect("the command was signalled")
+        .expect("returned");
+    assert_eq!(returned, "act");
+    let mut gone = Vec::new();
+    for _ in 0..2 {
+        gone.push(
+            tokio::time::timeout(STEP, dropped.recv())
+                .await
+                .expect("the handler's future was dropped")
+                .expect("dropped"),
+        );
+    }
+    gone.sort_unstable();
+    assert_eq!(gone, ["act", "look"]);
+    // Both handlers are over for the callee too: it holds no call.
+    let limit = tokio::time::Instant::now() + STEP;
+    loop {
+        let snap = b.snapshot().await.expect("snapshot");
+        if snap.serving_calls == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < limit,
+            "b still holds {} calls",
+            snap.serving_calls
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    b.shutdown().await.expect("b");
 }

@@ -90,6 +90,7 @@ pub struct Request {
     call_id: u64,
     idempotency_key: Option<String>,
     args: Bytes,
+    gone: CallerGone,
 }
 
 impl Request {
@@ -102,7 +103,29 @@ impl Request {
             call_id: 0,
             idempotency_key: None,
             args,
+            gone: CallerGone::default(),
         }
+    }
+
+    /// The signal the I/O thread sets when the caller no longer waits for this call.
+    pub(crate) fn caller_gone(&self) -> CallerGone {
+        self.gone.clone()
+    }
+
+    /// True once the caller no longer waits for this call: the connection its answer would
+    /// travel on left ready, so nothing the handler returns reaches anyone. A handler with
+    /// work left may stop early; what it already did stays done.
+    pub fn is_cancelled(&self) -> bool {
+        self.gone.is_set()
+    }
+
+    /// Resolves once the caller no longer waits for this call (see
+    /// [`Request::is_cancelled`]); never, if the call is answered first. A query handler
+    /// need not watch it: its task is dropped at its next `.await` when its caller is gone.
+    /// A command's handler (or an undeclared method's) is never stopped by the runtime and
+    /// decides here itself whether to finish or to stop.
+    pub async fn cancelled(&self) {
+        self.gone.wait().await;
     }
 
     /// This request with who made it: the caller's lifecycle generation, its call id and its
@@ -143,6 +166,44 @@ impl Request {
     /// The raw argument bytes.
     pub fn raw_args(&self) -> &Bytes {
         &self.args
+    }
+}
+
+/// The signal that a call's caller no longer waits: set once by the I/O thread, read by the
+/// handler through [`Request::is_cancelled`] and [`Request::cancelled`]. Clones share it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CallerGone(Arc<GoneState>);
+
+#[derive(Debug, Default)]
+struct GoneState {
+    set: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl CallerGone {
+    /// Sets the signal and wakes every waiter (only the first call has an effect).
+    pub(crate) fn set(&self) {
+        self.0.set.store(true, std::sync::atomic::Ordering::Release);
+        self.0.notify.notify_waiters();
+    }
+
+    /// True once set.
+    pub(crate) fn is_set(&self) -> bool {
+        self.0.set.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Resolves once set. The waiter registers before it reads the flag, so a `set` between
+    /// the two is not missed.
+    async fn wait(&self) {
+        loop {
+            let notified = self.0.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_set() {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 

@@ -67,8 +67,11 @@ pub(crate) struct Served {
     pub service: ServedService,
 }
 
-/// Spawns the task of one accepted call (on the runtime its channel was registered from).
-pub(crate) type Dispatcher = std::sync::Arc<dyn Fn(ServeJob) + Send + Sync>;
+/// Spawns the task of one accepted call (on the runtime its channel was registered from);
+/// the handle stops that task. The task answers with exactly one [`Command::ServeDone`],
+/// also when it is stopped before its handler returned.
+pub(crate) type Dispatcher =
+    std::sync::Arc<dyn Fn(ServeJob) -> tokio::task::AbortHandle + Send + Sync>;
 
 /// Runs an accepted call's inline handler in place (see `node::serving::inline_dispatch`).
 pub(crate) type InlineDispatch = std::sync::Arc<dyn Fn(ServeJob) -> InlineRun + Send + Sync>;

@@ -140,6 +140,16 @@ pub const METRICS: &[MetricInfo] = &[
         "Stream items of served calls that could not be sent.",
     ),
     counter(
+        "zmesh_handlers_signalled_total",
+        &[],
+        "Running handlers told that their caller is gone (its connection left ready).",
+    ),
+    counter(
+        "zmesh_handlers_stopped_total",
+        &[],
+        "Running query handlers whose task was stopped because their caller is gone.",
+    ),
+    counter(
         "zmesh_inline_overruns_total",
         &[],
         "Inline handler runs that held the I/O thread longer than their 1 ms budget.",

@@ -394,7 +394,8 @@ impl IoThread {
             if lost > 0 {
                 tracing::info!(calls = lost, "calls failed with their connection");
             }
-            let _ = self.serve.handle_connection_lost(key, now);
+            let running = self.serve.handle_connection_lost(key, now);
+            self.handlers.callers_gone(&running);
             self.forget_orphaned_waiting(now);
         }
         self.drain_calls(now);

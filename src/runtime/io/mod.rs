@@ -250,6 +250,8 @@ pub(crate) struct IoThread {
     exec: ExecQueues<serve::QueueKey, ServeId>,
     /// Accepted calls waiting in an execution queue, with their jobs.
     waiting_jobs: serve::WaitingJobs,
+    /// Handlers running on tasks, signalled or stopped when their caller is gone.
+    handlers: serve::Handlers,
     /// Channels whose inline handler overran its budget (logged once each).
     inline_overruns_logged: std::collections::HashSet<String>,
     served: HashMap<String, Served>,
@@ -381,6 +383,7 @@ impl IoThread {
             serve: ServeTable::new(),
             exec: ExecQueues::new(),
             waiting_jobs: HashMap::new(),
+            handlers: serve::Handlers::default(),
             inline_overruns_logged: std::collections::HashSet::new(),
             served: HashMap::new(),
             known_servers: HashSet::new(),

@@ -27,15 +27,18 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use bytes::Bytes;
+use tokio::task::AbortHandle;
 
 use super::calls::CallKey;
 use super::{IoThread, LinkKey};
 use crate::proto::calls::batch::MAX_INCOMING_BATCH_CALLS;
 use crate::proto::calls::{Admission, Arrival, Dispatch, RemoteCode, ServeId};
-use crate::proto::contract::{self, ExecutionKind};
+use crate::proto::contract::{self, ExecutionKind, Semantics};
 use crate::proto::wire::{self, Lane, ReplyCode};
-use crate::runtime::calls::{Request, ServeError};
-use crate::runtime::command::{InlineDispatch, InlineRun, ServeDone, ServeItem, ServeJob, Served};
+use crate::runtime::calls::{CallerGone, Request, ServeError};
+use crate::runtime::command::{
+    Dispatcher, InlineDispatch, InlineRun, ServeDone, ServeItem, ServeJob, Served,
+};
 use crate::runtime::records;
 use crate::runtime::security::{AuthRequest, Caller, Denied};
 use crate::runtime::service::{MethodPlan, INLINE_BUDGET};
@@ -45,6 +48,76 @@ pub(super) type QueueKey = (String, Option<String>);
 
 /// Calls accepted and waiting in an execution queue, with what their dispatch needs.
 pub(super) type WaitingJobs = HashMap<ServeId, ServeJob>;
+
+/// The handlers running on tasks, by call: what tells each that its caller is gone.
+///
+/// When the connection a call's answer would travel on leaves ready, the serve table hands
+/// back the calls whose handlers still run ([`crate::proto::calls::ServeTable`]'s
+/// `handle_connection_lost`); each is signalled ([`Request::cancelled`]), and a query's task
+/// is also stopped at its next `.await`: a query changes nothing, so nothing is lost. A
+/// command (or an undeclared method, which may be one) is never stopped by the runtime: it
+/// may be half way through changing the world, and only its handler knows whether stopping
+/// there is safe. A stopped task still reports its end, so the call leaves its execution
+/// queue as a finished one does.
+#[derive(Default)]
+pub(super) struct Handlers {
+    running: HashMap<ServeId, Running>,
+}
+
+struct Running {
+    gone: CallerGone,
+    task: AbortHandle,
+    /// A query: its task is stopped when its caller is gone.
+    stoppable: bool,
+}
+
+impl Handlers {
+    /// The handler of call `id` started on `task`.
+    pub(super) fn started(
+        &mut self,
+        id: ServeId,
+        gone: CallerGone,
+        task: AbortHandle,
+        semantics: Option<Semantics>,
+    ) {
+        let stoppable = semantics == Some(Semantics::Query);
+        self.running.insert(
+            id,
+            Running {
+                gone,
+                task,
+                stoppable,
+            },
+        );
+    }
+
+    /// The handler of call `id` is over (returned, or its task was stopped).
+    pub(super) fn finished(&mut self, id: ServeId) {
+        self.running.remove(&id);
+    }
+
+    /// The callers of `calls` are gone: each running handler is signalled, each query's task
+    /// stopped.
+    pub(super) fn callers_gone(&mut self, calls: &[ServeId]) {
+        let (mut signalled, mut stopped) = (0u64, 0u64);
+        for id in calls {
+            let Some(r) = self.running.get(id) else {
+                continue;
+            };
+            r.gone.set();
+            signalled += 1;
+            if r.stoppable {
+                r.task.abort();
+                stopped += 1;
+            }
+        }
+        if signalled > 0 {
+            metrics::counter!("zmesh_handlers_signalled_total").increment(signalled);
+            metrics::counter!("zmesh_handlers_stopped_total").increment(stopped);
+            tracing::debug!(signalled, stopped, "handlers of a caller that is gone");
+        }
+    }
+}
 
 impl IoThread {
     /// Where the answers to REQUESTs arriving on link `k` go: the calls' key (the connection
@@ -231,7 +304,8 @@ impl IoThread {
                 let accept = records::accept(call_id, self.me.generation, key.1 .0);
                 if !self.send_answer(route, accept) {
                     // ACCEPT could not be sent: the answer path is gone.
-                    let _ = self.serve.handle_connection_lost(key, now);
+                    let running = self.serve.handle_connection_lost(key, now);
+                    self.handlers.callers_gone(&running);
                     let next = self.left_queue(sid);
                     self.dispatch(next, now);
                     self.forget_orphaned_waiting(now);
@@ -296,9 +370,9 @@ impl IoThread {
                                 self.finish_call(sid, result, now);
                                 next = self.left_queue(sid);
                             }
-                            InlineRun::OnTask(job) => spawn(job),
+                            InlineRun::OnTask(job) => self.spawn_handler(&spawn, job),
                         },
-                        Some((spawn, None)) => spawn(job),
+                        Some((spawn, None)) => self.spawn_handler(&spawn, job),
                         None => {
                             // Never the case (a served channel is only ever replaced); if it
                             // were: answered, not run.
@@ -334,6 +408,13 @@ impl IoThread {
                 None => gone = next,
             }
         }
+    }
+
+    /// Runs an accepted call's handler on a task, kept in [`Handlers`] until it is over.
+    fn spawn_handler(&mut self, spawn: &Dispatcher, job: ServeJob) {
+        let (id, gone, semantics) = (job.id, job.request.caller_gone(), job.semantics);
+        let task = spawn(job);
+        self.handlers.started(id, gone, task, semantics);
     }
 
     /// Calls waiting in an execution queue whose caller's connection is gone (the serve table
@@ -419,6 +500,7 @@ impl IoThread {
 
     /// A handler finished: its REPLY, then the next call of its queue.
     pub(super) fn on_serve_done(&mut self, done: ServeDone, now: Instant) {
+        self.handlers.finished(done.id);
         self.finish_call(done.id, done.result, now);
         let next = self.left_queue(done.id);
         self.dispatch(next, now);

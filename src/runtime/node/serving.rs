@@ -163,13 +163,16 @@ impl Node {
         // call, issue 9 item 5).
         let dispatch: Dispatcher = Arc::new(move |job: ServeJob| {
             let (weak, lookup, guard) = (weak.clone(), lookup.clone(), guard.clone());
-            drop(rt.spawn(async move {
-                let id = job.id;
+            rt.spawn(async move {
+                let done = DoneOnce {
+                    id: job.id,
+                    node: weak.clone(),
+                    sent: false,
+                };
                 let result = run_job(job, &lookup, &weak, guard.as_deref()).await;
-                if let Some(inner) = weak.upgrade() {
-                    inner.command(Command::ServeDone(ServeDone { id, result }));
-                }
-            }));
+                done.send(result);
+            })
+            .abort_handle()
         });
         let contract = (*served.contract).clone();
         if !self.command(Command::Serve {
@@ -200,6 +203,46 @@ impl ItemPort for Inner {
         let (reply, rx) = oneshot::channel();
         self.command(Command::ServeItem(ServeItem { id, payload, reply }))
             .then_some(rx)
+    }
+}
+
+/// The one [`Command::ServeDone`] of a call's task: sent with the handler's result, or, when
+/// the task is dropped before its handler returned (stopped because its caller is gone, or
+/// its runtime shut down), with `Unavailable` (a result nobody receives: the serve table
+/// forgot the call), so the I/O thread always hears that the handler is over and the call's
+/// execution queue moves on.
+struct DoneOnce {
+    id: ServeId,
+    node: Weak<Inner>,
+    sent: bool,
+}
+
+impl DoneOnce {
+    fn send(mut self, result: Result<Bytes, ServeError>) {
+        self.sent = true;
+        if let Some(inner) = self.node.upgrade() {
+            inner.command(Command::ServeDone(ServeDone {
+                id: self.id,
+                result,
+            }));
+        }
+    }
+}
+
+impl Drop for DoneOnce {
+    fn drop(&mut self) {
+        if self.sent {
+            return;
+        }
+        if let Some(inner) = self.node.upgrade() {
+            inner.command(Command::ServeDone(ServeDone {
+                id: self.id,
+                result: Err(ServeError::runtime(
+                    RemoteCode::Unavailable,
+                    "the handler was stopped before it returned",
+                )),
+            }));
+        }
     }
 }
 
