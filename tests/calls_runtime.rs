@@ -421,8 +421,8 @@ impl Drop for DropProbe {
     }
 }
 
-/// MISSION X1 (handlers of a caller whose connection left ready), S1 (no handler runs on for
-/// a caller that is gone): the caller goes away while its calls run. A running query's task is dropped at its await
+/// MISSION X1 (handlers of a caller whose connection left ready are signalled): the caller
+/// goes away while its calls run. A running query's task is dropped at its await
 /// (it never returns); a running non-repeatable command is signalled through
 /// `Request::cancelled` and is not stopped: it returns on its own. Neither was signalled
 /// while its caller waited, and the callee holds no call afterwards.

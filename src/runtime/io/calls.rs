@@ -394,9 +394,7 @@ impl IoThread {
             if lost > 0 {
                 tracing::info!(calls = lost, "calls failed with their connection");
             }
-            let running = self.serve.handle_connection_lost(key, now);
-            self.handlers.callers_gone(&running);
-            self.forget_orphaned_waiting(now);
+            self.callee.handle_connection_lost(key, now);
         }
         self.drain_calls(now);
     }
@@ -431,18 +429,7 @@ impl IoThread {
                 }
             }
         }
-        while let Some(r) = self.serve.poll_transmit() {
-            if let Some(route) = self.answer_route(r.conn) {
-                self.send_answer(
-                    route,
-                    records::reply(r.call_id, r.code, Bytes::from_static(r.message.as_bytes())),
-                );
-            }
-            // A queued call refused by its ttl, or a call cut by the drain: the next one of
-            // its queue moves up.
-            let next = self.left_queue(r.id);
-            self.dispatch(next, now);
-        }
+        self.send_callee_answers(now);
         self.set_call_gauges(now);
     }
 

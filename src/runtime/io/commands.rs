@@ -46,7 +46,7 @@ impl IoThread {
                         // Graceful stop: refuse new calls, answer the accepted ones, then
                         // leave (MISSION C4, F6); the loop ends when the drain is done.
                         self.host = Host::Draining;
-                        self.serve.begin_drain(GRACEFUL_STOP_BOUND, now);
+                        self.callee.begin_drain(GRACEFUL_STOP_BOUND, now);
                         self.drain_calls(now);
                     }
                 }

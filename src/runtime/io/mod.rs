@@ -50,11 +50,14 @@
 //! - [`exhaustion`]: running out of descriptors: the named failure, one log line per
 //!   episode, the start-time check of the limit against the configuration;
 //! - [`discovery`]: automatic mode: descriptor intents and fences (MISSION D1, F3, T3);
-//! - [`serve`]: the callee's side: contract checks, admission, execution queues, dispatch;
+//! - [`callee`]: the callee's side, a part that owns its state ([`callee::Callee`]): contract
+//!   checks, admission, execution queues, dispatch, running handlers; it decides, and
+//!   [`serve`] routes its REQUESTs to it and sends the answers it decides on;
 //! - [`snapshot`], [`shutdown`]: the node's snapshot, and the end of a node;
 //! - [`ready`]: readiness of the sockets (epoll over `ZMQ_FD`, the edge rule).
 
 mod admission;
+mod callee;
 mod calls;
 mod commands;
 mod discovery;
@@ -79,7 +82,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use tokio::sync::{mpsc, oneshot};
 
-use super::command::{CallReply, Command, Served, WakeUp};
+use super::command::{CallReply, Command, WakeUp};
 use super::error::NodeError;
 use super::event::{NodeEvent, StateChange};
 use super::operations::OpsShared;
@@ -88,7 +91,7 @@ use super::records::Lane;
 use super::security::KeyPair;
 use super::socket::{MonitorSocket, Sockets};
 use crate::config::NodeConfig;
-use crate::proto::calls::{CallId, CallTable, ExecQueues, ServeId, ServeTable};
+use crate::proto::calls::{CallId, CallTable};
 use crate::proto::handshake::Identity;
 use crate::proto::liveness::{self, Liveness, PEER_DEADLINE};
 use crate::proto::sched::{IdMap, ReceiveScheduler, SharedSocketId};
@@ -244,17 +247,8 @@ pub(crate) struct IoThread {
     /// (per link, as BATCHes) before any other command is handled and at the end of the
     /// command drain (MISSION K5).
     outgoing_calls: Vec<(LinkKey, CallId, crate::proto::wire::Request)>,
-    /// Calls this node serves (MISSION C4, C6).
-    serve: ServeTable<CallKey>,
-    /// The execution queues of served calls (MISSION K4).
-    exec: ExecQueues<serve::QueueKey, ServeId>,
-    /// Accepted calls waiting in an execution queue, with their jobs.
-    waiting_jobs: serve::WaitingJobs,
-    /// Handlers running on tasks, signalled or stopped when their caller is gone.
-    handlers: serve::Handlers,
-    /// Channels whose inline handler overran its budget (logged once each).
-    inline_overruns_logged: std::collections::HashSet<String>,
-    served: HashMap<String, Served>,
+    /// The calls this node serves: channels, serve table, execution queues, handlers.
+    callee: callee::Callee,
     /// Channels some peer ever announced a Server membership for.
     known_servers: HashSet<String>,
     /// ACCEPTs and REPLYs held back by a full pipe, per link (and its connection then).
@@ -380,12 +374,7 @@ impl IoThread {
             ops,
             pending_calls: HashMap::new(),
             outgoing_calls: Vec::new(),
-            serve: ServeTable::new(),
-            exec: ExecQueues::new(),
-            waiting_jobs: HashMap::new(),
-            handlers: serve::Handlers::default(),
-            inline_overruns_logged: std::collections::HashSet::new(),
-            served: HashMap::new(),
+            callee: callee::Callee::new(),
             known_servers: HashSet::new(),
             answers: HashMap::new(),
             slots: Vec::new(),
@@ -488,7 +477,7 @@ impl IoThread {
             self.release_backlogs();
             self.flush_answers();
             self.flush_events();
-            if self.host == Host::Draining && self.serve.is_drained() {
+            if self.host == Host::Draining && self.callee.is_drained() {
                 self.host = Host::Stopped;
             }
             if self.host == Host::Stopped {

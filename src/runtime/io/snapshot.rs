@@ -153,7 +153,7 @@ impl IoThread {
                 Host::Stopped => "stopped",
             },
             pending_calls: self.calls.pending(),
-            serving_calls: self.serve.in_flight(),
+            serving_calls: self.callee.in_flight(),
             links,
             omitted,
             links_ready,

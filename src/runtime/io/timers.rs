@@ -21,7 +21,7 @@ impl IoThread {
         [
             self.liveness.poll_timeout(),
             self.calls.poll_timeout(),
-            self.serve.poll_timeout(),
+            self.callee.poll_timeout(),
             self.link_deadline,
         ]
         .into_iter()
@@ -66,7 +66,7 @@ impl IoThread {
     pub(super) fn run_timers(&mut self, now: Instant) {
         // Call deadlines and serve-side ttl refusals and drain bound.
         self.calls.handle_timeout(now);
-        self.serve.handle_timeout(now);
+        self.callee.handle_timeout(now);
         self.drain_calls(now);
         // Every liveness machine of the node, from one table (MISSION L8). Coalesced: a
         // wake-up for a due timer also starts every probe and beacon due within the next
