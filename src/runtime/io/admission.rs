@@ -361,7 +361,7 @@ impl IoThread {
         let rid = peer.rid.clone();
         for m in &peer.memberships {
             if m.role == crate::proto::handshake::Role::Server {
-                self.known_servers.insert(m.channel.clone());
+                self.caller.learn_server(&m.channel);
             }
         }
         c.peer = Some(peer);

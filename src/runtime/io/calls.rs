@@ -15,23 +15,18 @@
 //! ITEM on the same route as the REPLY; the drain ends such calls with REPLY `Unavailable`.
 
 use std::collections::VecDeque;
-use std::num::NonZeroU64;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-
-use super::links::LinkKind;
+use super::caller::{NewCall, Route};
+use super::links::{Link, LinkKind};
 use super::{IoThread, LinkKey};
-use crate::proto::calls::batch;
-use crate::proto::calls::{ttl_on_wire, CallId, Unrouted};
-use crate::proto::contract;
+use crate::config::NodeConfig;
+use crate::proto::calls::Unrouted;
 use crate::proto::handshake::Role;
-use crate::proto::ops;
 use crate::proto::state::FailureReason;
-use crate::proto::wire::{self, Lane};
+use crate::proto::wire::Lane;
 use crate::proto::ConnId;
-use crate::runtime::calls::{CallOptions, StreamEvent};
-use crate::runtime::command::CallReply;
+use crate::runtime::calls::CallOptions;
 use crate::runtime::records;
 use crate::runtime::socket::SendError;
 
@@ -43,12 +38,6 @@ pub(super) type HeldAnswers = (ConnId, VecDeque<Vec<Vec<u8>>>);
 
 /// Longest graceful stop: accepted calls still running then are answered `Unavailable`.
 pub const GRACEFUL_STOP_BOUND: Duration = Duration::from_secs(10);
-
-/// Longest time the call gauges go without being set again while their values stay the same.
-const GAUGE_REFRESH: Duration = Duration::from_secs(1);
-
-/// The call gauges as last set: calls pending, operations per status, and when.
-pub(super) type CallGauges = Option<(usize, ops::OpCounts, Instant)>;
 
 impl IoThread {
     /// The ready connection of `rid`'s RouteMesh lane `lane`.
@@ -97,7 +86,7 @@ impl IoThread {
                 ready.push(route);
             }
         }
-        let mut known = self.known_servers.contains(channel);
+        let mut configured = false;
         for (k, l) in self.links.iter().enumerate() {
             if let LinkKind::ClientDial { server } = &l.kind {
                 if self
@@ -106,147 +95,56 @@ impl IoThread {
                     .get(*server)
                     .is_some_and(|s| s.channel == channel)
                 {
-                    known = true;
+                    configured = true;
                     if let Some(c) = l.conn.as_ref().filter(|c| c.ready) {
                         ready.push((k, (k, c.id)));
                     }
                 }
             }
         }
-        if ready.is_empty() {
-            return Err(if known {
-                Unrouted::NoReadyPeer
-            } else {
-                Unrouted::NoRegistration
-            });
-        }
-        let pick = ready[self.server_rr % ready.len()];
-        self.server_rr = self.server_rr.wrapping_add(1);
-        Ok(pick)
+        self.caller.pick(channel, &ready, configured)
     }
 
-    /// Starts a call: routes it and queues its REQUEST for [`Self::flush_calls`], which the
-    /// command drain runs before it handles any other command and at its end, so the REQUEST
-    /// leaves in this loop turn (or the call fails at once as never sent). A call that cannot
-    /// be routed fails at once.
-    pub(super) fn start_call(
-        &mut self,
-        channel: String,
-        method: String,
-        args: Bytes,
-        opts: CallOptions,
-        reply: CallReply,
-        now: Instant,
-    ) {
-        let ttl = opts.ttl.filter(|t| !t.is_zero());
-        let semantics = contract::to_wire(opts.semantics);
-        let mut target = None;
-        let id = if self.stopping() {
-            self.calls.start_unrouted(Unrouted::NoReadyPeer, now)
+    /// Starts a call: routes it and hands it to the caller, which queues its REQUEST for
+    /// [`Self::flush_calls`] (the command drain runs it before it handles any other command
+    /// and at its end, so the REQUEST leaves in this loop turn, or the call fails at once as
+    /// never sent). A call that cannot be routed fails at once.
+    pub(super) fn start_call(&mut self, call: NewCall, now: Instant) {
+        let route = if self.stopping() {
+            Err(Unrouted::NoReadyPeer)
         } else {
-            match self.route_call(&channel, &opts) {
-                Err(why) => self.calls.start_unrouted(why, now),
-                Ok((send_link, key)) => {
-                    let id = self.calls.start(key, ttl, now);
-                    target = self.links[send_link]
+            self.route_call(&call.channel, &call.opts)
+                .map(|(send, key)| Route {
+                    send,
+                    key,
+                    target: self.links[send]
                         .conn
                         .as_ref()
                         .and_then(|c| c.peer.as_ref())
-                        .map(|p| p.rid.clone());
-                    let request = records::request(
-                        id.get(),
-                        ttl_on_wire(ttl),
-                        semantics,
-                        &channel,
-                        &method,
-                        opts.idempotency_key.as_deref(),
-                        args,
-                    );
-                    match request {
-                        Ok(r) => self.outgoing_calls.push((send_link, id, r)),
-                        Err(_) => {
-                            let _ = self.calls.handle_send_failed(id, now);
-                        }
-                    }
-                    id
-                }
-            }
+                        .map(|p| p.rid.clone()),
+                })
         };
-        // The one funnel every call of this node passes (MISSION K2).
-        let target = target.unwrap_or_else(|| ops::channel_target(&channel));
-        self.ops
-            .with(|r| r.issue(id.get().get(), target, channel, method, semantics, now));
-        self.pending_calls.insert(id, reply);
+        self.caller.start(call, route, now);
         self.drain_calls(now);
     }
 
-    /// Sends the REQUESTs queued by [`Self::start_call`] in this loop turn (MISSION K5): the
-    /// calls for one link go, in order, as one BATCH when there are two or more (cut by
-    /// [`batch::split`] above [`batch::MAX_BATCH_CALLS`]) and as a lone REQUEST otherwise, or
-    /// each alone when the peer's configuration turns batching off. A message the link cannot
-    /// take now fails every call in it at once as never sent: a frame is never queued on a
-    /// link that cannot send now (MISSION C3).
+    /// Sends the REQUESTs the caller queued in this loop turn (MISSION K5), as the messages
+    /// [`Caller::take_requests`](super::caller::Caller::take_requests) makes of them.
     pub(super) fn flush_calls(&mut self, now: Instant) {
-        if self.outgoing_calls.is_empty() {
+        if !self.caller.has_requests() {
             return;
         }
-        let mut per_link: Vec<(LinkKey, Vec<(CallId, wire::Request)>)> = Vec::new();
-        for (link, id, request) in self.outgoing_calls.drain(..) {
-            match per_link.iter_mut().find(|(l, _)| *l == link) {
-                Some((_, calls)) => calls.push((id, request)),
-                None => per_link.push((link, vec![(id, request)])),
-            }
-        }
-        for (link, calls) in per_link {
-            let parts: Vec<std::ops::Range<usize>> = if self.batches_calls(link) {
-                batch::split(calls.len()).collect()
-            } else {
-                (0..calls.len()).map(|i| i..i + 1).collect()
+        let (links, cfg) = (&self.links, &self.cfg);
+        let messages = self.caller.take_requests(|k| batches_calls(links, cfg, k));
+        for m in messages {
+            let sent = match &m.frames {
+                Some(frames) => self.send_frames_on_link(m.link, frames).is_ok(),
+                None => false,
             };
-            let mut calls = calls.into_iter();
-            for part in parts {
-                let (ids, requests): (Vec<CallId>, Vec<wire::Request>) =
-                    calls.by_ref().take(part.len()).unzip();
-                let sent = records::requests(requests)
-                    .is_ok_and(|frames| self.send_on_link(link, frames).is_ok());
-                tracing::debug!(calls = ids.len(), sent, "requests");
-                if ids.len() > 1 && sent {
-                    metrics::counter!("zmesh_batches_sent_total").increment(1);
-                }
-                for id in ids {
-                    if sent {
-                        let _ = self.calls.handle_sent(id, now);
-                        self.ops.with(|r| r.sent(id.get().get(), now));
-                        metrics::counter!("zmesh_calls_started_total").increment(1);
-                    } else {
-                        let _ = self.calls.handle_send_failed(id, now);
-                    }
-                }
-            }
+            tracing::debug!(calls = m.calls(), sent, "requests");
+            self.caller.handle_sent(&m, sent, now);
         }
         self.drain_calls(now);
-    }
-
-    /// Whether calls to the node behind link `k` may share a BATCH (its `batch_calls`
-    /// configuration; a peer that dialled us and is not configured here: yes).
-    fn batches_calls(&self, k: LinkKey) -> bool {
-        let Some(l) = self.links.get(k) else {
-            return true;
-        };
-        match &l.kind {
-            LinkKind::MeshDial { peer, .. } => {
-                self.cfg.peers.get(*peer).is_none_or(|p| p.batch_calls)
-            }
-            LinkKind::ClientDial { server } => {
-                self.cfg.servers.get(*server).is_none_or(|s| s.batch_calls)
-            }
-            LinkKind::Inbound { rid, .. } => self
-                .cfg
-                .peers
-                .iter()
-                .find(|p| &p.rid == rid)
-                .is_none_or(|p| p.batch_calls),
-        }
     }
 
     /// The call key of answers arriving on link `k`: the connection itself, if it is a
@@ -268,29 +166,7 @@ impl IoThread {
             metrics::counter!("zmesh_call_answers_ignored_total").increment(1);
             return;
         };
-        let id = |n: NonZeroU64| CallId(n);
-        match rec {
-            records::Rec::Accept { call_id } => {
-                let _ = self.calls.handle_accept(id(call_id), key, now);
-            }
-            records::Rec::Item {
-                call_id,
-                seq,
-                payload,
-            } => {
-                let _ = self.calls.handle_item(id(call_id), key, seq, payload, now);
-            }
-            records::Rec::Reply {
-                call_id,
-                code,
-                payload,
-            } => {
-                let _ = self
-                    .calls
-                    .handle_reply(id(call_id), key, code, payload, now);
-            }
-            _ => {}
-        }
+        self.caller.handle_answer(key, rec, now);
         self.drain_calls(now);
     }
 
@@ -390,7 +266,7 @@ impl IoThread {
             _ => None,
         };
         if let Some(key) = key {
-            let lost = self.calls.handle_connection_lost(key, now);
+            let lost = self.caller.handle_connection_lost(key, now);
             if lost > 0 {
                 tracing::info!(calls = lost, "calls failed with their connection");
             }
@@ -399,59 +275,26 @@ impl IoThread {
         self.drain_calls(now);
     }
 
-    /// Hands finished calls to their callers and sends the serve table's own replies.
-    ///
-    /// Items first: the table queues a call's items before its completion, so draining them
-    /// first hands every item to its stream before the stream's end. Items of a call nobody
-    /// streams (a unary caller, a dropped stream) are dropped.
+    /// Hands finished calls to the application and sends the callee's answers.
     pub(super) fn drain_calls(&mut self, now: Instant) {
-        while let Some(item) = self.calls.poll_item() {
-            self.ops.with(|r| r.item(item.id.get().get(), now));
-            if let Some(CallReply::Stream(tx)) = self.pending_calls.get(&item.id) {
-                let _ = tx.send(StreamEvent::Item(item.payload));
-            }
-        }
-        while let Some((id, result)) = self.calls.poll_completion() {
-            self.ops
-                .with(|r| r.settle(id.get().get(), result.as_ref().map(|_| ()), now));
-            if let Some(reply) = self.pending_calls.remove(&id) {
-                let result = result.map(|c| c.payload);
-                if let Err(e) = &result {
-                    metrics::counter!("zmesh_calls_failed_total", "code" => e.code()).increment(1);
-                }
-                match reply {
-                    CallReply::Unary(tx) => {
-                        let _ = tx.send(result);
-                    }
-                    CallReply::Stream(tx) => {
-                        let _ = tx.send(StreamEvent::End(result));
-                    }
-                }
-            }
-        }
+        self.caller.deliver(now);
         self.send_callee_answers(now);
-        self.set_call_gauges(now);
     }
+}
 
-    /// Sets the call gauges when their values changed, and at least once per
-    /// [`GAUGE_REFRESH`] (a recorder installed after the node started sees them too). Setting
-    /// a labelled gauge is a registry lookup per label set: doing it on every loop turn was
-    /// 3 % of an idle I/O thread at 4 500 connections (issue 13).
-    fn set_call_gauges(&mut self, now: Instant) {
-        let pending = self.calls.pending();
-        let counts = self.ops.with(|r| r.counts());
-        let fresh = match &self.call_gauges {
-            Some((p, c, at)) => *p == pending && *c == counts && now < *at + GAUGE_REFRESH,
-            None => false,
-        };
-        if fresh {
-            return;
-        }
-        self.call_gauges = Some((pending, counts, now));
-        metrics::gauge!("zmesh_calls_pending").set(pending as f64);
-        for status in ops::OpStatus::ALL {
-            metrics::gauge!("zmesh_operations", "status" => status.name())
-                .set(counts.get(status) as f64);
-        }
+/// Whether calls to the node behind link `k` may share a BATCH (its `batch_calls`
+/// configuration; a peer that dialled us and is not configured here: yes).
+fn batches_calls(links: &[Link], cfg: &NodeConfig, k: LinkKey) -> bool {
+    let Some(l) = links.get(k) else {
+        return true;
+    };
+    match &l.kind {
+        LinkKind::MeshDial { peer, .. } => cfg.peers.get(*peer).is_none_or(|p| p.batch_calls),
+        LinkKind::ClientDial { server } => cfg.servers.get(*server).is_none_or(|s| s.batch_calls),
+        LinkKind::Inbound { rid, .. } => cfg
+            .peers
+            .iter()
+            .find(|p| &p.rid == rid)
+            .is_none_or(|p| p.batch_calls),
     }
 }

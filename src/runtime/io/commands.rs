@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use crossbeam_channel::TryRecvError;
 
+use super::caller::NewCall;
 use super::calls::GRACEFUL_STOP_BOUND;
 use super::{Host, IoThread, COMMANDS_PER_TURN, SENDS_PER_TURN};
 use crate::runtime::command::Command;
@@ -56,7 +57,16 @@ impl IoThread {
                     args,
                     opts,
                     reply,
-                } => self.start_call(channel, method, args, opts, reply, now),
+                } => self.start_call(
+                    NewCall {
+                        channel,
+                        method,
+                        args,
+                        opts,
+                        reply,
+                    },
+                    now,
+                ),
                 Command::Serve { channel, served } => self.serve_channel(channel, served),
                 Command::ServeItem(item) => self.on_serve_item(item, now),
                 Command::ServeDone(done) => self.on_serve_done(done, now),

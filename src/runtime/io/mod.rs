@@ -46,7 +46,11 @@
 //! - [`commands`]: commands from the async side;
 //! - [`outbound`]: the link table published for the async side, and the per-link send queues
 //!   of one-way records, drained in bursts;
-//! - [`calls`]: the caller's side of calls: routing, BATCHes, leases, answers;
+//! - [`caller`]: the caller's side, a part that owns its state ([`caller::Caller`]): the
+//!   call table, the application's reply channels, the REQUESTs of this turn and their
+//!   BATCHes, the operations registry's funnel;
+//! - [`calls`]: routing calls to ready servers, sending REQUESTs and answers (held back by a
+//!   full pipe, in order), leases failing with their connection;
 //! - [`exhaustion`]: running out of descriptors: the named failure, one log line per
 //!   episode, the start-time check of the limit against the configuration;
 //! - [`discovery`]: automatic mode: descriptor intents and fences (MISSION D1, F3, T3);
@@ -58,6 +62,7 @@
 
 mod admission;
 mod callee;
+mod caller;
 mod calls;
 mod commands;
 mod discovery;
@@ -74,7 +79,7 @@ mod slots;
 mod snapshot;
 mod timers;
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -82,7 +87,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use tokio::sync::{mpsc, oneshot};
 
-use super::command::{CallReply, Command, WakeUp};
+use super::command::{Command, WakeUp};
 use super::error::NodeError;
 use super::event::{NodeEvent, StateChange};
 use super::operations::OpsShared;
@@ -91,15 +96,14 @@ use super::records::Lane;
 use super::security::KeyPair;
 use super::socket::{MonitorSocket, Sockets};
 use crate::config::NodeConfig;
-use crate::proto::calls::{CallId, CallTable};
 use crate::proto::handshake::Identity;
 use crate::proto::liveness::{self, Liveness, PEER_DEADLINE};
 use crate::proto::sched::{IdMap, ReceiveScheduler, SharedSocketId};
 use crate::proto::security::PublicKey;
 use crate::proto::state::{ConnState, FailureReason};
 use crate::proto::ConnId;
+use calls::HeldAnswers;
 pub use calls::GRACEFUL_STOP_BOUND;
-use calls::{CallGauges, CallKey, HeldAnswers};
 use fanout::{Publisher, Sub};
 use links::{Link, LinkKind};
 use ready::{KeySet, Readiness, Watch};
@@ -236,21 +240,10 @@ pub(crate) struct IoThread {
     /// The last receive rotation left work that socket readiness cannot show: wait without
     /// sleeping, and run a rotation even if no socket is readable.
     busy: bool,
-    /// Calls this node made, leased on the connection that carried them (MISSION C1, C2).
-    calls: CallTable<CallKey>,
-    /// The call gauges as last set (set again on a change, or once a second).
-    call_gauges: CallGauges,
-    /// The operations registry: one frozen entry per call this node made (MISSION K2).
-    ops: Arc<OpsShared>,
-    pending_calls: HashMap<CallId, CallReply>,
-    /// REQUESTs of calls started in this loop turn, with the link they go on: sent together
-    /// (per link, as BATCHes) before any other command is handled and at the end of the
-    /// command drain (MISSION K5).
-    outgoing_calls: Vec<(LinkKey, CallId, crate::proto::wire::Request)>,
+    /// The calls this node makes: call table, reply channels, REQUESTs of this turn.
+    caller: caller::Caller,
     /// The calls this node serves: channels, serve table, execution queues, handlers.
     callee: callee::Callee,
-    /// Channels some peer ever announced a Server membership for.
-    known_servers: HashSet<String>,
     /// ACCEPTs and REPLYs held back by a full pipe, per link (and its connection then).
     answers: HashMap<LinkKey, HeldAnswers>,
     slots: Vec<Option<Slot>>,
@@ -280,8 +273,6 @@ pub(crate) struct IoThread {
     /// before libzmq's last event blocks the context's reaper (see `MonitorSocket`).
     overdue_closing: Vec<MonitorSocket>,
     next_conn: u64,
-    /// Round-robin position among the ready servers of a channel.
-    server_rr: usize,
     host: Host,
     shutdown_reply: Option<oneshot::Sender<()>>,
     /// CURVE (issue 11): this node's key pair; `None` in `none` mode.
@@ -369,13 +360,8 @@ impl IoThread {
             link_deadline: None,
             link_timers_changed: true,
             busy: false,
-            calls: CallTable::new(),
-            call_gauges: None,
-            ops,
-            pending_calls: HashMap::new(),
-            outgoing_calls: Vec::new(),
+            caller: caller::Caller::new(ops),
             callee: callee::Callee::new(),
-            known_servers: HashSet::new(),
             answers: HashMap::new(),
             slots: Vec::new(),
             links: Vec::new(),
@@ -394,7 +380,6 @@ impl IoThread {
             sweeps: Vec::new(),
             overdue_closing: Vec::new(),
             next_conn: 1,
-            server_rr: 0,
             host: Host::Running,
             shutdown_reply: None,
             curve,

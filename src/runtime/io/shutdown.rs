@@ -14,7 +14,7 @@ impl IoThread {
     pub(super) fn close_everything(&mut self) {
         let now = Instant::now();
         // This node's own calls still out end now, each saying whether it may have run.
-        self.calls.handle_shutdown(now);
+        self.caller.handle_shutdown(now);
         self.drain_calls(now);
         // One-way records queued before the stop leave ahead of the CLOSE, as far as the
         // pipes take them; what is left is counted and named (issue 9).

@@ -90,7 +90,7 @@ impl IoThread {
                 pending_calls: l
                     .conn
                     .as_ref()
-                    .map(|c| self.calls.pending_on((k, c.id)))
+                    .map(|c| self.caller.pending_on((k, c.id)))
                     .unwrap_or(0),
                 ready_count: l.state.readies(),
                 failure_count: l.state.failures(),
@@ -152,7 +152,7 @@ impl IoThread {
                 Host::Draining => "draining",
                 Host::Stopped => "stopped",
             },
-            pending_calls: self.calls.pending(),
+            pending_calls: self.caller.pending(),
             serving_calls: self.callee.in_flight(),
             links,
             omitted,

@@ -20,7 +20,7 @@ impl IoThread {
         }
         [
             self.liveness.poll_timeout(),
-            self.calls.poll_timeout(),
+            self.caller.poll_timeout(),
             self.callee.poll_timeout(),
             self.link_deadline,
         ]
@@ -65,7 +65,7 @@ impl IoThread {
 
     pub(super) fn run_timers(&mut self, now: Instant) {
         // Call deadlines and serve-side ttl refusals and drain bound.
-        self.calls.handle_timeout(now);
+        self.caller.handle_timeout(now);
         self.callee.handle_timeout(now);
         self.drain_calls(now);
         // Every liveness machine of the node, from one table (MISSION L8). Coalesced: a

@@ -1,0 +1,354 @@
+//! The caller side of calls (MISSION C1-C3, C5, K2, K5): [`Caller`] owns this node's calls
+//! (the call table, the reply channels of the application's call futures and streams, the
+//! REQUESTs of this loop turn, the operations registry's funnel, the round-robin position
+//! among servers) and decides what each input does to them; the I/O thread finds the routes
+//! and sends the REQUESTs it hands out.
+//!
+//! A call's key is the physical connection its answers travel on (module [`super::calls`]);
+//! its lease is that connection: when it leaves ready, the call fails at once (MISSION C2).
+//!
+//! Streams: a call's items go to its [`StreamEvent`] channel in order, and always before its
+//! end ([`Caller::deliver`] hands items before completions).
+
+use std::collections::{HashMap, HashSet};
+use std::num::NonZeroU64;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::calls::CallKey;
+use super::LinkKey;
+use crate::proto::calls::batch;
+use crate::proto::calls::{ttl_on_wire, CallId, CallTable, Unrouted};
+use crate::proto::contract;
+use crate::proto::ops;
+use crate::proto::wire;
+use crate::runtime::calls::{CallOptions, StreamEvent};
+use crate::runtime::command::CallReply;
+use crate::runtime::operations::OpsShared;
+use crate::runtime::records;
+
+/// Longest time the call gauges go without being set again while their values stay the same.
+const GAUGE_REFRESH: Duration = Duration::from_secs(1);
+
+/// A call the application asked for, as the command carried it.
+pub(super) struct NewCall {
+    /// The channel called.
+    pub(super) channel: String,
+    /// The method called.
+    pub(super) method: String,
+    /// The encoded arguments.
+    pub(super) args: Bytes,
+    /// The call's options.
+    pub(super) opts: CallOptions,
+    /// Where its answer goes.
+    pub(super) reply: CallReply,
+}
+
+/// Where a call goes, as the I/O thread found it.
+pub(super) struct Route {
+    /// The link its REQUEST goes out on.
+    pub(super) send: LinkKey,
+    /// The connection its answers travel on (its lease).
+    pub(super) key: CallKey,
+    /// The RID of the node behind it, if known (for the operations registry).
+    pub(super) target: Option<String>,
+}
+
+/// One message of REQUESTs for one link: a lone REQUEST or a BATCH.
+pub(super) struct Requests {
+    /// The link to send it on.
+    pub(super) link: LinkKey,
+    /// Its frames, or `None` when it could not be encoded (its calls fail as never sent).
+    pub(super) frames: Option<Vec<Vec<u8>>>,
+    /// The calls in it, in order.
+    ids: Vec<CallId>,
+}
+
+impl Requests {
+    /// How many calls it carries.
+    pub(super) fn calls(&self) -> usize {
+        self.ids.len()
+    }
+}
+
+/// The caller's state (see the module docs). Its fields are its own: the I/O thread talks
+/// to it through its methods.
+pub(super) struct Caller {
+    /// Calls this node made, leased on the connection that carried them (MISSION C1, C2).
+    table: CallTable<CallKey>,
+    /// The application's side of each pending call.
+    replies: HashMap<CallId, CallReply>,
+    /// REQUESTs of calls started in this loop turn, with the link they go on: sent together
+    /// (per link, as BATCHes) before any other command is handled and at the end of the
+    /// command drain (MISSION K5).
+    outgoing: Vec<(LinkKey, CallId, wire::Request)>,
+    /// The operations registry: one frozen entry per call this node made (MISSION K2).
+    ops: Arc<OpsShared>,
+    /// Round-robin position among the ready servers of a channel.
+    rr: usize,
+    /// Channels some peer ever announced a Server membership for.
+    known_servers: HashSet<String>,
+    /// The call gauges as last set (set again on a change, or once a second): calls
+    /// pending, operations per status, and when.
+    gauges: Option<(usize, ops::OpCounts, Instant)>,
+}
+
+impl Caller {
+    /// A caller with no calls, recording into the operations registry `ops`.
+    pub(super) fn new(ops: Arc<OpsShared>) -> Caller {
+        Caller {
+            table: CallTable::new(),
+            replies: HashMap::new(),
+            outgoing: Vec::new(),
+            ops,
+            rr: 0,
+            known_servers: HashSet::new(),
+            gauges: None,
+        }
+    }
+
+    /// A peer announced a Server membership for `channel`: a call to it that finds no
+    /// ready server has no ready peer, not no registration.
+    pub(super) fn learn_server(&mut self, channel: &str) {
+        if !self.known_servers.contains(channel) {
+            self.known_servers.insert(channel.to_owned());
+        }
+    }
+
+    /// Picks the connection for a call to any server of `channel` among the `ready` routes
+    /// (REQUEST link, call key), round-robin. `configured`: a ClientServer server of the
+    /// channel is configured, ready or not.
+    pub(super) fn pick(
+        &mut self,
+        channel: &str,
+        ready: &[(LinkKey, CallKey)],
+        configured: bool,
+    ) -> Result<(LinkKey, CallKey), Unrouted> {
+        if ready.is_empty() {
+            return Err(if configured || self.known_servers.contains(channel) {
+                Unrouted::NoReadyPeer
+            } else {
+                Unrouted::NoRegistration
+            });
+        }
+        let pick = ready[self.rr % ready.len()];
+        self.rr = self.rr.wrapping_add(1);
+        Ok(pick)
+    }
+
+    /// Starts a call on `route` (or fails it at once as never sent, for the reason given):
+    /// its REQUEST waits for [`Caller::take_requests`], which the I/O thread calls before
+    /// any other command and at the end of the command drain, so the REQUEST leaves in this
+    /// loop turn (or the call fails at once as never sent).
+    pub(super) fn start(&mut self, call: NewCall, route: Result<Route, Unrouted>, now: Instant) {
+        let NewCall {
+            channel,
+            method,
+            args,
+            opts,
+            reply,
+        } = call;
+        let ttl = opts.ttl.filter(|t| !t.is_zero());
+        let semantics = contract::to_wire(opts.semantics);
+        let mut target = None;
+        let id = match route {
+            Err(why) => self.table.start_unrouted(why, now),
+            Ok(route) => {
+                let id = self.table.start(route.key, ttl, now);
+                target = route.target;
+                let request = records::request(
+                    id.get(),
+                    ttl_on_wire(ttl),
+                    semantics,
+                    &channel,
+                    &method,
+                    opts.idempotency_key.as_deref(),
+                    args,
+                );
+                match request {
+                    Ok(r) => self.outgoing.push((route.send, id, r)),
+                    Err(_) => {
+                        let _ = self.table.handle_send_failed(id, now);
+                    }
+                }
+                id
+            }
+        };
+        // The one funnel every call of this node passes (MISSION K2).
+        let target = target.unwrap_or_else(|| ops::channel_target(&channel));
+        self.ops
+            .with(|r| r.issue(id.get().get(), target, channel, method, semantics, now));
+        self.replies.insert(id, reply);
+    }
+
+    /// True if REQUESTs of this turn wait to be sent.
+    pub(super) fn has_requests(&self) -> bool {
+        !self.outgoing.is_empty()
+    }
+
+    /// The REQUESTs of this turn as messages (MISSION K5): the calls for one link go, in
+    /// order, as one BATCH when there are two or more (cut by [`batch::split`] above
+    /// [`batch::MAX_BATCH_CALLS`]) and as a lone REQUEST otherwise, or each alone when
+    /// `batches` says the node behind the link turned batching off. Send each, in order, and
+    /// report with [`Caller::handle_sent`]: a message the link cannot take now fails every
+    /// call in it at once as never sent (a frame is never queued on a link that cannot send
+    /// now, MISSION C3).
+    pub(super) fn take_requests(&mut self, batches: impl Fn(LinkKey) -> bool) -> Vec<Requests> {
+        let mut per_link: Vec<(LinkKey, Vec<(CallId, wire::Request)>)> = Vec::new();
+        for (link, id, request) in self.outgoing.drain(..) {
+            match per_link.iter_mut().find(|(l, _)| *l == link) {
+                Some((_, calls)) => calls.push((id, request)),
+                None => per_link.push((link, vec![(id, request)])),
+            }
+        }
+        let mut out = Vec::new();
+        for (link, calls) in per_link {
+            let parts: Vec<std::ops::Range<usize>> = if batches(link) {
+                batch::split(calls.len()).collect()
+            } else {
+                (0..calls.len()).map(|i| i..i + 1).collect()
+            };
+            let mut calls = calls.into_iter();
+            for part in parts {
+                let (ids, requests): (Vec<CallId>, Vec<wire::Request>) =
+                    calls.by_ref().take(part.len()).unzip();
+                out.push(Requests {
+                    link,
+                    frames: records::requests(requests).ok(),
+                    ids,
+                });
+            }
+        }
+        out
+    }
+
+    /// The message `requests` was handed to its socket (`sent`), or not.
+    pub(super) fn handle_sent(&mut self, requests: &Requests, sent: bool, now: Instant) {
+        if requests.ids.len() > 1 && sent {
+            metrics::counter!("zmesh_batches_sent_total").increment(1);
+        }
+        for &id in &requests.ids {
+            if sent {
+                let _ = self.table.handle_sent(id, now);
+                self.ops.with(|r| r.sent(id.get().get(), now));
+                metrics::counter!("zmesh_calls_started_total").increment(1);
+            } else {
+                let _ = self.table.handle_send_failed(id, now);
+            }
+        }
+    }
+
+    /// ACCEPT, ITEM or REPLY for one of this node's calls, arriving on connection `key`.
+    pub(super) fn handle_answer(&mut self, key: CallKey, rec: records::Rec, now: Instant) {
+        let id = |n: NonZeroU64| CallId(n);
+        match rec {
+            records::Rec::Accept { call_id } => {
+                let _ = self.table.handle_accept(id(call_id), key, now);
+            }
+            records::Rec::Item {
+                call_id,
+                seq,
+                payload,
+            } => {
+                let _ = self.table.handle_item(id(call_id), key, seq, payload, now);
+            }
+            records::Rec::Reply {
+                call_id,
+                code,
+                payload,
+            } => {
+                let _ = self
+                    .table
+                    .handle_reply(id(call_id), key, code, payload, now);
+            }
+            _ => {}
+        }
+    }
+
+    /// Connection `key` left ready: every call leased on it fails; returns how many.
+    pub(super) fn handle_connection_lost(&mut self, key: CallKey, now: Instant) -> usize {
+        self.table.handle_connection_lost(key, now)
+    }
+
+    /// The node stops: every call still out ends now, each saying whether it may have run.
+    pub(super) fn handle_shutdown(&mut self, now: Instant) {
+        self.table.handle_shutdown(now);
+    }
+
+    /// Applies the call deadlines due at `now`.
+    pub(super) fn handle_timeout(&mut self, now: Instant) {
+        self.table.handle_timeout(now);
+    }
+
+    /// The earliest call deadline.
+    pub(super) fn poll_timeout(&self) -> Option<Instant> {
+        self.table.poll_timeout()
+    }
+
+    /// Calls pending (MISSION C5).
+    pub(super) fn pending(&self) -> usize {
+        self.table.pending()
+    }
+
+    /// Calls pending on connection `key`.
+    pub(super) fn pending_on(&self, key: CallKey) -> usize {
+        self.table.pending_on(key)
+    }
+
+    /// Hands finished calls and stream items to the application, and sets the call gauges.
+    ///
+    /// Items first: the table queues a call's items before its completion, so handing them
+    /// first gives every item to its stream before the stream's end. Items of a call nobody
+    /// streams (a unary caller, a dropped stream) are dropped.
+    pub(super) fn deliver(&mut self, now: Instant) {
+        while let Some(item) = self.table.poll_item() {
+            self.ops.with(|r| r.item(item.id.get().get(), now));
+            if let Some(CallReply::Stream(tx)) = self.replies.get(&item.id) {
+                let _ = tx.send(StreamEvent::Item(item.payload));
+            }
+        }
+        while let Some((id, result)) = self.table.poll_completion() {
+            self.ops
+                .with(|r| r.settle(id.get().get(), result.as_ref().map(|_| ()), now));
+            if let Some(reply) = self.replies.remove(&id) {
+                let result = result.map(|c| c.payload);
+                if let Err(e) = &result {
+                    metrics::counter!("zmesh_calls_failed_total", "code" => e.code()).increment(1);
+                }
+                match reply {
+                    CallReply::Unary(tx) => {
+                        let _ = tx.send(result);
+                    }
+                    CallReply::Stream(tx) => {
+                        let _ = tx.send(StreamEvent::End(result));
+                    }
+                }
+            }
+        }
+        self.set_gauges(now);
+    }
+
+    /// Sets the call gauges when their values changed, and at least once per
+    /// [`GAUGE_REFRESH`] (a recorder installed after the node started sees them too).
+    /// Setting a labelled gauge is a registry lookup per label set, too dear for every loop
+    /// turn of a large node.
+    fn set_gauges(&mut self, now: Instant) {
+        let pending = self.table.pending();
+        let counts = self.ops.with(|r| r.counts());
+        let fresh = match &self.gauges {
+            Some((p, c, at)) => *p == pending && *c == counts && now < *at + GAUGE_REFRESH,
+            None => false,
+        };
+        if fresh {
+            return;
+        }
+        self.gauges = Some((pending, counts, now));
+        metrics::gauge!("zmesh_calls_pending").set(pending as f64);
+        for status in ops::OpStatus::ALL {
+            metrics::gauge!("zmesh_operations", "status" => status.name())
+                .set(counts.get(status) as f64);
+        }
+    }
+}
