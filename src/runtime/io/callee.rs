@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::task::AbortHandle;
 
-use super::calls::CallKey;
+use super::CallKey;
 use crate::proto::calls::batch::MAX_INCOMING_BATCH_CALLS;
 use crate::proto::calls::{
     Admission, Arrival, Dispatch, ExecQueues, RemoteCode, ServeId, ServeTable,

@@ -17,8 +17,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::calls::CallKey;
-use super::LinkKey;
+use super::{CallKey, LinkKey};
 use crate::proto::calls::batch;
 use crate::proto::calls::{ttl_on_wire, CallId, CallTable, Unrouted};
 use crate::proto::contract;

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::caller::{NewCall, Route};
 use super::links::{Link, LinkKind};
-use super::{IoThread, LinkKey};
+use super::{CallKey, IoThread, LinkKey};
 use crate::config::NodeConfig;
 use crate::proto::calls::Unrouted;
 use crate::proto::handshake::Role;
@@ -29,9 +29,6 @@ use crate::proto::ConnId;
 use crate::runtime::calls::CallOptions;
 use crate::runtime::records;
 use crate::runtime::socket::SendError;
-
-/// The physical connection a call travels on: a link and its current connection.
-pub(crate) type CallKey = (LinkKey, ConnId);
 
 /// Answers (ACCEPT, REPLY) held back by a full pipe: the connection they are for, in order.
 pub(super) type HeldAnswers = (ConnId, VecDeque<Vec<Vec<u8>>>);

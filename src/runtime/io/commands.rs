@@ -8,13 +8,13 @@ use crossbeam_channel::TryRecvError;
 
 use super::caller::NewCall;
 use super::calls::GRACEFUL_STOP_BOUND;
-use super::{Host, IoThread, COMMANDS_PER_TURN, SENDS_PER_TURN};
+use super::{Host, IoThread, COMMANDS_PER_TURN};
 use crate::runtime::command::Command;
 
 impl IoThread {
     /// Returns false when the node must stop.
     pub(super) fn drain_commands(&mut self, now: Instant) -> bool {
-        self.send_budget = SENDS_PER_TURN;
+        self.sends.start_turn();
         let go_on = self.drain_command_queue(now);
         // The calls of the last run of Call commands leave now, batched per link (K5).
         self.flush_calls(now);

@@ -84,8 +84,6 @@ pub(super) struct Link {
     pub(super) last_receive: Option<Instant>,
     /// Application records held while the application queue is paused (MISSION R5).
     pub(super) backlog: VecDeque<Delivery>,
-    /// The link is in one of the lists of send queues to drain ([`super::outbound`]).
-    pub(super) send_listed: bool,
     /// Automatic mode: the peer's descriptor is gone, so the link is not dialled again (an
     /// established connection stays until it fails; see `io::discovery`).
     pub(super) withdrawn: bool,
@@ -137,7 +135,6 @@ impl IoThread {
             records: 0,
             last_receive: None,
             backlog: VecDeque::new(),
-            send_listed: false,
             withdrawn: false,
         });
         self.links.len() - 1

@@ -79,7 +79,7 @@ mod slots;
 mod snapshot;
 mod timers;
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -91,7 +91,7 @@ use super::command::{Command, WakeUp};
 use super::error::NodeError;
 use super::event::{NodeEvent, StateChange};
 use super::operations::OpsShared;
-use super::outbound::{Closed, LinkTable, Outgoing, PubSocket};
+use super::outbound::{Closed, LinkTable, PubSocket};
 use super::records::Lane;
 use super::security::KeyPair;
 use super::socket::{MonitorSocket, Sockets};
@@ -141,7 +141,6 @@ pub const LINK_BACKLOG: usize = 1024;
 const PAUSED_POLL_MS: i64 = 10;
 /// Bound on one drain of commands per loop turn, so commands cannot starve the receive loop.
 const COMMANDS_PER_TURN: usize = 1024;
-use outbound::SENDS_PER_TURN;
 
 const BOUND_ID_APPLICATION: &[u8] = b"zmesh-application";
 const BOUND_ID_COMPLETION: &[u8] = b"zmesh-completion";
@@ -151,6 +150,10 @@ const PUBLISHER_DOMAIN: &str = "zmesh-publisher";
 
 type SlotKey = usize;
 type LinkKey = usize;
+/// The physical connection a call travels on: a link and its current connection. Here, not
+/// in `calls.rs` or `caller.rs`, because the caller and callee parts and the glue that routes
+/// their records all use it.
+pub(crate) type CallKey = (LinkKey, ConnId);
 
 /// The socket behind a ZAP domain ([`gate`]). Here, not in `gate.rs`, because the slots that
 /// register their domains ([`slots`]) and the gate that judges them both use it, and neither
@@ -199,14 +202,8 @@ pub(crate) struct IoThread {
     wake: Arc<WakeUp>,
     /// Where one-way records go, published for the async side (see [`outbound`]).
     table: Arc<LinkTable>,
-    /// Links whose send queue has records to drain, in turn order.
-    send_pending: VecDeque<LinkKey>,
-    /// Links whose send queue waits for room in libzmq's pipe; tried again every turn.
-    send_blocked: Vec<LinkKey>,
-    /// Records the send queues may still send in this loop turn.
-    send_budget: usize,
-    /// A burst of records taken from a send queue (kept to reuse its allocation).
-    send_scratch: Vec<Outgoing>,
+    /// Which links' send queues have records to drain, and this turn's budget.
+    sends: outbound::SendTurns,
     /// The epoll set over every socket's `ZMQ_FD` and the sockets due for a `ZMQ_EVENTS`
     /// check (see [`ready`] for the rule that keeps an edge from being lost).
     ready: Readiness,
@@ -342,10 +339,7 @@ impl IoThread {
             sockets,
             wake: wake.clone(),
             table: table.clone(),
-            send_pending: VecDeque::new(),
-            send_blocked: Vec::new(),
-            send_budget: SENDS_PER_TURN,
-            send_scratch: Vec::new(),
+            sends: outbound::SendTurns::new(),
             ready,
             readable: KeySet::default(),
             monitors_ready: KeySet::default(),

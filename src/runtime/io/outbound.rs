@@ -13,6 +13,7 @@
 //! [`PAUSED_POLL_MS`](super::PAUSED_POLL_MS) while one is (libzmq signals the socket's
 //! `ZMQ_FD` when the pipe has room again, which wakes the loop sooner).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -31,6 +32,94 @@ pub(super) const SEND_BURST: usize = 256;
 pub(super) const SENDS_PER_TURN: usize = 2048;
 /// PROBEs and ACKs held per connection behind a full pipe.
 pub(super) const HELD_LIVENESS: usize = 4;
+
+/// Which links' send queues have records to drain, in turn order, and how many records the
+/// queues may still send in this loop turn.
+pub(super) struct SendTurns {
+    /// Links whose send queue has records to drain, in turn order.
+    pending: VecDeque<LinkKey>,
+    /// Links whose send queue waits for room in libzmq's pipe; tried again every turn.
+    blocked: Vec<LinkKey>,
+    /// Whether each link (by key) is in one of the two lists.
+    listed: Vec<bool>,
+    /// Records the send queues may still send in this loop turn.
+    budget: usize,
+    /// A burst of records taken from a send queue (kept to reuse its allocation).
+    scratch: Vec<Outgoing>,
+}
+
+impl SendTurns {
+    /// No link listed; a full turn's budget.
+    pub(super) fn new() -> SendTurns {
+        SendTurns {
+            pending: VecDeque::new(),
+            blocked: Vec::new(),
+            listed: Vec::new(),
+            budget: SENDS_PER_TURN,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// A new loop turn: the full budget again.
+    pub(super) fn start_turn(&mut self) {
+        self.budget = SENDS_PER_TURN;
+    }
+
+    /// True if link `k` is listed (pending or blocked).
+    fn is_listed(&self, k: LinkKey) -> bool {
+        self.listed.get(k).copied().unwrap_or(false)
+    }
+
+    fn set_listed(&mut self, k: LinkKey, listed: bool) {
+        if self.listed.len() <= k {
+            self.listed.resize(k + 1, false);
+        }
+        self.listed[k] = listed;
+    }
+
+    /// Lists link `k`: blocked (waits for room in its pipe), or pending.
+    fn list(&mut self, k: LinkKey, blocked: bool) {
+        self.set_listed(k, true);
+        if blocked {
+            self.blocked.push(k);
+        } else {
+            self.pending.push_back(k);
+        }
+    }
+
+    /// Puts link `k` back after its burst: `None` unlisted (drained or gone), `Some(false)`
+    /// pending, `Some(true)` blocked.
+    fn put_back(&mut self, k: LinkKey, left: Option<bool>) {
+        match left {
+            None => self.set_listed(k, false),
+            Some(false) => self.pending.push_back(k),
+            Some(true) => self.blocked.push(k),
+        }
+    }
+
+    /// Starts a flush: blocked links are tried again after the pending ones; returns how
+    /// many links this flush visits at most.
+    fn begin_flush(&mut self) -> usize {
+        let blocked = std::mem::take(&mut self.blocked);
+        self.pending.extend(blocked);
+        self.pending.len()
+    }
+
+    /// The next link to visit, while the budget lasts.
+    fn next(&mut self) -> Option<LinkKey> {
+        if self.budget == 0 {
+            return None;
+        }
+        self.pending.pop_front()
+    }
+
+    /// Unlists every link (the node stops).
+    fn clear(&mut self) {
+        self.pending.clear();
+        self.blocked.clear();
+        self.listed.clear();
+    }
+}
 
 /// Where a link's one-way records are published in the link table.
 enum Route {
@@ -170,61 +259,39 @@ impl IoThread {
             .and_then(|l| l.conn.as_ref())
             .and_then(|c| c.outq.as_ref())
             .is_some_and(|o| Arc::ptr_eq(o, &q) && o.conn() == q.conn());
-        if !current || self.links[k].send_listed {
+        if !current || self.sends.is_listed(k) {
             // A closed queue (its records were counted), or one already in the lists.
             return;
         }
         let burst = self.send_burst(k);
         if let Some(blocked) = self.after_burst(k, burst, now) {
-            self.list_send(k, blocked);
-        }
-    }
-
-    fn list_send(&mut self, k: LinkKey, blocked: bool) {
-        if let Some(l) = self.links.get_mut(k) {
-            l.send_listed = true;
-        }
-        if blocked {
-            self.send_blocked.push(k);
-        } else {
-            self.send_pending.push_back(k);
+            self.sends.list(k, blocked);
         }
     }
 
     /// Drains the listed send queues within this turn's budget, blocked links first tried
     /// again; links with records left stay listed for the next turn.
     pub(super) fn flush_send_queues(&mut self, now: Instant) {
-        let blocked = std::mem::take(&mut self.send_blocked);
-        for k in blocked {
-            self.send_pending.push_back(k);
-        }
-        let mut visits = self.send_pending.len();
-        while visits > 0 && self.send_budget > 0 {
+        let mut visits = self.sends.begin_flush();
+        while visits > 0 {
             visits -= 1;
-            let Some(k) = self.send_pending.pop_front() else {
+            let Some(k) = self.sends.next() else {
                 break;
             };
             let burst = self.send_burst(k);
-            match self.after_burst(k, burst, now) {
-                None => {
-                    if let Some(l) = self.links.get_mut(k) {
-                        l.send_listed = false;
-                    }
-                }
-                Some(false) => self.send_pending.push_back(k),
-                Some(true) => self.send_blocked.push(k),
-            }
+            let left = self.after_burst(k, burst, now);
+            self.sends.put_back(k, left);
         }
     }
 
     /// True if a listed send queue can make progress now (not only blocked ones).
     pub(super) fn has_sends(&self) -> bool {
-        !self.send_pending.is_empty()
+        !self.sends.pending.is_empty()
     }
 
     /// True if some link waits for room in libzmq's pipe.
     pub(super) fn has_blocked_sends(&self) -> bool {
-        !self.send_blocked.is_empty()
+        !self.sends.blocked.is_empty()
     }
 
     /// Sends a PROBE or an ACK on link `k`. A full pipe does not drop it (one-way records
@@ -253,8 +320,8 @@ impl IoThread {
             }
             c.held.push(frames);
         }
-        if !self.links[k].send_listed {
-            self.list_send(k, true);
+        if !self.sends.is_listed(k) {
+            self.sends.list(k, true);
         }
     }
 
@@ -290,19 +357,19 @@ impl IoThread {
         if !self.flush_held(k) {
             return Burst::Blocked;
         }
-        let max = SEND_BURST.min(self.send_budget);
+        let max = SEND_BURST.min(self.sends.budget);
         let Some(q) = self.ready_queue(k) else {
             return Burst::Gone;
         };
         if max == 0 {
             return Burst::More;
         }
-        let mut buf = std::mem::take(&mut self.send_scratch);
+        let mut buf = std::mem::take(&mut self.sends.scratch);
         q.take(max, &mut buf);
         let (sent, failed) = self.send_records(k, &buf);
         let more = q.settle(&mut buf, sent);
-        self.send_scratch = buf;
-        self.send_budget -= sent.min(self.send_budget);
+        self.sends.scratch = buf;
+        self.sends.budget -= sent.min(self.sends.budget);
         if sent > 0 {
             metrics::counter!("zmesh_app_records_sent_total").increment(sent as u64);
         }
@@ -373,7 +440,7 @@ impl IoThread {
             q.seal(Closed::Shutdown);
             // Sealed, the queue holds at most SEND_QUEUE records: bursts enough for those.
             for _ in 0..=SEND_QUEUE.div_ceil(SEND_BURST) {
-                self.send_budget = SEND_BURST;
+                self.sends.budget = SEND_BURST;
                 if !matches!(self.send_burst(k), Burst::More) {
                     break;
                 }
@@ -383,8 +450,7 @@ impl IoThread {
                 unsent.push((k, n));
             }
         }
-        self.send_pending.clear();
-        self.send_blocked.clear();
+        self.sends.clear();
         unsent
     }
 }

@@ -6,9 +6,8 @@
 use std::time::Instant;
 
 use super::callee::From;
-use super::calls::CallKey;
 use super::links::Link;
-use super::{IoThread, LinkKey};
+use super::{CallKey, IoThread, LinkKey};
 use crate::proto::wire::{self, Lane};
 use crate::runtime::command::{ServeDone, ServeItem, Served};
 use crate::runtime::records;
