@@ -124,7 +124,7 @@ impl IoThread {
     ) {
         for e in events {
             tracing::info!(event = %e, "discovery");
-            self.out.push(NodeEvent::Discovery(e));
+            self.app.push(NodeEvent::Discovery(e));
         }
         if self.stopping() {
             return;

@@ -232,7 +232,7 @@ impl IoThread {
                 s.last_topic = topic.clone();
             }
             metrics::counter!("zmesh_fanout_records_received_total").increment(1);
-            self.out.push(NodeEvent::Delivery(Delivery {
+            self.app.push(NodeEvent::Delivery(Delivery {
                 source: self.subs[i].source.clone(),
                 channel: topic,
                 payload,

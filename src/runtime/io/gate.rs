@@ -350,7 +350,7 @@ impl IoThread {
                     "allow-list not reloaded; the previous one stays"
                 );
                 self.gate.allow_error = Some(detail.clone());
-                self.out
+                self.app
                     .push(NodeEvent::Security(SecurityEvent::AllowListError {
                         detail: detail.clone(),
                         trigger,
@@ -364,7 +364,7 @@ impl IoThread {
         let n = self.gate.allow.len();
         metrics::gauge!("zmesh_allow_list_keys").set(n as f64);
         tracing::info!(trigger, keys = n, "allow-list loaded");
-        self.out
+        self.app
             .push(NodeEvent::Security(SecurityEvent::AllowListLoaded {
                 keys: n,
                 trigger,

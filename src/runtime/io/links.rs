@@ -4,7 +4,6 @@
 //! before a replacement is dialled (F3), reconnect backoff, and the monitor events and
 //! bound-socket sweeps that detect a vanished connection.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,7 +19,7 @@ use crate::proto::liveness::{self};
 use crate::proto::security::{HandshakeFailure, PublicKey};
 use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
 use crate::proto::ConnId;
-use crate::runtime::event::{Delivery, Source};
+use crate::runtime::event::Source;
 use crate::runtime::outbound::{Closed, SendQueue};
 use crate::runtime::records::{self, Lane};
 use crate::runtime::socket::{set_curve_client, FrameSocket, MonitorEvent, MonitorSocket};
@@ -82,8 +81,6 @@ pub(super) struct Link {
     pub(super) yielded: bool,
     pub(super) records: u64,
     pub(super) last_receive: Option<Instant>,
-    /// Application records held while the application queue is paused (MISSION R5).
-    pub(super) backlog: VecDeque<Delivery>,
     /// Automatic mode: the peer's descriptor is gone, so the link is not dialled again (an
     /// established connection stays until it fails; see `io::discovery`).
     pub(super) withdrawn: bool,
@@ -134,7 +131,6 @@ impl IoThread {
             yielded: false,
             records: 0,
             last_receive: None,
-            backlog: VecDeque::new(),
             withdrawn: false,
         });
         self.links.len() - 1

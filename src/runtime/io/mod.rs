@@ -61,6 +61,7 @@
 //! - [`ready`]: readiness of the sockets (epoll over `ZMQ_FD`, the edge rule).
 
 mod admission;
+mod app;
 mod callee;
 mod caller;
 mod calls;
@@ -80,7 +81,7 @@ mod snapshot;
 mod timers;
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -215,16 +216,9 @@ pub(crate) struct IoThread {
     /// The async side woke the loop (commands are queued).
     wake_ready: bool,
     commands: Receiver<Command>,
-    events: mpsc::UnboundedSender<Vec<NodeEvent>>,
-    out: Vec<NodeEvent>,
-    /// Deliveries handed to the application and not yet taken by it.
-    outstanding: Arc<AtomicUsize>,
-    /// Sockets not read this turn because a paused application queue holds them back.
-    held: Vec<SlotKey>,
-    /// Records waiting in link backlogs.
-    backlogged: usize,
-    /// Links whose backlog is not empty, so releasing backlogs costs those links only.
-    backlog_links: BTreeSet<LinkKey>,
+    /// The application's queue: this turn's events, the deliveries it holds, the link
+    /// backlogs while it is paused.
+    app: app::AppQueue,
     /// The earliest deadline of the per-link and per-subscription timers (handshake
     /// timeouts, redials, close confirmations, SUB re-opens) and of the disconnect sweeps,
     /// from the last scan of every link; `None` if none is set.
@@ -345,12 +339,7 @@ impl IoThread {
             monitors_ready: KeySet::default(),
             wake_ready: false,
             commands,
-            events,
-            out: Vec::new(),
-            outstanding,
-            held: Vec::new(),
-            backlogged: 0,
-            backlog_links: BTreeSet::new(),
+            app: app::AppQueue::new(events, outstanding, cfg.delivery_high_water),
             link_deadline: None,
             link_timers_changed: true,
             busy: false,
@@ -474,21 +463,21 @@ impl IoThread {
                     (d.as_micros().div_ceil(1000)) as i64
                 })
                 .unwrap_or(-1);
-            let timeout = if self.busy
-                || !self.commands.is_empty()
-                || self.has_input()
-                || self.has_sends()
-            {
-                // More records, monitor events, commands or queued sends are waiting (those
-                // left over by a per-turn cap have no wake-up of their own): do not sleep.
-                0
-            } else if self.backlogged == 0 && self.answers.is_empty() && !self.has_blocked_sends() {
-                timeout
-            } else if timeout < 0 {
-                PAUSED_POLL_MS
-            } else {
-                timeout.min(PAUSED_POLL_MS)
-            };
+            let timeout =
+                if self.busy || !self.commands.is_empty() || self.has_input() || self.has_sends() {
+                    // More records, monitor events, commands or queued sends are waiting (those
+                    // left over by a per-turn cap have no wake-up of their own): do not sleep.
+                    0
+                } else if !self.app.has_backlog()
+                    && self.answers.is_empty()
+                    && !self.has_blocked_sends()
+                {
+                    timeout
+                } else if timeout < 0 {
+                    PAUSED_POLL_MS
+                } else {
+                    timeout.min(PAUSED_POLL_MS)
+                };
             let wait = u64::try_from(timeout).ok().map(Duration::from_millis);
             if let Err(e) = self.ready.wait(wait) {
                 tracing::error!(error = %e, "epoll wait failed; stopping the node");
@@ -594,20 +583,11 @@ impl IoThread {
         self.readable
             .members()
             .iter()
-            .any(|k| !self.held.contains(k))
+            .any(|&k| !self.app.is_held(k))
     }
 
     pub(super) fn flush_events(&mut self) {
-        if !self.out.is_empty() {
-            let batch = std::mem::take(&mut self.out);
-            let n = batch
-                .iter()
-                .filter(|e| matches!(e, NodeEvent::Delivery(_)))
-                .count();
-            self.outstanding.fetch_add(n, Ordering::Relaxed);
-            // The application side may have dropped its receiver; events are then discarded.
-            let _ = self.events.send(batch);
-        }
+        self.app.flush();
     }
 
     pub(super) fn emit_state(
@@ -618,7 +598,7 @@ impl IoThread {
         detail: &str,
     ) {
         tracing::info!(link = %link, state = state.as_str(), reason = ?reason, detail, "link state");
-        self.out.push(NodeEvent::State(StateChange {
+        self.app.push(NodeEvent::State(StateChange {
             link,
             state,
             reason,

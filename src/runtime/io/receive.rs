@@ -2,17 +2,16 @@
 //! R1-R3), routing a record to its link, subscription or admission, the records of a ready
 //! link, and the application backlog held while its queue is paused (R5).
 
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use bytes::Bytes;
 
 use super::links::LinkKind;
 use super::slots::{Slot, SlotRole, Unit};
-use super::{IoThread, LinkKey, SlotKey, LINK_BACKLOG};
+use super::{IoThread, LinkKey, SlotKey};
 use crate::proto::sched::{Action, ReadTarget, RotationEndReason, SharedSocketId};
 use crate::proto::state::FailureReason;
-use crate::runtime::event::{Delivery, NodeEvent};
+use crate::runtime::event::Delivery;
 use crate::runtime::records::{self, CloseReason, Lane, Rec, RejectReason};
 use crate::runtime::socket::{share_last, Frame};
 
@@ -72,7 +71,7 @@ impl IoThread {
         // The scheduler learns which sockets have records from the readable set; a receive
         // that finds nothing ("would block") takes a socket out of both.
         for &slot in self.readable.members() {
-            if self.held.contains(&slot) {
+            if self.app.is_held(slot) {
                 continue;
             }
             match self.slots.get(slot) {
@@ -104,7 +103,7 @@ impl IoThread {
                         ReadTarget::Unit(_) => None,
                     };
                     let frames = match slot {
-                        Some(s) if self.readable.contains(s) && !self.held.contains(&s) => {
+                        Some(s) if self.readable.contains(s) && !self.app.is_held(s) => {
                             self.recv_one(s)
                         }
                         _ => None,
@@ -332,13 +331,7 @@ impl IoThread {
                     channel: Bytes::from(channel.into_bytes()),
                     payload,
                 };
-                if self.paused() || !self.links[k].backlog.is_empty() {
-                    // Order within a link is kept: behind a backlog, records queue too.
-                    self.links[k].backlog.push_back(d);
-                    self.backlog_links.insert(k);
-                } else {
-                    self.out.push(NodeEvent::Delivery(d));
-                }
+                self.app.deliver(k, d);
             }
             other => {
                 tracing::debug!(kind = other.kind_name(), "record not handled in this state");
@@ -346,45 +339,11 @@ impl IoThread {
         }
     }
 
-    /// True when the application queue holds `delivery_high_water` deliveries or more.
-    pub(super) fn paused(&self) -> bool {
-        self.outstanding.load(Ordering::Relaxed) + self.out.len() >= self.cfg.delivery_high_water
-    }
-
-    /// Moves held records to the application while its queue has room, in order per link,
-    /// and recomputes which sockets a full backlog holds back.
-    ///
-    /// Only the links with a backlog are looked at (in link order, as before).
+    /// Moves held records to the application while its queue has room, and recomputes which
+    /// sockets a full backlog holds back (see [`super::app::AppQueue::release`]).
     pub(super) fn release_backlogs(&mut self) {
-        if self.backlog_links.is_empty() {
-            self.held.clear();
-            self.backlogged = 0;
-            return;
-        }
-        let keys: Vec<LinkKey> = self.backlog_links.iter().copied().collect();
-        for k in keys {
-            while !self.paused() {
-                let Some(d) = self.links[k].backlog.pop_front() else {
-                    break;
-                };
-                self.out.push(NodeEvent::Delivery(d));
-            }
-            if self.links[k].backlog.is_empty() {
-                self.backlog_links.remove(&k);
-            }
-        }
-        self.held.clear();
-        self.backlogged = 0;
-        for &k in &self.backlog_links {
-            let l = &self.links[k];
-            self.backlogged += l.backlog.len();
-            if l.backlog.len() >= LINK_BACKLOG {
-                if let Some(c) = &l.conn {
-                    if !self.held.contains(&c.slot) {
-                        self.held.push(c.slot);
-                    }
-                }
-            }
-        }
+        let links = &self.links;
+        self.app
+            .release(|k| links.get(k).and_then(|l| l.conn.as_ref()).map(|c| c.slot));
     }
 }
