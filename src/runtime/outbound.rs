@@ -24,6 +24,7 @@ use bytes::Bytes;
 use tokio::sync::Notify;
 
 use super::error::SendError;
+use super::io::LinkKey;
 use super::records;
 use super::socket::FrameSocket;
 use crate::proto::wire::{BEACON_TOPIC, MAX_TOPIC_LEN};
@@ -79,7 +80,7 @@ pub(crate) enum Stop {
 
 /// The zmesh send queue of one ready connection.
 pub(crate) struct SendQueue {
-    link: usize,
+    link: LinkKey,
     conn: ConnId,
     /// The peer's RID or the server's channel, for errors.
     who: Arc<str>,
@@ -124,7 +125,7 @@ impl QueueState {
 
 impl SendQueue {
     /// An open, empty queue for connection `conn` of link `link`.
-    pub(crate) fn new(link: usize, conn: ConnId, who: Arc<str>) -> SendQueue {
+    pub(crate) fn new(link: LinkKey, conn: ConnId, who: Arc<str>) -> SendQueue {
         SendQueue {
             link,
             conn,
@@ -142,7 +143,7 @@ impl SendQueue {
     }
 
     /// The link this queue feeds.
-    pub(crate) fn link(&self) -> usize {
+    pub(crate) fn link(&self) -> LinkKey {
         self.link
     }
 
@@ -507,9 +508,10 @@ fn subscribes_to_beacons(frames: &[super::socket::Frame]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::io::Key;
 
     fn queue() -> SendQueue {
-        SendQueue::new(0, ConnId(1), Arc::from("b"))
+        SendQueue::new(LinkKey::from_index(0), ConnId(1), Arc::from("b"))
     }
 
     fn payloads(n: usize) -> Vec<Bytes> {

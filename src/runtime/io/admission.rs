@@ -316,7 +316,6 @@ impl IoThread {
 
     pub(super) fn find_mesh_dial(&self, peer: usize, lane: Lane) -> Option<LinkKey> {
         self.links
-            .iter()
             .position(|l| l.kind == LinkKind::MeshDial { peer, lane })
     }
 
@@ -325,7 +324,7 @@ impl IoThread {
             rid: rid.to_owned(),
             lane,
         };
-        match self.links.iter().position(|l| l.kind == kind) {
+        match self.links.position(|l| l.kind == kind) {
             Some(k) => k,
             None => {
                 let k = self.add_link(kind, now);
@@ -480,25 +479,33 @@ impl Refused {
 #[cfg(test)]
 mod tests {
     use super::Refused;
+    use crate::runtime::io::{Key, SlotKey};
+
+    fn slot(i: usize) -> SlotKey {
+        SlotKey::from_index(i)
+    }
 
     #[test]
     fn refused_ids_are_remembered_once_and_bounded() {
         let mut r = Refused::default();
-        assert!(r.insert(1, b"a"));
+        assert!(r.insert(slot(1), b"a"));
         assert!(
-            !r.insert(1, b"a"),
+            !r.insert(slot(1), b"a"),
             "a second REJECT for the same connection"
         );
-        assert!(r.contains(1, b"a"));
-        assert!(!r.contains(2, b"a"), "routing ids are per bound socket");
+        assert!(r.contains(slot(1), b"a"));
+        assert!(
+            !r.contains(slot(2), b"a"),
+            "routing ids are per bound socket"
+        );
         for i in 0..Refused::CAPACITY {
-            assert!(r.insert(2, &i.to_be_bytes()));
+            assert!(r.insert(slot(2), &i.to_be_bytes()));
         }
         assert!(
-            !r.contains(1, b"a"),
+            !r.contains(slot(1), b"a"),
             "the oldest is forgotten beyond the capacity"
         );
-        assert!(r.contains(2, &0usize.to_be_bytes()));
+        assert!(r.contains(slot(2), &0usize.to_be_bytes()));
         assert_eq!(r.order.len(), Refused::CAPACITY);
         assert_eq!(
             r.by_slot.values().map(|s| s.len()).sum::<usize>(),

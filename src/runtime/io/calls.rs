@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::caller::{NewCall, Route};
 use super::links::{Link, LinkKind};
-use super::{CallKey, IoThread, LinkKey};
+use super::{CallKey, IoThread, LinkKey, Table};
 use crate::config::NodeConfig;
 use crate::proto::calls::Unrouted;
 use crate::proto::handshake::Role;
@@ -39,7 +39,7 @@ pub const GRACEFUL_STOP_BOUND: Duration = Duration::from_secs(10);
 impl IoThread {
     /// The ready connection of `rid`'s RouteMesh lane `lane`.
     pub(super) fn lane_of(&self, rid: &str, lane: Lane) -> Option<CallKey> {
-        self.links.iter().enumerate().find_map(|(k, l)| {
+        self.links.iter().find_map(|(k, l)| {
             let c = l.conn.as_ref().filter(|c| c.ready)?;
             (l.lane() == Some(lane) && c.peer.as_ref()?.rid == rid).then_some((k, c.id))
         })
@@ -67,7 +67,7 @@ impl IoThread {
         let mut ready: Vec<(LinkKey, CallKey)> = Vec::new();
         let serving: Vec<String> = self
             .links
-            .iter()
+            .values()
             .filter(|l| l.lane() == Some(Lane::Application))
             .filter_map(|l| l.conn.as_ref())
             .filter_map(|c| c.peer.as_ref())
@@ -84,7 +84,7 @@ impl IoThread {
             }
         }
         let mut configured = false;
-        for (k, l) in self.links.iter().enumerate() {
+        for (k, l) in self.links.iter() {
             if let LinkKind::ClientDial { server } = &l.kind {
                 if self
                     .cfg
@@ -281,7 +281,7 @@ impl IoThread {
 
 /// Whether calls to the node behind link `k` may share a BATCH (its `batch_calls`
 /// configuration; a peer that dialled us and is not configured here: yes).
-fn batches_calls(links: &[Link], cfg: &NodeConfig, k: LinkKey) -> bool {
+fn batches_calls(links: &Table<LinkKey, Link>, cfg: &NodeConfig, k: LinkKey) -> bool {
     let Some(l) = links.get(k) else {
         return true;
     };

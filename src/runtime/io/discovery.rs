@@ -36,7 +36,7 @@ use bytes::Bytes;
 use super::fanout::Sub;
 use super::links::{note, LinkKind};
 use super::slots::SlotRole;
-use super::IoThread;
+use super::{IoThread, LinkKey};
 use crate::config::{PeerConfig, ServerConfig};
 use crate::proto::discovery::{Descriptor, Intent, MeshEndpoints};
 use crate::proto::handshake::Expectation;
@@ -68,7 +68,7 @@ impl IoThread {
     pub(crate) fn descriptor(&self) -> Descriptor {
         let bound = |role: SlotRole| {
             self.slots
-                .iter()
+                .values()
                 .flatten()
                 .find(|s| s.role == role)
                 .map(|s| s.endpoint.clone())
@@ -164,7 +164,7 @@ impl IoThread {
                 Intent::ServerGone { rid, channel } => {
                     if let Some(&i) = self.discovered.servers.get(&(rid, channel)) {
                         let kind = LinkKind::ClientDial { server: i };
-                        if let Some(k) = self.links.iter().position(|l| l.kind == kind) {
+                        if let Some(k) = self.links.position(|l| l.kind == kind) {
                             self.withdraw(k, now);
                         }
                     }
@@ -253,7 +253,7 @@ impl IoThread {
                     s.endpoint = endpoint;
                 }
                 let kind = LinkKind::ClientDial { server: i };
-                if let Some(k) = self.links.iter().position(|l| l.kind == kind) {
+                if let Some(k) = self.links.position(|l| l.kind == kind) {
                     self.links[k].withdrawn = false;
                 }
             }
@@ -281,7 +281,7 @@ impl IoThread {
         let Some(fence) = self.discovered.fences.get(rid).cloned() else {
             return;
         };
-        for k in 0..self.links.len() {
+        for k in self.links.keys() {
             let ours = match &self.links[k].kind {
                 LinkKind::MeshDial { peer, .. } => {
                     self.cfg.peers.get(*peer).is_some_and(|p| p.rid == rid)
@@ -343,7 +343,7 @@ impl IoThread {
 
     /// Stops dialling link `k` (its descriptor is gone): a dial in progress is closed, a link
     /// waiting to redial goes `not_connected`; a ready connection stays.
-    fn withdraw(&mut self, k: usize, now: Instant) {
+    fn withdraw(&mut self, k: LinkKey, now: Instant) {
         if self.links[k].withdrawn {
             return;
         }

@@ -46,7 +46,7 @@ impl IoThread {
     /// Connections the node has open (sockets with a peer): dialled and inbound
     /// connections, and subscriptions with a socket.
     pub(super) fn open_connections(&self) -> usize {
-        self.links.iter().filter(|l| l.conn.is_some()).count()
+        self.links.values().filter(|l| l.conn.is_some()).count()
             + self.subs.iter().filter(|s| s.slot.is_some()).count()
     }
 

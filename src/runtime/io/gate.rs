@@ -386,7 +386,7 @@ impl IoThread {
         self.timers_changed();
         // Connections to nodes whose key left the list: inbound ones, and dialled ones whose
         // key came from a descriptor (a key pinned in endpoint_keys is the operator's word).
-        let removed: Vec<LinkKey> = (0..self.links.len())
+        let removed: Vec<LinkKey> = (self.links.keys())
             .filter(|&k| {
                 let l = &self.links[k];
                 let Some(key) = l.conn.as_ref().and_then(|c| c.verified_key) else {

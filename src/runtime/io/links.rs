@@ -132,8 +132,7 @@ impl IoThread {
             records: 0,
             last_receive: None,
             withdrawn: false,
-        });
-        self.links.len() - 1
+        })
     }
 
     pub(super) fn link_name(&self, k: LinkKey) -> String {
@@ -446,7 +445,7 @@ impl IoThread {
                 {
                     match self.sockets.close_monitor(&slot.socket, room) {
                         Ok(m) => slot.monitor = Some(m),
-                        Err(e) => tracing::debug!(error = %e, link = k, "close not monitored"),
+                        Err(e) => tracing::debug!(error = %e, link = %k, "close not monitored"),
                     }
                 }
                 // Closing our own dialled socket: keep its monitor until libzmq confirms the
@@ -496,7 +495,7 @@ impl IoThread {
     pub(super) fn close_overdue(&mut self, k: LinkKey) {
         self.timers_changed();
         if let Some((m, _)) = self.links.get_mut(k).and_then(|l| l.closing.take()) {
-            tracing::debug!(link = k, "close not confirmed in time; dialling anyway");
+            tracing::debug!(link = %k, "close not confirmed in time; dialling anyway");
             self.overdue_closing.push(m);
         }
     }
@@ -568,7 +567,7 @@ impl IoThread {
             }
             Err((e, m)) => {
                 // It keeps running: the node goes on with it as before.
-                tracing::debug!(error = %e, link = k, "monitor not stopped");
+                tracing::debug!(error = %e, link = %k, "monitor not stopped");
                 let registered = self.ready.register(&m, Watch::Monitor(slot));
                 if let Err(e) = registered {
                     tracing::debug!(error = %e, "monitor not watched");
@@ -588,7 +587,7 @@ impl IoThread {
             return;
         };
         c.notices = c.notices.saturating_add(1);
-        tracing::debug!(link = k, notices = c.notices, "connection notice");
+        tracing::debug!(link = %k, notices = c.notices, "connection notice");
         if c.notices > 1 {
             self.fail_link(k, FailureReason::TransportError, "disconnected", now);
             return;

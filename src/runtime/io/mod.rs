@@ -70,6 +70,7 @@ mod discovery;
 mod exhaustion;
 mod fanout;
 mod gate;
+mod keys;
 mod links;
 mod outbound;
 mod ready;
@@ -149,8 +150,8 @@ const BOUND_ID_SERVER: &[u8] = b"zmesh-server";
 /// The publisher's ZAP domain (CURVE: its subscribers must be on the allow-list).
 const PUBLISHER_DOMAIN: &str = "zmesh-publisher";
 
-type SlotKey = usize;
-type LinkKey = usize;
+use keys::Table;
+pub(crate) use keys::{Key, LinkKey, SlotKey};
 /// The physical connection a call travels on: a link and its current connection. Here, not
 /// in `calls.rs` or `caller.rs`, because the caller and callee parts and the glue that routes
 /// their records all use it.
@@ -237,8 +238,8 @@ pub(crate) struct IoThread {
     callee: callee::Callee,
     /// ACCEPTs and REPLYs held back by a full pipe, per link (and its connection then).
     answers: HashMap<LinkKey, HeldAnswers>,
-    slots: Vec<Option<Slot>>,
-    links: Vec<Link>,
+    slots: Table<SlotKey, Option<Slot>>,
+    links: Table<LinkKey, Link>,
     /// Inbound connections by bound socket and routing id (unique per physical connection).
     /// The outer key is our own slot key (fast hash); the routing ids are chosen by peers and
     /// keep the standard keyed hash.
@@ -346,8 +347,8 @@ impl IoThread {
             caller: caller::Caller::new(ops),
             callee: callee::Callee::new(),
             answers: HashMap::new(),
-            slots: Vec::new(),
-            links: Vec::new(),
+            slots: Table::default(),
+            links: Table::default(),
             inbound: IdMap::default(),
             refused: admission::Refused::default(),
             gate,

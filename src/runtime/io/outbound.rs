@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use super::links::LinkKind;
 use super::ready::Watch;
-use super::{IoThread, LinkKey};
+use super::{IoThread, Key, LinkKey};
 use crate::proto::state::FailureReason;
 use crate::runtime::outbound::{Closed, Outgoing, SendQueue, SEND_QUEUE};
 use crate::runtime::records::Lane;
@@ -67,14 +67,15 @@ impl SendTurns {
 
     /// True if link `k` is listed (pending or blocked).
     fn is_listed(&self, k: LinkKey) -> bool {
-        self.listed.get(k).copied().unwrap_or(false)
+        self.listed.get(k.index()).copied().unwrap_or(false)
     }
 
     fn set_listed(&mut self, k: LinkKey, listed: bool) {
-        if self.listed.len() <= k {
-            self.listed.resize(k + 1, false);
+        let i = k.index();
+        if self.listed.len() <= i {
+            self.listed.resize(i + 1, false);
         }
-        self.listed[k] = listed;
+        self.listed[i] = listed;
     }
 
     /// Lists link `k`: blocked (waits for room in its pipe), or pending.
@@ -212,7 +213,7 @@ impl IoThread {
             metrics::counter!("zmesh_records_unsent_total", "reason" => reason.as_str())
                 .increment(unsent as u64);
             tracing::warn!(
-                link = k,
+                link = %k,
                 unsent,
                 reason = reason.as_str(),
                 "queued records not sent"
@@ -226,13 +227,13 @@ impl IoThread {
     fn publish_route(&self, route: &Route) {
         match route {
             Route::Peer(rid) => {
-                let q = (0..self.links.len())
+                let q = (self.links.keys())
                     .filter(|k| matches!(self.route_of(*k), Some(Route::Peer(r)) if r == *rid))
                     .find_map(|k| self.ready_queue(k));
                 self.table.set_peer(rid, q);
             }
             Route::Server(channel) => {
-                let qs = (0..self.links.len())
+                let qs = (self.links.keys())
                     .filter(
                         |k| matches!(self.route_of(*k), Some(Route::Server(c)) if c == *channel),
                     )
@@ -433,7 +434,7 @@ impl IoThread {
     pub(super) fn flush_send_queues_at_stop(&mut self) -> Vec<(LinkKey, usize)> {
         self.table.stop();
         let mut unsent = Vec::new();
-        for k in 0..self.links.len() {
+        for k in self.links.keys() {
             let Some(q) = self.ready_queue(k) else {
                 continue;
             };

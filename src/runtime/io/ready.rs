@@ -35,6 +35,8 @@ use std::time::Duration;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 
+use super::keys::{Key, LinkKey, SlotKey};
+
 /// Events taken from the epoll set per wait; more stay queued for the next wait.
 const EVENTS_PER_WAIT: usize = 1024;
 
@@ -44,11 +46,11 @@ pub(super) enum Watch {
     /// The async side's wake-up ([`crate::runtime::command::WakeUp`]).
     Wake,
     /// The socket of a slot.
-    Socket(usize),
+    Socket(SlotKey),
     /// The monitor of a slot.
-    Monitor(usize),
+    Monitor(SlotKey),
     /// The monitor of a link's closed socket, waiting for libzmq to confirm the close.
-    Closing(usize),
+    Closing(LinkKey),
     /// The node's publisher (XPUB) socket: subscriptions arrived (beacon on join).
     Publisher,
     /// The node's ZAP handler (issue 11).
@@ -61,18 +63,18 @@ impl Watch {
             Watch::Wake => 0,
             Watch::Publisher => 1 << 2,
             Watch::Zap => 2 << 2,
-            Watch::Socket(i) => (i << 2) | 1,
-            Watch::Monitor(i) => (i << 2) | 2,
-            Watch::Closing(i) => (i << 2) | 3,
+            Watch::Socket(i) => (i.index() << 2) | 1,
+            Watch::Monitor(i) => (i.index() << 2) | 2,
+            Watch::Closing(i) => (i.index() << 2) | 3,
         })
     }
 
     fn from_token(t: Token) -> Watch {
         let i = t.0 >> 2;
         match t.0 & 3 {
-            1 => Watch::Socket(i),
-            2 => Watch::Monitor(i),
-            3 => Watch::Closing(i),
+            1 => Watch::Socket(SlotKey::from_index(i)),
+            2 => Watch::Monitor(SlotKey::from_index(i)),
+            3 => Watch::Closing(LinkKey::from_index(i)),
             _ if i == 1 => Watch::Publisher,
             _ if i == 2 => Watch::Zap,
             _ => Watch::Wake,
@@ -82,28 +84,37 @@ impl Watch {
 
 /// A set of small dense keys (slot keys) with its members listed: membership in O(1), and
 /// iteration over the members only.
-#[derive(Default)]
-pub(super) struct KeySet {
+pub(super) struct KeySet<K = SlotKey> {
     flags: Vec<bool>,
-    list: Vec<usize>,
+    list: Vec<K>,
 }
 
-impl KeySet {
-    /// Adds `k`; no effect if present.
-    pub(super) fn insert(&mut self, k: usize) {
-        if self.flags.len() <= k {
-            self.flags.resize(k + 1, false);
+impl<K> Default for KeySet<K> {
+    fn default() -> Self {
+        KeySet {
+            flags: Vec::new(),
+            list: Vec::new(),
         }
-        if !self.flags[k] {
-            self.flags[k] = true;
+    }
+}
+
+impl<K: Key + PartialEq> KeySet<K> {
+    /// Adds `k`; no effect if present.
+    pub(super) fn insert(&mut self, k: K) {
+        let i = k.index();
+        if self.flags.len() <= i {
+            self.flags.resize(i + 1, false);
+        }
+        if !self.flags[i] {
+            self.flags[i] = true;
             self.list.push(k);
         }
     }
 
     /// Removes `k`; no effect if absent.
-    pub(super) fn remove(&mut self, k: usize) {
+    pub(super) fn remove(&mut self, k: K) {
         if self.contains(k) {
-            self.flags[k] = false;
+            self.flags[k.index()] = false;
             if let Some(i) = self.list.iter().position(|x| *x == k) {
                 self.list.swap_remove(i);
             }
@@ -111,19 +122,19 @@ impl KeySet {
     }
 
     /// Whether `k` is a member.
-    pub(super) fn contains(&self, k: usize) -> bool {
-        self.flags.get(k).copied().unwrap_or(false)
+    pub(super) fn contains(&self, k: K) -> bool {
+        self.flags.get(k.index()).copied().unwrap_or(false)
     }
 
     /// The members, in no particular order.
-    pub(super) fn members(&self) -> &[usize] {
+    pub(super) fn members(&self) -> &[K] {
         &self.list
     }
 
     /// Takes every member out.
-    pub(super) fn take(&mut self) -> Vec<usize> {
+    pub(super) fn take(&mut self) -> Vec<K> {
         for k in &self.list {
-            self.flags[*k] = false;
+            self.flags[k.index()] = false;
         }
         std::mem::take(&mut self.list)
     }
@@ -280,16 +291,20 @@ pub(super) fn has_input(socket: &zmq::Socket) -> bool {
 mod tests {
     use super::*;
 
+    fn slot(i: usize) -> SlotKey {
+        SlotKey::from_index(i)
+    }
+
     #[test]
     fn tokens_round_trip() {
         for w in [
             Watch::Wake,
-            Watch::Socket(0),
-            Watch::Socket(7),
-            Watch::Monitor(0),
-            Watch::Monitor(1234),
-            Watch::Closing(0),
-            Watch::Closing(99),
+            Watch::Socket(slot(0)),
+            Watch::Socket(slot(7)),
+            Watch::Monitor(slot(0)),
+            Watch::Monitor(slot(1234)),
+            Watch::Closing(LinkKey::from_index(0)),
+            Watch::Closing(LinkKey::from_index(99)),
         ] {
             assert_eq!(Watch::from_token(w.token()), w);
         }
@@ -297,17 +312,22 @@ mod tests {
 
     #[test]
     fn key_set_lists_its_members() {
-        let mut s = KeySet::default();
-        s.insert(5);
-        s.insert(2);
-        s.insert(5);
-        assert!(s.contains(5) && s.contains(2) && !s.contains(3) && !s.contains(100));
+        let mut s: KeySet = KeySet::default();
+        s.insert(slot(5));
+        s.insert(slot(2));
+        s.insert(slot(5));
+        assert!(
+            s.contains(slot(5))
+                && s.contains(slot(2))
+                && !s.contains(slot(3))
+                && !s.contains(slot(100))
+        );
         assert_eq!(s.members().len(), 2);
-        s.remove(5);
-        s.remove(100);
-        assert_eq!(s.members(), &[2]);
-        assert_eq!(s.take(), vec![2]);
-        assert!(s.is_empty() && !s.contains(2));
+        s.remove(slot(5));
+        s.remove(slot(100));
+        assert_eq!(s.members(), &[slot(2)]);
+        assert_eq!(s.take(), vec![slot(2)]);
+        assert!(s.is_empty() && !s.contains(slot(2)));
     }
 
     /// The edge rule on real sockets: a record that arrives while the loop sends on the same
@@ -320,26 +340,26 @@ mod tests {
         a.bind("inproc://ready-test").unwrap();
         b.connect("inproc://ready-test").unwrap();
         let mut r = Readiness::new().unwrap();
-        r.register(&a, Watch::Socket(0)).unwrap();
+        r.register(&a, Watch::Socket(slot(0))).unwrap();
         for w in r.take_checks() {
-            assert_eq!(w, Watch::Socket(0));
+            assert_eq!(w, Watch::Socket(slot(0)));
             assert!(!has_input(&a));
         }
         b.send("one", 0).unwrap();
         r.wait(Some(Duration::from_secs(5))).unwrap();
-        assert_eq!(r.take_checks(), vec![Watch::Socket(0)]);
+        assert_eq!(r.take_checks(), vec![Watch::Socket(slot(0))]);
         // A send on `a` processes its commands before the check: the signal is gone, but the
         // socket was touched, so the check still runs and finds the record.
         a.send("x", 0).unwrap();
-        r.touch(Watch::Socket(0));
-        assert_eq!(r.take_checks(), vec![Watch::Socket(0)]);
+        r.touch(Watch::Socket(slot(0)));
+        assert_eq!(r.take_checks(), vec![Watch::Socket(slot(0))]);
         assert!(has_input(&a));
         assert_eq!(a.recv_bytes(0).unwrap(), b"one");
         assert!(!has_input(&a));
         // The next record signals the descriptor again.
         b.send("two", 0).unwrap();
         r.wait(Some(Duration::from_secs(5))).unwrap();
-        assert_eq!(r.take_checks(), vec![Watch::Socket(0)]);
+        assert_eq!(r.take_checks(), vec![Watch::Socket(slot(0))]);
         assert!(has_input(&a));
         r.deregister(&a);
     }

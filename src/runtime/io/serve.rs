@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::callee::From;
 use super::links::Link;
-use super::{CallKey, IoThread, LinkKey};
+use super::{CallKey, IoThread, LinkKey, Table};
 use crate::proto::wire::{self, Lane};
 use crate::runtime::command::{ServeDone, ServeItem, Served};
 use crate::runtime::records;
@@ -120,7 +120,7 @@ impl IoThread {
 }
 
 /// Who calls on link `k` of `links`, as its connection knows it.
-fn caller_of(links: &[Link], k: LinkKey) -> Caller {
+fn caller_of(links: &Table<LinkKey, Link>, k: LinkKey) -> Caller {
     let c = links.get(k).and_then(|l| l.conn.as_ref());
     let peer = c.and_then(|c| c.peer.as_ref());
     let verified = c.and_then(|c| c.verified_key);

@@ -29,7 +29,7 @@ impl IoThread {
             let name = self.link_name(k);
             self.emit_state(name, state, Some(FailureReason::HostStopped), &detail);
         }
-        for k in 0..self.links.len() {
+        for k in self.links.keys() {
             if self.links[k].conn.as_ref().is_some_and(|c| c.ready) {
                 let _ = self.send_on_link(k, records::close(CloseReason::Shutdown));
             }
@@ -45,7 +45,7 @@ impl IoThread {
         for m in std::mem::take(&mut self.overdue_closing) {
             self.ready.deregister(&m);
         }
-        for k in 0..self.slots.len() {
+        for k in self.slots.keys() {
             if let Some(slot) = self.take_slot(k) {
                 // Dialled sockets carrying our CLOSE need a moment to flush it.
                 let _ = slot.socket.set_linger(CLOSE_LINGER_MS);

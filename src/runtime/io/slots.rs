@@ -144,15 +144,12 @@ impl IoThread {
             _ => None,
         };
         slot.shared = shared;
-        let key = match self.slots.iter().position(Option::is_none) {
+        let key = match self.slots.position(Option::is_none) {
             Some(i) => {
                 self.slots[i] = Some(slot);
                 i
             }
-            None => {
-                self.slots.push(Some(slot));
-                self.slots.len() - 1
-            }
+            None => self.slots.push(Some(slot)),
         };
         if let Some(sid) = shared {
             self.shared_slots.insert(sid, key);

@@ -15,7 +15,7 @@ impl IoThread {
     pub(super) fn snapshot(&self, now: Instant) -> Snapshot {
         let age = |t: Instant| now.saturating_duration_since(t).as_millis() as u64;
         let mut links = Vec::new();
-        for (k, l) in self.links.iter().enumerate() {
+        for (k, l) in self.links.iter() {
             // A discovered intent whose descriptor is gone, once its last connection ended.
             if l.is_removed() {
                 continue;
@@ -51,7 +51,7 @@ impl IoThread {
                 LinkKind::Inbound { rid, lane } => {
                     let ep = self
                         .slots
-                        .iter()
+                        .values()
                         .flatten()
                         .find(|s| s.role == SlotRole::Bound(*lane))
                         .map(|s| s.endpoint.clone())

@@ -98,7 +98,7 @@ impl IoThread {
         // What runs below may set timers of its own; the next poll_timeout scans again.
         self.timers_changed();
         // Handshake timeouts.
-        for k in 0..self.links.len() {
+        for k in self.links.keys() {
             let expired = self.links[k]
                 .conn
                 .as_ref()
@@ -108,7 +108,7 @@ impl IoThread {
             }
         }
         // Reconnects.
-        for k in 0..self.links.len() {
+        for k in self.links.keys() {
             let l = &self.links[k];
             let due = l.waits_to_redial() && l.retry_at.is_some_and(|t| now >= t);
             if due {

@@ -1,0 +1,140 @@
+//! Typed handles of the I/O thread's tables: a [`LinkKey`] names a link, a [`SlotKey`] a
+//! socket's slot, and a [`Table`] is indexed by its own key type only, so a link key can
+//! never index the slots (or the other way round). Keys are positions in their table:
+//! handles for lookups and diagnostics, never fences (a connection is fenced by its
+//! [`crate::proto::ConnId`] and the peer's identity).
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::ops::{Index, IndexMut};
+
+/// A key of a [`Table`]: a position in it.
+pub(crate) trait Key: Copy {
+    /// The key at position `i`.
+    fn from_index(i: usize) -> Self;
+    /// This key's position.
+    fn index(self) -> usize;
+}
+
+macro_rules! key {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub(crate) struct $name(usize);
+
+        impl Key for $name {
+            fn from_index(i: usize) -> Self {
+                $name(i)
+            }
+            fn index(self) -> usize {
+                self.0
+            }
+        }
+
+        /// The position alone, as logs have always shown it.
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}", self.0)
+            }
+        }
+    };
+}
+
+key!(
+    /// A link of the I/O thread: one configured or inbound lane to one peer, server or
+    /// client, whatever its connection of the moment. Links are never removed, so a key stays
+    /// the same link for the node's life.
+    LinkKey
+);
+key!(
+    /// A slot of the I/O thread's socket table. A slot is reused once its socket is gone.
+    SlotKey
+);
+
+/// A vector indexed by its own key type `K`.
+pub(super) struct Table<K, T> {
+    items: Vec<T>,
+    key: PhantomData<K>,
+}
+
+impl<K, T> Default for Table<K, T> {
+    fn default() -> Self {
+        Table {
+            items: Vec::new(),
+            key: PhantomData,
+        }
+    }
+}
+
+impl<K: Key, T> Table<K, T> {
+    /// The item of `k`, if the table reaches that far.
+    pub(super) fn get(&self, k: K) -> Option<&T> {
+        self.items.get(k.index())
+    }
+
+    /// The item of `k`, mutable.
+    pub(super) fn get_mut(&mut self, k: K) -> Option<&mut T> {
+        self.items.get_mut(k.index())
+    }
+
+    /// Adds `item` at the end; returns its key.
+    pub(super) fn push(&mut self, item: T) -> K {
+        self.items.push(item);
+        K::from_index(self.items.len() - 1)
+    }
+
+    /// Every key, in order.
+    pub(super) fn keys(&self) -> impl Iterator<Item = K> + use<K, T> {
+        (0..self.items.len()).map(K::from_index)
+    }
+
+    /// Every item with its key, in order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = (K, &T)> {
+        self.items
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (K::from_index(i), t))
+    }
+
+    /// Every item, in order.
+    pub(super) fn values(&self) -> std::slice::Iter<'_, T> {
+        self.items.iter()
+    }
+
+    /// The key of the first item that satisfies `pred`.
+    pub(super) fn position(&self, pred: impl FnMut(&T) -> bool) -> Option<K> {
+        self.items.iter().position(pred).map(K::from_index)
+    }
+}
+
+impl<'a, K, T> IntoIterator for &'a Table<K, T> {
+    type Item = &'a T;
+    type IntoIter = std::slice::Iter<'a, T>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.items.iter()
+    }
+}
+
+impl<'a, K, T> IntoIterator for &'a mut Table<K, T> {
+    type Item = &'a mut T;
+    type IntoIter = std::slice::IterMut<'a, T>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.items.iter_mut()
+    }
+}
+
+impl<K: Key, T> Index<K> for Table<K, T> {
+    type Output = T;
+
+    fn index(&self, k: K) -> &T {
+        &self.items[k.index()]
+    }
+}
+
+impl<K: Key, T> IndexMut<K> for Table<K, T> {
+    fn index_mut(&mut self, k: K) -> &mut T {
+        &mut self.items[k.index()]
+    }
+}
