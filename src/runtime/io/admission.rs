@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use super::links::{note, Conn, LinkKind};
 use super::slots::Unit;
-use super::{Host, IoThread, LinkKey, LiveOwner, SlotKey};
+use super::{Host, IoThread, LinkKey, SlotKey};
 use crate::proto::handshake::{self, Expectation, Identity, Refusal};
 use crate::proto::sched::Source as SchedSource;
 use crate::proto::security::{InputRefusal, PublicKey};
@@ -354,9 +354,7 @@ impl IoThread {
         });
         let id = c.id;
         // The 15 s deadline runs from ready (seed 002 §3).
-        let live = self.liveness.insert_connection(id, now);
-        c.live = Some(live);
-        self.live_owner.insert(live, LiveOwner::Link(k));
+        c.live = Some(self.liveness.insert_connection(k, id, now));
         let rid = peer.rid.clone();
         for m in &peer.memberships {
             if m.role == crate::proto::handshake::Role::Server {

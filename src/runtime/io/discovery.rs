@@ -447,8 +447,7 @@ impl IoThread {
     ) -> usize {
         self.timers_changed();
         let i = self.subs.len();
-        let live = self.liveness.insert_publisher(now);
-        self.live_owner.insert(live, super::LiveOwner::Sub(i));
+        let live = self.liveness.insert_subscription(i, now);
         self.subs.push(Sub {
             endpoint: endpoint.to_owned(),
             source: Source::Publisher {

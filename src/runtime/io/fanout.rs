@@ -193,7 +193,10 @@ impl IoThread {
                 };
                 let id = self.fresh_conn_id();
                 // A new socket starts a new watch: silence is counted from now (L5).
-                let _ = self.liveness.reset_publisher(self.subs[i].live, now);
+                let _ = self
+                    .liveness
+                    .table_mut()
+                    .reset_publisher(self.subs[i].live, now);
                 let s = &mut self.subs[i];
                 s.slot = Some(slot);
                 s.conn_id = Some(id);
@@ -220,7 +223,7 @@ impl IoThread {
             },
         };
         let live = self.subs[i].live;
-        let verdict = self.liveness.handle_fanout(live, input, now);
+        let verdict = self.liveness.table_mut().handle_fanout(live, input, now);
         // A state change (ready) comes before the record that caused it.
         self.drain_liveness_events(now);
         if let (Ok(FanoutDelivery::Deliver), Ok(Fanout::Publish { topic, payload })) =

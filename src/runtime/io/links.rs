@@ -430,7 +430,6 @@ impl IoThread {
         self.timers_changed();
         if let Some(live) = conn.live {
             self.liveness.remove(live);
-            self.live_owner.remove(&live);
         }
         let dialled =
             matches!(self.slots.get(conn.slot), Some(Some(s)) if s.role == SlotRole::Dialled(k));
@@ -559,7 +558,7 @@ impl IoThread {
             return;
         };
         self.ready.deregister(&m);
-        self.monitors_ready.remove(slot);
+        self.ready.forget_monitor(slot);
         match m.stop(&s.socket) {
             Ok((events, room)) => {
                 s.room = Some(room);
@@ -761,7 +760,7 @@ impl IoThread {
             };
             let pending = c
                 .live
-                .and_then(|key| self.liveness.probe(key))
+                .and_then(|key| self.liveness.table().probe(key))
                 .and_then(|t| t.pending_id());
             let frames = match (c.last_peer_probe, pending) {
                 (Some(id), _) => records::ack(id),

@@ -4,7 +4,7 @@
 //!
 //! One loop turn: read the monotonic clock once; run due timers (liveness, beacons, reconnects,
 //! disconnect sweeps; a turn that runs a due liveness timer also sends every probe and beacon
-//! due within the next [`liveness::COALESCE_WINDOW`], never late, so thousands of connections
+//! due within the next [`crate::proto::liveness::COALESCE_WINDOW`], never late, so thousands of connections
 //! cost one wake-up per window and not one per probe); wait on the epoll set of every
 //! socket's and monitor's `ZMQ_FD` and the async side's wake-up until the next deadline, and
 //! check `ZMQ_EVENTS` of the sockets that fired or that the loop touched (module [`ready`]);
@@ -34,18 +34,27 @@
 //!
 //! # Layout
 //! This file holds the thread's state ([`IoThread`]), its construction and the loop with its
-//! order. Each concern is a module over the state it owns, as further `impl IoThread` blocks:
+//! order. Some concerns are parts that own their state behind a narrow interface and never
+//! touch the thread's (the caller, the callee, the application queue, the send turns, the
+//! liveness table with its owners); the others are still modules of further `impl IoThread`
+//! blocks over the thread's shared state:
+//! - [`keys`]: the typed keys of links and slots, and the tables they index;
 //! - [`slots`]: sockets in slots, the epoll set, the send and receive primitives;
 //! - [`links`]: links, dialling, failing and closing connections, monitor events, sweeps;
 //! - [`admission`]: HELLO, admission or REJECT, WELCOME, duplicate resolution, ready;
 //! - [`gate`]: the bound sockets' ZAP handler, the unadmitted-connection cap, the CURVE
 //!   allow-list, refusals;
-//! - [`receive`]: the fair receive rotation, routing records, the paused-queue backlog;
+//! - [`receive`]: the fair receive rotation, routing records;
 //! - [`fanout`]: the publisher's beacons and one SUB socket per publisher;
+//! - [`live`]: the node's one liveness table with the owner of each entry (a part of its
+//!   own, [`live::Live`]);
 //! - [`timers`]: the next deadline and what runs when deadlines come due;
 //! - [`commands`]: commands from the async side;
 //! - [`outbound`]: the link table published for the async side, and the per-link send queues
-//!   of one-way records, drained in bursts;
+//!   of one-way records, drained in bursts (their schedule a part of its own,
+//!   [`outbound::SendTurns`]);
+//! - [`app`]: the application's queue, its pause and the link backlogs (a part of its own,
+//!   [`app::AppQueue`]);
 //! - [`caller`]: the caller's side, a part that owns its state ([`caller::Caller`]): the
 //!   call table, the application's reply channels, the REQUESTs of this turn and their
 //!   BATCHes, the operations registry's funnel;
@@ -72,6 +81,7 @@ mod fanout;
 mod gate;
 mod keys;
 mod links;
+mod live;
 mod outbound;
 mod ready;
 mod receive;
@@ -99,7 +109,7 @@ use super::security::KeyPair;
 use super::socket::{MonitorSocket, Sockets};
 use crate::config::NodeConfig;
 use crate::proto::handshake::Identity;
-use crate::proto::liveness::{self, Liveness, PEER_DEADLINE};
+use crate::proto::liveness::PEER_DEADLINE;
 use crate::proto::sched::{IdMap, ReceiveScheduler, SharedSocketId};
 use crate::proto::security::PublicKey;
 use crate::proto::state::{ConnState, FailureReason};
@@ -108,7 +118,7 @@ use calls::HeldAnswers;
 pub use calls::GRACEFUL_STOP_BOUND;
 use fanout::{Publisher, Sub};
 use links::{Link, LinkKind};
-use ready::{KeySet, Readiness, Watch};
+use ready::{Readiness, Watch};
 use receive::Staged;
 use slots::{Slot, SlotRole, Unit};
 
@@ -209,13 +219,6 @@ pub(crate) struct IoThread {
     /// The epoll set over every socket's `ZMQ_FD` and the sockets due for a `ZMQ_EVENTS`
     /// check (see [`ready`] for the rule that keeps an edge from being lost).
     ready: Readiness,
-    /// Sockets with a record to read (their `ZMQ_EVENTS` said so, and no receive has
-    /// returned `EAGAIN` since).
-    readable: KeySet,
-    /// Slots whose monitor has events to read.
-    monitors_ready: KeySet,
-    /// The async side woke the loop (commands are queued).
-    wake_ready: bool,
     commands: Receiver<Command>,
     /// The application's queue: this turn's events, the deliveries it holds, the link
     /// backlogs while it is paused.
@@ -253,8 +256,7 @@ pub(crate) struct IoThread {
     /// Automatic mode: links added by discovery and the descriptors' fences.
     discovered: discovery::Discovered,
     /// The one structure owning every liveness machine of this node (MISSION L8).
-    liveness: Liveness,
-    live_owner: HashMap<liveness::LinkKey, LiveOwner>,
+    liveness: live::Live,
     /// The one fair receive scheduler over every socket and peer (MISSION R1-R3).
     sched: ReceiveScheduler<Unit, Staged>,
     shared_slots: IdMap<SharedSocketId, SlotKey>,
@@ -336,9 +338,6 @@ impl IoThread {
             table: table.clone(),
             sends: outbound::SendTurns::new(),
             ready,
-            readable: KeySet::default(),
-            monitors_ready: KeySet::default(),
-            wake_ready: false,
             commands,
             app: app::AppQueue::new(events, outstanding, cfg.delivery_high_water),
             link_deadline: None,
@@ -355,8 +354,7 @@ impl IoThread {
             subs: Vec::new(),
             publisher: None,
             discovered: discovery::Discovered::default(),
-            liveness: Liveness::new(generation),
-            live_owner: HashMap::new(),
+            liveness: live::Live::new(generation),
             // Readiness mode: a rotation visits the units with work only (the readable set
             // is handed over at the start of each rotation).
             sched: ReceiveScheduler::new().with_readiness(),
@@ -397,7 +395,6 @@ impl IoThread {
             let (socket, endpoint) = io.bind_publisher(&p.endpoint)?;
             let socket = Arc::new(PubSocket::new(socket, generation));
             let live = io.liveness.insert_beacon(now);
-            io.live_owner.insert(live, LiveOwner::Publisher);
             io.publisher = Some(Publisher {
                 socket,
                 endpoint,
@@ -486,7 +483,7 @@ impl IoThread {
             }
             self.settle();
             let now = Instant::now();
-            for slot in self.monitors_ready.take() {
+            for slot in self.ready.take_monitors() {
                 self.drain_monitor(slot, now);
             }
             self.read_subscriptions();
@@ -496,7 +493,7 @@ impl IoThread {
             // Commands before records: a command the application gave before it saw some
             // effect (e.g. a service registered before the peer was seen ready) is in force
             // before any record read after that effect.
-            if std::mem::take(&mut self.wake_ready) {
+            if self.ready.take_wake() {
                 self.wake.taken();
             }
             if !self.drain_commands(now) {
@@ -522,7 +519,7 @@ impl IoThread {
         while self.ready.has_checks() {
             for w in self.ready.take_checks() {
                 match w {
-                    Watch::Wake => self.wake_ready = true,
+                    Watch::Wake => self.ready.found_wake(),
                     Watch::Publisher => self.subscriptions_waiting(),
                     Watch::Zap => {
                         if self.gate.handler().is_some_and(ready::has_input) {
@@ -534,11 +531,7 @@ impl IoThread {
                             Some(Some(s)) => ready::has_input(&s.socket),
                             _ => continue,
                         };
-                        if input {
-                            self.readable.insert(k);
-                        } else {
-                            self.readable.remove(k);
-                        }
+                        self.ready.found_socket(k, input);
                     }
                     Watch::Monitor(k) => {
                         let input = match self.slots.get(k) {
@@ -548,7 +541,7 @@ impl IoThread {
                             _ => continue,
                         };
                         if input {
-                            self.monitors_ready.insert(k);
+                            self.ready.found_monitor(k);
                         }
                     }
                     Watch::Closing(k) => {
@@ -572,19 +565,16 @@ impl IoThread {
     /// True if something is waiting that the loop can act on now: a readable socket it may
     /// read, a monitor event, a wake-up.
     pub(super) fn has_input(&self) -> bool {
-        self.wake_ready
+        self.ready.is_woken()
             || self.gate.zap_ready
-            || !self.monitors_ready.is_empty()
+            || self.ready.has_monitors()
             || self.has_readable()
             || self.publisher.as_ref().is_some_and(|p| p.subscriptions)
     }
 
     /// True if some readable socket is not held back by a paused application queue.
     pub(super) fn has_readable(&self) -> bool {
-        self.readable
-            .members()
-            .iter()
-            .any(|&k| !self.app.is_held(k))
+        self.ready.readable().iter().any(|&k| !self.app.is_held(k))
     }
 
     pub(super) fn flush_events(&mut self) {

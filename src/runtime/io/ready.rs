@@ -187,13 +187,21 @@ impl Checks {
     }
 }
 
-/// The epoll set and the sockets waiting for a `ZMQ_EVENTS` check.
+/// The epoll set, the sockets waiting for a `ZMQ_EVENTS` check, and what the checks found:
+/// sockets with a record to read, monitors with events, a wake-up of the async side.
 pub(super) struct Readiness {
     poll: Poll,
     events: Events,
     /// Watches to check before the next sleep: touched by the loop, or their descriptor
     /// fired. Interior mutability because sends happen behind `&self` all over the loop.
     checks: RefCell<Checks>,
+    /// Sockets with a record to read (their `ZMQ_EVENTS` said so, and no receive has
+    /// returned `EAGAIN` since).
+    readable: KeySet,
+    /// Slots whose monitor has events to read.
+    monitors: KeySet,
+    /// The async side woke the loop (commands are queued).
+    woken: bool,
 }
 
 impl Readiness {
@@ -203,7 +211,76 @@ impl Readiness {
             poll: Poll::new()?,
             events: Events::with_capacity(EVENTS_PER_WAIT),
             checks: RefCell::new(Checks::default()),
+            readable: KeySet::default(),
+            monitors: KeySet::default(),
+            woken: false,
         })
+    }
+
+    /// A check of socket `k` found a record to read (`input`), or none.
+    pub(super) fn found_socket(&mut self, k: SlotKey, input: bool) {
+        if input {
+            self.readable.insert(k);
+        } else {
+            self.readable.remove(k);
+        }
+    }
+
+    /// A receive on socket `k` found nothing: not readable until its descriptor fires or a
+    /// check finds a record.
+    pub(super) fn drained(&mut self, k: SlotKey) {
+        self.readable.remove(k);
+    }
+
+    /// The sockets with a record to read, in no particular order.
+    pub(super) fn readable(&self) -> &[SlotKey] {
+        self.readable.members()
+    }
+
+    /// True if socket `k` has a record to read.
+    pub(super) fn is_readable(&self, k: SlotKey) -> bool {
+        self.readable.contains(k)
+    }
+
+    /// A check of slot `k`'s monitor found events.
+    pub(super) fn found_monitor(&mut self, k: SlotKey) {
+        self.monitors.insert(k);
+    }
+
+    /// The slots whose monitors have events; none afterwards.
+    pub(super) fn take_monitors(&mut self) -> Vec<SlotKey> {
+        self.monitors.take()
+    }
+
+    /// True if some monitor has events.
+    pub(super) fn has_monitors(&self) -> bool {
+        !self.monitors.is_empty()
+    }
+
+    /// Slot `k`'s monitor was stopped or its socket closed: nothing of it is waiting.
+    pub(super) fn forget_monitor(&mut self, k: SlotKey) {
+        self.monitors.remove(k);
+    }
+
+    /// Slot `k` is given up: nothing of it is waiting.
+    pub(super) fn forget(&mut self, k: SlotKey) {
+        self.readable.remove(k);
+        self.monitors.remove(k);
+    }
+
+    /// A check found the async side's wake-up.
+    pub(super) fn found_wake(&mut self) {
+        self.woken = true;
+    }
+
+    /// True if the async side woke the loop since the last [`Readiness::take_wake`].
+    pub(super) fn is_woken(&self) -> bool {
+        self.woken
+    }
+
+    /// Whether the async side woke the loop; cleared.
+    pub(super) fn take_wake(&mut self) -> bool {
+        std::mem::take(&mut self.woken)
     }
 
     /// Registers a socket's `ZMQ_FD` under `w` and marks it to be checked (whatever

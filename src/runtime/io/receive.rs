@@ -70,7 +70,7 @@ impl IoThread {
     pub(super) fn receive_rotation(&mut self) -> bool {
         // The scheduler learns which sockets have records from the readable set; a receive
         // that finds nothing ("would block") takes a socket out of both.
-        for &slot in self.readable.members() {
+        for &slot in self.ready.readable() {
             if self.app.is_held(slot) {
                 continue;
             }
@@ -103,7 +103,7 @@ impl IoThread {
                         ReadTarget::Unit(_) => None,
                     };
                     let frames = match slot {
-                        Some(s) if self.readable.contains(s) && !self.app.is_held(s) => {
+                        Some(s) if self.ready.is_readable(s) && !self.app.is_held(s) => {
                             self.recv_one(s)
                         }
                         _ => None,
@@ -287,7 +287,7 @@ impl IoThread {
                 if let Some(live) = live {
                     // The ACK travelled on this physical connection: it is evidence only for
                     // this connection's tracker (L2).
-                    let outcome = self.liveness.handle_ack(live, conn_id, id, now);
+                    let outcome = self.liveness.table_mut().handle_ack(live, conn_id, id, now);
                     tracing::trace!(conn = %conn_id, ?outcome, "ack");
                 }
             }
@@ -319,7 +319,7 @@ impl IoThread {
             Rec::Message { channel, payload } if ready => {
                 if let Some(live) = live {
                     // Diagnostics only: application traffic never extends the deadline (L2).
-                    let _ = self.liveness.handle_app_traffic(live, now);
+                    let _ = self.liveness.table_mut().handle_app_traffic(live, now);
                 }
                 let Some(source) = self.links[k].conn.as_ref().and_then(|c| c.source.clone())
                 else {

@@ -63,7 +63,6 @@ impl IoThread {
             }
         }
         self.liveness.clear();
-        self.live_owner.clear();
         // Dropping the contexts terminates them once their last socket is closed: after this,
         // libzmq has released every socket, connection and listening port of the node.
         self.sockets = Sockets::new(0);

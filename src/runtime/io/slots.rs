@@ -179,8 +179,7 @@ impl IoThread {
         }
         self.inbound.remove(&key);
         self.sweeps.retain(|s| s.1 != key);
-        self.readable.remove(key);
-        self.monitors_ready.remove(key);
+        self.ready.forget(key);
         let slot = self.slots.get_mut(key).and_then(Option::take)?;
         // Out of the epoll set before the sockets close (their descriptors go with them).
         self.ready.deregister(&slot.socket);
@@ -248,7 +247,7 @@ impl IoThread {
             None
         });
         if got.is_none() {
-            self.readable.remove(slot);
+            self.ready.drained(slot);
         }
         got
     }

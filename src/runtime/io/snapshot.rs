@@ -113,6 +113,7 @@ impl IoThread {
         {
             let last = self
                 .liveness
+                .table()
                 .publisher(s.live)
                 .and_then(|w| w.last_receive_at());
             links.push(LinkSnapshot {

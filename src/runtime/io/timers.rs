@@ -19,7 +19,7 @@ impl IoThread {
             self.link_deadline = self.scan_link_timers();
         }
         [
-            self.liveness.poll_timeout(),
+            self.liveness.table().poll_timeout(),
             self.caller.poll_timeout(),
             self.callee.poll_timeout(),
             self.link_deadline,
@@ -73,11 +73,11 @@ impl IoThread {
         // `COALESCE_WINDOW` (never late, at most that early; deadlines never early), so that
         // thousands of connections' probe cycles a few milliseconds apart cost one wake-up
         // per window instead of one each, and their ACKs come back together (issue 13).
-        self.liveness.handle_timeout_coalesced(now);
-        while let Some(t) = self.liveness.poll_transmit(now) {
+        self.liveness.table_mut().handle_timeout_coalesced(now);
+        while let Some(t) = self.liveness.table_mut().poll_transmit(now) {
             match t {
                 Transmit::Probe { key, id, .. } => {
-                    if let Some(LiveOwner::Link(k)) = self.live_owner.get(&key).copied() {
+                    if let Some(LiveOwner::Link(k)) = self.liveness.owner(key) {
                         self.send_liveness(k, records::probe(id));
                     }
                 }
@@ -149,8 +149,8 @@ impl IoThread {
 
     /// Acts on the liveness table's verdicts.
     pub(super) fn drain_liveness_events(&mut self, now: Instant) {
-        while let Some((key, ev)) = self.liveness.poll_event() {
-            match (self.live_owner.get(&key).copied(), ev) {
+        while let Some((key, ev)) = self.liveness.table_mut().poll_event() {
+            match (self.liveness.owner(key), ev) {
                 (
                     Some(LiveOwner::Link(k)),
                     LivenessEvent::Probe(ProbeEvent::DeadlineExceeded { .. }),
