@@ -384,3 +384,74 @@ async fn c2_half_open_stream_fails_within_deadline_may_have_run() {
     a.shutdown().await.expect("a");
     drop(b);
 }
+
+/// MISSION X1, C4: a stream ended by the server's graceful stop ends for its caller at once;
+/// its handler, which sends nothing and waits on `Request::cancelled`, is told nobody waits
+/// for it any more while the drain still waits for an accepted unary call (so it is the end
+/// of its stream that tells it, not the end of the node), and not before.
+#[tokio::test]
+async fn x1_c4_a_stream_ended_by_the_drain_signals_its_handler() {
+    let b_bind = mesh_bind();
+    let mut b = NodeConfig::new("b");
+    b.memberships = server_of(&["feed", "work"]);
+    b.route_mesh = Some(b_bind.clone());
+    let b = Node::start(b).await.expect("b");
+    let (tx, mut told) = mpsc::unbounded_channel::<&'static str>();
+    b.serve_stream("feed", move |req: Request, _sink| {
+        let tx = tx.clone();
+        async move {
+            let _ = tx.send(if req.is_cancelled() {
+                "cancelled at start"
+            } else {
+                "started"
+            });
+            req.cancelled().await;
+            let _ = tx.send("cancelled");
+            encode("stopped")
+        }
+    })
+    .expect("serve_stream");
+    let gate = Arc::new(Notify::new());
+    let mut held = serve_unary_with(&b, "work", gate.clone());
+    let mut a = NodeConfig::new("a");
+    a.peers = vec![peer("b", &b_bind.application, &b_bind.completion)];
+    let (a, _ea) = start_ready(a, "b").await;
+    let stream = a.call_stream("feed", "quiet", &(), CallOptions::default());
+    let first = tokio::time::timeout(STEP, told.recv())
+        .await
+        .expect("handler started")
+        .expect("told");
+    assert_eq!(first, "started");
+    let caller = a.clone();
+    let unary = tokio::spawn(async move { caller.call::<_, String>("work", "hold", &()).await });
+    tokio::time::timeout(STEP, held.recv())
+        .await
+        .expect("unary handler started")
+        .expect("started");
+    let stopper = b.clone();
+    let stop = tokio::spawn(async move { stopper.shutdown().await });
+    let err = tokio::time::timeout(STEP, stream.finish())
+        .await
+        .expect("the stream ended")
+        .expect_err("the stream was cut");
+    assert_eq!(err, CallError::Unavailable { accepted: true });
+    let then = tokio::time::timeout(STEP, told.recv())
+        .await
+        .expect("the handler was told")
+        .expect("told");
+    assert_eq!(then, "cancelled");
+    assert!(!stop.is_finished(), "the node is still draining");
+    gate.notify_one();
+    let answer = tokio::time::timeout(STEP, unary)
+        .await
+        .expect("unary answered")
+        .expect("join")
+        .expect("answered");
+    assert_eq!(answer, "held");
+    tokio::time::timeout(STEP, stop)
+        .await
+        .expect("stop ends")
+        .expect("join")
+        .expect("shutdown");
+    a.shutdown().await.expect("a");
+}

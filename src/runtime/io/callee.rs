@@ -395,6 +395,13 @@ impl Callee {
         )));
     }
 
+    /// The node stops: every handler still running is told that nobody waits for it any
+    /// more (and a query's task stopped), as when its caller is gone.
+    pub(super) fn handle_stop(&mut self) {
+        let running: Vec<ServeId> = self.handlers.running.keys().copied().collect();
+        self.handlers.callers_gone(&running);
+    }
+
     /// Begins the graceful stop: no new calls, the accepted ones answered within `bound`
     /// (MISSION C4, F6).
     pub(super) fn begin_drain(&mut self, bound: Duration, now: Instant) {
@@ -432,6 +439,9 @@ impl Callee {
                 return Some(a);
             }
             let r = self.table.poll_transmit()?;
+            // Answered by the table (a stream ended by the drain, a call cut at the drain
+            // bound) while its handler runs: its caller no longer waits for the handler.
+            self.handlers.callers_gone(&[r.id]);
             self.answers.push_back(Answer {
                 key: r.conn,
                 frames: records::reply(r.call_id, r.code, Bytes::from_static(r.message.as_bytes())),
@@ -616,7 +626,9 @@ impl Callee {
 /// When the connection a call's answer would travel on leaves ready, the serve table hands
 /// back the calls whose handlers still run ([`ServeTable::handle_connection_lost`]); each is
 /// signalled ([`Request::cancelled`]), and a query's task is also stopped at its next
-/// `.await`: a query changes nothing, so nothing is lost. A command (or an undeclared
+/// `.await`: a query changes nothing, so nothing is lost. The same holds for a call the
+/// serve table answered itself while its handler runs (a stream ended by the drain, a call
+/// cut at the drain bound), and for every handler still running when the node stops. A command (or an undeclared
 /// method, which may be one) is never stopped by the runtime: it may be half way through
 /// changing the world, and only its handler knows whether stopping there is safe. A stopped
 /// task still reports its end, so the call leaves its execution queue as a finished one

@@ -16,6 +16,8 @@ impl IoThread {
         // This node's own calls still out end now, each saying whether it may have run.
         self.caller.handle_shutdown(now);
         self.drain_calls(now);
+        // Handlers still running serve nobody any more.
+        self.callee.handle_stop();
         // One-way records queued before the stop leave ahead of the CLOSE, as far as the
         // pipes take them; what is left is counted and named (issue 9).
         for (k, unsent) in self.flush_send_queues_at_stop() {
