@@ -39,6 +39,15 @@ pub struct Identity {
 }
 
 impl Identity {
+    /// The channels this node holds a Server membership of, in announced order.
+    pub fn served_channels(&self) -> Vec<String> {
+        self.memberships
+            .iter()
+            .filter(|m| m.role == Role::Server)
+            .map(|m| m.channel.clone())
+            .collect()
+    }
+
     /// True if the node holds at least one Server membership.
     pub fn is_server(&self) -> bool {
         self.memberships.iter().any(|m| m.role == Role::Server)

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::Serialize;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::proto::discovery::lease::LostReason;
 use crate::proto::discovery::StoreOp;
@@ -138,6 +138,39 @@ impl EventStream {
     /// Deliveries produced but not yet taken from this stream.
     pub fn queued_deliveries(&self) -> usize {
         self.outstanding.load(Ordering::Relaxed)
+    }
+}
+
+/// How the I/O thread hands its event batches to the application: the channel of the
+/// [`EventStream`], and a count of the batches that changed some link's state, which
+/// [`crate::runtime::Node::ready`] waits on (it is dropped with the I/O thread, which tells
+/// those waiters that the node stopped).
+pub(crate) struct EventSender {
+    tx: mpsc::UnboundedSender<Vec<NodeEvent>>,
+    state_batches: watch::Sender<u64>,
+}
+
+impl EventSender {
+    /// A sender into `tx` that counts state-changing batches in `state_batches`.
+    pub(crate) fn new(
+        tx: mpsc::UnboundedSender<Vec<NodeEvent>>,
+        state_batches: watch::Sender<u64>,
+    ) -> EventSender {
+        EventSender { tx, state_batches }
+    }
+
+    /// Hands `batch` over; fails (the batch returned) when the application dropped the
+    /// stream. The count moves whatever the stream's fate: readiness waiters do not read it.
+    pub(crate) fn send(
+        &self,
+        batch: Vec<NodeEvent>,
+    ) -> Result<(), mpsc::error::SendError<Vec<NodeEvent>>> {
+        let changed = batch.iter().any(|e| matches!(e, NodeEvent::State(_)));
+        let sent = self.tx.send(batch);
+        if changed {
+            self.state_batches.send_modify(|n| *n = n.wrapping_add(1));
+        }
+        sent
     }
 }
 
