@@ -99,7 +99,7 @@ fn rewrite_trait(service: &Service) -> TokenStream {
         where
             Self: ::core::marker::Sized,
         {
-            let this = ::std::sync::Arc::new(self);
+            let __this = ::std::sync::Arc::new(self);
             #client::__declare(|service, method, index| match index {
                 #(#arms)*
                 _ => service,
@@ -118,7 +118,8 @@ fn rewrite_trait(service: &Service) -> TokenStream {
     quote!(#item)
 }
 
-/// The handler of method `m`, a closure over `this: Arc<Self>`.
+/// The handler of method `m`, a closure over `__this: Arc<Self>` (names that start with `__`
+/// cannot clash with an argument's: the macro refuses those).
 fn handler(trait_name: &syn::Ident, m: &Method) -> TokenStream {
     let name = &m.name;
     let decode = decode_args(m);
@@ -134,13 +135,13 @@ fn handler(trait_name: &syn::Ident, m: &Method) -> TokenStream {
         Output::Result(_) => quote!(::zmesh::typed::__private::reply_result(__out)),
     };
     quote! {{
-        let this = ::std::sync::Arc::clone(&this);
+        let __this = ::std::sync::Arc::clone(&__this);
         move |__req: ::zmesh::runtime::calls::Request| {
-            let this = ::std::sync::Arc::clone(&this);
+            let __this = ::std::sync::Arc::clone(&__this);
             async move {
                 #context
                 #decode
-                let __out = <Self as #trait_name>::#name(&*this, #(#params),*).await;
+                let __out = <Self as #trait_name>::#name(&*__this, #(#params),*).await;
                 #reply
             }
         }

@@ -2,6 +2,7 @@
 //! [`syn::Error`] spanned at the offending tokens, so the compiler points at them.
 
 use proc_macro2::{Span, TokenStream};
+use quote::ToTokens;
 use syn::parse::Parser;
 use syn::spanned::Spanned;
 use syn::{
@@ -97,6 +98,11 @@ impl Errors {
         self.push(syn::Error::new(span, message));
     }
 
+    /// An error spanning all of `tokens` (first to last token, on stable too).
+    fn on(&mut self, tokens: &impl ToTokens, message: impl std::fmt::Display) {
+        self.push(syn::Error::new_spanned(tokens, message));
+    }
+
     fn finish(self) -> syn::Result<()> {
         match self.0 {
             Some(e) => Err(e),
@@ -127,13 +133,13 @@ impl Service {
             }
         };
         if !item.generics.params.is_empty() || item.generics.where_clause.is_some() {
-            errors.at(
-                item.generics.span(),
+            errors.on(
+                &item.generics,
                 "a service trait cannot be generic: its types are the wire contract",
             );
         }
         if let Some(u) = &item.unsafety {
-            errors.at(u.span(), "a service trait cannot be `unsafe`");
+            errors.on(u, "a service trait cannot be `unsafe`");
         }
         let mut methods = Vec::new();
         for trait_item in &mut item.items {
@@ -143,8 +149,8 @@ impl Service {
                         methods.push(m);
                     }
                 }
-                other => errors.at(
-                    other.span(),
+                other => errors.on(
+                    other,
                     "a service trait holds only `async fn` methods (no consts, types or macros)",
                 ),
             }
@@ -152,8 +158,8 @@ impl Service {
         if let Some(Execution::Keyed(key)) = &keys.execution {
             for m in &methods {
                 if !m.args.iter().any(|(name, _)| name == key) {
-                    errors.at(
-                        m.name.span(),
+                    errors.on(
+                        &m.name,
                         format!(
                             "`execution = keyed({key})`: method `{}` has no argument `{key}`; \
                              every method of a keyed service names its queue by that argument",
@@ -165,8 +171,8 @@ impl Service {
         }
         if let Some(Execution::Parallel) = &keys.execution {
             for m in methods.iter().filter(|m| m.conflate) {
-                errors.at(
-                    m.name.span(),
+                errors.on(
+                    &m.name,
                     format!(
                         "method `{}` conflates, but `execution = parallel` runs every call at \
                          once: no call ever waits to be replaced; use serial or keyed execution",
@@ -268,14 +274,14 @@ fn read_method(f: &mut TraitItemFn, errors: &mut Errors) -> Option<Method> {
     let (semantics, conflate) = take_semantics(&mut f.attrs, errors);
     let sig = &f.sig;
     if sig.asyncness.is_none() {
-        errors.at(
-            sig.fn_token.span(),
+        errors.on(
+            sig,
             format!("service method `{name}` must be an `async fn`: a call is awaited"),
         );
     }
     if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
-        errors.at(
-            sig.generics.span(),
+        errors.on(
+            &sig.generics,
             format!(
                 "service method `{name}` cannot be generic: its argument and result types are \
                  the wire contract"
@@ -283,20 +289,20 @@ fn read_method(f: &mut TraitItemFn, errors: &mut Errors) -> Option<Method> {
         );
     }
     if let Some(c) = &sig.constness {
-        errors.at(c.span(), "a service method cannot be `const`");
+        errors.on(c, "a service method cannot be `const`");
     }
     if let Some(u) = &sig.unsafety {
-        errors.at(u.span(), "a service method cannot be `unsafe`");
+        errors.on(u, "a service method cannot be `unsafe`");
     }
     if let Some(a) = &sig.abi {
-        errors.at(a.span(), "a service method cannot declare an ABI");
+        errors.on(a, "a service method cannot declare an ABI");
     }
     if let Some(v) = &sig.variadic {
-        errors.at(v.span(), "a service method cannot be variadic");
+        errors.on(v, "a service method cannot be variadic");
     }
     if let Some(body) = &f.default {
-        errors.at(
-            body.span(),
+        errors.on(
+            body,
             format!(
                 "service method `{name}` has no body in the trait: implement it in an `impl` of \
                  the trait"
@@ -306,8 +312,8 @@ fn read_method(f: &mut TraitItemFn, errors: &mut Errors) -> Option<Method> {
     let reserved_trait = TRAIT_RESERVED.contains(&name.to_string().as_str());
     let reserved_client = CLIENT_RESERVED.contains(&name.to_string().as_str());
     if reserved_trait || reserved_client {
-        errors.at(
-            name.span(),
+        errors.on(
+            &name,
             format!(
                 "method name `{name}` is taken by the generated {}",
                 if reserved_trait { "trait" } else { "client" }
@@ -317,8 +323,8 @@ fn read_method(f: &mut TraitItemFn, errors: &mut Errors) -> Option<Method> {
     let mut inputs = sig.inputs.iter();
     match inputs.next() {
         Some(FnArg::Receiver(r)) if r.reference.is_some() && r.mutability.is_none() => {}
-        Some(other) => errors.at(
-            other.span(),
+        Some(other) => errors.on(
+            other,
             format!(
                 "service method `{name}` takes `&self`: calls run concurrently on one shared \
                  implementation"
@@ -334,12 +340,12 @@ fn read_method(f: &mut TraitItemFn, errors: &mut Errors) -> Option<Method> {
     let mut params = Vec::new();
     for (i, input) in inputs.enumerate() {
         let FnArg::Typed(pt) = input else {
-            errors.at(input.span(), "`self` comes first, once");
+            errors.on(input, "`self` comes first, once");
             continue;
         };
         if is_context(&pt.ty) {
             if context.is_some() {
-                errors.at(pt.ty.span(), "a service method takes at most one `Context`");
+                errors.on(&pt.ty, "a service method takes at most one `Context`");
             }
             context = Some(i);
             params.push(Param::Context);
@@ -348,17 +354,23 @@ fn read_method(f: &mut TraitItemFn, errors: &mut Errors) -> Option<Method> {
         let arg = match &*pt.pat {
             Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => p.ident.clone(),
             other => {
-                errors.at(
-                    other.span(),
+                errors.on(
+                    other,
                     "a service method's arguments are plain names (`bar: f64`): their names \
                      are the client's",
                 );
                 continue;
             }
         };
+        if arg.to_string().starts_with("__") {
+            errors.on(
+                &arg,
+                "argument names starting with `__` are the generated code's",
+            );
+        }
         if let Some(problem) = unowned(&pt.ty) {
-            errors.at(
-                pt.ty.span(),
+            errors.on(
+                &pt.ty,
                 format!("argument `{arg}`: {problem}; arguments are decoded into owned values"),
             );
         }
@@ -369,8 +381,8 @@ fn read_method(f: &mut TraitItemFn, errors: &mut Errors) -> Option<Method> {
         ReturnType::Default => Output::Value(syn::parse_quote!(())),
         ReturnType::Type(_, ty) => {
             if let Some(problem) = unowned(ty) {
-                errors.at(
-                    ty.span(),
+                errors.on(
+                    ty,
                     format!(
                         "the result of `{name}`: {problem}; results are decoded into owned values"
                     ),
@@ -451,7 +463,7 @@ fn take_semantics(attrs: &mut Vec<Attribute>, errors: &mut Errors) -> (Option<Se
                 errors.push(e);
             }
         } else if let syn::Meta::NameValue(nv) = &attr.meta {
-            errors.at(nv.span(), "this attribute takes no value");
+            errors.on(nv, "this attribute takes no value");
         }
     }
     *attrs = kept;

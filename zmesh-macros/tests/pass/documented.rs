@@ -1,0 +1,36 @@
+//! A public service trait in a crate that denies missing docs: every generated item is
+//! documented. Its contract says what the trait declares.
+#![deny(missing_docs)]
+
+use zmesh::proto::contract::{ExecutionKind, Semantics};
+use zmesh::runtime::calls::ServeError;
+use zmesh::typed::Context;
+
+/// A pump.
+#[zmesh::service(channel = "pump", version = "2.1", execution = keyed(line), mailbox = 7)]
+pub trait Pump {
+    /// The pressure of `line`.
+    #[query]
+    async fn pressure(&self, line: u8) -> f64;
+    /// Sets the setpoint of `line`.
+    #[idempotent(conflate)]
+    async fn set_setpoint(&self, line: u8, bar: f64) -> Result<f64, ServeError>;
+    /// Dispenses on `line`.
+    #[non_repeatable]
+    async fn dispense(&self, ctx: Context, line: u8, litres: u32);
+    /// Whatever it does, undeclared.
+    async fn legacy(&self, line: u8);
+}
+
+fn main() {
+    let c = PumpClient::contract();
+    assert_eq!(PumpClient::CHANNEL, "pump");
+    assert_eq!(c.version, "2.1");
+    assert_eq!(c.mailbox, 7);
+    assert_eq!(c.execution, Some(ExecutionKind::Keyed));
+    let m = |name: &str| c.method(name).cloned().expect(name);
+    assert_eq!(m("pressure").semantics, Some(Semantics::Query));
+    assert!(m("set_setpoint").conflate);
+    assert_eq!(m("dispense").semantics, Some(Semantics::NonRepeatableCommand));
+    assert_eq!(m("legacy").semantics, None);
+}

@@ -1,0 +1,7 @@
+#[zmesh::service(channel = "pump")]
+trait Pump {
+    #[query]
+    async fn pressure() -> f64;
+}
+
+fn main() {}

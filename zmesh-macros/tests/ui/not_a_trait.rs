@@ -1,0 +1,4 @@
+#[zmesh::service(channel = "pump")]
+struct Pump;
+
+fn main() {}

@@ -1,0 +1,7 @@
+#[zmesh::service(channel = "pump")]
+trait Pump {
+    #[query]
+    async fn ready(&self) -> bool;
+}
+
+fn main() {}

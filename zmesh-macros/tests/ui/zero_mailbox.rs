@@ -1,0 +1,7 @@
+#[zmesh::service(channel = "pump", mailbox = 0)]
+trait Pump {
+    #[query]
+    async fn pressure(&self) -> f64;
+}
+
+fn main() {}
