@@ -457,6 +457,28 @@ pub struct ServerConfig {
     pub batch_calls: bool,
 }
 
+impl Endpoint {
+    /// The endpoint `endpoint` (`tcp://host:port` or `ipc://path`, checked when the node
+    /// starts).
+    pub fn new(endpoint: impl Into<String>) -> Endpoint {
+        Endpoint {
+            endpoint: endpoint.into(),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The server of `channel` at `endpoint`, any RID, calls batched (the file's defaults).
+    pub fn new(channel: impl Into<String>, endpoint: impl Into<String>) -> ServerConfig {
+        ServerConfig {
+            channel: channel.into(),
+            endpoint: endpoint.into(),
+            rid: None,
+            batch_calls: true,
+        }
+    }
+}
+
 fn default_true() -> bool {
     true
 }
@@ -488,6 +510,19 @@ impl NodeConfig {
             rid: rid.into(),
             ..NodeConfig::default()
         }
+    }
+
+    /// This configuration serving ClientServer clients at `endpoint` (`[server]`).
+    pub fn server(mut self, endpoint: impl Into<String>) -> NodeConfig {
+        self.server = Some(Endpoint::new(endpoint));
+        self
+    }
+
+    /// This configuration dialling `server` as a ClientServer client (one `[[servers]]`
+    /// entry more).
+    pub fn dial_server(mut self, server: ServerConfig) -> NodeConfig {
+        self.servers.push(server);
+        self
     }
 
     /// Reads and validates a TOML file.

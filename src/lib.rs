@@ -23,6 +23,8 @@
 //!        discovery descriptors, the intents a descriptor set implies, the owner lease
 //!        security  CURVE public keys (Z85), the ZAP codec, refusal reasons
 //!   runtime::store: descriptor stores (embedded SQLite, etcd v3) for automatic mode
+//!   typed + #[service]: a service as a Rust trait, its typed client and contract, on top of
+//!                    runtime::service and Node::call_raw
 //! ```
 //!
 //! Everything under [`proto`] is deterministic: it takes `now: Instant` as an input and reports

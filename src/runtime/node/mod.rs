@@ -725,6 +725,10 @@ impl Node {
     /// not-ready again before the wait looks may be missed until it is ready again.
     /// Fails with [`ReadyError::Stopped`] when the node stops or begins to stop first.
     ///
+    /// Each look is a [`Node::snapshot`] of the links (taken again only when some link
+    /// changed state), so only the links a snapshot lists count: the first
+    /// [`SNAPSHOT_LIMIT`](crate::runtime::snapshot::SNAPSHOT_LIMIT).
+    ///
     /// ```no_run
     /// # async fn demo(node: zmesh::runtime::Node) -> Result<(), Box<dyn std::error::Error>> {
     /// use zmesh::runtime::Target;
