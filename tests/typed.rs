@@ -282,7 +282,7 @@ impl Valves for Bank {
 /// MISSION A1, K4: `execution = keyed(valve)` queues calls by their `valve` argument: two
 /// valves run at once (each call waits for the other's), calls of one valve never overlap.
 #[tokio::test]
-async fn a1_keyed_execution_queues_by_the_named_argument() {
+async fn a1_k4_keyed_execution_queues_by_the_named_argument() {
     assert_eq!(
         ValvesClient::contract().execution,
         Some(ExecutionKind::Keyed)
