@@ -103,7 +103,8 @@ pub mod typed;
 /// its arguments by value (owned types that are `serde` `Serialize` and `Deserialize`), and
 /// returns a value or a `Result<T, E>` whose `E: Into<ServeError>` becomes the call's error
 /// (code and message). One argument of type [`typed::Context`] anywhere after `&self` is the
-/// request context (caller, call id, idempotency key), not a call argument.
+/// request context (caller, call id, idempotency key), not a call argument; so is one of type
+/// [`typed::Items`] (see Streams).
 ///
 /// # What it generates
 ///
@@ -123,15 +124,21 @@ pub mod typed;
 ///
 /// With a message at the offending tokens: `conflate` on anything but `#[idempotent]`, or in
 /// a `parallel` service; `keyed(arg)` where a method has no argument `arg`; a method that is
-/// not `async`, is generic, has a body, takes no `&self` or takes `&mut self`; reference,
+/// not `async`, is generic, has a body, takes no `&self` or takes `&mut self`; a streaming
+/// method that conflates, or one with two `Items` arguments; reference,
 /// `impl Trait` or trait-object argument and result types; two semantics attributes on one
 /// method; a generic trait, or one holding anything but methods; method names the generated
 /// items take (`into_service`, `contract`, `new`, `ready`, `to_peer`, `node`, `channel`);
 /// unknown keys; a missing or over-long channel; a mailbox of 0. The builder API
 /// ([`runtime::service`]) refuses the same combinations when a service is exposed.
 ///
-/// Streaming methods are not generated yet: declare those with
-/// [`runtime::service::Service::stream_method`].
+/// # Streams
+///
+/// A method that takes an argument of type [`typed::Items<T>`] (one at most, anywhere after
+/// `&self`) answers with a stream: it sends items through it, in order, and its return value
+/// is the call's result. Its client method returns a [`typed::StreamCall`], whose await gives
+/// the [`typed::ItemStream`] of typed items and result; the contract lists it as a stream. A
+/// streaming method may not conflate.
 pub use zmesh_macros::service;
 
 /// Compiles the README's example as a doctest, so the README cannot drift from the API.

@@ -2,6 +2,9 @@
 //! users see of it: the [`Call`] a typed client's method returns and the request
 //! [`Context`] a method may take.
 //!
+//! A method that takes an [`Items`] argument streams its answer: the client's method returns a
+//! [`StreamCall`], read as an [`ItemStream`] ([`Node::call_stream_raw`] underneath).
+//!
 //! A typed client's call is [`Node::call_raw`] underneath: the arguments are encoded as
 //! MessagePack (none: `nil`; one argument: the value itself; several: an array of them, in
 //! order), the method's declared semantics travel in the REQUEST as the caller's pin
@@ -16,9 +19,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 use crate::proto::contract::{self, CheckReport, ContractError, NodeContract, ServiceContract};
-use crate::runtime::calls::{self as rcalls, CallError, CallOptions, Request, Semantics};
+use crate::runtime::calls::{
+    self as rcalls, CallError, CallOptions, CallStream, ItemSink, Request, Semantics, ServeError,
+};
 use crate::runtime::Node;
 
 /// One call of a typed client, not made yet: set its options, then `.await` it for the
@@ -126,6 +132,165 @@ impl<R: DeserializeOwned + Send + 'static> IntoFuture for Call<R> {
     }
 }
 
+/// Where a streaming method sends its items: a service method that takes an argument of
+/// type `Items<T>` answers with a stream (its items, in order, then its result), which the
+/// typed client reads as an [`ItemStream`]. Cheap to clone; a clone sends into the same call.
+pub struct Items<T> {
+    sink: ItemSink,
+    item: PhantomData<fn(T)>,
+}
+
+impl<T> Clone for Items<T> {
+    fn clone(&self) -> Self {
+        Items {
+            sink: self.sink.clone(),
+            item: PhantomData,
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Items<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Items").field(&self.sink).finish()
+    }
+}
+
+impl<T: Serialize> Items<T> {
+    /// The items of the call behind `sink`. Generated code only.
+    #[doc(hidden)]
+    pub fn __new(sink: ItemSink) -> Items<T> {
+        Items {
+            sink,
+            item: PhantomData,
+        }
+    }
+
+    /// Sends one item; returns once the node has handed it to the transport. An error means
+    /// the stream is over (see [`ItemSink::send`]): stop, returning it with `?` is fine.
+    pub async fn send(&self, item: &T) -> Result<(), ServeError> {
+        self.sink.send_item(item).await
+    }
+}
+
+/// One call of a typed client's streaming method, not made yet: set its options, then
+/// `.await` it (or [`StreamCall::start`] it) for the [`ItemStream`] of its answer.
+#[must_use = "a call is made when it is awaited or started"]
+pub struct StreamCall<T, R> {
+    call: Call<(T, R)>,
+}
+
+impl<T, R> std::fmt::Debug for StreamCall<T, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("StreamCall").field(&self.call).finish()
+    }
+}
+
+impl<T, R> StreamCall<T, R> {
+    /// A streaming call; see [`Call::__new`]. Generated code only.
+    #[doc(hidden)]
+    pub fn __new(
+        node: &Node,
+        channel: &'static str,
+        method: &'static str,
+        semantics: Option<Semantics>,
+        peer: Option<String>,
+        args: Result<Bytes, CallError>,
+    ) -> StreamCall<T, R> {
+        StreamCall {
+            call: Call::__new(node, channel, method, semantics, peer, args),
+        }
+    }
+
+    /// See [`Call::idempotency_key`].
+    pub fn idempotency_key(self, key: impl Into<String>) -> StreamCall<T, R> {
+        StreamCall {
+            call: self.call.idempotency_key(key),
+        }
+    }
+
+    /// See [`Call::ttl`].
+    pub fn ttl(self, ttl: Duration) -> StreamCall<T, R> {
+        StreamCall {
+            call: self.call.ttl(ttl),
+        }
+    }
+
+    /// See [`Call::peer`].
+    pub fn peer(self, rid: impl Into<String>) -> StreamCall<T, R> {
+        StreamCall {
+            call: self.call.peer(rid),
+        }
+    }
+
+    /// The options the call will be made with (the pinned semantics among them).
+    pub fn options(&self) -> &CallOptions {
+        &self.call.opts
+    }
+
+    /// Makes the call now ([`Node::call_stream_raw`]); its items and result arrive on the
+    /// stream returned.
+    pub fn start(self) -> ItemStream<T, R> {
+        let Call {
+            node,
+            channel,
+            method,
+            args,
+            opts,
+            ..
+        } = self.call;
+        let stream = match args {
+            Ok(args) => node.call_stream_raw(channel, method, args, opts),
+            Err(e) => CallStream::failed(e),
+        };
+        ItemStream {
+            stream,
+            types: PhantomData,
+        }
+    }
+}
+
+impl<T, R> IntoFuture for StreamCall<T, R> {
+    type Output = ItemStream<T, R>;
+    type IntoFuture = std::future::Ready<ItemStream<T, R>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        std::future::ready(self.start())
+    }
+}
+
+/// The answer of a streaming call in progress: its items in order ([`ItemStream::next`]),
+/// then its result ([`ItemStream::finish`]). Like [`CallStream`], which it decodes, it needs
+/// no timeout: it is a lease on the connection that accepted it.
+pub struct ItemStream<T, R> {
+    stream: CallStream,
+    types: PhantomData<fn() -> (T, R)>,
+}
+
+impl<T, R> std::fmt::Debug for ItemStream<T, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ItemStream").field(&self.stream).finish()
+    }
+}
+
+impl<T: DeserializeOwned, R: DeserializeOwned> ItemStream<T, R> {
+    /// The next item; `None` once the stream has ended ([`ItemStream::finish`] then gives
+    /// the result at once). An item that does not decode is an `Err` for that item only.
+    pub async fn next(&mut self) -> Option<Result<T, CallError>> {
+        self.stream.next_item_as().await
+    }
+
+    /// Waits for the end of the call: its result, or the error that ended it. Items not
+    /// taken yet are discarded.
+    pub async fn finish(self) -> Result<R, CallError> {
+        self.stream.finish_as().await
+    }
+
+    /// How many items [`ItemStream::next`] has returned so far.
+    pub fn items_received(&self) -> u64 {
+        self.stream.items_received()
+    }
+}
+
 /// The request context a service method may take (an argument of this type, anywhere after
 /// `&self`): who called and under which identity. It is not part of the call's arguments.
 #[derive(Debug, Clone)]
@@ -229,6 +394,14 @@ pub mod __private {
 
     /// The handler of a service declared only to read its contract.
     pub async fn not_exposed(req: Request) -> Result<Bytes, ServeError> {
+        Err(ServeError::method_not_found(&req.method))
+    }
+
+    /// The stream handler of a service declared only to read its contract.
+    pub async fn not_exposed_stream(
+        req: Request,
+        _items: crate::runtime::calls::ItemSink,
+    ) -> Result<Bytes, ServeError> {
         Err(ServeError::method_not_found(&req.method))
     }
 }

@@ -13,11 +13,11 @@ use std::time::Duration;
 use common::{free_tcp, mesh_bind, mesh_server, peer, server_of};
 use tokio::sync::Barrier;
 use zmesh::config::{Endpoint, NodeConfig, ServerConfig};
-use zmesh::proto::contract::{ExecutionKind, Semantics, ServiceContract};
+use zmesh::proto::contract::{ExecutionKind, Semantics, ServiceContract, Shape};
 use zmesh::runtime::calls::{encode, may_have_run, CallError, RemoteCode, Request, ServeError};
 use zmesh::runtime::service::{Method, Service};
 use zmesh::runtime::{Node, ReadyError, Target};
-use zmesh::typed::Context;
+use zmesh::typed::{Context, Items};
 
 /// Longest wait for any one step; a bound on failure, never a synchronisation.
 const STEP: Duration = Duration::from_secs(10);
@@ -240,6 +240,50 @@ async fn a1_contract_from_the_trait_equals_describe() {
     let released = described.to_json_pretty().expect("json");
     let report = zmesh::typed::check_against_release(&from_trait, &released).expect("check");
     assert!(report.changes.is_empty(), "{report:?}");
+    srv.shutdown().await.expect("srv stops");
+}
+
+/// A gauge whose readings stream.
+#[zmesh::service(channel = "gauge")]
+pub trait Gauge {
+    /// Streams `n` readings, then says how many it sent.
+    #[query]
+    async fn readings(&self, items: Items<f64>, n: u32) -> Result<u32, ServeError>;
+}
+
+struct Dial;
+
+impl Gauge for Dial {
+    async fn readings(&self, items: Items<f64>, n: u32) -> Result<u32, ServeError> {
+        for i in 1..=n {
+            items.send(&(f64::from(i) / 2.0)).await?;
+        }
+        Ok(n)
+    }
+}
+
+/// MISSION A1: a method that takes `Items<T>` streams: the contract says so, the typed
+/// client reads its items in order, typed, then its result.
+#[tokio::test]
+async fn a1_streaming_method_sends_typed_items() {
+    let contract = GaugeClient::contract();
+    let readings = contract.method("readings").expect("readings");
+    assert_eq!(readings.shape, Shape::Stream);
+    assert_eq!(readings.semantics, Some(Semantics::Query));
+    let ep = free_tcp();
+    let srv = server(&ep, Dial.into_service()).await;
+    assert_eq!(srv.describe().services, vec![contract]);
+    let cli = client(&ep, "gauge").await;
+    let gauge = GaugeClient::new(&cli);
+    bounded("ready", gauge.ready()).await.expect("ready");
+    let mut stream = gauge.readings(3).await;
+    let mut items = Vec::new();
+    while let Some(item) = bounded("item", stream.next()).await {
+        items.push(item.expect("decodes"));
+    }
+    assert_eq!(items, vec![0.5, 1.0, 1.5]);
+    assert_eq!(bounded("result", stream.finish()).await.expect("result"), 3);
+    cli.shutdown().await.expect("cli stops");
     srv.shutdown().await.expect("srv stops");
 }
 

@@ -81,7 +81,10 @@ fn rewrite_trait(service: &Service) -> TokenStream {
     }
     let arms = service.methods.iter().enumerate().map(|(i, m)| {
         let handler = handler(&service.item.ident, m);
-        quote!(#i => service.method(method, #handler),)
+        match m.stream {
+            Some(_) => quote!(#i => service.stream_method(method, #handler),),
+            None => quote!(#i => service.method(method, #handler),),
+        }
     });
     let into_service_doc = format!(
         "Exposes this implementation as the `{channel}` service: hand the result to \
@@ -100,7 +103,7 @@ fn rewrite_trait(service: &Service) -> TokenStream {
             Self: ::core::marker::Sized,
         {
             let __this = ::std::sync::Arc::new(self);
-            #client::__declare(|service, method, index| match index {
+            #client::__declare(|service, method, index, _| match index {
                 #(#arms)*
                 _ => service,
             })
@@ -128,17 +131,26 @@ fn handler(trait_name: &syn::Ident, m: &Method) -> TokenStream {
         .map(|_| quote!(let __ctx = ::zmesh::typed::Context::__from_request(&__req);));
     let params = m.params.iter().map(|p| match p {
         Param::Context => quote!(__ctx),
+        Param::Items => quote!(__items),
         Param::Arg(a) => quote!(#a),
     });
+    let (sink, items) = match &m.stream {
+        Some(_) => (
+            quote!(, __sink: ::zmesh::runtime::calls::ItemSink),
+            quote!(let __items = ::zmesh::typed::Items::__new(__sink);),
+        ),
+        None => (quote!(), quote!()),
+    };
     let reply = match &m.output {
         Output::Value(_) => quote!(::zmesh::typed::__private::reply(__out)),
         Output::Result(_) => quote!(::zmesh::typed::__private::reply_result(__out)),
     };
     quote! {{
         let __this = ::std::sync::Arc::clone(&__this);
-        move |__req: ::zmesh::runtime::calls::Request| {
+        move |__req: ::zmesh::runtime::calls::Request #sink| {
             let __this = ::std::sync::Arc::clone(&__this);
             async move {
+                #items
                 #context
                 #decode
                 let __out = <Self as #trait_name>::#name(&*__this, #(#params),*).await;
@@ -230,11 +242,13 @@ fn client(service: &Service) -> TokenStream {
         let name = m.name.to_string();
         let semantics = semantics_path(m.semantics);
         let conflate = m.conflate.then(|| quote!(.conflate()));
+        let stream = m.stream.is_some();
         quote! {
             let service = add(
                 service,
                 ::zmesh::runtime::service::Method::new(#name, #semantics) #conflate,
                 #i,
+                #stream,
             );
         }
     });
@@ -302,19 +316,25 @@ fn client(service: &Service) -> TokenStream {
 
             /// The contract of the service, as `Node::describe` reports it once exposed.
             pub fn contract() -> ::zmesh::proto::contract::ServiceContract {
-                Self::__declare(|service, method, _| {
-                    service.method(method, ::zmesh::typed::__private::not_exposed)
+                Self::__declare(|service, method, _, stream| {
+                    if stream {
+                        service.stream_method(method, ::zmesh::typed::__private::not_exposed_stream)
+                    } else {
+                        service.method(method, ::zmesh::typed::__private::not_exposed)
+                    }
                 })
                 .contract()
             }
 
-            /// The service's declaration: `add` attaches the handler of method number `index`.
+            /// The service's declaration: `add` attaches the handler of method number `index`
+            /// (a stream handler when the last argument is true).
             #[doc(hidden)]
             pub fn __declare(
                 mut add: impl ::core::ops::FnMut(
                     ::zmesh::runtime::service::Service,
                     ::zmesh::runtime::service::Method,
                     usize,
+                    bool,
                 ) -> ::zmesh::runtime::service::Service,
             ) -> ::zmesh::runtime::service::Service {
                 let service = ::zmesh::runtime::service::Service::new(#channel).version(#version);
@@ -338,18 +358,33 @@ fn client_method(m: &Method) -> TokenStream {
     let semantics = semantics_path(m.semantics);
     let args = m.args.iter().map(|(a, t)| quote!(#a: #t));
     let encode = encode_args(m);
+    let answer = if m.stream.is_some() {
+        " Its answer streams: awaiting the call gives the stream of its items and result."
+    } else {
+        ""
+    };
     let words = format!(
         "`{method}` is {}; the call pins that (see the type's docs). Add \
-         `.idempotency_key(..)`, `.ttl(..)` before awaiting it.",
+         `.idempotency_key(..)`, `.ttl(..)` before awaiting it.{answer}",
         semantics_words(m.semantics, m.conflate)
     );
     let separator = (!docs.is_empty()).then(|| quote!(#[doc = ""]));
+    let (returns, make) = match &m.stream {
+        Some(item) => (
+            quote!(::zmesh::typed::StreamCall<#item, #ok>),
+            quote!(::zmesh::typed::StreamCall::__new),
+        ),
+        None => (
+            quote!(::zmesh::typed::Call<#ok>),
+            quote!(::zmesh::typed::Call::__new),
+        ),
+    };
     quote! {
         #(#docs)*
         #separator
         #[doc = #words]
-        pub fn #name(&self, #(#args),*) -> ::zmesh::typed::Call<#ok> {
-            ::zmesh::typed::Call::__new(
+        pub fn #name(&self, #(#args),*) -> #returns {
+            #make(
                 &self.node,
                 Self::CHANNEL,
                 #method,

@@ -52,6 +52,8 @@ pub(crate) struct Method {
     pub conflate: bool,
     /// The position of the request context among the arguments, if it takes one.
     pub context: Option<usize>,
+    /// The item type of a streaming method (an `Items<T>` argument).
+    pub stream: Option<Type>,
     /// The call's arguments, context excluded, in order.
     pub args: Vec<(Ident, Type)>,
     /// Every argument as declared (context included), for the call into the implementation.
@@ -62,6 +64,7 @@ pub(crate) struct Method {
 /// One declared argument of a method, in order.
 pub(crate) enum Param {
     Context,
+    Items,
     Arg(Ident),
 }
 
@@ -336,6 +339,7 @@ fn read_method(f: &mut TraitItemFn, errors: &mut Errors) -> Option<Method> {
         ),
     }
     let mut context = None;
+    let mut stream = None;
     let mut args = Vec::new();
     let mut params = Vec::new();
     for (i, input) in inputs.enumerate() {
@@ -343,6 +347,23 @@ fn read_method(f: &mut TraitItemFn, errors: &mut Errors) -> Option<Method> {
             errors.on(input, "`self` comes first, once");
             continue;
         };
+        if let Some(item) = items_type(&pt.ty) {
+            if stream.is_some() {
+                errors.on(&pt.ty, "a service method takes at most one `Items<T>`");
+            }
+            if conflate {
+                errors.on(
+                    &pt.ty,
+                    format!(
+                        "method `{name}` conflates but streams: a replaced stream's caller would \
+                         lose items it was promised; conflate only unary idempotent commands"
+                    ),
+                );
+            }
+            stream = Some(item);
+            params.push(Param::Items);
+            continue;
+        }
         if is_context(&pt.ty) {
             if context.is_some() {
                 errors.on(&pt.ty, "a service method takes at most one `Context`");
@@ -409,6 +430,7 @@ fn read_method(f: &mut TraitItemFn, errors: &mut Errors) -> Option<Method> {
         semantics,
         conflate,
         context,
+        stream,
         args,
         params,
         output,
@@ -492,6 +514,24 @@ fn is_context(ty: &Type) -> bool {
             .last()
             .is_some_and(|s| s.ident == "Context" && s.arguments.is_empty()),
         _ => false,
+    }
+}
+
+/// `T` of an `Items<T>` argument (the item sink of a streaming method), if it is one.
+fn items_type(ty: &Type) -> Option<Type> {
+    let Type::Path(p) = ty else {
+        return None;
+    };
+    let last = p.path.segments.last()?;
+    if last.ident != "Items" {
+        return None;
+    }
+    let PathArguments::AngleBracketed(args) = &last.arguments else {
+        return None;
+    };
+    match args.args.iter().collect::<Vec<_>>().as_slice() {
+        [GenericArgument::Type(t)] => Some(t.clone()),
+        _ => None,
     }
 }
 

@@ -4,7 +4,8 @@
 
 use zmesh::proto::contract::{ExecutionKind, Semantics};
 use zmesh::runtime::calls::ServeError;
-use zmesh::typed::Context;
+use zmesh::proto::contract::Shape;
+use zmesh::typed::{Context, Items};
 
 /// A pump.
 #[zmesh::service(channel = "pump", version = "2.1", execution = keyed(line), mailbox = 7)]
@@ -20,6 +21,9 @@ pub trait Pump {
     async fn dispense(&self, ctx: Context, line: u8, litres: u32);
     /// Whatever it does, undeclared.
     async fn legacy(&self, line: u8);
+    /// The pressures of `line`, as they are read.
+    #[query]
+    async fn watch(&self, line: u8, readings: Items<f64>) -> u32;
 }
 
 fn main() {
@@ -33,4 +37,6 @@ fn main() {
     assert!(m("set_setpoint").conflate);
     assert_eq!(m("dispense").semantics, Some(Semantics::NonRepeatableCommand));
     assert_eq!(m("legacy").semantics, None);
+    assert_eq!(m("watch").shape, Shape::Stream);
+    assert_eq!(m("pressure").shape, Shape::Unary);
 }
