@@ -1,4 +1,4 @@
-#[zmesh::service(channel = "pump")]
+#[zmesh_macros::service(channel = "pump")]
 trait Pump {
     #[non_repeatable(conflate)]
     async fn dispense(&self) -> String;

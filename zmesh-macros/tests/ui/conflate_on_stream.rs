@@ -1,7 +1,7 @@
-#[zmesh::service(channel = "pump")]
+#[zmesh_macros::service(channel = "pump")]
 trait Pump {
     #[idempotent(conflate)]
-    async fn ramp(&self, steps: zmesh::typed::Items<f64>, to: f64) -> f64;
+    async fn ramp(&self, steps: Items<f64>, to: f64) -> f64;
 }
 
 fn main() {}

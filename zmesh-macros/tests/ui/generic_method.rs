@@ -1,7 +1,7 @@
-#[zmesh::service(channel = "pump")]
+#[zmesh_macros::service(channel = "pump")]
 trait Pump {
     #[query]
-    async fn read<T: serde::de::DeserializeOwned>(&self, what: String) -> T;
+    async fn read<T: Clone>(&self, what: String) -> T;
 }
 
 fn main() {}

@@ -1,4 +1,4 @@
-#[zmesh::service(channel = "valves", execution = keyed(valve))]
+#[zmesh_macros::service(channel = "valves", execution = keyed(valve))]
 trait Valves {
     #[idempotent]
     async fn open(&self, valve: u32) -> bool;

@@ -1,4 +1,4 @@
-#[zmesh::service(version = 1)]
+#[zmesh_macros::service(version = 1)]
 trait Pump {
     #[query]
     async fn pressure(&self) -> f64;

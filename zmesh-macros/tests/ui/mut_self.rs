@@ -1,4 +1,4 @@
-#[zmesh::service(channel = "pump")]
+#[zmesh_macros::service(channel = "pump")]
 trait Pump {
     #[idempotent]
     async fn set_setpoint(&mut self, bar: f64) -> f64;

@@ -1,7 +1,7 @@
-#[zmesh::service(channel = "pump")]
+#[zmesh_macros::service(channel = "pump")]
 trait Pump {
     #[query]
-    async fn watch(&self, a: zmesh::typed::Items<f64>, b: zmesh::typed::Items<f64>);
+    async fn watch(&self, a: Items<f64>, b: Items<f64>);
 }
 
 fn main() {}

@@ -1,4 +1,4 @@
-#[zmesh::service(channel = "pump", execution = round_robin)]
+#[zmesh_macros::service(channel = "pump", execution = round_robin)]
 trait Pump {
     #[query]
     async fn pressure(&self) -> f64;

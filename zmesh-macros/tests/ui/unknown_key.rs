@@ -1,4 +1,4 @@
-#[zmesh::service(channel = "pump", retries = 3)]
+#[zmesh_macros::service(channel = "pump", retries = 3)]
 trait Pump {
     #[query]
     async fn pressure(&self) -> f64;

@@ -1,4 +1,4 @@
-#[zmesh::service(channel = "pump", mailbox = 0)]
+#[zmesh_macros::service(channel = "pump", mailbox = 0)]
 trait Pump {
     #[query]
     async fn pressure(&self) -> f64;
