@@ -2,10 +2,9 @@
 //! `operator` through the generated `PumpClient` (ClientServer over ipc, both nodes in this
 //! process), then both nodes shut down. Run with `cargo run --example pump`.
 
-use zmesh::config::{NodeConfig, ServerConfig};
-use zmesh::runtime::Node;
+use zmesh::prelude::*;
 
-#[zmesh::service(channel = "pump", version = 1)]
+#[service(channel = "pump", version = 1)]
 trait Pump {
     #[query]
     async fn pressure(&self) -> f64;

@@ -40,6 +40,22 @@ pub mod proto;
 pub mod runtime;
 pub mod typed;
 
+pub use proto::handshake::{Membership, Role};
+pub use proto::state::ConnState;
+
+/// What most programs need, in one import: `use zmesh::prelude::*;`.
+pub mod prelude {
+    pub use crate::config::{Endpoint, NodeConfig, PeerConfig, ServerConfig};
+    pub use crate::proto::handshake::{Membership, Role};
+    pub use crate::proto::state::ConnState;
+    pub use crate::runtime::calls::{
+        may_have_run, CallError, CallOptions, RemoteCode, Request, ServeError,
+    };
+    pub use crate::runtime::{Node, NodeError, NodeEvent, ReadyError, Target};
+    pub use crate::service;
+    pub use crate::typed::{Context, Items};
+}
+
 /// Turns a trait into a typed zmesh service (MISSION A1): the semantics of each method are
 /// attributes, the client is generated, the contract comes from the trait.
 ///

@@ -46,3 +46,28 @@ fn a1_generated_items_are_documented() {
     assert_eq!(m("watch").shape, Shape::Stream);
     assert_eq!(m("pressure").shape, Shape::Unary);
 }
+
+/// README's "Typed services" shows examples/pump.rs whole (after its module docs), so the
+/// program CI runs and the one a reader copies are the same.
+#[test]
+fn a1_readme_shows_the_pump_example_as_it_is() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).expect("README.md");
+    let example = std::fs::read_to_string(format!("{root}/examples/pump.rs")).expect("example");
+    let body: String = example
+        .lines()
+        .skip_while(|l| l.starts_with("//!"))
+        .skip(1)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let section = readme
+        .split("## Typed services")
+        .nth(1)
+        .expect("README has a Typed services section");
+    let block = section
+        .split("```rust,no_run\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a rust block in it");
+    assert_eq!(block, body);
+}

@@ -42,3 +42,11 @@ pub use io::GRACEFUL_STOP_BOUND;
 pub use node::{Node, NodeBuilder};
 pub use outbound::SEND_QUEUE;
 pub use ready::{ReadyError, Target};
+
+/// A [`Node`] is shared between tasks and threads, and so is a handle to it: checked here,
+/// at compile time.
+const _: () = {
+    const fn shared<T: Send + Sync + 'static>() {}
+    shared::<Node>();
+    shared::<calls::CallError>();
+};
