@@ -119,8 +119,8 @@ pub mod prelude {
 /// its arguments by value (owned types that are `serde` `Serialize` and `Deserialize`), and
 /// returns a value or a `Result<T, E>` whose `E: Into<ServeError>` becomes the call's error
 /// (code and message). One argument of type [`typed::Context`] anywhere after `&self` is the
-/// request context (caller, call id, idempotency key), not a call argument; so is one of type
-/// [`typed::Items`] (see Streams).
+/// request context (caller, call id, idempotency key, cancellation), not a call argument; so
+/// is one of type [`typed::Items`] (see Streams).
 ///
 /// # What it generates
 ///

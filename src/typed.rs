@@ -292,7 +292,8 @@ impl<T: DeserializeOwned, R: DeserializeOwned> ItemStream<T, R> {
 }
 
 /// The request context a service method may take (an argument of this type, anywhere after
-/// `&self`): who called and under which identity. It is not part of the call's arguments.
+/// `&self`): who called, under which identity, and whether the caller still waits. It is not
+/// part of the call's arguments.
 #[derive(Debug, Clone)]
 pub struct Context {
     request: Request,
@@ -330,6 +331,18 @@ impl Context {
     /// The method called.
     pub fn method(&self) -> &str {
         &self.request.method
+    }
+
+    /// True once the caller no longer waits for this call (see [`Request::is_cancelled`]).
+    pub fn is_cancelled(&self) -> bool {
+        self.request.is_cancelled()
+    }
+
+    /// Resolves once the caller no longer waits for this call (see [`Request::cancelled`]):
+    /// a command's implementation decides here whether to finish or to stop; a query's is
+    /// dropped at its next `.await` anyway.
+    pub async fn cancelled(&self) {
+        self.request.cancelled().await;
     }
 }
 

@@ -243,6 +243,52 @@ async fn a1_contract_from_the_trait_equals_describe() {
     srv.shutdown().await.expect("srv stops");
 }
 
+/// A drive whose command runs until its caller stops waiting.
+#[zmesh::service(channel = "drive")]
+pub trait Drive {
+    /// Runs until the caller is gone, then says so.
+    #[non_repeatable]
+    async fn run(&self, ctx: Context) -> bool;
+}
+
+struct Motor {
+    started: tokio::sync::mpsc::UnboundedSender<bool>,
+    stopped: tokio::sync::mpsc::UnboundedSender<bool>,
+}
+
+impl Drive for Motor {
+    async fn run(&self, ctx: Context) -> bool {
+        let _ = self.started.send(ctx.is_cancelled());
+        ctx.cancelled().await;
+        let _ = self.stopped.send(ctx.is_cancelled());
+        true
+    }
+}
+
+/// MISSION A1, X1: the request context tells a typed command that its caller is gone.
+#[tokio::test]
+async fn a1_x1_the_context_says_when_the_caller_is_gone() {
+    let (started, mut started_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (stopped, mut stopped_rx) = tokio::sync::mpsc::unbounded_channel();
+    let ep = free_tcp();
+    let srv = server(&ep, Motor { started, stopped }.into_service()).await;
+    let cli = client(&ep, "drive").await;
+    let drive = DriveClient::new(&cli);
+    bounded("ready", drive.ready()).await.expect("ready");
+    let call = tokio::spawn(drive.run().into_future());
+    let cancelled = bounded("started", started_rx.recv()).await.expect("ran");
+    assert!(!cancelled, "signalled while the caller waited");
+    cli.shutdown().await.expect("cli stops");
+    let cancelled = bounded("told", stopped_rx.recv()).await.expect("returned");
+    assert!(cancelled);
+    let err = bounded("the call", call)
+        .await
+        .expect("task")
+        .expect_err("never answered");
+    assert!(may_have_run(&err), "{err:?}");
+    srv.shutdown().await.expect("srv stops");
+}
+
 /// A gauge whose readings stream.
 #[zmesh::service(channel = "gauge")]
 pub trait Gauge {
