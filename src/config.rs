@@ -467,6 +467,25 @@ impl Endpoint {
     }
 }
 
+impl PeerConfig {
+    /// The RouteMesh peer `rid` at its `application` and `completion` lane endpoints, any
+    /// generation and security identity, calls batched (the file's defaults).
+    pub fn new(
+        rid: impl Into<String>,
+        application: impl Into<String>,
+        completion: impl Into<String>,
+    ) -> PeerConfig {
+        PeerConfig {
+            rid: rid.into(),
+            application: application.into(),
+            completion: completion.into(),
+            generation: None,
+            security_identity: None,
+            batch_calls: true,
+        }
+    }
+}
+
 impl ServerConfig {
     /// The server of `channel` at `endpoint`, any RID, calls batched (the file's defaults).
     pub fn new(channel: impl Into<String>, endpoint: impl Into<String>) -> ServerConfig {
@@ -510,6 +529,46 @@ impl NodeConfig {
             rid: rid.into(),
             ..NodeConfig::default()
         }
+    }
+
+    /// This configuration with the channel membership `membership` announced too
+    /// (`memberships`), e.g. `Membership::server("pump")`.
+    pub fn member(mut self, membership: Membership) -> NodeConfig {
+        self.memberships.push(membership);
+        self
+    }
+
+    /// This configuration accepting RouteMesh peers on `application` and `completion`
+    /// (`[route_mesh]`).
+    pub fn route_mesh(
+        mut self,
+        application: impl Into<String>,
+        completion: impl Into<String>,
+    ) -> NodeConfig {
+        self.route_mesh = Some(RouteMeshBind {
+            application: application.into(),
+            completion: completion.into(),
+        });
+        self
+    }
+
+    /// This configuration dialling RouteMesh peer `peer` (one `[[peers]]` entry more).
+    pub fn peer(mut self, peer: PeerConfig) -> NodeConfig {
+        self.peers.push(peer);
+        self
+    }
+
+    /// This configuration publishing fanout records at `endpoint` (`[publisher]`).
+    pub fn publisher(mut self, endpoint: impl Into<String>) -> NodeConfig {
+        self.publisher = Some(Endpoint::new(endpoint));
+        self
+    }
+
+    /// This configuration subscribing to the publisher at `endpoint` (one
+    /// `[[subscriptions]]` entry more).
+    pub fn subscribe(mut self, endpoint: impl Into<String>) -> NodeConfig {
+        self.subscriptions.push(Endpoint::new(endpoint));
+        self
     }
 
     /// This configuration serving ClientServer clients at `endpoint` (`[server]`).
@@ -877,5 +936,40 @@ mod tests {
             NodeConfig::from_toml("rid = \"\""),
             Err(ConfigError::Invalid(_))
         ));
+    }
+
+    /// The constructors and setters build what the same TOML file says.
+    #[test]
+    fn setters_build_what_the_file_says() {
+        let built = NodeConfig::new("a")
+            .member(Membership::server("pump"))
+            .member(Membership::object_client("billing"))
+            .route_mesh("tcp://127.0.0.1:7101", "tcp://127.0.0.1:7102")
+            .server("tcp://127.0.0.1:7103")
+            .publisher("ipc:///tmp/a.pub")
+            .peer(PeerConfig::new(
+                "b",
+                "tcp://127.0.0.1:7201",
+                "tcp://127.0.0.1:7202",
+            ))
+            .dial_server(ServerConfig::new("billing", "tcp://127.0.0.1:7303"))
+            .subscribe("ipc:///tmp/c.pub");
+        let file = NodeConfig::from_toml(
+            "rid = \"a\"\n\
+             memberships = [{ role = \"server\", channel = \"pump\" }, \
+             { role = \"object_client\", channel = \"billing\" }]\n\
+             [route_mesh]\napplication = \"tcp://127.0.0.1:7101\"\n\
+             completion = \"tcp://127.0.0.1:7102\"\n\
+             [server]\nendpoint = \"tcp://127.0.0.1:7103\"\n\
+             [publisher]\nendpoint = \"ipc:///tmp/a.pub\"\n\
+             [[peers]]\nrid = \"b\"\napplication = \"tcp://127.0.0.1:7201\"\n\
+             completion = \"tcp://127.0.0.1:7202\"\n\
+             [[servers]]\nchannel = \"billing\"\nendpoint = \"tcp://127.0.0.1:7303\"\n\
+             [[subscriptions]]\nendpoint = \"ipc:///tmp/c.pub\"\n\
+             [security]\nmode = \"none\"\n",
+        )
+        .expect("valid file");
+        assert_eq!(built, file);
+        built.validate().expect("valid");
     }
 }
