@@ -498,6 +498,40 @@ impl ServerConfig {
     }
 }
 
+/// Checks an endpoint as libzmq would read it, so that nothing is silently misread: a tcp
+/// port above 65535 would be taken modulo 65536 (`tcp://127.0.0.1:99999` binds port 34463).
+/// A tcp endpoint is `tcp://host:port` (the host may be `*`, an interface name or a
+/// bracketed IPv6 address; the port a number up to 65535, or `*` for an ephemeral one); an
+/// ipc endpoint is `ipc://path`.
+fn check_endpoint(endpoint: &str) -> Result<(), String> {
+    if let Some(path) = endpoint.strip_prefix("ipc://") {
+        return if path.is_empty() {
+            Err("an ipc endpoint names a path: ipc:///run/zmesh/a.sock".into())
+        } else {
+            Ok(())
+        };
+    }
+    let Some(address) = endpoint.strip_prefix("tcp://") else {
+        return Err("only tcp:// and ipc:// are supported".into());
+    };
+    let Some((host, port)) = address.rsplit_once(':') else {
+        return Err("a tcp endpoint is tcp://host:port".into());
+    };
+    if host.is_empty() || host == "[]" {
+        return Err("a tcp endpoint names a host (or * for every interface)".into());
+    }
+    let port_ok = port == "*"
+        || (!port.is_empty()
+            && port.bytes().all(|b| b.is_ascii_digit())
+            && port.parse::<u32>().is_ok_and(|p| p <= 65_535));
+    if !port_ok {
+        return Err(format!(
+            "port {port:?} is not a tcp port (0..=65535, or * for an ephemeral one)"
+        ));
+    }
+    Ok(())
+}
+
 fn default_true() -> bool {
     true
 }
@@ -692,11 +726,7 @@ impl NodeConfig {
         self.validate_security()?;
         endpoints.extend(self.security.endpoint_keys.keys().map(String::as_str));
         for e in endpoints {
-            if !(e.starts_with("tcp://") || e.starts_with("ipc://")) {
-                return bad(format!(
-                    "endpoint {e:?}: only tcp:// and ipc:// are supported"
-                ));
-            }
+            check_endpoint(e).or_else(|why| bad(format!("endpoint {e:?}: {why}")))?;
         }
         Ok(())
     }
@@ -971,5 +1001,43 @@ mod tests {
         .expect("valid file");
         assert_eq!(built, file);
         built.validate().expect("valid");
+    }
+
+    /// MISSION T5: tcp and ipc endpoints are checked as libzmq reads them; a port it would
+    /// take modulo 65536, a missing host, port or path, or another transport is refused.
+    #[test]
+    fn t5_rejects_endpoints_libzmq_would_misread() {
+        for good in [
+            "tcp://127.0.0.1:7101",
+            "tcp://*:7101",
+            "tcp://127.0.0.1:*",
+            "tcp://127.0.0.1:0",
+            "tcp://127.0.0.1:65535",
+            "tcp://[::1]:7101",
+            "tcp://eth0:7101",
+            "ipc:///tmp/a.sock",
+        ] {
+            assert_eq!(check_endpoint(good), Ok(()), "{good}");
+        }
+        for bad in [
+            "tcp://127.0.0.1:99999",
+            "tcp://127.0.0.1:65536",
+            "tcp://127.0.0.1:",
+            "tcp://127.0.0.1:+80",
+            "tcp://127.0.0.1:80a",
+            "tcp://127.0.0.1",
+            "tcp://:7101",
+            "ipc://",
+            "udp://127.0.0.1:7101",
+        ] {
+            assert!(check_endpoint(bad).is_err(), "{bad} accepted");
+        }
+        let refused = NodeConfig::new("a")
+            .server("tcp://127.0.0.1:99999")
+            .validate();
+        assert!(
+            matches!(&refused, Err(ConfigError::Invalid(m)) if m.contains("99999")),
+            "{refused:?}"
+        );
     }
 }
