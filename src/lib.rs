@@ -128,6 +128,9 @@ pub mod prelude {
 ///   implementation writes `async fn`), with `Send + Sync + 'static` supertraits and two
 ///   provided items: `into_service(self) -> Service`, which `Node::expose` takes, and
 ///   `contract() -> ServiceContract`.
+/// - `impl Pump for Arc<T>` for every `T: Pump`, calling through, so an implementation the
+///   program shares (`let plant = Arc::new(Plant::new())`) is exposed with
+///   `plant.clone().into_service()`.
 /// - `PumpClient` (the trait's name + `Client`): `new(&node)`, `to_peer(rid)`, `ready()`,
 ///   `contract()` (the contract without an implementation: `PumpClient::contract()`), the
 ///   channel as `PumpClient::CHANNEL`, and one method per service method taking its arguments

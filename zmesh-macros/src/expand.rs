@@ -13,9 +13,43 @@ use crate::model::{Execution, Method, Output, Param, Semantics, Service};
 pub(crate) fn expand(service: &Service) -> TokenStream {
     let client = client(service);
     let item = rewrite_trait(service);
+    let shared = arc_impl(&item);
     quote! {
         #item
+        #shared
         #client
+    }
+}
+
+/// `impl Trait for Arc<T>` for every implementation `T`, calling through: an implementation
+/// shared with the rest of the program (`Arc::new(plant)`, one clone kept) is exposed as it is.
+fn arc_impl(item: &syn::ItemTrait) -> TokenStream {
+    let name = &item.ident;
+    let methods = item.items.iter().filter_map(|i| match i {
+        TraitItem::Fn(f) if f.default.is_none() => Some(f),
+        _ => None,
+    });
+    let methods = methods.map(|f| {
+        let mut sig = f.sig.clone();
+        let mut args = Vec::new();
+        for (i, input) in sig.inputs.iter_mut().enumerate() {
+            if let syn::FnArg::Typed(pt) = input {
+                let arg = format_ident!("__a{}", i);
+                *pt.pat = parse_quote!(#arg);
+                args.push(arg);
+            }
+        }
+        let method = &sig.ident;
+        quote! {
+            #sig {
+                <__T as #name>::#method(&**self, #(#args),*)
+            }
+        }
+    });
+    quote! {
+        impl<__T: #name> #name for ::std::sync::Arc<__T> {
+            #(#methods)*
+        }
     }
 }
 
@@ -57,7 +91,7 @@ fn semantics_words(s: Option<Semantics>, conflate: bool) -> &'static str {
 
 /// The trait as the user wrote it, each `async fn` turned into a `fn` returning a `Send`
 /// future, with `Send + Sync + 'static` bounds and the provided `into_service` / `contract`.
-fn rewrite_trait(service: &Service) -> TokenStream {
+fn rewrite_trait(service: &Service) -> syn::ItemTrait {
     let mut item = service.item.clone();
     let client = client_name(service);
     let channel = &service.channel;
@@ -118,7 +152,7 @@ fn rewrite_trait(service: &Service) -> TokenStream {
             #client::contract()
         }
     });
-    quote!(#item)
+    item
 }
 
 /// The handler of method `m`, a closure over `__this: Arc<Self>` (names that start with `__`
