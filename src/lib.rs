@@ -147,7 +147,7 @@ pub mod prelude {
 /// method that conflates, or one with two `Items` arguments; reference,
 /// `impl Trait` or trait-object argument and result types; two semantics attributes on one
 /// method; a generic trait, or one holding anything but methods; method names the generated
-/// items take (`into_service`, `contract`, `new`, `ready`, `to_peer`, `node`, `channel`);
+/// items take (`into_service`, `contract`, `new`, `ready`, `to_peer`, `node`);
 /// unknown keys; a missing or over-long channel; a mailbox of 0. The builder API
 /// ([`runtime::service`]) refuses the same combinations when a service is exposed.
 ///

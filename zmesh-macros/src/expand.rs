@@ -1,7 +1,9 @@
 //! The code a checked [`Service`] becomes: the trait, rewritten so that implementations
-//! return `Send` futures and gain `into_service` and `contract`, and the typed client.
+//! return `Send` futures and gain `into_service` and `contract`; `impl Trait for Arc<T>`;
+//! and the typed client.
 //!
-//! Every generated item names `::zmesh` paths only; what they call is `zmesh::typed`.
+//! Every generated item names `::zmesh` paths only (the runtime's builder API, `Node`, and
+//! `zmesh::typed`, which holds what the generated code calls).
 
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};

@@ -9,7 +9,7 @@
 //!        |  its arguments and result; every rejected input is a syn::Error with a span
 //!        v
 //!   expand::expand: the trait (async fn -> impl Future + Send, into_service, contract),
-//!   PumpClient (typed calls pinned to the declared semantics, ready)
+//!   impl Pump for Arc<T>, PumpClient (typed calls pinned to the declared semantics, ready)
 //! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -15,7 +15,7 @@ const NAME_MAX: usize = 255;
 
 /// Names the generated trait and client already use; a method may not take them.
 const TRAIT_RESERVED: [&str; 2] = ["into_service", "contract"];
-const CLIENT_RESERVED: [&str; 6] = ["new", "ready", "contract", "to_peer", "node", "channel"];
+const CLIENT_RESERVED: [&str; 5] = ["new", "ready", "contract", "to_peer", "node"];
 
 /// A service trait, read and checked.
 pub(crate) struct Service {
