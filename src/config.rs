@@ -457,6 +457,81 @@ pub struct ServerConfig {
     pub batch_calls: bool,
 }
 
+impl Endpoint {
+    /// The endpoint `endpoint` (`tcp://host:port` or `ipc://path`, checked when the node
+    /// starts).
+    pub fn new(endpoint: impl Into<String>) -> Endpoint {
+        Endpoint {
+            endpoint: endpoint.into(),
+        }
+    }
+}
+
+impl PeerConfig {
+    /// The RouteMesh peer `rid` at its `application` and `completion` lane endpoints, any
+    /// generation and security identity, calls batched (the file's defaults).
+    pub fn new(
+        rid: impl Into<String>,
+        application: impl Into<String>,
+        completion: impl Into<String>,
+    ) -> PeerConfig {
+        PeerConfig {
+            rid: rid.into(),
+            application: application.into(),
+            completion: completion.into(),
+            generation: None,
+            security_identity: None,
+            batch_calls: true,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The server of `channel` at `endpoint`, any RID, calls batched (the file's defaults).
+    pub fn new(channel: impl Into<String>, endpoint: impl Into<String>) -> ServerConfig {
+        ServerConfig {
+            channel: channel.into(),
+            endpoint: endpoint.into(),
+            rid: None,
+            batch_calls: true,
+        }
+    }
+}
+
+/// Checks an endpoint as libzmq would read it, so that nothing is silently misread: a tcp
+/// port above 65535 would be taken modulo 65536 (`tcp://127.0.0.1:99999` binds port 34463).
+/// A tcp endpoint is `tcp://host:port` (the host may be `*`, an interface name or a
+/// bracketed IPv6 address; the port a number up to 65535, or `*` for an ephemeral one); an
+/// ipc endpoint is `ipc://path`.
+fn check_endpoint(endpoint: &str) -> Result<(), String> {
+    if let Some(path) = endpoint.strip_prefix("ipc://") {
+        return if path.is_empty() {
+            Err("an ipc endpoint names a path: ipc:///run/zmesh/a.sock".into())
+        } else {
+            Ok(())
+        };
+    }
+    let Some(address) = endpoint.strip_prefix("tcp://") else {
+        return Err("only tcp:// and ipc:// are supported".into());
+    };
+    let Some((host, port)) = address.rsplit_once(':') else {
+        return Err("a tcp endpoint is tcp://host:port".into());
+    };
+    if host.is_empty() || host == "[]" {
+        return Err("a tcp endpoint names a host (or * for every interface)".into());
+    }
+    let port_ok = port == "*"
+        || (!port.is_empty()
+            && port.bytes().all(|b| b.is_ascii_digit())
+            && port.parse::<u32>().is_ok_and(|p| p <= 65_535));
+    if !port_ok {
+        return Err(format!(
+            "port {port:?} is not a tcp port (0..=65535, or * for an ephemeral one)"
+        ));
+    }
+    Ok(())
+}
+
 fn default_true() -> bool {
     true
 }
@@ -488,6 +563,59 @@ impl NodeConfig {
             rid: rid.into(),
             ..NodeConfig::default()
         }
+    }
+
+    /// This configuration with the channel membership `membership` announced too
+    /// (`memberships`), e.g. `Membership::server("pump")`.
+    pub fn member(mut self, membership: Membership) -> NodeConfig {
+        self.memberships.push(membership);
+        self
+    }
+
+    /// This configuration accepting RouteMesh peers on `application` and `completion`
+    /// (`[route_mesh]`).
+    pub fn route_mesh(
+        mut self,
+        application: impl Into<String>,
+        completion: impl Into<String>,
+    ) -> NodeConfig {
+        self.route_mesh = Some(RouteMeshBind {
+            application: application.into(),
+            completion: completion.into(),
+        });
+        self
+    }
+
+    /// This configuration dialling RouteMesh peer `peer` (one `[[peers]]` entry more).
+    pub fn peer(mut self, peer: PeerConfig) -> NodeConfig {
+        self.peers.push(peer);
+        self
+    }
+
+    /// This configuration publishing fanout records at `endpoint` (`[publisher]`).
+    pub fn publisher(mut self, endpoint: impl Into<String>) -> NodeConfig {
+        self.publisher = Some(Endpoint::new(endpoint));
+        self
+    }
+
+    /// This configuration subscribing to the publisher at `endpoint` (one
+    /// `[[subscriptions]]` entry more).
+    pub fn subscribe(mut self, endpoint: impl Into<String>) -> NodeConfig {
+        self.subscriptions.push(Endpoint::new(endpoint));
+        self
+    }
+
+    /// This configuration serving ClientServer clients at `endpoint` (`[server]`).
+    pub fn server(mut self, endpoint: impl Into<String>) -> NodeConfig {
+        self.server = Some(Endpoint::new(endpoint));
+        self
+    }
+
+    /// This configuration dialling `server` as a ClientServer client (one `[[servers]]`
+    /// entry more).
+    pub fn dial_server(mut self, server: ServerConfig) -> NodeConfig {
+        self.servers.push(server);
+        self
     }
 
     /// Reads and validates a TOML file.
@@ -598,11 +726,7 @@ impl NodeConfig {
         self.validate_security()?;
         endpoints.extend(self.security.endpoint_keys.keys().map(String::as_str));
         for e in endpoints {
-            if !(e.starts_with("tcp://") || e.starts_with("ipc://")) {
-                return bad(format!(
-                    "endpoint {e:?}: only tcp:// and ipc:// are supported"
-                ));
-            }
+            check_endpoint(e).or_else(|why| bad(format!("endpoint {e:?}: {why}")))?;
         }
         Ok(())
     }
@@ -842,5 +966,78 @@ mod tests {
             NodeConfig::from_toml("rid = \"\""),
             Err(ConfigError::Invalid(_))
         ));
+    }
+
+    /// The constructors and setters build what the same TOML file says.
+    #[test]
+    fn setters_build_what_the_file_says() {
+        let built = NodeConfig::new("a")
+            .member(Membership::server("pump"))
+            .member(Membership::object_client("billing"))
+            .route_mesh("tcp://127.0.0.1:7101", "tcp://127.0.0.1:7102")
+            .server("tcp://127.0.0.1:7103")
+            .publisher("ipc:///tmp/a.pub")
+            .peer(PeerConfig::new(
+                "b",
+                "tcp://127.0.0.1:7201",
+                "tcp://127.0.0.1:7202",
+            ))
+            .dial_server(ServerConfig::new("billing", "tcp://127.0.0.1:7303"))
+            .subscribe("ipc:///tmp/c.pub");
+        let file = NodeConfig::from_toml(
+            "rid = \"a\"\n\
+             memberships = [{ role = \"server\", channel = \"pump\" }, \
+             { role = \"object_client\", channel = \"billing\" }]\n\
+             [route_mesh]\napplication = \"tcp://127.0.0.1:7101\"\n\
+             completion = \"tcp://127.0.0.1:7102\"\n\
+             [server]\nendpoint = \"tcp://127.0.0.1:7103\"\n\
+             [publisher]\nendpoint = \"ipc:///tmp/a.pub\"\n\
+             [[peers]]\nrid = \"b\"\napplication = \"tcp://127.0.0.1:7201\"\n\
+             completion = \"tcp://127.0.0.1:7202\"\n\
+             [[servers]]\nchannel = \"billing\"\nendpoint = \"tcp://127.0.0.1:7303\"\n\
+             [[subscriptions]]\nendpoint = \"ipc:///tmp/c.pub\"\n\
+             [security]\nmode = \"none\"\n",
+        )
+        .expect("valid file");
+        assert_eq!(built, file);
+        built.validate().expect("valid");
+    }
+
+    /// MISSION T5: tcp and ipc endpoints are checked as libzmq reads them; a port it would
+    /// take modulo 65536, a missing host, port or path, or another transport is refused.
+    #[test]
+    fn t5_rejects_endpoints_libzmq_would_misread() {
+        for good in [
+            "tcp://127.0.0.1:7101",
+            "tcp://*:7101",
+            "tcp://127.0.0.1:*",
+            "tcp://127.0.0.1:0",
+            "tcp://127.0.0.1:65535",
+            "tcp://[::1]:7101",
+            "tcp://eth0:7101",
+            "ipc:///tmp/a.sock",
+        ] {
+            assert_eq!(check_endpoint(good), Ok(()), "{good}");
+        }
+        for bad in [
+            "tcp://127.0.0.1:99999",
+            "tcp://127.0.0.1:65536",
+            "tcp://127.0.0.1:",
+            "tcp://127.0.0.1:+80",
+            "tcp://127.0.0.1:80a",
+            "tcp://127.0.0.1",
+            "tcp://:7101",
+            "ipc://",
+            "udp://127.0.0.1:7101",
+        ] {
+            assert!(check_endpoint(bad).is_err(), "{bad} accepted");
+        }
+        let refused = NodeConfig::new("a")
+            .server("tcp://127.0.0.1:99999")
+            .validate();
+        assert!(
+            matches!(&refused, Err(ConfigError::Invalid(m)) if m.contains("99999")),
+            "{refused:?}"
+        );
     }
 }

@@ -23,6 +23,8 @@
 //!        discovery descriptors, the intents a descriptor set implies, the owner lease
 //!        security  CURVE public keys (Z85), the ZAP codec, refusal reasons
 //!   runtime::store: descriptor stores (embedded SQLite, etcd v3) for automatic mode
+//!   typed + #[service]: a service as a Rust trait, its typed client and contract, on top of
+//!                    runtime::service and Node::call_raw
 //! ```
 //!
 //! Everything under [`proto`] is deterministic: it takes `now: Instant` as an input and reports
@@ -36,6 +38,127 @@ pub mod display_time;
 mod durable_time;
 pub mod proto;
 pub mod runtime;
+pub mod typed;
+
+pub use proto::handshake::{Membership, Role};
+pub use proto::state::ConnState;
+
+/// What most programs need, in one import: `use zmesh::prelude::*;`.
+pub mod prelude {
+    pub use crate::config::{Endpoint, NodeConfig, PeerConfig, ServerConfig};
+    pub use crate::proto::handshake::{Membership, Role};
+    pub use crate::proto::state::ConnState;
+    pub use crate::runtime::calls::{
+        may_have_run, CallError, CallOptions, RemoteCode, Request, ServeError,
+    };
+    pub use crate::runtime::{Node, NodeError, NodeEvent, ReadyError, Target};
+    pub use crate::service;
+    pub use crate::typed::{Context, Items};
+}
+
+/// Turns a trait into a typed zmesh service (MISSION A1): the semantics of each method are
+/// attributes, the client is generated, the contract comes from the trait.
+///
+/// ```no_run
+/// use zmesh::runtime::calls::ServeError;
+/// use zmesh::typed::Context;
+///
+/// #[zmesh::service(channel = "pump", version = 1, execution = serial)]
+/// pub trait Pump {
+///     /// The pressure, in bar.
+///     #[query]
+///     async fn pressure(&self) -> f64;
+///     /// The newest setpoint wins: a waiting call is replaced (`Superseded`).
+///     #[idempotent(conflate)]
+///     async fn set_setpoint(&self, bar: f64) -> f64;
+///     /// Runs again if repeated: retry a lost call with the same idempotency key.
+///     #[non_repeatable]
+///     async fn dispense(&self, ctx: Context, litres: u32) -> Result<String, ServeError>;
+/// }
+///
+/// struct Plant;
+///
+/// impl Pump for Plant {
+///     async fn pressure(&self) -> f64 {
+///         1.2
+///     }
+///     async fn set_setpoint(&self, bar: f64) -> f64 {
+///         bar
+///     }
+///     async fn dispense(&self, ctx: Context, litres: u32) -> Result<String, ServeError> {
+///         Ok(format!("{litres} l for {}", ctx.caller()))
+///     }
+/// }
+///
+/// # async fn demo(server: zmesh::runtime::Node, caller: zmesh::runtime::Node)
+/// #     -> Result<(), Box<dyn std::error::Error>> {
+/// server.expose(Plant.into_service())?; // or NodeBuilder::expose, before the node starts
+/// let pump = PumpClient::new(&caller);
+/// pump.ready().await?;
+/// let bar: f64 = pump.pressure().await?;
+/// pump.set_setpoint(bar + 0.5).await?;
+/// let receipt = pump.dispense(5).idempotency_key("order-1182").await?;
+/// # let _ = receipt;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # On the trait
+///
+/// | key | meaning |
+/// |---|---|
+/// | `channel = "pump"` | required: the channel the service is exposed and called on (1..=255 bytes) |
+/// | `version = 1` or `version = "1.2"` | the service's contract version, free text (default `"1"`) |
+/// | `execution = serial`, `parallel` or `keyed(arg)` | how calls run ([`runtime::service::Execution`]); `keyed(arg)` queues each call by its argument `arg`, which every method must have. Absent: graded by each method's semantics |
+/// | `mailbox = 100` | calls one queue holds before refusing `Busy` (default 100, at least 1) |
+///
+/// # On each method
+///
+/// `#[query]`, `#[idempotent]`, `#[idempotent(conflate)]` or `#[non_repeatable]`; none:
+/// undeclared (never guessed safe to repeat). A method is an `async fn` taking `&self`, then
+/// its arguments by value (owned types that are `serde` `Serialize` and `Deserialize`), and
+/// returns a value or a `Result<T, E>` whose `E: Into<ServeError>` becomes the call's error
+/// (code and message). One argument of type [`typed::Context`] anywhere after `&self` is the
+/// request context (caller, call id, idempotency key, cancellation), not a call argument; so
+/// is one of type [`typed::Items`] (see Streams).
+///
+/// # What it generates
+///
+/// - The trait, each `async fn` declared as `fn .. -> impl Future<Output = ..> + Send` (an
+///   implementation writes `async fn`), with `Send + Sync + 'static` supertraits and two
+///   provided items: `into_service(self) -> Service`, which `Node::expose` takes, and
+///   `contract() -> ServiceContract`.
+/// - `impl Pump for Arc<T>` for every `T: Pump`, calling through, so an implementation the
+///   program shares (`let plant = Arc::new(Plant::new())`) is exposed with
+///   `plant.clone().into_service()`.
+/// - `PumpClient` (the trait's name + `Client`): `new(&node)`, `to_peer(rid)`, `ready()`,
+///   `contract()` (the contract without an implementation: `PumpClient::contract()`), the
+///   channel as `PumpClient::CHANNEL`, and one method per service method taking its arguments
+///   and returning a [`typed::Call`] pinned to the method's semantics.
+///
+/// The contract both give is the one [`runtime::Node::describe`] reports once the service is
+/// exposed; [`typed::check_against_release`] compares it with a released one.
+///
+/// # Refused at compile time
+///
+/// With a message at the offending tokens: `conflate` on anything but `#[idempotent]`, or in
+/// a `parallel` service; `keyed(arg)` where a method has no argument `arg`; a method that is
+/// not `async`, is generic, has a body, takes no `&self` or takes `&mut self`; a streaming
+/// method that conflates, or one with two `Items` arguments; reference,
+/// `impl Trait` or trait-object argument and result types; two semantics attributes on one
+/// method; a generic trait, or one holding anything but methods; method names the generated
+/// items take (`into_service`, `contract`, `new`, `ready`, `to_peer`, `node`);
+/// unknown keys; a missing or over-long channel; a mailbox of 0. The builder API
+/// ([`runtime::service`]) refuses the same combinations when a service is exposed.
+///
+/// # Streams
+///
+/// A method that takes an argument of type [`typed::Items<T>`] (one at most, anywhere after
+/// `&self`) answers with a stream: it sends items through it, in order, and its return value
+/// is the call's result. Its client method returns a [`typed::StreamCall`], whose await gives
+/// the [`typed::ItemStream`] of typed items and result; the contract lists it as a stream. A
+/// streaming method may not conflate.
+pub use zmesh_macros::service;
 
 /// Compiles the README's example as a doctest, so the README cannot drift from the API.
 #[cfg(doctest)]

@@ -15,6 +15,24 @@ pub struct Membership {
     pub channel: String,
 }
 
+impl Membership {
+    /// A Server membership of `channel`: this node serves it.
+    pub fn server(channel: impl Into<String>) -> Membership {
+        Membership {
+            role: Role::Server,
+            channel: channel.into(),
+        }
+    }
+
+    /// An Object Client membership of `channel`: this node calls it.
+    pub fn object_client(channel: impl Into<String>) -> Membership {
+        Membership {
+            role: Role::ObjectClient,
+            channel: channel.into(),
+        }
+    }
+}
+
 /// A node's role on a channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -39,6 +57,15 @@ pub struct Identity {
 }
 
 impl Identity {
+    /// The channels this node holds a Server membership of, in announced order.
+    pub fn served_channels(&self) -> Vec<String> {
+        self.memberships
+            .iter()
+            .filter(|m| m.role == Role::Server)
+            .map(|m| m.channel.clone())
+            .collect()
+    }
+
     /// True if the node holds at least one Server membership.
     pub fn is_server(&self) -> bool {
         self.memberships.iter().any(|m| m.role == Role::Server)

@@ -1,11 +1,15 @@
 //! What a node reports to its application: deliveries and link state changes, in batches.
 
+use std::collections::VecDeque;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use futures_core::Stream;
 use serde::Serialize;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::proto::discovery::lease::LostReason;
 use crate::proto::discovery::StoreOp;
@@ -81,7 +85,9 @@ pub struct StateChange {
     pub detail: String,
 }
 
-/// The stream of a node's events, in batches.
+/// The stream of a node's events: one at a time as a `futures_core::Stream` of [`NodeEvent`]
+/// (or [`EventStream::next_event`]), or in the batches the I/O thread hands over
+/// ([`EventStream::recv`]).
 ///
 /// Deliveries not yet taken from the stream are the node's *application queue*. When it holds
 /// [`crate::config::NodeConfig::delivery_high_water`] deliveries or more, the queue is paused:
@@ -100,6 +106,8 @@ pub struct StateChange {
 pub struct EventStream {
     rx: mpsc::UnboundedReceiver<Vec<NodeEvent>>,
     outstanding: Arc<AtomicUsize>,
+    /// Events of a batch received for [`Stream::poll_next`] and not yielded yet.
+    buffered: VecDeque<NodeEvent>,
 }
 
 impl EventStream {
@@ -108,11 +116,16 @@ impl EventStream {
         rx: mpsc::UnboundedReceiver<Vec<NodeEvent>>,
         outstanding: Arc<AtomicUsize>,
     ) -> EventStream {
-        EventStream { rx, outstanding }
+        EventStream {
+            rx,
+            outstanding,
+            buffered: VecDeque::new(),
+        }
     }
 
-    fn taken(&self, batch: &[NodeEvent]) {
-        let n = batch
+    /// Counts the deliveries of `events` as taken by the application.
+    fn taken(&self, events: &[NodeEvent]) {
+        let n = events
             .iter()
             .filter(|e| matches!(e, NodeEvent::Delivery(_)))
             .count();
@@ -121,8 +134,21 @@ impl EventStream {
         }
     }
 
+    /// The events a [`Stream`] poll received and has not yielded yet, as one batch.
+    fn take_buffered(&mut self) -> Option<Vec<NodeEvent>> {
+        if self.buffered.is_empty() {
+            return None;
+        }
+        let batch: Vec<NodeEvent> = self.buffered.drain(..).collect();
+        self.taken(&batch);
+        Some(batch)
+    }
+
     /// The next batch; `None` once the node has stopped and every batch was taken.
     pub async fn recv(&mut self) -> Option<Vec<NodeEvent>> {
+        if let Some(batch) = self.take_buffered() {
+            return Some(batch);
+        }
         let batch = self.rx.recv().await?;
         self.taken(&batch);
         Some(batch)
@@ -130,14 +156,84 @@ impl EventStream {
 
     /// The next batch if one is ready, without waiting.
     pub fn try_recv(&mut self) -> Result<Vec<NodeEvent>, mpsc::error::TryRecvError> {
+        if let Some(batch) = self.take_buffered() {
+            return Ok(batch);
+        }
         let batch = self.rx.try_recv()?;
         self.taken(&batch);
         Ok(batch)
     }
 
+    /// The next event, one at a time (the [`Stream`] of this type, without a stream
+    /// combinator crate); `None` once the node has stopped and every event was taken.
+    pub async fn next_event(&mut self) -> Option<NodeEvent> {
+        std::future::poll_fn(|cx| Pin::new(&mut *self).poll_next(cx)).await
+    }
+
     /// Deliveries produced but not yet taken from this stream.
     pub fn queued_deliveries(&self) -> usize {
         self.outstanding.load(Ordering::Relaxed)
+    }
+}
+
+/// The events one at a time, in the order the I/O thread produced them. The batches stay
+/// inside: a batch is received whole and its events are yielded in turn, a delivery counting
+/// as taken (for [`crate::config::NodeConfig::delivery_high_water`]) when it is yielded.
+/// Batches ([`EventStream::recv`]) and single events may be mixed; a batch then starts with
+/// the events a poll received and did not yield yet.
+///
+/// There is one stream per node ([`crate::runtime::Node::take_events`]), not one per
+/// subscriber: the deliveries it holds are the node's application queue, which pauses
+/// reading at the high-water mark, and with several consumers one slow one would hold the
+/// others back or lose records. Readiness has its own waiters ([`crate::runtime::Node::ready`]).
+impl Stream for EventStream {
+    type Item = NodeEvent;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<NodeEvent>> {
+        loop {
+            if let Some(event) = self.buffered.pop_front() {
+                self.taken(std::slice::from_ref(&event));
+                return Poll::Ready(Some(event));
+            }
+            match self.rx.poll_recv(cx) {
+                Poll::Ready(Some(batch)) => self.buffered.extend(batch),
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+/// How the I/O thread hands its event batches to the application: the channel of the
+/// [`EventStream`], and a count of the batches that changed some link's state, which
+/// [`crate::runtime::Node::ready`] waits on (it is dropped with the I/O thread, which tells
+/// those waiters that the node stopped).
+pub(crate) struct EventSender {
+    tx: mpsc::UnboundedSender<Vec<NodeEvent>>,
+    state_batches: watch::Sender<u64>,
+}
+
+impl EventSender {
+    /// A sender into `tx` that counts state-changing batches in `state_batches`.
+    pub(crate) fn new(
+        tx: mpsc::UnboundedSender<Vec<NodeEvent>>,
+        state_batches: watch::Sender<u64>,
+    ) -> EventSender {
+        EventSender { tx, state_batches }
+    }
+
+    /// Hands `batch` over; fails (the batch returned) when the application dropped the
+    /// stream. The count moves whatever the stream's fate: readiness waiters do not read it.
+    pub(crate) fn send(
+        &self,
+        batch: Vec<NodeEvent>,
+    ) -> Result<(), mpsc::error::SendError<Vec<NodeEvent>>> {
+        let changed = batch.iter().any(|e| matches!(e, NodeEvent::State(_)));
+        let sent = self.tx.send(batch);
+        if changed {
+            self.state_batches.send_modify(|n| *n = n.wrapping_add(1));
+        }
+        sent
     }
 }
 
@@ -238,5 +334,72 @@ impl std::fmt::Display for DiscoveryEvent {
                 write!(f, "descriptor of {rid} removed or expired")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delivery(n: u8) -> NodeEvent {
+        NodeEvent::Delivery(Delivery {
+            source: Source::Peer { rid: "b".into() },
+            channel: Bytes::from_static(b"c"),
+            payload: Bytes::from(vec![n]),
+        })
+    }
+
+    fn state(link: &str) -> NodeEvent {
+        NodeEvent::State(StateChange {
+            link: link.to_owned(),
+            state: ConnState::Ready,
+            reason: None,
+            detail: String::new(),
+        })
+    }
+
+    /// What the I/O thread does: counts a batch's deliveries, then sends it.
+    fn send(tx: &mpsc::UnboundedSender<Vec<NodeEvent>>, out: &AtomicUsize, b: Vec<NodeEvent>) {
+        let n = b
+            .iter()
+            .filter(|e| matches!(e, NodeEvent::Delivery(_)))
+            .count();
+        out.fetch_add(n, Ordering::Relaxed);
+        tx.send(b).expect("receiver alive");
+    }
+
+    #[tokio::test]
+    async fn stream_yields_every_event_in_order_then_ends() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let out = Arc::new(AtomicUsize::new(0));
+        let mut events = EventStream::new(rx, out.clone());
+        send(&tx, &out, vec![state("a"), delivery(1), delivery(2)]);
+        send(&tx, &out, vec![delivery(3)]);
+        drop(tx);
+        let mut seen = Vec::new();
+        while let Some(e) = events.next_event().await {
+            seen.push(e);
+        }
+        assert_eq!(
+            seen,
+            vec![state("a"), delivery(1), delivery(2), delivery(3)]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_delivery_counts_as_taken_when_it_is_yielded() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let out = Arc::new(AtomicUsize::new(0));
+        let mut events = EventStream::new(rx, out.clone());
+        send(&tx, &out, vec![delivery(1), state("a"), delivery(2)]);
+        assert_eq!(events.next_event().await, Some(delivery(1)));
+        // The batch is in hand, but one of its deliveries has not been taken yet.
+        assert_eq!(events.queued_deliveries(), 1);
+        // A batch receive mixed in starts with what the stream still holds.
+        send(&tx, &out, vec![delivery(3)]);
+        assert_eq!(events.try_recv(), Ok(vec![state("a"), delivery(2)]));
+        assert_eq!(events.queued_deliveries(), 1);
+        assert_eq!(events.recv().await, Some(vec![delivery(3)]));
+        assert_eq!(events.queued_deliveries(), 0);
     }
 }

@@ -27,6 +27,7 @@ mod io;
 mod node;
 pub mod operations;
 mod outbound;
+mod ready;
 mod records;
 pub mod security;
 pub mod service;
@@ -40,3 +41,12 @@ pub use event::{Delivery, EventStream, NodeEvent, Source, StateChange};
 pub use io::GRACEFUL_STOP_BOUND;
 pub use node::{Node, NodeBuilder};
 pub use outbound::SEND_QUEUE;
+pub use ready::{ReadyError, Target};
+
+/// A [`Node`] is shared between tasks and threads, and so is a handle to it: checked here,
+/// at compile time.
+const _: () = {
+    const fn shared<T: Send + Sync + 'static>() {}
+    shared::<Node>();
+    shared::<calls::CallError>();
+};

@@ -87,6 +87,11 @@ pub struct LinkSnapshot {
     pub peer_generation: Option<u64>,
     /// The endpoint dialled or subscribed to (inbound links: the local bound endpoint).
     pub endpoint: String,
+    /// The channels calls reach through this link: for a ClientServer client link, the
+    /// channel its server is configured for; for a RouteMesh or inbound link, the channels
+    /// its peer announced a Server membership of in the current connection's handshake
+    /// (empty before one).
+    pub serves: Vec<String>,
     /// Current state.
     pub state: ConnState,
     /// Current physical connection id (diagnostic only).

@@ -108,10 +108,26 @@ impl fmt::Debug for SqliteStore {
 }
 
 impl SqliteStore {
+    /// [`SqliteStore::open`] for async code: the file I/O runs on tokio's blocking pool, so
+    /// the calling task's worker thread keeps running other tasks meanwhile. Must be called
+    /// within a tokio runtime.
+    ///
+    /// # Errors
+    /// Those of [`SqliteStore::open`]; [`StoreError::Unavailable`] if the blocking task
+    /// could not run to its end (the runtime is shutting down).
+    pub async fn open_async(path: impl Into<std::path::PathBuf>) -> Result<Self, StoreError> {
+        let path = path.into();
+        tokio::task::spawn_blocking(move || SqliteStore::open(path))
+            .await
+            .map_err(|e| {
+                StoreError::Unavailable(format!("opening the store did not finish: {e}"))
+            })?
+    }
+
     /// Opens the store at `path`, creating the file and its table if they do not exist.
     ///
     /// `path` may also be an SQLite `file:` URI (for example with `?mode=ro`). Blocks on file
-    /// I/O: call it at startup, or from `spawn_blocking`.
+    /// I/O: call it at startup, or from async code through [`SqliteStore::open_async`].
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] if the file cannot be opened, created or switched to WAL
@@ -534,6 +550,24 @@ mod tests {
             );
         }
         drop(inner);
+        let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
+    }
+
+    /// K3: the async open opens the same store as the blocking one, and reports its errors.
+    #[tokio::test]
+    async fn k3_sqlite_open_async_opens_the_same_store() {
+        let path = temp_db("async");
+        drop(SqliteStore::open_async(path.clone()).await.expect("open"));
+        Connection::open(&path)
+            .and_then(|c| c.pragma_update(None, "user_version", 2))
+            .expect("bump version");
+        assert_eq!(
+            SqliteStore::open_async(path.clone()).await.map(|_| ()),
+            Err(StoreError::UnsupportedSchema {
+                found: 2,
+                supported: 1
+            })
+        );
         let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
     }
 

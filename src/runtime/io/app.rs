@@ -11,15 +11,13 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
-
 use super::{LinkKey, SlotKey, LINK_BACKLOG};
-use crate::runtime::event::{Delivery, NodeEvent};
+use crate::runtime::event::{Delivery, EventSender, NodeEvent};
 
 /// The application's queue (see the module docs). Its fields are its own.
 pub(super) struct AppQueue {
     /// Where the batches go.
-    events: mpsc::UnboundedSender<Vec<NodeEvent>>,
+    events: EventSender,
     /// The events of this loop turn.
     out: Vec<NodeEvent>,
     /// Deliveries handed to the application and not yet taken by it.
@@ -39,7 +37,7 @@ impl AppQueue {
     /// A queue sending batches to `events`; the application counts down `outstanding` as
     /// it takes deliveries, and holds at most `high_water` before the queue pauses.
     pub(super) fn new(
-        events: mpsc::UnboundedSender<Vec<NodeEvent>>,
+        events: EventSender,
         outstanding: Arc<AtomicUsize>,
         high_water: usize,
     ) -> AppQueue {

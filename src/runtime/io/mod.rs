@@ -97,11 +97,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::command::{Command, WakeUp};
 use super::error::NodeError;
-use super::event::{NodeEvent, StateChange};
+use super::event::{EventSender, NodeEvent, StateChange};
 use super::operations::OpsShared;
 use super::outbound::{Closed, LinkTable, PubSocket};
 use super::records::Lane;
@@ -290,7 +290,7 @@ impl IoThread {
         cfg: NodeConfig,
         generation: u64,
         commands: Receiver<Command>,
-        events: mpsc::UnboundedSender<Vec<NodeEvent>>,
+        events: EventSender,
         outstanding: Arc<AtomicUsize>,
         ops: Arc<OpsShared>,
         security: SecurityInit,

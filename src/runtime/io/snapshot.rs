@@ -6,6 +6,7 @@ use std::time::Instant;
 use super::links::LinkKind;
 use super::slots::SlotRole;
 use super::{Host, IoThread};
+use crate::proto::handshake::Identity;
 use crate::runtime::records::{self, Lane};
 use crate::runtime::snapshot::{
     FailureSnapshot, LinkSnapshot, SecuritySnapshot, Snapshot, SNAPSHOT_LIMIT,
@@ -69,12 +70,25 @@ impl IoThread {
                 .as_ref()
                 .and_then(|c| c.peer.as_ref())
                 .map(|p| p.generation);
+            let serves = match &l.kind {
+                LinkKind::ClientDial { server } => self
+                    .cfg
+                    .servers
+                    .get(*server)
+                    .map(|s| vec![s.channel.clone()]),
+                _ => l
+                    .conn
+                    .as_ref()
+                    .and_then(|c| c.peer.as_ref())
+                    .map(Identity::served_channels),
+            };
             links.push(LinkSnapshot {
                 topology,
                 role,
                 peer,
                 peer_generation,
                 endpoint,
+                serves: serves.unwrap_or_default(),
                 state: l.state.state(),
                 connection_id: l.conn.as_ref().map(|c| c.id.0),
                 last_failure: l.state.last_failure().map(|f| FailureSnapshot {
@@ -122,6 +136,7 @@ impl IoThread {
                 peer: None,
                 peer_generation: None,
                 endpoint: s.endpoint.clone(),
+                serves: Vec::new(),
                 state: s.state.state(),
                 connection_id: s.conn_id.map(|c| c.0),
                 last_failure: s.state.last_failure().map(|f| FailureSnapshot {

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 
 use bytes::Bytes;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -19,12 +19,13 @@ use super::calls::{
 use super::command::{CallReply, Command, WakeUp};
 use super::discovery::Agent;
 use super::error::{BatchSendError, NodeError, PublishError, SendError};
-use super::event::EventStream;
+use super::event::{EventSender, EventStream};
 use super::idempotency::{Guard, IdempotencyStore, Owner, DEFAULT_RETENTION};
 use super::io::IoThread;
 use super::io::SecurityInit;
 use super::operations::OpsShared;
 use super::outbound::{Closed, LinkTable, PubSocket, SendQueue, Stop};
+use super::ready::{ReadyError, Target};
 use super::security::{curve_available, load_allow_list, KeyPair, ALLOW_DIR_POLL};
 use super::service::Service;
 use super::snapshot::Snapshot;
@@ -49,6 +50,9 @@ struct Inner {
     /// The node's PUB socket, if it has a publisher endpoint.
     publisher: Option<Arc<PubSocket>>,
     events: Mutex<Option<EventStream>>,
+    /// Moves whenever an event batch changed some link's state; closed when the I/O thread
+    /// is gone ([`Node::ready`]).
+    state_batches: watch::Receiver<u64>,
     thread: Mutex<Option<JoinHandle<()>>>,
     /// The contract of every served channel, by channel (MISSION K1).
     contract: Mutex<BTreeMap<String, ServiceContract>>,
@@ -269,6 +273,7 @@ impl Node {
         let generation = fresh_generation();
         let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
         let (ev_tx, ev_rx) = mpsc::unbounded_channel();
+        let (states_tx, state_batches) = watch::channel(0u64);
         let rid = config.rid.clone();
         let rid_for_guard = rid.clone();
         let outstanding = Arc::new(AtomicUsize::new(0));
@@ -277,7 +282,7 @@ impl Node {
             config,
             generation,
             cmd_rx,
-            ev_tx,
+            EventSender::new(ev_tx, states_tx),
             outstanding.clone(),
             ops.clone(),
             security,
@@ -291,6 +296,7 @@ impl Node {
                 table: shared.table,
                 publisher: shared.publisher,
                 events: Mutex::new(Some(EventStream::new(ev_rx, outstanding))),
+                state_batches,
                 thread: Mutex::new(None),
                 contract: Mutex::new(BTreeMap::new()),
                 ops,
@@ -710,6 +716,45 @@ impl Node {
             snap.discovery = d.as_ref().map(|a| a.snapshot(std::time::Instant::now()));
         }
         Ok(snap)
+    }
+
+    /// Resolves once `target` is ready (MISSION A2): a RouteMesh peer, a server of a channel
+    /// or a subscription (see [`Target`]). It needs no timeout and takes no event from
+    /// [`Node::take_events`]: cancel it by dropping it (wrap it in `tokio::time::timeout` to
+    /// bound it). A target that is ready already resolves at once; one that goes ready and
+    /// not-ready again before the wait looks may be missed until it is ready again.
+    /// Fails with [`ReadyError::Stopped`] when the node stops or begins to stop first.
+    ///
+    /// Each look is a [`Node::snapshot`] of the links (taken again only when some link
+    /// changed state), so only the links a snapshot lists count: the first
+    /// [`SNAPSHOT_LIMIT`](crate::runtime::snapshot::SNAPSHOT_LIMIT).
+    ///
+    /// ```no_run
+    /// # async fn demo(node: zmesh::runtime::Node) -> Result<(), Box<dyn std::error::Error>> {
+    /// use zmesh::runtime::Target;
+    ///
+    /// node.ready(Target::server("pump")).await?;
+    /// let bar: f64 = node.call("pump", "pressure", &()).await?;
+    /// # let _ = bar;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn ready(&self, target: Target) -> Result<(), ReadyError> {
+        let mut changes = self.inner.state_batches.clone();
+        loop {
+            // Seen before looking: a change from here on wakes the wait below.
+            changes.borrow_and_update();
+            let snapshot = match self.ask(Command::Snapshot).await {
+                Some(s) if s.host == "running" => s,
+                _ => return Err(ReadyError::Stopped(target)),
+            };
+            if target.is_ready_in(&snapshot) {
+                return Ok(());
+            }
+            if changes.changed().await.is_err() {
+                return Err(ReadyError::Stopped(target));
+            }
+        }
     }
 
     /// Stops the node gracefully (MISSION C4, F6): refuses new calls (`Unavailable`, did not

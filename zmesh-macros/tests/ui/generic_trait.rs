@@ -1,0 +1,7 @@
+#[zmesh_macros::service(channel = "pump")]
+trait Pump<T> {
+    #[query]
+    async fn pressure(&self) -> T;
+}
+
+fn main() {}

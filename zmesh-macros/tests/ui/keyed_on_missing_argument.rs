@@ -1,0 +1,9 @@
+#[zmesh_macros::service(channel = "valves", execution = keyed(valve))]
+trait Valves {
+    #[idempotent]
+    async fn open(&self, valve: u32) -> bool;
+    #[query]
+    async fn count(&self) -> u32;
+}
+
+fn main() {}

@@ -1,0 +1,4 @@
+#[zmesh_macros::service(channel = "pump")]
+struct Pump;
+
+fn main() {}
