@@ -68,12 +68,62 @@ pub(super) struct Publisher {
     /// The beacon schedule in the node's liveness table.
     pub(super) live: liveness::LinkKey,
     /// Subscription messages may be waiting: read them before sleeping.
-    pub(super) subscriptions: bool,
+    subscriptions: bool,
 }
 
 /// Subscription messages read from the publisher's socket per loop turn; more wait for the
 /// next turn (a flood of subscriptions cannot starve the loop, and costs one beacon a turn).
 const SUBSCRIPTIONS_PER_TURN: usize = 256;
+
+impl Publisher {
+    /// The publisher on `socket`, bound to `endpoint`, with its beacon schedule `live`.
+    pub(super) fn new(
+        socket: Arc<PubSocket>,
+        endpoint: String,
+        live: liveness::LinkKey,
+    ) -> Publisher {
+        Publisher {
+            socket,
+            endpoint,
+            live,
+            subscriptions: false,
+        }
+    }
+
+    /// Sends the two beacon frames (MISSION L4), on the 5 s grid. The subscriptions are read
+    /// in the same turn, so one whose descriptor signal a publish consumed waits no longer
+    /// than this.
+    pub(super) fn send_beacon(&mut self) {
+        self.socket.beacon();
+        self.subscriptions = true;
+    }
+
+    /// The socket's descriptor fired: subscriptions may be waiting.
+    pub(super) fn subscriptions_waiting(&mut self) {
+        self.subscriptions = true;
+    }
+
+    /// True if subscription messages may be waiting.
+    pub(super) fn has_subscriptions(&self) -> bool {
+        self.subscriptions
+    }
+
+    /// Reads the subscription messages waiting on the socket (at most
+    /// [`SUBSCRIPTIONS_PER_TURN`] a turn) and, if one of them subscribes to the beacons,
+    /// sends one beacon at once: a subscriber that joins is ready in milliseconds instead of
+    /// at the next tick of the 5 s grid (WIRE.md §7.1). The schedule is not touched, and
+    /// nothing read here is a record.
+    pub(super) fn read_subscriptions(&mut self) {
+        if !self.subscriptions {
+            return;
+        }
+        let read = self.socket.subscriptions(SUBSCRIPTIONS_PER_TURN);
+        self.subscriptions = read.more;
+        if read.joined {
+            metrics::counter!("zmesh_fanout_join_beacons_total").increment(1);
+        }
+    }
+}
 
 impl IoThread {
     /// Binds the node's publisher socket (an XPUB); returns it and the endpoint it is bound
@@ -110,42 +160,6 @@ impl IoThread {
             _ => ep.to_owned(),
         };
         Ok((socket, endpoint))
-    }
-
-    /// Sends the two beacon frames on the publisher socket (MISSION L4), on the 5 s grid.
-    /// The subscriptions are read in the same turn, so one whose descriptor signal a publish
-    /// consumed waits no longer than this.
-    pub(super) fn send_beacon(&mut self) {
-        if let Some(p) = self.publisher.as_mut() {
-            p.socket.beacon();
-            p.subscriptions = true;
-        }
-    }
-
-    /// The publisher socket's descriptor fired: subscriptions may be waiting.
-    pub(super) fn subscriptions_waiting(&mut self) {
-        if let Some(p) = self.publisher.as_mut() {
-            p.subscriptions = true;
-        }
-    }
-
-    /// Reads the subscription messages waiting on the publisher socket (at most
-    /// [`SUBSCRIPTIONS_PER_TURN`] a turn) and, if one of them subscribes to the beacons,
-    /// sends one beacon at once: a subscriber that joins is ready in milliseconds instead of
-    /// at the next tick of the 5 s grid (WIRE.md §7.1). The schedule is not touched, and
-    /// nothing read here is a record.
-    pub(super) fn read_subscriptions(&mut self) {
-        let Some(p) = self.publisher.as_mut() else {
-            return;
-        };
-        if !p.subscriptions {
-            return;
-        }
-        let read = p.socket.subscriptions(SUBSCRIPTIONS_PER_TURN);
-        p.subscriptions = read.more;
-        if read.joined {
-            metrics::counter!("zmesh_fanout_join_beacons_total").increment(1);
-        }
     }
 
     pub(super) fn open_sub(&mut self, i: usize, now: Instant) {

@@ -395,12 +395,7 @@ impl IoThread {
             let (socket, endpoint) = io.bind_publisher(&p.endpoint)?;
             let socket = Arc::new(PubSocket::new(socket, generation));
             let live = io.liveness.insert_beacon(now);
-            io.publisher = Some(Publisher {
-                socket,
-                endpoint,
-                live,
-                subscriptions: false,
-            });
+            io.publisher = Some(Publisher::new(socket, endpoint, live));
         }
         for (i, _) in cfg.peers.iter().enumerate() {
             for lane in [Lane::Application, Lane::Completion] {
@@ -486,7 +481,9 @@ impl IoThread {
             for slot in self.ready.take_monitors() {
                 self.drain_monitor(slot, now);
             }
-            self.read_subscriptions();
+            if let Some(p) = self.publisher.as_mut() {
+                p.read_subscriptions();
+            }
             if std::mem::take(&mut self.gate.zap_ready) {
                 self.handle_zap(now);
             }
@@ -520,7 +517,11 @@ impl IoThread {
             for w in self.ready.take_checks() {
                 match w {
                     Watch::Wake => self.ready.found_wake(),
-                    Watch::Publisher => self.subscriptions_waiting(),
+                    Watch::Publisher => {
+                        if let Some(p) = self.publisher.as_mut() {
+                            p.subscriptions_waiting();
+                        }
+                    }
                     Watch::Zap => {
                         if self.gate.handler().is_some_and(ready::has_input) {
                             self.gate.zap_ready = true;
@@ -569,7 +570,10 @@ impl IoThread {
             || self.gate.zap_ready
             || self.ready.has_monitors()
             || self.has_readable()
-            || self.publisher.as_ref().is_some_and(|p| p.subscriptions)
+            || self
+                .publisher
+                .as_ref()
+                .is_some_and(Publisher::has_subscriptions)
     }
 
     /// True if some readable socket is not held back by a paused application queue.

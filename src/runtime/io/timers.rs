@@ -83,7 +83,9 @@ impl IoThread {
                 }
                 Transmit::Beacon { key } => {
                     if self.publisher.as_ref().is_some_and(|p| p.live == key) {
-                        self.send_beacon();
+                        if let Some(p) = self.publisher.as_mut() {
+                            p.send_beacon();
+                        }
                     }
                 }
             }
