@@ -240,7 +240,7 @@ pub(crate) struct IoThread {
     /// The calls this node serves: channels, serve table, execution queues, handlers.
     callee: callee::Callee,
     /// ACCEPTs and REPLYs held back by a full pipe, per link (and its connection then).
-    answers: HashMap<LinkKey, HeldAnswers>,
+    answers: HeldAnswers,
     slots: Table<SlotKey, Option<Slot>>,
     links: Table<LinkKey, Link>,
     /// Inbound connections by bound socket and routing id (unique per physical connection).
@@ -345,7 +345,7 @@ impl IoThread {
             busy: false,
             caller: caller::Caller::new(ops),
             callee: callee::Callee::new(),
-            answers: HashMap::new(),
+            answers: HeldAnswers::default(),
             slots: Table::default(),
             links: Table::default(),
             inbound: IdMap::default(),
