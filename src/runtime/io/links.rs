@@ -679,8 +679,7 @@ impl IoThread {
                     }
                 }
                 (SlotRole::Bound(_), MonitorEvent::Disconnected) => {
-                    self.sweeps.push((now, slot, 0));
-                    self.timers_changed();
+                    self.link_timers.start_sweep(slot, now);
                 }
                 (SlotRole::Sub(i), MonitorEvent::HandshakeSucceeded) => {
                     self.subs[i].connected = true;

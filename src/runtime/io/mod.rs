@@ -223,15 +223,8 @@ pub(crate) struct IoThread {
     /// The application's queue: this turn's events, the deliveries it holds, the link
     /// backlogs while it is paused.
     app: app::AppQueue,
-    /// The earliest deadline of the per-link and per-subscription timers (handshake
-    /// timeouts, redials, close confirmations, SUB re-opens) and of the disconnect sweeps,
-    /// from the last scan of every link; `None` if none is set.
-    link_deadline: Option<Instant>,
-    /// A link, subscription or sweep changed since that scan. Every change that can set or
-    /// advance one of those timers sets this flag; while it is clear and no deadline is due,
-    /// a loop turn does not look at the links at all (an idle node with 1 500 links would
-    /// otherwise walk them on every wake-up).
-    link_timers_changed: bool,
+    /// The per-link timers as last scanned, and the disconnect sweeps.
+    link_timers: timers::LinkTimers,
     /// The last receive rotation left work that socket readiness cannot show: wait without
     /// sleeping, and run a rotation even if no socket is readable.
     busy: bool,
@@ -260,7 +253,6 @@ pub(crate) struct IoThread {
     /// The one fair receive scheduler over every socket and peer (MISSION R1-R3).
     sched: ReceiveScheduler<Unit, Staged>,
     shared_slots: IdMap<SharedSocketId, SlotKey>,
-    sweeps: Vec<(Instant, SlotKey, usize)>,
     /// Monitors of closed dialled sockets whose close was not confirmed within
     /// [`CLOSE_CONFIRM_MAX`]: their links dial again, but the monitors are kept (still watched,
     /// under their link's [`Watch::Closing`]) until libzmq confirms, because a monitor dropped
@@ -340,8 +332,7 @@ impl IoThread {
             ready,
             commands,
             app: app::AppQueue::new(events, outstanding, cfg.delivery_high_water),
-            link_deadline: None,
-            link_timers_changed: true,
+            link_timers: timers::LinkTimers::new(),
             busy: false,
             caller: caller::Caller::new(ops),
             callee: callee::Callee::new(),
@@ -359,7 +350,6 @@ impl IoThread {
             // is handed over at the start of each rotation).
             sched: ReceiveScheduler::new().with_readiness(),
             shared_slots: IdMap::default(),
-            sweeps: Vec::new(),
             overdue_closing: Vec::new(),
             next_conn: 1,
             host: Host::Running,

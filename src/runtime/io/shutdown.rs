@@ -54,7 +54,7 @@ impl IoThread {
                 drop(slot);
             }
         }
-        self.sweeps.clear();
+        self.link_timers.clear();
         self.inbound.clear();
         self.subs.clear();
         if let Some(p) = self.publisher.take() {

@@ -178,7 +178,7 @@ impl IoThread {
             None => drop(self.sched.remove_unit(Unit::Socket(key))),
         }
         self.inbound.remove(&key);
-        self.sweeps.retain(|s| s.1 != key);
+        self.link_timers.forget_sweeps(key);
         self.ready.forget(key);
         let slot = self.slots.get_mut(key).and_then(Option::take)?;
         // Out of the epoll set before the sockets close (their descriptors go with them).

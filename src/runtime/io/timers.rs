@@ -11,18 +11,95 @@ use crate::proto::liveness::{LivenessEvent, ProbeEvent, PublisherEvent, Transmit
 use crate::proto::state::{ConnState, FailureReason};
 use crate::runtime::records::{self};
 
+/// The per-link timers as last scanned, and the disconnect sweeps of the bound sockets.
+///
+/// The per-link and per-subscription timers (handshake timeouts, redials, close
+/// confirmations, SUB re-opens) live in the links and subscriptions themselves; this holds
+/// their earliest deadline from the last walk over them, and whether something changed
+/// since. Every change that can set or advance one of those timers marks it changed; while it
+/// is not and no deadline is due, a loop turn does not look at the links at all (an idle node
+/// with thousands of links would otherwise walk them on every wake-up).
+pub(super) struct LinkTimers {
+    /// The earliest deadline of the last scan; `None` if none is set.
+    deadline: Option<Instant>,
+    /// A link, subscription or sweep changed since that scan.
+    changed: bool,
+    /// Disconnect sweeps: when, which bound socket, which step of [`SWEEP_DELAYS`].
+    sweeps: Vec<(Instant, SlotKey, usize)>,
+}
+
+impl LinkTimers {
+    /// Nothing scanned yet: the first look scans.
+    pub(super) fn new() -> LinkTimers {
+        LinkTimers {
+            deadline: None,
+            changed: true,
+            sweeps: Vec::new(),
+        }
+    }
+
+    /// Something changed: scan again before trusting the last scan.
+    pub(super) fn changed(&mut self) {
+        self.changed = true;
+    }
+
+    /// True if the timers must be walked at `now`: something changed, or the earliest is due.
+    fn due(&self, now: Instant) -> bool {
+        self.changed || self.deadline.is_some_and(|t| now >= t)
+    }
+
+    /// A bound socket reported a disconnect at `now`: its first sweep is due now.
+    pub(super) fn start_sweep(&mut self, slot: SlotKey, now: Instant) {
+        self.sweeps.push((now, slot, 0));
+        self.changed = true;
+    }
+
+    /// The sweeps of socket `slot` go (the socket is gone).
+    pub(super) fn forget_sweeps(&mut self, slot: SlotKey) {
+        self.sweeps.retain(|s| s.1 != slot);
+    }
+
+    /// The sockets whose sweep is due at `now`, each with its next step scheduled from `now`.
+    fn take_due_sweeps(&mut self, now: Instant) -> Vec<SlotKey> {
+        let due: Vec<(SlotKey, usize)> = self
+            .sweeps
+            .iter()
+            .filter(|s| now >= s.0)
+            .map(|s| (s.1, s.2))
+            .collect();
+        self.sweeps.retain(|s| now < s.0);
+        for &(slot, step) in &due {
+            if let Some(d) = SWEEP_DELAYS.get(step + 1) {
+                self.sweeps
+                    .push((now + (*d - SWEEP_DELAYS[step]), slot, step + 1));
+            }
+        }
+        due.into_iter().map(|(slot, _)| slot).collect()
+    }
+
+    /// The earliest sweep.
+    fn next_sweep(&self) -> Option<Instant> {
+        self.sweeps.iter().map(|s| s.0).min()
+    }
+
+    /// Every sweep goes (the node stops).
+    pub(super) fn clear(&mut self) {
+        self.sweeps.clear();
+    }
+}
+
 impl IoThread {
     /// The earliest instant any timer of the node is due.
     pub(super) fn poll_timeout(&mut self) -> Option<Instant> {
-        if self.link_timers_changed {
-            self.link_timers_changed = false;
-            self.link_deadline = self.scan_link_timers();
+        if self.link_timers.changed {
+            self.link_timers.changed = false;
+            self.link_timers.deadline = self.scan_link_timers();
         }
         [
             self.liveness.table().poll_timeout(),
             self.caller.poll_timeout(),
             self.callee.poll_timeout(),
-            self.link_deadline,
+            self.link_timers.deadline,
         ]
         .into_iter()
         .flatten()
@@ -32,7 +109,7 @@ impl IoThread {
     /// Notes that a link, a subscription or the sweeps changed: their timers are scanned
     /// again before the loop next sleeps or trusts the last scan.
     pub(super) fn timers_changed(&mut self) {
-        self.link_timers_changed = true;
+        self.link_timers.changed();
     }
 
     /// The earliest per-link, per-subscription or sweep deadline: a walk over every link
@@ -57,9 +134,7 @@ impl IoThread {
         for s in self.subs.iter().filter(|s| s.slot.is_none() && !s.retired) {
             take(Some(s.retry_at));
         }
-        for s in &self.sweeps {
-            take(Some(s.0));
-        }
+        take(self.link_timers.next_sweep());
         next
     }
 
@@ -93,8 +168,7 @@ impl IoThread {
         self.drain_liveness_events(now);
         // The per-link timers below are walked only if something changed since the last
         // scan or the earliest of them is due (an idle node has none set at all).
-        let due = self.link_timers_changed || self.link_deadline.is_some_and(|t| now >= t);
-        if !due {
+        if !self.link_timers.due(now) {
             return;
         }
         // What runs below may set timers of its own; the next poll_timeout scans again.
@@ -133,19 +207,8 @@ impl IoThread {
             }
         }
         // Bound-socket disconnect sweeps.
-        let due: Vec<(SlotKey, usize)> = self
-            .sweeps
-            .iter()
-            .filter(|s| now >= s.0)
-            .map(|s| (s.1, s.2))
-            .collect();
-        self.sweeps.retain(|s| now < s.0);
-        for (slot, step) in due {
+        for slot in self.link_timers.take_due_sweeps(now) {
             self.sweep(slot, now);
-            if let Some(d) = SWEEP_DELAYS.get(step + 1) {
-                self.sweeps
-                    .push((now + (*d - SWEEP_DELAYS[step]), slot, step + 1));
-            }
         }
     }
 
