@@ -265,6 +265,50 @@ pub struct DiscoveryConfig {
     /// Subscribe to every publisher found in the store, one SUB socket each. Default true.
     #[serde(default = "default_true")]
     pub subscribe: bool,
+    /// `[discovery.tls]`, etcd only: reach every etcd member over TLS. Absent: plain text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<EtcdTlsConfig>,
+    /// `[discovery.auth]`, etcd only: authenticate with etcd's user/password authentication.
+    /// Absent: no authentication.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<EtcdAuthConfig>,
+}
+
+/// `[discovery.tls]`: TLS to the etcd members. A relative path in a file read by
+/// [`NodeConfig::from_file`] is relative to that file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EtcdTlsConfig {
+    /// The CA certificate(s) (PEM) that signed the members' certificates. Required.
+    pub ca_file: PathBuf,
+    /// This node's client certificate (PEM), for members that require one
+    /// (`--client-cert-auth`); with `key_file`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_file: Option<PathBuf>,
+    /// The private key (PEM) of `cert_file`; with `cert_file`. Never logged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<PathBuf>,
+    /// The name the members' certificates must carry. Default: the host of each member's
+    /// endpoint in the store URL (a DNS name, or an IP address in the certificate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_name: Option<String>,
+}
+
+/// `[discovery.auth]`: etcd user/password authentication. The password comes from a file or
+/// an environment variable (exactly one of the two), never from the configuration itself,
+/// and is never logged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EtcdAuthConfig {
+    /// The etcd user.
+    pub user: String,
+    /// A file holding the password (its first line; a trailing newline is not part of it).
+    /// Relative as [`EtcdTlsConfig::ca_file`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<PathBuf>,
+    /// The name of an environment variable holding the password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_env: Option<String>,
 }
 
 /// A section that [`DiscoveryConfig::bind`] binds automatically.
@@ -289,7 +333,55 @@ impl DiscoveryConfig {
             route_mesh: true,
             client_server: true,
             subscribe: true,
+            tls: None,
+            auth: None,
         }
+    }
+
+    /// Makes relative certificate, key and password file paths relative to `dir` (what
+    /// [`NodeConfig::from_file`] does with the file's directory).
+    pub fn resolve_paths(&mut self, dir: &Path) {
+        let tls = self.tls.iter_mut().flat_map(|t| {
+            [
+                Some(&mut t.ca_file),
+                t.cert_file.as_mut(),
+                t.key_file.as_mut(),
+            ]
+            .into_iter()
+            .flatten()
+        });
+        let auth = self
+            .auth
+            .iter_mut()
+            .filter_map(|a| a.password_file.as_mut());
+        for p in tls.chain(auth) {
+            if p.is_relative() {
+                *p = dir.join(&*p);
+            }
+        }
+    }
+
+    /// `[discovery.tls]` and `[discovery.auth]`: for an etcd store only, each setting
+    /// complete.
+    fn validate_store_access(&self) -> Result<(), String> {
+        let etcd = matches!(StoreUrl::parse(&self.store), Ok(StoreUrl::Etcd { .. }));
+        if !etcd && (self.tls.is_some() || self.auth.is_some()) {
+            return Err("[discovery.tls] and [discovery.auth] apply to an etcd store only".into());
+        }
+        if let Some(t) = &self.tls {
+            if t.cert_file.is_some() != t.key_file.is_some() {
+                return Err("[discovery.tls]: cert_file and key_file go together".into());
+            }
+        }
+        if let Some(a) = &self.auth {
+            if a.user.is_empty() {
+                return Err("[discovery.auth]: user must not be empty".into());
+            }
+            if a.password_file.is_some() == a.password_env.is_some() {
+                return Err("[discovery.auth]: give one of password_file and password_env".into());
+            }
+        }
+        Ok(())
     }
 }
 
@@ -629,6 +721,9 @@ impl NodeConfig {
         // Key paths in a file are relative to the file, wherever it is run from.
         if let Some(dir) = path.parent() {
             config.security.resolve_paths(dir);
+            if let Some(d) = config.discovery.as_mut() {
+                d.resolve_paths(dir);
+            }
         }
         Ok(config)
     }
@@ -721,6 +816,9 @@ impl NodeConfig {
                     "discovery host {:?} must be an address peers can dial",
                     d.host
                 ));
+            }
+            if let Err(e) = d.validate_store_access() {
+                return bad(format!("discovery: {e}"));
             }
         }
         self.validate_security()?;
@@ -955,6 +1053,51 @@ mod tests {
         let mut c = c;
         c.security.resolve_paths(Path::new("/etc/zmesh"));
         assert_eq!(c.security.secret_key_file, Some("/etc/zmesh/a.key".into()));
+    }
+
+    /// MISSION H1: `[discovery.tls]` and `[discovery.auth]` are for etcd, complete, and their
+    /// file paths are relative to the configuration file.
+    #[test]
+    fn etcd_tls_and_auth_settings_are_checked_and_resolved() {
+        let base = "rid = \"a\"\n[security]\nmode = \"none\"\n[discovery]\n\
+                    store = \"etcd://10.0.0.1:2379,10.0.0.2:2379\"\n";
+        let text = format!(
+            "{base}[discovery.tls]\nca_file = \"ca.pem\"\ncert_file = \"/etc/zmesh/a.pem\"\n\
+             key_file = \"a-key.pem\"\n[discovery.auth]\nuser = \"zmesh\"\n\
+             password_file = \"secret/etcd\"\n"
+        );
+        let mut d = NodeConfig::from_toml(&text)
+            .expect("parses")
+            .discovery
+            .expect("discovery");
+        d.resolve_paths(Path::new("/srv/node"));
+        let tls = d.tls.clone().expect("tls");
+        assert_eq!(tls.ca_file, PathBuf::from("/srv/node/ca.pem"));
+        assert_eq!(tls.cert_file, Some("/etc/zmesh/a.pem".into()));
+        assert_eq!(tls.key_file, Some("/srv/node/a-key.pem".into()));
+        let auth = d.auth.clone().expect("auth");
+        assert_eq!(auth.password_file, Some("/srv/node/secret/etcd".into()));
+        let env =
+            format!("{base}[discovery.auth]\nuser = \"zmesh\"\npassword_env = \"ETCD_PASSWORD\"\n");
+        assert!(NodeConfig::from_toml(&env).is_ok());
+        for bad in [
+            // Not for SQLite.
+            "rid = \"a\"\n[security]\nmode = \"none\"\n[discovery]\nstore = \"sqlite:///x\"\n\
+             [discovery.tls]\nca_file = \"ca.pem\"\n"
+                .to_owned(),
+            format!("{base}[discovery.tls]\ncert_file = \"a.pem\"\n"),
+            format!("{base}[discovery.tls]\nca_file = \"c\"\ncert_file = \"a.pem\"\n"),
+            format!("{base}[discovery.auth]\nuser = \"zmesh\"\n"),
+            format!(
+                "{base}[discovery.auth]\nuser = \"zmesh\"\npassword_env = \"P\"\n\
+                 password_file = \"p\"\n"
+            ),
+            format!("{base}[discovery.auth]\nuser = \"\"\npassword_env = \"P\"\n"),
+            // A password is never written in the file itself.
+            format!("{base}[discovery.auth]\nuser = \"zmesh\"\npassword = \"hunter2\"\n"),
+        ] {
+            assert!(NodeConfig::from_toml(&bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

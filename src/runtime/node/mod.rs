@@ -325,7 +325,7 @@ impl Node {
         }
         let plan = match discovery {
             Some(d) => {
-                let store = crate::runtime::store::open(&d.store).map_err(|e| {
+                let store = crate::runtime::store::open_config(&d).map_err(|e| {
                     NodeError::Config(crate::config::ConfigError::Invalid(e.to_string()))
                 })?;
                 let mut local = crate::proto::discovery::Local::new(node.rid(), &memberships);
