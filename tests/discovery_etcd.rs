@@ -31,11 +31,12 @@ use etcd_client::{
 };
 use serde_json::Value;
 use zmesh::config::{DiscoveryConfig, EtcdAuthConfig, EtcdTlsConfig, NodeConfig};
+use zmesh::proto::discovery::STORE_RETRY;
 use zmesh::proto::discovery::{Descriptor, MeshEndpoints};
 use zmesh::proto::handshake::{Membership, Role};
 use zmesh::runtime::store::{
     self, Change, EtcdOptions, EtcdStore, EtcdTls, ReloadReason, RenewOutcome, Secret, Store,
-    StoreError, TlsFailure, Watch, WatchEvent,
+    StoreError, TlsFailure, Watch, WatchEvent, ETCD_REQUEST_TIMEOUT,
 };
 use zmesh::runtime::Node;
 
@@ -503,6 +504,25 @@ async fn d1_d2_etcd_three_nodes_discover_each_other() {
         .expect("zmesh peers");
     let listed: Value = serde_json::from_slice(&out.stdout).expect("peers JSON");
     assert_eq!(listed.as_array().map(Vec::len), Some(3));
+    // Lease ages and expiries in milliseconds, as for SQLite (etcd's resolution: 1 s).
+    for e in listed.as_array().into_iter().flatten() {
+        let age = e["lease_age_ms"].as_u64().expect("a lease age in ms");
+        let left = e["expires_in_ms"].as_u64().expect("an expiry in ms");
+        assert!(age + left <= 20_000 && left > 0, "{e}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_zmesh"))
+        .args(["peers", "--store", &url])
+        .output()
+        .expect("zmesh peers");
+    let table = String::from_utf8_lossy(&out.stdout);
+    println!("{table}");
+    for rid in rids {
+        let row = table
+            .lines()
+            .find(|l| l.starts_with(&format!("{rid} ")))
+            .expect("a row per node");
+        assert_eq!(row.matches(" ms").count(), 2, "lease age and expiry: {row}");
+    }
 }
 
 /// MISSION F5 (etcd): etcd killed: the nodes report the store unreachable, no link leaves
@@ -542,6 +562,23 @@ async fn etcd_down(window: Duration) {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     etcd.run();
+    let answered = std::time::Instant::now();
+    for p in [&a, &b, &c] {
+        p.wait_status("publishing again", |s| {
+            s["discovery"]["store_reachable"] == true && s["discovery"]["lease"] == "held"
+        })
+        .await;
+    }
+    // Each node tries again STORE_RETRY after its last failure; the try is one request.
+    let resumed = answered.elapsed();
+    println!(
+        "publishing resumed {} ms after etcd answered",
+        resumed.as_millis()
+    );
+    assert!(
+        resumed < STORE_RETRY + ETCD_REQUEST_TIMEOUT,
+        "publishing resumed {resumed:?} after etcd answered"
+    );
     for (p, other) in [(&a, "b"), (&b, "a")] {
         p.wait_status("back, with c discovered", |s| {
             s["discovery"]["store_reachable"] == true && discovered(s, &[other, "c"])
@@ -552,6 +589,14 @@ async fn etcd_down(window: Duration) {
         .await;
     let now = (ready_conns(&a.status(), "b"), ready_conns(&b.status(), "a"));
     assert_eq!(now, before, "the same connections throughout");
+    // The log says so once each way, however many retries failed meanwhile (c started with
+    // etcd down: its outage began at its start).
+    for p in [&a, &b, &c] {
+        let down = p.log_lines("store unreachable");
+        let up = p.log_lines("store reachable again");
+        assert_eq!(down.len(), 1, "{}: {down:#?}", p.rid);
+        assert_eq!(up.len(), 1, "{}: {up:#?}", p.rid);
+    }
 }
 
 #[tokio::test]

@@ -9,6 +9,7 @@
 
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -89,8 +90,21 @@ impl Mesh {
             ])
             .arg(&path)
             .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("spawn zmesh node");
+        // The node's log: kept for the test, and passed on to the test's own stderr.
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let err = child.stderr.take().expect("stderr");
+        let kept = log.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                eprintln!("{line}");
+                if let Ok(mut l) = kept.lock() {
+                    l.push(line);
+                }
+            }
+        });
         let out = child.stdout.take().expect("stdout");
         let (tx, lines) = tokio::sync::mpsc::unbounded_channel();
         std::thread::spawn(move || {
@@ -109,6 +123,7 @@ impl Mesh {
             lines,
             seen: Vec::new(),
             control,
+            log,
         }
     }
 }
@@ -121,9 +136,19 @@ pub struct Proc {
     /// Every line taken so far, in order.
     pub seen: Vec<Value>,
     pub control: String,
+    /// The lines of the node's log (its stderr) so far.
+    log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Proc {
+    /// The lines of the node's log (stderr) so far that contain `text`.
+    pub fn log_lines(&self, text: &str) -> Vec<String> {
+        self.log
+            .lock()
+            .map(|l| l.iter().filter(|l| l.contains(text)).cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Takes the lines printed so far.
     pub fn take_lines(&mut self) -> &[Value] {
         while let Ok(v) = self.lines.try_recv() {

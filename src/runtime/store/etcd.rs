@@ -620,11 +620,29 @@ fn classify(host: &str, e: etcd_client::Error) -> StoreError {
                 | tonic::Code::Unimplemented => {
                     StoreError::Corrupt(format!("etcd {host} refused the request: {message}"))
                 }
-                _ => StoreError::Unavailable(format!("etcd {host}: {}", chain(&e))),
+                _ => StoreError::Unavailable(format!("etcd {host}: {}", describe(&e))),
             }
         }
-        _ => StoreError::Unavailable(format!("etcd {host}: {}", chain(&e))),
+        _ => StoreError::Unavailable(format!("etcd {host}: {}", describe(&e))),
     }
+}
+
+/// `e` in one line: the status's message or the error, then each cause's own words.
+fn describe(e: &etcd_client::Error) -> String {
+    let (mut out, mut cause) = match e {
+        etcd_client::Error::GRpcStatus(s) => (s.message().to_owned(), std::error::Error::source(s)),
+        etcd_client::Error::TransportError(t) => (t.to_string(), std::error::Error::source(t)),
+        other => (other.to_string(), None),
+    };
+    while let Some(c) = cause {
+        let s = c.to_string();
+        if !out.contains(&s) {
+            out.push_str(": ");
+            out.push_str(&s);
+        }
+        cause = c.source();
+    }
+    out
 }
 
 /// The TLS failure somewhere in the causes of `e`, if it is one.
@@ -678,21 +696,6 @@ fn tls_failure(e: &etcd_client::Error) -> Option<TlsFailure> {
         cause = c.source();
     }
     None
-}
-
-/// `e` and its causes, as one line.
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let s = c.to_string();
-        if !out.contains(&s) {
-            out.push_str(": ");
-            out.push_str(&s);
-        }
-        cause = c.source();
-    }
-    out
 }
 
 /// Why a watch stream ended.
