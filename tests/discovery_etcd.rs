@@ -30,7 +30,7 @@ use etcd_client::{
     Certificate, Client, CompactionOptions, ConnectOptions, Identity, Permission, TlsOptions,
 };
 use serde_json::Value;
-use zmesh::config::{DiscoveryConfig, EtcdAuthConfig, EtcdTlsConfig, NodeConfig};
+use zmesh::config::{AdvertiseConfig, DiscoveryConfig, EtcdAuthConfig, EtcdTlsConfig, NodeConfig};
 use zmesh::proto::discovery::STORE_RETRY;
 use zmesh::proto::discovery::{Descriptor, MeshEndpoints};
 use zmesh::proto::handshake::{Membership, Role};
@@ -1124,4 +1124,100 @@ async fn h1_etcd_tls_and_auth_from_the_config_file() {
     }
     refused.shutdown().await.expect("shutdown");
     good.shutdown().await.expect("shutdown");
+}
+
+/// MISSION H1: nodes bind where they are told (every interface) and publish the host that
+/// `[discovery.advertise]` names, with the ports they were given; found through etcd, they
+/// dial those and become ready. The lanes really listen on every interface: another
+/// loopback address (127.0.0.2) reaches them too.
+#[tokio::test]
+async fn h1_etcd_nodes_bind_every_interface_and_advertise_a_dialable_host() {
+    let etcd = Etcd::start("advertise");
+    let url = format!("etcd://{}/advertise", etcd.host());
+    let mesh = Mesh::at("etcd-advertise", url.clone());
+    let node = |rid: &str| {
+        let mut c = config(&url, rid);
+        let d = c.discovery.as_mut().expect("discovery");
+        d.host = "0.0.0.0".into();
+        d.advertise = Some(AdvertiseConfig {
+            host: Some("127.0.0.1".into()),
+            ..AdvertiseConfig::default()
+        });
+        c
+    };
+    let a = mesh.start(&node("a"));
+    let b = mesh.start(&node("b"));
+    for (p, other) in [(&a, "b"), (&b, "a")] {
+        p.wait_status("ready through advertised endpoints", |s| {
+            discovered(s, &[other])
+        })
+        .await;
+    }
+    let listed = store::open(&url).expect("open").list().await.expect("list");
+    assert_eq!(listed.len(), 2);
+    for e in listed {
+        let m = e.descriptor.route_mesh.expect("lanes");
+        for lane in [m.application, m.completion] {
+            let port = lane
+                .strip_prefix("tcp://127.0.0.1:")
+                .expect("the advertised host, not the wildcard");
+            TcpStream::connect(format!("127.0.0.2:{port}"))
+                .expect("bound on every interface, 127.0.0.2 included");
+        }
+    }
+}
+
+/// MISSION H1: a store that other hosts read (an etcd member not on loopback) never gets a
+/// descriptor they cannot dial: a node that would publish a loopback or wildcard endpoint
+/// is refused at start with the endpoint, the reason and what to set. (The etcd named here
+/// is never contacted: the refusal comes first, and past it the store's settings fail on a
+/// CA file that does not exist, before any connection.)
+#[tokio::test]
+async fn h1_shared_store_refuses_a_loopback_or_wildcard_descriptor_at_start() {
+    let dir = tempfile::tempdir().expect("dir");
+    let discovery = |host: &str, advertise: Option<&str>| {
+        let mut d = DiscoveryConfig::new("etcd://192.0.2.10:2379/never-contacted");
+        d.host = host.into();
+        d.advertise = advertise.map(|h| AdvertiseConfig {
+            host: Some(h.into()),
+            ..AdvertiseConfig::default()
+        });
+        d.tls = Some(EtcdTlsConfig {
+            ca_file: dir.path().join("absent-ca.pem"),
+            cert_file: None,
+            key_file: None,
+            server_name: None,
+        });
+        d
+    };
+    let start = |d: DiscoveryConfig| {
+        let mut c = NodeConfig::new("a");
+        c.memberships = common::server_of("orders");
+        c.discovery = Some(d);
+        Node::start(c)
+    };
+    let loopback = start(discovery("127.0.0.1", None))
+        .await
+        .err()
+        .expect("a loopback descriptor is refused")
+        .to_string();
+    assert!(
+        loopback.contains("tcp://127.0.0.1:") && loopback.contains("a loopback address"),
+        "{loopback}"
+    );
+    assert!(loopback.contains("[discovery.advertise]"), "{loopback}");
+    let wildcard = start(discovery("0.0.0.0", Some("127.0.0.1")))
+        .await
+        .err()
+        .expect("an advertised loopback host is refused")
+        .to_string();
+    assert!(wildcard.contains("a loopback address"), "{wildcard}");
+    // A dialable advertised host passes the check; the start then stops at the CA file.
+    let passed = start(discovery("0.0.0.0", Some("192.0.2.20")))
+        .await
+        .err()
+        .expect("the missing CA file stops it")
+        .to_string();
+    assert!(passed.contains("absent-ca.pem"), "{passed}");
+    assert!(!passed.contains("advertise"), "{passed}");
 }
