@@ -435,6 +435,26 @@ fn node_config(net: &Net, pki: &Pki, keys: &[(KeyPair, PathBuf)], n: usize) -> N
     c
 }
 
+/// The configuration of the caller `c2`, a node of host 2: an Object Client of `orders`, so
+/// it is dialled by every Server of it, and publishes and subscribes to nothing.
+fn caller_config(net: &Net, pki: &Pki, keys: &[(KeyPair, PathBuf)]) -> NodeConfig {
+    let mut c = node_config(net, pki, keys, 2);
+    c.rid = "c2".into();
+    c.memberships = vec![membership(Role::ObjectClient, "orders")];
+    if let Some(d) = c.discovery.as_mut() {
+        d.bind = vec![AutoBind::RouteMesh];
+        d.subscribe = false;
+        d.client_server = false;
+    }
+    c.security.secret_key_file = Some(keys[3].1.clone());
+    c
+}
+
+/// [`Tier::exec_log`] of the tier whose nodes `mesh` starts.
+fn exec_log(mesh: &Mesh, n: usize) -> PathBuf {
+    mesh.dir.path().join(format!("h{n}.exec"))
+}
+
 fn others(n: usize) -> Vec<String> {
     (1..=3)
         .filter(|m| *m != n)
@@ -575,10 +595,11 @@ impl Tier {
             .prefix("zmesh-mh-keys-")
             .tempdir()
             .expect("keys");
-        let keys: Vec<(KeyPair, PathBuf)> = (1..=3)
+        // h1, h2, h3, and the caller c2 (the last).
+        let keys: Vec<(KeyPair, PathBuf)> = (1..=4)
             .map(|n| {
                 let pair = KeyPair::generate().expect("CURVE key pair");
-                let path = keys_dir.path().join(format!("h{n}.key"));
+                let path = keys_dir.path().join(format!("k{n}.key"));
                 pair.write_new(&path).expect("key file");
                 (pair, path)
             })
@@ -608,10 +629,21 @@ impl Tier {
         tier
     }
 
-    /// Starts the node of host `n` (a new process run).
+    /// Starts the node of host `n` (a new process run): it serves the demo service on
+    /// `orders` and logs each call it starts running to [`Tier::exec_log`].
     fn start_node(&self, n: usize) -> Proc {
         let cfg = node_config(&self.net, &self.pki, &self.keys, n);
-        self.mesh.spawn_in(&cfg, self.net.host(n))
+        let log = self.exec_log(n).display().to_string();
+        self.mesh.spawn_in(
+            &cfg,
+            self.net.host(n),
+            &["--serve", "orders", "--exec-log", &log],
+        )
+    }
+
+    /// The file where the node of host `n` writes a line as each call starts running.
+    fn exec_log(&self, n: usize) -> PathBuf {
+        exec_log(&self.mesh, n)
     }
 }
 
@@ -629,8 +661,11 @@ async fn h1_h2_three_hosts_partition_heal_and_member_loss() {
         cluster,
         net,
         pki,
+        mesh,
+        keys,
         ..
     } = &mut tier;
+    let (net, pki, mesh, keys): (&Net, &Pki, &Mesh, &[(KeyPair, PathBuf)]) = (net, pki, mesh, keys);
 
     // A partition: h3's cable pulled.
     let before = connections(&nodes[0], &["h2"]);
@@ -780,6 +815,74 @@ async fn h1_h2_three_hosts_partition_heal_and_member_loss() {
         "etcd m1 back: serving {} ms after it was killed",
         ms(killed.elapsed())
     );
+
+    // A call in flight across a partition: c2 (on h2) calls `work` on h3 for two minutes, h3
+    // is cut off while it runs: the call fails as may-have-run once the connection leaves
+    // ready at the deadline, never silently, and h3 did start it.
+    let config = mesh.dir.path().join("c2.toml");
+    std::fs::write(
+        &config,
+        toml::to_string(&caller_config(net, pki, keys)).expect("toml"),
+    )
+    .expect("write");
+    let mut call = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            net.host(2),
+            env!("CARGO_BIN_EXE_zmesh"),
+            "call",
+        ])
+        .arg("--config")
+        .arg(&config)
+        .args(["--channel", "orders", "--method", "work", "--peer", "h3"])
+        .args(["--args", r#"["across", 120000]"#, "--wait-ms", "30000"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("zmesh call");
+    let started = Instant::now();
+    let exec_log = exec_log(mesh, 3);
+    while !std::fs::read_to_string(&exec_log)
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.starts_with("work "))
+    {
+        assert!(started.elapsed() < BOUND, "h3 never started the call");
+        assert!(
+            call.try_wait().ok().flatten().is_none(),
+            "the call ended before h3 ran it"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    net.link(3, false);
+    let cut = Instant::now();
+    let status = loop {
+        if let Some(status) = call.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            cut.elapsed() < BOUND,
+            "the call did not end within {BOUND:?} of the cut"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let failed_after = cut.elapsed();
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut call.stdout.take().expect("stdout"), &mut out)
+        .expect("read");
+    let answer: Value = serde_json::from_str(out.trim()).expect("the call's JSON");
+    println!(
+        "call across the partition: failed {} ms after the cut: {answer}",
+        ms(failed_after)
+    );
+    assert!(!status.success(), "{answer}");
+    assert_eq!(answer["ok"], false, "{answer}");
+    assert_eq!(answer["may_have_run"], true, "{answer}");
+    assert!(
+        failed_after <= PEER_DEADLINE + Duration::from_secs(1),
+        "the call failed {failed_after:?} after the cut (deadline {PEER_DEADLINE:?})"
+    );
+    net.link(3, true);
 }
 
 /// MISSION H2, F3, F4 (three hosts): `h3`'s node killed with SIGKILL while its host is cut

@@ -75,18 +75,19 @@ impl Mesh {
 
     /// Starts a `zmesh node` child with `cfg` as it is (endpoints allowed: a manual node).
     pub fn spawn(&self, cfg: &NodeConfig) -> Proc {
-        self.spawn_with(cfg, Command::new(env!("CARGO_BIN_EXE_zmesh")))
+        self.spawn_with(cfg, Command::new(env!("CARGO_BIN_EXE_zmesh")), &[])
     }
 
     /// Starts a `zmesh node` child with `cfg` in the network namespace `netns` (`ip netns
-    /// exec`); its control endpoint (ipc, a file) is reached from any namespace.
-    pub fn spawn_in(&self, cfg: &NodeConfig, netns: &str) -> Proc {
+    /// exec`), with the further arguments `extra`; its control endpoint (ipc, a file) is
+    /// reached from any namespace.
+    pub fn spawn_in(&self, cfg: &NodeConfig, netns: &str, extra: &[&str]) -> Proc {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", netns, env!("CARGO_BIN_EXE_zmesh")]);
-        self.spawn_with(cfg, cmd)
+        self.spawn_with(cfg, cmd, extra)
     }
 
-    fn spawn_with(&self, cfg: &NodeConfig, mut cmd: Command) -> Proc {
+    fn spawn_with(&self, cfg: &NodeConfig, mut cmd: Command, extra: &[&str]) -> Proc {
         let text = toml::to_string(cfg).expect("toml");
         let path = self.dir.path().join(format!("{}.toml", cfg.rid));
         std::fs::write(&path, text).expect("write config");
@@ -101,6 +102,7 @@ impl Mesh {
                 "--config",
             ])
             .arg(&path)
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
