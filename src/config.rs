@@ -251,10 +251,17 @@ pub struct DiscoveryConfig {
     /// `route_mesh`, `server`, `publisher`. Default `["route_mesh"]`.
     #[serde(default = "default_auto_bind")]
     pub bind: Vec<AutoBind>,
-    /// The address the automatically bound endpoints listen on, which peers dial: it must be
-    /// reachable by them (not `*` or `0.0.0.0`). Default `127.0.0.1`.
+    /// The address the automatically bound endpoints listen on. Without
+    /// [`DiscoveryConfig::advertise`] it is also the address peers dial, so it must be
+    /// reachable by them (not `*`, `0.0.0.0` or `::`); with an advertised host it may be a
+    /// wildcard (every interface). Default `127.0.0.1`.
     #[serde(default = "default_discovery_host")]
     pub host: String,
+    /// `[discovery.advertise]`: the hosts other nodes dial, where they are not the ones the
+    /// endpoints are bound on (a wildcard bind, an interface known by another name). Absent:
+    /// every endpoint is published as it is bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advertise: Option<AdvertiseConfig>,
     /// Dial the RouteMesh peers found in the store. Default true.
     #[serde(default = "default_true")]
     pub route_mesh: bool,
@@ -265,6 +272,121 @@ pub struct DiscoveryConfig {
     /// Subscribe to every publisher found in the store, one SUB socket each. Default true.
     #[serde(default = "default_true")]
     pub subscribe: bool,
+    /// `[discovery.tls]`, etcd only: reach every etcd member over TLS. Absent: plain text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<EtcdTlsConfig>,
+    /// `[discovery.auth]`, etcd only: authenticate with etcd's user/password authentication.
+    /// Absent: no authentication.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<EtcdAuthConfig>,
+}
+
+/// `[discovery.advertise]`: the host published in the descriptor for each kind of tcp
+/// endpoint, in place of the host it is bound on; the bound port is kept (an ephemeral one
+/// included). ipc endpoints are published as they are. Each kind takes its own host if set,
+/// else `host`, else the bound one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdvertiseConfig {
+    /// The host (a DNS name or an IP address) for every kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The host for both RouteMesh lanes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route_mesh: Option<String>,
+    /// The host for the ClientServer endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    /// The host for the fanout publisher.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub publisher: Option<String>,
+}
+
+/// A kind of endpoint a descriptor publishes ([`AdvertiseConfig`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndpointKind {
+    /// A RouteMesh lane.
+    RouteMesh,
+    /// The ClientServer endpoint.
+    Server,
+    /// The fanout publisher.
+    Publisher,
+}
+
+impl AdvertiseConfig {
+    /// The host advertised for endpoints of `kind`, if any.
+    pub fn host_for(&self, kind: EndpointKind) -> Option<&str> {
+        let own = match kind {
+            EndpointKind::RouteMesh => &self.route_mesh,
+            EndpointKind::Server => &self.server,
+            EndpointKind::Publisher => &self.publisher,
+        };
+        own.as_deref().or(self.host.as_deref())
+    }
+
+    /// `bound` (an endpoint of `kind` as bound) as it is published.
+    pub fn advertised(&self, kind: EndpointKind, bound: &str) -> String {
+        match self.host_for(kind) {
+            Some(host) => crate::proto::discovery::descriptor::with_host(bound, host),
+            None => bound.to_owned(),
+        }
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let hosts = [&self.host, &self.route_mesh, &self.server, &self.publisher];
+        for h in hosts.into_iter().flatten() {
+            let probe = crate::proto::discovery::descriptor::with_host("tcp://x:1", h);
+            let bad = h.is_empty()
+                || h.contains('/')
+                || h.contains(']')
+                || h.contains('[')
+                || crate::proto::discovery::descriptor::host_locality(&probe)
+                    == Some("a wildcard address");
+            if bad {
+                return Err(format!(
+                    "[discovery.advertise]: {h:?} is not a host other nodes can dial"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `[discovery.tls]`: TLS to the etcd members. A relative path in a file read by
+/// [`NodeConfig::from_file`] is relative to that file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EtcdTlsConfig {
+    /// The CA certificate(s) (PEM) that signed the members' certificates. Required.
+    pub ca_file: PathBuf,
+    /// This node's client certificate (PEM), for members that require one
+    /// (`--client-cert-auth`); with `key_file`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_file: Option<PathBuf>,
+    /// The private key (PEM) of `cert_file`; with `cert_file`. Never logged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<PathBuf>,
+    /// The name the members' certificates must carry. Default: the host of each member's
+    /// endpoint in the store URL (a DNS name, or an IP address in the certificate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_name: Option<String>,
+}
+
+/// `[discovery.auth]`: etcd user/password authentication. The password comes from a file or
+/// an environment variable (exactly one of the two), never from the configuration itself,
+/// and is never logged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EtcdAuthConfig {
+    /// The etcd user.
+    pub user: String,
+    /// A file holding the password (its first line; a trailing newline is not part of it).
+    /// Relative as [`EtcdTlsConfig::ca_file`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<PathBuf>,
+    /// The name of an environment variable holding the password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_env: Option<String>,
 }
 
 /// A section that [`DiscoveryConfig::bind`] binds automatically.
@@ -289,7 +411,56 @@ impl DiscoveryConfig {
             route_mesh: true,
             client_server: true,
             subscribe: true,
+            advertise: None,
+            tls: None,
+            auth: None,
         }
+    }
+
+    /// Makes relative certificate, key and password file paths relative to `dir` (what
+    /// [`NodeConfig::from_file`] does with the file's directory).
+    pub fn resolve_paths(&mut self, dir: &Path) {
+        let tls = self.tls.iter_mut().flat_map(|t| {
+            [
+                Some(&mut t.ca_file),
+                t.cert_file.as_mut(),
+                t.key_file.as_mut(),
+            ]
+            .into_iter()
+            .flatten()
+        });
+        let auth = self
+            .auth
+            .iter_mut()
+            .filter_map(|a| a.password_file.as_mut());
+        for p in tls.chain(auth) {
+            if p.is_relative() {
+                *p = dir.join(&*p);
+            }
+        }
+    }
+
+    /// `[discovery.tls]` and `[discovery.auth]`: for an etcd store only, each setting
+    /// complete.
+    fn validate_store_access(&self) -> Result<(), String> {
+        let etcd = matches!(StoreUrl::parse(&self.store), Ok(StoreUrl::Etcd { .. }));
+        if !etcd && (self.tls.is_some() || self.auth.is_some()) {
+            return Err("[discovery.tls] and [discovery.auth] apply to an etcd store only".into());
+        }
+        if let Some(t) = &self.tls {
+            if t.cert_file.is_some() != t.key_file.is_some() {
+                return Err("[discovery.tls]: cert_file and key_file go together".into());
+            }
+        }
+        if let Some(a) = &self.auth {
+            if a.user.is_empty() {
+                return Err("[discovery.auth]: user must not be empty".into());
+            }
+            if a.password_file.is_some() == a.password_env.is_some() {
+                return Err("[discovery.auth]: give one of password_file and password_env".into());
+            }
+        }
+        Ok(())
     }
 }
 
@@ -357,6 +528,22 @@ impl StoreUrl {
             return Ok(StoreUrl::Etcd { endpoints, prefix });
         }
         Err(bad("expected sqlite://PATH or etcd://HOST:PORT"))
+    }
+}
+
+impl StoreUrl {
+    /// Whether other hosts may read this store: an etcd with a member that is not on a
+    /// loopback address. SQLite is one host's file; an etcd whose every member is on
+    /// loopback serves this host only.
+    pub fn is_shared_across_hosts(&self) -> bool {
+        match self {
+            StoreUrl::Sqlite(_) => false,
+            StoreUrl::Etcd { endpoints, .. } => endpoints.iter().any(|e| {
+                let probe = format!("tcp://{e}");
+                crate::proto::discovery::descriptor::host_locality(&probe)
+                    != Some("a loopback address")
+            }),
+        }
     }
 }
 
@@ -629,6 +816,9 @@ impl NodeConfig {
         // Key paths in a file are relative to the file, wherever it is run from.
         if let Some(dir) = path.parent() {
             config.security.resolve_paths(dir);
+            if let Some(d) = config.discovery.as_mut() {
+                d.resolve_paths(dir);
+            }
         }
         Ok(config)
     }
@@ -714,13 +904,33 @@ impl NodeConfig {
             if let Err(e) = StoreUrl::parse(&d.store) {
                 return bad(format!("discovery: {e}"));
             }
-            let host_ok =
-                !d.host.is_empty() && d.host != "*" && d.host != "0.0.0.0" && !d.host.contains('/');
-            if !host_ok {
+            let wildcard = d.host == "*" || d.host == "0.0.0.0" || d.host == "::";
+            let advertised = |kind| {
+                d.advertise
+                    .as_ref()
+                    .and_then(|a| a.host_for(kind))
+                    .is_some()
+            };
+            let kinds_advertised = d.bind.iter().all(|b| {
+                advertised(match b {
+                    AutoBind::RouteMesh => EndpointKind::RouteMesh,
+                    AutoBind::Server => EndpointKind::Server,
+                    AutoBind::Publisher => EndpointKind::Publisher,
+                })
+            });
+            let host_ok = !d.host.is_empty() && !d.host.contains('/');
+            if !host_ok || (wildcard && !kinds_advertised) {
                 return bad(format!(
-                    "discovery host {:?} must be an address peers can dial",
+                    "discovery host {:?} must be an address peers can dial, or a wildcard \
+                     with [discovery.advertise] naming the host they dial",
                     d.host
                 ));
+            }
+            if let Some(a) = &d.advertise {
+                a.validate().or_else(|e| bad(format!("discovery: {e}")))?;
+            }
+            if let Err(e) = d.validate_store_access() {
+                return bad(format!("discovery: {e}"));
             }
         }
         self.validate_security()?;
@@ -800,7 +1010,11 @@ impl NodeConfig {
         let Some(d) = self.discovery.clone() else {
             return self;
         };
-        let any = format!("tcp://{}:*", d.host);
+        let any = if d.host.contains(':') {
+            format!("tcp://[{}]:*", d.host)
+        } else {
+            format!("tcp://{}:*", d.host)
+        };
         for b in &d.bind {
             match b {
                 AutoBind::RouteMesh if self.route_mesh.is_none() => {
@@ -955,6 +1169,108 @@ mod tests {
         let mut c = c;
         c.security.resolve_paths(Path::new("/etc/zmesh"));
         assert_eq!(c.security.secret_key_file, Some("/etc/zmesh/a.key".into()));
+    }
+
+    /// MISSION H1: `[discovery.tls]` and `[discovery.auth]` are for etcd, complete, and their
+    /// file paths are relative to the configuration file.
+    #[test]
+    fn etcd_tls_and_auth_settings_are_checked_and_resolved() {
+        let base = "rid = \"a\"\n[security]\nmode = \"none\"\n[discovery]\n\
+                    store = \"etcd://10.0.0.1:2379,10.0.0.2:2379\"\n";
+        let text = format!(
+            "{base}[discovery.tls]\nca_file = \"ca.pem\"\ncert_file = \"/etc/zmesh/a.pem\"\n\
+             key_file = \"a-key.pem\"\n[discovery.auth]\nuser = \"zmesh\"\n\
+             password_file = \"secret/etcd\"\n"
+        );
+        let mut d = NodeConfig::from_toml(&text)
+            .expect("parses")
+            .discovery
+            .expect("discovery");
+        d.resolve_paths(Path::new("/srv/node"));
+        let tls = d.tls.clone().expect("tls");
+        assert_eq!(tls.ca_file, PathBuf::from("/srv/node/ca.pem"));
+        assert_eq!(tls.cert_file, Some("/etc/zmesh/a.pem".into()));
+        assert_eq!(tls.key_file, Some("/srv/node/a-key.pem".into()));
+        let auth = d.auth.clone().expect("auth");
+        assert_eq!(auth.password_file, Some("/srv/node/secret/etcd".into()));
+        let env =
+            format!("{base}[discovery.auth]\nuser = \"zmesh\"\npassword_env = \"ETCD_PASSWORD\"\n");
+        assert!(NodeConfig::from_toml(&env).is_ok());
+        for bad in [
+            // Not for SQLite.
+            "rid = \"a\"\n[security]\nmode = \"none\"\n[discovery]\nstore = \"sqlite:///x\"\n\
+             [discovery.tls]\nca_file = \"ca.pem\"\n"
+                .to_owned(),
+            format!("{base}[discovery.tls]\ncert_file = \"a.pem\"\n"),
+            format!("{base}[discovery.tls]\nca_file = \"c\"\ncert_file = \"a.pem\"\n"),
+            format!("{base}[discovery.auth]\nuser = \"zmesh\"\n"),
+            format!(
+                "{base}[discovery.auth]\nuser = \"zmesh\"\npassword_env = \"P\"\n\
+                 password_file = \"p\"\n"
+            ),
+            format!("{base}[discovery.auth]\nuser = \"\"\npassword_env = \"P\"\n"),
+            // A password is never written in the file itself.
+            format!("{base}[discovery.auth]\nuser = \"zmesh\"\npassword = \"hunter2\"\n"),
+        ] {
+            assert!(NodeConfig::from_toml(&bad).is_err(), "{bad}");
+        }
+    }
+
+    /// MISSION H1: a node may bind on every interface when `[discovery.advertise]` names the
+    /// host peers dial, for every kind it binds; an advertised host is never a wildcard; a
+    /// store is shared across hosts when one of its etcd members is not on loopback.
+    #[test]
+    fn wildcard_binds_need_an_advertised_host() {
+        let with = |extra: &str| {
+            format!(
+                "rid = \"a\"\n[security]\nmode = \"none\"\n[discovery]\n\
+                 store = \"etcd://10.1.0.1:2379\"\nhost = \"0.0.0.0\"\n{extra}"
+            )
+        };
+        let ok = NodeConfig::from_toml(&with("[discovery.advertise]\nhost = \"10.1.0.5\"\n"))
+            .expect("wildcard bind, advertised host");
+        let a = ok.discovery.and_then(|d| d.advertise).expect("advertise");
+        assert_eq!(
+            a.advertised(EndpointKind::RouteMesh, "tcp://0.0.0.0:7101"),
+            "tcp://10.1.0.5:7101"
+        );
+        let per_kind = AdvertiseConfig {
+            host: Some("10.1.0.5".into()),
+            publisher: Some("fd00::7".into()),
+            ..AdvertiseConfig::default()
+        };
+        assert_eq!(
+            per_kind.advertised(EndpointKind::Publisher, "tcp://[::]:9"),
+            "tcp://[fd00::7]:9"
+        );
+        assert_eq!(
+            per_kind.advertised(EndpointKind::Server, "tcp://0.0.0.0:8"),
+            "tcp://10.1.0.5:8"
+        );
+        assert_eq!(
+            AdvertiseConfig::default().advertised(EndpointKind::Server, "tcp://0.0.0.0:8"),
+            "tcp://0.0.0.0:8"
+        );
+        assert!(NodeConfig::from_toml(&with(
+            "bind = [\"route_mesh\", \"publisher\"]\n\
+             [discovery.advertise]\nroute_mesh = \"10.1.0.5\"\npublisher = \"10.2.0.5\"\n"
+        ))
+        .is_ok());
+        for bad in [
+            with(""),
+            with("bind = [\"route_mesh\", \"publisher\"]\n[discovery.advertise]\nroute_mesh = \"h\"\n"),
+            with("[discovery.advertise]\nhost = \"0.0.0.0\"\n"),
+            with("[discovery.advertise]\nhost = \"::\"\n"),
+            with("[discovery.advertise]\nhost = \"\"\n"),
+            with("[discovery.advertise]\nhost = \"tcp://h\"\n"),
+        ] {
+            assert!(NodeConfig::from_toml(&bad).is_err(), "{bad}");
+        }
+        let shared = |url: &str| StoreUrl::parse(url).expect("url").is_shared_across_hosts();
+        assert!(!shared("sqlite:///x.db"));
+        assert!(!shared("etcd://127.0.0.1:2379,localhost:2380"));
+        assert!(shared("etcd://127.0.0.1:2379,10.1.0.2:2379"));
+        assert!(shared("etcd://etcd-1.plant-7:2379"));
     }
 
     #[test]

@@ -56,6 +56,68 @@ struct Status {
     watch_reachable: bool,
     last_error: Option<(String, Instant)>,
     descriptors_seen: usize,
+    outage: Outage,
+}
+
+impl Status {
+    /// Logs the store's reachability, as both tasks see it together, when it changes: one
+    /// line as it goes and one as it comes back, however many retries fail in between.
+    fn log_reachability(&mut self, now: Instant) {
+        let reachable = self.lease_reachable && self.watch_reachable;
+        match self.outage.handle(reachable, now) {
+            Some(OutageChange::Began) => {
+                let error = self.last_error.as_ref().map_or("", |(e, _)| e.as_str());
+                tracing::warn!(
+                    store = %self.store,
+                    %error,
+                    "store unreachable: links go on as their liveness judges them; \
+                     retrying every {STORE_RETRY:?}"
+                );
+            }
+            // At the level of the line it closes, so that a log that shows one shows both.
+            Some(OutageChange::Ended { lasted }) => tracing::warn!(
+                store = %self.store,
+                outage_ms = lasted.as_millis() as u64,
+                "store reachable again"
+            ),
+            None => {}
+        }
+    }
+}
+
+/// Whether the store is in an outage, and since when: turns a stream of reachability
+/// verdicts (one per store operation) into its changes.
+#[derive(Debug, Default)]
+struct Outage {
+    since: Option<Instant>,
+}
+
+/// A change of [`Outage`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OutageChange {
+    /// The store became unreachable.
+    Began,
+    /// The store answers again, after `lasted`.
+    Ended { lasted: Duration },
+}
+
+impl Outage {
+    /// The store is `reachable` (or not) at `now`: the change this makes, if any.
+    fn handle(&mut self, reachable: bool, now: Instant) -> Option<OutageChange> {
+        match (reachable, self.since) {
+            (false, None) => {
+                self.since = Some(now);
+                Some(OutageChange::Began)
+            }
+            (true, Some(since)) => {
+                self.since = None;
+                Some(OutageChange::Ended {
+                    lasted: now.saturating_duration_since(since),
+                })
+            }
+            _ => None,
+        }
+    }
 }
 
 /// How the agent hands the I/O thread its intents and events: false once the node is gone.
@@ -89,6 +151,7 @@ impl Agent {
             watch_reachable: true,
             last_error: None,
             descriptors_seen: 0,
+            outage: Outage::default(),
         }));
         let lease_task = handle.spawn(lease_task(
             store.clone(),
@@ -225,6 +288,7 @@ async fn lease_task(
             s.lease = keeper.status();
             s.confirmed_at = keeper.age(now).map(|age| now - age);
             s.lease_reachable = keeper.store_reachable() != Some(false);
+            s.log_reachability(now);
             let age = keeper.age(now).map_or(-1.0, |a| a.as_secs_f64());
             metrics::gauge!("zmesh_discovery_lease_age_seconds").set(age);
             metrics::gauge!("zmesh_discovery_store_reachable").set(
@@ -355,6 +419,7 @@ async fn watch_task(
             {
                 let mut s = lock(&status);
                 s.watch_reachable = reachable;
+                s.log_reachability(Instant::now());
                 s.descriptors_seen = dir.len();
                 metrics::gauge!("zmesh_discovery_descriptors").set(dir.len() as f64);
             }
@@ -364,5 +429,32 @@ async fn watch_task(
                 break 'outer;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// MISSION F5, operator view: however many operations fail, an outage is one
+    /// change as it begins and one as it ends, with how long it lasted.
+    #[test]
+    fn an_outage_is_one_change_each_way_however_many_retries() {
+        let t0 = Instant::now();
+        let mut o = Outage::default();
+        assert_eq!(o.handle(true, t0), None);
+        assert_eq!(o.handle(false, t0), Some(OutageChange::Began));
+        for i in 1..=10 {
+            assert_eq!(o.handle(false, t0 + STORE_RETRY * i), None, "retry {i}");
+        }
+        let back = t0 + Duration::from_millis(10_500);
+        assert_eq!(
+            o.handle(true, back),
+            Some(OutageChange::Ended {
+                lasted: Duration::from_millis(10_500)
+            })
+        );
+        assert_eq!(o.handle(true, back), None);
+        assert_eq!(o.handle(false, back), Some(OutageChange::Began));
     }
 }

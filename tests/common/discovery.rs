@@ -9,6 +9,7 @@
 
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -74,11 +75,24 @@ impl Mesh {
 
     /// Starts a `zmesh node` child with `cfg` as it is (endpoints allowed: a manual node).
     pub fn spawn(&self, cfg: &NodeConfig) -> Proc {
+        self.spawn_with(cfg, Command::new(env!("CARGO_BIN_EXE_zmesh")), &[])
+    }
+
+    /// Starts a `zmesh node` child with `cfg` in the network namespace `netns` (`ip netns
+    /// exec`), with the further arguments `extra`; its control endpoint (ipc, a file) is
+    /// reached from any namespace.
+    pub fn spawn_in(&self, cfg: &NodeConfig, netns: &str, extra: &[&str]) -> Proc {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", netns, env!("CARGO_BIN_EXE_zmesh")]);
+        self.spawn_with(cfg, cmd, extra)
+    }
+
+    fn spawn_with(&self, cfg: &NodeConfig, mut cmd: Command, extra: &[&str]) -> Proc {
         let text = toml::to_string(cfg).expect("toml");
         let path = self.dir.path().join(format!("{}.toml", cfg.rid));
         std::fs::write(&path, text).expect("write config");
         let control = common::ipc(&format!("ctl-{}", cfg.rid));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_zmesh"))
+        let mut child = cmd
             .args([
                 "node",
                 "--events",
@@ -88,9 +102,23 @@ impl Mesh {
                 "--config",
             ])
             .arg(&path)
+            .args(extra)
             .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("spawn zmesh node");
+        // The node's log: kept for the test, and passed on to the test's own stderr.
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let err = child.stderr.take().expect("stderr");
+        let kept = log.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                eprintln!("{line}");
+                if let Ok(mut l) = kept.lock() {
+                    l.push(line);
+                }
+            }
+        });
         let out = child.stdout.take().expect("stdout");
         let (tx, lines) = tokio::sync::mpsc::unbounded_channel();
         std::thread::spawn(move || {
@@ -109,6 +137,7 @@ impl Mesh {
             lines,
             seen: Vec::new(),
             control,
+            log,
         }
     }
 }
@@ -121,9 +150,19 @@ pub struct Proc {
     /// Every line taken so far, in order.
     pub seen: Vec<Value>,
     pub control: String,
+    /// The lines of the node's log (its stderr) so far.
+    log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Proc {
+    /// The lines of the node's log (stderr) so far that contain `text`.
+    pub fn log_lines(&self, text: &str) -> Vec<String> {
+        self.log
+            .lock()
+            .map(|l| l.iter().filter(|l| l.contains(text)).cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Takes the lines printed so far.
     pub fn take_lines(&mut self) -> &[Value] {
         while let Ok(v) = self.lines.try_recv() {

@@ -186,8 +186,13 @@ enum Cmd {
     /// descriptor with its generation, endpoints, memberships and lease age.
     Peers {
         /// The store: `sqlite:///path/mesh.db` or `etcd://host:port[,host:port…][/prefix]`.
+        /// With `--config`, replaces the URL of its `[discovery]` section.
+        #[arg(long, required_unless_present = "config")]
+        store: Option<String>,
+        /// A node's configuration file: its `[discovery]` section names the store and how to
+        /// reach it (`[discovery.tls]`, `[discovery.auth]`).
         #[arg(long)]
-        store: String,
+        config: Option<PathBuf>,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -349,7 +354,11 @@ fn main() -> Result<()> {
                 Ok(())
             }
             Cmd::Status { control, json } => status(&control, json),
-            Cmd::Peers { store, json } => peers::run(&store, json).await,
+            Cmd::Peers {
+                store,
+                config,
+                json,
+            } => peers::run(store, config, json).await,
             Cmd::Describe {
                 control,
                 config,

@@ -1,12 +1,33 @@
-//! `zmesh peers --store URL [--json]`: the descriptors in a discovery store (MISSION D1), each
-//! with its lease age.
+//! `zmesh peers (--store URL | --config FILE) [--json]`: the descriptors in a discovery store
+//! (MISSION D1), each with its lease age.
+
+use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use zmesh::config::{DiscoveryConfig, NodeConfig};
 use zmesh::runtime::store::{self, Entry};
 
-/// Prints every live descriptor of the store at `url`, as a table or as JSON.
-pub(crate) async fn run(url: &str, as_json: bool) -> Result<()> {
-    let store = store::open(url).with_context(|| format!("opening {url}"))?;
+/// Prints every live descriptor of the store, as a table or as JSON: the store at `url`, or
+/// the one of the `[discovery]` section of the configuration file `config` (with its TLS and
+/// authentication settings; `url`, if given, replaces its URL).
+pub(crate) async fn run(url: Option<String>, config: Option<PathBuf>, as_json: bool) -> Result<()> {
+    let discovery = match (config, url) {
+        (Some(file), url) => {
+            let c = NodeConfig::from_file(&file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            let mut d = c
+                .discovery
+                .with_context(|| format!("{} has no [discovery] section", file.display()))?;
+            if let Some(url) = url {
+                d.store = url;
+            }
+            d
+        }
+        (None, Some(url)) => DiscoveryConfig::new(url),
+        (None, None) => anyhow::bail!("give --store URL or --config FILE"),
+    };
+    let url = discovery.store.clone();
+    let store = store::open_config(&discovery).with_context(|| format!("opening {url}"))?;
     let entries = store
         .list()
         .await

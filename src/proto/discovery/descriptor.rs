@@ -183,6 +183,30 @@ impl Descriptor {
         }
     }
 
+    /// Every endpoint this descriptor publishes, with what it is: `route_mesh application`,
+    /// `route_mesh completion`, `server`, `publisher`.
+    pub fn endpoints(&self) -> Vec<(&'static str, &str)> {
+        let mut out = Vec::new();
+        if let Some(m) = &self.route_mesh {
+            out.push(("route_mesh application", m.application.as_str()));
+            out.push(("route_mesh completion", m.completion.as_str()));
+        }
+        out.extend(self.server.iter().map(|s| ("server", s.as_str())));
+        out.extend(self.publishers.iter().map(|p| ("publisher", p.as_str())));
+        out
+    }
+
+    /// The endpoints of this descriptor that only this host can dial, each with why: a tcp
+    /// endpoint on a loopback address (`127.0.0.0/8`, `::1`, `localhost`) or a wildcard one
+    /// (`0.0.0.0`, `::`, `*`), or an ipc endpoint. Fine for a store that only this host reads,
+    /// refused for one that other hosts read (MISSION H1).
+    pub fn host_local_endpoints(&self) -> Vec<(&'static str, &str, &'static str)> {
+        self.endpoints()
+            .into_iter()
+            .filter_map(|(what, e)| host_locality(e).map(|why| (what, e, why)))
+            .collect()
+    }
+
     /// The descriptor of a node with `identity` and these endpoints.
     pub fn of(
         identity: &Identity,
@@ -199,6 +223,47 @@ impl Descriptor {
             server,
             publishers,
         }
+    }
+}
+
+/// Why only this host can dial `endpoint`, if so: `"a loopback address"`, `"a wildcard
+/// address"`, `"an ipc path"`.
+pub fn host_locality(endpoint: &str) -> Option<&'static str> {
+    if endpoint.starts_with("ipc://") {
+        return Some("an ipc path");
+    }
+    let host = tcp_host(endpoint)?;
+    if host == "*" || host == "0.0.0.0" || host == "::" {
+        return Some("a wildcard address");
+    }
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    loopback.then_some("a loopback address")
+}
+
+/// The host of a `tcp://HOST:PORT` endpoint (an IPv6 address without its brackets).
+pub fn tcp_host(endpoint: &str) -> Option<&str> {
+    let rest = endpoint.strip_prefix("tcp://")?;
+    let (host, _port) = rest.rsplit_once(':')?;
+    Some(host.trim_start_matches('[').trim_end_matches(']'))
+}
+
+/// `endpoint` with its host replaced by `host`, its port kept: what a node advertises for an
+/// endpoint it bound on another address (a wildcard, or an interface other hosts reach by
+/// another name). Anything but a `tcp://HOST:PORT` endpoint is returned as it is.
+pub fn with_host(endpoint: &str, host: &str) -> String {
+    let Some((_, port)) = endpoint
+        .strip_prefix("tcp://")
+        .and_then(|rest| rest.rsplit_once(':'))
+    else {
+        return endpoint.to_owned();
+    };
+    if host.contains(':') {
+        format!("tcp://[{host}]:{port}")
+    } else {
+        format!("tcp://{host}:{port}")
     }
 }
 
@@ -372,5 +437,53 @@ mod tests {
         assert_eq!(f.rid.as_deref(), Some("b"));
         assert_eq!(f.generation, Some(0x5129_b379_1400_3e4e));
         assert_eq!(f.security_identity.as_deref(), Some("b"));
+    }
+
+    /// MISSION H1: what only this host can dial is found, and an advertised host replaces
+    /// the bound one with the bound port kept.
+    #[test]
+    fn host_local_endpoints_and_advertised_hosts() {
+        for (e, why) in [
+            ("tcp://127.0.0.1:7101", Some("a loopback address")),
+            ("tcp://127.9.0.3:7101", Some("a loopback address")),
+            ("tcp://localhost:7101", Some("a loopback address")),
+            ("tcp://[::1]:7101", Some("a loopback address")),
+            ("tcp://0.0.0.0:7101", Some("a wildcard address")),
+            ("tcp://[::]:7101", Some("a wildcard address")),
+            ("tcp://*:7101", Some("a wildcard address")),
+            ("ipc:///tmp/x", Some("an ipc path")),
+            ("tcp://10.1.0.5:7101", None),
+            ("tcp://node-a.plant-7:7101", None),
+            ("tcp://[fd00::5]:7101", None),
+        ] {
+            assert_eq!(host_locality(e), why, "{e}");
+        }
+        assert_eq!(
+            with_host("tcp://0.0.0.0:7101", "10.1.0.5"),
+            "tcp://10.1.0.5:7101"
+        );
+        assert_eq!(
+            with_host("tcp://[::]:7101", "fd00::5"),
+            "tcp://[fd00::5]:7101"
+        );
+        assert_eq!(with_host("ipc:///tmp/x", "10.1.0.5"), "ipc:///tmp/x");
+        let mut d = sample();
+        d.route_mesh = Some(MeshEndpoints {
+            application: "tcp://0.0.0.0:1".into(),
+            completion: "tcp://10.1.0.5:2".into(),
+        });
+        d.server = Some("tcp://127.0.0.1:3".into());
+        d.publishers = vec!["tcp://10.1.0.5:4".into()];
+        assert_eq!(
+            d.host_local_endpoints(),
+            vec![
+                (
+                    "route_mesh application",
+                    "tcp://0.0.0.0:1",
+                    "a wildcard address"
+                ),
+                ("server", "tcp://127.0.0.1:3", "a loopback address"),
+            ]
+        );
     }
 }

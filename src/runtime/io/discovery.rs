@@ -37,7 +37,7 @@ use super::fanout::Sub;
 use super::links::{note, LinkKind};
 use super::slots::SlotRole;
 use super::{IoThread, LinkKey};
-use crate::config::{PeerConfig, ServerConfig};
+use crate::config::{EndpointKind, PeerConfig, ServerConfig};
 use crate::proto::discovery::{Descriptor, Intent, MeshEndpoints};
 use crate::proto::handshake::Expectation;
 use crate::proto::security::PublicKey;
@@ -64,14 +64,25 @@ pub(super) struct Discovered {
 }
 
 impl IoThread {
-    /// The descriptor this node publishes: its identity and the endpoints it bound.
+    /// The descriptor this node publishes: its identity and the endpoints it bound, each as
+    /// `[discovery.advertise]` says other nodes dial it.
     pub(crate) fn descriptor(&self) -> Descriptor {
+        let advertise = self
+            .cfg
+            .discovery
+            .as_ref()
+            .and_then(|d| d.advertise.clone())
+            .unwrap_or_default();
         let bound = |role: SlotRole| {
+            let kind = match role {
+                SlotRole::Bound(Lane::ClientServer) => EndpointKind::Server,
+                _ => EndpointKind::RouteMesh,
+            };
             self.slots
                 .values()
                 .flatten()
                 .find(|s| s.role == role)
-                .map(|s| s.endpoint.clone())
+                .map(|s| advertise.advertised(kind, &s.endpoint))
         };
         let route_mesh = match (
             bound(SlotRole::Bound(Lane::Application)),
@@ -87,7 +98,10 @@ impl IoThread {
             &self.me,
             route_mesh,
             bound(SlotRole::Bound(Lane::ClientServer)),
-            self.publisher.iter().map(|p| p.endpoint.clone()).collect(),
+            self.publisher
+                .iter()
+                .map(|p| advertise.advertised(EndpointKind::Publisher, &p.endpoint))
+                .collect(),
         )
     }
 

@@ -325,7 +325,9 @@ impl Node {
         }
         let plan = match discovery {
             Some(d) => {
-                let store = crate::runtime::store::open(&d.store).map_err(|e| {
+                let descriptor = io.descriptor();
+                check_advertised(&d, &descriptor)?;
+                let store = crate::runtime::store::open_config(&d).map_err(|e| {
                     NodeError::Config(crate::config::ConfigError::Invalid(e.to_string()))
                 })?;
                 let mut local = crate::proto::discovery::Local::new(node.rid(), &memberships);
@@ -334,7 +336,7 @@ impl Node {
                 local.subscribe = d.subscribe;
                 Some(DiscoveryPlan {
                     store,
-                    descriptor: io.descriptor(),
+                    descriptor,
                     local,
                 })
             }
@@ -969,6 +971,29 @@ impl Drop for Inner {
 }
 
 /// A fresh random non-zero lifecycle generation for this process run.
+/// Refuses a descriptor that would publish an endpoint only this host can dial (loopback,
+/// wildcard, ipc) to a store that other hosts read (MISSION H1), saying which endpoint, why,
+/// and what to set.
+fn check_advertised(
+    d: &crate::config::DiscoveryConfig,
+    descriptor: &crate::proto::discovery::Descriptor,
+) -> Result<(), NodeError> {
+    let shared = crate::config::StoreUrl::parse(&d.store).is_ok_and(|u| u.is_shared_across_hosts());
+    let local = descriptor.host_local_endpoints();
+    let Some((what, endpoint, why)) = local.first().filter(|_| shared) else {
+        return Ok(());
+    };
+    Err(NodeError::Config(crate::config::ConfigError::Invalid(
+        format!(
+            "discovery: this node would publish its {what} endpoint {endpoint}, {why}, to \
+             {}, which other hosts read, and they cannot dial it: bind it on an address \
+             they reach, or name that address in [discovery.advertise] (host, or \
+             route_mesh / server / publisher)",
+            d.store
+        ),
+    )))
+}
+
 fn fresh_generation() -> u64 {
     loop {
         let mut buf = [0u8; 8];

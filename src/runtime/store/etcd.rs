@@ -1,9 +1,27 @@
-//! The etcd v3 descriptor store, for many hosts (MISSION D2).
+//! The etcd v3 descriptor store, for many hosts (MISSION D2, H1).
 //!
-//! It speaks etcd's own JSON API (the gRPC gateway every etcd 3.4+ serves on its client port,
-//! `POST /v3/kv/range`, `/v3/lease/grant`, `/v3/watch`, …) over plain HTTP/1.1, so it needs no
-//! protobuf compiler, no gRPC stack and no extra crate: a fresh machine builds it as it is.
-//! TLS and authentication are not supported (a plain `etcd://host:port` only).
+//! It speaks etcd's gRPC API through the `etcd-client` crate (tonic over HTTP/2), in plain
+//! text or over TLS (rustls: a CA to verify the members by, optionally a client certificate
+//! and key for etcd's `--client-cert-auth`), with or without etcd's user/password
+//! authentication ([`EtcdOptions`], configured in `[discovery.tls]` and `[discovery.auth]`,
+//! see [`crate::config::DiscoveryConfig`]). A refused handshake or password is a typed
+//! error ([`StoreError::Tls`] with a [`TlsFailure`], [`StoreError::Auth`]), never a bare
+//! "unavailable".
+//!
+//! # Members and failover
+//!
+//! Each member of the URL has a client of its own (one HTTP/2 connection), made on first use
+//! and made again after any failure. A request goes to the member that answered last, and
+//! on failure to the others in turn, each attempt bounded by [`ETCD_REQUEST_TIMEOUT`]
+//! (connection, TLS handshake, authentication and the answer). Requests carry etcd's
+//! "require leader" flag: a member cut off from its cluster's leader refuses at once instead
+//! of answering from a stale view, and ends the watches it serves, so that the next member
+//! is tried. The connection of a watch is probed with HTTP/2 pings every
+//! [`WATCH_PING_INTERVAL`] while the watch is open, so that a member gone silent (host down,
+//! link cut) is noticed within that interval plus [`ETCD_REQUEST_TIMEOUT`].
+//!
+//! With authentication, each client authenticates with its member when it is made and again
+//! when etcd says its token expired.
 //!
 //! # Keys and leases
 //!
@@ -16,7 +34,9 @@
 //! still this lease's and never another run's.
 //!
 //! etcd may keep a lease longer than its TTL (it extends every lease on a leader change), so
-//! expiry is "not before", never a precise clock.
+//! expiry is "not before", never a precise clock. etcd reports a lease's remaining time in
+//! whole seconds: [`Entry::lease_age_ms`] and [`Entry::expires_in_ms`] of this store are in
+//! milliseconds with a resolution of one second.
 //!
 //! # Watch
 //!
@@ -27,26 +47,251 @@
 //! compacted its history past that revision (etcd#8668) it reads everything again
 //! ([`WatchEvent::Reload`] with [`ReloadReason::Compacted`]) and watches from there.
 
+use std::fmt;
+use std::future::Future;
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
+use etcd_client::{
+    Certificate, Client, ConnectOptions, EventType, GetOptions, Identity, KeyValue, PutOptions,
+    TlsOptions, WatchOptions,
+};
 use tokio::sync::mpsc;
 
 use super::{
     Change, Descriptor, Entry, Lease, ReloadReason, RenewOutcome, Store, StoreError, StoreFuture,
-    Watch, WatchEvent,
+    TlsFailure, Watch, WatchEvent,
 };
+use crate::config::DiscoveryConfig;
 use crate::proto::discovery::STORE_RETRY;
 
-/// Longest wait for one request (connect, send, whole answer) to one etcd member.
+/// Longest wait for one request to one etcd member: connecting (TLS handshake and
+/// authentication included), sending, and the whole answer.
 pub const ETCD_REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Interval of the HTTP/2 pings on a member's connection while a watch is open on it. Above
+/// etcd's `--grpc-keepalive-min-time` (5 s by default), below which etcd takes pings for
+/// abuse and closes the connection.
+pub const WATCH_PING_INTERVAL: Duration = Duration::from_secs(6);
 
 /// Largest answer read from etcd (a range of every descriptor of a large mesh fits).
 const MAX_ANSWER: usize = 64 * 1024 * 1024;
+
+/// A secret (a password, a private key): kept for use, never shown by `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret<T>(T);
+
+impl<T> Secret<T> {
+    /// Wraps `value`.
+    pub fn new(value: T) -> Secret<T> {
+        Secret(value)
+    }
+
+    /// The secret itself.
+    pub fn expose(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> fmt::Debug for Secret<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+/// TLS to the etcd members: the CA that signed their certificates, optionally this node's
+/// client certificate and key, optionally the name their certificates must carry.
+#[derive(Clone, PartialEq, Eq)]
+pub struct EtcdTls {
+    ca_pem: Vec<u8>,
+    client: Option<(Vec<u8>, Secret<Vec<u8>>)>,
+    server_name: Option<String>,
+}
+
+impl EtcdTls {
+    /// Members verified by the CA certificate(s) `ca_pem` (PEM), by the host of each
+    /// member's endpoint (a DNS name or an IP address in the certificate).
+    pub fn new(ca_pem: Vec<u8>) -> EtcdTls {
+        EtcdTls {
+            ca_pem,
+            client: None,
+            server_name: None,
+        }
+    }
+
+    /// Presents the client certificate `cert_pem` with its private key `key_pem` (PEM both),
+    /// for members that require one (`--client-cert-auth`).
+    pub fn with_client_certificate(mut self, cert_pem: Vec<u8>, key_pem: Secret<Vec<u8>>) -> Self {
+        self.client = Some((cert_pem, key_pem));
+        self
+    }
+
+    /// Verifies every member's certificate against `name` instead of its endpoint's host.
+    pub fn with_server_name(mut self, name: impl Into<String>) -> Self {
+        self.server_name = Some(name.into());
+        self
+    }
+
+    fn tonic(&self, host: &str) -> TlsOptions {
+        let mut tls = TlsOptions::new().ca_certificate(Certificate::from_pem(&self.ca_pem));
+        if let Some((cert, key)) = &self.client {
+            tls = tls.identity(Identity::from_pem(cert, key.expose()));
+        }
+        let name = match &self.server_name {
+            Some(n) => n.clone(),
+            None => host_of(host).to_owned(),
+        };
+        tls.domain_name(name)
+    }
+}
+
+impl fmt::Debug for EtcdTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdTls")
+            .field("ca_pem_bytes", &self.ca_pem.len())
+            .field("client_certificate", &self.client.is_some())
+            .field("server_name", &self.server_name)
+            .finish()
+    }
+}
+
+/// How the store reaches etcd beyond the endpoints of its URL: TLS and authentication.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EtcdOptions {
+    tls: Option<EtcdTls>,
+    credentials: Option<(String, Secret<String>)>,
+}
+
+impl EtcdOptions {
+    /// Plain text, no authentication.
+    pub fn new() -> EtcdOptions {
+        EtcdOptions::default()
+    }
+
+    /// Every member over TLS.
+    pub fn with_tls(mut self, tls: EtcdTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Authenticates as `user` with `password` (etcd's `auth enable`).
+    pub fn with_credentials(mut self, user: impl Into<String>, password: Secret<String>) -> Self {
+        self.credentials = Some((user.into(), password));
+        self
+    }
+
+    /// The options `[discovery.tls]` and `[discovery.auth]` of `d` name: reads the
+    /// certificate and key files (paths as [`crate::config::NodeConfig::from_file`] resolved
+    /// them) and the password (its file, or its environment variable).
+    ///
+    /// # Errors
+    /// [`StoreError::Settings`] for a file that cannot be read or holds no PEM block of the
+    /// expected kind, or a password variable that is not set.
+    pub fn from_config(d: &DiscoveryConfig) -> Result<EtcdOptions, StoreError> {
+        let mut options = EtcdOptions::new();
+        if let Some(t) = &d.tls {
+            let ca = read_pem(&t.ca_file, "ca_file", "CERTIFICATE")?;
+            let mut tls = EtcdTls::new(ca);
+            match (&t.cert_file, &t.key_file) {
+                (Some(cert), Some(key)) => {
+                    let cert = read_pem(cert, "cert_file", "CERTIFICATE")?;
+                    let key = read_pem(key, "key_file", "PRIVATE KEY")?;
+                    tls = tls.with_client_certificate(cert, Secret::new(key));
+                }
+                (None, None) => {}
+                _ => {
+                    return Err(StoreError::Settings(
+                        "[discovery.tls]: cert_file and key_file go together".into(),
+                    ))
+                }
+            }
+            if let Some(name) = &t.server_name {
+                tls = tls.with_server_name(name.clone());
+            }
+            options = options.with_tls(tls);
+        }
+        if let Some(a) = &d.auth {
+            let password = match (&a.password_file, &a.password_env) {
+                (Some(file), None) => {
+                    let text = std::fs::read_to_string(file).map_err(|e| {
+                        StoreError::Settings(format!(
+                            "[discovery.auth] password_file {}: {e}",
+                            file.display()
+                        ))
+                    })?;
+                    text.trim_end_matches(['\n', '\r']).to_owned()
+                }
+                (None, Some(var)) => std::env::var(var).map_err(|_| {
+                    StoreError::Settings(format!(
+                        "[discovery.auth] password_env: the variable {var} is not set"
+                    ))
+                })?,
+                _ => {
+                    return Err(StoreError::Settings(
+                        "[discovery.auth]: give one of password_file and password_env".into(),
+                    ))
+                }
+            };
+            options = options.with_credentials(a.user.clone(), Secret::new(password));
+        }
+        Ok(options)
+    }
+
+    fn connect(&self, host: &str) -> ConnectOptions {
+        let mut o = ConnectOptions::new()
+            .with_connect_timeout(ETCD_REQUEST_TIMEOUT)
+            .with_keep_alive(WATCH_PING_INTERVAL, ETCD_REQUEST_TIMEOUT)
+            .with_keep_alive_while_idle(false)
+            .with_require_leader(true);
+        if let Some(tls) = &self.tls {
+            o = o.with_tls(tls.tonic(host));
+        }
+        if let Some((user, password)) = &self.credentials {
+            o = o
+                .with_user(user.clone(), password.expose().clone())
+                .with_auto_token_refresh(true);
+        }
+        o
+    }
+
+    fn url(&self, host: &str) -> String {
+        match self.tls {
+            Some(_) => format!("https://{host}"),
+            None => format!("http://{host}"),
+        }
+    }
+}
+
+/// The contents of the PEM file `path` (setting `what`), which must hold a block whose label
+/// ends in `label`.
+fn read_pem(path: &Path, what: &str, label: &str) -> Result<Vec<u8>, StoreError> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        StoreError::Settings(format!("[discovery.tls] {what} {}: {e}", path.display()))
+    })?;
+    let text = String::from_utf8_lossy(&bytes);
+    let found = text.lines().any(|l| {
+        l.strip_prefix("-----BEGIN ")
+            .and_then(|l| l.strip_suffix("-----"))
+            .is_some_and(|l| l.ends_with(label))
+    });
+    if !found {
+        return Err(StoreError::Settings(format!(
+            "[discovery.tls] {what} {}: no PEM {label} in it",
+            path.display()
+        )));
+    }
+    Ok(bytes)
+}
+
+/// The host of `host:port` (an IPv6 address without its brackets).
+fn host_of(endpoint: &str) -> &str {
+    let host = endpoint
+        .rsplit_once(':')
+        .map_or(endpoint, |(host, _port)| host);
+    host.trim_start_matches('[').trim_end_matches(']')
+}
 
 /// The etcd v3 descriptor store (see the module doc). Cheap to clone.
 #[derive(Clone, Debug)]
@@ -54,28 +299,64 @@ pub struct EtcdStore {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
 struct Inner {
-    /// `host:port` of each member.
-    endpoints: Vec<String>,
+    members: Vec<Member>,
     /// Key prefix, ending in `/`.
     prefix: String,
+    options: EtcdOptions,
     /// The member that answered last (tried first).
     current: AtomicUsize,
 }
 
+impl fmt::Debug for Inner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("members", &self.members)
+            .field("prefix", &self.prefix)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One etcd member and its client, once made.
+struct Member {
+    /// `host:port`.
+    host: String,
+    client: tokio::sync::Mutex<Option<Client>>,
+}
+
+impl fmt::Debug for Member {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.host)
+    }
+}
+
 impl EtcdStore {
-    /// A store on the etcd members `endpoints` (`host:port`) under key `prefix`. Nothing is
-    /// contacted yet.
+    /// A store on the etcd members `endpoints` (`host:port`) under key `prefix`, in plain
+    /// text without authentication. Nothing is contacted yet.
     pub fn new(endpoints: Vec<String>, prefix: String) -> EtcdStore {
+        EtcdStore::with_options(endpoints, prefix, EtcdOptions::new())
+    }
+
+    /// A store on the etcd members `endpoints` (`host:port`) under key `prefix`, reached as
+    /// `options` say. Nothing is contacted yet.
+    pub fn with_options(endpoints: Vec<String>, prefix: String, options: EtcdOptions) -> Self {
         let mut prefix = prefix;
         if !prefix.ends_with('/') {
             prefix.push('/');
         }
+        let members = endpoints
+            .into_iter()
+            .map(|host| Member {
+                host,
+                client: tokio::sync::Mutex::new(None),
+            })
+            .collect();
         EtcdStore {
             inner: Arc::new(Inner {
-                endpoints,
+                members,
                 prefix,
+                options,
                 current: AtomicUsize::new(0),
             }),
         }
@@ -89,23 +370,43 @@ impl EtcdStore {
         format!("{}nodes/", self.inner.prefix)
     }
 
-    /// One unary request, to the member that answered last, then to the others in turn.
-    async fn call(&self, path: &str, body: Value) -> Result<Value, StoreError> {
-        let n = self.inner.endpoints.len().max(1);
+    /// The client of `member`, made (connected, authenticated) if there is none.
+    async fn client(&self, member: &Member) -> Result<Client, StoreError> {
+        let mut slot = member.client.lock().await;
+        if let Some(c) = slot.as_ref() {
+            return Ok(c.clone());
+        }
+        let options = &self.inner.options;
+        let url = options.url(&member.host);
+        let client = Client::connect([url], Some(options.connect(&member.host)))
+            .await
+            .map_err(|e| classify(&member.host, e))?;
+        *slot = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Drops the client of `member` after a failure: the next request makes a new one.
+    async fn forget(&self, member: &Member) {
+        member.client.lock().await.take();
+    }
+
+    /// One request, to the member that answered last, then to the others in turn.
+    async fn call<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let n = self.inner.members.len().max(1);
         let start = self.inner.current.load(Ordering::Relaxed);
-        let body = body.to_string();
         let mut last = StoreError::Unavailable("no etcd endpoint".into());
         for i in 0..n {
             let idx = (start + i) % n;
-            let Some(host) = self.inner.endpoints.get(idx) else {
+            let Some(member) = self.inner.members.get(idx) else {
                 break;
             };
             let attempt = tokio::time::timeout(ETCD_REQUEST_TIMEOUT, async {
-                let mut stream = HttpStream::post(host, path, &body).await?;
-                let bytes = stream.read_all().await?;
-                stream.check_status(&bytes)?;
-                serde_json::from_slice::<Value>(&bytes)
-                    .map_err(|e| StoreError::Corrupt(format!("etcd answer is not JSON: {e}")))
+                let client = self.client(member).await?;
+                op(client).await.map_err(|e| classify(&member.host, e))
             })
             .await;
             match attempt {
@@ -113,10 +414,17 @@ impl EtcdStore {
                     self.inner.current.store(idx, Ordering::Relaxed);
                     return Ok(v);
                 }
-                Ok(Err(e)) => last = e,
+                Ok(Err(e)) => {
+                    if !matches!(e, StoreError::Corrupt(_)) {
+                        self.forget(member).await;
+                    }
+                    last = e;
+                }
                 Err(_) => {
+                    self.forget(member).await;
                     last = StoreError::Unavailable(format!(
-                        "etcd {host}: no answer within {ETCD_REQUEST_TIMEOUT:?}"
+                        "etcd {}: no answer within {ETCD_REQUEST_TIMEOUT:?}",
+                        member.host
                     ))
                 }
             }
@@ -127,19 +435,23 @@ impl EtcdStore {
     /// Every descriptor under the prefix, with its lease id, and the revision read at.
     async fn range_all(&self) -> Result<(Vec<(Descriptor, i64)>, i64), StoreError> {
         let prefix = self.nodes_prefix();
-        let v = self
-            .call(
-                "/v3/kv/range",
-                json!({ "key": b64(prefix.as_bytes()), "range_end": b64(&prefix_end(prefix.as_bytes())) }),
-            )
+        let answer = self
+            .call(|c| {
+                let prefix = prefix.clone();
+                async move {
+                    c.kv_client()
+                        .max_decoding_message_size(MAX_ANSWER)
+                        .get(prefix, Some(GetOptions::new().with_prefix()))
+                        .await
+                }
+            })
             .await?;
-        let revision = num(&v["header"]["revision"]).unwrap_or(0);
-        let mut out = Vec::new();
-        for kv in v["kvs"].as_array().into_iter().flatten() {
-            if let Some(d) = kv_descriptor(kv) {
-                out.push((d, num(&kv["lease"]).unwrap_or(0)));
-            }
-        }
+        let revision = answer.header().map_or(0, |h| h.revision());
+        let out = answer
+            .kvs()
+            .iter()
+            .filter_map(|kv| kv_descriptor(kv).map(|d| (d, kv.lease())))
+            .collect();
         Ok((out, revision))
     }
 }
@@ -148,21 +460,25 @@ impl Store for EtcdStore {
     fn put(&self, descriptor: &Descriptor, ttl: Duration) -> StoreFuture<'_, Lease> {
         let d = descriptor.clone();
         Box::pin(async move {
-            let secs = ttl.as_secs().max(1);
+            let secs = i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX);
             let grant = self
-                .call("/v3/lease/grant", json!({ "TTL": secs.to_string() }))
+                .call(|mut c| async move { c.lease_grant(secs, None).await })
                 .await?;
-            let id = num(&grant["ID"]).ok_or_else(|| {
-                StoreError::Unavailable(format!("etcd granted no lease: {grant}"))
-            })?;
-            self.call(
-                "/v3/kv/put",
-                json!({
-                    "key": b64(self.key(&d.rid).as_bytes()),
-                    "value": b64(d.to_json().as_bytes()),
-                    "lease": id.to_string(),
-                }),
-            )
+            let id = grant.id();
+            if id == 0 || grant.ttl() <= 0 {
+                return Err(StoreError::Unavailable(format!(
+                    "etcd granted no lease: {}",
+                    grant.error()
+                )));
+            }
+            let (key, value) = (self.key(&d.rid), d.to_json());
+            self.call(|mut c| {
+                let (key, value) = (key.clone(), value.clone());
+                async move {
+                    c.put(key, value, Some(PutOptions::new().with_lease(id)))
+                        .await
+                }
+            })
             .await?;
             Ok(Lease {
                 rid: d.rid,
@@ -176,27 +492,37 @@ impl Store for EtcdStore {
     fn renew(&self, lease: &Lease) -> StoreFuture<'_, RenewOutcome> {
         let lease = lease.clone();
         Box::pin(async move {
+            let id = lease.id;
+            // Opening the keep-alive stream sends one keep-alive and reads its answer; the
+            // stream closes when dropped. An expired or unknown lease is answered with a TTL
+            // of 0, which the client reports as "lease not found".
             let kept = self
-                .call("/v3/lease/keepalive", json!({ "ID": lease.id.to_string() }))
+                .call(|mut c| async move {
+                    match c.lease_keep_alive(id).await {
+                        Ok(_) => Ok(true),
+                        Err(etcd_client::Error::LeaseKeepAliveError(_)) => Ok(false),
+                        Err(e) => Err(e),
+                    }
+                })
                 .await?;
-            // An expired or unknown lease is answered without a TTL (or with 0).
-            if num(&kept["result"]["TTL"]).unwrap_or(0) <= 0 {
+            if !kept {
                 return Ok(RenewOutcome::Lost);
             }
-            let v = self
-                .call(
-                    "/v3/kv/range",
-                    json!({ "key": b64(self.key(&lease.rid).as_bytes()) }),
-                )
+            let key = self.key(&lease.rid);
+            let answer = self
+                .call(|mut c| {
+                    let key = key.clone();
+                    async move { c.get(key, None).await }
+                })
                 .await?;
-            let Some(kv) = v["kvs"].as_array().and_then(|a| a.first()) else {
+            let Some(kv) = answer.kvs().first() else {
                 return Ok(RenewOutcome::Lost);
             };
             match kv_descriptor(kv) {
                 Some(d) if d.generation != lease.generation => Ok(RenewOutcome::Superseded {
                     generation: d.generation,
                 }),
-                Some(_) if num(&kv["lease"]) == Some(lease.id) => Ok(RenewOutcome::Renewed),
+                Some(_) if kv.lease() == lease.id => Ok(RenewOutcome::Renewed),
                 // Our generation under another lease (this run put it again): not this lease.
                 _ => Ok(RenewOutcome::Lost),
             }
@@ -208,14 +534,16 @@ impl Store for EtcdStore {
         Box::pin(async move {
             // Revoking deletes the keys attached to this lease only; an unknown lease (already
             // expired) is not an error.
-            match self
-                .call("/v3/lease/revoke", json!({ "ID": id.to_string() }))
-                .await
-            {
-                Ok(_) => Ok(()),
-                Err(StoreError::Corrupt(m)) if m.contains("lease not found") => Ok(()),
-                Err(e) => Err(e),
-            }
+            self.call(|mut c| async move {
+                match c.lease_revoke(id).await {
+                    Ok(_) => Ok(()),
+                    Err(etcd_client::Error::GRpcStatus(s)) if s.code() == tonic::Code::NotFound => {
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                }
+            })
+            .await
         })
     }
 
@@ -225,25 +553,20 @@ impl Store for EtcdStore {
             let mut out = Vec::new();
             for (descriptor, lease) in descriptors {
                 let ttl = self
-                    .call("/v3/lease/timetolive", json!({ "ID": lease.to_string() }))
+                    .call(|mut c| async move { c.lease_time_to_live(lease, None).await })
                     .await
                     .ok();
-                let left = ttl
-                    .as_ref()
-                    .and_then(|v| num(&v["TTL"]))
-                    .filter(|t| *t >= 0);
-                let granted = ttl
-                    .as_ref()
-                    .and_then(|v| num(&v["grantedTTL"]).or_else(|| num(&v["granted_ttl"])));
+                let left = ttl.as_ref().map(|t| t.ttl()).filter(|t| *t >= 0);
+                let granted = ttl.as_ref().map(|t| t.granted_ttl());
                 // etcd counts in whole seconds.
-                let secs = |s: i64| u64::try_from(s).unwrap_or(0) * 1000;
+                let ms = |s: i64| u64::try_from(s).unwrap_or(0).saturating_mul(1000);
                 out.push(Entry {
                     descriptor,
                     lease_age_ms: match (granted, left) {
-                        (Some(g), Some(l)) => Some(secs(g.saturating_sub(l))),
+                        (Some(g), Some(l)) => Some(ms(g.saturating_sub(l))),
                         _ => None,
                     },
-                    expires_in_ms: left.map(secs),
+                    expires_in_ms: left.map(ms),
                 });
             }
             out.sort_by(|a, b| a.descriptor.rid.cmp(&b.descriptor.rid));
@@ -260,12 +583,119 @@ impl Store for EtcdStore {
     }
 
     fn url(&self) -> String {
-        format!(
-            "etcd://{}{}",
-            self.inner.endpoints.join(","),
-            self.inner.prefix
-        )
+        let hosts: Vec<&str> = self.inner.members.iter().map(|m| m.host.as_str()).collect();
+        format!("etcd://{}{}", hosts.join(","), self.inner.prefix)
     }
+}
+
+/// A store error for an etcd client error of the member `host`: the TLS failure or the
+/// refused credentials when it is one of those, by the gRPC code otherwise.
+fn classify(host: &str, e: etcd_client::Error) -> StoreError {
+    if let Some(failure) = tls_failure(&e) {
+        return StoreError::Tls {
+            endpoint: host.to_owned(),
+            failure,
+        };
+    }
+    match &e {
+        etcd_client::Error::GRpcStatus(s) => {
+            let message = s.message();
+            let auth = matches!(
+                s.code(),
+                tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
+            ) || (s.code() == tonic::Code::InvalidArgument
+                && (message.contains("authentication failed") || message.contains("user name")))
+                || message.contains("authentication is not enabled");
+            if auth {
+                return StoreError::Auth {
+                    endpoint: host.to_owned(),
+                    detail: message.to_owned(),
+                };
+            }
+            match s.code() {
+                tonic::Code::InvalidArgument
+                | tonic::Code::FailedPrecondition
+                | tonic::Code::OutOfRange
+                | tonic::Code::AlreadyExists
+                | tonic::Code::Unimplemented => {
+                    StoreError::Corrupt(format!("etcd {host} refused the request: {message}"))
+                }
+                _ => StoreError::Unavailable(format!("etcd {host}: {}", describe(&e))),
+            }
+        }
+        _ => StoreError::Unavailable(format!("etcd {host}: {}", describe(&e))),
+    }
+}
+
+/// `e` in one line: the status's message or the error, then each cause's own words.
+fn describe(e: &etcd_client::Error) -> String {
+    let (mut out, mut cause) = match e {
+        etcd_client::Error::GRpcStatus(s) => (s.message().to_owned(), std::error::Error::source(s)),
+        etcd_client::Error::TransportError(t) => (t.to_string(), std::error::Error::source(t)),
+        other => (other.to_string(), None),
+    };
+    while let Some(c) = cause {
+        let s = c.to_string();
+        if !out.contains(&s) {
+            out.push_str(": ");
+            out.push_str(&s);
+        }
+        cause = c.source();
+    }
+    out
+}
+
+/// The TLS failure somewhere in the causes of `e`, if it is one.
+fn tls_failure(e: &etcd_client::Error) -> Option<TlsFailure> {
+    use rustls::{AlertDescription, CertificateError};
+    // The client's error names no source of its own: start from the status or transport
+    // error it carries.
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = match e {
+        etcd_client::Error::GRpcStatus(s) => Some(s),
+        etcd_client::Error::TransportError(t) => Some(t),
+        etcd_client::Error::IoError(io) => Some(io),
+        other => Some(other),
+    };
+    while let Some(c) = cause {
+        let found = c.downcast_ref::<rustls::Error>().or_else(|| {
+            c.downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        });
+        if let Some(r) = found {
+            return Some(match r {
+                rustls::Error::InvalidCertificate(ce) => match ce {
+                    CertificateError::UnknownIssuer | CertificateError::BadSignature => {
+                        TlsFailure::UnknownIssuer
+                    }
+                    CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
+                        TlsFailure::Expired
+                    }
+                    CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => {
+                        TlsFailure::NotValidYet
+                    }
+                    CertificateError::NotValidForName
+                    | CertificateError::NotValidForNameContext { .. } => {
+                        TlsFailure::NameMismatch(r.to_string())
+                    }
+                    _ => TlsFailure::Other(r.to_string()),
+                },
+                rustls::Error::AlertReceived(
+                    a @ (AlertDescription::BadCertificate
+                    | AlertDescription::CertificateExpired
+                    | AlertDescription::CertificateRevoked
+                    | AlertDescription::CertificateUnknown
+                    | AlertDescription::UnknownCA
+                    | AlertDescription::CertificateRequired
+                    | AlertDescription::UnsupportedCertificate
+                    | AlertDescription::AccessDenied),
+                ) => TlsFailure::ClientCertificateRefused(format!("{a:?}")),
+                _ => TlsFailure::Other(r.to_string()),
+            });
+        }
+        cause = c.source();
+    }
+    None
 }
 
 /// Why a watch stream ended.
@@ -345,7 +775,9 @@ async fn wait_retry(tx: &mpsc::Sender<WatchEvent>) -> bool {
     }
 }
 
-/// Watches the prefix from `from + 1` and hands every change on, advancing `revision`.
+/// Watches the prefix from `from + 1` on the member that answered last and hands every change
+/// on, advancing `revision`. A stream that cannot be opened or breaks moves the store on to
+/// the next member.
 async fn stream_changes(
     store: &EtcdStore,
     from: i64,
@@ -354,348 +786,117 @@ async fn stream_changes(
     reachable: &mut bool,
 ) -> StreamEnd {
     let prefix = store.nodes_prefix();
-    let body = json!({
-        "create_request": {
-            "key": b64(prefix.as_bytes()),
-            "range_end": b64(&prefix_end(prefix.as_bytes())),
-            "start_revision": (from + 1).to_string(),
-        }
-    })
-    .to_string();
-    let n = store.inner.endpoints.len().max(1);
+    let n = store.inner.members.len().max(1);
     let idx = store.inner.current.load(Ordering::Relaxed) % n;
-    let Some(host) = store.inner.endpoints.get(idx).cloned() else {
+    let Some(member) = store.inner.members.get(idx) else {
         return StreamEnd::Broken(StoreError::Unavailable("no etcd endpoint".into()));
     };
-    let opened = tokio::time::timeout(
-        ETCD_REQUEST_TIMEOUT,
-        HttpStream::post(&host, "/v3/watch", &body),
-    )
+    let next_member = || async {
+        store.forget(member).await;
+        store.inner.current.store((idx + 1) % n, Ordering::Relaxed);
+    };
+    let opened = tokio::time::timeout(ETCD_REQUEST_TIMEOUT, async {
+        let client = store.client(member).await?;
+        let options = WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(from + 1);
+        client
+            .watch_client()
+            .max_decoding_message_size(MAX_ANSWER)
+            .watch(prefix.clone(), Some(options))
+            .await
+            .map_err(|e| classify(&member.host, e))
+    })
     .await;
     let mut stream = match opened {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
-            store.inner.current.store((idx + 1) % n, Ordering::Relaxed);
+            next_member().await;
             return StreamEnd::Broken(e);
         }
         Err(_) => {
-            store.inner.current.store((idx + 1) % n, Ordering::Relaxed);
+            next_member().await;
             return StreamEnd::Broken(StoreError::Unavailable(format!(
-                "etcd {host}: watch not opened within {ETCD_REQUEST_TIMEOUT:?}"
+                "etcd {}: watch not opened within {ETCD_REQUEST_TIMEOUT:?}",
+                member.host
             )));
         }
     };
-    if stream.status != 200 {
-        let bytes = stream.read_all().await.unwrap_or_default();
-        return StreamEnd::Broken(stream.check_status(&bytes).err().unwrap_or_else(|| {
-            StoreError::Unavailable(format!("etcd watch answered {}", stream.status))
-        }));
-    }
-    let mut buf: Vec<u8> = Vec::new();
     loop {
-        let chunk = tokio::select! {
-            c = stream.next_bytes() => c,
+        let message = tokio::select! {
+            m = stream.message() => m,
             _ = tx.closed() => return StreamEnd::Closed,
         };
-        let chunk = match chunk {
-            Ok(Some(c)) => c,
+        let r = match message {
+            Ok(Some(r)) => r,
             Ok(None) => {
-                return StreamEnd::Broken(StoreError::Unavailable("etcd closed the watch".into()))
+                next_member().await;
+                return StreamEnd::Broken(StoreError::Unavailable(format!(
+                    "etcd {}: the watch was closed",
+                    member.host
+                )));
             }
-            Err(e) => return StreamEnd::Broken(e),
+            Err(e) => {
+                next_member().await;
+                return StreamEnd::Broken(classify(&member.host, e));
+            }
         };
-        buf.extend_from_slice(&chunk);
-        if buf.len() > MAX_ANSWER {
-            return StreamEnd::Broken(StoreError::Corrupt("etcd watch message too large".into()));
+        if r.compact_revision() > 0 {
+            return StreamEnd::Compacted;
         }
-        // The gateway writes one JSON object per message; take every complete one.
-        let mut values = serde_json::Deserializer::from_slice(&buf).into_iter::<Value>();
-        let mut taken = 0;
-        let mut messages = Vec::new();
-        loop {
-            match values.next() {
-                Some(Ok(v)) => {
-                    taken = values.byte_offset();
-                    messages.push(v);
-                }
-                Some(Err(e)) if e.is_eof() => break,
-                Some(Err(e)) => {
-                    return StreamEnd::Broken(StoreError::Corrupt(format!(
-                        "etcd watch message is not JSON: {e}"
-                    )))
-                }
-                None => break,
-            }
-        }
-        buf.drain(..taken);
-        for m in messages {
-            let r = &m["result"];
-            if r.is_null() {
-                let detail = m["error"]["message"].as_str().unwrap_or("error").to_owned();
-                return StreamEnd::Broken(StoreError::Unavailable(format!("etcd watch: {detail}")));
-            }
-            if num(&r["compact_revision"]).unwrap_or(0) > 0 {
-                return StreamEnd::Compacted;
-            }
-            if r["created"] == true && !*reachable {
-                *reachable = true;
-                if tx.send(WatchEvent::Resumed).await.is_err() {
-                    return StreamEnd::Closed;
-                }
-            }
-            if r["canceled"] == true {
-                let detail = r["cancel_reason"].as_str().unwrap_or("canceled").to_owned();
-                return StreamEnd::Broken(StoreError::Unavailable(format!("etcd watch: {detail}")));
-            }
-            let mut changes = Vec::new();
-            for ev in r["events"].as_array().into_iter().flatten() {
-                let kv = &ev["kv"];
-                if let Some(rev) = num(&kv["mod_revision"]) {
-                    *revision = Some(revision.map_or(rev, |r| r.max(rev)));
-                }
-                let Some(rid) = kv["key"]
-                    .as_str()
-                    .and_then(unb64)
-                    .and_then(|k| String::from_utf8(k).ok())
-                    .and_then(|k| k.strip_prefix(&prefix).map(str::to_owned))
-                else {
-                    continue;
-                };
-                if ev["type"] == "DELETE" {
-                    changes.push(Change::Removed { rid });
-                } else if let Some(d) = kv_descriptor(kv) {
-                    changes.push(Change::Put(d));
-                } else {
-                    // Unusable: as if it were not there.
-                    changes.push(Change::Removed { rid });
-                }
-            }
-            if let Some(rev) = num(&r["header"]["revision"]) {
-                if !changes.is_empty() {
-                    *revision = Some(revision.map_or(rev, |r| r.max(rev)));
-                }
-            }
-            if !changes.is_empty() && tx.send(WatchEvent::Delta(changes)).await.is_err() {
+        if r.created() && !*reachable {
+            *reachable = true;
+            if tx.send(WatchEvent::Resumed).await.is_err() {
                 return StreamEnd::Closed;
             }
+        }
+        if r.canceled() {
+            next_member().await;
+            return StreamEnd::Broken(StoreError::Unavailable(format!(
+                "etcd {}: watch canceled: {}",
+                member.host,
+                r.cancel_reason()
+            )));
+        }
+        let mut changes = Vec::new();
+        for ev in r.events() {
+            let Some(kv) = ev.kv() else { continue };
+            let rev = kv.mod_revision();
+            *revision = Some(revision.map_or(rev, |r| r.max(rev)));
+            let Some(rid) = std::str::from_utf8(kv.key())
+                .ok()
+                .and_then(|k| k.strip_prefix(&prefix))
+                .map(str::to_owned)
+            else {
+                continue;
+            };
+            match ev.event_type() {
+                EventType::Delete => changes.push(Change::Removed { rid }),
+                EventType::Put => match kv_descriptor(kv) {
+                    Some(d) => changes.push(Change::Put(d)),
+                    // Unusable: as if it were not there.
+                    None => changes.push(Change::Removed { rid }),
+                },
+            }
+        }
+        if let Some(rev) = r.header().map(|h| h.revision()) {
+            if !changes.is_empty() {
+                *revision = Some(revision.map_or(rev, |r| r.max(rev)));
+            }
+        }
+        if !changes.is_empty() && tx.send(WatchEvent::Delta(changes)).await.is_err() {
+            return StreamEnd::Closed;
         }
     }
 }
 
-/// The descriptor in a key-value of the range or watch answer, if usable.
-fn kv_descriptor(kv: &Value) -> Option<Descriptor> {
-    let value = unb64(kv["value"].as_str()?)?;
-    match Descriptor::from_json(&value) {
+/// The descriptor in a key-value of a range or watch answer, if usable.
+fn kv_descriptor(kv: &KeyValue) -> Option<Descriptor> {
+    match Descriptor::from_json(kv.value()) {
         Ok(d) => Some(d),
         Err(e) => {
             tracing::warn!(error = %e, "descriptor in etcd skipped");
             None
-        }
-    }
-}
-
-/// An int64 of the gateway's JSON (written as a string) or a plain number.
-fn num(v: &Value) -> Option<i64> {
-    match v {
-        Value::String(s) => s.parse().ok(),
-        Value::Number(n) => n.as_i64(),
-        _ => None,
-    }
-}
-
-/// The end of the key range of every key starting with `prefix` (etcd's rule: the prefix
-/// with its last byte below 0xff incremented).
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
-}
-
-const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-/// Standard base64 with padding (the gateway's encoding of bytes).
-fn b64(data: &[u8]) -> String {
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(B64[((n >> (18 - 6 * i)) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-/// Decodes standard base64 (padding optional); `None` on any other character.
-fn unb64(s: &str) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(s.len() / 4 * 3);
-    let mut acc = 0u32;
-    let mut bits = 0;
-    for c in s.bytes().filter(|c| *c != b'=') {
-        let v = B64.iter().position(|b| *b == c)? as u32;
-        acc = (acc << 6) | v;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    Some(out)
-}
-
-/// One HTTP/1.1 exchange with an etcd member: a POST, then its answer as it arrives.
-struct HttpStream {
-    reader: BufReader<TcpStream>,
-    status: u16,
-    chunked: bool,
-    /// Bytes of the body left to read (Content-Length), if known.
-    left: Option<usize>,
-    done: bool,
-}
-
-impl HttpStream {
-    async fn post(host: &str, path: &str, body: &str) -> Result<HttpStream, StoreError> {
-        let unavailable = |e: std::io::Error| StoreError::Unavailable(format!("etcd {host}: {e}"));
-        let mut tcp = TcpStream::connect(host).await.map_err(unavailable)?;
-        let request = format!(
-            "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        tcp.write_all(request.as_bytes())
-            .await
-            .map_err(unavailable)?;
-        let mut reader = BufReader::new(tcp);
-        let mut line = String::new();
-        reader.read_line(&mut line).await.map_err(unavailable)?;
-        let status = line
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse::<u16>().ok())
-            .ok_or_else(|| StoreError::Unavailable(format!("etcd {host}: not HTTP: {line:?}")))?;
-        let (mut chunked, mut left) = (false, None);
-        loop {
-            line.clear();
-            let n = reader.read_line(&mut line).await.map_err(unavailable)?;
-            if n == 0 || line == "\r\n" || line == "\n" {
-                break;
-            }
-            if line.len() > 8192 {
-                return Err(StoreError::Unavailable(format!(
-                    "etcd {host}: header too long"
-                )));
-            }
-            let lower = line.to_ascii_lowercase();
-            if let Some(v) = lower.strip_prefix("transfer-encoding:") {
-                chunked = v.contains("chunked");
-            } else if let Some(v) = lower.strip_prefix("content-length:") {
-                left = v.trim().parse().ok();
-            }
-        }
-        Ok(HttpStream {
-            reader,
-            status,
-            chunked,
-            left,
-            done: false,
-        })
-    }
-
-    /// The next piece of the body; `None` at its end.
-    async fn next_bytes(&mut self) -> Result<Option<Vec<u8>>, StoreError> {
-        let io = |e: std::io::Error| StoreError::Unavailable(format!("etcd: {e}"));
-        if self.done {
-            return Ok(None);
-        }
-        if self.chunked {
-            let mut line = String::new();
-            if self.reader.read_line(&mut line).await.map_err(io)? == 0 {
-                return Err(StoreError::Unavailable("etcd: connection closed".into()));
-            }
-            let size = usize::from_str_radix(line.trim().split(';').next().unwrap_or(""), 16)
-                .map_err(|_| StoreError::Unavailable(format!("etcd: bad chunk size {line:?}")))?;
-            if size == 0 {
-                self.done = true;
-                return Ok(None);
-            }
-            if size > MAX_ANSWER {
-                return Err(StoreError::Corrupt("etcd chunk too large".into()));
-            }
-            let mut data = vec![0u8; size + 2];
-            self.reader.read_exact(&mut data).await.map_err(io)?;
-            data.truncate(size);
-            return Ok(Some(data));
-        }
-        let mut data = vec![0u8; 64 * 1024];
-        let want = self.left.map_or(data.len(), |l| l.min(data.len()));
-        if want == 0 {
-            self.done = true;
-            return Ok(None);
-        }
-        let n = self.reader.read(&mut data[..want]).await.map_err(io)?;
-        if n == 0 {
-            self.done = true;
-            return match self.left {
-                Some(l) if l > 0 => Err(StoreError::Unavailable("etcd: answer cut short".into())),
-                _ => Ok(None),
-            };
-        }
-        if let Some(l) = self.left.as_mut() {
-            *l -= n;
-        }
-        data.truncate(n);
-        Ok(Some(data))
-    }
-
-    async fn read_all(&mut self) -> Result<Vec<u8>, StoreError> {
-        let mut out = Vec::new();
-        while let Some(piece) = self.next_bytes().await? {
-            out.extend_from_slice(&piece);
-            if out.len() > MAX_ANSWER {
-                return Err(StoreError::Corrupt("etcd answer too large".into()));
-            }
-        }
-        Ok(out)
-    }
-
-    /// An error for a non-200 answer: etcd's message for a refused request.
-    fn check_status(&self, body: &[u8]) -> Result<(), StoreError> {
-        if self.status == 200 {
-            return Ok(());
-        }
-        let message = serde_json::from_slice::<Value>(body)
-            .ok()
-            .and_then(|v| {
-                v["message"]
-                    .as_str()
-                    .or(v["error"].as_str())
-                    .map(str::to_owned)
-            })
-            .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
-        if self.status >= 500 && !message.contains("not found") {
-            Err(StoreError::Unavailable(format!(
-                "etcd answered {}: {message}",
-                self.status
-            )))
-        } else {
-            Err(StoreError::Corrupt(format!(
-                "etcd refused the request ({}): {message}",
-                self.status
-            )))
         }
     }
 }
@@ -705,30 +906,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn base64_round_trips_and_matches_the_standard() {
-        assert_eq!(b64(b"foo"), "Zm9v");
-        assert_eq!(b64(b"bar!"), "YmFyIQ==");
-        assert_eq!(b64(b"/zmesh/nodes/"), "L3ptZXNoL25vZGVzLw==");
-        for data in [&b""[..], b"a", b"ab", b"abc", b"\xff\x00\x10zz"] {
-            assert_eq!(unb64(&b64(data)).as_deref(), Some(data));
-        }
-        assert_eq!(unb64("not*base64"), None);
+    fn hosts_of_endpoints_name_the_certificate_to_check() {
+        assert_eq!(host_of("127.0.0.1:2379"), "127.0.0.1");
+        assert_eq!(host_of("etcd-1.example:2379"), "etcd-1.example");
+        assert_eq!(host_of("[::1]:2379"), "::1");
     }
 
     #[test]
-    fn prefix_end_follows_etcd() {
-        assert_eq!(prefix_end(b"/zmesh/nodes/"), b"/zmesh/nodes0");
-        assert_eq!(prefix_end(b"a\xff"), b"b");
-        assert_eq!(prefix_end(b"\xff"), vec![0]);
-    }
-
-    #[test]
-    fn gateway_numbers_are_strings_or_numbers() {
-        assert_eq!(
-            num(&json!("7587835378470372103")),
-            Some(7587835378470372103)
-        );
-        assert_eq!(num(&json!(20)), Some(20));
-        assert_eq!(num(&json!(null)), None);
+    fn secrets_never_show_in_debug() {
+        let options = EtcdOptions::new()
+            .with_tls(
+                EtcdTls::new(b"ca".to_vec())
+                    .with_client_certificate(b"cert".to_vec(), Secret::new(b"hunter2".to_vec())),
+            )
+            .with_credentials("zmesh", Secret::new("hunter2".to_owned()));
+        let store = EtcdStore::with_options(vec!["127.0.0.1:1".into()], "/x".into(), options);
+        let shown = format!("{store:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        // The key's bytes, as Debug would print a Vec<u8>.
+        assert!(!shown.contains(&format!("{:?}", b"hunter2")), "{shown}");
+        assert!(shown.contains("zmesh"), "{shown}");
     }
 }

@@ -6,7 +6,7 @@
 //! | URL | backend | scope |
 //! |---|---|---|
 //! | `sqlite:///var/lib/zmesh/mesh.db` | [`SqliteStore`]: one SQLite file, no server; rows with a wall-clock expiry renewed on the lease interval, a revision column for change polling, stale rows ignored and cleaned | **one host only**: every node must open the same file on a local file system |
-//! | `etcd://127.0.0.1:2379[,host:port…][/prefix]` | [`EtcdStore`], etcd v3 through its JSON gateway (plain HTTP, no TLS): one lease per node with keep-alive, watch by revision with resume, a compacted revision reloads everything | many hosts |
+//! | `etcd://127.0.0.1:2379[,host:port…][/prefix]` | [`EtcdStore`], etcd v3 over gRPC (`etcd-client`), plain or TLS, with or without user/password authentication ([`EtcdOptions`]): one lease per node with keep-alive, watch by revision with resume, a compacted revision reloads everything | many hosts |
 //!
 //! # The interface
 //!
@@ -43,10 +43,13 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::sync::mpsc;
 
+use crate::config::DiscoveryConfig;
 pub use crate::config::{StoreUrl, StoreUrlError};
 pub use crate::proto::discovery::lease::RenewOutcome;
 pub use crate::proto::discovery::Descriptor;
-pub use etcd::{EtcdStore, ETCD_REQUEST_TIMEOUT};
+pub use etcd::{
+    EtcdOptions, EtcdStore, EtcdTls, Secret, ETCD_REQUEST_TIMEOUT, WATCH_PING_INTERVAL,
+};
 pub use sqlite::{SqliteStore, SQLITE_POLL_INTERVAL};
 
 /// The future every store operation returns: boxed so that [`Store`] stays dyn-compatible,
@@ -75,6 +78,55 @@ pub enum StoreError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The TLS handshake with a store server failed: its certificate could not be verified,
+    /// or it refused this node's.
+    #[error("store {endpoint}: TLS handshake failed: {failure}")]
+    Tls {
+        /// The server (`host:port`).
+        endpoint: String,
+        /// Why.
+        failure: TlsFailure,
+    },
+    /// A store server refused this node's credentials (a wrong user name or password, a user
+    /// without the permission needed, or credentials given to a server without
+    /// authentication).
+    #[error("store {endpoint}: authentication refused: {detail}")]
+    Auth {
+        /// The server (`host:port`).
+        endpoint: String,
+        /// The server's own words.
+        detail: String,
+    },
+    /// The store's TLS or authentication settings cannot be used (a file that cannot be read
+    /// or is not PEM, a password variable that is not set).
+    #[error("store settings: {0}")]
+    Settings(String),
+}
+
+/// Why a TLS handshake with a store server failed ([`StoreError::Tls`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TlsFailure {
+    /// The server's certificate is not signed by the configured CA: a wrong `ca_file`, or
+    /// not the server meant.
+    #[error("the server's certificate is not signed by the configured CA (ca_file)")]
+    UnknownIssuer,
+    /// The server's certificate has expired.
+    #[error("the server's certificate has expired")]
+    Expired,
+    /// The server's certificate is not valid yet (or this host's clock is behind).
+    #[error("the server's certificate is not valid yet")]
+    NotValidYet,
+    /// The server's certificate is not issued for the name dialled (or `server_name`).
+    #[error("the server's certificate is not valid for the name dialled: {0}")]
+    NameMismatch(String),
+    /// The server refused this node's client certificate (absent, expired, or not signed by
+    /// a CA the server trusts), with the TLS alert it sent.
+    #[error("the server refused this node's client certificate ({0})")]
+    ClientCertificateRefused(String),
+    /// Another TLS failure, in the TLS library's words.
+    #[error("{0}")]
+    Other(String),
 }
 
 /// A lease on one published descriptor: what [`Store::renew`] and [`Store::remove`] need.
@@ -214,14 +266,32 @@ impl From<StoreUrlError> for StoreError {
     }
 }
 
-/// Opens the store at `url`. Nothing is read or written yet: an unreachable store shows up in
-/// the first operation, not here (a node starts whether or not its store answers).
+/// Opens the store at `url`, an etcd one in plain text without authentication. Nothing is
+/// read or written yet: an unreachable store shows up in the first operation, not here (a
+/// node starts whether or not its store answers).
 ///
 /// # Errors
 /// [`StoreError::Url`] for a URL this build cannot open.
 pub fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    open_with(url, EtcdOptions::new())
+}
+
+/// Opens the store of a `[discovery]` section: its URL, reached with the TLS and
+/// authentication settings of the section. The certificate, key and password files are read
+/// here (a missing file fails at start); the store itself is not contacted yet.
+///
+/// # Errors
+/// [`StoreError::Url`] for a URL this build cannot open; [`StoreError::Settings`] for
+/// settings that cannot be used.
+pub fn open_config(d: &DiscoveryConfig) -> Result<Arc<dyn Store>, StoreError> {
+    open_with(&d.store, EtcdOptions::from_config(d)?)
+}
+
+fn open_with(url: &str, options: EtcdOptions) -> Result<Arc<dyn Store>, StoreError> {
     match StoreUrl::parse(url)? {
         StoreUrl::Sqlite(path) => Ok(Arc::new(SqliteStore::new(path))),
-        StoreUrl::Etcd { endpoints, prefix } => Ok(Arc::new(EtcdStore::new(endpoints, prefix))),
+        StoreUrl::Etcd { endpoints, prefix } => Ok(Arc::new(EtcdStore::with_options(
+            endpoints, prefix, options,
+        ))),
     }
 }
