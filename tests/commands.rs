@@ -887,11 +887,11 @@ fn thread_name() -> String {
         .to_owned()
 }
 
-/// Issue 9 item 5 (MISSION C2): an inline handler runs on the callee's I/O thread, right
+/// MISSION C1: an inline handler runs on the callee's I/O thread, right
 /// after the ACCEPT (no task hop); every one of many concurrent calls is answered exactly once
 /// with its own result; `Node::serve_inline` does the same for a channel of any method.
 #[tokio::test]
-async fn c2_inline_handlers_run_on_the_io_thread_and_answer_each_call_once() {
+async fn c1_inline_handlers_run_on_the_io_thread_and_answer_each_call_once() {
     let svc = Service::new("inl").inline_method(Method::query("where"), |r: Request| {
         let n: u32 = r.args()?;
         encode(&(n, thread_name()))
@@ -934,11 +934,11 @@ async fn c2_inline_handlers_run_on_the_io_thread_and_answer_each_call_once() {
     b.shutdown().await.expect("b");
 }
 
-/// Issue 9 item 5 (MISSION C5): an inline handler that panics answers `Exception` (it may
+/// MISSION C3, F2: an inline handler that panics answers `Exception` (it may
 /// have run) and the node, whose I/O thread ran it, goes on serving; a handler error travels
 /// as it is.
 #[tokio::test]
-async fn c5_inline_handler_panic_answers_exception_and_the_node_goes_on() {
+async fn c3_f2_inline_handler_panic_answers_exception_and_the_node_goes_on() {
     let svc = Service::new("inl").inline_method(Method::query("q"), |r: Request| {
         match r.args::<u32>()? {
             0 => panic!("inline boom"),
