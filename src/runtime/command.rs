@@ -40,7 +40,7 @@ pub(crate) enum Command {
         Vec<crate::proto::discovery::Intent>,
         Vec<super::event::DiscoveryEvent>,
     ),
-    /// A new allow-list, or why it could not be read (issue 11): `trigger` says what made the
+    /// A new allow-list, or why it could not be read: `trigger` says what made the
     /// node read it; `reply` hears the number of keys in force.
     AllowList {
         loaded: Result<std::collections::BTreeSet<crate::proto::security::PublicKey>, String>,
@@ -159,7 +159,7 @@ mod tests {
 
     use super::*;
 
-    /// MISSION R1 (one loop) with issue 9's "one wake-up per burst": four threads queue 20 000
+    /// MISSION R1 (one loop) with one wake-up per burst of commands: four threads queue 20 000
     /// commands; the receiving loop sleeps without a timeout of its own (bounded at 10 s only
     /// so a lost wake-up fails the test instead of hanging it) and takes every command, and
     /// far fewer wake-ups fire than commands were queued.

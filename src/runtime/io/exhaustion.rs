@@ -1,4 +1,4 @@
-//! Running out of descriptors (issue 13). A link or subscription whose socket cannot be
+//! Running out of descriptors. A link or subscription whose socket cannot be
 //! opened because the node ran out (the process's limit, the system's file table, libzmq's
 //! socket limit) fails with [`FailureReason::ResourceExhausted`] and the real cause with its
 //! figures ([`Exhausted`]), and is retried with the normal backoff. Its state event is

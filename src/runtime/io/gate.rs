@@ -1,4 +1,4 @@
-//! The gate of the bound sockets (issue 11): who may hold a connection to this node before
+//! The gate of the bound sockets: who may hold a connection to this node before
 //! it was admitted, and what became of those that were refused.
 //!
 //! - **ZAP.** Every bound ROUTER carries a ZAP domain of its own and lives in the context of

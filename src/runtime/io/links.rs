@@ -58,10 +58,10 @@ pub(super) struct Conn {
     pub(super) outq: Option<Arc<SendQueue>>,
     /// PROBEs and ACKs a full pipe refused, sent before anything else once it has room.
     pub(super) held: Vec<Vec<Vec<u8>>>,
-    /// The peer's CURVE public key, verified by the transport (issue 11); `None` without
+    /// The peer's CURVE public key, verified by the transport; `None` without
     /// CURVE, where the peer's security identity is only what its handshake claimed.
     pub(super) verified_key: Option<PublicKey>,
-    /// Connection notices a dialled ROUTER received in band (`ROUTER_NOTIFY`, issue 13): the
+    /// Connection notices a dialled ROUTER received in band (`ROUTER_NOTIFY`): the
     /// first says the connection attached, any later one that it is gone.
     pub(super) notices: u8,
 }
@@ -370,7 +370,7 @@ impl IoThread {
         // Calls leased on this connection fail at once, as "may have run" (MISSION C2).
         self.calls_connection_lost(k, conn_id, reason, now);
         // One-way records still in its zmesh queue are counted and named in this failure,
-        // never silently gone (issue 9).
+        // never silently gone.
         let unsent = self.close_send_queue(k, Closed::NotReady, reason);
         let with_unsent;
         let detail = if unsent > 0 {
@@ -436,7 +436,7 @@ impl IoThread {
         if dialled {
             if let Some(mut slot) = self.take_slot(conn.slot) {
                 // A socket whose monitor was stopped after its handshake gets one again for
-                // its close (issue 13); if it cannot (no descriptors), the close goes
+                // its close; if it cannot (no descriptors), the close goes
                 // unconfirmed and the link dials again after its backoff alone. A node that
                 // stops dials nothing again: no confirmation is needed then.
                 let redial = self.host != Host::Stopped;
@@ -530,8 +530,8 @@ impl IoThread {
         self.stop_monitor(slot, now);
     }
 
-    /// A dialled ROUTER whose handshake is done (HELLO sent) needs its monitor no longer
-    /// (issue 13): the loss of its connection reaches it in band (`ROUTER_NOTIFY`, see
+    /// A dialled ROUTER whose handshake is done (HELLO sent) needs its monitor no longer:
+    /// the loss of its connection reaches it in band (`ROUTER_NOTIFY`, see
     /// [`IoThread::on_router_notice`]), so the monitor is stopped and its two descriptors go.
     /// Events libzmq raised before the stop (a disconnect among them) are acted on here.
     fn stop_monitor(&mut self, slot: SlotKey, now: Instant) {
@@ -577,7 +577,7 @@ impl IoThread {
     }
 
     /// An empty record a dialled ROUTER received from its peer's routing id: a connection
-    /// notice of libzmq (`ROUTER_NOTIFY`, issue 13), in order with the peer's records. The
+    /// notice of libzmq (`ROUTER_NOTIFY`), in order with the peer's records. The
     /// first says the connection attached; any later one that the connection is gone
     /// (MISSION L6: at once), whether it says so itself or is the attach of a reconnection
     /// libzmq made after it (which never carries this link's records).
@@ -685,7 +685,7 @@ impl IoThread {
                     self.subs[i].connected = true;
                 }
                 // A publisher that does not hold the key this node expects of it, or refuses
-                // this node (its allow-list): nothing of it is ever read (issue 11).
+                // this node (its allow-list): nothing of it is ever read.
                 (SlotRole::Sub(i), MonitorEvent::HandshakeFailed) => {
                     if let Some(detail) = self.handshake_security_detail(value) {
                         self.fail_sub(i, FailureReason::SecurityFailure, &detail, now);

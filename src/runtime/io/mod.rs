@@ -261,13 +261,13 @@ pub(crate) struct IoThread {
     next_conn: u64,
     host: Host,
     shutdown_reply: Option<oneshot::Sender<()>>,
-    /// CURVE (issue 11): this node's key pair; `None` in `none` mode.
+    /// CURVE: this node's key pair; `None` in `none` mode.
     curve: Option<KeyPair>,
-    /// Running out of descriptors: the figures and the episode being logged (issue 13).
+    /// Running out of descriptors: the figures and the episode being logged.
     exhaustion: exhaustion::Exhaustion,
 }
 
-/// What the I/O thread is given of the node's security at start (issue 11).
+/// What the I/O thread is given of the node's security at start.
 pub(crate) struct SecurityInit {
     /// This node's CURVE key pair (`mode = "curve"`), or `None` (`mode = "none"`).
     pub(crate) curve: Option<KeyPair>,

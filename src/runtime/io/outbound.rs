@@ -1,4 +1,4 @@
-//! One-way records out (issue 9, item 2): the link table this thread publishes for the async
+//! One-way records out: the link table this thread publishes for the async
 //! side, and the per-connection send queues it drains into libzmq in bursts.
 //!
 //! A queue is made when a connection that carries one-way records becomes ready (a RouteMesh

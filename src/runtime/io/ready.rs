@@ -53,7 +53,7 @@ pub(super) enum Watch {
     Closing(LinkKey),
     /// The node's publisher (XPUB) socket: subscriptions arrived (beacon on join).
     Publisher,
-    /// The node's ZAP handler (issue 11).
+    /// The node's ZAP handler.
     Zap,
 }
 
@@ -149,8 +149,8 @@ impl<K: Key + PartialEq> KeySet<K> {
 /// members, so that taking them costs the members only.
 ///
 /// (A `HashSet` drained on every wake-up costs its capacity, not its length: after a start
-/// that touched 4 500 sockets at once, every later wake-up walked and cleared those buckets
-/// again, 5 % of an idle I/O thread at 4 500 connections, issue 13.)
+/// that touched thousands of sockets at once, every later wake-up would walk and clear those
+/// buckets again.)
 #[derive(Default)]
 struct Checks {
     flags: Vec<bool>,

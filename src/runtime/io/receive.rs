@@ -213,7 +213,7 @@ impl IoThread {
                     }
                     frames.remove(0);
                     // An empty record from the peer's routing id is libzmq's notice that the
-                    // connection attached or is gone (ROUTER_NOTIFY, issue 13), never one of
+                    // connection attached or is gone (ROUTER_NOTIFY), never one of
                     // the peer's records (each has an envelope).
                     if let [only] = frames.as_slice() {
                         if only.as_ref().is_empty() {

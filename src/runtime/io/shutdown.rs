@@ -19,7 +19,7 @@ impl IoThread {
         // Handlers still running serve nobody any more.
         self.callee.handle_stop();
         // One-way records queued before the stop leave ahead of the CLOSE, as far as the
-        // pipes take them; what is left is counted and named (issue 9).
+        // pipes take them; what is left is counted and named.
         for (k, unsent) in self.flush_send_queues_at_stop() {
             let detail = format!("node stopped; {unsent} queued records not sent");
             let l = &mut self.links[k];

@@ -29,7 +29,7 @@ pub(super) struct Slot {
     pub(super) socket: zmq::Socket,
     pub(super) monitor: Option<MonitorSocket>,
     /// The room in its context of a dialled ROUTER whose monitor was stopped once its
-    /// handshake was done (issue 13): a monitor is attached again in it for the close.
+    /// handshake was done: a monitor is attached again in it for the close.
     pub(super) room: Option<SocketRoom>,
     pub(super) role: SlotRole,
     pub(super) endpoint: String,

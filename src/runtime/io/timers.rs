@@ -147,7 +147,7 @@ impl IoThread {
         // wake-up for a due timer also starts every probe and beacon due within the next
         // `COALESCE_WINDOW` (never late, at most that early; deadlines never early), so that
         // thousands of connections' probe cycles a few milliseconds apart cost one wake-up
-        // per window instead of one each, and their ACKs come back together (issue 13).
+        // per window instead of one each, and their ACKs come back together.
         self.liveness.table_mut().handle_timeout_coalesced(now);
         while let Some(t) = self.liveness.table_mut().poll_transmit(now) {
             match t {

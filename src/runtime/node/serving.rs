@@ -46,7 +46,7 @@ impl Node {
     }
 
     /// Serves `channel` with `handler` run on the node's I/O thread, right after each call's
-    /// ACCEPT: no hand-off to a task and back, so a call round trip is shorter (issue 9). For
+    /// ACCEPT: no hand-off to a task and back, so a call round trip is shorter. For
     /// plain functions that finish within microseconds; while one runs the node reads no
     /// socket. See [`Service::inline_method`] for the rules; everything else is as for
     /// [`Node::serve`].
@@ -160,7 +160,7 @@ impl Node {
         let inline = inline_dispatch(&lookup, guard.is_some());
         // The I/O thread spawns each accepted call's task itself, on the runtime the channel
         // was registered from: no dispatcher task in between (one thread hand-off less per
-        // call, issue 9 item 5).
+        // call).
         let dispatch: Dispatcher = Arc::new(move |job: ServeJob| {
             let (weak, lookup, guard) = (weak.clone(), lookup.clone(), guard.clone());
             rt.spawn(async move {
