@@ -19,7 +19,7 @@ use bytes::Bytes;
 
 use super::links::{backoff, note};
 use super::ready::Watch;
-use super::slots::{Slot, SlotRole};
+use super::slots::{close_stopping_monitor, Slot, SlotRole};
 use super::{Host, IoThread, SlotKey, BACKOFF_MAX};
 use crate::proto::liveness::{self, Delivery as FanoutDelivery, FanoutInput};
 use crate::proto::security::PublicKey;
@@ -295,7 +295,9 @@ impl IoThread {
         let Some(slot) = self.subs[i].slot.take() else {
             return;
         };
-        self.take_slot(slot);
+        if let Some(slot) = self.take_slot(slot) {
+            close_stopping_monitor(slot);
+        }
         let s = &mut self.subs[i];
         s.conn_id = None;
         s.failures_in_row = s.failures_in_row.saturating_add(1);

@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use super::links::note;
+use super::slots::close_stopping_monitor;
 use super::IoThread;
 use crate::proto::state::{FailureReason, Recovery};
 use crate::runtime::records::{self, CloseReason};
@@ -51,7 +52,7 @@ impl IoThread {
             if let Some(slot) = self.take_slot(k) {
                 // Dialled sockets carrying our CLOSE need a moment to flush it.
                 let _ = slot.socket.set_linger(CLOSE_LINGER_MS);
-                drop(slot);
+                close_stopping_monitor(slot);
             }
         }
         self.link_timers.clear();

@@ -37,6 +37,35 @@ pub(super) struct Slot {
     pub(super) shared: Option<SharedSocketId>,
 }
 
+/// Closes the socket of a slot that is no dialled link's (a SUB socket, a bound socket, whose
+/// close nobody waits to see confirmed): its monitor, if it has one, is stopped first, so
+/// libzmq publishes nothing on it any more; then the socket closes. libzmq publishes a
+/// socket's events with a blocking send from the thread that raises them (see
+/// [`MonitorSocket`]): an event raised after our end of the monitor is gone, such as the
+/// `CLOSED` of a connect still pending when the socket closes, would stop that thread, the
+/// context's I/O thread, and every socket it serves with it.
+pub(super) fn close_stopping_monitor(slot: Slot) {
+    let Slot {
+        socket,
+        monitor,
+        room,
+        ..
+    } = slot;
+    match monitor.map(|m| m.stop(&socket)) {
+        Some(Ok((_, monitor_room))) => {
+            drop(socket);
+            drop(monitor_room);
+        }
+        Some(Err((e, m))) => {
+            tracing::debug!(error = %e, "monitor not stopped before its socket closed");
+            drop(socket);
+            drop(m);
+        }
+        None => drop(socket),
+    }
+    drop(room);
+}
+
 /// What the receive scheduler accounts caps to (MISSION R2, R3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) enum Unit {
@@ -126,10 +155,7 @@ impl IoThread {
                         drop(slot.socket);
                         self.park_closing(k, m);
                     }
-                    (_, monitor) => {
-                        drop(slot.socket);
-                        drop(monitor);
-                    }
+                    (_, monitor) => close_stopping_monitor(Slot { monitor, ..slot }),
                 }
             }
             return Err(e);
