@@ -117,7 +117,7 @@ pub struct NodeConfig {
     /// links from the other nodes' descriptors. Absent: manual mode only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub discovery: Option<DiscoveryConfig>,
-    /// Transport security (issue 11): CURVE with an allow-list, or none. A configuration
+    /// Transport security: CURVE with an allow-list, or none. A configuration
     /// file must say which (`[security] mode = "curve"` or `mode = "none"`, see
     /// [`NodeConfig::from_toml`]); the Rust default is [`SecurityMode::None`], which a node
     /// warns about when it starts.
@@ -125,7 +125,7 @@ pub struct NodeConfig {
     pub security: SecurityConfig,
 }
 
-/// `[security]`: how this node authenticates its peers and encrypts its traffic (issue 11).
+/// `[security]`: how this node authenticates its peers and encrypts its traffic.
 ///
 /// With [`SecurityMode::Curve`] every socket runs CurveZMQ (RFC 26): every bound endpoint
 /// (RouteMesh lanes, ClientServer server, fanout publisher) is a CURVE server that admits
@@ -1126,7 +1126,7 @@ mod tests {
         }
     }
 
-    /// Issue 11: `[security]` is required in a file; CURVE needs its key file and the key of
+    /// `[security]` is required in a file; CURVE needs its key file and the key of
     /// every dialled endpoint, the same for both lanes of a peer; `none` takes no keys.
     #[test]
     fn security_section_is_explicit_and_curve_needs_every_dialled_key() {

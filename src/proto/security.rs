@@ -1,4 +1,4 @@
-//! Security identities and the ZAP exchange, sans-IO (issue 11; MISSION F1, F3).
+//! Security identities and the ZAP exchange, sans-IO (MISSION F1, F3).
 //!
 //! The types other modules share: a CURVE [`PublicKey`] (the verified security identity of a
 //! peer once CURVE is on; descriptors carry it too), its Z85 text form (ZeroMQ RFC 32), the

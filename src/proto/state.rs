@@ -109,7 +109,7 @@ pub enum FailureReason {
     Reconfigured,
     /// The node could not open a socket for the link: the process's file descriptor limit,
     /// the system's file table or libzmq's socket limit (the detail names which, with the
-    /// figures). Retried with the normal backoff (issue 13).
+    /// figures). Retried with the normal backoff.
     ResourceExhausted,
 }
 
@@ -504,7 +504,7 @@ mod tests {
         Duration::from_secs(n)
     }
 
-    /// A dial that cannot open its socket (issue 13) fails before any connection exists, on
+    /// A dial that cannot open its socket fails before any connection exists, on
     /// the first attempt and on later ones: the link is Reconnecting with the reason, and
     /// the next dial that opens its socket is Connecting as usual.
     #[test]

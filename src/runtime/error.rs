@@ -18,7 +18,7 @@ pub enum NodeError {
         source: zmq::Error,
     },
     /// A socket or the epoll set could not be created at start because the node ran out of
-    /// file descriptors (or libzmq's socket limit): the cause with its figures (issue 13).
+    /// file descriptors (or libzmq's socket limit): the cause with its figures.
     #[error("cannot open {what}: {cause}")]
     Exhausted {
         /// What could not be opened (the endpoint to bind, or the node's epoll set).
@@ -44,7 +44,7 @@ pub enum NodeError {
     /// The I/O thread could not be started or has stopped.
     #[error("the node's I/O thread is not running")]
     Stopped,
-    /// A key file or the allow-list cannot be used (`[security]`, issue 11).
+    /// A key file or the allow-list cannot be used (`[security]`).
     #[error("security: {0}")]
     Security(#[from] crate::runtime::security::KeyFileError),
 }

@@ -248,7 +248,7 @@ pub enum NodeEvent {
     /// Automatic mode: the store, the lease or the descriptors changed (MISSION D1, D3,
     /// F5). Never a change of any link's readiness by itself.
     Discovery(DiscoveryEvent),
-    /// The node's security state changed: its allow-list was read again (issue 11).
+    /// The node's security state changed: its allow-list was read again.
     Security(super::security::SecurityEvent),
 }
 

@@ -1,5 +1,5 @@
 //! File descriptors: the process's limit, how many are in use, and what running out looks
-//! like (issue 13).
+//! like.
 //!
 //! libzmq needs descriptors for every socket (its mailbox), every TCP connection, and every
 //! context (its threads' pollers and mailboxes); README "File descriptors" gives the budget

@@ -1,5 +1,4 @@
-//! One-way records out, without a round trip to the I/O thread per record (issue 9, items 2
-//! and 6). Both [`super::node`] and [`super::io`] use this module.
+//! One-way records out, without a round trip to the I/O thread per record. Both [`super::node`] and [`super::io`] use this module.
 //!
 //! ```text
 //!  Node::send ──> LinkTable (RID / server channel -> queue of the current ready link; the
@@ -524,7 +523,7 @@ mod tests {
             .collect()
     }
 
-    /// Issue 9 item 2: the bound is [`SEND_QUEUE`] records, counting the ones the I/O thread
+    /// The bound is [`SEND_QUEUE`] records, counting the ones the I/O thread
     /// holds; a push past it stops with `Full`; only the first push of a burst asks for a
     /// drain.
     #[test]
@@ -551,7 +550,7 @@ mod tests {
         assert_eq!(out[0].payload, Bytes::from(60usize.to_be_bytes().to_vec()));
     }
 
-    /// Issue 9 item 2: records leave in the order they were pushed, and a queue emptied by
+    /// Records leave in the order they were pushed, and a queue emptied by
     /// the I/O thread asks for a drain again on the next push.
     #[test]
     fn order_kept_and_drain_requested_again_after_empty() {
@@ -566,7 +565,7 @@ mod tests {
         assert!(q.push("c", &mut payloads(1)).schedule);
     }
 
-    /// Issue 9 item 4: one envelope per channel, shared by the records of that channel.
+    /// One envelope per channel, shared by the records of that channel.
     #[test]
     fn envelope_built_once_per_channel() {
         let q = queue();
@@ -584,7 +583,7 @@ mod tests {
         assert!(matches!(p.stop, Some(Stop::Invalid(_))), "empty channel");
     }
 
-    /// Issue 9 item 2 (honest at failure): closing counts what was queued, taken or not,
+    /// Closing counts what was queued, taken or not,
     /// and refuses every later push.
     #[test]
     fn close_counts_queued_records_and_refuses_more() {

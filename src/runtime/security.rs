@@ -1,4 +1,4 @@
-//! Who is calling, and may they (issue 11, MISSION K6): the per-call authorizer of a served
+//! Who is calling, and may they (MISSION K6): the per-call authorizer of a served
 //! channel.
 //!
 //! A [`crate::runtime::service::Service`] may carry an authorizer
@@ -75,7 +75,7 @@ impl Denied {
 /// the call `Forbidden`.
 pub type Authorizer = Arc<dyn Fn(&AuthRequest<'_>) -> Result<(), Denied> + Send + Sync>;
 
-/// A CURVE key pair: this node's identity under CURVE (issue 11). Made by `zmesh keygen`
+/// A CURVE key pair: this node's identity under CURVE. Made by `zmesh keygen`
 /// ([`KeyPair::generate`], [`KeyPair::write_new`]); the secret half is never printed
 /// (`Debug` shows the public key only).
 #[derive(Clone, PartialEq, Eq)]

@@ -249,8 +249,8 @@ impl Service {
         }
     }
 
-    /// Asks `authorizer` about every call of this channel before it is accepted (issue 11,
-    /// MISSION K6; see [`crate::runtime::security`]): `Err(Denied::Unauthorized(..))` or
+    /// Asks `authorizer` about every call of this channel before it is accepted
+    /// (MISSION K6; see [`crate::runtime::security`]): `Err(Denied::Unauthorized(..))` or
     /// `Err(Denied::Forbidden(..))` answers the caller with that code, and the call does not
     /// run. Each call of a BATCH is asked about on its own. Without one, every caller that
     /// reaches the channel may call it.
@@ -317,7 +317,7 @@ impl Service {
     }
 
     /// Adds a method answered once by `handler` run on the node's I/O thread, right after
-    /// the call's ACCEPT, with no hand-off to a task and back (issue 9: the ACCEPT and the
+    /// the call's ACCEPT, with no hand-off to a task and back (the ACCEPT and the
     /// REPLY leave together, a call round trip saves two thread hand-offs). For handlers
     /// that are plain functions finishing within microseconds (a lookup, a counter, a
     /// setpoint in memory): while one runs, the node reads no socket, answers no probe and

@@ -52,11 +52,11 @@ pub struct Snapshot {
     /// Automatic mode: the store, the lease and the descriptors seen (absent in manual mode).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub discovery: Option<DiscoverySnapshot>,
-    /// Transport security: the mode, this node's public key, the allow-list (issue 11).
+    /// Transport security: the mode, this node's public key, the allow-list.
     pub security: SecuritySnapshot,
 }
 
-/// A node's transport security (issue 11).
+/// A node's transport security.
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
 pub struct SecuritySnapshot {
@@ -118,7 +118,7 @@ pub struct LinkSnapshot {
     pub verified: bool,
 }
 
-/// One refusal of a connection that was never admitted (issue 11). It names the local
+/// One refusal of a connection that was never admitted. It names the local
 /// endpoint, never the peer (the peer is not known: it was not admitted).
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]

@@ -19,7 +19,7 @@
 //! - Every context [`Sockets`] opens for dialled sockets holds up to [`MAX_SOCKETS`] sockets
 //!   (libzmq's `ZMQ_MAX_SOCKETS`, 1023 by default; `vendor/zmq` adds the call), so one
 //!   context, with its two libzmq threads and five descriptors, serves some 10 000 dialled
-//!   connections (issue 13: with 1023 a node opened one per 300, 34 contexts and 68 threads
+//!   connections (with 1023 a node opened one per 300, 34 contexts and 68 threads
 //!   at 10 000).
 //!   Beyond that [`Sockets`] spreads sockets over as many contexts as needed
 //!   ([`SOCKETS_PER_CONTEXT`] each); tcp and ipc endpoints do not care which context a socket
@@ -31,9 +31,9 @@
 //!   ([`CONTEXT_HEADROOM`]), and a context libzmq could not create is never used: libzmq
 //!   aborts the process when it cannot create a context's pollers, and `zmq_ctx_new` failing
 //!   for want of a descriptor left the `zmq` crate a null context whose every socket failed
-//!   with `EFAULT` ("Bad address", issue 13). Both are reported as `EMFILE`, which
+//!   with `EFAULT` ("Bad address"). Both are reported as `EMFILE`, which
 //!   [`crate::runtime::fds::classify`] names with its figures.
-//! - `MAXMSGSIZE` = the node's `max_frame_size` on every socket (issue 11): libzmq reads a
+//! - `MAXMSGSIZE` = the node's `max_frame_size` on every socket: libzmq reads a
 //!   frame's length before the frame and closes the connection of a peer that announces a
 //!   longer one, so an oversize frame costs no memory. libzmq reports that close only as a
 //!   disconnect, without a reason.
@@ -44,7 +44,7 @@
 //!   ([`Sockets::zap_handler`]) and carry a ZAP domain, so every connection they accept is
 //!   put to the I/O thread before it may carry a record (the unadmitted-connection cap, the
 //!   CURVE allow-list); under CURVE the publisher too ([`Sockets::plain_gated`]).
-//! - CURVE (`[security] mode = "curve"`, issue 11): bound sockets are CURVE servers
+//! - CURVE (`[security] mode = "curve"`): bound sockets are CURVE servers
 //!   ([`set_curve_server`]), dialled and SUB sockets CURVE clients that name the key they
 //!   expect of the server ([`set_curve_client`]); both set before bind / connect. The key a
 //!   client proved reaches the I/O thread as the `User-Id` property of its frames
@@ -373,7 +373,7 @@ impl MonitorSocket {
         stopped
     }
 
-    /// Stops the monitor of `watched`, the socket this PAIR reads the events of (issue 13: a
+    /// Stops the monitor of `watched`, the socket this PAIR reads the events of (a
     /// dialled RouteMesh ROUTER keeps no monitor once its handshake is done; it learns of its
     /// connection's loss in band, see [`Sockets::dialled`]). libzmq stops the monitor within
     /// the call (`MONITOR_STOPPED` last) and publishes nothing after it, so this PAIR is
@@ -617,7 +617,7 @@ impl Sockets {
     /// F3). Keep the monitor until [`MonitorSocket::close_confirmed`] said yes: dropped sooner,
     /// it blocks the context's reaper (see [`MonitorSocket`]).
     ///
-    /// A ROUTER (a RouteMesh lane) also reports its connection in band (issue 13):
+    /// A ROUTER (a RouteMesh lane) also reports its connection in band:
     /// `ROUTER_NOTIFY` = connect | disconnect makes libzmq hand it an empty record from the
     /// peer's routing id when the connection attaches (after the handshake, security
     /// included) and when it is lost, in order with the records: the first such record says
@@ -719,7 +719,7 @@ impl Sockets {
     /// `zmq_ctx_new` could not create (no descriptor for its mailbox) is a null pointer to
     /// the `zmq` crate: every socket of it failed with `EFAULT` ("Bad address"), and, kept as
     /// the context with room, it failed every later socket too, long after descriptors were
-    /// free again (issue 13).
+    /// free again.
     ///
     /// With `large`, its `ZMQ_MAX_SOCKETS` is raised to [`MAX_SOCKETS`]. Returns the context
     /// and how many sockets to place in it: `per_context`, or [`DEFAULT_ROOM`] where it was
@@ -1031,8 +1031,8 @@ mod tests {
         assert_eq!(s.open_sockets(), 0);
     }
 
-    /// The in-band connection reports a dialled ROUTER relies on once its monitor is stopped
-    /// (issue 13): the attach of its connection and its loss arrive as empty records from the
+    /// The in-band connection reports a dialled ROUTER relies on once its monitor is stopped:
+    /// the attach of its connection and its loss arrive as empty records from the
     /// peer's routing id, in order with the peer's records; `stop` confirms itself
     /// (`MONITOR_STOPPED`) and nothing reaches the stopped monitor afterwards; and a monitor
     /// attached again for the close confirms it. Fails with a libzmq built without the draft API
@@ -1121,7 +1121,7 @@ mod tests {
         assert_eq!(s.open_sockets(), 1);
     }
 
-    /// One context takes more sockets than libzmq's default of 1023 (issue 13: a node opened
+    /// One context takes more sockets than libzmq's default of 1023 (a node opened
     /// a context, two threads and five descriptors per 300 dialled connections): 1 100
     /// sockets, all in the first context. Without `ZMQ_MAX_SOCKETS` raised they take two
     /// (900 placed in a context at libzmq's default). Needs about 1 150 descriptors; where

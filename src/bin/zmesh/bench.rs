@@ -10,8 +10,8 @@
 //! | P5 | idle CPU and memory per connection of one node with many publishers and mesh peers | - | a `zmesh node` child process |
 //! | P6 | failure detection: orderly close, killed process, half-open | - | event on the dialling node |
 //! | K5 | bytes on the wire, calls/s and latency of 300 concurrent small calls, `batch_calls` off and on | - | a RouteMesh pair through counting TCP proxies |
-//! | C1 | P1 (1 KiB, `send_batch`) and P2 with CURVE on both sides (issue 11) | DEALER -> ROUTER with CURVE | a pair in `[security] mode = "curve"` |
-//! | P7 | one node with 1 000 / 5 000 / 10 000 connections (a fifth fanout), then 10 000 RouteMesh lanes it dials, then 10 000 it accepts: time to all ready, idle CPU, descriptors and memory per connection (issue 13) | - | a `zmesh node` child process (see `scale`) |
+//! | C1 | P1 (1 KiB, `send_batch`) and P2 with CURVE on both sides | DEALER -> ROUTER with CURVE | a pair in `[security] mode = "curve"` |
+//! | P7 | one node with 1 000 / 5 000 / 10 000 connections (a fifth fanout), then 10 000 RouteMesh lanes it dials, then 10 000 it accepts: time to all ready, idle CPU, descriptors and memory per connection | - | a `zmesh node` child process (see `scale`) |
 //!
 //! Every measurement is repeated `--runs` times (raw and zmesh interleaved); the table shows
 //! the median and the min..max spread. P4 is one window of `--flood-secs` (its thousands of
@@ -330,7 +330,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<()> {
     }
     if want("p2") {
         let r = calls::round_trip(&plan).await?;
-        // Issue 9 item 5: the same calls to an inline handler (run on the callee's I/O
+        // The same calls to an inline handler (run on the callee's I/O
         // thread), against the same raw runs.
         let inline = [
             (
@@ -878,7 +878,7 @@ pub(crate) fn bind_any(s: &zmq::Socket) -> Result<String> {
 /// membership, MISSION T4).
 pub(crate) const CHANNEL: &str = "bench";
 
-/// The channel P2 serves with an inline handler (issue 9, item 5).
+/// The channel P2 serves with an inline handler.
 pub(crate) const INLINE_CHANNEL: &str = "bench-inline";
 
 /// Configuration of a RouteMesh node that accepts peers and serves [`CHANNEL`] and
@@ -1015,7 +1015,7 @@ impl Pair {
     }
 }
 
-/// CURVE keys of a measured pair (issue 11, item 6): `b` is the server (the bound side), `a`
+/// CURVE keys of a measured pair: `b` is the server (the bound side), `a`
 /// the client; written to key files for the zmesh nodes, set on raw sockets directly.
 #[derive(Clone)]
 pub(crate) struct Curve {

@@ -174,7 +174,7 @@ enum Cmd {
         #[arg(long)]
         seconds: Option<u64>,
     },
-    /// Make a CURVE key pair (issue 11): writes the key file (public and secret key, Z85;
+    /// Make a CURVE key pair: writes the key file (public and secret key, Z85;
     /// readable by its owner only; never overwrites) and prints the public key, which peers
     /// configure to expect of this node.
     Keygen {
@@ -466,7 +466,7 @@ async fn run_node(
 ) -> Result<()> {
     let t0 = Instant::now();
     // Before the node and its control endpoint exist: once either answers, TERM and HUP are
-    // handled (SIGHUP reads the allow-list again, issue 11; its outcome is an event).
+    // handled (SIGHUP reads the allow-list again; its outcome is an event).
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let peers: Vec<String> = cfg.peers.iter().map(|p| p.rid.clone()).collect();
@@ -605,7 +605,7 @@ fn serve_control(node: Node, endpoint: String) -> Result<()> {
     let ctx = zmq::Context::new();
     let rep = ctx.socket(zmq::REP)?;
     rep.set_linger(0)?;
-    // A control question is a word: nobody sends more than 64 KiB to it (issue 11).
+    // A control question is a word: nobody sends more than 64 KiB to it.
     rep.set_maxmsgsize(64 << 10)?;
     rep.bind(&endpoint)
         .with_context(|| format!("binding control endpoint {endpoint}"))?;

@@ -260,7 +260,7 @@ impl Node {
     ) -> Result<(Node, IoThread, Option<DiscoveryPlan>), NodeError> {
         config.validate()?;
         // libzmq needs descriptors per connection: the soft limit goes up to the hard one
-        // before the first socket is opened (once per process; issue 13).
+        // before the first socket is opened (once per process).
         crate::runtime::fds::raise_limit();
         let security = security_init(&config)?;
         let watch_allow_dir = security.curve.is_some() && config.security.allow_dir.is_some();
@@ -793,7 +793,7 @@ impl Node {
     }
 
     /// Reads the allow-list again (`[security] allow` and the files of `allow_dir`) and puts
-    /// it in force (issue 11): new connections to the bound endpoints are checked against it
+    /// it in force: new connections to the bound endpoints are checked against it
     /// at once, and admitted inbound connections whose key is no longer on it are closed
     /// (`security_failure`). `zmesh node` calls this on SIGHUP; a change of `allow_dir`'s
     /// files is picked up without it within [`ALLOW_DIR_POLL`](crate::runtime::security::ALLOW_DIR_POLL).

@@ -30,13 +30,13 @@ pub(crate) struct RoundTrip {
     pub command_p50: Series,
     /// p50 and p99 of a one-way ping-pong between the same two nodes: `a` sends, `b`'s
     /// application sends the record back as it takes it from its event stream. The same
-    /// threads as a call minus the handler's dispatch and the ACCEPT (issue 9, item 5: where
+    /// threads as a call minus the handler's dispatch and the ACCEPT (where
     /// a call's time goes, measured from outside the call path).
     pub send_ping_pong_p50: Series,
     /// See [`RoundTrip::send_ping_pong_p50`].
     pub send_ping_pong_p99: Series,
     /// p50 and p99 of the same calls to an inline handler (`Node::serve_inline`: run on
-    /// `b`'s I/O thread, no task hop; issue 9, item 5).
+    /// `b`'s I/O thread, no task hop).
     pub inline_p50: Series,
     /// See [`RoundTrip::inline_p50`].
     pub inline_p99: Series,
@@ -79,7 +79,7 @@ pub(crate) async fn round_trip(plan: &Plan) -> Result<RoundTrip> {
     Ok(r)
 }
 
-/// CURVE (issue 11, item 6): raw ping-pong with CURVE against zmesh calls of a pair in
+/// CURVE: raw ping-pong with CURVE against zmesh calls of a pair in
 /// `mode = "curve"`, `plan.runs` runs interleaved; p50 and p99 of each (the command round trip
 /// is not measured again).
 pub(crate) async fn round_trip_curve(plan: &Plan) -> Result<RoundTrip> {
@@ -176,7 +176,7 @@ async fn zmesh_calls(n: usize, curve: Option<&Curve>) -> Result<Calls> {
     let mut cmd = Vec::with_capacity(n);
     for i in 0..WARM_UP + n {
         let t = Instant::now();
-        // A `send` no longer goes to the I/O thread (issue 9); a snapshot does, and is small.
+        // A `send` no longer goes to the I/O thread; a snapshot does, and is small.
         let snap = pair.a.snapshot().await.context("snapshot")?;
         if i >= WARM_UP {
             cmd.push(micros(t.elapsed()));

@@ -1,4 +1,4 @@
-//! P7's inbound size: RouteMesh peers that dial the node (issue 13), so that one node holds
+//! P7's inbound size: RouteMesh peers that dial the node, so that one node holds
 //! 10 000 connections under a 20 000 descriptor limit. A connection the node accepts takes
 //! it one descriptor (its TCP connection on the shared bound socket), where a connection it
 //! dials takes two; the dialled sizes cannot reach 10 000 under that limit.

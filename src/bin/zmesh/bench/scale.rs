@@ -1,4 +1,4 @@
-//! P7: one node with N connections (issue 13), for N = 1 000, 5 000 and 10 000: the time
+//! P7: one node with N connections, for N = 1 000, 5 000 and 10 000: the time
 //! until every link is ready, its idle CPU, and its file descriptors and memory per
 //! connection, to show how they grow with N.
 //!

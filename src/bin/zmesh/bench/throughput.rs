@@ -39,7 +39,7 @@ impl Run {
     }
 }
 
-/// CURVE (issue 11, item 6): raw DEALER -> ROUTER with CURVE against zmesh `send_batch` of a
+/// CURVE: raw DEALER -> ROUTER with CURVE against zmesh `send_batch` of a
 /// pair in `mode = "curve"`, `plan.runs` runs interleaved; records per second and CPU per
 /// record of each.
 pub(crate) async fn oneway_curve(plan: &Plan, size: usize) -> Result<OneWay> {
@@ -164,8 +164,7 @@ fn raw_oneway(size: usize, n: u64, curve: Option<Curve>) -> Result<Run> {
 
 /// Node `a` sends `n` records of `size` bytes to node `b` from `senders` concurrent tasks,
 /// with `Node::send` if `batch` is 1, else with `Node::send_batch` of `batch` records; both
-/// queue on the link and wait while its queue is full (issue 9; before, each `send` was a
-/// round trip to the I/O thread and a full pipe refused records, which were sent again).
+/// queue on the link and wait while its queue is full.
 /// Clock: first send to the last delivery taken from `b`'s event stream.
 async fn zmesh_oneway(
     size: usize,

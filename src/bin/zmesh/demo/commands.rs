@@ -1,4 +1,4 @@
-//! The demo's commands scene (MISSION K1-K3, issue 8 item 7): node `e` serves "pump" with a
+//! The demo's commands scene (MISSION K1-K3): node `e` serves "pump" with a
 //! durable idempotency store; `a` sends it a non-repeatable command with an idempotency key;
 //! `e` is killed after the command ran and its outcome was recorded, before `a` heard the
 //! answer; `a` is told the command may have run and its operations tray shows the row;
