@@ -326,3 +326,161 @@ fn d1_demo_quick_finds_its_nodes_through_the_embedded_store() {
         assert!(text.contains(expected), "no {expected:?} in:\n{text}");
     }
 }
+
+/// Waits for `child` to exit, at most `limit`; kills it and panics past that.
+fn wait_exit(
+    child: &mut std::process::Child,
+    limit: Duration,
+    what: &str,
+) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A configuration file for a node that logs a warning as it starts (security mode "none")
+/// and prints a state event at once (its subscription starts connecting).
+fn quiet_node_config(dir: &std::path::Path) -> std::path::PathBuf {
+    let mut cfg = NodeConfig::new("cli-hygiene");
+    cfg.subscriptions = vec![Endpoint {
+        endpoint: ipc("nobody-publishes"),
+    }];
+    let path = dir.join("node.toml");
+    std::fs::write(&path, toml::to_string(&cfg).expect("toml")).expect("write");
+    path
+}
+
+/// Log lines on stderr carry ANSI colour only when asked with `--color` (stderr here is a
+/// pipe, not a terminal).
+#[test]
+fn cli_log_lines_are_coloured_only_on_a_terminal_or_with_color() {
+    let tmp = tempfile::tempdir().expect("dir");
+    let config = quiet_node_config(tmp.path());
+    let stderr_of = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_zmesh"))
+            .args([
+                "call",
+                "--channel",
+                "none",
+                "--method",
+                "m",
+                "--wait-ms",
+                "0",
+            ])
+            .args(extra)
+            .arg("--config")
+            .arg(&config)
+            .env_remove("NO_COLOR")
+            .output()
+            .expect("zmesh call");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let plain = stderr_of(&[]);
+    assert!(plain.contains("WARN"), "no warning logged: {plain}");
+    assert!(!plain.contains('\u{1b}'), "colour on a pipe: {plain:?}");
+    let never = stderr_of(&["--color", "never"]);
+    assert!(
+        !never.contains('\u{1b}'),
+        "colour with --color never: {never:?}"
+    );
+    let coloured = stderr_of(&["--color"]);
+    assert!(
+        coloured.contains("\u{1b}["),
+        "no colour with --color: {coloured:?}"
+    );
+}
+
+/// An error prints one line per cause, never a cause twice (the configuration error's text
+/// already carries the I/O error under it), and no backtrace, even with RUST_BACKTRACE set,
+/// unless `--debug` asks for one.
+#[test]
+fn cli_error_prints_each_cause_once_backtrace_only_with_debug() {
+    let run = |debug: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_zmesh"));
+        cmd.args(["node", "--config", "/nonexistent/zmesh-node.toml"])
+            .env("RUST_BACKTRACE", "1");
+        if debug {
+            cmd.arg("--debug");
+        }
+        let out = cmd.output().expect("zmesh node");
+        assert_eq!(out.status.code(), Some(1));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let plain = run(false);
+    let lines: Vec<&str> = plain.lines().collect();
+    assert_eq!(lines.len(), 1, "one cause, one line: {plain}");
+    assert!(
+        lines[0].starts_with("error: ") && lines[0].contains("/nonexistent/zmesh-node.toml"),
+        "{plain}"
+    );
+    assert!(!plain.to_lowercase().contains("backtrace"), "{plain}");
+    let debug = run(true);
+    assert!(debug.starts_with(&plain), "{debug}");
+    assert!(
+        debug.contains("backtrace:\n"),
+        "no backtrace with --debug: {debug}"
+    );
+}
+
+/// A stdout closed by its reader (`zmesh keygen | head -c0`, `zmesh node | head -1`) ends the
+/// command quietly with status 0: no panic, nothing on stderr, and a node stops by itself.
+#[test]
+fn cli_closed_stdout_ends_the_command_quietly() {
+    let tmp = tempfile::tempdir().expect("dir");
+    let closed = || {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        writer
+    };
+    let key = tmp.path().join("node.key");
+    let out = Command::new(env!("CARGO_BIN_EXE_zmesh"))
+        .args(["keygen", "--out"])
+        .arg(&key)
+        .stdout(closed())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("zmesh keygen");
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        key.exists(),
+        "the key file is written before the public key is printed"
+    );
+
+    let config = quiet_node_config(tmp.path());
+    let mut node = Command::new(env!("CARGO_BIN_EXE_zmesh"))
+        .args(["node", "--color", "never", "--events", "ndjson", "--config"])
+        .arg(&config)
+        .stdout(closed())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("zmesh node");
+    let status = wait_exit(
+        &mut node,
+        Duration::from_secs(10),
+        "zmesh node with a closed stdout",
+    );
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut node.stderr.take().expect("stderr"), &mut err)
+        .expect("stderr");
+    assert!(status.success(), "{status:?}: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

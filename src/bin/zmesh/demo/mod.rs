@@ -38,6 +38,7 @@ use zmesh::runtime::calls::{may_have_run, CallOptions};
 use zmesh::runtime::snapshot::{LinkSnapshot, Snapshot};
 use zmesh::runtime::{EventStream, Node};
 
+use crate::output::{out, outln};
 use crate::{print_event, EventFormat};
 use store::{store_line, DemoStore};
 
@@ -97,7 +98,7 @@ impl Proc {
         let (name, lines) = (self.name, self.lines.clone());
         std::thread::spawn(move || {
             for line in BufReader::new(from).lines().map_while(Result::ok) {
-                println!("    [{name}] {line}");
+                let _ = outln!("    [{name}] {line}");
                 if let Ok(mut l) = lines.lock() {
                     l.push(line);
                 }
@@ -289,13 +290,13 @@ pub(crate) async fn run(quick: bool, etcd: bool) -> Result<()> {
         &url,
         vec![AutoBind::RouteMesh],
     );
-    println!("zmesh demo: nodes b, c, d, e as processes; node a in this process");
-    println!("  no endpoint in any configuration: every node binds ephemeral ports on 127.0.0.1");
-    println!("  and publishes its descriptor to {url}");
-    println!("  b: Server of \"orders\" (RouteMesh), serves it");
-    println!("  c: Server of \"orders\" (ClientServer), fanout publisher");
-    println!("  d: Object Client of \"orders\", like a: the pair a-d needs no connection and is never dialled");
-    println!("  e: Server of \"pump\" (ClientServer), a durable idempotency store (scene 8)");
+    outln!("zmesh demo: nodes b, c, d, e as processes; node a in this process")?;
+    outln!("  no endpoint in any configuration: every node binds ephemeral ports on 127.0.0.1")?;
+    outln!("  and publishes its descriptor to {url}")?;
+    outln!("  b: Server of \"orders\" (RouteMesh), serves it")?;
+    outln!("  c: Server of \"orders\" (ClientServer), fanout publisher")?;
+    outln!("  d: Object Client of \"orders\", like a: the pair a-d needs no connection and is never dialled")?;
+    outln!("  e: Server of \"pump\" (ClientServer), a durable idempotency store (scene 8)")?;
     let mut procs = Vec::new();
     for (cfg, name) in [(&b, "b"), (&c, "c"), (&d, "d")] {
         // b serves the demo methods (echo, sleep, fail) on "orders".
@@ -313,7 +314,7 @@ pub(crate) async fn run(quick: bool, etcd: bool) -> Result<()> {
     let node = Node::start(a).await?;
     let mut events = node.take_events().context("events")?;
 
-    println!("\n== 1. the nodes find each other through the store; links become ready");
+    outln!("\n== 1. the nodes find each other through the store; links become ready")?;
     wait_for(&node, &mut events, t0, |s| {
         let seen = s
             .discovery
@@ -328,28 +329,28 @@ pub(crate) async fn run(quick: bool, etcd: bool) -> Result<()> {
     })
     .await?;
     let s = node.snapshot().await?;
-    println!("   a: {}", store_line(&s));
-    println!(
+    outln!("   a: {}", store_line(&s))?;
+    outln!(
         "   a's links to d: {} (an Object Client pair: never dialled, not even to learn it is not required)",
         s.peer("d").count()
-    );
-    println!("   the store (zmesh peers --store {url}):");
+    )?;
+    outln!("   the store (zmesh peers --store {url}):")?;
     let entries = zmesh::runtime::store::open(&url)?.list().await?;
     for line in crate::peers::table(&entries).lines() {
-        println!("     {line}");
+        outln!("     {line}")?;
     }
     pace().await;
 
-    println!("\n== 2. records flow: a -> b (RouteMesh), a -> c (ClientServer)");
+    outln!("\n== 2. records flow: a -> b (RouteMesh), a -> c (ClientServer)")?;
     let (mb, mc) = (procs[0].mark(), procs[1].mark());
     node.send("b", "greetings", "hello b").await?;
     node.send_to_server("orders", "order #1").await?;
     procs[0].wait_line(mb, "\"greetings\": hello b").await?;
     procs[1].wait_line(mc, "\"orders\": order #1").await?;
-    drain(&node, &mut events, t0);
+    drain(&node, &mut events, t0)?;
     pace().await;
 
-    println!("\n== 3. a call to b: answered");
+    outln!("\n== 3. a call to b: answered")?;
     let opts = CallOptions {
         peer: Some("b".into()),
         ..CallOptions::default()
@@ -357,12 +358,12 @@ pub(crate) async fn run(quick: bool, etcd: bool) -> Result<()> {
     let echoed: String = node
         .call_with("orders", "echo", "hello", opts.clone())
         .await?;
-    println!("   a -> b orders.echo(\"hello\") = {echoed:?}");
+    outln!("   a -> b orders.echo(\"hello\") = {echoed:?}")?;
     pace().await;
 
-    println!(
+    outln!(
         "\n== 4. a 60 s call to b, then kill -9 b: the call fails at once, saying it may have run"
-    );
+    )?;
     let old = b_settled(&node.snapshot().await?);
     let caller = node.clone();
     let o = opts.clone();
@@ -377,28 +378,28 @@ pub(crate) async fn run(quick: bool, etcd: bool) -> Result<()> {
     let killed = Instant::now();
     procs[0].kill();
     match call.await? {
-        Ok(v) => println!("   unexpected answer {v:?}"),
-        Err(e) => println!(
+        Ok(v) => outln!("   unexpected answer {v:?}")?,
+        Err(e) => outln!(
             "   call failed after {} ms: {e} [code {}, may_have_run = {}]",
             killed.elapsed().as_millis(),
             e.code(),
             may_have_run(&e)
-        ),
+        )?,
     }
     wait_for(&node, &mut events, t0, |s| {
         s.peer("b").all(|l| l.state != ConnState::Ready)
     })
     .await?;
-    println!(
+    outln!(
         "   detected {} ms after the kill (no 15 s wait: the OS closed b's sockets)",
         killed.elapsed().as_millis()
-    );
+    )?;
     pace().await;
 
-    println!(
+    outln!(
         "\n== 5. restart b: a new process run on new ports; its new descriptor's generation \
          replaces the old connection"
-    );
+    )?;
     procs[0].start()?;
     wait_for(&node, &mut events, t0, |s| {
         b_settled(s).is_some_and(|g| Some(g) != old)
@@ -406,17 +407,17 @@ pub(crate) async fn run(quick: bool, etcd: bool) -> Result<()> {
     .await?;
     let now = b_settled(&node.snapshot().await?);
     if let (Some(o), Some(n)) = (old, now) {
-        println!("   b was generation {o:016x}, is now {n:016x}");
+        outln!("   b was generation {o:016x}, is now {n:016x}")?;
     }
     let mark = procs[0].mark();
     node.send("b", "greetings", "hello again, new b").await?;
     procs[0].wait_line(mark, "hello again, new b").await?;
-    drain(&node, &mut events, t0);
+    drain(&node, &mut events, t0)?;
     pace().await;
 
-    println!(
+    outln!(
         "\n== 6. the store goes away: reported, and every ready link stays ready, probes going on"
-    );
+    )?;
     let before = ready_links(&node.snapshot().await?);
     store.take_away()?;
     wait_for(&node, &mut events, t0, |s| {
@@ -439,7 +440,7 @@ pub(crate) async fn run(quick: bool, etcd: bool) -> Result<()> {
             .all(|(k, n)| same(k).is_some_and(|(_, m)| m > n))
     })
     .await?;
-    println!(
+    outln!(
         "   {} links ready before the store went away; with it away, {}",
         before.len(),
         if left.get() {
@@ -447,47 +448,48 @@ pub(crate) async fn run(quick: bool, etcd: bool) -> Result<()> {
         } else {
             "each stays ready on the same connection, and each RouteMesh and ClientServer one received probes or ACKs"
         }
-    );
+    )?;
     store.bring_back()?;
     wait_for(&node, &mut events, t0, |s| {
         s.discovery.as_ref().is_some_and(|d| d.store_reachable)
     })
     .await?;
-    println!(
+    outln!(
         "   the store is back; a: {}",
         store_line(&node.snapshot().await?)
-    );
+    )?;
     pace().await;
 
-    println!("\n== 7. a's snapshot");
-    print!("{}", node.snapshot().await?.to_table());
+    outln!("\n== 7. a's snapshot")?;
+    out!("{}", node.snapshot().await?.to_table())?;
     pace().await;
 
-    println!(
+    outln!(
         "\n== 8. commands: a non-repeatable command, its server killed after it ran, retried \
          with the same idempotency key"
-    );
+    )?;
     pump.run(&node, &mut events, t0).await?;
     pace().await;
 
-    println!("\n== 9. shutdown");
+    outln!("\n== 9. shutdown")?;
     node.shutdown().await?;
     drop(procs);
     drop(pump);
     drop(store);
-    println!("demo finished in {} ms", t0.elapsed().as_millis());
+    outln!("demo finished in {} ms", t0.elapsed().as_millis())?;
     if left.get() {
         bail!("a link left ready while the store was away");
     }
     Ok(())
 }
 
-fn drain(node: &Node, events: &mut EventStream, t0: Instant) {
+fn drain(node: &Node, events: &mut EventStream, t0: Instant) -> Result<()> {
     while let Ok(batch) = events.try_recv() {
         for ev in &batch {
-            print_event(node.rid(), ev, EventFormat::Human, t0);
+            print_event(node.rid(), ev, EventFormat::Human, t0)?;
         }
     }
+    Ok(())
 }
 
 /// Prints a's events until `done(snapshot)` holds, looking again at every batch of events and
@@ -502,19 +504,18 @@ async fn wait_for(
     let limit = tokio::time::Instant::now() + STEP_LIMIT;
     loop {
         if done(&node.snapshot().await?) {
-            drain(node, events, t0);
-            return Ok(());
+            return drain(node, events, t0);
         }
         tokio::select! {
             batch = events.recv() => {
                 let Some(batch) = batch else { bail!("node stopped") };
                 for ev in &batch {
-                    print_event(node.rid(), ev, EventFormat::Human, t0);
+                    print_event(node.rid(), ev, EventFormat::Human, t0)?;
                 }
             }
             _ = tokio::time::sleep(Duration::from_millis(100)) => {}
             _ = tokio::time::sleep_until(limit) => {
-                print!("{}", node.snapshot().await?.to_table());
+                out!("{}", node.snapshot().await?.to_table())?;
                 bail!("step did not complete within {STEP_LIMIT:?}");
             }
         }
