@@ -304,11 +304,11 @@ async fn d1_f5_vanished_descriptor_keeps_the_live_connection_and_never_redials()
     bc.route_mesh = Some(bind.clone());
     let mut b = mesh.spawn(&bc);
     let bs = b
-        .wait_status("b up", |s| s["generation"].as_u64().is_some())
+        .wait_status("b up", |s| common::hex_id(&s["generation"]).is_some())
         .await;
     let descriptor = Descriptor {
         rid: "b".into(),
-        generation: bs["generation"].as_u64().expect("generation"),
+        generation: common::hex_id(&bs["generation"]).expect("generation"),
         security_identity: bc.security_identity().to_owned(),
         memberships: bc.memberships.clone(),
         route_mesh: Some(MeshEndpoints {

@@ -19,7 +19,8 @@ pub const SNAPSHOT_LIMIT: usize = 4096;
 pub struct Snapshot {
     /// The node's RID.
     pub rid: String,
-    /// The node's lifecycle generation.
+    /// The node's lifecycle generation (JSON: 16 hex digits, as in its descriptor).
+    #[serde(serialize_with = "super::hex64::serialize")]
     pub generation: u64,
     /// Host state: `running`, `draining` or `stopped`.
     pub host: &'static str,
@@ -83,7 +84,8 @@ pub struct LinkSnapshot {
     /// The peer RID, once known.
     pub peer: Option<String>,
     /// The peer's lifecycle generation on the current connection (a different value than
-    /// before means a new process run of the same RID).
+    /// before means a new process run of the same RID). JSON: 16 hex digits.
+    #[serde(serialize_with = "super::hex64::serialize_option")]
     pub peer_generation: Option<u64>,
     /// The endpoint dialled or subscribed to (inbound links: the local bound endpoint).
     pub endpoint: String,
@@ -94,7 +96,9 @@ pub struct LinkSnapshot {
     pub serves: Vec<String>,
     /// Current state.
     pub state: ConnState,
-    /// Current physical connection id (diagnostic only).
+    /// Current physical connection id (diagnostic only; `c{n}` in event details and logs,
+    /// JSON: `n` as 16 hex digits).
+    #[serde(serialize_with = "super::hex64::serialize_option")]
     pub connection_id: Option<u64>,
     /// Last failure, if any.
     pub last_failure: Option<FailureSnapshot>,

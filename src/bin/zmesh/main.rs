@@ -763,7 +763,11 @@ fn render_table(v: &serde_json::Value) -> String {
             s(&l["peer"]),
             s(&l["endpoint"]),
             s(&l["state"]),
-            s(&l["connection_id"]),
+            // 16 hex digits in the JSON; the short decimal form of event details (`c{n}`).
+            l["connection_id"]
+                .as_str()
+                .and_then(|h| u64::from_str_radix(h, 16).ok())
+                .map_or("-".to_owned(), |n| n.to_string()),
             failure
         ));
     }
