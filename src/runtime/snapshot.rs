@@ -28,7 +28,10 @@ pub struct Snapshot {
     pub pending_calls: usize,
     /// Calls this node accepted and has not answered yet.
     pub serving_calls: usize,
-    /// Every configured or inbound link, up to [`SNAPSHOT_LIMIT`].
+    /// Every configured or inbound link, up to [`SNAPSHOT_LIMIT`], but for RouteMesh links
+    /// that are history of a lane rather than its state: a dial that stood down for the
+    /// peer's own connection, and a link without a connection whose peer and lane are ready
+    /// on another link.
     pub links: Vec<LinkSnapshot>,
     /// Links left out because of the limit.
     pub omitted: usize,
