@@ -102,21 +102,16 @@ async fn o1_cli_node_ndjson_events_and_status_snapshot() {
     publisher.shutdown().await.expect("shutdown");
 }
 
-/// MISSION C3: `zmesh call` prints the result as JSON and exits 0; a call nothing can serve
-/// prints the error with `may_have_run: false` and exits 1.
-#[tokio::test]
-async fn c3_cli_call_prints_result_or_honest_error() {
+/// A `zmesh node` "b" serving the demo service on channel `tools` over RouteMesh (with
+/// `--events ndjson` on a pipe), and the configuration file of a node "a" that has b as its
+/// peer, in `dir`.
+fn tools_server(dir: &std::path::Path) -> (std::process::Child, std::path::PathBuf) {
     use zmesh::config::{PeerConfig, RouteMeshBind};
     use zmesh::proto::handshake::{Membership, Role};
     let bind = RouteMeshBind {
         application: common::free_tcp(),
         completion: common::free_tcp(),
     };
-    let tmp = tempfile::Builder::new()
-        .prefix("zmesh-cli-call-")
-        .tempdir()
-        .expect("dir");
-    let dir = tmp.path();
     let mut b = NodeConfig::new("b");
     b.memberships = vec![Membership {
         role: Role::Server,
@@ -125,10 +120,10 @@ async fn c3_cli_call_prints_result_or_honest_error() {
     b.route_mesh = Some(bind.clone());
     let b_path = dir.join("b.toml");
     std::fs::write(&b_path, toml::to_string(&b).expect("toml")).expect("write");
-    let mut server = Command::new(env!("CARGO_BIN_EXE_zmesh"))
-        .args(["node", "--serve", "tools", "--config"])
+    let server = Command::new(env!("CARGO_BIN_EXE_zmesh"))
+        .args(["node", "--serve", "tools", "--events", "ndjson", "--config"])
         .arg(&b_path)
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .spawn()
         .expect("spawn server");
     let mut a = NodeConfig::new("a");
@@ -142,19 +137,45 @@ async fn c3_cli_call_prints_result_or_honest_error() {
     }];
     let a_path = dir.join("a.toml");
     std::fs::write(&a_path, toml::to_string(&a).expect("toml")).expect("write");
+    (server, a_path)
+}
+
+/// `zmesh call --config FILE` on `channel`.`method` with `args`, waiting `wait_ms` for b.
+fn call_command(
+    config: &std::path::Path,
+    channel: &str,
+    method: &str,
+    args: &str,
+    wait_ms: &str,
+) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_zmesh"));
+    cmd.args([
+        "call",
+        "--channel",
+        channel,
+        "--method",
+        method,
+        "--args",
+        args,
+    ])
+    .args(["--wait-ms", wait_ms, "--config"])
+    .arg(config);
+    cmd
+}
+
+/// MISSION C3, K2: `zmesh call` prints the result as JSON and exits 0; a call nothing can
+/// serve prints the error with `may_have_run: false` and exits 1. The JSON carries the call's
+/// own operations-registry row (`operation`, as `zmesh ops` prints a node's rows) and the
+/// RID it called as.
+#[tokio::test]
+async fn c3_k2_cli_call_prints_result_or_honest_error_and_its_operation() {
+    let tmp = tempfile::Builder::new()
+        .prefix("zmesh-cli-call-")
+        .tempdir()
+        .expect("dir");
+    let (mut server, a_path) = tools_server(tmp.path());
     let call = |channel: &str, method: &str, args: &str, wait_ms: &str| {
-        Command::new(env!("CARGO_BIN_EXE_zmesh"))
-            .args([
-                "call",
-                "--channel",
-                channel,
-                "--method",
-                method,
-                "--args",
-                args,
-            ])
-            .args(["--wait-ms", wait_ms, "--config"])
-            .arg(&a_path)
+        call_command(&a_path, channel, method, args, wait_ms)
             .output()
             .expect("zmesh call")
     };
@@ -167,6 +188,22 @@ async fn c3_cli_call_prints_result_or_honest_error() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(v["ok"], true);
     assert_eq!(v["result"]["x"][1], 2);
+    let op = &v["operation"];
+    assert_eq!(
+        (&op["target"], &op["channel"], &op["method"], &op["status"]),
+        (
+            &"b".into(),
+            &"tools".into(),
+            &"echo".into(),
+            &"succeeded".into()
+        ),
+        "{v}"
+    );
+    assert!(op["id"].is_u64() && op["settled_ms_ago"].is_u64(), "{v}");
+    assert!(
+        v["rid"].as_str().is_some_and(|r| r.starts_with("a.call-")),
+        "{v}"
+    );
 
     let out = call("nowhere", "echo", "1", "200");
     assert_eq!(out.status.code(), Some(1));
@@ -180,6 +217,72 @@ async fn c3_cli_call_prints_result_or_honest_error() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(v["code"], "Exception");
     assert_eq!(v["may_have_run"], true);
+    assert_eq!(v["operation"]["status"], "failed", "{v}");
+    assert_eq!(v["operation"]["code"], "Exception", "{v}");
+
+    // `--rid` names the RID to call as.
+    let out = call_command(&a_path, "tools", "echo", "3", "10000")
+        .args(["--rid", "a"])
+        .output()
+        .expect("zmesh call --rid");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!((&v["ok"], &v["rid"]), (&true.into(), &"a".into()), "{v}");
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
+/// Two `zmesh call` processes started from one configuration file at once each call as a RID
+/// of their own: the second does not replace the first's connection, so both calls are
+/// answered (with a shared RID the first was told UnknownOutcome while its call ran on).
+#[tokio::test]
+async fn cli_two_calls_from_one_config_do_not_replace_each_other() {
+    let tmp = tempfile::Builder::new()
+        .prefix("zmesh-cli-two-calls-")
+        .tempdir()
+        .expect("dir");
+    let (mut server, a_path) = tools_server(tmp.path());
+    let events = server.stdout.take().expect("server stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(events).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // The first call holds the server 2 s; the second starts once the first is running.
+    let mut first = call_command(&a_path, "tools", "sleep", "2000", "10000")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("first zmesh call");
+    let started = loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(15))
+            .expect("the first call reaches the server within 15 s");
+        let v: serde_json::Value = serde_json::from_str(&line).expect("an ndjson line");
+        if v["event"] == "call" && v["method"] == "sleep" {
+            break v;
+        }
+    };
+    let mut second = call_command(&a_path, "tools", "echo", "2", "10000")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("second zmesh call");
+    // Bounded: a call whose connection was replaced under it may wait for good.
+    let printed = |child: &mut std::process::Child, what: &str| {
+        wait_exit(child, Duration::from_secs(15), what);
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut child.stdout.take().expect("stdout"), &mut out)
+            .expect("stdout");
+        serde_json::from_str::<serde_json::Value>(&out)
+            .unwrap_or_else(|e| panic!("{what} printed no JSON ({e}): {out:?}"))
+    };
+    let v2 = printed(&mut second, "the second zmesh call");
+    let v1 = printed(&mut first, "the first zmesh call");
+    assert_eq!(v1["ok"], true, "the first call: {v1}");
+    assert_eq!(v2["ok"], true, "the second call: {v2}");
+    assert_ne!(v1["rid"], v2["rid"]);
+    assert_eq!(started["caller"], v1["rid"], "{started}");
     let _ = server.kill();
     let _ = server.wait();
 }
@@ -484,3 +587,4 @@ fn cli_closed_stdout_ends_the_command_quietly() {
     assert!(status.success(), "{status:?}: {err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+

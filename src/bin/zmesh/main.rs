@@ -137,9 +137,15 @@ enum Cmd {
         /// IncompatibleVersion instead of running it.
         #[arg(long)]
         semantics: Option<String>,
+        /// Call as this RID. By default the configuration's RID followed by `.call-PID`: two
+        /// calls started from one file at once must not share a RID (the second would replace
+        /// the first's connection). The security identity stays the configured one.
+        #[arg(long)]
+        rid: Option<String>,
     },
     /// Print a node's service contract (MISSION K1): from its `--control` endpoint, or over
-    /// the wire from the node serving `--channel` (dialled with `--config`).
+    /// the wire from the node serving `--channel` (dialled with `--config`, as the
+    /// configuration's RID followed by `.call-PID`, like `zmesh call`).
     Describe {
         /// The node's control endpoint.
         #[arg(long, conflicts_with = "config")]
@@ -364,8 +370,10 @@ fn run(command: Cmd) -> Result<()> {
                 wait_ms,
                 key,
                 semantics,
+                rid,
             } => {
-                let cfg = NodeConfig::from_file(&config)?;
+                let mut cfg = NodeConfig::from_file(&config)?;
+                one_call_rid(&mut cfg, rid);
                 let semantics = match semantics.as_deref() {
                     None => None,
                     Some(s) => match zmesh::proto::contract::parse_semantics(s) {
@@ -589,6 +597,16 @@ async fn run_node(
     printed
 }
 
+/// Gives a node that makes one call and exits the RID `rid`, or by default the configured RID
+/// followed by `.call-PID`, keeping the configured security identity (what authorizers see;
+/// under CURVE it is the key, whatever the RID).
+fn one_call_rid(cfg: &mut NodeConfig, rid: Option<String>) {
+    if cfg.security.mode == zmesh::config::SecurityMode::None {
+        cfg.security_identity = Some(cfg.security_identity().to_owned());
+    }
+    cfg.rid = rid.unwrap_or_else(|| format!("{}.call-{}", cfg.rid, std::process::id()));
+}
+
 async fn call_once(
     cfg: NodeConfig,
     channel: &str,
@@ -618,12 +636,17 @@ async fn call_once(
         }
     };
     let ok = result.is_ok();
-    let out = match result {
+    // The call's row of this node's operations registry, as `zmesh ops` shows a node's rows:
+    // the last entry (earlier ones are attempts that found no ready server and never left).
+    let operation = node.operations().views().pop();
+    let mut out = match result {
         Ok(v) => json!({"ok": true, "result": v}),
         Err(e) => json!({
             "ok": false, "code": e.code(), "error": e.to_string(), "may_have_run": may_have_run(&e),
         }),
     };
+    out["rid"] = json!(node.rid());
+    out["operation"] = json!(operation);
     let printed = outln!("{out}");
     node.shutdown().await?;
     printed?;
@@ -853,7 +876,9 @@ async fn describe(
                 .context("the control endpoint's contract")?
         }
         (None, Some(config), Some(channel)) => {
-            let node = Node::start(NodeConfig::from_file(&config)?).await?;
+            let mut cfg = NodeConfig::from_file(&config)?;
+            one_call_rid(&mut cfg, None);
+            let node = Node::start(cfg).await?;
             let mut events = node.take_events().context("events")?;
             let opts = CallOptions {
                 peer,
