@@ -342,3 +342,134 @@ async fn w4_t2_pyzmq_dealer_admitted_answers_probes_records_both_ways() {
     let (close, _) = py.until(STEP, "close").await;
     assert_eq!(close["close"], 1, "CLOSE reason Shutdown: {close}");
 }
+
+/// A pyzmq DEALER that keeps one socket, as other implementations do: it sends its HELLO
+/// (WIRE.md §5.1) and reports how long the WELCOME took, then answers PROBEs until stdin
+/// closes.
+const PY_HONEST_DEALER: &str = r#"
+ep, rid, expect_rid = sys.argv[1], sys.argv[2], sys.argv[3]
+ctx = zmq.Context()
+d = ctx.socket(zmq.DEALER)
+d.linger = 0
+t0 = time.monotonic()
+d.connect(ep)
+d.send(envelope(0x01) + bytes([3]) + string(rid) + u64(7) + string("")
+       + string(expect_rid) + u64(0) + u64(0) + u16(0))
+commands = stdin_commands()
+while time.monotonic() < DEADLINE:
+    try:
+        if commands.get_nowait() is None:
+            break
+    except queue.Empty:
+        pass
+    if not d.poll(100):
+        continue
+    f0 = d.recv_multipart()[0]
+    if f0[:4] == envelope(0x02):
+        emit(welcome_after_s=time.monotonic() - t0)
+    elif f0[:4] == envelope(0x04):
+        d.send(envelope(0x05) + f0[4:12])
+"#;
+
+/// A raw libzmq DEALER that completes its ZMTP handshake and then says nothing (no HELLO),
+/// with the monitor that saw the handshake.
+fn silent_dealer(ctx: &zmq::Context, ep: &str, n: usize) -> (zmq::Socket, zmq::Socket) {
+    let d = ctx.socket(zmq::DEALER).expect("dealer");
+    d.set_linger(0).expect("linger");
+    let mon_ep = format!("inproc://silent-{n}");
+    d.monitor(&mon_ep, zmq::SocketEvent::ALL as i32)
+        .expect("monitor");
+    let mon = ctx.socket(zmq::PAIR).expect("pair");
+    mon.connect(&mon_ep).expect("connect monitor");
+    d.connect(ep).expect("connect");
+    (d, mon)
+}
+
+/// Waits (bounded by [`STEP`]) for the monitor event `want` on `mon`.
+fn monitor_saw(mon: &zmq::Socket, want: zmq::SocketEvent) {
+    let deadline = std::time::Instant::now() + STEP;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        assert!(!left.is_zero(), "no monitor event {want:?} within {STEP:?}");
+        if mon
+            .poll(zmq::POLLIN, left.as_millis() as i64)
+            .expect("poll")
+            == 0
+        {
+            continue;
+        }
+        let frames = mon.recv_multipart(0).expect("monitor");
+        if zmq::SocketEvent::from_raw(u16::from_ne_bytes([frames[0][0], frames[0][1]])) == want {
+            return;
+        }
+    }
+}
+
+/// MISSION W4, F2: silent connections held open below the unadmitted cap (20, then 200 raw
+/// libzmq DEALERs that completed their ZMTP handshake and never send a HELLO) cost an honest
+/// client nothing: a pyzmq DEALER that keeps one socket gets its WELCOME, and a zmesh client
+/// is ready, at once (well within a second, nowhere near a 15 s handshake deadline).
+#[tokio::test]
+async fn w4_f2_honest_clients_admitted_at_once_beside_200_silent_dealers() {
+    const AT_ONCE: Duration = Duration::from_secs(2);
+    let ep = free_tcp();
+    let mut c = NodeConfig::new("srv");
+    c.memberships = vec![Membership {
+        role: Role::Server,
+        channel: "orders".into(),
+    }];
+    c.server = Some(Endpoint {
+        endpoint: ep.clone(),
+    });
+    assert!(
+        c.max_unadmitted > 200,
+        "the default cap is above the test's 200"
+    );
+    let srv = Node::start(c).await.expect("server");
+    let ctx = zmq::Context::new();
+    let mut silent: Vec<(zmq::Socket, zmq::Socket)> = Vec::new();
+    for held in [20, 200] {
+        let before = silent.len();
+        while silent.len() < held {
+            silent.push(silent_dealer(&ctx, &ep, silent.len()));
+        }
+        // Every one of them is an open, unadmitted connection of the server's endpoint.
+        for (_, mon) in &silent[before..] {
+            monitor_saw(mon, zmq::SocketEvent::HANDSHAKE_SUCCEEDED);
+        }
+        let rid = format!("py-{held}");
+        let mut py = PyPeer::start(&script(PY_HONEST_DEALER), &[&ep, &rid, "srv"]);
+        let (w, _) = py.until(STARTUP, "welcome_after_s").await;
+        let took = w["welcome_after_s"].as_f64().expect("seconds");
+        assert!(
+            took < AT_ONCE.as_secs_f64(),
+            "{held} silent: pyzmq's WELCOME after {took:.3} s"
+        );
+
+        let mut cli = NodeConfig::new(format!("cli-{held}"));
+        cli.servers = vec![zmesh::config::ServerConfig {
+            channel: "orders".into(),
+            endpoint: ep.clone(),
+            rid: Some("srv".into()),
+            batch_calls: true,
+        }];
+        let t0 = std::time::Instant::now();
+        let cli = Node::start(cli).await.expect("client");
+        let mut events = Events::new(cli.take_events().expect("events"));
+        events.wait(STEP, |e| is_ready(e, "server orders")).await;
+        let took = t0.elapsed();
+        assert!(
+            took < AT_ONCE,
+            "{held} silent: the zmesh client ready after {took:?}"
+        );
+        cli.shutdown().await.expect("client shutdown");
+        drop(py);
+    }
+    // Each silent socket closes before its monitor (a monitor closed first can keep libzmq's
+    // reaper waiting).
+    for (d, mon) in silent {
+        drop(d);
+        monitor_saw(&mon, zmq::SocketEvent::MONITOR_STOPPED);
+    }
+    srv.shutdown().await.expect("shutdown");
+}
