@@ -103,7 +103,7 @@ async fn o1_cli_node_ndjson_events_and_status_snapshot() {
 }
 
 /// A `zmesh node` "b" serving the demo service on channel `tools` over RouteMesh (with
-/// `--events ndjson` on a pipe), and the configuration file of a node "a" that has b as its
+/// `--events ndjson` and its log on pipes), and the configuration file of a node "a" that has b as its
 /// peer, in `dir`.
 fn tools_server(dir: &std::path::Path) -> (std::process::Child, std::path::PathBuf) {
     use zmesh::config::{PeerConfig, RouteMeshBind};
@@ -124,6 +124,7 @@ fn tools_server(dir: &std::path::Path) -> (std::process::Child, std::path::PathB
         .args(["node", "--serve", "tools", "--events", "ndjson", "--config"])
         .arg(&b_path)
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("spawn server");
     let mut a = NodeConfig::new("a");
@@ -588,3 +589,39 @@ fn cli_closed_stdout_ends_the_command_quietly() {
     assert!(!err.contains("panicked"), "{err}");
 }
 
+/// A non-repeatable command called with an idempotency key on a server without an
+/// idempotency store runs every time (the key guards nothing there), and the server says so
+/// in its log: one warning for the method, however many keyed calls come.
+#[tokio::test]
+async fn cli_keyed_calls_of_an_unguarded_command_are_logged_once() {
+    let tmp = tempfile::Builder::new()
+        .prefix("zmesh-cli-unguarded-")
+        .tempdir()
+        .expect("dir");
+    let (mut server, a_path) = tools_server(tmp.path());
+    let mut answers = Vec::new();
+    for _ in 0..2 {
+        let out = call_command(&a_path, "tools", "dispense", "null", "10000")
+            .args(["--key", "order-1"])
+            .output()
+            .expect("zmesh call --key");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(v["ok"], true, "{v}");
+        answers.push(v["result"].clone());
+    }
+    assert_eq!(answers, ["dispensed #1", "dispensed #2"], "it ran twice");
+    let _ = server.kill();
+    let _ = server.wait();
+    let mut log = String::new();
+    std::io::Read::read_to_string(&mut server.stderr.take().expect("stderr"), &mut log)
+        .expect("server log");
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("no idempotency store"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{log}");
+    assert!(
+        warnings[0].contains("WARN") && warnings[0].contains("dispense"),
+        "{log}"
+    );
+}

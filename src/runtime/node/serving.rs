@@ -2,8 +2,8 @@
 //! runs each accepted call's handler (behind the idempotency guard for a non-repeatable
 //! command), the node's contract and its operations registry (K2).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Weak};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
 use tokio::sync::oneshot;
@@ -289,6 +289,9 @@ async fn run_job(
     let guarded = (semantics == Some(Semantics::NonRepeatableCommand))
         .then_some(guard)
         .flatten();
+    if guarded.is_none() {
+        note_unguarded_key(&request, semantics);
+    }
     // A panic anywhere in the handler (in the call that makes its future, or while the
     // future runs) answers `Exception`: it may have run.
     let run = |request: Request| {
@@ -308,6 +311,32 @@ async fn run_job(
             g.run(&req, move || run(request)).await
         }
         None => run(request).await,
+    }
+}
+
+/// The (channel, method) pairs whose unguarded idempotency keys were logged in this process.
+static UNGUARDED_KEYS_LOGGED: Mutex<BTreeSet<(String, String)>> = Mutex::new(BTreeSet::new());
+
+/// A caller gave an idempotency key for a non-repeatable command this node runs without an
+/// idempotency store: the key cannot keep a retry from running it again. Logged as a warning
+/// once per channel and method (a caller that retries with its key would log it each time).
+fn note_unguarded_key(request: &Request, semantics: Option<Semantics>) {
+    if semantics != Some(Semantics::NonRepeatableCommand) || request.idempotency_key().is_none() {
+        return;
+    }
+    let first = UNGUARDED_KEYS_LOGGED
+        .lock()
+        .map(|mut logged| logged.insert((request.channel.clone(), request.method.clone())))
+        .unwrap_or(false);
+    if first {
+        tracing::warn!(
+            channel = %request.channel,
+            method = %request.method,
+            caller = %request.caller,
+            "a call of a non-repeatable command came with an idempotency key, but this node has \
+             no idempotency store: the key is ignored, a retry with it runs the command again \
+             (logged once per method)"
+        );
     }
 }
 
@@ -331,6 +360,9 @@ fn inline_dispatch(lookup: &Arc<Lookup>, guarded: bool) -> Option<InlineDispatch
             || (guarded && job.semantics == Some(Semantics::NonRepeatableCommand))
         {
             return InlineRun::OnTask(job);
+        }
+        if !guarded {
+            note_unguarded_key(&job.request, job.semantics);
         }
         let handler = match &*lookup {
             Lookup::Any(h) => Some(h),
