@@ -13,6 +13,7 @@
 //! the seeds run and the deliberately wrong variants of the core the invariants caught.
 #![forbid(unsafe_code)]
 
+pub mod fanout;
 pub mod net;
 pub mod node;
 pub mod truth;
@@ -37,6 +38,9 @@ pub enum Topology {
     RouteMesh,
     /// ClientServer: clients dial every server on one connection.
     ClientServer,
+    /// Classic fanout: publishers bind a PUB socket and beacon; every other node subscribes to
+    /// every publisher with one SUB socket each.
+    Fanout,
 }
 
 impl Topology {
@@ -45,6 +49,7 @@ impl Topology {
         match self {
             Topology::RouteMesh => "mesh",
             Topology::ClientServer => "client-server",
+            Topology::Fanout => "fanout",
         }
     }
 
@@ -53,6 +58,7 @@ impl Topology {
         match s {
             "mesh" => Some(Topology::RouteMesh),
             "client-server" => Some(Topology::ClientServer),
+            "fanout" => Some(Topology::Fanout),
             _ => None,
         }
     }
@@ -78,16 +84,16 @@ pub struct Config {
 pub const TRACE_TAIL: usize = 400;
 
 impl Config {
-    /// The configuration a seed stands for in the default set: 2 to 7 nodes, either
-    /// topology, `minutes` of virtual time with faults.
+    /// The configuration a seed stands for in the default set: 2 to 7 nodes, one of the three
+    /// topologies, `minutes` of virtual time with faults.
     pub fn for_seed(seed: u64, minutes: u64) -> Config {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_c0f1);
         Config {
             nodes: rng.random_range(2..=7),
-            topology: if rng.random_bool(0.5) {
-                Topology::RouteMesh
-            } else {
-                Topology::ClientServer
+            topology: match rng.random_range(0..3) {
+                0 => Topology::RouteMesh,
+                1 => Topology::ClientServer,
+                _ => Topology::Fanout,
             },
             duration: Duration::from_secs(minutes * 60),
             faults: true,
@@ -119,8 +125,8 @@ pub struct Ctx<'a> {
     pub rng: &'a mut ChaCha8Rng,
     /// The trace.
     trace: &'a mut Trace,
-    /// Which run is up on each host (0: none).
-    hosts: &'a [(u64, bool)],
+    /// Per host: its current run (0: none yet), whether a node listens there, and since when.
+    hosts: &'a [(u64, bool, Duration)],
 }
 
 impl Ctx<'_> {
@@ -131,8 +137,17 @@ impl Ctx<'_> {
 
     /// The current run of host `node`, and whether a node listens there.
     pub fn host(&self, node: NodeIx) -> (End, bool) {
-        let (run, up) = self.hosts.get(node).copied().unwrap_or((0, false));
+        let (run, up, _) = self
+            .hosts
+            .get(node)
+            .copied()
+            .unwrap_or((0, false, Duration::ZERO));
         (End { node, run }, up)
+    }
+
+    /// Since when the node on host `node` has been up, if it is.
+    pub fn host_since(&self, node: NodeIx) -> Option<Duration> {
+        self.hosts.get(node).filter(|h| h.1).map(|h| h.2)
     }
 }
 
@@ -225,7 +240,7 @@ struct World {
     now: Duration,
     specs: Vec<Spec>,
     nodes: Vec<Option<SimNode>>,
-    hosts: Vec<(u64, bool)>,
+    hosts: Vec<(u64, bool, Duration)>,
     schedule: BTreeMap<(Duration, u64), Event>,
     seq: u64,
     next_uid: u64,
@@ -264,7 +279,7 @@ impl World {
         let jitter = Duration::from_micros(rng.random_range(0..20_000));
         let servers = match cfg.topology {
             Topology::RouteMesh => rng.random_range(1..=n),
-            Topology::ClientServer => rng.random_range(1..n),
+            Topology::ClientServer | Topology::Fanout => rng.random_range(1..n),
         };
         let specs: Vec<Spec> = (0..n)
             .map(|i| {
@@ -276,12 +291,19 @@ impl World {
                     Topology::ClientServer if i >= servers => {
                         (0..servers).map(|j| (j, Lane::ClientServer)).collect()
                     }
-                    Topology::ClientServer => Vec::new(),
+                    Topology::ClientServer | Topology::Fanout => Vec::new(),
                 };
+                let fanout = cfg.topology == Topology::Fanout;
                 Spec {
                     rid: format!("n{i:03}"),
-                    serves: i < servers,
+                    serves: i < servers && !fanout,
                     dials,
+                    publishes: fanout && i < servers,
+                    subscribes: if fanout && i >= servers {
+                        (0..servers).collect()
+                    } else {
+                        Vec::new()
+                    },
                 }
             })
             .collect();
@@ -299,7 +321,7 @@ impl World {
             now: Duration::ZERO,
             specs,
             nodes: (0..n).map(|_| None).collect(),
-            hosts: vec![(0, false); n],
+            hosts: vec![(0, false, Duration::ZERO); n],
             schedule: BTreeMap::new(),
             seq: 0,
             next_uid: 1,
@@ -424,7 +446,7 @@ impl World {
                 trace: &mut self.trace,
                 hosts: &self.hosts,
             };
-            node.handle_delivery(&mut ctx, d.conn, peer, d.lane, d.delivery);
+            node.handle_delivery(&mut ctx, d.conn, peer, d.link, d.delivery);
             self.touched.insert(d.to.node);
         }
         // Timers due now (a frozen host runs none).
@@ -488,6 +510,9 @@ impl World {
         if let Some(Some(node)) = self.nodes.get(i) {
             for (conn, _, last) in node.ready_evidence() {
                 self.truth.check_ready(i, conn, last, self.now);
+            }
+            for (publisher, last) in node.ready_watches() {
+                self.truth.check_watch(i, publisher, last, self.now);
             }
         }
     }
@@ -682,13 +707,15 @@ impl World {
         let run = self.hosts[node].0 + 1;
         let generation = self.rng.random::<u64>() | 1;
         self.truth.on_start(node, run, generation);
-        self.hosts[node] = (run, true);
+        self.hosts[node] = (run, true, self.now);
         let spec = self.specs[node].clone();
         self.trace.push(
             self.now,
             format!("host {node} starts run {run} g{generation:x}"),
         );
-        self.nodes[node] = Some(SimNode::new(node, run, generation, spec, self.base));
+        self.nodes[node] = Some(SimNode::new(
+            node, run, generation, spec, self.base, self.now,
+        ));
         self.touched.insert(node);
     }
 
@@ -748,6 +775,22 @@ impl World {
     /// One unit of workload: a call of some semantics, a retry of a guarded call, or a
     /// message.
     fn work(&mut self) {
+        // Publishers publish now and then.
+        let publishers: Vec<NodeIx> = (0..self.n())
+            .filter(|&i| self.specs[i].publishes && self.up(i))
+            .collect();
+        if !publishers.is_empty() && self.rng.random_bool(0.7) {
+            let who = publishers[self.rng.random_range(0..publishers.len())];
+            let uid = self.next_uid;
+            self.next_uid += 1;
+            let burst = self.rng.random_range(1..=20);
+            self.ctx_node(who, |node, ctx| {
+                for k in 0..burst {
+                    node.publish(ctx, uid * 100 + k);
+                }
+            });
+            return;
+        }
         // Callers: every RouteMesh node; the clients of ClientServer (servers dial nobody).
         let callers: Vec<NodeIx> = (0..self.n())
             .filter(|&i| !self.specs[i].dials.is_empty())

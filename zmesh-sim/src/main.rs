@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! zmesh-sim [--seeds N] [--first S] [--minutes M]      many seeds, each its own configuration
-//! zmesh-sim --seed S [--nodes N] [--topology mesh|client-server] [--seconds T]
+//! zmesh-sim --seed S [--nodes N] [--topology mesh|client-server|fanout] [--seconds T]
 //!           [--no-faults] [--trace]                      one seed, replayed exactly
 //! ```
 //! A failing seed prints the command that replays it and the trace up to the violation; the
@@ -58,10 +58,9 @@ fn parse() -> Result<Args, String> {
             }
             "--topology" => {
                 let t = value("--topology")?;
-                a.topology = Some(
-                    Topology::parse(&t)
-                        .ok_or(format!("--topology: mesh or client-server, not {t:?}"))?,
-                );
+                a.topology = Some(Topology::parse(&t).ok_or(format!(
+                    "--topology: mesh, client-server or fanout, not {t:?}"
+                ))?);
             }
             "--seconds" => a.seconds = Some(num(value("--seconds")?, "--seconds")?),
             "--no-faults" => a.faults = false,
@@ -155,6 +154,8 @@ fn main() -> ExitCode {
         total.messages += r.stats.messages;
         total.replayed += r.stats.replayed;
         total.lost_with_connection += r.stats.lost_with_connection;
+        total.fanout_records += r.stats.fanout_records;
+        total.silences += r.stats.silences;
         if !r.passed() {
             failed += 1;
             print_failure(&r);

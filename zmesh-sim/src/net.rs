@@ -30,6 +30,16 @@ impl std::fmt::Display for NetConn {
     }
 }
 
+/// What a connection is for: a lane of RouteMesh or ClientServer, or a SUB socket's
+/// connection to a publisher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Link {
+    /// A RouteMesh or ClientServer lane.
+    Lane(Lane),
+    /// A subscriber's connection to a publisher's PUB socket.
+    Sub,
+}
+
 /// What a pipe delivers to the node at its end.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Delivery {
@@ -61,7 +71,7 @@ struct Pipe {
 struct Connection {
     dialler: End,
     acceptor: End,
-    lane: Lane,
+    link: Link,
     /// Dialler to acceptor.
     forth: Pipe,
     /// Acceptor to dialler.
@@ -80,8 +90,8 @@ pub struct Due {
     pub to: End,
     /// The end it comes from.
     pub from: End,
-    /// The connection's lane.
-    pub lane: Lane,
+    /// What the connection is for.
+    pub link: Link,
     /// Whether the receiving end dialled it.
     pub to_dialler: bool,
     /// What arrives.
@@ -145,7 +155,7 @@ impl Net {
         from: End,
         to: End,
         to_up: bool,
-        lane: Lane,
+        link: Link,
         now: Duration,
         rng: &mut ChaCha8Rng,
     ) -> NetConn {
@@ -154,7 +164,7 @@ impl Net {
         let mut c = Connection {
             dialler: from,
             acceptor: to,
-            lane,
+            link,
             forth: Pipe::default(),
             back: Pipe::default(),
             closed: [false, false],
@@ -378,7 +388,7 @@ impl Net {
             let Some(c) = self.conns.get_mut(&id) else {
                 break;
             };
-            let lane = c.lane;
+            let link = c.link;
             let pipe = if forth { &mut c.forth } else { &mut c.back };
             let Some((_, delivery)) = pipe.queue.pop_front() else {
                 break;
@@ -388,7 +398,7 @@ impl Net {
                 conn: id,
                 to,
                 from,
-                lane,
+                link,
                 to_dialler: !forth,
                 delivery,
             });
@@ -413,6 +423,19 @@ impl Net {
             }
             self.conns.remove(&id);
             self.reindex(id);
+        }
+    }
+
+    /// Messages queued from end `from` of `conn` and not yet delivered (what a sender's
+    /// high-water mark counts).
+    pub fn backlog(&self, conn: NetConn, from: End) -> usize {
+        let Some(c) = self.conns.get(&conn) else {
+            return 0;
+        };
+        match side_of(c, from) {
+            Some(0) => c.forth.queue.len(),
+            Some(_) => c.back.queue.len(),
+            None => 0,
         }
     }
 

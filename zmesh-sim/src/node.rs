@@ -20,11 +20,12 @@ use zmesh::proto::calls::{
     Admission, CallError, CallId, CallShape, CallTable, Dispatch, ServeId, ServeTable,
 };
 use zmesh::proto::handshake::{self, Expectation, Identity, Membership};
-use zmesh::proto::liveness::{LinkKey, Liveness, LivenessEvent, Transmit};
+use zmesh::proto::liveness::{LinkKey, Liveness, LivenessEvent, PublisherEvent, Transmit};
 use zmesh::proto::wire::{self, CloseReason, Lane, Record, RejectReason, ReplyCode, Semantics};
 use zmesh::proto::ConnId;
 
-use crate::net::{Delivery, End, NetConn, NodeIx};
+use crate::fanout::Fan;
+use crate::net::{Delivery, End, Link, NetConn, NodeIx};
 use crate::truth::CallKind;
 use crate::Ctx;
 
@@ -46,6 +47,10 @@ pub struct Spec {
     pub serves: bool,
     /// The hosts and lanes it dials.
     pub dials: Vec<(NodeIx, Lane)>,
+    /// Whether it binds a PUB socket and publishes.
+    pub publishes: bool,
+    /// The publishers it subscribes to, one SUB socket each.
+    pub subscribes: Vec<NodeIx>,
 }
 
 #[derive(Debug)]
@@ -117,11 +122,19 @@ pub struct SimNode {
     serve: ServeTable<NetConn>,
     handlers: BTreeMap<ServeId, Handler>,
     drain_done: bool,
+    fan: Fan,
 }
 
 impl SimNode {
-    /// A new run of host `ix`.
-    pub fn new(ix: NodeIx, run: u64, generation: u64, spec: Spec, base: Instant) -> SimNode {
+    /// A new run of host `ix`, started at `now`.
+    pub fn new(
+        ix: NodeIx,
+        run: u64,
+        generation: u64,
+        spec: Spec,
+        base: Instant,
+        now: Duration,
+    ) -> SimNode {
         let membership = if spec.serves {
             Membership::server(CHANNEL)
         } else {
@@ -146,6 +159,8 @@ impl SimNode {
                 )
             })
             .collect();
+        let mut live = Liveness::new(generation);
+        let fan = Fan::new(spec.publishes, &spec.subscribes, &mut live, base + now);
         SimNode {
             ix,
             run,
@@ -155,7 +170,7 @@ impl SimNode {
             phase: Phase::Running,
             conns: BTreeMap::new(),
             dials,
-            live: Liveness::new(generation),
+            live,
             live_conn: BTreeMap::new(),
             next_conn_id: 1,
             calls: CallTable::new(),
@@ -163,6 +178,7 @@ impl SimNode {
             serve: ServeTable::new(),
             handlers: BTreeMap::new(),
             drain_done: false,
+            fan,
         }
     }
 
@@ -207,6 +223,7 @@ impl SimNode {
             for d in self.dials.values() {
                 take(d.retry_at);
             }
+            take(self.fan.poll_timeout());
         }
         for c in self.conns.values() {
             if c.dialled && c.ready.is_none() && c.hello_sent {
@@ -257,6 +274,8 @@ impl SimNode {
             for key in due {
                 self.dial(ctx, key);
             }
+            let me = self.end();
+            self.fan.handle_timeout(ctx, me);
         }
         let stale: Vec<NetConn> = self
             .conns
@@ -292,7 +311,9 @@ impl SimNode {
         }
         d.yielded = false;
         let (to, up) = ctx.host(key.0);
-        let conn = ctx.net.dial(self.end(), to, up, lane, ctx.now, ctx.rng);
+        let conn = ctx
+            .net
+            .dial(self.end(), to, up, Link::Lane(lane), ctx.now, ctx.rng);
         ctx.trace(format!(
             "{} {conn} dials host {} on {lane:?}",
             self.me.rid, key.0
@@ -329,12 +350,23 @@ impl SimNode {
         ctx: &mut Ctx<'_>,
         conn: NetConn,
         peer_node: NodeIx,
-        lane: Lane,
+        link: Link,
         delivery: Delivery,
     ) {
         if self.phase == Phase::Stopped {
             return;
         }
+        let lane = match link {
+            Link::Lane(lane) => lane,
+            Link::Sub => {
+                let me = self.end();
+                let base = self.base;
+                self.fan
+                    .handle_delivery(ctx, me, &mut self.live, base, conn, delivery);
+                self.pump(ctx);
+                return;
+            }
+        };
         match delivery {
             Delivery::Connected => self.on_connected(ctx, conn),
             Delivery::Closed => {
@@ -958,10 +990,31 @@ impl SimNode {
                         self.send(ctx, conn, &Record::Probe { id });
                     }
                 }
-                Transmit::Beacon { .. } => {}
+                Transmit::Beacon { key } => {
+                    if self.fan.is_beacon(key) {
+                        let me = self.end();
+                        self.fan.send_beacon(ctx, me);
+                    }
+                }
             }
         }
         while let Some((key, ev)) = self.live.poll_event() {
+            if let LivenessEvent::Publisher(pe) = ev {
+                let since = match pe {
+                    PublisherEvent::BecameReady => continue,
+                    PublisherEvent::Silence { last_receive_at } => last_receive_at,
+                    PublisherEvent::ProtocolError(_) => None,
+                };
+                let since = since
+                    .or_else(|| self.live.publisher(key).map(|w| w.socket_at()))
+                    .map_or(Duration::ZERO, |t| t.saturating_duration_since(self.base));
+                ctx.trace(format!("{} publisher watch {key} silent", self.me.rid));
+                let me = self.end();
+                let base = self.base;
+                self.fan
+                    .handle_silence(ctx, me, &mut self.live, base, key, since);
+                continue;
+            }
             if let LivenessEvent::Probe(_) = ev {
                 if let Some(&conn) = self.live_conn.get(&key) {
                     let tracker = self.live.probe(key).map(|t| {
@@ -1030,6 +1083,8 @@ impl SimNode {
 
     fn stop(&mut self, ctx: &mut Ctx<'_>) {
         self.phase = Phase::Stopped;
+        let me = self.end();
+        self.fan.stop(ctx, me);
         let conns: Vec<NetConn> = self.conns.keys().copied().collect();
         for k in conns {
             self.drop_conn(ctx, k, Some(CloseReason::Shutdown));
@@ -1067,6 +1122,20 @@ impl SimNode {
     /// Whether a connection to host `peer` on `lane` is ready (dialled or accepted).
     pub fn is_ready_with(&self, peer: NodeIx, lane: Lane) -> bool {
         self.ready_on(peer, lane).is_some()
+    }
+
+    /// Publishes record `uid` if this run publishes.
+    pub fn publish(&mut self, ctx: &mut Ctx<'_>, uid: u64) -> bool {
+        if self.phase != Phase::Running {
+            return false;
+        }
+        let me = self.end();
+        self.fan.publish(ctx, me, self.me.generation, uid)
+    }
+
+    /// The publisher watches that are ready, with their last valid receipt.
+    pub fn ready_watches(&self) -> Vec<(NodeIx, Duration)> {
+        self.fan.ready_watches(&self.live, self.base)
     }
 
     /// Calls still pending in the caller's table.

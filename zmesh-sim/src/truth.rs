@@ -69,6 +69,8 @@ pub struct Truth {
     generations: BTreeMap<u64, (NodeIx, u64)>,
     /// Per (host, peer RID): the latest run of that peer admitted ready.
     admitted: BTreeMap<(NodeIx, String), u64>,
+    /// Fanout records published.
+    published: BTreeSet<u64>,
     /// Messages the application sent, and those delivered.
     sent: BTreeSet<u64>,
     delivered: BTreeSet<u64>,
@@ -101,6 +103,10 @@ pub struct Stats {
     pub replayed: u64,
     /// Calls failed because the connection that took them was lost (`OutcomeUnknown`).
     pub lost_with_connection: u64,
+    /// Fanout records received by subscribers.
+    pub fanout_records: u64,
+    /// Publisher watches that went silent.
+    pub silences: u64,
 }
 
 /// The REQUEST payload of call `uid`.
@@ -119,6 +125,13 @@ pub fn uid_of(payload: &[u8]) -> u64 {
 /// The REPLY payload of a handler that ran for call `uid`.
 pub fn result_of(uid: u64) -> Bytes {
     let mut b = b"ran:".to_vec();
+    b.extend_from_slice(&uid.to_be_bytes());
+    Bytes::from(b)
+}
+
+/// The payload of fanout record `uid`.
+pub fn fanout_of(uid: u64) -> Bytes {
+    let mut b = b"pub:".to_vec();
     b.extend_from_slice(&uid.to_be_bytes());
     Bytes::from(b)
 }
@@ -374,6 +387,89 @@ impl Truth {
                 );
                 self.violation("only_application_records_reach_the_application", detail);
             }
+        }
+    }
+
+    /// A publisher published record `uid`.
+    pub fn on_publish(&mut self, uid: u64) {
+        self.published.insert(uid);
+    }
+
+    /// Host `node`'s application received a fanout record from host `publisher`: `seq`, after
+    /// `last` from the same publisher run.
+    pub fn on_fanout_record(
+        &mut self,
+        node: NodeIx,
+        publisher: NodeIx,
+        last: Option<u64>,
+        seq: u64,
+        payload: &[u8],
+    ) {
+        self.stats.fanout_records += 1;
+        let ours = payload
+            .strip_prefix(b"pub:")
+            .map(uid_of)
+            .is_some_and(|u| self.published.contains(&u));
+        if !ours {
+            let detail = format!(
+                "host {node}'s application got fanout bytes {payload:02x?} from host {publisher}, which no publisher published"
+            );
+            self.violation("only_application_records_reach_the_application", detail);
+        }
+        if let Some(last) = last {
+            if seq <= last {
+                let detail =
+                    format!("host {node} got record {seq} of host {publisher} after record {last}");
+                self.violation("fanout_in_order_at_most_once", detail);
+            }
+        }
+    }
+
+    /// Host `node`'s watch of host `publisher` went silent at `now`; `since` is its last
+    /// valid receipt (or the socket's creation), `held` the last instant the network held its
+    /// connection, `connected` since when its connection was up, `publisher_up` since when
+    /// the publisher's node has been up.
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_silence(
+        &mut self,
+        node: NodeIx,
+        publisher: NodeIx,
+        since: Duration,
+        now: Duration,
+        held: Option<Duration>,
+        connected: Option<Duration>,
+        publisher_up: Option<Duration>,
+    ) {
+        self.stats.silences += 1;
+        if now < since + PEER_DEADLINE {
+            let detail = format!(
+                "host {node}'s watch of host {publisher} went silent {:?} after its last receipt",
+                now - since
+            );
+            self.violation("silence_not_early", detail);
+        }
+        // A publisher that was up, reachable and connected for the whole window beacons every
+        // 5 s: its watch must not go silent.
+        let window = PEER_DEADLINE + Duration::from_secs(1);
+        let old = |t: Option<Duration>| t.is_some_and(|t| t + window <= now);
+        let unheld = held.is_none_or(|h| h + window <= now);
+        if unheld && old(connected) && old(publisher_up) {
+            let detail = format!(
+                "host {node}'s watch of host {publisher} went silent, but the publisher was up and reachable"
+            );
+            self.violation("no_false_silence", detail);
+        }
+    }
+
+    /// Host `node` has a ready watch of host `publisher` whose last receipt was at `last`: it
+    /// must not stay ready past 15 s plus the coalescing window.
+    pub fn check_watch(&mut self, node: NodeIx, publisher: NodeIx, last: Duration, now: Duration) {
+        if now > last + PEER_DEADLINE + COALESCE_WINDOW {
+            let detail = format!(
+                "host {node} kept its watch of host {publisher} ready {:?} after its last receipt",
+                now - last
+            );
+            self.violation("silent_publisher_leaves_ready", detail);
         }
     }
 
