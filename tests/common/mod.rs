@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use zmesh::runtime::{EventStream, NodeEvent};
 
-#[path = "../../src/bin/zmesh/ports.rs"]
+#[path = "../../zmesh-cli/src/ports.rs"]
 mod ports;
 
 /// A free port on 127.0.0.1, below the kernel's ephemeral range: no outgoing connection takes
-/// it between this call and the test's bind (`src/bin/zmesh/ports.rs`).
+/// it between this call and the test's bind (`zmesh-cli/src/ports.rs`).
 pub fn free_port() -> u16 {
     ports::free_loopback_port().expect("a free port on 127.0.0.1")
 }

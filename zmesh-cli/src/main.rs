@@ -12,9 +12,7 @@ use zmesh::config::{Endpoint, NodeConfig};
 use zmesh::runtime::calls::{may_have_run, CallError, CallOptions};
 use zmesh::runtime::{Node, NodeEvent};
 
-mod bench;
 mod commands;
-mod conform;
 mod contract;
 mod demo;
 mod peers;
@@ -222,11 +220,11 @@ enum Cmd {
         discovery: bool,
     },
     /// Measure raw libzmq and zmesh side by side on 127.0.0.1 (see BENCHMARKS.md).
-    Bench(bench::BenchArgs),
+    Bench(zmesh_bench::BenchArgs),
     /// Check another implementation live, over the wire, rule by rule against WIRE.md: the
     /// runner plays the target's counterpart in each role the target is described with
     /// (spec-tests/README.md, "The live runner"). Exit status 1 if a MUST rule failed.
-    Conform(conform::ConformArgs),
+    Conform(zmesh_conform::ConformArgs),
     /// Service contracts (MISSION K1): `zmesh contract check OLD.json NEW.json`.
     Contract {
         #[command(subcommand)]
@@ -377,8 +375,8 @@ fn main() -> Result<()> {
                 commands::print_ops(&ops, status.as_deref(), json)
             }
             Cmd::Demo { quick, etcd, .. } => demo::run(quick, etcd).await,
-            Cmd::Bench(args) => bench::run(args).await,
-            Cmd::Conform(args) => conform::run(args),
+            Cmd::Bench(args) => zmesh_bench::run(args).await,
+            Cmd::Conform(args) => zmesh_conform::run(args),
             Cmd::Contract { cmd } => std::process::exit(contract::run(&cmd)),
         }
     })
@@ -805,7 +803,8 @@ async fn describe(
     commands::print_contract(&contract, as_json)
 }
 
-// Here, not in ports.rs: the integration tests include that file, and would run this again.
+// Here, not in ports.rs: the bench and the integration tests include that file, and would run
+// this again.
 #[cfg(test)]
 mod ports_tests {
     use super::ports::{free_loopback_port, pool};

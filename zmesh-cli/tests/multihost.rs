@@ -16,6 +16,7 @@
 //! `cargo test --locked --test multihost -- --ignored` (`.ci/run` does). Every figure is
 //! printed (`--nocapture` shows them) and FAULTS.md keeps those of a run.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 #[path = "common/discovery.rs"]
 mod disc;

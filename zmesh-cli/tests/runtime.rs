@@ -3,6 +3,7 @@
 //! Tests that must run in real time (the 15 s half-open deadline, the flooding publisher) are
 //! bounded: each fails if its condition is not met within a fixed limit.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::sync::Arc;

@@ -5,6 +5,7 @@
 //! label keys, and no label value is an identity (RID, endpoint, connection id). A second test
 //! holds that list to the code: every `counter!`/`gauge!` of `src/` is in it, and back.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -269,7 +270,7 @@ async fn o2_prometheus_scrape_conventional_names_no_identities() {
 #[test]
 fn o2_telemetry_list_matches_the_code() {
     let mut found: BTreeMap<String, (MetricKind, BTreeSet<String>)> = BTreeMap::new();
-    let mut files = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
+    let mut files = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("../src")];
     while let Some(p) = files.pop() {
         if p.is_dir() {
             files.extend(

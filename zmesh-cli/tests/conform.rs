@@ -8,6 +8,7 @@
 //! Each runner takes about 11 s (two probe cycles); the checks behind `--long` are not run
 //! here. Every wait is bounded.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::collections::BTreeSet;

@@ -130,7 +130,7 @@ fn scale_blocking(plan: &Plan) -> Result<Scale> {
                  the limit is {limit} and could not be raised (raising the hard limit needs \
                  root with CAP_SYS_RESOURCE)"
             );
-            // Said once, with the results (bench.rs), not here as well.
+            // Said once, with the results (lib.rs), not here as well.
             out.skipped.push((n, why));
             // The largest size under the limit instead (in steps of 500), once per mix.
             match (1..=n / SIZE_STEP)

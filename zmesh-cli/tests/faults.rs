@@ -16,6 +16,7 @@
 //! the long reconnect storm) are `#[ignore]`d and run by name:
 //! `cargo test --locked --test faults -- --ignored`.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::collections::{HashMap, HashSet};

@@ -15,6 +15,7 @@
 //!
 //! Every wait is bounded and waits for an event, never for time.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::path::PathBuf;

@@ -16,6 +16,12 @@
 //! Every measurement is repeated `--runs` times (raw and zmesh interleaved); the table shows
 //! the median and the min..max spread. P4 is one window of `--flood-secs` (its thousands of
 //! probes are the samples). Method and results: BENCHMARKS.md.
+//!
+//! The `zmesh` binary (zmesh-cli) calls [`run`] for `zmesh bench`. P5, P6 and P7 start their
+//! nodes as child processes of the running executable (`zmesh node ...`), so [`run`] works
+//! only from within that binary.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod batching;
 mod calls;
@@ -26,6 +32,10 @@ mod idle;
 mod inbound;
 mod scale;
 mod throughput;
+
+// Shared with the CLI's demo and the integration tests, which include the same file.
+#[path = "../../zmesh-cli/src/ports.rs"]
+mod ports;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -41,7 +51,7 @@ use zmesh::runtime::{EventStream, Node, NodeEvent};
 
 /// Options of `zmesh bench`.
 #[derive(Args, Debug, Clone)]
-pub(crate) struct BenchArgs {
+pub struct BenchArgs {
     /// Repetitions of every measurement (default 3; 1 with --quick).
     #[arg(long)]
     runs: Option<usize>,
@@ -257,7 +267,7 @@ impl Metric {
 }
 
 /// Runs `zmesh bench`.
-pub(crate) async fn run(args: BenchArgs) -> Result<()> {
+pub async fn run(args: BenchArgs) -> Result<()> {
     let plan = Plan::from_args(&args);
     let want = |id: &str| args.only.is_empty() || args.only.iter().any(|o| o == id);
     for o in &args.only {
@@ -861,7 +871,7 @@ pub(crate) const SETUP_LIMIT: Duration = Duration::from_secs(30);
 
 /// A free tcp endpoint on 127.0.0.1 (for zmesh configurations, which name their ports).
 pub(crate) fn free_tcp() -> Result<String> {
-    let port = crate::ports::free_loopback_port().context("a free port on 127.0.0.1")?;
+    let port = ports::free_loopback_port().context("a free port on 127.0.0.1")?;
     Ok(format!("tcp://127.0.0.1:{port}"))
 }
 

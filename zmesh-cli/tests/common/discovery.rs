@@ -1,5 +1,5 @@
-//! Shared by the automatic-mode tests of both store backends (`tests/discovery.rs`, the
-//! embedded SQLite store; `tests/discovery_etcd.rs`, a real etcd): `zmesh node` children whose
+//! Shared by the automatic-mode tests of both store backends (`zmesh-cli/tests/discovery.rs`, the
+//! embedded SQLite store; `zmesh-cli/tests/discovery_etcd.rs`, a real etcd): `zmesh node` children whose
 //! configurations name no endpoint (a [`Mesh`] of [`Proc`]s on one store URL), the snapshot
 //! predicates they wait for, and the scenarios both backends run with the same assertions.
 //!

@@ -1,5 +1,6 @@
 //! Loopback ports for configurations that must name a port before anything binds it (the
-//! bench's nodes, the demo's etcd, the integration tests, which include this file).
+//! bench's nodes (zmesh-bench), the demo's etcd, the integration tests; the bench and the
+//! tests include this file).
 //!
 //! A port taken with `bind(127.0.0.1:0)` and released comes from the kernel's ephemeral range
 //! (`/proc/sys/net/ipv4/ip_local_port_range`), the range it also takes the source port of every

@@ -7,6 +7,7 @@
 //! ~25 s: a killed node's lease runs out) are `#[ignore]`d and run by name:
 //! `cargo test --locked --test discovery -- --ignored`.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 #[path = "common/discovery.rs"]
 mod disc;

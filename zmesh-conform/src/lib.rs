@@ -4,6 +4,10 @@
 //! publisher of fanout) with plain libzmq sockets and zmesh's codec, so it sees every byte.
 //! Each result names its rule and WIRE.md section. How to describe a target is in
 //! spec-tests/README.md ("The live runner").
+//!
+//! The `zmesh` binary (zmesh-cli) calls [`run`] for `zmesh conform`.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod accept;
 mod dial;

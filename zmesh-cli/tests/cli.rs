@@ -1,6 +1,7 @@
 //! The `zmesh` command line over real processes: `node --events ndjson`, `status`, `call`,
 //! `describe`, `ops`, and the main demo.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::io::{BufRead, BufReader};

@@ -15,6 +15,7 @@
 //!
 //! Memory is asserted, never time; every wait is bounded.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::io::{BufRead, BufReader, Write};

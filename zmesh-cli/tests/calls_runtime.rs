@@ -2,6 +2,7 @@
 //! honest failures when the callee dies (killed process, half-open connection), graceful stop,
 //! late replies.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::process::{Child, Command, Stdio};

@@ -8,6 +8,7 @@
 //! zmesh node ...'`, so its limit is its own (the node raises its soft limit to the hard
 //! one, which `ulimit -n` set to N as well). Linux only: the test reads `/proc/<pid>/fd`.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::io::{BufRead, BufReader};

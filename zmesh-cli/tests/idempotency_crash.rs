@@ -19,6 +19,7 @@
 //! Every wait is bounded; conditions are polled (exec log, store file, control endpoint)
 //! with a bound, never slept on. Children are killed when their handle drops.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::io::Read;
