@@ -8,6 +8,7 @@
 //! through a `poll_timeout()` when it next needs to be called. Given the same inputs in the
 //! same order, it produces the same outputs.
 
+pub mod admission;
 pub mod calls;
 pub mod contract;
 pub mod discovery;

@@ -6,7 +6,7 @@ use std::num::NonZeroU64;
 use bytes::Bytes;
 
 use super::socket::Frame;
-use crate::proto::handshake::{self, Expectation, Identity, Refusal};
+use crate::proto::handshake::{self, Expectation, Identity};
 use crate::proto::state::FailureReason;
 use crate::proto::wire::{self, FanoutMessage, Label, Memberships, Name, Record, WireError};
 
@@ -60,19 +60,25 @@ pub(crate) enum Rec {
 
 impl Rec {
     pub(crate) fn kind_name(&self) -> &'static str {
+        self.kind().name()
+    }
+
+    /// The record's wire kind.
+    pub(crate) fn kind(&self) -> wire::Kind {
+        use wire::Kind;
         match self {
-            Rec::Hello(_) => "hello",
-            Rec::Welcome(_) => "welcome",
-            Rec::Reject { .. } => "reject",
-            Rec::Probe(_) => "probe",
-            Rec::Ack(_) => "ack",
-            Rec::Message { .. } => "message",
-            Rec::Close(_) => "close",
-            Rec::Request(_) => "request",
-            Rec::Accept { .. } => "accept",
-            Rec::Reply { .. } => "reply",
-            Rec::Item { .. } => "item",
-            Rec::Batch(_) => "batch",
+            Rec::Hello(_) => Kind::Hello,
+            Rec::Welcome(_) => Kind::Welcome,
+            Rec::Reject { .. } => Kind::Reject,
+            Rec::Probe(_) => Kind::Probe,
+            Rec::Ack(_) => Kind::Ack,
+            Rec::Message { .. } => Kind::Message,
+            Rec::Close(_) => Kind::Close,
+            Rec::Request(_) => Kind::Request,
+            Rec::Accept { .. } => Kind::Accept,
+            Rec::Reply { .. } => Kind::Reply,
+            Rec::Item { .. } => Kind::Item,
+            Rec::Batch(_) => Kind::Batch,
         }
     }
 }
@@ -342,26 +348,6 @@ pub(crate) fn lane_name(lane: Lane) -> &'static str {
         Lane::Application => "application",
         Lane::Completion => "completion",
         Lane::ClientServer => "client_server",
-    }
-}
-
-/// The REJECT reason for a refused admission.
-pub(crate) fn reject_reason(r: Refusal) -> RejectReason {
-    match r {
-        Refusal::NotRequired => RejectReason::NotRequired,
-        Refusal::IdentityMismatch => RejectReason::IdentityMismatch,
-        Refusal::GenerationMismatch => RejectReason::GenerationMismatch,
-        Refusal::SecurityFailure => RejectReason::SecurityFailure,
-    }
-}
-
-/// The failure a refused admission records.
-pub(crate) fn refusal_failure(r: Refusal) -> FailureReason {
-    match r {
-        Refusal::NotRequired => FailureReason::NotRequired,
-        Refusal::IdentityMismatch => FailureReason::IdentityMismatch,
-        Refusal::GenerationMismatch => FailureReason::GenerationMismatch,
-        Refusal::SecurityFailure => FailureReason::SecurityFailure,
     }
 }
 

@@ -14,11 +14,11 @@ use std::time::Instant;
 use super::links::{note, Conn, LinkKind};
 use super::slots::Unit;
 use super::{Host, IoThread, LinkKey, SlotKey};
-use crate::proto::handshake::{self, Expectation, Identity, Refusal};
+use crate::proto::admission::{self, HelloFacts, HelloVerdict, OwnDial, Refusing, WelcomeFacts};
+use crate::proto::handshake::{Expectation, Identity};
 use crate::proto::sched::Source as SchedSource;
 use crate::proto::security::{InputRefusal, PublicKey};
 use crate::proto::state::{ConnState, FailureReason};
-use crate::proto::wire::WireError;
 use crate::runtime::event::Source;
 use crate::runtime::records::{self, Lane, Rec, RejectReason};
 use crate::runtime::socket::Frame;
@@ -116,9 +116,6 @@ impl IoThread {
             .as_ref()
             .map(|_| frames.first_mut().and_then(Frame::user_id));
         let route = route.as_ref().to_vec();
-        let reject = |io: &mut IoThread, reason: RejectReason, detail: &str| {
-            io.refuse(slot, &route, reason, detail);
-        };
         let verified: Option<PublicKey> = match user_id {
             None => None,
             Some(id) => match id.as_deref().map(str::parse) {
@@ -127,7 +124,7 @@ impl IoThread {
                     // Never the case: the ZAP handler answers every CURVE client's key.
                     let detail = format!("no verified CURVE key on this connection ({id:?})");
                     self.record_refusal(slot, InputRefusal::SecurityFailure, detail.clone(), now);
-                    reject(self, RejectReason::SecurityFailure, &detail);
+                    self.refuse(slot, &route, RejectReason::SecurityFailure, &detail);
                     return;
                 }
             },
@@ -138,50 +135,17 @@ impl IoThread {
                 // A record from a physical connection that is not (or no longer) admitted:
                 // it changes nothing (MISSION L6).
                 metrics::counter!("zmesh_stale_records_total").increment(1);
-                // A REJECT or CLOSE ends its connection anyway; answering one could start an
-                // exchange of refusals between two peers that both answer.
-                if !matches!(rec, Rec::Reject { .. } | Rec::Close(_)) {
-                    let detail = format!("{} before HELLO", rec.kind_name());
-                    let why = InputRefusal::UnexpectedRecord;
-                    self.record_refusal(slot, why, detail.clone(), now);
-                    reject(self, RejectReason::Protocol, &detail);
+                if let Some(r) = admission::refuse_before_hello(rec.kind()) {
+                    self.refuse_with(slot, &route, r, now);
                 }
                 return;
             }
             Err(e) => {
                 tracing::debug!(error = %e, "malformed record from an unadmitted connection");
-                let reason = match e {
-                    WireError::UnsupportedVersion { .. } => RejectReason::UnsupportedVersion,
-                    _ => RejectReason::Protocol,
-                };
-                let detail = format!("malformed record before HELLO: {e}");
-                self.record_refusal(slot, InputRefusal::Malformed, detail.clone(), now);
-                reject(self, reason, &detail);
+                self.refuse_with(slot, &route, admission::refuse_malformed(&e), now);
                 return;
             }
         };
-        if hello.lane != lane {
-            reject(self, RejectReason::LaneMismatch, "hello names another lane");
-            return;
-        }
-        if self.host != Host::Running {
-            reject(self, RejectReason::Draining, "node is stopping");
-            return;
-        }
-        // CURVE: the identity a HELLO claims must be the key the connection proved (F1).
-        if let Some(key) = verified {
-            let claimed = &hello.identity.security_identity;
-            if *claimed != key.to_z85() {
-                let detail = format!(
-                    "HELLO of {:?} claims security identity {claimed:?}, but the connection \
-                     holds key {key}",
-                    hello.identity.rid
-                );
-                self.record_refusal(slot, InputRefusal::SecurityFailure, detail.clone(), now);
-                reject(self, RejectReason::SecurityFailure, &detail);
-                return;
-            }
-        }
         // What does this node expect of that RID? A configured peer's expectation, else the
         // fence of its descriptor (automatic mode): a ClientServer client is held to its
         // descriptor like a RouteMesh peer (MISSION F3).
@@ -197,58 +161,52 @@ impl IoThread {
                 .unwrap_or_default(),
             (_, Some(i)) => self.expectation_for_peer(i),
         };
-        // Does the dialler expect us?
         let theirs = Expectation {
             rid: hello.expect.rid.clone(),
             generation: hello.expect.generation,
             security_identity: None,
         };
-        if let Err(r) = admit_on(lane, &hello.identity, &theirs, &self.me) {
-            reject(self, records::reject_reason(r), &r.to_string());
-            return;
-        }
-        if let Err(r) = admit_on(lane, &self.me, &expect, &hello.identity) {
-            if r == Refusal::SecurityFailure {
-                let detail = format!(
-                    "HELLO of {:?}: {r} (it presents {:?}, {:?} is expected of that RID)",
-                    hello.identity.rid,
-                    hello.identity.security_identity,
-                    expect.security_identity.as_deref().unwrap_or_default()
-                );
-                self.record_refusal(slot, InputRefusal::SecurityFailure, detail.clone(), now);
-                reject(self, records::reject_reason(r), &detail);
+        // A dial withdrawn with its descriptor is not a contender: it will not dial again, so
+        // the peer's own dial is the only way back.
+        let own_dial = configured
+            .filter(|_| lane != Lane::ClientServer)
+            .and_then(|i| self.find_mesh_dial(i, lane))
+            .filter(|dk| !self.links[*dk].withdrawn);
+        let verified_z85 = verified.map(|key| key.to_z85());
+        let verdict = admission::judge_hello(&HelloFacts {
+            socket_lane: lane,
+            hello_lane: hello.lane,
+            peer: &hello.identity,
+            peer_expects: &theirs,
+            verified_key: verified_z85.as_deref(),
+            admitting: self.host == Host::Running,
+            local: &self.me,
+            expect: &expect,
+            own_dial: if own_dial.is_some() {
+                OwnDial::Dialling
+            } else {
+                OwnDial::None
+            },
+        });
+        match verdict {
+            HelloVerdict::Refuse(r) => {
+                self.refuse_with(slot, &route, r, now);
                 return;
             }
-            reject(self, records::reject_reason(r), &r.to_string());
-            return;
-        }
-        // Duplicate resolution: if we dial this peer on this lane too, the connection dialled
-        // by the smaller RID is the current one. A dial withdrawn with its descriptor is not a
-        // contender: it will not dial again, so the peer's own dial is the only way back.
-        if let (Some(i), true) = (configured, lane != Lane::ClientServer) {
-            let dial = self
-                .find_mesh_dial(i, lane)
-                .filter(|dk| !self.links[*dk].withdrawn);
-            if let Some(dk) = dial {
-                if self.me.rid < hello.identity.rid {
-                    reject(
-                        self,
-                        RejectReason::Duplicate,
-                        "the connection dialled by the smaller RID is current",
-                    );
-                    return;
+            HelloVerdict::Admit { yield_own_dial } => {
+                if let Some(dk) = own_dial.filter(|_| yield_own_dial) {
+                    // Their dial wins: stand our own dial down.
+                    if self.links[dk].conn.is_some() {
+                        self.fail_link(
+                            dk,
+                            FailureReason::Replaced,
+                            "peer's own dial is current",
+                            now,
+                        );
+                    }
+                    self.links[dk].yielded = true;
+                    self.timers_changed();
                 }
-                // Their dial wins: stand our own dial down.
-                if self.links[dk].conn.is_some() {
-                    self.fail_link(
-                        dk,
-                        FailureReason::Replaced,
-                        "peer's own dial is current",
-                        now,
-                    );
-                }
-                self.links[dk].yielded = true;
-                self.timers_changed();
             }
         }
         let k = self.inbound_link(&hello.identity.rid, lane, now);
@@ -312,6 +270,15 @@ impl IoThread {
         if self.refused.insert(slot, route) {
             let _ = self.send_slot(slot, Some(route), &records::reject(reason, detail));
         }
+    }
+
+    /// Refuses as [`admission`] decided: the input refusal counted if it is one, then
+    /// [`Self::refuse`].
+    fn refuse_with(&mut self, slot: SlotKey, route: &[u8], r: Refusing, now: Instant) {
+        if let Some(why) = r.counted {
+            self.record_refusal(slot, why, r.detail.clone(), now);
+        }
+        self.refuse(slot, route, r.reason, &r.detail);
     }
 
     pub(super) fn find_mesh_dial(&self, peer: usize, lane: Lane) -> Option<LinkKey> {
@@ -381,57 +348,29 @@ impl IoThread {
         let Some((lane, expect)) = self.dial_expectation(k) else {
             return;
         };
-        if w.lane != lane {
-            self.fail_link(
-                k,
-                FailureReason::ProtocolError,
-                "welcome names another lane",
-                now,
-            );
-            return;
-        }
-        // CURVE: the handshake proved the key this link dialled with; the WELCOME must claim
-        // it (F1), whatever else is expected.
         let verified = self.links[k].conn.as_ref().and_then(|c| c.verified_key);
-        if let Some(key) = verified {
-            if w.identity.security_identity != key.to_z85() {
-                let detail = format!(
-                    "WELCOME of {:?} claims security identity {:?}, but the connection holds \
-                     key {key}",
-                    w.identity.rid, w.identity.security_identity
-                );
-                let _ =
-                    self.send_on_link(k, records::reject(RejectReason::SecurityFailure, &detail));
-                self.fail_link(k, FailureReason::SecurityFailure, &detail, now);
-                return;
-            }
-        }
-        match admit_on(lane, &self.me, &expect, &w.identity) {
+        let verified_z85 = verified.map(|key| key.to_z85());
+        let verdict = admission::judge_welcome(&WelcomeFacts {
+            lane,
+            welcome_lane: w.lane,
+            peer: &w.identity,
+            verified_key: verified_z85.as_deref(),
+            local: &self.me,
+            expect: &expect,
+        });
+        match verdict {
             Ok(()) => {
                 note(self.links[k].state.handle_admitted(now));
                 self.become_ready(k, w.identity, now);
             }
-            Err(r) => {
-                let detail = r.to_string();
+            Err(refused) => {
                 // Tell the acceptor why, then close our side.
-                let _ = self.send_on_link(k, records::reject(records::reject_reason(r), &detail));
-                self.fail_link(k, records::refusal_failure(r), &detail, now);
+                if let Some(reason) = refused.reject {
+                    let _ = self.send_on_link(k, records::reject(reason, &refused.detail));
+                }
+                self.fail_link(k, refused.failure, &refused.detail, now);
             }
         }
-    }
-}
-
-/// Handshake admission on a lane: the NotRequired rule is RouteMesh's (MISSION T4); a
-/// ClientServer client may call any server.
-pub(super) fn admit_on(
-    lane: Lane,
-    local: &Identity,
-    expect: &Expectation,
-    peer: &Identity,
-) -> Result<(), Refusal> {
-    match handshake::admit(local, expect, peer) {
-        Err(Refusal::NotRequired) if lane == Lane::ClientServer => Ok(()),
-        other => other,
     }
 }
 
