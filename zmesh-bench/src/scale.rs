@@ -31,7 +31,7 @@ use zmesh::runtime::socket::{
     FDS_PER_CONTEXT, FDS_PER_DIALLED, FDS_PER_MONITORED, SOCKETS_PER_CONTEXT,
 };
 
-use super::idle::{FakePeers, NodeProcess, Publishers, PERIOD};
+use super::idle::{CpuSample, FakePeers, NodeProcess, Publishers, PERIOD};
 use super::inbound::{self, FakeDialers};
 use super::{clock_ticks, server_config, Plan};
 
@@ -179,6 +179,8 @@ impl Far {
     }
 }
 
+/// Measures one P7 size: a node with `publishers` fanout publishers and `peers` RouteMesh peers
+/// (two lanes each) of `mix`, against its baseline without links.
 fn one_size(
     plan: &Plan,
     dir: &std::path::Path,
@@ -197,18 +199,7 @@ fn one_size(
         }
         Mix::Mixed | Mix::MeshOnly => NodeConfig::new("scale"),
     };
-    // The same binary running the node without links (with its endpoints bound, if it
-    // accepts): the baselines.
-    let base = NodeProcess::start(
-        dir,
-        &NodeConfig {
-            rid: "scale-base".into(),
-            ..cfg.clone()
-        },
-    )?;
-    base.wait_ready(0)?;
-    let (baseline_fds, baseline_rss) = (base.fds()?, base.rss_kib()?);
-    drop(base);
+    let (baseline_fds, baseline_rss) = baseline(dir, &cfg)?;
 
     let pubs = Publishers::start(publishers)?;
     cfg.subscriptions = pubs
@@ -248,15 +239,7 @@ fn one_size(
     } else {
         PERIOD + Duration::from_secs(1)
     });
-    let before = node.cpu()?;
-    eprintln!(
-        "P7 {connections} connections: idle window starts; fake peers: {}",
-        far.stats()
-    );
-    let t = Instant::now();
-    std::thread::sleep(plan.idle);
-    let after = node.cpu()?;
-    let window = t.elapsed().as_secs_f64();
+    let (before, after, window) = idle_window(plan, &node, &far, connections)?;
     let (fds, rss) = (node.fds()?, node.rss_kib()?);
     let ready = node.ready_links()?;
     anyhow::ensure!(
@@ -299,6 +282,42 @@ fn one_size(
     pubs.stop();
     far.stop()?;
     Ok(row)
+}
+
+/// Descriptors and RSS (KiB) of the same binary running `cfg`'s node without links (with its
+/// endpoints bound, if it accepts): the baselines of a size.
+fn baseline(dir: &std::path::Path, cfg: &NodeConfig) -> Result<(u64, u64)> {
+    let base = NodeProcess::start(
+        dir,
+        &NodeConfig {
+            rid: "scale-base".into(),
+            ..cfg.clone()
+        },
+    )?;
+    base.wait_ready(0)?;
+    let (baseline_fds, baseline_rss) = (base.fds()?, base.rss_kib()?);
+    drop(base);
+    Ok((baseline_fds, baseline_rss))
+}
+
+/// The node's CPU samples before and after the idle window of `plan.idle`, and the window's
+/// length in seconds.
+fn idle_window(
+    plan: &Plan,
+    node: &NodeProcess,
+    far: &Far,
+    connections: usize,
+) -> Result<(CpuSample, CpuSample, f64)> {
+    let before = node.cpu()?;
+    eprintln!(
+        "P7 {connections} connections: idle window starts; fake peers: {}",
+        far.stats()
+    );
+    let t = Instant::now();
+    std::thread::sleep(plan.idle);
+    let after = node.cpu()?;
+    let window = t.elapsed().as_secs_f64();
+    Ok((before, after, window))
 }
 
 /// Descriptors one process needs for `n` connections of `mix` as this bench makes them.
