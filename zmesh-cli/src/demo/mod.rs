@@ -250,24 +250,71 @@ pub(crate) async fn run(quick: bool, etcd: bool) -> Result<()> {
     // Declared before everything that uses the directory, so dropped after it: the directory
     // goes on every exit, a failed step (or no etcd for --etcd) included.
     let _dir_guard = RemoveOnDrop(dir.clone());
-    let pace = || async {
-        if !quick {
-            tokio::time::sleep(PACE).await;
-        }
-    };
     let mut store = DemoStore::start(&dir, etcd)?;
     let url = store.url();
+    let (a, mut procs) = introduce(&dir, &url)?;
+    for p in procs.iter_mut() {
+        p.start()?;
+    }
+    let mut pump = commands::Pump::prepare(&dir, &url)?;
+    let node = Node::start(a).await?;
+    let events = node.take_events().context("events")?;
+    let mut scenes = Scenes {
+        events,
+        node,
+        t0,
+        quick,
+    };
+    let opts = CallOptions {
+        peer: Some("b".into()),
+        ..CallOptions::default()
+    };
 
+    scenes.found(&url).await?;
+    scenes.records(&procs).await?;
+    scenes.call(&opts).await?;
+    let old = scenes.kill_b(&mut procs, &opts).await?;
+    scenes.restart_b(&mut procs, old).await?;
+    let left = scenes.store_away(&mut store).await?;
+    scenes.snapshot().await?;
+    let Scenes {
+        mut events, node, ..
+    } = scenes;
+
+    println!(
+        "\n== 8. commands: a non-repeatable command, its server killed after it ran, retried \
+         with the same idempotency key"
+    );
+    pump.run(&node, &mut events, t0).await?;
+    if !quick {
+        tokio::time::sleep(PACE).await;
+    }
+
+    println!("\n== 9. shutdown");
+    node.shutdown().await?;
+    drop(procs);
+    drop(pump);
+    drop(store);
+    println!("demo finished in {} ms", t0.elapsed().as_millis());
+    if left {
+        bail!("a link left ready while the store was away");
+    }
+    Ok(())
+}
+
+/// The demo's nodes: `a`'s configuration (it runs in this process) and the processes of `b`,
+/// `c` and `d` (not started yet), each introduced on stdout.
+fn introduce(dir: &Path, url: &str) -> Result<(NodeConfig, Vec<Proc>)> {
     let b = node_config(
         "b",
         vec![member(Role::Server, "orders")],
-        &url,
+        url,
         vec![AutoBind::RouteMesh],
     );
     let mut c = node_config(
         "c",
         vec![member(Role::Server, "orders")],
-        &url,
+        url,
         vec![AutoBind::Server, AutoBind::Publisher],
     );
     // c takes no part in RouteMesh: a ClientServer server and a publisher only.
@@ -277,7 +324,7 @@ pub(crate) async fn run(quick: bool, etcd: bool) -> Result<()> {
     let d = node_config(
         "d",
         vec![member(Role::ObjectClient, "orders")],
-        &url,
+        url,
         vec![AutoBind::RouteMesh],
     );
     let a = node_config(
@@ -286,7 +333,7 @@ pub(crate) async fn run(quick: bool, etcd: bool) -> Result<()> {
             member(Role::ObjectClient, "orders"),
             member(Role::ObjectClient, "pump"),
         ],
-        &url,
+        url,
         vec![AutoBind::RouteMesh],
     );
     println!("zmesh demo: nodes b, c, d, e as processes; node a in this process");
@@ -304,182 +351,206 @@ pub(crate) async fn run(quick: bool, etcd: bool) -> Result<()> {
         } else {
             vec![]
         };
-        procs.push(Proc::new(name, write_config(&dir, cfg)?, extra));
+        procs.push(Proc::new(name, write_config(dir, cfg)?, extra));
     }
-    for p in procs.iter_mut() {
-        p.start()?;
+    Ok((a, procs))
+}
+
+/// Node `a` and what every scene uses: its events, the demo's start, the pacing.
+struct Scenes {
+    events: EventStream,
+    node: Node,
+    t0: Instant,
+    quick: bool,
+}
+
+impl Scenes {
+    /// A pause between scenes for a reader, none with `--quick`.
+    async fn pace(&self) {
+        if !self.quick {
+            tokio::time::sleep(PACE).await;
+        }
     }
-    let mut pump = commands::Pump::prepare(&dir, &url)?;
-    let node = Node::start(a).await?;
-    let mut events = node.take_events().context("events")?;
 
-    println!("\n== 1. the nodes find each other through the store; links become ready");
-    wait_for(&node, &mut events, t0, |s| {
-        let seen = s
-            .discovery
-            .as_ref()
-            .is_some_and(|d| d.descriptors_seen == 4);
-        let fanout = s
-            .links
-            .iter()
-            .any(|l| l.topology == "fanout" && l.state == ConnState::Ready);
-        // c's "orders" server itself (a is also a client of e's "pump", scene 8).
-        seen && b_settled(s).is_some() && server_ready(s, "c") && fanout
-    })
-    .await?;
-    let s = node.snapshot().await?;
-    println!("   a: {}", store_line(&s));
-    println!(
-        "   a's links to d: {} (an Object Client pair: never dialled, not even to learn it is not required)",
-        s.peer("d").count()
-    );
-    println!("   the store (zmesh peers --store {url}):");
-    let entries = zmesh::runtime::store::open(&url)?.list().await?;
-    for line in crate::peers::table(&entries).lines() {
-        println!("     {line}");
-    }
-    pace().await;
-
-    println!("\n== 2. records flow: a -> b (RouteMesh), a -> c (ClientServer)");
-    let (mb, mc) = (procs[0].mark(), procs[1].mark());
-    node.send("b", "greetings", "hello b").await?;
-    node.send_to_server("orders", "order #1").await?;
-    procs[0].wait_line(mb, "\"greetings\": hello b").await?;
-    procs[1].wait_line(mc, "\"orders\": order #1").await?;
-    drain(&node, &mut events, t0);
-    pace().await;
-
-    println!("\n== 3. a call to b: answered");
-    let opts = CallOptions {
-        peer: Some("b".into()),
-        ..CallOptions::default()
-    };
-    let echoed: String = node
-        .call_with("orders", "echo", "hello", opts.clone())
+    /// Scene 1: the nodes find each other through the store at `url`; links become ready.
+    async fn found(&mut self, url: &str) -> Result<()> {
+        println!("\n== 1. the nodes find each other through the store; links become ready");
+        wait_for(&self.node, &mut self.events, self.t0, |s| {
+            let seen = s
+                .discovery
+                .as_ref()
+                .is_some_and(|d| d.descriptors_seen == 4);
+            let fanout = s
+                .links
+                .iter()
+                .any(|l| l.topology == "fanout" && l.state == ConnState::Ready);
+            // c's "orders" server itself (a is also a client of e's "pump", scene 8).
+            seen && b_settled(s).is_some() && server_ready(s, "c") && fanout
+        })
         .await?;
-    println!("   a -> b orders.echo(\"hello\") = {echoed:?}");
-    pace().await;
-
-    println!(
-        "\n== 4. a 60 s call to b, then kill -9 b: the call fails at once, saying it may have run"
-    );
-    let old = b_settled(&node.snapshot().await?);
-    let caller = node.clone();
-    let o = opts.clone();
-    let mark = procs[0].mark();
-    let call = tokio::spawn(async move {
-        caller
-            .call_with::<_, String>("orders", "sleep", &60_000u64, o)
-            .await
-    });
-    // The call reached b's handler when b says so.
-    procs[0].wait_line(mark, "serving orders.sleep").await?;
-    let killed = Instant::now();
-    procs[0].kill();
-    match call.await? {
-        Ok(v) => println!("   unexpected answer {v:?}"),
-        Err(e) => println!(
-            "   call failed after {} ms: {e} [code {}, may_have_run = {}]",
-            killed.elapsed().as_millis(),
-            e.code(),
-            may_have_run(&e)
-        ),
-    }
-    wait_for(&node, &mut events, t0, |s| {
-        s.peer("b").all(|l| l.state != ConnState::Ready)
-    })
-    .await?;
-    println!(
-        "   detected {} ms after the kill (no 15 s wait: the OS closed b's sockets)",
-        killed.elapsed().as_millis()
-    );
-    pace().await;
-
-    println!(
-        "\n== 5. restart b: a new process run on new ports; its new descriptor's generation \
-         replaces the old connection"
-    );
-    procs[0].start()?;
-    wait_for(&node, &mut events, t0, |s| {
-        b_settled(s).is_some_and(|g| Some(g) != old)
-    })
-    .await?;
-    let now = b_settled(&node.snapshot().await?);
-    if let (Some(o), Some(n)) = (old, now) {
-        println!("   b was generation {o:016x}, is now {n:016x}");
-    }
-    let mark = procs[0].mark();
-    node.send("b", "greetings", "hello again, new b").await?;
-    procs[0].wait_line(mark, "hello again, new b").await?;
-    drain(&node, &mut events, t0);
-    pace().await;
-
-    println!(
-        "\n== 6. the store goes away: reported, and every ready link stays ready, probes going on"
-    );
-    let before = ready_links(&node.snapshot().await?);
-    store.take_away()?;
-    wait_for(&node, &mut events, t0, |s| {
-        s.discovery.as_ref().is_some_and(|d| !d.store_reachable)
-    })
-    .await?;
-    // Until every ready RouteMesh and ClientServer connection received liveness records
-    // (probes, ACKs) with the store away, or one of the ready links left ready.
-    let left = Cell::new(false);
-    wait_for(&node, &mut events, t0, |s| {
-        let during = ready_links(s);
-        let same = |k: &LinkId| during.iter().find(|(d, _)| d == k);
-        if before.iter().any(|(k, _)| same(k).is_none()) {
-            left.set(true);
-            return true;
+        let s = self.node.snapshot().await?;
+        println!("   a: {}", store_line(&s));
+        println!(
+            "   a's links to d: {} (an Object Client pair: never dialled, not even to learn it is not required)",
+            s.peer("d").count()
+        );
+        println!("   the store (zmesh peers --store {url}):");
+        let entries = zmesh::runtime::store::open(url)?.list().await?;
+        for line in crate::peers::table(&entries).lines() {
+            println!("     {line}");
         }
-        before
-            .iter()
-            .filter(|(k, _)| k.0 != "fanout")
-            .all(|(k, n)| same(k).is_some_and(|(_, m)| m > n))
-    })
-    .await?;
-    println!(
-        "   {} links ready before the store went away; with it away, {}",
-        before.len(),
-        if left.get() {
-            "one LEFT READY"
-        } else {
-            "each stays ready on the same connection, and each RouteMesh and ClientServer one received probes or ACKs"
-        }
-    );
-    store.bring_back()?;
-    wait_for(&node, &mut events, t0, |s| {
-        s.discovery.as_ref().is_some_and(|d| d.store_reachable)
-    })
-    .await?;
-    println!(
-        "   the store is back; a: {}",
-        store_line(&node.snapshot().await?)
-    );
-    pace().await;
-
-    println!("\n== 7. a's snapshot");
-    print!("{}", node.snapshot().await?.to_table());
-    pace().await;
-
-    println!(
-        "\n== 8. commands: a non-repeatable command, its server killed after it ran, retried \
-         with the same idempotency key"
-    );
-    pump.run(&node, &mut events, t0).await?;
-    pace().await;
-
-    println!("\n== 9. shutdown");
-    node.shutdown().await?;
-    drop(procs);
-    drop(pump);
-    drop(store);
-    println!("demo finished in {} ms", t0.elapsed().as_millis());
-    if left.get() {
-        bail!("a link left ready while the store was away");
+        self.pace().await;
+        Ok(())
     }
-    Ok(())
+
+    /// Scene 2: records flow, a -> b (RouteMesh) and a -> c (ClientServer).
+    async fn records(&mut self, procs: &[Proc]) -> Result<()> {
+        println!("\n== 2. records flow: a -> b (RouteMesh), a -> c (ClientServer)");
+        let (mb, mc) = (procs[0].mark(), procs[1].mark());
+        self.node.send("b", "greetings", "hello b").await?;
+        self.node.send_to_server("orders", "order #1").await?;
+        procs[0].wait_line(mb, "\"greetings\": hello b").await?;
+        procs[1].wait_line(mc, "\"orders\": order #1").await?;
+        drain(&self.node, &mut self.events, self.t0);
+        self.pace().await;
+        Ok(())
+    }
+
+    /// Scene 3: a call to b, answered.
+    async fn call(&mut self, opts: &CallOptions) -> Result<()> {
+        println!("\n== 3. a call to b: answered");
+        let echoed: String = self
+            .node
+            .call_with("orders", "echo", "hello", opts.clone())
+            .await?;
+        println!("   a -> b orders.echo(\"hello\") = {echoed:?}");
+        self.pace().await;
+        Ok(())
+    }
+
+    /// Scene 4: a 60 s call to b, then b killed with SIGKILL: the call fails at once, saying it
+    /// may have run. Returns b's generation before the kill.
+    async fn kill_b(&mut self, procs: &mut [Proc], opts: &CallOptions) -> Result<Option<u64>> {
+        println!(
+            "\n== 4. a 60 s call to b, then kill -9 b: the call fails at once, saying it may have run"
+        );
+        let old = b_settled(&self.node.snapshot().await?);
+        let caller = self.node.clone();
+        let o = opts.clone();
+        let mark = procs[0].mark();
+        let call = tokio::spawn(async move {
+            caller
+                .call_with::<_, String>("orders", "sleep", &60_000u64, o)
+                .await
+        });
+        // The call reached b's handler when b says so.
+        procs[0].wait_line(mark, "serving orders.sleep").await?;
+        let killed = Instant::now();
+        procs[0].kill();
+        match call.await? {
+            Ok(v) => println!("   unexpected answer {v:?}"),
+            Err(e) => println!(
+                "   call failed after {} ms: {e} [code {}, may_have_run = {}]",
+                killed.elapsed().as_millis(),
+                e.code(),
+                may_have_run(&e)
+            ),
+        }
+        wait_for(&self.node, &mut self.events, self.t0, |s| {
+            s.peer("b").all(|l| l.state != ConnState::Ready)
+        })
+        .await?;
+        println!(
+            "   detected {} ms after the kill (no 15 s wait: the OS closed b's sockets)",
+            killed.elapsed().as_millis()
+        );
+        self.pace().await;
+        Ok(old)
+    }
+
+    /// Scene 5: b restarted, a new process run on new ports whose new descriptor's
+    /// generation (not `old`) replaces the old connection.
+    async fn restart_b(&mut self, procs: &mut [Proc], old: Option<u64>) -> Result<()> {
+        println!(
+            "\n== 5. restart b: a new process run on new ports; its new descriptor's generation \
+             replaces the old connection"
+        );
+        procs[0].start()?;
+        wait_for(&self.node, &mut self.events, self.t0, |s| {
+            b_settled(s).is_some_and(|g| Some(g) != old)
+        })
+        .await?;
+        let now = b_settled(&self.node.snapshot().await?);
+        if let (Some(o), Some(n)) = (old, now) {
+            println!("   b was generation {o:016x}, is now {n:016x}");
+        }
+        let mark = procs[0].mark();
+        self.node
+            .send("b", "greetings", "hello again, new b")
+            .await?;
+        procs[0].wait_line(mark, "hello again, new b").await?;
+        drain(&self.node, &mut self.events, self.t0);
+        self.pace().await;
+        Ok(())
+    }
+
+    /// Scene 6: the store goes away and comes back; every ready link stays ready, probes
+    /// going on. Returns whether a link left ready meanwhile.
+    async fn store_away(&mut self, store: &mut DemoStore) -> Result<bool> {
+        println!(
+            "\n== 6. the store goes away: reported, and every ready link stays ready, probes going on"
+        );
+        let before = ready_links(&self.node.snapshot().await?);
+        store.take_away()?;
+        wait_for(&self.node, &mut self.events, self.t0, |s| {
+            s.discovery.as_ref().is_some_and(|d| !d.store_reachable)
+        })
+        .await?;
+        // Until every ready RouteMesh and ClientServer connection received liveness records
+        // (probes, ACKs) with the store away, or one of the ready links left ready.
+        let left = Cell::new(false);
+        wait_for(&self.node, &mut self.events, self.t0, |s| {
+            let during = ready_links(s);
+            let same = |k: &LinkId| during.iter().find(|(d, _)| d == k);
+            if before.iter().any(|(k, _)| same(k).is_none()) {
+                left.set(true);
+                return true;
+            }
+            before
+                .iter()
+                .filter(|(k, _)| k.0 != "fanout")
+                .all(|(k, n)| same(k).is_some_and(|(_, m)| m > n))
+        })
+        .await?;
+        println!(
+            "   {} links ready before the store went away; with it away, {}",
+            before.len(),
+            if left.get() {
+                "one LEFT READY"
+            } else {
+                "each stays ready on the same connection, and each RouteMesh and ClientServer one received probes or ACKs"
+            }
+        );
+        store.bring_back()?;
+        wait_for(&self.node, &mut self.events, self.t0, |s| {
+            s.discovery.as_ref().is_some_and(|d| d.store_reachable)
+        })
+        .await?;
+        println!(
+            "   the store is back; a: {}",
+            store_line(&self.node.snapshot().await?)
+        );
+        self.pace().await;
+        Ok(left.get())
+    }
+
+    /// Scene 7: a's snapshot.
+    async fn snapshot(&mut self) -> Result<()> {
+        println!("\n== 7. a's snapshot");
+        print!("{}", self.node.snapshot().await?.to_table());
+        self.pace().await;
+        Ok(())
+    }
 }
 
 fn drain(node: &Node, events: &mut EventStream, t0: Instant) {
