@@ -178,12 +178,46 @@ fn expect_reject(
     }
 }
 
+/// The admission checks (§5.1) in order, on the acceptor's main lane: each a function of
+/// its own, those after the WELCOME given what the target said in it.
 fn admission(t: &Target, acc: &Acceptor, r: &mut Report) {
     let mut s = Session::new();
     let (lane, ep) = acc.main();
     let route_mesh = lane != Lane::ClientServer;
+    silent_before_hello(&s, (ep, lane), r);
+    let Some(w) = welcome(t, acc, &mut s, r) else {
+        for id in [
+            "5.1/reject-lane-mismatch",
+            "5.1/reject-identity-mismatch",
+            "5.1/reject-generation-mismatch",
+            "5.1/reject-not-required",
+            "5.1/reject-security-failure",
+            "5.1/reject-duplicate",
+            "5.1/reject-unsupported-version",
+            "5.1/reject-protocol-first-record",
+            "5.1/reject-protocol-malformed-hello",
+            "5.1/one-reject-per-connection",
+            "5.1/no-answer-to-close-or-reject",
+            "5.1/replacement",
+        ] {
+            r.skip(id, "no WELCOME: admission failed");
+        }
+        return;
+    };
+    reject_lane_mismatch(&mut s, (ep, lane), route_mesh, r);
+    reject_identity_mismatch(&mut s, (ep, lane), &w, r);
+    reject_generation_mismatch(&mut s, (ep, lane), &w, r);
+    reject_not_required(&mut s, (ep, lane), route_mesh, &w, r);
+    reject_pinned_peer(t, &s, (ep, lane), route_mesh, &w, r);
+    reject_unsupported_version(&mut s, (ep, lane), r);
+    reject_protocol_first_record(&mut s, (ep, lane), r);
+    reject_malformed_hello(&mut s, (ep, lane), r);
+    no_answer_to_close_or_reject(&s, (ep, lane), r);
+    replacement(&mut s, (ep, lane), r);
+}
 
-    // Nothing before HELLO.
+/// 5.1/silent-before-hello: nothing on a connection before the runner's HELLO.
+fn silent_before_hello(s: &Session, (ep, lane): (&str, Lane), r: &mut Report) {
     match s.dial(ep, lane) {
         Ok(d) => {
             let got = d.recv(QUIET);
@@ -198,14 +232,17 @@ fn admission(t: &Target, acc: &Acceptor, r: &mut Report) {
         }
         Err(e) => r.fail("5.1/silent-before-hello", e),
     }
+}
 
-    // A well-formed HELLO, on every lane.
+/// 5.1/welcome: a well-formed HELLO on every lane gets one WELCOME first; what the first
+/// one said.
+fn welcome(t: &Target, acc: &Acceptor, s: &mut Session, r: &mut Report) -> Option<Admitted> {
     let mut admitted: Option<Admitted> = None;
     let mut problems = Vec::new();
     for (lane, ep) in acc.lanes() {
         let mut h = HelloSpec::new(lane, &s.rid("hello"), random_nz());
         h.expect_rid = t.args.rid.clone();
-        match admit(&s, ep, &h) {
+        match admit(s, ep, &h) {
             Ok((_, w, _)) => {
                 if w.lane != lane {
                     problems.push(format!("WELCOME of lane {:?} on lane {lane:?}", w.lane));
@@ -237,27 +274,17 @@ fn admission(t: &Target, acc: &Acceptor, r: &mut Report) {
             problems.join("; ")
         },
     );
-    let Some(w) = admitted else {
-        for id in [
-            "5.1/reject-lane-mismatch",
-            "5.1/reject-identity-mismatch",
-            "5.1/reject-generation-mismatch",
-            "5.1/reject-not-required",
-            "5.1/reject-security-failure",
-            "5.1/reject-duplicate",
-            "5.1/reject-unsupported-version",
-            "5.1/reject-protocol-first-record",
-            "5.1/reject-protocol-malformed-hello",
-            "5.1/one-reject-per-connection",
-            "5.1/no-answer-to-close-or-reject",
-            "5.1/replacement",
-        ] {
-            r.skip(id, "no WELCOME: admission failed");
-        }
-        return;
-    };
+    admitted
+}
 
-    // Lane mismatch: a Completion HELLO on the Application endpoint (a RouteMesh HELLO on
+/// 5.1/reject-lane-mismatch: a Completion HELLO on the Application endpoint (a RouteMesh
+/// HELLO on the ClientServer endpoint).
+fn reject_lane_mismatch(
+    s: &mut Session,
+    (ep, lane): (&str, Lane),
+    route_mesh: bool,
+    r: &mut Report,
+) {
     // the ClientServer endpoint).
     let mut h = HelloSpec::new(lane, &s.rid("lane"), random_nz());
     h.lane = if route_mesh {
@@ -268,12 +295,20 @@ fn admission(t: &Target, acc: &Acceptor, r: &mut Report) {
     expect_reject(
         r,
         "5.1/reject-lane-mismatch",
-        &s,
+        s,
         (ep, lane),
         &h,
         RejectReason::LaneMismatch,
     );
+}
 
+/// 5.1/reject-identity-mismatch: a HELLO expecting another RID than the target's.
+fn reject_identity_mismatch(
+    s: &mut Session,
+    (ep, lane): (&str, Lane),
+    w: &Admitted,
+    r: &mut Report,
+) {
     let mut h = HelloSpec::new(lane, &s.rid("identity"), random_nz());
     h.expect_rid = Some(format!(
         "{}-not",
@@ -282,23 +317,41 @@ fn admission(t: &Target, acc: &Acceptor, r: &mut Report) {
     expect_reject(
         r,
         "5.1/reject-identity-mismatch",
-        &s,
+        s,
         (ep, lane),
         &h,
         RejectReason::IdentityMismatch,
     );
+}
 
+/// 5.1/reject-generation-mismatch: a HELLO expecting another generation than the target's.
+fn reject_generation_mismatch(
+    s: &mut Session,
+    (ep, lane): (&str, Lane),
+    w: &Admitted,
+    r: &mut Report,
+) {
     let mut h = HelloSpec::new(lane, &s.rid("generation"), random_nz());
     h.expect_generation = Some(NonZeroU64::new(w.generation.get() ^ 1).unwrap_or(NonZeroU64::MAX));
     expect_reject(
         r,
         "5.1/reject-generation-mismatch",
-        &s,
+        s,
         (ep, lane),
         &h,
         RejectReason::GenerationMismatch,
     );
+}
 
+/// 5.1/reject-not-required: a RouteMesh HELLO without Server membership, to a target that
+/// announced none.
+fn reject_not_required(
+    s: &mut Session,
+    (ep, lane): (&str, Lane),
+    route_mesh: bool,
+    w: &Admitted,
+    r: &mut Report,
+) {
     if !route_mesh {
         r.skip(
             "5.1/reject-not-required",
@@ -315,13 +368,24 @@ fn admission(t: &Target, acc: &Acceptor, r: &mut Report) {
         expect_reject(
             r,
             "5.1/reject-not-required",
-            &s,
+            s,
             (ep, lane),
             &h,
             RejectReason::NotRequired,
         );
     }
+}
 
+/// 5.1/reject-security-failure and 5.1/reject-duplicate: HELLOs of the pinned peer, with
+/// another security identity, and (when its RID is larger than the target's) with its own.
+fn reject_pinned_peer(
+    t: &Target,
+    s: &Session,
+    (ep, lane): (&str, Lane),
+    route_mesh: bool,
+    w: &Admitted,
+    r: &mut Report,
+) {
     match (&t.pinned, route_mesh) {
         (Some((rid, identity)), true) => {
             let mut h = HelloSpec::new(lane, rid, random_nz());
@@ -330,7 +394,7 @@ fn admission(t: &Target, acc: &Acceptor, r: &mut Report) {
             expect_reject(
                 r,
                 "5.1/reject-security-failure",
-                &s,
+                s,
                 (ep, lane),
                 &h,
                 RejectReason::SecurityFailure,
@@ -341,7 +405,7 @@ fn admission(t: &Target, acc: &Acceptor, r: &mut Report) {
                 expect_reject(
                     r,
                     "5.1/reject-duplicate",
-                    &s,
+                    s,
                     (ep, lane),
                     &h,
                     RejectReason::Duplicate,
@@ -371,8 +435,10 @@ fn admission(t: &Target, acc: &Acceptor, r: &mut Report) {
             r.skip("5.1/reject-duplicate", "needs --pinned-peer RID=IDENTITY");
         }
     }
+}
 
-    // Version 2.
+/// 5.1/reject-unsupported-version: a HELLO in envelope version 2.
+fn reject_unsupported_version(s: &mut Session, (ep, lane): (&str, Lane), r: &mut Report) {
     let h = HelloSpec::new(lane, &s.rid("v2"), random_nz());
     let mut frames = h.encode();
     if let Some(b) = frames.first_mut().and_then(|f| f.get_mut(2)) {
@@ -392,8 +458,11 @@ fn admission(t: &Target, acc: &Acceptor, r: &mut Report) {
         },
         Err(e) => r.fail("5.1/reject-unsupported-version", e),
     }
+}
 
-    // A PROBE first; then more records and a valid HELLO on the same connection.
+/// 5.1/reject-protocol-first-record and 5.1/one-reject-per-connection: a PROBE first; then
+/// more records and a valid HELLO on the same connection.
+fn reject_protocol_first_record(s: &mut Session, (ep, lane): (&str, Lane), r: &mut Report) {
     match s.dial(ep, lane).and_then(|d| {
         d.send(
             &Record::Probe {
@@ -440,8 +509,10 @@ fn admission(t: &Target, acc: &Acceptor, r: &mut Report) {
             r.skip("5.1/one-reject-per-connection", e);
         }
     }
+}
 
-    // A HELLO with generation 0 (malformed: non-zero field).
+/// 5.1/reject-protocol-malformed-hello: a HELLO with generation 0 (malformed: non-zero field).
+fn reject_malformed_hello(s: &mut Session, (ep, lane): (&str, Lane), r: &mut Report) {
     let h = HelloSpec::new(lane, &s.rid("zero"), random_nz());
     let mut frames = h.encode();
     if let Some(f) = frames.first_mut() {
@@ -465,8 +536,10 @@ fn admission(t: &Target, acc: &Acceptor, r: &mut Report) {
         },
         Err(e) => r.fail("5.1/reject-protocol-malformed-hello", e),
     }
+}
 
-    // CLOSE and REJECT first: no answer.
+/// 5.1/no-answer-to-close-or-reject: CLOSE and REJECT as first records get no answer.
+fn no_answer_to_close_or_reject(s: &Session, (ep, lane): (&str, Lane), r: &mut Report) {
     let close = Record::Close {
         reason: CloseReason::Shutdown,
     }
@@ -492,11 +565,13 @@ fn admission(t: &Target, acc: &Acceptor, r: &mut Report) {
         ),
         Err(e) => r.fail("5.1/no-answer-to-close-or-reject", e),
     }
+}
 
-    // Replacement: the same RID and generation again.
+/// 5.1/replacement: the same RID and generation again.
+fn replacement(s: &mut Session, (ep, lane): (&str, Lane), r: &mut Report) {
     let h = HelloSpec::new(lane, &s.rid("replaced"), random_nz());
-    match admit(&s, ep, &h).and_then(|(old, _, _)| {
-        let (new, got) = hello_answer(&s, ep, &h)?;
+    match admit(s, ep, &h).and_then(|(old, _, _)| {
+        let (new, got) = hello_answer(s, ep, &h)?;
         let admitted = matches!(got, Some(Got::Record(Record::Welcome(_))));
         let closed = next(&old, ANSWER, true);
         drop(new);
@@ -632,6 +707,7 @@ fn answers(
     }
 }
 
+/// The call checks (§5.3, §5.4) on one caller's connections, each a function of its own.
 fn calls(t: &Target, acc: &Acceptor, r: &mut Report) {
     let s = Session::new();
     let gen = random_nz();
@@ -661,16 +737,46 @@ fn calls(t: &Target, acc: &Acceptor, r: &mut Report) {
             }
         }
     }
-    let route_mesh = conns.len() == 2;
-    let req_conn: &dyn Wire = &conns[0];
-    let ans_conn: &dyn Wire = conns.last().map_or(req_conn, |c| c as &dyn Wire);
+    let req: &dyn Wire = &conns[0];
+    let c = Caller {
+        req,
+        ans: conns.last().map_or(req, |c| c as &dyn Wire),
+        route_mesh: conns.len() == 2,
+        target_gen,
+    };
+    let wrong_lane = refusal_one_reply(&c, r)
+        + served_call(t, &c, r)
+        + batch_of_two(t, &c, r)
+        + batch_over_256(&c, r);
+    completion_lane(t, &c, wrong_lane, r);
+}
 
-    // A call nobody serves: refused with exactly one REPLY.
-    let refused = request(1, NO_CHANNEL, "m", &[0xC0]);
+/// A caller's connections to the target: where its REQUESTs go, where answers are expected
+/// (RouteMesh: the Completion lane), and the generation the target announced.
+struct Caller<'a> {
+    req: &'a dyn Wire,
+    ans: &'a dyn Wire,
+    route_mesh: bool,
+    target_gen: Option<NonZeroU64>,
+}
+
+/// The call a check makes: `--call`'s channel, method and arguments, or a channel nobody
+/// serves.
+fn call_of(t: &Target) -> (&str, &str, &[u8]) {
+    match &t.call {
+        Some((c, m)) => (c.as_str(), m.as_str(), t.call_args.as_slice()),
+        None => (NO_CHANNEL, "m", &[0xC0][..]),
+    }
+}
+
+/// 5.3/refusal-one-reply: a call nobody serves is refused with exactly one REPLY. Returns
+/// the answers that came on the wrong lane.
+fn refusal_one_reply(c: &Caller, r: &mut Report) -> usize {
     let mut wrong_lane = 0;
-    match req_conn.send(&Record::Request(refused).encode()) {
+    let refused = request(1, NO_CHANNEL, "m", &[0xC0]);
+    match c.req.send(&Record::Request(refused).encode()) {
         Ok(()) => {
-            let a = answers(req_conn, ans_conn, route_mesh, ANSWER, |a| a.replies(1) > 0);
+            let a = answers(c.req, c.ans, c.route_mesh, ANSWER, |a| a.replies(1) > 0);
             wrong_lane += a.wrong_lane;
             let of = a.of(1);
             let replies: Vec<_> = of.iter().filter(|x| x.0 == "REPLY").collect();
@@ -683,14 +789,19 @@ fn calls(t: &Target, acc: &Acceptor, r: &mut Report) {
         }
         Err(e) => r.fail("5.3/refusal-one-reply", e),
     }
+    wrong_lane
+}
 
-    // A served call: ACCEPT, then exactly one REPLY.
+/// 5.3/accept-before-reply and 5.3/exactly-one-reply: a served call gets ACCEPT, then
+/// exactly one REPLY. Returns the answers that came on the wrong lane.
+fn served_call(t: &Target, c: &Caller, r: &mut Report) -> usize {
+    let mut wrong_lane = 0;
     match &t.call {
         Some((channel, method)) => {
             let call = request(2, channel, method, &t.call_args);
-            match req_conn.send(&Record::Request(call).encode()) {
+            match c.req.send(&Record::Request(call).encode()) {
                 Ok(()) => {
-                    let a = answers(req_conn, ans_conn, route_mesh, ANSWER, |a| a.replies(2) > 0);
+                    let a = answers(c.req, c.ans, c.route_mesh, ANSWER, |a| a.replies(2) > 0);
                     wrong_lane += a.wrong_lane;
                     let of = a.of(2);
                     let accept_first = of.first().is_some_and(|x| x.0 == "ACCEPT")
@@ -699,11 +810,14 @@ fn calls(t: &Target, acc: &Acceptor, r: &mut Report) {
                     let accept_gen = a
                         .accept_gens
                         .iter()
-                        .all(|(id, g)| *id != 2 || Some(*g) == target_gen);
+                        .all(|(id, g)| *id != 2 || Some(*g) == c.target_gen);
                     r.check(
                         "5.3/accept-before-reply",
                         accept_first && accept_gen,
-                        format!("answers to call 2: {of:?} (target generation {target_gen:?})"),
+                        format!(
+                            "answers to call 2: {of:?} (target generation {:?})",
+                            c.target_gen
+                        ),
                     );
                     r.check(
                         "5.3/exactly-one-reply",
@@ -722,12 +836,14 @@ fn calls(t: &Target, acc: &Acceptor, r: &mut Report) {
             r.skip("5.3/exactly-one-reply", "needs --call CHANNEL.METHOD");
         }
     }
+    wrong_lane
+}
 
-    // A BATCH of two: each answered on its own.
-    let (channel, method, args) = match &t.call {
-        Some((c, m)) => (c.as_str(), m.as_str(), t.call_args.as_slice()),
-        None => (NO_CHANNEL, "m", &[0xC0][..]),
-    };
+/// 5.3/batch: each call of a BATCH of two is answered on its own. Returns the answers that
+/// came on the wrong lane.
+fn batch_of_two(t: &Target, c: &Caller, r: &mut Report) -> usize {
+    let mut wrong_lane = 0;
+    let (channel, method, args) = call_of(t);
     let served = t.call.is_some();
     let batch = Batch::new(vec![
         request(3, channel, method, args),
@@ -735,10 +851,10 @@ fn calls(t: &Target, acc: &Acceptor, r: &mut Report) {
     ]);
     match batch
         .map_err(|e| e.to_string())
-        .and_then(|b| req_conn.send(&Record::Batch(b).encode()))
+        .and_then(|b| c.req.send(&Record::Batch(b).encode()))
     {
         Ok(()) => {
-            let a = answers(req_conn, ans_conn, route_mesh, ANSWER, |a| {
+            let a = answers(c.req, c.ans, c.route_mesh, ANSWER, |a| {
                 a.replies(3) > 0 && a.replies(4) > 0
             });
             wrong_lane += a.wrong_lane;
@@ -754,17 +870,22 @@ fn calls(t: &Target, acc: &Acceptor, r: &mut Report) {
         }
         Err(e) => r.fail("5.3/batch", e),
     }
+    wrong_lane
+}
 
-    // 257 calls in one BATCH: InvalidParams each, no ACCEPT.
+/// 5.3/batch-over-256: 257 calls in one BATCH get InvalidParams each, no ACCEPT. Returns
+/// the answers that came on the wrong lane.
+fn batch_over_256(c: &Caller, r: &mut Report) -> usize {
+    let mut wrong_lane = 0;
     let many: Vec<_> = (1000..1257u64)
         .map(|id| request(id, NO_CHANNEL, "m", &[0xC0]))
         .collect();
     match Batch::new(many)
         .map_err(|e| e.to_string())
-        .and_then(|b| req_conn.send(&Record::Batch(b).encode()))
+        .and_then(|b| c.req.send(&Record::Batch(b).encode()))
     {
         Ok(()) => {
-            let a = answers(req_conn, ans_conn, route_mesh, ANSWER * 2, |a| {
+            let a = answers(c.req, c.ans, c.route_mesh, ANSWER * 2, |a| {
                 (1000..1257u64).all(|id| a.replies(id) > 0)
             });
             wrong_lane += a.wrong_lane;
@@ -779,24 +900,24 @@ fn calls(t: &Target, acc: &Acceptor, r: &mut Report) {
         }
         Err(e) => r.fail("5.3/batch-over-256", e),
     }
+    wrong_lane
+}
 
-    if route_mesh {
+/// 5.4/answers-on-completion-lane (given the answers the other checks saw on the wrong lane)
+/// and 5.4/request-on-completion-lane-ignored: a REQUEST on the Completion lane gets no
+/// answer at all.
+fn completion_lane(t: &Target, c: &Caller, wrong_lane: usize, r: &mut Report) {
+    if c.route_mesh {
         r.check(
             "5.4/answers-on-completion-lane",
             wrong_lane == 0,
             format!("{wrong_lane} answer(s) on the Application lane"),
         );
-        // A REQUEST on the Completion lane: no answer at all.
+        let (channel, method, args) = call_of(t);
         let stray = request(9, channel, method, args);
-        match ans_conn.send(&Record::Request(stray).encode()) {
+        match c.ans.send(&Record::Request(stray).encode()) {
             Ok(()) => {
-                let a = answers(
-                    req_conn,
-                    ans_conn,
-                    true,
-                    Duration::from_millis(1_000),
-                    |_| false,
-                );
+                let a = answers(c.req, c.ans, true, Duration::from_millis(1_000), |_| false);
                 r.check(
                     "5.4/request-on-completion-lane-ignored",
                     a.of(9).is_empty(),

@@ -59,6 +59,32 @@ fn gone(bound: &Bound, route: &[u8], limit: Duration) -> bool {
     }
 }
 
+/// The rules checked after the first HELLO, in order: each needs the connection the one
+/// before it leaves.
+const LATER: [&str; 8] = [
+    "5.1/close-received",
+    "5.1/reject-received",
+    "5.2/first-probe-at-ready",
+    "5.2/ack-echoes-id",
+    "5.2/probe-interval",
+    "5.2/pending-id-resent",
+    "5.2/new-id-after-ack",
+    "5.2/duplicate-ack-harmless",
+];
+
+/// Skips every rule of a dialling target, for `why`.
+fn skip_all(t: &Target, r: &mut Report, why: &str) {
+    for id in ["5.1/hello-first", "5.4/routing-id"]
+        .iter()
+        .chain(LATER.iter())
+    {
+        r.skip(id, why.to_owned());
+    }
+    if t.args.long {
+        r.skip("5.2/deadline", why.to_owned());
+    }
+}
+
 /// The checks of one lane the target dials at `ep`.
 pub fn run(t: &Target, ep: &str, lane: Lane) -> Vec<Outcome> {
     let role = match lane {
@@ -67,46 +93,67 @@ pub fn run(t: &Target, ep: &str, lane: Lane) -> Vec<Outcome> {
         Lane::ClientServer => "client-server server",
     };
     let mut r = Report::new(role);
-    let later = [
-        "5.1/close-received",
-        "5.1/reject-received",
-        "5.2/first-probe-at-ready",
-        "5.2/ack-echoes-id",
-        "5.2/probe-interval",
-        "5.2/pending-id-resent",
-        "5.2/new-id-after-ack",
-        "5.2/duplicate-ack-harmless",
-    ];
-    let skip_all = |r: &mut Report, why: &str| {
-        for id in ["5.1/hello-first", "5.4/routing-id"]
-            .iter()
-            .chain(later.iter())
-        {
-            r.skip(id, why.to_owned());
-        }
-        if t.args.long {
-            r.skip("5.2/deadline", why.to_owned());
-        }
-    };
     let ctx = zmq::Context::new();
     let bound = match Bound::bind(&ctx, ep, lane) {
         Ok(b) => b,
         Err(e) => {
-            skip_all(&mut r, &e);
+            skip_all(t, &mut r, &e);
             return r.outcomes;
         }
     };
     let gen = random_nz();
-    let me = t.args.runner_rid.clone();
+    let mut d = Accepting {
+        t,
+        bound: &bound,
+        lane,
+        me: t.args.runner_rid.clone(),
+        seen: Vec::new(),
+    };
     let identity = t.runner_identity();
-    let mut seen = Vec::new();
 
     // The first HELLO.
-    let Some((route, hello, _)) = new_connection(&bound, &mut seen, FIRST_HELLO) else {
-        skip_all(&mut r, "the target did not dial within 20 s");
+    let Some((route, hello, _)) = new_connection(&bound, &mut d.seen, FIRST_HELLO) else {
+        skip_all(t, &mut r, "the target did not dial within 20 s");
         return r.outcomes;
     };
-    let check_hello = |h: &Result<Hello, String>| -> Result<String, String> {
+    d.hello_first(&route, &hello, &mut r);
+    let welcome = welcome(lane, &d.me, gen, &identity);
+    let Some(route) = d.close_received(route, &welcome, &mut r) else {
+        return r.outcomes;
+    };
+    let Some(route) = d.reject_received(route, &mut r) else {
+        return r.outcomes;
+    };
+
+    // Admit it and check its probing.
+    let conn = bound.conn(route);
+    if conn.send(&welcome).is_err() {
+        for id in &LATER[2..] {
+            r.skip(id, "the WELCOME could not be sent");
+        }
+        return r.outcomes;
+    }
+    let ready_at = Instant::now();
+    liveness::check(&mut r, &conn, None, ready_at, false, t.args.long);
+    r.outcomes
+}
+
+/// The runner as the acceptor of one lane the target dials: its bound socket, its RID, and
+/// the routing ids of the connections seen so far.
+struct Accepting<'a> {
+    t: &'a Target,
+    bound: &'a Bound,
+    lane: Lane,
+    me: String,
+    seen: Vec<Vec<u8>>,
+}
+
+impl Accepting<'_> {
+    /// Whether a first record is a HELLO as the target should send it: of this lane,
+    /// expecting the runner's RID or none, from the `--rid` given; what it was, or what is
+    /// wrong with it.
+    fn check_hello(&self, h: &Result<Hello, String>) -> Result<String, String> {
+        let (t, lane, me) = (self.t, self.lane, &self.me);
         let h = h.clone()?;
         let mut bad = Vec::new();
         if h.lane != lane {
@@ -131,110 +178,120 @@ pub fn run(t: &Target, ep: &str, lane: Lane) -> Vec<Outcome> {
         } else {
             Err(bad.join(", "))
         }
-    };
-    match check_hello(&hello) {
-        Ok(d) => r.pass("5.1/hello-first", d),
-        Err(e) => r.fail("5.1/hello-first", e),
     }
-    let id_ok = !route.is_empty() && route.len() <= 255 && route[0] != 0;
-    r.check(
-        "5.4/routing-id",
-        id_ok,
-        format!(
-            "routing id of {} bytes, {:02x?}",
-            route.len(),
-            &route[..route.len().min(4)]
-        ),
-    );
 
-    // Admit it, let it probe once, then CLOSE: it must close and dial again.
-    let conn = bound.conn(route.clone());
-    let welcome = welcome(lane, &me, gen, &identity);
-    if conn.send(&welcome).is_err() {
-        for id in later {
-            r.skip(id, "the WELCOME could not be sent");
+    /// 5.1/hello-first and 5.4/routing-id, on the first connection.
+    fn hello_first(&self, route: &[u8], hello: &Result<Hello, String>, r: &mut Report) {
+        match self.check_hello(hello) {
+            Ok(d) => r.pass("5.1/hello-first", d),
+            Err(e) => r.fail("5.1/hello-first", e),
         }
-        return r.outcomes;
+        let id_ok = !route.is_empty() && route.len() <= 255 && route[0] != 0;
+        r.check(
+            "5.4/routing-id",
+            id_ok,
+            format!(
+                "routing id of {} bytes, {:02x?}",
+                route.len(),
+                &route[..route.len().min(4)]
+            ),
+        );
     }
-    if let Some(frames) = conn.recv(Duration::from_secs(2)) {
-        if let Ok(Record::Probe { id }) = Record::decode(&frames) {
-            let _ = conn.send(&Record::Ack { id }.encode());
-        }
-    }
-    let close = Record::Close {
-        reason: CloseReason::Shutdown,
-    };
-    let _ = conn.send(&close.encode());
-    let closed = gone(&bound, &route, Duration::from_secs(3));
-    let again = new_connection(&bound, &mut seen, REDIAL);
-    let detail = format!(
-        "old connection {}, {}",
-        if closed {
-            "closed"
-        } else {
-            "still open 3 s later"
-        },
-        match &again {
-            Some((_, h, _)) => match check_hello(h) {
-                Ok(_) => "a new connection with a new routing id and HELLO".to_owned(),
-                Err(e) => format!("a new connection, but: {e}"),
-            },
-            None => "no new connection within 6 s".to_owned(),
-        }
-    );
-    r.check(
-        "5.1/close-received",
-        closed && again.as_ref().is_some_and(|a| check_hello(&a.1).is_ok()),
-        detail,
-    );
-    let Some((route, _, _)) = again else {
-        for id in &later[1..] {
-            r.skip(id, "the target did not dial again");
-        }
-        return r.outcomes;
-    };
 
-    // REJECT that one: it must close and dial again.
-    let reject = Record::Reject(Reject {
-        reason: RejectReason::IdentityMismatch,
-        detail: Detail::new("zmesh conform: refused on purpose").unwrap_or_default(),
-    });
-    let _ = bound.conn(route.clone()).send(&reject.encode());
-    let closed = gone(&bound, &route, Duration::from_secs(3));
-    let again = new_connection(&bound, &mut seen, REDIAL);
-    r.check(
-        "5.1/reject-received",
-        closed && again.as_ref().is_some_and(|a| a.1.is_ok()),
-        format!(
+    /// 5.1/close-received: admits the connection of `route`, lets it probe once, then sends
+    /// CLOSE: the target must close it and dial again. The new connection's routing id, or
+    /// `None` with the rules after it skipped.
+    fn close_received(
+        &mut self,
+        route: Vec<u8>,
+        welcome: &[Vec<u8>],
+        r: &mut Report,
+    ) -> Option<Vec<u8>> {
+        let bound = self.bound;
+        let conn = bound.conn(route.clone());
+        if conn.send(welcome).is_err() {
+            for id in LATER {
+                r.skip(id, "the WELCOME could not be sent");
+            }
+            return None;
+        }
+        if let Some(frames) = conn.recv(Duration::from_secs(2)) {
+            if let Ok(Record::Probe { id }) = Record::decode(&frames) {
+                let _ = conn.send(&Record::Ack { id }.encode());
+            }
+        }
+        let close = Record::Close {
+            reason: CloseReason::Shutdown,
+        };
+        let _ = conn.send(&close.encode());
+        let closed = gone(bound, &route, Duration::from_secs(3));
+        let again = new_connection(bound, &mut self.seen, REDIAL);
+        let detail = format!(
             "old connection {}, {}",
             if closed {
                 "closed"
             } else {
                 "still open 3 s later"
             },
-            if again.is_some() {
-                "dialled again"
-            } else {
-                "no new connection within 6 s"
+            match &again {
+                Some((_, h, _)) => match self.check_hello(h) {
+                    Ok(_) => "a new connection with a new routing id and HELLO".to_owned(),
+                    Err(e) => format!("a new connection, but: {e}"),
+                },
+                None => "no new connection within 6 s".to_owned(),
             }
-        ),
-    );
-    let Some((route, _, _)) = again else {
-        for id in &later[2..] {
-            r.skip(id, "the target did not dial again");
-        }
-        return r.outcomes;
-    };
-
-    // Admit it and check its probing.
-    let conn = bound.conn(route);
-    if conn.send(&welcome).is_err() {
-        for id in &later[2..] {
-            r.skip(id, "the WELCOME could not be sent");
-        }
-        return r.outcomes;
+        );
+        r.check(
+            "5.1/close-received",
+            closed
+                && again
+                    .as_ref()
+                    .is_some_and(|a| self.check_hello(&a.1).is_ok()),
+            detail,
+        );
+        let Some((route, _, _)) = again else {
+            for id in &LATER[1..] {
+                r.skip(id, "the target did not dial again");
+            }
+            return None;
+        };
+        Some(route)
     }
-    let ready_at = Instant::now();
-    liveness::check(&mut r, &conn, None, ready_at, false, t.args.long);
-    r.outcomes
+
+    /// 5.1/reject-received: REJECTs the connection of `route`: the target must close it and
+    /// dial again. The new connection's routing id, or `None` with the rules after it skipped.
+    fn reject_received(&mut self, route: Vec<u8>, r: &mut Report) -> Option<Vec<u8>> {
+        let bound = self.bound;
+        let reject = Record::Reject(Reject {
+            reason: RejectReason::IdentityMismatch,
+            detail: Detail::new("zmesh conform: refused on purpose").unwrap_or_default(),
+        });
+        let _ = bound.conn(route.clone()).send(&reject.encode());
+        let closed = gone(bound, &route, Duration::from_secs(3));
+        let again = new_connection(bound, &mut self.seen, REDIAL);
+        r.check(
+            "5.1/reject-received",
+            closed && again.as_ref().is_some_and(|a| a.1.is_ok()),
+            format!(
+                "old connection {}, {}",
+                if closed {
+                    "closed"
+                } else {
+                    "still open 3 s later"
+                },
+                if again.is_some() {
+                    "dialled again"
+                } else {
+                    "no new connection within 6 s"
+                }
+            ),
+        );
+        let Some((route, _, _)) = again else {
+            for id in &LATER[2..] {
+                r.skip(id, "the target did not dial again");
+            }
+            return None;
+        };
+        Some(route)
+    }
 }

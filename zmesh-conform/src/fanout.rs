@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use zmesh::proto::wire::{FanoutMessage, BEACON_PAYLOAD, BEACON_TOPIC};
 
 use super::link::recv_within;
+use super::liveness::gap_ok;
 use super::{Outcome, Report, Target};
 
 /// How long the runner watches a publisher at most: a join beacon and two grid ticks.
@@ -38,15 +39,33 @@ pub fn subscribe(_t: &Target, ep: &str) -> Vec<Outcome> {
             return r.outcomes;
         }
     };
+    let w = watch(&sub);
+    beacon_checks(&w, &mut r);
+    publish_well_formed(&w.publishes, &mut r);
+    r.outcomes
+}
+
+/// What the runner saw of a publisher in its watch.
+struct Watched {
+    /// When the runner subscribed.
+    joined: Instant,
+    /// When each beacon came.
+    beacons: Vec<Instant>,
+    /// Messages on the reserved topic that were not the beacon, in hex.
+    wrong_beacons: Vec<String>,
+    /// Every other message: a PUBLISH's generation and seq, or what was wrong with it.
+    publishes: Vec<Result<(NonZeroU64, u64), String>>,
+}
+
+/// Reads the publisher for up to [`WATCH`], until two beacons a grid interval apart.
+fn watch(sub: &zmq::Socket) -> Watched {
     let joined = Instant::now();
-    let gap_ok =
-        |g: Duration| g >= Duration::from_millis(4_500) && g <= Duration::from_millis(5_500);
     let mut beacons: Vec<Instant> = Vec::new();
     let mut wrong_beacons = Vec::new();
     let mut publishes: Vec<Result<(NonZeroU64, u64), String>> = Vec::new();
     while joined.elapsed() < WATCH {
         let left = WATCH.saturating_sub(joined.elapsed());
-        let Some(frames) = recv_within(&sub, left) else {
+        let Some(frames) = recv_within(sub, left) else {
             break;
         };
         let at = Instant::now();
@@ -70,6 +89,22 @@ pub fn subscribe(_t: &Target, ep: &str) -> Vec<Outcome> {
             Err(e) => Err(format!("{} ({e})", e.class())),
         });
     }
+    Watched {
+        joined,
+        beacons,
+        wrong_beacons,
+        publishes,
+    }
+}
+
+/// 7.1/beacon-bytes, 7.1/beacon-on-join and 7.1/beacon-interval, on what [`watch`] saw.
+fn beacon_checks(w: &Watched, r: &mut Report) {
+    let Watched {
+        joined,
+        beacons,
+        wrong_beacons,
+        ..
+    } = w;
     if beacons.is_empty() {
         r.fail(
             "7.1/beacon-bytes",
@@ -88,7 +123,7 @@ pub fn subscribe(_t: &Target, ep: &str) -> Vec<Outcome> {
     }
     match beacons.first() {
         Some(first) => {
-            let after = *first - joined;
+            let after = *first - *joined;
             r.check(
                 "7.1/beacon-on-join",
                 after <= Duration::from_millis(2_500),
@@ -104,6 +139,10 @@ pub fn subscribe(_t: &Target, ep: &str) -> Vec<Outcome> {
         gaps.iter().any(|g| gap_ok(*g)) && gaps.iter().all(|g| *g <= Duration::from_millis(5_500)),
         format!("gaps between beacons (ms): {shown:?}"),
     );
+}
+
+/// 7.2/publish-well-formed: every PUBLISH well-formed, one generation, seq +1 per record.
+fn publish_well_formed(publishes: &[Result<(NonZeroU64, u64), String>], r: &mut Report) {
     if publishes.is_empty() {
         r.skip(
             "7.2/publish-well-formed",
@@ -129,7 +168,6 @@ pub fn subscribe(_t: &Target, ep: &str) -> Vec<Outcome> {
             },
         );
     }
-    r.outcomes
 }
 
 /// The runner binds a publisher (XPUB) at `ep`, which the target subscribes to.

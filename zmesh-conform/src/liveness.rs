@@ -85,9 +85,19 @@ impl Probe<'_> {
     }
 }
 
-fn gap_ok(g: Duration) -> bool {
+/// Whether two PROBEs or beacons `g` apart are on the 5 s grid (4.5..5.5 s).
+pub(crate) fn gap_ok(g: Duration) -> bool {
     g >= Duration::from_millis(4_500) && g <= Duration::from_millis(5_500)
 }
+
+/// The rules checked after 5.2/first-probe-at-ready, in order.
+const REST: [&str; 5] = [
+    "5.2/ack-echoes-id",
+    "5.2/probe-interval",
+    "5.2/pending-id-resent",
+    "5.2/new-id-after-ack",
+    "5.2/duplicate-ack-harmless",
+];
 
 /// Runs the §5.2 checks on `a`, ready since `ready_at`; `other` is another ready connection
 /// of the same target (or none); `acceptor` says whether the target accepted `a` (it then
@@ -105,23 +115,38 @@ pub fn check(
         other,
         seen: Vec::new(),
     };
-    let rest = [
-        "5.2/ack-echoes-id",
-        "5.2/probe-interval",
-        "5.2/pending-id-resent",
-        "5.2/new-id-after-ack",
-        "5.2/duplicate-ack-harmless",
-    ];
-    // The first PROBE: at ready.
+    let Some(first) = first_probe(&mut p, r, ready_at, long) else {
+        return;
+    };
+    let extra = ack_echoes_id(&mut p, r);
+    let Some(cycles) = probe_cycles(&mut p, r, first, extra) else {
+        return;
+    };
+    duplicate_ack_harmless(&mut p, r);
+    if !long {
+        let _ = a.send(&Record::Ack { id: cycles.last }.encode());
+        return;
+    }
+    deadline(&mut p, r, acceptor, cycles.acked, cycles.wrong);
+}
+
+/// 5.2/first-probe-at-ready: the first PROBE, with its arrival; `None` with the rules after
+/// it skipped.
+fn first_probe(
+    p: &mut Probe,
+    r: &mut Report,
+    ready_at: Instant,
+    long: bool,
+) -> Option<(Instant, NonZeroU64)> {
     let Some((t1, p1)) = p.probe(ready_at + Duration::from_secs(6)) else {
         r.fail("5.2/first-probe-at-ready", "no PROBE within 6 s of ready");
-        for id in rest {
+        for id in REST {
             r.skip(id, "the target sent no PROBE");
         }
         if long {
             r.skip("5.2/deadline", "the target sent no PROBE");
         }
-        return;
+        return None;
     };
     let after = t1 - ready_at;
     r.check(
@@ -129,8 +154,12 @@ pub fn check(
         after <= Duration::from_secs(2),
         format!("first PROBE {} ms after ready", after.as_millis()),
     );
+    Some((t1, p1))
+}
 
-    // Our PROBEs: echoed, a resent one again.
+/// 5.2/ack-echoes-id: the runner's PROBEs are echoed, a resent one again. Returns the
+/// target's PROBEs that came meanwhile.
+fn ack_echoes_id(p: &mut Probe, r: &mut Report) -> Vec<(Instant, NonZeroU64)> {
     let x = NonZeroU64::new(0x00C0_FFEE_0000_0001).unwrap_or(NonZeroU64::MIN);
     let mut extra = Vec::new();
     let first = p.echo(x, &mut extra);
@@ -140,9 +169,30 @@ pub fn check(
         first == Some(x.get()) && again == Some(x.get()),
         format!("PROBE {x} twice: ACKs {first:?}, {again:?}"),
     );
+    extra
+}
 
-    // ACKs that must not count: a non-matching id here, the matching id on another
-    // connection.
+/// What the two probe cycles leave for the deadline check.
+struct Cycles {
+    /// When the runner last sent a matching ACK.
+    acked: Instant,
+    /// The id of the target's last PROBE.
+    last: NonZeroU64,
+    /// The non-matching ACK id the runner sent.
+    wrong: NonZeroU64,
+}
+
+/// 5.2/pending-id-resent, 5.2/probe-interval and 5.2/new-id-after-ack over two probe cycles
+/// after the first PROBE (`first`; `extra`: the target's PROBEs already read): ACKs that
+/// must not count (a non-matching id here, the matching id on another connection), then a
+/// matching ACK, twice. `None` with the rules left skipped or failed.
+fn probe_cycles(
+    p: &mut Probe,
+    r: &mut Report,
+    (t1, p1): (Instant, NonZeroU64),
+    extra: Vec<(Instant, NonZeroU64)>,
+) -> Option<Cycles> {
+    let (a, other) = (p.a, p.other);
     let wrong = NonZeroU64::new(p1.get() ^ 0x5A5A).unwrap_or(NonZeroU64::MAX);
     let _ = a.send(&Record::Ack { id: wrong }.encode());
     let mut sent = format!("non-matching ACK {wrong}");
@@ -157,10 +207,10 @@ pub fn check(
         .or_else(|| p.probe(t1 + Duration::from_millis(6_500)));
     let Some((t2, p2)) = next else {
         r.fail("5.2/probe-interval", "no second PROBE within 6.5 s");
-        for id in &rest[2..] {
+        for id in &REST[2..] {
             r.skip(id, "no second PROBE");
         }
-        return;
+        return None;
     };
     r.check(
         "5.2/pending-id-resent",
@@ -184,7 +234,7 @@ pub fn check(
             format!("no PROBE after a duplicate ACK; seen: {:?}", p.seen),
         );
         r.skip("5.2/new-id-after-ack", "no third PROBE");
-        return;
+        return None;
     };
     let (g1, g2) = (t2 - t1, t3 - t2);
     r.check(
@@ -197,6 +247,16 @@ pub fn check(
         p3 != p2,
         format!("PROBE {p2} ACKed (twice), next PROBE {p3}"),
     );
+    Some(Cycles {
+        acked,
+        last: p3,
+        wrong,
+    })
+}
+
+/// 5.2/duplicate-ack-harmless: after the duplicate ACK the connection is still there and
+/// answers a PROBE.
+fn duplicate_ack_harmless(p: &mut Probe, r: &mut Report) {
     let y = NonZeroU64::new(0x00C0_FFEE_0000_0002).unwrap_or(NonZeroU64::MIN);
     let mut more = Vec::new();
     let echoed = p.echo(y, &mut more);
@@ -214,11 +274,13 @@ pub fn check(
             p.seen
         ),
     );
-    if !long {
-        let _ = a.send(&Record::Ack { id: p3 }.encode());
-        return;
-    }
-    // The deadline: no more matching ACKs; 15 s after the last one the target drops `a`.
+}
+
+/// 5.2/deadline: with no more matching ACKs, 15 s after the last one (`acked`) the target
+/// drops the connection (an acceptor sends CLOSE DeadlineExceeded, a dialler closes its
+/// socket); `wrong`: a non-matching ACK id to probe the route with.
+fn deadline(p: &mut Probe, r: &mut Report, acceptor: bool, acked: Instant, wrong: NonZeroU64) {
+    let a = p.a;
     let until = acked + Duration::from_secs(18);
     let dropped = if acceptor {
         loop {
