@@ -215,9 +215,6 @@ enum Cmd {
         /// The same demo through an etcd it starts itself (ZMESH_ETCD, or `etcd` on PATH).
         #[arg(long)]
         etcd: bool,
-        /// Accepted for older scripts: the demo always runs in automatic mode now.
-        #[arg(long, hide = true)]
-        discovery: bool,
     },
     /// Measure raw libzmq and zmesh side by side on 127.0.0.1 (see BENCHMARKS.md).
     Bench(zmesh_bench::BenchArgs),
@@ -374,7 +371,7 @@ fn main() -> Result<()> {
                 let ops = v.as_array().cloned().unwrap_or_default();
                 commands::print_ops(&ops, status.as_deref(), json)
             }
-            Cmd::Demo { quick, etcd, .. } => demo::run(quick, etcd).await,
+            Cmd::Demo { quick, etcd } => demo::run(quick, etcd).await,
             Cmd::Bench(args) => zmesh_bench::run(args).await,
             Cmd::Conform(args) => zmesh_conform::run(args),
             Cmd::Contract { cmd } => std::process::exit(contract::run(&cmd)),
