@@ -26,19 +26,27 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
-use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use super::{
     Begin, Fingerprint, IdempotencyStore, Outcome, Owner, Record, RecordState, ScopedKey,
     StoreError, StoreFuture,
 };
 use crate::durable_time::unix_millis_now;
+use crate::runtime::sqlite_file::{self, FileError, FileId, FileSettings, Synchronous};
 
 /// The schema version this build reads and writes (`PRAGMA user_version`).
 const SCHEMA_VERSION: i64 = 1;
 
-/// How long a statement waits for another connection (or process) holding the write lock.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How the file is opened: a statement waits up to 5 s for another process holding the write
+/// lock, because a `begin` or `complete` that gives up fails the command it guards;
+/// `synchronous=FULL`, so a record is on disk before the REPLY it allows is sent; the path
+/// may be a `file:` URI.
+const FILE: FileSettings = FileSettings {
+    busy_timeout: Duration::from_secs(5),
+    synchronous: Synchronous::Full,
+    uri: true,
+};
 
 /// Every this many `begin`s on one store, delete every expired row in the same transaction.
 const SWEEP_EVERY: u32 = 64;
@@ -90,13 +98,7 @@ struct Inner {
     /// The database file and its identity (device, inode) when opened: a file removed or
     /// replaced while the store is open is detected, because SQLite would go on writing to
     /// the old, unlinked file and the records would be lost at the next start.
-    file: Option<(std::path::PathBuf, (u64, u64))>,
-}
-
-/// The (device, inode) of `path`, if it exists.
-fn file_identity(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+    file: Option<(std::path::PathBuf, FileId)>,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -134,29 +136,14 @@ impl SqliteStore {
     /// mode; [`StoreError::Corrupt`] if it is not an SQLite database;
     /// [`StoreError::UnsupportedSchema`] if it was written by a build with another schema.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_URI
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let path = path.as_ref();
-        let mut conn = Connection::open_with_flags(path, flags).map_err(store_error)?;
-        conn.busy_timeout(BUSY_TIMEOUT).map_err(store_error)?;
-        let mode: String = conn
-            .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
-            .map_err(store_error)?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            return Err(StoreError::Unavailable(format!(
-                "cannot switch the store to WAL mode (journal_mode is {mode})"
-            )));
-        }
-        conn.pragma_update(None, "synchronous", "FULL")
-            .map_err(store_error)?;
+        let mut conn = sqlite_file::open(path, &FILE)?;
         ensure_schema(&mut conn)?;
         let file = conn
             .path()
             .filter(|p| !p.is_empty())
             .map(std::path::PathBuf::from)
-            .and_then(|p| file_identity(&p).map(|id| (p, id)));
+            .and_then(|p| sqlite_file::file_id(&p).ok().map(|id| (p, id)));
         Ok(SqliteStore {
             inner: Arc::new(Mutex::new(Inner {
                 conn,
@@ -215,7 +202,7 @@ impl Inner {
     /// replaced by another file): writing on would record into a file nobody will read again.
     fn check_file(&self) -> Result<(), StoreError> {
         match &self.file {
-            Some((path, id)) if file_identity(path) != Some(*id) => {
+            Some((path, id)) if sqlite_file::file_id(path).ok() != Some(*id) => {
                 Err(StoreError::Unavailable(format!(
                     "the store file {} was removed or replaced while open",
                     path.display()
@@ -415,11 +402,15 @@ fn lock(inner: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
 }
 
 fn store_error(error: rusqlite::Error) -> StoreError {
-    match error.sqlite_error_code() {
-        Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => {
-            StoreError::Corrupt(error.to_string())
+    FileError::from(error).into()
+}
+
+impl From<FileError> for StoreError {
+    fn from(error: FileError) -> StoreError {
+        match error {
+            FileError::Unavailable(e) => StoreError::Unavailable(e),
+            FileError::Corrupt(e) => StoreError::Corrupt(e),
         }
-        _ => StoreError::Unavailable(error.to_string()),
     }
 }
 
