@@ -15,8 +15,8 @@ use zmesh::runtime::calls::{
     encode, may_have_run, CallError, CallOptions, RemoteCode, Request, Semantics, ServeError,
 };
 use zmesh::runtime::idempotency::{
-    Begin, Fingerprint, IdempotencyStore, MemoryStore, Outcome, Owner, ScopedKey, StoreError,
-    StoreFuture,
+    Begin, Fingerprint, IdempotencyStore, IdempotencyStoreError, MemoryStore, Outcome, Owner,
+    ScopedKey, StoreFuture,
 };
 use zmesh::runtime::operations::OpStatus;
 use zmesh::runtime::service::{Execution, Method, Service};
@@ -579,7 +579,11 @@ impl IdempotencyStore for ProbeStore {
     ) -> StoreFuture<'_, Begin> {
         self.begins.fetch_add(1, Ordering::SeqCst);
         if self.failing {
-            return Box::pin(async { Err(StoreError::Unavailable("the disk is gone".into())) });
+            return Box::pin(async {
+                Err(IdempotencyStoreError::Unavailable(
+                    "the disk is gone".into(),
+                ))
+            });
         }
         self.inner.begin(key, fingerprint, owner, retention)
     }

@@ -1,6 +1,6 @@
 //! Opening the SQLite files zmesh keeps, the embedded descriptor store
 //! ([`store::SqliteStore`](crate::runtime::store::SqliteStore)) and the durable idempotency
-//! store ([`idempotency::SqliteStore`](crate::runtime::idempotency::SqliteStore)), the one way
+//! store ([`SqliteIdempotencyStore`](crate::runtime::idempotency::SqliteIdempotencyStore)), the one way
 //! both do it: read-write, created if absent, WAL mode (several processes of one
 //! host share the file; WAL needs shared memory, so the file must be on a local file
 //! system), a busy timeout and a `synchronous` level of each store's choosing

@@ -12,7 +12,8 @@ use bytes::Bytes;
 use serde_json::json;
 use zmesh::runtime::calls::{encode, Request, ServeError};
 use zmesh::runtime::idempotency::{
-    Begin, Fingerprint, IdempotencyStore, Outcome, Owner, ScopedKey, SqliteStore, StoreFuture,
+    Begin, Fingerprint, IdempotencyStore, Outcome, Owner, ScopedKey, SqliteIdempotencyStore,
+    StoreFuture,
 };
 use zmesh::runtime::service::{Method, NodeContract, Service};
 
@@ -172,7 +173,7 @@ pub(crate) fn idempotency_store(
     path: &Path,
     hold: Option<Duration>,
 ) -> Result<Arc<dyn IdempotencyStore>> {
-    let store = SqliteStore::open(path)
+    let store = SqliteIdempotencyStore::open(path)
         .with_context(|| format!("opening the idempotency store {}", path.display()))?;
     Ok(match hold {
         Some(hold) => Arc::new(HoldAfterRecord { store, hold }),
@@ -182,7 +183,7 @@ pub(crate) fn idempotency_store(
 
 /// A store whose `complete` waits `hold` after the outcome is recorded.
 struct HoldAfterRecord {
-    store: SqliteStore,
+    store: SqliteIdempotencyStore,
     hold: Duration,
 }
 

@@ -34,7 +34,7 @@ use serde_json::json;
 use zmesh::config::{Endpoint, NodeConfig, ServerConfig};
 use zmesh::proto::state::ConnState;
 use zmesh::runtime::calls::{encode, may_have_run, CallError, CallOptions, RemoteCode, Semantics};
-use zmesh::runtime::idempotency::{ScopedKey, SqliteStore};
+use zmesh::runtime::idempotency::{ScopedKey, SqliteIdempotencyStore};
 use zmesh::runtime::operations::OpStatus;
 use zmesh::runtime::{Node, NodeEvent};
 
@@ -580,7 +580,7 @@ async fn k3_crash_unwritable_store_unknown_outcome_zero_runs() {
     let scratch = scratch_dir("readonly");
     let db = scratch.path().join("store.db");
     // A store file of this build's schema, so opening it read-only needs no write.
-    drop(SqliteStore::open(&db).expect("create the store"));
+    drop(SqliteIdempotencyStore::open(&db).expect("create the store"));
     let uri = format!("file:{}?mode=ro", db.display());
     let server = PumpServer::start(scratch.path(), &uri, None);
     let gen0 = server.generation().await;

@@ -29,8 +29,8 @@ use bytes::Bytes;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use super::{
-    Begin, Fingerprint, IdempotencyStore, Outcome, Owner, Record, RecordState, ScopedKey,
-    StoreError, StoreFuture,
+    Begin, Fingerprint, IdempotencyStore, IdempotencyStoreError, Outcome, Owner, Record,
+    RecordState, ScopedKey, StoreFuture,
 };
 use crate::durable_time::unix_millis_now;
 use crate::runtime::sqlite_file::{self, FileError, FileId, FileSettings, Synchronous};
@@ -78,7 +78,7 @@ CREATE INDEX IF NOT EXISTS idempotency_records_expiry ON idempotency_records (ex
 ///
 /// SQLite calls block, so each operation runs on tokio's blocking pool (`spawn_blocking`)
 /// over one connection behind a mutex: the returned futures are `Send` and never block a
-/// runtime worker, but must be polled inside a tokio runtime ([`StoreError::NoRuntime`]
+/// runtime worker, but must be polled inside a tokio runtime ([`IdempotencyStoreError::NoRuntime`]
 /// otherwise). Dropping a returned future does not cancel the operation: a `begin` whose
 /// caller went away may still leave an in-progress record, which is the safe direction (a
 /// retry is answered `UnknownOutcome`, never run twice).
@@ -86,7 +86,7 @@ CREATE INDEX IF NOT EXISTS idempotency_records_expiry ON idempotency_records (ex
 /// Expired rows are deleted by [`remove_expired`](IdempotencyStore::remove_expired), every
 /// 64 `begin`s, and by a `begin` that finds an expired row under its own key.
 #[derive(Clone)]
-pub struct SqliteStore {
+pub struct SqliteIdempotencyStore {
     inner: Arc<Mutex<Inner>>,
     /// The path or URI it was opened with, for Debug (which must not wait for the lock).
     path: Arc<str>,
@@ -101,41 +101,43 @@ struct Inner {
     file: Option<(std::path::PathBuf, FileId)>,
 }
 
-impl fmt::Debug for SqliteStore {
+impl fmt::Debug for SqliteIdempotencyStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SqliteStore")
+        f.debug_struct("SqliteIdempotencyStore")
             .field("path", &self.path)
             .finish_non_exhaustive()
     }
 }
 
-impl SqliteStore {
-    /// [`SqliteStore::open`] for async code: the file I/O runs on tokio's blocking pool, so
+impl SqliteIdempotencyStore {
+    /// [`SqliteIdempotencyStore::open`] for async code: the file I/O runs on tokio's blocking pool, so
     /// the calling task's worker thread keeps running other tasks meanwhile. Must be called
     /// within a tokio runtime.
     ///
     /// # Errors
-    /// Those of [`SqliteStore::open`]; [`StoreError::Unavailable`] if the blocking task
+    /// Those of [`SqliteIdempotencyStore::open`]; [`IdempotencyStoreError::Unavailable`] if the blocking task
     /// could not run to its end (the runtime is shutting down).
-    pub async fn open_async(path: impl Into<std::path::PathBuf>) -> Result<Self, StoreError> {
+    pub async fn open_async(
+        path: impl Into<std::path::PathBuf>,
+    ) -> Result<Self, IdempotencyStoreError> {
         let path = path.into();
-        tokio::task::spawn_blocking(move || SqliteStore::open(path))
+        tokio::task::spawn_blocking(move || SqliteIdempotencyStore::open(path))
             .await
             .map_err(|e| {
-                StoreError::Unavailable(format!("opening the store did not finish: {e}"))
+                IdempotencyStoreError::Unavailable(format!("opening the store did not finish: {e}"))
             })?
     }
 
     /// Opens the store at `path`, creating the file and its table if they do not exist.
     ///
     /// `path` may also be an SQLite `file:` URI (for example with `?mode=ro`). Blocks on file
-    /// I/O: call it at startup, or from async code through [`SqliteStore::open_async`].
+    /// I/O: call it at startup, or from async code through [`SqliteIdempotencyStore::open_async`].
     ///
     /// # Errors
-    /// [`StoreError::Unavailable`] if the file cannot be opened, created or switched to WAL
-    /// mode; [`StoreError::Corrupt`] if it is not an SQLite database;
-    /// [`StoreError::UnsupportedSchema`] if it was written by a build with another schema.
-    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+    /// [`IdempotencyStoreError::Unavailable`] if the file cannot be opened, created or switched to WAL
+    /// mode; [`IdempotencyStoreError::Corrupt`] if it is not an SQLite database;
+    /// [`IdempotencyStoreError::UnsupportedSchema`] if it was written by a build with another schema.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, IdempotencyStoreError> {
         let path = path.as_ref();
         let mut conn = sqlite_file::open(path, &FILE)?;
         ensure_schema(&mut conn)?;
@@ -144,7 +146,7 @@ impl SqliteStore {
             .filter(|p| !p.is_empty())
             .map(std::path::PathBuf::from)
             .and_then(|p| sqlite_file::file_id(&p).ok().map(|id| (p, id)));
-        Ok(SqliteStore {
+        Ok(SqliteIdempotencyStore {
             inner: Arc::new(Mutex::new(Inner {
                 conn,
                 begins_since_sweep: 0,
@@ -158,21 +160,23 @@ impl SqliteStore {
     fn run<T, F>(&self, op: F) -> StoreFuture<'static, T>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Inner) -> Result<T, StoreError> + Send + 'static,
+        F: FnOnce(&mut Inner) -> Result<T, IdempotencyStoreError> + Send + 'static,
     {
         let inner = Arc::clone(&self.inner);
         Box::pin(async move {
-            let handle =
-                tokio::runtime::Handle::try_current().map_err(|_| StoreError::NoRuntime)?;
+            let handle = tokio::runtime::Handle::try_current()
+                .map_err(|_| IdempotencyStoreError::NoRuntime)?;
             handle
                 .spawn_blocking(move || op(&mut lock(&inner)))
                 .await
-                .map_err(|e| StoreError::Unavailable(format!("store worker failed: {e}")))?
+                .map_err(|e| {
+                    IdempotencyStoreError::Unavailable(format!("store worker failed: {e}"))
+                })?
         })
     }
 }
 
-impl IdempotencyStore for SqliteStore {
+impl IdempotencyStore for SqliteIdempotencyStore {
     fn begin(
         &self,
         key: &ScopedKey,
@@ -200,10 +204,10 @@ impl IdempotencyStore for SqliteStore {
 impl Inner {
     /// Fails when the database file is no longer the one the store opened (removed, or
     /// replaced by another file): writing on would record into a file nobody will read again.
-    fn check_file(&self) -> Result<(), StoreError> {
+    fn check_file(&self) -> Result<(), IdempotencyStoreError> {
         match &self.file {
             Some((path, id)) if sqlite_file::file_id(path).ok() != Some(*id) => {
-                Err(StoreError::Unavailable(format!(
+                Err(IdempotencyStoreError::Unavailable(format!(
                     "the store file {} was removed or replaced while open",
                     path.display()
                 )))
@@ -218,7 +222,7 @@ impl Inner {
         fingerprint: &Fingerprint,
         owner: &Owner,
         retention: Duration,
-    ) -> Result<Begin, StoreError> {
+    ) -> Result<Begin, IdempotencyStoreError> {
         self.check_file()?;
         self.begins_since_sweep += 1;
         let sweep = self.begins_since_sweep >= SWEEP_EVERY;
@@ -275,7 +279,11 @@ impl Inner {
         Ok(Begin::Started)
     }
 
-    fn complete(&mut self, key: &ScopedKey, outcome: &Outcome) -> Result<(), StoreError> {
+    fn complete(
+        &mut self,
+        key: &ScopedKey,
+        outcome: &Outcome,
+    ) -> Result<(), IdempotencyStoreError> {
         self.check_file()?;
         let changed = self
             .conn
@@ -293,12 +301,12 @@ impl Inner {
             )
             .map_err(store_error)?;
         if changed == 0 {
-            return Err(StoreError::NotInProgress);
+            return Err(IdempotencyStoreError::NotInProgress);
         }
         Ok(())
     }
 
-    fn remove_expired(&mut self) -> Result<u64, StoreError> {
+    fn remove_expired(&mut self) -> Result<u64, IdempotencyStoreError> {
         let removed = self
             .conn
             .execute(
@@ -333,9 +341,9 @@ impl RawRecord {
         })
     }
 
-    fn decode(self) -> Result<Record, StoreError> {
+    fn decode(self) -> Result<Record, IdempotencyStoreError> {
         let fingerprint = <[u8; 32]>::try_from(self.fingerprint.as_slice()).map_err(|_| {
-            StoreError::Corrupt(format!(
+            IdempotencyStoreError::Corrupt(format!(
                 "fingerprint is {} bytes, expected 32",
                 self.fingerprint.len()
             ))
@@ -343,12 +351,13 @@ impl RawRecord {
         let state = match (self.state, self.code, self.payload) {
             (STATE_IN_PROGRESS, None, None) => RecordState::InProgress,
             (STATE_DONE, Some(code), Some(payload)) => RecordState::Done(Outcome {
-                code: u8::try_from(code)
-                    .map_err(|_| StoreError::Corrupt(format!("reply code {code} is not a byte")))?,
+                code: u8::try_from(code).map_err(|_| {
+                    IdempotencyStoreError::Corrupt(format!("reply code {code} is not a byte"))
+                })?,
                 payload: Bytes::from(payload),
             }),
             (state, code, payload) => {
-                return Err(StoreError::Corrupt(format!(
+                return Err(IdempotencyStoreError::Corrupt(format!(
                     "state {state} with code {code:?} and {} payload",
                     if payload.is_some() { "a" } else { "no" }
                 )))
@@ -366,7 +375,7 @@ impl RawRecord {
 }
 
 /// Creates the table on a fresh file, accepts a file of this version, refuses any other.
-fn ensure_schema(conn: &mut Connection) -> Result<(), StoreError> {
+fn ensure_schema(conn: &mut Connection) -> Result<(), IdempotencyStoreError> {
     // Read first without a write lock, so opening an up-to-date file writes nothing.
     if user_version(conn)? == SCHEMA_VERSION {
         return Ok(());
@@ -383,14 +392,14 @@ fn ensure_schema(conn: &mut Connection) -> Result<(), StoreError> {
             tx.commit().map_err(store_error)
         }
         SCHEMA_VERSION => Ok(()),
-        found => Err(StoreError::UnsupportedSchema {
+        found => Err(IdempotencyStoreError::UnsupportedSchema {
             found,
             supported: SCHEMA_VERSION,
         }),
     }
 }
 
-fn user_version(conn: &Connection) -> Result<i64, StoreError> {
+fn user_version(conn: &Connection) -> Result<i64, IdempotencyStoreError> {
     conn.pragma_query_value(None, "user_version", |row| row.get(0))
         .map_err(store_error)
 }
@@ -401,15 +410,15 @@ fn lock(inner: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
     inner.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn store_error(error: rusqlite::Error) -> StoreError {
+fn store_error(error: rusqlite::Error) -> IdempotencyStoreError {
     FileError::from(error).into()
 }
 
-impl From<FileError> for StoreError {
-    fn from(error: FileError) -> StoreError {
+impl From<FileError> for IdempotencyStoreError {
+    fn from(error: FileError) -> IdempotencyStoreError {
         match error {
-            FileError::Unavailable(e) => StoreError::Unavailable(e),
-            FileError::Corrupt(e) => StoreError::Corrupt(e),
+            FileError::Unavailable(e) => IdempotencyStoreError::Unavailable(e),
+            FileError::Corrupt(e) => IdempotencyStoreError::Corrupt(e),
         }
     }
 }
@@ -450,7 +459,7 @@ mod tests {
     #[tokio::test]
     async fn k3_store_file_removed_while_open_is_unavailable() {
         let path = temp_db("removed");
-        let store = SqliteStore::open(&path).expect("open");
+        let store = SqliteIdempotencyStore::open(&path).expect("open");
         let owner = Owner {
             rid: "n".into(),
             generation: 1,
@@ -469,7 +478,7 @@ mod tests {
             .begin(&key2, &fp, &owner, Duration::from_secs(60))
             .await;
         assert!(
-            matches!(begun, Err(StoreError::Unavailable(_))),
+            matches!(begun, Err(IdempotencyStoreError::Unavailable(_))),
             "{begun:?}"
         );
         let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
@@ -511,7 +520,7 @@ mod tests {
     #[test]
     fn k3_sqlite_rejects_malformed_rows() {
         let path = temp_db("malformed");
-        let store = SqliteStore::open(&path).expect("open");
+        let store = SqliteIdempotencyStore::open(&path).expect("open");
         let far = now_ms() + 60_000;
         // (key, fingerprint, state, code, payload)
         type Row<'a> = (&'a str, &'a [u8], i64, Option<i64>, Option<&'a [u8]>);
@@ -536,7 +545,7 @@ mod tests {
             let fp = Fingerprint::from_bytes([0; 32]);
             let answer = inner.begin(&key, &fp, &owner(), Duration::from_secs(60));
             assert!(
-                matches!(answer, Err(StoreError::Corrupt(_))),
+                matches!(answer, Err(IdempotencyStoreError::Corrupt(_))),
                 "{key}: {answer:?}"
             );
         }
@@ -548,13 +557,19 @@ mod tests {
     #[tokio::test]
     async fn k3_sqlite_open_async_opens_the_same_store() {
         let path = temp_db("async");
-        drop(SqliteStore::open_async(path.clone()).await.expect("open"));
+        drop(
+            SqliteIdempotencyStore::open_async(path.clone())
+                .await
+                .expect("open"),
+        );
         Connection::open(&path)
             .and_then(|c| c.pragma_update(None, "user_version", 2))
             .expect("bump version");
         assert_eq!(
-            SqliteStore::open_async(path.clone()).await.map(|_| ()),
-            Err(StoreError::UnsupportedSchema {
+            SqliteIdempotencyStore::open_async(path.clone())
+                .await
+                .map(|_| ()),
+            Err(IdempotencyStoreError::UnsupportedSchema {
                 found: 2,
                 supported: 1
             })
@@ -566,13 +581,13 @@ mod tests {
     #[test]
     fn k3_sqlite_refuses_unknown_schema_version() {
         let path = temp_db("schema");
-        drop(SqliteStore::open(&path).expect("open"));
+        drop(SqliteIdempotencyStore::open(&path).expect("open"));
         Connection::open(&path)
             .and_then(|c| c.pragma_update(None, "user_version", 2))
             .expect("bump version");
         assert_eq!(
-            SqliteStore::open(&path).map(|_| ()),
-            Err(StoreError::UnsupportedSchema {
+            SqliteIdempotencyStore::open(&path).map(|_| ()),
+            Err(IdempotencyStoreError::UnsupportedSchema {
                 found: 2,
                 supported: 1
             })
@@ -584,7 +599,7 @@ mod tests {
     #[test]
     fn k3_sqlite_begin_evicts_amortised() {
         let path = temp_db("sweep");
-        let store = SqliteStore::open(&path).expect("open");
+        let store = SqliteIdempotencyStore::open(&path).expect("open");
         let mut inner = lock(&store.inner);
         let past = now_ms() - 1;
         inner
