@@ -32,7 +32,7 @@ use super::snapshot::Snapshot;
 use crate::config::{ConfigError, NodeConfig, SecurityConfig, SecurityMode};
 use crate::proto::contract::ServiceContract;
 use crate::proto::security::PublicKey;
-use crate::proto::wire::BEACON_TOPIC;
+use crate::proto::wire::{Name, BEACON_TOPIC};
 
 /// A running zmesh node. Cheap to clone; all clones drive the same I/O thread.
 #[derive(Clone)]
@@ -936,7 +936,7 @@ impl Inner {
 
 /// A one-way record's channel travels as a 1..=255-byte name.
 fn check_channel(channel: &str) -> Result<(), SendError> {
-    if channel.is_empty() || channel.len() > 255 {
+    if !Name::fits(channel.len()) {
         return Err(SendError::Invalid("channel must be 1..=255 bytes".into()));
     }
     Ok(())
@@ -950,7 +950,7 @@ fn check_names(channel: &str, method: &str, opts: &CallOptions) -> Result<(), Ca
         ("method", Some(method)),
         ("idempotency key", key),
     ] {
-        if v.is_some_and(|v| v.is_empty() || v.len() > 255) {
+        if v.is_some_and(|v| !Name::fits(v.len())) {
             return Err(CallError::InvalidArgument {
                 reason: format!("{what} must be 1..=255 bytes"),
             });
