@@ -476,9 +476,9 @@ fn load_average() -> String {
 // ------------------------------------------------------------------------------------------
 
 /// The K5 target: a round of batched calls puts at most this fraction of the unbatched
-/// round's bytes on the wire (seed 003: batching "buys bytes"). Missed by the wire format
-/// as it stands: a BATCH keeps every call's whole REQUEST, envelope and names included, so it
-/// saves messages, not bytes (BENCHMARKS.md, K5).
+/// round's bytes on the wire (batching, MISSION K5, is meant to save bytes). Missed by the
+/// wire format as it stands: a BATCH keeps every call's whole REQUEST, envelope and names
+/// included, so it saves messages, not bytes (BENCHMARKS.md, K5).
 const K5_BYTES_AT_MOST: f64 = 0.8;
 
 /// Longest wait for any setup step (a link becoming ready, a process starting).

@@ -1,5 +1,5 @@
-//! The node descriptor: what a node publishes to the Store so that peers can find it (MISSION
-//! Terms; seed 002 §5), and its versioned JSON form.
+//! The node descriptor: what a node publishes to the store so that peers can find it (MISSION
+//! D1), and its versioned JSON form.
 //!
 //! # JSON form, format 1
 //!
