@@ -29,7 +29,7 @@ const METRICS: [&str; 29] = [
     "k5_calls_per_s_batched",
     "k5_p50_unbatched",
     "k5_p50_batched",
-    // P7 in quick mode: one node with 30 connections (issue 13).
+    // P7 in quick mode: one node with 30 connections.
     "p7_ready_s_30",
     "p7_idle_cpu_30",
     "p7_fds_per_conn_30",

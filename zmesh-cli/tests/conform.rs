@@ -1,4 +1,4 @@
-//! `zmesh conform` (issue 12, item 2): the live conformance runner against zmesh itself (a
+//! `zmesh conform`: the live conformance runner against zmesh itself (a
 //! `zmesh node` child described in every role, plus a `zmesh pub` child publishing records,
 //! plus a node without Server membership for NotRequired): no rule fails and every rule the
 //! description enables is checked; and against a deliberately wrong pyzmq peer (a wrong

@@ -2,7 +2,7 @@
 //! 127.0.0.1 with a temp data dir: the store contract, a watch that resumes by revision and
 //! reloads everything after a compaction, nodes in real processes discovering each other
 //! through etcd, and etcd killed without any link leaving ready (F5). The scenarios of
-//! `zmesh-cli/tests/discovery.rs` that issue 10 asks of both backends (T4: an Object-Client-only pair
+//! `zmesh-cli/tests/discovery.rs` that hold for both backends (T4: an Object-Client-only pair
 //! never dials; F3, F4: kill -9 and restart, the new generation replaces the old connection;
 //! T3: two publishers by descriptor, two SUB sockets) run here through etcd with the same
 //! assertions: both files call the same scenario of `zmesh-cli/tests/common/discovery.rs`.

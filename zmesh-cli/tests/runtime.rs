@@ -673,7 +673,7 @@ async fn l5_subscriber_waits_for_an_absent_publisher_without_spinning() {
 
 /// `Node::send_batch`: records arrive in order on the peer's Application lane; a batch to a
 /// peer that is not ready is refused whole; `Node::try_send_batch` of more than the link can
-/// hold stops at the first record the link's queue refuses (issue 9: `WouldBlock`), and
+/// hold stops at the first record the link's queue refuses (`WouldBlock`), and
 /// exactly the records reported taken arrive, in order.
 #[tokio::test]
 async fn send_batch_in_order_and_stops_at_the_first_refused_record() {

@@ -461,7 +461,7 @@ fn vault(runs: std::sync::Arc<std::sync::atomic::AtomicUsize>) -> Service {
         })
 }
 
-/// MISSION K6 / issue 11 item 4: a service's authorizer refuses `Unauthorized` (the caller is
+/// MISSION K6: a service's authorizer refuses `Unauthorized` (the caller is
 /// not authenticated: `security = "none"` identities are claims) and `Forbidden` (known, not
 /// permitted); both reach the caller as "did not run" and no handler ran; the authorizer
 /// sees the caller's RID and its unverified identity.
@@ -527,7 +527,7 @@ async fn k6_issue11_authorizer_refuses_unauthorized_and_forbidden_did_not_run() 
     }
 }
 
-/// MISSION K5/K6, issue 11: each call of a BATCH is authorized on its own: in one BATCH of
+/// MISSION K5/K6: each call of a BATCH is authorized on its own: in one BATCH of
 /// `open`, `secret`, `open` from a guest, both `open` calls are ACCEPTed and answered Ok, the
 /// `secret` call is answered Forbidden without an ACCEPT, and only the two `open` calls ran.
 #[tokio::test]
