@@ -33,15 +33,13 @@ use etcd_client::{
 use serde_json::Value;
 use zmesh::config::{AdvertiseConfig, DiscoveryConfig, EtcdAuthConfig, EtcdTlsConfig, NodeConfig};
 use zmesh::proto::discovery::STORE_RETRY;
-use zmesh::proto::discovery::{Descriptor, MeshEndpoints};
-use zmesh::proto::handshake::{Membership, Role};
 use zmesh::runtime::store::{
     self, Change, EtcdOptions, EtcdStore, EtcdTls, ReloadReason, RenewOutcome, Secret, Store,
     StoreError, TlsFailure, Watch, WatchEvent, ETCD_REQUEST_TIMEOUT,
 };
 use zmesh::runtime::Node;
 
-use common::free_port;
+use common::{desc, free_port, next_watch_event};
 use disc::{mesh_ready, ready_conns, Mesh, Proc};
 
 const BOUND: Duration = Duration::from_secs(20);
@@ -343,29 +341,8 @@ impl Gate {
     }
 }
 
-fn desc(rid: &str, generation: u64) -> Descriptor {
-    Descriptor {
-        rid: rid.into(),
-        generation,
-        security_identity: rid.into(),
-        memberships: vec![Membership {
-            role: Role::Server,
-            channel: "orders".into(),
-        }],
-        route_mesh: Some(MeshEndpoints {
-            application: "tcp://127.0.0.1:1".into(),
-            completion: "tcp://127.0.0.1:2".into(),
-        }),
-        server: None,
-        publishers: Vec::new(),
-    }
-}
-
 async fn next(w: &mut Watch) -> WatchEvent {
-    tokio::time::timeout(BOUND, w.next())
-        .await
-        .expect("a watch event within the bound")
-        .expect("watch still running")
+    next_watch_event(w, BOUND).await
 }
 
 /// MISSION D2: the etcd store keeps the contract of the embedded one.
