@@ -49,7 +49,7 @@ enum Cmd {
         #[arg(long, default_value_t = 0)]
         send: u32,
         /// Serve the built-in demo service on this channel (repeatable), its methods declared
-        /// with their semantics (MISSION K1): `echo` (query) returns its arguments, `get`
+        /// with their semantics: `echo` (query) returns its arguments, `get`
         /// (query) the setpoint, `set` (idempotent command, conflating) sets it, `dispense`
         /// (non-repeatable command) answers "dispensed #N" (`{"hold_ms": M}` holds M ms
         /// after it ran); undeclared: `sleep` takes milliseconds and answers after them,
@@ -58,7 +58,7 @@ enum Cmd {
         #[arg(long = "serve")]
         serve: Vec<String>,
         /// Guard non-repeatable commands with a durable idempotency store in this SQLite file
-        /// (MISSION K3; created if absent; one host only).
+        /// (created if absent; one host only).
         #[arg(long)]
         idempotency_store: Option<PathBuf>,
         /// Fault injection for crash tests and the demo: hold each recorded outcome this many
@@ -96,7 +96,7 @@ enum Cmd {
         /// certainly did not run (no ready peer) are retried meanwhile.
         #[arg(long, default_value_t = 10_000)]
         wait_ms: u64,
-        /// The idempotency key of this intent (MISSION K3): a retry with the same key is
+        /// The idempotency key of this intent: a retry with the same key is
         /// answered from the server's record instead of running again.
         #[arg(long)]
         key: Option<String>,
@@ -106,7 +106,7 @@ enum Cmd {
         #[arg(long)]
         semantics: Option<String>,
     },
-    /// Print a node's service contract (MISSION K1): from its `--control` endpoint, or over
+    /// Print a node's service contract: from its `--control` endpoint, or over
     /// the wire from the node serving `--channel` (dialled with `--config`).
     Describe {
         /// The node's control endpoint.
@@ -128,7 +128,7 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Print a running node's operations registry (MISSION K2): the calls it made and how
+    /// Print a running node's operations registry: the calls it made and how
     /// each ended, from its `--control` endpoint.
     Ops {
         /// The node's control endpoint.
@@ -180,7 +180,7 @@ enum Cmd {
         #[arg(long)]
         out: PathBuf,
     },
-    /// List the nodes in a discovery store (automatic mode, MISSION D1): every live
+    /// List the nodes in a discovery store (automatic mode): every live
     /// descriptor with its generation, endpoints, memberships and lease age.
     Peers {
         /// The store: `sqlite:///path/mesh.db` or `etcd://host:port[,host:port…][/prefix]`.
@@ -222,7 +222,7 @@ enum Cmd {
     /// runner plays the target's counterpart in each role the target is described with
     /// (spec-tests/README.md, "The live runner"). Exit status 1 if a MUST rule failed.
     Conform(zmesh_conform::ConformArgs),
-    /// Service contracts (MISSION K1): `zmesh contract check OLD.json NEW.json`.
+    /// Service contracts: `zmesh contract check OLD.json NEW.json`.
     Contract {
         #[command(subcommand)]
         cmd: contract::ContractCmd,
