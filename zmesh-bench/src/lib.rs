@@ -69,11 +69,11 @@ pub struct BenchArgs {
     /// Sequential calls per latency measurement (P2) [default: 5000; quick: 200].
     #[arg(long)]
     calls: Option<usize>,
-    /// Concurrent `Node::send` tasks driving P1 [default: 16].
+    /// Concurrent `Node::send` tasks driving P1.
     #[arg(long, default_value_t = 16)]
     senders: usize,
     /// Records per `Node::send_batch` / `Node::publish_batch` call in the batched P1 and P3
-    /// rows [default: 256].
+    /// rows.
     #[arg(long, default_value_t = 256)]
     batch: usize,
     /// Fanout publishers of the idle node (P5) [default: 1000; quick: 20].
