@@ -453,90 +453,7 @@ impl FakePeers {
             move |st, co: &std::sync::Mutex<PeerCounters>| {
                 let _ctx = ctx;
                 let sockets = [app, cpl];
-                let mut conns: Vec<FakeConn> = Vec::new();
-                let mut generations: HashMap<String, NonZeroU64> = HashMap::new();
-                let memberships = Memberships::new(vec![Membership {
-                    role: Role::Server,
-                    channel: Name::new(CHANNEL)?,
-                }])?;
-                let mut next_id = 1u64;
-                while !st.load(Ordering::Relaxed) {
-                    let now = Instant::now();
-                    let mut items = [
-                        sockets[0].as_poll_item(zmq::POLLIN),
-                        sockets[1].as_poll_item(zmq::POLLIN),
-                    ];
-                    let wait = conns
-                        .iter()
-                        .map(|c| c.next_probe)
-                        .min()
-                        .map(|t| t.saturating_duration_since(now).as_millis() as i64 + 1)
-                        .unwrap_or(50)
-                        .min(50);
-                    zmq::poll(&mut items, wait)?;
-                    let readable = [items[0].is_readable(), items[1].is_readable()];
-                    let mut c = co.lock().map_err(|_| anyhow::anyhow!("counters"))?;
-                    for (lane, socket) in sockets.iter().enumerate() {
-                        if !readable[lane] {
-                            continue;
-                        }
-                        while let Ok(frames) = socket.recv_multipart(zmq::DONTWAIT) {
-                            let Some((route, rec)) = frames.split_first() else {
-                                continue;
-                            };
-                            match Record::decode(rec) {
-                                Ok(Record::Hello(h)) => {
-                                    let rid = h.expect_rid.clone().unwrap_or(Name::new("fake")?);
-                                    let n = generations.len() as u64 + 1;
-                                    let generation = *generations
-                                        .entry(rid.as_str().to_owned())
-                                        .or_insert_with(|| {
-                                            NonZeroU64::new(0x5EED_0000_0000 + n)
-                                                .unwrap_or(NonZeroU64::MIN)
-                                        });
-                                    let welcome = Record::Welcome(Welcome {
-                                        lane: h.lane,
-                                        security_identity: Label::new(rid.as_str())?,
-                                        rid,
-                                        generation,
-                                        memberships: memberships.clone(),
-                                    });
-                                    if send(socket, route, &welcome.encode()).is_err() {
-                                        continue;
-                                    }
-                                    c.welcomed += 1;
-                                    let k = conns.len() as u32;
-                                    conns.push(FakeConn {
-                                        lane,
-                                        route: route.clone(),
-                                        next_probe: now
-                                            + PERIOD * (k % expected.max(1) as u32)
-                                                / expected.max(1) as u32,
-                                    });
-                                }
-                                Ok(Record::Probe { id }) => {
-                                    let ack = [wire::encode_ack(id).to_vec()];
-                                    c.probes_answered +=
-                                        u64::from(send(socket, route, &ack).is_ok());
-                                }
-                                Ok(Record::Ack { .. }) => c.acks_received += 1,
-                                Ok(Record::Close { .. }) => {
-                                    conns.retain(|x| !(x.lane == lane && x.route == *route));
-                                    c.closed += 1;
-                                }
-                                _ => {}
-                            }
-                        }
-                    }
-                    // Our own probes, each connection every 5 s (a fresh id each time).
-                    let now = Instant::now();
-                    for conn in conns.iter_mut().filter(|x| now >= x.next_probe) {
-                        send_probe(&sockets[conn.lane], &conn.route, &mut next_id);
-                        conn.next_probe += PERIOD;
-                        c.probes_sent += 1;
-                    }
-                }
-                Ok(())
+                serve_fake_peers(&sockets, expected, st, co)
             },
         );
         Ok(FakePeers {
@@ -567,6 +484,99 @@ impl FakePeers {
     pub(super) fn stop(self) -> Result<()> {
         self.worker.stop()
     }
+}
+
+/// The fake peers' thread, until `st`: answers every HELLO on the two bound `sockets`
+/// (Application, Completion) with a WELCOME of the peer it expects, every PROBE with its
+/// ACK, and probes each connection every 5 s (spread over the period for `expected`
+/// connections), counting into `co`.
+fn serve_fake_peers(
+    sockets: &[zmq::Socket; 2],
+    expected: usize,
+    st: &AtomicBool,
+    co: &std::sync::Mutex<PeerCounters>,
+) -> Result<()> {
+    let mut conns: Vec<FakeConn> = Vec::new();
+    let mut generations: HashMap<String, NonZeroU64> = HashMap::new();
+    let memberships = Memberships::new(vec![Membership {
+        role: Role::Server,
+        channel: Name::new(CHANNEL)?,
+    }])?;
+    let mut next_id = 1u64;
+    while !st.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        let mut items = [
+            sockets[0].as_poll_item(zmq::POLLIN),
+            sockets[1].as_poll_item(zmq::POLLIN),
+        ];
+        let wait = conns
+            .iter()
+            .map(|c| c.next_probe)
+            .min()
+            .map(|t| t.saturating_duration_since(now).as_millis() as i64 + 1)
+            .unwrap_or(50)
+            .min(50);
+        zmq::poll(&mut items, wait)?;
+        let readable = [items[0].is_readable(), items[1].is_readable()];
+        let mut c = co.lock().map_err(|_| anyhow::anyhow!("counters"))?;
+        for (lane, socket) in sockets.iter().enumerate() {
+            if !readable[lane] {
+                continue;
+            }
+            while let Ok(frames) = socket.recv_multipart(zmq::DONTWAIT) {
+                let Some((route, rec)) = frames.split_first() else {
+                    continue;
+                };
+                match Record::decode(rec) {
+                    Ok(Record::Hello(h)) => {
+                        let rid = h.expect_rid.clone().unwrap_or(Name::new("fake")?);
+                        let n = generations.len() as u64 + 1;
+                        let generation = *generations
+                            .entry(rid.as_str().to_owned())
+                            .or_insert_with(|| {
+                                NonZeroU64::new(0x5EED_0000_0000 + n).unwrap_or(NonZeroU64::MIN)
+                            });
+                        let welcome = Record::Welcome(Welcome {
+                            lane: h.lane,
+                            security_identity: Label::new(rid.as_str())?,
+                            rid,
+                            generation,
+                            memberships: memberships.clone(),
+                        });
+                        if send(socket, route, &welcome.encode()).is_err() {
+                            continue;
+                        }
+                        c.welcomed += 1;
+                        let k = conns.len() as u32;
+                        conns.push(FakeConn {
+                            lane,
+                            route: route.clone(),
+                            next_probe: now
+                                + PERIOD * (k % expected.max(1) as u32) / expected.max(1) as u32,
+                        });
+                    }
+                    Ok(Record::Probe { id }) => {
+                        let ack = [wire::encode_ack(id).to_vec()];
+                        c.probes_answered += u64::from(send(socket, route, &ack).is_ok());
+                    }
+                    Ok(Record::Ack { .. }) => c.acks_received += 1,
+                    Ok(Record::Close { .. }) => {
+                        conns.retain(|x| !(x.lane == lane && x.route == *route));
+                        c.closed += 1;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        // Our own probes, each connection every 5 s (a fresh id each time).
+        let now = Instant::now();
+        for conn in conns.iter_mut().filter(|x| now >= x.next_probe) {
+            send_probe(&sockets[conn.lane], &conn.route, &mut next_id);
+            conn.next_probe += PERIOD;
+            c.probes_sent += 1;
+        }
+    }
+    Ok(())
 }
 
 /// Sends a PROBE with a fresh id (`next_id`, then counted up) to `route` on a ROUTER; one
