@@ -12,8 +12,8 @@ use bytes::Bytes;
 use serde_json::json;
 use zmesh::runtime::calls::{encode, Request, ServeError};
 use zmesh::runtime::idempotency::{
-    Begin, Fingerprint, IdempotencyStore, Outcome, Owner, ScopedKey, SqliteIdempotencyStore,
-    StoreFuture,
+    Begin, Fingerprint, IdempotencyFuture, IdempotencyStore, Outcome, Owner, ScopedKey,
+    SqliteIdempotencyStore,
 };
 use zmesh::runtime::service::{Method, NodeContract, Service};
 
@@ -194,11 +194,11 @@ impl IdempotencyStore for HoldAfterRecord {
         fingerprint: &Fingerprint,
         owner: &Owner,
         retention: Duration,
-    ) -> StoreFuture<'_, Begin> {
+    ) -> IdempotencyFuture<'_, Begin> {
         self.store.begin(key, fingerprint, owner, retention)
     }
 
-    fn complete(&self, key: &ScopedKey, outcome: &Outcome) -> StoreFuture<'_, ()> {
+    fn complete(&self, key: &ScopedKey, outcome: &Outcome) -> IdempotencyFuture<'_, ()> {
         let done = self.store.complete(key, outcome);
         let hold = self.hold;
         Box::pin(async move {
@@ -212,7 +212,7 @@ impl IdempotencyStore for HoldAfterRecord {
         })
     }
 
-    fn remove_expired(&self) -> StoreFuture<'_, u64> {
+    fn remove_expired(&self) -> IdempotencyFuture<'_, u64> {
         self.store.remove_expired()
     }
 }

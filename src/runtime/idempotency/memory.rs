@@ -5,8 +5,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::{
-    Begin, Fingerprint, IdempotencyStore, IdempotencyStoreError, Outcome, Owner, Record,
-    RecordState, ScopedKey, StoreFuture,
+    Begin, Fingerprint, IdempotencyFuture, IdempotencyStore, IdempotencyStoreError, Outcome, Owner,
+    Record, RecordState, ScopedKey,
 };
 
 /// Every this many `begin`s, sweep the whole map for expired records, so the cost of
@@ -134,17 +134,17 @@ impl IdempotencyStore for MemoryStore {
         fingerprint: &Fingerprint,
         owner: &Owner,
         retention: Duration,
-    ) -> StoreFuture<'_, Begin> {
+    ) -> IdempotencyFuture<'_, Begin> {
         let answer = self.begin_now(key, fingerprint, owner, retention, Instant::now());
         Box::pin(std::future::ready(Ok(answer)))
     }
 
-    fn complete(&self, key: &ScopedKey, outcome: &Outcome) -> StoreFuture<'_, ()> {
+    fn complete(&self, key: &ScopedKey, outcome: &Outcome) -> IdempotencyFuture<'_, ()> {
         let answer = self.complete_now(key, outcome, Instant::now());
         Box::pin(std::future::ready(answer))
     }
 
-    fn remove_expired(&self) -> StoreFuture<'_, u64> {
+    fn remove_expired(&self) -> IdempotencyFuture<'_, u64> {
         let removed = self.remove_expired_now(Instant::now());
         Box::pin(std::future::ready(Ok(removed)))
     }

@@ -59,7 +59,7 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 /// The future every store operation returns: boxed so that [`IdempotencyStore`] stays
 /// dyn-compatible (the runtime holds an `Arc<dyn IdempotencyStore>`), and `Send` so it can be
 /// awaited on any tokio worker.
-pub type StoreFuture<'a, T> =
+pub type IdempotencyFuture<'a, T> =
     Pin<Box<dyn Future<Output = Result<T, IdempotencyStoreError>> + Send + 'a>>;
 
 /// Somewhere to record what a non-repeatable command did (MISSION K3).
@@ -86,7 +86,7 @@ pub trait IdempotencyStore: Send + Sync {
         fingerprint: &Fingerprint,
         owner: &Owner,
         retention: Duration,
-    ) -> StoreFuture<'_, Begin>;
+    ) -> IdempotencyFuture<'_, Begin>;
 
     /// Records `outcome` on the in-progress record under `key`, making it
     /// [`Done`](RecordState::Done). Must complete before the REPLY is sent.
@@ -96,11 +96,11 @@ pub trait IdempotencyStore: Send + Sync {
     ///
     /// A failure here comes after the command ran: the record stays in progress, so a retry
     /// is answered `UnknownOutcome`, never run again.
-    fn complete(&self, key: &ScopedKey, outcome: &Outcome) -> StoreFuture<'_, ()>;
+    fn complete(&self, key: &ScopedKey, outcome: &Outcome) -> IdempotencyFuture<'_, ()>;
 
     /// Deletes every expired record and answers how many went. The stores also evict on their
     /// own as they go; this is for a caller that wants the space back now.
-    fn remove_expired(&self) -> StoreFuture<'_, u64>;
+    fn remove_expired(&self) -> IdempotencyFuture<'_, u64>;
 }
 
 /// The answer to [`IdempotencyStore::begin`].

@@ -29,8 +29,8 @@ use bytes::Bytes;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use super::{
-    Begin, Fingerprint, IdempotencyStore, IdempotencyStoreError, Outcome, Owner, Record,
-    RecordState, ScopedKey, StoreFuture,
+    Begin, Fingerprint, IdempotencyFuture, IdempotencyStore, IdempotencyStoreError, Outcome, Owner,
+    Record, RecordState, ScopedKey,
 };
 use crate::durable_time::unix_millis_now;
 use crate::runtime::sqlite_file::{self, FileError, FileId, FileSettings, Synchronous};
@@ -157,7 +157,7 @@ impl SqliteIdempotencyStore {
     }
 
     /// Runs `op` on the blocking pool with the connection locked.
-    fn run<T, F>(&self, op: F) -> StoreFuture<'static, T>
+    fn run<T, F>(&self, op: F) -> IdempotencyFuture<'static, T>
     where
         T: Send + 'static,
         F: FnOnce(&mut Inner) -> Result<T, IdempotencyStoreError> + Send + 'static,
@@ -183,20 +183,20 @@ impl IdempotencyStore for SqliteIdempotencyStore {
         fingerprint: &Fingerprint,
         owner: &Owner,
         retention: Duration,
-    ) -> StoreFuture<'_, Begin> {
+    ) -> IdempotencyFuture<'_, Begin> {
         let key = key.clone();
         let fingerprint = *fingerprint;
         let owner = owner.clone();
         self.run(move |inner| inner.begin(&key, &fingerprint, &owner, retention))
     }
 
-    fn complete(&self, key: &ScopedKey, outcome: &Outcome) -> StoreFuture<'_, ()> {
+    fn complete(&self, key: &ScopedKey, outcome: &Outcome) -> IdempotencyFuture<'_, ()> {
         let key = key.clone();
         let outcome = outcome.clone();
         self.run(move |inner| inner.complete(&key, &outcome))
     }
 
-    fn remove_expired(&self) -> StoreFuture<'_, u64> {
+    fn remove_expired(&self) -> IdempotencyFuture<'_, u64> {
         self.run(Inner::remove_expired)
     }
 }
