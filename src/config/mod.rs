@@ -58,6 +58,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::proto::handshake::Membership;
+use crate::proto::wire::{Label, Name};
 
 mod discovery;
 mod endpoints;
@@ -308,7 +309,7 @@ impl NodeConfig {
     /// Checks ranges that serde cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError::Invalid(m));
-        if self.rid.is_empty() || self.rid.len() > 255 {
+        if !Name::fits(self.rid.len()) {
             return bad(format!("rid must be 1..=255 bytes, got {}", self.rid.len()));
         }
         if self.delivery_high_water == 0 {
@@ -326,12 +327,12 @@ impl NodeConfig {
         if self
             .security_identity
             .as_ref()
-            .is_some_and(|s| s.len() > 255)
+            .is_some_and(|s| !Label::fits(s.len()))
         {
             return bad("security_identity must be at most 255 bytes".into());
         }
         for m in &self.memberships {
-            if m.channel.is_empty() || m.channel.len() > 255 {
+            if !Name::fits(m.channel.len()) {
                 return bad(format!(
                     "channel name {:?} must be 1..=255 bytes",
                     m.channel
@@ -345,7 +346,7 @@ impl NodeConfig {
         endpoints.extend(self.server.iter().map(|e| e.endpoint.as_str()));
         endpoints.extend(self.publisher.iter().map(|e| e.endpoint.as_str()));
         for p in &self.peers {
-            if p.rid.is_empty() || p.rid.len() > 255 {
+            if !Name::fits(p.rid.len()) {
                 return bad(format!("peer rid {:?} must be 1..=255 bytes", p.rid));
             }
             if p.rid == self.rid {
@@ -354,7 +355,7 @@ impl NodeConfig {
             endpoints.extend([p.application.as_str(), p.completion.as_str()]);
         }
         for s in &self.servers {
-            if s.channel.is_empty() || s.channel.len() > 255 {
+            if !Name::fits(s.channel.len()) {
                 return bad(format!(
                     "server channel {:?} must be 1..=255 bytes",
                     s.channel

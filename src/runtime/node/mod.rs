@@ -32,7 +32,7 @@ use super::snapshot::Snapshot;
 use crate::config::{ConfigError, NodeConfig, SecurityConfig, SecurityMode};
 use crate::proto::contract::ServiceContract;
 use crate::proto::security::PublicKey;
-use crate::proto::wire::{Name, BEACON_TOPIC};
+use crate::proto::wire::{Name, BEACON_TOPIC, MAX_TOPIC_LEN};
 
 /// A running zmesh node. Cheap to clone; all clones drive the same I/O thread.
 #[derive(Clone)]
@@ -592,7 +592,7 @@ impl Node {
         if topic == BEACON_TOPIC {
             return Err(PublishError::ReservedTopic);
         }
-        if topic.is_empty() || topic.len() > 255 {
+        if topic.is_empty() || topic.len() > MAX_TOPIC_LEN {
             return Err(PublishError::InvalidTopic);
         }
         self.inner
