@@ -444,19 +444,14 @@ fn reject_unsupported_version(s: &mut Session, (ep, lane): (&str, Lane), r: &mut
     if let Some(b) = frames.first_mut().and_then(|f| f.get_mut(2)) {
         *b = 2;
     }
-    match s.dial(ep, lane).and_then(|d| {
-        d.send(&frames)?;
-        Ok(next(&d, ANSWER, false))
-    }) {
-        Ok(got) => match reject_of(&got) {
-            Ok(reason) => r.check(
-                "5.1/reject-unsupported-version",
-                reason == RejectReason::UnsupportedVersion,
-                format!("a version-1 REJECT {reason:?}"),
-            ),
-            Err(e) => r.fail("5.1/reject-unsupported-version", e),
-        },
-        Err(e) => r.fail("5.1/reject-unsupported-version", e),
+    let id = "5.1/reject-unsupported-version";
+    match reject_reason_for(s, (ep, lane), &frames) {
+        Ok(reason) => r.check(
+            id,
+            reason == RejectReason::UnsupportedVersion,
+            format!("a version-1 REJECT {reason:?}"),
+        ),
+        Err(e) => r.fail(id, e),
     }
 }
 
@@ -522,20 +517,27 @@ fn reject_malformed_hello(s: &mut Session, (ep, lane): (&str, Lane), r: &mut Rep
             f[at..at + 8].fill(0);
         }
     }
-    match s.dial(ep, lane).and_then(|d| {
-        d.send(&frames)?;
-        Ok(next(&d, ANSWER, false))
-    }) {
-        Ok(got) => match reject_of(&got) {
-            Ok(reason) => r.check(
-                "5.1/reject-protocol-malformed-hello",
-                reason == RejectReason::Protocol,
-                format!("REJECT {reason:?}"),
-            ),
-            Err(e) => r.fail("5.1/reject-protocol-malformed-hello", e),
-        },
-        Err(e) => r.fail("5.1/reject-protocol-malformed-hello", e),
+    let id = "5.1/reject-protocol-malformed-hello";
+    match reject_reason_for(s, (ep, lane), &frames) {
+        Ok(reason) => r.check(
+            id,
+            reason == RejectReason::Protocol,
+            format!("REJECT {reason:?}"),
+        ),
+        Err(e) => r.fail(id, e),
     }
+}
+
+/// Sends `frames` as the first message of a new connection to `ep` and returns the REJECT
+/// reason it is answered with, or what went wrong or came instead.
+fn reject_reason_for(
+    s: &Session,
+    (ep, lane): (&str, Lane),
+    frames: &[Vec<u8>],
+) -> Result<RejectReason, String> {
+    let d = s.dial(ep, lane)?;
+    d.send(frames)?;
+    reject_of(&next(&d, ANSWER, false))
 }
 
 /// 5.1/no-answer-to-close-or-reject: CLOSE and REJECT as first records get no answer.
