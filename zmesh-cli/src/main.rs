@@ -222,6 +222,14 @@ enum Cmd {
     /// runner plays the target's counterpart in each role the target is described with
     /// (spec-tests/README.md, "The live runner"). Exit status 1 if a MUST rule failed.
     Conform(zmesh_conform::ConformArgs),
+    /// Deterministic simulations of whole meshes over the protocol core, every invariant
+    /// checked on every step; `zmesh sim --help` lists the arguments.
+    #[command(disable_help_flag = true)]
+    Sim {
+        /// The simulator's arguments (`--seeds N`, `--seed S --trace`, ...).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Service contracts: `zmesh contract check OLD.json NEW.json`.
     Contract {
         #[command(subcommand)]
@@ -374,6 +382,7 @@ fn main() -> Result<()> {
             Cmd::Demo { quick, etcd } => demo::run(quick, etcd).await,
             Cmd::Bench(args) => zmesh_bench::run(args).await,
             Cmd::Conform(args) => zmesh_conform::run(args),
+            Cmd::Sim { args } => std::process::exit(zmesh_sim::cli::main(args)),
             Cmd::Contract { cmd } => std::process::exit(contract::run(&cmd)),
         }
     })

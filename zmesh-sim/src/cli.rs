@@ -1,17 +1,17 @@
-//! `zmesh-sim`: runs seeded simulations of whole meshes and checks every invariant.
+//! `zmesh sim`: runs seeded simulations of whole meshes and checks every invariant. The
+//! `zmesh` binary (zmesh-cli) hands [`main`] its arguments after `sim`.
 //!
 //! ```text
-//! zmesh-sim [--seeds N] [--first S] [--minutes M]      many seeds, each its own configuration
-//! zmesh-sim --seed S [--nodes N] [--topology mesh|client-server] [--seconds T]
+//! zmesh sim [--seeds N] [--first S] [--minutes M]      many seeds, each its own configuration
+//! zmesh sim --seed S [--nodes N] [--topology mesh|client-server] [--seconds T]
 //!           [--no-faults] [--trace]                      one seed, replayed exactly
 //! ```
 //! A failing seed prints the command that replays it and the trace up to the violation; the
 //! exit status is 1 if any seed failed.
 
-use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use zmesh_sim::{run, Config, Report, Topology};
+use crate::{run, Config, Report, Topology};
 
 struct Args {
     seeds: u64,
@@ -25,7 +25,7 @@ struct Args {
     trace: bool,
 }
 
-fn parse() -> Result<Args, String> {
+fn parse(args: Vec<String>) -> Result<Args, String> {
     let mut a = Args {
         seeds: 100,
         first: 0,
@@ -37,7 +37,7 @@ fn parse() -> Result<Args, String> {
         faults: true,
         trace: false,
     };
-    let mut it = std::env::args().skip(1);
+    let mut it = args.into_iter();
     while let Some(flag) = it.next() {
         let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
         let num = |s: String, name: &str| -> Result<u64, String> {
@@ -112,12 +112,14 @@ fn print_failure(r: &Report) {
     }
 }
 
-fn main() -> ExitCode {
-    let a = match parse() {
+/// Runs `zmesh sim` with `args` (those after `sim`); returns the exit status: 0 if every
+/// seed passed, 1 if one failed, 2 for a usage error.
+pub fn main(args: Vec<String>) -> i32 {
+    let a = match parse(args) {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("zmesh-sim: {e}");
-            return ExitCode::from(2);
+            eprintln!("zmesh sim: {e}");
+            return 2;
         }
     };
     if let Some(seed) = a.seed {
@@ -130,14 +132,14 @@ fn main() -> ExitCode {
         println!("seed {seed}: {} steps, {:?}", r.steps, r.stats);
         if r.passed() {
             println!("every invariant held");
-            return ExitCode::SUCCESS;
+            return 0;
         }
         print_failure(&r);
-        return ExitCode::from(1);
+        return 1;
     }
     let started = Instant::now();
     let mut failed = 0u64;
-    let mut total = zmesh_sim::truth::Stats::default();
+    let mut total = crate::truth::Stats::default();
     let mut steps = 0u64;
     let mut virtual_secs = 0u64;
     for seed in a.first..a.first + a.seeds {
@@ -171,8 +173,8 @@ fn main() -> ExitCode {
     );
     println!("{total:?}");
     if failed == 0 {
-        ExitCode::SUCCESS
+        0
     } else {
-        ExitCode::from(1)
+        1
     }
 }
