@@ -239,6 +239,8 @@ struct World {
     wake_of: Vec<Option<Duration>>,
     /// Hosts whose node was handed something in this step.
     touched: std::collections::BTreeSet<NodeIx>,
+    /// Check every node's ready links at the end of this step.
+    sweep: bool,
 }
 
 /// Runs one simulation.
@@ -308,6 +310,7 @@ impl World {
             wakeups: std::collections::BTreeSet::new(),
             wake_of: vec![None; n],
             touched: std::collections::BTreeSet::new(),
+            sweep: false,
         }
     }
 
@@ -439,9 +442,17 @@ impl World {
         // The liveness rule, checked for every node that moved (and every node on each
         // sweep): no ready link outlives its deadline.
         let touched = std::mem::take(&mut self.touched);
-        for i in touched {
+        for &i in &touched {
             self.rewake(i);
-            self.check_ready(i);
+        }
+        if std::mem::take(&mut self.sweep) {
+            for i in 0..self.n() {
+                self.check_ready(i);
+            }
+        } else {
+            for i in touched {
+                self.check_ready(i);
+            }
         }
     }
 
@@ -617,9 +628,9 @@ impl World {
                 }
             }
             Event::Sweep => {
-                for i in 0..self.n() {
-                    self.check_ready(i);
-                }
+                // Checked at the end of the step, after the nodes ran their timers: a host
+                // that thaws now runs its overdue deadlines first.
+                self.sweep = true;
                 if now < self.cfg.duration + Duration::from_secs(90) {
                     self.at(now + Duration::from_millis(500), Event::Sweep);
                 }

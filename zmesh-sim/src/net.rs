@@ -238,6 +238,11 @@ impl Net {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
+        if c.closed == [true, true] {
+            // Reset already: the ends hear of it once (a second reset must not take back
+            // the `Closed` still held on its way to one of them).
+            return;
+        }
         for (side, at) in [(0usize, a), (1usize, b)] {
             let pipe = if side == 0 { &mut c.back } else { &mut c.forth };
             pipe.queue.clear();

@@ -293,6 +293,10 @@ impl SimNode {
         d.yielded = false;
         let (to, up) = ctx.host(key.0);
         let conn = ctx.net.dial(self.end(), to, up, lane, ctx.now, ctx.rng);
+        ctx.trace(format!(
+            "{} {conn} dials host {} on {lane:?}",
+            self.me.rid, key.0
+        ));
         let id = ConnId(self.next_conn_id);
         self.next_conn_id += 1;
         if let Some(d) = self.dials.get_mut(&key) {
