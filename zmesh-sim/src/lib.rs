@@ -7,12 +7,13 @@
 //! a fault schedule partitions, freezes, kills, restarts and stops nodes. After every step
 //! the invariants of [`truth`] are checked against the simulator's ground truth. The same
 //! seed gives the same run, event for event, so a failing seed replays exactly
-//! (`zmesh-sim --seed S ... --trace`).
+//! (`zmesh sim --seed S ... --trace`; [`cli`] is that command).
 //!
 //! SIMULATION.md at the repository root says what is simulated, what is not, the invariants,
 //! the seeds run and the deliberately wrong variants of the core the invariants caught.
 #![forbid(unsafe_code)]
 
+pub mod cli;
 pub mod fanout;
 pub mod net;
 pub mod node;
@@ -104,7 +105,7 @@ impl Config {
     /// The command line that replays this configuration with `seed`.
     pub fn replay_line(&self, seed: u64) -> String {
         format!(
-            "cargo run -p zmesh-sim --release -- --seed {seed} --nodes {} --topology {} --seconds {}{} --trace",
+            "cargo run --release -- sim --seed {seed} --nodes {} --topology {} --seconds {}{} --trace",
             self.nodes,
             self.topology.name(),
             self.duration.as_secs(),
