@@ -15,8 +15,8 @@ use zmesh::runtime::calls::{
     encode, may_have_run, CallError, CallOptions, RemoteCode, Request, Semantics, ServeError,
 };
 use zmesh::runtime::idempotency::{
-    Begin, Fingerprint, IdempotencyStore, MemoryStore, Outcome, Owner, ScopedKey, StoreError,
-    StoreFuture,
+    Begin, Fingerprint, IdempotencyFuture, IdempotencyStore, IdempotencyStoreError, MemoryStore,
+    Outcome, Owner, ScopedKey,
 };
 use zmesh::runtime::operations::OpStatus;
 use zmesh::runtime::service::{Execution, Method, Service};
@@ -576,19 +576,23 @@ impl IdempotencyStore for ProbeStore {
         fingerprint: &Fingerprint,
         owner: &Owner,
         retention: Duration,
-    ) -> StoreFuture<'_, Begin> {
+    ) -> IdempotencyFuture<'_, Begin> {
         self.begins.fetch_add(1, Ordering::SeqCst);
         if self.failing {
-            return Box::pin(async { Err(StoreError::Unavailable("the disk is gone".into())) });
+            return Box::pin(async {
+                Err(IdempotencyStoreError::Unavailable(
+                    "the disk is gone".into(),
+                ))
+            });
         }
         self.inner.begin(key, fingerprint, owner, retention)
     }
 
-    fn complete(&self, key: &ScopedKey, outcome: &Outcome) -> StoreFuture<'_, ()> {
+    fn complete(&self, key: &ScopedKey, outcome: &Outcome) -> IdempotencyFuture<'_, ()> {
         self.inner.complete(key, outcome)
     }
 
-    fn remove_expired(&self) -> StoreFuture<'_, u64> {
+    fn remove_expired(&self) -> IdempotencyFuture<'_, u64> {
         self.inner.remove_expired()
     }
 }

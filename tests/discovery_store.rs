@@ -3,10 +3,11 @@
 //! reload, then reports deltas (put, new generation, removal, expiry), says once when the
 //! store cannot be read, and starts over with a reload when it can again.
 
+mod common;
+
 use std::time::Duration;
 
-use zmesh::proto::discovery::{Descriptor, MeshEndpoints};
-use zmesh::proto::handshake::{Membership, Role};
+use common::{desc, next_watch_event};
 use zmesh::runtime::store::{
     self, Change, ReloadReason, RenewOutcome, SqliteStore, Store, StoreError, Watch, WatchEvent,
 };
@@ -22,29 +23,8 @@ fn dir(name: &str) -> tempfile::TempDir {
         .expect("temp dir")
 }
 
-fn desc(rid: &str, generation: u64) -> Descriptor {
-    Descriptor {
-        rid: rid.into(),
-        generation,
-        security_identity: rid.into(),
-        memberships: vec![Membership {
-            role: Role::Server,
-            channel: "orders".into(),
-        }],
-        route_mesh: Some(MeshEndpoints {
-            application: "tcp://127.0.0.1:1".into(),
-            completion: "tcp://127.0.0.1:2".into(),
-        }),
-        server: None,
-        publishers: Vec::new(),
-    }
-}
-
 async fn next(w: &mut Watch) -> WatchEvent {
-    tokio::time::timeout(BOUND, w.next())
-        .await
-        .expect("a watch event within the bound")
-        .expect("watch still running")
+    next_watch_event(w, BOUND).await
 }
 
 #[tokio::test]

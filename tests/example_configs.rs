@@ -1,4 +1,4 @@
-//! The configuration documents cannot rot (issue 12, item 3):
+//! The configuration documents cannot rot:
 //! - every file under `examples/config/` loads with `NodeConfig::from_file`, holds what its
 //!   comments say, and fits its counterpart (the dialler's endpoints are the acceptor's, the
 //!   client's server is the server, the subscriber's publisher is the publisher);

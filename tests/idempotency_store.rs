@@ -1,5 +1,5 @@
 //! MISSION K3: the idempotency store contract, run against both stores (`MemoryStore` and
-//! `SqliteStore`), plus what only a durable store can show: records that survive closing and
+//! `SqliteIdempotencyStore`), plus what only a durable store can show: records that survive closing and
 //! reopening the file, an in-progress record left by a crashed writer, several connections
 //! racing on one file, and an unwritable or foreign file refused with an error, not a panic.
 
@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::Barrier;
 use zmesh::runtime::idempotency::{
-    Begin, Fingerprint, IdempotencyStore, MemoryStore, Outcome, Owner, Record, RecordState,
-    ScopedKey, SqliteStore, StoreError, DEFAULT_RETENTION,
+    Begin, Fingerprint, IdempotencyStore, IdempotencyStoreError, MemoryStore, Outcome, Owner,
+    Record, RecordState, ScopedKey, SqliteIdempotencyStore, DEFAULT_RETENTION,
 };
 
 /// A directory under the system temp dir, removed on drop (even on a panic).
@@ -38,7 +38,7 @@ fn memory_store() -> (Arc<dyn IdempotencyStore>, Option<TempDir>) {
 
 fn sqlite_store() -> (Arc<dyn IdempotencyStore>, Option<TempDir>) {
     let dir = TempDir::new("contract");
-    let store = SqliteStore::open(dir.db()).expect("open sqlite store");
+    let store = SqliteIdempotencyStore::open(dir.db()).expect("open sqlite store");
     (Arc::new(store), Some(dir))
 }
 
@@ -127,7 +127,7 @@ mod contract {
         );
         assert_eq!(
             store.complete(&k, &outcome).await,
-            Err(StoreError::NotInProgress),
+            Err(IdempotencyStoreError::NotInProgress),
             "a done record cannot be completed again"
         );
     }
@@ -181,7 +181,7 @@ mod contract {
         };
         assert_eq!(
             store.complete(&key("never"), &outcome).await,
-            Err(StoreError::NotInProgress)
+            Err(IdempotencyStoreError::NotInProgress)
         );
     }
 
@@ -255,7 +255,7 @@ mod contract {
         };
         assert_eq!(
             store.complete(&k, &outcome).await,
-            Err(StoreError::NotInProgress)
+            Err(IdempotencyStoreError::NotInProgress)
         );
     }
 
@@ -424,7 +424,7 @@ async fn k3_sqlite_record_survives_reopen() {
         payload: Bytes::from_static(b"\x93\x01\x02\x03"),
     };
     {
-        let store = SqliteStore::open(dir.db()).expect("open");
+        let store = SqliteIdempotencyStore::open(dir.db()).expect("open");
         assert_eq!(
             store
                 .begin(&k, &fp(b"a"), &me, DEFAULT_RETENTION)
@@ -434,7 +434,7 @@ async fn k3_sqlite_record_survives_reopen() {
         );
         store.complete(&k, &outcome).await.expect("complete");
     }
-    let store = SqliteStore::open(dir.db()).expect("reopen");
+    let store = SqliteIdempotencyStore::open(dir.db()).expect("reopen");
     assert_eq!(
         store
             .begin(&k, &fp(b"a"), &owner("node-a", 6), DEFAULT_RETENTION)
@@ -456,7 +456,7 @@ async fn k3_sqlite_in_progress_record_of_a_crashed_writer() {
     let dir = TempDir::new("crash");
     let k = key("wo-crash");
     let dead = owner("node-a", 11);
-    let store = SqliteStore::open(dir.db()).expect("open");
+    let store = SqliteIdempotencyStore::open(dir.db()).expect("open");
     assert_eq!(
         store
             .begin(&k, &fp(b"a"), &dead, DEFAULT_RETENTION)
@@ -466,7 +466,7 @@ async fn k3_sqlite_in_progress_record_of_a_crashed_writer() {
     );
     // No complete, no orderly close: the connection is leaked, as a crash would leave it.
     std::mem::forget(store);
-    let next_run = SqliteStore::open(dir.db()).expect("reopen");
+    let next_run = SqliteIdempotencyStore::open(dir.db()).expect("reopen");
     assert_eq!(
         next_run
             .begin(&k, &fp(b"a"), &owner("node-a", 12), DEFAULT_RETENTION)
@@ -485,8 +485,10 @@ async fn k3_sqlite_in_progress_record_of_a_crashed_writer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn k3_sqlite_two_connections_one_winner() {
     let dir = TempDir::new("two-conns");
-    let a: Arc<dyn IdempotencyStore> = Arc::new(SqliteStore::open(dir.db()).expect("open a"));
-    let b: Arc<dyn IdempotencyStore> = Arc::new(SqliteStore::open(dir.db()).expect("open b"));
+    let a: Arc<dyn IdempotencyStore> =
+        Arc::new(SqliteIdempotencyStore::open(dir.db()).expect("open a"));
+    let b: Arc<dyn IdempotencyStore> =
+        Arc::new(SqliteIdempotencyStore::open(dir.db()).expect("open b"));
     contract::concurrent_begin_has_one_winner(vec![a, b]).await;
 }
 
@@ -498,8 +500,8 @@ fn k3_sqlite_uncreatable_file_is_unavailable() {
     let dir = TempDir::new("uncreatable");
     let not_a_dir = dir.0.path().join("plain-file");
     std::fs::write(&not_a_dir, b"not a directory").expect("write");
-    match SqliteStore::open(not_a_dir.join("idempotency.db")) {
-        Err(StoreError::Unavailable(_)) => {}
+    match SqliteIdempotencyStore::open(not_a_dir.join("idempotency.db")) {
+        Err(IdempotencyStoreError::Unavailable(_)) => {}
         other => panic!("expected Unavailable, got {other:?}"),
     }
 }
@@ -518,7 +520,7 @@ async fn k3_sqlite_read_only_store_is_unavailable() {
         payload: Bytes::from_static(b"done"),
     };
     {
-        let store = SqliteStore::open(dir.db()).expect("create");
+        let store = SqliteIdempotencyStore::open(dir.db()).expect("create");
         store
             .begin(&k, &fp(b""), &me, DEFAULT_RETENTION)
             .await
@@ -532,20 +534,20 @@ async fn k3_sqlite_read_only_store_is_unavailable() {
     let uri = format!("file:{}?mode=ro", dir.db().display());
     // The file exists with this build's schema, so opening it needs no write and succeeds;
     // the refusal comes from the first operation that must write.
-    let store = SqliteStore::open(&uri).expect("open read-only");
+    let store = SqliteIdempotencyStore::open(&uri).expect("open read-only");
     assert!(
         matches!(
             store
                 .begin(&key("new"), &fp(b""), &me, DEFAULT_RETENTION)
                 .await,
-            Err(StoreError::Unavailable(_))
+            Err(IdempotencyStoreError::Unavailable(_))
         ),
         "a begin that must write cannot succeed on a read-only store"
     );
     assert!(
         matches!(
             store.complete(&key("wo-pending"), &outcome).await,
-            Err(StoreError::Unavailable(_))
+            Err(IdempotencyStoreError::Unavailable(_))
         ),
         "a complete cannot succeed on a read-only store"
     );
@@ -566,8 +568,8 @@ async fn k3_sqlite_read_only_store_is_unavailable() {
 fn k3_sqlite_foreign_file_is_corrupt() {
     let dir = TempDir::new("foreign");
     std::fs::write(dir.db(), vec![0x42; 8192]).expect("write");
-    match SqliteStore::open(dir.db()) {
-        Err(StoreError::Corrupt(_)) => {}
+    match SqliteIdempotencyStore::open(dir.db()) {
+        Err(IdempotencyStoreError::Corrupt(_)) => {}
         other => panic!("expected Corrupt, got {other:?}"),
     }
     assert_eq!(
@@ -586,12 +588,12 @@ fn k3_sqlite_outside_tokio_is_an_error() {
         fn wake(self: Arc<Self>) {}
     }
     let dir = TempDir::new("no-runtime");
-    let store = SqliteStore::open(dir.db()).expect("open");
+    let store = SqliteIdempotencyStore::open(dir.db()).expect("open");
     let waker = Waker::from(Arc::new(NoopWake));
     let mut cx = Context::from_waker(&waker);
     let mut future = store.begin(&key("k"), &fp(b""), &owner("n", 1), DEFAULT_RETENTION);
     assert_eq!(
         future.as_mut().poll(&mut cx),
-        Poll::Ready(Err(StoreError::NoRuntime))
+        Poll::Ready(Err(IdempotencyStoreError::NoRuntime))
     );
 }

@@ -1288,7 +1288,7 @@ proptest::proptest! {
 }
 
 // ---------------------------------------------------------------------------------------
-// Coalescing (issue 13): one wake-up for every probe and beacon due within the window
+// Coalescing: one wake-up for every probe and beacon due within the window
 // ---------------------------------------------------------------------------------------
 
 /// L1: the coalescing window is a constant of a few milliseconds, far below the 5 s period.

@@ -16,7 +16,7 @@ use zmesh::runtime::{Node, NodeEvent};
 /// failed only by its deadline would say `deadline_exceeded` and come later than this.
 const AT_ONCE: Duration = Duration::from_secs(10);
 
-/// L6, F3 (issue 13): both lanes `a` dialled to `b` run without their monitors once ready;
+/// L6, F3: both lanes `a` dialled to `b` run without their monitors once ready;
 /// when a proxy cuts both connections (the processes run on), each lane fails at once with
 /// `transport_error` "disconnected" (the in-band notice), never by the 15 s deadline, and
 /// both are ready again on new connections, twice in a row (the close of each old socket is

@@ -384,7 +384,7 @@ mod tests {
     }
 
     #[test]
-    fn f1_a_claimed_identity_must_be_the_proven_key() {
+    fn rejects_a_hello_or_welcome_claiming_another_key_than_the_proven_one() {
         let none = Expectation::default();
         let a = node("a", 1, true);
         let mut b = node("b", 2, true);

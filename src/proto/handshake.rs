@@ -4,7 +4,11 @@
 //! what it was told to expect (configuration now, discovery descriptors later), and acts on the
 //! verdict: admit, or send REJECT with the reason and close.
 
+use std::num::NonZeroU64;
+
 use serde::Serialize;
+
+use crate::proto::wire::{self, Label, Lane, Memberships, Name, WireError};
 
 /// A channel membership a node declares in its handshake.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
@@ -146,6 +150,108 @@ pub fn admit(local: &Identity, expect: &Expectation, peer: &Identity) -> Result<
         return Err(Refusal::NotRequired);
     }
     Ok(())
+}
+
+impl Identity {
+    /// The identity a HELLO or WELCOME carries.
+    pub fn from_wire(
+        rid: Name,
+        generation: NonZeroU64,
+        security_identity: Label,
+        memberships: Memberships,
+    ) -> Identity {
+        Identity {
+            rid: rid.into_string(),
+            generation: generation.get(),
+            security_identity: security_identity.into_string(),
+            memberships: memberships
+                .into_vec()
+                .into_iter()
+                .map(|m| Membership {
+                    role: match m.role {
+                        wire::Role::Server => Role::Server,
+                        wire::Role::ObjectClient => Role::ObjectClient,
+                    },
+                    channel: m.channel.into_string(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The memberships as the wire carries them. Configuration bounds channel names, so none
+    /// is dropped in practice; a list over the wire's bound is cut rather than sent broken.
+    pub fn wire_memberships(&self) -> Memberships {
+        let list = self
+            .memberships
+            .iter()
+            .filter_map(|m| {
+                Some(wire::Membership {
+                    role: match m.role {
+                        Role::Server => wire::Role::Server,
+                        Role::ObjectClient => wire::Role::ObjectClient,
+                    },
+                    channel: Name::new(m.channel.clone()).ok()?,
+                })
+            })
+            .collect();
+        Memberships::new(list).unwrap_or_default()
+    }
+}
+
+/// The HELLO a dialler sends on `lane`, announcing `me` and what it expects of the acceptor.
+/// Fails if the RID is not a valid wire name.
+pub fn hello_record(
+    lane: Lane,
+    me: &Identity,
+    expect: &Expectation,
+    config_generation: u64,
+) -> Result<wire::Hello, WireError> {
+    Ok(wire::Hello {
+        lane,
+        rid: Name::new(me.rid.clone())?,
+        generation: non_zero(me.generation),
+        security_identity: Label::new(me.security_identity.clone()).unwrap_or_default(),
+        expect_rid: expect.rid.as_ref().and_then(|r| Name::new(r.clone()).ok()),
+        expect_generation: expect.generation.and_then(NonZeroU64::new),
+        config_generation,
+        memberships: me.wire_memberships(),
+    })
+}
+
+/// The WELCOME an acceptor sends on `lane`, announcing `me`. Fails if the RID is not a valid
+/// wire name.
+pub fn welcome_record(lane: Lane, me: &Identity) -> Result<wire::Welcome, WireError> {
+    Ok(wire::Welcome {
+        lane,
+        rid: Name::new(me.rid.clone())?,
+        generation: non_zero(me.generation),
+        security_identity: Label::new(me.security_identity.clone()).unwrap_or_default(),
+        memberships: me.wire_memberships(),
+    })
+}
+
+/// What a HELLO says: its lane, the dialler's identity, and what the dialler expects of the
+/// acceptor.
+pub fn from_hello(h: wire::Hello) -> (Lane, Identity, Expectation) {
+    let expect = Expectation {
+        rid: h.expect_rid.map(Name::into_string),
+        generation: h.expect_generation.map(NonZeroU64::get),
+        security_identity: None,
+    };
+    let identity = Identity::from_wire(h.rid, h.generation, h.security_identity, h.memberships);
+    (h.lane, identity, expect)
+}
+
+/// What a WELCOME says: its lane and the acceptor's identity.
+pub fn from_welcome(w: wire::Welcome) -> (Lane, Identity) {
+    let identity = Identity::from_wire(w.rid, w.generation, w.security_identity, w.memberships);
+    (w.lane, identity)
+}
+
+/// A generation is never zero on the wire; an identity that holds zero (never the case for a
+/// running node) announces the smallest one.
+fn non_zero(generation: u64) -> NonZeroU64 {
+    NonZeroU64::new(generation).unwrap_or(NonZeroU64::MIN)
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
-//! [`OpsRegistry`]: what this node has asked for, after the caller has moved on (MISSION K2,
-//! seed 003 "What this peer has asked for").
+//! [`OpsRegistry`]: what this node has asked for, after the caller has moved on (MISSION
+//! K2).
 //!
 //! A program has its call's result; a person needs to know, after pressing a button, whether
 //! the command ran, and if nobody knows, that nobody knows. The registry keeps one frozen

@@ -39,7 +39,7 @@ pub enum ConnState {
     /// The handshake admitted the peer (identity and generation verified); handlers are
     /// being prepared. For a publisher: the SUB socket is connected, nothing received yet.
     Admitted,
-    /// A usable message target (seed 002 §5).
+    /// A usable message target: records and calls may be sent on it.
     Ready,
     /// A failure ended the last connection and a new attempt is planned.
     Reconnecting,

@@ -239,13 +239,8 @@ impl ServeError {
     /// An error with a chosen code from the allow-list (MISSION K6); a code outside it
     /// becomes `Exception`, the message kept.
     pub fn new(code: RemoteCode, message: impl Into<String>) -> ServeError {
-        let code = if code.handler_may_choose() {
-            code
-        } else {
-            RemoteCode::Exception
-        };
         ServeError {
-            code,
+            code: handler_code(code),
             message: message.into(),
         }
     }
@@ -262,11 +257,7 @@ impl ServeError {
     /// The REPLY code a handler's error travels as: its code if on the allow-list (MISSION
     /// K6), else `Exception` (a `ServeError` built field by field can carry any code).
     pub(crate) fn wire_code(&self) -> RemoteCode {
-        if self.code.handler_may_choose() {
-            self.code
-        } else {
-            RemoteCode::Exception
-        }
+        handler_code(self.code)
     }
 
     /// The method failed (`Exception`: may have run).
@@ -277,6 +268,16 @@ impl ServeError {
     /// No such method on this channel (`MethodNotFound`: did not run).
     pub fn method_not_found(method: &str) -> ServeError {
         ServeError::new(RemoteCode::MethodNotFound, format!("no method {method:?}"))
+    }
+}
+
+/// `code` if a handler may choose it (the allow-list of [`ServeError`], MISSION K6), else
+/// `Exception`.
+fn handler_code(code: RemoteCode) -> RemoteCode {
+    if code.handler_may_choose() {
+        code
+    } else {
+        RemoteCode::Exception
     }
 }
 

@@ -100,9 +100,9 @@ pub struct StateChange {
 /// The limit of that rule: probes and ACKs travel on the same sockets as application
 /// records, so a link whose backlog stays full for longer than the peer deadline (15 s)
 /// leaves its peer's probes unread like any record behind a high-water mark, and the link
-/// fails with `deadline_exceeded` (on both sides) for lack of progress evidence, exactly as
-/// seed 002 has it ("earlier DATA and HWM/PAUSED can also delay a later liveness record, and
-/// the 15-second deadline still applies"). Take deliveries at least that often.
+/// fails with `deadline_exceeded` (on both sides) for lack of progress evidence: records
+/// queued before a PROBE or ACK delay it, and the 15 s deadline of WIRE.md §5.2 still
+/// applies. Take deliveries at least that often.
 pub struct EventStream {
     rx: mpsc::UnboundedReceiver<Vec<NodeEvent>>,
     outstanding: Arc<AtomicUsize>,

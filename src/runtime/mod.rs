@@ -34,6 +34,7 @@ pub mod security;
 pub mod service;
 pub mod snapshot;
 pub mod socket;
+mod sqlite_file;
 pub mod store;
 pub mod telemetry;
 

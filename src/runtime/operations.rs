@@ -1,5 +1,5 @@
-//! The operations registry of a node (MISSION K2, seed 003 "What this peer has asked for,
-//! after the promise has gone"): one frozen entry per call this node made, as a caller or as
+//! The operations registry of a node (MISSION K2: what this peer has asked for, after the
+//! promise has gone): one frozen entry per call this node made, as a caller or as
 //! a server that calls, so an operator can see after the fact what ran, what failed and,
 //! above all, which commands nobody knows the outcome of.
 //!

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use super::socket::Frame;
 use crate::proto::handshake::{self, Expectation, Identity};
 use crate::proto::state::FailureReason;
-use crate::proto::wire::{self, FanoutMessage, Label, Memberships, Name, Record, WireError};
+use crate::proto::wire::{self, FanoutMessage, Name, Record, WireError};
 
 pub(crate) use crate::proto::wire::{CloseReason, Lane, RejectReason};
 
@@ -83,65 +83,22 @@ impl Rec {
     }
 }
 
-fn to_identity(
-    rid: Name,
-    generation: NonZeroU64,
-    sec: Label,
-    memberships: Memberships,
-) -> Identity {
-    Identity {
-        rid: rid.into_string(),
-        generation: generation.get(),
-        security_identity: sec.into_string(),
-        memberships: memberships
-            .into_vec()
-            .into_iter()
-            .map(|m| handshake::Membership {
-                role: match m.role {
-                    wire::Role::Server => handshake::Role::Server,
-                    wire::Role::ObjectClient => handshake::Role::ObjectClient,
-                },
-                channel: m.channel.into_string(),
-            })
-            .collect(),
-    }
-}
-
-fn wire_memberships(id: &Identity) -> Memberships {
-    let list = id
-        .memberships
-        .iter()
-        .filter_map(|m| {
-            Some(wire::Membership {
-                role: match m.role {
-                    handshake::Role::Server => wire::Role::Server,
-                    handshake::Role::ObjectClient => wire::Role::ObjectClient,
-                },
-                channel: Name::new(m.channel.clone()).ok()?,
-            })
-        })
-        .collect();
-    // Config validation bounds names; more than 1024 memberships are cut, not sent broken.
-    Memberships::new(list).unwrap_or_default()
-}
-
 /// Decodes one record (routing frames already removed). A shared payload frame reaches the
 /// application without a copy.
 pub(crate) fn decode(frames: &[Frame]) -> Result<Rec, WireError> {
     Ok(match Record::decode_with(frames, Frame::to_bytes)? {
-        Record::Hello(h) => Rec::Hello(HelloRec {
-            lane: h.lane,
-            expect: Expectation {
-                rid: h.expect_rid.map(Name::into_string),
-                generation: h.expect_generation.map(NonZeroU64::get),
-                security_identity: None,
-            },
-            identity: to_identity(h.rid, h.generation, h.security_identity, h.memberships),
-        }),
-        Record::Welcome(w) => Rec::Welcome(WelcomeRec {
-            lane: w.lane,
-            identity: to_identity(w.rid, w.generation, w.security_identity, w.memberships),
-        }),
+        Record::Hello(h) => {
+            let (lane, identity, expect) = handshake::from_hello(h);
+            Rec::Hello(HelloRec {
+                lane,
+                identity,
+                expect,
+            })
+        }
+        Record::Welcome(w) => {
+            let (lane, identity) = handshake::from_welcome(w);
+            Rec::Welcome(WelcomeRec { lane, identity })
+        }
         Record::Reject(r) => Rec::Reject {
             reason: r.reason,
             detail: r.detail.into_string(),
@@ -207,29 +164,18 @@ pub(crate) fn hello(
     expect: &Expectation,
     config_generation: u64,
 ) -> Result<Vec<Vec<u8>>, WireError> {
-    Ok(Record::Hello(wire::Hello {
+    Ok(Record::Hello(handshake::hello_record(
         lane,
-        rid: name(&me.rid)?,
-        generation: nz(me.generation),
-        security_identity: Label::new(me.security_identity.clone()).unwrap_or_default(),
-        expect_rid: expect.rid.as_ref().and_then(|r| Name::new(r.clone()).ok()),
-        expect_generation: expect.generation.and_then(NonZeroU64::new),
+        me,
+        expect,
         config_generation,
-        memberships: wire_memberships(me),
-    })
+    )?)
     .encode())
 }
 
 /// WELCOME from an acceptor.
 pub(crate) fn welcome(lane: Lane, me: &Identity) -> Result<Vec<Vec<u8>>, WireError> {
-    Ok(Record::Welcome(wire::Welcome {
-        lane,
-        rid: name(&me.rid)?,
-        generation: nz(me.generation),
-        security_identity: Label::new(me.security_identity.clone()).unwrap_or_default(),
-        memberships: wire_memberships(me),
-    })
-    .encode())
+    Ok(Record::Welcome(handshake::welcome_record(lane, me)?).encode())
 }
 
 /// REJECT with a reason and detail (cut to the wire's bound).

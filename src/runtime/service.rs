@@ -26,7 +26,7 @@
 //! # }
 //! ```
 //!
-//! # Semantics (seed 003 "What a method does to the world")
+//! # Semantics: what a method does to the world (MISSION K1)
 //!
 //! | semantics | repeating it | example |
 //! |---|---|---|

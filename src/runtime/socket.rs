@@ -97,7 +97,7 @@ pub const ZAP_ENDPOINT: &str = "inproc://zeromq.zap.01";
 
 /// Why a send did not happen. Either way nothing was queued.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum SendError {
+pub enum SocketSendError {
     /// The pipe is full (HWM): the link cannot take the record now.
     #[error("pipe full (high-water mark)")]
     Full,
@@ -183,7 +183,7 @@ impl AsRef<[u8]> for OwnedMessage {
 /// in-memory implementations stand in for it in tests.
 pub trait FrameSocket {
     /// Sends one record (all frames) without blocking.
-    fn send_frames(&self, frames: &[&[u8]]) -> Result<(), SendError>;
+    fn send_frames(&self, frames: &[&[u8]]) -> Result<(), SocketSendError>;
     /// Receives one whole record without blocking; `Ok(None)` when nothing is queued. The
     /// last frame of a record of two frames or more is [`Frame::Shared`] if it is at least
     /// [`SHARE_MIN`] bytes long.
@@ -210,7 +210,7 @@ pub fn share_last(frames: &mut [Frame]) {
 }
 
 impl FrameSocket for zmq::Socket {
-    fn send_frames(&self, frames: &[&[u8]]) -> Result<(), SendError> {
+    fn send_frames(&self, frames: &[&[u8]]) -> Result<(), SocketSendError> {
         let last = frames.len().saturating_sub(1);
         for (i, f) in frames.iter().enumerate() {
             let flags = zmq::DONTWAIT | if i < last { zmq::SNDMORE } else { 0 };
@@ -218,9 +218,9 @@ impl FrameSocket for zmq::Socket {
                 // libzmq makes multipart sends atomic: a failure on the first frame queues
                 // nothing, and later frames of an accepted message cannot fail with these.
                 return Err(match e {
-                    zmq::Error::EAGAIN => SendError::Full,
-                    zmq::Error::EHOSTUNREACH => SendError::Unreachable,
-                    other => SendError::Other(other),
+                    zmq::Error::EAGAIN => SocketSendError::Full,
+                    zmq::Error::EHOSTUNREACH => SocketSendError::Unreachable,
+                    other => SocketSendError::Other(other),
                 });
             }
         }

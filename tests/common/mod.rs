@@ -10,13 +10,16 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
+use zmesh::proto::discovery::{Descriptor, MeshEndpoints};
+use zmesh::proto::handshake::{Membership, Role};
+use zmesh::runtime::store::{Watch, WatchEvent};
 use zmesh::runtime::{EventStream, NodeEvent};
 
-#[path = "../../src/bin/zmesh/ports.rs"]
+#[path = "../../zmesh-cli/src/ports.rs"]
 mod ports;
 
 /// A free port on 127.0.0.1, below the kernel's ephemeral range: no outgoing connection takes
-/// it between this call and the test's bind (`src/bin/zmesh/ports.rs`).
+/// it between this call and the test's bind (`zmesh-cli/src/ports.rs`).
 pub fn free_port() -> u16 {
     ports::free_loopback_port().expect("a free port on 127.0.0.1")
 }
@@ -24,6 +27,35 @@ pub fn free_port() -> u16 {
 /// A free tcp endpoint on 127.0.0.1 ([`free_port`]).
 pub fn free_tcp() -> String {
     format!("tcp://127.0.0.1:{}", free_port())
+}
+
+/// The descriptor the store contract tests put (tests/discovery_store.rs for SQLite,
+/// zmesh-cli/tests/discovery_etcd.rs for etcd): `rid` at `generation`, a Server of "orders"
+/// whose RouteMesh endpoints nothing dials.
+pub fn desc(rid: &str, generation: u64) -> Descriptor {
+    Descriptor {
+        rid: rid.into(),
+        generation,
+        security_identity: rid.into(),
+        memberships: vec![Membership {
+            role: Role::Server,
+            channel: "orders".into(),
+        }],
+        route_mesh: Some(MeshEndpoints {
+            application: "tcp://127.0.0.1:1".into(),
+            completion: "tcp://127.0.0.1:2".into(),
+        }),
+        server: None,
+        publishers: Vec::new(),
+    }
+}
+
+/// The next event of a store watch; fails the test after `bound`, or if the watch ended.
+pub async fn next_watch_event(w: &mut Watch, bound: Duration) -> WatchEvent {
+    tokio::time::timeout(bound, w.next())
+        .await
+        .expect("a watch event within the bound")
+        .expect("watch still running")
 }
 
 /// A fresh ipc endpoint in one shared directory under the temp directory (one directory for

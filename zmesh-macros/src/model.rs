@@ -7,7 +7,7 @@ use syn::parse::Parser;
 use syn::spanned::Spanned;
 use syn::{
     Attribute, FnArg, GenericArgument, Ident, ItemTrait, LitInt, LitStr, Pat, PathArguments,
-    ReturnType, TraitItem, TraitItemFn, Type,
+    ReturnType, Signature, TraitItem, TraitItemFn, Type,
 };
 
 /// The longest channel name the wire carries (WIRE.md: names are 1..=255 bytes).
@@ -275,6 +275,42 @@ fn read_method(f: &mut TraitItemFn, errors: &mut Errors) -> Option<Method> {
     let before = errors.0.is_some();
     let name = f.sig.ident.clone();
     let (semantics, conflate) = take_semantics(&mut f.attrs, errors);
+    check_signature(f, &name, errors);
+    let sig = &f.sig;
+    let mut inputs = sig.inputs.iter();
+    check_receiver(inputs.next(), sig, &name, errors);
+    let Params {
+        context,
+        stream,
+        args,
+        params,
+    } = read_params(inputs, &name, conflate, errors);
+    let output = read_output(sig, &name, errors);
+    if errors.0.is_some() && !before {
+        return None;
+    }
+    let docs = f
+        .attrs
+        .iter()
+        .filter(|a| a.path().is_ident("doc"))
+        .cloned()
+        .collect();
+    Some(Method {
+        name,
+        docs,
+        semantics,
+        conflate,
+        context,
+        stream,
+        args,
+        params,
+        output,
+    })
+}
+
+/// Refuses what a service method's signature cannot be: not `async`, generic, `const`,
+/// `unsafe`, with an ABI, variadic, with a body in the trait, or named as a generated item.
+fn check_signature(f: &TraitItemFn, name: &Ident, errors: &mut Errors) {
     let sig = &f.sig;
     if sig.asyncness.is_none() {
         errors.on(
@@ -323,8 +359,11 @@ fn read_method(f: &mut TraitItemFn, errors: &mut Errors) -> Option<Method> {
             ),
         );
     }
-    let mut inputs = sig.inputs.iter();
-    match inputs.next() {
+}
+
+/// Refuses a method whose first input is not `&self`.
+fn check_receiver(first: Option<&FnArg>, sig: &Signature, name: &Ident, errors: &mut Errors) {
+    match first {
         Some(FnArg::Receiver(r)) if r.reference.is_some() && r.mutability.is_none() => {}
         Some(other) => errors.on(
             other,
@@ -338,6 +377,28 @@ fn read_method(f: &mut TraitItemFn, errors: &mut Errors) -> Option<Method> {
             format!("service method `{name}` takes `&self` first"),
         ),
     }
+}
+
+/// A method's inputs after `&self`, as [`read_params`] reads them.
+struct Params {
+    /// The position of the request context among them, if any.
+    context: Option<usize>,
+    /// The item type of an `Items<T>` input, if any.
+    stream: Option<Type>,
+    /// The call's arguments, in order.
+    args: Vec<(Ident, Type)>,
+    /// Every input as declared.
+    params: Vec<Param>,
+}
+
+/// Reads a method's inputs after `&self`: at most one `Context` and one `Items<T>` (not in a
+/// conflating method), the rest plain, owned arguments.
+fn read_params<'a>(
+    inputs: impl Iterator<Item = &'a FnArg>,
+    name: &Ident,
+    conflate: bool,
+    errors: &mut Errors,
+) -> Params {
     let mut context = None;
     let mut stream = None;
     let mut args = Vec::new();
@@ -398,7 +459,17 @@ fn read_method(f: &mut TraitItemFn, errors: &mut Errors) -> Option<Method> {
         args.push((arg.clone(), (*pt.ty).clone()));
         params.push(Param::Arg(arg));
     }
-    let output = match &sig.output {
+    Params {
+        context,
+        stream,
+        args,
+        params,
+    }
+}
+
+/// What a method returns: a `Result`'s `Ok` type, or the value; refuses borrowed types.
+fn read_output(sig: &Signature, name: &Ident, errors: &mut Errors) -> Output {
+    match &sig.output {
         ReturnType::Default => Output::Value(syn::parse_quote!(())),
         ReturnType::Type(_, ty) => {
             if let Some(problem) = unowned(ty) {
@@ -414,27 +485,7 @@ fn read_method(f: &mut TraitItemFn, errors: &mut Errors) -> Option<Method> {
                 None => Output::Value((**ty).clone()),
             }
         }
-    };
-    if errors.0.is_some() && !before {
-        return None;
     }
-    let docs = f
-        .attrs
-        .iter()
-        .filter(|a| a.path().is_ident("doc"))
-        .cloned()
-        .collect();
-    Some(Method {
-        name,
-        docs,
-        semantics,
-        conflate,
-        context,
-        stream,
-        args,
-        params,
-        output,
-    })
 }
 
 /// Takes `#[query]`, `#[idempotent]`, `#[idempotent(conflate)]`, `#[non_repeatable]` off a

@@ -1,4 +1,4 @@
-//! Batching policy (MISSION K5, seed 003 "Batching calls into one frame").
+//! Batching policy: several calls in one BATCH message (MISSION K5, WIRE.md §4.12).
 //!
 //! A BATCH is an envelope, never a transaction: every call in it is authorized, deadlined,
 //! ACCEPTed and answered on its own. This module holds the two bounds and how a run of calls

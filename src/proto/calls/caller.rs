@@ -409,7 +409,7 @@ impl<K: Copy + Eq + Hash> CallTable<K> {
     /// Connection `conn` left ready at `now` (any reason: orderly close, transport error,
     /// deadline exceeded, replacement, MISSION F1). Every pending call on it completes at
     /// once (MISSION C2): [`CallState::Issued`] with [`CallError::TransportRefused`] (the
-    /// frame never left: seed 002 §6 "route not connected"), [`CallState::Sent`] and
+    /// frame never left: its route was not connected), [`CallState::Sent`] and
     /// [`CallState::Accepted`] with [`CallError::OutcomeUnknown`] ("may have run"). Calls on
     /// other connections are untouched. Returns how many calls failed.
     pub fn handle_connection_lost(&mut self, conn: K, now: Instant) -> usize {

@@ -65,8 +65,7 @@ pub enum RemoteCode {
     /// run (the serve side never lets a handler send this code, see
     /// [`super::ServeTable::handle_done`]).
     Timeout,
-    /// The callee reports that a request of its own never left (seed 003: "certainly did not
-    /// run"). It did not run.
+    /// The callee reports that a request of its own never left: it certainly did not run.
     TransportError,
     /// The callee is stopping. Without knowing whether it had accepted the call this says
     /// nothing certain, so: may have run.
@@ -135,7 +134,7 @@ impl RemoteCode {
         }
     }
 
-    /// Whether a handler may answer with this code (MISSION K6, seed 003 "Errors"): the
+    /// Whether a handler may answer with this code (MISSION K6): the
     /// allow-list `Exception`, `Unauthorized`, `Forbidden`, `InvalidParams`,
     /// `IncompatibleVersion`, `ClassNotFound`, `MethodNotFound`, `TransportError`, `Timeout`,
     /// `UnknownOutcome`. `Busy`, `Superseded`, `NotFound` and `Unavailable` are the runtime's

@@ -22,7 +22,7 @@
 //! "Did not run" is only claimed with proof: the frame never left this node, or the callee's
 //! answer says it never dispatched the method.
 //!
-//! # No timeout is needed (seed 000)
+//! # No timeout is needed (MISSION C2)
 //!
 //! A call is a lease on the connection that accepted it: when that connection leaves ready,
 //! its calls fail at once ([`CallTable::handle_connection_lost`]). A call without a ttl has no

@@ -185,8 +185,8 @@ enum ServePhase {
 /// On the wire, `Timeout` means "refused: the ttl ran out before dispatch", which callers
 /// read as "did not run". A handler cannot say that about a call it ran, so
 /// [`Self::handle_done`] sends a handler's own `Timeout` (a downstream timeout, say) as
-/// `UnknownOutcome`, which is what it means for the caller (seed 003: "Timeout is the same
-/// uncertainty with a more specific cause").
+/// `UnknownOutcome`, which is what it means for the caller: a timeout is the same
+/// uncertainty with a more specific cause (MISSION C3).
 ///
 /// # Polling order
 ///

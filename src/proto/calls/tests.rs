@@ -464,8 +464,10 @@ fn c4_lost_connection_orphans_running_calls() {
     assert_eq!(serve.stats().orphaned, 2);
 }
 
-/// MISSION K6: the handler allow-list is exactly the nine codes of seed 003 plus Exception;
-/// the runtime's own codes are not on it.
+/// MISSION K6: the handler allow-list is exactly Exception and the nine codes a handler may
+/// choose (Unauthorized, Forbidden, InvalidParams, IncompatibleVersion, ClassNotFound,
+/// MethodNotFound, TransportError, Timeout, UnknownOutcome); the runtime's own codes are not
+/// on it.
 #[test]
 fn k6_handler_allow_list() {
     use RemoteCode::*;

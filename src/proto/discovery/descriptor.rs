@@ -1,5 +1,5 @@
-//! The node descriptor: what a node publishes to the Store so that peers can find it (MISSION
-//! Terms; seed 002 §5), and its versioned JSON form.
+//! The node descriptor: what a node publishes to the store so that peers can find it (MISSION
+//! D1), and its versioned JSON form.
 //!
 //! # JSON form, format 1
 //!
@@ -30,6 +30,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::proto::handshake::{Expectation, Identity, Membership, Role};
+use crate::proto::wire::{Label, Name};
 
 /// The descriptor format this build writes and reads.
 pub const DESCRIPTOR_FORMAT: u32 = 1;
@@ -119,13 +120,13 @@ impl Descriptor {
     /// Checks every field's range.
     pub fn validate(&self) -> Result<(), DescriptorError> {
         let bad = |m: String| Err(DescriptorError::Invalid(m));
-        if self.rid.is_empty() || self.rid.len() > 255 {
+        if !Name::fits(self.rid.len()) {
             return bad(format!("rid must be 1..=255 bytes, got {}", self.rid.len()));
         }
         if self.generation == 0 {
             return bad("generation must not be 0".into());
         }
-        if self.security_identity.len() > 255 {
+        if !Label::fits(self.security_identity.len()) {
             return bad("security_identity must be at most 255 bytes".into());
         }
         if self.memberships.len() > MAX_DESCRIPTOR_ITEMS
@@ -134,7 +135,7 @@ impl Descriptor {
             return bad("too many memberships or publishers".into());
         }
         for m in &self.memberships {
-            if m.channel.is_empty() || m.channel.len() > 255 {
+            if !Name::fits(m.channel.len()) {
                 return bad(format!("channel {:?} must be 1..=255 bytes", m.channel));
             }
         }

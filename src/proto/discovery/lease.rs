@@ -1,7 +1,7 @@
 //! The owner lease (MISSION D3, F5): a node's descriptor lives in the store under a lease of
 //! [`LEASE_TTL`] that the node renews every [`LEASE_RENEW_INTERVAL`], on its own schedule.
 //!
-//! The lease and transport liveness never look at each other (seed 002 §7, MISSION F5):
+//! The lease and transport liveness never look at each other (MISSION D3, F5):
 //!
 //! - the renewal interval (4 s) is not the probe interval (5 s) and no option merges them;
 //! - a probe, ACK or beacon never renews or re-validates a lease: only the store's answer to a
@@ -29,7 +29,7 @@ use serde::Serialize;
 pub const LEASE_TTL: Duration = Duration::from_secs(20);
 
 /// How often the lease is renewed: five renewals per TTL, so four in a row may fail before the
-/// lease can expire. Deliberately not the probe interval (5 s, seed 002 §7).
+/// lease can expire. Deliberately not the probe interval (5 s, WIRE.md §5.2; MISSION D3).
 pub const LEASE_RENEW_INTERVAL: Duration = Duration::from_secs(4);
 
 /// How soon a store operation that failed is tried again.

@@ -26,6 +26,21 @@ pub enum FanoutInput {
     },
 }
 
+impl FanoutInput {
+    /// The input a message is, from what the wire codec made of it: `Ok(true)` the exact
+    /// beacon, `Ok(false)` a well-formed record, `Err` the codec's error (a malformed message
+    /// on the reserved beacon topic is told apart: it is a protocol error of the publisher).
+    pub fn from_decoded(decoded: Result<bool, &crate::proto::wire::WireError>) -> FanoutInput {
+        match decoded {
+            Ok(true) => FanoutInput::Beacon,
+            Ok(false) => FanoutInput::Record,
+            Err(e) => FanoutInput::Malformed {
+                reserved_topic: e.class() == "reserved_topic",
+            },
+        }
+    }
+}
+
 /// What the shell must do with a message after [`PublisherWatch::handle_input`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]

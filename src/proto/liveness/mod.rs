@@ -1,4 +1,4 @@
-//! Liveness state machines (MISSION L1-L8, seed 002 §2-§5).
+//! Liveness state machines (MISSION L1-L8; WIRE.md §5.2, §7.1, §7.3).
 //!
 //! | machine | watches | evidence | verdict |
 //! |---|---|---|---|

@@ -100,7 +100,7 @@ use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::time::{Duration, Instant};
 
 /// Records one unit may hand out per turn (one turn per rotation): fixed by the contract
-/// (MISSION R2, seed 002 §4), not configurable.
+/// (MISSION R2), not configurable.
 pub const RECEIVE_COUNT_CAP: usize = 64;
 
 /// Bytes one unit may hand out per turn; the record that crosses the cap is still handed out.

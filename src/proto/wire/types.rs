@@ -179,6 +179,12 @@ impl<const MIN: usize, const MAX: usize> BoundedStr<MIN, MAX> {
     /// Compile-time guard: the bound must fit the u16 wire length.
     const FITS_U16: () = assert!(MIN <= MAX && MAX <= u16::MAX as usize);
 
+    /// Whether a string of `len` bytes fits (`MIN..=MAX`): the one length check of names
+    /// and labels, for code that holds a `&str` it does not wrap.
+    pub const fn fits(len: usize) -> bool {
+        MIN <= len && len <= MAX
+    }
+
     /// Checks the length of `s` (in bytes). Fails with class `invalid_field`.
     pub fn new(s: impl Into<String>) -> Result<Self, WireError> {
         let s = s.into();
@@ -196,7 +202,7 @@ impl<const MIN: usize, const MAX: usize> BoundedStr<MIN, MAX> {
 
     fn check_len(len: usize, field: &'static str) -> Result<(), WireError> {
         let () = Self::FITS_U16;
-        if (MIN..=MAX).contains(&len) {
+        if Self::fits(len) {
             Ok(())
         } else {
             Err(WireError::invalid(None, field, "length out of range"))

@@ -5,8 +5,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::{
-    Begin, Fingerprint, IdempotencyStore, Outcome, Owner, Record, RecordState, ScopedKey,
-    StoreError, StoreFuture,
+    Begin, Fingerprint, IdempotencyFuture, IdempotencyStore, IdempotencyStoreError, Outcome, Owner,
+    Record, RecordState, ScopedKey,
 };
 
 /// Every this many `begin`s, sweep the whole map for expired records, so the cost of
@@ -17,7 +17,7 @@ const SWEEP_EVERY: u32 = 64;
 ///
 /// It is not an answer to the problem MISSION K3 solves. It dies with the process, which is
 /// exactly when a durable store would earn its keep: after a crash, a redelivered command
-/// finds nothing here and runs again. Use [`SqliteStore`](super::SqliteStore) (or another
+/// finds nothing here and runs again. Use [`SqliteIdempotencyStore`](super::SqliteIdempotencyStore) (or another
 /// durable [`IdempotencyStore`]) to run a command once.
 ///
 /// Expiry is measured on the monotonic clock (`Instant`), which is right for records that
@@ -107,14 +107,14 @@ impl MemoryStore {
         key: &ScopedKey,
         outcome: &Outcome,
         now: Instant,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), IdempotencyStoreError> {
         let mut inner = self.lock();
         match inner.records.get_mut(key) {
             Some(entry) if entry.is_live(now) && entry.record.state == RecordState::InProgress => {
                 entry.record.state = RecordState::Done(outcome.clone());
                 Ok(())
             }
-            _ => Err(StoreError::NotInProgress),
+            _ => Err(IdempotencyStoreError::NotInProgress),
         }
     }
 
@@ -134,17 +134,17 @@ impl IdempotencyStore for MemoryStore {
         fingerprint: &Fingerprint,
         owner: &Owner,
         retention: Duration,
-    ) -> StoreFuture<'_, Begin> {
+    ) -> IdempotencyFuture<'_, Begin> {
         let answer = self.begin_now(key, fingerprint, owner, retention, Instant::now());
         Box::pin(std::future::ready(Ok(answer)))
     }
 
-    fn complete(&self, key: &ScopedKey, outcome: &Outcome) -> StoreFuture<'_, ()> {
+    fn complete(&self, key: &ScopedKey, outcome: &Outcome) -> IdempotencyFuture<'_, ()> {
         let answer = self.complete_now(key, outcome, Instant::now());
         Box::pin(std::future::ready(answer))
     }
 
-    fn remove_expired(&self) -> StoreFuture<'_, u64> {
+    fn remove_expired(&self) -> IdempotencyFuture<'_, u64> {
         let removed = self.remove_expired_now(Instant::now());
         Box::pin(std::future::ready(Ok(removed)))
     }
@@ -193,7 +193,7 @@ mod tests {
         };
         assert_eq!(
             store.complete_now(&key, &outcome, t0 + retention),
-            Err(StoreError::NotInProgress),
+            Err(IdempotencyStoreError::NotInProgress),
             "an expired record cannot be completed"
         );
         assert_eq!(

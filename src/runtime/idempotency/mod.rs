@@ -19,18 +19,18 @@
 //!     |-- Existing(InProgress), owner = me -----> attach to the call still running here
 //!     |-- Existing(InProgress), other owner ----> UnknownOutcome (it may have run; never re-run)
 //!     |-- Existing(..), other fingerprint ------> InvalidParams (same key, different call)
-//!     '-- Err(StoreError) ----------------------> UnknownOutcome, handler NOT run
+//!     '-- Err(IdempotencyStoreError) ----------------------> UnknownOutcome, handler NOT run
 //! ```
 //!
 //! The runtime, not this module, makes those decisions; this module is the trait, the key and
-//! fingerprint helpers and two stores: [`MemoryStore`] for tests and [`SqliteStore`], a durable
+//! fingerprint helpers and two stores: [`MemoryStore`] for tests and [`SqliteIdempotencyStore`], a durable
 //! store in one SQLite file.
 //!
 //! Two rules of K3 shape the interface:
 //! - The outcome is recorded before the answer is sent. The other order leaves a window where
 //!   the caller has the result and the store does not, and a retry in that window runs the
 //!   command twice.
-//! - A store that cannot be reached refuses the command. Every [`StoreError`] from
+//! - A store that cannot be reached refuses the command. Every [`IdempotencyStoreError`] from
 //!   [`IdempotencyStore::begin`] makes the runtime answer `UnknownOutcome` without running the
 //!   handler: failing open would turn an unreachable guard into exactly the double execution it
 //!   was installed to prevent.
@@ -49,7 +49,7 @@ use sha2::{Digest, Sha256};
 
 pub(crate) use guard::Guard;
 pub use memory::MemoryStore;
-pub use sqlite::SqliteStore;
+pub use sqlite::SqliteIdempotencyStore;
 
 /// How long a record is kept when the caller of [`IdempotencyStore::begin`] has no reason to
 /// choose otherwise: 24 hours, long enough for an operator to come back and retry a command
@@ -59,7 +59,8 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 /// The future every store operation returns: boxed so that [`IdempotencyStore`] stays
 /// dyn-compatible (the runtime holds an `Arc<dyn IdempotencyStore>`), and `Send` so it can be
 /// awaited on any tokio worker.
-pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+pub type IdempotencyFuture<'a, T> =
+    Pin<Box<dyn Future<Output = Result<T, IdempotencyStoreError>> + Send + 'a>>;
 
 /// Somewhere to record what a non-repeatable command did (MISSION K3).
 ///
@@ -85,21 +86,21 @@ pub trait IdempotencyStore: Send + Sync {
         fingerprint: &Fingerprint,
         owner: &Owner,
         retention: Duration,
-    ) -> StoreFuture<'_, Begin>;
+    ) -> IdempotencyFuture<'_, Begin>;
 
     /// Records `outcome` on the in-progress record under `key`, making it
     /// [`Done`](RecordState::Done). Must complete before the REPLY is sent.
     ///
-    /// Fails with [`StoreError::NotInProgress`] if there is no live record under `key` or it
+    /// Fails with [`IdempotencyStoreError::NotInProgress`] if there is no live record under `key` or it
     /// is already done. The record keeps the expiry it was given by `begin`.
     ///
     /// A failure here comes after the command ran: the record stays in progress, so a retry
     /// is answered `UnknownOutcome`, never run again.
-    fn complete(&self, key: &ScopedKey, outcome: &Outcome) -> StoreFuture<'_, ()>;
+    fn complete(&self, key: &ScopedKey, outcome: &Outcome) -> IdempotencyFuture<'_, ()>;
 
     /// Deletes every expired record and answers how many went. The stores also evict on their
     /// own as they go; this is for a caller that wants the space back now.
-    fn remove_expired(&self) -> StoreFuture<'_, u64>;
+    fn remove_expired(&self) -> IdempotencyFuture<'_, u64>;
 }
 
 /// The answer to [`IdempotencyStore::begin`].
@@ -161,7 +162,7 @@ pub struct Owner {
 /// `UnknownOutcome` rather than run it unguarded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum StoreError {
+pub enum IdempotencyStoreError {
     /// The store cannot be opened, read or written (I/O or SQLite error text).
     #[error("idempotency store unavailable: {0}")]
     Unavailable(String),

@@ -26,19 +26,27 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
-use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use super::{
-    Begin, Fingerprint, IdempotencyStore, Outcome, Owner, Record, RecordState, ScopedKey,
-    StoreError, StoreFuture,
+    Begin, Fingerprint, IdempotencyFuture, IdempotencyStore, IdempotencyStoreError, Outcome, Owner,
+    Record, RecordState, ScopedKey,
 };
 use crate::durable_time::unix_millis_now;
+use crate::runtime::sqlite_file::{self, FileError, FileId, FileSettings, Synchronous};
 
 /// The schema version this build reads and writes (`PRAGMA user_version`).
 const SCHEMA_VERSION: i64 = 1;
 
-/// How long a statement waits for another connection (or process) holding the write lock.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How the file is opened: a statement waits up to 5 s for another process holding the write
+/// lock, because a `begin` or `complete` that gives up fails the command it guards;
+/// `synchronous=FULL`, so a record is on disk before the REPLY it allows is sent; the path
+/// may be a `file:` URI.
+const FILE: FileSettings = FileSettings {
+    busy_timeout: Duration::from_secs(5),
+    synchronous: Synchronous::Full,
+    uri: true,
+};
 
 /// Every this many `begin`s on one store, delete every expired row in the same transaction.
 const SWEEP_EVERY: u32 = 64;
@@ -70,7 +78,7 @@ CREATE INDEX IF NOT EXISTS idempotency_records_expiry ON idempotency_records (ex
 ///
 /// SQLite calls block, so each operation runs on tokio's blocking pool (`spawn_blocking`)
 /// over one connection behind a mutex: the returned futures are `Send` and never block a
-/// runtime worker, but must be polled inside a tokio runtime ([`StoreError::NoRuntime`]
+/// runtime worker, but must be polled inside a tokio runtime ([`IdempotencyStoreError::NoRuntime`]
 /// otherwise). Dropping a returned future does not cancel the operation: a `begin` whose
 /// caller went away may still leave an in-progress record, which is the safe direction (a
 /// retry is answered `UnknownOutcome`, never run twice).
@@ -78,7 +86,7 @@ CREATE INDEX IF NOT EXISTS idempotency_records_expiry ON idempotency_records (ex
 /// Expired rows are deleted by [`remove_expired`](IdempotencyStore::remove_expired), every
 /// 64 `begin`s, and by a `begin` that finds an expired row under its own key.
 #[derive(Clone)]
-pub struct SqliteStore {
+pub struct SqliteIdempotencyStore {
     inner: Arc<Mutex<Inner>>,
     /// The path or URI it was opened with, for Debug (which must not wait for the lock).
     path: Arc<str>,
@@ -90,74 +98,55 @@ struct Inner {
     /// The database file and its identity (device, inode) when opened: a file removed or
     /// replaced while the store is open is detected, because SQLite would go on writing to
     /// the old, unlinked file and the records would be lost at the next start.
-    file: Option<(std::path::PathBuf, (u64, u64))>,
+    file: Option<(std::path::PathBuf, FileId)>,
 }
 
-/// The (device, inode) of `path`, if it exists.
-fn file_identity(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
-}
-
-impl fmt::Debug for SqliteStore {
+impl fmt::Debug for SqliteIdempotencyStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SqliteStore")
+        f.debug_struct("SqliteIdempotencyStore")
             .field("path", &self.path)
             .finish_non_exhaustive()
     }
 }
 
-impl SqliteStore {
-    /// [`SqliteStore::open`] for async code: the file I/O runs on tokio's blocking pool, so
+impl SqliteIdempotencyStore {
+    /// [`SqliteIdempotencyStore::open`] for async code: the file I/O runs on tokio's blocking pool, so
     /// the calling task's worker thread keeps running other tasks meanwhile. Must be called
     /// within a tokio runtime.
     ///
     /// # Errors
-    /// Those of [`SqliteStore::open`]; [`StoreError::Unavailable`] if the blocking task
+    /// Those of [`SqliteIdempotencyStore::open`]; [`IdempotencyStoreError::Unavailable`] if the blocking task
     /// could not run to its end (the runtime is shutting down).
-    pub async fn open_async(path: impl Into<std::path::PathBuf>) -> Result<Self, StoreError> {
+    pub async fn open_async(
+        path: impl Into<std::path::PathBuf>,
+    ) -> Result<Self, IdempotencyStoreError> {
         let path = path.into();
-        tokio::task::spawn_blocking(move || SqliteStore::open(path))
+        tokio::task::spawn_blocking(move || SqliteIdempotencyStore::open(path))
             .await
             .map_err(|e| {
-                StoreError::Unavailable(format!("opening the store did not finish: {e}"))
+                IdempotencyStoreError::Unavailable(format!("opening the store did not finish: {e}"))
             })?
     }
 
     /// Opens the store at `path`, creating the file and its table if they do not exist.
     ///
     /// `path` may also be an SQLite `file:` URI (for example with `?mode=ro`). Blocks on file
-    /// I/O: call it at startup, or from async code through [`SqliteStore::open_async`].
+    /// I/O: call it at startup, or from async code through [`SqliteIdempotencyStore::open_async`].
     ///
     /// # Errors
-    /// [`StoreError::Unavailable`] if the file cannot be opened, created or switched to WAL
-    /// mode; [`StoreError::Corrupt`] if it is not an SQLite database;
-    /// [`StoreError::UnsupportedSchema`] if it was written by a build with another schema.
-    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_URI
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    /// [`IdempotencyStoreError::Unavailable`] if the file cannot be opened, created or switched to WAL
+    /// mode; [`IdempotencyStoreError::Corrupt`] if it is not an SQLite database;
+    /// [`IdempotencyStoreError::UnsupportedSchema`] if it was written by a build with another schema.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, IdempotencyStoreError> {
         let path = path.as_ref();
-        let mut conn = Connection::open_with_flags(path, flags).map_err(store_error)?;
-        conn.busy_timeout(BUSY_TIMEOUT).map_err(store_error)?;
-        let mode: String = conn
-            .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
-            .map_err(store_error)?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            return Err(StoreError::Unavailable(format!(
-                "cannot switch the store to WAL mode (journal_mode is {mode})"
-            )));
-        }
-        conn.pragma_update(None, "synchronous", "FULL")
-            .map_err(store_error)?;
+        let mut conn = sqlite_file::open(path, &FILE)?;
         ensure_schema(&mut conn)?;
         let file = conn
             .path()
             .filter(|p| !p.is_empty())
             .map(std::path::PathBuf::from)
-            .and_then(|p| file_identity(&p).map(|id| (p, id)));
-        Ok(SqliteStore {
+            .and_then(|p| sqlite_file::file_id(&p).ok().map(|id| (p, id)));
+        Ok(SqliteIdempotencyStore {
             inner: Arc::new(Mutex::new(Inner {
                 conn,
                 begins_since_sweep: 0,
@@ -168,44 +157,46 @@ impl SqliteStore {
     }
 
     /// Runs `op` on the blocking pool with the connection locked.
-    fn run<T, F>(&self, op: F) -> StoreFuture<'static, T>
+    fn run<T, F>(&self, op: F) -> IdempotencyFuture<'static, T>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Inner) -> Result<T, StoreError> + Send + 'static,
+        F: FnOnce(&mut Inner) -> Result<T, IdempotencyStoreError> + Send + 'static,
     {
         let inner = Arc::clone(&self.inner);
         Box::pin(async move {
-            let handle =
-                tokio::runtime::Handle::try_current().map_err(|_| StoreError::NoRuntime)?;
+            let handle = tokio::runtime::Handle::try_current()
+                .map_err(|_| IdempotencyStoreError::NoRuntime)?;
             handle
                 .spawn_blocking(move || op(&mut lock(&inner)))
                 .await
-                .map_err(|e| StoreError::Unavailable(format!("store worker failed: {e}")))?
+                .map_err(|e| {
+                    IdempotencyStoreError::Unavailable(format!("store worker failed: {e}"))
+                })?
         })
     }
 }
 
-impl IdempotencyStore for SqliteStore {
+impl IdempotencyStore for SqliteIdempotencyStore {
     fn begin(
         &self,
         key: &ScopedKey,
         fingerprint: &Fingerprint,
         owner: &Owner,
         retention: Duration,
-    ) -> StoreFuture<'_, Begin> {
+    ) -> IdempotencyFuture<'_, Begin> {
         let key = key.clone();
         let fingerprint = *fingerprint;
         let owner = owner.clone();
         self.run(move |inner| inner.begin(&key, &fingerprint, &owner, retention))
     }
 
-    fn complete(&self, key: &ScopedKey, outcome: &Outcome) -> StoreFuture<'_, ()> {
+    fn complete(&self, key: &ScopedKey, outcome: &Outcome) -> IdempotencyFuture<'_, ()> {
         let key = key.clone();
         let outcome = outcome.clone();
         self.run(move |inner| inner.complete(&key, &outcome))
     }
 
-    fn remove_expired(&self) -> StoreFuture<'_, u64> {
+    fn remove_expired(&self) -> IdempotencyFuture<'_, u64> {
         self.run(Inner::remove_expired)
     }
 }
@@ -213,10 +204,10 @@ impl IdempotencyStore for SqliteStore {
 impl Inner {
     /// Fails when the database file is no longer the one the store opened (removed, or
     /// replaced by another file): writing on would record into a file nobody will read again.
-    fn check_file(&self) -> Result<(), StoreError> {
+    fn check_file(&self) -> Result<(), IdempotencyStoreError> {
         match &self.file {
-            Some((path, id)) if file_identity(path) != Some(*id) => {
-                Err(StoreError::Unavailable(format!(
+            Some((path, id)) if sqlite_file::file_id(path).ok() != Some(*id) => {
+                Err(IdempotencyStoreError::Unavailable(format!(
                     "the store file {} was removed or replaced while open",
                     path.display()
                 )))
@@ -231,7 +222,7 @@ impl Inner {
         fingerprint: &Fingerprint,
         owner: &Owner,
         retention: Duration,
-    ) -> Result<Begin, StoreError> {
+    ) -> Result<Begin, IdempotencyStoreError> {
         self.check_file()?;
         self.begins_since_sweep += 1;
         let sweep = self.begins_since_sweep >= SWEEP_EVERY;
@@ -288,7 +279,11 @@ impl Inner {
         Ok(Begin::Started)
     }
 
-    fn complete(&mut self, key: &ScopedKey, outcome: &Outcome) -> Result<(), StoreError> {
+    fn complete(
+        &mut self,
+        key: &ScopedKey,
+        outcome: &Outcome,
+    ) -> Result<(), IdempotencyStoreError> {
         self.check_file()?;
         let changed = self
             .conn
@@ -306,12 +301,12 @@ impl Inner {
             )
             .map_err(store_error)?;
         if changed == 0 {
-            return Err(StoreError::NotInProgress);
+            return Err(IdempotencyStoreError::NotInProgress);
         }
         Ok(())
     }
 
-    fn remove_expired(&mut self) -> Result<u64, StoreError> {
+    fn remove_expired(&mut self) -> Result<u64, IdempotencyStoreError> {
         let removed = self
             .conn
             .execute(
@@ -346,9 +341,9 @@ impl RawRecord {
         })
     }
 
-    fn decode(self) -> Result<Record, StoreError> {
+    fn decode(self) -> Result<Record, IdempotencyStoreError> {
         let fingerprint = <[u8; 32]>::try_from(self.fingerprint.as_slice()).map_err(|_| {
-            StoreError::Corrupt(format!(
+            IdempotencyStoreError::Corrupt(format!(
                 "fingerprint is {} bytes, expected 32",
                 self.fingerprint.len()
             ))
@@ -356,12 +351,13 @@ impl RawRecord {
         let state = match (self.state, self.code, self.payload) {
             (STATE_IN_PROGRESS, None, None) => RecordState::InProgress,
             (STATE_DONE, Some(code), Some(payload)) => RecordState::Done(Outcome {
-                code: u8::try_from(code)
-                    .map_err(|_| StoreError::Corrupt(format!("reply code {code} is not a byte")))?,
+                code: u8::try_from(code).map_err(|_| {
+                    IdempotencyStoreError::Corrupt(format!("reply code {code} is not a byte"))
+                })?,
                 payload: Bytes::from(payload),
             }),
             (state, code, payload) => {
-                return Err(StoreError::Corrupt(format!(
+                return Err(IdempotencyStoreError::Corrupt(format!(
                     "state {state} with code {code:?} and {} payload",
                     if payload.is_some() { "a" } else { "no" }
                 )))
@@ -379,7 +375,7 @@ impl RawRecord {
 }
 
 /// Creates the table on a fresh file, accepts a file of this version, refuses any other.
-fn ensure_schema(conn: &mut Connection) -> Result<(), StoreError> {
+fn ensure_schema(conn: &mut Connection) -> Result<(), IdempotencyStoreError> {
     // Read first without a write lock, so opening an up-to-date file writes nothing.
     if user_version(conn)? == SCHEMA_VERSION {
         return Ok(());
@@ -396,14 +392,14 @@ fn ensure_schema(conn: &mut Connection) -> Result<(), StoreError> {
             tx.commit().map_err(store_error)
         }
         SCHEMA_VERSION => Ok(()),
-        found => Err(StoreError::UnsupportedSchema {
+        found => Err(IdempotencyStoreError::UnsupportedSchema {
             found,
             supported: SCHEMA_VERSION,
         }),
     }
 }
 
-fn user_version(conn: &Connection) -> Result<i64, StoreError> {
+fn user_version(conn: &Connection) -> Result<i64, IdempotencyStoreError> {
     conn.pragma_query_value(None, "user_version", |row| row.get(0))
         .map_err(store_error)
 }
@@ -414,12 +410,16 @@ fn lock(inner: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
     inner.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn store_error(error: rusqlite::Error) -> StoreError {
-    match error.sqlite_error_code() {
-        Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => {
-            StoreError::Corrupt(error.to_string())
+fn store_error(error: rusqlite::Error) -> IdempotencyStoreError {
+    FileError::from(error).into()
+}
+
+impl From<FileError> for IdempotencyStoreError {
+    fn from(error: FileError) -> IdempotencyStoreError {
+        match error {
+            FileError::Unavailable(e) => IdempotencyStoreError::Unavailable(e),
+            FileError::Corrupt(e) => IdempotencyStoreError::Corrupt(e),
         }
-        _ => StoreError::Unavailable(error.to_string()),
     }
 }
 
@@ -459,7 +459,7 @@ mod tests {
     #[tokio::test]
     async fn k3_store_file_removed_while_open_is_unavailable() {
         let path = temp_db("removed");
-        let store = SqliteStore::open(&path).expect("open");
+        let store = SqliteIdempotencyStore::open(&path).expect("open");
         let owner = Owner {
             rid: "n".into(),
             generation: 1,
@@ -478,7 +478,7 @@ mod tests {
             .begin(&key2, &fp, &owner, Duration::from_secs(60))
             .await;
         assert!(
-            matches!(begun, Err(StoreError::Unavailable(_))),
+            matches!(begun, Err(IdempotencyStoreError::Unavailable(_))),
             "{begun:?}"
         );
         let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
@@ -520,7 +520,7 @@ mod tests {
     #[test]
     fn k3_sqlite_rejects_malformed_rows() {
         let path = temp_db("malformed");
-        let store = SqliteStore::open(&path).expect("open");
+        let store = SqliteIdempotencyStore::open(&path).expect("open");
         let far = now_ms() + 60_000;
         // (key, fingerprint, state, code, payload)
         type Row<'a> = (&'a str, &'a [u8], i64, Option<i64>, Option<&'a [u8]>);
@@ -545,7 +545,7 @@ mod tests {
             let fp = Fingerprint::from_bytes([0; 32]);
             let answer = inner.begin(&key, &fp, &owner(), Duration::from_secs(60));
             assert!(
-                matches!(answer, Err(StoreError::Corrupt(_))),
+                matches!(answer, Err(IdempotencyStoreError::Corrupt(_))),
                 "{key}: {answer:?}"
             );
         }
@@ -557,13 +557,19 @@ mod tests {
     #[tokio::test]
     async fn k3_sqlite_open_async_opens_the_same_store() {
         let path = temp_db("async");
-        drop(SqliteStore::open_async(path.clone()).await.expect("open"));
+        drop(
+            SqliteIdempotencyStore::open_async(path.clone())
+                .await
+                .expect("open"),
+        );
         Connection::open(&path)
             .and_then(|c| c.pragma_update(None, "user_version", 2))
             .expect("bump version");
         assert_eq!(
-            SqliteStore::open_async(path.clone()).await.map(|_| ()),
-            Err(StoreError::UnsupportedSchema {
+            SqliteIdempotencyStore::open_async(path.clone())
+                .await
+                .map(|_| ()),
+            Err(IdempotencyStoreError::UnsupportedSchema {
                 found: 2,
                 supported: 1
             })
@@ -575,13 +581,13 @@ mod tests {
     #[test]
     fn k3_sqlite_refuses_unknown_schema_version() {
         let path = temp_db("schema");
-        drop(SqliteStore::open(&path).expect("open"));
+        drop(SqliteIdempotencyStore::open(&path).expect("open"));
         Connection::open(&path)
             .and_then(|c| c.pragma_update(None, "user_version", 2))
             .expect("bump version");
         assert_eq!(
-            SqliteStore::open(&path).map(|_| ()),
-            Err(StoreError::UnsupportedSchema {
+            SqliteIdempotencyStore::open(&path).map(|_| ()),
+            Err(IdempotencyStoreError::UnsupportedSchema {
                 found: 2,
                 supported: 1
             })
@@ -593,7 +599,7 @@ mod tests {
     #[test]
     fn k3_sqlite_begin_evicts_amortised() {
         let path = temp_db("sweep");
-        let store = SqliteStore::open(&path).expect("open");
+        let store = SqliteIdempotencyStore::open(&path).expect("open");
         let mut inner = lock(&store.inner);
         let past = now_ms() - 1;
         inner

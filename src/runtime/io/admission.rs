@@ -320,7 +320,7 @@ impl IoThread {
             LinkKind::ClientDial { .. } => Source::Server { rid },
         });
         let id = c.id;
-        // The 15 s deadline runs from ready (seed 002 §3).
+        // The 15 s deadline runs from ready (WIRE.md §5.2).
         c.live = Some(self.liveness.insert_connection(k, id, now));
         let rid = peer.rid.clone();
         for m in &peer.memberships {

@@ -28,7 +28,7 @@ use crate::proto::wire::Lane;
 use crate::proto::ConnId;
 use crate::runtime::calls::CallOptions;
 use crate::runtime::records;
-use crate::runtime::socket::SendError;
+use crate::runtime::socket::SocketSendError;
 
 /// Answers (ACCEPT, REPLY) held back by a full pipe, per link: the connection they are for,
 /// and the answers in order. An answer is owed to a caller that waits for it, so it is
@@ -72,7 +72,7 @@ impl HeldAnswers {
     fn flush(
         &mut self,
         current: impl Fn(LinkKey) -> Option<ConnId>,
-        mut send: impl FnMut(LinkKey, &[Vec<u8>]) -> Result<(), SendError>,
+        mut send: impl FnMut(LinkKey, &[Vec<u8>]) -> Result<(), SocketSendError>,
     ) {
         let links: Vec<LinkKey> = self.held.keys().copied().collect();
         for route in links {
@@ -85,7 +85,7 @@ impl HeldAnswers {
             while let Some(frames) = queue.pop_front() {
                 match send(route, &frames) {
                     Ok(()) => {}
-                    Err(SendError::Full) => {
+                    Err(SocketSendError::Full) => {
                         queue.push_front(frames);
                         self.held.insert(route, (conn, queue));
                         break;
@@ -253,7 +253,7 @@ impl IoThread {
         if !self.answers.is_waiting(route, conn) {
             match self.send_frames_on_link(route, &frames) {
                 Ok(()) => return true,
-                Err(SendError::Full) => {}
+                Err(SocketSendError::Full) => {}
                 Err(_) => return false,
             }
         }

@@ -409,7 +409,7 @@ impl IoThread {
                 self.subs[i].key = public_key;
                 self.subs[i].key_from_descriptor = from_descriptor;
                 if g != generation {
-                    // A new run of the publisher: a new socket (seed 002 §6).
+                    // A new run of the publisher: a new socket (WIRE.md §7.3).
                     if let Some(e) = self.discovered.subs.get_mut(&key) {
                         e.1 = generation;
                     }

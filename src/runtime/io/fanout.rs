@@ -304,13 +304,8 @@ impl IoThread {
 
     pub(super) fn on_fanout(&mut self, i: usize, frames: Vec<Frame>, now: Instant) {
         let decoded = records::decode_fanout(&frames, &self.subs[i].last_topic);
-        let input = match &decoded {
-            Ok(Fanout::Beacon) => FanoutInput::Beacon,
-            Ok(Fanout::Publish { .. }) => FanoutInput::Record,
-            Err(e) => FanoutInput::Malformed {
-                reserved_topic: e.class() == "reserved_topic",
-            },
-        };
+        let input =
+            FanoutInput::from_decoded(decoded.as_ref().map(|f| matches!(f, Fanout::Beacon)));
         let live = self.subs[i].live;
         let verdict = self.liveness.table_mut().handle_fanout(live, input, now);
         // A state change (ready) comes before the record that caused it.

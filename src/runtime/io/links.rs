@@ -767,7 +767,7 @@ impl IoThread {
                 (None, None) => continue,
             };
             let gone = self.send_slot(slot, Some(&route), &frames)
-                == Err(crate::runtime::socket::SendError::Unreachable);
+                == Err(crate::runtime::socket::SocketSendError::Unreachable);
             if gone {
                 self.fail_link(k, FailureReason::TransportError, "peer disconnected", now);
             }

@@ -23,7 +23,7 @@ use super::{IoThread, Key, LinkKey};
 use crate::proto::state::FailureReason;
 use crate::runtime::outbound::{Closed, Outgoing, SendQueue, SEND_QUEUE};
 use crate::runtime::records::Lane;
-use crate::runtime::socket::{FrameSocket, SendError as SocketError};
+use crate::runtime::socket::{FrameSocket, SocketSendError as SocketError};
 
 /// Records of one link sent in one go before another link (or the receive rotation) has its
 /// turn.

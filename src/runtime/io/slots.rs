@@ -219,9 +219,9 @@ impl IoThread {
         &self,
         k: LinkKey,
         frames: &[Vec<u8>],
-    ) -> Result<(), crate::runtime::socket::SendError> {
+    ) -> Result<(), crate::runtime::socket::SocketSendError> {
         let Some(c) = self.links.get(k).and_then(|l| l.conn.as_ref()) else {
-            return Err(crate::runtime::socket::SendError::Unreachable);
+            return Err(crate::runtime::socket::SocketSendError::Unreachable);
         };
         self.send_slot(c.slot, c.route.as_deref(), frames)
     }
@@ -234,14 +234,14 @@ impl IoThread {
         slot: SlotKey,
         route: Option<&[u8]>,
         frames: &[Vec<u8>],
-    ) -> Result<(), crate::runtime::socket::SendError> {
+    ) -> Result<(), crate::runtime::socket::SocketSendError> {
         match self.slots.get(slot) {
             Some(Some(s)) => {
                 let r = send_routed(&s.socket, route, frames);
                 self.ready.touch(Watch::Socket(slot));
                 r
             }
-            _ => Err(crate::runtime::socket::SendError::Unreachable),
+            _ => Err(crate::runtime::socket::SocketSendError::Unreachable),
         }
     }
 
@@ -249,7 +249,7 @@ impl IoThread {
         &mut self,
         k: LinkKey,
         frames: Vec<Vec<u8>>,
-    ) -> Result<(), crate::runtime::socket::SendError> {
+    ) -> Result<(), crate::runtime::socket::SocketSendError> {
         self.send_frames_on_link(k, &frames)
     }
 
@@ -284,7 +284,7 @@ pub(super) fn send_routed(
     socket: &zmq::Socket,
     route: Option<&[u8]>,
     frames: &[Vec<u8>],
-) -> Result<(), crate::runtime::socket::SendError> {
+) -> Result<(), crate::runtime::socket::SocketSendError> {
     let mut refs: Vec<&[u8]> = Vec::with_capacity(frames.len() + 1);
     if let Some(r) = route {
         refs.push(r);

@@ -32,7 +32,7 @@ use super::snapshot::Snapshot;
 use crate::config::{ConfigError, NodeConfig, SecurityConfig, SecurityMode};
 use crate::proto::contract::ServiceContract;
 use crate::proto::security::PublicKey;
-use crate::proto::wire::BEACON_TOPIC;
+use crate::proto::wire::{Name, BEACON_TOPIC, MAX_TOPIC_LEN};
 
 /// A running zmesh node. Cheap to clone; all clones drive the same I/O thread.
 #[derive(Clone)]
@@ -410,10 +410,7 @@ impl Node {
         channel: &str,
         payload: impl Into<Bytes>,
     ) -> Result<(), SendError> {
-        check_channel(channel)?;
-        let q = self.inner.table.peer(peer)?;
-        let mut one = [payload.into()];
-        self.enqueue(&q, channel, &mut one, true)
+        self.send_records(To::Peer(peer), channel, &mut [payload.into()])
             .await
             .map_err(|e| e.error)
     }
@@ -426,10 +423,8 @@ impl Node {
         channel: &str,
         payload: impl Into<Bytes>,
     ) -> Result<(), SendError> {
-        check_channel(channel)?;
-        let q = self.inner.table.peer(peer)?;
-        let mut one = [payload.into()];
-        self.push_all(&q, channel, &mut one).map_err(|e| e.error)
+        self.try_send_records(To::Peer(peer), channel, &mut [payload.into()])
+            .map_err(|e| e.error)
     }
 
     /// Sends several one-way records to `peer` on `channel`, in order, exactly as that many
@@ -445,13 +440,8 @@ impl Node {
         channel: &str,
         mut payloads: Vec<Bytes>,
     ) -> Result<(), BatchSendError> {
-        if payloads.is_empty() {
-            return Ok(());
-        }
-        let q = check_channel(channel)
-            .and_then(|()| self.inner.table.peer(peer))
-            .map_err(|error| BatchSendError { sent: 0, error })?;
-        self.enqueue(&q, channel, &mut payloads, true).await
+        self.send_records(To::Peer(peer), channel, &mut payloads)
+            .await
     }
 
     /// [`Node::send_batch`] without waiting: takes records while the link's queue has room,
@@ -463,13 +453,7 @@ impl Node {
         channel: &str,
         mut payloads: Vec<Bytes>,
     ) -> Result<(), BatchSendError> {
-        if payloads.is_empty() {
-            return Ok(());
-        }
-        let q = check_channel(channel)
-            .and_then(|()| self.inner.table.peer(peer))
-            .map_err(|error| BatchSendError { sent: 0, error })?;
-        self.push_all(&q, channel, &mut payloads)
+        self.try_send_records(To::Peer(peer), channel, &mut payloads)
     }
 
     /// Sends a one-way application record to one ready ClientServer server of `channel`
@@ -479,51 +463,69 @@ impl Node {
         channel: &str,
         payload: impl Into<Bytes>,
     ) -> Result<(), SendError> {
-        check_channel(channel)?;
-        let q = self.inner.table.server(channel)?;
-        let mut one = [payload.into()];
-        self.enqueue(&q, channel, &mut one, true)
+        self.send_records(To::Server, channel, &mut [payload.into()])
             .await
             .map_err(|e| e.error)
     }
 
-    /// Queues `payloads` on `q`; waits for room when `wait`, else fails `WouldBlock`.
-    async fn enqueue(
+    /// The send path of [`Node::send`], [`Node::send_batch`] and [`Node::send_to_server`]:
+    /// queues `payloads` on the ready link `to`, in order, waiting for room while its queue
+    /// is full. An empty batch is sent at once (whether or not the link is ready).
+    async fn send_records(
         &self,
-        q: &Arc<SendQueue>,
+        to: To<'_>,
         channel: &str,
         payloads: &mut [Bytes],
-        wait: bool,
     ) -> Result<(), BatchSendError> {
+        if payloads.is_empty() {
+            return Ok(());
+        }
+        let q = self
+            .queue(to, channel)
+            .map_err(|error| BatchSendError { sent: 0, error })?;
         let mut sent = 0;
         loop {
-            match self.push(q, channel, payloads, &mut sent) {
+            match self.push(&q, channel, payloads, &mut sent) {
                 Ok(true) => return Ok(()),
-                Ok(false) if wait => q.wait_for_room().await,
-                Ok(false) => {
-                    let error = SendError::WouldBlock(q.who().to_owned());
-                    return Err(BatchSendError { sent, error });
-                }
+                Ok(false) => q.wait_for_room().await,
                 Err(error) => return Err(BatchSendError { sent, error }),
             }
         }
     }
 
-    /// Queues what fits of `payloads` on `q`, without waiting.
-    fn push_all(
+    /// The send path of [`Node::try_send`] and [`Node::try_send_batch`]: as
+    /// [`send_records`](Self::send_records), but takes only what fits in the queue now and
+    /// fails [`SendError::WouldBlock`] for the rest.
+    fn try_send_records(
         &self,
-        q: &Arc<SendQueue>,
+        to: To<'_>,
         channel: &str,
         payloads: &mut [Bytes],
     ) -> Result<(), BatchSendError> {
+        if payloads.is_empty() {
+            return Ok(());
+        }
+        let q = self
+            .queue(to, channel)
+            .map_err(|error| BatchSendError { sent: 0, error })?;
         let mut sent = 0;
-        match self.push(q, channel, payloads, &mut sent) {
+        match self.push(&q, channel, payloads, &mut sent) {
             Ok(true) => Ok(()),
             Ok(false) => Err(BatchSendError {
                 sent,
                 error: SendError::WouldBlock(q.who().to_owned()),
             }),
             Err(error) => Err(BatchSendError { sent, error }),
+        }
+    }
+
+    /// The queue of the ready link a one-way record on `channel` goes to; fails if the
+    /// channel is not a valid name or no such link is ready.
+    fn queue(&self, to: To<'_>, channel: &str) -> Result<Arc<SendQueue>, SendError> {
+        check_channel(channel)?;
+        match to {
+            To::Peer(peer) => self.inner.table.peer(peer),
+            To::Server => self.inner.table.server(channel),
         }
     }
 
@@ -590,7 +592,7 @@ impl Node {
         if topic == BEACON_TOPIC {
             return Err(PublishError::ReservedTopic);
         }
-        if topic.is_empty() || topic.len() > 255 {
+        if topic.is_empty() || topic.len() > MAX_TOPIC_LEN {
             return Err(PublishError::InvalidTopic);
         }
         self.inner
@@ -934,9 +936,18 @@ impl Inner {
     }
 }
 
+/// Where a one-way record goes.
+#[derive(Clone, Copy)]
+enum To<'a> {
+    /// A RouteMesh peer or a ClientServer client of this node, by RID.
+    Peer(&'a str),
+    /// One ready ClientServer server of the record's channel.
+    Server,
+}
+
 /// A one-way record's channel travels as a 1..=255-byte name.
 fn check_channel(channel: &str) -> Result<(), SendError> {
-    if channel.is_empty() || channel.len() > 255 {
+    if !Name::fits(channel.len()) {
         return Err(SendError::Invalid("channel must be 1..=255 bytes".into()));
     }
     Ok(())
@@ -950,7 +961,7 @@ fn check_names(channel: &str, method: &str, opts: &CallOptions) -> Result<(), Ca
         ("method", Some(method)),
         ("idempotency key", key),
     ] {
-        if v.is_some_and(|v| v.is_empty() || v.len() > 255) {
+        if v.is_some_and(|v| !Name::fits(v.len())) {
             return Err(CallError::InvalidArgument {
                 reason: format!("{what} must be 1..=255 bytes"),
             });

@@ -11,6 +11,7 @@ use tokio::sync::oneshot;
 use super::{Inner, Node};
 use crate::proto::calls::{CallShape, ServeId};
 use crate::proto::contract::ServiceContract;
+use crate::proto::wire::Name;
 use crate::runtime::calls::{
     self as rcalls, CallError, CallOptions, Handler, HandlerFuture, ItemPort, ItemSink, RemoteCode,
     Request, ServeError,
@@ -131,7 +132,7 @@ impl Node {
         shape: CallShape,
         handler: MethodHandler,
     ) -> Result<(), NodeError> {
-        if channel.is_empty() || channel.len() > 255 {
+        if !Name::fits(channel.len()) {
             return Err(NodeError::Invalid("channel must be 1..=255 bytes".into()));
         }
         let served = ServedService {

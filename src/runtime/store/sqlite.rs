@@ -36,12 +36,11 @@
 //! reopened. The file is created by the first successful operation if it never existed.
 
 use std::fmt;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use tokio::sync::mpsc;
 
 use super::{
@@ -49,12 +48,21 @@ use super::{
     Watch, WatchEvent,
 };
 use crate::durable_time::{millis_since_unix, millis_until_unix, unix_millis_now};
+use crate::runtime::sqlite_file::{self, FileError, FileId, FileSettings, Synchronous};
 
 /// How often a watcher reads the file for changes.
 pub const SQLITE_POLL_INTERVAL: Duration = Duration::from_millis(200);
 
-/// How long a statement waits for another connection (or process) holding the write lock.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
+/// How the file is opened: a statement waits up to 2 s for another node holding the write
+/// lock, half the
+/// [`LEASE_RENEW_INTERVAL`](crate::proto::discovery::LEASE_RENEW_INTERVAL), so a renewal that waits in vain fails before
+/// the next one is due; `synchronous=NORMAL`, because a descriptor lost in a power cut is
+/// published again by its node's next renewal.
+const FILE: FileSettings = FileSettings {
+    busy_timeout: Duration::from_secs(2),
+    synchronous: Synchronous::Normal,
+    uri: false,
+};
 
 /// The schema version this build reads and writes.
 const SCHEMA_VERSION: i64 = 1;
@@ -82,7 +90,7 @@ pub struct SqliteStore {
 struct Inner {
     path: PathBuf,
     /// The open connection and the identity (device, inode) of the file it opened.
-    conn: Option<(Connection, (u64, u64))>,
+    conn: Option<(Connection, FileId)>,
     /// The file existed and was opened once: if it vanishes, do not create a new one.
     opened_once: bool,
 }
@@ -141,8 +149,8 @@ impl Inner {
     /// The connection to the file now at the path: the open one if it is still that file,
     /// else a new one.
     fn connection(&mut self) -> Result<&mut Connection, StoreError> {
-        let id = match std::fs::metadata(&self.path) {
-            Ok(m) => Some((m.dev(), m.ino())),
+        let id = match sqlite_file::file_id(&self.path) {
+            Ok(id) => Some(id),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !self.opened_once => None,
             Err(e) => {
                 self.conn = None;
@@ -156,10 +164,10 @@ impl Inner {
         if !current {
             self.conn = None;
             let conn = open_file(&self.path)?;
-            let meta = std::fs::metadata(&self.path).map_err(|e| {
+            let id = sqlite_file::file_id(&self.path).map_err(|e| {
                 StoreError::Unavailable(format!("store file {}: {e}", self.path.display()))
             })?;
-            self.conn = Some((conn, (meta.dev(), meta.ino())));
+            self.conn = Some((conn, id));
             self.opened_once = true;
         }
         match self.conn.as_mut() {
@@ -169,23 +177,9 @@ impl Inner {
     }
 }
 
+/// Opens the file ([`FILE`]) and creates the schema if it is not there.
 fn open_file(path: &Path) -> Result<Connection, StoreError> {
-    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-        | OpenFlags::SQLITE_OPEN_CREATE
-        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let mut conn = Connection::open_with_flags(path, flags).map_err(sql_error)?;
-    conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_error)?;
-    let mode: String = conn
-        .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
-        .map_err(sql_error)?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        return Err(StoreError::Unavailable(format!(
-            "cannot switch the store to WAL mode (journal_mode is {mode})"
-        )));
-    }
-    // A descriptor lost in a power cut is published again by its node's next renewal.
-    conn.pragma_update(None, "synchronous", "NORMAL")
-        .map_err(sql_error)?;
+    let mut conn = sqlite_file::open(path, &FILE)?;
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(sql_error)?;
@@ -502,11 +496,15 @@ fn parse_body(body: &str) -> Option<Descriptor> {
 }
 
 fn sql_error(error: rusqlite::Error) -> StoreError {
-    match error.sqlite_error_code() {
-        Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => {
-            StoreError::Corrupt(error.to_string())
+    FileError::from(error).into()
+}
+
+impl From<FileError> for StoreError {
+    fn from(error: FileError) -> StoreError {
+        match error {
+            FileError::Unavailable(e) => StoreError::Unavailable(e),
+            FileError::Corrupt(e) => StoreError::Corrupt(e),
         }
-        _ => StoreError::Unavailable(error.to_string()),
     }
 }
 

@@ -1,0 +1,181 @@
+//! `zmesh sim`: runs seeded simulations of whole meshes and checks every invariant. The
+//! `zmesh` binary (zmesh-cli) hands [`main`] its arguments after `sim`.
+//!
+//! ```text
+//! zmesh sim [--seeds N] [--first S] [--minutes M]      many seeds, each its own configuration
+//! zmesh sim --seed S [--nodes N] [--topology mesh|client-server|fanout] [--seconds T]
+//!           [--no-faults] [--trace]                      one seed, replayed exactly
+//! ```
+//! A failing seed prints the command that replays it and the trace up to the violation; the
+//! exit status is 1 if any seed failed.
+
+use std::time::{Duration, Instant};
+
+use crate::{run, Config, Report, Topology};
+
+struct Args {
+    seeds: u64,
+    first: u64,
+    minutes: u64,
+    seed: Option<u64>,
+    nodes: Option<usize>,
+    topology: Option<Topology>,
+    seconds: Option<u64>,
+    faults: bool,
+    trace: bool,
+}
+
+fn parse(args: Vec<String>) -> Result<Args, String> {
+    let mut a = Args {
+        seeds: 100,
+        first: 0,
+        minutes: 3,
+        seed: None,
+        nodes: None,
+        topology: None,
+        seconds: None,
+        faults: true,
+        trace: false,
+    };
+    let mut it = args.into_iter();
+    while let Some(flag) = it.next() {
+        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
+        let num = |s: String, name: &str| -> Result<u64, String> {
+            s.parse()
+                .map_err(|_| format!("{name}: {s:?} is not a number"))
+        };
+        match flag.as_str() {
+            "--seeds" => a.seeds = num(value("--seeds")?, "--seeds")?,
+            "--first" => a.first = num(value("--first")?, "--first")?,
+            "--minutes" => a.minutes = num(value("--minutes")?, "--minutes")?,
+            "--seed" => a.seed = Some(num(value("--seed")?, "--seed")?),
+            "--nodes" => {
+                let n = num(value("--nodes")?, "--nodes")?;
+                if !(2..=200).contains(&n) {
+                    return Err("--nodes: 2 to 200".into());
+                }
+                a.nodes = Some(n as usize);
+            }
+            "--topology" => {
+                let t = value("--topology")?;
+                a.topology = Some(Topology::parse(&t).ok_or(format!(
+                    "--topology: mesh, client-server or fanout, not {t:?}"
+                ))?);
+            }
+            "--seconds" => a.seconds = Some(num(value("--seconds")?, "--seconds")?),
+            "--no-faults" => a.faults = false,
+            "--trace" => a.trace = true,
+            "-h" | "--help" => {
+                println!("{}", include_str!("usage.txt"));
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument {other:?} (see --help)")),
+        }
+    }
+    Ok(a)
+}
+
+fn config(a: &Args, seed: u64) -> Config {
+    let mut c = Config::for_seed(seed, a.minutes);
+    if let Some(n) = a.nodes {
+        c.nodes = n;
+    }
+    if let Some(t) = a.topology {
+        c.topology = t;
+    }
+    if let Some(s) = a.seconds {
+        c.duration = Duration::from_secs(s);
+    }
+    c.faults = a.faults;
+    c.full_trace = a.trace;
+    c
+}
+
+fn print_failure(r: &Report) {
+    println!(
+        "seed {} FAILED; replay: {}",
+        r.seed,
+        r.config.replay_line(r.seed)
+    );
+    for v in &r.violations {
+        println!(
+            "  {} at {:.3}s: {}",
+            v.invariant,
+            v.at.as_secs_f64(),
+            v.detail
+        );
+    }
+    println!("  trace (last {} lines):", r.trace.len());
+    for line in &r.trace {
+        println!("  {line}");
+    }
+}
+
+/// Runs `zmesh sim` with `args` (those after `sim`); returns the exit status: 0 if every
+/// seed passed, 1 if one failed, 2 for a usage error.
+pub fn main(args: Vec<String>) -> i32 {
+    let a = match parse(args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("zmesh sim: {e}");
+            return 2;
+        }
+    };
+    if let Some(seed) = a.seed {
+        let r = run(seed, &config(&a, seed));
+        if a.trace {
+            for line in &r.trace {
+                println!("{line}");
+            }
+        }
+        println!("seed {seed}: {} steps, {:?}", r.steps, r.stats);
+        if r.passed() {
+            println!("every invariant held");
+            return 0;
+        }
+        print_failure(&r);
+        return 1;
+    }
+    let started = Instant::now();
+    let mut failed = 0u64;
+    let mut total = crate::truth::Stats::default();
+    let mut steps = 0u64;
+    let mut virtual_secs = 0u64;
+    for seed in a.first..a.first + a.seeds {
+        let c = config(&a, seed);
+        virtual_secs += c.duration.as_secs() + 90;
+        let r = run(seed, &c);
+        steps += r.steps;
+        total.calls += r.stats.calls;
+        total.ok += r.stats.ok;
+        total.did_not_run += r.stats.did_not_run;
+        total.may_have_run += r.stats.may_have_run;
+        total.executions += r.stats.executions;
+        total.readies += r.stats.readies;
+        total.deadlines += r.stats.deadlines;
+        total.messages += r.stats.messages;
+        total.replayed += r.stats.replayed;
+        total.lost_with_connection += r.stats.lost_with_connection;
+        total.fanout_records += r.stats.fanout_records;
+        total.silences += r.stats.silences;
+        if !r.passed() {
+            failed += 1;
+            print_failure(&r);
+        }
+    }
+    println!(
+        "{} seeds ({}..{}), {} failed; {:.1} h virtual time, {steps} steps, {:.1} s wall",
+        a.seeds,
+        a.first,
+        a.first + a.seeds,
+        failed,
+        virtual_secs as f64 / 3600.0,
+        started.elapsed().as_secs_f64()
+    );
+    println!("{total:?}");
+    if failed == 0 {
+        0
+    } else {
+        1
+    }
+}

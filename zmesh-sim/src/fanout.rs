@@ -1,0 +1,285 @@
+//! Classic fanout in a simulated node run: the publisher's beacons and records on its PUB
+//! socket, and one SUB socket per publisher with its watch, wired as the I/O thread wires
+//! them around the core's [`BeaconSchedule`](zmesh::proto::liveness::BeaconSchedule) and
+//! [`PublisherWatch`](zmesh::proto::liveness::PublisherWatch) (both entries of the node's one
+//! [`Liveness`] table).
+//!
+//! PUB/SUB as libzmq has it: a SUB connects and sends its subscription; the publisher sends
+//! every message to every subscriber it knows, and drops a message for a subscriber whose pipe
+//! already holds [`HWM`] messages; a SUB whose connection ends reconnects by itself under the
+//! same socket (the watch goes on); a watch's silence verdict closes the socket and a new one
+//! starts from nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::num::NonZeroU64;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use zmesh::proto::liveness::{Delivery as WatchDelivery, FanoutInput, LinkKey, Liveness};
+use zmesh::proto::wire::FanoutMessage;
+
+use crate::net::{End, Link, NetConn, NodeIx};
+use crate::Ctx;
+
+/// The topic every record is published on.
+pub const TOPIC: &[u8] = b"t";
+
+/// The PUB socket's send high-water mark per subscriber: messages beyond it are dropped.
+pub const HWM: usize = 1000;
+
+/// The subscription message a SUB sends when it connects (subscribe to everything).
+const SUBSCRIBE: [u8; 1] = [0x01];
+
+/// How soon a SUB reconnects after its connection ended (libzmq's reconnect interval).
+const RECONNECT: Duration = Duration::from_millis(100);
+
+#[derive(Debug)]
+struct Publisher {
+    beacon: LinkKey,
+    subscribers: BTreeSet<NetConn>,
+    seq: u64,
+}
+
+#[derive(Debug)]
+struct Sub {
+    publisher: NodeIx,
+    live: LinkKey,
+    conn: Option<NetConn>,
+    connected_since: Option<Duration>,
+    retry_at: Option<Duration>,
+    /// The last sequence number received per publisher generation.
+    last_seq: BTreeMap<u64, u64>,
+}
+
+/// A node run's fanout: its publisher, if it publishes, and its subscriptions.
+#[derive(Debug, Default)]
+pub struct Fan {
+    publisher: Option<Publisher>,
+    subs: Vec<Sub>,
+}
+
+impl Fan {
+    /// The fanout part of a run that publishes (or not) and subscribes to `publishers`,
+    /// started at `now`.
+    pub fn new(publishes: bool, publishers: &[NodeIx], live: &mut Liveness, now: Instant) -> Fan {
+        Fan {
+            publisher: publishes.then(|| Publisher {
+                beacon: live.insert_beacon(now),
+                subscribers: BTreeSet::new(),
+                seq: 0,
+            }),
+            subs: publishers
+                .iter()
+                .map(|&p| Sub {
+                    publisher: p,
+                    live: live.insert_publisher(now),
+                    conn: None,
+                    connected_since: None,
+                    retry_at: Some(Duration::ZERO),
+                    last_seq: BTreeMap::new(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The earliest reconnect due.
+    pub fn poll_timeout(&self) -> Option<Duration> {
+        self.subs.iter().filter_map(|s| s.retry_at).min()
+    }
+
+    /// Whether `key` is this run's beacon schedule.
+    pub fn is_beacon(&self, key: LinkKey) -> bool {
+        self.publisher.as_ref().is_some_and(|p| p.beacon == key)
+    }
+
+    /// Whether `conn` is one of this run's SUB connections or a subscriber of its PUB.
+    pub fn owns(&self, conn: NetConn) -> bool {
+        self.subs.iter().any(|s| s.conn == Some(conn))
+            || self
+                .publisher
+                .as_ref()
+                .is_some_and(|p| p.subscribers.contains(&conn))
+    }
+
+    /// Dials the SUB connections whose reconnect is due.
+    pub fn handle_timeout(&mut self, ctx: &mut Ctx<'_>, me: End) {
+        for s in &mut self.subs {
+            if s.retry_at.is_none_or(|t| t > ctx.now) || s.conn.is_some() {
+                continue;
+            }
+            s.retry_at = None;
+            let (to, up) = ctx.host(s.publisher);
+            let conn = ctx.net.dial(me, to, up, Link::Sub, ctx.now, ctx.rng);
+            s.conn = Some(conn);
+        }
+    }
+
+    /// Sends the message `frames` to every subscriber, dropping it for a subscriber whose pipe
+    /// is at the high-water mark.
+    fn broadcast(&mut self, ctx: &mut Ctx<'_>, me: End, frames: &[Vec<u8>]) {
+        let Some(p) = &self.publisher else { return };
+        for &conn in &p.subscribers {
+            if ctx.net.backlog(conn, me) < HWM {
+                ctx.net.send(conn, me, frames.to_vec(), ctx.now, ctx.rng);
+            }
+        }
+    }
+
+    /// The beacon schedule asked for a beacon.
+    pub fn send_beacon(&mut self, ctx: &mut Ctx<'_>, me: End) {
+        let frames: Vec<Vec<u8>> = zmesh::proto::wire::encode_beacon()
+            .map(<[u8]>::to_vec)
+            .into();
+        self.broadcast(ctx, me, &frames);
+    }
+
+    /// Publishes record `uid`; false if this run does not publish.
+    pub fn publish(&mut self, ctx: &mut Ctx<'_>, me: End, generation: u64, uid: u64) -> bool {
+        let Some(p) = &mut self.publisher else {
+            return false;
+        };
+        p.seq += 1;
+        let msg = FanoutMessage::Publish {
+            topic: Bytes::from_static(TOPIC),
+            generation: NonZeroU64::new(generation).unwrap_or(NonZeroU64::MIN),
+            seq: p.seq,
+            payload: crate::truth::fanout_of(uid),
+        };
+        let Ok(frames) = msg.encode() else {
+            return false;
+        };
+        ctx.truth.on_publish(uid);
+        self.broadcast(ctx, me, &frames);
+        true
+    }
+
+    /// Something arrived on a fanout connection. Returns false if `conn` is not fanout's.
+    pub fn handle_delivery(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        me: End,
+        live: &mut Liveness,
+        base: Instant,
+        conn: NetConn,
+        delivery: crate::net::Delivery,
+    ) {
+        use crate::net::Delivery;
+        let now = base + ctx.now;
+        if let Some(s) = self.subs.iter_mut().find(|s| s.conn == Some(conn)) {
+            match delivery {
+                Delivery::Connected => {
+                    s.connected_since = Some(ctx.now);
+                    ctx.net
+                        .send(conn, me, vec![SUBSCRIBE.to_vec()], ctx.now, ctx.rng);
+                }
+                Delivery::Closed => {
+                    s.conn = None;
+                    s.connected_since = None;
+                    s.retry_at = Some(ctx.now + RECONNECT);
+                }
+                Delivery::Frames(frames) => {
+                    let decoded = FanoutMessage::decode(&frames);
+                    let input = FanoutInput::from_decoded(
+                        decoded.as_ref().map(|m| matches!(m, FanoutMessage::Beacon)),
+                    );
+                    let verdict = live.handle_fanout(s.live, input, now);
+                    if let (
+                        Ok(WatchDelivery::Deliver),
+                        Ok(FanoutMessage::Publish {
+                            generation,
+                            seq,
+                            payload,
+                            ..
+                        }),
+                    ) = (verdict, decoded)
+                    {
+                        let last = s.last_seq.insert(generation.get(), seq);
+                        ctx.truth
+                            .on_fanout_record(me.node, s.publisher, last, seq, &payload);
+                    }
+                }
+            }
+            return;
+        }
+        let Some(p) = &mut self.publisher else { return };
+        match delivery {
+            Delivery::Frames(frames)
+                if frames.first().map(Vec::as_slice) == Some(&SUBSCRIBE[..]) =>
+            {
+                // A subscriber joined: it hears a beacon at once.
+                p.subscribers.insert(conn);
+                let beacon: Vec<Vec<u8>> = zmesh::proto::wire::encode_beacon()
+                    .map(<[u8]>::to_vec)
+                    .into();
+                ctx.net.send(conn, me, beacon, ctx.now, ctx.rng);
+            }
+            Delivery::Closed => {
+                p.subscribers.remove(&conn);
+            }
+            _ => {}
+        }
+    }
+
+    /// The watch `key` went silent or saw a protocol error: its socket closes and a new one
+    /// starts from nothing. `since` is the last valid receipt (or the socket's creation).
+    pub fn handle_silence(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        me: End,
+        live: &mut Liveness,
+        base: Instant,
+        key: LinkKey,
+        since: Duration,
+    ) {
+        let Some(s) = self.subs.iter_mut().find(|s| s.live == key) else {
+            return;
+        };
+        let held = s.conn.and_then(|c| ctx.net.last_hold(c));
+        let publisher_since = ctx.host_since(s.publisher);
+        ctx.truth.on_silence(
+            me.node,
+            s.publisher,
+            since,
+            ctx.now,
+            held,
+            s.connected_since,
+            publisher_since,
+        );
+        if let Some(c) = s.conn.take() {
+            ctx.net.close(c, me, ctx.now, ctx.rng);
+        }
+        s.connected_since = None;
+        s.retry_at = Some(ctx.now);
+        let _ = live.reset_publisher(key, base + ctx.now);
+    }
+
+    /// The watches that are ready, with their last valid receipt.
+    pub fn ready_watches(&self, live: &Liveness, base: Instant) -> Vec<(NodeIx, Duration)> {
+        self.subs
+            .iter()
+            .filter_map(|s| {
+                let w = live.publisher(s.live)?;
+                if !w.is_ready() {
+                    return None;
+                }
+                let last = w.last_receive_at().unwrap_or(w.socket_at());
+                Some((s.publisher, last.saturating_duration_since(base)))
+            })
+            .collect()
+    }
+
+    /// Closes every fanout connection (the run stops).
+    pub fn stop(&mut self, ctx: &mut Ctx<'_>, me: End) {
+        for s in &mut self.subs {
+            if let Some(c) = s.conn.take() {
+                ctx.net.close(c, me, ctx.now, ctx.rng);
+            }
+            s.retry_at = None;
+        }
+        if let Some(p) = &mut self.publisher {
+            for c in std::mem::take(&mut p.subscribers) {
+                ctx.net.close(c, me, ctx.now, ctx.rng);
+            }
+        }
+    }
+}

@@ -1,0 +1,840 @@
+//! A deterministic simulator of whole zmesh meshes.
+//!
+//! One thread, virtual time, one seeded RNG: N nodes (RouteMesh peers dialling each other on
+//! both lanes, or ClientServer clients dialling servers) run zmesh's sans-IO protocol state
+//! machines ([`zmesh::proto`]) over a simulated network ([`net`]) that delays, holds and
+//! cuts connections, while a workload makes calls of every semantics and sends messages and
+//! a fault schedule partitions, freezes, kills, restarts and stops nodes. After every step
+//! the invariants of [`truth`] are checked against the simulator's ground truth. The same
+//! seed gives the same run, event for event, so a failing seed replays exactly
+//! (`zmesh sim --seed S ... --trace`; [`cli`] is that command).
+//!
+//! SIMULATION.md at the repository root says what is simulated, what is not, the invariants,
+//! the seeds run and the deliberately wrong variants of the core the invariants caught.
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod fanout;
+pub mod net;
+pub mod node;
+pub mod truth;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use zmesh::proto::wire::Lane;
+
+use net::{End, Net, NodeIx};
+use node::{Phase, SimNode, Spec};
+use truth::{CallKind, Stats, Truth, Violation};
+
+/// The shape of the simulated mesh.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Topology {
+    /// RouteMesh: every pair of nodes dials each other on the Application and Completion
+    /// lanes; some nodes serve, the others only call (pairs of two callers need no link).
+    RouteMesh,
+    /// ClientServer: clients dial every server on one connection.
+    ClientServer,
+    /// Classic fanout: publishers bind a PUB socket and beacon; every other node subscribes to
+    /// every publisher with one SUB socket each.
+    Fanout,
+}
+
+impl Topology {
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Topology::RouteMesh => "mesh",
+            Topology::ClientServer => "client-server",
+            Topology::Fanout => "fanout",
+        }
+    }
+
+    /// Parses a command-line name.
+    pub fn parse(s: &str) -> Option<Topology> {
+        match s {
+            "mesh" => Some(Topology::RouteMesh),
+            "client-server" => Some(Topology::ClientServer),
+            "fanout" => Some(Topology::Fanout),
+            _ => None,
+        }
+    }
+}
+
+/// One simulation's parameters. [`Config::for_seed`] derives a varied one from a seed.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Hosts (2 to 200).
+    pub nodes: usize,
+    /// The topology.
+    pub topology: Topology,
+    /// Virtual time of the faulty phase; a quiet phase and a graceful stop of every node
+    /// follow it.
+    pub duration: Duration,
+    /// Whether faults are injected (without them no link may ever leave ready).
+    pub faults: bool,
+    /// Keep the whole trace (otherwise the last [`TRACE_TAIL`] lines).
+    pub full_trace: bool,
+}
+
+/// Trace lines kept when the whole trace is not asked for.
+pub const TRACE_TAIL: usize = 400;
+
+impl Config {
+    /// The configuration a seed stands for in the default set: 2 to 7 nodes, one of the three
+    /// topologies, `minutes` of virtual time with faults.
+    pub fn for_seed(seed: u64, minutes: u64) -> Config {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_c0f1);
+        Config {
+            nodes: rng.random_range(2..=7),
+            topology: match rng.random_range(0..3) {
+                0 => Topology::RouteMesh,
+                1 => Topology::ClientServer,
+                _ => Topology::Fanout,
+            },
+            duration: Duration::from_secs(minutes * 60),
+            faults: true,
+            full_trace: false,
+        }
+    }
+
+    /// The command line that replays this configuration with `seed`.
+    pub fn replay_line(&self, seed: u64) -> String {
+        format!(
+            "cargo run --release -- sim --seed {seed} --nodes {} --topology {} --seconds {}{} --trace",
+            self.nodes,
+            self.topology.name(),
+            self.duration.as_secs(),
+            if self.faults { "" } else { " --no-faults" }
+        )
+    }
+}
+
+/// What the simulator hands a node for one step: the network, the truth, the clock, the RNG.
+pub struct Ctx<'a> {
+    /// The network.
+    pub net: &'a mut Net,
+    /// The ground truth.
+    pub truth: &'a mut Truth,
+    /// Virtual time now.
+    pub now: Duration,
+    /// The one RNG.
+    pub rng: &'a mut ChaCha8Rng,
+    /// The trace.
+    trace: &'a mut Trace,
+    /// Per host: its current run (0: none yet), whether a node listens there, and since when.
+    hosts: &'a [(u64, bool, Duration)],
+}
+
+impl Ctx<'_> {
+    /// Adds a line to the trace.
+    pub fn trace(&mut self, line: String) {
+        self.trace.push(self.now, line);
+    }
+
+    /// The current run of host `node`, and whether a node listens there.
+    pub fn host(&self, node: NodeIx) -> (End, bool) {
+        let (run, up, _) = self
+            .hosts
+            .get(node)
+            .copied()
+            .unwrap_or((0, false, Duration::ZERO));
+        (End { node, run }, up)
+    }
+
+    /// Since when the node on host `node` has been up, if it is.
+    pub fn host_since(&self, node: NodeIx) -> Option<Duration> {
+        self.hosts.get(node).filter(|h| h.1).map(|h| h.2)
+    }
+}
+
+#[derive(Debug)]
+struct Trace {
+    lines: VecDeque<String>,
+    full: bool,
+}
+
+impl Trace {
+    fn push(&mut self, now: Duration, line: String) {
+        if !self.full && self.lines.len() >= TRACE_TAIL {
+            self.lines.pop_front();
+        }
+        let mut s = String::new();
+        let _ = write!(s, "{:>10.3}s {line}", now.as_secs_f64());
+        self.lines.push_back(s);
+    }
+}
+
+/// How one simulation went.
+#[derive(Debug)]
+pub struct Report {
+    /// The seed.
+    pub seed: u64,
+    /// Its configuration.
+    pub config: Config,
+    /// What it did.
+    pub stats: Stats,
+    /// The violations (empty: every invariant held).
+    pub violations: Vec<Violation>,
+    /// The trace (the tail, or all of it with `full_trace`).
+    pub trace: Vec<String>,
+    /// Simulation steps taken.
+    pub steps: u64,
+}
+
+impl Report {
+    /// Whether every invariant held.
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+/// A fault or workload event the schedule fires.
+#[derive(Debug, Clone)]
+enum Event {
+    Work,
+    Partition {
+        a: NodeIx,
+        b: NodeIx,
+        one_way: bool,
+        heal_after: Duration,
+    },
+    Heal {
+        a: NodeIx,
+        b: NodeIx,
+    },
+    Freeze {
+        node: NodeIx,
+        thaw_after: Duration,
+        then_kill: bool,
+    },
+    Thaw {
+        node: NodeIx,
+        kill: bool,
+    },
+    Kill {
+        node: NodeIx,
+    },
+    Start {
+        node: NodeIx,
+    },
+    Stop {
+        node: NodeIx,
+    },
+    Reset,
+    Sweep,
+    EndFaults,
+    StopAll,
+}
+
+struct World {
+    cfg: Config,
+    rng: ChaCha8Rng,
+    net: Net,
+    truth: Truth,
+    trace: Trace,
+    base: Instant,
+    now: Duration,
+    specs: Vec<Spec>,
+    nodes: Vec<Option<SimNode>>,
+    hosts: Vec<(u64, bool, Duration)>,
+    schedule: BTreeMap<(Duration, u64), Event>,
+    seq: u64,
+    next_uid: u64,
+    keys: Vec<(String, u64)>,
+    faults_on: bool,
+    steps: u64,
+    /// When each host's node next wants its timers run, by instant (the index the loop
+    /// picks the next instant from).
+    wakeups: std::collections::BTreeSet<(Duration, NodeIx)>,
+    wake_of: Vec<Option<Duration>>,
+    /// Hosts whose node was handed something in this step.
+    touched: std::collections::BTreeSet<NodeIx>,
+    /// Check every node's ready links at the end of this step.
+    sweep: bool,
+}
+
+/// Runs one simulation.
+pub fn run(seed: u64, cfg: &Config) -> Report {
+    let mut w = World::new(seed, cfg.clone());
+    w.run();
+    Report {
+        seed,
+        config: cfg.clone(),
+        stats: w.truth.stats,
+        violations: w.truth.violations.clone(),
+        trace: w.trace.lines.into_iter().collect(),
+        steps: w.steps,
+    }
+}
+
+impl World {
+    fn new(seed: u64, cfg: Config) -> World {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let n = cfg.nodes.clamp(2, 200);
+        let latency = Duration::from_micros(rng.random_range(50..5_000));
+        let jitter = Duration::from_micros(rng.random_range(0..20_000));
+        let servers = match cfg.topology {
+            Topology::RouteMesh => rng.random_range(1..=n),
+            Topology::ClientServer | Topology::Fanout => rng.random_range(1..n),
+        };
+        let specs: Vec<Spec> = (0..n)
+            .map(|i| {
+                let dials = match cfg.topology {
+                    Topology::RouteMesh => (0..n)
+                        .filter(|&j| j != i)
+                        .flat_map(|j| [(j, Lane::Application), (j, Lane::Completion)])
+                        .collect(),
+                    Topology::ClientServer if i >= servers => {
+                        (0..servers).map(|j| (j, Lane::ClientServer)).collect()
+                    }
+                    Topology::ClientServer | Topology::Fanout => Vec::new(),
+                };
+                let fanout = cfg.topology == Topology::Fanout;
+                Spec {
+                    rid: format!("n{i:03}"),
+                    serves: i < servers && !fanout,
+                    dials,
+                    publishes: fanout && i < servers,
+                    subscribes: if fanout && i >= servers {
+                        (0..servers).collect()
+                    } else {
+                        Vec::new()
+                    },
+                }
+            })
+            .collect();
+        let full = cfg.full_trace;
+        World {
+            cfg,
+            rng,
+            net: Net::new(latency, jitter),
+            truth: Truth::default(),
+            trace: Trace {
+                lines: VecDeque::new(),
+                full,
+            },
+            base: Instant::now(),
+            now: Duration::ZERO,
+            specs,
+            nodes: (0..n).map(|_| None).collect(),
+            hosts: vec![(0, false, Duration::ZERO); n],
+            schedule: BTreeMap::new(),
+            seq: 0,
+            next_uid: 1,
+            keys: Vec::new(),
+            faults_on: true,
+            steps: 0,
+            wakeups: std::collections::BTreeSet::new(),
+            wake_of: vec![None; n],
+            touched: std::collections::BTreeSet::new(),
+            sweep: false,
+        }
+    }
+
+    fn at(&mut self, t: Duration, e: Event) {
+        self.seq += 1;
+        self.schedule.insert((t, self.seq), e);
+    }
+
+    fn n(&self) -> usize {
+        self.nodes.len()
+    }
+
+    fn run(&mut self) {
+        for i in 0..self.n() {
+            let t = Duration::from_millis(self.rng.random_range(0..500));
+            self.at(t, Event::Start { node: i });
+        }
+        self.at(Duration::from_millis(100), Event::Work);
+        self.at(Duration::from_millis(500), Event::Sweep);
+        if self.cfg.faults {
+            let first = self.random_gap();
+            self.at(first, Event::Reset);
+        }
+        let quiet = self.cfg.duration;
+        self.at(quiet, Event::EndFaults);
+        // The quiet phase: faults healed, every host up, links back, then a graceful stop.
+        let end = quiet + Duration::from_secs(60);
+        self.at(end, Event::StopAll);
+        let hard_end = end + Duration::from_secs(30);
+        let mut stuck = 0u32;
+        loop {
+            let next = [
+                self.schedule.keys().next().map(|k| k.0),
+                self.net.next_due(),
+                self.wakeups
+                    .iter()
+                    .find(|(_, i)| !self.net.is_frozen(*i))
+                    .map(|(t, _)| *t),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            let Some(next) = next else { break };
+            if next > hard_end {
+                break;
+            }
+            if next <= self.now {
+                stuck += 1;
+                if stuck > 100_000 {
+                    self.truth.violation(
+                        "progress",
+                        "the simulation stopped advancing its clock".into(),
+                    );
+                    return;
+                }
+            } else {
+                stuck = 0;
+            }
+            self.now = next.max(self.now);
+            self.truth.set_now(self.now);
+            self.step();
+            if !self.truth.violations.is_empty() {
+                return;
+            }
+        }
+        self.truth.set_now(self.now);
+        for (i, slot) in self.nodes.iter().enumerate() {
+            if let Some(node) = slot {
+                if node.phase() != Phase::Stopped || node.has_timers() {
+                    let detail = format!(
+                        "host {i} ({:?}) still has timers or is not stopped at the end",
+                        node.phase()
+                    );
+                    self.truth.violation("nothing_after_shutdown", detail);
+                }
+            }
+        }
+        self.truth.check_end();
+    }
+
+    fn random_gap(&mut self) -> Duration {
+        self.now + Duration::from_millis(self.rng.random_range(2_000..40_000))
+    }
+
+    fn step(&mut self) {
+        self.steps += 1;
+        let now = self.now;
+        // Scheduled events due now.
+        while let Some((&(t, s), _)) = self.schedule.iter().next() {
+            if t > now {
+                break;
+            }
+            let Some(e) = self.schedule.remove(&(t, s)) else {
+                break;
+            };
+            self.fire(e);
+        }
+        // Deliveries due now.
+        for d in self.net.take_due(now) {
+            let peer = self.net_peer(&d);
+            let Some(Some(node)) = self.nodes.get_mut(d.to.node) else {
+                continue;
+            };
+            if node.run != d.to.run {
+                continue;
+            }
+            let mut ctx = Ctx {
+                net: &mut self.net,
+                truth: &mut self.truth,
+                now,
+                rng: &mut self.rng,
+                trace: &mut self.trace,
+                hosts: &self.hosts,
+            };
+            node.handle_delivery(&mut ctx, d.conn, peer, d.link, d.delivery);
+            self.touched.insert(d.to.node);
+        }
+        // Timers due now (a frozen host runs none).
+        let due: Vec<NodeIx> = self
+            .wakeups
+            .iter()
+            .take_while(|(t, _)| *t <= now)
+            .map(|&(_, i)| i)
+            .filter(|&i| !self.net.is_frozen(i))
+            .collect();
+        for i in due {
+            self.ctx_node(i, |node, ctx| node.handle_timeout(ctx));
+        }
+        // The liveness rule, checked for every node that moved (and every node on each
+        // sweep): no ready link outlives its deadline.
+        let touched = std::mem::take(&mut self.touched);
+        for &i in &touched {
+            self.rewake(i);
+        }
+        if std::mem::take(&mut self.sweep) {
+            for i in 0..self.n() {
+                self.check_ready(i);
+            }
+        } else {
+            for i in touched {
+                self.check_ready(i);
+            }
+        }
+    }
+
+    /// After the quiet phase every link the configuration asks for is ready: each dial of a
+    /// pair where at least one side serves, seen from both sides.
+    fn check_whole(&mut self) {
+        for i in 0..self.n() {
+            for &(peer, lane) in &self.specs[i].dials {
+                if !self.specs[i].serves && !self.specs[peer].serves {
+                    continue;
+                }
+                for (a, b) in [(i, peer), (peer, i)] {
+                    let ready = self
+                        .nodes
+                        .get(a)
+                        .and_then(Option::as_ref)
+                        .is_some_and(|n| n.is_ready_with(b, lane));
+                    if !ready {
+                        let detail = format!(
+                            "after a quiet minute host {a} has no ready {lane:?} link with host {b}"
+                        );
+                        self.truth.violation("quiet_mesh_is_whole", detail);
+                    }
+                }
+            }
+        }
+    }
+
+    fn check_ready(&mut self, i: NodeIx) {
+        if self.net.is_frozen(i) {
+            // A frozen host runs no timers; its links are judged when it thaws.
+            return;
+        }
+        if let Some(Some(node)) = self.nodes.get(i) {
+            for (conn, _, last) in node.ready_evidence() {
+                self.truth.check_ready(i, conn, last, self.now);
+            }
+            for (publisher, last) in node.ready_watches() {
+                self.truth.check_watch(i, publisher, last, self.now);
+            }
+        }
+    }
+
+    /// Re-registers host `i`'s next wake-up after its node was handed something.
+    fn rewake(&mut self, i: NodeIx) {
+        if let Some(old) = self.wake_of.get_mut(i).and_then(Option::take) {
+            self.wakeups.remove(&(old, i));
+        }
+        let next = self
+            .nodes
+            .get(i)
+            .and_then(Option::as_ref)
+            .and_then(SimNode::poll_timeout);
+        if let Some(t) = next {
+            self.wakeups.insert((t, i));
+            if let Some(w) = self.wake_of.get_mut(i) {
+                *w = Some(t);
+            }
+        }
+    }
+
+    fn net_peer(&self, d: &net::Due) -> NodeIx {
+        // The host at the other end: the simulator knows it; a node learns who it is from
+        // the handshake, and its glue keys links by host where the shell keys them by RID
+        // (one RID per host here).
+        d.from.node
+    }
+
+    fn ctx_node(&mut self, i: NodeIx, f: impl FnOnce(&mut SimNode, &mut Ctx<'_>)) {
+        let now = self.now;
+        let Some(Some(node)) = self.nodes.get_mut(i) else {
+            return;
+        };
+        let mut ctx = Ctx {
+            net: &mut self.net,
+            truth: &mut self.truth,
+            now,
+            rng: &mut self.rng,
+            trace: &mut self.trace,
+            hosts: &self.hosts,
+        };
+        f(node, &mut ctx);
+        self.touched.insert(i);
+    }
+
+    fn up(&self, i: NodeIx) -> bool {
+        self.nodes
+            .get(i)
+            .and_then(Option::as_ref)
+            .is_some_and(|n| n.phase() == Phase::Running)
+    }
+
+    fn fire(&mut self, e: Event) {
+        let now = self.now;
+        match e {
+            Event::Work => {
+                self.work();
+                let gap = Duration::from_millis(self.rng.random_range(20..400));
+                if now < self.cfg.duration + Duration::from_secs(55) {
+                    self.at(now + gap, Event::Work);
+                }
+            }
+            Event::Start { node } => self.start(node),
+            Event::Stop { node } => {
+                self.trace
+                    .push(now, format!("fault: graceful stop of host {node}"));
+                self.ctx_node(node, |n, ctx| n.begin_stop(ctx));
+                let back = now + Duration::from_millis(self.rng.random_range(6_000..20_000));
+                self.at(back, Event::Start { node });
+            }
+            Event::Kill { node } => {
+                self.kill(node);
+                let back = now + Duration::from_millis(self.rng.random_range(500..20_000));
+                self.at(back, Event::Start { node });
+            }
+            Event::Partition {
+                a,
+                b,
+                one_way,
+                heal_after,
+            } => {
+                let how = if one_way { "one-way" } else { "symmetric" };
+                self.trace.push(
+                    now,
+                    format!("fault: {how} partition {a} -> {b} for {heal_after:?}"),
+                );
+                self.net.set_held(a, b, true, now);
+                if !one_way {
+                    self.net.set_held(b, a, true, now);
+                }
+                self.at(now + heal_after, Event::Heal { a, b });
+            }
+            Event::Heal { a, b } => {
+                self.trace
+                    .push(now, format!("fault: partition {a} <-> {b} heals"));
+                self.net.set_held(a, b, false, now);
+                self.net.set_held(b, a, false, now);
+            }
+            Event::Freeze {
+                node,
+                thaw_after,
+                then_kill,
+            } => {
+                self.trace.push(
+                    now,
+                    format!(
+                        "fault: host {node} freezes for {thaw_after:?} (then killed: {then_kill})"
+                    ),
+                );
+                self.net.set_frozen(node, true, now);
+                self.at(
+                    now + thaw_after,
+                    Event::Thaw {
+                        node,
+                        kill: then_kill,
+                    },
+                );
+            }
+            Event::Thaw { node, kill } => {
+                self.trace.push(now, format!("fault: host {node} thaws"));
+                if kill {
+                    // A host that froze and rebooted: its process is gone.
+                    self.kill(node);
+                    self.net.set_frozen(node, false, now);
+                    let back = now + Duration::from_millis(self.rng.random_range(100..5_000));
+                    self.at(back, Event::Start { node });
+                } else {
+                    self.net.set_frozen(node, false, now);
+                }
+            }
+            Event::Reset => {
+                if self.faults_on {
+                    self.inject();
+                    let next = self.random_gap();
+                    self.at(next, Event::Reset);
+                }
+            }
+            Event::Sweep => {
+                // Checked at the end of the step, after the nodes ran their timers: a host
+                // that thaws now runs its overdue deadlines first.
+                self.sweep = true;
+                if now < self.cfg.duration + Duration::from_secs(90) {
+                    self.at(now + Duration::from_millis(500), Event::Sweep);
+                }
+            }
+            Event::EndFaults => {
+                self.trace.push(
+                    now,
+                    "faults end: every partition heals, every host starts".into(),
+                );
+                self.faults_on = false;
+                for a in 0..self.n() {
+                    self.net.set_frozen(a, false, now);
+                    for b in 0..self.n() {
+                        self.net.set_held(a, b, false, now);
+                    }
+                }
+                // Pending fault events are dropped; every host is started again.
+                let keep: Vec<((Duration, u64), Event)> = std::mem::take(&mut self.schedule)
+                    .into_iter()
+                    .filter(|(_, e)| matches!(e, Event::Work | Event::StopAll))
+                    .collect();
+                self.schedule.extend(keep);
+                for i in 0..self.n() {
+                    if !self.up(i) {
+                        if self.nodes.get(i).is_some_and(Option::is_some) {
+                            self.kill(i);
+                        }
+                        self.at(now + Duration::from_millis(10), Event::Start { node: i });
+                    }
+                }
+            }
+            Event::StopAll => {
+                self.check_whole();
+                self.trace.push(now, "graceful stop of every host".into());
+                for i in 0..self.n() {
+                    self.ctx_node(i, |n, ctx| n.begin_stop(ctx));
+                }
+            }
+        }
+    }
+
+    fn start(&mut self, node: NodeIx) {
+        if self.up(node) {
+            return;
+        }
+        if self.nodes.get(node).is_some_and(Option::is_some) {
+            // A node still draining or stopped: its process ends before the next one starts.
+            self.kill(node);
+        }
+        let run = self.hosts[node].0 + 1;
+        let generation = self.rng.random::<u64>() | 1;
+        self.truth.on_start(node, run, generation);
+        self.hosts[node] = (run, true, self.now);
+        let spec = self.specs[node].clone();
+        self.trace.push(
+            self.now,
+            format!("host {node} starts run {run} g{generation:x}"),
+        );
+        self.nodes[node] = Some(SimNode::new(
+            node, run, generation, spec, self.base, self.now,
+        ));
+        self.touched.insert(node);
+    }
+
+    fn kill(&mut self, node: NodeIx) {
+        self.trace
+            .push(self.now, format!("fault: host {node} killed"));
+        self.net.kill(node, self.now, &mut self.rng);
+        self.truth.on_kill(node);
+        if let Some(slot) = self.nodes.get_mut(node) {
+            *slot = None;
+        }
+        self.touched.insert(node);
+        if let Some(h) = self.hosts.get_mut(node) {
+            h.1 = false;
+        }
+    }
+
+    /// One fault, chosen at random.
+    fn inject(&mut self) {
+        let n = self.n();
+        let now = self.now;
+        let a = self.rng.random_range(0..n);
+        let mut b = self.rng.random_range(0..n);
+        if b == a {
+            b = (a + 1) % n;
+        }
+        let e = match self.rng.random_range(0..100) {
+            0..=24 => Event::Partition {
+                a,
+                b,
+                one_way: self.rng.random_bool(0.4),
+                heal_after: Duration::from_millis(self.rng.random_range(1_000..40_000)),
+            },
+            25..=39 => Event::Freeze {
+                node: a,
+                thaw_after: Duration::from_millis(self.rng.random_range(1_000..40_000)),
+                then_kill: self.rng.random_bool(0.5),
+            },
+            40..=59 => Event::Kill { node: a },
+            60..=79 => Event::Stop { node: a },
+            _ => {
+                // A middlebox resets connections of one host.
+                let conns: Vec<net::NetConn> = self.net.conns_of(a);
+                for c in conns {
+                    if !self.rng.random_bool(0.5) {
+                        continue;
+                    }
+                    self.trace.push(now, format!("fault: {c} reset"));
+                    self.net.reset(c, now, &mut self.rng);
+                }
+                return;
+            }
+        };
+        self.fire(e);
+    }
+
+    /// One unit of workload: a call of some semantics, a retry of a guarded call, or a
+    /// message.
+    fn work(&mut self) {
+        // Publishers publish now and then.
+        let publishers: Vec<NodeIx> = (0..self.n())
+            .filter(|&i| self.specs[i].publishes && self.up(i))
+            .collect();
+        if !publishers.is_empty() && self.rng.random_bool(0.7) {
+            let who = publishers[self.rng.random_range(0..publishers.len())];
+            let uid = self.next_uid;
+            self.next_uid += 1;
+            let burst = self.rng.random_range(1..=20);
+            self.ctx_node(who, |node, ctx| {
+                for k in 0..burst {
+                    node.publish(ctx, uid * 100 + k);
+                }
+            });
+            return;
+        }
+        // Callers: every RouteMesh node; the clients of ClientServer (servers dial nobody).
+        let callers: Vec<NodeIx> = (0..self.n())
+            .filter(|&i| !self.specs[i].dials.is_empty())
+            .collect();
+        if callers.is_empty() {
+            return;
+        }
+        let who = callers[self.rng.random_range(0..callers.len())];
+        if !self.up(who) {
+            return;
+        }
+        let uid = self.next_uid;
+        self.next_uid += 1;
+        let pick = self.rng.random_range(0..100);
+        if pick < 20 {
+            self.truth.on_send(uid);
+            self.ctx_node(who, |node, ctx| {
+                node.send_message(ctx, uid);
+            });
+            return;
+        }
+        let kind = match pick {
+            20..=39 => CallKind::Query,
+            40..=54 => CallKind::Idempotent,
+            55..=64 => CallKind::Command,
+            _ => {
+                // A guarded command: a fresh key, or a retry of an earlier key (as a caller
+                // does after "may have run").
+                if !self.keys.is_empty() && self.rng.random_bool(0.4) {
+                    let i = self.rng.random_range(0..self.keys.len());
+                    CallKind::Guarded(self.keys[i].0.clone())
+                } else {
+                    let k = format!("k{uid}");
+                    self.keys.push((k.clone(), uid));
+                    CallKind::Guarded(k)
+                }
+            }
+        };
+        let ttl = self
+            .rng
+            .random_bool(0.3)
+            .then(|| Duration::from_millis(self.rng.random_range(50..5_000)));
+        self.truth.on_call(uid, kind.clone(), who);
+        self.ctx_node(who, |node, ctx| node.start_call(ctx, uid, &kind, ttl));
+    }
+}

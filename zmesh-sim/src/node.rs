@@ -1,0 +1,1171 @@
+//! One simulated node run: zmesh's protocol state machines wired the way the I/O thread
+//! wires them, over the simulated network instead of libzmq sockets.
+//!
+//! Every protocol decision is the library's own: admission and duplicate resolution
+//! ([`admission::judge_hello`], [`admission::judge_welcome`]), liveness ([`Liveness`]: probes,
+//! ACKs, the 15 s deadline with the coalescing window), the caller's call table
+//! ([`CallTable`]: leases, what a failure says) and the callee's ([`ServeTable`]: ACCEPT
+//! before dispatch, ttl refusals, the graceful drain), and the wire codec for every record.
+//! What this file adds is the glue the shell has around them: which connection a record
+//! came on, where an answer goes, redialling after a failure, handlers that take time.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::num::NonZeroU64;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use rand::Rng;
+use zmesh::proto::admission::{self, HelloFacts, HelloVerdict, OwnDial, WelcomeFacts};
+use zmesh::proto::calls::{
+    Admission, CallError, CallId, CallShape, CallTable, Dispatch, ServeId, ServeTable,
+};
+use zmesh::proto::handshake::{self, Expectation, Identity, Membership};
+use zmesh::proto::liveness::{LinkKey, Liveness, LivenessEvent, PublisherEvent, Transmit};
+use zmesh::proto::wire::{self, CloseReason, Lane, Record, RejectReason, ReplyCode, Semantics};
+use zmesh::proto::ConnId;
+
+use crate::fanout::Fan;
+use crate::net::{Delivery, End, Link, NetConn, NodeIx};
+use crate::truth::CallKind;
+use crate::Ctx;
+
+/// The channel every server serves.
+pub const CHANNEL: &str = "svc";
+
+/// How long a dialled connection may go without WELCOME before it is dropped and redialled.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a graceful stop waits for accepted calls.
+pub const DRAIN_BOUND: Duration = Duration::from_secs(5);
+
+/// What a node run was told to be.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    /// Its RID.
+    pub rid: String,
+    /// Whether it serves [`CHANNEL`].
+    pub serves: bool,
+    /// The hosts and lanes it dials.
+    pub dials: Vec<(NodeIx, Lane)>,
+    /// Whether it binds a PUB socket and publishes.
+    pub publishes: bool,
+    /// The publishers it subscribes to, one SUB socket each.
+    pub subscribes: Vec<NodeIx>,
+}
+
+#[derive(Debug)]
+struct Ready {
+    peer: Identity,
+    live: LinkKey,
+}
+
+#[derive(Debug)]
+struct Conn {
+    lane: Lane,
+    peer_node: NodeIx,
+    dialled: bool,
+    id: ConnId,
+    opened_at: Duration,
+    hello_sent: bool,
+    ready: Option<Ready>,
+    refused: bool,
+}
+
+#[derive(Debug, Default)]
+struct Dial {
+    conn: Option<NetConn>,
+    retry_at: Option<Duration>,
+    failures: u32,
+    /// Stood down: the peer's own dial on this lane is the current connection.
+    yielded: bool,
+    /// The peer refused with NotRequired: nothing to dial.
+    not_required: bool,
+}
+
+#[derive(Debug)]
+struct Handler {
+    ends_at: Duration,
+    uid: u64,
+    key: Option<String>,
+    query: bool,
+}
+
+/// Where a node run is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Serving.
+    Running,
+    /// Graceful stop: accepted calls are answered up to the drain bound.
+    Draining,
+    /// Stopped: nothing more happens.
+    Stopped,
+}
+
+/// One run of a node.
+pub struct SimNode {
+    /// The host.
+    pub ix: NodeIx,
+    /// The run on that host (counts from 1).
+    pub run: u64,
+    /// What it announces.
+    pub me: Identity,
+    spec: Spec,
+    base: Instant,
+    phase: Phase,
+    conns: BTreeMap<NetConn, Conn>,
+    dials: BTreeMap<(NodeIx, u8), Dial>,
+    live: Liveness,
+    live_conn: BTreeMap<LinkKey, NetConn>,
+    next_conn_id: u64,
+    calls: CallTable<NetConn>,
+    call_uid: BTreeMap<CallId, u64>,
+    serve: ServeTable<NetConn>,
+    handlers: BTreeMap<ServeId, Handler>,
+    drain_done: bool,
+    fan: Fan,
+}
+
+impl SimNode {
+    /// A new run of host `ix`, started at `now`.
+    pub fn new(
+        ix: NodeIx,
+        run: u64,
+        generation: u64,
+        spec: Spec,
+        base: Instant,
+        now: Duration,
+    ) -> SimNode {
+        let membership = if spec.serves {
+            Membership::server(CHANNEL)
+        } else {
+            Membership::object_client(CHANNEL)
+        };
+        let me = Identity {
+            rid: spec.rid.clone(),
+            generation,
+            security_identity: String::new(),
+            memberships: vec![membership],
+        };
+        let dials = spec
+            .dials
+            .iter()
+            .map(|&(peer, lane)| {
+                (
+                    (peer, u8::from(lane)),
+                    Dial {
+                        retry_at: Some(Duration::ZERO),
+                        ..Dial::default()
+                    },
+                )
+            })
+            .collect();
+        let mut live = Liveness::new(generation);
+        let fan = Fan::new(spec.publishes, &spec.subscribes, &mut live, base + now);
+        SimNode {
+            ix,
+            run,
+            me,
+            spec,
+            base,
+            phase: Phase::Running,
+            conns: BTreeMap::new(),
+            dials,
+            live,
+            live_conn: BTreeMap::new(),
+            next_conn_id: 1,
+            calls: CallTable::new(),
+            call_uid: BTreeMap::new(),
+            serve: ServeTable::new(),
+            handlers: BTreeMap::new(),
+            drain_done: false,
+            fan,
+        }
+    }
+
+    fn end(&self) -> End {
+        End {
+            node: self.ix,
+            run: self.run,
+        }
+    }
+
+    fn at(&self, t: Duration) -> Instant {
+        self.base + t
+    }
+
+    /// Where the run is.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// Whether this run serves the channel.
+    pub fn serves(&self) -> bool {
+        self.spec.serves
+    }
+
+    /// The next instant this run needs to be woken for its timers, as the shell computes it
+    /// from every part's `poll_timeout()` and its own redial and handshake timers.
+    pub fn poll_timeout(&self) -> Option<Duration> {
+        let mut best: Option<Duration> = None;
+        let mut take = |t: Option<Duration>| {
+            if let Some(t) = t {
+                best = Some(best.map_or(t, |b: Duration| b.min(t)));
+            }
+        };
+        let rel = |i: Option<Instant>| i.map(|i| i.saturating_duration_since(self.base));
+        take(rel(self.live.poll_timeout()));
+        take(rel(self.calls.poll_timeout()));
+        take(rel(self.serve.poll_timeout()));
+        for h in self.handlers.values() {
+            take(Some(h.ends_at));
+        }
+        if self.phase == Phase::Running {
+            for d in self.dials.values() {
+                take(d.retry_at);
+            }
+            take(self.fan.poll_timeout());
+        }
+        for c in self.conns.values() {
+            if c.dialled && c.ready.is_none() && c.hello_sent {
+                take(Some(c.opened_at + HANDSHAKE_TIMEOUT));
+            }
+        }
+        best
+    }
+
+    /// Whether any part still holds a timer (none may after a stop).
+    pub fn has_timers(&self) -> bool {
+        self.live.poll_timeout().is_some()
+            || self.calls.poll_timeout().is_some()
+            || self.serve.poll_timeout().is_some()
+            || !self.handlers.is_empty()
+    }
+
+    fn send(&mut self, ctx: &mut Ctx<'_>, conn: NetConn, rec: &Record) -> bool {
+        let end = self.end();
+        ctx.net.send(conn, end, rec.encode(), ctx.now, ctx.rng)
+    }
+
+    /// Runs every timer due at `ctx.now`.
+    pub fn handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
+        let now = ctx.now;
+        if self.phase == Phase::Stopped {
+            return;
+        }
+        self.live.handle_timeout_coalesced(self.at(now));
+        self.calls.handle_timeout(self.at(now));
+        self.serve.handle_timeout(self.at(now));
+        let due: Vec<ServeId> = self
+            .handlers
+            .iter()
+            .filter(|(_, h)| h.ends_at <= now)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in due {
+            self.finish_handler(ctx, id);
+        }
+        if self.phase == Phase::Running {
+            let due: Vec<(NodeIx, u8)> = self
+                .dials
+                .iter()
+                .filter(|(_, d)| d.retry_at.is_some_and(|t| t <= now))
+                .map(|(&k, _)| k)
+                .collect();
+            for key in due {
+                self.dial(ctx, key);
+            }
+            let me = self.end();
+            self.fan.handle_timeout(ctx, me);
+        }
+        let stale: Vec<NetConn> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| {
+                c.dialled
+                    && c.ready.is_none()
+                    && c.hello_sent
+                    && c.opened_at + HANDSHAKE_TIMEOUT <= now
+            })
+            .map(|(&k, _)| k)
+            .collect();
+        for k in stale {
+            ctx.trace(format!("{} {k} handshake timed out", self.me.rid));
+            self.drop_conn(ctx, k, None);
+        }
+        self.pump(ctx);
+    }
+
+    fn dial(&mut self, ctx: &mut Ctx<'_>, key: (NodeIx, u8)) {
+        let lane = lane_of(key.1);
+        let inbound_ready = self.inbound_ready(key.0, lane);
+        let Some(d) = self.dials.get_mut(&key) else {
+            return;
+        };
+        d.retry_at = None;
+        if d.conn.is_some() || d.not_required {
+            return;
+        }
+        // A dial that stood down comes back only when the peer's connection is gone.
+        if d.yielded && inbound_ready {
+            return;
+        }
+        d.yielded = false;
+        let (to, up) = ctx.host(key.0);
+        let conn = ctx
+            .net
+            .dial(self.end(), to, up, Link::Lane(lane), ctx.now, ctx.rng);
+        ctx.trace(format!(
+            "{} {conn} dials host {} on {lane:?}",
+            self.me.rid, key.0
+        ));
+        let id = ConnId(self.next_conn_id);
+        self.next_conn_id += 1;
+        if let Some(d) = self.dials.get_mut(&key) {
+            d.conn = Some(conn);
+        }
+        self.conns.insert(
+            conn,
+            Conn {
+                lane,
+                peer_node: key.0,
+                dialled: true,
+                id,
+                opened_at: ctx.now,
+                hello_sent: false,
+                ready: None,
+                refused: false,
+            },
+        );
+    }
+
+    fn inbound_ready(&self, peer: NodeIx, lane: Lane) -> bool {
+        self.conns
+            .values()
+            .any(|c| !c.dialled && c.peer_node == peer && c.lane == lane && c.ready.is_some())
+    }
+
+    /// Something arrived on `conn`.
+    pub fn handle_delivery(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        conn: NetConn,
+        peer_node: NodeIx,
+        link: Link,
+        delivery: Delivery,
+    ) {
+        if self.phase == Phase::Stopped {
+            return;
+        }
+        let lane = match link {
+            Link::Lane(lane) => lane,
+            Link::Sub => {
+                let me = self.end();
+                let base = self.base;
+                self.fan
+                    .handle_delivery(ctx, me, &mut self.live, base, conn, delivery);
+                self.pump(ctx);
+                return;
+            }
+        };
+        match delivery {
+            Delivery::Connected => self.on_connected(ctx, conn),
+            Delivery::Closed => {
+                if self.conns.contains_key(&conn) {
+                    ctx.trace(format!("{} {conn} closed by the peer", self.me.rid));
+                    self.lose_conn(ctx, conn, false);
+                }
+            }
+            Delivery::Frames(frames) => self.on_frames(ctx, conn, peer_node, lane, frames),
+        }
+        self.pump(ctx);
+    }
+
+    fn on_connected(&mut self, ctx: &mut Ctx<'_>, conn: NetConn) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        c.hello_sent = true;
+        c.opened_at = ctx.now;
+        let lane = c.lane;
+        let expect = Expectation {
+            rid: None,
+            generation: None,
+            security_identity: None,
+        };
+        let Ok(hello) = handshake::hello_record(lane, &self.me, &expect, 0) else {
+            return;
+        };
+        self.send(ctx, conn, &Record::Hello(hello));
+    }
+
+    fn on_frames(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        conn: NetConn,
+        peer_node: NodeIx,
+        lane: Lane,
+        frames: Vec<Vec<u8>>,
+    ) {
+        let known = self
+            .conns
+            .get(&conn)
+            .map(|c| (c.ready.is_some(), c.dialled, c.refused));
+        let rec = Record::decode(&frames);
+        match known {
+            None => self.on_unknown_inbound(ctx, conn, peer_node, lane, rec),
+            Some((_, _, true)) => {}
+            Some((false, true, _)) => match rec {
+                Ok(Record::Welcome(w)) => self.on_welcome(ctx, conn, w),
+                Ok(Record::Reject(r)) => self.on_reject(ctx, conn, r.reason),
+                _ => {}
+            },
+            Some((false, false, _)) => {}
+            Some((true, _, _)) => match rec {
+                Ok(r) => self.on_ready_record(ctx, conn, r),
+                Err(e) => {
+                    ctx.trace(format!("{} {conn} malformed record: {e}", self.me.rid));
+                    self.drop_conn(ctx, conn, Some(CloseReason::ProtocolError));
+                }
+            },
+        }
+    }
+
+    fn on_unknown_inbound(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        conn: NetConn,
+        peer_node: NodeIx,
+        lane: Lane,
+        rec: Result<Record, wire::WireError>,
+    ) {
+        let refuse = |node: &mut SimNode, ctx: &mut Ctx<'_>, reason: RejectReason, detail: &str| {
+            let rej = Record::Reject(wire::Reject {
+                reason,
+                detail: wire::Detail::new(detail.chars().take(1000).collect::<String>())
+                    .unwrap_or_default(),
+            });
+            node.send(ctx, conn, &rej);
+            ctx.trace(format!("{} {conn} refused: {detail}", node.me.rid));
+            node.conns.insert(
+                conn,
+                Conn {
+                    lane,
+                    peer_node,
+                    dialled: false,
+                    id: ConnId(0),
+                    opened_at: ctx.now,
+                    hello_sent: false,
+                    ready: None,
+                    refused: true,
+                },
+            );
+        };
+        let hello = match rec {
+            Ok(Record::Hello(h)) => h,
+            Ok(other) => {
+                if let Some(r) = admission::refuse_before_hello(other.kind()) {
+                    refuse(self, ctx, r.reason, &r.detail);
+                }
+                return;
+            }
+            Err(e) => {
+                let r = admission::refuse_malformed(&e);
+                refuse(self, ctx, r.reason, &r.detail);
+                return;
+            }
+        };
+        let (hello_lane, peer, theirs) = handshake::from_hello(hello);
+        let own_dial = self
+            .dials
+            .get(&(peer_node, u8::from(lane)))
+            .filter(|d| !d.not_required)
+            .map_or(OwnDial::None, |_| OwnDial::Dialling);
+        let expect = Expectation::default();
+        let verdict = admission::judge_hello(&HelloFacts {
+            socket_lane: lane,
+            hello_lane,
+            peer: &peer,
+            peer_expects: &theirs,
+            verified_key: None,
+            admitting: self.phase == Phase::Running,
+            local: &self.me,
+            expect: &expect,
+            own_dial,
+        });
+        match verdict {
+            HelloVerdict::Refuse(r) => refuse(self, ctx, r.reason, &r.detail),
+            HelloVerdict::Admit { yield_own_dial } => {
+                if yield_own_dial {
+                    let dial_conn = self
+                        .dials
+                        .get(&(peer_node, u8::from(lane)))
+                        .and_then(|d| d.conn);
+                    if let Some(dc) = dial_conn {
+                        ctx.trace(format!(
+                            "{} {dc} stands down for the peer's dial",
+                            self.me.rid
+                        ));
+                        self.drop_conn(ctx, dc, Some(CloseReason::Replaced));
+                    }
+                    if let Some(d) = self.dials.get_mut(&(peer_node, u8::from(lane))) {
+                        d.yielded = true;
+                        d.retry_at = None;
+                    }
+                }
+                // A replacement connection of the same peer and lane: the old one is done.
+                let old: Vec<NetConn> = self
+                    .conns
+                    .iter()
+                    .filter(|(_, c)| {
+                        !c.dialled && !c.refused && c.peer_node == peer_node && c.lane == lane
+                    })
+                    .map(|(&k, _)| k)
+                    .collect();
+                for k in old {
+                    ctx.trace(format!("{} {k} replaced by {conn}", self.me.rid));
+                    self.drop_conn(ctx, k, Some(CloseReason::Replaced));
+                }
+                let Ok(welcome) = handshake::welcome_record(lane, &self.me) else {
+                    return;
+                };
+                if !self.send(ctx, conn, &Record::Welcome(welcome)) {
+                    return;
+                }
+                let id = ConnId(self.next_conn_id);
+                self.next_conn_id += 1;
+                self.conns.insert(
+                    conn,
+                    Conn {
+                        lane,
+                        peer_node,
+                        dialled: false,
+                        id,
+                        opened_at: ctx.now,
+                        hello_sent: false,
+                        ready: None,
+                        refused: false,
+                    },
+                );
+                self.become_ready(ctx, conn, peer);
+            }
+        }
+    }
+
+    fn on_welcome(&mut self, ctx: &mut Ctx<'_>, conn: NetConn, w: wire::Welcome) {
+        let Some(lane) = self.conns.get(&conn).map(|c| c.lane) else {
+            return;
+        };
+        let (welcome_lane, peer) = handshake::from_welcome(w);
+        let expect = Expectation::default();
+        let verdict = admission::judge_welcome(&WelcomeFacts {
+            lane,
+            welcome_lane,
+            peer: &peer,
+            verified_key: None,
+            local: &self.me,
+            expect: &expect,
+        });
+        match verdict {
+            Ok(()) => self.become_ready(ctx, conn, peer),
+            Err(refused) => {
+                ctx.trace(format!(
+                    "{} {conn} welcome refused: {}",
+                    self.me.rid, refused.detail
+                ));
+                self.drop_conn(ctx, conn, None);
+            }
+        }
+    }
+
+    fn on_reject(&mut self, ctx: &mut Ctx<'_>, conn: NetConn, reason: RejectReason) {
+        ctx.trace(format!("{} {conn} rejected: {reason:?}", self.me.rid));
+        let key = self
+            .conns
+            .get(&conn)
+            .map(|c| (c.peer_node, u8::from(c.lane)));
+        self.drop_conn(ctx, conn, None);
+        if let Some(d) = key.and_then(|k| self.dials.get_mut(&k)) {
+            match reason {
+                RejectReason::NotRequired => {
+                    d.not_required = true;
+                    d.retry_at = None;
+                }
+                RejectReason::Duplicate => {
+                    d.yielded = true;
+                    d.retry_at = None;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn become_ready(&mut self, ctx: &mut Ctx<'_>, conn: NetConn, peer: Identity) {
+        let now = self.at(ctx.now);
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let live = self.live.insert_connection(c.id, now);
+        self.live_conn.insert(live, conn);
+        ctx.trace(format!(
+            "{} {conn} ready: {} g{:x} on {:?}",
+            self.me.rid, peer.rid, peer.generation, c.lane
+        ));
+        ctx.truth
+            .on_ready(self.ix, &peer.rid, peer.generation, ctx.now);
+        c.ready = Some(Ready { peer, live });
+        if c.dialled {
+            if let Some(d) = self.dials.get_mut(&(c.peer_node, u8::from(c.lane))) {
+                d.failures = 0;
+            }
+        }
+    }
+
+    fn on_ready_record(&mut self, ctx: &mut Ctx<'_>, conn: NetConn, rec: Record) {
+        let now = self.at(ctx.now);
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        let (lane, id, peer_node) = (c.lane, c.id, c.peer_node);
+        let Some(live) = c.ready.as_ref().map(|r| r.live) else {
+            return;
+        };
+        match rec {
+            Record::Probe { id: pid } => {
+                self.send(ctx, conn, &Record::Ack { id: pid });
+            }
+            Record::Ack { id: pid } => {
+                let _ = self.live.handle_ack(live, id, pid.get(), now);
+            }
+            Record::Message(m) => {
+                let _ = self.live.handle_app_traffic(live, now);
+                ctx.truth.on_app_message(self.ix, &m.payload, ctx.now);
+            }
+            Record::Close { reason } => {
+                ctx.trace(format!("{} {conn} CLOSE {reason:?}", self.me.rid));
+                let orderly = matches!(reason, CloseReason::Shutdown | CloseReason::Draining);
+                self.lose_conn(ctx, conn, orderly);
+            }
+            Record::Request(r) => self.on_request(ctx, conn, lane, peer_node, r),
+            Record::Batch(b) => {
+                for r in b.into_requests() {
+                    self.on_request(ctx, conn, lane, peer_node, r);
+                }
+            }
+            Record::Accept(a) => {
+                if let Some(cid) = self.call_for(a.call_id) {
+                    self.calls.handle_accept(cid, conn, now);
+                }
+            }
+            Record::Reply(r) => {
+                if let Some(cid) = self.call_for(r.call_id) {
+                    self.calls.handle_reply(cid, conn, r.code, r.payload, now);
+                }
+            }
+            Record::Item(i) => {
+                if let Some(cid) = self.call_for(i.call_id) {
+                    self.calls.handle_item(cid, conn, i.seq, i.payload, now);
+                }
+            }
+            Record::Hello(_) | Record::Welcome(_) | Record::Reject(_) => {}
+        }
+    }
+
+    fn call_for(&self, call_id: NonZeroU64) -> Option<CallId> {
+        let cid = CallId(call_id);
+        self.call_uid.contains_key(&cid).then_some(cid)
+    }
+
+    /// The ready connection to `peer` on `lane`, dialled or accepted.
+    fn ready_on(&self, peer: NodeIx, lane: Lane) -> Option<NetConn> {
+        self.conns
+            .iter()
+            .find(|(_, c)| c.peer_node == peer && c.lane == lane && c.ready.is_some())
+            .map(|(&k, _)| k)
+    }
+
+    fn on_request(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        conn: NetConn,
+        lane: Lane,
+        peer_node: NodeIx,
+        r: wire::Request,
+    ) {
+        let now = self.at(ctx.now);
+        // A RouteMesh call is answered on the caller's Completion lane.
+        let answer = match lane {
+            Lane::Application => match self.ready_on(peer_node, Lane::Completion) {
+                Some(k) => k,
+                None => return,
+            },
+            Lane::Completion => return,
+            Lane::ClientServer => conn,
+        };
+        if !self.spec.serves {
+            let reply = Record::Reply(wire::Reply {
+                call_id: r.call_id,
+                code: ReplyCode::ClassNotFound,
+                payload: Bytes::new(),
+            });
+            self.send(ctx, answer, &reply);
+            return;
+        }
+        let sid =
+            match self
+                .serve
+                .handle_request(answer, r.call_id, r.ttl_ms, CallShape::Unary, now)
+            {
+                Admission::Accept(sid) => sid,
+                Admission::Refuse(code) => {
+                    let reply = Record::Reply(wire::Reply {
+                        call_id: r.call_id,
+                        code,
+                        payload: Bytes::new(),
+                    });
+                    self.send(ctx, answer, &reply);
+                    return;
+                }
+                Admission::Duplicate => return,
+            };
+        let Some(answer_id) = self.conns.get(&answer).map(|c| c.id.0) else {
+            return;
+        };
+        let accept = Record::Accept(wire::Accept {
+            call_id: r.call_id,
+            generation: NonZeroU64::new(self.me.generation).unwrap_or(NonZeroU64::MIN),
+            connection_id: answer_id,
+        });
+        self.send(ctx, answer, &accept);
+        // Handlers take time; a ttl may run out before dispatch.
+        let wait = Duration::from_millis(ctx.rng.random_range(0..200));
+        let at = self.at(ctx.now + wait);
+        match self.serve.handle_dispatch(sid, at) {
+            Dispatch::Run => {}
+            Dispatch::Refuse(code) => {
+                let reply = Record::Reply(wire::Reply {
+                    call_id: r.call_id,
+                    code,
+                    payload: Bytes::new(),
+                });
+                self.send(ctx, answer, &reply);
+                return;
+            }
+            Dispatch::Skip => return,
+        }
+        let uid = crate::truth::uid_of(&r.payload);
+        let key = r.idempotency_key.as_ref().map(|k| k.to_string());
+        let guarded = r.semantics == Semantics::NonRepeatableCommand && key.is_some();
+        if guarded {
+            let k = key.clone().unwrap_or_default();
+            match ctx.truth.store_get(&self.me.rid, &k) {
+                Some(Some(ran)) => {
+                    // Replayed from the record: the handler does not run again.
+                    self.answer(ctx, sid, ReplyCode::Ok, crate::truth::result_of(ran));
+                    return;
+                }
+                Some(None) => {
+                    self.answer(ctx, sid, ReplyCode::UnknownOutcome, Bytes::new());
+                    return;
+                }
+                None => ctx.truth.store_begin(&self.me.rid, &k),
+            }
+        }
+        ctx.truth
+            .on_execute(uid, key.as_deref(), guarded, self.ix, &self.me.rid);
+        let took = Duration::from_millis(ctx.rng.random_range(0..3000));
+        self.handlers.insert(
+            sid,
+            Handler {
+                ends_at: ctx.now + wait + took,
+                uid,
+                key: key.filter(|_| guarded),
+                query: r.semantics == Semantics::Query,
+            },
+        );
+    }
+
+    fn answer(&mut self, ctx: &mut Ctx<'_>, sid: ServeId, code: ReplyCode, payload: Bytes) {
+        let now = self.at(ctx.now);
+        let Some((conn, call_id)) = self.serve.call_of(sid) else {
+            let _ = self.serve.handle_done(sid, code, now);
+            return;
+        };
+        if let Some(code) = self.serve.handle_done(sid, code, now) {
+            let reply = Record::Reply(wire::Reply {
+                call_id,
+                code,
+                payload,
+            });
+            self.send(ctx, conn, &reply);
+        }
+    }
+
+    fn finish_handler(&mut self, ctx: &mut Ctx<'_>, sid: ServeId) {
+        let Some(h) = self.handlers.remove(&sid) else {
+            return;
+        };
+        if let Some(k) = &h.key {
+            ctx.truth.store_done(&self.me.rid, k, h.uid);
+        }
+        self.answer(ctx, sid, ReplyCode::Ok, crate::truth::result_of(h.uid));
+    }
+
+    /// Starts a call from the application: `uid` is the simulator's name for it.
+    pub fn start_call(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        uid: u64,
+        kind: &CallKind,
+        ttl: Option<Duration>,
+    ) {
+        let now = self.at(ctx.now);
+        let route = self.route();
+        let cid = match route {
+            None => {
+                let cid = self
+                    .calls
+                    .start_unrouted(zmesh::proto::calls::Unrouted::NoReadyPeer, now);
+                self.call_uid.insert(cid, uid);
+                self.pump(ctx);
+                return;
+            }
+            Some((request_conn, answer_conn)) => {
+                let cid = self.calls.start(answer_conn, ttl, now);
+                self.call_uid.insert(cid, uid);
+                if !self.calls.is_pending(cid) {
+                    self.pump(ctx);
+                    return;
+                }
+                let (semantics, key) = match kind {
+                    CallKind::Query => (Semantics::Query, None),
+                    CallKind::Idempotent => (Semantics::IdempotentCommand, None),
+                    CallKind::Command => (Semantics::NonRepeatableCommand, None),
+                    CallKind::Guarded(k) => (Semantics::NonRepeatableCommand, Some(k.clone())),
+                };
+                let req = wire::Request {
+                    call_id: cid.0,
+                    ttl_ms: zmesh::proto::calls::ttl_on_wire(ttl),
+                    semantics,
+                    channel: name(CHANNEL),
+                    method: name("op"),
+                    idempotency_key: key.and_then(|k| wire::Name::new(k).ok()),
+                    payload: crate::truth::payload_of(uid),
+                };
+                if self.send(ctx, request_conn, &Record::Request(req)) {
+                    self.calls.handle_sent(cid, now);
+                } else {
+                    self.calls.handle_send_failed(cid, now);
+                }
+                cid
+            }
+        };
+        let _ = cid;
+        self.pump(ctx);
+    }
+
+    /// A ready server to call: the connection the REQUEST goes on and the one its answers
+    /// come back on (a RouteMesh peer's Application and Completion lanes, or one ClientServer
+    /// connection).
+    fn route(&self) -> Option<(NetConn, NetConn)> {
+        if self.phase != Phase::Running {
+            return None;
+        }
+        for c in self.conns.values() {
+            let Some(r) = &c.ready else { continue };
+            if !r.peer.is_server() {
+                continue;
+            }
+            match c.lane {
+                Lane::ClientServer if c.dialled => {
+                    let k = self.ready_on(c.peer_node, Lane::ClientServer)?;
+                    return Some((k, k));
+                }
+                Lane::Application => {
+                    let (Some(a), Some(b)) = (
+                        self.ready_on(c.peer_node, Lane::Application),
+                        self.ready_on(c.peer_node, Lane::Completion),
+                    ) else {
+                        continue;
+                    };
+                    return Some((a, b));
+                }
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// Sends a one-way MESSAGE to some ready peer; false if none is ready.
+    pub fn send_message(&mut self, ctx: &mut Ctx<'_>, uid: u64) -> bool {
+        let target = self
+            .conns
+            .iter()
+            .find(|(_, c)| {
+                c.ready.is_some() && matches!(c.lane, Lane::Application | Lane::ClientServer)
+            })
+            .map(|(&k, _)| k);
+        let Some(conn) = target else {
+            return false;
+        };
+        let msg = Record::Message(wire::Message {
+            channel: name(CHANNEL),
+            payload: crate::truth::message_of(uid),
+        });
+        self.send(ctx, conn, &msg)
+    }
+
+    /// Drops `conn` from this side: CLOSE first if named, then the transport closes it.
+    fn drop_conn(&mut self, ctx: &mut Ctx<'_>, conn: NetConn, close: Option<CloseReason>) {
+        if let Some(reason) = close {
+            if self.conns.get(&conn).is_some_and(|c| c.ready.is_some()) {
+                self.send(ctx, conn, &Record::Close { reason });
+            }
+        }
+        let end = self.end();
+        ctx.net.close(conn, end, ctx.now, ctx.rng);
+        self.lose_conn(ctx, conn, false);
+    }
+
+    /// `conn` is gone: everything that leaned on it learns so, and its dial redials.
+    fn lose_conn(&mut self, ctx: &mut Ctx<'_>, conn: NetConn, orderly: bool) {
+        let now = self.at(ctx.now);
+        let Some(c) = self.conns.remove(&conn) else {
+            return;
+        };
+        let end = self.end();
+        ctx.net.close(conn, end, ctx.now, ctx.rng);
+        if let Some(r) = &c.ready {
+            self.live.remove(r.live);
+            self.live_conn.remove(&r.live);
+            ctx.truth.on_leave_ready(self.ix, conn, ctx.now);
+        }
+        self.calls.handle_connection_lost(conn, now);
+        // The calls of the pair lean on the Application lane too, unless the peer closed it
+        // in order (it answers what it accepted on the Completion lane first).
+        if c.lane == Lane::Application && !orderly {
+            if let Some(k) = self.ready_on(c.peer_node, Lane::Completion) {
+                self.calls.handle_connection_lost(k, now);
+            }
+        }
+        for sid in self.serve.handle_connection_lost(conn, now) {
+            // Queries of a caller that is gone are aborted; commands run on, unanswered.
+            if self.handlers.get(&sid).is_some_and(|h| h.query) {
+                self.handlers.remove(&sid);
+                let _ = self.serve.handle_done(sid, ReplyCode::Exception, now);
+            }
+        }
+        if c.dialled {
+            let rng_ms = ctx.rng.random_range(0..100);
+            if let Some(d) = self.dials.get_mut(&(c.peer_node, u8::from(c.lane))) {
+                if d.conn == Some(conn) {
+                    d.conn = None;
+                    d.failures = d.failures.saturating_add(1);
+                    if !d.yielded && !d.not_required && self.phase == Phase::Running {
+                        let backoff = Duration::from_millis(100u64 << d.failures.min(5));
+                        d.retry_at = Some(ctx.now + backoff + Duration::from_millis(rng_ms));
+                    }
+                }
+            }
+        } else {
+            // The peer's dial is gone: a dial of ours that stood down for it comes back.
+            if let Some(d) = self.dials.get_mut(&(c.peer_node, u8::from(c.lane))) {
+                if d.yielded && d.conn.is_none() && self.phase == Phase::Running {
+                    d.retry_at = Some(ctx.now + Duration::from_millis(50));
+                }
+            }
+        }
+    }
+
+    /// Acts on everything the parts queued: probes to send, liveness verdicts, completions,
+    /// the callee's own REPLYs, the end of a drain.
+    fn pump(&mut self, ctx: &mut Ctx<'_>) {
+        let now = self.at(ctx.now);
+        while let Some(t) = self.live.poll_transmit(now) {
+            match t {
+                Transmit::Probe { key, id, .. } => {
+                    if let Some(&conn) = self.live_conn.get(&key) {
+                        let Some(id) = NonZeroU64::new(id) else {
+                            continue;
+                        };
+                        self.send(ctx, conn, &Record::Probe { id });
+                    }
+                }
+                Transmit::Beacon { key } => {
+                    if self.fan.is_beacon(key) {
+                        let me = self.end();
+                        self.fan.send_beacon(ctx, me);
+                    }
+                }
+            }
+        }
+        while let Some((key, ev)) = self.live.poll_event() {
+            if let LivenessEvent::Publisher(pe) = ev {
+                let since = match pe {
+                    PublisherEvent::BecameReady => continue,
+                    PublisherEvent::Silence { last_receive_at } => last_receive_at,
+                    PublisherEvent::ProtocolError(_) => None,
+                };
+                let since = since
+                    .or_else(|| self.live.publisher(key).map(|w| w.socket_at()))
+                    .map_or(Duration::ZERO, |t| t.saturating_duration_since(self.base));
+                ctx.trace(format!("{} publisher watch {key} silent", self.me.rid));
+                let me = self.end();
+                let base = self.base;
+                self.fan
+                    .handle_silence(ctx, me, &mut self.live, base, key, since);
+                continue;
+            }
+            if let LivenessEvent::Probe(_) = ev {
+                if let Some(&conn) = self.live_conn.get(&key) {
+                    let tracker = self.live.probe(key).map(|t| {
+                        t.last_ack_at()
+                            .unwrap_or(t.ready_at())
+                            .saturating_duration_since(self.base)
+                    });
+                    ctx.truth
+                        .on_deadline(self.ix, conn, tracker, ctx.now, ctx.net.last_hold(conn));
+                    ctx.trace(format!("{} {conn} deadline exceeded", self.me.rid));
+                    self.drop_conn(ctx, conn, Some(CloseReason::DeadlineExceeded));
+                }
+            }
+        }
+        while let Some((cid, result)) = self.calls.poll_completion() {
+            let uid = self.call_uid.remove(&cid);
+            if let Some(uid) = uid {
+                ctx.trace(format!(
+                    "{} call u{uid} completed: {}",
+                    self.me.rid,
+                    describe(&result)
+                ));
+                ctx.truth
+                    .on_completion(uid, result.map(|c| c.payload), ctx.now);
+            } else {
+                ctx.truth.violation(
+                    "exactly_once",
+                    format!(
+                        "{}: a completion for call {cid:?} nobody started or already completed",
+                        self.me.rid
+                    ),
+                );
+            }
+        }
+        while self.calls.poll_item().is_some() {}
+        while let Some(r) = self.serve.poll_transmit() {
+            self.handlers.remove(&r.id);
+            let reply = Record::Reply(wire::Reply {
+                call_id: r.call_id,
+                code: r.code,
+                payload: Bytes::from_static(r.message.as_bytes()),
+            });
+            self.send(ctx, r.conn, &reply);
+        }
+        if self.serve.poll_drained().is_some() {
+            self.drain_done = true;
+        }
+        if self.phase == Phase::Draining && self.drain_done {
+            self.stop(ctx);
+        }
+    }
+
+    /// Begins a graceful stop: new calls and connections are refused, accepted calls are
+    /// answered up to [`DRAIN_BOUND`], then every connection closes.
+    pub fn begin_stop(&mut self, ctx: &mut Ctx<'_>) {
+        if self.phase != Phase::Running {
+            return;
+        }
+        ctx.trace(format!("{} begins a graceful stop", self.me.rid));
+        self.phase = Phase::Draining;
+        let now = self.at(ctx.now);
+        self.calls.handle_shutdown(now);
+        self.serve.begin_drain(DRAIN_BOUND, now);
+        self.pump(ctx);
+    }
+
+    fn stop(&mut self, ctx: &mut Ctx<'_>) {
+        self.phase = Phase::Stopped;
+        let me = self.end();
+        self.fan.stop(ctx, me);
+        let conns: Vec<NetConn> = self.conns.keys().copied().collect();
+        for k in conns {
+            self.drop_conn(ctx, k, Some(CloseReason::Shutdown));
+        }
+        // Handlers whose callers are gone are abandoned with the node.
+        let now = self.at(ctx.now);
+        let left: Vec<ServeId> = self.handlers.keys().copied().collect();
+        for sid in left {
+            self.handlers.remove(&sid);
+            let _ = self.serve.handle_done(sid, ReplyCode::Unavailable, now);
+        }
+        self.live.clear();
+        self.live_conn.clear();
+        ctx.trace(format!("{} stopped", self.me.rid));
+    }
+
+    /// Every ready connection with its liveness evidence: (connection, peer RID, instant of
+    /// the last valid ACK or of ready).
+    pub fn ready_evidence(&self) -> Vec<(NetConn, String, Duration)> {
+        self.conns
+            .iter()
+            .filter_map(|(&k, c)| {
+                let r = c.ready.as_ref()?;
+                let t = self.live.probe(r.live)?;
+                let last = t.last_ack_at().unwrap_or(t.ready_at());
+                Some((
+                    k,
+                    r.peer.rid.clone(),
+                    last.saturating_duration_since(self.base),
+                ))
+            })
+            .collect()
+    }
+
+    /// Whether a connection to host `peer` on `lane` is ready (dialled or accepted).
+    pub fn is_ready_with(&self, peer: NodeIx, lane: Lane) -> bool {
+        self.ready_on(peer, lane).is_some()
+    }
+
+    /// Publishes record `uid` if this run publishes.
+    pub fn publish(&mut self, ctx: &mut Ctx<'_>, uid: u64) -> bool {
+        if self.phase != Phase::Running {
+            return false;
+        }
+        let me = self.end();
+        self.fan.publish(ctx, me, self.me.generation, uid)
+    }
+
+    /// The publisher watches that are ready, with their last valid receipt.
+    pub fn ready_watches(&self) -> Vec<(NodeIx, Duration)> {
+        self.fan.ready_watches(&self.live, self.base)
+    }
+
+    /// Calls still pending in the caller's table.
+    pub fn pending_calls(&self) -> usize {
+        self.calls.pending()
+    }
+
+    /// Peers this run is ready with, by host (any lane).
+    pub fn ready_peers(&self) -> BTreeSet<NodeIx> {
+        self.conns
+            .values()
+            .filter(|c| c.ready.is_some())
+            .map(|c| c.peer_node)
+            .collect()
+    }
+}
+
+fn describe(r: &Result<zmesh::proto::calls::Completion, CallError>) -> String {
+    match r {
+        Ok(_) => "ok".into(),
+        Err(e) => format!("{e:?} (may have run: {})", e.may_have_run()),
+    }
+}
+
+/// A wire name from one of this file's constants (valid by construction).
+fn name(s: &'static str) -> wire::Name {
+    wire::Name::new(s).expect("the simulator's channel and method names are valid wire names")
+}
+
+/// The lane a dial key names (keys hold the lane's wire code, which orders).
+fn lane_of(code: u8) -> Lane {
+    Lane::try_from(code).unwrap_or(Lane::Application)
+}

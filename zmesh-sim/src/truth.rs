@@ -1,0 +1,488 @@
+//! The simulator's ground truth: what really happened (which handler ran for which call,
+//! which generation of which host was started when, what the application was sent), and the
+//! invariants checked against it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use bytes::Bytes;
+use zmesh::proto::calls::{may_have_run, CallError};
+
+use crate::net::{NetConn, NodeIx};
+
+/// The liveness deadline as WIRE.md states it, written down here rather than taken from the
+/// core, so that a core with another deadline is caught.
+const PEER_DEADLINE: Duration = Duration::from_secs(15);
+
+/// The most a probe or the deadline may be served early or late by coalescing timers
+/// (WIRE.md, liveness), written down here for the same reason.
+const COALESCE_WINDOW: Duration = Duration::from_millis(10);
+
+/// What a simulated call asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallKind {
+    /// A query.
+    Query,
+    /// An idempotent command.
+    Idempotent,
+    /// A non-repeatable command without an idempotency key.
+    Command,
+    /// A non-repeatable command guarded by this idempotency key (the server keeps a durable
+    /// record per key that survives kills).
+    Guarded(String),
+}
+
+/// An invariant that did not hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// The invariant's name (see SIMULATION.md).
+    pub invariant: &'static str,
+    /// Virtual time.
+    pub at: Duration,
+    /// What was seen.
+    pub detail: String,
+}
+
+#[derive(Debug, Default)]
+struct CallTruth {
+    kind: Option<CallKind>,
+    /// The host whose application started it.
+    caller: NodeIx,
+    /// The caller's process was killed before the call completed: nobody waits for it.
+    caller_died: bool,
+    completions: u32,
+    result: Option<Result<Bytes, CallError>>,
+    executions: u32,
+}
+
+/// Everything the simulator knows for certain.
+#[derive(Debug, Default)]
+pub struct Truth {
+    now: Duration,
+    calls: BTreeMap<u64, CallTruth>,
+    /// Executions of guarded handlers per server RID and idempotency key.
+    by_key: BTreeMap<(String, String), u32>,
+    /// The durable idempotency records per server RID and key: `None` in progress, `Some(uid)`
+    /// done by the call `uid`. They survive kills (they are on the host's disk).
+    store: BTreeMap<(String, String), Option<u64>>,
+    /// Which host and run each generation belongs to, and when it started.
+    generations: BTreeMap<u64, (NodeIx, u64)>,
+    /// Per (host, peer RID): the latest run of that peer admitted ready.
+    admitted: BTreeMap<(NodeIx, String), u64>,
+    /// Fanout records published.
+    published: BTreeSet<u64>,
+    /// Messages the application sent, and those delivered.
+    sent: BTreeSet<u64>,
+    delivered: BTreeSet<u64>,
+    /// The violations seen, in order.
+    pub violations: Vec<Violation>,
+    /// Statistics.
+    pub stats: Stats,
+}
+
+/// What a run did, for the report.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Stats {
+    /// Calls started.
+    pub calls: u64,
+    /// Calls that completed Ok.
+    pub ok: u64,
+    /// Calls that failed with "did not run".
+    pub did_not_run: u64,
+    /// Calls that failed with "may have run".
+    pub may_have_run: u64,
+    /// Handler executions.
+    pub executions: u64,
+    /// Links that became ready.
+    pub readies: u64,
+    /// Links that left ready because their deadline passed.
+    pub deadlines: u64,
+    /// Messages delivered to an application.
+    pub messages: u64,
+    /// Guarded calls answered from the durable record.
+    pub replayed: u64,
+    /// Calls failed because the connection that took them was lost (`OutcomeUnknown`).
+    pub lost_with_connection: u64,
+    /// Fanout records received by subscribers.
+    pub fanout_records: u64,
+    /// Publisher watches that went silent.
+    pub silences: u64,
+}
+
+/// The REQUEST payload of call `uid`.
+pub fn payload_of(uid: u64) -> Bytes {
+    Bytes::copy_from_slice(&uid.to_be_bytes())
+}
+
+/// The call a REQUEST payload names (0 for a payload that is not one of ours).
+pub fn uid_of(payload: &[u8]) -> u64 {
+    payload
+        .get(..8)
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map_or(0, u64::from_be_bytes)
+}
+
+/// The REPLY payload of a handler that ran for call `uid`.
+pub fn result_of(uid: u64) -> Bytes {
+    let mut b = b"ran:".to_vec();
+    b.extend_from_slice(&uid.to_be_bytes());
+    Bytes::from(b)
+}
+
+/// The payload of fanout record `uid`.
+pub fn fanout_of(uid: u64) -> Bytes {
+    let mut b = b"pub:".to_vec();
+    b.extend_from_slice(&uid.to_be_bytes());
+    Bytes::from(b)
+}
+
+/// The MESSAGE payload of message `uid`.
+pub fn message_of(uid: u64) -> Bytes {
+    let mut b = b"msg:".to_vec();
+    b.extend_from_slice(&uid.to_be_bytes());
+    Bytes::from(b)
+}
+
+fn tagged(payload: &[u8], tag: &[u8]) -> Option<u64> {
+    payload.strip_prefix(tag).map(uid_of).filter(|&u| u != 0)
+}
+
+impl Truth {
+    /// Moves the truth's clock (violations are stamped with it).
+    pub fn set_now(&mut self, now: Duration) {
+        self.now = now;
+    }
+
+    /// Records a violation.
+    pub fn violation(&mut self, invariant: &'static str, detail: String) {
+        self.violations.push(Violation {
+            invariant,
+            at: self.now,
+            detail,
+        });
+    }
+
+    /// A run of host `node` started with `generation`.
+    pub fn on_start(&mut self, node: NodeIx, run: u64, generation: u64) {
+        self.generations.insert(generation, (node, run));
+    }
+
+    /// The application of host `caller` started call `uid`.
+    pub fn on_call(&mut self, uid: u64, kind: CallKind, caller: NodeIx) {
+        self.stats.calls += 1;
+        let c = self.calls.entry(uid).or_default();
+        c.kind = Some(kind);
+        c.caller = caller;
+    }
+
+    /// The process on host `node` was killed: its pending calls have nobody waiting.
+    pub fn on_kill(&mut self, node: NodeIx) {
+        for c in self.calls.values_mut() {
+            if c.caller == node && c.completions == 0 {
+                c.caller_died = true;
+            }
+        }
+    }
+
+    /// The application sent message `uid`.
+    pub fn on_send(&mut self, uid: u64) {
+        self.sent.insert(uid);
+    }
+
+    /// A handler started for call `uid` on host `node`.
+    pub fn on_execute(
+        &mut self,
+        uid: u64,
+        key: Option<&str>,
+        guarded: bool,
+        node: NodeIx,
+        server: &str,
+    ) {
+        self.stats.executions += 1;
+        let c = self.calls.entry(uid).or_default();
+        c.executions += 1;
+        if let Some(Err(e)) = &c.result {
+            if !may_have_run(e) {
+                let detail = format!(
+                    "call u{uid} ran on host {node} after its caller was told it did not run ({e:?})"
+                );
+                self.violation("did_not_run_never_ran", detail);
+            }
+        }
+        if guarded {
+            if let Some(k) = key {
+                let n = self
+                    .by_key
+                    .entry((server.to_owned(), k.to_owned()))
+                    .or_default();
+                *n += 1;
+                if *n > 1 {
+                    let detail = format!(
+                        "guarded key {k} ran {n} times on server {server} (call u{uid} on host {node})"
+                    );
+                    self.violation("guarded_at_most_once", detail);
+                }
+            }
+        }
+    }
+
+    /// The durable record of `key` on server `rid`: `None` absent, `Some(None)` in progress,
+    /// `Some(Some(uid))` done by call `uid`.
+    pub fn store_get(&mut self, rid: &str, key: &str) -> Option<Option<u64>> {
+        let got = self.store.get(&(rid.to_owned(), key.to_owned())).copied();
+        if matches!(got, Some(Some(_))) {
+            self.stats.replayed += 1;
+        }
+        got
+    }
+
+    /// Records `key` as in progress on server `rid` (before its handler runs).
+    pub fn store_begin(&mut self, rid: &str, key: &str) {
+        self.store.insert((rid.to_owned(), key.to_owned()), None);
+    }
+
+    /// Records `key` as done by call `uid` on server `rid`.
+    pub fn store_done(&mut self, rid: &str, key: &str, uid: u64) {
+        self.store
+            .insert((rid.to_owned(), key.to_owned()), Some(uid));
+    }
+
+    /// Call `uid` completed with `result` (the REPLY payload on Ok).
+    pub fn on_completion(&mut self, uid: u64, result: Result<Bytes, CallError>, now: Duration) {
+        let _ = now;
+        let c = self.calls.entry(uid).or_default();
+        c.completions += 1;
+        if c.completions > 1 {
+            let detail = format!("call u{uid} completed {} times", c.completions);
+            self.violation("exactly_once", detail);
+            return;
+        }
+        if matches!(result, Err(CallError::OutcomeUnknown { .. })) {
+            self.stats.lost_with_connection += 1;
+        }
+        match &result {
+            Ok(_) => self.stats.ok += 1,
+            Err(e) if may_have_run(e) => self.stats.may_have_run += 1,
+            Err(e) => {
+                self.stats.did_not_run += 1;
+                if c.executions > 0 {
+                    let detail = format!(
+                        "call u{uid} failed as did-not-run ({e:?}) but its handler ran {} time(s)",
+                        c.executions
+                    );
+                    c.result = Some(result);
+                    self.violation("did_not_run_never_ran", detail);
+                    return;
+                }
+            }
+        }
+        if let Ok(payload) = &result {
+            // An Ok result is the result of a handler that ran: this call's own, or (a
+            // guarded call answered from the record) an earlier call with the same key.
+            let ran = tagged(payload, b"ran:");
+            let kind = c.kind.clone();
+            let valid = match (ran, kind) {
+                (Some(r), _) if r == uid => self.calls.get(&uid).is_some_and(|c| c.executions > 0),
+                (Some(r), Some(CallKind::Guarded(k))) => self
+                    .calls
+                    .get(&r)
+                    .is_some_and(|o| o.kind == Some(CallKind::Guarded(k)) && o.executions > 0),
+                _ => false,
+            };
+            if !valid {
+                let detail = format!("call u{uid} got an Ok result that no handler of it produced");
+                self.violation("ok_means_ran", detail);
+            }
+        }
+        if let Some(c) = self.calls.get_mut(&uid) {
+            c.result = Some(result);
+        }
+    }
+
+    /// Host `node` made a link to `peer_rid` ready with `generation`.
+    pub fn on_ready(&mut self, node: NodeIx, peer_rid: &str, generation: u64, _now: Duration) {
+        self.stats.readies += 1;
+        let Some(&(_, run)) = self.generations.get(&generation) else {
+            let detail = format!(
+                "host {node} made ready a generation {generation:x} no run of {peer_rid} had"
+            );
+            self.violation("no_older_generation", detail);
+            return;
+        };
+        let key = (node, peer_rid.to_owned());
+        let latest = self.admitted.get(&key).copied().unwrap_or(0);
+        if run < latest {
+            let detail = format!(
+                "host {node} made run {run} of {peer_rid} ready after it had admitted run {latest}"
+            );
+            self.violation("no_older_generation", detail);
+        }
+        self.admitted.insert(key, run.max(latest));
+    }
+
+    /// Host `node` took `conn` out of ready.
+    pub fn on_leave_ready(&mut self, _node: NodeIx, _conn: NetConn, _now: Duration) {}
+
+    /// Host `node` failed `conn` for its deadline at `now`; `last` is the liveness evidence
+    /// it had (last valid ACK or ready), `held` the last instant the network held the
+    /// connection's frames.
+    pub fn on_deadline(
+        &mut self,
+        node: NodeIx,
+        conn: NetConn,
+        last: Option<Duration>,
+        now: Duration,
+        held: Option<Duration>,
+    ) {
+        self.stats.deadlines += 1;
+        if let Some(last) = last {
+            if now < last + PEER_DEADLINE {
+                let detail = format!(
+                    "host {node} failed {conn} for its deadline {:?} after its last evidence",
+                    now - last
+                );
+                self.violation("deadline_not_early", detail);
+            }
+        }
+        // A link that nothing held must not time out: probes every 5 s answered within
+        // milliseconds never leave 15 s without an ACK.
+        let window = PEER_DEADLINE + Duration::from_secs(1);
+        let touched = held.is_some_and(|h| h + window >= now);
+        if !touched {
+            let detail = format!(
+                "host {node} failed {conn} for its deadline, but the network never held it"
+            );
+            self.violation("no_false_deadline", detail);
+        }
+    }
+
+    /// Host `node` has a ready link whose last evidence was at `last`: it must not stay ready
+    /// past 15 s plus the coalescing window.
+    pub fn check_ready(&mut self, node: NodeIx, conn: NetConn, last: Duration, now: Duration) {
+        let limit = last + PEER_DEADLINE + COALESCE_WINDOW;
+        if now > limit {
+            let detail = format!(
+                "host {node} kept {conn} ready {:?} after its last valid ACK",
+                now - last
+            );
+            self.violation("frozen_link_leaves_ready", detail);
+        }
+    }
+
+    /// An application on host `node` received a MESSAGE with `payload`.
+    pub fn on_app_message(&mut self, node: NodeIx, payload: &[u8], _now: Duration) {
+        self.stats.messages += 1;
+        match tagged(payload, b"msg:") {
+            Some(uid) if self.sent.contains(&uid) => {
+                if !self.delivered.insert(uid) {
+                    self.violation(
+                        "messages_at_most_once",
+                        format!("message m{uid} delivered twice"),
+                    );
+                }
+            }
+            _ => {
+                let detail = format!(
+                    "host {node}'s application got {payload:02x?}, which no application sent"
+                );
+                self.violation("only_application_records_reach_the_application", detail);
+            }
+        }
+    }
+
+    /// A publisher published record `uid`.
+    pub fn on_publish(&mut self, uid: u64) {
+        self.published.insert(uid);
+    }
+
+    /// Host `node`'s application received a fanout record from host `publisher`: `seq`, after
+    /// `last` from the same publisher run.
+    pub fn on_fanout_record(
+        &mut self,
+        node: NodeIx,
+        publisher: NodeIx,
+        last: Option<u64>,
+        seq: u64,
+        payload: &[u8],
+    ) {
+        self.stats.fanout_records += 1;
+        let ours = payload
+            .strip_prefix(b"pub:")
+            .map(uid_of)
+            .is_some_and(|u| self.published.contains(&u));
+        if !ours {
+            let detail = format!(
+                "host {node}'s application got fanout bytes {payload:02x?} from host {publisher}, which no publisher published"
+            );
+            self.violation("only_application_records_reach_the_application", detail);
+        }
+        if let Some(last) = last {
+            if seq <= last {
+                let detail =
+                    format!("host {node} got record {seq} of host {publisher} after record {last}");
+                self.violation("fanout_in_order_at_most_once", detail);
+            }
+        }
+    }
+
+    /// Host `node`'s watch of host `publisher` went silent at `now`; `since` is its last
+    /// valid receipt (or the socket's creation), `held` the last instant the network held its
+    /// connection, `connected` since when its connection was up, `publisher_up` since when
+    /// the publisher's node has been up.
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_silence(
+        &mut self,
+        node: NodeIx,
+        publisher: NodeIx,
+        since: Duration,
+        now: Duration,
+        held: Option<Duration>,
+        connected: Option<Duration>,
+        publisher_up: Option<Duration>,
+    ) {
+        self.stats.silences += 1;
+        if now < since + PEER_DEADLINE {
+            let detail = format!(
+                "host {node}'s watch of host {publisher} went silent {:?} after its last receipt",
+                now - since
+            );
+            self.violation("silence_not_early", detail);
+        }
+        // A publisher that was up, reachable and connected for the whole window beacons every
+        // 5 s: its watch must not go silent.
+        let window = PEER_DEADLINE + Duration::from_secs(1);
+        let old = |t: Option<Duration>| t.is_some_and(|t| t + window <= now);
+        let unheld = held.is_none_or(|h| h + window <= now);
+        if unheld && old(connected) && old(publisher_up) {
+            let detail = format!(
+                "host {node}'s watch of host {publisher} went silent, but the publisher was up and reachable"
+            );
+            self.violation("no_false_silence", detail);
+        }
+    }
+
+    /// Host `node` has a ready watch of host `publisher` whose last receipt was at `last`: it
+    /// must not stay ready past 15 s plus the coalescing window.
+    pub fn check_watch(&mut self, node: NodeIx, publisher: NodeIx, last: Duration, now: Duration) {
+        if now > last + PEER_DEADLINE + COALESCE_WINDOW {
+            let detail = format!(
+                "host {node} kept its watch of host {publisher} ready {:?} after its last receipt",
+                now - last
+            );
+            self.violation("silent_publisher_leaves_ready", detail);
+        }
+    }
+
+    /// At the end: every call completed exactly once.
+    pub fn check_end(&mut self) {
+        let missing: Vec<u64> = self
+            .calls
+            .iter()
+            .filter(|(_, c)| c.kind.is_some() && c.completions == 0 && !c.caller_died)
+            .map(|(&u, _)| u)
+            .collect();
+        for uid in missing {
+            self.violation("exactly_once", format!("call u{uid} never completed"));
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! The default seed set (S1): several hundred seeded simulations of whole meshes, every
+//! invariant checked on every step; and the properties the simulator itself must have.
+
+use std::time::Duration;
+
+use zmesh_sim::{run, Config, Report, Topology};
+
+/// Seeds of the default set.
+const SEEDS: u64 = 300;
+/// Minutes of faults per seed (a quiet minute and a graceful stop follow).
+const MINUTES: u64 = 3;
+
+fn explain(r: &Report) -> String {
+    let mut s = format!(
+        "seed {} failed; replay: {}\n",
+        r.seed,
+        r.config.replay_line(r.seed)
+    );
+    for v in &r.violations {
+        s.push_str(&format!(
+            "  {} at {:.3}s: {}\n",
+            v.invariant,
+            v.at.as_secs_f64(),
+            v.detail
+        ));
+    }
+    for line in &r.trace {
+        s.push_str(&format!("  {line}\n"));
+    }
+    s
+}
+
+#[test]
+fn s1_default_seeds_hold_every_invariant() {
+    let mut calls = 0;
+    let mut deadlines = 0;
+    let mut replayed = 0;
+    let mut fanout = 0;
+    let mut silences = 0;
+    for seed in 0..SEEDS {
+        let r = run(seed, &Config::for_seed(seed, MINUTES));
+        assert!(r.passed(), "{}", explain(&r));
+        calls += r.stats.calls;
+        deadlines += r.stats.deadlines;
+        replayed += r.stats.replayed;
+        fanout += r.stats.fanout_records;
+        silences += r.stats.silences;
+    }
+    // The faults bite: links time out, guarded retries are answered from the record.
+    assert!(calls > 100_000, "only {calls} calls in the default set");
+    assert!(
+        deadlines > 500,
+        "only {deadlines} deadlines in the default set"
+    );
+    assert!(replayed > 1_000, "only {replayed} replayed guarded calls");
+    assert!(fanout > 100_000, "only {fanout} fanout records");
+    assert!(silences > 50, "only {silences} publisher silences");
+}
+
+#[test]
+fn s1_a_seed_replays_exactly() {
+    for seed in [7, 1234, 1235] {
+        let mut cfg = Config::for_seed(seed, 2);
+        cfg.full_trace = true;
+        let a = run(seed, &cfg);
+        let b = run(seed, &cfg);
+        assert!(a.steps > 1_000, "seed {seed}: only {} steps", a.steps);
+        assert!(
+            a.trace.len() > 10,
+            "seed {seed}: a trace of {} lines",
+            a.trace.len()
+        );
+        assert_eq!(
+            a.trace, b.trace,
+            "seed {seed} did not replay event for event"
+        );
+        assert_eq!(a.steps, b.steps);
+        assert_eq!(format!("{:?}", a.stats), format!("{:?}", b.stats));
+    }
+}
+
+#[test]
+fn s1_without_faults_no_link_ever_leaves_ready_and_no_call_is_lost_with_its_connection() {
+    for (seed, topology) in [(1, Topology::RouteMesh), (2, Topology::ClientServer)] {
+        let mut cfg = Config::for_seed(seed, 2);
+        cfg.topology = topology;
+        cfg.nodes = 5;
+        cfg.faults = false;
+        let r = run(seed, &cfg);
+        assert!(r.passed(), "{}", explain(&r));
+        assert_eq!(
+            r.stats.deadlines, 0,
+            "a link timed out on a fault-free network"
+        );
+        assert!(r.stats.ok > 100, "{:?}", r.stats);
+        assert_eq!(r.stats.lost_with_connection, 0, "{:?}", r.stats);
+    }
+}
+
+#[test]
+fn s1_t3_fanout_without_faults_never_goes_silent_and_delivers_in_order() {
+    let mut cfg = Config::for_seed(4, 2);
+    cfg.topology = Topology::Fanout;
+    cfg.nodes = 6;
+    cfg.faults = false;
+    let r = run(4, &cfg);
+    assert!(r.passed(), "{}", explain(&r));
+    assert_eq!(
+        r.stats.silences, 0,
+        "a publisher went silent on a fault-free network"
+    );
+    assert!(r.stats.fanout_records > 1_000, "{:?}", r.stats);
+}
+
+#[test]
+fn s1_two_hundred_nodes_run() {
+    let mut cfg = Config::for_seed(3, 1);
+    cfg.nodes = 200;
+    cfg.topology = Topology::ClientServer;
+    cfg.duration = Duration::from_secs(30);
+    let r = run(3, &cfg);
+    assert!(r.passed(), "{}", explain(&r));
+    assert!(r.stats.readies >= 150, "{:?}", r.stats);
+}
