@@ -20,6 +20,7 @@ mod output;
 mod commands;
 mod contract;
 mod demo;
+mod idempotency;
 mod peers;
 mod ports;
 
@@ -163,6 +164,12 @@ enum Cmd {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+    },
+    /// The records of a durable idempotency store (`--idempotency-store PATH`): list those
+    /// left in progress, show one, resolve one after a crash.
+    Idempotency {
+        #[command(subcommand)]
+        cmd: idempotency::IdempotencyCmd,
     },
     /// Print a running node's operations registry: the calls it made and how
     /// each ended, from its `--control` endpoint.
@@ -447,6 +454,7 @@ fn run(command: Cmd) -> Result<()> {
                 let ops = v.as_array().cloned().unwrap_or_default();
                 commands::print_ops(&ops, status.as_deref(), json)
             }
+            Cmd::Idempotency { cmd } => idempotency::run(cmd),
             Cmd::Demo { quick, etcd } => demo::run(quick, etcd).await,
             Cmd::Bench(args) => zmesh_bench::run(args).await,
             Cmd::Conform(args) => zmesh_conform::run(args),

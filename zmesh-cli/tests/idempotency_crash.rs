@@ -680,3 +680,102 @@ async fn k3_crash_store_locked_after_start_unknown_outcome_zero_runs() {
     assert_eq!(server.runs_of(&during), 1, "{}", server.exec_text());
     caller.node.shutdown().await.expect("caller");
 }
+
+/// `zmesh idempotency ARGS` on the store; its stdout, and whether it succeeded.
+fn zmesh_idempotency(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_zmesh"))
+        .arg("idempotency")
+        .args(args)
+        .output()
+        .expect("zmesh idempotency");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// MISSION K3, after a crash: the record a server killed mid-handler left in progress (which
+/// answers every retry `UnknownOutcome` for its whole retention) is listed by `zmesh
+/// idempotency list` with the node run that started it, shown by `show`, and settled by an
+/// operator with `resolve --ran --note`: the retry is then answered `Exception` carrying the
+/// note, and the command never runs again. A record no longer in progress cannot be resolved.
+#[tokio::test]
+async fn k3_record_left_in_progress_is_listed_and_resolved_by_an_operator() {
+    let scratch = scratch_dir("operator");
+    let db = scratch.path().join("store.db");
+    let db_arg = db.to_str().expect("utf-8 path").to_owned();
+    let mut server = PumpServer::start(scratch.path(), &db_arg, None);
+    let gen0 = server.generation().await;
+    let mut caller = Caller::start(&server.endpoint).await;
+    caller.wait_ready(gen0).await;
+    let args = json!({"hold_ms": 60_000});
+    let key = ScopedKey::from_idempotency_key(CHANNEL, "dispense", "wo-operator");
+    let first = caller.dispense(&args, "wo-operator");
+    until(
+        "the record in the store",
+        STEP,
+        || server.stderr(),
+        || polled_row(&db, &key),
+    )
+    .await;
+    server.kill9();
+    result_of(first).await.expect_err("no REPLY ever left");
+
+    let (ok, out) = zmesh_idempotency(&["list", "--store", &db_arg, "--json"]);
+    assert!(ok, "{out}");
+    let listed: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let rows = listed.as_array().expect("array");
+    assert_eq!(rows.len(), 1, "{listed}");
+    assert_eq!(rows[0]["key"], key.as_str());
+    assert_eq!(rows[0]["state"], "in-progress");
+    assert_eq!(rows[0]["owner_generation"], format!("{gen0:016x}"));
+    assert_eq!(
+        (&rows[0]["method"], &rows[0]["idempotency_key"]),
+        (&"dispense".into(), &"wo-operator".into())
+    );
+    let (ok, table) = zmesh_idempotency(&["list", "--store", &db_arg]);
+    assert!(
+        ok && table.contains(key.as_str()) && table.contains("1 in progress"),
+        "{table}"
+    );
+    let (ok, shown) = zmesh_idempotency(&["show", "--store", &db_arg, key.as_str()]);
+    assert!(ok && shown.contains("in-progress"), "{shown}");
+
+    let note = "the dispenser's counter moved by 5 at 12:00";
+    let (ok, out) = zmesh_idempotency(&[
+        "resolve",
+        "--store",
+        &db_arg,
+        key.as_str(),
+        "--ran",
+        "--note",
+        note,
+    ]);
+    assert!(ok, "{out}");
+    let (ok, _) = zmesh_idempotency(&[
+        "resolve",
+        "--store",
+        &db_arg,
+        key.as_str(),
+        "--did-not-run",
+        "--note",
+        "again",
+    ]);
+    assert!(!ok, "a record no longer in progress is not resolved twice");
+
+    server.spawn(None);
+    let gen1 = server.generation().await;
+    caller.wait_ready(gen1).await;
+    let err = result_of(caller.dispense(&args, "wo-operator"))
+        .await
+        .expect_err("answered from the resolved record");
+    match &err {
+        CallError::Remote {
+            code: RemoteCode::Exception,
+            message,
+        } => assert!(message.contains(note), "{message}"),
+        other => panic!("expected the operator's Exception, got {other:?}"),
+    }
+    assert!(server.dispensed()[1].is_empty(), "{}", server.exec_text());
+    caller.node.shutdown().await.expect("caller");
+}

@@ -49,7 +49,7 @@ use sha2::{Digest, Sha256};
 
 pub(crate) use guard::Guard;
 pub use memory::MemoryStore;
-pub use sqlite::SqliteIdempotencyStore;
+pub use sqlite::{Resolution, SqliteIdempotencyStore, StoredRecord};
 
 /// How long a record is kept when the caller of [`IdempotencyStore::begin`] has no reason to
 /// choose otherwise: 24 hours, long enough for an operator to come back and retry a command
@@ -223,6 +223,30 @@ impl ScopedKey {
     /// The encoded key, as stored.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// A key as a store lists it ([`ScopedKey::as_str`]).
+    pub fn from_stored(stored: impl Into<String>) -> Self {
+        ScopedKey(stored.into())
+    }
+
+    /// What the key is made of: `"key"` with the channel, method and idempotency key, or
+    /// `"req"` with the caller's RID, lifecycle generation and call id; `None` for text that
+    /// is not a key of either form.
+    pub fn parts(&self) -> Option<(&str, Vec<&str>)> {
+        let (kind, mut rest) = self.0.split_once(':')?;
+        if kind != "key" && kind != "req" {
+            return None;
+        }
+        let mut parts = Vec::new();
+        while !rest.is_empty() {
+            let (len, tail) = rest.split_once(':')?;
+            let len: usize = len.parse().ok()?;
+            let part = tail.get(..len)?;
+            rest = tail.get(len..)?.strip_prefix(',')?;
+            parts.push(part);
+        }
+        (parts.len() == 3).then_some((kind, parts))
     }
 }
 

@@ -156,6 +156,45 @@ impl SqliteIdempotencyStore {
         })
     }
 
+    /// Every live record still in progress, soonest to expire first: commands started and
+    /// never completed (running now, or left by a process that died: then nobody knows
+    /// whether they ran, and a retry is answered `UnknownOutcome`). For an operator
+    /// (`zmesh idempotency list`); blocks on file I/O.
+    ///
+    /// # Errors
+    /// As every store operation: [`IdempotencyStoreError::Unavailable`] or `Corrupt`.
+    pub fn in_progress(&self) -> Result<Vec<StoredRecord>, IdempotencyStoreError> {
+        lock(&self.inner).stored(None)
+    }
+
+    /// The live record under `key`, in progress or done. Blocks on file I/O.
+    ///
+    /// # Errors
+    /// As every store operation.
+    pub fn get(&self, key: &ScopedKey) -> Result<Option<StoredRecord>, IdempotencyStoreError> {
+        Ok(lock(&self.inner).stored(Some(key))?.pop())
+    }
+
+    /// Settles the in-progress record under `key` for an operator who went and looked:
+    /// [`Resolution::Ran`] completes it with an `Exception` answer carrying the operator's
+    /// note (a retry is told so and does not run the command); [`Resolution::DidNotRun`]
+    /// removes it (a retry runs the command). Blocks on file I/O.
+    ///
+    /// # Errors
+    /// [`IdempotencyStoreError::NotInProgress`] if there is no live in-progress record under
+    /// `key` (missing, expired or done); otherwise as every store operation.
+    pub fn resolve(
+        &self,
+        key: &ScopedKey,
+        resolution: &Resolution,
+    ) -> Result<(), IdempotencyStoreError> {
+        let mut inner = lock(&self.inner);
+        match resolution {
+            Resolution::Ran { note } => inner.complete(key, &resolution_outcome(note)),
+            Resolution::DidNotRun => inner.remove_in_progress(key),
+        }
+    }
+
     /// Runs `op` on the blocking pool with the connection locked.
     fn run<T, F>(&self, op: F) -> IdempotencyFuture<'static, T>
     where
@@ -201,7 +240,100 @@ impl IdempotencyStore for SqliteIdempotencyStore {
     }
 }
 
+/// What an operator found out about a command left in progress
+/// ([`SqliteIdempotencyStore::resolve`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    /// It ran (its effect is there); `note` says what the operator saw.
+    Ran {
+        /// The operator's note, returned to callers that retry.
+        note: String,
+    },
+    /// It did not run: a retry may run it.
+    DidNotRun,
+}
+
+/// A live record as a store holds it: its key, what it records, and how long it lives on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRecord {
+    /// The key it is stored under.
+    pub key: ScopedKey,
+    /// The record.
+    pub record: Record,
+    /// Time left until it expires (wall clock: records outlive processes).
+    pub expires_in: Duration,
+}
+
+/// The answer a record resolved as [`Resolution::Ran`] gives a retry: `Exception` (it ran;
+/// its result is not known) with the operator's note.
+fn resolution_outcome(note: &str) -> Outcome {
+    Outcome {
+        code: u8::from(crate::proto::wire::ReplyCode::Exception),
+        payload: Bytes::from(format!(
+            "an operator resolved this command as run (its result was not recorded): {note}"
+        )),
+    }
+}
+
 impl Inner {
+    /// The live records under `key`, or every live one in progress, soonest to expire first.
+    fn stored(
+        &mut self,
+        key: Option<&ScopedKey>,
+    ) -> Result<Vec<StoredRecord>, IdempotencyStoreError> {
+        self.check_file()?;
+        let now = now_ms();
+        let mut statement = self
+            .conn
+            .prepare(
+                "SELECT fingerprint, owner_rid, owner_generation, state, code, payload, key,
+                        expires_at_ms
+                 FROM idempotency_records
+                 WHERE expires_at_ms > ?1 AND (key = ?2 OR (?2 IS NULL AND state = ?3))
+                 ORDER BY expires_at_ms",
+            )
+            .map_err(store_error)?;
+        let rows = statement
+            .query_map(
+                params![now, key.map(ScopedKey::as_str), STATE_IN_PROGRESS],
+                |row| {
+                    let key: String = row.get(6)?;
+                    let expires: i64 = row.get(7)?;
+                    Ok((RawRecord::from_row(row)?, key, expires))
+                },
+            )
+            .map_err(store_error)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (raw, key, expires) = row.map_err(store_error)?;
+            out.push(StoredRecord {
+                key: ScopedKey::from_stored(key),
+                record: raw.decode()?,
+                expires_in: Duration::from_millis(
+                    u64::try_from(expires.saturating_sub(now)).unwrap_or(0),
+                ),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Deletes the live in-progress record under `key`.
+    fn remove_in_progress(&mut self, key: &ScopedKey) -> Result<(), IdempotencyStoreError> {
+        self.check_file()?;
+        let removed = self
+            .conn
+            .execute(
+                "DELETE FROM idempotency_records
+                 WHERE key = ?1 AND state = ?2 AND expires_at_ms > ?3",
+                params![key.as_str(), STATE_IN_PROGRESS, now_ms()],
+            )
+            .map_err(store_error)?;
+        if removed == 0 {
+            return Err(IdempotencyStoreError::NotInProgress);
+        }
+        Ok(())
+    }
+
     /// Fails when the database file is no longer the one the store opened (removed, or
     /// replaced by another file): writing on would record into a file nobody will read again.
     fn check_file(&self) -> Result<(), IdempotencyStoreError> {
@@ -481,6 +613,81 @@ mod tests {
             matches!(begun, Err(IdempotencyStoreError::Unavailable(_))),
             "{begun:?}"
         );
+        let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
+    }
+
+    /// MISSION K3, for an operator: the records left in progress are listed (done ones are
+    /// not), one is shown by its key; resolved as run it answers the operator's note as an
+    /// `Exception` and is no longer in progress; resolved as not run it is gone, so the next
+    /// `begin` starts afresh; a record that is not in progress cannot be resolved.
+    #[tokio::test]
+    async fn k3_records_left_in_progress_are_listed_and_resolved_by_an_operator() {
+        let path = temp_db("resolve");
+        let store = SqliteIdempotencyStore::open(&path).expect("open");
+        let fp = Fingerprint::of_call("pump", "dispense", b"");
+        let key = |k: &str| ScopedKey::from_idempotency_key("pump", "dispense", k);
+        let day = Duration::from_secs(86_400);
+        for k in ["ran", "did-not-run", "done"] {
+            let begun = store.begin(&key(k), &fp, &owner(), day).await;
+            assert_eq!(begun, Ok(Begin::Started));
+        }
+        let ok = Outcome {
+            code: 0,
+            payload: Bytes::from_static(b"\xa2ok"),
+        };
+        store.complete(&key("done"), &ok).await.expect("complete");
+
+        let listed: Vec<ScopedKey> = store
+            .in_progress()
+            .expect("list")
+            .into_iter()
+            .map(|r| r.key)
+            .collect();
+        assert_eq!(listed.len(), 2, "{listed:?}");
+        assert!(listed.contains(&key("ran")) && listed.contains(&key("did-not-run")));
+        let shown = store.get(&key("ran")).expect("get").expect("a record");
+        assert_eq!(shown.record.owner, owner());
+        assert_eq!(shown.record.state, RecordState::InProgress);
+        assert!(shown.expires_in > Duration::from_secs(86_000) && shown.expires_in <= day);
+        assert_eq!(
+            key("ran").parts(),
+            Some(("key", vec!["pump", "dispense", "ran"]))
+        );
+
+        let ran = Resolution::Ran {
+            note: "the pump's counter moved".into(),
+        };
+        store.resolve(&key("ran"), &ran).expect("resolve ran");
+        let RecordState::Done(outcome) = store
+            .get(&key("ran"))
+            .expect("get")
+            .expect("kept")
+            .record
+            .state
+        else {
+            panic!("a record resolved as run is done");
+        };
+        assert_eq!(
+            outcome.code,
+            u8::from(crate::proto::wire::ReplyCode::Exception)
+        );
+        assert!(String::from_utf8_lossy(&outcome.payload).contains("the pump's counter moved"));
+
+        store
+            .resolve(&key("did-not-run"), &Resolution::DidNotRun)
+            .expect("resolve did not run");
+        assert_eq!(store.get(&key("did-not-run")).expect("get"), None);
+        let again = store.begin(&key("did-not-run"), &fp, &owner(), day).await;
+        assert_eq!(again, Ok(Begin::Started), "a retry may run it");
+
+        for k in ["done", "ran", "missing"] {
+            assert_eq!(
+                store.resolve(&key(k), &Resolution::DidNotRun),
+                Err(IdempotencyStoreError::NotInProgress),
+                "{k}"
+            );
+        }
+        assert_eq!(ScopedKey::from_stored("key:3:ab,").parts(), None);
         let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
     }
 
