@@ -268,7 +268,8 @@ pub enum DiscoveryEvent {
     /// Another process run of this node's RID published its descriptor over this one's: this
     /// run stops publishing. Links are not affected.
     LeaseSuperseded {
-        /// The other run's generation.
+        /// The other run's generation (JSON: 16 hex digits).
+        #[serde(serialize_with = "super::hex64::serialize")]
         generation: u64,
     },
     /// A store operation failed; it is retried. Links are not affected.
@@ -294,7 +295,8 @@ pub enum DiscoveryEvent {
     DescriptorPut {
         /// Its RID.
         rid: String,
-        /// Its generation.
+        /// Its generation (JSON: 16 hex digits).
+        #[serde(serialize_with = "super::hex64::serialize")]
         generation: u64,
     },
     /// A peer's descriptor disappeared (removed, or its lease expired): it is no longer

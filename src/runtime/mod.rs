@@ -22,6 +22,7 @@ pub mod discovery;
 mod error;
 mod event;
 pub mod fds;
+mod hex64;
 pub mod idempotency;
 mod io;
 mod node;

@@ -447,9 +447,11 @@ impl PubSocket {
         let mut read = Subscriptions {
             joined: false,
             more: true,
+            not_subscriptions: 0,
         };
         for _ in 0..max {
             match p.socket.try_recv_frames() {
+                Ok(Some(frames)) if !is_subscription(&frames) => read.not_subscriptions += 1,
                 Ok(Some(frames)) => read.joined |= subscribes_to_beacons(&frames),
                 Ok(None) => {
                     read.more = false;
@@ -490,6 +492,16 @@ pub(crate) struct Subscriptions {
     pub(crate) joined: bool,
     /// Messages are still waiting.
     pub(crate) more: bool,
+    /// Messages read that are neither a subscription nor a cancel (an XSUB peer may send
+    /// anything): dropped, each a refusal of malformed input.
+    pub(crate) not_subscriptions: usize,
+}
+
+/// Whether `frames`, read from an XPUB socket, are a subscription or its cancel: one frame
+/// whose first byte is 1 or 0, then the prefix (how libzmq hands both up, whichever ZMTP
+/// version the subscriber speaks).
+fn is_subscription(frames: &[super::socket::Frame]) -> bool {
+    matches!(frames, [f] if matches!(f.as_ref().first(), Some(0 | 1)))
 }
 
 /// Whether `frames`, read from an XPUB socket, subscribe to a prefix of the beacon topic (the

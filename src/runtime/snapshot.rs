@@ -19,7 +19,8 @@ pub const SNAPSHOT_LIMIT: usize = 4096;
 pub struct Snapshot {
     /// The node's RID.
     pub rid: String,
-    /// The node's lifecycle generation.
+    /// The node's lifecycle generation (JSON: 16 hex digits, as in its descriptor).
+    #[serde(serialize_with = "super::hex64::serialize")]
     pub generation: u64,
     /// Host state: `running`, `draining` or `stopped`.
     pub host: &'static str,
@@ -27,7 +28,10 @@ pub struct Snapshot {
     pub pending_calls: usize,
     /// Calls this node accepted and has not answered yet.
     pub serving_calls: usize,
-    /// Every configured or inbound link, up to [`SNAPSHOT_LIMIT`].
+    /// Every configured or inbound link, up to [`SNAPSHOT_LIMIT`], but for RouteMesh links
+    /// that are history of a lane rather than its state: a dial that stood down for the
+    /// peer's own connection, and a link without a connection whose peer and lane are ready
+    /// on another link.
     pub links: Vec<LinkSnapshot>,
     /// Links left out because of the limit.
     pub omitted: usize,
@@ -83,7 +87,8 @@ pub struct LinkSnapshot {
     /// The peer RID, once known.
     pub peer: Option<String>,
     /// The peer's lifecycle generation on the current connection (a different value than
-    /// before means a new process run of the same RID).
+    /// before means a new process run of the same RID). JSON: 16 hex digits.
+    #[serde(serialize_with = "super::hex64::serialize_option")]
     pub peer_generation: Option<u64>,
     /// The endpoint dialled or subscribed to (inbound links: the local bound endpoint).
     pub endpoint: String,
@@ -94,7 +99,9 @@ pub struct LinkSnapshot {
     pub serves: Vec<String>,
     /// Current state.
     pub state: ConnState,
-    /// Current physical connection id (diagnostic only).
+    /// Current physical connection id (diagnostic only; `c{n}` in event details and logs,
+    /// JSON: `n` as 16 hex digits).
+    #[serde(serialize_with = "super::hex64::serialize_option")]
     pub connection_id: Option<u64>,
     /// Last failure, if any.
     pub last_failure: Option<FailureSnapshot>,

@@ -43,7 +43,7 @@
 //! - Bound ROUTERs ([`Sockets::bound`]) live in the context of the node's ZAP handler
 //!   ([`Sockets::zap_handler`]) and carry a ZAP domain, so every connection they accept is
 //!   put to the I/O thread before it may carry a record (the unadmitted-connection cap, the
-//!   CURVE allow-list); under CURVE the publisher too ([`Sockets::plain_gated`]).
+//!   CURVE allow-list); under CURVE the publisher too ([`Sockets::publisher`]).
 //! - CURVE (`[security] mode = "curve"`): bound sockets are CURVE servers
 //!   ([`set_curve_server`]), dialled and SUB sockets CURVE clients that name the key they
 //!   expect of the server ([`set_curve_client`]); both set before bind / connect. The key a
@@ -537,22 +537,16 @@ impl Sockets {
         Ok(m)
     }
 
-    /// A socket with no monitor (the publisher) in the ZAP handler's context, with ZAP
-    /// domain `domain`: every connection it accepts is put to the ZAP handler (the CURVE
-    /// allow-list). Without a ZAP handler, as [`Sockets::plain`].
-    pub fn plain_gated(
-        &mut self,
-        kind: zmq::SocketType,
-        domain: &str,
-    ) -> Result<zmq::Socket, zmq::Error> {
-        let Some(zap) = &self.zap else {
-            return self.plain(kind).map(|(s, _)| s);
-        };
-        let s = guarded(|| zap.ctx.socket(kind))?;
-        apply_common(&s, kind, self.max_frame_size)?;
-        s.set_zap_domain(domain)?;
-        zap.used.fetch_add(1, Ordering::Relaxed);
-        Ok(s)
+    /// The publisher's XPUB, monitored: its failed transport handshakes (garbage, another
+    /// mechanism, a silent connection at the handshake deadline) are refusals like those of
+    /// the bound ROUTERs. With `domain` (CURVE), as [`Sockets::bound`]: in the ZAP handler's
+    /// context, every connection put to the handler (the allow-list). Without, a monitored
+    /// socket that no ZAP handler sees.
+    pub fn publisher(&mut self, domain: Option<&str>) -> Result<Monitored, zmq::Error> {
+        match domain {
+            Some(domain) => self.bound(zmq::XPUB, domain),
+            None => self.monitored(zmq::XPUB),
+        }
     }
 
     /// libzmq contexts this factory holds (each runs two libzmq threads).
@@ -1106,9 +1100,10 @@ mod tests {
         let zap = s.zap_handler().expect("zap handler");
         let bound = s.bound(zmq::ROUTER, "test").expect("bound");
         assert_eq!(bound.socket.get_backlog().expect("backlog"), BACKLOG);
-        let publisher = s.plain_gated(zmq::PUB, "test").expect("publisher");
-        assert_eq!(publisher.get_backlog().expect("backlog"), BACKLOG);
-        drop((zap, publisher));
+        let publisher = s.publisher(Some("test")).expect("publisher");
+        assert_eq!(publisher.socket.get_backlog().expect("backlog"), BACKLOG);
+        close(publisher);
+        drop(zap);
         close(bound);
     }
 

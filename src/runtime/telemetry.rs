@@ -92,7 +92,7 @@ pub const METRICS: &[MetricInfo] = &[
     counter(
         "zmesh_input_refused_total",
         &["reason"],
-        "Connections refused before admission (oversize or malformed input, a failed transport handshake, the unadmitted cap, a security failure), by reason.",
+        "Input refused before admission, by reason: connections (malformed input, a failed transport handshake, the unadmitted cap, a security failure) and messages to the publisher that are not subscriptions.",
     ),
     counter(
         "zmesh_link_failures_total",

@@ -74,6 +74,14 @@ pub fn ipc(name: &str) -> String {
 }
 static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// A generation or connection id of the JSON a node prints (`zmesh status --json`, ndjson
+/// events): 16 lowercase hex digits; `None` for anything else.
+pub fn hex_id(v: &serde_json::Value) -> Option<u64> {
+    let s = v.as_str()?;
+    let digits = s.len() == 16 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    digits.then(|| u64::from_str_radix(s, 16).ok()).flatten()
+}
+
 /// How many of the events seen before a failed [`Events::wait`] its panic message shows.
 pub const SEEN_KEPT: usize = 64;
 

@@ -17,6 +17,7 @@ use zmesh::runtime::idempotency::{
 };
 use zmesh::runtime::service::{Method, NodeContract, Service};
 
+use crate::output::outln;
 use crate::EventFormat;
 
 /// Where `--exec-log` records the calls that started running.
@@ -61,7 +62,7 @@ impl Demo {
                 req.caller
             ),
         };
-        println!("{line}");
+        let _ = outln!("{line}");
     }
 }
 
@@ -72,7 +73,7 @@ impl Demo {
 /// | `echo` | query | returns its arguments |
 /// | `get` | query | returns the setpoint |
 /// | `set` | idempotent command, conflating | sets the setpoint (an unsigned integer) |
-/// | `dispense` | non-repeatable command | dispenses: returns `"dispensed #N"`; `{"hold_ms": M}` holds M ms after it ran |
+/// | `dispense` | non-repeatable command | dispenses: returns `"dispensed #N"`; `{"hold_ms": M}` waits M ms once it has started, before it returns (so before its outcome is recorded) |
 /// | `sleep`, `work`, `fail` | undeclared | answer after some ms / a token after some ms / Exception |
 pub(crate) fn demo_service(
     channel: &str,
@@ -239,26 +240,41 @@ pub(crate) fn ask_control(control: &str, what: &str) -> Result<serde_json::Value
 /// Prints a node contract as a table (one row per method) or as JSON.
 pub(crate) fn print_contract(contract: &NodeContract, as_json: bool) -> Result<()> {
     if as_json {
-        println!("{}", contract.to_json_pretty()?);
+        outln!("{}", contract.to_json_pretty()?)?;
         return Ok(());
     }
-    println!(
+    outln!(
         "node {} (contract format {})",
-        contract.rid, contract.format
-    );
-    println!(
+        contract.rid,
+        contract.format
+    )?;
+    outln!(
         "{:<16} {:<8} {:<16} {:<24} {:<7} {:<9} {:<8} {:<7}",
-        "CHANNEL", "VERSION", "METHOD", "SEMANTICS", "SHAPE", "EXECUTION", "CONFLATE", "MAILBOX"
-    );
+        "CHANNEL",
+        "VERSION",
+        "METHOD",
+        "SEMANTICS",
+        "SHAPE",
+        "EXECUTION",
+        "CONFLATE",
+        "MAILBOX"
+    )?;
     for s in &contract.services {
         if s.methods.is_empty() {
-            println!(
+            outln!(
                 "{:<16} {:<8} {:<16} {:<24} {:<7} {:<9} {:<8} {:<7}",
-                s.channel, s.version, "(any)", "undeclared", "-", "parallel", "-", s.mailbox
-            );
+                s.channel,
+                s.version,
+                "(any)",
+                "undeclared",
+                "-",
+                "parallel",
+                "-",
+                s.mailbox
+            )?;
         }
         for m in &s.methods {
-            println!(
+            outln!(
                 "{:<16} {:<8} {:<16} {:<24} {:<7} {:<9} {:<8} {:<7}",
                 s.channel,
                 s.version,
@@ -268,7 +284,7 @@ pub(crate) fn print_contract(contract: &NodeContract, as_json: bool) -> Result<(
                 m.execution.as_str(),
                 if m.conflate { "yes" } else { "no" },
                 s.mailbox
-            );
+            )?;
         }
     }
     Ok(())
@@ -286,20 +302,27 @@ pub(crate) fn print_ops(
         .filter(|o| status.is_none_or(|s| o["status"] == s))
         .collect();
     if as_json {
-        println!("{}", serde_json::to_string_pretty(&ops)?);
+        outln!("{}", serde_json::to_string_pretty(&ops)?)?;
         return Ok(());
     }
-    println!(
+    outln!(
         "{:>6} {:<12} {:<24} {:<24} {:<16} {:<16} {:>10} {:>10}",
-        "ID", "TARGET", "CALL", "SEMANTICS", "STATUS", "CODE", "ISSUED", "SETTLED"
-    );
+        "ID",
+        "TARGET",
+        "CALL",
+        "SEMANTICS",
+        "STATUS",
+        "CODE",
+        "ISSUED",
+        "SETTLED"
+    )?;
     let ago = |v: &serde_json::Value| {
         v.as_u64()
             .map(|ms| format!("{ms} ms ago"))
             .unwrap_or_else(|| "-".into())
     };
     for o in ops {
-        println!(
+        outln!(
             "{:>6} {:<12} {:<24} {:<24} {:<16} {:<16} {:>10} {:>10}",
             o["id"].as_u64().unwrap_or(0),
             o["target"].as_str().unwrap_or("-"),
@@ -313,7 +336,7 @@ pub(crate) fn print_ops(
             o["code"].as_str().unwrap_or("-"),
             ago(&o["issued_ms_ago"]),
             ago(&o["settled_ms_ago"]),
-        );
+        )?;
     }
     Ok(())
 }

@@ -4,11 +4,12 @@
 //! when either file cannot be read or is not a valid contract (clap's own usage errors are 2
 //! as well).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::Subcommand;
 use zmesh::proto::contract::{check, CheckReport, NodeContract};
+
+use crate::output::outln;
 
 /// Exit status when no change breaks a caller.
 const OK: i32 = 0;
@@ -54,15 +55,17 @@ fn check_files(old: &Path, new: &Path, json: bool) -> i32 {
     } else {
         Ok(table(&report))
     };
-    let written = text.and_then(|text| {
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "{text}")
-            .and_then(|()| out.flush())
-            .map_err(|e| e.to_string())
-    });
-    if let Err(e) = written {
-        eprintln!("zmesh contract check: cannot print the report: {e}");
-        return INVALID;
+    let written = text
+        .map_err(anyhow::Error::msg)
+        .and_then(|text| outln!("{text}"));
+    match written {
+        // Its reader went away; the exit status still says what the report would have.
+        Err(e) if crate::output::is_stdout_closed(&e) => {}
+        Err(e) => {
+            eprintln!("zmesh contract check: cannot print the report: {e:#}");
+            return INVALID;
+        }
+        Ok(()) => {}
     }
     if report.is_breaking() {
         BREAKING

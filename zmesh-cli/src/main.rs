@@ -1,8 +1,9 @@
 //! The `zmesh` command line: run a node, publish, subscribe, inspect, and the local demo.
 #![forbid(unsafe_code)]
 
-use std::io::Write;
+use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -12,9 +13,12 @@ use zmesh::config::{Endpoint, NodeConfig};
 use zmesh::runtime::calls::{may_have_run, CallError, CallOptions};
 use zmesh::runtime::{Node, NodeEvent};
 
+use crate::output::outln;
+
 mod commands;
 mod contract;
 mod demo;
+mod output;
 mod peers;
 mod ports;
 
@@ -24,6 +28,31 @@ mod ports;
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
+    /// Colour in log lines: `auto` (only when stderr is a terminal and NO_COLOR is unset),
+    /// `always` (what `--color` alone means) or `never`.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        value_name = "WHEN",
+        default_value_t = ColorWhen::Auto,
+        num_args = 0..=1,
+        default_missing_value = "always"
+    )]
+    color: ColorWhen,
+    /// On an error, print where it was raised (a backtrace) after its causes.
+    #[arg(long, global = true)]
+    debug: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum ColorWhen {
+    /// Colour only when stderr is a terminal and NO_COLOR is not set.
+    Auto,
+    /// Always colour.
+    Always,
+    /// Never colour.
+    Never,
 }
 
 #[derive(Subcommand)]
@@ -51,8 +80,8 @@ enum Cmd {
         /// Serve the built-in demo service on this channel (repeatable), its methods declared
         /// with their semantics: `echo` (query) returns its arguments, `get`
         /// (query) the setpoint, `set` (idempotent command, conflating) sets it, `dispense`
-        /// (non-repeatable command) answers "dispensed #N" (`{"hold_ms": M}` holds M ms
-        /// after it ran); undeclared: `sleep` takes milliseconds and answers after them,
+        /// (non-repeatable command) answers "dispensed #N" (`{"hold_ms": M}` waits M ms
+        /// once it has started, before it returns and its outcome is recorded); undeclared: `sleep` takes milliseconds and answers after them,
         /// `work` takes `[token, milliseconds]` and answers the token after them, `fail`
         /// answers Exception.
         #[arg(long = "serve")]
@@ -105,9 +134,15 @@ enum Cmd {
         /// IncompatibleVersion instead of running it.
         #[arg(long)]
         semantics: Option<String>,
+        /// Call as this RID. By default the configuration's RID followed by `.call-PID`: two
+        /// calls started from one file at once must not share a RID (the second would replace
+        /// the first's connection). The security identity stays the configured one.
+        #[arg(long)]
+        rid: Option<String>,
     },
     /// Print a node's service contract: from its `--control` endpoint, or over
-    /// the wire from the node serving `--channel` (dialled with `--config`).
+    /// the wire from the node serving `--channel` (dialled with `--config`, as the
+    /// configuration's RID followed by `.call-PID`, like `zmesh call`).
     Describe {
         /// The node's control endpoint.
         #[arg(long, conflicts_with = "config")]
@@ -245,18 +280,49 @@ enum EventFormat {
     Ndjson,
 }
 
-fn main() -> Result<()> {
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if cli.debug {
+        // Errors capture where they were raised only when asked to; this runs before any
+        // other thread exists.
+        std::env::set_var("RUST_LIB_BACKTRACE", "1");
+    }
+    let ansi = match cli.color {
+        ColorWhen::Always => true,
+        ColorWhen::Never => false,
+        ColorWhen::Auto => {
+            std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+        }
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("ZMESH_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .init();
-    let cli = Cli::parse();
+    let debug = cli.debug;
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if output::is_stdout_closed(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            for line in output::error_lines(&e) {
+                eprintln!("{line}");
+            }
+            if debug {
+                eprintln!("backtrace:\n{}", e.backtrace());
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs one command on a tokio runtime.
+fn run(command: Cmd) -> Result<()> {
     let rt = tokio::runtime::Runtime::new().context("starting tokio")?;
     rt.block_on(async move {
-        match cli.command {
+        match command {
             Cmd::Node {
                 config,
                 events,
@@ -306,8 +372,10 @@ fn main() -> Result<()> {
                 wait_ms,
                 key,
                 semantics,
+                rid,
             } => {
-                let cfg = NodeConfig::from_file(&config)?;
+                let mut cfg = NodeConfig::from_file(&config)?;
+                one_call_rid(&mut cfg, rid);
                 let semantics = match semantics.as_deref() {
                     None => None,
                     Some(s) => match zmesh::proto::contract::parse_semantics(s) {
@@ -353,8 +421,7 @@ fn main() -> Result<()> {
             Cmd::Keygen { out } => {
                 let pair = zmesh::runtime::security::KeyPair::generate()?;
                 pair.write_new(&out)?;
-                println!("{}", pair.public);
-                Ok(())
+                outln!("{}", pair.public)
             }
             Cmd::Status { control, json } => status(&control, json),
             Cmd::Peers {
@@ -389,7 +456,12 @@ fn main() -> Result<()> {
 }
 
 /// Prints one event in the chosen format.
-pub(crate) fn print_event(rid: &str, ev: &NodeEvent, format: EventFormat, t0: Instant) {
+pub(crate) fn print_event(
+    rid: &str,
+    ev: &NodeEvent,
+    format: EventFormat,
+    t0: Instant,
+) -> Result<()> {
     let ms = t0.elapsed().as_millis();
     let line = match (ev, format) {
         (NodeEvent::State(s), EventFormat::Ndjson) => json!({
@@ -447,8 +519,7 @@ pub(crate) fn print_event(rid: &str, ev: &NodeEvent, format: EventFormat, t0: In
         }
         (_, EventFormat::Human) => format!("[{ms:>6} ms] {rid}: {ev:?}"),
     };
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{line}");
+    outln!("{line}")
 }
 
 /// What `zmesh node` serves: the demo service on these channels, its exec log, and the
@@ -493,7 +564,9 @@ async fn run_node(
     }
     let mut sent = false;
     let deadline = limit.map(|l| tokio::time::Instant::now() + l);
-    loop {
+    // A closed stdout (or another write error) ends the node like a signal, then is returned.
+    let mut printed = Ok(());
+    'run: loop {
         let stop = async {
             match deadline {
                 Some(d) => tokio::time::sleep_until(d).await,
@@ -504,7 +577,10 @@ async fn run_node(
             batch = events.recv() => {
                 let Some(batch) = batch else { break };
                 for ev in &batch {
-                    print_event(&rid, ev, format, t0);
+                    printed = print_event(&rid, ev, format, t0);
+                    if printed.is_err() {
+                        break 'run;
+                    }
                 }
                 if send > 0 && !sent {
                     sent = send_when_ready(&node, &peers, &channels, send).await;
@@ -521,7 +597,17 @@ async fn run_node(
         }
     }
     node.shutdown().await?;
-    Ok(())
+    printed
+}
+
+/// Gives a node that makes one call and exits the RID `rid`, or by default the configured RID
+/// followed by `.call-PID`, keeping the configured security identity (what authorizers see;
+/// under CURVE it is the key, whatever the RID).
+fn one_call_rid(cfg: &mut NodeConfig, rid: Option<String>) {
+    if cfg.security.mode == zmesh::config::SecurityMode::None {
+        cfg.security_identity = Some(cfg.security_identity().to_owned());
+    }
+    cfg.rid = rid.unwrap_or_else(|| format!("{}.call-{}", cfg.rid, std::process::id()));
 }
 
 async fn call_once(
@@ -553,14 +639,20 @@ async fn call_once(
         }
     };
     let ok = result.is_ok();
-    let out = match result {
+    // The call's row of this node's operations registry, as `zmesh ops` shows a node's rows:
+    // the last entry (earlier ones are attempts that found no ready server and never left).
+    let operation = node.operations().views().pop();
+    let mut out = match result {
         Ok(v) => json!({"ok": true, "result": v}),
         Err(e) => json!({
             "ok": false, "code": e.code(), "error": e.to_string(), "may_have_run": may_have_run(&e),
         }),
     };
-    println!("{out}");
+    out["rid"] = json!(node.rid());
+    out["operation"] = json!(operation);
+    let printed = outln!("{out}");
     node.shutdown().await?;
+    printed?;
     if !ok {
         std::process::exit(1);
     }
@@ -654,11 +746,10 @@ fn status(control: &str, as_json: bool) -> Result<()> {
         bail!("node answered with an error: {e}");
     }
     if as_json {
-        println!("{}", serde_json::to_string_pretty(&value)?);
+        outln!("{}", serde_json::to_string_pretty(&value)?)
     } else {
-        print!("{}", render_table(&value));
+        output::out!("{}", render_table(&value))
     }
-    Ok(())
 }
 
 fn render_table(v: &serde_json::Value) -> String {
@@ -698,7 +789,11 @@ fn render_table(v: &serde_json::Value) -> String {
             s(&l["peer"]),
             s(&l["endpoint"]),
             s(&l["state"]),
-            s(&l["connection_id"]),
+            // 16 hex digits in the JSON; the short decimal form of event details (`c{n}`).
+            l["connection_id"]
+                .as_str()
+                .and_then(|h| u64::from_str_radix(h, 16).ok())
+                .map_or("-".to_owned(), |n| n.to_string()),
             failure
         ));
     }
@@ -757,7 +852,10 @@ async fn run_pub(
     for i in 0..count {
         tokio::time::sleep(Duration::from_millis(interval_ms)).await;
         node.publish(topic.as_bytes(), format!("record {i}"))?;
-        println!("published record {i} on {topic:?}");
+        if let Err(e) = outln!("published record {i} on {topic:?}") {
+            node.shutdown().await?;
+            return Err(e);
+        }
     }
     if stay {
         let _ = tokio::signal::ctrl_c().await;
@@ -781,7 +879,9 @@ async fn describe(
                 .context("the control endpoint's contract")?
         }
         (None, Some(config), Some(channel)) => {
-            let node = Node::start(NodeConfig::from_file(&config)?).await?;
+            let mut cfg = NodeConfig::from_file(&config)?;
+            one_call_rid(&mut cfg, None);
+            let node = Node::start(cfg).await?;
             let mut events = node.take_events().context("events")?;
             let opts = CallOptions {
                 peer,

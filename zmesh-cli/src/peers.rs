@@ -7,6 +7,8 @@ use anyhow::{Context, Result};
 use zmesh::config::{DiscoveryConfig, NodeConfig};
 use zmesh::runtime::store::{self, Entry};
 
+use crate::output::{out, outln};
+
 /// Prints every live descriptor of the store, as a table or as JSON: the store at `url`, or
 /// the one of the `[discovery]` section of the configuration file `config` (with its TLS and
 /// authentication settings; `url`, if given, replaces its URL).
@@ -33,9 +35,9 @@ pub(crate) async fn run(url: Option<String>, config: Option<PathBuf>, as_json: b
         .await
         .with_context(|| format!("reading {url}"))?;
     if as_json {
-        println!("{}", serde_json::to_string_pretty(&entries)?);
+        outln!("{}", serde_json::to_string_pretty(&entries)?)?;
     } else {
-        print!("{}", table(&entries));
+        out!("{}", table(&entries))?;
     }
     Ok(())
 }

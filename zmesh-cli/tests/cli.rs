@@ -103,21 +103,16 @@ async fn o1_cli_node_ndjson_events_and_status_snapshot() {
     publisher.shutdown().await.expect("shutdown");
 }
 
-/// MISSION C3: `zmesh call` prints the result as JSON and exits 0; a call nothing can serve
-/// prints the error with `may_have_run: false` and exits 1.
-#[tokio::test]
-async fn c3_cli_call_prints_result_or_honest_error() {
+/// A `zmesh node` "b" serving the demo service on channel `tools` over RouteMesh (with
+/// `--events ndjson` on a pipe), and the configuration file of a node "a" that has b as its
+/// peer, in `dir`.
+fn tools_server(dir: &std::path::Path) -> (std::process::Child, std::path::PathBuf) {
     use zmesh::config::{PeerConfig, RouteMeshBind};
     use zmesh::proto::handshake::{Membership, Role};
     let bind = RouteMeshBind {
         application: common::free_tcp(),
         completion: common::free_tcp(),
     };
-    let tmp = tempfile::Builder::new()
-        .prefix("zmesh-cli-call-")
-        .tempdir()
-        .expect("dir");
-    let dir = tmp.path();
     let mut b = NodeConfig::new("b");
     b.memberships = vec![Membership {
         role: Role::Server,
@@ -126,10 +121,10 @@ async fn c3_cli_call_prints_result_or_honest_error() {
     b.route_mesh = Some(bind.clone());
     let b_path = dir.join("b.toml");
     std::fs::write(&b_path, toml::to_string(&b).expect("toml")).expect("write");
-    let mut server = Command::new(env!("CARGO_BIN_EXE_zmesh"))
-        .args(["node", "--serve", "tools", "--config"])
+    let server = Command::new(env!("CARGO_BIN_EXE_zmesh"))
+        .args(["node", "--serve", "tools", "--events", "ndjson", "--config"])
         .arg(&b_path)
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .spawn()
         .expect("spawn server");
     let mut a = NodeConfig::new("a");
@@ -143,19 +138,45 @@ async fn c3_cli_call_prints_result_or_honest_error() {
     }];
     let a_path = dir.join("a.toml");
     std::fs::write(&a_path, toml::to_string(&a).expect("toml")).expect("write");
+    (server, a_path)
+}
+
+/// `zmesh call --config FILE` on `channel`.`method` with `args`, waiting `wait_ms` for b.
+fn call_command(
+    config: &std::path::Path,
+    channel: &str,
+    method: &str,
+    args: &str,
+    wait_ms: &str,
+) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_zmesh"));
+    cmd.args([
+        "call",
+        "--channel",
+        channel,
+        "--method",
+        method,
+        "--args",
+        args,
+    ])
+    .args(["--wait-ms", wait_ms, "--config"])
+    .arg(config);
+    cmd
+}
+
+/// MISSION C3, K2: `zmesh call` prints the result as JSON and exits 0; a call nothing can
+/// serve prints the error with `may_have_run: false` and exits 1. The JSON carries the call's
+/// own operations-registry row (`operation`, as `zmesh ops` prints a node's rows) and the
+/// RID it called as.
+#[tokio::test]
+async fn c3_k2_cli_call_prints_result_or_honest_error_and_its_operation() {
+    let tmp = tempfile::Builder::new()
+        .prefix("zmesh-cli-call-")
+        .tempdir()
+        .expect("dir");
+    let (mut server, a_path) = tools_server(tmp.path());
     let call = |channel: &str, method: &str, args: &str, wait_ms: &str| {
-        Command::new(env!("CARGO_BIN_EXE_zmesh"))
-            .args([
-                "call",
-                "--channel",
-                channel,
-                "--method",
-                method,
-                "--args",
-                args,
-            ])
-            .args(["--wait-ms", wait_ms, "--config"])
-            .arg(&a_path)
+        call_command(&a_path, channel, method, args, wait_ms)
             .output()
             .expect("zmesh call")
     };
@@ -168,6 +189,22 @@ async fn c3_cli_call_prints_result_or_honest_error() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(v["ok"], true);
     assert_eq!(v["result"]["x"][1], 2);
+    let op = &v["operation"];
+    assert_eq!(
+        (&op["target"], &op["channel"], &op["method"], &op["status"]),
+        (
+            &"b".into(),
+            &"tools".into(),
+            &"echo".into(),
+            &"succeeded".into()
+        ),
+        "{v}"
+    );
+    assert!(op["id"].is_u64() && op["settled_ms_ago"].is_u64(), "{v}");
+    assert!(
+        v["rid"].as_str().is_some_and(|r| r.starts_with("a.call-")),
+        "{v}"
+    );
 
     let out = call("nowhere", "echo", "1", "200");
     assert_eq!(out.status.code(), Some(1));
@@ -181,6 +218,72 @@ async fn c3_cli_call_prints_result_or_honest_error() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(v["code"], "Exception");
     assert_eq!(v["may_have_run"], true);
+    assert_eq!(v["operation"]["status"], "failed", "{v}");
+    assert_eq!(v["operation"]["code"], "Exception", "{v}");
+
+    // `--rid` names the RID to call as.
+    let out = call_command(&a_path, "tools", "echo", "3", "10000")
+        .args(["--rid", "a"])
+        .output()
+        .expect("zmesh call --rid");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!((&v["ok"], &v["rid"]), (&true.into(), &"a".into()), "{v}");
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
+/// Two `zmesh call` processes started from one configuration file at once each call as a RID
+/// of their own: the second does not replace the first's connection, so both calls are
+/// answered (with a shared RID the first was told UnknownOutcome while its call ran on).
+#[tokio::test]
+async fn cli_two_calls_from_one_config_do_not_replace_each_other() {
+    let tmp = tempfile::Builder::new()
+        .prefix("zmesh-cli-two-calls-")
+        .tempdir()
+        .expect("dir");
+    let (mut server, a_path) = tools_server(tmp.path());
+    let events = server.stdout.take().expect("server stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(events).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // The first call holds the server 2 s; the second starts once the first is running.
+    let mut first = call_command(&a_path, "tools", "sleep", "2000", "10000")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("first zmesh call");
+    let started = loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(15))
+            .expect("the first call reaches the server within 15 s");
+        let v: serde_json::Value = serde_json::from_str(&line).expect("an ndjson line");
+        if v["event"] == "call" && v["method"] == "sleep" {
+            break v;
+        }
+    };
+    let mut second = call_command(&a_path, "tools", "echo", "2", "10000")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("second zmesh call");
+    // Bounded: a call whose connection was replaced under it may wait for good.
+    let printed = |child: &mut std::process::Child, what: &str| {
+        wait_exit(child, Duration::from_secs(15), what);
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut child.stdout.take().expect("stdout"), &mut out)
+            .expect("stdout");
+        serde_json::from_str::<serde_json::Value>(&out)
+            .unwrap_or_else(|e| panic!("{what} printed no JSON ({e}): {out:?}"))
+    };
+    let v2 = printed(&mut second, "the second zmesh call");
+    let v1 = printed(&mut first, "the first zmesh call");
+    assert_eq!(v1["ok"], true, "the first call: {v1}");
+    assert_eq!(v2["ok"], true, "the second call: {v2}");
+    assert_ne!(v1["rid"], v2["rid"]);
+    assert_eq!(started["caller"], v1["rid"], "{started}");
     let _ = server.kill();
     let _ = server.wait();
 }
@@ -326,4 +429,162 @@ fn d1_demo_quick_finds_its_nodes_through_the_embedded_store() {
     ] {
         assert!(text.contains(expected), "no {expected:?} in:\n{text}");
     }
+}
+
+/// Waits for `child` to exit, at most `limit`; kills it and panics past that.
+fn wait_exit(
+    child: &mut std::process::Child,
+    limit: Duration,
+    what: &str,
+) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A configuration file for a node that logs a warning as it starts (security mode "none")
+/// and prints a state event at once (its subscription starts connecting).
+fn quiet_node_config(dir: &std::path::Path) -> std::path::PathBuf {
+    let mut cfg = NodeConfig::new("cli-hygiene");
+    cfg.subscriptions = vec![Endpoint {
+        endpoint: ipc("nobody-publishes"),
+    }];
+    let path = dir.join("node.toml");
+    std::fs::write(&path, toml::to_string(&cfg).expect("toml")).expect("write");
+    path
+}
+
+/// Log lines on stderr carry ANSI colour only when asked with `--color` (stderr here is a
+/// pipe, not a terminal).
+#[test]
+fn cli_log_lines_are_coloured_only_on_a_terminal_or_with_color() {
+    let tmp = tempfile::tempdir().expect("dir");
+    let config = quiet_node_config(tmp.path());
+    let stderr_of = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_zmesh"))
+            .args([
+                "call",
+                "--channel",
+                "none",
+                "--method",
+                "m",
+                "--wait-ms",
+                "0",
+            ])
+            .args(extra)
+            .arg("--config")
+            .arg(&config)
+            .env_remove("NO_COLOR")
+            .output()
+            .expect("zmesh call");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let plain = stderr_of(&[]);
+    assert!(plain.contains("WARN"), "no warning logged: {plain}");
+    assert!(!plain.contains('\u{1b}'), "colour on a pipe: {plain:?}");
+    let never = stderr_of(&["--color", "never"]);
+    assert!(
+        !never.contains('\u{1b}'),
+        "colour with --color never: {never:?}"
+    );
+    let coloured = stderr_of(&["--color"]);
+    assert!(
+        coloured.contains("\u{1b}["),
+        "no colour with --color: {coloured:?}"
+    );
+}
+
+/// An error prints one line per cause, never a cause twice (the configuration error's text
+/// already carries the I/O error under it), and no backtrace, even with RUST_BACKTRACE set,
+/// unless `--debug` asks for one.
+#[test]
+fn cli_error_prints_each_cause_once_backtrace_only_with_debug() {
+    let run = |debug: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_zmesh"));
+        cmd.args(["node", "--config", "/nonexistent/zmesh-node.toml"])
+            .env("RUST_BACKTRACE", "1");
+        if debug {
+            cmd.arg("--debug");
+        }
+        let out = cmd.output().expect("zmesh node");
+        assert_eq!(out.status.code(), Some(1));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let plain = run(false);
+    let lines: Vec<&str> = plain.lines().collect();
+    assert_eq!(lines.len(), 1, "one cause, one line: {plain}");
+    assert!(
+        lines[0].starts_with("error: ") && lines[0].contains("/nonexistent/zmesh-node.toml"),
+        "{plain}"
+    );
+    assert!(!plain.to_lowercase().contains("backtrace"), "{plain}");
+    let debug = run(true);
+    assert!(debug.starts_with(&plain), "{debug}");
+    assert!(
+        debug.contains("backtrace:\n"),
+        "no backtrace with --debug: {debug}"
+    );
+}
+
+/// A stdout closed by its reader (`zmesh keygen | head -c0`, `zmesh node | head -1`) ends the
+/// command quietly with status 0: no panic, nothing on stderr, and a node stops by itself.
+#[test]
+fn cli_closed_stdout_ends_the_command_quietly() {
+    let tmp = tempfile::tempdir().expect("dir");
+    let closed = || {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        writer
+    };
+    let key = tmp.path().join("node.key");
+    let out = Command::new(env!("CARGO_BIN_EXE_zmesh"))
+        .args(["keygen", "--out"])
+        .arg(&key)
+        .stdout(closed())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("zmesh keygen");
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        key.exists(),
+        "the key file is written before the public key is printed"
+    );
+
+    let config = quiet_node_config(tmp.path());
+    let mut node = Command::new(env!("CARGO_BIN_EXE_zmesh"))
+        .args(["node", "--color", "never", "--events", "ndjson", "--config"])
+        .arg(&config)
+        .stdout(closed())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("zmesh node");
+    let status = wait_exit(
+        &mut node,
+        Duration::from_secs(10),
+        "zmesh node with a closed stdout",
+    );
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut node.stderr.take().expect("stderr"), &mut err)
+        .expect("stderr");
+    assert!(status.success(), "{status:?}: {err}");
+    assert!(!err.contains("panicked"), "{err}");
 }

@@ -102,6 +102,49 @@ async fn d1_d3_three_nodes_discover_each_other_with_no_endpoint_configured() {
     );
 }
 
+/// MISSION O1, T1: in a healthy three-node mesh, where every pair dials each other at start
+/// and one dial of each pair stands down, `zmesh status` of every node lists exactly one ready
+/// link per peer and lane and nothing else: no stood-down dial shown as `reconnecting`, no
+/// inbound link left `not_connected` by the dial the peer stood down, no failure on any row.
+#[tokio::test]
+async fn o1_t1_healthy_three_node_mesh_status_lists_only_ready_links() {
+    let mesh = Mesh::new("healthy");
+    let rids = ["a", "b", "c"];
+    let procs: Vec<Proc> = rids
+        .iter()
+        .map(|r| mesh.start(&mesh.config(r, server("orders"))))
+        .collect();
+    for (p, rid) in procs.iter().zip(rids) {
+        let others: Vec<&str> = rids.iter().copied().filter(|r| *r != rid).collect();
+        p.wait_status("settled with the other two", |s| settled(s, rid, &others))
+            .await;
+    }
+    for (p, rid) in procs.iter().zip(rids) {
+        let s = p.status();
+        let links = s["links"].as_array().expect("links");
+        let rows: Vec<String> = links
+            .iter()
+            .map(|l| format!("{} {} {}", l["peer"], l["role"], l["state"]))
+            .collect();
+        assert_eq!(links.len(), 4, "{rid}: two peers, two lanes each: {rows:?}");
+        for l in links {
+            assert_eq!(l["state"], "ready", "{rid}: {rows:?}");
+            assert!(l["last_failure"].is_null(), "{rid}: {l}");
+        }
+        let table = Command::new(env!("CARGO_BIN_EXE_zmesh"))
+            .args(["status", "--control", &p.control])
+            .output()
+            .expect("zmesh status");
+        let text = String::from_utf8_lossy(&table.stdout);
+        let rows: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("route_mesh"))
+            .collect();
+        assert_eq!(rows.len(), 4, "{text}");
+        assert!(rows.iter().all(|r| r.contains(" ready ")), "{text}");
+    }
+}
+
 /// MISSION T4 (discovery rule): two Object Clients without a Server membership never dial
 /// each other (no link at all, not even a `not_required` one: no NotRequired round trip),
 /// while both become ready with the server.
@@ -305,11 +348,11 @@ async fn d1_f5_vanished_descriptor_keeps_the_live_connection_and_never_redials()
     bc.route_mesh = Some(bind.clone());
     let mut b = mesh.spawn(&bc);
     let bs = b
-        .wait_status("b up", |s| s["generation"].as_u64().is_some())
+        .wait_status("b up", |s| common::hex_id(&s["generation"]).is_some())
         .await;
     let descriptor = Descriptor {
         rid: "b".into(),
-        generation: bs["generation"].as_u64().expect("generation"),
+        generation: common::hex_id(&bs["generation"]).expect("generation"),
         security_identity: bc.security_identity().to_owned(),
         memberships: bc.memberships.clone(),
         route_mesh: Some(MeshEndpoints {

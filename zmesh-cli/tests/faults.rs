@@ -648,9 +648,7 @@ impl StormChild {
 
     /// Records the current run's generation (once its control endpoint answers).
     async fn learn_generation(&mut self) -> u64 {
-        let g = self.snapshot().await["generation"]
-            .as_u64()
-            .expect("generation");
+        let g = common::hex_id(&self.snapshot().await["generation"]).expect("generation");
         if self.generations.last() != Some(&g) {
             self.generations.push(g);
         }

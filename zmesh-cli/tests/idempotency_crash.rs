@@ -168,7 +168,7 @@ impl PumpServer {
         })
         .await
         .expect("join");
-        snap["generation"].as_u64().expect("generation")
+        common::hex_id(&snap["generation"]).expect("generation")
     }
 
     /// The arguments of every `dispense` that started running, per process run, in order.

@@ -3,7 +3,8 @@
 //! Names follow the Prometheus conventions (`zmesh_` prefix, snake_case, counters end in
 //! `_total`), every metric is one of `zmesh::runtime::telemetry::METRICS` with its kind and
 //! label keys, and no label value is an identity (RID, endpoint, connection id). A second test
-//! holds that list to the code: every `counter!`/`gauge!` of `src/` is in it, and back.
+//! holds that list to the code: every `counter!`/`gauge!` of `src/` is in it, and back. A
+//! third counts what pyzmq peers and raw TCP connections aimed at a node's publisher.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
@@ -337,4 +338,156 @@ fn o2_telemetry_list_matches_the_code() {
         set,
         BTreeSet::from(["reason", "code", "topology", "status", "op"])
     );
+}
+
+/// The value of the sample `series` (name and labels as printed) in a scrape, 0 if absent.
+fn value_of(body: &str, series: &str) -> f64 {
+    body.lines()
+        .filter_map(|l| l.rsplit_once(' '))
+        .find(|(s, _)| *s == series)
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Scrapes `addr` until `done(body)` holds (bounded by [`STEP`]); returns that body.
+async fn scrape_until(addr: &str, what: &str, done: impl Fn(&str) -> bool) -> String {
+    let limit = std::time::Instant::now() + STEP;
+    loop {
+        let body = http_get(addr, "/metrics").map(|(_, _, b)| b);
+        if let Some(body) = body.as_deref().filter(|b| done(b)) {
+            return body.to_owned();
+        }
+        assert!(
+            std::time::Instant::now() < limit,
+            "no scrape with {what} within {STEP:?}: {body:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// What the Python peer sends a publisher: 2 000 messages that are not subscriptions from an
+/// XSUB (after a real subscription), then on `tcp` 40 raw TCP connections with a ZMTP 3.0
+/// greeting of a mechanism nobody knows and one SUB that speaks PLAIN to it (never
+/// reconnecting).
+const PUBLISHER_ABUSE: &str = r#"
+import socket
+ep = sys.argv[1]
+ctx = zmq.Context()
+x = ctx.socket(zmq.XSUB)
+x.setsockopt(zmq.SNDHWM, 0)
+mon = x.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+x.connect(ep)
+mon.recv_multipart()
+x.send(b"\x01")
+for i in range(2000):
+    x.send(b"garbage %d" % i)
+emit(garbage=2000)
+commands = stdin_commands()
+assert commands.get(timeout=30) == ["tcp"]
+host, port = ep[len("tcp://"):].rsplit(":", 1)
+greeting = bytes([0xFF, 0, 0, 0, 0, 0, 0, 0, 1, 0x7F, 3, 0]) + b"GARBAGE".ljust(20, b"\0")
+greeting = greeting.ljust(64, b"\0")
+raw = []
+for _ in range(40):
+    s = socket.create_connection((host, int(port)))
+    s.sendall(greeting)
+    raw.append(s)
+plain = ctx.socket(zmq.SUB)
+plain.plain_username = b"user"
+plain.plain_password = b"password"
+plain.setsockopt(zmq.RECONNECT_IVL, -1)
+plain.setsockopt(zmq.SUBSCRIBE, b"")
+plain.connect(ep)
+emit(sent="tcp")
+commands.get(timeout=LIFETIME)
+"#;
+
+/// MISSION W3: input that no subscriber sends, aimed at a `zmesh node`'s publisher
+/// endpoint by real peers (a pyzmq XSUB sending 2 000 messages that are not subscriptions, 40
+/// raw TCP connections with a mechanism nobody knows, a PLAIN SUB against a NULL publisher),
+/// is refused and counted like the same input on the RouteMesh and server endpoints: each
+/// one in `zmesh_input_refused_total{reason}` (`malformed`, `handshake_failed`) and the
+/// snapshot's recent refusals, with the publisher's endpoint; a zmesh subscriber of the same
+/// publisher stays ready on its one connection throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn w3_publisher_endpoint_refusals_are_counted_like_the_bound_endpoints() {
+    let pub_ep = format!("tcp://127.0.0.1:{}", free_port());
+    let mut cfg = NodeConfig::new("node-pub");
+    cfg.publisher = Some(Endpoint {
+        endpoint: pub_ep.clone(),
+    });
+    let tmp = tempfile::Builder::new()
+        .prefix("zmesh-prom-pub-")
+        .tempdir()
+        .expect("dir");
+    let path = tmp.path().join("node-pub.toml");
+    std::fs::write(&path, toml::to_string(&cfg).expect("toml")).expect("write");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let control = common::ipc("prom-pub-ctl");
+    let child = Command::new(env!("CARGO_BIN_EXE_zmesh"))
+        .args([
+            "node",
+            "--metrics",
+            &addr,
+            "--control",
+            &control,
+            "--config",
+        ])
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn zmesh node");
+    let _child = Killed(child);
+    scrape_until(&addr, "the exporter up", |_| true).await;
+
+    let mut s = NodeConfig::new("node-sub");
+    s.subscriptions = vec![Endpoint {
+        endpoint: pub_ep.clone(),
+    }];
+    let sub = Node::start(s).await.expect("subscriber");
+    let mut events = Events::new(sub.take_events().expect("events"));
+    events
+        .wait(STEP, |e| {
+            matches!(e, NodeEvent::State(s) if s.state == zmesh::proto::state::ConnState::Ready)
+        })
+        .await;
+
+    let mut py = common::PyPeer::start(&common::py_script(PUBLISHER_ABUSE, 60), &[&pub_ep]);
+    py.until(STEP, "garbage").await;
+    let malformed = "zmesh_input_refused_total{reason=\"malformed\"}";
+    let handshake = "zmesh_input_refused_total{reason=\"handshake_failed\"}";
+    scrape_until(&addr, "2 000 malformed refusals", |b| {
+        value_of(b, malformed) >= 2000.0
+    })
+    .await;
+    py.command("tcp");
+    py.until(STEP, "sent").await;
+    let body = scrape_until(&addr, "41 failed handshakes", |b| {
+        value_of(b, handshake) >= 41.0
+    })
+    .await;
+    assert_eq!(value_of(&body, malformed), 2000.0, "{body}");
+    assert_eq!(value_of(&body, handshake), 41.0, "{body}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_zmesh"))
+        .args(["status", "--json", "--control", &control])
+        .output()
+        .expect("zmesh status");
+    let snap: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+    let refusals = snap["recent_refusals"].as_array().expect("refusals");
+    assert_eq!(refusals.len(), 64, "{snap}");
+    assert!(
+        refusals.iter().all(|r| r["endpoint"] == pub_ep.as_str()),
+        "{snap}"
+    );
+    let count = |reason: &str| refusals.iter().filter(|r| r["reason"] == reason).count();
+    assert_eq!(count("handshake_failed"), 41, "{snap}");
+    assert_eq!(count("malformed"), 23, "{snap}");
+
+    // The subscriber was spared: still ready on the connection it had.
+    let link = sub.snapshot().await.expect("snapshot").links.remove(0);
+    assert_eq!(link.state, zmesh::proto::state::ConnState::Ready);
+    assert_eq!((link.ready_count, link.failure_count), (1, 0));
+    sub.shutdown().await.expect("shutdown");
 }

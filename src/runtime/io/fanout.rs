@@ -11,6 +11,12 @@
 //! signal of a subscription that arrives meanwhile: the subscriptions are therefore also read
 //! at every grid beacon, so such a join gets its beacon at the next tick at the latest (and a
 //! publisher that is publishing makes its subscribers ready with its records anyway).
+//!
+//! What reaches the publisher that no subscriber sends is refused like input on the bound
+//! ROUTERs (`io::gate`): a message that is neither a subscription nor its cancel (an XSUB
+//! peer may send anything) is dropped as `malformed`, and the socket's monitor reports the
+//! connections whose transport handshake failed (bytes that are not ZMTP, another security
+//! mechanism, a silent connection at libzmq's handshake deadline).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -22,14 +28,17 @@ use super::ready::Watch;
 use super::slots::{close_stopping_monitor, Slot, SlotRole};
 use super::{Host, IoThread, SlotKey, BACKOFF_MAX};
 use crate::proto::liveness::{self, Delivery as FanoutDelivery, FanoutInput};
-use crate::proto::security::PublicKey;
+use crate::proto::security::{InputRefusal, PublicKey};
 use crate::proto::state::{ConnState, FailureReason, LinkState, Recovery};
 use crate::proto::ConnId;
 use crate::runtime::error::NodeError;
 use crate::runtime::event::{Delivery, NodeEvent, Source};
 use crate::runtime::outbound::PubSocket;
 use crate::runtime::records::{self, Fanout};
-use crate::runtime::socket::{guarded, set_curve_client, set_curve_server, Frame, CLOSE_LINGER_MS};
+use crate::runtime::socket::{
+    guarded, set_curve_client, set_curve_server, Frame, FrameSocket, MonitorEvent, MonitorSocket,
+    CLOSE_LINGER_MS,
+};
 
 pub(super) struct Sub {
     pub(super) endpoint: String,
@@ -69,6 +78,10 @@ pub(super) struct Publisher {
     pub(super) live: liveness::LinkKey,
     /// Subscription messages may be waiting: read them before sleeping.
     subscriptions: bool,
+    /// The socket's monitor (failed transport handshakes); stopped before the socket closes.
+    pub(super) monitor: Option<MonitorSocket>,
+    /// Monitor events may be waiting.
+    monitor_events: bool,
 }
 
 /// Subscription messages read from the publisher's socket per loop turn; more wait for the
@@ -81,12 +94,15 @@ impl Publisher {
         socket: Arc<PubSocket>,
         endpoint: String,
         live: liveness::LinkKey,
+        monitor: MonitorSocket,
     ) -> Publisher {
         Publisher {
             socket,
             endpoint,
             live,
             subscriptions: false,
+            monitor: Some(monitor),
+            monitor_events: false,
         }
     }
 
@@ -108,20 +124,46 @@ impl Publisher {
         self.subscriptions
     }
 
+    /// The monitor's descriptor fired: look at its events.
+    pub(super) fn monitor_waiting(&mut self) {
+        self.monitor_events = self.monitor.as_deref().is_some_and(super::ready::has_input);
+    }
+
+    /// True if monitor events may be waiting.
+    pub(super) fn has_monitor_events(&self) -> bool {
+        self.monitor_events
+    }
+
+    /// The monitor's events waiting now, with their values.
+    fn take_monitor_events(&mut self) -> Vec<(MonitorEvent, u32)> {
+        self.monitor_events = false;
+        let mut events = Vec::new();
+        if let Some(m) = &self.monitor {
+            while let Ok(Some(frames)) = m.try_recv_frames() {
+                if let Some(ev) = MonitorEvent::decode_with_value(&frames) {
+                    events.push(ev);
+                }
+            }
+        }
+        events
+    }
+
     /// Reads the subscription messages waiting on the socket (at most
     /// [`SUBSCRIPTIONS_PER_TURN`] a turn) and, if one of them subscribes to the beacons,
     /// sends one beacon at once: a subscriber that joins is ready in milliseconds instead of
     /// at the next tick of the 5 s grid (WIRE.md §7.1). The schedule is not touched, and
     /// nothing read here is a record.
-    pub(super) fn read_subscriptions(&mut self) {
+    /// Returns how many messages read were not subscriptions.
+    fn read_subscriptions(&mut self) -> usize {
         if !self.subscriptions {
-            return;
+            return 0;
         }
         let read = self.socket.subscriptions(SUBSCRIPTIONS_PER_TURN);
         self.subscriptions = read.more;
         if read.joined {
             metrics::counter!("zmesh_fanout_join_beacons_total").increment(1);
         }
+        read.not_subscriptions
     }
 }
 
@@ -130,23 +172,21 @@ impl IoThread {
     /// to (what libzmq bound, for a wildcard). The async side publishes on it without the I/O
     /// thread (see [`PubSocket`]); the I/O thread watches its descriptor for subscriptions
     /// (beacon on join) and sends the beacons.
-    pub(super) fn bind_publisher(&mut self, ep: &str) -> Result<(zmq::Socket, String), NodeError> {
+    pub(super) fn bind_publisher(
+        &mut self,
+        ep: &str,
+    ) -> Result<(zmq::Socket, String, MonitorSocket), NodeError> {
         let bind_err = |source| NodeError::bind(ep, source);
         // Under CURVE the publisher is a CURVE server in the ZAP handler's context, with a
         // domain of its own: a subscriber must be on the allow-list (gate).
-        let socket = match &self.curve {
-            Some(pair) => {
-                let s = self
-                    .sockets
-                    .plain_gated(zmq::XPUB, super::PUBLISHER_DOMAIN)
-                    .map_err(bind_err)?;
-                set_curve_server(&s, pair).map_err(bind_err)?;
-                self.gate
-                    .add_domain(super::PUBLISHER_DOMAIN, super::Gated::Publisher);
-                s
-            }
-            None => self.sockets.plain(zmq::XPUB).map_err(bind_err)?.0,
-        };
+        let domain = self.curve.is_some().then_some(super::PUBLISHER_DOMAIN);
+        let m = self.sockets.publisher(domain).map_err(bind_err)?;
+        if let Some(pair) = &self.curve {
+            set_curve_server(&m.socket, pair).map_err(bind_err)?;
+            self.gate
+                .add_domain(super::PUBLISHER_DOMAIN, super::Gated::Publisher);
+        }
+        let socket = m.socket;
         socket.set_linger(CLOSE_LINGER_MS).map_err(bind_err)?;
         // Every subscription reaches the node, also a second one of the same prefix (every
         // zmesh subscriber subscribes to ""): each join gets its beacon.
@@ -155,11 +195,46 @@ impl IoThread {
         self.ready
             .register(&socket, Watch::Publisher)
             .map_err(NodeError::poller)?;
+        self.ready
+            .register(&m.monitor, Watch::PublisherMonitor)
+            .map_err(NodeError::poller)?;
         let endpoint = match socket.get_last_endpoint() {
             Ok(Ok(bound)) if ep.contains('*') => bound,
             _ => ep.to_owned(),
         };
-        Ok((socket, endpoint))
+        Ok((socket, endpoint, m.monitor))
+    }
+
+    /// Reads what waits on the publisher: its subscriptions (a beacon on join), anything
+    /// else refused as malformed, and the monitor's failed handshakes, refused with their
+    /// reason.
+    pub(super) fn read_publisher(&mut self, now: Instant) {
+        let Some(p) = self.publisher.as_mut() else {
+            return;
+        };
+        let garbage = p.read_subscriptions();
+        let events = if p.has_monitor_events() {
+            let events = p.take_monitor_events();
+            // Read until empty: the descriptor fires again only for events after a check.
+            self.ready.touch(Watch::PublisherMonitor);
+            events
+        } else {
+            Vec::new()
+        };
+        for _ in 0..garbage {
+            self.refuse_publisher_input(
+                InputRefusal::Malformed,
+                "a message to the publisher that is neither a subscription nor its cancel"
+                    .to_owned(),
+                now,
+            );
+        }
+        for (event, value) in events {
+            if event == MonitorEvent::HandshakeFailed {
+                let (reason, detail) = self.handshake_refusal(value);
+                self.refuse_publisher_input(reason, detail, now);
+            }
+        }
     }
 
     pub(super) fn open_sub(&mut self, i: usize, now: Instant) {

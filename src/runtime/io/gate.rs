@@ -23,7 +23,9 @@
 //!   A client without CURVE, or one that does not hold its key, fails its handshake before
 //!   any ZAP request; its monitor event is recorded as `security_failure` too.
 //! - **Refusals.** Every refusal of an unadmitted connection (garbage, a first record that is
-//!   not a HELLO, a failed transport handshake, the cap) is counted in
+//!   not a HELLO, a failed transport handshake, the cap), and of input on the publisher's
+//!   endpoint (`io::fanout`: a message that is not a subscription, a failed transport
+//!   handshake), is counted in
 //!   `zmesh_input_refused_total{reason}` (the reason is the only label, MISSION O2) and kept in
 //!   the snapshot's `recent_refusals` (the last [`RECENT_REFUSALS`], with the endpoint).
 
@@ -139,31 +141,47 @@ impl IoThread {
                 }
             }
             MonitorEvent::HandshakeFailed => {
-                let (reason, detail) = match (self.curve.is_some(), HandshakeFailure::of(value)) {
-                    (true, HandshakeFailure::MechanismMismatch) => (
-                        InputRefusal::SecurityFailure,
-                        "a client without CURVE on a CURVE endpoint (mechanism mismatch)".into(),
-                    ),
-                    (true, HandshakeFailure::Cryptographic) => (
-                        InputRefusal::SecurityFailure,
-                        format!(
-                            "the CURVE handshake failed: the client does not use this node's \
-                             public key, or does not hold its own (libzmq code {value:#x})"
-                        ),
-                    ),
-                    _ => (
-                        InputRefusal::HandshakeFailed,
-                        format!(
-                            "transport handshake failed (not ZMTP, a mechanism mismatch, or no \
-                             handshake within 15 s; libzmq code {value:#x})"
-                        ),
-                    ),
-                };
+                let (reason, detail) = self.handshake_refusal(value);
                 self.record_refusal(slot, reason, detail, now);
             }
             // The ZAP handler's own refusals are recorded when it decides.
             _ => {}
         }
+    }
+
+    /// The refusal a failed transport handshake (a monitor event's `value`) counts as on any
+    /// bound socket, the publisher's included.
+    pub(super) fn handshake_refusal(&self, value: u32) -> (InputRefusal, String) {
+        match (self.curve.is_some(), HandshakeFailure::of(value)) {
+            (true, HandshakeFailure::MechanismMismatch) => (
+                InputRefusal::SecurityFailure,
+                "a client without CURVE on a CURVE endpoint (mechanism mismatch)".into(),
+            ),
+            (true, HandshakeFailure::Cryptographic) => (
+                InputRefusal::SecurityFailure,
+                format!(
+                    "the CURVE handshake failed: the client does not use this node's public \
+                     key, or does not hold its own (libzmq code {value:#x})"
+                ),
+            ),
+            _ => (
+                InputRefusal::HandshakeFailed,
+                format!(
+                    "transport handshake failed (not ZMTP, a mechanism mismatch, or no \
+                     handshake within 15 s; libzmq code {value:#x})"
+                ),
+            ),
+        }
+    }
+
+    /// Counts a refusal of input on the publisher's endpoint and keeps it for the snapshot.
+    pub(super) fn refuse_publisher_input(
+        &mut self,
+        reason: InputRefusal,
+        detail: String,
+        now: Instant,
+    ) {
+        self.record_refusal_at(Gated::Publisher, reason, detail, now);
     }
 
     /// Connections open on bound socket `slot` that are not admitted there.

@@ -174,8 +174,9 @@ pub(crate) type CallKey = (LinkKey, ConnId);
 enum Gated {
     /// A bound ROUTER, in its slot: the allow-list (CURVE) and the unadmitted cap.
     Bound(SlotKey),
-    /// The publisher's XPUB (CURVE only): the allow-list. Its subscribers are never admitted
-    /// by a handshake, so the cap is not theirs.
+    /// The publisher's XPUB: under CURVE its ZAP domain (the allow-list); in any mode the
+    /// input it refuses. Its subscribers are never admitted by a handshake, so the cap is not
+    /// theirs.
     Publisher,
 }
 
@@ -382,10 +383,10 @@ impl IoThread {
             )?;
         }
         if let Some(p) = &cfg.publisher {
-            let (socket, endpoint) = io.bind_publisher(&p.endpoint)?;
+            let (socket, endpoint, monitor) = io.bind_publisher(&p.endpoint)?;
             let socket = Arc::new(PubSocket::new(socket, generation));
             let live = io.liveness.insert_beacon(now);
-            io.publisher = Some(Publisher::new(socket, endpoint, live));
+            io.publisher = Some(Publisher::new(socket, endpoint, live, monitor));
         }
         for (i, _) in cfg.peers.iter().enumerate() {
             for lane in [Lane::Application, Lane::Completion] {
@@ -471,9 +472,7 @@ impl IoThread {
             for slot in self.ready.take_monitors() {
                 self.drain_monitor(slot, now);
             }
-            if let Some(p) = self.publisher.as_mut() {
-                p.read_subscriptions();
-            }
+            self.read_publisher(now);
             if std::mem::take(&mut self.gate.zap_ready) {
                 self.handle_zap(now);
             }
@@ -510,6 +509,11 @@ impl IoThread {
                     Watch::Publisher => {
                         if let Some(p) = self.publisher.as_mut() {
                             p.subscriptions_waiting();
+                        }
+                    }
+                    Watch::PublisherMonitor => {
+                        if let Some(p) = self.publisher.as_mut() {
+                            p.monitor_waiting();
                         }
                     }
                     Watch::Zap => {
@@ -563,7 +567,7 @@ impl IoThread {
             || self
                 .publisher
                 .as_ref()
-                .is_some_and(Publisher::has_subscriptions)
+                .is_some_and(|p| p.has_subscriptions() || p.has_monitor_events())
     }
 
     /// True if some readable socket is not held back by a paused application queue.

@@ -53,6 +53,8 @@ pub(super) enum Watch {
     Closing(LinkKey),
     /// The node's publisher (XPUB) socket: subscriptions arrived (beacon on join).
     Publisher,
+    /// The monitor of the publisher's socket: failed transport handshakes.
+    PublisherMonitor,
     /// The node's ZAP handler.
     Zap,
 }
@@ -63,6 +65,7 @@ impl Watch {
             Watch::Wake => 0,
             Watch::Publisher => 1 << 2,
             Watch::Zap => 2 << 2,
+            Watch::PublisherMonitor => 3 << 2,
             Watch::Socket(i) => (i.index() << 2) | 1,
             Watch::Monitor(i) => (i.index() << 2) | 2,
             Watch::Closing(i) => (i.index() << 2) | 3,
@@ -77,6 +80,7 @@ impl Watch {
             3 => Watch::Closing(LinkKey::from_index(i)),
             _ if i == 1 => Watch::Publisher,
             _ if i == 2 => Watch::Zap,
+            _ if i == 3 => Watch::PublisherMonitor,
             _ => Watch::Wake,
         }
     }
@@ -376,6 +380,9 @@ mod tests {
     fn tokens_round_trip() {
         for w in [
             Watch::Wake,
+            Watch::Publisher,
+            Watch::Zap,
+            Watch::PublisherMonitor,
             Watch::Socket(slot(0)),
             Watch::Socket(slot(7)),
             Watch::Monitor(slot(0)),

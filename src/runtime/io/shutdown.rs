@@ -58,11 +58,29 @@ impl IoThread {
         self.link_timers.clear();
         self.inbound.clear();
         self.subs.clear();
-        if let Some(p) = self.publisher.take() {
+        if let Some(mut p) = self.publisher.take() {
+            let monitor = p.monitor.take();
+            if let Some(m) = &monitor {
+                self.ready.deregister(m);
+            }
             if let Some(socket) = p.socket.close() {
                 self.ready.deregister(&socket);
                 // Records published just before the stop get the linger to leave.
                 let _ = socket.set_linger(CLOSE_LINGER_MS);
+                // Its monitor stops first: a monitor closed before its socket can leave a
+                // libzmq thread waiting to send it the socket's last events.
+                match monitor.map(|m| m.stop(&socket)) {
+                    Some(Err((e, m))) => {
+                        tracing::debug!(error = %e, "publisher monitor not stopped");
+                        drop(socket);
+                        drop(m);
+                    }
+                    Some(Ok((_, room))) => {
+                        drop(socket);
+                        drop(room);
+                    }
+                    None => drop(socket),
+                }
             }
         }
         self.liveness.clear();

@@ -1,9 +1,17 @@
 //! The node's snapshot (MISSION O1): every link and subscription with its state, last failure
 //! and counters, count-limited.
+//!
+//! A RouteMesh lane is listed by the links that serve it or try to. Two kinds of link are not
+//! listed, because they are history of a lane and not a failure of it: a dial that stood down
+//! for the peer's own connection (duplicate resolution, MISSION T1; it dials again only if
+//! that connection fails, and is listed again from then on), and any link without a
+//! connection whose peer and lane are ready on another link (the inbound link of a dial the
+//! peer stood down).
 
+use std::collections::HashSet;
 use std::time::Instant;
 
-use super::links::LinkKind;
+use super::links::{Link, LinkKind};
 use super::slots::SlotRole;
 use super::{Host, IoThread};
 use crate::proto::handshake::Identity;
@@ -13,12 +21,39 @@ use crate::runtime::snapshot::{
 };
 
 impl IoThread {
+    /// The peer RID and lane of a RouteMesh link, dialled or inbound.
+    fn mesh_lane<'a>(&'a self, l: &'a Link) -> Option<(&'a str, Lane)> {
+        match &l.kind {
+            LinkKind::MeshDial { peer, lane } => {
+                self.cfg.peers.get(*peer).map(|p| (p.rid.as_str(), *lane))
+            }
+            LinkKind::Inbound { rid, lane } if *lane != Lane::ClientServer => {
+                Some((rid.as_str(), *lane))
+            }
+            _ => None,
+        }
+    }
+
     pub(super) fn snapshot(&self, now: Instant) -> Snapshot {
         let age = |t: Instant| now.saturating_duration_since(t).as_millis() as u64;
         let mut links = Vec::new();
+        let ready_lanes: HashSet<(&str, Lane)> = self
+            .links
+            .iter()
+            .filter(|(_, l)| l.state.is_ready())
+            .filter_map(|(_, l)| self.mesh_lane(l))
+            .collect();
         for (k, l) in self.links.iter() {
             // A discovered intent whose descriptor is gone, once its last connection ended.
             if l.is_removed() {
+                continue;
+            }
+            let served_elsewhere = l.conn.is_none()
+                && !l.state.is_ready()
+                && self
+                    .mesh_lane(l)
+                    .is_some_and(|lane| ready_lanes.contains(&lane));
+            if served_elsewhere || (l.yielded && l.conn.is_none()) {
                 continue;
             }
             let (topology, role, peer, endpoint) = match &l.kind {

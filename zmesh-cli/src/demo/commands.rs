@@ -19,6 +19,8 @@ use zmesh::runtime::operations::OpStatus;
 use zmesh::runtime::snapshot::Snapshot;
 use zmesh::runtime::{EventStream, Node};
 
+use crate::output::outln;
+
 use super::{member, node_config, wait_for, write_config, Proc};
 
 /// How long `e` holds each answer after recording it, in the first run.
@@ -98,20 +100,20 @@ impl Pump {
     ) -> Result<()> {
         wait_for(node, events, t0, |s| Pump::ready(s).is_some()).await?;
         let first = Pump::ready(&node.snapshot().await?);
-        println!(
+        outln!(
             "   e serves \"pump\" with a durable idempotency store (SQLite); its contract, \
              fetched by a over the wire:"
-        );
+        )?;
         let contract = node
             .fetch_contract("pump", CallOptions::default())
             .await
             .context("fetching e's contract")?;
         crate::commands::print_contract(&contract, false)?;
-        println!(
+        outln!(
             "   e records each outcome before it answers; in this run it then holds the answer \
              {HOLD_MS} ms (fault injection), so the kill below lands after dispense ran and was \
              recorded, before a heard the answer"
-        );
+        )?;
         let opts = CallOptions::default()
             .semantics(Semantics::NonRepeatableCommand)
             .idempotency_key("work-order-1001");
@@ -127,19 +129,19 @@ impl Pump {
         self.proc.wait_line(mark, "outcome recorded").await?;
         let killed = Instant::now();
         self.proc.kill();
-        println!("   kill -9 e");
+        outln!("   kill -9 e")?;
         match call.await? {
-            Ok(v) => println!("   unexpected answer {v:?}"),
-            Err(e) => println!(
+            Ok(v) => outln!("   unexpected answer {v:?}")?,
+            Err(e) => outln!(
                 "   a's call failed after {} ms: {e} [code {}, may_have_run = {}]",
                 killed.elapsed().as_millis(),
                 e.code(),
                 may_have_run(&e)
-            ),
+            )?,
         }
-        println!(
+        outln!(
             "   a's operations tray, unknown-outcome rows (zmesh ops --status unknown-outcome):"
-        );
+        )?;
         let rows: Vec<serde_json::Value> = node
             .operations()
             .views()
@@ -149,10 +151,10 @@ impl Pump {
             .collect();
         crate::commands::print_ops(&rows, None, false)?;
 
-        println!(
+        outln!(
             "   restart e (same idempotency store, no fault injection, a new port found through \
              its new descriptor); retry with the same key"
-        );
+        )?;
         self.proc.extra = self.args(false);
         self.proc.start()?;
         wait_for(node, events, t0, |s| {
@@ -163,12 +165,12 @@ impl Pump {
             .call_with("pump", "dispense", &args, opts)
             .await
             .context("the retry")?;
-        println!(
+        outln!(
             "   a -> e pump.dispense (key work-order-1001) = {answer:?}: answered from e's record"
-        );
+        )?;
         let log = std::fs::read_to_string(&self.exec_log).unwrap_or_default();
         let runs = log.lines().filter(|l| l.starts_with("dispense ")).count();
-        println!("   e's execution log, both process runs: dispense ran {runs} time(s)");
+        outln!("   e's execution log, both process runs: dispense ran {runs} time(s)")?;
         if runs != 1 {
             bail!("dispense ran {runs} times");
         }

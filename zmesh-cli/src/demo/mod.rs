@@ -38,6 +38,7 @@ use zmesh::runtime::calls::{may_have_run, CallOptions};
 use zmesh::runtime::snapshot::{LinkSnapshot, Snapshot};
 use zmesh::runtime::{EventStream, Node};
 
+use crate::output::{out, outln};
 use crate::{print_event, EventFormat};
 use store::{store_line, DemoStore};
 
@@ -97,7 +98,7 @@ impl Proc {
         let (name, lines) = (self.name, self.lines.clone());
         std::thread::spawn(move || {
             for line in BufReader::new(from).lines().map_while(Result::ok) {
-                println!("    [{name}] {line}");
+                let _ = outln!("    [{name}] {line}");
                 if let Ok(mut l) = lines.lock() {
                     l.push(line);
                 }
@@ -281,21 +282,21 @@ pub(crate) async fn run(quick: bool, etcd: bool) -> Result<()> {
         mut events, node, ..
     } = scenes;
 
-    println!(
+    outln!(
         "\n== 8. commands: a non-repeatable command, its server killed after it ran, retried \
          with the same idempotency key"
-    );
+    )?;
     pump.run(&node, &mut events, t0).await?;
     if !quick {
         tokio::time::sleep(PACE).await;
     }
 
-    println!("\n== 9. shutdown");
+    outln!("\n== 9. shutdown")?;
     node.shutdown().await?;
     drop(procs);
     drop(pump);
     drop(store);
-    println!("demo finished in {} ms", t0.elapsed().as_millis());
+    outln!("demo finished in {} ms", t0.elapsed().as_millis())?;
     if left {
         bail!("a link left ready while the store was away");
     }
@@ -336,13 +337,13 @@ fn introduce(dir: &Path, url: &str) -> Result<(NodeConfig, Vec<Proc>)> {
         url,
         vec![AutoBind::RouteMesh],
     );
-    println!("zmesh demo: nodes b, c, d, e as processes; node a in this process");
-    println!("  no endpoint in any configuration: every node binds ephemeral ports on 127.0.0.1");
-    println!("  and publishes its descriptor to {url}");
-    println!("  b: Server of \"orders\" (RouteMesh), serves it");
-    println!("  c: Server of \"orders\" (ClientServer), fanout publisher");
-    println!("  d: Object Client of \"orders\", like a: the pair a-d needs no connection and is never dialled");
-    println!("  e: Server of \"pump\" (ClientServer), a durable idempotency store (scene 8)");
+    outln!("zmesh demo: nodes b, c, d, e as processes; node a in this process")?;
+    outln!("  no endpoint in any configuration: every node binds ephemeral ports on 127.0.0.1")?;
+    outln!("  and publishes its descriptor to {url}")?;
+    outln!("  b: Server of \"orders\" (RouteMesh), serves it")?;
+    outln!("  c: Server of \"orders\" (ClientServer), fanout publisher")?;
+    outln!("  d: Object Client of \"orders\", like a: the pair a-d needs no connection and is never dialled")?;
+    outln!("  e: Server of \"pump\" (ClientServer), a durable idempotency store (scene 8)")?;
     let mut procs = Vec::new();
     for (cfg, name) in [(&b, "b"), (&c, "c"), (&d, "d")] {
         // b serves the demo methods (echo, sleep, fail) on "orders".
@@ -374,7 +375,7 @@ impl Scenes {
 
     /// Scene 1: the nodes find each other through the store at `url`; links become ready.
     async fn found(&mut self, url: &str) -> Result<()> {
-        println!("\n== 1. the nodes find each other through the store; links become ready");
+        outln!("\n== 1. the nodes find each other through the store; links become ready")?;
         wait_for(&self.node, &mut self.events, self.t0, |s| {
             let seen = s
                 .discovery
@@ -389,15 +390,15 @@ impl Scenes {
         })
         .await?;
         let s = self.node.snapshot().await?;
-        println!("   a: {}", store_line(&s));
-        println!(
+        outln!("   a: {}", store_line(&s))?;
+        outln!(
             "   a's links to d: {} (an Object Client pair: never dialled, not even to learn it is not required)",
             s.peer("d").count()
-        );
-        println!("   the store (zmesh peers --store {url}):");
+        )?;
+        outln!("   the store (zmesh peers --store {url}):")?;
         let entries = zmesh::runtime::store::open(url)?.list().await?;
         for line in crate::peers::table(&entries).lines() {
-            println!("     {line}");
+            outln!("     {line}")?;
         }
         self.pace().await;
         Ok(())
@@ -405,25 +406,25 @@ impl Scenes {
 
     /// Scene 2: records flow, a -> b (RouteMesh) and a -> c (ClientServer).
     async fn records(&mut self, procs: &[Proc]) -> Result<()> {
-        println!("\n== 2. records flow: a -> b (RouteMesh), a -> c (ClientServer)");
+        outln!("\n== 2. records flow: a -> b (RouteMesh), a -> c (ClientServer)")?;
         let (mb, mc) = (procs[0].mark(), procs[1].mark());
         self.node.send("b", "greetings", "hello b").await?;
         self.node.send_to_server("orders", "order #1").await?;
         procs[0].wait_line(mb, "\"greetings\": hello b").await?;
         procs[1].wait_line(mc, "\"orders\": order #1").await?;
-        drain(&self.node, &mut self.events, self.t0);
+        drain(&self.node, &mut self.events, self.t0)?;
         self.pace().await;
         Ok(())
     }
 
     /// Scene 3: a call to b, answered.
     async fn call(&mut self, opts: &CallOptions) -> Result<()> {
-        println!("\n== 3. a call to b: answered");
+        outln!("\n== 3. a call to b: answered")?;
         let echoed: String = self
             .node
             .call_with("orders", "echo", "hello", opts.clone())
             .await?;
-        println!("   a -> b orders.echo(\"hello\") = {echoed:?}");
+        outln!("   a -> b orders.echo(\"hello\") = {echoed:?}")?;
         self.pace().await;
         Ok(())
     }
@@ -431,9 +432,9 @@ impl Scenes {
     /// Scene 4: a 60 s call to b, then b killed with SIGKILL: the call fails at once, saying it
     /// may have run. Returns b's generation before the kill.
     async fn kill_b(&mut self, procs: &mut [Proc], opts: &CallOptions) -> Result<Option<u64>> {
-        println!(
+        outln!(
             "\n== 4. a 60 s call to b, then kill -9 b: the call fails at once, saying it may have run"
-        );
+        )?;
         let old = b_settled(&self.node.snapshot().await?);
         let caller = self.node.clone();
         let o = opts.clone();
@@ -448,22 +449,22 @@ impl Scenes {
         let killed = Instant::now();
         procs[0].kill();
         match call.await? {
-            Ok(v) => println!("   unexpected answer {v:?}"),
-            Err(e) => println!(
+            Ok(v) => outln!("   unexpected answer {v:?}")?,
+            Err(e) => outln!(
                 "   call failed after {} ms: {e} [code {}, may_have_run = {}]",
                 killed.elapsed().as_millis(),
                 e.code(),
                 may_have_run(&e)
-            ),
+            )?,
         }
         wait_for(&self.node, &mut self.events, self.t0, |s| {
             s.peer("b").all(|l| l.state != ConnState::Ready)
         })
         .await?;
-        println!(
+        outln!(
             "   detected {} ms after the kill (no 15 s wait: the OS closed b's sockets)",
             killed.elapsed().as_millis()
-        );
+        )?;
         self.pace().await;
         Ok(old)
     }
@@ -471,10 +472,10 @@ impl Scenes {
     /// Scene 5: b restarted, a new process run on new ports whose new descriptor's
     /// generation (not `old`) replaces the old connection.
     async fn restart_b(&mut self, procs: &mut [Proc], old: Option<u64>) -> Result<()> {
-        println!(
+        outln!(
             "\n== 5. restart b: a new process run on new ports; its new descriptor's generation \
              replaces the old connection"
-        );
+        )?;
         procs[0].start()?;
         wait_for(&self.node, &mut self.events, self.t0, |s| {
             b_settled(s).is_some_and(|g| Some(g) != old)
@@ -482,14 +483,14 @@ impl Scenes {
         .await?;
         let now = b_settled(&self.node.snapshot().await?);
         if let (Some(o), Some(n)) = (old, now) {
-            println!("   b was generation {o:016x}, is now {n:016x}");
+            outln!("   b was generation {o:016x}, is now {n:016x}")?;
         }
         let mark = procs[0].mark();
         self.node
             .send("b", "greetings", "hello again, new b")
             .await?;
         procs[0].wait_line(mark, "hello again, new b").await?;
-        drain(&self.node, &mut self.events, self.t0);
+        drain(&self.node, &mut self.events, self.t0)?;
         self.pace().await;
         Ok(())
     }
@@ -497,9 +498,9 @@ impl Scenes {
     /// Scene 6: the store goes away and comes back; every ready link stays ready, probes
     /// going on. Returns whether a link left ready meanwhile.
     async fn store_away(&mut self, store: &mut DemoStore) -> Result<bool> {
-        println!(
+        outln!(
             "\n== 6. the store goes away: reported, and every ready link stays ready, probes going on"
-        );
+        )?;
         let before = ready_links(&self.node.snapshot().await?);
         store.take_away()?;
         wait_for(&self.node, &mut self.events, self.t0, |s| {
@@ -522,7 +523,7 @@ impl Scenes {
                 .all(|(k, n)| same(k).is_some_and(|(_, m)| m > n))
         })
         .await?;
-        println!(
+        outln!(
             "   {} links ready before the store went away; with it away, {}",
             before.len(),
             if left.get() {
@@ -530,35 +531,36 @@ impl Scenes {
             } else {
                 "each stays ready on the same connection, and each RouteMesh and ClientServer one received probes or ACKs"
             }
-        );
+        )?;
         store.bring_back()?;
         wait_for(&self.node, &mut self.events, self.t0, |s| {
             s.discovery.as_ref().is_some_and(|d| d.store_reachable)
         })
         .await?;
-        println!(
+        outln!(
             "   the store is back; a: {}",
             store_line(&self.node.snapshot().await?)
-        );
+        )?;
         self.pace().await;
         Ok(left.get())
     }
 
     /// Scene 7: a's snapshot.
     async fn snapshot(&mut self) -> Result<()> {
-        println!("\n== 7. a's snapshot");
-        print!("{}", self.node.snapshot().await?.to_table());
+        outln!("\n== 7. a's snapshot")?;
+        out!("{}", self.node.snapshot().await?.to_table())?;
         self.pace().await;
         Ok(())
     }
 }
 
-fn drain(node: &Node, events: &mut EventStream, t0: Instant) {
+fn drain(node: &Node, events: &mut EventStream, t0: Instant) -> Result<()> {
     while let Ok(batch) = events.try_recv() {
         for ev in &batch {
-            print_event(node.rid(), ev, EventFormat::Human, t0);
+            print_event(node.rid(), ev, EventFormat::Human, t0)?;
         }
     }
+    Ok(())
 }
 
 /// Prints a's events until `done(snapshot)` holds, looking again at every batch of events and
@@ -573,19 +575,18 @@ async fn wait_for(
     let limit = tokio::time::Instant::now() + STEP_LIMIT;
     loop {
         if done(&node.snapshot().await?) {
-            drain(node, events, t0);
-            return Ok(());
+            return drain(node, events, t0);
         }
         tokio::select! {
             batch = events.recv() => {
                 let Some(batch) = batch else { bail!("node stopped") };
                 for ev in &batch {
-                    print_event(node.rid(), ev, EventFormat::Human, t0);
+                    print_event(node.rid(), ev, EventFormat::Human, t0)?;
                 }
             }
             _ = tokio::time::sleep(Duration::from_millis(100)) => {}
             _ = tokio::time::sleep_until(limit) => {
-                print!("{}", node.snapshot().await?.to_table());
+                out!("{}", node.snapshot().await?.to_table())?;
                 bail!("step did not complete within {STEP_LIMIT:?}");
             }
         }

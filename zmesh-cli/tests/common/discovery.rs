@@ -65,12 +65,17 @@ impl Mesh {
     }
 
     pub fn start(&self, cfg: &NodeConfig) -> Proc {
+        self.start_with(cfg, &[])
+    }
+
+    /// [`Mesh::start`] with further `zmesh node` arguments (`--serve CHANNEL`, ...).
+    pub fn start_with(&self, cfg: &NodeConfig, extra: &[&str]) -> Proc {
         let text = toml::to_string(cfg).expect("toml");
         assert!(
             !text.contains("tcp://") && !text.contains("ipc://"),
             "no endpoint in the configuration:\n{text}"
         );
-        self.spawn(cfg)
+        self.spawn_with(cfg, Command::new(env!("CARGO_BIN_EXE_zmesh")), extra)
     }
 
     /// Starts a `zmesh node` child with `cfg` as it is (endpoints allowed: a manual node).
@@ -296,7 +301,12 @@ pub fn dialled_ready(status: &Value, peer: &str) -> Vec<(String, u64)> {
         .flatten()
         .filter(|l| l["topology"] == "route_mesh" && l["peer"] == peer && l["state"] == "ready")
         .filter(|l| l["role"] == "application" || l["role"] == "completion")
-        .filter_map(|l| Some((l["role"].as_str()?.to_owned(), l["connection_id"].as_u64()?)))
+        .filter_map(|l| {
+            Some((
+                l["role"].as_str()?.to_owned(),
+                common::hex_id(&l["connection_id"])?,
+            ))
+        })
         .collect();
     out.sort();
     out
@@ -324,7 +334,12 @@ pub fn ready_conns(status: &Value, peer: &str) -> Vec<(String, u64)> {
         .into_iter()
         .flatten()
         .filter(|l| l["topology"] == "route_mesh" && l["peer"] == peer && l["state"] == "ready")
-        .filter_map(|l| Some((l["role"].as_str()?.to_owned(), l["connection_id"].as_u64()?)))
+        .filter_map(|l| {
+            Some((
+                l["role"].as_str()?.to_owned(),
+                common::hex_id(&l["connection_id"])?,
+            ))
+        })
         .collect();
     out.sort();
     out
@@ -343,7 +358,7 @@ pub fn peer_generations(status: &Value, peer: &str) -> Vec<u64> {
         .into_iter()
         .flatten()
         .filter(|l| l["topology"] == "route_mesh" && l["peer"] == peer && l["state"] == "ready")
-        .filter_map(|l| l["peer_generation"].as_u64())
+        .filter_map(|l| common::hex_id(&l["peer_generation"]))
         .collect()
 }
 
@@ -488,7 +503,7 @@ pub async fn kill9_restart_new_generation_replaces_the_old_connection(mesh: &Mes
         lines.iter().any(|v| v["event"] == "discovery"
             && v["kind"] == "descriptor_put"
             && v["rid"] == "b"
-            && v["generation"] == new),
+            && common::hex_id(&v["generation"]) == Some(new)),
         "{}",
         lines_text(&lines)
     );
