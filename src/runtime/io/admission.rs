@@ -109,25 +109,9 @@ impl IoThread {
             // Refused already: the rest of what this connection sends is ignored.
             return;
         }
-        // CURVE: the key the connection proved, as the ZAP handler answered it (the User-Id
-        // of the record's frames, read unshared for this: `recv_one`).
-        let user_id = self
-            .curve
-            .as_ref()
-            .map(|_| frames.first_mut().and_then(Frame::user_id));
         let route = route.as_ref().to_vec();
-        let verified: Option<PublicKey> = match user_id {
-            None => None,
-            Some(id) => match id.as_deref().map(str::parse) {
-                Some(Ok(key)) => Some(key),
-                _ => {
-                    // Never the case: the ZAP handler answers every CURVE client's key.
-                    let detail = format!("no verified CURVE key on this connection ({id:?})");
-                    self.record_refusal(slot, InputRefusal::SecurityFailure, detail.clone(), now);
-                    self.refuse(slot, &route, RejectReason::SecurityFailure, &detail);
-                    return;
-                }
-            },
+        let Some(verified) = self.verified_key(slot, &route, frames, now) else {
+            return;
         };
         let hello = match records::decode(&*frames) {
             Ok(Rec::Hello(h)) => h,
@@ -146,6 +130,59 @@ impl IoThread {
                 return;
             }
         };
+        if self.judge_inbound(slot, lane, &route, &hello, verified, now) {
+            self.admit_inbound(slot, lane, route, hello.identity, verified, now);
+        }
+    }
+
+    /// With CURVE, the key the connection proved, as the ZAP handler answered it (the User-Id
+    /// of the record's frames, read unshared for this: `recv_one`): `Some(None)` without
+    /// CURVE, `None` if the connection holds no verified key (it is refused).
+    fn verified_key(
+        &mut self,
+        slot: SlotKey,
+        route: &[u8],
+        frames: &mut [Frame],
+        now: Instant,
+    ) -> Option<Option<PublicKey>> {
+        if self.curve.is_none() {
+            return Some(None);
+        }
+        let Some(id) = frames.first_mut().and_then(Frame::user_id) else {
+            return self.no_verified_key(slot, route, None, now);
+        };
+        match id.parse() {
+            Ok(key) => Some(Some(key)),
+            Err(_) => self.no_verified_key(slot, route, Some(&id), now),
+        }
+    }
+
+    /// Refuses a CURVE connection whose key the ZAP handler did not answer (never the case:
+    /// it answers every CURVE client's key).
+    fn no_verified_key(
+        &mut self,
+        slot: SlotKey,
+        route: &[u8],
+        id: Option<&str>,
+        now: Instant,
+    ) -> Option<Option<PublicKey>> {
+        let detail = format!("no verified CURVE key on this connection ({id:?})");
+        self.record_refusal(slot, InputRefusal::SecurityFailure, detail.clone(), now);
+        self.refuse(slot, route, RejectReason::SecurityFailure, &detail);
+        None
+    }
+
+    /// Asks [`admission::judge_hello`] about a HELLO and acts on a refusal or a dial of ours
+    /// that stands down. Returns whether the connection is admitted.
+    fn judge_inbound(
+        &mut self,
+        slot: SlotKey,
+        lane: Lane,
+        route: &[u8],
+        hello: &records::HelloRec,
+        verified: Option<PublicKey>,
+        now: Instant,
+    ) -> bool {
         // What does this node expect of that RID? A configured peer's expectation, else the
         // fence of its descriptor (automatic mode): a ClientServer client is held to its
         // descriptor like a RouteMesh peer (MISSION F3).
@@ -190,8 +227,8 @@ impl IoThread {
         });
         match verdict {
             HelloVerdict::Refuse(r) => {
-                self.refuse_with(slot, &route, r, now);
-                return;
+                self.refuse_with(slot, route, r, now);
+                false
             }
             HelloVerdict::Admit { yield_own_dial } => {
                 if let Some(dk) = own_dial.filter(|_| yield_own_dial) {
@@ -207,9 +244,23 @@ impl IoThread {
                     self.links[dk].yielded = true;
                     self.timers_changed();
                 }
+                true
             }
         }
-        let k = self.inbound_link(&hello.identity.rid, lane, now);
+    }
+
+    /// Makes an admitted connection the peer's current one on `lane`: WELCOME, its link and
+    /// scheduler unit, then ready.
+    fn admit_inbound(
+        &mut self,
+        slot: SlotKey,
+        lane: Lane,
+        route: Vec<u8>,
+        peer: Identity,
+        verified: Option<PublicKey>,
+        now: Instant,
+    ) {
+        let k = self.inbound_link(&peer.rid, lane, now);
         // A replacement connection of the same peer and lane (F3): the dialler closed the old
         // one before dialling this one, so the old one is done.
         if self.links[k].conn.is_some() {
@@ -261,7 +312,7 @@ impl IoThread {
             note(self.links[k].state.handle_connecting(now));
         }
         note(self.links[k].state.handle_admitted(now));
-        self.become_ready(k, hello.identity, now);
+        self.become_ready(k, peer, now);
     }
 
     /// Refuses the unadmitted connection `route` of bound socket `slot`: one REJECT, and
