@@ -45,10 +45,12 @@ struct Sub {
     publisher: NodeIx,
     live: LinkKey,
     conn: Option<NetConn>,
-    connected_since: Option<Duration>,
     retry_at: Option<Duration>,
     /// The last sequence number received per publisher generation.
     last_seq: BTreeMap<u64, u64>,
+    /// Ground truth: when the current socket last received a well-formed beacon or record,
+    /// whatever the watch made of it.
+    last_valid_at: Option<Duration>,
 }
 
 /// A node run's fanout: its publisher, if it publishes, and its subscriptions.
@@ -74,9 +76,9 @@ impl Fan {
                     publisher: p,
                     live: live.insert_publisher(now),
                     conn: None,
-                    connected_since: None,
                     retry_at: Some(Duration::ZERO),
                     last_seq: BTreeMap::new(),
+                    last_valid_at: None,
                 })
                 .collect(),
         }
@@ -168,17 +170,18 @@ impl Fan {
         if let Some(s) = self.subs.iter_mut().find(|s| s.conn == Some(conn)) {
             match delivery {
                 Delivery::Connected => {
-                    s.connected_since = Some(ctx.now);
                     ctx.net
                         .send(conn, me, vec![SUBSCRIBE.to_vec()], ctx.now, ctx.rng);
                 }
                 Delivery::Closed => {
                     s.conn = None;
-                    s.connected_since = None;
                     s.retry_at = Some(ctx.now + RECONNECT);
                 }
                 Delivery::Frames(frames) => {
                     let decoded = FanoutMessage::decode(&frames);
+                    if decoded.is_ok() {
+                        s.last_valid_at = Some(ctx.now);
+                    }
                     let input = FanoutInput::from_decoded(
                         decoded.as_ref().map(|m| matches!(m, FanoutMessage::Beacon)),
                     );
@@ -234,21 +237,12 @@ impl Fan {
         let Some(s) = self.subs.iter_mut().find(|s| s.live == key) else {
             return;
         };
-        let held = s.conn.and_then(|c| ctx.net.last_hold(c));
-        let publisher_since = ctx.host_since(s.publisher);
-        ctx.truth.on_silence(
-            me.node,
-            s.publisher,
-            since,
-            ctx.now,
-            held,
-            s.connected_since,
-            publisher_since,
-        );
+        ctx.truth
+            .on_silence(me.node, s.publisher, since, ctx.now, s.last_valid_at);
         if let Some(c) = s.conn.take() {
             ctx.net.close(c, me, ctx.now, ctx.rng);
         }
-        s.connected_since = None;
+        s.last_valid_at = None;
         s.retry_at = Some(ctx.now);
         let _ = live.reset_publisher(key, base + ctx.now);
     }

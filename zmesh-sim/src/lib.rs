@@ -145,11 +145,6 @@ impl Ctx<'_> {
             .unwrap_or((0, false, Duration::ZERO));
         (End { node, run }, up)
     }
-
-    /// Since when the node on host `node` has been up, if it is.
-    pub fn host_since(&self, node: NodeIx) -> Option<Duration> {
-        self.hosts.get(node).filter(|h| h.1).map(|h| h.2)
-    }
 }
 
 #[derive(Debug)]
@@ -776,9 +771,10 @@ impl World {
     /// One unit of workload: a call of some semantics, a retry of a guarded call, or a
     /// message.
     fn work(&mut self) {
-        // Publishers publish now and then.
+        // Publishers publish now and then; every second one only beacons (an idle publisher
+        // is kept alive by its beacons alone).
         let publishers: Vec<NodeIx> = (0..self.n())
-            .filter(|&i| self.specs[i].publishes && self.up(i))
+            .filter(|&i| self.specs[i].publishes && i % 2 == 0 && self.up(i))
             .collect();
         if !publishers.is_empty() && self.rng.random_bool(0.7) {
             let who = publishers[self.rng.random_range(0..publishers.len())];

@@ -426,19 +426,15 @@ impl Truth {
     }
 
     /// Host `node`'s watch of host `publisher` went silent at `now`; `since` is its last
-    /// valid receipt (or the socket's creation), `held` the last instant the network held its
-    /// connection, `connected` since when its connection was up, `publisher_up` since when
-    /// the publisher's node has been up.
-    #[allow(clippy::too_many_arguments)]
+    /// valid receipt as the watch saw it (or the socket's creation), `delivered` the last
+    /// instant the socket really received a well-formed beacon or record.
     pub fn on_silence(
         &mut self,
         node: NodeIx,
         publisher: NodeIx,
         since: Duration,
         now: Duration,
-        held: Option<Duration>,
-        connected: Option<Duration>,
-        publisher_up: Option<Duration>,
+        delivered: Option<Duration>,
     ) {
         self.stats.silences += 1;
         if now < since + PEER_DEADLINE {
@@ -448,14 +444,13 @@ impl Truth {
             );
             self.violation("silence_not_early", detail);
         }
-        // A publisher that was up, reachable and connected for the whole window beacons every
-        // 5 s: its watch must not go silent.
-        let window = PEER_DEADLINE + Duration::from_secs(1);
-        let old = |t: Option<Duration>| t.is_some_and(|t| t + window <= now);
-        let unheld = held.is_none_or(|h| h + window <= now);
-        if unheld && old(connected) && old(publisher_up) {
+        // A message that arrived after the last receipt the watch counted and before its
+        // deadline should have moved the deadline. (One arriving in the very instant the
+        // deadline passed is judged after the deadline, as the watch does.)
+        if let Some(at) = delivered.filter(|&at| at > since && at < since + PEER_DEADLINE) {
             let detail = format!(
-                "host {node}'s watch of host {publisher} went silent, but the publisher was up and reachable"
+                "host {node}'s watch of host {publisher} went silent, but its socket received a beacon or record {:?} before",
+                now - at
             );
             self.violation("no_false_silence", detail);
         }
