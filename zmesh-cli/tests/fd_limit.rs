@@ -234,6 +234,10 @@ fn a_limit_below_the_configuration_is_named_at_start() {
     // Too few descriptors for the bound sockets (and the libzmq context they need).
     let mut tiny = Limited::start(20, &route_mesh_node("tiny"));
     let status = tiny.exit();
+    // Its stderr is read on a thread of its own: the last lines may come in after the exit.
+    tiny.out.wait("the start-up failure", |_, err| {
+        err.iter().any(|l| l.contains("cannot open"))
+    });
     let stderr = tiny.out.stderr();
     assert!(!status.success(), "{stderr}");
     assert!(
