@@ -13,8 +13,9 @@ use std::time::Instant;
 
 use super::links::{Link, LinkKind};
 use super::slots::SlotRole;
-use super::{Host, IoThread};
+use super::{Host, IoThread, LinkKey};
 use crate::proto::handshake::Identity;
+use crate::proto::state::Failure;
 use crate::runtime::records::{self, Lane};
 use crate::runtime::snapshot::{
     FailureSnapshot, LinkSnapshot, SecuritySnapshot, Snapshot, SNAPSHOT_LIMIT,
@@ -35,7 +36,6 @@ impl IoThread {
     }
 
     pub(super) fn snapshot(&self, now: Instant) -> Snapshot {
-        let age = |t: Instant| now.saturating_duration_since(t).as_millis() as u64;
         let mut links = Vec::new();
         let ready_lanes: HashSet<(&str, Lane)> = self
             .links
@@ -56,139 +56,9 @@ impl IoThread {
             if served_elsewhere || (l.yielded && l.conn.is_none()) {
                 continue;
             }
-            let (topology, role, peer, endpoint) = match &l.kind {
-                LinkKind::MeshDial { peer, lane } => {
-                    let p = self.cfg.peers.get(*peer);
-                    let ep = p.map(|p| match lane {
-                        Lane::Completion => p.completion.clone(),
-                        _ => p.application.clone(),
-                    });
-                    (
-                        "route_mesh",
-                        records::lane_name(*lane),
-                        p.map(|p| p.rid.clone()),
-                        ep.unwrap_or_default(),
-                    )
-                }
-                LinkKind::ClientDial { server } => {
-                    let s = self.cfg.servers.get(*server);
-                    let peer = l
-                        .conn
-                        .as_ref()
-                        .and_then(|c| c.peer.as_ref())
-                        .map(|p| p.rid.clone());
-                    (
-                        "client_server",
-                        "client",
-                        peer.or(s.and_then(|s| s.rid.clone())),
-                        s.map(|s| s.endpoint.clone()).unwrap_or_default(),
-                    )
-                }
-                LinkKind::Inbound { rid, lane } => {
-                    let ep = self
-                        .slots
-                        .values()
-                        .flatten()
-                        .find(|s| s.role == SlotRole::Bound(*lane))
-                        .map(|s| s.endpoint.clone())
-                        .unwrap_or_default();
-                    let (topo, role) = match lane {
-                        Lane::ClientServer => ("client_server", "server_inbound"),
-                        Lane::Application => ("route_mesh", "application_inbound"),
-                        Lane::Completion => ("route_mesh", "completion_inbound"),
-                    };
-                    (topo, role, Some(rid.clone()), ep)
-                }
-            };
-            let peer_generation = l
-                .conn
-                .as_ref()
-                .and_then(|c| c.peer.as_ref())
-                .map(|p| p.generation);
-            let serves = match &l.kind {
-                LinkKind::ClientDial { server } => self
-                    .cfg
-                    .servers
-                    .get(*server)
-                    .map(|s| vec![s.channel.clone()]),
-                _ => l
-                    .conn
-                    .as_ref()
-                    .and_then(|c| c.peer.as_ref())
-                    .map(Identity::served_channels),
-            };
-            links.push(LinkSnapshot {
-                topology,
-                role,
-                peer,
-                peer_generation,
-                endpoint,
-                serves: serves.unwrap_or_default(),
-                state: l.state.state(),
-                connection_id: l.conn.as_ref().map(|c| c.id.0),
-                last_failure: l.state.last_failure().map(|f| FailureSnapshot {
-                    reason: f.reason,
-                    detail: f.detail.clone(),
-                    age_ms: age(f.at),
-                }),
-                last_receive_age_ms: l.last_receive.map(age),
-                last_receive_unix_ms: l
-                    .last_receive
-                    .map(|t| crate::display_time::unix_millis(t, now)),
-                records_received: l.records,
-                pending_calls: l
-                    .conn
-                    .as_ref()
-                    .map(|c| self.caller.pending_on((k, c.id)))
-                    .unwrap_or(0),
-                ready_count: l.state.readies(),
-                failure_count: l.state.failures(),
-                peer_security_identity: l
-                    .conn
-                    .as_ref()
-                    .filter(|c| c.peer.is_some())
-                    .map(|_| self.caller_of(k).security_identity),
-                verified: l
-                    .conn
-                    .as_ref()
-                    .is_some_and(|c| c.peer.is_some() && c.verified_key.is_some()),
-            });
+            links.push(self.link_row(k, l, now));
         }
-        // A discovered publisher whose descriptor is gone, once its socket is closed.
-        for s in self
-            .subs
-            .iter()
-            .filter(|s| !(s.retired && s.slot.is_none()))
-        {
-            let last = self
-                .liveness
-                .table()
-                .publisher(s.live)
-                .and_then(|w| w.last_receive_at());
-            links.push(LinkSnapshot {
-                topology: "fanout",
-                role: "subscriber",
-                peer: None,
-                peer_generation: None,
-                endpoint: s.endpoint.clone(),
-                serves: Vec::new(),
-                state: s.state.state(),
-                connection_id: s.conn_id.map(|c| c.0),
-                last_failure: s.state.last_failure().map(|f| FailureSnapshot {
-                    reason: f.reason,
-                    detail: f.detail.clone(),
-                    age_ms: age(f.at),
-                }),
-                last_receive_age_ms: last.map(age),
-                last_receive_unix_ms: last.map(|t| crate::display_time::unix_millis(t, now)),
-                records_received: s.records,
-                pending_calls: 0,
-                ready_count: s.state.readies(),
-                failure_count: s.state.failures(),
-                peer_security_identity: s.key.filter(|_| s.state.is_ready()).map(|k| k.to_z85()),
-                verified: self.curve.is_some() && s.state.is_ready(),
-            });
-        }
+        self.sub_rows(now, &mut links);
         let links_ready = links
             .iter()
             .filter(|l| l.state == crate::proto::state::ConnState::Ready)
@@ -226,5 +96,153 @@ impl IoThread {
                 allow_list_error: self.gate.allow_error.clone(),
             },
         }
+    }
+
+    /// Where link `l` sits: its topology, role, peer RID (if known) and endpoint.
+    fn link_place(&self, l: &Link) -> (&'static str, &'static str, Option<String>, String) {
+        match &l.kind {
+            LinkKind::MeshDial { peer, lane } => {
+                let p = self.cfg.peers.get(*peer);
+                let ep = p.map(|p| match lane {
+                    Lane::Completion => p.completion.clone(),
+                    _ => p.application.clone(),
+                });
+                (
+                    "route_mesh",
+                    records::lane_name(*lane),
+                    p.map(|p| p.rid.clone()),
+                    ep.unwrap_or_default(),
+                )
+            }
+            LinkKind::ClientDial { server } => {
+                let s = self.cfg.servers.get(*server);
+                let peer = l
+                    .conn
+                    .as_ref()
+                    .and_then(|c| c.peer.as_ref())
+                    .map(|p| p.rid.clone());
+                (
+                    "client_server",
+                    "client",
+                    peer.or(s.and_then(|s| s.rid.clone())),
+                    s.map(|s| s.endpoint.clone()).unwrap_or_default(),
+                )
+            }
+            LinkKind::Inbound { rid, lane } => {
+                let ep = self
+                    .slots
+                    .values()
+                    .flatten()
+                    .find(|s| s.role == SlotRole::Bound(*lane))
+                    .map(|s| s.endpoint.clone())
+                    .unwrap_or_default();
+                let (topo, role) = match lane {
+                    Lane::ClientServer => ("client_server", "server_inbound"),
+                    Lane::Application => ("route_mesh", "application_inbound"),
+                    Lane::Completion => ("route_mesh", "completion_inbound"),
+                };
+                (topo, role, Some(rid.clone()), ep)
+            }
+        }
+    }
+
+    /// The snapshot row of link `k`.
+    fn link_row(&self, k: LinkKey, l: &Link, now: Instant) -> LinkSnapshot {
+        let age = |t: Instant| now.saturating_duration_since(t).as_millis() as u64;
+        let (topology, role, peer, endpoint) = self.link_place(l);
+        let peer_generation = l
+            .conn
+            .as_ref()
+            .and_then(|c| c.peer.as_ref())
+            .map(|p| p.generation);
+        let serves = match &l.kind {
+            LinkKind::ClientDial { server } => self
+                .cfg
+                .servers
+                .get(*server)
+                .map(|s| vec![s.channel.clone()]),
+            _ => l
+                .conn
+                .as_ref()
+                .and_then(|c| c.peer.as_ref())
+                .map(Identity::served_channels),
+        };
+        LinkSnapshot {
+            topology,
+            role,
+            peer,
+            peer_generation,
+            endpoint,
+            serves: serves.unwrap_or_default(),
+            state: l.state.state(),
+            connection_id: l.conn.as_ref().map(|c| c.id.0),
+            last_failure: l.state.last_failure().map(|f| failure_row(f, now)),
+            last_receive_age_ms: l.last_receive.map(age),
+            last_receive_unix_ms: l
+                .last_receive
+                .map(|t| crate::display_time::unix_millis(t, now)),
+            records_received: l.records,
+            pending_calls: l
+                .conn
+                .as_ref()
+                .map(|c| self.caller.pending_on((k, c.id)))
+                .unwrap_or(0),
+            ready_count: l.state.readies(),
+            failure_count: l.state.failures(),
+            peer_security_identity: l
+                .conn
+                .as_ref()
+                .filter(|c| c.peer.is_some())
+                .map(|_| self.caller_of(k).security_identity),
+            verified: l
+                .conn
+                .as_ref()
+                .is_some_and(|c| c.peer.is_some() && c.verified_key.is_some()),
+        }
+    }
+
+    /// The snapshot rows of the fanout subscriptions.
+    fn sub_rows(&self, now: Instant, links: &mut Vec<LinkSnapshot>) {
+        let age = |t: Instant| now.saturating_duration_since(t).as_millis() as u64;
+        // A discovered publisher whose descriptor is gone, once its socket is closed.
+        for s in self
+            .subs
+            .iter()
+            .filter(|s| !(s.retired && s.slot.is_none()))
+        {
+            let last = self
+                .liveness
+                .table()
+                .publisher(s.live)
+                .and_then(|w| w.last_receive_at());
+            links.push(LinkSnapshot {
+                topology: "fanout",
+                role: "subscriber",
+                peer: None,
+                peer_generation: None,
+                endpoint: s.endpoint.clone(),
+                serves: Vec::new(),
+                state: s.state.state(),
+                connection_id: s.conn_id.map(|c| c.0),
+                last_failure: s.state.last_failure().map(|f| failure_row(f, now)),
+                last_receive_age_ms: last.map(age),
+                last_receive_unix_ms: last.map(|t| crate::display_time::unix_millis(t, now)),
+                records_received: s.records,
+                pending_calls: 0,
+                ready_count: s.state.readies(),
+                failure_count: s.state.failures(),
+                peer_security_identity: s.key.filter(|_| s.state.is_ready()).map(|k| k.to_z85()),
+                verified: self.curve.is_some() && s.state.is_ready(),
+            });
+        }
+    }
+}
+
+/// The snapshot of a recorded failure, aged at `now`.
+fn failure_row(f: &Failure, now: Instant) -> FailureSnapshot {
+    FailureSnapshot {
+        reason: f.reason,
+        detail: f.detail.clone(),
+        age_ms: now.saturating_duration_since(f.at).as_millis() as u64,
     }
 }
