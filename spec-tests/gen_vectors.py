@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes spec-tests/v1/records.json and spec-tests/v1/fanout.json.
+"""Writes spec-tests/v1/records.json, spec-tests/v1/fanout.json and spec-tests/v1/cancel.json.
 
 This is a second, independent encoder of zmesh wire format v1, written from WIRE.md (not from
 the Rust code), so the committed vectors cross-check the Rust codec rather than echo it. The
@@ -27,6 +27,8 @@ KINDS = {
     "hello": 0x01, "welcome": 0x02, "reject": 0x03, "probe": 0x04, "ack": 0x05,
     "message": 0x06, "request": 0x07, "accept": 0x08, "reply": 0x09, "item": 0x0A,
     "close": 0x0B, "batch": 0x0C, "publish": 0x0D,
+    # An extension kind: known only where capability `cancel` is in effect (WIRE.md §8.1).
+    "cancel": 0x0E,
 }
 LANES = {"application": 1, "completion": 2, "client_server": 3}
 ROLES = {"server": 1, "object_client": 2}
@@ -120,6 +122,8 @@ def encode(rec):
                 bytes.fromhex(rec["payload"])]
     if k == "close":
         return [header(k) + u8(CLOSE_REASONS[rec["reason"]])]
+    if k == "cancel":
+        return [header(k) + u64(rec["call_id"])]
     if k == "batch":
         frames = [header(k) + u16(len(rec["requests"]))]
         for r in rec["requests"]:
@@ -862,6 +866,61 @@ def fanout_file():
     }
 
 
+# ---- cancel.json (capability `cancel`, WIRE.md §4.13, §8.1) ----
+
+def cancel(call_id):
+    return {"kind": "cancel", "call_id": str(call_id)}
+
+
+def cancel_file():
+    cap = member("object_client", "\x00cancel")
+    v = [
+        valid("cancel", "CANCEL of call 1.", cancel(1)),
+        valid("cancel_max_call_id", "CANCEL of the largest call id.", cancel(U64_MAX)),
+        valid("hello_announcing_cancel",
+              "A ClientServer HELLO whose memberships end with the extension entry of cancel "
+              "(role object_client, channel 00 'cancel'): valid version-1 bytes.",
+              hello("client_server", "cli", 1, "", "srv", 0, 0,
+                    [member("object_client", "billing"), cap])),
+        valid("welcome_announcing_cancel",
+              "The WELCOME answering it: the acceptor speaks cancel too, so it announces it.",
+              welcome("client_server", "srv", 2, "srv", [member("server", "orders"), cap])),
+    ]
+    one = encode(cancel(1))[0]
+    two_calls = encode(batch(request(1, 0, "query", "pump", "pressure"),
+                             request(2, 0, "undeclared", "pump", "status")))
+    inv = [
+        invalid("cancel_call_id_zero", "call_id 0.", "cancel", [header("cancel") + u64(0)],
+                "invalid_field"),
+        invalid("cancel_truncated", "The call id is cut one byte short.", "cancel",
+                [one[:-1]], "truncated"),
+        invalid("cancel_trailing_bytes", "One byte after the call id.", "cancel",
+                [one + b"\x00"], "trailing_bytes"),
+        invalid("cancel_with_payload", "A payload frame after a CANCEL.", "cancel",
+                [one, b""], "frame_count"),
+        invalid("cancel_inside_batch",
+                "A CANCEL envelope inside a BATCH: only REQUESTs travel there, and inner "
+                "envelopes are version 1.", "batch",
+                two_calls[:3] + [encode(cancel(2))[0], b""], "unknown_kind"),
+    ]
+    une = [
+        unencodable("cancel_call_id_zero", "call_id 0 cannot be sent.", cancel(0)),
+    ]
+    return {
+        "format": "zmesh-spec-vectors",
+        "version": 1,
+        "decoder": "record",
+        "capabilities": ["cancel"],
+        "description": "Records of the capability cancel (WIRE.md §4.13, §8.1): decode with "
+                       "the record decoder on a connection where both ends announced cancel. "
+                       "Without the capability, kind 0E is unknown (records.json, "
+                       "unknown_kind_0e).",
+        "valid": v,
+        "invalid": inv,
+        "unencodable": une,
+    }
+
+
 def write(name, data):
     for part in ("valid", "invalid", "unencodable"):
         part_names = [x["name"] for x in data[part]]
@@ -875,3 +934,4 @@ def write(name, data):
 if __name__ == "__main__":
     write("records.json", records_file())
     write("fanout.json", fanout_file())
+    write("cancel.json", cancel_file())

@@ -17,9 +17,9 @@ use bytes::Bytes;
 use serde::Deserialize;
 
 use zmesh::proto::wire::{
-    Accept, Batch, CloseReason, Detail, FanoutMessage, Hello, Item, Kind, Label, Lane, Membership,
-    Memberships, Message, Name, Record, Reject, RejectReason, Reply, ReplyCode, Request, Role,
-    Semantics, Welcome, WireError,
+    Accept, Batch, Capabilities, CloseReason, Detail, FanoutMessage, Hello, Item, Kind, Label,
+    Lane, Membership, Memberships, Message, Name, Record, Reject, RejectReason, Reply, ReplyCode,
+    Request, Role, Semantics, Welcome, WireError,
 };
 
 // ---- the file format (spec-tests/README.md) ----
@@ -30,6 +30,10 @@ struct VectorFile {
     format: String,
     version: u32,
     decoder: Decoder,
+    /// The capabilities in effect on the connection the messages travel on (WIRE.md §8.1);
+    /// absent: none, version 1 exactly.
+    #[serde(default)]
+    capabilities: Vec<String>,
     #[allow(dead_code)]
     description: String,
     valid: Vec<Valid>,
@@ -133,6 +137,9 @@ enum JsonRecord {
     },
     Batch {
         requests: Vec<JsonRequest>,
+    },
+    Cancel {
+        call_id: String,
     },
     Beacon,
     Publish {
@@ -428,6 +435,9 @@ fn typed(j: &JsonRecord) -> Result<Typed, WireError> {
         JsonRecord::Batch { requests } => Record::Batch(Batch::new(
             requests.iter().map(request).collect::<Result<_, _>>()?,
         )?),
+        JsonRecord::Cancel { call_id } => Record::Cancel {
+            call_id: non_zero(call_id, "call_id")?,
+        },
         JsonRecord::Beacon => return Ok(Typed::Fanout(FanoutMessage::Beacon)),
         JsonRecord::Publish {
             topic,
@@ -463,6 +473,7 @@ fn kind_name(kind: Kind) -> &'static str {
         Kind::Close => "close",
         Kind::Batch => "batch",
         Kind::Publish => "publish",
+        Kind::Cancel => "cancel",
     }
 }
 
@@ -488,6 +499,7 @@ fn typed_kind(j: &JsonRecord) -> Option<Kind> {
         JsonRecord::Item { .. } => Kind::Item,
         JsonRecord::Close { .. } => Kind::Close,
         JsonRecord::Batch { .. } => Kind::Batch,
+        JsonRecord::Cancel { .. } => Kind::Cancel,
         JsonRecord::Beacon => return None,
         JsonRecord::Publish { .. } => Kind::Publish,
     })
@@ -516,7 +528,21 @@ fn load(file: &str) -> VectorFile {
 }
 
 fn files() -> Vec<VectorFile> {
-    vec![load("records.json"), load("fanout.json")]
+    vec![
+        load("records.json"),
+        load("fanout.json"),
+        load("cancel.json"),
+    ]
+}
+
+/// The capabilities a file's messages travel under.
+fn caps_of(file: &VectorFile) -> Capabilities {
+    file.capabilities
+        .iter()
+        .fold(Capabilities::NONE, |caps, name| match name.as_str() {
+            "cancel" => caps.union(Capabilities::CANCEL),
+            other => panic!("unknown capability {other:?}"),
+        })
 }
 
 fn frames_of(name: &str, hex_frames: &[String]) -> Vec<Vec<u8>> {
@@ -526,9 +552,10 @@ fn frames_of(name: &str, hex_frames: &[String]) -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn decode(decoder: Decoder, frames: &[Vec<u8>]) -> Result<Typed, WireError> {
-    match decoder {
-        Decoder::Record => Record::decode(frames).map(Typed::Record),
+fn decode(file: &VectorFile, frames: &[Vec<u8>]) -> Result<Typed, WireError> {
+    match file.decoder {
+        Decoder::Record => Record::decode_in(frames, caps_of(file), |f| Bytes::copy_from_slice(f))
+            .map(Typed::Record),
         Decoder::Fanout => FanoutMessage::decode(frames).map(Typed::Fanout),
     }
 }
@@ -548,7 +575,7 @@ fn valid_vectors_decode_to_their_fields() {
             let frames = frames_of(&v.name, &v.frames);
             let expected = typed(&v.record)
                 .unwrap_or_else(|e| panic!("{}: fields not representable: {e}", v.name));
-            let decoded = decode(file.decoder, &frames)
+            let decoded = decode(&file, &frames)
                 .unwrap_or_else(|e| panic!("{}: valid vector refused: {e}", v.name));
             assert_eq!(decoded, expected, "{}", v.name);
             checked += 1;
@@ -575,7 +602,7 @@ fn invalid_vectors_give_their_error_class() {
     for file in files() {
         for v in &file.invalid {
             let frames = frames_of(&v.name, &v.frames);
-            match decode(file.decoder, &frames) {
+            match decode(&file, &frames) {
                 Ok(value) => panic!("{}: invalid vector accepted as {value:?}", v.name),
                 Err(e) => assert_eq!(e.class(), v.error, "{}: {e}", v.name),
             }
@@ -612,6 +639,13 @@ fn every_kind_has_vectors() {
     // Kind::ALL is every kind the decoder knows (checked against the kind byte space).
     let known: Vec<Kind> = (0..=255u8).filter_map(|b| Kind::try_from(b).ok()).collect();
     assert_eq!(known, Kind::ALL.to_vec());
+    // With cancel in effect, its kind is known too, and nothing else.
+    let with_cancel: Vec<Kind> = (0..=255u8)
+        .filter_map(|b| Kind::from_byte_in(b, Capabilities::CANCEL).ok())
+        .collect();
+    let mut all: Vec<Kind> = Kind::ALL.into_iter().chain(Kind::EXTENSIONS).collect();
+    all.sort();
+    assert_eq!(with_cancel, all);
 
     let files = files();
     let mut valid_kinds = BTreeSet::new();
@@ -638,7 +672,11 @@ fn every_kind_has_vectors() {
         "frame_count",
         "invalid_field",
     ];
-    let mut names: Vec<&str> = Kind::ALL.into_iter().map(kind_name).collect();
+    let mut names: Vec<&str> = Kind::ALL
+        .into_iter()
+        .chain(Kind::EXTENSIONS)
+        .map(kind_name)
+        .collect();
     names.push("beacon");
     for name in names {
         assert!(valid_kinds.contains(name), "no valid vector for {name}");

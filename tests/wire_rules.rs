@@ -29,9 +29,9 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 use zmesh::config::{Endpoint, NodeConfig, RouteMeshBind};
 use zmesh::proto::wire::{
-    Accept, Batch, CloseReason, Detail, FanoutMessage, Hello, Item, Label, Lane, Membership,
-    Memberships, Message, Name, Record, Reject, RejectReason, Reply, ReplyCode, Request, Role,
-    Semantics, Welcome,
+    Accept, Batch, Capabilities, CloseReason, Detail, FanoutMessage, Hello, Item, Label, Lane,
+    Membership, Memberships, Message, Name, Record, Reject, RejectReason, Reply, ReplyCode,
+    Request, Role, Semantics, Welcome,
 };
 use zmesh::runtime::calls::{decode, encode, ServeError};
 use zmesh::runtime::Node;
@@ -215,6 +215,23 @@ fn expected_examples() -> BTreeMap<&'static str, Expected> {
             })),
         ),
         ("probe", R(Record::Probe { id: nz(1) })),
+        ("cancel", R(Record::Cancel { call_id: nz(1) })),
+        (
+            "hello_announcing_cancel",
+            R(Record::Hello(Hello {
+                lane: Lane::ClientServer,
+                rid: name("cli"),
+                generation: nz(1),
+                security_identity: Label::default(),
+                expect_rid: Some(name("srv")),
+                expect_generation: None,
+                config_generation: 0,
+                memberships: memberships(&[
+                    (Role::ObjectClient, "billing"),
+                    (Role::ObjectClient, "\0cancel"),
+                ]),
+            })),
+        ),
         (
             "ack",
             R(Record::Ack {
@@ -403,8 +420,10 @@ fn w1_every_wire_md_hex_example_decodes_and_encodes_exactly() {
     for (name, frames) in &examples {
         match &expected[name.as_str()] {
             Expected::Record(record) => {
-                let decoded = Record::decode(frames)
-                    .unwrap_or_else(|e| panic!("{name}: WIRE.md example refused: {e}"));
+                // Every capability in effect: the version-1 kinds decode as in version 1.
+                let decoded =
+                    Record::decode_in(frames, Capabilities::SPOKEN, |f| Bytes::copy_from_slice(f))
+                        .unwrap_or_else(|e| panic!("{name}: WIRE.md example refused: {e}"));
                 assert_eq!(&decoded, record, "{name}: decoded");
                 assert_eq!(&record.encode(), frames, "{name}: encoded");
             }
@@ -835,9 +854,13 @@ async fn s5_client_hello_fields_first_probe_and_probe_ids() {
     assert_eq!(h.expect_rid.as_ref().map(|r| r.as_str()), Some("srv"));
     assert_eq!(h.expect_generation, None);
     assert_eq!(h.config_generation, 0);
+    // Its memberships, then the extension entry of each capability it speaks (§8.1).
     assert_eq!(
         h.memberships,
-        memberships(&[(Role::ObjectClient, "billing")])
+        memberships(&[
+            (Role::ObjectClient, "billing"),
+            (Role::ObjectClient, "\0cancel")
+        ])
     );
     assert_eq!(route.len(), 18, "{route:02x?}");
     assert_eq!(&route[..2], b"zS");

@@ -57,8 +57,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::proto::handshake::Membership;
-use crate::proto::wire::{Label, Name};
+use crate::proto::handshake::{self, Membership};
+use crate::proto::wire::{Label, Memberships, Name};
 
 mod discovery;
 mod endpoints;
@@ -331,10 +331,24 @@ impl NodeConfig {
         {
             return bad("security_identity must be at most 255 bytes".into());
         }
+        let most = Memberships::MAX - handshake::EXTENSION_ROOM;
+        if self.memberships.len() > most {
+            return bad(format!(
+                "{} memberships; a node holds at most {most}",
+                self.memberships.len()
+            ));
+        }
         for m in &self.memberships {
             if !Name::fits(m.channel.len()) {
                 return bad(format!(
                     "channel name {:?} must be 1..=255 bytes",
+                    m.channel
+                ));
+            }
+            if handshake::is_extension_entry(&m.channel) {
+                return bad(format!(
+                    "channel name {:?} begins with byte 00, which the wire keeps for \
+                     extension entries (WIRE.md §8.1)",
                     m.channel
                 ));
             }

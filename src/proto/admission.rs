@@ -295,6 +295,7 @@ mod tests {
             } else {
                 vec![Membership::object_client("pump")]
             },
+            capabilities: crate::proto::handshake::Capabilities::NONE,
         }
     }
 

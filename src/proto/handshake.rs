@@ -9,6 +9,7 @@ use std::num::NonZeroU64;
 use serde::Serialize;
 
 use crate::proto::wire::{self, Label, Lane, Memberships, Name, WireError};
+pub use crate::proto::wire::{is_extension_entry, Capabilities, EXTENSION_PREFIX, EXTENSION_ROOM};
 
 /// A channel membership a node declares in its handshake.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
@@ -58,6 +59,8 @@ pub struct Identity {
     pub security_identity: String,
     /// Channel memberships.
     pub memberships: Vec<Membership>,
+    /// The wire capabilities beyond version 1 the node announces (WIRE.md §8.1).
+    pub capabilities: Capabilities,
 }
 
 impl Identity {
@@ -160,30 +163,44 @@ impl Identity {
         security_identity: Label,
         memberships: Memberships,
     ) -> Identity {
+        let mut capabilities = Capabilities::NONE;
+        let mut list = Vec::new();
+        for m in memberships.into_vec() {
+            if is_extension_entry(&m.channel) {
+                // An extension entry announces a capability and is not a membership, whatever
+                // its role; one this side does not know is ignored.
+                if let Some(c) = Capabilities::from_entry(&m.channel) {
+                    capabilities = capabilities.union(c);
+                }
+                continue;
+            }
+            list.push(Membership {
+                role: match m.role {
+                    wire::Role::Server => Role::Server,
+                    wire::Role::ObjectClient => Role::ObjectClient,
+                },
+                channel: m.channel.into_string(),
+            });
+        }
         Identity {
             rid: rid.into_string(),
             generation: generation.get(),
             security_identity: security_identity.into_string(),
-            memberships: memberships
-                .into_vec()
-                .into_iter()
-                .map(|m| Membership {
-                    role: match m.role {
-                        wire::Role::Server => Role::Server,
-                        wire::Role::ObjectClient => Role::ObjectClient,
-                    },
-                    channel: m.channel.into_string(),
-                })
-                .collect(),
+            memberships: list,
+            capabilities,
         }
     }
 
-    /// The memberships as the wire carries them. Configuration bounds channel names, so none
-    /// is dropped in practice; a list over the wire's bound is cut rather than sent broken.
-    pub fn wire_memberships(&self) -> Memberships {
-        let list = self
+    /// The memberships as the wire carries them, followed by one extension entry (role
+    /// ObjectClient, channel [`EXTENSION_PREFIX`] and the capability's name) per capability
+    /// of `announce` (WIRE.md §8.1). Configuration bounds channel names and keeps
+    /// [`EXTENSION_ROOM`] free, so nothing is dropped in practice; entries that would not
+    /// fit the wire's bound are left out (extension entries first), never sent broken.
+    pub fn wire_memberships(&self, announce: Capabilities) -> Memberships {
+        let mut list: Vec<wire::Membership> = self
             .memberships
             .iter()
+            .filter(|m| !is_extension_entry(&m.channel))
             .filter_map(|m| {
                 Some(wire::Membership {
                     role: match m.role {
@@ -193,7 +210,19 @@ impl Identity {
                     channel: Name::new(m.channel.clone()).ok()?,
                 })
             })
+            .take(Memberships::MAX)
             .collect();
+        for name in announce.names() {
+            if list.len() == Memberships::MAX {
+                break;
+            }
+            if let Ok(channel) = Name::new(format!("{EXTENSION_PREFIX}{name}")) {
+                list.push(wire::Membership {
+                    role: wire::Role::ObjectClient,
+                    channel,
+                });
+            }
+        }
         Memberships::new(list).unwrap_or_default()
     }
 }
@@ -214,19 +243,25 @@ pub fn hello_record(
         expect_rid: expect.rid.as_ref().and_then(|r| Name::new(r.clone()).ok()),
         expect_generation: expect.generation.and_then(NonZeroU64::new),
         config_generation,
-        memberships: me.wire_memberships(),
+        memberships: me.wire_memberships(me.capabilities),
     })
 }
 
-/// The WELCOME an acceptor sends on `lane`, announcing `me`. Fails if the RID is not a valid
-/// wire name.
-pub fn welcome_record(lane: Lane, me: &Identity) -> Result<wire::Welcome, WireError> {
+/// The WELCOME an acceptor sends on `lane`, announcing `me`, in answer to a HELLO that
+/// announced the capabilities `offered`. The WELCOME announces only the capabilities both
+/// sides speak (WIRE.md §8.1), so a version-1 dialler, which offers none, receives exactly
+/// version-1 bytes. Fails if the RID is not a valid wire name.
+pub fn welcome_record(
+    lane: Lane,
+    me: &Identity,
+    offered: Capabilities,
+) -> Result<wire::Welcome, WireError> {
     Ok(wire::Welcome {
         lane,
         rid: Name::new(me.rid.clone())?,
         generation: non_zero(me.generation),
         security_identity: Label::new(me.security_identity.clone()).unwrap_or_default(),
-        memberships: me.wire_memberships(),
+        memberships: me.wire_memberships(me.capabilities.intersection(offered)),
     })
 }
 
@@ -271,6 +306,7 @@ mod tests {
                 },
                 channel: "orders".into(),
             }],
+            capabilities: Capabilities::NONE,
         }
     }
 
@@ -352,5 +388,84 @@ mod tests {
             &node("b", 0, true),
         );
         assert_eq!(r, Err(Refusal::GenerationMismatch));
+    }
+
+    fn encoded_memberships(m: &Memberships) -> Vec<u8> {
+        let w = wire::Welcome {
+            lane: Lane::Completion,
+            rid: Name::new("x").unwrap(),
+            generation: NonZeroU64::MIN,
+            security_identity: Label::default(),
+            memberships: m.clone(),
+        };
+        wire::Record::Welcome(w).encode().concat()
+    }
+
+    /// X3: capabilities travel as extension entries after the memberships, come back as
+    /// capabilities (not memberships), and an acceptor answers a HELLO that offered none with
+    /// exactly the WELCOME of a node that speaks none.
+    #[test]
+    fn x3_capabilities_are_negotiated_in_the_handshake() {
+        let mut me = node("a", 1, true);
+        me.capabilities = Capabilities::SPOKEN;
+        let hello = hello_record(Lane::Application, &me, &Expectation::default(), 0).unwrap();
+        assert_eq!(
+            hello.memberships.len(),
+            2,
+            "one membership, one extension entry"
+        );
+        let frames = wire::Record::Hello(hello).encode();
+        let Ok(wire::Record::Hello(back)) = wire::Record::decode(&frames) else {
+            panic!("a HELLO with an extension entry is valid version 1");
+        };
+        let (_, peer, _) = from_hello(back);
+        assert_eq!(peer.capabilities, Capabilities::CANCEL);
+        assert_eq!(
+            peer.memberships, me.memberships,
+            "the entry is no membership"
+        );
+
+        let v1 = node("a", 1, true);
+        let to_v1 = welcome_record(Lane::Application, &me, Capabilities::NONE).unwrap();
+        let as_v1 = welcome_record(Lane::Application, &v1, Capabilities::CANCEL).unwrap();
+        assert_eq!(
+            encoded_memberships(&to_v1.memberships),
+            encoded_memberships(&as_v1.memberships),
+            "a version-1 dialler gets version-1 bytes"
+        );
+        let to_peer = welcome_record(Lane::Application, &me, Capabilities::CANCEL).unwrap();
+        let (_, acceptor) = from_welcome(to_peer);
+        assert_eq!(acceptor.capabilities, Capabilities::CANCEL);
+        assert_eq!(
+            acceptor.capabilities.intersection(me.capabilities),
+            Capabilities::CANCEL
+        );
+    }
+
+    /// X3: an extension entry this side does not know is ignored (a capability it does not
+    /// speak), and is never taken for a membership.
+    #[test]
+    fn x3_unknown_extension_entries_are_ignored() {
+        let list = Memberships::new(vec![
+            wire::Membership {
+                role: wire::Role::Server,
+                channel: Name::new("orders").unwrap(),
+            },
+            wire::Membership {
+                role: wire::Role::ObjectClient,
+                channel: Name::new("\0from-the-future").unwrap(),
+            },
+        ])
+        .unwrap();
+        let id = Identity::from_wire(
+            Name::new("b").unwrap(),
+            NonZeroU64::MIN,
+            Label::default(),
+            list,
+        );
+        assert_eq!(id.capabilities, Capabilities::NONE);
+        assert_eq!(id.memberships, vec![Membership::server("orders")]);
+        assert_eq!(Capabilities::SPOKEN.to_string(), "v1+cancel");
+        assert_eq!(Capabilities::NONE.to_string(), "v1");
     }
 }

@@ -319,14 +319,16 @@ pub(crate) enum StreamEvent {
 /// failure a unary call can have). Like a unary call, a stream needs no timeout: it is a
 /// lease on the connection that accepted it (MISSION C2).
 ///
-/// Items are buffered without bound until taken. Dropping the stream stops listening; nothing
-/// tells the callee (there is no cancel record), and the call stays pending until its
-/// terminal answer or the loss of its connection, like a dropped unary call.
+/// Items are buffered without bound until taken. Dropping the stream before its end, or
+/// [`CallStream::cancel`], cancels the call as dropping a [`PendingCall`] does: it ends as
+/// [`CallError::Cancelled`], and a callee that speaks CANCEL stops producing (its handler is
+/// signalled; a query's is stopped).
 #[derive(Debug)]
 pub struct CallStream {
     rx: Option<mpsc::UnboundedReceiver<StreamEvent>>,
     end: Option<Result<Bytes, CallError>>,
     items: u64,
+    canceller: Option<CallCanceller>,
 }
 
 impl std::fmt::Debug for StreamEvent {
@@ -339,12 +341,16 @@ impl std::fmt::Debug for StreamEvent {
 }
 
 impl CallStream {
-    /// A stream fed by the I/O thread through `rx`.
-    pub(crate) fn new(rx: mpsc::UnboundedReceiver<StreamEvent>) -> CallStream {
+    /// A stream fed by the I/O thread through `rx`, cancelled by `canceller`.
+    pub(crate) fn new(
+        rx: mpsc::UnboundedReceiver<StreamEvent>,
+        canceller: CallCanceller,
+    ) -> CallStream {
         CallStream {
             rx: Some(rx),
             end: None,
             items: 0,
+            canceller: Some(canceller),
         }
     }
 
@@ -354,6 +360,17 @@ impl CallStream {
             rx: None,
             end: Some(Err(err)),
             items: 0,
+            canceller: None,
+        }
+    }
+
+    /// Stops waiting for the stream: [`CallStream::next_item`] still returns the items that
+    /// had arrived, then the stream ends as [`CallError::Cancelled`] (unless its end had
+    /// already arrived, which then wins).
+    /// See the type docs for what the callee hears.
+    pub fn cancel(&mut self) {
+        if let Some(c) = self.canceller.as_mut() {
+            c.cancel();
         }
     }
 
@@ -375,6 +392,9 @@ impl CallStream {
             Some(StreamEvent::End(result)) => {
                 self.end = Some(result);
                 self.rx = None;
+                if let Some(c) = self.canceller.as_mut() {
+                    c.disarm();
+                }
                 None
             }
             None => {
@@ -419,6 +439,142 @@ impl CallStream {
     pub async fn finish_as<R: DeserializeOwned>(self) -> Result<R, CallError> {
         let bytes = self.finish().await?;
         decode(&bytes)
+    }
+}
+
+/// How a call's cancel reaches its node without keeping it alive (the node implements it).
+pub(crate) trait CancelPort: Send + Sync {
+    /// The application stopped waiting for the call it named `token`.
+    fn cancel_call(&self, token: u64);
+}
+
+/// Cancels one call when told to or when dropped, unless the call ended first: what makes
+/// dropping a [`PendingCall`] or a [`CallStream`] tell the node (and through it the callee)
+/// that nobody waits any more.
+pub(crate) struct CallCanceller {
+    token: u64,
+    port: Weak<dyn CancelPort>,
+    armed: bool,
+}
+
+impl CallCanceller {
+    /// A canceller of the call named `token` at `port`.
+    pub(crate) fn new(token: u64, port: Weak<dyn CancelPort>) -> CallCanceller {
+        CallCanceller {
+            token,
+            port,
+            armed: true,
+        }
+    }
+
+    /// Cancels the call (once; nothing if it ended or was cancelled already).
+    fn cancel(&mut self) {
+        if std::mem::take(&mut self.armed) {
+            if let Some(port) = self.port.upgrade() {
+                port.cancel_call(self.token);
+            }
+        }
+    }
+
+    /// The call ended: nothing to cancel any more.
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for CallCanceller {
+    fn drop(&mut self) {
+        self.cancel();
+    }
+}
+
+impl std::fmt::Debug for CallCanceller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallCanceller")
+            .field("token", &self.token)
+            .field("armed", &self.armed)
+            .finish()
+    }
+}
+
+/// A unary call in progress, from [`crate::runtime::Node::start_call`]: a future of its
+/// result, like [`crate::runtime::Node::call_raw`], that can also be cancelled.
+///
+/// Cancelling it ([`PendingCall::cancel`]) or dropping it before it resolved ends the call
+/// at once as [`CallError::Cancelled`]: the node forgets it, its operations row settles
+/// (`failed` if the REQUEST never left, `unknown-outcome` if it had), and a callee that
+/// speaks CANCEL (WIRE.md §4.13) hears that nobody waits: a call still queued there never
+/// runs, and a running handler is signalled (a query's is stopped). `Cancelled { sent: true }`
+/// says the call may have run. Wrapping it in `tokio::time::timeout` drops it when the time
+/// is up, so a timeout cancels the same way.
+#[derive(Debug)]
+#[must_use = "a call is cancelled when its PendingCall is dropped"]
+pub struct PendingCall {
+    rx: Option<oneshot::Receiver<Result<Bytes, CallError>>>,
+    early: Option<CallError>,
+    canceller: Option<CallCanceller>,
+}
+
+impl PendingCall {
+    /// A call handed to the I/O thread, answered through `rx`, cancelled by `canceller`.
+    pub(crate) fn new(
+        rx: oneshot::Receiver<Result<Bytes, CallError>>,
+        canceller: CallCanceller,
+    ) -> PendingCall {
+        PendingCall {
+            rx: Some(rx),
+            early: None,
+            canceller: Some(canceller),
+        }
+    }
+
+    /// A call that failed before it was made.
+    pub(crate) fn failed(err: CallError) -> PendingCall {
+        PendingCall {
+            rx: None,
+            early: Some(err),
+            canceller: None,
+        }
+    }
+
+    /// Stops waiting for the call: awaiting it then gives [`CallError::Cancelled`] (unless its
+    /// answer had already arrived, which then wins). See the type docs for what the callee
+    /// hears.
+    pub fn cancel(&mut self) {
+        if let Some(c) = self.canceller.as_mut() {
+            c.cancel();
+        }
+    }
+}
+
+impl Future for PendingCall {
+    type Output = Result<Bytes, CallError>;
+
+    fn poll(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<Bytes, CallError>> {
+        use std::task::Poll;
+        let this = self.get_mut();
+        if let Some(err) = this.early.take() {
+            return Poll::Ready(Err(err));
+        }
+        let Some(rx) = this.rx.as_mut() else {
+            // Polled after it resolved: nothing more will come.
+            return Poll::Ready(Err(CallError::Shutdown { sent: true }));
+        };
+        match Pin::new(rx).poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(result) => {
+                this.rx = None;
+                if let Some(c) = this.canceller.as_mut() {
+                    c.disarm();
+                }
+                // The I/O thread answers every call exactly once; if it vanished without
+                // answering, the call may have left.
+                Poll::Ready(result.unwrap_or(Err(CallError::Shutdown { sent: true })))
+            }
+        }
     }
 }
 

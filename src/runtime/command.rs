@@ -28,7 +28,12 @@ pub(crate) enum Command {
         args: Bytes,
         opts: CallOptions,
         reply: CallReply,
+        /// The caller's name for this call, for [`Command::CancelCall`]; unique per node.
+        token: u64,
     },
+    /// The application stopped waiting for the call it named `token` (its future or stream
+    /// was dropped, or cancelled): the call ends as `Cancelled`, and the callee is told.
+    CancelCall(u64),
     Serve {
         channel: String,
         served: Served,
@@ -99,6 +104,8 @@ pub(crate) struct ServeJob {
     /// The method's declared semantics (a non-repeatable command is guarded by the node's
     /// idempotency store, if it has one: MISSION K3).
     pub semantics: Option<Semantics>,
+    /// Whether the runtime stops its handler when its caller stops waiting.
+    pub stops_on_cancel: bool,
 }
 
 /// A handler's answer, back to the I/O thread.

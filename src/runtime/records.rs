@@ -56,6 +56,8 @@ pub(crate) enum Rec {
     },
     /// The requests of a BATCH, in wire order (2 or more, MISSION K5).
     Batch(Vec<wire::Request>),
+    /// A CANCEL: the caller no longer waits for this call (WIRE.md §4.13).
+    Cancel(NonZeroU64),
 }
 
 impl Rec {
@@ -79,14 +81,16 @@ impl Rec {
             Rec::Reply { .. } => Kind::Reply,
             Rec::Item { .. } => Kind::Item,
             Rec::Batch(_) => Kind::Batch,
+            Rec::Cancel(_) => Kind::Cancel,
         }
     }
 }
 
-/// Decodes one record (routing frames already removed). A shared payload frame reaches the
-/// application without a copy.
-pub(crate) fn decode(frames: &[Frame]) -> Result<Rec, WireError> {
-    Ok(match Record::decode_with(frames, Frame::to_bytes)? {
+/// Decodes one record (routing frames already removed) of a connection where `caps` are in
+/// effect (before its handshake: none). A shared payload frame reaches the application
+/// without a copy.
+pub(crate) fn decode(frames: &[Frame], caps: wire::Capabilities) -> Result<Rec, WireError> {
+    Ok(match Record::decode_in(frames, caps, Frame::to_bytes)? {
         Record::Hello(h) => {
             let (lane, identity, expect) = handshake::from_hello(h);
             Rec::Hello(HelloRec {
@@ -123,6 +127,7 @@ pub(crate) fn decode(frames: &[Frame]) -> Result<Rec, WireError> {
             payload: i.payload,
         },
         Record::Batch(b) => Rec::Batch(b.into_requests()),
+        Record::Cancel { call_id } => Rec::Cancel(call_id),
     })
 }
 
@@ -173,9 +178,13 @@ pub(crate) fn hello(
     .encode())
 }
 
-/// WELCOME from an acceptor.
-pub(crate) fn welcome(lane: Lane, me: &Identity) -> Result<Vec<Vec<u8>>, WireError> {
-    Ok(Record::Welcome(handshake::welcome_record(lane, me)?).encode())
+/// WELCOME from an acceptor, answering a HELLO that offered the capabilities `offered`.
+pub(crate) fn welcome(
+    lane: Lane,
+    me: &Identity,
+    offered: handshake::Capabilities,
+) -> Result<Vec<Vec<u8>>, WireError> {
+    Ok(Record::Welcome(handshake::welcome_record(lane, me, offered)?).encode())
 }
 
 /// REJECT with a reason and detail (cut to the wire's bound).
@@ -194,6 +203,11 @@ pub(crate) fn reject(reason: RejectReason, detail: &str) -> Vec<Vec<u8>> {
 /// PROBE.
 pub(crate) fn probe(id: u64) -> Vec<Vec<u8>> {
     vec![wire::encode_probe(nz(id)).to_vec()]
+}
+
+/// CANCEL of call `call_id`.
+pub(crate) fn cancel(call_id: NonZeroU64) -> Vec<Vec<u8>> {
+    Record::Cancel { call_id }.encode()
 }
 
 /// ACK.

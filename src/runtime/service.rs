@@ -141,6 +141,7 @@ pub struct Method {
     name: String,
     semantics: Option<Semantics>,
     conflate: bool,
+    abort_on_cancel: Option<bool>,
 }
 
 impl Method {
@@ -150,6 +151,7 @@ impl Method {
             name: name.into(),
             semantics,
             conflate: false,
+            abort_on_cancel: None,
         }
     }
 
@@ -178,6 +180,18 @@ impl Method {
     /// service is exposed): only the newest setpoint matters.
     pub fn conflate(mut self) -> Method {
         self.conflate = true;
+        self
+    }
+
+    /// Whether the runtime stops this method's running handler at its next `.await` when
+    /// its caller stops waiting (the caller cancelled, its connection left ready, or its
+    /// ttl passed). The handler is signalled either way ([`crate::runtime::calls::Request::cancelled`]).
+    /// Default: queries are stopped; commands and undeclared methods never are (they may be
+    /// half way through changing the world). Set it where the service knows better: `false`
+    /// for a query whose work should finish (warming a cache), `true` for a command or an
+    /// undeclared method that is safe to cut at any `.await`.
+    pub fn abort_on_cancel(mut self, abort: bool) -> Method {
+        self.abort_on_cancel = Some(abort);
         self
     }
 
@@ -384,6 +398,11 @@ impl Service {
             Some(Execution::Keyed(f)) => Some(f.clone()),
             _ => None,
         };
+        let abort_choices = self
+            .methods
+            .iter()
+            .filter_map(|(m, _)| Some((m.name.clone(), m.abort_on_cancel?)))
+            .collect();
         let handlers = self.methods.into_iter().map(|(m, h)| (m.name, h)).collect();
         Ok((
             ServedService {
@@ -391,6 +410,7 @@ impl Service {
                 key,
                 any_method: None,
                 authorizer: self.authorizer,
+                abort_choices,
             },
             ServiceHandlers { handlers },
         ))
@@ -408,6 +428,9 @@ pub(crate) struct ServedService {
     pub any_method: Option<CallShape>,
     /// Asked about every call before it is accepted ([`Service::authorize`]).
     pub authorizer: Option<Authorizer>,
+    /// The methods that chose whether a cancel stops their handler
+    /// ([`Method::abort_on_cancel`]).
+    pub abort_choices: HashMap<String, bool>,
 }
 
 /// How the I/O thread treats one call of a served channel.
@@ -417,6 +440,8 @@ pub(crate) struct MethodPlan {
     pub shape: CallShape,
     pub execution: ExecutionKind,
     pub conflate: bool,
+    /// Whether a cancel stops the running handler ([`contract::stops_on_cancel`]).
+    pub stops_on_cancel: bool,
 }
 
 /// The built-in method every served channel answers: the node's contract (MessagePack of a
@@ -432,14 +457,17 @@ impl ServedService {
                 shape: CallShape::Unary,
                 execution: ExecutionKind::Parallel,
                 conflate: false,
+                stops_on_cancel: true,
             });
         }
         if let Some(m) = self.contract.method(method) {
+            let choice = self.abort_choices.get(method).copied();
             return Some(MethodPlan {
                 semantics: m.semantics,
                 shape: m.shape.into(),
                 execution: m.execution,
                 conflate: m.conflate,
+                stops_on_cancel: contract::stops_on_cancel(m.semantics, choice),
             });
         }
         self.any_method.map(|shape| MethodPlan {
@@ -447,6 +475,7 @@ impl ServedService {
             shape,
             execution: ExecutionKind::Parallel,
             conflate: false,
+            stops_on_cancel: contract::stops_on_cancel(None, None),
         })
     }
 }

@@ -141,13 +141,38 @@ pub const METRICS: &[MetricInfo] = &[
     ),
     counter(
         "zmesh_handlers_signalled_total",
-        &[],
-        "Running handlers told that their caller is gone (its connection left ready).",
+        &["reason"],
+        "Running handlers told that their caller no longer waits, by reason: caller_gone (its \
+         connection left ready), cancel (a CANCEL), ttl (its ttl passed while it ran), \
+         answered (the node answered it itself, or stops).",
     ),
     counter(
         "zmesh_handlers_stopped_total",
+        &["reason"],
+        "Running handlers (queries, by default) whose task was stopped because their caller \
+         no longer waits, by reason.",
+    ),
+    counter(
+        "zmesh_calls_cancelled_total",
         &[],
-        "Running query handlers whose task was stopped because their caller is gone.",
+        "Calls this node made that its application cancelled (a dropped future or stream, or \
+         cancel()) before they ended.",
+    ),
+    counter(
+        "zmesh_cancels_sent_total",
+        &[],
+        "CANCEL records sent to callees that negotiated them (WIRE.md §4.13).",
+    ),
+    counter(
+        "zmesh_served_calls_cancelled_total",
+        &[],
+        "Calls this node served that a CANCEL forgot while they waited in a queue (they never \
+         run); running ones count in zmesh_handlers_signalled_total{reason=\"cancel\"}.",
+    ),
+    counter(
+        "zmesh_cancels_ignored_total",
+        &[],
+        "CANCEL records for a call this node does not hold (finished, or never seen).",
     ),
     counter(
         "zmesh_inline_overruns_total",

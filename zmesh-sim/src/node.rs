@@ -19,7 +19,7 @@ use zmesh::proto::admission::{self, HelloFacts, HelloVerdict, OwnDial, WelcomeFa
 use zmesh::proto::calls::{
     Admission, CallError, CallId, CallShape, CallTable, Dispatch, ServeId, ServeTable,
 };
-use zmesh::proto::handshake::{self, Expectation, Identity, Membership};
+use zmesh::proto::handshake::{self, Capabilities, Expectation, Identity, Membership};
 use zmesh::proto::liveness::{LinkKey, Liveness, LivenessEvent, PublisherEvent, Transmit};
 use zmesh::proto::wire::{self, CloseReason, Lane, Record, RejectReason, ReplyCode, Semantics};
 use zmesh::proto::ConnId;
@@ -145,6 +145,7 @@ impl SimNode {
             generation,
             security_identity: String::new(),
             memberships: vec![membership],
+            capabilities: Capabilities::SPOKEN,
         };
         let dials = spec
             .dials
@@ -525,7 +526,8 @@ impl SimNode {
                     ctx.trace(format!("{} {k} replaced by {conn}", self.me.rid));
                     self.drop_conn(ctx, k, Some(CloseReason::Replaced));
                 }
-                let Ok(welcome) = handshake::welcome_record(lane, &self.me) else {
+                let Ok(welcome) = handshake::welcome_record(lane, &self.me, peer.capabilities)
+                else {
                     return;
                 };
                 if !self.send(ctx, conn, &Record::Welcome(welcome)) {
@@ -666,7 +668,9 @@ impl SimNode {
                     self.calls.handle_item(cid, conn, i.seq, i.payload, now);
                 }
             }
-            Record::Hello(_) | Record::Welcome(_) | Record::Reject(_) => {}
+            // The simulated callers never cancel, so no CANCEL is sent; one that arrived
+            // would name no call here.
+            Record::Hello(_) | Record::Welcome(_) | Record::Reject(_) | Record::Cancel { .. } => {}
         }
     }
 

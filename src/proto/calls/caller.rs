@@ -220,6 +220,8 @@ pub struct CallTable<K> {
     deadlines: BTreeSet<(Instant, CallId)>,
     completions: VecDeque<(CallId, Result<Completion, CallError>)>,
     items: VecDeque<StreamItem>,
+    /// Calls whose caller stopped waiting after their REQUEST left: a CANCEL to send.
+    cancels: VecDeque<(K, CallId)>,
     next_id: NonZeroU64,
     shut_down: bool,
     stats: CallStats,
@@ -240,6 +242,7 @@ impl<K: Copy + Eq + Hash> CallTable<K> {
             deadlines: BTreeSet::new(),
             completions: VecDeque::new(),
             items: VecDeque::new(),
+            cancels: VecDeque::new(),
             next_id: NonZeroU64::MIN,
             shut_down: false,
             stats: CallStats::default(),
@@ -433,16 +436,30 @@ impl<K: Copy + Eq + Hash> CallTable<K> {
         ids.len()
     }
 
-    /// The caller cancelled call `id` at `now`: it completes with [`CallError::Cancelled`].
-    /// Nothing is sent to the callee.
+    /// The caller cancelled call `id` at `now`: it completes with [`CallError::Cancelled`]
+    /// `{ sent }`. A call whose REQUEST left is also queued in [`Self::poll_cancel`], so the
+    /// shell can tell the callee (a CANCEL, where the connection negotiated it); one that
+    /// never left must not leave now.
     pub fn handle_cancel(&mut self, id: CallId, now: Instant) -> Disposition {
         self.handle_timeout(now);
         let Some(call) = self.calls.get(&id) else {
             return self.missing(id, |s| &mut s.late_cancels);
         };
         let sent = call.state != CallState::Issued;
+        if sent {
+            self.cancels.push_back((call.target, id));
+        }
         self.complete(id, Err(CallError::Cancelled { sent }));
         Disposition::Applied
+    }
+
+    /// The next call whose caller stopped waiting after its REQUEST left (cancelled, or its
+    /// deadline passed), with the connection its answers travel on: the shell tells the
+    /// callee with a CANCEL if that connection negotiated it (WIRE.md §4.13), and otherwise
+    /// nothing (the callee finishes the call and its answers are late).
+    #[must_use]
+    pub fn poll_cancel(&mut self) -> Option<(K, CallId)> {
+        self.cancels.pop_front()
     }
 
     /// The local node shuts down at `now`: every pending call completes with
@@ -466,6 +483,10 @@ impl<K: Copy + Eq + Hash> CallTable<K> {
         while let Some(&(at, id)) = self.deadlines.first() {
             if at > now {
                 break;
+            }
+            // A deadline is armed only once the REQUEST left: the callee may still hold it.
+            if let Some(call) = self.calls.get(&id) {
+                self.cancels.push_back((call.target, id));
             }
             self.complete(
                 id,

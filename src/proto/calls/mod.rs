@@ -55,7 +55,8 @@ pub use caller::{
 pub use error::{may_have_run, CallError, Phase, RemoteCode};
 pub use exec::{Arrival, ExecQueues, ExecStats, DEFAULT_MAILBOX};
 pub use serve::{
-    Admission, CallShape, Dispatch, DrainReport, ServeId, ServeReply, ServeStats, ServeTable,
+    Admission, CallShape, Cancelled, Dispatch, DrainReport, ServeId, ServeReply, ServeStats,
+    ServeTable,
 };
 
 #[cfg(test)]

@@ -57,6 +57,20 @@ pub enum Dispatch {
     Skip,
 }
 
+/// What a CANCEL did, from [`ServeTable::handle_cancel`] (WIRE.md §4.13).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Cancelled {
+    /// No call of that id is in hand on that connection (never seen, answered already, or
+    /// cancelled before): nothing changes. Counted.
+    Unknown,
+    /// The call waited for its turn: it is forgotten and never runs, and nothing more is sent
+    /// for it. The shell takes it out of its execution queue.
+    Queued(ServeId),
+    /// The handler runs: the shell signals it (and stops it where its method allows); its
+    /// result will be dropped, since nobody waits for it.
+    Running(ServeId),
+}
+
 /// A REPLY the table decided on its own (a timer or the drain), from
 /// [`ServeTable::poll_transmit`]. The shell sends it on `conn` with `message` as payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -114,14 +128,27 @@ pub struct ServeStats {
     pub skipped_dispatches: u64,
     /// Items refused because the call is no longer being answered.
     pub refused_items: u64,
+    /// Queued calls forgotten because their caller cancelled them (they never ran).
+    pub cancelled_queued: u64,
+    /// Running calls whose caller cancelled them (their handlers were signalled).
+    pub cancelled_running: u64,
+    /// CANCELs for a call not in hand, ignored.
+    pub late_cancels: u64,
+    /// Running calls whose ttl passed while their handler ran (their handlers were
+    /// signalled).
+    pub overdue: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
 enum EntryState {
     /// Accepted, waiting for its turn. The ttl deadline is armed here.
     Queued { deadline: Option<Instant> },
-    /// The handler runs.
-    Running { items: u64 },
+    /// The handler runs. `overdue` is when the call's ttl passes (`None`: no ttl, or passed
+    /// and reported already).
+    Running {
+        items: u64,
+        overdue: Option<Instant>,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -176,9 +203,11 @@ enum ServePhase {
 ///
 /// # Timers
 ///
-/// Two kinds, both behind [`Self::poll_timeout`]: the ttl deadline of each queued call
-/// (`arrival + ttl`; disarmed at dispatch, since the ttl bounds when a method may start, not
-/// how long it runs), and the drain bound (`begin_drain` + `bound`).
+/// Three kinds, all behind [`Self::poll_timeout`]: the ttl deadline of each queued call
+/// (`arrival + ttl`: a call that cannot start in time is refused), the same instant for a
+/// call whose handler runs (the ttl bounds when a method may start, not how long it runs, so
+/// passing it only reports the call in [`Self::poll_overdue`], for the shell to signal its
+/// handler that the caller stops waiting), and the drain bound (`begin_drain` + `bound`).
 ///
 /// # What a REPLY `Timeout` means
 ///
@@ -190,7 +219,8 @@ enum ServePhase {
 ///
 /// # Polling order
 ///
-/// After any input, drain [`Self::poll_transmit`] (send each REPLY), then check
+/// After any input, drain [`Self::poll_transmit`] (send each REPLY) and
+/// [`Self::poll_overdue`] (signal each handler), then check
 /// [`Self::poll_drained`], then sleep until [`Self::poll_timeout`] and call
 /// [`Self::handle_timeout`]. Every input first applies the timers due at or before its `now`.
 #[derive(Debug, Clone)]
@@ -200,6 +230,9 @@ pub struct ServeTable<K> {
     index: HashMap<(K, NonZeroU64), ServeId>,
     per_conn: HashMap<K, usize>,
     deadlines: BTreeSet<(Instant, ServeId)>,
+    /// When each running call's ttl passes, in order.
+    overdue_at: BTreeSet<(Instant, ServeId)>,
+    overdue: VecDeque<ServeId>,
     transmits: VecDeque<ServeReply<K>>,
     phase: ServePhase,
     report: DrainReport,
@@ -222,6 +255,8 @@ impl<K: Copy + Eq + Hash> ServeTable<K> {
             index: HashMap::new(),
             per_conn: HashMap::new(),
             deadlines: BTreeSet::new(),
+            overdue_at: BTreeSet::new(),
+            overdue: VecDeque::new(),
             transmits: VecDeque::new(),
             phase: ServePhase::Serving,
             report: DrainReport::default(),
@@ -292,9 +327,13 @@ impl<K: Copy + Eq + Hash> ServeTable<K> {
         }
         if let Some(at) = deadline {
             self.deadlines.remove(&(at, id));
+            self.overdue_at.insert((at, id));
         }
         if let Some(entry) = self.entries.get_mut(&id) {
-            entry.state = EntryState::Running { items: 0 };
+            entry.state = EntryState::Running {
+                items: 0,
+                overdue: deadline,
+            };
         }
         Dispatch::Run
     }
@@ -305,7 +344,7 @@ impl<K: Copy + Eq + Hash> ServeTable<K> {
     pub fn handle_item(&mut self, id: ServeId, now: Instant) -> Option<u64> {
         self.handle_timeout(now);
         let entry = self.entries.get_mut(&id).filter(|e| !e.orphaned);
-        let Some(EntryState::Running { items }) = entry.map(|e| &mut e.state) else {
+        let Some(EntryState::Running { items, .. }) = entry.map(|e| &mut e.state) else {
             self.stats.refused_items += 1;
             return None;
         };
@@ -371,6 +410,52 @@ impl<K: Copy + Eq + Hash> ServeTable<K> {
         running
     }
 
+    /// A CANCEL for `call_id` arrived on connection `conn` at `now`: the caller no longer
+    /// waits (WIRE.md §4.13). A queued call is forgotten (it never runs); a running one is
+    /// orphaned (its handler is to be signalled, its result dropped); an unknown one is
+    /// ignored. Either way nothing more is sent for the call.
+    pub fn handle_cancel(&mut self, conn: K, call_id: NonZeroU64, now: Instant) -> Cancelled {
+        self.handle_timeout(now);
+        let Some(&id) = self.index.get(&(conn, call_id)) else {
+            self.stats.late_cancels += 1;
+            return Cancelled::Unknown;
+        };
+        let running = matches!(
+            self.entries.get(&id).map(|e| e.state),
+            Some(EntryState::Running { .. })
+        );
+        if !running {
+            self.stats.cancelled_queued += 1;
+            self.remove(id);
+            self.check_drained();
+            return Cancelled::Queued(id);
+        }
+        self.stats.cancelled_running += 1;
+        self.abandon(id);
+        Cancelled::Running(id)
+    }
+
+    /// The shell stopped the handler of running call `id` (its caller is gone or its ttl
+    /// passed): nothing is sent for it any more, and its result, when the stopped task
+    /// reports, is dropped. Unknown or queued calls are left as they are.
+    pub fn handle_abandon(&mut self, id: ServeId) {
+        if matches!(
+            self.entries.get(&id).map(|e| e.state),
+            Some(EntryState::Running { .. })
+        ) {
+            self.abandon(id);
+        }
+    }
+
+    /// The next running call whose ttl passed while its handler ran (WIRE.md §5.3): its
+    /// caller has stopped waiting or is about to, so the shell signals the handler. Each call
+    /// is reported once; the call stays in hand (a handler that still answers in time is
+    /// heard).
+    #[must_use]
+    pub fn poll_overdue(&mut self) -> Option<ServeId> {
+        self.overdue.pop_front()
+    }
+
     /// Begins the graceful stop at `now`, waiting at most `bound` for accepted calls (see
     /// the type docs). A second call changes nothing.
     pub fn begin_drain(&mut self, bound: Duration, now: Instant) {
@@ -403,6 +488,22 @@ impl<K: Copy + Eq + Hash> ServeTable<K> {
     /// with `Timeout` (first, so a call that is both expired and cut hears the more precise
     /// "did not run"), then a passed drain bound cuts what is left.
     pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(&(at, id)) = self.overdue_at.first() {
+            if at > now {
+                break;
+            }
+            self.overdue_at.remove(&(at, id));
+            if let Some(Entry {
+                state: EntryState::Running { overdue, .. },
+                orphaned: false,
+                ..
+            }) = self.entries.get_mut(&id)
+            {
+                *overdue = None;
+                self.stats.overdue += 1;
+                self.overdue.push_back(id);
+            }
+        }
         while let Some(&(at, id)) = self.deadlines.first() {
             if at > now {
                 break;
@@ -434,9 +535,14 @@ impl<K: Copy + Eq + Hash> ServeTable<K> {
         None
     }
 
-    /// The earliest timer: a queued call's ttl, or the drain bound.
+    /// The earliest timer: a queued or running call's ttl, or the drain bound.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let ttl = self.deadlines.first().map(|&(at, _)| at);
+        let queued = self.deadlines.first().map(|&(at, _)| at);
+        let running = self.overdue_at.first().map(|&(at, _)| at);
+        let ttl = match (queued, running) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let bound = match self.phase {
             ServePhase::Draining { deadline } => deadline,
             ServePhase::Serving | ServePhase::Drained => None,
@@ -525,10 +631,41 @@ impl<K: Copy + Eq + Hash> ServeTable<K> {
         }
     }
 
+    /// Orphans running call `id`: it leaves the duplicate index and its connection's count
+    /// (nothing is sent for it any more), and stays in hand until its handler reports.
+    fn abandon(&mut self, id: ServeId) {
+        let Some(entry) = self.entries.get_mut(&id).filter(|e| !e.orphaned) else {
+            return;
+        };
+        entry.orphaned = true;
+        let (conn, call_id) = (entry.conn, entry.call_id);
+        if let EntryState::Running {
+            overdue: Some(at), ..
+        } = entry.state
+        {
+            self.overdue_at.remove(&(at, id));
+        }
+        self.index.remove(&(conn, call_id));
+        if let Some(n) = self.per_conn.get_mut(&conn) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.per_conn.remove(&conn);
+            }
+        }
+    }
+
     fn remove(&mut self, id: ServeId) -> Option<Entry<K>> {
         let entry = self.entries.remove(&id)?;
-        if let EntryState::Queued { deadline: Some(at) } = entry.state {
-            self.deadlines.remove(&(at, id));
+        match entry.state {
+            EntryState::Queued { deadline: Some(at) } => {
+                self.deadlines.remove(&(at, id));
+            }
+            EntryState::Running {
+                overdue: Some(at), ..
+            } => {
+                self.overdue_at.remove(&(at, id));
+            }
+            _ => {}
         }
         if !entry.orphaned {
             self.index.remove(&(entry.conn, entry.call_id));

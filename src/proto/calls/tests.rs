@@ -369,8 +369,19 @@ fn c4_c6_serve_rules() {
     assert_eq!(serve.handle_item(id, t0), None, "not running yet");
     assert_eq!(serve.handle_dispatch(id, t0 + ms(99)), Dispatch::Run);
     assert_eq!(serve.handle_dispatch(id, t0 + ms(99)), Dispatch::Skip);
-    assert_eq!(serve.poll_timeout(), None, "a running call has no timer");
+    assert_eq!(
+        serve.poll_timeout(),
+        Some(t0 + ms(100)),
+        "a running call's ttl only signals its handler"
+    );
     assert_eq!(serve.handle_item(id, t0 + ms(500)), Some(0));
+    assert_eq!(
+        serve.poll_overdue(),
+        Some(id),
+        "reported once, still in hand"
+    );
+    assert_eq!(serve.poll_overdue(), None);
+    assert_eq!(serve.poll_timeout(), None);
     assert_eq!(serve.handle_item(id, t0 + ms(500)), Some(1));
     assert_eq!(
         serve.handle_done(id, ReplyCode::Timeout, t0 + ms(600)),
@@ -489,4 +500,121 @@ fn k6_handler_allow_list() {
     for c in [Busy, Superseded, NotFound, Unavailable] {
         assert!(!c.handler_may_choose(), "{c}");
     }
+}
+
+/// X1: a caller that stops waiting tells the callee only about calls whose REQUEST left:
+/// a cancel before the send completes the call as never sent and queues no CANCEL; a cancel
+/// after it, and a deadline passing, queue one CANCEL each, on the call's connection.
+#[test]
+fn x1_only_calls_that_left_are_cancelled_at_the_callee() {
+    let t0 = Instant::now();
+    let mut table = CallTable::new();
+    let unsent = table.start(A, None, t0);
+    let sent = table.start(B, None, t0);
+    let timed = table.start(A, Some(ms(50)), t0);
+    let _ = table.handle_sent(sent, t0);
+    let _ = table.handle_sent(timed, t0);
+
+    assert_eq!(table.handle_cancel(unsent, t0), Disposition::Applied);
+    assert_eq!(table.poll_cancel(), None, "it never left: nothing to tell");
+    assert_eq!(
+        one_completion(&mut table),
+        (unsent, Err(CallError::Cancelled { sent: false }))
+    );
+
+    assert_eq!(table.handle_cancel(sent, t0), Disposition::Applied);
+    assert_eq!(table.poll_cancel(), Some((B, sent)));
+    assert_eq!(
+        one_completion(&mut table),
+        (sent, Err(CallError::Cancelled { sent: true }))
+    );
+
+    table.handle_timeout(t0 + ms(50));
+    assert_eq!(table.poll_cancel(), Some((A, timed)));
+    assert_eq!(table.poll_cancel(), None);
+    assert_eq!(
+        one_completion(&mut table),
+        (
+            timed,
+            Err(CallError::Timeout {
+                refused_by_server: false
+            })
+        )
+    );
+    assert_eq!(table.handle_cancel(sent, t0 + ms(60)), Disposition::Late);
+    assert_eq!(table.poll_cancel(), None, "a late cancel tells nobody");
+}
+
+/// X1: a CANCEL at the callee: a queued call is forgotten and never runs; a running one is
+/// orphaned (its result is dropped, nothing more is sent); an unknown one is ignored. Only
+/// the named connection's call is touched.
+#[test]
+fn x1_a_cancel_forgets_a_queued_call_and_orphans_a_running_one() {
+    let t0 = Instant::now();
+    let mut serve = ServeTable::new();
+    let accept = |serve: &mut ServeTable<ConnId>, conn, id| match serve.handle_request(
+        conn,
+        nz(id),
+        None,
+        CallShape::Unary,
+        t0,
+    ) {
+        Admission::Accept(sid) => sid,
+        other => panic!("not accepted: {other:?}"),
+    };
+    let queued = accept(&mut serve, A, 1);
+    let running = accept(&mut serve, A, 2);
+    let other = accept(&mut serve, B, 1);
+    assert_eq!(serve.handle_dispatch(running, t0), Dispatch::Run);
+
+    assert_eq!(serve.handle_cancel(A, nz(1), t0), Cancelled::Queued(queued));
+    assert_eq!(
+        serve.handle_dispatch(queued, t0),
+        Dispatch::Skip,
+        "never runs"
+    );
+    assert_eq!(
+        serve.handle_cancel(A, nz(2), t0),
+        Cancelled::Running(running)
+    );
+    assert_eq!(serve.handle_item(running, t0), None, "nothing more is sent");
+    assert_eq!(serve.handle_done(running, ReplyCode::Ok, t0), None);
+    assert_eq!(serve.handle_cancel(A, nz(2), t0), Cancelled::Unknown);
+    assert_eq!(serve.handle_cancel(A, nz(9), t0), Cancelled::Unknown);
+    assert_eq!(serve.in_flight_on(A), 0);
+    assert_eq!(
+        serve.in_flight_on(B),
+        1,
+        "the other caller's call 1 is untouched"
+    );
+    assert_eq!(serve.handle_dispatch(other, t0), Dispatch::Run);
+    let stats = *serve.stats();
+    assert_eq!(stats.cancelled_queued, 1);
+    assert_eq!(stats.cancelled_running, 1);
+    assert_eq!(stats.late_cancels, 2);
+    assert_eq!(
+        serve.poll_transmit(),
+        None,
+        "a cancelled call is never answered"
+    );
+}
+
+/// X1: the runtime's default of what a cancel stops: queries only; never a command or an
+/// undeclared method (it may be one); a method's own choice wins.
+#[test]
+fn x1_what_a_cancel_stops_follows_the_semantics() {
+    use crate::proto::contract::{stops_on_cancel, Semantics};
+    assert!(stops_on_cancel(Some(Semantics::Query), None));
+    assert!(!stops_on_cancel(None, None));
+    assert!(!stops_on_cancel(Some(Semantics::IdempotentCommand), None));
+    assert!(!stops_on_cancel(
+        Some(Semantics::NonRepeatableCommand),
+        None
+    ));
+    assert!(!stops_on_cancel(Some(Semantics::Query), Some(false)));
+    assert!(stops_on_cancel(
+        Some(Semantics::NonRepeatableCommand),
+        Some(true)
+    ));
+    assert!(stops_on_cancel(None, Some(true)));
 }

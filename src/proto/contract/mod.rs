@@ -239,6 +239,16 @@ pub const fn pin_allows(pinned: wire::Semantics, actual: Option<Semantics>) -> b
     danger(actual) <= danger(from_wire(pinned))
 }
 
+/// Whether the runtime stops the running handler of a call whose caller stopped waiting
+/// (cancelled, gone, or past its ttl), at the handler's next `.await` (MISSION X1). By
+/// default only a query: it changes nothing, so nothing is lost. A command may be half way
+/// through changing the world, and an undeclared method may be one (undeclared is never
+/// guessed to be safe, here as for retries), so those are only signalled. `choice`, the
+/// method's own setting, wins where the service knows better.
+pub fn stops_on_cancel(semantics: Option<Semantics>, choice: Option<bool>) -> bool {
+    choice.unwrap_or(semantics == Some(Semantics::Query))
+}
+
 /// How a service's calls are executed relative to each other (MISSION K4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -94,7 +94,7 @@ impl FanoutMessage {
                 found: frames.len(),
             });
         };
-        let (kind, body) = read_header(env.as_ref())?;
+        let (kind, body) = read_header(env.as_ref(), super::Capabilities::NONE)?;
         if kind != Kind::Publish {
             return Err(WireError::invalid(
                 Some(kind),

@@ -35,6 +35,7 @@
     clippy::arithmetic_side_effects
 )]
 
+mod caps;
 mod codec;
 mod error;
 mod fanout;
@@ -45,6 +46,7 @@ use std::num::NonZeroU64;
 
 use bytes::Bytes;
 
+pub use self::caps::{is_extension_entry, Capabilities, EXTENSION_PREFIX, EXTENSION_ROOM};
 use self::codec::{put_count, put_str, put_u64, Reader};
 pub use self::error::WireError;
 pub use self::fanout::{
@@ -100,6 +102,9 @@ pub enum Kind {
     Batch = 0x0C,
     /// 0x0D: fanout application record (frame 1 of a fanout message only).
     Publish = 0x0D,
+    /// 0x0E: the caller no longer waits for a call. An extension kind: known only on a
+    /// connection that negotiated [`Capabilities::CANCEL`] (WIRE.md §4.13, §8.1).
+    Cancel = 0x0E,
 }
 
 impl Kind {
@@ -120,6 +125,32 @@ impl Kind {
         Kind::Publish,
     ];
 
+    /// Every extension kind, in byte order: each is known only where its capability is in
+    /// effect ([`Kind::capability`]).
+    pub const EXTENSIONS: [Kind; 1] = [Kind::Cancel];
+
+    /// The capability a connection must have negotiated for this kind to be known on it
+    /// ([`Capabilities::NONE`] for every version-1 kind).
+    pub fn capability(self) -> Capabilities {
+        match self {
+            Kind::Cancel => Capabilities::CANCEL,
+            _ => Capabilities::NONE,
+        }
+    }
+
+    /// The kind of byte 3 of an envelope on a connection where `caps` are in effect: a
+    /// version-1 kind, or an extension kind whose capability is in `caps`. Fails with class
+    /// `unknown_kind` otherwise, as version 1 does.
+    pub fn from_byte_in(byte: u8, caps: Capabilities) -> Result<Kind, WireError> {
+        if let Ok(kind) = Kind::try_from(byte) {
+            return Ok(kind);
+        }
+        Kind::EXTENSIONS
+            .into_iter()
+            .find(|k| u8::from(*k) == byte && caps.contains(k.capability()))
+            .ok_or(WireError::UnknownKind { kind: byte })
+    }
+
     /// The lower-case name used in logs and errors (`hello`, `probe`, ...).
     pub fn name(self) -> &'static str {
         match self {
@@ -136,6 +167,7 @@ impl Kind {
             Kind::Close => "close",
             Kind::Batch => "batch",
             Kind::Publish => "publish",
+            Kind::Cancel => "cancel",
         }
     }
 }
@@ -143,7 +175,8 @@ impl Kind {
 impl TryFrom<u8> for Kind {
     type Error = WireError;
 
-    /// Fails with class `unknown_kind`.
+    /// A version-1 kind; fails with class `unknown_kind` for any other byte (an extension
+    /// kind included: see [`Kind::from_byte_in`]).
     fn try_from(byte: u8) -> Result<Self, WireError> {
         Ok(match byte {
             0x01 => Kind::Hello,
@@ -369,6 +402,11 @@ pub enum Record {
     },
     /// 0x0C, 1 + 2 × count frames.
     Batch(Batch),
+    /// 0x0E, 1 frame of exactly 12 bytes; only where [`Capabilities::CANCEL`] is in effect.
+    Cancel {
+        /// The id of the call the caller no longer waits for.
+        call_id: NonZeroU64,
+    },
 }
 
 impl Record {
@@ -387,6 +425,7 @@ impl Record {
             Record::Item(_) => Kind::Item,
             Record::Close { .. } => Kind::Close,
             Record::Batch(_) => Kind::Batch,
+            Record::Cancel { .. } => Kind::Cancel,
         }
     }
 
@@ -419,6 +458,7 @@ impl Record {
                 vec![env]
             }
             Record::Probe { id } => vec![encode_probe(*id).to_vec()],
+            Record::Cancel { call_id } => vec![liveness_frame(Kind::Cancel, *call_id).to_vec()],
             Record::Ack { id } => vec![encode_ack(*id).to_vec()],
             Record::Message(m) => vec![Message::encode_envelope(&m.channel), m.payload.to_vec()],
             Record::Request(r) => encode_request(r).into(),
@@ -468,6 +508,17 @@ impl Record {
         frames: &[F],
         payload: impl Fn(&F) -> Bytes,
     ) -> Result<Record, WireError> {
+        Self::decode_in(frames, Capabilities::NONE, payload)
+    }
+
+    /// [`Record::decode_with`] on a connection where the capabilities `caps` are in effect
+    /// (WIRE.md §8.1): an extension kind is known only if its capability is in `caps`; with
+    /// [`Capabilities::NONE`] this is exactly the version-1 decoder.
+    pub fn decode_in<F: AsRef<[u8]>>(
+        frames: &[F],
+        caps: Capabilities,
+        payload: impl Fn(&F) -> Bytes,
+    ) -> Result<Record, WireError> {
         let Some((first, rest)) = frames.split_first() else {
             return Err(WireError::FrameCount {
                 kind: None,
@@ -475,7 +526,7 @@ impl Record {
                 found: 0,
             });
         };
-        let (kind, body) = read_header(first.as_ref())?;
+        let (kind, body) = read_header(first.as_ref(), caps)?;
         decode_body(kind, Reader::new(body, kind), frames, rest, &payload)
             .map_err(|e| e.in_kind(kind))
     }
@@ -491,44 +542,8 @@ fn decode_body<F: AsRef<[u8]>>(
     take: &impl Fn(&F) -> Bytes,
 ) -> Result<Record, WireError> {
     match kind {
-        Kind::Hello => {
-            let lane = r.u8("lane")?;
-            let rid = r.string("rid")?;
-            let generation = r.u64("generation")?;
-            let security_identity = r.string("security_identity")?;
-            let expect_rid = r.string("expect_rid")?;
-            let expect_generation = r.u64("expect_generation")?;
-            let config_generation = r.u64("config_generation")?;
-            let memberships = read_memberships(&mut r)?;
-            r.finish()?;
-            no_payload(kind, frames)?;
-            Ok(Record::Hello(Hello {
-                lane: Lane::try_from(lane)?,
-                rid: Name::from_wire(rid, "rid")?,
-                generation: non_zero(generation, "generation")?,
-                security_identity: Label::from_wire(security_identity, "security_identity")?,
-                expect_rid: optional_name(expect_rid, "expect_rid")?,
-                expect_generation: NonZeroU64::new(expect_generation),
-                config_generation,
-                memberships: memberships_from_wire(&memberships)?,
-            }))
-        }
-        Kind::Welcome => {
-            let lane = r.u8("lane")?;
-            let rid = r.string("rid")?;
-            let generation = r.u64("generation")?;
-            let security_identity = r.string("security_identity")?;
-            let memberships = read_memberships(&mut r)?;
-            r.finish()?;
-            no_payload(kind, frames)?;
-            Ok(Record::Welcome(Welcome {
-                lane: Lane::try_from(lane)?,
-                rid: Name::from_wire(rid, "rid")?,
-                generation: non_zero(generation, "generation")?,
-                security_identity: Label::from_wire(security_identity, "security_identity")?,
-                memberships: memberships_from_wire(&memberships)?,
-            }))
-        }
+        Kind::Hello => decode_hello(r, frames).map(Record::Hello),
+        Kind::Welcome => decode_welcome(r, frames).map(Record::Welcome),
         Kind::Reject => {
             let reason = r.u8("reason")?;
             let detail = r.string("detail")?;
@@ -539,15 +554,24 @@ fn decode_body<F: AsRef<[u8]>>(
                 detail: Detail::from_wire(detail, "detail")?,
             }))
         }
-        Kind::Probe | Kind::Ack => {
-            let id = r.u64("id")?;
+        Kind::Probe | Kind::Ack | Kind::Cancel => {
+            let id = r.u64(if kind == Kind::Cancel {
+                "call_id"
+            } else {
+                "id"
+            })?;
             r.finish()?;
             no_payload(kind, frames)?;
-            let id = non_zero(id, "id")?;
-            Ok(if kind == Kind::Probe {
-                Record::Probe { id }
-            } else {
-                Record::Ack { id }
+            Ok(match kind {
+                Kind::Probe => Record::Probe {
+                    id: non_zero(id, "id")?,
+                },
+                Kind::Ack => Record::Ack {
+                    id: non_zero(id, "id")?,
+                },
+                _ => Record::Cancel {
+                    call_id: non_zero(id, "call_id")?,
+                },
             })
         }
         Kind::Message => {
@@ -565,40 +589,8 @@ fn decode_body<F: AsRef<[u8]>>(
             let payload = one_payload(kind, frames)?;
             raw.check(|| take(payload)).map(Record::Request)
         }
-        Kind::Accept => {
-            let call_id = r.u64("call_id")?;
-            let generation = r.u64("generation")?;
-            let connection_id = r.u64("connection_id")?;
-            r.finish()?;
-            no_payload(kind, frames)?;
-            Ok(Record::Accept(Accept {
-                call_id: non_zero(call_id, "call_id")?,
-                generation: non_zero(generation, "generation")?,
-                connection_id,
-            }))
-        }
-        Kind::Reply => {
-            let call_id = r.u64("call_id")?;
-            let code = r.u8("code")?;
-            r.finish()?;
-            let payload = one_payload(kind, frames)?;
-            Ok(Record::Reply(Reply {
-                call_id: non_zero(call_id, "call_id")?,
-                code: ReplyCode::try_from(code)?,
-                payload: take(payload),
-            }))
-        }
-        Kind::Item => {
-            let call_id = r.u64("call_id")?;
-            let seq = r.u64("seq")?;
-            r.finish()?;
-            let payload = one_payload(kind, frames)?;
-            Ok(Record::Item(Item {
-                call_id: non_zero(call_id, "call_id")?,
-                seq,
-                payload: take(payload),
-            }))
-        }
+        Kind::Accept => decode_accept(r, frames).map(Record::Accept),
+        Kind::Reply | Kind::Item => decode_answer(kind, r, frames, take),
         Kind::Close => {
             let reason = r.u8("reason")?;
             r.finish()?;
@@ -606,35 +598,7 @@ fn decode_body<F: AsRef<[u8]>>(
             let reason = CloseReason::try_from(reason)?;
             Ok(Record::Close { reason })
         }
-        Kind::Batch => {
-            let count = usize::from(r.u16("count")?);
-            r.finish()?;
-            let expected = count.saturating_mul(2).saturating_add(1);
-            if frames.len() != expected {
-                return Err(WireError::FrameCount {
-                    kind: Some(kind),
-                    expected,
-                    found: frames.len(),
-                });
-            }
-            if count < Batch::MIN {
-                return Err(WireError::invalid(
-                    Some(kind),
-                    "count",
-                    "a batch holds 2..=65535 requests",
-                ));
-            }
-            // The frame count is checked, so this allocation is bounded by the input.
-            let mut requests = Vec::with_capacity(count);
-            for pair in rest.chunks_exact(2) {
-                let [env, payload] = pair else {
-                    // chunks_exact(2) only yields pairs.
-                    continue;
-                };
-                requests.push(decode_inner_request(env.as_ref(), || take(payload))?);
-            }
-            Ok(Record::Batch(Batch(requests)))
-        }
+        Kind::Batch => decode_batch(r, frames, rest, take).map(Record::Batch),
         Kind::Publish => Err(WireError::invalid(
             Some(kind),
             "kind",
@@ -643,13 +607,134 @@ fn decode_body<F: AsRef<[u8]>>(
     }
 }
 
+/// The body of a HELLO (WIRE.md §4.1).
+fn decode_hello<F>(mut r: Reader<'_>, frames: &[F]) -> Result<Hello, WireError> {
+    let lane = r.u8("lane")?;
+    let rid = r.string("rid")?;
+    let generation = r.u64("generation")?;
+    let security_identity = r.string("security_identity")?;
+    let expect_rid = r.string("expect_rid")?;
+    let expect_generation = r.u64("expect_generation")?;
+    let config_generation = r.u64("config_generation")?;
+    let memberships = read_memberships(&mut r)?;
+    r.finish()?;
+    no_payload(Kind::Hello, frames)?;
+    Ok(Hello {
+        lane: Lane::try_from(lane)?,
+        rid: Name::from_wire(rid, "rid")?,
+        generation: non_zero(generation, "generation")?,
+        security_identity: Label::from_wire(security_identity, "security_identity")?,
+        expect_rid: optional_name(expect_rid, "expect_rid")?,
+        expect_generation: NonZeroU64::new(expect_generation),
+        config_generation,
+        memberships: memberships_from_wire(&memberships)?,
+    })
+}
+
+/// The body of a WELCOME (WIRE.md §4.2).
+fn decode_welcome<F>(mut r: Reader<'_>, frames: &[F]) -> Result<Welcome, WireError> {
+    let lane = r.u8("lane")?;
+    let rid = r.string("rid")?;
+    let generation = r.u64("generation")?;
+    let security_identity = r.string("security_identity")?;
+    let memberships = read_memberships(&mut r)?;
+    r.finish()?;
+    no_payload(Kind::Welcome, frames)?;
+    Ok(Welcome {
+        lane: Lane::try_from(lane)?,
+        rid: Name::from_wire(rid, "rid")?,
+        generation: non_zero(generation, "generation")?,
+        security_identity: Label::from_wire(security_identity, "security_identity")?,
+        memberships: memberships_from_wire(&memberships)?,
+    })
+}
+
+/// The body of an ACCEPT (WIRE.md §4.8).
+fn decode_accept<F>(mut r: Reader<'_>, frames: &[F]) -> Result<Accept, WireError> {
+    let call_id = r.u64("call_id")?;
+    let generation = r.u64("generation")?;
+    let connection_id = r.u64("connection_id")?;
+    r.finish()?;
+    no_payload(Kind::Accept, frames)?;
+    Ok(Accept {
+        call_id: non_zero(call_id, "call_id")?,
+        generation: non_zero(generation, "generation")?,
+        connection_id,
+    })
+}
+
+/// The body and payload of a REPLY or an ITEM (WIRE.md §4.9, §4.10).
+fn decode_answer<F: AsRef<[u8]>>(
+    kind: Kind,
+    mut r: Reader<'_>,
+    frames: &[F],
+    take: &impl Fn(&F) -> Bytes,
+) -> Result<Record, WireError> {
+    let call_id = r.u64("call_id")?;
+    if kind == Kind::Reply {
+        let code = r.u8("code")?;
+        r.finish()?;
+        let payload = one_payload(kind, frames)?;
+        return Ok(Record::Reply(Reply {
+            call_id: non_zero(call_id, "call_id")?,
+            code: ReplyCode::try_from(code)?,
+            payload: take(payload),
+        }));
+    }
+    let seq = r.u64("seq")?;
+    r.finish()?;
+    let payload = one_payload(kind, frames)?;
+    Ok(Record::Item(Item {
+        call_id: non_zero(call_id, "call_id")?,
+        seq,
+        payload: take(payload),
+    }))
+}
+
+/// The header and the request pairs of a BATCH (WIRE.md §4.12).
+fn decode_batch<F: AsRef<[u8]>>(
+    mut r: Reader<'_>,
+    frames: &[F],
+    rest: &[F],
+    take: &impl Fn(&F) -> Bytes,
+) -> Result<Batch, WireError> {
+    let kind = Kind::Batch;
+    let count = usize::from(r.u16("count")?);
+    r.finish()?;
+    let expected = count.saturating_mul(2).saturating_add(1);
+    if frames.len() != expected {
+        return Err(WireError::FrameCount {
+            kind: Some(kind),
+            expected,
+            found: frames.len(),
+        });
+    }
+    if count < Batch::MIN {
+        return Err(WireError::invalid(
+            Some(kind),
+            "count",
+            "a batch holds 2..=65535 requests",
+        ));
+    }
+    // The frame count is checked, so this allocation is bounded by the input.
+    let mut requests = Vec::with_capacity(count);
+    for pair in rest.chunks_exact(2) {
+        let [env, payload] = pair else {
+            // chunks_exact(2) only yields pairs.
+            continue;
+        };
+        requests.push(decode_inner_request(env.as_ref(), || take(payload))?);
+    }
+    Ok(Batch(requests))
+}
+
 /// Reads the 4-byte header of an envelope: steps 2-5 of WIRE.md §6, nothing else.
 ///
 /// This is the zero-copy fast path for dispatching on the kind (a PROBE or ACK can be told
 /// from application traffic without decoding anything else). It returns `Kind::Publish` for
 /// a PUBLISH envelope; whether that kind is valid where it appears is the full decoder's job.
 pub fn peek_kind(frame0: &[u8]) -> Result<Kind, WireError> {
-    read_header(frame0).map(|(kind, _)| kind)
+    read_header(frame0, Capabilities::NONE).map(|(kind, _)| kind)
 }
 
 /// Encodes a PROBE envelope without allocating: `5A 4D 01 04` + id (big-endian).
@@ -678,7 +763,7 @@ fn envelope(kind: Kind) -> Vec<u8> {
 }
 
 /// Splits an envelope into its kind and body, checking length, magic, version and kind.
-fn read_header(frame: &[u8]) -> Result<(Kind, &[u8]), WireError> {
+fn read_header(frame: &[u8], caps: Capabilities) -> Result<(Kind, &[u8]), WireError> {
     let Some(([m0, m1, version, kind], body)) = frame.split_first_chunk::<HEADER_LEN>() else {
         return Err(WireError::Truncated {
             kind: None,
@@ -691,7 +776,7 @@ fn read_header(frame: &[u8]) -> Result<(Kind, &[u8]), WireError> {
     if *version != VERSION {
         return Err(WireError::UnsupportedVersion { version: *version });
     }
-    Ok((Kind::try_from(*kind)?, body))
+    Ok((Kind::from_byte_in(*kind, caps)?, body))
 }
 
 /// Frame-count check of a one-frame kind.
@@ -783,7 +868,7 @@ fn encode_request(r: &Request) -> [Vec<u8>; 2] {
 /// Decodes one REQUEST of a BATCH: the same rules as a lone REQUEST, the frame count being
 /// fixed by the batch.
 fn decode_inner_request(env: &[u8], payload: impl FnOnce() -> Bytes) -> Result<Request, WireError> {
-    let (kind, body) = read_header(env)?;
+    let (kind, body) = read_header(env, Capabilities::NONE)?;
     if kind != Kind::Request {
         return Err(WireError::invalid(
             Some(Kind::Batch),

@@ -113,7 +113,7 @@ impl IoThread {
         let Some(verified) = self.verified_key(slot, &route, frames, now) else {
             return;
         };
-        let hello = match records::decode(&*frames) {
+        let hello = match records::decode(&*frames, crate::proto::wire::Capabilities::NONE) {
             Ok(Rec::Hello(h)) => h,
             Ok(rec) => {
                 // A record from a physical connection that is not (or no longer) admitted:
@@ -272,7 +272,7 @@ impl IoThread {
             );
         }
         let id = self.fresh_conn_id();
-        let Ok(welcome) = records::welcome(lane, &self.me) else {
+        let Ok(welcome) = records::welcome(lane, &self.me, peer.capabilities) else {
             return;
         };
         if let Err(e) = self.send_slot(slot, Some(&route), &welcome) {

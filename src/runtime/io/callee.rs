@@ -42,9 +42,9 @@ use tokio::task::AbortHandle;
 use super::CallKey;
 use crate::proto::calls::batch::MAX_INCOMING_BATCH_CALLS;
 use crate::proto::calls::{
-    Admission, Arrival, Dispatch, ExecQueues, RemoteCode, ServeId, ServeTable,
+    Admission, Arrival, Cancelled, Dispatch, ExecQueues, RemoteCode, ServeId, ServeTable,
 };
-use crate::proto::contract::{self, ExecutionKind, Semantics};
+use crate::proto::contract::{self, ExecutionKind};
 use crate::proto::wire::{self, ReplyCode};
 use crate::runtime::calls::{CallerGone, Request, ServeError};
 use crate::runtime::command::{
@@ -283,6 +283,7 @@ impl Callee {
                 id: sid,
                 request,
                 semantics: plan.semantics,
+                stops_on_cancel: plan.stops_on_cancel,
             },
             call_id,
             arrival,
@@ -326,8 +327,38 @@ impl Callee {
     /// handlers still running for it are told their caller is gone ([`Handlers`]).
     pub(super) fn handle_connection_lost(&mut self, key: CallKey, now: Instant) {
         let running = self.table.handle_connection_lost(key, now);
-        self.handlers.callers_gone(&running);
+        self.handlers.callers_gone(&running, Cause::CallerGone);
         self.forget_orphaned_waiting(now);
+    }
+
+    /// A CANCEL for call `call_id` of the caller whose answers travel on `key` (WIRE.md
+    /// §4.13): a queued call leaves its queue and never runs; a running handler is signalled,
+    /// and stopped where its method allows; an unknown or finished call is ignored. Nothing
+    /// more is sent for the call.
+    pub(super) fn handle_cancel(&mut self, key: CallKey, call_id: NonZeroU64, now: Instant) {
+        match self.table.handle_cancel(key, call_id, now) {
+            Cancelled::Unknown => {
+                metrics::counter!("zmesh_cancels_ignored_total").increment(1);
+            }
+            Cancelled::Queued(_) => {
+                metrics::counter!("zmesh_served_calls_cancelled_total").increment(1);
+                self.forget_orphaned_waiting(now);
+            }
+            Cancelled::Running(id) => {
+                self.handlers.callers_gone(&[id], Cause::Cancel);
+            }
+        }
+    }
+
+    /// Signals the handlers of running calls whose ttl passed (the serve table reports each
+    /// once); a handler the runtime may stop is stopped, and the call abandoned (its caller
+    /// fails it on its own deadline, an instant later), while any other may still answer.
+    fn signal_overdue(&mut self) {
+        while let Some(id) = self.table.poll_overdue() {
+            if self.handlers.callers_gone(&[id], Cause::Ttl) {
+                self.table.handle_abandon(id);
+            }
+        }
     }
 
     /// A handler finished: its REPLY, then the next call of its queue.
@@ -399,7 +430,7 @@ impl Callee {
     /// more (and a query's task stopped), as when its caller is gone.
     pub(super) fn handle_stop(&mut self) {
         let running: Vec<ServeId> = self.handlers.running.keys().copied().collect();
-        self.handlers.callers_gone(&running);
+        self.handlers.callers_gone(&running, Cause::Answered);
     }
 
     /// Begins the graceful stop: no new calls, the accepted ones answered within `bound`
@@ -434,6 +465,7 @@ impl Callee {
     /// its queue moves up as it is taken).
     #[must_use]
     pub(super) fn poll_answer(&mut self, now: Instant) -> Option<Answer> {
+        self.signal_overdue();
         loop {
             if let Some(a) = self.answers.pop_front() {
                 return Some(a);
@@ -441,7 +473,7 @@ impl Callee {
             let r = self.table.poll_transmit()?;
             // Answered by the table (a stream ended by the drain, a call cut at the drain
             // bound) while its handler runs: its caller no longer waits for the handler.
-            self.handlers.callers_gone(&[r.id]);
+            self.handlers.callers_gone(&[r.id], Cause::Answered);
             self.answers.push_back(Answer {
                 key: r.conn,
                 frames: records::reply(r.call_id, r.code, Bytes::from_static(r.message.as_bytes())),
@@ -524,9 +556,9 @@ impl Callee {
 
     /// Runs an accepted call's handler on a task, kept in [`Handlers`] until it is over.
     fn spawn_handler(&mut self, spawn: &Dispatcher, job: ServeJob) {
-        let (id, gone, semantics) = (job.id, job.request.caller_gone(), job.semantics);
+        let (id, gone, stoppable) = (job.id, job.request.caller_gone(), job.stops_on_cancel);
         let task = spawn(job);
-        self.handlers.started(id, gone, task, semantics);
+        self.handlers.started(id, gone, task, stoppable);
     }
 
     /// Call `sid` left its execution queue (answered, refused, skipped, or its caller's
@@ -641,20 +673,38 @@ struct Handlers {
 struct Running {
     gone: CallerGone,
     task: AbortHandle,
-    /// A query: its task is stopped when its caller is gone.
+    /// Its task is stopped when its caller stops waiting ([`contract::stops_on_cancel`]).
     stoppable: bool,
 }
 
+/// Why a handler's caller no longer waits, as the metrics label it.
+#[derive(Debug, Clone, Copy)]
+enum Cause {
+    /// The connection its answer would travel on left ready.
+    CallerGone,
+    /// The caller sent a CANCEL.
+    Cancel,
+    /// Its ttl passed while it ran.
+    Ttl,
+    /// The serve table answered it itself (the drain), or the node stops.
+    Answered,
+}
+
+impl Cause {
+    fn label(self) -> &'static str {
+        match self {
+            Cause::CallerGone => "caller_gone",
+            Cause::Cancel => "cancel",
+            Cause::Ttl => "ttl",
+            Cause::Answered => "answered",
+        }
+    }
+}
+
 impl Handlers {
-    /// The handler of call `id` started on `task`.
-    fn started(
-        &mut self,
-        id: ServeId,
-        gone: CallerGone,
-        task: AbortHandle,
-        semantics: Option<Semantics>,
-    ) {
-        let stoppable = semantics == Some(Semantics::Query);
+    /// The handler of call `id` started on `task`; `stoppable`: its task is stopped when its
+    /// caller stops waiting.
+    fn started(&mut self, id: ServeId, gone: CallerGone, task: AbortHandle, stoppable: bool) {
         self.running.insert(
             id,
             Running {
@@ -670,9 +720,9 @@ impl Handlers {
         self.running.remove(&id);
     }
 
-    /// The callers of `calls` are gone: each running handler is signalled, each query's task
-    /// stopped.
-    fn callers_gone(&mut self, calls: &[ServeId]) {
+    /// The callers of `calls` no longer wait, for `cause`: each running handler is
+    /// signalled, and each stoppable one's task stopped. Returns whether any was stopped.
+    fn callers_gone(&mut self, calls: &[ServeId], cause: Cause) -> bool {
         let (mut signalled, mut stopped) = (0u64, 0u64);
         for id in calls {
             let Some(r) = self.running.get(id) else {
@@ -686,10 +736,18 @@ impl Handlers {
             }
         }
         if signalled > 0 {
-            metrics::counter!("zmesh_handlers_signalled_total").increment(signalled);
-            metrics::counter!("zmesh_handlers_stopped_total").increment(stopped);
-            tracing::debug!(signalled, stopped, "handlers of a caller that is gone");
+            let cause = cause.label();
+            metrics::counter!("zmesh_handlers_signalled_total", "reason" => cause)
+                .increment(signalled);
+            metrics::counter!("zmesh_handlers_stopped_total", "reason" => cause).increment(stopped);
+            tracing::debug!(
+                signalled,
+                stopped,
+                cause,
+                "handlers whose caller stopped waiting"
+            );
         }
+        stopped > 0
     }
 }
 

@@ -43,6 +43,8 @@ pub(super) struct NewCall {
     pub(super) opts: CallOptions,
     /// Where its answer goes.
     pub(super) reply: CallReply,
+    /// The application's name for it, for a cancel.
+    pub(super) token: u64,
 }
 
 /// Where a call goes, as the I/O thread found it.
@@ -77,8 +79,10 @@ impl Requests {
 pub(super) struct Caller {
     /// Calls this node made, leased on the connection that carried them (MISSION C1, C2).
     table: CallTable<CallKey>,
-    /// The application's side of each pending call.
-    replies: HashMap<CallId, CallReply>,
+    /// The application's side of each pending call, with the token that names it.
+    replies: HashMap<CallId, (CallReply, u64)>,
+    /// The pending calls by the application's token, for a cancel.
+    tokens: HashMap<u64, CallId>,
     /// REQUESTs of calls started in this loop turn, with the link they go on: sent together
     /// (per link, as BATCHes) before any other command is handled and at the end of the
     /// command drain (MISSION K5).
@@ -100,6 +104,7 @@ impl Caller {
         Caller {
             table: CallTable::new(),
             replies: HashMap::new(),
+            tokens: HashMap::new(),
             outgoing: Vec::new(),
             ops,
             rr: 0,
@@ -148,6 +153,7 @@ impl Caller {
             args,
             opts,
             reply,
+            token,
         } = call;
         let ttl = opts.ttl.filter(|t| !t.is_zero());
         let semantics = contract::to_wire(opts.semantics);
@@ -179,7 +185,32 @@ impl Caller {
         let target = target.unwrap_or_else(|| ops::channel_target(&channel));
         self.ops
             .with(|r| r.issue(id.get().get(), target, channel, method, semantics, now));
-        self.replies.insert(id, reply);
+        if self.table.is_pending(id) {
+            self.tokens.insert(token, id);
+        }
+        self.replies.insert(id, (reply, token));
+    }
+
+    /// The application stopped waiting for the call it named `token`, at `now`: the call
+    /// ends as `Cancelled` (whether it was sent says whether it may have run). Its REQUEST,
+    /// if still waiting for this turn's send, never leaves; if it left, the callee is to be
+    /// told ([`Caller::take_cancels`]). A token of a call that already ended changes nothing.
+    pub(super) fn cancel(&mut self, token: u64, now: Instant) {
+        let Some(id) = self.tokens.remove(&token) else {
+            return;
+        };
+        if self.table.handle_cancel(id, now) == crate::proto::calls::Disposition::Applied {
+            metrics::counter!("zmesh_calls_cancelled_total").increment(1);
+        }
+    }
+
+    /// The calls whose callers stopped waiting after their REQUEST left (cancelled, or past
+    /// their deadline), each with the connection its answers travel on: a CANCEL to send
+    /// where that connection's pair negotiated it.
+    pub(super) fn take_cancels(&mut self) -> Vec<(CallKey, NonZeroU64)> {
+        std::iter::from_fn(|| self.table.poll_cancel())
+            .map(|(key, id)| (key, id.get()))
+            .collect()
     }
 
     /// True if REQUESTs of this turn wait to be sent.
@@ -196,7 +227,13 @@ impl Caller {
     /// now, MISSION C3).
     pub(super) fn take_requests(&mut self, batches: impl Fn(LinkKey) -> bool) -> Vec<Requests> {
         let mut per_link: Vec<(LinkKey, Vec<(CallId, wire::Request)>)> = Vec::new();
-        for (link, id, request) in self.outgoing.drain(..) {
+        // A call that ended before its REQUEST left (cancelled in this turn) must not leave.
+        let table = &self.table;
+        for (link, id, request) in self
+            .outgoing
+            .drain(..)
+            .filter(|(_, id, _)| table.is_pending(*id))
+        {
             match per_link.iter_mut().find(|(l, _)| *l == link) {
                 Some((_, calls)) => calls.push((id, request)),
                 None => per_link.push((link, vec![(id, request)])),
@@ -304,14 +341,15 @@ impl Caller {
     pub(super) fn deliver(&mut self, now: Instant) {
         while let Some(item) = self.table.poll_item() {
             self.ops.with(|r| r.item(item.id.get().get(), now));
-            if let Some(CallReply::Stream(tx)) = self.replies.get(&item.id) {
+            if let Some((CallReply::Stream(tx), _)) = self.replies.get(&item.id) {
                 let _ = tx.send(StreamEvent::Item(item.payload));
             }
         }
         while let Some((id, result)) = self.table.poll_completion() {
             self.ops
                 .with(|r| r.settle(id.get().get(), result.as_ref().map(|_| ()), now));
-            if let Some(reply) = self.replies.remove(&id) {
+            if let Some((reply, token)) = self.replies.remove(&id) {
+                self.tokens.remove(&token);
                 let result = result.map(|c| c.payload);
                 if let Err(e) = &result {
                     metrics::counter!("zmesh_calls_failed_total", "code" => e.code()).increment(1);

@@ -24,7 +24,7 @@ use crate::config::NodeConfig;
 use crate::proto::calls::Unrouted;
 use crate::proto::handshake::Role;
 use crate::proto::state::FailureReason;
-use crate::proto::wire::Lane;
+use crate::proto::wire::{Capabilities, Lane};
 use crate::proto::ConnId;
 use crate::runtime::calls::CallOptions;
 use crate::runtime::records;
@@ -314,10 +314,67 @@ impl IoThread {
         self.drain_calls(now);
     }
 
-    /// Hands finished calls to the application and sends the callee's answers.
+    /// Hands finished calls to the application, tells callees of the calls nobody waits
+    /// for any more, and sends the callee's answers.
     pub(super) fn drain_calls(&mut self, now: Instant) {
+        self.send_cancels();
         self.caller.deliver(now);
         self.send_callee_answers(now);
+    }
+
+    /// The application stopped waiting for the call it named `token`.
+    pub(super) fn cancel_call(&mut self, token: u64, now: Instant) {
+        self.caller.cancel(token, now);
+        self.drain_calls(now);
+    }
+
+    /// Sends a CANCEL for each call whose caller stopped waiting after its REQUEST left, on
+    /// the link its REQUEST went out on, where that connection negotiated CANCEL (WIRE.md
+    /// §4.13, §8.1). Elsewhere, or when the link cannot take it now, the cancel stays local:
+    /// the callee finishes the call and its answers arrive late, as they would have without
+    /// the record.
+    fn send_cancels(&mut self) {
+        for (key, call_id) in self.caller.take_cancels() {
+            let Some(link) = self.request_link(key) else {
+                continue;
+            };
+            if !self.conn_caps(link).contains(Capabilities::CANCEL) {
+                continue;
+            }
+            if self
+                .send_frames_on_link(link, &records::cancel(call_id))
+                .is_ok()
+            {
+                metrics::counter!("zmesh_cancels_sent_total").increment(1);
+            }
+        }
+    }
+
+    /// The link the REQUESTs of calls keyed `key` go out on: the ClientServer connection
+    /// itself, or the Application lane to the peer behind a RouteMesh Completion lane.
+    fn request_link(&self, key: CallKey) -> Option<LinkKey> {
+        let l = self.links.get(key.0)?;
+        match l.lane()? {
+            Lane::ClientServer => Some(key.0),
+            Lane::Completion => {
+                let rid = l.conn.as_ref()?.peer.as_ref()?.rid.clone();
+                self.lane_of(&rid, Lane::Application).map(|(send, _)| send)
+            }
+            Lane::Application => None,
+        }
+    }
+
+    /// The capabilities in effect on link `k`'s ready connection: those both ends announced
+    /// in its handshake (none before it is ready).
+    pub(super) fn conn_caps(&self, k: LinkKey) -> Capabilities {
+        self.links
+            .get(k)
+            .and_then(|l| l.conn.as_ref())
+            .filter(|c| c.ready)
+            .and_then(|c| c.peer.as_ref())
+            .map_or(Capabilities::NONE, |p| {
+                p.capabilities.intersection(self.me.capabilities)
+            })
     }
 }
 

@@ -33,7 +33,9 @@ impl IoThread {
                 Err(TryRecvError::Empty) => return true,
                 Err(TryRecvError::Disconnected) => return false,
             };
-            if !matches!(cmd, Command::Call { .. }) {
+            // A cancel does not send the REQUESTs before it: a call cancelled in the turn it
+            // was made never leaves.
+            if !matches!(cmd, Command::Call { .. } | Command::CancelCall(_)) {
                 self.flush_calls(now);
             }
             match cmd {
@@ -57,6 +59,7 @@ impl IoThread {
                     args,
                     opts,
                     reply,
+                    token,
                 } => self.start_call(
                     NewCall {
                         channel,
@@ -64,9 +67,11 @@ impl IoThread {
                         args,
                         opts,
                         reply,
+                        token,
                     },
                     now,
                 ),
+                Command::CancelCall(token) => self.cancel_call(token, now),
                 Command::Serve { channel, served } => self.serve_channel(channel, served),
                 Command::ServeItem(item) => self.on_serve_item(item, now),
                 Command::ServeDone(done) => self.on_serve_done(done, now),

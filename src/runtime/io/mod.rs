@@ -322,6 +322,7 @@ impl IoThread {
             generation,
             security_identity,
             memberships: cfg.memberships.clone(),
+            capabilities: crate::proto::handshake::Capabilities::SPOKEN,
         };
         let mut io = IoThread {
             cfg: cfg.clone(),

@@ -257,7 +257,7 @@ impl IoThread {
     }
 
     pub(super) fn on_link_record(&mut self, k: LinkKey, frames: &[Frame], now: Instant) {
-        let rec = match records::decode(frames) {
+        let rec = match records::decode(frames, self.conn_caps(k)) {
             Ok(r) => r,
             Err(e) => {
                 // Malformed input: a protocol error for this connection only (MISSION W3).
@@ -294,6 +294,7 @@ impl IoThread {
             Rec::Welcome(w) if !ready && !inbound => self.on_welcome(k, w, now),
             Rec::Request(req) if ready => self.on_request(k, req, now),
             Rec::Batch(requests) if ready => self.on_batch(k, requests, now),
+            Rec::Cancel(call_id) if ready => self.on_cancel(k, call_id, now),
             rec @ (Rec::Accept { .. } | Rec::Reply { .. } | Rec::Item { .. }) if ready => {
                 self.on_call_answer(k, rec, now)
             }

@@ -3,6 +3,7 @@
 //! REPLYs the callee decides on, and hands it the handlers' results. What happens to a call
 //! is the callee's decision (module [`super::callee`]).
 
+use std::num::NonZeroU64;
 use std::time::Instant;
 
 use super::callee::From;
@@ -76,6 +77,16 @@ impl IoThread {
             let sent = self.send_answer_on(key, accept);
             self.callee.handle_accept_sent(accepting, sent, now);
         }
+        self.drain_calls(now);
+    }
+
+    /// A CANCEL arriving on link `k` (WIRE.md §4.13): the caller no longer waits for call
+    /// `call_id`, which it sent on this link.
+    pub(super) fn on_cancel(&mut self, k: LinkKey, call_id: NonZeroU64, now: Instant) {
+        let Some(from) = self.request_route(k) else {
+            return;
+        };
+        self.callee.handle_cancel(from.key, call_id, now);
         self.drain_calls(now);
     }
 

@@ -14,7 +14,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::calls::{
-    self as rcalls, CallError, CallOptions, CallStream, ItemSink, Request, ServeError,
+    self as rcalls, CallCanceller, CallError, CallOptions, CallStream, CancelPort, ItemSink,
+    PendingCall, Request, ServeError,
 };
 use super::command::{CallReply, Command, WakeUp};
 use super::discovery::Agent;
@@ -66,6 +67,8 @@ struct Inner {
     security: SecurityConfig,
     /// Stops the thread that watches `allow_dir` when dropped (with this, or at shutdown).
     allow_watch: Mutex<Option<crossbeam_channel::Sender<()>>>,
+    /// The last token given to a call, for its cancel ([`Command::CancelCall`]).
+    call_tokens: std::sync::atomic::AtomicU64,
 }
 
 /// What automatic mode needs to start once the I/O thread runs.
@@ -310,6 +313,7 @@ impl Node {
                 discovery: Mutex::new(None),
                 security: security_config,
                 allow_watch: Mutex::new(None),
+                call_tokens: std::sync::atomic::AtomicU64::new(0),
             }),
         };
         if watch_allow_dir {
@@ -635,6 +639,8 @@ impl Node {
     }
 
     /// A call with raw (already encoded) arguments and result.
+    ///
+    /// Dropping the future before it resolves cancels the call (see [`PendingCall`]).
     pub async fn call_raw(
         &self,
         channel: &str,
@@ -642,21 +648,61 @@ impl Node {
         args: Bytes,
         opts: CallOptions,
     ) -> Result<Bytes, CallError> {
-        check_names(channel, method, &opts)?;
+        self.start_call(channel, method, args, opts).await
+    }
+
+    /// Starts a call with raw (already encoded) arguments and returns it at once as a
+    /// [`PendingCall`]: a future of its raw result that can also be cancelled
+    /// ([`PendingCall::cancel`]). Routing, leases and errors are those of [`Node::call`].
+    ///
+    /// ```no_run
+    /// # async fn demo(node: zmesh::runtime::Node) {
+    /// use zmesh::runtime::calls::{encode, CallError, CallOptions};
+    ///
+    /// let args = encode(&()).expect("unit encodes");
+    /// let mut call = node.start_call("pump", "pressure", args, CallOptions::default());
+    /// call.cancel();
+    /// assert!(matches!(call.await, Err(CallError::Cancelled { .. }) | Ok(_)));
+    /// # }
+    /// ```
+    pub fn start_call(
+        &self,
+        channel: &str,
+        method: &str,
+        args: Bytes,
+        opts: CallOptions,
+    ) -> PendingCall {
+        if let Err(e) = check_names(channel, method, &opts) {
+            return PendingCall::failed(e);
+        }
         let (tx, rx) = oneshot::channel();
+        let token = self.next_call_token();
         let cmd = Command::Call {
             channel: channel.to_owned(),
             method: method.to_owned(),
             args,
             opts,
             reply: CallReply::Unary(tx),
+            token,
         };
         if !self.command(cmd) {
-            return Err(CallError::Shutdown { sent: false });
+            return PendingCall::failed(CallError::Shutdown { sent: false });
         }
-        // The I/O thread answers every call exactly once; if it vanished without answering,
-        // the call may have left.
-        rx.await.unwrap_or(Err(CallError::Shutdown { sent: true }))
+        PendingCall::new(rx, self.canceller(token))
+    }
+
+    /// A fresh token naming one call of this node.
+    fn next_call_token(&self) -> u64 {
+        self.inner
+            .call_tokens
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .wrapping_add(1)
+    }
+
+    /// What cancels the call named `token`, holding the node only weakly.
+    fn canceller(&self, token: u64) -> CallCanceller {
+        let port: Arc<dyn CancelPort> = self.inner.clone();
+        CallCanceller::new(token, Arc::downgrade(&port))
     }
 
     /// Calls `method` on a ready server of `channel` and streams its answer: the items the
@@ -697,17 +743,19 @@ impl Node {
             return CallStream::failed(e);
         }
         let (tx, rx) = mpsc::unbounded_channel();
+        let token = self.next_call_token();
         let cmd = Command::Call {
             channel: channel.to_owned(),
             method: method.to_owned(),
             args,
             opts,
             reply: CallReply::Stream(tx),
+            token,
         };
         if !self.command(cmd) {
             return CallStream::failed(CallError::Shutdown { sent: false });
         }
-        CallStream::new(rx)
+        CallStream::new(rx, self.canceller(token))
     }
 
     /// A snapshot of every configured and inbound link (MISSION O1).
@@ -968,6 +1016,13 @@ fn check_names(channel: &str, method: &str, opts: &CallOptions) -> Result<(), Ca
         }
     }
     Ok(())
+}
+
+/// A dropped or cancelled call reaches the I/O thread as [`Command::CancelCall`].
+impl CancelPort for Inner {
+    fn cancel_call(&self, token: u64) {
+        self.command(Command::CancelCall(token));
+    }
 }
 
 impl Drop for Inner {

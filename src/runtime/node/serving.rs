@@ -140,6 +140,7 @@ impl Node {
             key: None,
             any_method: Some(shape),
             authorizer: None,
+            abort_choices: Default::default(),
         };
         self.register(channel, served, Lookup::Any(handler))
     }
@@ -267,6 +268,7 @@ async fn run_job(
         id,
         request,
         semantics,
+        ..
     } = job;
     if request.method == DESCRIBE_METHOD {
         let contract = node.upgrade().map(|inner| Node { inner }.describe());

@@ -1,0 +1,96 @@
+//! Wire capabilities beyond version 1 (WIRE.md §8.1): what a node announces in its
+//! handshake, and the extension entries of the memberships list that carry the announcement.
+
+use std::fmt;
+
+/// A set of wire capabilities beyond version 1 (WIRE.md §8.1): record kinds and byte forms a
+/// node speaks in addition to version 1. A node announces its set in its HELLO or WELCOME as
+/// extension entries of the memberships list; a capability is in effect on a connection only
+/// when both ends announced it there, so a version-1 peer, which announces none, receives
+/// version-1 records only.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Capabilities(u32);
+
+impl Capabilities {
+    /// No capability: version 1 exactly.
+    pub const NONE: Capabilities = Capabilities(0);
+    /// CANCEL records (WIRE.md §4.13): a caller tells the callee it no longer waits.
+    pub const CANCEL: Capabilities = Capabilities(1);
+    /// Every capability this implementation speaks, announced by default.
+    pub const SPOKEN: Capabilities = Capabilities::CANCEL;
+
+    /// Each capability with its name on the wire, in the order extension entries are sent.
+    const NAMES: [(Capabilities, &'static str); 1] = [(Capabilities::CANCEL, "cancel")];
+
+    /// Whether every capability of `other` is in this set.
+    pub const fn contains(self, other: Capabilities) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The capabilities in both sets: what is in effect between two ends.
+    #[must_use]
+    pub const fn intersection(self, other: Capabilities) -> Capabilities {
+        Capabilities(self.0 & other.0)
+    }
+
+    /// The capabilities in either set.
+    #[must_use]
+    pub const fn union(self, other: Capabilities) -> Capabilities {
+        Capabilities(self.0 | other.0)
+    }
+
+    /// Whether the set is empty (version 1 exactly).
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The wire names of the capabilities in the set, in wire order.
+    pub fn names(self) -> impl Iterator<Item = &'static str> {
+        Self::NAMES
+            .into_iter()
+            .filter(move |(c, _)| self.contains(*c))
+            .map(|(_, n)| n)
+    }
+
+    /// The capability an extension entry names, if this implementation knows it (an unknown
+    /// name is ignored: it is a capability this side does not speak).
+    pub(crate) fn from_entry(channel: &str) -> Option<Capabilities> {
+        let name = channel.strip_prefix(EXTENSION_PREFIX)?;
+        Self::NAMES
+            .into_iter()
+            .find(|(_, n)| *n == name)
+            .map(|(c, _)| c)
+    }
+}
+
+impl fmt::Display for Capabilities {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_empty() {
+            return f.write_str("v1");
+        }
+        f.write_str("v1")?;
+        for n in self.names() {
+            write!(f, "+{n}")?;
+        }
+        Ok(())
+    }
+}
+
+impl serde::Serialize for Capabilities {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.names())
+    }
+}
+
+/// The first character of an extension entry's channel (WIRE.md §8.1). No membership a
+/// configuration holds begins with it, so an entry that does is never a channel.
+pub const EXTENSION_PREFIX: char = '\0';
+
+/// Room the memberships list keeps for extension entries: a configuration holds at most
+/// [`super::Memberships::MAX`] minus this many memberships.
+pub const EXTENSION_ROOM: usize = 16;
+
+/// Whether `channel` is an extension entry's name rather than a channel (WIRE.md §8.1).
+pub fn is_extension_entry(channel: &str) -> bool {
+    channel.starts_with(EXTENSION_PREFIX)
+}

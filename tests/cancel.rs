@@ -1,0 +1,357 @@
+//! Cancellation over real libzmq sockets (MISSION X1, X3): a caller that stops waiting (a
+//! dropped future, `PendingCall::cancel`, a `tokio::time::timeout`, a dropped stream) ends
+//! its call at once and tells a callee that negotiated CANCEL; the callee never runs a queued
+//! call, stops a query's handler, and only signals a command's. A version-1 peer, which
+//! announces no capability, never receives a CANCEL.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{free_tcp, mesh_bind, mesh_server, peer, start_ready};
+use tokio::sync::{mpsc, Notify};
+use zmesh::config::{NodeConfig, ServerConfig};
+use zmesh::proto::ops::OpStatus;
+use zmesh::proto::wire::{self, Label, Lane, Memberships, Name, Record, ReplyCode, Welcome};
+use zmesh::runtime::calls::{encode, CallError, CallOptions, Request};
+use zmesh::runtime::service::{Execution, Method, Service};
+use zmesh::runtime::Node;
+
+const STEP: Duration = Duration::from_secs(10);
+
+/// Sends its name when dropped: shows that a handler's future was dropped.
+struct DropProbe(&'static str, mpsc::UnboundedSender<&'static str>);
+
+impl Drop for DropProbe {
+    fn drop(&mut self) {
+        let _ = self.1.send(self.0);
+    }
+}
+
+async fn recv<T>(rx: &mut mpsc::UnboundedReceiver<T>, what: &str) -> T {
+    tokio::time::timeout(STEP, rx.recv())
+        .await
+        .unwrap_or_else(|_| panic!("{what}: nothing within {STEP:?}"))
+        .unwrap_or_else(|| panic!("{what}: channel closed"))
+}
+
+/// A RouteMesh pair: `b` serving `services`, `a` dialling it, both lanes ready.
+async fn pair(services: Vec<Service>) -> (Node, Node) {
+    let b_bind = mesh_bind(true);
+    let mut config = mesh_server("b", services[0].channel(), &b_bind);
+    config.memberships = services
+        .iter()
+        .flat_map(|s| common::server_of(s.channel()))
+        .collect();
+    let b = Node::start(config).await.expect("b");
+    for service in services {
+        b.expose(service).expect("expose");
+    }
+    let mut a = NodeConfig::new("a");
+    a.peers = vec![peer("b", &b_bind)];
+    let (a, _events) = start_ready(a, "b").await;
+    (a, b)
+}
+
+/// MISSION X1: a call waiting in the callee's serial queue, cancelled by its caller, never
+/// runs. The first call holds the queue until the test lets it go; the second is cancelled
+/// explicitly (its caller hears `Cancelled { sent: true }` at once); a query on the same
+/// connection, answered after the CANCEL arrived (records of one connection arrive in
+/// order), shows the callee had it before the queue moved; the third call then runs, and
+/// the cancelled one never did.
+#[tokio::test]
+async fn x1_a_cancelled_queued_call_never_runs() {
+    let gate = Arc::new(Notify::new());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (started_tx, mut started) = mpsc::unbounded_channel::<()>();
+    let hold = {
+        let gate = gate.clone();
+        move |_req: Request| {
+            let (gate, started) = (gate.clone(), started_tx.clone());
+            async move {
+                let _ = started.send(());
+                gate.notified().await;
+                encode("held")
+            }
+        }
+    };
+    let record = {
+        let runs = runs.clone();
+        move |_req: Request| {
+            let runs = runs.clone();
+            async move { encode(&(runs.fetch_add(1, Ordering::SeqCst) + 1)) }
+        }
+    };
+    let service = Service::new("work")
+        .execution(Execution::Serial)
+        .method(Method::idempotent_command("hold"), hold)
+        .method(Method::non_repeatable_command("record"), record);
+    let ping = Service::new("ping").method(Method::query("ping"), |_req: Request| async {
+        encode("pong")
+    });
+    let (a, b) = pair(vec![service, ping]).await;
+
+    let first = {
+        let a = a.clone();
+        tokio::spawn(async move { a.call::<_, String>("work", "hold", &()).await })
+    };
+    recv(&mut started, "the first call's handler").await;
+    let args = encode(&()).expect("args");
+    let mut second = a.start_call("work", "record", args, CallOptions::default());
+    // Let the REQUEST leave and be queued behind the first call: the ping answered after it
+    // shows the callee has it.
+    let pong: String = a.call("ping", "ping", &()).await.expect("ping");
+    assert_eq!(pong, "pong");
+    second.cancel();
+    let err = second.await.expect_err("cancelled");
+    assert_eq!(err, CallError::Cancelled { sent: true });
+    let pong: String = a
+        .call("ping", "ping", &())
+        .await
+        .expect("ping after the cancel");
+    assert_eq!(pong, "pong");
+
+    gate.notify_one();
+    assert_eq!(first.await.expect("join").expect("first call"), "held");
+    let third: usize = a.call("work", "record", &()).await.expect("third call");
+    assert_eq!(
+        third, 1,
+        "the cancelled call never ran: the third is the first to run"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let row = a
+        .operations()
+        .snapshot()
+        .into_iter()
+        .find(|o| &*o.method == "record")
+        .expect("the cancelled call's row");
+    assert_eq!(row.status, OpStatus::UnknownOutcome, "sent, then cancelled");
+    assert_eq!(row.code, Some("Cancelled"));
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+}
+
+/// MISSION X1: a running query whose caller drops the call (here through
+/// `tokio::time::timeout`) has its handler's future dropped at its next `.await`; a running
+/// command is never stopped by the runtime: its handler sees the signal and finishes. The
+/// caller's table keeps nothing, and each operations row is settled as "may have run".
+#[tokio::test]
+async fn x1_a_dropped_query_stops_and_a_dropped_command_finishes() {
+    let (started_tx, mut started) = mpsc::unbounded_channel::<&'static str>();
+    let (dropped_tx, mut dropped) = mpsc::unbounded_channel::<&'static str>();
+    let (finished_tx, mut finished) = mpsc::unbounded_channel::<&'static str>();
+    let look = {
+        let (started, dropped) = (started_tx.clone(), dropped_tx.clone());
+        move |_req: Request| {
+            let (started, dropped) = (started.clone(), dropped.clone());
+            async move {
+                let _probe = DropProbe("look", dropped);
+                let _ = started.send("look");
+                std::future::pending::<()>().await;
+                encode("never")
+            }
+        }
+    };
+    let act = move |req: Request| {
+        let (started, dropped, finished) =
+            (started_tx.clone(), dropped_tx.clone(), finished_tx.clone());
+        async move {
+            let _probe = DropProbe("act", dropped);
+            let _ = started.send("act");
+            req.cancelled().await;
+            let _ = finished.send("act");
+            encode("stopped where it was safe")
+        }
+    };
+    let service = Service::new("work")
+        .method(Method::query("look"), look)
+        .method(Method::non_repeatable_command("act"), act);
+    let (a, b) = pair(vec![service]).await;
+
+    for method in ["look", "act"] {
+        // The call is dropped once its handler runs, as `tokio::time::timeout` drops it.
+        let call = a.call::<_, String>("work", method, &());
+        tokio::pin!(call);
+        tokio::time::timeout(STEP, async {
+            tokio::select! {
+                r = &mut call => panic!("{method} answered: {r:?}"),
+                m = started.recv() => assert_eq!(m, Some(method)),
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{method}: its handler did not start"));
+    }
+    let mut gone = vec![recv(&mut dropped, "a handler's future dropped").await];
+    assert_eq!(
+        recv(&mut finished, "the command saw the signal").await,
+        "act"
+    );
+    gone.push(recv(&mut dropped, "the command's future ended").await);
+    gone.sort_unstable();
+    assert_eq!(gone, ["act", "look"]);
+    let snap = a.snapshot().await.expect("snapshot");
+    assert_eq!(snap.pending_calls, 0, "the caller keeps nothing");
+    for row in a.operations().snapshot() {
+        assert_eq!(row.status, OpStatus::UnknownOutcome, "{}", row.method);
+        assert_eq!(row.code, Some("Cancelled"), "{}", row.method);
+    }
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+}
+
+/// MISSION X1: dropping a stream part way stops the callee's producer (a query's handler is
+/// stopped at its next `.await`), and the caller's table keeps nothing.
+#[tokio::test]
+async fn x1_a_dropped_stream_stops_its_producer() {
+    let b_bind = mesh_bind(true);
+    let b = Node::start(mesh_server("b", "feed", &b_bind))
+        .await
+        .expect("b");
+    let (dropped_tx, mut dropped) = mpsc::unbounded_channel::<&'static str>();
+    b.serve_stream("feed", move |_req, sink| {
+        let dropped = dropped_tx.clone();
+        async move {
+            let _probe = DropProbe("feed", dropped);
+            let mut n = 0u64;
+            // An endless producer: it ends only when stopped or when its sink refuses.
+            while sink.send_item(&n).await.is_ok() {
+                n += 1;
+            }
+            encode("refused")
+        }
+    })
+    .expect("serve");
+    let mut a = NodeConfig::new("a");
+    a.peers = vec![peer("b", &b_bind)];
+    let (a, _events) = start_ready(a, "b").await;
+    let mut stream = a.call_stream("feed", "endless", &(), CallOptions::default());
+    for want in 0..5u64 {
+        let got = tokio::time::timeout(STEP, stream.next_item_as::<u64>())
+            .await
+            .expect("an item")
+            .expect("not ended")
+            .expect("decodes");
+        assert_eq!(got, want);
+    }
+    drop(stream);
+    assert_eq!(recv(&mut dropped, "the producer ended").await, "feed");
+    let snap = a.snapshot().await.expect("snapshot");
+    assert_eq!(snap.pending_calls, 0);
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+}
+
+/// MISSION X1, X3: a server that speaks only version 1 (a raw libzmq ROUTER answering with
+/// this crate's codec and announcing no capability) never receives a CANCEL: the HELLO
+/// offers `cancel`, the version-1 WELCOME does not, so a dropped call stays local (the caller
+/// still hears `Cancelled` at once) and the next record the server reads is the next call's
+/// REQUEST, which it answers as usual.
+#[tokio::test]
+async fn x1_x3_a_version_1_server_never_receives_a_cancel() {
+    let ep = free_tcp();
+    let ctx = zmq::Context::new();
+    let server = ctx.socket(zmq::ROUTER).expect("router");
+    server.set_linger(0).expect("linger");
+    server.set_rcvtimeo(10_000).expect("rcvtimeo");
+    server.bind(&ep).expect("bind");
+    let mut c = NodeConfig::new("cli");
+    c.servers = vec![ServerConfig {
+        channel: "orders".into(),
+        endpoint: ep.clone(),
+        rid: Some("srv".into()),
+        batch_calls: true,
+    }];
+    let node = Node::start(c).await.expect("client");
+
+    let server = tokio::task::spawn_blocking(move || {
+        let next = |s: &zmq::Socket| -> (Vec<u8>, Record) {
+            loop {
+                let mut frames = s.recv_multipart(0).expect("a record within 10 s");
+                let route = frames.remove(0);
+                let rec = Record::decode(&frames).expect("version-1 bytes only");
+                if !matches!(rec, Record::Probe { .. } | Record::Ack { .. }) {
+                    return (route, rec);
+                }
+                if let Record::Probe { id } = rec {
+                    let mut out = vec![route];
+                    out.extend(Record::Ack { id }.encode());
+                    s.send_multipart(out.iter(), 0).expect("ack");
+                }
+            }
+        };
+        let send = |s: &zmq::Socket, route: &[u8], rec: Record| {
+            let mut out = vec![route.to_vec()];
+            out.extend(rec.encode());
+            s.send_multipart(out.iter(), 0).expect("send");
+        };
+        let (route, hello) = next(&server);
+        let Record::Hello(h) = hello else {
+            panic!("first record: {hello:?}")
+        };
+        let offered: Vec<&str> = h.memberships.iter().map(|m| m.channel.as_str()).collect();
+        assert_eq!(offered, ["\0cancel"], "the client offers cancel");
+        send(
+            &server,
+            &route,
+            Record::Welcome(Welcome {
+                lane: Lane::ClientServer,
+                rid: Name::new("srv").expect("rid"),
+                generation: std::num::NonZeroU64::MIN,
+                security_identity: Label::new("srv").expect("label"),
+                memberships: Memberships::new(vec![wire::Membership {
+                    role: wire::Role::Server,
+                    channel: Name::new("orders").expect("channel"),
+                }])
+                .expect("memberships"),
+            }),
+        );
+        // The first REQUEST goes unanswered (its caller gives up); the next record must be
+        // the second REQUEST, never a CANCEL.
+        let (_, first) = next(&server);
+        let Record::Request(first) = first else {
+            panic!("not a REQUEST: {first:?}")
+        };
+        let (route, second) = next(&server);
+        let Record::Request(second) = second else {
+            panic!("a version-1 server got {second:?}")
+        };
+        assert_ne!(first.call_id, second.call_id);
+        send(
+            &server,
+            &route,
+            Record::Reply(wire::Reply {
+                call_id: second.call_id,
+                code: ReplyCode::Ok,
+                payload: Bytes::from(encode("second").expect("payload").to_vec()),
+            }),
+        );
+        first.method.as_str().to_owned()
+    });
+
+    node.ready(zmesh::runtime::Target::server("orders"))
+        .await
+        .expect("ready");
+    let args = encode(&()).expect("args");
+    let mut first = node.start_call("orders", "first", args.clone(), CallOptions::default());
+    // A command after a call sends the call's REQUEST first: once the snapshot is answered,
+    // the REQUEST was handed to libzmq.
+    node.snapshot().await.expect("snapshot");
+    let sent = node
+        .operations()
+        .snapshot()
+        .iter()
+        .any(|o| &*o.method == "first" && o.status == OpStatus::Sent);
+    assert!(sent, "the first REQUEST left");
+    first.cancel();
+    assert_eq!(
+        first.await.expect_err("cancelled"),
+        CallError::Cancelled { sent: true }
+    );
+    let second: String = node.call("orders", "second", &()).await.expect("second");
+    assert_eq!(second, "second");
+    assert_eq!(server.await.expect("server"), "first");
+    node.shutdown().await.expect("shutdown");
+}
