@@ -8,9 +8,11 @@
 //! A typed client's call is [`Node::call_raw`] underneath: the arguments are encoded as
 //! MessagePack (none: `nil`; one argument: the value itself; several: an array of them, in
 //! order), the method's declared semantics travel in the REQUEST as the caller's pin
-//! ([`CallOptions::semantics`]), and the result is decoded from MessagePack. A service built
-//! with the builder API ([`crate::runtime::service`]) that decodes the same values answers a
-//! typed client, and the other way round.
+//! ([`CallOptions::semantics`]), and the result is decoded from MessagePack (one that does not
+//! decode is [`CallError::UndecodableResult`]: the call ran). A result that the service cannot
+//! encode is answered `Exception` (it ran). A service built with the builder API
+//! ([`crate::runtime::service`]) that decodes the same values answers a typed client, and the
+//! other way round.
 
 use std::future::{Future, IntoFuture};
 use std::marker::PhantomData;
@@ -274,13 +276,15 @@ impl<T, R> std::fmt::Debug for ItemStream<T, R> {
 
 impl<T: DeserializeOwned, R: DeserializeOwned> ItemStream<T, R> {
     /// The next item; `None` once the stream has ended ([`ItemStream::finish`] then gives
-    /// the result at once). An item that does not decode is an `Err` for that item only.
+    /// the result at once). An item that does not decode is [`CallError::UndecodableResult`]
+    /// for that item only (the callee ran and sent it); the stream goes on.
     pub async fn next(&mut self) -> Option<Result<T, CallError>> {
         self.stream.next_item_as().await
     }
 
     /// Waits for the end of the call: its result, or the error that ended it. Items not
-    /// taken yet are discarded.
+    /// taken yet are discarded. A result that does not decode is
+    /// [`CallError::UndecodableResult`] (the call ran and answered).
     pub async fn finish(self) -> Result<R, CallError> {
         self.stream.finish_as().await
     }

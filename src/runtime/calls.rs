@@ -288,11 +288,13 @@ pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Bytes, ServeError> {
         .map_err(|e| ServeError::new(RemoteCode::InvalidParams, e.to_string()))
 }
 
-/// Decodes a call result (MessagePack).
+/// Decodes a call's result (or one stream item) from MessagePack, at the caller.
+///
+/// An answer that does not decode as `T` is [`CallError::UndecodableResult`]: the callee ran
+/// the call and answered, so the error says it may have run.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CallError> {
-    rmp_serde::from_slice(bytes).map_err(|e| CallError::Remote {
-        code: RemoteCode::InvalidParams,
-        message: format!("result does not decode: {e}"),
+    rmp_serde::from_slice(bytes).map_err(|e| CallError::UndecodableResult {
+        reason: e.to_string(),
     })
 }
 
@@ -387,8 +389,8 @@ impl CallStream {
     }
 
     /// The next item decoded from MessagePack; `None` once the stream has ended. An item
-    /// that does not decode is an `Err` for that item only (code `InvalidParams`); the stream
-    /// goes on.
+    /// that does not decode is [`CallError::UndecodableResult`] for that item only (the
+    /// callee ran the call and sent it); the stream goes on.
     pub async fn next_item_as<T: DeserializeOwned>(&mut self) -> Option<Result<T, CallError>> {
         let item = self.next_item().await?;
         Some(decode(&item))
@@ -415,7 +417,8 @@ impl CallStream {
         }
     }
 
-    /// [`CallStream::finish`], with the final result decoded from MessagePack.
+    /// [`CallStream::finish`], with the final result decoded from MessagePack: one that does
+    /// not decode is [`CallError::UndecodableResult`] (the call ran and answered).
     pub async fn finish_as<R: DeserializeOwned>(self) -> Result<R, CallError> {
         let bytes = self.finish().await?;
         decode(&bytes)

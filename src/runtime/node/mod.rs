@@ -606,7 +606,9 @@ impl Node {
     /// The server is a ready RouteMesh peer that announced a Server membership of the channel,
     /// or a ready ClientServer server configured for it. No timeout applies: the call is a
     /// lease on the connection that carried it and fails the moment that connection leaves
-    /// ready. See [`CallError`] and [`rcalls::may_have_run`] for what a failure says.
+    /// ready. See [`CallError`] and [`rcalls::may_have_run`] for what a failure says: arguments
+    /// that do not encode are [`CallError::InvalidArgument`] (never sent), a result that does
+    /// not decode as `R` is [`CallError::UndecodableResult`] (the call ran and answered).
     pub async fn call<A, R>(&self, channel: &str, method: &str, args: &A) -> Result<R, CallError>
     where
         A: serde::Serialize + ?Sized,
