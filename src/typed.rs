@@ -384,17 +384,19 @@ pub mod __private {
     pub use serde::de::IgnoredAny;
     use serde::Serialize;
 
-    use crate::runtime::calls::{encode, CallError, Request, ServeError};
+    use crate::runtime::calls::{
+        self as rcalls, encode, CallError, RemoteCode, Request, ServeError,
+    };
 
-    /// A client call's arguments, encoded.
+    /// A client call's arguments, encoded: ones that do not encode are
+    /// [`CallError::InvalidArgument`] (never sent).
     pub fn encode_args<T: Serialize + ?Sized>(args: &T) -> Result<Bytes, CallError> {
-        encode(args).map_err(|e| CallError::InvalidArgument { reason: e.message })
+        rcalls::encode_args(args)
     }
 
     /// A method's result, encoded: one that does not encode answers `Exception` (it ran).
     pub fn reply<T: Serialize>(out: T) -> Result<Bytes, ServeError> {
         encode(&out)
-            .map_err(|e| ServeError::exception(format!("result does not encode: {}", e.message)))
     }
 
     /// A method's `Result`, its error converted to the call's.
@@ -404,9 +406,16 @@ pub mod __private {
         out.map_err(Into::into).and_then(reply)
     }
 
-    /// The queue name of a keyed call: its key argument's MessagePack bytes in hex.
+    /// The queue name of a keyed call: its key argument's MessagePack bytes in hex. It is
+    /// named before the method runs, so a key that does not encode refuses the call
+    /// `InvalidParams` (did not run).
     pub fn key_of<T: Serialize>(key: &T) -> Result<String, ServeError> {
-        encode(key).map(hex::encode)
+        rmp_serde::to_vec_named(key).map(hex::encode).map_err(|e| {
+            ServeError::new(
+                RemoteCode::InvalidParams,
+                format!("the key does not encode: {e}"),
+            )
+        })
     }
 
     /// The handler of a service declared only to read its contract.

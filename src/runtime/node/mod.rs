@@ -630,8 +630,7 @@ impl Node {
         A: serde::Serialize + ?Sized,
         R: serde::de::DeserializeOwned,
     {
-        let args =
-            rcalls::encode(args).map_err(|e| CallError::InvalidArgument { reason: e.message })?;
+        let args = rcalls::encode_args(args)?;
         let bytes = self.call_raw(channel, method, args, opts).await?;
         rcalls::decode(&bytes)
     }
@@ -681,9 +680,9 @@ impl Node {
     where
         A: serde::Serialize + ?Sized,
     {
-        match rcalls::encode(args) {
+        match rcalls::encode_args(args) {
             Ok(args) => self.call_stream_raw(channel, method, args, opts),
-            Err(e) => CallStream::failed(CallError::InvalidArgument { reason: e.message }),
+            Err(e) => CallStream::failed(e),
         }
     }
 
