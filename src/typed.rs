@@ -8,9 +8,11 @@
 //! A typed client's call is [`Node::call_raw`] underneath: the arguments are encoded as
 //! MessagePack (none: `nil`; one argument: the value itself; several: an array of them, in
 //! order), the method's declared semantics travel in the REQUEST as the caller's pin
-//! ([`CallOptions::semantics`]), and the result is decoded from MessagePack. A service built
-//! with the builder API ([`crate::runtime::service`]) that decodes the same values answers a
-//! typed client, and the other way round.
+//! ([`CallOptions::semantics`]), and the result is decoded from MessagePack (one that does not
+//! decode is [`CallError::UndecodableResult`]: the call ran). A result that the service cannot
+//! encode is answered `Exception` (it ran). A service built with the builder API
+//! ([`crate::runtime::service`]) that decodes the same values answers a typed client, and the
+//! other way round.
 
 use std::future::{Future, IntoFuture};
 use std::marker::PhantomData;
@@ -274,13 +276,15 @@ impl<T, R> std::fmt::Debug for ItemStream<T, R> {
 
 impl<T: DeserializeOwned, R: DeserializeOwned> ItemStream<T, R> {
     /// The next item; `None` once the stream has ended ([`ItemStream::finish`] then gives
-    /// the result at once). An item that does not decode is an `Err` for that item only.
+    /// the result at once). An item that does not decode is [`CallError::UndecodableResult`]
+    /// for that item only (the callee ran and sent it); the stream goes on.
     pub async fn next(&mut self) -> Option<Result<T, CallError>> {
         self.stream.next_item_as().await
     }
 
     /// Waits for the end of the call: its result, or the error that ended it. Items not
-    /// taken yet are discarded.
+    /// taken yet are discarded. A result that does not decode is
+    /// [`CallError::UndecodableResult`] (the call ran and answered).
     pub async fn finish(self) -> Result<R, CallError> {
         self.stream.finish_as().await
     }
@@ -380,17 +384,19 @@ pub mod __private {
     pub use serde::de::IgnoredAny;
     use serde::Serialize;
 
-    use crate::runtime::calls::{encode, CallError, Request, ServeError};
+    use crate::runtime::calls::{
+        self as rcalls, encode, CallError, RemoteCode, Request, ServeError,
+    };
 
-    /// A client call's arguments, encoded.
+    /// A client call's arguments, encoded: ones that do not encode are
+    /// [`CallError::InvalidArgument`] (never sent).
     pub fn encode_args<T: Serialize + ?Sized>(args: &T) -> Result<Bytes, CallError> {
-        encode(args).map_err(|e| CallError::InvalidArgument { reason: e.message })
+        rcalls::encode_args(args)
     }
 
     /// A method's result, encoded: one that does not encode answers `Exception` (it ran).
     pub fn reply<T: Serialize>(out: T) -> Result<Bytes, ServeError> {
         encode(&out)
-            .map_err(|e| ServeError::exception(format!("result does not encode: {}", e.message)))
     }
 
     /// A method's `Result`, its error converted to the call's.
@@ -400,9 +406,16 @@ pub mod __private {
         out.map_err(Into::into).and_then(reply)
     }
 
-    /// The queue name of a keyed call: its key argument's MessagePack bytes in hex.
+    /// The queue name of a keyed call: its key argument's MessagePack bytes in hex. It is
+    /// named before the method runs, so a key that does not encode refuses the call
+    /// `InvalidParams` (did not run).
     pub fn key_of<T: Serialize>(key: &T) -> Result<String, ServeError> {
-        encode(key).map(hex::encode)
+        rmp_serde::to_vec_named(key).map(hex::encode).map_err(|e| {
+            ServeError::new(
+                RemoteCode::InvalidParams,
+                format!("the key does not encode: {e}"),
+            )
+        })
     }
 
     /// The handler of a service declared only to read its contract.

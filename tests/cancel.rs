@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, Notify};
 use zmesh::config::{NodeConfig, ServerConfig};
 use zmesh::proto::ops::OpStatus;
 use zmesh::proto::wire::{self, Label, Lane, Memberships, Name, Record, ReplyCode, Welcome};
-use zmesh::runtime::calls::{encode, CallError, CallOptions, Request};
+use zmesh::runtime::calls::{encode, encode_args, CallError, CallOptions, Request};
 use zmesh::runtime::service::{Execution, Method, Service};
 use zmesh::runtime::Node;
 
@@ -99,7 +99,7 @@ async fn x1_a_cancelled_queued_call_never_runs() {
         tokio::spawn(async move { a.call::<_, String>("work", "hold", &()).await })
     };
     recv(&mut started, "the first call's handler").await;
-    let args = encode(&()).expect("args");
+    let args = encode_args(&()).expect("args");
     let mut second = a.start_call("work", "record", args, CallOptions::default());
     // Let the REQUEST leave and be queued behind the first call: the ping answered after it
     // shows the callee has it.
@@ -334,7 +334,7 @@ async fn x1_x3_a_version_1_server_never_receives_a_cancel() {
     node.ready(zmesh::runtime::Target::server("orders"))
         .await
         .expect("ready");
-    let args = encode(&()).expect("args");
+    let args = encode_args(&()).expect("args");
     let mut first = node.start_call("orders", "first", args.clone(), CallOptions::default());
     // A command after a call sends the call's REQUEST first: once the snapshot is answered,
     // the REQUEST was handed to libzmq.

@@ -22,16 +22,23 @@
 //! | `issued` | created; the request was not (yet) handed to libzmq. A call that fails here certainly did not run |
 //! | `sent` | handed to libzmq: from here on a failure may mean it ran |
 //! | `deferred` | a stream call that has delivered items but no terminal REPLY yet: the call succeeded so far, the operation has not ended |
-//! | `succeeded` | REPLY `Ok` |
+//! | `succeeded` | REPLY `Ok` (also when the caller then cannot decode the answer: it ran and succeeded) |
 //! | `failed` | it certainly did not run, or it ran and certainly failed (`Exception`) |
 //! | `unknown-outcome` | it may have run and nobody knows how it ended: the row an operator must not lose |
 //!
 //! # Failure to status ([`status_of_failure`])
 //!
-//! `unknown-outcome` is exactly "[`may_have_run`] and not a remote `Exception`": an `Exception`
-//! proves that the method ran and failed, which is certain. Every other "may have run" error
-//! lands in `unknown-outcome` with its code kept beside it ([`Operation::code`]): a caller's
-//! own `Timeout` and an `UnknownOutcome` are the same fact reached by different routes.
+//! `unknown-outcome` is exactly "[`may_have_run`], and neither a remote `Exception` nor an
+//! `UndecodableResult`": an `Exception` proves that the method ran and failed, and an
+//! `UndecodableResult` that it ran and answered `Ok` (only the caller cannot read the value),
+//! both certain. Every other "may have run" error lands in `unknown-outcome` with its code
+//! kept beside it ([`Operation::code`]): a caller's own `Timeout` and an `UnknownOutcome` are
+//! the same fact reached by different routes.
+//!
+//! The runtime settles a row when the call table completes the call, before the caller decodes
+//! the result, so the row of a call whose answer does not decode is already `succeeded` (with
+//! no code) when the caller sees `UndecodableResult`: what the registry records is what
+//! happened at the callee.
 //!
 //! | [`CallError`] | status | code |
 //! |---|---|---|
@@ -49,6 +56,7 @@
 //! | `Shutdown { sent: true }` | unknown-outcome | `Unavailable` |
 //! | `Unavailable { accepted: false }` (a draining callee refused it) | failed | `Unavailable` |
 //! | `Unavailable { accepted: true }` (the callee stopped with it in hand) | unknown-outcome | `Unavailable` |
+//! | `UndecodableResult` (it ran and answered `Ok`; the caller cannot read the answer) | succeeded | `UndecodableResult` |
 //! | `Remote { Exception }` (it ran and failed) | failed | `Exception` |
 //! | `Remote { UnknownOutcome \| Unavailable }` | unknown-outcome | the code |
 //! | `Remote { MethodNotFound \| ClassNotFound \| NotFound \| InvalidParams \| Unauthorized \| Forbidden \| IncompatibleVersion \| Busy \| Superseded \| Timeout \| TransportError }` | failed | the code |
@@ -166,13 +174,15 @@ impl fmt::Display for OpStatus {
 
 /// The status a call failing with `err` ends in: `unknown-outcome` if it may have run
 /// ([`may_have_run`]) unless the callee answered `Exception` (it ran and failed, which is
-/// certain); `failed` otherwise. The module docs have the table.
+/// certain: `failed`) or its `Ok` answer does not decode at the caller (it ran and succeeded,
+/// which is certain: `succeeded`); `failed` otherwise. The module docs have the table.
 pub fn status_of_failure(err: &CallError) -> OpStatus {
     match err {
         CallError::Remote {
             code: RemoteCode::Exception,
             ..
         } => OpStatus::Failed,
+        CallError::UndecodableResult { .. } => OpStatus::Succeeded,
         err if may_have_run(err) => OpStatus::UnknownOutcome,
         _ => OpStatus::Failed,
     }
@@ -730,10 +740,10 @@ mod tests {
 
     /// K2, C3: `status_of_failure` for every `CallError` variant (and every remote code):
     /// unknown-outcome exactly when the call may have run, except a remote `Exception` (it
-    /// ran and failed: certain).
+    /// ran and failed: certain) and an undecodable answer (it ran and succeeded: certain).
     #[test]
     fn k2_status_of_failure_every_variant() {
-        use OpStatus::{Failed, UnknownOutcome as Unknown};
+        use OpStatus::{Failed, Succeeded, UnknownOutcome as Unknown};
         let remote = |code| CallError::Remote {
             code,
             message: String::new(),
@@ -775,6 +785,10 @@ mod tests {
             (CallError::Shutdown { sent: true }, Unknown),
             (CallError::Unavailable { accepted: false }, Failed),
             (CallError::Unavailable { accepted: true }, Unknown),
+            (
+                CallError::UndecodableResult { reason: "x".into() },
+                Succeeded,
+            ),
             (remote(RemoteCode::Exception), Failed),
             (remote(RemoteCode::UnknownOutcome), Unknown),
             (remote(RemoteCode::Unavailable), Unknown),
@@ -792,16 +806,16 @@ mod tests {
         ];
         for (err, want) in &rows {
             assert_eq!(status_of_failure(err), *want, "{err:?}");
-            let is_exception = matches!(
+            let ran_certainly = matches!(
                 err,
                 CallError::Remote {
                     code: RemoteCode::Exception,
                     ..
-                }
+                } | CallError::UndecodableResult { .. }
             );
             assert_eq!(
                 *want == Unknown,
-                may_have_run(err) && !is_exception,
+                may_have_run(err) && !ran_certainly,
                 "{err:?}: one classification, not a second opinion"
             );
         }

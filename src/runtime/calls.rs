@@ -281,18 +281,56 @@ fn handler_code(code: RemoteCode) -> RemoteCode {
     }
 }
 
-/// Encodes a value as call arguments or a result (MessagePack).
+/// Encodes a handler's result (or a stream item) as MessagePack, for the callee's answer.
+///
+/// A value that does not encode is the handler's failure, reported after it ran: the error
+/// is `Exception` (may have run), never `InvalidParams` (which says "did not run"). A caller
+/// encodes its arguments with [`encode_args`] instead.
+///
+/// ```
+/// use zmesh::runtime::calls::{encode, RemoteCode};
+/// use serde::ser::{Error, Serialize, Serializer};
+///
+/// struct Unencodable;
+/// impl Serialize for Unencodable {
+///     fn serialize<S: Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+///         Err(S::Error::custom("no byte form"))
+///     }
+/// }
+/// assert_eq!(encode(&Unencodable).unwrap_err().code, RemoteCode::Exception);
+/// ```
 pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Bytes, ServeError> {
     rmp_serde::to_vec_named(value)
         .map(Bytes::from)
-        .map_err(|e| ServeError::new(RemoteCode::InvalidParams, e.to_string()))
+        .map_err(|e| {
+            ServeError::new(
+                RemoteCode::Exception,
+                format!("the result does not encode: {e}"),
+            )
+        })
 }
 
-/// Decodes a call result (MessagePack).
+/// Encodes a caller's arguments as MessagePack, for [`crate::runtime::Node::call_raw`] and
+/// [`crate::runtime::Node::call_stream_raw`] (the typed [`crate::runtime::Node::call`] does
+/// it itself).
+///
+/// Arguments that do not encode are [`CallError::InvalidArgument`]: the call was never
+/// built, so it certainly did not run.
+pub fn encode_args<T: Serialize + ?Sized>(args: &T) -> Result<Bytes, CallError> {
+    rmp_serde::to_vec_named(args)
+        .map(Bytes::from)
+        .map_err(|e| CallError::InvalidArgument {
+            reason: format!("the arguments do not encode: {e}"),
+        })
+}
+
+/// Decodes a call's result (or one stream item) from MessagePack, at the caller.
+///
+/// An answer that does not decode as `T` is [`CallError::UndecodableResult`]: the callee ran
+/// the call and answered, so the error says it may have run.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CallError> {
-    rmp_serde::from_slice(bytes).map_err(|e| CallError::Remote {
-        code: RemoteCode::InvalidParams,
-        message: format!("result does not decode: {e}"),
+    rmp_serde::from_slice(bytes).map_err(|e| CallError::UndecodableResult {
+        reason: e.to_string(),
     })
 }
 
@@ -407,8 +445,8 @@ impl CallStream {
     }
 
     /// The next item decoded from MessagePack; `None` once the stream has ended. An item
-    /// that does not decode is an `Err` for that item only (code `InvalidParams`); the stream
-    /// goes on.
+    /// that does not decode is [`CallError::UndecodableResult`] for that item only (the
+    /// callee ran the call and sent it); the stream goes on.
     pub async fn next_item_as<T: DeserializeOwned>(&mut self) -> Option<Result<T, CallError>> {
         let item = self.next_item().await?;
         Some(decode(&item))
@@ -435,7 +473,8 @@ impl CallStream {
         }
     }
 
-    /// [`CallStream::finish`], with the final result decoded from MessagePack.
+    /// [`CallStream::finish`], with the final result decoded from MessagePack: one that does
+    /// not decode is [`CallError::UndecodableResult`] (the call ran and answered).
     pub async fn finish_as<R: DeserializeOwned>(self) -> Result<R, CallError> {
         let bytes = self.finish().await?;
         decode(&bytes)
@@ -633,7 +672,9 @@ impl ItemSink {
         }
     }
 
-    /// Sends one item encoded as MessagePack; see [`ItemSink::send`].
+    /// Sends one item encoded as MessagePack; see [`ItemSink::send`]. An item that does not
+    /// encode is not sent and is an `Exception` error ([`encode`]): returned with `?`, it
+    /// answers the call `Exception` (it ran).
     pub async fn send_item<T: Serialize + ?Sized>(&self, item: &T) -> Result<(), ServeError> {
         self.send(encode(item)?).await
     }

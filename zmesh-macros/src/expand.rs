@@ -126,7 +126,8 @@ fn rewrite_trait(service: &Service) -> syn::ItemTrait {
         "Exposes this implementation as the `{channel}` service: hand the result to \
          `Node::expose` or `NodeBuilder::expose`. Each call decodes its arguments (a mismatch \
          answers `InvalidParams`, did not run), runs the method on this one shared value, and \
-         encodes its result; the contract is [`{client}::contract`]."
+         encodes its result (one that does not encode answers `Exception`: it ran); the \
+         contract is [`{client}::contract`]."
     );
     let contract_doc = format!(
         "The contract of the `{channel}` service, equal to what `Node::describe` reports for \

@@ -213,12 +213,14 @@ impl fmt::Display for RemoteCode {
 /// | `Unavailable { accepted: true }` | the callee stopped with the call in hand: a stream it was producing ended, or the drain bound passed | **yes** | `Unavailable` |
 /// | `ItemOutOfOrder { .. }` | a stream item arrived with a sequence number other than the next one; the stream is broken | **yes** | `UnknownOutcome` |
 /// | `InvalidArgument { .. }` | the call could not be encoded (argument serialisation, channel or method name length); never sent | no | `InvalidParams` |
+/// | `UndecodableResult { .. }` | the callee ran the call and answered `Ok` (or sent a stream item), but the answer does not decode as the type the caller asked for | **yes** | `UndecodableResult` |
 /// | `Remote { code, .. }` | the callee answered with an error code and message | per code: **yes** for `Exception`, `UnknownOutcome`, `Unavailable`; no for `MethodNotFound`, `ClassNotFound`, `NotFound`, `InvalidParams`, `Unauthorized`, `Forbidden`, `IncompatibleVersion`, `Busy`, `Superseded`, `Timeout`, `TransportError` | the code's name |
 ///
 /// A REPLY proves the callee's view, so its refusals are "did not run": the callee sends
 /// ACCEPT before it dispatches (WIRE.md §5.3), refuses a draining arrival without an ACCEPT,
-/// and answers an expired ttl with `Timeout` instead of running. `Cancelled` is the one code
-/// that is not in the K6 list: a cancellation is local and never travels.
+/// and answers an expired ttl with `Timeout` instead of running. `Cancelled` and
+/// `UndecodableResult` are the codes that are not in the K6 list: both are facts only the
+/// caller knows (a cancellation, an answer it cannot read) and never travel.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CallError {
@@ -283,6 +285,16 @@ pub enum CallError {
         /// What was wrong.
         reason: String,
     },
+    /// The callee answered, but this caller cannot read the answer: a REPLY `Ok` payload (or a
+    /// stream item) that does not decode as the type asked for, from MessagePack. The callee
+    /// dispatched the method and reported success, so the call ran; only its value is lost.
+    /// Retrying a non-repeatable command because of it would run it again. For a stream item,
+    /// the error is that item's only: the stream goes on.
+    #[error("the callee ran the call and answered, but the answer does not decode: {reason}")]
+    UndecodableResult {
+        /// Why the answer could not be read (the decoder's message).
+        reason: String,
+    },
     /// A stream item arrived out of order (a gap or a repeat); the stream is broken and the
     /// call ends at once. The callee was producing items, so the call ran.
     #[error("stream item {got} arrived where item {expected} was due; the stream is broken")]
@@ -328,7 +340,8 @@ impl CallError {
     }
 
     /// The error code string (MISSION K6), as in the table on [`CallError`]: one of the K6
-    /// codes, or `"Cancelled"` for a local cancellation.
+    /// codes, `"Cancelled"` for a local cancellation, or `"UndecodableResult"` for an answer
+    /// the caller cannot read.
     pub fn code(&self) -> &'static str {
         match self {
             CallError::NoRegistration => "NotFound",
@@ -340,6 +353,7 @@ impl CallError {
             CallError::OutcomeUnknown { .. } | CallError::ItemOutOfOrder { .. } => "UnknownOutcome",
             CallError::Timeout { .. } => "Timeout",
             CallError::Cancelled { .. } => "Cancelled",
+            CallError::UndecodableResult { .. } => "UndecodableResult",
             CallError::Remote { code, .. } => code.name(),
         }
     }
@@ -356,7 +370,9 @@ pub fn may_have_run(err: &CallError) -> bool {
         | CallError::NoReadyPeer
         | CallError::TransportRefused
         | CallError::InvalidArgument { .. } => false,
-        CallError::OutcomeUnknown { .. } | CallError::ItemOutOfOrder { .. } => true,
+        CallError::OutcomeUnknown { .. }
+        | CallError::ItemOutOfOrder { .. }
+        | CallError::UndecodableResult { .. } => true,
         CallError::Timeout { refused_by_server } => !refused_by_server,
         CallError::Cancelled { sent } | CallError::Shutdown { sent } => *sent,
         CallError::Unavailable { accepted } => *accepted,

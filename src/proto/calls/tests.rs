@@ -84,6 +84,16 @@ fn c3_k6_error_table_may_have_run_and_codes() {
             true,
             "UnknownOutcome",
         ),
+        (
+            CallError::InvalidArgument { reason: "x".into() },
+            false,
+            "InvalidParams",
+        ),
+        (
+            CallError::UndecodableResult { reason: "x".into() },
+            true,
+            "UndecodableResult",
+        ),
     ];
     for (err, run, code) in rows {
         assert_eq!(may_have_run(&err), run, "{err:?}");

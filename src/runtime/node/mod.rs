@@ -610,7 +610,9 @@ impl Node {
     /// The server is a ready RouteMesh peer that announced a Server membership of the channel,
     /// or a ready ClientServer server configured for it. No timeout applies: the call is a
     /// lease on the connection that carried it and fails the moment that connection leaves
-    /// ready. See [`CallError`] and [`rcalls::may_have_run`] for what a failure says.
+    /// ready. See [`CallError`] and [`rcalls::may_have_run`] for what a failure says: arguments
+    /// that do not encode are [`CallError::InvalidArgument`] (never sent), a result that does
+    /// not decode as `R` is [`CallError::UndecodableResult`] (the call ran and answered).
     pub async fn call<A, R>(&self, channel: &str, method: &str, args: &A) -> Result<R, CallError>
     where
         A: serde::Serialize + ?Sized,
@@ -632,8 +634,7 @@ impl Node {
         A: serde::Serialize + ?Sized,
         R: serde::de::DeserializeOwned,
     {
-        let args =
-            rcalls::encode(args).map_err(|e| CallError::InvalidArgument { reason: e.message })?;
+        let args = rcalls::encode_args(args)?;
         let bytes = self.call_raw(channel, method, args, opts).await?;
         rcalls::decode(&bytes)
     }
@@ -657,9 +658,9 @@ impl Node {
     ///
     /// ```no_run
     /// # async fn demo(node: zmesh::runtime::Node) {
-    /// use zmesh::runtime::calls::{encode, CallError, CallOptions};
+    /// use zmesh::runtime::calls::{encode_args, CallError, CallOptions};
     ///
-    /// let args = encode(&()).expect("unit encodes");
+    /// let args = encode_args(&()).expect("unit encodes");
     /// let mut call = node.start_call("pump", "pressure", args, CallOptions::default());
     /// call.cancel();
     /// assert!(matches!(call.await, Err(CallError::Cancelled { .. }) | Ok(_)));
@@ -725,9 +726,9 @@ impl Node {
     where
         A: serde::Serialize + ?Sized,
     {
-        match rcalls::encode(args) {
+        match rcalls::encode_args(args) {
             Ok(args) => self.call_stream_raw(channel, method, args, opts),
-            Err(e) => CallStream::failed(CallError::InvalidArgument { reason: e.message }),
+            Err(e) => CallStream::failed(e),
         }
     }
 

@@ -113,7 +113,8 @@ impl Node {
 
     /// Fetches the contract of the node that serves `channel` (routed like any call: `opts`
     /// may name a RouteMesh peer), through the built-in method `$describe` every served
-    /// channel answers.
+    /// channel answers. An answer that does not decode as a contract is
+    /// [`CallError::UndecodableResult`].
     pub async fn fetch_contract(
         &self,
         channel: &str,
