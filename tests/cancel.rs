@@ -355,3 +355,56 @@ async fn x1_x3_a_version_1_server_never_receives_a_cancel() {
     assert_eq!(server.await.expect("server"), "first");
     node.shutdown().await.expect("shutdown");
 }
+
+/// MISSION X2 (and X1): a stream whose application takes no items holds at most
+/// `STREAM_BUFFER` of them; the next item ends it as `StreamOverrun` (may have run), the
+/// callee is told and its producer's sink refuses the next item, and the buffered items can
+/// still be taken, in order, before the end.
+#[tokio::test]
+async fn x2_a_stream_nobody_reads_ends_as_overrun_and_stops_its_producer() {
+    use zmesh::runtime::calls::{may_have_run, STREAM_BUFFER};
+    let b_bind = mesh_bind(true);
+    let b = Node::start(mesh_server("b", "feed", &b_bind))
+        .await
+        .expect("b");
+    let (ended_tx, mut ended) = mpsc::unbounded_channel::<u64>();
+    b.serve_stream("feed", move |_req, sink| {
+        let ended = ended_tx.clone();
+        async move {
+            let mut n = 0u64;
+            while sink.send_item(&n).await.is_ok() {
+                n += 1;
+            }
+            let _ = ended.send(n);
+            encode("refused")
+        }
+    })
+    .expect("serve");
+    let mut a = NodeConfig::new("a");
+    a.peers = vec![peer("b", &b_bind)];
+    let (a, _events) = start_ready(a, "b").await;
+    let mut stream = a.call_stream("feed", "endless", &(), CallOptions::default());
+    let sent = recv(&mut ended, "the producer was stopped").await;
+    assert!(sent > STREAM_BUFFER as u64, "{sent} items sent");
+    let mut got = 0u64;
+    while let Some(item) = stream.next_item_as::<u64>().await {
+        assert_eq!(item.expect("decodes"), got, "in order");
+        got += 1;
+    }
+    assert_eq!(
+        got, STREAM_BUFFER as u64,
+        "every buffered item is still there"
+    );
+    let err = stream.finish().await.expect_err("overrun");
+    assert_eq!(
+        err,
+        CallError::StreamOverrun {
+            buffered: STREAM_BUFFER
+        }
+    );
+    assert!(may_have_run(&err));
+    let snap = a.snapshot().await.expect("snapshot");
+    assert_eq!(snap.pending_calls, 0);
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+}

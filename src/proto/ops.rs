@@ -48,6 +48,7 @@
 //! | `InvalidArgument` | failed | `InvalidParams` |
 //! | `OutcomeUnknown { phase: Sent \| Accepted }` | unknown-outcome | `UnknownOutcome` |
 //! | `ItemOutOfOrder` | unknown-outcome | `UnknownOutcome` |
+//! | `StreamOverrun` | unknown-outcome | `UnknownOutcome` |
 //! | `Timeout { refused_by_server: false }` (the caller's own deadline) | unknown-outcome | `Timeout` |
 //! | `Timeout { refused_by_server: true }` (refused before dispatch) | failed | `Timeout` |
 //! | `Cancelled { sent: false }` | failed | `Cancelled` |
@@ -789,6 +790,7 @@ mod tests {
                 CallError::UndecodableResult { reason: "x".into() },
                 Succeeded,
             ),
+            (CallError::StreamOverrun { buffered: 1 }, Unknown),
             (remote(RemoteCode::Exception), Failed),
             (remote(RemoteCode::UnknownOutcome), Unknown),
             (remote(RemoteCode::Unavailable), Unknown),

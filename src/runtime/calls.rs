@@ -334,6 +334,11 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CallError> {
     })
 }
 
+/// How many items of one stream the caller's node holds for the application before the
+/// stream ends as [`CallError::StreamOverrun`] (see [`CallStream`]): enough for bursts, a
+/// bound on the memory a consumer that stopped reading can pin.
+pub const STREAM_BUFFER: usize = 1024;
+
 /// The future a handler returns.
 pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Bytes, ServeError>> + Send>>;
 
@@ -357,13 +362,16 @@ pub(crate) enum StreamEvent {
 /// failure a unary call can have). Like a unary call, a stream needs no timeout: it is a
 /// lease on the connection that accepted it (MISSION C2).
 ///
-/// Items are buffered without bound until taken. Dropping the stream before its end, or
+/// Items wait in a buffer of [`STREAM_BUFFER`] until taken. A stream whose application does
+/// not keep up (the buffer is full when an item arrives) ends at once as
+/// [`CallError::StreamOverrun`]: the items buffered can still be taken, the call is cancelled
+/// at the callee, and no item is dropped silently. Dropping the stream before its end, or
 /// [`CallStream::cancel`], cancels the call as dropping a [`PendingCall`] does: it ends as
 /// [`CallError::Cancelled`], and a callee that speaks CANCEL stops producing (its handler is
 /// signalled; a query's is stopped).
 #[derive(Debug)]
 pub struct CallStream {
-    rx: Option<mpsc::UnboundedReceiver<StreamEvent>>,
+    rx: Option<mpsc::Receiver<StreamEvent>>,
     end: Option<Result<Bytes, CallError>>,
     items: u64,
     canceller: Option<CallCanceller>,
@@ -380,10 +388,7 @@ impl std::fmt::Debug for StreamEvent {
 
 impl CallStream {
     /// A stream fed by the I/O thread through `rx`, cancelled by `canceller`.
-    pub(crate) fn new(
-        rx: mpsc::UnboundedReceiver<StreamEvent>,
-        canceller: CallCanceller,
-    ) -> CallStream {
+    pub(crate) fn new(rx: mpsc::Receiver<StreamEvent>, canceller: CallCanceller) -> CallStream {
         CallStream {
             rx: Some(rx),
             end: None,

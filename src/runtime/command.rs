@@ -59,7 +59,8 @@ pub(crate) enum CallReply {
     /// A unary call: its one result. Stream items for it are dropped.
     Unary(oneshot::Sender<Result<Bytes, CallError>>),
     /// A streaming call: its items in order, then its one end.
-    Stream(mpsc::UnboundedSender<StreamEvent>),
+    /// Bounded: [`super::calls::STREAM_BUFFER`] items and one place for the end.
+    Stream(mpsc::Sender<StreamEvent>),
 }
 
 /// A channel this node serves.

@@ -159,6 +159,12 @@ pub const METRICS: &[MetricInfo] = &[
          cancel()) before they ended.",
     ),
     counter(
+        "zmesh_stream_overruns_total",
+        &[],
+        "Streams this node called that ended as StreamOverrun: the application did not take \
+         their items and the buffer was full.",
+    ),
+    counter(
         "zmesh_cancels_sent_total",
         &[],
         "CANCEL records sent to callees that negotiated them (WIRE.md §4.13).",

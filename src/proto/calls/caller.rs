@@ -453,6 +453,20 @@ impl<K: Copy + Eq + Hash> CallTable<K> {
         Disposition::Applied
     }
 
+    /// The caller cannot take stream call `id`'s next item at `now` (its buffer of `buffered`
+    /// items is full): the call completes with [`CallError::StreamOverrun`] and, since its
+    /// REQUEST left, is queued in [`Self::poll_cancel`] so the callee stops producing. Items
+    /// already queued in [`Self::poll_item`] for it stay there (the shell drops them).
+    pub fn handle_overrun(&mut self, id: CallId, buffered: usize, now: Instant) -> Disposition {
+        self.handle_timeout(now);
+        let Some(call) = self.calls.get(&id) else {
+            return self.missing(id, |s| &mut s.late_items);
+        };
+        self.cancels.push_back((call.target, id));
+        self.complete(id, Err(CallError::StreamOverrun { buffered }));
+        Disposition::Applied
+    }
+
     /// The next call whose caller stopped waiting after its REQUEST left (cancelled, or its
     /// deadline passed), with the connection its answers travel on: the shell tells the
     /// callee with a CANCEL if that connection negotiated it (WIRE.md §4.13), and otherwise

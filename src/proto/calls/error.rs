@@ -206,12 +206,13 @@ impl fmt::Display for RemoteCode {
 /// | `Timeout { refused_by_server: false }` | the caller's own deadline (its ttl) passed | **yes** | `Timeout` |
 /// | `Timeout { refused_by_server: true }` | the callee refused it: its ttl ran out before dispatch, also while waiting in a queue (MISSION C6) | no | `Timeout` |
 /// | `Cancelled { sent: false }` | the caller cancelled it before the frame was handed over | no | `Cancelled` |
-/// | `Cancelled { sent: true }` | the caller cancelled it after; nothing tells the callee | **yes** | `Cancelled` |
+/// | `Cancelled { sent: true }` | the caller cancelled it after; a callee that speaks CANCEL is told, but it may have run | **yes** | `Cancelled` |
 /// | `Shutdown { sent: false }` | the local node shut down before the frame was handed over | no | `Unavailable` |
 /// | `Shutdown { sent: true }` | the local node shut down while the call was out | **yes** | `Unavailable` |
 /// | `Unavailable { accepted: false }` | the callee refused it because it is stopping (draining, MISSION C4) | no | `Unavailable` |
 /// | `Unavailable { accepted: true }` | the callee stopped with the call in hand: a stream it was producing ended, or the drain bound passed | **yes** | `Unavailable` |
 /// | `ItemOutOfOrder { .. }` | a stream item arrived with a sequence number other than the next one; the stream is broken | **yes** | `UnknownOutcome` |
+/// | `StreamOverrun { .. }` | the caller's stream buffer was full (the application did not take items); the stream ended and the callee was told | **yes** | `UnknownOutcome` |
 /// | `InvalidArgument { .. }` | the call could not be encoded (argument serialisation, channel or method name length); never sent | no | `InvalidParams` |
 /// | `UndecodableResult { .. }` | the callee ran the call and answered `Ok` (or sent a stream item), but the answer does not decode as the type the caller asked for | **yes** | `UndecodableResult` |
 /// | `Remote { code, .. }` | the callee answered with an error code and message | per code: **yes** for `Exception`, `UnknownOutcome`, `Unavailable`; no for `MethodNotFound`, `ClassNotFound`, `NotFound`, `InvalidParams`, `Unauthorized`, `Forbidden`, `IncompatibleVersion`, `Busy`, `Superseded`, `Timeout`, `TransportError` | the code's name |
@@ -254,7 +255,8 @@ pub enum CallError {
         /// the caller's own timer fired: the call may have run.
         refused_by_server: bool,
     },
-    /// The caller cancelled the call. Nothing tells the callee (there is no cancel record).
+    /// The caller cancelled the call (its future or stream was dropped, or cancelled). A callee
+    /// that negotiated CANCEL is told; it may have run the call if the request had left.
     #[error("the call was cancelled{}", if *sent { " after it was sent; it may have run" } else { " before it was sent" })]
     Cancelled {
         /// Whether the request had been handed to the transport.
@@ -294,6 +296,16 @@ pub enum CallError {
     UndecodableResult {
         /// Why the answer could not be read (the decoder's message).
         reason: String,
+    },
+    /// The caller's buffer of stream items was full: the application did not take them as
+    /// fast as the callee produced them, and an item arrived with no room for it. The stream
+    /// ends at once (a shortened stream is never passed off as a whole one), the callee is
+    /// told (CANCEL, where negotiated), and the items that were buffered can still be taken.
+    /// The callee was producing items, so the call ran.
+    #[error("the stream's buffer of {buffered} items was full: the stream ended; it may have run")]
+    StreamOverrun {
+        /// How many items the buffer held.
+        buffered: usize,
     },
     /// A stream item arrived out of order (a gap or a repeat); the stream is broken and the
     /// call ends at once. The callee was producing items, so the call ran.
@@ -350,7 +362,9 @@ impl CallError {
             }
             CallError::TransportRefused => "TransportError",
             CallError::InvalidArgument { .. } => "InvalidParams",
-            CallError::OutcomeUnknown { .. } | CallError::ItemOutOfOrder { .. } => "UnknownOutcome",
+            CallError::OutcomeUnknown { .. }
+            | CallError::ItemOutOfOrder { .. }
+            | CallError::StreamOverrun { .. } => "UnknownOutcome",
             CallError::Timeout { .. } => "Timeout",
             CallError::Cancelled { .. } => "Cancelled",
             CallError::UndecodableResult { .. } => "UndecodableResult",
@@ -372,6 +386,7 @@ pub fn may_have_run(err: &CallError) -> bool {
         | CallError::InvalidArgument { .. } => false,
         CallError::OutcomeUnknown { .. }
         | CallError::ItemOutOfOrder { .. }
+        | CallError::StreamOverrun { .. }
         | CallError::UndecodableResult { .. } => true,
         CallError::Timeout { refused_by_server } => !refused_by_server,
         CallError::Cancelled { sent } | CallError::Shutdown { sent } => *sent,

@@ -94,6 +94,11 @@ fn c3_k6_error_table_may_have_run_and_codes() {
             true,
             "UndecodableResult",
         ),
+        (
+            CallError::StreamOverrun { buffered: 1024 },
+            true,
+            "UnknownOutcome",
+        ),
     ];
     for (err, run, code) in rows {
         assert_eq!(may_have_run(&err), run, "{err:?}");

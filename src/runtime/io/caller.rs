@@ -19,11 +19,12 @@ use bytes::Bytes;
 
 use super::{CallKey, LinkKey};
 use crate::proto::calls::batch;
+use crate::proto::calls::CallError;
 use crate::proto::calls::{ttl_on_wire, CallId, CallTable, Unrouted};
 use crate::proto::contract;
 use crate::proto::ops;
 use crate::proto::wire;
-use crate::runtime::calls::{CallOptions, StreamEvent};
+use crate::runtime::calls::{CallOptions, StreamEvent, STREAM_BUFFER};
 use crate::runtime::command::CallReply;
 use crate::runtime::operations::OpsShared;
 use crate::runtime::records;
@@ -338,14 +339,38 @@ impl Caller {
     /// Items first: the table queues a call's items before its completion, so handing them
     /// first gives every item to its stream before the stream's end. Items of a call nobody
     /// streams (a unary caller, a dropped stream) are dropped.
+    ///
+    /// A stream's buffer holds [`STREAM_BUFFER`] items (one more place is kept for its end):
+    /// an item that finds it full ends the stream as [`CallError::StreamOverrun`] (the callee
+    /// is told), and so does a stream whose last item found no room just before its REPLY.
     pub(super) fn deliver(&mut self, now: Instant) {
+        let mut overrun: Vec<CallId> = Vec::new();
         while let Some(item) = self.table.poll_item() {
             self.ops.with(|r| r.item(item.id.get().get(), now));
-            if let Some((CallReply::Stream(tx), _)) = self.replies.get(&item.id) {
-                let _ = tx.send(StreamEvent::Item(item.payload));
+            let Some((CallReply::Stream(tx), _)) = self.replies.get(&item.id) else {
+                continue;
+            };
+            if overrun.contains(&item.id) {
+                continue;
             }
+            if tx.is_closed() || tx.capacity() > 1 {
+                let _ = tx.try_send(StreamEvent::Item(item.payload));
+                continue;
+            }
+            metrics::counter!("zmesh_stream_overruns_total").increment(1);
+            overrun.push(item.id);
+            let _ = self.table.handle_overrun(item.id, STREAM_BUFFER, now);
         }
         while let Some((id, result)) = self.table.poll_completion() {
+            // A stream that lost an item to a full buffer is never passed off as whole, even
+            // if its REPLY had already arrived.
+            let result = if overrun.contains(&id) {
+                Err(CallError::StreamOverrun {
+                    buffered: STREAM_BUFFER,
+                })
+            } else {
+                result
+            };
             self.ops
                 .with(|r| r.settle(id.get().get(), result.as_ref().map(|_| ()), now));
             if let Some((reply, token)) = self.replies.remove(&id) {
@@ -359,7 +384,8 @@ impl Caller {
                         let _ = tx.send(result);
                     }
                     CallReply::Stream(tx) => {
-                        let _ = tx.send(StreamEvent::End(result));
+                        // The buffer always keeps a place for the end.
+                        let _ = tx.try_send(StreamEvent::End(result));
                     }
                 }
             }

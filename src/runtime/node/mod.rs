@@ -743,7 +743,7 @@ impl Node {
         if let Err(e) = check_names(channel, method, &opts) {
             return CallStream::failed(e);
         }
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(rcalls::STREAM_BUFFER + 1);
         let token = self.next_call_token();
         let cmd = Command::Call {
             channel: channel.to_owned(),
