@@ -38,7 +38,11 @@ mod throughput;
 #[path = "../../zmesh-cli/src/ports.rs"]
 mod ports;
 
+use std::io::ErrorKind;
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -583,6 +587,53 @@ pub(crate) fn is_failure(ev: &NodeEvent, link: &str) -> bool {
     matches!(ev, NodeEvent::State(s) if s.link.contains(link) && s.reason.is_some())
 }
 
+/// A TCP proxy in this process: listens on an ephemeral port of 127.0.0.1 and, until `stop`,
+/// connects every connection it accepts to `upstream` (`tcp://host:port`), with Nagle off on
+/// both, and hands each direction to `relay(from, to, upstream_to_dialler)` on a thread of
+/// its own. Returns the endpoint it listens on. The measurements' proxies (one that counts
+/// ZMTP messages, one that freezes a connection) differ in `relay` only.
+pub(crate) fn spawn_tcp_proxy(
+    upstream: &str,
+    stop: Arc<AtomicBool>,
+    relay: impl Fn(TcpStream, TcpStream, bool) + Clone + Send + 'static,
+) -> Result<String> {
+    let up = upstream.trim_start_matches("tcp://").to_owned();
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    listener.set_nonblocking(true)?;
+    let endpoint = format!("tcp://{}", listener.local_addr()?);
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            let client = match listener.accept() {
+                Ok((c, _)) => c,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    // Connections are made at setup only; this is not on the measured path.
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                }
+                Err(_) => break,
+            };
+            let _ = client.set_nonblocking(false);
+            let Ok(server) = TcpStream::connect(&up) else {
+                let _ = client.shutdown(Shutdown::Both);
+                continue;
+            };
+            let _ = client.set_nodelay(true);
+            let _ = server.set_nodelay(true);
+            for (from, to, upstream_to_dialler) in [
+                (client.try_clone(), server.try_clone(), false),
+                (server.try_clone(), client.try_clone(), true),
+            ] {
+                let (Ok(from), Ok(to)) = (from, to) else {
+                    continue;
+                };
+                let relay = relay.clone();
+                std::thread::spawn(move || relay(from, to, upstream_to_dialler));
+            }
+        }
+    });
+    Ok(endpoint)
+}
+
 /// A RouteMesh pair in this process: `a` dials `b` (which serves [`CHANNEL`]); returns once
 /// both of `a`'s lanes and both of `b`'s inbound lanes are ready.
 pub(crate) struct Pair {
@@ -596,6 +647,12 @@ impl Pair {
     pub(crate) async fn start(b_cfg: NodeConfig, a_cfg: NodeConfig) -> Result<Pair> {
         let b = Node::start(b_cfg).await?;
         let a = Node::start(a_cfg).await?;
+        Pair::ready(a, b).await
+    }
+
+    /// Takes the event streams of `a`, started to dial `b`, and of `b`, and waits until both
+    /// RouteMesh lanes are ready on both sides.
+    pub(crate) async fn ready(a: Node, b: Node) -> Result<Pair> {
         let mut ea = a.take_events().context("events of a")?;
         let mut eb = b.take_events().context("events of b")?;
         let (a_rid, b_rid) = (a.rid().to_owned(), b.rid().to_owned());

@@ -138,6 +138,15 @@ fn pki(name: &str) -> Pki {
     pki
 }
 
+/// A [`pki`] and an etcd serving TLS with its `server` certificate, requiring client
+/// certificates signed by its `ca` (the tests' own client presents `admin`), both named
+/// `name`.
+fn tls_etcd(name: &str) -> (Pki, Etcd) {
+    let pki = pki(name);
+    let etcd = Etcd::start_tls(name, pki.server("server", "ca"), pki.admin("ca", "admin"));
+    (pki, etcd)
+}
+
 fn tls_store(etcd: &Etcd, prefix: &str, tls: EtcdTls) -> EtcdStore {
     EtcdStore::with_options(
         vec![etcd.host()],
@@ -152,12 +161,7 @@ fn tls_store(etcd: &Etcd, prefix: &str, tls: EtcdTls) -> EtcdStore {
 /// another node's.
 #[tokio::test]
 async fn h1_etcd_tls_connects_with_the_right_ca_and_client_certificate() {
-    let pki = pki("tls-ok");
-    let etcd = Etcd::start_tls(
-        "tls-ok",
-        pki.server("server", "ca"),
-        pki.admin("ca", "admin"),
-    );
+    let (pki, etcd) = tls_etcd("tls-ok");
     let store = tls_store(&etcd, "/tls/", pki.store_tls("ca", Some("client")));
     let lease = store.put(&desc("b", 7), TTL).await.expect("put over TLS");
     let listed = store.list().await.expect("list over TLS");
@@ -219,12 +223,7 @@ async fn h1_etcd_tls_connects_with_the_right_ca_and_client_certificate() {
 /// says so, not a bare "unavailable"; the watch reports the same error.
 #[tokio::test]
 async fn h1_etcd_tls_refuses_a_wrong_ca() {
-    let pki = pki("tls-ca");
-    let etcd = Etcd::start_tls(
-        "tls-ca",
-        pki.server("server", "ca"),
-        pki.admin("ca", "admin"),
-    );
+    let (pki, etcd) = tls_etcd("tls-ca");
     let store = tls_store(&etcd, "/tls/", pki.store_tls("other-ca", Some("client")));
     let err = store.list().await.expect_err("a wrong CA is refused");
     assert_eq!(
@@ -276,12 +275,7 @@ async fn h1_etcd_tls_refuses_an_expired_server_certificate() {
 /// refused, and the error says that etcd refused this node's certificate.
 #[tokio::test]
 async fn h1_etcd_tls_refuses_a_client_certificate_etcd_does_not_trust() {
-    let pki = pki("tls-client");
-    let etcd = Etcd::start_tls(
-        "tls-client",
-        pki.server("server", "ca"),
-        pki.admin("ca", "admin"),
-    );
+    let (pki, etcd) = tls_etcd("tls-client");
     let store = tls_store(&etcd, "/tls/", pki.store_tls("ca", Some("stranger")));
     let err = store.list().await.expect_err("refused");
     assert!(
@@ -377,12 +371,7 @@ async fn h1_etcd_auth_right_password_works_wrong_password_refused() {
 /// node's own lease stays unacquired, while the right one publishes.
 #[tokio::test]
 async fn h1_etcd_tls_and_auth_from_the_config_file() {
-    let pki = pki("tls-auth");
-    let etcd = Etcd::start_tls(
-        "tls-auth",
-        pki.server("server", "ca"),
-        pki.admin("ca", "admin"),
-    );
+    let (pki, etcd) = tls_etcd("tls-auth");
     enable_auth(&etcd, "/ta/");
     std::fs::write(pki.path("password"), "zmesh-pw\n").expect("password file");
     std::fs::write(pki.path("wrong"), "nope\n").expect("password file");

@@ -26,7 +26,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{mesh_bind, peer, start_ready, wait_peer_ready, Events};
-use fault::{collect, issue, judge, test_dir, StormChild, STEP};
+use fault::{collect, count_runs, issue, judge, stdout_lines, test_dir, StormChild, STEP};
 use zmesh::config::{NodeConfig, RouteMeshBind};
 use zmesh::runtime::Node;
 
@@ -59,16 +59,7 @@ impl Callee {
             .stdout(Stdio::piped())
             .spawn()
             .expect("spawn callee");
-        let out = child.stdout.take().expect("stdout");
-        let (tx, lines) = tokio::sync::mpsc::unbounded_channel();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = stdout_lines(&mut child);
         Callee {
             child,
             lines,
@@ -106,16 +97,8 @@ impl Callee {
 
     /// How many times each `work` token started running.
     fn executed(&self) -> HashMap<String, usize> {
-        let text = std::fs::read_to_string(&self.exec_log).unwrap_or_default();
         let mut runs = HashMap::new();
-        for line in text.lines() {
-            let Some(hex_args) = line.strip_prefix("work ") else {
-                continue;
-            };
-            let bytes = hex::decode(hex_args).expect("hex");
-            let (token, _ms): (String, u64) = rmp_serde::from_slice(&bytes).expect("args");
-            *runs.entry(token).or_insert(0) += 1;
-        }
+        count_runs(&self.exec_log, &mut runs);
         runs
     }
 }

@@ -113,6 +113,35 @@ pub fn test_dir(name: &str) -> tempfile::TempDir {
         .expect("dir")
 }
 
+/// Adds to `runs` how many times each `work` token started running by the execution log
+/// `log` (`zmesh node --exec-log`: one line per call, before its method runs).
+pub fn count_runs(log: &Path, runs: &mut HashMap<String, usize>) {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    for line in text.lines() {
+        let Some(hex_args) = line.strip_prefix("work ") else {
+            continue;
+        };
+        let bytes = hex::decode(hex_args).expect("hex");
+        let (token, _ms): (String, u64) = rmp_serde::from_slice(&bytes).expect("args");
+        *runs.entry(token).or_insert(0) += 1;
+    }
+}
+
+/// The lines `child` prints on its stdout (taken from it), read on a thread of their own.
+pub fn stdout_lines(child: &mut Child) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+    let out = child.stdout.take().expect("stdout");
+    let (tx, lines) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    lines
+}
+
 /// A child `zmesh node --serve CHANNEL` that a test kills and restarts: every process run
 /// has a new lifecycle generation, its own execution log and its own control endpoint (for
 /// its snapshot: generation, inbound links).
@@ -169,17 +198,7 @@ impl StormChild {
             .stdout(Stdio::piped())
             .spawn()
             .expect("spawn storm child");
-        let out = child.stdout.take().expect("stdout");
-        let (tx, lines) = tokio::sync::mpsc::unbounded_channel();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        self.lines = lines;
+        self.lines = stdout_lines(&mut child);
         self.child = Some(child);
         self.exec_logs.push(exec_log);
     }
@@ -239,15 +258,7 @@ impl StormChild {
     /// How many times each `work` token started running, over every run.
     pub fn executed(&self, runs: &mut HashMap<String, usize>) {
         for log in &self.exec_logs {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            for line in text.lines() {
-                let Some(hex_args) = line.strip_prefix("work ") else {
-                    continue;
-                };
-                let bytes = hex::decode(hex_args).expect("hex");
-                let (token, _ms): (String, u64) = rmp_serde::from_slice(&bytes).expect("args");
-                *runs.entry(token).or_insert(0) += 1;
-            }
+            count_runs(log, runs);
         }
     }
 }
