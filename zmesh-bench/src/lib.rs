@@ -37,6 +37,9 @@ mod throughput;
 // Shared with the CLI's demo and the integration tests, which include the same file.
 #[path = "../../zmesh-cli/src/ports.rs"]
 mod ports;
+// Shared with the CLI: a closed stdout ends the report quietly.
+#[path = "../../zmesh-cli/src/stdout.rs"]
+mod stdout;
 
 use std::io::ErrorKind;
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -324,19 +327,34 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     }
 
     let total = started.elapsed();
-    print!("{}", render(&metrics, &plan));
-    println!(
+    let printed = report(&metrics, &plan, &machine, &load_before, total);
+    // A stdout closed by its reader (`zmesh bench | head -1`) stops the report, not the file.
+    if let Some(path) = &args.json {
+        write_json(path, &plan, &machine, &load_before, total, &metrics)?;
+    }
+    match printed {
+        Err(e) if !stdout::is_closed(&e) => Err(anyhow::Error::new(e).context("writing to stdout")),
+        _ => Ok(()),
+    }
+}
+
+/// Prints the table of rows and the machine's line.
+fn report(
+    metrics: &[Metric],
+    plan: &Plan,
+    machine: &Value,
+    load_before: &str,
+    total: Duration,
+) -> std::io::Result<()> {
+    stdout::out!("{}", render(metrics, plan))?;
+    stdout::outln!(
         "machine: {} x {}, load average before {} after {}; {:.0} s in all",
         machine["nproc"],
         machine["cpu"].as_str().unwrap_or("?"),
         load_before,
         load_average(),
         total.as_secs_f64()
-    );
-    if let Some(path) = &args.json {
-        write_json(path, &plan, &machine, &load_before, total, &metrics)?;
-    }
-    Ok(())
+    )
 }
 
 /// Writes the results as JSON to `path`: the plan, the machine, the load average before the
