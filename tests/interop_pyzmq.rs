@@ -9,7 +9,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{free_tcp, py_script, Events, PyPeer};
+use common::{
+    close_monitored, free_tcp, monitor_wait, monitored_dealer, py_script, Events, PyPeer,
+};
 use serde_json::Value;
 use zmesh::config::{Endpoint, NodeConfig};
 use zmesh::proto::handshake::{Membership, Role};
@@ -371,40 +373,6 @@ while time.monotonic() < DEADLINE:
         d.send(envelope(0x05) + f0[4:12])
 "#;
 
-/// A raw libzmq DEALER that completes its ZMTP handshake and then says nothing (no HELLO),
-/// with the monitor that saw the handshake.
-fn silent_dealer(ctx: &zmq::Context, ep: &str, n: usize) -> (zmq::Socket, zmq::Socket) {
-    let d = ctx.socket(zmq::DEALER).expect("dealer");
-    d.set_linger(0).expect("linger");
-    let mon_ep = format!("inproc://silent-{n}");
-    d.monitor(&mon_ep, zmq::SocketEvent::ALL as i32)
-        .expect("monitor");
-    let mon = ctx.socket(zmq::PAIR).expect("pair");
-    mon.connect(&mon_ep).expect("connect monitor");
-    d.connect(ep).expect("connect");
-    (d, mon)
-}
-
-/// Waits (bounded by [`STEP`]) for the monitor event `want` on `mon`.
-fn monitor_saw(mon: &zmq::Socket, want: zmq::SocketEvent) {
-    let deadline = std::time::Instant::now() + STEP;
-    loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        assert!(!left.is_zero(), "no monitor event {want:?} within {STEP:?}");
-        if mon
-            .poll(zmq::POLLIN, left.as_millis() as i64)
-            .expect("poll")
-            == 0
-        {
-            continue;
-        }
-        let frames = mon.recv_multipart(0).expect("monitor");
-        if zmq::SocketEvent::from_raw(u16::from_ne_bytes([frames[0][0], frames[0][1]])) == want {
-            return;
-        }
-    }
-}
-
 /// MISSION W4, F2: silent connections held open below the unadmitted cap (20, then 200 raw
 /// libzmq DEALERs that completed their ZMTP handshake and never send a HELLO) cost an honest
 /// client nothing: a pyzmq DEALER that keeps one socket gets its WELCOME, and a zmesh client
@@ -431,11 +399,11 @@ async fn w4_f2_honest_clients_admitted_at_once_beside_200_silent_dealers() {
     for held in [20, 200] {
         let before = silent.len();
         while silent.len() < held {
-            silent.push(silent_dealer(&ctx, &ep, silent.len()));
+            silent.push(monitored_dealer(&ctx, &ep, silent.len()));
         }
         // Every one of them is an open, unadmitted connection of the server's endpoint.
         for (_, mon) in &silent[before..] {
-            monitor_saw(mon, zmq::SocketEvent::HANDSHAKE_SUCCEEDED);
+            monitor_wait(mon, &[zmq::SocketEvent::HANDSHAKE_SUCCEEDED], STEP);
         }
         let rid = format!("py-{held}");
         let mut py = PyPeer::start(&script(PY_HONEST_DEALER), &[&ep, &rid, "srv"]);
@@ -467,9 +435,8 @@ async fn w4_f2_honest_clients_admitted_at_once_beside_200_silent_dealers() {
     }
     // Each silent socket closes before its monitor (a monitor closed first can keep libzmq's
     // reaper waiting).
-    for (d, mon) in silent {
-        drop(d);
-        monitor_saw(&mon, zmq::SocketEvent::MONITOR_STOPPED);
+    for raw in silent {
+        close_monitored(raw, STEP);
     }
     srv.shutdown().await.expect("shutdown");
 }

@@ -9,16 +9,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{free_tcp, start_ready, Events, FreezeProxy};
+use common::{free_tcp, mesh_bind, peer, start_client_ready, start_ready, FreezeProxy};
 use tokio::sync::{mpsc, Notify};
-use zmesh::config::{Endpoint, NodeConfig, PeerConfig, RouteMeshBind, ServerConfig};
+use zmesh::config::{Endpoint, NodeConfig, RouteMeshBind};
 use zmesh::proto::handshake::{Membership, Role};
-use zmesh::proto::state::ConnState;
 use zmesh::runtime::calls::{
     encode, may_have_run, CallError, CallOptions, CallStream, ItemSink, RemoteCode, Request,
     ServeError,
 };
-use zmesh::runtime::{Node, NodeEvent};
+use zmesh::runtime::Node;
 
 const STEP: Duration = Duration::from_secs(10);
 
@@ -30,24 +29,6 @@ fn server_of(channels: &[&str]) -> Vec<Membership> {
             channel: (*c).into(),
         })
         .collect()
-}
-
-fn mesh_bind() -> RouteMeshBind {
-    RouteMeshBind {
-        application: free_tcp(),
-        completion: free_tcp(),
-    }
-}
-
-fn peer(rid: &str, application: &str, completion: &str) -> PeerConfig {
-    PeerConfig {
-        batch_calls: true,
-        rid: rid.into(),
-        application: application.into(),
-        completion: completion.into(),
-        generation: None,
-        security_identity: None,
-    }
 }
 
 /// What the stream handler reports to the test.
@@ -181,7 +162,7 @@ async fn check_streams(node: &Node, n: u64) {
 #[tokio::test]
 async fn c1_stream_items_in_order_then_terminal_on_route_mesh_and_client_server() {
     let t = Instant::now();
-    let b_bind = mesh_bind();
+    let b_bind = mesh_bind(true);
     let s_ep = free_tcp();
     let mut b = NodeConfig::new("b");
     b.memberships = server_of(&["feed", "math"]);
@@ -193,7 +174,7 @@ async fn c1_stream_items_in_order_then_terminal_on_route_mesh_and_client_server(
     let _seen = serve_stream_with(&b, "feed");
     let _started = serve_unary_with(&b, "math", Arc::new(Notify::new()));
     let mut a = NodeConfig::new("a");
-    a.peers = vec![peer("b", &b_bind.application, &b_bind.completion)];
+    a.peers = vec![peer("b", &b_bind)];
     let (a, _ea) = start_ready(a, "b").await;
     check_streams(&a, 1000).await;
     let done: String = a
@@ -205,20 +186,7 @@ async fn c1_stream_items_in_order_then_terminal_on_route_mesh_and_client_server(
     let sum: i64 = s.finish_as().await.expect("stream call of a unary channel");
     assert_eq!(sum, 42);
 
-    let mut c = NodeConfig::new("c");
-    c.servers = vec![ServerConfig {
-        batch_calls: true,
-        channel: "feed".into(),
-        endpoint: s_ep,
-        rid: Some("b".into()),
-    }];
-    let c = Node::start(c).await.expect("c");
-    let mut ec = Events::new(c.take_events().expect("events"));
-    ec.wait(
-        STEP,
-        |e| matches!(e, NodeEvent::State(s) if s.state == ConnState::Ready),
-    )
-    .await;
+    let (c, _ec) = start_client_ready("c", "feed", &s_ep, "b").await;
     check_streams(&c, 1000).await;
 
     for n in [&a, &c] {
@@ -240,7 +208,7 @@ async fn c1_stream_items_in_order_then_terminal_on_route_mesh_and_client_server(
 /// was still waiting, not when the node left.
 #[tokio::test]
 async fn c4_graceful_stop_ends_stream_at_once_and_answers_unary() {
-    let b_bind = mesh_bind();
+    let b_bind = mesh_bind(true);
     let mut b = NodeConfig::new("b");
     b.memberships = server_of(&["feed", "work"]);
     b.route_mesh = Some(b_bind.clone());
@@ -249,7 +217,7 @@ async fn c4_graceful_stop_ends_stream_at_once_and_answers_unary() {
     let gate = Arc::new(Notify::new());
     let mut started = serve_unary_with(&b, "work", gate.clone());
     let mut a = NodeConfig::new("a");
-    a.peers = vec![peer("b", &b_bind.application, &b_bind.completion)];
+    a.peers = vec![peer("b", &b_bind)];
     let (a, _ea) = start_ready(a, "b").await;
 
     let mut stream = a.call_stream("feed", "endless", &(), CallOptions::default());
@@ -290,6 +258,19 @@ async fn c4_graceful_stop_ends_stream_at_once_and_answers_unary() {
     };
     assert_eq!(closed.code, RemoteCode::Unavailable);
 
+    release_unary_then_stop(&gate, unary, stop).await;
+    assert_eq!(a.snapshot().await.expect("snapshot").pending_calls, 0);
+    a.shutdown().await.expect("a");
+    eprintln!("c4: {more} items after the stop, ended after {ended:?}");
+}
+
+/// Opens `gate`: the unary call `unary` held behind it is answered normally (`held`), and
+/// then the shutdown `stop`, which waited for that call, ends.
+async fn release_unary_then_stop<E: std::fmt::Debug>(
+    gate: &Notify,
+    unary: tokio::task::JoinHandle<Result<String, CallError>>,
+    stop: tokio::task::JoinHandle<Result<(), E>>,
+) {
     gate.notify_one();
     let answer = tokio::time::timeout(STEP, unary)
         .await
@@ -302,9 +283,6 @@ async fn c4_graceful_stop_ends_stream_at_once_and_answers_unary() {
         .expect("stop ends")
         .expect("join")
         .expect("shutdown");
-    assert_eq!(a.snapshot().await.expect("snapshot").pending_calls, 0);
-    a.shutdown().await.expect("a");
-    eprintln!("c4: {more} items after the stop, ended after {ended:?}");
 }
 
 /// Starts callee `b` serving the endless stream on `feed` with its lanes bound at `bind`.
@@ -322,10 +300,10 @@ async fn stream_callee(bind: &RouteMeshBind) -> (Node, mpsc::UnboundedReceiver<S
 /// run", after the items that arrived, in order.
 #[tokio::test]
 async fn c2_stream_fails_at_once_when_callee_node_goes_away() {
-    let b_bind = mesh_bind();
+    let b_bind = mesh_bind(true);
     let (b, mut seen) = stream_callee(&b_bind).await;
     let mut a = NodeConfig::new("a");
-    a.peers = vec![peer("b", &b_bind.application, &b_bind.completion)];
+    a.peers = vec![peer("b", &b_bind)];
     let (a, _ea) = start_ready(a, "b").await;
     let mut stream = a.call_stream("feed", "endless", &(), CallOptions::default());
     for want in 0..10u64 {
@@ -356,12 +334,16 @@ async fn c2_stream_fails_at_once_when_callee_node_goes_away() {
 /// within the 15 s peer deadline, with no timeout on the call.
 #[tokio::test]
 async fn c2_half_open_stream_fails_within_deadline_may_have_run() {
-    let b_bind = mesh_bind();
+    let b_bind = mesh_bind(true);
     let app = FreezeProxy::start(&b_bind.application);
     let cpl = FreezeProxy::start(&b_bind.completion);
     let (b, _seen) = stream_callee(&b_bind).await;
     let mut a = NodeConfig::new("a");
-    a.peers = vec![peer("b", &app.endpoint, &cpl.endpoint)];
+    let via = RouteMeshBind {
+        application: app.endpoint.clone(),
+        completion: cpl.endpoint.clone(),
+    };
+    a.peers = vec![peer("b", &via)];
     let (a, _ea) = start_ready(a, "b").await;
     let mut stream = a.call_stream("feed", "endless", &(), CallOptions::default());
     for want in 0..10u64 {
@@ -391,7 +373,7 @@ async fn c2_half_open_stream_fails_within_deadline_may_have_run() {
 /// of its stream that tells it, not the end of the node), and not before.
 #[tokio::test]
 async fn x1_c4_a_stream_ended_by_the_drain_signals_its_handler() {
-    let b_bind = mesh_bind();
+    let b_bind = mesh_bind(true);
     let mut b = NodeConfig::new("b");
     b.memberships = server_of(&["feed", "work"]);
     b.route_mesh = Some(b_bind.clone());
@@ -414,7 +396,7 @@ async fn x1_c4_a_stream_ended_by_the_drain_signals_its_handler() {
     let gate = Arc::new(Notify::new());
     let mut held = serve_unary_with(&b, "work", gate.clone());
     let mut a = NodeConfig::new("a");
-    a.peers = vec![peer("b", &b_bind.application, &b_bind.completion)];
+    a.peers = vec![peer("b", &b_bind)];
     let (a, _ea) = start_ready(a, "b").await;
     let stream = a.call_stream("feed", "quiet", &(), CallOptions::default());
     let first = tokio::time::timeout(STEP, told.recv())
@@ -441,17 +423,6 @@ async fn x1_c4_a_stream_ended_by_the_drain_signals_its_handler() {
         .expect("told");
     assert_eq!(then, "cancelled");
     assert!(!stop.is_finished(), "the node is still draining");
-    gate.notify_one();
-    let answer = tokio::time::timeout(STEP, unary)
-        .await
-        .expect("unary answered")
-        .expect("join")
-        .expect("answered");
-    assert_eq!(answer, "held");
-    tokio::time::timeout(STEP, stop)
-        .await
-        .expect("stop ends")
-        .expect("join")
-        .expect("shutdown");
+    release_unary_then_stop(&gate, unary, stop).await;
     a.shutdown().await.expect("a");
 }

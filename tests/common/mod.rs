@@ -50,6 +50,38 @@ pub fn desc(rid: &str, generation: u64) -> Descriptor {
     }
 }
 
+/// The part of the store contract both backends keep alike, on an empty `store`: a put is
+/// listed and renewed; a new run's put supersedes the old run's lease, whose removal never
+/// deletes the new run's descriptor; the new run's removal empties the store, and its lease
+/// is then lost. Returns the first put's lease and its listing, for the checks of one
+/// backend (lease ids, lease ages and expiries).
+pub async fn put_supersede_remove(
+    store: &dyn zmesh::runtime::store::Store,
+    ttl: Duration,
+) -> (zmesh::runtime::store::Lease, zmesh::runtime::store::Entry) {
+    use zmesh::runtime::store::RenewOutcome;
+    assert!(store.list().await.expect("empty list").is_empty());
+    let lease = store.put(&desc("b", 7), ttl).await.expect("put");
+    let listed = store.list().await.expect("list");
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].descriptor, desc("b", 7));
+    assert_eq!(store.renew(&lease).await, Ok(RenewOutcome::Renewed));
+    let newer = store.put(&desc("b", 8), ttl).await.expect("put newer");
+    assert_eq!(
+        store.renew(&lease).await,
+        Ok(RenewOutcome::Superseded { generation: 8 })
+    );
+    store.remove(&lease).await.expect("remove old");
+    assert_eq!(
+        store.list().await.expect("list")[0].descriptor.generation,
+        8
+    );
+    store.remove(&newer).await.expect("remove");
+    assert!(store.list().await.expect("list").is_empty());
+    assert_eq!(store.renew(&newer).await, Ok(RenewOutcome::Lost));
+    (lease, listed[0].clone())
+}
+
 /// The next event of a store watch; fails the test after `bound`, or if the watch ended.
 pub async fn next_watch_event(w: &mut Watch, bound: Duration) -> WatchEvent {
     tokio::time::timeout(bound, w.next())
@@ -636,6 +668,34 @@ pub async fn start_ready(
     (node, events)
 }
 
+/// Starts a node `rid` with one ClientServer server, `channel` at `endpoint` (which must
+/// present `server_rid`), takes its event stream and waits (bounded) until that link is
+/// ready.
+pub async fn start_client_ready(
+    rid: &str,
+    channel: &str,
+    endpoint: &str,
+    server_rid: &str,
+) -> (zmesh::runtime::Node, Events) {
+    let mut config = zmesh::config::NodeConfig::new(rid);
+    config.servers = vec![zmesh::config::ServerConfig {
+        batch_calls: true,
+        channel: channel.into(),
+        endpoint: endpoint.into(),
+        rid: Some(server_rid.into()),
+    }];
+    let node = zmesh::runtime::Node::start(config)
+        .await
+        .unwrap_or_else(|e| panic!("start client {rid}: {e}"));
+    let mut events = Events::new(node.take_events().expect("events"));
+    events
+        .wait(Duration::from_secs(10), |e| {
+            matches!(e, NodeEvent::State(s) if s.state == zmesh::proto::state::ConnState::Ready)
+        })
+        .await;
+    (node, events)
+}
+
 /// Waits (bounded) until `rid`'s two RouteMesh lanes are ready in `node`'s snapshot.
 pub async fn wait_peer_ready(node: &zmesh::runtime::Node, events: &mut Events, rid: &str) {
     let step = Duration::from_secs(10);
@@ -740,4 +800,56 @@ def stdin_commands():
 /// through its `DEADLINE`) followed by `body`.
 pub fn py_script(body: &str, lifetime_s: u32) -> String {
     PY_PRELUDE.replace("LIFETIME", &lifetime_s.to_string()) + body
+}
+
+/// A raw libzmq DEALER connected to `ep`, with a PAIR socket that receives its monitor
+/// events: not a zmesh node, it never sends anything on its own. `n` names the monitor's
+/// inproc endpoint, so it differs between the dealers of one context.
+pub fn monitored_dealer(ctx: &zmq::Context, ep: &str, n: usize) -> (zmq::Socket, zmq::Socket) {
+    let d = ctx.socket(zmq::DEALER).expect("dealer");
+    d.set_linger(0).expect("linger");
+    let mon_ep = format!("inproc://raw-dealer-mon-{n}");
+    d.monitor(&mon_ep, zmq::SocketEvent::ALL as i32)
+        .expect("monitor");
+    let mon = ctx.socket(zmq::PAIR).expect("pair");
+    mon.connect(&mon_ep).expect("connect monitor");
+    d.connect(ep).expect("connect");
+    (d, mon)
+}
+
+/// Waits, within `bound`, for a monitor event of `kinds` on `mon` (libzmq's raw monitor
+/// messages); returns it.
+pub fn monitor_wait(
+    mon: &zmq::Socket,
+    kinds: &[zmq::SocketEvent],
+    bound: Duration,
+) -> zmq::SocketEvent {
+    let deadline = std::time::Instant::now() + bound;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        assert!(
+            !left.is_zero(),
+            "no monitor event {kinds:?} within {bound:?}"
+        );
+        if mon
+            .poll(zmq::POLLIN, left.as_millis() as i64)
+            .expect("poll")
+            == 0
+        {
+            continue;
+        }
+        let frames = mon.recv_multipart(0).expect("monitor");
+        let ev = zmq::SocketEvent::from_raw(u16::from_ne_bytes([frames[0][0], frames[0][1]]));
+        if kinds.contains(&ev) {
+            return ev;
+        }
+    }
+}
+
+/// Closes a [`monitored_dealer`], then its monitor once libzmq reported the socket destroyed
+/// (within `bound`): a monitor closed sooner blocks libzmq's reaper, and the socket and its
+/// connection would never close (LIBZMQ-NOTES).
+pub fn close_monitored((d, mon): (zmq::Socket, zmq::Socket), bound: Duration) {
+    drop(d);
+    monitor_wait(&mon, &[zmq::SocketEvent::MONITOR_STOPPED], bound);
 }

@@ -16,8 +16,8 @@
 //! answer (calls per second = 300 / that); each call's latency is from just before its
 //! `call_raw` to its answer.
 
-use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,7 +28,9 @@ use zmesh::config::RouteMeshBind;
 use zmesh::runtime::calls::{encode, CallOptions, Request};
 use zmesh::runtime::Node;
 
-use super::{client_config, micros, quantile, server_config, wait_ready, Plan, Series, CHANNEL};
+use super::{
+    client_config, micros, quantile, server_config, spawn_tcp_proxy, Pair, Plan, Series, CHANNEL,
+};
 
 /// Calls per round (MISSION K5: "300 concurrent small calls").
 pub(crate) const CALLS: usize = 300;
@@ -179,10 +181,7 @@ struct RoundResult {
 
 /// A RouteMesh pair whose two lanes run through counting proxies; `a` calls `b`.
 struct Setup {
-    a: Node,
-    b: Node,
-    /// Kept (as `Pair` keeps them), not read again.
-    _events: [zmesh::runtime::EventStream; 2],
+    pair: Pair,
     proxies: [CountingProxy; 2],
 }
 
@@ -214,20 +213,8 @@ impl Setup {
             .start()
             .await?;
         let a = Node::start(a_cfg).await?;
-        let mut ea = a.take_events().context("events of a")?;
-        let mut eb = b.take_events().context("events of b")?;
-        let lanes = ["application", "completion"];
-        let a_links: Vec<String> = lanes.iter().map(|l| format!("peer {b_rid} {l}")).collect();
-        let b_links: Vec<String> = lanes
-            .iter()
-            .map(|l| format!("inbound {a_rid} {l}"))
-            .collect();
-        wait_ready(&mut ea, &a_links).await?;
-        wait_ready(&mut eb, &b_links).await?;
         Ok(Setup {
-            a,
-            b,
-            _events: [ea, eb],
+            pair: Pair::ready(a, b).await?,
             proxies,
         })
     }
@@ -252,7 +239,7 @@ impl Setup {
         let t0 = Instant::now();
         let mut tasks = Vec::with_capacity(CALLS);
         for i in 0..CALLS {
-            let a = self.a.clone();
+            let a = self.pair.a.clone();
             let tag = u32::try_from(i).unwrap_or(u32::MAX);
             let args = encode(&tag).map_err(|e| anyhow::anyhow!("encode: {e}"))?;
             tasks.push(tokio::spawn(async move {
@@ -289,8 +276,8 @@ impl Setup {
     }
 
     async fn shutdown(self) -> Result<()> {
-        self.a.shutdown().await?;
-        self.b.shutdown().await?;
+        self.pair.a.shutdown().await?;
+        self.pair.b.shutdown().await?;
         drop(self.proxies);
         Ok(())
     }
@@ -309,43 +296,13 @@ struct CountingProxy {
 
 impl CountingProxy {
     fn start(upstream: &str) -> Result<CountingProxy> {
-        let up_addr = upstream.trim_start_matches("tcp://").to_owned();
-        let listener = TcpListener::bind("127.0.0.1:0")?;
-        listener.set_nonblocking(true)?;
-        let endpoint = format!("tcp://{}", listener.local_addr()?);
         let up = Arc::new(Counters::default());
         let down = Arc::new(Counters::default());
         let stop = Arc::new(AtomicBool::new(false));
-        let (u, d, sp) = (up.clone(), down.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !sp.load(Ordering::Relaxed) {
-                let client = match listener.accept() {
-                    Ok((c, _)) => c,
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                        // Connections are made at setup only; this is not on the measured path.
-                        std::thread::sleep(Duration::from_millis(5));
-                        continue;
-                    }
-                    Err(_) => break,
-                };
-                let _ = client.set_nonblocking(false);
-                let Ok(server) = TcpStream::connect(&up_addr) else {
-                    let _ = client.shutdown(Shutdown::Both);
-                    continue;
-                };
-                let _ = client.set_nodelay(true);
-                let _ = server.set_nodelay(true);
-                for (from, to, counters) in [
-                    (client.try_clone(), server.try_clone(), u.clone()),
-                    (server.try_clone(), client.try_clone(), d.clone()),
-                ] {
-                    let (Ok(from), Ok(to)) = (from, to) else {
-                        continue;
-                    };
-                    std::thread::spawn(move || forward(from, to, &counters));
-                }
-            }
-        });
+        let (u, d) = (up.clone(), down.clone());
+        let endpoint = spawn_tcp_proxy(upstream, stop.clone(), move |from, to, to_dialler| {
+            forward(from, to, if to_dialler { &d } else { &u })
+        })?;
         Ok(CountingProxy {
             endpoint,
             up,

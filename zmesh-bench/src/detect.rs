@@ -9,8 +9,8 @@
 //!   dialling node, so the clock starts at the last valid ACK; the contract says the deadline
 //!   is 15 s after it (MISSION L1, L2).
 
-use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -22,7 +22,8 @@ use zmesh::proto::state::FailureReason;
 use zmesh::runtime::{Node, NodeEvent};
 
 use super::{
-    client_config, is_failure, millis, server_config, wait_event, wait_ready, Pair, Plan, Series,
+    client_config, is_failure, millis, server_config, spawn_tcp_proxy, wait_event, wait_ready,
+    Pair, Plan, Series,
 };
 
 /// Longest wait for a failure event (the half-open deadline is 15 s).
@@ -196,42 +197,13 @@ struct FreezeProxy {
 
 impl FreezeProxy {
     fn start(upstream: &str) -> Result<FreezeProxy> {
-        let up = upstream.trim_start_matches("tcp://").to_owned();
-        let listener = TcpListener::bind("127.0.0.1:0")?;
-        listener.set_nonblocking(true)?;
-        let endpoint = format!("tcp://{}", listener.local_addr()?);
         let state = Arc::new((Mutex::new(ProxyState::default()), Condvar::new()));
         let stop = Arc::new(AtomicBool::new(false));
-        let (st, sp) = (state.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !sp.load(Ordering::Relaxed) {
-                let client = match listener.accept() {
-                    Ok((c, _)) => c,
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(5));
-                        continue;
-                    }
-                    Err(_) => break,
-                };
-                let _ = client.set_nonblocking(false);
-                let Ok(server) = TcpStream::connect(&up) else {
-                    let _ = client.shutdown(Shutdown::Both);
-                    continue;
-                };
-                let _ = client.set_nodelay(true);
-                let _ = server.set_nodelay(true);
-                for (from, to, watch) in [
-                    (client.try_clone(), server.try_clone(), false),
-                    (server.try_clone(), client.try_clone(), true),
-                ] {
-                    let (Ok(from), Ok(to)) = (from, to) else {
-                        continue;
-                    };
-                    let st = st.clone();
-                    std::thread::spawn(move || forward(from, to, watch, &st));
-                }
-            }
-        });
+        let st = state.clone();
+        // Only the upstream's direction is watched for the ACK.
+        let endpoint = spawn_tcp_proxy(upstream, stop.clone(), move |from, to, watch| {
+            forward(from, to, watch, &st)
+        })?;
         Ok(FreezeProxy {
             endpoint,
             state,

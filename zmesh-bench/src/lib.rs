@@ -37,8 +37,15 @@ mod throughput;
 // Shared with the CLI's demo and the integration tests, which include the same file.
 #[path = "../../zmesh-cli/src/ports.rs"]
 mod ports;
+// Shared with the CLI: a closed stdout ends the report quietly.
+#[path = "../../zmesh-cli/src/stdout.rs"]
+mod stdout;
 
+use std::io::ErrorKind;
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -320,19 +327,34 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     }
 
     let total = started.elapsed();
-    print!("{}", render(&metrics, &plan));
-    println!(
+    let printed = report(&metrics, &plan, &machine, &load_before, total);
+    // A stdout closed by its reader (`zmesh bench | head -1`) stops the report, not the file.
+    if let Some(path) = &args.json {
+        write_json(path, &plan, &machine, &load_before, total, &metrics)?;
+    }
+    match printed {
+        Err(e) if !stdout::is_closed(&e) => Err(anyhow::Error::new(e).context("writing to stdout")),
+        _ => Ok(()),
+    }
+}
+
+/// Prints the table of rows and the machine's line.
+fn report(
+    metrics: &[Metric],
+    plan: &Plan,
+    machine: &Value,
+    load_before: &str,
+    total: Duration,
+) -> std::io::Result<()> {
+    stdout::out!("{}", render(metrics, plan))?;
+    stdout::outln!(
         "machine: {} x {}, load average before {} after {}; {:.0} s in all",
         machine["nproc"],
         machine["cpu"].as_str().unwrap_or("?"),
         load_before,
         load_average(),
         total.as_secs_f64()
-    );
-    if let Some(path) = &args.json {
-        write_json(path, &plan, &machine, &load_before, total, &metrics)?;
-    }
-    Ok(())
+    )
 }
 
 /// Writes the results as JSON to `path`: the plan, the machine, the load average before the
@@ -583,6 +605,53 @@ pub(crate) fn is_failure(ev: &NodeEvent, link: &str) -> bool {
     matches!(ev, NodeEvent::State(s) if s.link.contains(link) && s.reason.is_some())
 }
 
+/// A TCP proxy in this process: listens on an ephemeral port of 127.0.0.1 and, until `stop`,
+/// connects every connection it accepts to `upstream` (`tcp://host:port`), with Nagle off on
+/// both, and hands each direction to `relay(from, to, upstream_to_dialler)` on a thread of
+/// its own. Returns the endpoint it listens on. The measurements' proxies (one that counts
+/// ZMTP messages, one that freezes a connection) differ in `relay` only.
+pub(crate) fn spawn_tcp_proxy(
+    upstream: &str,
+    stop: Arc<AtomicBool>,
+    relay: impl Fn(TcpStream, TcpStream, bool) + Clone + Send + 'static,
+) -> Result<String> {
+    let up = upstream.trim_start_matches("tcp://").to_owned();
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    listener.set_nonblocking(true)?;
+    let endpoint = format!("tcp://{}", listener.local_addr()?);
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            let client = match listener.accept() {
+                Ok((c, _)) => c,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    // Connections are made at setup only; this is not on the measured path.
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                }
+                Err(_) => break,
+            };
+            let _ = client.set_nonblocking(false);
+            let Ok(server) = TcpStream::connect(&up) else {
+                let _ = client.shutdown(Shutdown::Both);
+                continue;
+            };
+            let _ = client.set_nodelay(true);
+            let _ = server.set_nodelay(true);
+            for (from, to, upstream_to_dialler) in [
+                (client.try_clone(), server.try_clone(), false),
+                (server.try_clone(), client.try_clone(), true),
+            ] {
+                let (Ok(from), Ok(to)) = (from, to) else {
+                    continue;
+                };
+                let relay = relay.clone();
+                std::thread::spawn(move || relay(from, to, upstream_to_dialler));
+            }
+        }
+    });
+    Ok(endpoint)
+}
+
 /// A RouteMesh pair in this process: `a` dials `b` (which serves [`CHANNEL`]); returns once
 /// both of `a`'s lanes and both of `b`'s inbound lanes are ready.
 pub(crate) struct Pair {
@@ -596,6 +665,12 @@ impl Pair {
     pub(crate) async fn start(b_cfg: NodeConfig, a_cfg: NodeConfig) -> Result<Pair> {
         let b = Node::start(b_cfg).await?;
         let a = Node::start(a_cfg).await?;
+        Pair::ready(a, b).await
+    }
+
+    /// Takes the event streams of `a`, started to dial `b`, and of `b`, and waits until both
+    /// RouteMesh lanes are ready on both sides.
+    pub(crate) async fn ready(a: Node, b: Node) -> Result<Pair> {
         let mut ea = a.take_events().context("events of a")?;
         let mut eb = b.take_events().context("events of b")?;
         let (a_rid, b_rid) = (a.rid().to_owned(), b.rid().to_owned());

@@ -15,6 +15,7 @@ const HWM: i32 = zmesh::runtime::socket::HWM;
 
 /// Records per second, and CPU time of the whole process per record (all threads: senders,
 /// receivers, I/O threads), in microseconds.
+#[derive(Default)]
 pub(crate) struct OneWay {
     pub raw: Series,
     pub zmesh: Series,
@@ -44,14 +45,7 @@ impl Run {
 /// record of each.
 pub(crate) async fn oneway_curve(plan: &Plan, size: usize) -> Result<OneWay> {
     let curve = Curve::new()?;
-    let mut o = OneWay {
-        raw: Series::default(),
-        zmesh: Series::default(),
-        raw_cpu_us: Series::default(),
-        zmesh_cpu_us: Series::default(),
-        batch: Series::default(),
-        batch_cpu_us: Series::default(),
-    };
+    let mut o = OneWay::default();
     for run in 0..plan.runs {
         let n = plan.messages;
         let c = curve.clone();
@@ -76,14 +70,7 @@ pub(crate) async fn oneway_curve(plan: &Plan, size: usize) -> Result<OneWay> {
 
 /// `plan.runs` runs of raw and zmesh, interleaved.
 pub(crate) async fn oneway(plan: &Plan, size: usize) -> Result<OneWay> {
-    let mut o = OneWay {
-        raw: Series::default(),
-        zmesh: Series::default(),
-        raw_cpu_us: Series::default(),
-        zmesh_cpu_us: Series::default(),
-        batch: Series::default(),
-        batch_cpu_us: Series::default(),
-    };
+    let mut o = OneWay::default();
     for run in 0..plan.runs {
         let n = plan.messages;
         let r = tokio::task::spawn_blocking(move || raw_oneway(size, n, None)).await??;

@@ -23,6 +23,7 @@ mod demo;
 mod idempotency;
 mod peers;
 mod ports;
+mod stdout;
 
 /// zmesh: a node transport runtime over ZeroMQ.
 #[derive(Parser)]

@@ -3,10 +3,10 @@
 //! Everything a command prints goes through [`out!`] / [`outln!`]: a reader that went away
 //! (`zmesh status | head -1`) makes them return [`StdoutClosed`], the command unwinds (child
 //! processes are killed by their guards, a node shuts down), and `main` exits with status 0
-//! and says nothing, where `println!` would panic.
+//! and says nothing, where `println!` would panic. They write through `crate::stdout`, which
+//! the commands of the tool crates (`zmesh bench`, `conform`, `sim`) print with.
 
 use std::fmt;
-use std::io::{self, Write};
 
 /// Stdout's reader closed it; the command stops and the process ends quietly.
 #[derive(Debug)]
@@ -23,10 +23,9 @@ impl std::error::Error for StdoutClosed {}
 /// Writes `args` to stdout and flushes it: [`StdoutClosed`] if the reader is gone, another
 /// error if the write failed otherwise.
 pub(crate) fn write_out(args: fmt::Arguments<'_>) -> anyhow::Result<()> {
-    let mut out = io::stdout().lock();
-    match out.write_fmt(args).and_then(|()| out.flush()) {
+    match crate::stdout::write_out(args) {
         Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Err(StdoutClosed.into()),
+        Err(e) if crate::stdout::is_closed(&e) => Err(StdoutClosed.into()),
         Err(e) => Err(anyhow::Error::new(e).context("writing to stdout")),
     }
 }

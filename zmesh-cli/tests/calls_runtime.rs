@@ -9,7 +9,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{free_tcp, mesh_bind, mesh_server, peer, server_of, start_ready, Events, FreezeProxy};
+use common::{
+    free_tcp, mesh_bind, mesh_server, peer, server_of, start_client_ready, start_ready, FreezeProxy,
+};
 use tokio::sync::mpsc;
 use zmesh::config::{Endpoint, NodeConfig, PeerConfig, RouteMeshBind, ServerConfig};
 use zmesh::proto::state::ConnState;
@@ -79,20 +81,7 @@ async fn c1_calls_round_trip_on_route_mesh_and_client_server() {
     assert_eq!(err.code(), "MethodNotFound");
     assert!(!may_have_run(&err));
 
-    let mut c = NodeConfig::new("c");
-    c.servers = vec![ServerConfig {
-        batch_calls: true,
-        channel: "math".into(),
-        endpoint: s_ep,
-        rid: Some("b".into()),
-    }];
-    let c = Node::start(c).await.expect("c");
-    let mut ec = Events::new(c.take_events().expect("events"));
-    ec.wait(
-        STEP,
-        |e| matches!(e, NodeEvent::State(s) if s.state == ConnState::Ready),
-    )
-    .await;
+    let (c, _ec) = start_client_ready("c", "math", &s_ep, "b").await;
     let sum: i64 = c
         .call("math", "add", &(1, 2))
         .await

@@ -590,6 +590,40 @@ fn cli_closed_stdout_ends_the_command_quietly() {
     assert!(!err.contains("panicked"), "{err}");
 }
 
+/// The commands of the tool crates print through the same closed-stdout rule as the others:
+/// `zmesh sim --seeds 2`, `zmesh conform --list` and `zmesh bench --quick --only p2` with a
+/// stdout closed by its reader end with status 0 and no panic; sim and conform say nothing
+/// on stderr (the bench logs its progress there), and the bench still writes its `--json`
+/// file.
+#[test]
+fn cli_closed_stdout_ends_sim_conform_and_bench_quietly() {
+    let tmp = tempfile::tempdir().expect("dir");
+    let json = tmp.path().join("bench.json");
+    let json_arg = json.to_str().expect("utf-8 path");
+    let bench = ["bench", "--quick", "--only", "p2", "--json", json_arg];
+    for args in [&["sim", "--seeds", "2"][..], &["conform", "--list"], &bench] {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let out = Command::new(env!("CARGO_BIN_EXE_zmesh"))
+            .args(args)
+            .stdout(writer)
+            .stderr(Stdio::piped())
+            .output()
+            .expect("zmesh");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "zmesh {args:?}: {err}");
+        assert!(
+            out.status.success(),
+            "zmesh {args:?}: {:?}: {err}",
+            out.status
+        );
+        if args[0] != "bench" {
+            assert!(err.is_empty(), "zmesh {args:?}: {err}");
+        }
+    }
+    assert!(json.exists(), "the bench wrote its JSON with stdout closed");
+}
+
 /// A non-repeatable command called with an idempotency key on a server without an
 /// idempotency store runs every time (the key guards nothing there), and the server says so
 /// in its log: one warning for the method, however many keyed calls come.

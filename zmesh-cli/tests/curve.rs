@@ -76,6 +76,18 @@ fn curve(key_file: &std::path::Path, allow: &[PublicKey]) -> SecurityConfig {
     }
 }
 
+/// The node `srv`: a Server of `vault` serving ClientServer clients at `server_ep`, under
+/// CURVE with `key_file`, admitting `allow`.
+fn vault_server(server_ep: &str, key_file: &std::path::Path, allow: &[PublicKey]) -> NodeConfig {
+    let mut cfg = NodeConfig::new("srv");
+    cfg.memberships = server_of("vault");
+    cfg.server = Some(Endpoint {
+        endpoint: server_ep.to_owned(),
+    });
+    cfg.security = curve(key_file, allow);
+    cfg
+}
+
 /// A ClientServer client of `vault` at `ep`, under `security`, expecting `server_key` there.
 fn client(
     rid: &str,
@@ -150,13 +162,8 @@ async fn issue11_curve_right_keys_are_ready_and_verified() {
     let (peer_k, peer_f) = keys.pair("peer");
     let server_ep = free_tcp();
     let lanes = mesh_bind(true);
-    let mut cfg = NodeConfig::new("srv");
-    cfg.memberships = server_of("vault");
-    cfg.server = Some(Endpoint {
-        endpoint: server_ep.clone(),
-    });
+    let mut cfg = vault_server(&server_ep, &srv_f, &[cli_k.public, peer_k.public]);
     cfg.route_mesh = Some(lanes.clone());
-    cfg.security = curve(&srv_f, &[cli_k.public, peer_k.public]);
     let seen = Arc::new(Mutex::new(Vec::new()));
     let server = Node::builder(cfg)
         .expose(vault(seen.clone()))
@@ -262,12 +269,7 @@ async fn issue11_no_key_wrong_key_and_unlisted_key_are_never_ready() {
     std::fs::write(&impostor_f, raw).expect("raw key file");
 
     let server_ep = free_tcp();
-    let mut cfg = NodeConfig::new("srv");
-    cfg.memberships = server_of("vault");
-    cfg.server = Some(Endpoint {
-        endpoint: server_ep.clone(),
-    });
-    cfg.security = curve(&srv_f, &[good_k.public]);
+    let cfg = vault_server(&server_ep, &srv_f, &[good_k.public]);
     let server = Node::builder(cfg)
         .expose(vault(Arc::new(Mutex::new(Vec::new()))))
         .start()
@@ -442,15 +444,10 @@ async fn issue11_pyzmq_curve_client_interoperates_and_cannot_claim_another_ident
     let server_ep = free_tcp();
     let lanes = mesh_bind(true);
     let b_lanes = mesh_bind(true);
-    let mut cfg = NodeConfig::new("srv");
-    cfg.memberships = server_of("vault");
-    cfg.server = Some(Endpoint {
-        endpoint: server_ep.clone(),
-    });
+    let mut cfg = vault_server(&server_ep, &srv_f, &[py_k.public, other_k.public]);
     cfg.route_mesh = Some(lanes.clone());
     // A configured peer "b" whose key is pinned (nobody listens at its endpoints).
     cfg.peers = vec![peer("b", &b_lanes)];
-    cfg.security = curve(&srv_f, &[py_k.public, other_k.public]);
     for ep in [&b_lanes.application, &b_lanes.completion] {
         cfg.security.endpoint_keys.insert(ep.clone(), b_k.public);
     }

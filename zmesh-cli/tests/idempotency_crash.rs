@@ -58,6 +58,35 @@ fn scratch_dir(name: &str) -> tempfile::TempDir {
         .expect("scratch dir")
 }
 
+/// A test's scratch directory ([`scratch_dir`]) and the idempotency store file in it, by
+/// path and as the server's `--idempotency-store` argument.
+struct Scratch {
+    dir: tempfile::TempDir,
+    db: PathBuf,
+    db_arg: String,
+}
+
+fn scratch_store(name: &str) -> Scratch {
+    let dir = scratch_dir(name);
+    let db = dir.path().join("store.db");
+    let db_arg = db.to_str().expect("utf-8 path").to_owned();
+    Scratch { dir, db, db_arg }
+}
+
+/// Starts the server on `store` (its REPLY held `hold_reply_ms` after the outcome is
+/// recorded, if given) and a caller ready with its first run, whose generation is returned.
+async fn serve_ready(
+    dir: &Path,
+    store: &str,
+    hold_reply_ms: Option<u64>,
+) -> (PumpServer, Caller, u64) {
+    let server = PumpServer::start(dir, store, hold_reply_ms);
+    let gen0 = server.generation().await;
+    let mut caller = Caller::start(&server.endpoint).await;
+    caller.wait_ready(gen0).await;
+    (server, caller, gen0)
+}
+
 /// The server: `zmesh node --serve pump` with a durable store, one child process per run,
 /// each run with its own execution log and control endpoint. Killed (SIGKILL) on drop.
 struct PumpServer {
@@ -416,14 +445,13 @@ fn cli_call(dir: &Path, endpoint: &str, args: &serde_json::Value, key: &str) -> 
 /// the `zmesh call` CLI. The execution logs of both runs show exactly one run.
 #[tokio::test]
 async fn k3_crash_after_outcome_recorded_retry_answers_the_record() {
-    let scratch = scratch_dir("recorded");
-    let db = scratch.path().join("store.db");
-    let db_arg = db.to_str().expect("utf-8 path").to_owned();
+    let Scratch {
+        dir: scratch,
+        db,
+        db_arg,
+    } = scratch_store("recorded");
     // The REPLY is held 10 minutes after the outcome is recorded: the kill comes first.
-    let mut server = PumpServer::start(scratch.path(), &db_arg, Some(600_000));
-    let gen0 = server.generation().await;
-    let mut caller = Caller::start(&server.endpoint).await;
-    caller.wait_ready(gen0).await;
+    let (mut server, mut caller, gen0) = serve_ready(scratch.path(), &db_arg, Some(600_000)).await;
 
     let args = json!({"order": "wo-a"});
     let key = ScopedKey::from_idempotency_key(CHANNEL, "dispense", "wo-crash-a");
@@ -508,13 +536,12 @@ async fn k3_crash_after_outcome_recorded_retry_answers_the_record() {
 /// execution logs show exactly one run.
 #[tokio::test]
 async fn k3_crash_mid_handler_retry_answers_unknown_outcome_never_reruns() {
-    let scratch = scratch_dir("midrun");
-    let db = scratch.path().join("store.db");
-    let db_arg = db.to_str().expect("utf-8 path").to_owned();
-    let mut server = PumpServer::start(scratch.path(), &db_arg, None);
-    let gen0 = server.generation().await;
-    let mut caller = Caller::start(&server.endpoint).await;
-    caller.wait_ready(gen0).await;
+    let Scratch {
+        dir: scratch,
+        db,
+        db_arg,
+    } = scratch_store("midrun");
+    let (mut server, mut caller, gen0) = serve_ready(scratch.path(), &db_arg, None).await;
 
     // The handler holds 60 s after it ran: the kill comes first.
     let args = json!({"hold_ms": 60_000});
@@ -577,15 +604,13 @@ async fn k3_crash_mid_handler_retry_answers_unknown_outcome_never_reruns() {
 /// execution log, with or without an idempotency key, and nothing in the store.
 #[tokio::test]
 async fn k3_crash_unwritable_store_unknown_outcome_zero_runs() {
-    let scratch = scratch_dir("readonly");
-    let db = scratch.path().join("store.db");
+    let Scratch {
+        dir: scratch, db, ..
+    } = scratch_store("readonly");
     // A store file of this build's schema, so opening it read-only needs no write.
     drop(SqliteIdempotencyStore::open(&db).expect("create the store"));
     let uri = format!("file:{}?mode=ro", db.display());
-    let server = PumpServer::start(scratch.path(), &uri, None);
-    let gen0 = server.generation().await;
-    let mut caller = Caller::start(&server.endpoint).await;
-    caller.wait_ready(gen0).await;
+    let (server, caller, _) = serve_ready(scratch.path(), &uri, None).await;
 
     // Queries never touch the store.
     let echoed: String = tokio::time::timeout(
@@ -639,13 +664,12 @@ async fn k3_crash_unwritable_store_unknown_outcome_zero_runs() {
 /// the lock is gone the same call runs, exactly once.
 #[tokio::test]
 async fn k3_crash_store_locked_after_start_unknown_outcome_zero_runs() {
-    let scratch = scratch_dir("locked");
-    let db = scratch.path().join("store.db");
-    let db_arg = db.to_str().expect("utf-8 path").to_owned();
-    let server = PumpServer::start(scratch.path(), &db_arg, None);
-    let gen0 = server.generation().await;
-    let mut caller = Caller::start(&server.endpoint).await;
-    caller.wait_ready(gen0).await;
+    let Scratch {
+        dir: scratch,
+        db,
+        db_arg,
+    } = scratch_store("locked");
+    let (server, caller, _) = serve_ready(scratch.path(), &db_arg, None).await;
 
     let before = json!({"order": "wo-d1"});
     let ok = result_of(caller.dispense(&before, "wo-crash-d1"))
@@ -701,13 +725,12 @@ fn zmesh_idempotency(args: &[&str]) -> (bool, String) {
 /// note, and the command never runs again. A record no longer in progress cannot be resolved.
 #[tokio::test]
 async fn k3_record_left_in_progress_is_listed_and_resolved_by_an_operator() {
-    let scratch = scratch_dir("operator");
-    let db = scratch.path().join("store.db");
-    let db_arg = db.to_str().expect("utf-8 path").to_owned();
-    let mut server = PumpServer::start(scratch.path(), &db_arg, None);
-    let gen0 = server.generation().await;
-    let mut caller = Caller::start(&server.endpoint).await;
-    caller.wait_ready(gen0).await;
+    let Scratch {
+        dir: scratch,
+        db,
+        db_arg,
+    } = scratch_store("operator");
+    let (mut server, mut caller, gen0) = serve_ready(scratch.path(), &db_arg, None).await;
     let args = json!({"hold_ms": 60_000});
     let key = ScopedKey::from_idempotency_key(CHANNEL, "dispense", "wo-operator");
     let first = caller.dispense(&args, "wo-operator");

@@ -22,7 +22,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{free_tcp, py_script, Events, PyPeer};
+use common::{
+    close_monitored, free_tcp, monitor_wait, monitored_dealer, py_script, Events, PyPeer,
+};
 use zmesh::config::{Endpoint, NodeConfig, RouteMeshBind, ServerConfig};
 use zmesh::proto::security::InputRefusal;
 use zmesh::proto::state::{ConnState, FailureReason};
@@ -215,53 +217,6 @@ async fn issue11_800mb_frames_before_hello_cost_no_memory_and_spare_other_peers(
     let _ = node.0.stdin.take().map(|mut s| s.flush());
 }
 
-/// Waits for a monitor event of `kinds` on `mon` (libzmq's raw monitor messages), within
-/// [`STEP`]; returns it.
-fn monitor_wait(mon: &zmq::Socket, kinds: &[zmq::SocketEvent]) -> zmq::SocketEvent {
-    let deadline = std::time::Instant::now() + STEP;
-    loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        assert!(
-            !left.is_zero(),
-            "no monitor event {kinds:?} within {STEP:?}"
-        );
-        if mon
-            .poll(zmq::POLLIN, left.as_millis() as i64)
-            .expect("poll")
-            == 0
-        {
-            continue;
-        }
-        let frames = mon.recv_multipart(0).expect("monitor");
-        let raw = u16::from_ne_bytes([frames[0][0], frames[0][1]]);
-        let ev = zmq::SocketEvent::from_raw(raw);
-        if kinds.contains(&ev) {
-            return ev;
-        }
-    }
-}
-
-/// A raw DEALER with a monitor (not a zmesh node: it never sends a HELLO on its own).
-fn raw_dealer(ctx: &zmq::Context, ep: &str, n: usize) -> (zmq::Socket, zmq::Socket) {
-    let d = ctx.socket(zmq::DEALER).expect("dealer");
-    d.set_linger(0).expect("linger");
-    let mon_ep = format!("inproc://sec-mon-{n}");
-    d.monitor(&mon_ep, zmq::SocketEvent::ALL as i32)
-        .expect("monitor");
-    let mon = ctx.socket(zmq::PAIR).expect("pair");
-    mon.connect(&mon_ep).expect("connect monitor");
-    d.connect(ep).expect("connect");
-    (d, mon)
-}
-
-/// Closes a raw DEALER, then its monitor once libzmq reported the socket destroyed (a
-/// monitor closed sooner blocks libzmq's reaper: the socket, and its connection, would never
-/// close; LIBZMQ-NOTES).
-fn close_raw((d, mon): (zmq::Socket, zmq::Socket)) {
-    drop(d);
-    monitor_wait(&mon, &[zmq::SocketEvent::MONITOR_STOPPED]);
-}
-
 /// Issue 11, bounded input: garbage before HELLO is refused with one REJECT and recorded as
 /// `malformed`; a ZMTP greeting naming an unknown mechanism as `handshake_failed`; with
 /// `max_unadmitted = 2` and two silent connections held open, a third connection is refused
@@ -300,8 +255,8 @@ async fn issue11_garbage_handshake_failures_and_the_unadmitted_cap() {
 
     let ctx = zmq::Context::new();
     // Garbage as a first record: one REJECT (Protocol).
-    let (garbage, garbage_mon) = raw_dealer(&ctx, &app_ep, 0);
-    monitor_wait(&garbage_mon, &[zmq::SocketEvent::HANDSHAKE_SUCCEEDED]);
+    let (garbage, garbage_mon) = monitored_dealer(&ctx, &app_ep, 0);
+    monitor_wait(&garbage_mon, &[zmq::SocketEvent::HANDSHAKE_SUCCEEDED], STEP);
     garbage.send(&b"not a zmesh record"[..], 0).expect("send");
     garbage
         .set_rcvtimeo(STEP.as_millis() as i32)
@@ -309,7 +264,7 @@ async fn issue11_garbage_handshake_failures_and_the_unadmitted_cap() {
     let reject = garbage.recv_bytes(0).expect("a REJECT");
     assert_eq!(&reject[..4], &[0x5A, 0x4D, 0x01, 0x03], "REJECT");
     assert_eq!(reject[4], 8, "reason Protocol");
-    close_raw((garbage, garbage_mon));
+    close_monitored((garbage, garbage_mon), STEP);
 
     // A ZMTP 3.0 greeting with a mechanism libzmq does not know.
     let addr = completion_ep.trim_start_matches("tcp://").to_owned();
@@ -322,11 +277,11 @@ async fn issue11_garbage_handshake_failures_and_the_unadmitted_cap() {
     tcp.write_all(&greeting).expect("greeting");
 
     // Two silent connections fill the cap; a third is refused in its handshake.
-    let (silent_a, mon_a) = raw_dealer(&ctx, &server_ep, 1);
-    monitor_wait(&mon_a, &[zmq::SocketEvent::HANDSHAKE_SUCCEEDED]);
-    let (silent_b, mon_b) = raw_dealer(&ctx, &server_ep, 2);
-    monitor_wait(&mon_b, &[zmq::SocketEvent::HANDSHAKE_SUCCEEDED]);
-    let (third, mon_c) = raw_dealer(&ctx, &server_ep, 3);
+    let (silent_a, mon_a) = monitored_dealer(&ctx, &server_ep, 1);
+    monitor_wait(&mon_a, &[zmq::SocketEvent::HANDSHAKE_SUCCEEDED], STEP);
+    let (silent_b, mon_b) = monitored_dealer(&ctx, &server_ep, 2);
+    monitor_wait(&mon_b, &[zmq::SocketEvent::HANDSHAKE_SUCCEEDED], STEP);
+    let (third, mon_c) = monitored_dealer(&ctx, &server_ep, 3);
     let ev = monitor_wait(
         &mon_c,
         &[
@@ -334,6 +289,7 @@ async fn issue11_garbage_handshake_failures_and_the_unadmitted_cap() {
             zmq::SocketEvent::DISCONNECTED,
             zmq::SocketEvent::HANDSHAKE_FAILED_AUTH,
         ],
+        STEP,
     );
     assert_ne!(
         ev,
@@ -392,12 +348,12 @@ async fn issue11_garbage_handshake_failures_and_the_unadmitted_cap() {
 
     // One silent connection goes: once the node has seen it go (its disconnect travels
     // through libzmq's monitor), the late client's next dial gets through.
-    close_raw((silent_a, mon_a));
+    close_monitored((silent_a, mon_a), STEP);
     late_events.wait(STEP, is_ready).await;
     late.shutdown().await.expect("shutdown");
 
     for raw in [(silent_b, mon_b), (third, mon_c)] {
-        close_raw(raw);
+        close_monitored(raw, STEP);
     }
     drop(tcp);
     client.shutdown().await.expect("shutdown");
@@ -461,6 +417,22 @@ fn vault(runs: std::sync::Arc<std::sync::atomic::AtomicUsize>) -> Service {
         })
 }
 
+/// A node `vault-node` exposing [`vault`] as a ClientServer server on a free tcp endpoint:
+/// the node and its endpoint.
+async fn vault_node(runs: std::sync::Arc<std::sync::atomic::AtomicUsize>) -> (Node, String) {
+    let server_ep = free_tcp();
+    let mut cfg = NodeConfig::new("vault-node");
+    cfg.server = Some(Endpoint {
+        endpoint: server_ep.clone(),
+    });
+    let server = Node::builder(cfg)
+        .expose(vault(runs))
+        .start()
+        .await
+        .expect("server");
+    (server, server_ep)
+}
+
 /// MISSION K6: a service's authorizer refuses `Unauthorized` (the caller is
 /// not authenticated: `security = "none"` identities are claims) and `Forbidden` (known, not
 /// permitted); both reach the caller as "did not run" and no handler ran; the authorizer
@@ -468,16 +440,7 @@ fn vault(runs: std::sync::Arc<std::sync::atomic::AtomicUsize>) -> Service {
 #[tokio::test]
 async fn k6_issue11_authorizer_refuses_unauthorized_and_forbidden_did_not_run() {
     let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let server_ep = free_tcp();
-    let mut cfg = NodeConfig::new("vault-node");
-    cfg.server = Some(Endpoint {
-        endpoint: server_ep.clone(),
-    });
-    let server = Node::builder(cfg)
-        .expose(vault(runs.clone()))
-        .start()
-        .await
-        .expect("server");
+    let (server, server_ep) = vault_node(runs.clone()).await;
     let client = |rid: &str| {
         let mut c = NodeConfig::new(rid);
         c.servers = vec![ServerConfig {
@@ -533,16 +496,7 @@ async fn k6_issue11_authorizer_refuses_unauthorized_and_forbidden_did_not_run() 
 #[tokio::test]
 async fn k6_issue11_each_call_of_a_batch_is_authorized_on_its_own() {
     let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let server_ep = free_tcp();
-    let mut cfg = NodeConfig::new("vault-node");
-    cfg.server = Some(Endpoint {
-        endpoint: server_ep.clone(),
-    });
-    let server = Node::builder(cfg)
-        .expose(vault(runs.clone()))
-        .start()
-        .await
-        .expect("server");
+    let (server, server_ep) = vault_node(runs.clone()).await;
     let mut py = PyPeer::start(
         &py_script(PY_AUTH_BATCH, PY_LIFETIME_S),
         &[&server_ep, "guest"],

@@ -14,6 +14,9 @@ mod dial;
 mod fanout;
 mod link;
 mod liveness;
+// Shared with the CLI: a closed stdout ends the report quietly.
+#[path = "../../zmesh-cli/src/stdout.rs"]
+mod stdout;
 
 use std::time::Instant;
 
@@ -388,18 +391,12 @@ fn plan(args: &ConformArgs) -> Result<Vec<Job>> {
 }
 
 /// `zmesh conform`: runs every scenario the target description allows, in parallel, and
-/// prints the results. Exit status 1 if a MUST rule failed, 2 for a bad description.
+/// prints the results. Exit status 1 if a MUST rule failed, 2 for a bad description. A
+/// stdout closed by its reader (`zmesh conform ... | head -1`) ends the report quietly; the
+/// status is the same.
 pub fn run(args: ConformArgs) -> Result<()> {
     if args.list {
-        for r in RULES {
-            let level = match r.level {
-                Level::Must => "MUST",
-                Level::Should => "SHOULD",
-            };
-            let long = if r.long { " (--long)" } else { "" };
-            println!("{:<40} {level:<6} {}{long}", r.id, r.text);
-        }
-        return Ok(());
+        return quiet_if_closed(list_rules());
     }
     let jobs = match plan(&args) {
         Ok(j) => j,
@@ -436,7 +433,32 @@ pub fn run(args: ConformArgs) -> Result<()> {
         count(Status::Skip),
     );
     let seconds = t0.elapsed().as_secs_f64();
-    if args.json {
+    let counts = [passed, failed, warned, skipped];
+    quiet_if_closed(report(&outcomes, counts, seconds, args.json))?;
+    if failed > 0 {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// Prints the rules of [`RULES`] with their levels.
+fn list_rules() -> Result<()> {
+    for r in RULES {
+        let level = match r.level {
+            Level::Must => "MUST",
+            Level::Should => "SHOULD",
+        };
+        let long = if r.long { " (--long)" } else { "" };
+        stdout::outln!("{:<40} {level:<6} {}{long}", r.id, r.text)?;
+    }
+    Ok(())
+}
+
+/// Prints the outcomes, as a table or (`json`) as one JSON document; `counts`: passed,
+/// failed, warnings, skipped.
+fn report(outcomes: &[Outcome], counts: [usize; 4], seconds: f64, json: bool) -> Result<()> {
+    let [passed, failed, warned, skipped] = counts;
+    if json {
         let v = serde_json::json!({
             "format": "zmesh-conform",
             "wire_version": 1,
@@ -447,30 +469,46 @@ pub fn run(args: ConformArgs) -> Result<()> {
             "seconds": (seconds * 10.0).round() / 10.0,
             "results": outcomes,
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        stdout::outln!("{}", serde_json::to_string_pretty(&v)?)?;
     } else {
-        println!(
+        stdout::outln!(
             "zmesh conform: {passed} passed, {failed} failed, {warned} warnings, {skipped} skipped ({seconds:.1} s)"
-        );
-        println!(
+        )?;
+        stdout::outln!(
             "{:<6} {:<7} {:<40} {:<28} DETAIL",
-            "STATUS", "SECTION", "RULE", "ROLE"
-        );
-        for o in &outcomes {
+            "STATUS",
+            "SECTION",
+            "RULE",
+            "ROLE"
+        )?;
+        for o in outcomes {
             let status = match o.status {
                 Status::Pass => "pass",
                 Status::Fail => "FAIL",
                 Status::Warn => "warn",
                 Status::Skip => "skip",
             };
-            println!(
+            stdout::outln!(
                 "{status:<6} {:<7} {:<40} {:<28} {}",
-                o.section, o.rule, o.role, o.detail
-            );
+                o.section,
+                o.rule,
+                o.role,
+                o.detail
+            )?;
         }
     }
-    if failed > 0 {
-        std::process::exit(1);
-    }
     Ok(())
+}
+
+/// A closed stdout is the end of the report, not an error; any other failure to write is.
+fn quiet_if_closed(printed: Result<()>) -> Result<()> {
+    match printed {
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(stdout::is_closed) =>
+        {
+            Ok(())
+        }
+        other => other,
+    }
 }

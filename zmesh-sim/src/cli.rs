@@ -7,10 +7,13 @@
 //!           [--no-faults] [--trace]                      one seed, replayed exactly
 //! ```
 //! A failing seed prints the command that replays it and the trace up to the violation; the
-//! exit status is 1 if any seed failed.
+//! exit status is 1 if any seed failed. A stdout closed by its reader (`zmesh sim | head -1`)
+//! ends the run quietly, with the status of the seeds run until then.
 
+use std::io;
 use std::time::{Duration, Instant};
 
+use crate::stdout::{is_closed, outln};
 use crate::{run, Config, Report, Topology};
 
 struct Args {
@@ -66,7 +69,7 @@ fn parse(args: Vec<String>) -> Result<Args, String> {
             "--no-faults" => a.faults = false,
             "--trace" => a.trace = true,
             "-h" | "--help" => {
-                println!("{}", include_str!("usage.txt"));
+                let _ = outln!("{}", include_str!("usage.txt"));
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other:?} (see --help)")),
@@ -91,24 +94,25 @@ fn config(a: &Args, seed: u64) -> Config {
     c
 }
 
-fn print_failure(r: &Report) {
-    println!(
+fn print_failure(r: &Report) -> io::Result<()> {
+    outln!(
         "seed {} FAILED; replay: {}",
         r.seed,
         r.config.replay_line(r.seed)
-    );
+    )?;
     for v in &r.violations {
-        println!(
+        outln!(
             "  {} at {:.3}s: {}",
             v.invariant,
             v.at.as_secs_f64(),
             v.detail
-        );
+        )?;
     }
-    println!("  trace (last {} lines):", r.trace.len());
+    outln!("  trace (last {} lines):", r.trace.len())?;
     for line in &r.trace {
-        println!("  {line}");
+        outln!("  {line}")?;
     }
+    Ok(())
 }
 
 /// Runs `zmesh sim` with `args` (those after `sim`); returns the exit status: 0 if every
@@ -121,28 +125,48 @@ pub fn main(args: Vec<String>) -> i32 {
             return 2;
         }
     };
-    if let Some(seed) = a.seed {
-        let r = run(seed, &config(&a, seed));
-        if a.trace {
-            for line in &r.trace {
-                println!("{line}");
-            }
+    // The status found until stdout failed, if it did.
+    let mut status = 0;
+    let ran = match a.seed {
+        Some(seed) => replay(&a, seed, &mut status),
+        None => run_seeds(&a, &mut status),
+    };
+    match ran {
+        Err(e) if !is_closed(&e) => {
+            eprintln!("zmesh sim: writing to stdout: {e}");
+            1
         }
-        println!("seed {seed}: {} steps, {:?}", r.steps, r.stats);
-        if r.passed() {
-            println!("every invariant held");
-            return 0;
-        }
-        print_failure(&r);
-        return 1;
+        _ => status,
     }
+}
+
+/// One seed, replayed exactly (`--seed S`); `status` becomes 1 if it failed.
+fn replay(a: &Args, seed: u64, status: &mut i32) -> io::Result<()> {
+    let r = run(seed, &config(a, seed));
+    if !r.passed() {
+        *status = 1;
+    }
+    if a.trace {
+        for line in &r.trace {
+            outln!("{line}")?;
+        }
+    }
+    outln!("seed {seed}: {} steps, {:?}", r.steps, r.stats)?;
+    if r.passed() {
+        return outln!("every invariant held");
+    }
+    print_failure(&r)
+}
+
+/// Many seeds, each its own configuration; `status` becomes 1 once one failed.
+fn run_seeds(a: &Args, status: &mut i32) -> io::Result<()> {
     let started = Instant::now();
     let mut failed = 0u64;
     let mut total = crate::truth::Stats::default();
     let mut steps = 0u64;
     let mut virtual_secs = 0u64;
     for seed in a.first..a.first + a.seeds {
-        let c = config(&a, seed);
+        let c = config(a, seed);
         virtual_secs += c.duration.as_secs() + 90;
         let r = run(seed, &c);
         steps += r.steps;
@@ -160,10 +184,11 @@ pub fn main(args: Vec<String>) -> i32 {
         total.silences += r.stats.silences;
         if !r.passed() {
             failed += 1;
-            print_failure(&r);
+            *status = 1;
+            print_failure(&r)?;
         }
     }
-    println!(
+    outln!(
         "{} seeds ({}..{}), {} failed; {:.1} h virtual time, {steps} steps, {:.1} s wall",
         a.seeds,
         a.first,
@@ -171,11 +196,6 @@ pub fn main(args: Vec<String>) -> i32 {
         failed,
         virtual_secs as f64 / 3600.0,
         started.elapsed().as_secs_f64()
-    );
-    println!("{total:?}");
-    if failed == 0 {
-        0
-    } else {
-        1
-    }
+    )?;
+    outln!("{total:?}")
 }

@@ -18,6 +18,9 @@ pub mod fanout;
 pub mod net;
 pub mod node;
 pub mod truth;
+// Shared with the CLI: a closed stdout ends `zmesh sim` quietly.
+#[path = "../../zmesh-cli/src/stdout.rs"]
+mod stdout;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;

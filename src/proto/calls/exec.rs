@@ -742,47 +742,29 @@ mod tests {
         usize::from(key) + 1
     }
 
-    fn run(steps: &[Step]) -> Result<(), TestCaseError> {
-        let mut q: ExecQueues<u8, u32> = ExecQueues::new();
-        let mut model: BTreeMap<u8, ModelQueue> = BTreeMap::new();
-        let mut arrival_order: BTreeMap<u8, Vec<u32>> = BTreeMap::new();
-        let mut run_order: BTreeMap<u8, Vec<u32>> = BTreeMap::new();
-        let mut dropped: HashSet<u32> = HashSet::new();
-        let mut conflated: HashSet<u32> = HashSet::new();
-        let mut next_id = 0u32;
-        for s in steps {
-            match *s {
+    /// The naive model of every queue, with what the run-order check needs: each key's
+    /// arrivals and runs in order, the calls that were dropped (busy, superseded, gone while
+    /// waiting) and the calls involved in conflation.
+    #[derive(Debug, Default)]
+    struct Model {
+        queues: BTreeMap<u8, ModelQueue>,
+        arrival_order: BTreeMap<u8, Vec<u32>>,
+        run_order: BTreeMap<u8, Vec<u32>>,
+        dropped: HashSet<u32>,
+        conflated: HashSet<u32>,
+        next_id: u32,
+    }
+
+    impl Model {
+        /// Plays one step on the model and on `q`, and checks that `q` answers as the model.
+        fn step(&mut self, q: &mut ExecQueues<u8, u32>, step: &Step) -> Result<(), TestCaseError> {
+            match *step {
                 Step::Arrive {
                     key,
                     method,
                     conflate,
                 } => {
-                    let id = next_id;
-                    next_id += 1;
-                    arrival_order.entry(key).or_default().push(id);
-                    let m = model.entry(key).or_default();
-                    let expected = if m.running.is_none() {
-                        m.running = Some(id);
-                        run_order.entry(key).or_default().push(id);
-                        Arrival::RunNow
-                    } else if let Some(w) = m
-                        .waiting
-                        .iter_mut()
-                        .find(|w| conflate && w.2 && w.1 == method)
-                    {
-                        let replaced = w.0;
-                        w.0 = id;
-                        dropped.insert(replaced);
-                        conflated.insert(replaced);
-                        conflated.insert(id);
-                        Arrival::Superseding { replaced }
-                    } else if m.waiting.len() < mailbox(key) {
-                        m.waiting.push((id, method, conflate));
-                        Arrival::Queued
-                    } else {
-                        dropped.insert(id);
-                        Arrival::Busy
-                    };
+                    let (id, expected) = self.arrive(key, method, conflate);
                     let got = q.handle_arrival(
                         Some(key),
                         mailbox(key),
@@ -793,109 +775,165 @@ mod tests {
                     prop_assert_eq!(got, expected);
                 }
                 Step::Finish { key } => {
-                    let Some(m) = model.get_mut(&key) else {
-                        continue;
+                    let Some(running) = self.queues.get(&key).and_then(|m| m.running) else {
+                        return Ok(());
                     };
-                    let Some(running) = m.running else {
-                        continue;
-                    };
-                    let expected = if m.waiting.is_empty() {
-                        m.running = None;
-                        None
-                    } else {
-                        let next = m.waiting.remove(0).0;
-                        m.running = Some(next);
-                        run_order.entry(key).or_default().push(next);
-                        Some(next)
-                    };
+                    let expected = self.promote(key);
                     prop_assert_eq!(q.handle_finished(&key, running), expected);
                 }
                 Step::Gone { pick } => {
-                    let mut in_hand: Vec<(u32, u8)> = model
-                        .iter()
-                        .flat_map(|(&k, m)| {
-                            m.running
-                                .iter()
-                                .copied()
-                                .chain(m.waiting.iter().map(|w| w.0))
-                                .map(move |id| (id, k))
-                        })
-                        .collect();
-                    in_hand.sort_unstable();
-                    if in_hand.is_empty() {
-                        continue;
-                    }
-                    let (id, key) = in_hand[pick % in_hand.len()];
-                    let m = model.get_mut(&key).unwrap();
-                    let expected = if m.running == Some(id) {
-                        if m.waiting.is_empty() {
-                            m.running = None;
-                            None
-                        } else {
-                            let next = m.waiting.remove(0).0;
-                            m.running = Some(next);
-                            run_order.entry(key).or_default().push(next);
-                            Some(next)
-                        }
-                    } else {
-                        m.waiting.retain(|w| w.0 != id);
-                        dropped.insert(id);
-                        None
+                    let Some((id, expected)) = self.gone(pick) else {
+                        return Ok(());
                     };
                     prop_assert_eq!(q.handle_gone(id), expected);
                 }
                 Step::StrayFinish { key, pick } => {
-                    let running = model.get(&key).and_then(|m| m.running);
-                    let id = u32::try_from(pick % (next_id as usize + 1)).unwrap();
+                    let running = self.queues.get(&key).and_then(|m| m.running);
+                    let id = u32::try_from(pick % (self.next_id as usize + 1)).unwrap();
                     if Some(id) == running {
-                        continue;
+                        return Ok(());
                     }
                     prop_assert_eq!(q.handle_finished(&key, id), None);
                 }
             }
-            model.retain(|_, m| m.running.is_some());
-            // Invariants after every step.
+            Ok(())
+        }
+
+        /// A new call on `key`: its id and what the queues must answer.
+        fn arrive(&mut self, key: u8, method: u8, conflate: bool) -> (u32, Arrival<u32>) {
+            let id = self.next_id;
+            self.next_id += 1;
+            self.arrival_order.entry(key).or_default().push(id);
+            let m = self.queues.entry(key).or_default();
+            let expected = if m.running.is_none() {
+                m.running = Some(id);
+                self.run_order.entry(key).or_default().push(id);
+                Arrival::RunNow
+            } else if let Some(w) = m
+                .waiting
+                .iter_mut()
+                .find(|w| conflate && w.2 && w.1 == method)
+            {
+                let replaced = w.0;
+                w.0 = id;
+                self.dropped.insert(replaced);
+                self.conflated.insert(replaced);
+                self.conflated.insert(id);
+                Arrival::Superseding { replaced }
+            } else if m.waiting.len() < mailbox(key) {
+                m.waiting.push((id, method, conflate));
+                Arrival::Queued
+            } else {
+                self.dropped.insert(id);
+                Arrival::Busy
+            };
+            (id, expected)
+        }
+
+        /// The running call of `key` ended: the next waiting one runs, if any.
+        fn promote(&mut self, key: u8) -> Option<u32> {
+            let m = self.queues.get_mut(&key)?;
+            if m.waiting.is_empty() {
+                m.running = None;
+                None
+            } else {
+                let next = m.waiting.remove(0).0;
+                m.running = Some(next);
+                self.run_order.entry(key).or_default().push(next);
+                Some(next)
+            }
+        }
+
+        /// A call in hand went away, picked by index among the ids in hand in id order: its
+        /// id and what the queues must answer; `None` with no call in hand.
+        fn gone(&mut self, pick: usize) -> Option<(u32, Option<u32>)> {
+            let mut in_hand: Vec<(u32, u8)> = self
+                .queues
+                .iter()
+                .flat_map(|(&k, m)| {
+                    m.running
+                        .iter()
+                        .copied()
+                        .chain(m.waiting.iter().map(|w| w.0))
+                        .map(move |id| (id, k))
+                })
+                .collect();
+            in_hand.sort_unstable();
+            if in_hand.is_empty() {
+                return None;
+            }
+            let (id, key) = in_hand[pick % in_hand.len()];
+            let m = self.queues.get_mut(&key).unwrap();
+            let expected = if m.running == Some(id) {
+                self.promote(key)
+            } else {
+                m.waiting.retain(|w| w.0 != id);
+                self.dropped.insert(id);
+                None
+            };
+            Some((id, expected))
+        }
+
+        /// The invariants after every step: the model's queues are `q`'s; a key with waiting
+        /// calls and no running call never exists; idle queues are freed.
+        fn check(&self, q: &ExecQueues<u8, u32>) -> Result<(), TestCaseError> {
             let mut in_hand = 0;
             for key in 0..3u8 {
-                let m = model.get(&key);
+                let m = self.queues.get(&key);
                 let waiting = m.map_or(0, |m| m.waiting.len());
                 prop_assert_eq!(q.running(&key), m.and_then(|m| m.running));
                 prop_assert_eq!(q.waiting(&key), waiting);
-                // A key with waiting calls and no running call never exists.
                 prop_assert!(waiting == 0 || q.running(&key).is_some());
                 prop_assert!(waiting <= mailbox(key));
                 in_hand += waiting + usize::from(m.is_some_and(|m| m.running.is_some()));
             }
             prop_assert_eq!(q.len(), in_hand);
-            prop_assert_eq!(q.queues(), model.len(), "idle queues are freed");
+            prop_assert_eq!(q.queues(), self.queues.len(), "idle queues are freed");
+            Ok(())
         }
-        // Each key's run order is its arrival order minus the calls that were dropped (busy,
-        // superseded, gone while waiting), once calls involved in conflation (which move to
-        // their predecessor's position) are set aside; at most one call per key ran at a time
-        // (checked above: `running` is one value).
-        for (key, arrived) in &arrival_order {
-            let ran: Vec<u32> = run_order
-                .get(key)
-                .map(|r| {
-                    r.iter()
-                        .copied()
-                        .filter(|id| !conflated.contains(id))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let still: HashSet<u32> = model
-                .get(key)
-                .map(|m| m.waiting.iter().map(|w| w.0).collect())
-                .unwrap_or_default();
-            let expected: Vec<u32> = arrived
-                .iter()
-                .copied()
-                .filter(|id| !dropped.contains(id) && !conflated.contains(id))
-                .filter(|id| !still.contains(id))
-                .collect();
-            prop_assert_eq!(ran, expected);
+
+        /// Each key's run order is its arrival order minus the calls that were dropped (busy,
+        /// superseded, gone while waiting), once calls involved in conflation (which move to
+        /// their predecessor's position) are set aside; at most one call per key ran at a time
+        /// (checked after every step: `running` is one value).
+        fn check_run_order(&self) -> Result<(), TestCaseError> {
+            for (key, arrived) in &self.arrival_order {
+                let ran: Vec<u32> = self
+                    .run_order
+                    .get(key)
+                    .map(|r| {
+                        r.iter()
+                            .copied()
+                            .filter(|id| !self.conflated.contains(id))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let still: HashSet<u32> = self
+                    .queues
+                    .get(key)
+                    .map(|m| m.waiting.iter().map(|w| w.0).collect())
+                    .unwrap_or_default();
+                let expected: Vec<u32> = arrived
+                    .iter()
+                    .copied()
+                    .filter(|id| !self.dropped.contains(id) && !self.conflated.contains(id))
+                    .filter(|id| !still.contains(id))
+                    .collect();
+                prop_assert_eq!(ran, expected);
+            }
+            Ok(())
         }
-        Ok(())
+    }
+
+    fn run(steps: &[Step]) -> Result<(), TestCaseError> {
+        let mut q: ExecQueues<u8, u32> = ExecQueues::new();
+        let mut model = Model::default();
+        for s in steps {
+            model.step(&mut q, s)?;
+            model.queues.retain(|_, m| m.running.is_some());
+            model.check(&q)?;
+        }
+        model.check_run_order()
     }
 
     proptest! {
