@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes spec-tests/v1/records.json, spec-tests/v1/fanout.json and spec-tests/v1/cancel.json.
+"""Writes spec-tests/v1/records.json, fanout.json, cancel.json and calls.json.
 
 This is a second, independent encoder of zmesh wire format v1, written from WIRE.md (not from
 the Rust code), so the committed vectors cross-check the Rust codec rather than echo it. The
@@ -29,6 +29,8 @@ KINDS = {
     "close": 0x0B, "batch": 0x0C, "publish": 0x0D,
     # An extension kind: known only where capability `cancel` is in effect (WIRE.md §8.1).
     "cancel": 0x0E,
+    # Known only where capability `calls` is in effect.
+    "calls": 0x0F,
 }
 LANES = {"application": 1, "completion": 2, "client_server": 3}
 ROLES = {"server": 1, "object_client": 2}
@@ -124,6 +126,13 @@ def encode(rec):
         return [header(k) + u8(CLOSE_REASONS[rec["reason"]])]
     if k == "cancel":
         return [header(k) + u64(rec["call_id"])]
+    if k == "calls":
+        env = (header(k) + u16(len(rec["calls"])) + u64(rec["ttl_ms"])
+               + u8(SEMANTICS[rec["semantics"]]) + string(rec["channel"])
+               + string(rec["method"]))
+        for c in rec["calls"]:
+            env += u64(c["call_id"]) + string(c["idempotency_key"])
+        return [env] + [bytes.fromhex(c["payload"]) for c in rec["calls"]]
     if k == "batch":
         frames = [header(k) + u16(len(rec["requests"]))]
         for r in rec["requests"]:
@@ -921,6 +930,65 @@ def cancel_file():
     }
 
 
+# ---- calls.json (capability `calls`, WIRE.md §4.14, §8.1) ----
+
+def calls(ttl_ms=0, semantics="query", channel="pump", method="read", items=()):
+    return {"kind": "calls", "ttl_ms": str(ttl_ms), "semantics": semantics,
+            "channel": channel, "method": method,
+            "calls": [{"call_id": str(i), "idempotency_key": k, "payload": p}
+                      for (i, k, p) in items]}
+
+
+def calls_file():
+    two = calls(items=[(1, "", "01"), (2, "", "02")])
+    v = [
+        valid("calls", "Two calls of pump.read, query, no ttl, no keys, payloads 01 and 02.",
+              two),
+        valid("calls_ttl_keys_empty_payloads",
+              "Three calls of orders.place, non-repeatable, ttl 1500 ms, each with its own key; "
+              "empty payloads.",
+              calls(1500, "non_repeatable_command", "orders", "place",
+                    [(7, "k-7", ""), (8, "k-8", ""), (U64_MAX, "k-max", "")])),
+    ]
+    frames = encode(two)
+    env = frames[0]
+    one = encode(calls(items=[(1, "", "01"), (2, "", "02")]))[0]
+    one_call = (header("calls") + u16(1) + u64(0) + u8(1) + string("pump") + string("read")
+                + u64(1) + string(""))
+    inv = [
+        invalid("calls_count_1", "A CALLS record of one call: a lone call is never wrapped.",
+                "calls", [one_call, b"\x01"], "invalid_field"),
+        invalid("calls_truncated_in_calls", "The frame ends inside the second call.", "calls",
+                [env[:-3]] + frames[1:], "truncated"),
+        invalid("calls_trailing_bytes", "One byte after the last call.", "calls",
+                [env + b"\x00"] + frames[1:], "trailing_bytes"),
+        invalid("calls_missing_payload", "Two calls, one payload frame.", "calls",
+                frames[:2], "frame_count"),
+        invalid("calls_call_id_zero", "The second call's id is 0.", "calls",
+                [replace(one, len(one) - 10, u64(0))] + frames[1:], "invalid_field"),
+        invalid("calls_bad_semantics", "Semantics 4.", "calls",
+                [replace(env, 14, b"\x04")] + frames[1:], "invalid_field"),
+    ]
+    une = [
+        unencodable("calls_call_id_zero", "call_id 0 cannot be sent.",
+                    calls(items=[(1, "", ""), (0, "", "")])),
+        unencodable("calls_one_call", "A CALLS record holds 2..=65535 calls.",
+                    calls(items=[(1, "", "")])),
+    ]
+    return {
+        "format": "zmesh-spec-vectors",
+        "version": 1,
+        "decoder": "record",
+        "capabilities": ["calls"],
+        "description": "Records of the capability calls (WIRE.md §4.14, §8.1): decode with "
+                       "the record decoder on a connection where both ends announced calls. "
+                       "Without the capability, kind 0F is unknown.",
+        "valid": v,
+        "invalid": inv,
+        "unencodable": une,
+    }
+
+
 def write(name, data):
     for part in ("valid", "invalid", "unencodable"):
         part_names = [x["name"] for x in data[part]]
@@ -935,3 +1003,4 @@ if __name__ == "__main__":
     write("records.json", records_file())
     write("fanout.json", fanout_file())
     write("cancel.json", cancel_file())
+    write("calls.json", calls_file())

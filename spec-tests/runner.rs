@@ -17,9 +17,9 @@ use bytes::Bytes;
 use serde::Deserialize;
 
 use zmesh::proto::wire::{
-    Accept, Batch, Capabilities, CloseReason, Detail, FanoutMessage, Hello, Item, Kind, Label,
-    Lane, Membership, Memberships, Message, Name, Record, Reject, RejectReason, Reply, ReplyCode,
-    Request, Role, Semantics, Welcome, WireError,
+    Accept, Batch, Calls, Capabilities, CloseReason, Detail, FanoutMessage, Hello, Item, Kind,
+    Label, Lane, Membership, Memberships, Message, Name, Record, Reject, RejectReason, Reply,
+    ReplyCode, Request, Role, Semantics, Welcome, WireError,
 };
 
 // ---- the file format (spec-tests/README.md) ----
@@ -141,6 +141,13 @@ enum JsonRecord {
     Cancel {
         call_id: String,
     },
+    Calls {
+        ttl_ms: String,
+        semantics: JsonSemantics,
+        channel: String,
+        method: String,
+        calls: Vec<JsonCall>,
+    },
     Beacon,
     Publish {
         topic: String,
@@ -158,6 +165,15 @@ struct JsonRequest {
     semantics: JsonSemantics,
     channel: String,
     method: String,
+    idempotency_key: String,
+    payload: String,
+}
+
+/// One call of a CALLS record: what it does not share with the others.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonCall {
+    call_id: String,
     idempotency_key: String,
     payload: String,
 }
@@ -438,6 +454,28 @@ fn typed(j: &JsonRecord) -> Result<Typed, WireError> {
         JsonRecord::Cancel { call_id } => Record::Cancel {
             call_id: non_zero(call_id, "call_id")?,
         },
+        JsonRecord::Calls {
+            ttl_ms,
+            semantics,
+            channel,
+            method,
+            calls,
+        } => Record::Calls(Calls::new(
+            calls
+                .iter()
+                .map(|c| {
+                    request(&JsonRequest {
+                        call_id: c.call_id.clone(),
+                        ttl_ms: ttl_ms.clone(),
+                        semantics: *semantics,
+                        channel: channel.clone(),
+                        method: method.clone(),
+                        idempotency_key: c.idempotency_key.clone(),
+                        payload: c.payload.clone(),
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+        )?),
         JsonRecord::Beacon => return Ok(Typed::Fanout(FanoutMessage::Beacon)),
         JsonRecord::Publish {
             topic,
@@ -474,6 +512,7 @@ fn kind_name(kind: Kind) -> &'static str {
         Kind::Batch => "batch",
         Kind::Publish => "publish",
         Kind::Cancel => "cancel",
+        Kind::Calls => "calls",
     }
 }
 
@@ -500,6 +539,7 @@ fn typed_kind(j: &JsonRecord) -> Option<Kind> {
         JsonRecord::Close { .. } => Kind::Close,
         JsonRecord::Batch { .. } => Kind::Batch,
         JsonRecord::Cancel { .. } => Kind::Cancel,
+        JsonRecord::Calls { .. } => Kind::Calls,
         JsonRecord::Beacon => return None,
         JsonRecord::Publish { .. } => Kind::Publish,
     })
@@ -532,6 +572,7 @@ fn files() -> Vec<VectorFile> {
         load("records.json"),
         load("fanout.json"),
         load("cancel.json"),
+        load("calls.json"),
     ]
 }
 
@@ -541,6 +582,7 @@ fn caps_of(file: &VectorFile) -> Capabilities {
         .iter()
         .fold(Capabilities::NONE, |caps, name| match name.as_str() {
             "cancel" => caps.union(Capabilities::CANCEL),
+            "calls" => caps.union(Capabilities::CALLS),
             other => panic!("unknown capability {other:?}"),
         })
 }
@@ -639,9 +681,9 @@ fn every_kind_has_vectors() {
     // Kind::ALL is every kind the decoder knows (checked against the kind byte space).
     let known: Vec<Kind> = (0..=255u8).filter_map(|b| Kind::try_from(b).ok()).collect();
     assert_eq!(known, Kind::ALL.to_vec());
-    // With cancel in effect, its kind is known too, and nothing else.
+    // With every capability in effect, the extension kinds are known too, and nothing else.
     let with_cancel: Vec<Kind> = (0..=255u8)
-        .filter_map(|b| Kind::from_byte_in(b, Capabilities::CANCEL).ok())
+        .filter_map(|b| Kind::from_byte_in(b, Capabilities::SPOKEN).ok())
         .collect();
     let mut all: Vec<Kind> = Kind::ALL.into_iter().chain(Kind::EXTENSIONS).collect();
     all.sort();

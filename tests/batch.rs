@@ -442,3 +442,138 @@ async fn k5_batch_calls_false_sends_only_lone_requests() {
     assert_eq!((lone, batches.len()), (150, 0));
     node.shutdown().await.expect("shutdown");
 }
+
+/// MISSION K5, X3 (WIRE.md §4.14): toward a server that announces capability `calls`,
+/// calls of one method issued together travel as CALLS records of 2..=64 calls (the shared
+/// header said once), never as BATCHes; each is answered on its own. The server is a raw
+/// libzmq ROUTER using this crate's codec with `calls` in effect.
+#[tokio::test]
+async fn k5_x3_calls_of_one_method_travel_as_calls_records_where_negotiated() {
+    use zmesh::proto::wire::{
+        self, Accept, Capabilities, Label, Lane, Memberships, Name, Record, Reply, ReplyCode,
+        Welcome,
+    };
+    let ep = free_tcp();
+    let ctx = zmq::Context::new();
+    let server = ctx.socket(zmq::ROUTER).expect("router");
+    server.set_linger(0).expect("linger");
+    server.set_rcvtimeo(15_000).expect("rcvtimeo");
+    server.bind(&ep).expect("bind");
+    let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel::<(&'static str, usize)>();
+    let serving = tokio::task::spawn_blocking(move || {
+        let send = |route: &[u8], rec: Record| {
+            let mut out = vec![route.to_vec()];
+            out.extend(rec.encode());
+            server.send_multipart(out.iter(), 0).is_ok()
+        };
+        let mut caps = Capabilities::NONE;
+        loop {
+            let Ok(mut frames) = server.recv_multipart(0) else {
+                return;
+            };
+            let route = frames.remove(0);
+            let rec = Record::decode_in(&frames, caps, |f| Bytes::copy_from_slice(f))
+                .expect("a record the negotiated capabilities allow");
+            let requests = match rec {
+                Record::Hello(h) => {
+                    let offered = h
+                        .memberships
+                        .iter()
+                        .any(|m| m.channel.as_str() == "\0calls");
+                    assert!(offered, "the client offers calls");
+                    caps = Capabilities::CALLS;
+                    let memberships = Memberships::new(vec![
+                        wire::Membership {
+                            role: wire::Role::Server,
+                            channel: Name::new("orders").expect("channel"),
+                        },
+                        wire::Membership {
+                            role: wire::Role::ObjectClient,
+                            channel: Name::new("\0calls").expect("entry"),
+                        },
+                    ])
+                    .expect("memberships");
+                    send(
+                        &route,
+                        Record::Welcome(Welcome {
+                            lane: Lane::ClientServer,
+                            rid: Name::new("srv").expect("rid"),
+                            generation: std::num::NonZeroU64::MIN,
+                            security_identity: Label::default(),
+                            memberships,
+                        }),
+                    );
+                    continue;
+                }
+                Record::Probe { id } => {
+                    send(&route, Record::Ack { id });
+                    continue;
+                }
+                Record::Request(r) => {
+                    let _ = seen_tx.send(("request", 1));
+                    vec![r]
+                }
+                Record::Batch(b) => {
+                    let _ = seen_tx.send(("batch", b.requests().len()));
+                    b.into_requests()
+                }
+                Record::Calls(c) => {
+                    let _ = seen_tx.send(("calls", c.requests().len()));
+                    c.into_requests()
+                }
+                Record::Close { .. } => return,
+                _ => continue,
+            };
+            for r in requests {
+                let accept = Record::Accept(Accept {
+                    call_id: r.call_id,
+                    generation: std::num::NonZeroU64::MIN,
+                    connection_id: 0,
+                });
+                let reply = Record::Reply(Reply {
+                    call_id: r.call_id,
+                    code: ReplyCode::Ok,
+                    payload: r.payload,
+                });
+                if !(send(&route, accept) && send(&route, reply)) {
+                    return;
+                }
+            }
+        }
+    });
+    let mut c = NodeConfig::new("cli");
+    c.servers = vec![ServerConfig {
+        batch_calls: true,
+        channel: "orders".into(),
+        endpoint: ep.clone(),
+        rid: Some("srv".into()),
+    }];
+    let node = Node::start(c).await.expect("client");
+    node.ready(zmesh::runtime::Target::server("orders"))
+        .await
+        .expect("ready");
+    let mut grouped = Vec::new();
+    for _round in 0..5 {
+        concurrent_calls(&node, 150).await;
+        let mut calls = 0;
+        while calls < 150 {
+            let (kind, n) = tokio::time::timeout(STEP, seen.recv())
+                .await
+                .expect("the server saw the calls")
+                .expect("server");
+            assert_ne!(kind, "batch", "calls of one method go as CALLS, not BATCH");
+            if kind == "calls" {
+                assert!((2..=64).contains(&n), "a CALLS record of {n} calls");
+                grouped.push(n);
+            }
+            calls += n;
+        }
+        assert_eq!(calls, 150, "no call twice");
+        if !grouped.is_empty() {
+            break;
+        }
+    }
+    assert!(!grouped.is_empty(), "no CALLS record in 5 rounds");
+    node.shutdown().await.expect("shutdown");
+    serving.await.expect("server thread");
+}

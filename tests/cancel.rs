@@ -292,7 +292,11 @@ async fn x1_x3_a_version_1_server_never_receives_a_cancel() {
             panic!("first record: {hello:?}")
         };
         let offered: Vec<&str> = h.memberships.iter().map(|m| m.channel.as_str()).collect();
-        assert_eq!(offered, ["\0cancel"], "the client offers cancel");
+        assert_eq!(
+            offered,
+            ["\0cancel", "\0calls"],
+            "the client offers its capabilities"
+        );
         send(
             &server,
             &route,

@@ -29,8 +29,8 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 use zmesh::config::{Endpoint, NodeConfig, RouteMeshBind};
 use zmesh::proto::wire::{
-    Accept, Batch, Capabilities, CloseReason, Detail, FanoutMessage, Hello, Item, Label, Lane,
-    Membership, Memberships, Message, Name, Record, Reject, RejectReason, Reply, ReplyCode,
+    Accept, Batch, Calls, Capabilities, CloseReason, Detail, FanoutMessage, Hello, Item, Label,
+    Lane, Membership, Memberships, Message, Name, Record, Reject, RejectReason, Reply, ReplyCode,
     Request, Role, Semantics, Welcome,
 };
 use zmesh::runtime::calls::{decode, encode, ServeError};
@@ -216,6 +216,32 @@ fn expected_examples() -> BTreeMap<&'static str, Expected> {
         ),
         ("probe", R(Record::Probe { id: nz(1) })),
         ("cancel", R(Record::Cancel { call_id: nz(1) })),
+        (
+            "calls",
+            R(Record::Calls(
+                Calls::new(vec![
+                    request(
+                        1,
+                        0,
+                        Semantics::Query,
+                        "pump",
+                        "read",
+                        None,
+                        Bytes::from_static(&[1]),
+                    ),
+                    request(
+                        2,
+                        0,
+                        Semantics::Query,
+                        "pump",
+                        "read",
+                        None,
+                        Bytes::from_static(&[2]),
+                    ),
+                ])
+                .expect("calls"),
+            )),
+        ),
         (
             "hello_announcing_cancel",
             R(Record::Hello(Hello {
@@ -859,7 +885,8 @@ async fn s5_client_hello_fields_first_probe_and_probe_ids() {
         h.memberships,
         memberships(&[
             (Role::ObjectClient, "billing"),
-            (Role::ObjectClient, "\0cancel")
+            (Role::ObjectClient, "\0cancel"),
+            (Role::ObjectClient, "\0calls"),
         ])
     );
     assert_eq!(route.len(), 18, "{route:02x?}");

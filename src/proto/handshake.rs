@@ -411,18 +411,18 @@ mod tests {
         let hello = hello_record(Lane::Application, &me, &Expectation::default(), 0).unwrap();
         assert_eq!(
             hello.memberships.len(),
-            2,
-            "one membership, one extension entry"
+            3,
+            "one membership, two extension entries"
         );
         let frames = wire::Record::Hello(hello).encode();
         let Ok(wire::Record::Hello(back)) = wire::Record::decode(&frames) else {
             panic!("a HELLO with an extension entry is valid version 1");
         };
         let (_, peer, _) = from_hello(back);
-        assert_eq!(peer.capabilities, Capabilities::CANCEL);
+        assert_eq!(peer.capabilities, Capabilities::SPOKEN);
         assert_eq!(
             peer.memberships, me.memberships,
-            "the entry is no membership"
+            "an entry is no membership"
         );
 
         let v1 = node("a", 1, true);
@@ -465,7 +465,7 @@ mod tests {
         );
         assert_eq!(id.capabilities, Capabilities::NONE);
         assert_eq!(id.memberships, vec![Membership::server("orders")]);
-        assert_eq!(Capabilities::SPOKEN.to_string(), "v1+cancel");
+        assert_eq!(Capabilities::SPOKEN.to_string(), "v1+cancel+calls");
         assert_eq!(Capabilities::NONE.to_string(), "v1");
     }
 }

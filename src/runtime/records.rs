@@ -128,6 +128,8 @@ pub(crate) fn decode(frames: &[Frame], caps: wire::Capabilities) -> Result<Rec, 
         },
         Record::Batch(b) => Rec::Batch(b.into_requests()),
         Record::Cancel { call_id } => Rec::Cancel(call_id),
+        // A CALLS record is handled as the BATCH of the same calls (WIRE.md §4.14).
+        Record::Calls(c) => Rec::Batch(c.into_requests()),
     })
 }
 
@@ -259,6 +261,17 @@ pub(crate) fn requests(mut requests: Vec<wire::Request>) -> Result<Vec<Vec<u8>>,
         }
     }
     Ok(Record::Batch(wire::Batch::new(requests)?).encode())
+}
+
+/// Calls that share channel, method, ttl and semantics as one message: a lone REQUEST, or
+/// one CALLS record (only where capability `calls` is in effect, WIRE.md §4.14).
+pub(crate) fn calls(mut requests: Vec<wire::Request>) -> Result<Vec<Vec<u8>>, WireError> {
+    if requests.len() == 1 {
+        if let Some(r) = requests.pop() {
+            return Ok(Record::Request(r).encode());
+        }
+    }
+    Ok(Record::Calls(wire::Calls::new(requests)?).encode())
 }
 
 /// ACCEPT, naming this node's generation and the physical connection that took the call.

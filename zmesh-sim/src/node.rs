@@ -670,6 +670,11 @@ impl SimNode {
             }
             // The simulated callers never cancel, so no CANCEL is sent; one that arrived
             // would name no call here.
+            Record::Calls(c) => {
+                for r in c.into_requests() {
+                    self.on_request(ctx, conn, lane, peer_node, r);
+                }
+            }
             Record::Hello(_) | Record::Welcome(_) | Record::Reject(_) | Record::Cancel { .. } => {}
         }
     }

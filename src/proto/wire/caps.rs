@@ -16,11 +16,16 @@ impl Capabilities {
     pub const NONE: Capabilities = Capabilities(0);
     /// CANCEL records (WIRE.md §4.13): a caller tells the callee it no longer waits.
     pub const CANCEL: Capabilities = Capabilities(1);
+    /// CALLS records (WIRE.md §4.14): several calls of one method, shared fields said once.
+    pub const CALLS: Capabilities = Capabilities(2);
     /// Every capability this implementation speaks, announced by default.
-    pub const SPOKEN: Capabilities = Capabilities::CANCEL;
+    pub const SPOKEN: Capabilities = Capabilities(Capabilities::CANCEL.0 | Capabilities::CALLS.0);
 
     /// Each capability with its name on the wire, in the order extension entries are sent.
-    const NAMES: [(Capabilities, &'static str); 1] = [(Capabilities::CANCEL, "cancel")];
+    const NAMES: [(Capabilities, &'static str); 2] = [
+        (Capabilities::CANCEL, "cancel"),
+        (Capabilities::CALLS, "calls"),
+    ];
 
     /// Whether every capability of `other` is in this set.
     pub const fn contains(self, other: Capabilities) -> bool {

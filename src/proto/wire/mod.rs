@@ -35,6 +35,7 @@
     clippy::arithmetic_side_effects
 )]
 
+mod calls;
 mod caps;
 mod codec;
 mod error;
@@ -46,6 +47,7 @@ use std::num::NonZeroU64;
 
 use bytes::Bytes;
 
+pub use self::calls::Calls;
 pub use self::caps::{is_extension_entry, Capabilities, EXTENSION_PREFIX, EXTENSION_ROOM};
 use self::codec::{put_count, put_str, put_u64, Reader};
 pub use self::error::WireError;
@@ -105,6 +107,9 @@ pub enum Kind {
     /// 0x0E: the caller no longer waits for a call. An extension kind: known only on a
     /// connection that negotiated [`Capabilities::CANCEL`] (WIRE.md §4.13, §8.1).
     Cancel = 0x0E,
+    /// 0x0F: several calls of one method, their shared fields said once. An extension kind:
+    /// known only on a connection that negotiated [`Capabilities::CALLS`] (WIRE.md §4.14).
+    Calls = 0x0F,
 }
 
 impl Kind {
@@ -127,13 +132,14 @@ impl Kind {
 
     /// Every extension kind, in byte order: each is known only where its capability is in
     /// effect ([`Kind::capability`]).
-    pub const EXTENSIONS: [Kind; 1] = [Kind::Cancel];
+    pub const EXTENSIONS: [Kind; 2] = [Kind::Cancel, Kind::Calls];
 
     /// The capability a connection must have negotiated for this kind to be known on it
     /// ([`Capabilities::NONE`] for every version-1 kind).
     pub fn capability(self) -> Capabilities {
         match self {
             Kind::Cancel => Capabilities::CANCEL,
+            Kind::Calls => Capabilities::CALLS,
             _ => Capabilities::NONE,
         }
     }
@@ -168,6 +174,7 @@ impl Kind {
             Kind::Batch => "batch",
             Kind::Publish => "publish",
             Kind::Cancel => "cancel",
+            Kind::Calls => "calls",
         }
     }
 }
@@ -407,6 +414,8 @@ pub enum Record {
         /// The id of the call the caller no longer waits for.
         call_id: NonZeroU64,
     },
+    /// 0x0F, 1 + count frames; only where [`Capabilities::CALLS`] is in effect.
+    Calls(Calls),
 }
 
 impl Record {
@@ -426,6 +435,7 @@ impl Record {
             Record::Close { .. } => Kind::Close,
             Record::Batch(_) => Kind::Batch,
             Record::Cancel { .. } => Kind::Cancel,
+            Record::Calls(_) => Kind::Calls,
         }
     }
 
@@ -459,6 +469,7 @@ impl Record {
             }
             Record::Probe { id } => vec![encode_probe(*id).to_vec()],
             Record::Cancel { call_id } => vec![liveness_frame(Kind::Cancel, *call_id).to_vec()],
+            Record::Calls(c) => c.encode(),
             Record::Ack { id } => vec![encode_ack(*id).to_vec()],
             Record::Message(m) => vec![Message::encode_envelope(&m.channel), m.payload.to_vec()],
             Record::Request(r) => encode_request(r).into(),
@@ -599,6 +610,7 @@ fn decode_body<F: AsRef<[u8]>>(
             Ok(Record::Close { reason })
         }
         Kind::Batch => decode_batch(r, frames, rest, take).map(Record::Batch),
+        Kind::Calls => Calls::decode(r, frames, rest, take),
         Kind::Publish => Err(WireError::invalid(
             Some(kind),
             "kind",

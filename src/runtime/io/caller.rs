@@ -29,6 +29,72 @@ use crate::runtime::command::CallReply;
 use crate::runtime::operations::OpsShared;
 use crate::runtime::records;
 
+/// How the REQUESTs for one link may share a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SendPolicy {
+    /// Each alone: the node behind the link turned batching off.
+    Alone,
+    /// In BATCHes (version 1).
+    Batch,
+    /// In CALLS records where consecutive calls share their header, BATCHes otherwise: the
+    /// link negotiated capability `calls`.
+    Grouped,
+}
+
+/// How a message of REQUESTs is encoded: [`records::requests`] or [`records::calls`].
+type Encode = fn(Vec<wire::Request>) -> Result<Vec<Vec<u8>>, wire::WireError>;
+
+/// One message of `calls` for `link`, encoded by `encode`.
+fn message(link: LinkKey, calls: Vec<(CallId, wire::Request)>, encode: Encode) -> Requests {
+    let (ids, requests): (Vec<CallId>, Vec<wire::Request>) = calls.into_iter().unzip();
+    Requests {
+        link,
+        frames: encode(requests).ok(),
+        ids,
+    }
+}
+
+/// `calls` for `link` as BATCHes of at most [`batch::MAX_BATCH_CALLS`] (a lone call alone).
+fn batched(link: LinkKey, calls: Vec<(CallId, wire::Request)>, out: &mut Vec<Requests>) {
+    let parts: Vec<usize> = batch::split(calls.len()).map(|r| r.len()).collect();
+    let mut calls = calls.into_iter();
+    for len in parts {
+        out.push(message(
+            link,
+            calls.by_ref().take(len).collect(),
+            records::requests,
+        ));
+    }
+}
+
+/// `calls` for `link` in order: each run of two or more consecutive calls that share their
+/// header as CALLS records (cut as BATCHes are), the calls between runs as BATCHes.
+fn grouped(link: LinkKey, calls: Vec<(CallId, wire::Request)>, out: &mut Vec<Requests>) {
+    let mut loose: Vec<(CallId, wire::Request)> = Vec::new();
+    let mut calls = calls.into_iter().peekable();
+    while let Some(first) = calls.next() {
+        let mut run = vec![first];
+        while let Some(next) = calls.next_if(|(_, r)| wire::Calls::share(&run[0].1, r)) {
+            run.push(next);
+        }
+        if run.len() < 2 {
+            loose.extend(run);
+            continue;
+        }
+        batched(link, std::mem::take(&mut loose), out);
+        let parts: Vec<usize> = batch::split(run.len()).map(|r| r.len()).collect();
+        let mut run = run.into_iter();
+        for len in parts {
+            out.push(message(
+                link,
+                run.by_ref().take(len).collect(),
+                records::calls,
+            ));
+        }
+    }
+    batched(link, loose, out);
+}
+
 /// Longest time the call gauges go without being set again while their values stay the same.
 const GAUGE_REFRESH: Duration = Duration::from_secs(1);
 
@@ -222,11 +288,17 @@ impl Caller {
     /// The REQUESTs of this turn as messages (MISSION K5): the calls for one link go, in
     /// order, as one BATCH when there are two or more (cut by [`batch::split`] above
     /// [`batch::MAX_BATCH_CALLS`]) and as a lone REQUEST otherwise, or each alone when
-    /// `batches` says the node behind the link turned batching off. Send each, in order, and
-    /// report with [`Caller::handle_sent`]: a message the link cannot take now fails every
-    /// call in it at once as never sent (a frame is never queued on a link that cannot send
-    /// now, MISSION C3).
-    pub(super) fn take_requests(&mut self, batches: impl Fn(LinkKey) -> bool) -> Vec<Requests> {
+    /// `policy` says the node behind the link turned batching off. Where the link negotiated
+    /// capability `calls`, a run of consecutive calls sharing channel, method, ttl and
+    /// semantics goes as CALLS records instead (WIRE.md §4.14), the shared fields said once;
+    /// calls never change order. Send each, in order, and report with
+    /// [`Caller::handle_sent`]: a message the link cannot take now fails every call in it at
+    /// once as never sent (a frame is never queued on a link that cannot send now, MISSION
+    /// C3).
+    pub(super) fn take_requests(
+        &mut self,
+        policy: impl Fn(LinkKey) -> SendPolicy,
+    ) -> Vec<Requests> {
         let mut per_link: Vec<(LinkKey, Vec<(CallId, wire::Request)>)> = Vec::new();
         // A call that ended before its REQUEST left (cancelled in this turn) must not leave.
         let table = &self.table;
@@ -242,20 +314,14 @@ impl Caller {
         }
         let mut out = Vec::new();
         for (link, calls) in per_link {
-            let parts: Vec<std::ops::Range<usize>> = if batches(link) {
-                batch::split(calls.len()).collect()
-            } else {
-                (0..calls.len()).map(|i| i..i + 1).collect()
-            };
-            let mut calls = calls.into_iter();
-            for part in parts {
-                let (ids, requests): (Vec<CallId>, Vec<wire::Request>) =
-                    calls.by_ref().take(part.len()).unzip();
-                out.push(Requests {
-                    link,
-                    frames: records::requests(requests).ok(),
-                    ids,
-                });
+            match policy(link) {
+                SendPolicy::Alone => {
+                    for call in calls {
+                        out.push(message(link, vec![call], records::requests));
+                    }
+                }
+                SendPolicy::Batch => batched(link, calls, &mut out),
+                SendPolicy::Grouped => grouped(link, calls, &mut out),
             }
         }
         out
@@ -413,5 +479,69 @@ impl Caller {
             metrics::gauge!("zmesh_operations", "status" => status.name())
                 .set(counts.get(status) as f64);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::proto::wire::{Kind, Name, Record, Semantics};
+
+    fn call(id: u64, method: &str) -> (CallId, wire::Request) {
+        let n = NonZeroU64::new(id).unwrap();
+        (
+            CallId(n),
+            wire::Request {
+                call_id: n,
+                ttl_ms: None,
+                semantics: Semantics::Query,
+                channel: Name::new("pump").unwrap(),
+                method: Name::new(method).unwrap(),
+                idempotency_key: None,
+                payload: Bytes::new(),
+            },
+        )
+    }
+
+    /// MISSION K5, X3: runs of two or more calls that share their header go as CALLS, the
+    /// calls between runs as a lone REQUEST or a BATCH, and no call changes its place.
+    #[test]
+    fn k5_x3_grouped_calls_keep_their_order() {
+        let link = <LinkKey as super::super::Key>::from_index(0);
+        let calls = vec![
+            call(1, "read"),
+            call(2, "read"),
+            call(3, "set"),
+            call(4, "read"),
+            call(5, "read"),
+            call(6, "read"),
+            call(7, "set"),
+            call(8, "get"),
+        ];
+        let mut out = Vec::new();
+        grouped(link, calls, &mut out);
+        let shape: Vec<(Kind, Vec<u64>)> = out
+            .iter()
+            .map(|m| {
+                let frames = m.frames.as_ref().expect("encodes");
+                let kind = Record::decode_in(frames, wire::Capabilities::CALLS, |f| {
+                    Bytes::copy_from_slice(f)
+                })
+                .expect("decodes")
+                .kind();
+                (kind, m.ids.iter().map(|id| id.get().get()).collect())
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                (Kind::Calls, vec![1, 2]),
+                (Kind::Request, vec![3]),
+                (Kind::Calls, vec![4, 5, 6]),
+                (Kind::Batch, vec![7, 8]),
+            ]
+        );
     }
 }

@@ -17,7 +17,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use super::caller::{NewCall, Route};
+use super::caller::{NewCall, Route, SendPolicy};
 use super::links::{Link, LinkKind};
 use super::{CallKey, IoThread, LinkKey, Table};
 use crate::config::NodeConfig;
@@ -195,8 +195,26 @@ impl IoThread {
         if !self.caller.has_requests() {
             return;
         }
-        let (links, cfg) = (&self.links, &self.cfg);
-        let messages = self.caller.take_requests(|k| batches_calls(links, cfg, k));
+        let (links, cfg, me) = (&self.links, &self.cfg, self.me.capabilities);
+        let messages = self.caller.take_requests(|k| {
+            if !batches_calls(links, cfg, k) {
+                return SendPolicy::Alone;
+            }
+            let negotiated = links
+                .get(k)
+                .and_then(|l| l.conn.as_ref())
+                .and_then(|c| c.peer.as_ref())
+                .is_some_and(|p| {
+                    p.capabilities
+                        .intersection(me)
+                        .contains(Capabilities::CALLS)
+                });
+            if negotiated {
+                SendPolicy::Grouped
+            } else {
+                SendPolicy::Batch
+            }
+        });
         for m in messages {
             let sent = match &m.frames {
                 Some(frames) => self.send_frames_on_link(m.link, frames).is_ok(),
