@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes spec-tests/v1/records.json, fanout.json, cancel.json and calls.json.
+"""Writes spec-tests/v1/records.json, fanout.json, cancel.json, calls.json and credit.json.
 
 This is a second, independent encoder of zmesh wire format v1, written from WIRE.md (not from
 the Rust code), so the committed vectors cross-check the Rust codec rather than echo it. The
@@ -31,6 +31,8 @@ KINDS = {
     "cancel": 0x0E,
     # Known only where capability `calls` is in effect.
     "calls": 0x0F,
+    # Known only where capability `credit` is in effect.
+    "credit": 0x10,
 }
 LANES = {"application": 1, "completion": 2, "client_server": 3}
 ROLES = {"server": 1, "object_client": 2}
@@ -126,6 +128,8 @@ def encode(rec):
         return [header(k) + u8(CLOSE_REASONS[rec["reason"]])]
     if k == "cancel":
         return [header(k) + u64(rec["call_id"])]
+    if k == "credit":
+        return [header(k) + u64(rec["call_id"]) + u64(rec["items"])]
     if k == "calls":
         env = (header(k) + u16(len(rec["calls"])) + u64(rec["ttl_ms"])
                + u8(SEMANTICS[rec["semantics"]]) + string(rec["channel"])
@@ -989,6 +993,47 @@ def calls_file():
     }
 
 
+# ---- credit.json (capability `credit`, WIRE.md §4.15, §8.1) ----
+
+def credit(call_id, items):
+    return {"kind": "credit", "call_id": str(call_id), "items": str(items)}
+
+
+def credit_file():
+    one = encode(credit(3, 256))[0]
+    v = [
+        valid("credit", "CREDIT: stream call 3 may send 256 more items.", credit(3, 256)),
+        valid("credit_max", "The largest call id and grant.", credit(U64_MAX, U64_MAX)),
+    ]
+    inv = [
+        invalid("credit_call_id_zero", "call_id 0.", "credit",
+                [header("credit") + u64(0) + u64(256)], "invalid_field"),
+        invalid("credit_items_zero", "A grant of 0 items.", "credit",
+                [header("credit") + u64(3) + u64(0)], "invalid_field"),
+        invalid("credit_truncated", "The grant is cut one byte short.", "credit",
+                [one[:-1]], "truncated"),
+        invalid("credit_trailing_bytes", "One byte after the grant.", "credit",
+                [one + b"\x00"], "trailing_bytes"),
+        invalid("credit_with_payload", "A payload frame after a CREDIT.", "credit",
+                [one, b""], "frame_count"),
+    ]
+    une = [
+        unencodable("credit_items_zero", "A grant of 0 items cannot be sent.", credit(3, 0)),
+    ]
+    return {
+        "format": "zmesh-spec-vectors",
+        "version": 1,
+        "decoder": "record",
+        "capabilities": ["credit"],
+        "description": "Records of the capability credit (WIRE.md §4.15, §8.1): decode with "
+                       "the record decoder on a connection where both ends announced credit. "
+                       "Without the capability, kind 10 is unknown.",
+        "valid": v,
+        "invalid": inv,
+        "unencodable": une,
+    }
+
+
 def write(name, data):
     for part in ("valid", "invalid", "unencodable"):
         part_names = [x["name"] for x in data[part]]
@@ -1004,3 +1049,4 @@ if __name__ == "__main__":
     write("fanout.json", fanout_file())
     write("cancel.json", cancel_file())
     write("calls.json", calls_file())
+    write("credit.json", credit_file())

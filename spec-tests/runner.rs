@@ -141,6 +141,10 @@ enum JsonRecord {
     Cancel {
         call_id: String,
     },
+    Credit {
+        call_id: String,
+        items: String,
+    },
     Calls {
         ttl_ms: String,
         semantics: JsonSemantics,
@@ -454,6 +458,10 @@ fn typed(j: &JsonRecord) -> Result<Typed, WireError> {
         JsonRecord::Cancel { call_id } => Record::Cancel {
             call_id: non_zero(call_id, "call_id")?,
         },
+        JsonRecord::Credit { call_id, items } => Record::Credit {
+            call_id: non_zero(call_id, "call_id")?,
+            items: non_zero(items, "items")?,
+        },
         JsonRecord::Calls {
             ttl_ms,
             semantics,
@@ -513,6 +521,7 @@ fn kind_name(kind: Kind) -> &'static str {
         Kind::Publish => "publish",
         Kind::Cancel => "cancel",
         Kind::Calls => "calls",
+        Kind::Credit => "credit",
     }
 }
 
@@ -540,6 +549,7 @@ fn typed_kind(j: &JsonRecord) -> Option<Kind> {
         JsonRecord::Batch { .. } => Kind::Batch,
         JsonRecord::Cancel { .. } => Kind::Cancel,
         JsonRecord::Calls { .. } => Kind::Calls,
+        JsonRecord::Credit { .. } => Kind::Credit,
         JsonRecord::Beacon => return None,
         JsonRecord::Publish { .. } => Kind::Publish,
     })
@@ -573,6 +583,7 @@ fn files() -> Vec<VectorFile> {
         load("fanout.json"),
         load("cancel.json"),
         load("calls.json"),
+        load("credit.json"),
     ]
 }
 
@@ -583,6 +594,7 @@ fn caps_of(file: &VectorFile) -> Capabilities {
         .fold(Capabilities::NONE, |caps, name| match name.as_str() {
             "cancel" => caps.union(Capabilities::CANCEL),
             "calls" => caps.union(Capabilities::CALLS),
+            "credit" => caps.union(Capabilities::CREDIT),
             other => panic!("unknown capability {other:?}"),
         })
 }

@@ -294,7 +294,7 @@ async fn x1_x3_a_version_1_server_never_receives_a_cancel() {
         let offered: Vec<&str> = h.memberships.iter().map(|m| m.channel.as_str()).collect();
         assert_eq!(
             offered,
-            ["\0cancel", "\0calls"],
+            ["\0cancel", "\0calls", "\0credit"],
             "the client offers its capabilities"
         );
         send(
@@ -360,38 +360,102 @@ async fn x1_x3_a_version_1_server_never_receives_a_cancel() {
     node.shutdown().await.expect("shutdown");
 }
 
-/// MISSION X2 (and X1): a stream whose application takes no items holds at most
-/// `STREAM_BUFFER` of them; the next item ends it as `StreamOverrun` (may have run), the
-/// callee is told and its producer's sink refuses the next item, and the buffered items can
-/// still be taken, in order, before the end.
+/// MISSION X2 (and X1): from a version-1 callee (no window: a raw libzmq ROUTER that sends
+/// 1 100 ITEMs at once), a stream whose application takes nothing holds at most
+/// `STREAM_BUFFER` items; the next one ends it as `StreamOverrun` (may have run), and the
+/// buffered items can still be taken, in order, before the end.
 #[tokio::test]
-async fn x2_a_stream_nobody_reads_ends_as_overrun_and_stops_its_producer() {
+async fn x2_a_stream_from_a_version_1_callee_nobody_reads_ends_as_overrun() {
     use zmesh::runtime::calls::{may_have_run, STREAM_BUFFER};
-    let b_bind = mesh_bind(true);
-    let b = Node::start(mesh_server("b", "feed", &b_bind))
-        .await
-        .expect("b");
-    let (ended_tx, mut ended) = mpsc::unbounded_channel::<u64>();
-    b.serve_stream("feed", move |_req, sink| {
-        let ended = ended_tx.clone();
-        async move {
-            let mut n = 0u64;
-            while sink.send_item(&n).await.is_ok() {
-                n += 1;
+    let ep = free_tcp();
+    let ctx = zmq::Context::new();
+    let server = ctx.socket(zmq::ROUTER).expect("router");
+    server.set_linger(0).expect("linger");
+    server.set_sndhwm(0).expect("no send bound");
+    server.set_rcvtimeo(10_000).expect("rcvtimeo");
+    server.bind(&ep).expect("bind");
+    let mut c = NodeConfig::new("cli");
+    c.servers = vec![ServerConfig {
+        channel: "feed".into(),
+        endpoint: ep.clone(),
+        rid: Some("srv".into()),
+        batch_calls: true,
+    }];
+    let node = Node::start(c).await.expect("client");
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let serving = tokio::task::spawn_blocking(move || {
+        let send = |route: &[u8], rec: Record| {
+            let mut out = vec![route.to_vec()];
+            out.extend(rec.encode());
+            server.send_multipart(out.iter(), 0).expect("send");
+        };
+        loop {
+            let mut frames = server.recv_multipart(0).expect("a record within 10 s");
+            let route = frames.remove(0);
+            match Record::decode(&frames).expect("version-1 bytes only") {
+                Record::Hello(_) => send(
+                    &route,
+                    Record::Welcome(Welcome {
+                        lane: Lane::ClientServer,
+                        rid: Name::new("srv").expect("rid"),
+                        generation: std::num::NonZeroU64::MIN,
+                        security_identity: Label::new("srv").expect("label"),
+                        memberships: Memberships::new(vec![wire::Membership {
+                            role: wire::Role::Server,
+                            channel: Name::new("feed").expect("channel"),
+                        }])
+                        .expect("memberships"),
+                    }),
+                ),
+                Record::Probe { id } => send(&route, Record::Ack { id }),
+                Record::Request(r) => {
+                    send(
+                        &route,
+                        Record::Accept(wire::Accept {
+                            call_id: r.call_id,
+                            generation: std::num::NonZeroU64::MIN,
+                            connection_id: 0,
+                        }),
+                    );
+                    for seq in 0..1_100u64 {
+                        let payload = encode(&seq).expect("item");
+                        send(
+                            &route,
+                            Record::Item(wire::Item {
+                                call_id: r.call_id,
+                                seq,
+                                payload,
+                            }),
+                        );
+                    }
+                    // The connection stays up until the test has seen the end.
+                    let _ = done_rx.recv();
+                    return;
+                }
+                _ => {}
             }
-            let _ = ended.send(n);
-            encode("refused")
         }
-    })
-    .expect("serve");
-    let mut a = NodeConfig::new("a");
-    a.peers = vec![peer("b", &b_bind)];
-    let (a, _events) = start_ready(a, "b").await;
-    let mut stream = a.call_stream("feed", "endless", &(), CallOptions::default());
-    let sent = recv(&mut ended, "the producer was stopped").await;
-    assert!(sent > STREAM_BUFFER as u64, "{sent} items sent");
+    });
+    node.ready(zmesh::runtime::Target::server("feed"))
+        .await
+        .expect("ready");
+    let mut settled = node.operations().subscribe();
+    let mut stream = node.call_stream("feed", "endless", &(), CallOptions::default());
+    // Nothing is taken until the call settles: the first item to find the buffer full ends it.
+    loop {
+        let op = tokio::time::timeout(STEP, settled.recv())
+            .await
+            .expect("the call settles")
+            .expect("registry");
+        if op.status == OpStatus::UnknownOutcome {
+            break;
+        }
+    }
     let mut got = 0u64;
-    while let Some(item) = stream.next_item_as::<u64>().await {
+    while let Some(item) = tokio::time::timeout(STEP, stream.next_item_as::<u64>())
+        .await
+        .expect("the stream ends")
+    {
         assert_eq!(item.expect("decodes"), got, "in order");
         got += 1;
     }
@@ -407,8 +471,60 @@ async fn x2_a_stream_nobody_reads_ends_as_overrun_and_stops_its_producer() {
         }
     );
     assert!(may_have_run(&err));
-    let snap = a.snapshot().await.expect("snapshot");
+    let snap = node.snapshot().await.expect("snapshot");
     assert_eq!(snap.pending_calls, 0);
+    let _ = done_tx.send(());
+    serving.await.expect("server thread");
+    node.shutdown().await.expect("shutdown");
+}
+
+/// WIRE.md §4.15: toward a caller that negotiated `credit`, a stream's producer sends only as
+/// far as the caller's buffer has room, and then waits: here the caller takes nothing until
+/// the producer has sent a full window (`STREAM_BUFFER` items), sees that the producer's
+/// next send waits, then takes all 5 000 items in order and the stream ends normally.
+#[tokio::test]
+async fn x2_a_slow_consumer_slows_its_producer_and_loses_nothing() {
+    use zmesh::runtime::calls::STREAM_BUFFER;
+    let b_bind = mesh_bind(true);
+    let b = Node::start(mesh_server("b", "feed", &b_bind))
+        .await
+        .expect("b");
+    let (sent_tx, mut sent) = mpsc::unbounded_channel::<u64>();
+    b.serve_stream("feed", move |_req, sink| {
+        let sent = sent_tx.clone();
+        async move {
+            for n in 0..5_000u64 {
+                sink.send_item(&n).await?;
+                let _ = sent.send(n + 1);
+            }
+            encode("done")
+        }
+    })
+    .expect("serve");
+    let mut a = NodeConfig::new("a");
+    a.peers = vec![peer("b", &b_bind)];
+    let (a, _events) = start_ready(a, "b").await;
+    let mut stream = a.call_stream("feed", "count", &(), CallOptions::default());
+    loop {
+        if recv(&mut sent, "the producer's sends").await == STREAM_BUFFER as u64 {
+            break;
+        }
+    }
+    // The window is spent: the producer's next send waits for a grant (without the window it
+    // would go on at once).
+    let more = tokio::time::timeout(Duration::from_millis(300), sent.recv()).await;
+    assert!(more.is_err(), "the producer sent past its window: {more:?}");
+    let mut got = 0u64;
+    while let Some(item) = tokio::time::timeout(STEP, stream.next_item_as::<u64>())
+        .await
+        .expect("the stream goes on")
+    {
+        assert_eq!(item.expect("decodes"), got, "in order");
+        got += 1;
+    }
+    assert_eq!(got, 5_000);
+    let end: String = stream.finish_as().await.expect("the stream ended normally");
+    assert_eq!(end, "done");
     a.shutdown().await.expect("a");
     b.shutdown().await.expect("b");
 }

@@ -217,6 +217,13 @@ fn expected_examples() -> BTreeMap<&'static str, Expected> {
         ("probe", R(Record::Probe { id: nz(1) })),
         ("cancel", R(Record::Cancel { call_id: nz(1) })),
         (
+            "credit",
+            R(Record::Credit {
+                call_id: nz(3),
+                items: nz(256),
+            }),
+        ),
+        (
             "calls",
             R(Record::Calls(
                 Calls::new(vec![
@@ -887,6 +894,7 @@ async fn s5_client_hello_fields_first_probe_and_probe_ids() {
             (Role::ObjectClient, "billing"),
             (Role::ObjectClient, "\0cancel"),
             (Role::ObjectClient, "\0calls"),
+            (Role::ObjectClient, "\0credit"),
         ])
     );
     assert_eq!(route.len(), 18, "{route:02x?}");

@@ -24,8 +24,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::proto::calls::ServeId;
 pub use crate::proto::calls::{may_have_run, CallError, Phase, RemoteCode};
+use crate::proto::calls::{ServeId, CREDIT_STEP, STREAM_WINDOW};
 pub use crate::proto::contract::Semantics;
 
 /// Options of one call.
@@ -334,10 +334,12 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CallError> {
     })
 }
 
-/// How many items of one stream the caller's node holds for the application before the
-/// stream ends as [`CallError::StreamOverrun`] (see [`CallStream`]): enough for bursts, a
-/// bound on the memory a consumer that stopped reading can pin.
-pub const STREAM_BUFFER: usize = 1024;
+/// How many items of one stream the caller's node holds for the application (see
+/// [`CallStream`]): a callee that negotiated `credit` never sends more than the application
+/// has room for (WIRE.md §4.15: the stream window); from one that did not, an item that
+/// finds the buffer full ends the stream as [`CallError::StreamOverrun`]. A bound on the
+/// memory a consumer that stopped reading can pin.
+pub const STREAM_BUFFER: usize = STREAM_WINDOW as usize;
 
 /// The future a handler returns.
 pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Bytes, ServeError>> + Send>>;
@@ -362,10 +364,13 @@ pub(crate) enum StreamEvent {
 /// failure a unary call can have). Like a unary call, a stream needs no timeout: it is a
 /// lease on the connection that accepted it (MISSION C2).
 ///
-/// Items wait in a buffer of [`STREAM_BUFFER`] until taken. A stream whose application does
-/// not keep up (the buffer is full when an item arrives) ends at once as
-/// [`CallError::StreamOverrun`]: the items buffered can still be taken, the call is cancelled
-/// at the callee, and no item is dropped silently. Dropping the stream before its end, or
+/// Items wait in a buffer of [`STREAM_BUFFER`] until taken. A callee that negotiated
+/// `credit` (WIRE.md §4.15) sends only as far as the buffer has room, so a slow application
+/// slows the callee's handler down (its sends wait) and nothing is lost. From a callee that
+/// did not (a version-1 peer), a stream whose application does not keep up (the buffer is
+/// full when an item arrives) ends at once as [`CallError::StreamOverrun`]: the items
+/// buffered can still be taken, the call is cancelled at the callee, and no item is dropped
+/// silently. Dropping the stream before its end, or
 /// [`CallStream::cancel`], cancels the call as dropping a [`PendingCall`] does: it ends as
 /// [`CallError::Cancelled`], and a callee that speaks CANCEL stops producing (its handler is
 /// signalled; a query's is stopped).
@@ -374,6 +379,8 @@ pub struct CallStream {
     rx: Option<mpsc::Receiver<StreamEvent>>,
     end: Option<Result<Bytes, CallError>>,
     items: u64,
+    /// Items taken since the callee was last granted more.
+    ungranted: u64,
     canceller: Option<CallCanceller>,
 }
 
@@ -393,6 +400,7 @@ impl CallStream {
             rx: Some(rx),
             end: None,
             items: 0,
+            ungranted: 0,
             canceller: Some(canceller),
         }
     }
@@ -403,6 +411,7 @@ impl CallStream {
             rx: None,
             end: Some(Err(err)),
             items: 0,
+            ungranted: 0,
             canceller: None,
         }
     }
@@ -430,6 +439,14 @@ impl CallStream {
         match event {
             Some(StreamEvent::Item(item)) => {
                 self.items += 1;
+                // A callee with a window (WIRE.md §4.15) sends on as the application takes.
+                self.ungranted += 1;
+                if self.ungranted >= CREDIT_STEP {
+                    self.ungranted = 0;
+                    if let Some(c) = self.canceller.as_ref() {
+                        c.grant(CREDIT_STEP);
+                    }
+                }
                 Some(item)
             }
             Some(StreamEvent::End(result)) => {
@@ -490,6 +507,9 @@ impl CallStream {
 pub(crate) trait CancelPort: Send + Sync {
     /// The application stopped waiting for the call it named `token`.
     fn cancel_call(&self, token: u64);
+    /// The application took `items` more items of the stream it named `token`: the callee
+    /// may send that many more (WIRE.md §4.15).
+    fn grant_items(&self, token: u64, items: u64);
 }
 
 /// Cancels one call when told to or when dropped, unless the call ended first: what makes
@@ -523,6 +543,15 @@ impl CallCanceller {
     /// The call ended: nothing to cancel any more.
     fn disarm(&mut self) {
         self.armed = false;
+    }
+
+    /// Grants the stream `items` more items (nothing once it ended or was cancelled).
+    fn grant(&self, items: u64) {
+        if self.armed {
+            if let Some(port) = self.port.upgrade() {
+                port.grant_items(self.token, items);
+            }
+        }
     }
 }
 

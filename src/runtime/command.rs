@@ -34,6 +34,12 @@ pub(crate) enum Command {
     /// The application stopped waiting for the call it named `token` (its future or stream
     /// was dropped, or cancelled): the call ends as `Cancelled`, and the callee is told.
     CancelCall(u64),
+    /// The application took `items` more items of the stream it named `token`: the callee
+    /// is granted as many (a CREDIT, where negotiated).
+    GrantItems {
+        token: u64,
+        items: u64,
+    },
     Serve {
         channel: String,
         served: Served,

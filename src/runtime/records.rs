@@ -58,6 +58,11 @@ pub(crate) enum Rec {
     Batch(Vec<wire::Request>),
     /// A CANCEL: the caller no longer waits for this call (WIRE.md §4.13).
     Cancel(NonZeroU64),
+    /// A CREDIT: the caller grants this stream call more items (WIRE.md §4.15).
+    Credit {
+        call_id: NonZeroU64,
+        items: NonZeroU64,
+    },
 }
 
 impl Rec {
@@ -82,6 +87,7 @@ impl Rec {
             Rec::Item { .. } => Kind::Item,
             Rec::Batch(_) => Kind::Batch,
             Rec::Cancel(_) => Kind::Cancel,
+            Rec::Credit { .. } => Kind::Credit,
         }
     }
 }
@@ -130,6 +136,7 @@ pub(crate) fn decode(frames: &[Frame], caps: wire::Capabilities) -> Result<Rec, 
         Record::Cancel { call_id } => Rec::Cancel(call_id),
         // A CALLS record is handled as the BATCH of the same calls (WIRE.md §4.14).
         Record::Calls(c) => Rec::Batch(c.into_requests()),
+        Record::Credit { call_id, items } => Rec::Credit { call_id, items },
     })
 }
 
@@ -210,6 +217,11 @@ pub(crate) fn probe(id: u64) -> Vec<Vec<u8>> {
 /// CANCEL of call `call_id`.
 pub(crate) fn cancel(call_id: NonZeroU64) -> Vec<Vec<u8>> {
     Record::Cancel { call_id }.encode()
+}
+
+/// CREDIT of `items` more items for stream call `call_id`.
+pub(crate) fn credit(call_id: NonZeroU64, items: NonZeroU64) -> Vec<Vec<u8>> {
+    Record::Credit { call_id, items }.encode()
 }
 
 /// ACK.

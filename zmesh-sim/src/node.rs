@@ -675,7 +675,12 @@ impl SimNode {
                     self.on_request(ctx, conn, lane, peer_node, r);
                 }
             }
-            Record::Hello(_) | Record::Welcome(_) | Record::Reject(_) | Record::Cancel { .. } => {}
+            // The simulated calls are unary: no stream, so no window to grant.
+            Record::Hello(_)
+            | Record::Welcome(_)
+            | Record::Reject(_)
+            | Record::Cancel { .. }
+            | Record::Credit { .. } => {}
         }
     }
 

@@ -56,7 +56,7 @@ pub use error::{may_have_run, CallError, Phase, RemoteCode};
 pub use exec::{Arrival, ExecQueues, ExecStats, DEFAULT_MAILBOX};
 pub use serve::{
     Admission, CallShape, Cancelled, Dispatch, DrainReport, ServeId, ServeReply, ServeStats,
-    ServeTable,
+    ServeTable, CREDIT_STEP, STREAM_WINDOW,
 };
 
 #[cfg(test)]

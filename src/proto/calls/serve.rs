@@ -151,12 +151,23 @@ enum EntryState {
     },
 }
 
+/// The items a stream may send before its caller grants more, where the connection
+/// negotiated capability `credit` (WIRE.md §4.15): the caller's buffer holds exactly this many.
+pub const STREAM_WINDOW: u64 = 1024;
+
+/// How many items a caller grants at a time, once its application took that many
+/// (WIRE.md §4.15): a quarter of the window, so a steady stream never waits for a grant.
+pub const CREDIT_STEP: u64 = STREAM_WINDOW / 4;
+
 #[derive(Debug, Clone)]
 struct Entry<K> {
     conn: K,
     call_id: NonZeroU64,
     shape: CallShape,
     state: EntryState,
+    /// Items the stream may still send before its caller grants more; `None`: no window
+    /// (the connection did not negotiate `credit`).
+    window: Option<u64>,
     /// The caller's connection is gone: nothing will be sent for this call.
     orphaned: bool,
 }
@@ -301,6 +312,7 @@ impl<K: Copy + Eq + Hash> ServeTable<K> {
                 shape,
                 state: EntryState::Queued { deadline },
                 orphaned: false,
+                window: None,
             },
         );
         self.index.insert((conn, call_id), id);
@@ -338,6 +350,43 @@ impl<K: Copy + Eq + Hash> ServeTable<K> {
         Dispatch::Run
     }
 
+    /// Stream call `id` arrived on a connection that negotiated `credit` (WIRE.md §4.15): it
+    /// sends at most [`STREAM_WINDOW`] items beyond those its caller grants.
+    pub fn limit_window(&mut self, id: ServeId) {
+        if let Some(e) = self.entries.get_mut(&id) {
+            if e.shape == CallShape::Stream {
+                e.window = Some(STREAM_WINDOW);
+            }
+        }
+    }
+
+    /// Whether stream call `id` may send an item now: it is answered and running, and its
+    /// window (if it has one) is open. `false` with a closed window means the item waits for
+    /// the caller's CREDIT ([`Self::handle_credit`]); the handler waits with it.
+    pub fn may_send_item(&self, id: ServeId) -> bool {
+        self.entries.get(&id).is_some_and(|e| {
+            !e.orphaned && matches!(e.state, EntryState::Running { .. }) && e.window != Some(0)
+        })
+    }
+
+    /// Whether call `id` is in hand and answered (not orphaned): items for it may still go
+    /// once its window opens.
+    pub fn is_answered(&self, id: ServeId) -> bool {
+        self.entries.get(&id).is_some_and(|e| !e.orphaned)
+    }
+
+    /// A CREDIT of `items` for `call_id` arrived on connection `conn` (WIRE.md §4.15): the
+    /// stream's window grows by that much. Returns the call, if it is in hand, so the shell
+    /// sends the items that waited; a CREDIT for an unknown call changes nothing.
+    pub fn handle_credit(&mut self, conn: K, call_id: NonZeroU64, items: u64) -> Option<ServeId> {
+        let &id = self.index.get(&(conn, call_id))?;
+        let e = self.entries.get_mut(&id)?;
+        if let Some(w) = e.window.as_mut() {
+            *w = w.saturating_add(items);
+        }
+        Some(id)
+    }
+
     /// The handler of call `id` produced an item at `now`: the ITEM's `seq` to send, or `None`
     /// when the call is no longer answered (ended by the drain, its caller gone, or not
     /// running): the handler should stop.
@@ -350,6 +399,11 @@ impl<K: Copy + Eq + Hash> ServeTable<K> {
         };
         let seq = *items;
         *items = items.saturating_add(1);
+        if let Some(e) = self.entries.get_mut(&id) {
+            if let Some(w) = e.window.as_mut() {
+                *w = w.saturating_sub(1);
+            }
+        }
         Some(seq)
     }
 

@@ -18,13 +18,18 @@ impl Capabilities {
     pub const CANCEL: Capabilities = Capabilities(1);
     /// CALLS records (WIRE.md §4.14): several calls of one method, shared fields said once.
     pub const CALLS: Capabilities = Capabilities(2);
+    /// CREDIT records and stream windows (WIRE.md §4.15): a callee sends a stream's items
+    /// only as far as the caller granted.
+    pub const CREDIT: Capabilities = Capabilities(4);
     /// Every capability this implementation speaks, announced by default.
-    pub const SPOKEN: Capabilities = Capabilities(Capabilities::CANCEL.0 | Capabilities::CALLS.0);
+    pub const SPOKEN: Capabilities =
+        Capabilities(Capabilities::CANCEL.0 | Capabilities::CALLS.0 | Capabilities::CREDIT.0);
 
     /// Each capability with its name on the wire, in the order extension entries are sent.
-    const NAMES: [(Capabilities, &'static str); 2] = [
+    const NAMES: [(Capabilities, &'static str); 3] = [
         (Capabilities::CANCEL, "cancel"),
         (Capabilities::CALLS, "calls"),
+        (Capabilities::CREDIT, "credit"),
     ];
 
     /// Whether every capability of `other` is in this set.

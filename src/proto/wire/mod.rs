@@ -110,6 +110,9 @@ pub enum Kind {
     /// 0x0F: several calls of one method, their shared fields said once. An extension kind:
     /// known only on a connection that negotiated [`Capabilities::CALLS`] (WIRE.md §4.14).
     Calls = 0x0F,
+    /// 0x10: the caller grants a stream more items. An extension kind: known only on a
+    /// connection that negotiated [`Capabilities::CREDIT`] (WIRE.md §4.15).
+    Credit = 0x10,
 }
 
 impl Kind {
@@ -132,7 +135,7 @@ impl Kind {
 
     /// Every extension kind, in byte order: each is known only where its capability is in
     /// effect ([`Kind::capability`]).
-    pub const EXTENSIONS: [Kind; 2] = [Kind::Cancel, Kind::Calls];
+    pub const EXTENSIONS: [Kind; 3] = [Kind::Cancel, Kind::Calls, Kind::Credit];
 
     /// The capability a connection must have negotiated for this kind to be known on it
     /// ([`Capabilities::NONE`] for every version-1 kind).
@@ -140,6 +143,7 @@ impl Kind {
         match self {
             Kind::Cancel => Capabilities::CANCEL,
             Kind::Calls => Capabilities::CALLS,
+            Kind::Credit => Capabilities::CREDIT,
             _ => Capabilities::NONE,
         }
     }
@@ -175,6 +179,7 @@ impl Kind {
             Kind::Publish => "publish",
             Kind::Cancel => "cancel",
             Kind::Calls => "calls",
+            Kind::Credit => "credit",
         }
     }
 }
@@ -416,6 +421,13 @@ pub enum Record {
     },
     /// 0x0F, 1 + count frames; only where [`Capabilities::CALLS`] is in effect.
     Calls(Calls),
+    /// 0x10, 1 frame of exactly 20 bytes; only where [`Capabilities::CREDIT`] is in effect.
+    Credit {
+        /// The stream call granted more items.
+        call_id: NonZeroU64,
+        /// How many more items the callee may send.
+        items: NonZeroU64,
+    },
 }
 
 impl Record {
@@ -436,6 +448,7 @@ impl Record {
             Record::Batch(_) => Kind::Batch,
             Record::Cancel { .. } => Kind::Cancel,
             Record::Calls(_) => Kind::Calls,
+            Record::Credit { .. } => Kind::Credit,
         }
     }
 
@@ -470,6 +483,11 @@ impl Record {
             Record::Probe { id } => vec![encode_probe(*id).to_vec()],
             Record::Cancel { call_id } => vec![liveness_frame(Kind::Cancel, *call_id).to_vec()],
             Record::Calls(c) => c.encode(),
+            Record::Credit { call_id, items } => {
+                put_u64(&mut env, call_id.get());
+                put_u64(&mut env, items.get());
+                vec![env]
+            }
             Record::Ack { id } => vec![encode_ack(*id).to_vec()],
             Record::Message(m) => vec![Message::encode_envelope(&m.channel), m.payload.to_vec()],
             Record::Request(r) => encode_request(r).into(),
@@ -611,6 +629,16 @@ fn decode_body<F: AsRef<[u8]>>(
         }
         Kind::Batch => decode_batch(r, frames, rest, take).map(Record::Batch),
         Kind::Calls => Calls::decode(r, frames, rest, take),
+        Kind::Credit => {
+            let call_id = r.u64("call_id")?;
+            let items = r.u64("items")?;
+            r.finish()?;
+            no_payload(kind, frames)?;
+            Ok(Record::Credit {
+                call_id: non_zero(call_id, "call_id")?,
+                items: non_zero(items, "items")?,
+            })
+        }
         Kind::Publish => Err(WireError::invalid(
             Some(kind),
             "kind",

@@ -74,6 +74,9 @@ pub(super) struct From {
     pub(super) rid: String,
     /// The caller's lifecycle generation.
     pub(super) generation: u64,
+    /// Whether the connection the REQUEST came on negotiated `credit`: a stream answered to
+    /// it sends only as far as its window (WIRE.md §4.15).
+    pub(super) credit: bool,
 }
 
 /// A call [`Callee::handle_request`] took, not yet ACCEPTed on the wire: what it needs once
@@ -121,6 +124,8 @@ pub(super) struct Callee {
     overruns_logged: HashSet<String>,
     /// Answers decided and not yet taken by the I/O thread, in order.
     answers: VecDeque<Answer>,
+    /// Stream items waiting for their call's window to open, in order (WIRE.md §4.15).
+    held: HashMap<ServeId, VecDeque<ServeItem>>,
 }
 
 impl Callee {
@@ -134,6 +139,7 @@ impl Callee {
             handlers: Handlers::default(),
             overruns_logged: HashSet::new(),
             answers: VecDeque::new(),
+            held: HashMap::new(),
         }
     }
 
@@ -188,7 +194,7 @@ impl Callee {
         now: Instant,
     ) -> Option<Accepting> {
         let call_id = req.call_id;
-        let key = from.key;
+        let (key, credit) = (from.key, from.credit);
         let channel = req.channel.as_str();
         let method = req.method.as_str();
         let Some(served) = self.served.get(channel) else {
@@ -260,6 +266,9 @@ impl Callee {
             }
             Admission::Accept(sid) => sid,
         };
+        if credit {
+            self.table.limit_window(sid);
+        }
         let arrival =
             self.exec
                 .handle_arrival(queue.clone(), mailbox, &request.method, plan.conflate, sid);
@@ -372,16 +381,71 @@ impl Callee {
     /// A stream handler produced an item: the ITEM to send, numbered, or `None` when the
     /// stream is over (the drain ended it with `Unavailable`, the caller's connection is
     /// gone, the handler already returned: the handler is told, nothing is sent).
+    ///
+    /// Where the stream has a window (WIRE.md §4.15) and it is closed, the item waits, and
+    /// its handler with it (its send resolves when the item leaves): that is the stream's
+    /// backpressure. Items go in order, so one that comes while others wait waits too.
     pub(super) fn handle_item(&mut self, item: ServeItem, now: Instant) -> Option<ItemToSend> {
+        let id = item.id;
+        let waiting = self.held.get(&id).is_some_and(|q| !q.is_empty());
+        if self.table.is_answered(id) && (waiting || !self.table.may_send_item(id)) {
+            self.held.entry(id).or_default().push_back(item);
+            return None;
+        }
+        self.item_now(item, now)
+    }
+
+    /// A CREDIT of `items` for call `call_id` of the caller whose answers travel on `key`
+    /// (WIRE.md §4.15): its window grows, and the items that waited for it leave, in order,
+    /// as far as it goes.
+    pub(super) fn handle_credit(
+        &mut self,
+        key: CallKey,
+        call_id: NonZeroU64,
+        items: u64,
+        now: Instant,
+    ) -> Vec<ItemToSend> {
+        let Some(id) = self.table.handle_credit(key, call_id, items) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        while self.table.may_send_item(id) {
+            let Some(item) = self.held.get_mut(&id).and_then(VecDeque::pop_front) else {
+                break;
+            };
+            out.extend(self.item_now(item, now));
+        }
+        if self.held.get(&id).is_some_and(VecDeque::is_empty) {
+            self.held.remove(&id);
+        }
+        out
+    }
+
+    /// Items that waited for a window of a call that is over (answered, cut, cancelled, its
+    /// caller gone): each one's handler hears that the stream is over.
+    fn release_held_items(&mut self) {
+        if self.held.is_empty() {
+            return;
+        }
+        let table = &self.table;
+        self.held.retain(|&id, items| {
+            if table.is_answered(id) {
+                return true;
+            }
+            for item in items.drain(..) {
+                let _ = item.reply.send(Err(stream_over()));
+            }
+            false
+        });
+    }
+
+    /// Item `item`, to send now: numbered, or refused when its call is over.
+    fn item_now(&mut self, item: ServeItem, now: Instant) -> Option<ItemToSend> {
         let ServeItem { id, payload, reply } = item;
         let call = self.table.call_of(id);
         let seq = call.and_then(|_| self.table.handle_item(id, now));
         let (Some((key, call_id)), Some(seq)) = (call, seq) else {
-            let _ = reply.send(Err(ServeError::runtime(
-                RemoteCode::Unavailable,
-                "the stream is over: the service is stopping, the caller is gone, or the call \
-                 already ended",
-            )));
+            let _ = reply.send(Err(stream_over()));
             return None;
         };
         Some(ItemToSend {
@@ -466,6 +530,7 @@ impl Callee {
     #[must_use]
     pub(super) fn poll_answer(&mut self, now: Instant) -> Option<Answer> {
         self.signal_overdue();
+        self.release_held_items();
         loop {
             if let Some(a) = self.answers.pop_front() {
                 return Some(a);
@@ -749,6 +814,15 @@ impl Handlers {
         }
         stopped > 0
     }
+}
+
+/// What a stream handler's send hears once its call is over.
+fn stream_over() -> ServeError {
+    ServeError::runtime(
+        RemoteCode::Unavailable,
+        "the stream is over: the service is stopping, the caller is gone, or the call already \
+         ended",
+    )
 }
 
 /// The execution queue of a call (MISSION K4): none (parallel), the channel's (serial), or

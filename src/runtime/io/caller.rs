@@ -271,6 +271,13 @@ impl Caller {
         }
     }
 
+    /// Where a CREDIT for the stream the application named `token` goes: its connection and
+    /// call id, while it is pending.
+    pub(super) fn credit_target(&self, token: u64) -> Option<(CallKey, NonZeroU64)> {
+        let id = *self.tokens.get(&token)?;
+        Some((self.table.target(id)?, id.get()))
+    }
+
     /// The calls whose callers stopped waiting after their REQUEST left (cancelled, or past
     /// their deadline), each with the connection its answers travel on: a CANCEL to send
     /// where that connection's pair negotiated it.

@@ -15,6 +15,7 @@
 //! ITEM on the same route as the REPLY; the drain ends such calls with REPLY `Unavailable`.
 
 use std::collections::{HashMap, VecDeque};
+use std::num::NonZeroU64;
 use std::time::{Duration, Instant};
 
 use super::caller::{NewCall, Route, SendPolicy};
@@ -344,6 +345,25 @@ impl IoThread {
     pub(super) fn cancel_call(&mut self, token: u64, now: Instant) {
         self.caller.cancel(token, now);
         self.drain_calls(now);
+    }
+
+    /// The application took `items` more items of the stream it named `token`: a CREDIT on
+    /// the link its REQUEST went out on, where that connection negotiated `credit`
+    /// (WIRE.md §4.15). A CREDIT the link cannot take now waits, in order, like an answer:
+    /// it is never dropped, since a stream whose window closed waits for nothing else.
+    pub(super) fn grant_items(&mut self, token: u64, items: u64) {
+        let Some((key, call_id)) = self.caller.credit_target(token) else {
+            return;
+        };
+        let Some(items) = NonZeroU64::new(items) else {
+            return;
+        };
+        let Some(link) = self.request_link(key) else {
+            return;
+        };
+        if self.conn_caps(link).contains(Capabilities::CREDIT) {
+            self.send_answer(link, records::credit(call_id, items));
+        }
     }
 
     /// Sends a CANCEL for each call whose caller stopped waiting after its REQUEST left, on

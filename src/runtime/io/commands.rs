@@ -35,7 +35,10 @@ impl IoThread {
             };
             // A cancel does not send the REQUESTs before it: a call cancelled in the turn it
             // was made never leaves.
-            if !matches!(cmd, Command::Call { .. } | Command::CancelCall(_)) {
+            if !matches!(
+                cmd,
+                Command::Call { .. } | Command::CancelCall(_) | Command::GrantItems { .. }
+            ) {
                 self.flush_calls(now);
             }
             match cmd {
@@ -72,6 +75,7 @@ impl IoThread {
                     now,
                 ),
                 Command::CancelCall(token) => self.cancel_call(token, now),
+                Command::GrantItems { token, items } => self.grant_items(token, items),
                 Command::Serve { channel, served } => self.serve_channel(channel, served),
                 Command::ServeItem(item) => self.on_serve_item(item, now),
                 Command::ServeDone(done) => self.on_serve_done(done, now),

@@ -295,6 +295,7 @@ impl IoThread {
             Rec::Request(req) if ready => self.on_request(k, req, now),
             Rec::Batch(requests) if ready => self.on_batch(k, requests, now),
             Rec::Cancel(call_id) if ready => self.on_cancel(k, call_id, now),
+            Rec::Credit { call_id, items } if ready => self.on_credit(k, call_id, items.get(), now),
             rec @ (Rec::Accept { .. } | Rec::Reply { .. } | Rec::Item { .. }) if ready => {
                 self.on_call_answer(k, rec, now)
             }

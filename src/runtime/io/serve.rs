@@ -9,7 +9,7 @@ use std::time::Instant;
 use super::callee::From;
 use super::links::Link;
 use super::{CallKey, IoThread, LinkKey, Table};
-use crate::proto::wire::{self, Lane};
+use crate::proto::wire::{self, Capabilities, Lane};
 use crate::runtime::command::{ServeDone, ServeItem, Served};
 use crate::runtime::records;
 use crate::runtime::security::Caller;
@@ -38,6 +38,7 @@ impl IoThread {
             key,
             rid,
             generation,
+            credit: self.conn_caps(k).contains(Capabilities::CREDIT),
         })
     }
 
@@ -100,11 +101,28 @@ impl IoThread {
     /// handler is told the stream is over (see [`Callee::handle_item_sent`](super::callee::Callee::handle_item_sent)).
     pub(super) fn on_serve_item(&mut self, item: ServeItem, now: Instant) {
         if let Some(item) = self.callee.handle_item(item, now) {
-            let route = self.answer_route(item.key);
-            let sent = route.is_some_and(|r| self.send_frames_on_link(r, &item.frames).is_ok());
-            self.callee.handle_item_sent(item, sent, now);
+            self.send_item(item, now);
         }
         self.drain_calls(now);
+    }
+
+    /// A CREDIT arriving on link `k` (WIRE.md §4.15): stream call `call_id`, which the caller
+    /// sent on this link, may send `items` more; the items that waited for it go now.
+    pub(super) fn on_credit(&mut self, k: LinkKey, call_id: NonZeroU64, items: u64, now: Instant) {
+        let Some(from) = self.request_route(k) else {
+            return;
+        };
+        for item in self.callee.handle_credit(from.key, call_id, items, now) {
+            self.send_item(item, now);
+        }
+        self.drain_calls(now);
+    }
+
+    /// Sends one ITEM on its call's answer route and tells the callee whether it left.
+    fn send_item(&mut self, item: super::callee::ItemToSend, now: Instant) {
+        let route = self.answer_route(item.key);
+        let sent = route.is_some_and(|r| self.send_frames_on_link(r, &item.frames).is_ok());
+        self.callee.handle_item_sent(item, sent, now);
     }
 
     /// Registers a served channel (replacing an earlier registration of the same name).

@@ -1024,6 +1024,10 @@ impl CancelPort for Inner {
     fn cancel_call(&self, token: u64) {
         self.command(Command::CancelCall(token));
     }
+
+    fn grant_items(&self, token: u64, items: u64) {
+        self.command(Command::GrantItems { token, items });
+    }
 }
 
 impl Drop for Inner {
