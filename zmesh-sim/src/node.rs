@@ -16,18 +16,18 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rand::Rng;
 use zmesh::proto::admission::{self, HelloFacts, HelloVerdict, OwnDial, WelcomeFacts};
-use zmesh::proto::calls::{
-    Admission, CallError, CallId, CallShape, CallTable, Dispatch, ServeId, ServeTable,
-};
+use zmesh::proto::calls::{CallError, CallId, CallTable, ServeId, ServeTable};
 use zmesh::proto::handshake::{self, Capabilities, Expectation, Identity, Membership};
 use zmesh::proto::liveness::{LinkKey, Liveness, LivenessEvent, PublisherEvent, Transmit};
-use zmesh::proto::wire::{self, CloseReason, Lane, Record, RejectReason, ReplyCode, Semantics};
+use zmesh::proto::wire::{self, CloseReason, Lane, Record, RejectReason, ReplyCode};
 use zmesh::proto::ConnId;
 
 use crate::fanout::Fan;
 use crate::net::{Delivery, End, Link, NetConn, NodeIx};
-use crate::truth::CallKind;
 use crate::Ctx;
+
+mod callee;
+mod caller;
 
 /// The channel every server serves.
 pub const CHANNEL: &str = "svc";
@@ -674,248 +674,12 @@ impl SimNode {
         }
     }
 
-    fn call_for(&self, call_id: NonZeroU64) -> Option<CallId> {
-        let cid = CallId(call_id);
-        self.call_uid.contains_key(&cid).then_some(cid)
-    }
-
     /// The ready connection to `peer` on `lane`, dialled or accepted.
     fn ready_on(&self, peer: NodeIx, lane: Lane) -> Option<NetConn> {
         self.conns
             .iter()
             .find(|(_, c)| c.peer_node == peer && c.lane == lane && c.ready.is_some())
             .map(|(&k, _)| k)
-    }
-
-    fn on_request(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        conn: NetConn,
-        lane: Lane,
-        peer_node: NodeIx,
-        r: wire::Request,
-    ) {
-        let now = self.at(ctx.now);
-        // A RouteMesh call is answered on the caller's Completion lane.
-        let answer = match lane {
-            Lane::Application => match self.ready_on(peer_node, Lane::Completion) {
-                Some(k) => k,
-                None => return,
-            },
-            Lane::Completion => return,
-            Lane::ClientServer => conn,
-        };
-        if !self.spec.serves {
-            let reply = Record::Reply(wire::Reply {
-                call_id: r.call_id,
-                code: ReplyCode::ClassNotFound,
-                payload: Bytes::new(),
-            });
-            self.send(ctx, answer, &reply);
-            return;
-        }
-        let sid =
-            match self
-                .serve
-                .handle_request(answer, r.call_id, r.ttl_ms, CallShape::Unary, now)
-            {
-                Admission::Accept(sid) => sid,
-                Admission::Refuse(code) => {
-                    let reply = Record::Reply(wire::Reply {
-                        call_id: r.call_id,
-                        code,
-                        payload: Bytes::new(),
-                    });
-                    self.send(ctx, answer, &reply);
-                    return;
-                }
-                Admission::Duplicate => return,
-            };
-        let Some(answer_id) = self.conns.get(&answer).map(|c| c.id.0) else {
-            return;
-        };
-        let accept = Record::Accept(wire::Accept {
-            call_id: r.call_id,
-            generation: NonZeroU64::new(self.me.generation).unwrap_or(NonZeroU64::MIN),
-            connection_id: answer_id,
-        });
-        self.send(ctx, answer, &accept);
-        // Handlers take time; a ttl may run out before dispatch.
-        let wait = Duration::from_millis(ctx.rng.random_range(0..200));
-        let at = self.at(ctx.now + wait);
-        match self.serve.handle_dispatch(sid, at) {
-            Dispatch::Run => {}
-            Dispatch::Refuse(code) => {
-                let reply = Record::Reply(wire::Reply {
-                    call_id: r.call_id,
-                    code,
-                    payload: Bytes::new(),
-                });
-                self.send(ctx, answer, &reply);
-                return;
-            }
-            Dispatch::Skip => return,
-        }
-        let uid = crate::truth::uid_of(&r.payload);
-        let key = r.idempotency_key.as_ref().map(|k| k.to_string());
-        let guarded = r.semantics == Semantics::NonRepeatableCommand && key.is_some();
-        if guarded {
-            let k = key.clone().unwrap_or_default();
-            match ctx.truth.store_get(&self.me.rid, &k) {
-                Some(Some(ran)) => {
-                    // Replayed from the record: the handler does not run again.
-                    self.answer(ctx, sid, ReplyCode::Ok, crate::truth::result_of(ran));
-                    return;
-                }
-                Some(None) => {
-                    self.answer(ctx, sid, ReplyCode::UnknownOutcome, Bytes::new());
-                    return;
-                }
-                None => ctx.truth.store_begin(&self.me.rid, &k),
-            }
-        }
-        ctx.truth
-            .on_execute(uid, key.as_deref(), guarded, self.ix, &self.me.rid);
-        let took = Duration::from_millis(ctx.rng.random_range(0..3000));
-        self.handlers.insert(
-            sid,
-            Handler {
-                ends_at: ctx.now + wait + took,
-                uid,
-                key: key.filter(|_| guarded),
-                query: r.semantics == Semantics::Query,
-            },
-        );
-    }
-
-    fn answer(&mut self, ctx: &mut Ctx<'_>, sid: ServeId, code: ReplyCode, payload: Bytes) {
-        let now = self.at(ctx.now);
-        let Some((conn, call_id)) = self.serve.call_of(sid) else {
-            let _ = self.serve.handle_done(sid, code, now);
-            return;
-        };
-        if let Some(code) = self.serve.handle_done(sid, code, now) {
-            let reply = Record::Reply(wire::Reply {
-                call_id,
-                code,
-                payload,
-            });
-            self.send(ctx, conn, &reply);
-        }
-    }
-
-    fn finish_handler(&mut self, ctx: &mut Ctx<'_>, sid: ServeId) {
-        let Some(h) = self.handlers.remove(&sid) else {
-            return;
-        };
-        if let Some(k) = &h.key {
-            ctx.truth.store_done(&self.me.rid, k, h.uid);
-        }
-        self.answer(ctx, sid, ReplyCode::Ok, crate::truth::result_of(h.uid));
-    }
-
-    /// Starts a call from the application: `uid` is the simulator's name for it.
-    pub fn start_call(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        uid: u64,
-        kind: &CallKind,
-        ttl: Option<Duration>,
-    ) {
-        let now = self.at(ctx.now);
-        let route = self.route();
-        let cid = match route {
-            None => {
-                let cid = self
-                    .calls
-                    .start_unrouted(zmesh::proto::calls::Unrouted::NoReadyPeer, now);
-                self.call_uid.insert(cid, uid);
-                self.pump(ctx);
-                return;
-            }
-            Some((request_conn, answer_conn)) => {
-                let cid = self.calls.start(answer_conn, ttl, now);
-                self.call_uid.insert(cid, uid);
-                if !self.calls.is_pending(cid) {
-                    self.pump(ctx);
-                    return;
-                }
-                let (semantics, key) = match kind {
-                    CallKind::Query => (Semantics::Query, None),
-                    CallKind::Idempotent => (Semantics::IdempotentCommand, None),
-                    CallKind::Command => (Semantics::NonRepeatableCommand, None),
-                    CallKind::Guarded(k) => (Semantics::NonRepeatableCommand, Some(k.clone())),
-                };
-                let req = wire::Request {
-                    call_id: cid.0,
-                    ttl_ms: zmesh::proto::calls::ttl_on_wire(ttl),
-                    semantics,
-                    channel: name(CHANNEL),
-                    method: name("op"),
-                    idempotency_key: key.and_then(|k| wire::Name::new(k).ok()),
-                    payload: crate::truth::payload_of(uid),
-                };
-                if self.send(ctx, request_conn, &Record::Request(req)) {
-                    self.calls.handle_sent(cid, now);
-                } else {
-                    self.calls.handle_send_failed(cid, now);
-                }
-                cid
-            }
-        };
-        let _ = cid;
-        self.pump(ctx);
-    }
-
-    /// A ready server to call: the connection the REQUEST goes on and the one its answers
-    /// come back on (a RouteMesh peer's Application and Completion lanes, or one ClientServer
-    /// connection).
-    fn route(&self) -> Option<(NetConn, NetConn)> {
-        if self.phase != Phase::Running {
-            return None;
-        }
-        for c in self.conns.values() {
-            let Some(r) = &c.ready else { continue };
-            if !r.peer.is_server() {
-                continue;
-            }
-            match c.lane {
-                Lane::ClientServer if c.dialled => {
-                    let k = self.ready_on(c.peer_node, Lane::ClientServer)?;
-                    return Some((k, k));
-                }
-                Lane::Application => {
-                    let (Some(a), Some(b)) = (
-                        self.ready_on(c.peer_node, Lane::Application),
-                        self.ready_on(c.peer_node, Lane::Completion),
-                    ) else {
-                        continue;
-                    };
-                    return Some((a, b));
-                }
-                _ => {}
-            }
-        }
-        None
-    }
-
-    /// Sends a one-way MESSAGE to some ready peer; false if none is ready.
-    pub fn send_message(&mut self, ctx: &mut Ctx<'_>, uid: u64) -> bool {
-        let target = self
-            .conns
-            .iter()
-            .find(|(_, c)| {
-                c.ready.is_some() && matches!(c.lane, Lane::Application | Lane::ClientServer)
-            })
-            .map(|(&k, _)| k);
-        let Some(conn) = target else {
-            return false;
-        };
-        let msg = Record::Message(wire::Message {
-            channel: name(CHANNEL),
-            payload: crate::truth::message_of(uid),
-        });
-        self.send(ctx, conn, &msg)
     }
 
     /// Drops `conn` from this side: CLOSE first if named, then the transport closes it.
