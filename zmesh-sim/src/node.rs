@@ -3,11 +3,13 @@
 //!
 //! Every protocol decision is the library's own: admission and duplicate resolution
 //! ([`admission::judge_hello`], [`admission::judge_welcome`]), liveness ([`Liveness`]: probes,
-//! ACKs, the 15 s deadline with the coalescing window), the caller's call table
-//! ([`CallTable`]: leases, what a failure says) and the callee's ([`ServeTable`]: ACCEPT
-//! before dispatch, ttl refusals, the graceful drain), and the wire codec for every record.
-//! What this file adds is the glue the shell has around them: which connection a record
-//! came on, where an answer goes, redialling after a failure, handlers that take time.
+//! ACKs, the 15 s deadline with the coalescing window), capability negotiation in the
+//! handshake, the caller's call table ([`CallTable`]: leases, what a failure says, which
+//! cancels to tell the callee) and the callee's ([`ServeTable`]: ACCEPT before dispatch, ttl
+//! refusals, CANCEL, the graceful drain), and the wire codec for every record, decoded with
+//! the capabilities in effect on its connection. What this file adds is the glue the shell
+//! has around them: which connection a record came on, where an answer goes, redialling after
+//! a failure, handlers that take time.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::num::NonZeroU64;
@@ -19,7 +21,7 @@ use zmesh::proto::admission::{self, HelloFacts, HelloVerdict, OwnDial, WelcomeFa
 use zmesh::proto::calls::{CallError, CallId, CallTable, ServeId, ServeTable};
 use zmesh::proto::handshake::{self, Capabilities, Expectation, Identity, Membership};
 use zmesh::proto::liveness::{LinkKey, Liveness, LivenessEvent, PublisherEvent, Transmit};
-use zmesh::proto::wire::{self, CloseReason, Lane, Record, RejectReason, ReplyCode};
+use zmesh::proto::wire::{self, CloseReason, Lane, Record, RejectReason, ReplyCode, Semantics};
 use zmesh::proto::ConnId;
 
 use crate::fanout::Fan;
@@ -51,6 +53,8 @@ pub struct Spec {
     pub publishes: bool,
     /// The publishers it subscribes to, one SUB socket each.
     pub subscribes: Vec<NodeIx>,
+    /// It speaks version 1 only: it announces no capability (WIRE.md §8.1).
+    pub version1: bool,
 }
 
 #[derive(Debug)]
@@ -82,12 +86,35 @@ struct Dial {
     not_required: bool,
 }
 
+/// A running handler.
 #[derive(Debug)]
 struct Handler {
     ends_at: Duration,
     uid: u64,
     key: Option<String>,
-    query: bool,
+    semantics: Semantics,
+    /// The connection its answers travel on, and the call's wire id there.
+    conn: NetConn,
+    call_id: NonZeroU64,
+}
+
+/// An accepted call waiting for its turn (the execution queue's wait).
+#[derive(Debug)]
+struct Waiting {
+    dispatch_at: Duration,
+    /// The connection its answers travel on.
+    conn: NetConn,
+    /// When its REQUEST arrived.
+    arrived: Duration,
+    req: wire::Request,
+}
+
+/// A call this run's application made: the simulator's name for it, and the connection its
+/// REQUEST goes out on (none for a call that found no route).
+#[derive(Debug, Clone, Copy)]
+struct Outgoing {
+    uid: u64,
+    request: Option<NetConn>,
 }
 
 /// Where a node run is in its life.
@@ -118,8 +145,9 @@ pub struct SimNode {
     live_conn: BTreeMap<LinkKey, NetConn>,
     next_conn_id: u64,
     calls: CallTable<NetConn>,
-    call_uid: BTreeMap<CallId, u64>,
+    call_uid: BTreeMap<CallId, Outgoing>,
     serve: ServeTable<NetConn>,
+    waiting: BTreeMap<ServeId, Waiting>,
     handlers: BTreeMap<ServeId, Handler>,
     drain_done: bool,
     fan: Fan,
@@ -145,7 +173,11 @@ impl SimNode {
             generation,
             security_identity: String::new(),
             memberships: vec![membership],
-            capabilities: Capabilities::SPOKEN,
+            capabilities: if spec.version1 {
+                Capabilities::NONE
+            } else {
+                Capabilities::SPOKEN
+            },
         };
         let dials = spec
             .dials
@@ -177,6 +209,7 @@ impl SimNode {
             calls: CallTable::new(),
             call_uid: BTreeMap::new(),
             serve: ServeTable::new(),
+            waiting: BTreeMap::new(),
             handlers: BTreeMap::new(),
             drain_done: false,
             fan,
@@ -220,6 +253,9 @@ impl SimNode {
         for h in self.handlers.values() {
             take(Some(h.ends_at));
         }
+        for w in self.waiting.values() {
+            take(Some(w.dispatch_at));
+        }
         if self.phase == Phase::Running {
             for d in self.dials.values() {
                 take(d.retry_at);
@@ -240,6 +276,7 @@ impl SimNode {
             || self.calls.poll_timeout().is_some()
             || self.serve.poll_timeout().is_some()
             || !self.handlers.is_empty()
+            || !self.waiting.is_empty()
     }
 
     fn send(&mut self, ctx: &mut Ctx<'_>, conn: NetConn, rec: &Record) -> bool {
@@ -256,6 +293,9 @@ impl SimNode {
         self.live.handle_timeout_coalesced(self.at(now));
         self.calls.handle_timeout(self.at(now));
         self.serve.handle_timeout(self.at(now));
+        // Handlers whose ttl passed are signalled before any of them finishes at this instant.
+        self.signal_overdue(ctx);
+        self.dispatch_due(ctx);
         let due: Vec<ServeId> = self
             .handlers
             .iter()
@@ -411,7 +451,8 @@ impl SimNode {
             .conns
             .get(&conn)
             .map(|c| (c.ready.is_some(), c.dialled, c.refused));
-        let rec = Record::decode(&frames);
+        let caps = self.caps_on(conn);
+        let rec = Record::decode_in(&frames, caps, |f| Bytes::copy_from_slice(f));
         match known {
             None => self.on_unknown_inbound(ctx, conn, peer_node, lane, rec),
             Some((_, _, true)) => {}
@@ -424,6 +465,16 @@ impl SimNode {
             Some((true, _, _)) => match rec {
                 Ok(r) => self.on_ready_record(ctx, conn, r),
                 Err(e) => {
+                    let kind = frames.first().and_then(|f| f.get(3)).copied();
+                    if kind == Some(wire::Kind::Cancel as u8)
+                        && !caps.contains(Capabilities::CANCEL)
+                    {
+                        let detail = format!(
+                            "{} ({}) received a CANCEL on {conn}, where cancel is not in effect",
+                            self.me.rid, self.me.capabilities
+                        );
+                        ctx.truth.violation("cancel_only_where_negotiated", detail);
+                    }
                     ctx.trace(format!("{} {conn} malformed record: {e}", self.me.rid));
                     self.drop_conn(ctx, conn, Some(CloseReason::ProtocolError));
                 }
@@ -668,10 +719,20 @@ impl SimNode {
                     self.calls.handle_item(cid, conn, i.seq, i.payload, now);
                 }
             }
-            // The simulated callers never cancel, so no CANCEL is sent; one that arrived
-            // would name no call here.
-            Record::Hello(_) | Record::Welcome(_) | Record::Reject(_) | Record::Cancel { .. } => {}
+            Record::Cancel { call_id } => self.on_cancel(ctx, conn, lane, peer_node, call_id),
+            Record::Hello(_) | Record::Welcome(_) | Record::Reject(_) => {}
         }
+    }
+
+    /// The capabilities in effect on `conn`: those both ends announced in its handshake (none
+    /// before it is ready).
+    fn caps_on(&self, conn: NetConn) -> Capabilities {
+        self.conns
+            .get(&conn)
+            .and_then(|c| c.ready.as_ref())
+            .map_or(Capabilities::NONE, |r| {
+                r.peer.capabilities.intersection(self.me.capabilities)
+            })
     }
 
     /// The ready connection to `peer` on `lane`, dialled or accepted.
@@ -715,12 +776,13 @@ impl SimNode {
                 self.calls.handle_connection_lost(k, now);
             }
         }
+        // Waiting calls of a caller that is gone never run; running handlers are told.
+        self.waiting.retain(|_, w| w.conn != conn);
         for sid in self.serve.handle_connection_lost(conn, now) {
-            // Queries of a caller that is gone are aborted; commands run on, unanswered.
-            if self.handlers.get(&sid).is_some_and(|h| h.query) {
-                self.handlers.remove(&sid);
-                let _ = self.serve.handle_done(sid, ReplyCode::Exception, now);
+            if let Some(h) = self.handlers.get(&sid) {
+                ctx.truth.on_caller_gone(h.uid, self.ix);
             }
+            self.signal(ctx, sid);
         }
         if c.dialled {
             let rng_ms = ctx.rng.random_range(0..100);
@@ -797,8 +859,12 @@ impl SimNode {
                 }
             }
         }
+        // Cancels first: the calls they name are still in `call_uid` until their completion.
+        while let Some((_, cid)) = self.calls.poll_cancel() {
+            self.send_cancel(ctx, cid);
+        }
         while let Some((cid, result)) = self.calls.poll_completion() {
-            let uid = self.call_uid.remove(&cid);
+            let uid = self.call_uid.remove(&cid).map(|o| o.uid);
             if let Some(uid) = uid {
                 ctx.trace(format!(
                     "{} call u{uid} completed: {}",
@@ -818,8 +884,10 @@ impl SimNode {
             }
         }
         while self.calls.poll_item().is_some() {}
+        self.signal_overdue(ctx);
         while let Some(r) = self.serve.poll_transmit() {
             self.handlers.remove(&r.id);
+            self.waiting.remove(&r.id);
             let reply = Record::Reply(wire::Reply {
                 call_id: r.call_id,
                 code: r.code,
@@ -859,6 +927,7 @@ impl SimNode {
         }
         // Handlers whose callers are gone are abandoned with the node.
         let now = self.at(ctx.now);
+        self.waiting.clear();
         let left: Vec<ServeId> = self.handlers.keys().copied().collect();
         for sid in left {
             self.handlers.remove(&sid);

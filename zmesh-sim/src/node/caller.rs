@@ -1,14 +1,16 @@
 //! The caller side of a simulated node run: calls from the application through the
-//! [`CallTable`](zmesh::proto::calls::CallTable), routed to a ready server, and one-way
+//! [`CallTable`](zmesh::proto::calls::CallTable), routed to a ready server, cancelled by the
+//! application (a CANCEL for the callee where the connection negotiated it), and one-way
 //! messages.
 
 use std::num::NonZeroU64;
 use std::time::Duration;
 
 use zmesh::proto::calls::CallId;
+use zmesh::proto::handshake::Capabilities;
 use zmesh::proto::wire::{self, Lane, Record, Semantics};
 
-use super::{name, Phase, SimNode, CHANNEL};
+use super::{name, Outgoing, Phase, SimNode, CHANNEL};
 use crate::net::NetConn;
 use crate::truth::CallKind;
 use crate::Ctx;
@@ -19,57 +21,100 @@ impl SimNode {
         self.call_uid.contains_key(&cid).then_some(cid)
     }
 
-    /// Starts a call from the application: `uid` is the simulator's name for it.
+    /// Starts a call from the application: `uid` is the simulator's name for it. With
+    /// `cancel_at_once` the application cancels it in the turn it made it, before its REQUEST
+    /// leaves.
     pub fn start_call(
         &mut self,
         ctx: &mut Ctx<'_>,
         uid: u64,
         kind: &CallKind,
         ttl: Option<Duration>,
+        cancel_at_once: bool,
     ) {
         let now = self.at(ctx.now);
-        let route = self.route();
-        let cid = match route {
-            None => {
-                let cid = self
-                    .calls
-                    .start_unrouted(zmesh::proto::calls::Unrouted::NoReadyPeer, now);
-                self.call_uid.insert(cid, uid);
-                self.pump(ctx);
-                return;
-            }
-            Some((request_conn, answer_conn)) => {
-                let cid = self.calls.start(answer_conn, ttl, now);
-                self.call_uid.insert(cid, uid);
-                if !self.calls.is_pending(cid) {
-                    self.pump(ctx);
-                    return;
-                }
-                let (semantics, key) = match kind {
-                    CallKind::Query => (Semantics::Query, None),
-                    CallKind::Idempotent => (Semantics::IdempotentCommand, None),
-                    CallKind::Command => (Semantics::NonRepeatableCommand, None),
-                    CallKind::Guarded(k) => (Semantics::NonRepeatableCommand, Some(k.clone())),
-                };
-                let req = wire::Request {
-                    call_id: cid.0,
-                    ttl_ms: zmesh::proto::calls::ttl_on_wire(ttl),
-                    semantics,
-                    channel: name(CHANNEL),
-                    method: name("op"),
-                    idempotency_key: key.and_then(|k| wire::Name::new(k).ok()),
-                    payload: crate::truth::payload_of(uid),
-                };
-                if self.send(ctx, request_conn, &Record::Request(req)) {
-                    self.calls.handle_sent(cid, now);
-                } else {
-                    self.calls.handle_send_failed(cid, now);
-                }
-                cid
-            }
+        let Some((request_conn, answer_conn)) = self.route() else {
+            let cid = self
+                .calls
+                .start_unrouted(zmesh::proto::calls::Unrouted::NoReadyPeer, now);
+            self.call_uid.insert(cid, Outgoing { uid, request: None });
+            self.pump(ctx);
+            return;
         };
-        let _ = cid;
+        let cid = self.calls.start(answer_conn, ttl, now);
+        let request = Some(request_conn);
+        self.call_uid.insert(cid, Outgoing { uid, request });
+        if cancel_at_once && self.calls.is_pending(cid) {
+            ctx.truth.on_cancel(uid);
+            self.calls.handle_cancel(cid, now);
+        }
+        // A call that completed already (cancelled, shut down) must not leave.
+        if !self.calls.is_pending(cid) {
+            self.pump(ctx);
+            return;
+        }
+        let (semantics, key) = match kind {
+            CallKind::Query => (Semantics::Query, None),
+            CallKind::Idempotent => (Semantics::IdempotentCommand, None),
+            CallKind::Command => (Semantics::NonRepeatableCommand, None),
+            CallKind::Guarded(k) => (Semantics::NonRepeatableCommand, Some(k.clone())),
+        };
+        let req = wire::Request {
+            call_id: cid.0,
+            ttl_ms: zmesh::proto::calls::ttl_on_wire(ttl),
+            semantics,
+            channel: name(CHANNEL),
+            method: name("op"),
+            idempotency_key: key.and_then(|k| wire::Name::new(k).ok()),
+            payload: crate::truth::payload_of(uid),
+        };
+        if self.send(ctx, request_conn, &Record::Request(req)) {
+            ctx.truth.on_request_left(uid);
+            self.calls.handle_sent(cid, now);
+        } else {
+            self.calls.handle_send_failed(cid, now);
+        }
         self.pump(ctx);
+    }
+
+    /// The application cancels call `uid`, if this run still waits for it. Whatever is due
+    /// at this instant (a deadline) applies first, as it does for any input.
+    pub fn cancel_call(&mut self, ctx: &mut Ctx<'_>, uid: u64) {
+        let now = self.at(ctx.now);
+        self.calls.handle_timeout(now);
+        self.pump(ctx);
+        let pending = self
+            .call_uid
+            .iter()
+            .find(|(_, o)| o.uid == uid)
+            .map(|(&cid, _)| cid)
+            .filter(|&cid| self.calls.is_pending(cid));
+        let Some(cid) = pending else {
+            return;
+        };
+        ctx.trace(format!("{} cancels call u{uid}", self.me.rid));
+        ctx.truth.on_cancel(uid);
+        self.calls.handle_cancel(cid, now);
+        self.pump(ctx);
+    }
+
+    /// Tells the callee that nobody waits for call `cid` any more: a CANCEL on the connection
+    /// its REQUEST went out on, if that connection negotiated `cancel` (WIRE.md §4.13, §8.1);
+    /// otherwise the cancel stays local and the callee finishes the call.
+    pub(super) fn send_cancel(&mut self, ctx: &mut Ctx<'_>, cid: CallId) {
+        let Some(Outgoing {
+            uid,
+            request: Some(conn),
+        }) = self.call_uid.get(&cid).copied()
+        else {
+            return;
+        };
+        if !self.caps_on(conn).contains(Capabilities::CANCEL) {
+            ctx.truth.stats.cancels_kept_local += 1;
+            return;
+        }
+        ctx.truth.on_cancel_sent(uid);
+        self.send(ctx, conn, &Record::Cancel { call_id: cid.0 });
     }
 
     /// A ready server to call: the connection the REQUEST goes on and the one its answers
