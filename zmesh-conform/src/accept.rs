@@ -1,6 +1,7 @@
 //! The target accepts (its RouteMesh lanes or its ClientServer server): the runner dials,
 //! as a RouteMesh peer or a ClientServer client, and checks admission and REJECT reasons
-//! (§5.1), liveness (§5.2), calls (§5.3, §5.4), CLOSE and malformed input (§5.1, §6).
+//! (§5.1), liveness (§5.2), calls (§5.3, §5.4), CLOSE and malformed input (§5.1, §6),
+//! capabilities and CANCEL (§8.1, §4.13, in `cancel`).
 
 use std::num::NonZeroU64;
 use std::time::{Duration, Instant};
@@ -14,6 +15,8 @@ use super::link::{
     QUIET,
 };
 use super::{liveness, Job, Report, Target};
+
+mod cancel;
 
 /// Which acceptor the target is.
 #[derive(Clone)]
@@ -63,13 +66,13 @@ impl Acceptor {
 type Scenario = fn(&Target, &Acceptor, &mut Report);
 
 /// The scenarios against one acceptor, to run in parallel: admission, liveness, calls, close
-/// and malformed input.
+/// and malformed input, capabilities and CANCEL.
 pub fn jobs(target: &Target, acc: Acceptor) -> Vec<Job> {
     let mut out: Vec<Job> = Vec::new();
     let scenarios: [(&str, Scenario); 4] = [
         ("admission", admission),
         ("liveness", live),
-        ("calls", calls),
+        ("calls", calls_then_capabilities),
         ("close", close_and_malformed),
     ];
     for (what, f) in scenarios {
@@ -84,6 +87,14 @@ pub fn jobs(target: &Target, acc: Acceptor) -> Vec<Job> {
         ));
     }
     out
+}
+
+/// The call checks, then the capability and CANCEL checks (`cancel`), one after the other in
+/// one thread: the second admits its connections once the liveness scenario's are past their
+/// first PROBEs.
+fn calls_then_capabilities(t: &Target, acc: &Acceptor, r: &mut Report) {
+    calls(t, acc, r);
+    cancel::capabilities(t, acc, r);
 }
 
 /// A runner-side session: one libzmq context, fresh RIDs and generations per connection.

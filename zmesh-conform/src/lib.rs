@@ -124,6 +124,11 @@ pub const RULES: &[Rule] = &[
     must("7.3/subscribes-to-beacons", "the subscriber subscribes to a prefix of the beacon topic"),
     must("7.3/reserved-topic-resubscribes", "after a malformed message on the reserved topic the subscriber closes its socket and subscribes again on a new one"),
     long("7.3/silence-resubscribes", "after 15 s without beacon or record the subscriber subscribes again on a new socket"),
+    // §8.1 and §4.13, capabilities and CANCEL (the target accepts).
+    must("8.1/version-1-hello-version-1-welcome", "a HELLO that offers no capability gets a WELCOME without extension entries (what a version-1 acceptor sends)"),
+    must("8.1/welcome-announces-only-offered", "a HELLO offering cancel and an unknown capability is admitted, and its WELCOME announces no capability the HELLO did not offer (the unknown one never)"),
+    must("4.13/cancel-unknown-ignored", "where cancel is in effect, a CANCEL for a call id never used changes nothing: the connection answers the next PROBE"),
+    must("4.13/cancel-answered-ignored", "where cancel is in effect, a CANCEL for a call already answered changes nothing: the next PROBE gets its ACK, the next call its REPLY, the cancelled call nothing more"),
 ];
 
 /// The catalog entry of `id`.

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use zmesh::proto::wire::{
     Label, Lane, Membership, Memberships, Name, Record, Request, Role, Semantics, Welcome,
+    EXTENSION_PREFIX,
 };
 
 /// Longest wait for an answer that must come (a WELCOME, a REJECT, a REPLY ...).
@@ -47,15 +48,36 @@ pub fn label(s: &str) -> Label {
 /// The runner's memberships: a Server of [`RUNNER_CHANNEL`] (so a RouteMesh pair with the
 /// runner is required), or none.
 pub fn memberships(server: bool) -> Memberships {
-    let list = if server {
-        vec![Membership {
+    offering(server, &[])
+}
+
+/// [`memberships`] followed by an extension entry for each capability name of `offer`
+/// (WIRE.md §8.1: role ObjectClient, channel `00` + the name).
+pub fn offering(server: bool, offer: &[&str]) -> Memberships {
+    let mut list = Vec::new();
+    if server {
+        list.push(Membership {
             role: Role::Server,
             channel: name(RUNNER_CHANNEL),
-        }]
-    } else {
-        Vec::new()
-    };
+        });
+    }
+    for cap in offer {
+        list.push(Membership {
+            role: Role::ObjectClient,
+            channel: name(&format!("{EXTENSION_PREFIX}{cap}")),
+        });
+    }
     Memberships::new(list).unwrap_or_default()
+}
+
+/// The capability names a WELCOME announces: its extension entries (WIRE.md §8.1), whatever
+/// their role, in order.
+pub fn announced(w: &Welcome) -> Vec<String> {
+    w.memberships
+        .iter()
+        .filter_map(|m| m.channel.as_str().strip_prefix(EXTENSION_PREFIX))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// What a HELLO of the runner says.
@@ -75,6 +97,8 @@ pub struct HelloSpec {
     pub expect_generation: Option<NonZeroU64>,
     /// With a Server membership or none.
     pub server: bool,
+    /// The capabilities it offers, by wire name (none: a version-1 HELLO).
+    pub offer: Vec<&'static str>,
 }
 
 impl HelloSpec {
@@ -88,6 +112,7 @@ impl HelloSpec {
             expect_rid: None,
             expect_generation: None,
             server: true,
+            offer: Vec::new(),
         }
     }
 
@@ -101,7 +126,7 @@ impl HelloSpec {
             expect_rid: self.expect_rid.as_deref().map(name),
             expect_generation: self.expect_generation,
             config_generation: 0,
-            memberships: memberships(self.server),
+            memberships: offering(self.server, &self.offer),
         })
         .encode()
     }

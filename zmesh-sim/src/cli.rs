@@ -4,7 +4,7 @@
 //! ```text
 //! zmesh sim [--seeds N] [--first S] [--minutes M]      many seeds, each its own configuration
 //! zmesh sim --seed S [--nodes N] [--topology mesh|client-server|fanout] [--seconds T]
-//!           [--no-faults] [--trace]                      one seed, replayed exactly
+//!           [--version1 P] [--no-faults] [--trace]       one seed, replayed exactly
 //! ```
 //! A failing seed prints the command that replays it and the trace up to the violation; the
 //! exit status is 1 if any seed failed. A stdout closed by its reader (`zmesh sim | head -1`)
@@ -26,6 +26,7 @@ struct Args {
     seconds: Option<u64>,
     faults: bool,
     trace: bool,
+    version1: Option<u8>,
 }
 
 fn parse(args: Vec<String>) -> Result<Args, String> {
@@ -39,6 +40,7 @@ fn parse(args: Vec<String>) -> Result<Args, String> {
         seconds: None,
         faults: true,
         trace: false,
+        version1: None,
     };
     let mut it = args.into_iter();
     while let Some(flag) = it.next() {
@@ -66,6 +68,15 @@ fn parse(args: Vec<String>) -> Result<Args, String> {
                 ))?);
             }
             "--seconds" => a.seconds = Some(num(value("--seconds")?, "--seconds")?),
+            "--version1" => {
+                let p = num(value("--version1")?, "--version1")?;
+                a.version1 = Some(
+                    u8::try_from(p)
+                        .ok()
+                        .filter(|&p| p <= 100)
+                        .ok_or("--version1: 0 to 100")?,
+                );
+            }
             "--no-faults" => a.faults = false,
             "--trace" => a.trace = true,
             "-h" | "--help" => {
@@ -88,6 +99,9 @@ fn config(a: &Args, seed: u64) -> Config {
     }
     if let Some(s) = a.seconds {
         c.duration = Duration::from_secs(s);
+    }
+    if let Some(p) = a.version1 {
+        c.version1 = p;
     }
     c.faults = a.faults;
     c.full_trace = a.trace;
@@ -170,18 +184,7 @@ fn run_seeds(a: &Args, status: &mut i32) -> io::Result<()> {
         virtual_secs += c.duration.as_secs() + 90;
         let r = run(seed, &c);
         steps += r.steps;
-        total.calls += r.stats.calls;
-        total.ok += r.stats.ok;
-        total.did_not_run += r.stats.did_not_run;
-        total.may_have_run += r.stats.may_have_run;
-        total.executions += r.stats.executions;
-        total.readies += r.stats.readies;
-        total.deadlines += r.stats.deadlines;
-        total.messages += r.stats.messages;
-        total.replayed += r.stats.replayed;
-        total.lost_with_connection += r.stats.lost_with_connection;
-        total.fanout_records += r.stats.fanout_records;
-        total.silences += r.stats.silences;
+        total.add(&r.stats);
         if !r.passed() {
             failed += 1;
             *status = 1;

@@ -82,6 +82,9 @@ pub struct Config {
     pub faults: bool,
     /// Keep the whole trace (otherwise the last [`TRACE_TAIL`] lines).
     pub full_trace: bool,
+    /// The share of hosts, in percent, that speak version 1 only (announce no capability,
+    /// WIRE.md §8.1); which hosts is drawn from the seed.
+    pub version1: u8,
 }
 
 /// Trace lines kept when the whole trace is not asked for.
@@ -102,16 +105,28 @@ impl Config {
             duration: Duration::from_secs(minutes * 60),
             faults: true,
             full_trace: false,
+            // A third of the seeds mesh version-1 nodes with capable ones.
+            version1: match rng.random_range(0..3) {
+                0 => rng.random_range(20..=80),
+                _ => 0,
+            },
         }
+    }
+
+    /// Whether host `i` of a run of `seed` speaks version 1 only.
+    pub fn is_version1(&self, seed: u64, i: NodeIx) -> bool {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x0001_5eed ^ ((i as u64) << 32));
+        rng.random_range(0..100) < u32::from(self.version1)
     }
 
     /// The command line that replays this configuration with `seed`.
     pub fn replay_line(&self, seed: u64) -> String {
         format!(
-            "cargo run --release -- sim --seed {seed} --nodes {} --topology {} --seconds {}{} --trace",
+            "cargo run --release -- sim --seed {seed} --nodes {} --topology {} --seconds {} --version1 {}{} --trace",
             self.nodes,
             self.topology.name(),
             self.duration.as_secs(),
+            self.version1,
             if self.faults { "" } else { " --no-faults" }
         )
     }
@@ -195,6 +210,12 @@ impl Report {
 #[derive(Debug, Clone)]
 enum Event {
     Work,
+    /// The application of host `node`'s run `run` cancels call `uid` (if it still waits).
+    Cancel {
+        node: NodeIx,
+        run: u64,
+        uid: u64,
+    },
     Partition {
         a: NodeIx,
         b: NodeIx,
@@ -303,6 +324,7 @@ impl World {
                     } else {
                         Vec::new()
                     },
+                    version1: cfg.is_version1(seed, i),
                 }
             })
             .collect();
@@ -575,6 +597,11 @@ impl World {
                     self.at(now + gap, Event::Work);
                 }
             }
+            Event::Cancel { node, run, uid } => {
+                if self.hosts.get(node).is_some_and(|h| h.0 == run) {
+                    self.ctx_node(node, |n, ctx| n.cancel_call(ctx, uid));
+                }
+            }
             Event::Start { node } => self.start(node),
             Event::Stop { node } => {
                 self.trace
@@ -673,7 +700,9 @@ impl World {
                 // Pending fault events are dropped; every host is started again.
                 let keep: Vec<((Duration, u64), Event)> = std::mem::take(&mut self.schedule)
                     .into_iter()
-                    .filter(|(_, e)| matches!(e, Event::Work | Event::StopAll))
+                    .filter(|(_, e)| {
+                        matches!(e, Event::Work | Event::Cancel { .. } | Event::StopAll)
+                    })
                     .collect();
                 self.schedule.extend(keep);
                 for i in 0..self.n() {
@@ -834,6 +863,30 @@ impl World {
             .random_bool(0.3)
             .then(|| Duration::from_millis(self.rng.random_range(50..5_000)));
         self.truth.on_call(uid, kind.clone(), who);
-        self.ctx_node(who, |node, ctx| node.start_call(ctx, uid, &kind, ttl));
+        // A fifth of the calls are cancelled by their application: a few in the turn they
+        // are made (before the REQUEST leaves), the others a while later, often soon enough
+        // to find the call waiting in its callee's queue.
+        let cancel = self.rng.random_bool(0.2);
+        let at_once = cancel && self.rng.random_bool(0.25);
+        if cancel && !at_once {
+            let within = if self.rng.random_bool(0.5) {
+                300
+            } else {
+                5_000
+            };
+            let later = Duration::from_millis(self.rng.random_range(0..within));
+            let run = self.hosts[who].0;
+            self.at(
+                self.now + later,
+                Event::Cancel {
+                    node: who,
+                    run,
+                    uid,
+                },
+            );
+        }
+        self.ctx_node(who, |node, ctx| {
+            node.start_call(ctx, uid, &kind, ttl, at_once);
+        });
     }
 }

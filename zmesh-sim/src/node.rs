@@ -3,11 +3,13 @@
 //!
 //! Every protocol decision is the library's own: admission and duplicate resolution
 //! ([`admission::judge_hello`], [`admission::judge_welcome`]), liveness ([`Liveness`]: probes,
-//! ACKs, the 15 s deadline with the coalescing window), the caller's call table
-//! ([`CallTable`]: leases, what a failure says) and the callee's ([`ServeTable`]: ACCEPT
-//! before dispatch, ttl refusals, the graceful drain), and the wire codec for every record.
-//! What this file adds is the glue the shell has around them: which connection a record
-//! came on, where an answer goes, redialling after a failure, handlers that take time.
+//! ACKs, the 15 s deadline with the coalescing window), capability negotiation in the
+//! handshake, the caller's call table ([`CallTable`]: leases, what a failure says, which
+//! cancels to tell the callee) and the callee's ([`ServeTable`]: ACCEPT before dispatch, ttl
+//! refusals, CANCEL, the graceful drain), and the wire codec for every record, decoded with
+//! the capabilities in effect on its connection. What this file adds is the glue the shell
+//! has around them: which connection a record came on, where an answer goes, redialling after
+//! a failure, handlers that take time.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::num::NonZeroU64;
@@ -16,9 +18,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rand::Rng;
 use zmesh::proto::admission::{self, HelloFacts, HelloVerdict, OwnDial, WelcomeFacts};
-use zmesh::proto::calls::{
-    Admission, CallError, CallId, CallShape, CallTable, Dispatch, ServeId, ServeTable,
-};
+use zmesh::proto::calls::{CallError, CallId, CallTable, ServeId, ServeTable};
 use zmesh::proto::handshake::{self, Capabilities, Expectation, Identity, Membership};
 use zmesh::proto::liveness::{LinkKey, Liveness, LivenessEvent, PublisherEvent, Transmit};
 use zmesh::proto::wire::{self, CloseReason, Lane, Record, RejectReason, ReplyCode, Semantics};
@@ -26,8 +26,10 @@ use zmesh::proto::ConnId;
 
 use crate::fanout::Fan;
 use crate::net::{Delivery, End, Link, NetConn, NodeIx};
-use crate::truth::CallKind;
 use crate::Ctx;
+
+mod callee;
+mod caller;
 
 /// The channel every server serves.
 pub const CHANNEL: &str = "svc";
@@ -51,6 +53,8 @@ pub struct Spec {
     pub publishes: bool,
     /// The publishers it subscribes to, one SUB socket each.
     pub subscribes: Vec<NodeIx>,
+    /// It speaks version 1 only: it announces no capability (WIRE.md §8.1).
+    pub version1: bool,
 }
 
 #[derive(Debug)]
@@ -82,12 +86,35 @@ struct Dial {
     not_required: bool,
 }
 
+/// A running handler.
 #[derive(Debug)]
 struct Handler {
     ends_at: Duration,
     uid: u64,
     key: Option<String>,
-    query: bool,
+    semantics: Semantics,
+    /// The connection its answers travel on, and the call's wire id there.
+    conn: NetConn,
+    call_id: NonZeroU64,
+}
+
+/// An accepted call waiting for its turn (the execution queue's wait).
+#[derive(Debug)]
+struct Waiting {
+    dispatch_at: Duration,
+    /// The connection its answers travel on.
+    conn: NetConn,
+    /// When its REQUEST arrived.
+    arrived: Duration,
+    req: wire::Request,
+}
+
+/// A call this run's application made: the simulator's name for it, and the connection its
+/// REQUEST goes out on (none for a call that found no route).
+#[derive(Debug, Clone, Copy)]
+struct Outgoing {
+    uid: u64,
+    request: Option<NetConn>,
 }
 
 /// Where a node run is in its life.
@@ -118,8 +145,9 @@ pub struct SimNode {
     live_conn: BTreeMap<LinkKey, NetConn>,
     next_conn_id: u64,
     calls: CallTable<NetConn>,
-    call_uid: BTreeMap<CallId, u64>,
+    call_uid: BTreeMap<CallId, Outgoing>,
     serve: ServeTable<NetConn>,
+    waiting: BTreeMap<ServeId, Waiting>,
     handlers: BTreeMap<ServeId, Handler>,
     drain_done: bool,
     fan: Fan,
@@ -145,7 +173,11 @@ impl SimNode {
             generation,
             security_identity: String::new(),
             memberships: vec![membership],
-            capabilities: Capabilities::SPOKEN,
+            capabilities: if spec.version1 {
+                Capabilities::NONE
+            } else {
+                Capabilities::SPOKEN
+            },
         };
         let dials = spec
             .dials
@@ -177,6 +209,7 @@ impl SimNode {
             calls: CallTable::new(),
             call_uid: BTreeMap::new(),
             serve: ServeTable::new(),
+            waiting: BTreeMap::new(),
             handlers: BTreeMap::new(),
             drain_done: false,
             fan,
@@ -220,6 +253,9 @@ impl SimNode {
         for h in self.handlers.values() {
             take(Some(h.ends_at));
         }
+        for w in self.waiting.values() {
+            take(Some(w.dispatch_at));
+        }
         if self.phase == Phase::Running {
             for d in self.dials.values() {
                 take(d.retry_at);
@@ -240,6 +276,7 @@ impl SimNode {
             || self.calls.poll_timeout().is_some()
             || self.serve.poll_timeout().is_some()
             || !self.handlers.is_empty()
+            || !self.waiting.is_empty()
     }
 
     fn send(&mut self, ctx: &mut Ctx<'_>, conn: NetConn, rec: &Record) -> bool {
@@ -256,6 +293,9 @@ impl SimNode {
         self.live.handle_timeout_coalesced(self.at(now));
         self.calls.handle_timeout(self.at(now));
         self.serve.handle_timeout(self.at(now));
+        // Handlers whose ttl passed are signalled before any of them finishes at this instant.
+        self.signal_overdue(ctx);
+        self.dispatch_due(ctx);
         let due: Vec<ServeId> = self
             .handlers
             .iter()
@@ -411,7 +451,8 @@ impl SimNode {
             .conns
             .get(&conn)
             .map(|c| (c.ready.is_some(), c.dialled, c.refused));
-        let rec = Record::decode(&frames);
+        let caps = self.caps_on(conn);
+        let rec = Record::decode_in(&frames, caps, |f| Bytes::copy_from_slice(f));
         match known {
             None => self.on_unknown_inbound(ctx, conn, peer_node, lane, rec),
             Some((_, _, true)) => {}
@@ -424,6 +465,16 @@ impl SimNode {
             Some((true, _, _)) => match rec {
                 Ok(r) => self.on_ready_record(ctx, conn, r),
                 Err(e) => {
+                    let kind = frames.first().and_then(|f| f.get(3)).copied();
+                    if kind == Some(wire::Kind::Cancel as u8)
+                        && !caps.contains(Capabilities::CANCEL)
+                    {
+                        let detail = format!(
+                            "{} ({}) received a CANCEL on {conn}, where cancel is not in effect",
+                            self.me.rid, self.me.capabilities
+                        );
+                        ctx.truth.violation("cancel_only_where_negotiated", detail);
+                    }
                     ctx.trace(format!("{} {conn} malformed record: {e}", self.me.rid));
                     self.drop_conn(ctx, conn, Some(CloseReason::ProtocolError));
                 }
@@ -668,25 +719,26 @@ impl SimNode {
                     self.calls.handle_item(cid, conn, i.seq, i.payload, now);
                 }
             }
-            // The simulated callers never cancel, so no CANCEL is sent; one that arrived
-            // would name no call here.
             Record::Calls(c) => {
                 for r in c.into_requests() {
                     self.on_request(ctx, conn, lane, peer_node, r);
                 }
             }
+            Record::Cancel { call_id } => self.on_cancel(ctx, conn, lane, peer_node, call_id),
             // The simulated calls are unary: no stream, so no window to grant.
-            Record::Hello(_)
-            | Record::Welcome(_)
-            | Record::Reject(_)
-            | Record::Cancel { .. }
-            | Record::Credit { .. } => {}
+            Record::Hello(_) | Record::Welcome(_) | Record::Reject(_) | Record::Credit { .. } => {}
         }
     }
 
-    fn call_for(&self, call_id: NonZeroU64) -> Option<CallId> {
-        let cid = CallId(call_id);
-        self.call_uid.contains_key(&cid).then_some(cid)
+    /// The capabilities in effect on `conn`: those both ends announced in its handshake (none
+    /// before it is ready).
+    fn caps_on(&self, conn: NetConn) -> Capabilities {
+        self.conns
+            .get(&conn)
+            .and_then(|c| c.ready.as_ref())
+            .map_or(Capabilities::NONE, |r| {
+                r.peer.capabilities.intersection(self.me.capabilities)
+            })
     }
 
     /// The ready connection to `peer` on `lane`, dialled or accepted.
@@ -695,237 +747,6 @@ impl SimNode {
             .iter()
             .find(|(_, c)| c.peer_node == peer && c.lane == lane && c.ready.is_some())
             .map(|(&k, _)| k)
-    }
-
-    fn on_request(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        conn: NetConn,
-        lane: Lane,
-        peer_node: NodeIx,
-        r: wire::Request,
-    ) {
-        let now = self.at(ctx.now);
-        // A RouteMesh call is answered on the caller's Completion lane.
-        let answer = match lane {
-            Lane::Application => match self.ready_on(peer_node, Lane::Completion) {
-                Some(k) => k,
-                None => return,
-            },
-            Lane::Completion => return,
-            Lane::ClientServer => conn,
-        };
-        if !self.spec.serves {
-            let reply = Record::Reply(wire::Reply {
-                call_id: r.call_id,
-                code: ReplyCode::ClassNotFound,
-                payload: Bytes::new(),
-            });
-            self.send(ctx, answer, &reply);
-            return;
-        }
-        let sid =
-            match self
-                .serve
-                .handle_request(answer, r.call_id, r.ttl_ms, CallShape::Unary, now)
-            {
-                Admission::Accept(sid) => sid,
-                Admission::Refuse(code) => {
-                    let reply = Record::Reply(wire::Reply {
-                        call_id: r.call_id,
-                        code,
-                        payload: Bytes::new(),
-                    });
-                    self.send(ctx, answer, &reply);
-                    return;
-                }
-                Admission::Duplicate => return,
-            };
-        let Some(answer_id) = self.conns.get(&answer).map(|c| c.id.0) else {
-            return;
-        };
-        let accept = Record::Accept(wire::Accept {
-            call_id: r.call_id,
-            generation: NonZeroU64::new(self.me.generation).unwrap_or(NonZeroU64::MIN),
-            connection_id: answer_id,
-        });
-        self.send(ctx, answer, &accept);
-        // Handlers take time; a ttl may run out before dispatch.
-        let wait = Duration::from_millis(ctx.rng.random_range(0..200));
-        let at = self.at(ctx.now + wait);
-        match self.serve.handle_dispatch(sid, at) {
-            Dispatch::Run => {}
-            Dispatch::Refuse(code) => {
-                let reply = Record::Reply(wire::Reply {
-                    call_id: r.call_id,
-                    code,
-                    payload: Bytes::new(),
-                });
-                self.send(ctx, answer, &reply);
-                return;
-            }
-            Dispatch::Skip => return,
-        }
-        let uid = crate::truth::uid_of(&r.payload);
-        let key = r.idempotency_key.as_ref().map(|k| k.to_string());
-        let guarded = r.semantics == Semantics::NonRepeatableCommand && key.is_some();
-        if guarded {
-            let k = key.clone().unwrap_or_default();
-            match ctx.truth.store_get(&self.me.rid, &k) {
-                Some(Some(ran)) => {
-                    // Replayed from the record: the handler does not run again.
-                    self.answer(ctx, sid, ReplyCode::Ok, crate::truth::result_of(ran));
-                    return;
-                }
-                Some(None) => {
-                    self.answer(ctx, sid, ReplyCode::UnknownOutcome, Bytes::new());
-                    return;
-                }
-                None => ctx.truth.store_begin(&self.me.rid, &k),
-            }
-        }
-        ctx.truth
-            .on_execute(uid, key.as_deref(), guarded, self.ix, &self.me.rid);
-        let took = Duration::from_millis(ctx.rng.random_range(0..3000));
-        self.handlers.insert(
-            sid,
-            Handler {
-                ends_at: ctx.now + wait + took,
-                uid,
-                key: key.filter(|_| guarded),
-                query: r.semantics == Semantics::Query,
-            },
-        );
-    }
-
-    fn answer(&mut self, ctx: &mut Ctx<'_>, sid: ServeId, code: ReplyCode, payload: Bytes) {
-        let now = self.at(ctx.now);
-        let Some((conn, call_id)) = self.serve.call_of(sid) else {
-            let _ = self.serve.handle_done(sid, code, now);
-            return;
-        };
-        if let Some(code) = self.serve.handle_done(sid, code, now) {
-            let reply = Record::Reply(wire::Reply {
-                call_id,
-                code,
-                payload,
-            });
-            self.send(ctx, conn, &reply);
-        }
-    }
-
-    fn finish_handler(&mut self, ctx: &mut Ctx<'_>, sid: ServeId) {
-        let Some(h) = self.handlers.remove(&sid) else {
-            return;
-        };
-        if let Some(k) = &h.key {
-            ctx.truth.store_done(&self.me.rid, k, h.uid);
-        }
-        self.answer(ctx, sid, ReplyCode::Ok, crate::truth::result_of(h.uid));
-    }
-
-    /// Starts a call from the application: `uid` is the simulator's name for it.
-    pub fn start_call(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        uid: u64,
-        kind: &CallKind,
-        ttl: Option<Duration>,
-    ) {
-        let now = self.at(ctx.now);
-        let route = self.route();
-        let cid = match route {
-            None => {
-                let cid = self
-                    .calls
-                    .start_unrouted(zmesh::proto::calls::Unrouted::NoReadyPeer, now);
-                self.call_uid.insert(cid, uid);
-                self.pump(ctx);
-                return;
-            }
-            Some((request_conn, answer_conn)) => {
-                let cid = self.calls.start(answer_conn, ttl, now);
-                self.call_uid.insert(cid, uid);
-                if !self.calls.is_pending(cid) {
-                    self.pump(ctx);
-                    return;
-                }
-                let (semantics, key) = match kind {
-                    CallKind::Query => (Semantics::Query, None),
-                    CallKind::Idempotent => (Semantics::IdempotentCommand, None),
-                    CallKind::Command => (Semantics::NonRepeatableCommand, None),
-                    CallKind::Guarded(k) => (Semantics::NonRepeatableCommand, Some(k.clone())),
-                };
-                let req = wire::Request {
-                    call_id: cid.0,
-                    ttl_ms: zmesh::proto::calls::ttl_on_wire(ttl),
-                    semantics,
-                    channel: name(CHANNEL),
-                    method: name("op"),
-                    idempotency_key: key.and_then(|k| wire::Name::new(k).ok()),
-                    payload: crate::truth::payload_of(uid),
-                };
-                if self.send(ctx, request_conn, &Record::Request(req)) {
-                    self.calls.handle_sent(cid, now);
-                } else {
-                    self.calls.handle_send_failed(cid, now);
-                }
-                cid
-            }
-        };
-        let _ = cid;
-        self.pump(ctx);
-    }
-
-    /// A ready server to call: the connection the REQUEST goes on and the one its answers
-    /// come back on (a RouteMesh peer's Application and Completion lanes, or one ClientServer
-    /// connection).
-    fn route(&self) -> Option<(NetConn, NetConn)> {
-        if self.phase != Phase::Running {
-            return None;
-        }
-        for c in self.conns.values() {
-            let Some(r) = &c.ready else { continue };
-            if !r.peer.is_server() {
-                continue;
-            }
-            match c.lane {
-                Lane::ClientServer if c.dialled => {
-                    let k = self.ready_on(c.peer_node, Lane::ClientServer)?;
-                    return Some((k, k));
-                }
-                Lane::Application => {
-                    let (Some(a), Some(b)) = (
-                        self.ready_on(c.peer_node, Lane::Application),
-                        self.ready_on(c.peer_node, Lane::Completion),
-                    ) else {
-                        continue;
-                    };
-                    return Some((a, b));
-                }
-                _ => {}
-            }
-        }
-        None
-    }
-
-    /// Sends a one-way MESSAGE to some ready peer; false if none is ready.
-    pub fn send_message(&mut self, ctx: &mut Ctx<'_>, uid: u64) -> bool {
-        let target = self
-            .conns
-            .iter()
-            .find(|(_, c)| {
-                c.ready.is_some() && matches!(c.lane, Lane::Application | Lane::ClientServer)
-            })
-            .map(|(&k, _)| k);
-        let Some(conn) = target else {
-            return false;
-        };
-        let msg = Record::Message(wire::Message {
-            channel: name(CHANNEL),
-            payload: crate::truth::message_of(uid),
-        });
-        self.send(ctx, conn, &msg)
     }
 
     /// Drops `conn` from this side: CLOSE first if named, then the transport closes it.
@@ -961,12 +782,13 @@ impl SimNode {
                 self.calls.handle_connection_lost(k, now);
             }
         }
+        // Waiting calls of a caller that is gone never run; running handlers are told.
+        self.waiting.retain(|_, w| w.conn != conn);
         for sid in self.serve.handle_connection_lost(conn, now) {
-            // Queries of a caller that is gone are aborted; commands run on, unanswered.
-            if self.handlers.get(&sid).is_some_and(|h| h.query) {
-                self.handlers.remove(&sid);
-                let _ = self.serve.handle_done(sid, ReplyCode::Exception, now);
+            if let Some(h) = self.handlers.get(&sid) {
+                ctx.truth.on_caller_gone(h.uid, self.ix);
             }
+            self.signal(ctx, sid);
         }
         if c.dialled {
             let rng_ms = ctx.rng.random_range(0..100);
@@ -1043,8 +865,12 @@ impl SimNode {
                 }
             }
         }
+        // Cancels first: the calls they name are still in `call_uid` until their completion.
+        while let Some((_, cid)) = self.calls.poll_cancel() {
+            self.send_cancel(ctx, cid);
+        }
         while let Some((cid, result)) = self.calls.poll_completion() {
-            let uid = self.call_uid.remove(&cid);
+            let uid = self.call_uid.remove(&cid).map(|o| o.uid);
             if let Some(uid) = uid {
                 ctx.trace(format!(
                     "{} call u{uid} completed: {}",
@@ -1064,8 +890,10 @@ impl SimNode {
             }
         }
         while self.calls.poll_item().is_some() {}
+        self.signal_overdue(ctx);
         while let Some(r) = self.serve.poll_transmit() {
             self.handlers.remove(&r.id);
+            self.waiting.remove(&r.id);
             let reply = Record::Reply(wire::Reply {
                 call_id: r.call_id,
                 code: r.code,
@@ -1105,6 +933,7 @@ impl SimNode {
         }
         // Handlers whose callers are gone are abandoned with the node.
         let now = self.at(ctx.now);
+        self.waiting.clear();
         let left: Vec<ServeId> = self.handlers.keys().copied().collect();
         for sid in left {
             self.handlers.remove(&sid);

@@ -53,6 +53,54 @@ struct CallTruth {
     completions: u32,
     result: Option<Result<Bytes, CallError>>,
     executions: u32,
+    /// Its REQUEST was handed to the network.
+    request_left: bool,
+    /// The application cancelled it while it was pending: it must complete as
+    /// `Cancelled { sent }`, `sent` being whether its REQUEST had left.
+    cancelled: Option<bool>,
+    /// A CANCEL for it reached a callee that held it waiting for its turn: it must never run.
+    cancelled_while_queued: bool,
+    /// Its handler, while it runs (or ran).
+    handler: Option<HandlerTruth>,
+}
+
+/// A handler that started for a call.
+#[derive(Debug, Clone, Copy)]
+struct HandlerTruth {
+    /// The host it runs on.
+    node: NodeIx,
+    /// A query (the runtime stops a query's handler when its caller stops waiting).
+    query: bool,
+    /// When the call's ttl passes at the callee (arrival + ttl), if it has one.
+    ttl_end: Option<Duration>,
+    /// When the callee learned that nobody waits any more (a CANCEL arrived, or the caller's
+    /// connection was lost), if it did.
+    signalled_at: Option<Duration>,
+}
+
+/// What a handler that starts is, for [`Truth::on_execute`].
+#[derive(Debug, Clone, Copy)]
+pub struct Started<'a> {
+    /// The idempotency key of the call, if it has one.
+    pub key: Option<&'a str>,
+    /// A guarded non-repeatable command.
+    pub guarded: bool,
+    /// A query.
+    pub query: bool,
+    /// When the call's ttl passes at the callee, if it has one.
+    pub ttl_end: Option<Duration>,
+}
+
+/// Where a callee held a call when a CANCEL for it arrived, as the callee's own records of
+/// its queue and handlers say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeldAs {
+    /// Accepted, waiting for its turn.
+    Queued,
+    /// Its handler runs.
+    Running,
+    /// Not in hand (answered, forgotten, never seen).
+    Nothing,
 }
 
 /// Everything the simulator knows for certain.
@@ -107,6 +155,74 @@ pub struct Stats {
     pub fanout_records: u64,
     /// Publisher watches that went silent.
     pub silences: u64,
+    /// Calls the application cancelled while they were pending.
+    pub cancels: u64,
+    /// Calls that completed `Cancelled { sent: false }` (cancelled before their REQUEST left).
+    pub cancelled_unsent: u64,
+    /// Calls that completed `Cancelled { sent: true }`.
+    pub cancelled_sent: u64,
+    /// CANCEL records sent.
+    pub cancels_sent: u64,
+    /// Cancels that stayed local: the connection had no `cancel` in effect (a version-1 peer).
+    pub cancels_kept_local: u64,
+    /// CANCELs that reached a call waiting in its callee's queue.
+    pub cancels_to_queued: u64,
+    /// CANCELs that reached a running handler.
+    pub cancels_to_running: u64,
+    /// CANCELs for a call the callee no longer held.
+    pub cancels_to_nothing: u64,
+    /// Query handlers stopped because nobody waited any more.
+    pub queries_stopped: u64,
+}
+
+impl Stats {
+    /// Adds `o`'s counts to these.
+    pub fn add(&mut self, o: &Stats) {
+        let Stats {
+            calls,
+            ok,
+            did_not_run,
+            may_have_run,
+            executions,
+            readies,
+            deadlines,
+            messages,
+            replayed,
+            lost_with_connection,
+            fanout_records,
+            silences,
+            cancels,
+            cancelled_unsent,
+            cancelled_sent,
+            cancels_sent,
+            cancels_kept_local,
+            cancels_to_queued,
+            cancels_to_running,
+            cancels_to_nothing,
+            queries_stopped,
+        } = *o;
+        self.calls += calls;
+        self.ok += ok;
+        self.did_not_run += did_not_run;
+        self.may_have_run += may_have_run;
+        self.executions += executions;
+        self.readies += readies;
+        self.deadlines += deadlines;
+        self.messages += messages;
+        self.replayed += replayed;
+        self.lost_with_connection += lost_with_connection;
+        self.fanout_records += fanout_records;
+        self.silences += silences;
+        self.cancels += cancels;
+        self.cancelled_unsent += cancelled_unsent;
+        self.cancelled_sent += cancelled_sent;
+        self.cancels_sent += cancels_sent;
+        self.cancels_kept_local += cancels_kept_local;
+        self.cancels_to_queued += cancels_to_queued;
+        self.cancels_to_running += cancels_to_running;
+        self.cancels_to_nothing += cancels_to_nothing;
+        self.queries_stopped += queries_stopped;
+    }
 }
 
 /// The REQUEST payload of call `uid`.
@@ -189,18 +305,19 @@ impl Truth {
         self.sent.insert(uid);
     }
 
-    /// A handler started for call `uid` on host `node`.
-    pub fn on_execute(
-        &mut self,
-        uid: u64,
-        key: Option<&str>,
-        guarded: bool,
-        node: NodeIx,
-        server: &str,
-    ) {
+    /// A handler started for call `uid` on host `node` (server `server`).
+    pub fn on_execute(&mut self, uid: u64, node: NodeIx, server: &str, started: Started<'_>) {
         self.stats.executions += 1;
+        let now = self.now;
         let c = self.calls.entry(uid).or_default();
         c.executions += 1;
+        c.handler = Some(HandlerTruth {
+            node,
+            query: started.query,
+            ttl_end: started.ttl_end,
+            signalled_at: None,
+        });
+        let queued_cancel = c.cancelled_while_queued;
         if let Some(Err(e)) = &c.result {
             if !may_have_run(e) {
                 let detail = format!(
@@ -209,8 +326,14 @@ impl Truth {
                 self.violation("did_not_run_never_ran", detail);
             }
         }
-        if guarded {
-            if let Some(k) = key {
+        if queued_cancel {
+            let detail = format!(
+                "call u{uid} ran on host {node} at {now:?}, after a CANCEL reached it while it waited in the queue"
+            );
+            self.violation("cancelled_in_queue_never_runs", detail);
+        }
+        if started.guarded {
+            if let Some(k) = started.key {
                 let n = self
                     .by_key
                     .entry((server.to_owned(), k.to_owned()))
@@ -224,6 +347,93 @@ impl Truth {
                 }
             }
         }
+    }
+
+    /// The REQUEST of call `uid` was handed to the network.
+    pub fn on_request_left(&mut self, uid: u64) {
+        self.calls.entry(uid).or_default().request_left = true;
+    }
+
+    /// The application cancels call `uid`, which its caller's table still holds as pending:
+    /// it must complete as `Cancelled`, saying whether its REQUEST had left.
+    pub fn on_cancel(&mut self, uid: u64) {
+        self.stats.cancels += 1;
+        let c = self.calls.entry(uid).or_default();
+        c.cancelled = Some(c.request_left);
+    }
+
+    /// The caller sends a CANCEL for call `uid`: only a call whose REQUEST left may be
+    /// cancelled at the callee (WIRE.md §5.3).
+    pub fn on_cancel_sent(&mut self, uid: u64) {
+        self.stats.cancels_sent += 1;
+        let left = self.calls.get(&uid).is_some_and(|c| c.request_left);
+        if !left {
+            let detail = format!("a CANCEL was sent for call u{uid}, whose REQUEST never left");
+            self.violation("cancel_only_after_request", detail);
+        }
+    }
+
+    /// A CANCEL for call `uid` reached host `node`, which held the call as `held`.
+    pub fn on_cancel_arrived(&mut self, uid: u64, node: NodeIx, held: HeldAs) {
+        match held {
+            HeldAs::Queued => self.stats.cancels_to_queued += 1,
+            HeldAs::Running => self.stats.cancels_to_running += 1,
+            HeldAs::Nothing => {
+                self.stats.cancels_to_nothing += 1;
+                return;
+            }
+        }
+        let now = self.now;
+        let c = self.calls.entry(uid).or_default();
+        if held == HeldAs::Queued {
+            c.cancelled_while_queued = true;
+        }
+        if let Some(h) = c.handler.as_mut().filter(|h| h.node == node) {
+            h.signalled_at.get_or_insert(now);
+        }
+    }
+
+    /// Host `node` learned that the caller of call `uid`, whose handler runs there, is gone
+    /// (the connection its answers travel on was lost).
+    pub fn on_caller_gone(&mut self, uid: u64, node: NodeIx) {
+        let now = self.now;
+        if let Some(h) = self
+            .calls
+            .get_mut(&uid)
+            .and_then(|c| c.handler.as_mut())
+            .filter(|h| h.node == node)
+        {
+            h.signalled_at.get_or_insert(now);
+        }
+    }
+
+    /// The handler of call `uid` on host `node` ran to its end and completed its effect. A
+    /// query's handler must not: it is stopped once its callee learns nobody waits (a CANCEL
+    /// arrived, its caller is gone, or its ttl passed while it ran). A command may finish.
+    pub fn on_handler_done(&mut self, uid: u64, node: NodeIx) {
+        let now = self.now;
+        let Some(h) = self
+            .calls
+            .get(&uid)
+            .and_then(|c| c.handler)
+            .filter(|h| h.node == node && h.query)
+        else {
+            return;
+        };
+        let why = match (h.signalled_at, h.ttl_end) {
+            (Some(at), _) => format!("its callee learned at {at:?} that nobody waits"),
+            (None, Some(end)) if end <= now => format!("its ttl passed at {end:?}"),
+            _ => return,
+        };
+        let detail = format!(
+            "the query handler of call u{uid} on host {node} finished at {now:?}, but {why}"
+        );
+        self.violation("stopped_query_never_finishes", detail);
+    }
+
+    /// A query handler was stopped because nobody waits any more.
+    pub fn on_query_stopped(&mut self) {
+        self.stats.queries_stopped += 1;
     }
 
     /// The durable record of `key` on server `rid`: `None` absent, `Some(None)` in progress,
@@ -259,6 +469,22 @@ impl Truth {
         }
         if matches!(result, Err(CallError::OutcomeUnknown { .. })) {
             self.stats.lost_with_connection += 1;
+        }
+        match &result {
+            Err(CallError::Cancelled { sent: false }) => self.stats.cancelled_unsent += 1,
+            Err(CallError::Cancelled { sent: true }) => self.stats.cancelled_sent += 1,
+            _ => {}
+        }
+        if let Some(left) = c.cancelled {
+            if !matches!(&result, Err(CallError::Cancelled { sent }) if *sent == left) {
+                let detail = format!(
+                    "call u{uid} was cancelled while pending (its REQUEST {}), but completed {result:?}",
+                    if left { "had left" } else { "had not left" }
+                );
+                c.result = Some(result);
+                self.violation("cancelled_completes_as_cancelled", detail);
+                return;
+            }
         }
         match &result {
             Ok(_) => self.stats.ok += 1,

@@ -122,3 +122,31 @@ fn s1_two_hundred_nodes_run() {
     assert!(r.passed(), "{}", explain(&r));
     assert!(r.stats.readies >= 150, "{:?}", r.stats);
 }
+
+#[test]
+fn s1_x1_cancellation_holds_on_mixed_meshes() {
+    // Call topologies only, half of the hosts speaking version 1: cancels go out as CANCEL
+    // between capable nodes and stay local toward version-1 ones.
+    let mut total = zmesh_sim::truth::Stats::default();
+    for seed in 10_000..10_200 {
+        let mut cfg = Config::for_seed(seed, 1);
+        cfg.topology = if seed % 2 == 0 {
+            Topology::RouteMesh
+        } else {
+            Topology::ClientServer
+        };
+        cfg.version1 = 50;
+        let r = run(seed, &cfg);
+        assert!(r.passed(), "{}", explain(&r));
+        total.add(&r.stats);
+    }
+    // Cancellation happened in every form it takes.
+    assert!(total.cancels > 1_000, "{total:?}");
+    assert!(total.cancelled_unsent > 100, "{total:?}");
+    assert!(total.cancelled_sent > 100, "{total:?}");
+    assert!(total.cancels_sent > 100, "{total:?}");
+    assert!(total.cancels_kept_local > 100, "{total:?}");
+    assert!(total.cancels_to_queued > 10, "{total:?}");
+    assert!(total.cancels_to_running > 10, "{total:?}");
+    assert!(total.queries_stopped > 10, "{total:?}");
+}
