@@ -289,6 +289,55 @@ async fn a1_x1_the_context_says_when_the_caller_is_gone() {
     srv.shutdown().await.expect("srv stops");
 }
 
+/// A clock that tells how long its caller still waits.
+#[zmesh::service(channel = "clock")]
+pub trait Clock {
+    /// The ttl left as the method sees it when it runs (`None`: no deadline).
+    #[query]
+    async fn left(&self, ctx: Context) -> Option<Duration>;
+}
+
+struct Watch;
+
+impl Clock for Watch {
+    async fn left(&self, ctx: Context) -> Option<Duration> {
+        ctx.ttl_left()
+    }
+}
+
+/// MISSION A1, C6: the request context says how long the caller still waits: the ttl the
+/// REQUEST carried (the caller's less the refusal margin) measured from its arrival, so never
+/// more than that and close to it for a method that runs at once; `None` without a ttl.
+#[tokio::test]
+async fn a1_c6_the_context_says_how_long_the_caller_still_waits() {
+    let ep = free_tcp();
+    let srv = server(&ep, Watch.into_service()).await;
+    let cli = client(&ep, "clock").await;
+    let clock = ClockClient::new(&cli);
+    bounded("ready", clock.ready()).await.expect("ready");
+    for ttl in [Duration::from_secs(5), Duration::from_secs(60)] {
+        let on_wire = zmesh::proto::calls::ttl_on_wire(Some(ttl)).expect("a deadline");
+        let told = Duration::from_millis(on_wire.get());
+        assert!(
+            told < ttl,
+            "the wire ttl keeps a margin: {told:?} of {ttl:?}"
+        );
+        let left = bounded("left", clock.left().ttl(ttl))
+            .await
+            .expect("left")
+            .expect("a caller with a ttl has a deadline");
+        assert!(left <= told, "{left:?} left of {told:?} on the wire");
+        assert!(
+            left > told.saturating_sub(Duration::from_secs(2)),
+            "{left:?} left of {told:?} on the wire, for a method that ran at once"
+        );
+    }
+    let left = bounded("no ttl", clock.left()).await.expect("left");
+    assert_eq!(left, None, "no ttl, no deadline");
+    cli.shutdown().await.expect("cli stops");
+    srv.shutdown().await.expect("srv stops");
+}
+
 /// A gauge whose readings stream.
 #[zmesh::service(channel = "gauge")]
 pub trait Gauge {
