@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::IntoFuture;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,9 +14,10 @@ use common::{free_tcp, mesh_bind, mesh_server, peer, server_of};
 use tokio::sync::Barrier;
 use zmesh::config::{Endpoint, NodeConfig, ServerConfig};
 use zmesh::proto::contract::{ExecutionKind, Semantics, ServiceContract, Shape};
+use zmesh::proto::state::ConnState;
 use zmesh::runtime::calls::{encode, may_have_run, CallError, RemoteCode, Request, ServeError};
 use zmesh::runtime::service::{Method, Service};
-use zmesh::runtime::{Node, ReadyError, Target};
+use zmesh::runtime::{LinkId, MeshLane, Node, NodeEvent, ReadyError, Target};
 use zmesh::typed::{Context, Items};
 
 /// Longest wait for any one step; a bound on failure, never a synchronisation.
@@ -524,6 +525,80 @@ async fn a2_ready_resolves_for_a_peer() {
     assert_eq!(pump.add(2, 3).await.expect("add"), 5);
     a.shutdown().await.expect("a stops");
     b.shutdown().await.expect("b stops");
+}
+
+/// MISSION A2: a link's typed identity tells a RouteMesh peer's two lanes and a ClientServer
+/// link apart, on the dialling side and on the accepting sides, and a state change names the
+/// link its snapshot row names.
+#[tokio::test]
+async fn a2_links_are_told_apart_by_their_typed_identity() {
+    let bind = mesh_bind(true);
+    let b = Node::start(mesh_server("b", "pump", &bind))
+        .await
+        .expect("b starts");
+    let ep = free_tcp();
+    let srv = server(&ep, Watch.into_service()).await;
+    let mut config = NodeConfig::new("a");
+    config.peers = vec![peer("b", &bind)];
+    config.servers = vec![ServerConfig::new("clock", ep.as_str())];
+    let a = Node::start(config).await.expect("a starts");
+    let mut events = a.take_events().expect("events");
+    let lane = |lane, rid: &str, dialled| LinkId::Peer {
+        rid: rid.into(),
+        lane,
+        dialled,
+    };
+    let want: HashSet<LinkId> = [
+        lane(MeshLane::Application, "b", true),
+        lane(MeshLane::Completion, "b", true),
+        LinkId::Server {
+            channel: "clock".into(),
+            endpoint: ep.clone(),
+        },
+    ]
+    .into();
+    assert_eq!(want.len(), 3, "three links, three identities");
+    let mut ready = HashSet::new();
+    bounded("three links ready", async {
+        while ready.len() < want.len() {
+            let event = events.next_event().await.expect("a runs");
+            if let NodeEvent::State(s) = event {
+                let id = s.link_id().unwrap_or_else(|| panic!("no identity: {s:?}"));
+                assert!(want.contains(&id), "{id:?} ({})", s.link);
+                if s.state == ConnState::Ready {
+                    ready.insert(id);
+                }
+            }
+        }
+    })
+    .await;
+    let rows = |snap: &zmesh::runtime::snapshot::Snapshot| -> HashSet<LinkId> {
+        snap.links
+            .iter()
+            .map(|l| l.link_id().unwrap_or_else(|| panic!("no identity: {l:?}")))
+            .collect()
+    };
+    assert_eq!(rows(&a.snapshot().await.expect("a's snapshot")), want);
+    let topologies: HashSet<&str> = want.iter().map(LinkId::topology).collect();
+    assert_eq!(topologies, ["route_mesh", "client_server"].into());
+
+    bounded("b: peer a", b.ready(Target::peer("a")))
+        .await
+        .expect("a ready");
+    let accepted: HashSet<LinkId> = [
+        lane(MeshLane::Application, "a", false),
+        lane(MeshLane::Completion, "a", false),
+    ]
+    .into();
+    assert_eq!(rows(&b.snapshot().await.expect("b's snapshot")), accepted);
+    let client = LinkId::Client { rid: "a".into() };
+    assert!(
+        rows(&srv.snapshot().await.expect("srv's snapshot")).contains(&client),
+        "srv names its client"
+    );
+    a.shutdown().await.expect("a stops");
+    b.shutdown().await.expect("b stops");
+    srv.shutdown().await.expect("srv stops");
 }
 
 /// MISSION A2: `ready` for a subscription resolves once the publisher's first record or
