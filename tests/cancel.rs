@@ -258,12 +258,7 @@ async fn x1_x3_a_version_1_server_never_receives_a_cancel() {
     server.set_rcvtimeo(10_000).expect("rcvtimeo");
     server.bind(&ep).expect("bind");
     let mut c = NodeConfig::new("cli");
-    c.servers = vec![ServerConfig {
-        channel: "orders".into(),
-        endpoint: ep.clone(),
-        rid: Some("srv".into()),
-        batch_calls: true,
-    }];
+    c.servers = vec![ServerConfig::new("orders", ep.clone()).rid("srv")];
     let node = Node::start(c).await.expect("client");
 
     let server = tokio::task::spawn_blocking(move || {

@@ -126,9 +126,7 @@ fn fanout_examples_fit_each_other() {
     let endpoint = &publisher.publisher.as_ref().expect("a publisher").endpoint;
     assert_eq!(
         subscriber.subscriptions,
-        vec![Endpoint {
-            endpoint: endpoint.clone()
-        }]
+        vec![Endpoint::new(endpoint.clone())]
     );
     assert_eq!(subscriber.delivery_high_water, 65_536, "the default");
 }
@@ -157,33 +155,16 @@ fn every_key() -> NodeConfig {
         rid: "a".into(),
         security_identity: Some("s".into()),
         memberships: vec![membership(Role::Server, "c")],
-        route_mesh: Some(RouteMeshBind {
-            application: "tcp://127.0.0.1:1".into(),
-            completion: "tcp://127.0.0.1:2".into(),
-        }),
-        server: Some(Endpoint {
-            endpoint: "tcp://127.0.0.1:3".into(),
-        }),
-        publisher: Some(Endpoint {
-            endpoint: "tcp://127.0.0.1:4".into(),
-        }),
-        peers: vec![PeerConfig {
-            rid: "b".into(),
-            application: "tcp://127.0.0.1:5".into(),
-            completion: "tcp://127.0.0.1:6".into(),
-            generation: Some(1),
-            security_identity: Some("t".into()),
-            batch_calls: true,
-        }],
-        servers: vec![ServerConfig {
-            channel: "c".into(),
-            endpoint: "tcp://127.0.0.1:7".into(),
-            rid: Some("d".into()),
-            batch_calls: true,
-        }],
-        subscriptions: vec![Endpoint {
-            endpoint: "tcp://127.0.0.1:8".into(),
-        }],
+        route_mesh: Some(RouteMeshBind::new("tcp://127.0.0.1:1", "tcp://127.0.0.1:2")),
+        server: Some(Endpoint::new("tcp://127.0.0.1:3")),
+        publisher: Some(Endpoint::new("tcp://127.0.0.1:4")),
+        peers: vec![
+            PeerConfig::new("b", "tcp://127.0.0.1:5", "tcp://127.0.0.1:6")
+                .generation(1)
+                .security_identity("t"),
+        ],
+        servers: vec![ServerConfig::new("c", "tcp://127.0.0.1:7").rid("d")],
+        subscriptions: vec![Endpoint::new("tcp://127.0.0.1:8")],
         delivery_high_water: 1,
         operations_keep: 1,
         max_frame_size: 1 << 20,

@@ -84,9 +84,7 @@ impl Pump for Plant {
 async fn server(ep: &str, service: Service) -> Node {
     let mut config = NodeConfig::new("srv");
     config.memberships = server_of(service.channel());
-    config.server = Some(Endpoint {
-        endpoint: ep.to_owned(),
-    });
+    config.server = Some(Endpoint::new(ep.to_owned()));
     Node::builder(config)
         .expose(service)
         .start()
@@ -97,12 +95,7 @@ async fn server(ep: &str, service: Service) -> Node {
 /// A client node `cli` that dials the server of `channel` at `ep`.
 async fn client(ep: &str, channel: &str) -> Node {
     let mut config = NodeConfig::new("cli");
-    config.servers = vec![ServerConfig {
-        channel: channel.to_owned(),
-        endpoint: ep.to_owned(),
-        rid: Some("srv".into()),
-        batch_calls: true,
-    }];
+    config.servers = vec![ServerConfig::new(channel.to_owned(), ep.to_owned()).rid("srv")];
     Node::start(config).await.expect("client starts")
 }
 
@@ -607,14 +600,10 @@ async fn a2_links_are_told_apart_by_their_typed_identity() {
 async fn a2_ready_resolves_for_a_subscription() {
     let ep = free_tcp();
     let mut pub_config = NodeConfig::new("pub");
-    pub_config.publisher = Some(Endpoint {
-        endpoint: ep.clone(),
-    });
+    pub_config.publisher = Some(Endpoint::new(ep.clone()));
     let publisher = Node::start(pub_config).await.expect("publisher starts");
     let mut sub_config = NodeConfig::new("sub");
-    sub_config.subscriptions = vec![Endpoint {
-        endpoint: ep.clone(),
-    }];
+    sub_config.subscriptions = vec![Endpoint::new(ep.clone())];
     let sub = Node::start(sub_config).await.expect("subscriber starts");
     bounded("subscription", sub.ready(Target::subscription(ep.as_str())))
         .await

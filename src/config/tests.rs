@@ -251,7 +251,18 @@ fn setters_build_what_the_file_says() {
             "tcp://127.0.0.1:7201",
             "tcp://127.0.0.1:7202",
         ))
+        .peer(
+            PeerConfig::new("c", "ipc:///tmp/c.app", "ipc:///tmp/c.cpl")
+                .generation(7)
+                .security_identity("svc-c")
+                .batch_calls(false),
+        )
         .dial_server(ServerConfig::new("billing", "tcp://127.0.0.1:7303"))
+        .dial_server(
+            ServerConfig::new("ledger", "tcp://127.0.0.1:7304")
+                .rid("books")
+                .batch_calls(false),
+        )
         .subscribe("ipc:///tmp/c.pub");
     let file = NodeConfig::from_toml(
         "rid = \"a\"\n\
@@ -263,12 +274,24 @@ fn setters_build_what_the_file_says() {
          [publisher]\nendpoint = \"ipc:///tmp/a.pub\"\n\
          [[peers]]\nrid = \"b\"\napplication = \"tcp://127.0.0.1:7201\"\n\
          completion = \"tcp://127.0.0.1:7202\"\n\
+         [[peers]]\nrid = \"c\"\napplication = \"ipc:///tmp/c.app\"\n\
+         completion = \"ipc:///tmp/c.cpl\"\ngeneration = 7\n\
+         security_identity = \"svc-c\"\nbatch_calls = false\n\
          [[servers]]\nchannel = \"billing\"\nendpoint = \"tcp://127.0.0.1:7303\"\n\
+         [[servers]]\nchannel = \"ledger\"\nendpoint = \"tcp://127.0.0.1:7304\"\n\
+         rid = \"books\"\nbatch_calls = false\n\
          [[subscriptions]]\nendpoint = \"ipc:///tmp/c.pub\"\n\
          [security]\nmode = \"none\"\n",
     )
     .expect("valid file");
     assert_eq!(built, file);
+    assert_eq!(
+        built.route_mesh,
+        Some(RouteMeshBind::new(
+            "tcp://127.0.0.1:7101",
+            "tcp://127.0.0.1:7102"
+        ))
+    );
     built.validate().expect("valid");
 }
 

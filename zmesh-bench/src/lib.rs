@@ -539,24 +539,18 @@ pub(crate) fn server_config(rid: &str) -> Result<NodeConfig> {
             channel: channel.into(),
         })
         .collect();
-    c.route_mesh = Some(RouteMeshBind {
-        application: free_tcp()?,
-        completion: free_tcp()?,
-    });
+    c.route_mesh = Some(RouteMeshBind::new(free_tcp()?, free_tcp()?));
     Ok(c)
 }
 
 /// Configuration of a node that dials `server` (whose bind is `bind`) on both lanes.
 pub(crate) fn client_config(rid: &str, server: &str, bind: &RouteMeshBind) -> NodeConfig {
     let mut c = NodeConfig::new(rid);
-    c.peers = vec![PeerConfig {
-        batch_calls: true,
-        rid: server.into(),
-        application: bind.application.clone(),
-        completion: bind.completion.clone(),
-        generation: None,
-        security_identity: None,
-    }];
+    c.peers = vec![PeerConfig::new(
+        server,
+        bind.application.clone(),
+        bind.completion.clone(),
+    )];
     c
 }
 

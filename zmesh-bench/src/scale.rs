@@ -205,9 +205,7 @@ fn one_size(
     cfg.subscriptions = pubs
         .endpoints
         .iter()
-        .map(|e| Endpoint {
-            endpoint: e.clone(),
-        })
+        .map(|e| Endpoint::new(e.clone()))
         .collect();
     let fake = match mix {
         Mix::Inbound => None,

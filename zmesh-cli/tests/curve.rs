@@ -81,9 +81,7 @@ fn curve(key_file: &std::path::Path, allow: &[PublicKey]) -> SecurityConfig {
 fn vault_server(server_ep: &str, key_file: &std::path::Path, allow: &[PublicKey]) -> NodeConfig {
     let mut cfg = NodeConfig::new("srv");
     cfg.memberships = server_of("vault");
-    cfg.server = Some(Endpoint {
-        endpoint: server_ep.to_owned(),
-    });
+    cfg.server = Some(Endpoint::new(server_ep.to_owned()));
     cfg.security = curve(key_file, allow);
     cfg
 }
@@ -96,12 +94,7 @@ fn client(
     server_key: Option<PublicKey>,
 ) -> NodeConfig {
     let mut c = NodeConfig::new(rid);
-    c.servers = vec![ServerConfig {
-        channel: "vault".into(),
-        endpoint: ep.to_owned(),
-        rid: None,
-        batch_calls: true,
-    }];
+    c.servers = vec![ServerConfig::new("vault", ep.to_owned())];
     c.security = security;
     if let Some(k) = server_key {
         c.security.endpoint_keys.insert(ep.to_owned(), k);
@@ -517,9 +510,7 @@ async fn issue11_fanout_subscriber_accepts_only_its_publisher_key() {
     let (pub_ep, other_ep) = (free_tcp(), free_tcp());
     let publisher = |rid: &str, ep: &str, f: &std::path::Path| {
         let mut c = NodeConfig::new(rid);
-        c.publisher = Some(Endpoint {
-            endpoint: ep.to_owned(),
-        });
+        c.publisher = Some(Endpoint::new(ep.to_owned()));
         c.security = curve(f, &[sub_k.public]);
         c
     };
@@ -534,12 +525,8 @@ async fn issue11_fanout_subscriber_accepts_only_its_publisher_key() {
     // The subscriber expects pub's key at both endpoints.
     let mut s = NodeConfig::new("sub");
     s.subscriptions = vec![
-        Endpoint {
-            endpoint: pub_ep.clone(),
-        },
-        Endpoint {
-            endpoint: other_ep.clone(),
-        },
+        Endpoint::new(pub_ep.clone()),
+        Endpoint::new(other_ep.clone()),
     ];
     s.security = curve(&sub_f, &[]);
     for ep in [&pub_ep, &other_ep] {
@@ -580,9 +567,7 @@ async fn issue11_fanout_subscriber_accepts_only_its_publisher_key() {
 
     // A subscriber the publisher does not allow.
     let mut l = NodeConfig::new("late");
-    l.subscriptions = vec![Endpoint {
-        endpoint: pub_ep.clone(),
-    }];
+    l.subscriptions = vec![Endpoint::new(pub_ep.clone())];
     l.security = curve(&late_f, &[]);
     l.security
         .endpoint_keys
@@ -616,9 +601,7 @@ async fn issue11_allow_list_follows_its_directory() {
     let allowed = keys.subdir("allowed");
     let server_ep = free_tcp();
     let mut cfg = NodeConfig::new("srv");
-    cfg.server = Some(Endpoint {
-        endpoint: server_ep.clone(),
-    });
+    cfg.server = Some(Endpoint::new(server_ep.clone()));
     cfg.security = SecurityConfig {
         allow_dir: Some(allowed.clone()),
         ..SecurityConfig::curve(&srv_f)
@@ -695,9 +678,7 @@ async fn issue11_zmesh_node_reloads_its_allow_list_on_sighup() {
     let allowed = keys.subdir("allowed");
     std::fs::write(allowed.join("cli.pub"), format!("{}\n", cli_k.public)).expect("key");
     let mut cfg = NodeConfig::new("hup");
-    cfg.server = Some(Endpoint {
-        endpoint: free_tcp(),
-    });
+    cfg.server = Some(Endpoint::new(free_tcp()));
     cfg.security = SecurityConfig {
         allow_dir: Some(allowed),
         ..SecurityConfig::curve(&srv_f)
