@@ -332,3 +332,35 @@ fn t5_rejects_endpoints_libzmq_would_misread() {
         "{refused:?}"
     );
 }
+
+/// Names every field of the node configuration and its sections, so that a field added to
+/// one of them fails to compile here until it is named, and with it added to `every_key` in
+/// tests/example_configs.rs, which checks that README's Configuration table lists every key
+/// (outside the crate, `#[non_exhaustive]` lets that function leave a field out).
+#[allow(dead_code)]
+fn every_field_is_named(c: NodeConfig) {
+    let NodeConfig {
+        rid: _,
+        security_identity: _,
+        memberships: _,
+        route_mesh: _,
+        server: _,
+        publisher: _,
+        peers: _,
+        servers: _,
+        subscriptions: _,
+        delivery_high_water: _,
+        operations_keep: _,
+        max_frame_size: _,
+        max_unadmitted: _,
+        discovery: _,
+        security,
+    } = c;
+    let SecurityConfig {
+        mode: _,
+        secret_key_file: _,
+        allow: _,
+        allow_dir: _,
+        endpoint_keys: _,
+    } = security;
+}

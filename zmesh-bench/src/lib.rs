@@ -690,10 +690,7 @@ impl Pair {
         let bind = b.route_mesh.clone().context("b binds")?;
         let mut a = client_config("a", "b", &bind);
         if let Some(c) = curve {
-            b.security = SecurityConfig {
-                allow: vec![c.a.public],
-                ..SecurityConfig::curve(&c.b_file)
-            };
+            b.security = SecurityConfig::curve(&c.b_file).allow([c.a.public]);
             a.security = SecurityConfig::curve(&c.a_file);
             for ep in [&bind.application, &bind.completion] {
                 a.security.endpoint_keys.insert(ep.clone(), c.b.public);

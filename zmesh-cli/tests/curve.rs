@@ -70,10 +70,7 @@ impl Keys {
 
 /// CURVE with `key_file`, admitting `allow`.
 fn curve(key_file: &std::path::Path, allow: &[PublicKey]) -> SecurityConfig {
-    SecurityConfig {
-        allow: allow.to_vec(),
-        ..SecurityConfig::curve(key_file)
-    }
+    SecurityConfig::curve(key_file).allow(allow.iter().copied())
 }
 
 /// The node `srv`: a Server of `vault` serving ClientServer clients at `server_ep`, under
@@ -602,10 +599,7 @@ async fn issue11_allow_list_follows_its_directory() {
     let server_ep = free_tcp();
     let mut cfg = NodeConfig::new("srv");
     cfg.server = Some(Endpoint::new(server_ep.clone()));
-    cfg.security = SecurityConfig {
-        allow_dir: Some(allowed.clone()),
-        ..SecurityConfig::curve(&srv_f)
-    };
+    cfg.security = SecurityConfig::curve(&srv_f).allow_dir(allowed.clone());
     let server = Node::start(cfg).await.expect("server");
     let mut server_events = Events::new(server.take_events().expect("events"));
     let cli = Node::start(client(
@@ -679,10 +673,7 @@ async fn issue11_zmesh_node_reloads_its_allow_list_on_sighup() {
     std::fs::write(allowed.join("cli.pub"), format!("{}\n", cli_k.public)).expect("key");
     let mut cfg = NodeConfig::new("hup");
     cfg.server = Some(Endpoint::new(free_tcp()));
-    cfg.security = SecurityConfig {
-        allow_dir: Some(allowed),
-        ..SecurityConfig::curve(&srv_f)
-    };
+    cfg.security = SecurityConfig::curve(&srv_f).allow_dir(allowed);
     let path = keys.dir.path().join("hup.toml");
     std::fs::write(&path, toml::to_string(&cfg).expect("toml")).expect("write");
     let control = common::ipc("hup-control");
@@ -765,10 +756,9 @@ async fn issue11_discovered_peers_are_dialled_with_their_descriptor_key() {
     let url = format!("sqlite://{}", db.display());
     let mut a = NodeConfig::new("a");
     a.memberships = server_of("vault");
-    a.discovery = Some(DiscoveryConfig {
-        bind: vec![AutoBind::RouteMesh, AutoBind::Server, AutoBind::Publisher],
-        ..DiscoveryConfig::new(url.clone())
-    });
+    let mut a_discovery = DiscoveryConfig::new(url.clone());
+    a_discovery.bind = vec![AutoBind::RouteMesh, AutoBind::Server, AutoBind::Publisher];
+    a.discovery = Some(a_discovery);
     a.security = curve(&a_f, &[b_k.public]);
     let seen = Arc::new(Mutex::new(Vec::new()));
     let a = Node::builder(a)
@@ -780,10 +770,9 @@ async fn issue11_discovered_peers_are_dialled_with_their_descriptor_key() {
     // resolve while b calls.
     let mut b = NodeConfig::new("b");
     b.memberships = common::client_of("vault");
-    b.discovery = Some(DiscoveryConfig {
-        route_mesh: false,
-        ..DiscoveryConfig::new(url)
-    });
+    let mut b_discovery = DiscoveryConfig::new(url);
+    b_discovery.route_mesh = false;
+    b.discovery = Some(b_discovery);
     b.security = curve(&b_f, &[a_k.public]);
     let b = Node::start(b).await.expect("b");
     let mut b_events = Events::new(b.take_events().expect("events"));
@@ -799,11 +788,10 @@ async fn issue11_discovered_peers_are_dialled_with_their_descriptor_key() {
     let (_, c_f) = keys.pair("c");
     let mut c = NodeConfig::new("c");
     c.memberships = server_of("vault");
-    c.discovery = Some(DiscoveryConfig {
-        bind: vec![AutoBind::Server],
-        route_mesh: false,
-        ..DiscoveryConfig::new(format!("sqlite://{}", db.display()))
-    });
+    let mut c_discovery = DiscoveryConfig::new(format!("sqlite://{}", db.display()));
+    c_discovery.bind = vec![AutoBind::Server];
+    c_discovery.route_mesh = false;
+    c.discovery = Some(c_discovery);
     c.security = curve(&c_f, &[b_k.public]);
     let c = Node::start(c).await.expect("c");
     b_events
