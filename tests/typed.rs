@@ -17,7 +17,9 @@ use zmesh::proto::contract::{ExecutionKind, Semantics, ServiceContract, Shape};
 use zmesh::proto::state::ConnState;
 use zmesh::runtime::calls::{encode, may_have_run, CallError, RemoteCode, Request, ServeError};
 use zmesh::runtime::service::{Method, Service};
-use zmesh::runtime::{LinkId, MeshLane, Node, NodeEvent, ReadyError, Target};
+use zmesh::runtime::{
+    LinkId, MeshLane, Node, NodeError, NodeEvent, NodeStopped, ReadyError, Target,
+};
 use zmesh::typed::{Context, Items};
 
 /// Longest wait for any one step; a bound on failure, never a synchronisation.
@@ -629,4 +631,33 @@ async fn a2_ready_fails_when_the_node_stops() {
     cli.shutdown().await.expect("cli stops");
     let ended = bounded("the wait ends", waiter).await.expect("task");
     assert_eq!(ended, Err(ReadyError::Stopped(Target::server("pump"))));
+}
+
+/// A node that cannot bind says so with an opaque transport error whose errno tells why
+/// (here: the address is in use), and a node that stopped answers `NodeStopped` to
+/// `snapshot` (which converts into `NodeError::Stopped` for `?`) while `shutdown` stays done.
+#[tokio::test]
+async fn start_snapshot_and_shutdown_errors_say_what_happened() {
+    let ep = free_tcp();
+    let first = server(&ep, Watch.into_service()).await;
+    let second = Node::start(NodeConfig::new("second").server(ep.as_str())).await;
+    match second {
+        Err(NodeError::Bind { endpoint, source }) => {
+            assert_eq!(endpoint, ep);
+            let errno = std::io::Error::from_raw_os_error(source.errno());
+            assert_eq!(errno.kind(), std::io::ErrorKind::AddrInUse, "{source}");
+        }
+        other => panic!("expected a bind error, got {:?}", other.map(|_| "a node")),
+    }
+    first.shutdown().await.expect("first stops");
+    let stopped = first
+        .snapshot()
+        .await
+        .expect_err("a stopped node has no snapshot");
+    assert!(matches!(stopped, NodeStopped { .. }), "{stopped:?}");
+    assert!(matches!(NodeError::from(stopped), NodeError::Stopped));
+    first
+        .shutdown()
+        .await
+        .expect("stopping again is done at once");
 }

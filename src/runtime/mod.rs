@@ -39,7 +39,9 @@ mod sqlite_file;
 pub mod store;
 pub mod telemetry;
 
-pub use error::{BatchSendError, NodeError, PublishError, SendError};
+pub use error::{
+    BatchSendError, ExposeError, NodeError, NodeStopped, PublishError, SendError, TransportError,
+};
 pub use event::{Delivery, EventStream, NodeEvent, Source, StateChange};
 pub use io::GRACEFUL_STOP_BOUND;
 pub use link::{LinkId, MeshLane};
