@@ -21,12 +21,10 @@ async fn main() -> Result<()> {
     let endpoint = format!("ipc://{}", path.display());
 
     let mut p = NodeConfig::new("pub");
-    p.publisher = Some(Endpoint {
-        endpoint: endpoint.clone(),
-    });
+    p.publisher = Some(Endpoint::new(endpoint.clone()));
     let publisher = Node::start(p).await?;
     let mut s = NodeConfig::new("sub");
-    s.subscriptions = vec![Endpoint { endpoint }];
+    s.subscriptions = vec![Endpoint::new(endpoint)];
     let subscriber = Node::start(s).await?;
     let mut events = subscriber.take_events().context("events of sub")?;
 

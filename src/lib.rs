@@ -51,7 +51,7 @@ pub mod prelude {
     pub use crate::runtime::calls::{
         may_have_run, CallError, CallOptions, RemoteCode, Request, ServeError,
     };
-    pub use crate::runtime::{Node, NodeError, NodeEvent, ReadyError, Target};
+    pub use crate::runtime::{LinkId, Node, NodeError, NodeEvent, ReadyError, Target};
     pub use crate::service;
     pub use crate::typed::{Context, Items};
 }

@@ -296,8 +296,8 @@ impl<T: DeserializeOwned, R: DeserializeOwned> ItemStream<T, R> {
 }
 
 /// The request context a service method may take (an argument of this type, anywhere after
-/// `&self`): who called, under which identity, and whether the caller still waits. It is not
-/// part of the call's arguments.
+/// `&self`): who called, under which identity, how long it still waits and whether it still
+/// waits at all. It is not part of the call's arguments.
 #[derive(Debug, Clone)]
 pub struct Context {
     request: Request,
@@ -335,6 +335,13 @@ impl Context {
     /// The method called.
     pub fn method(&self) -> &str {
         &self.request.method
+    }
+
+    /// How long the caller still waits for this call (see [`Request::ttl_left`]); `None`:
+    /// it set no deadline. A method with more work than time left may stop early, or
+    /// decline work it cannot finish in time.
+    pub fn ttl_left(&self) -> Option<Duration> {
+        self.request.ttl_left()
     }
 
     /// True once the caller no longer waits for this call (see [`Request::is_cancelled`]).

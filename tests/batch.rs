@@ -286,9 +286,7 @@ async fn k5_pyzmq_client_batches_of_2_64_257_every_call_answered() {
     let ep = free_tcp();
     let mut c = NodeConfig::new("srv");
     c.memberships = server_of("orders");
-    c.server = Some(Endpoint {
-        endpoint: ep.clone(),
-    });
+    c.server = Some(Endpoint::new(ep.clone()));
     let srv = echo_server(c).await;
     let mut py = PyPeer::start(
         &script(PY_BATCH_DEALER),
@@ -307,10 +305,7 @@ async fn k5_pyzmq_client_batches_of_2_64_257_every_call_answered() {
 /// lane, the ACCEPTs and REPLYs on the Completion lane.
 #[tokio::test]
 async fn k5_pyzmq_mesh_peer_batches_on_application_lane_every_call_answered() {
-    let bind = RouteMeshBind {
-        application: free_tcp(),
-        completion: free_tcp(),
-    };
+    let bind = RouteMeshBind::new(free_tcp(), free_tcp());
     let c = mesh_server("srv", "orders", &bind);
     let srv = echo_server(c).await;
     let mut py = PyPeer::start(
@@ -335,12 +330,9 @@ async fn k5_pyzmq_mesh_peer_batches_on_application_lane_every_call_answered() {
 /// A zmesh client of the Python server at `ep`, ready.
 async fn client_of_py(ep: &str, batch_calls: bool) -> (Node, Events) {
     let mut c = NodeConfig::new("cli");
-    c.servers = vec![ServerConfig {
-        batch_calls,
-        channel: "orders".into(),
-        endpoint: ep.to_owned(),
-        rid: Some("pysrv".into()),
-    }];
+    c.servers = vec![ServerConfig::new("orders", ep.to_owned())
+        .rid("pysrv")
+        .batch_calls(batch_calls)];
     let node = Node::start(c).await.expect("client");
     let mut events = Events::new(node.take_events().expect("events"));
     events
@@ -542,12 +534,7 @@ async fn k5_x3_calls_of_one_method_travel_as_calls_records_where_negotiated() {
         }
     });
     let mut c = NodeConfig::new("cli");
-    c.servers = vec![ServerConfig {
-        batch_calls: true,
-        channel: "orders".into(),
-        endpoint: ep.clone(),
-        rid: Some("srv".into()),
-    }];
+    c.servers = vec![ServerConfig::new("orders", ep.clone()).rid("srv")];
     let node = Node::start(c).await.expect("client");
     node.ready(zmesh::runtime::Target::server("orders"))
         .await

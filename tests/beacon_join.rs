@@ -29,9 +29,7 @@ fn sub_ready(e: &NodeEvent) -> bool {
 
 fn subscriber(rid: &str, ep: &str) -> NodeConfig {
     let mut c = NodeConfig::new(rid);
-    c.subscriptions = vec![Endpoint {
-        endpoint: ep.to_owned(),
-    }];
+    c.subscriptions = vec![Endpoint::new(ep.to_owned())];
     c
 }
 
@@ -61,9 +59,7 @@ fn next_message(s: &zmq::Socket, limit: Duration) -> Option<(Instant, Vec<Vec<u8
 async fn l4_late_subscribers_are_ready_at_once() {
     let ep = free_tcp();
     let mut p = NodeConfig::new("pub");
-    p.publisher = Some(Endpoint {
-        endpoint: ep.clone(),
-    });
+    p.publisher = Some(Endpoint::new(ep.clone()));
     let publisher = Node::start(p).await.expect("publisher");
     let mut ep_events = Events::new(publisher.take_events().expect("events"));
 
@@ -125,9 +121,7 @@ fn l4_joins_do_not_move_the_5s_grid() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let ep = free_tcp();
     let mut p = NodeConfig::new("pub");
-    p.publisher = Some(Endpoint {
-        endpoint: ep.clone(),
-    });
+    p.publisher = Some(Endpoint::new(ep.clone()));
     let publisher = rt.block_on(Node::start(p)).expect("publisher");
     let ctx = zmq::Context::new();
     let raw = raw_sub(&ctx, &ep);

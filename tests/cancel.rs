@@ -258,12 +258,7 @@ async fn x1_x3_a_version_1_server_never_receives_a_cancel() {
     server.set_rcvtimeo(10_000).expect("rcvtimeo");
     server.bind(&ep).expect("bind");
     let mut c = NodeConfig::new("cli");
-    c.servers = vec![ServerConfig {
-        channel: "orders".into(),
-        endpoint: ep.clone(),
-        rid: Some("srv".into()),
-        batch_calls: true,
-    }];
+    c.servers = vec![ServerConfig::new("orders", ep.clone()).rid("srv")];
     let node = Node::start(c).await.expect("client");
 
     let server = tokio::task::spawn_blocking(move || {
@@ -375,12 +370,7 @@ async fn x2_a_stream_from_a_version_1_callee_nobody_reads_ends_as_overrun() {
     server.set_rcvtimeo(10_000).expect("rcvtimeo");
     server.bind(&ep).expect("bind");
     let mut c = NodeConfig::new("cli");
-    c.servers = vec![ServerConfig {
-        channel: "feed".into(),
-        endpoint: ep.clone(),
-        rid: Some("srv".into()),
-        batch_calls: true,
-    }];
+    c.servers = vec![ServerConfig::new("feed", ep.clone()).rid("srv")];
     let node = Node::start(c).await.expect("client");
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let serving = tokio::task::spawn_blocking(move || {

@@ -20,7 +20,7 @@ use zmesh::runtime::idempotency::{
 };
 use zmesh::runtime::operations::OpStatus;
 use zmesh::runtime::service::{Execution, Method, Service};
-use zmesh::runtime::{Node, NodeError};
+use zmesh::runtime::{ExposeError, Node};
 
 /// Upper bound of every single wait.
 const STEP: Duration = Duration::from_secs(15);
@@ -328,7 +328,7 @@ async fn k4_invalid_combinations_refused_when_exposed() {
     for service in bad {
         let shown = format!("{service:?}");
         match b.expose(service) {
-            Err(NodeError::Contract(e)) => assert!(!e.to_string().is_empty()),
+            Err(ExposeError::Contract(e)) => assert!(!e.to_string().is_empty()),
             other => panic!("{shown} exposed: {other:?}"),
         }
     }

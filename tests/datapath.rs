@@ -280,12 +280,10 @@ async fn issue9_publish_order_kept() {
     const N: u64 = 3_000;
     let ep = common::free_tcp();
     let mut p = NodeConfig::new("pub");
-    p.publisher = Some(Endpoint {
-        endpoint: ep.clone(),
-    });
+    p.publisher = Some(Endpoint::new(ep.clone()));
     let publisher = Node::start(p).await.expect("pub");
     let mut s = NodeConfig::new("sub");
-    s.subscriptions = vec![Endpoint { endpoint: ep }];
+    s.subscriptions = vec![Endpoint::new(ep)];
     let subscriber = Node::start(s).await.expect("sub");
     let mut es = Events::new(subscriber.take_events().expect("events"));
     // Ready on the first record: publish warm-up records until one arrives.

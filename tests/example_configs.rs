@@ -126,9 +126,7 @@ fn fanout_examples_fit_each_other() {
     let endpoint = &publisher.publisher.as_ref().expect("a publisher").endpoint;
     assert_eq!(
         subscriber.subscriptions,
-        vec![Endpoint {
-            endpoint: endpoint.clone()
-        }]
+        vec![Endpoint::new(endpoint.clone())]
     );
     assert_eq!(subscriber.delivery_high_water, 65_536, "the default");
 }
@@ -151,54 +149,37 @@ fn readme_example() -> &'static str {
     &section[start..start + len]
 }
 
-/// A configuration with every optional key set and one entry in every list.
+/// A configuration with every optional key set and one entry in every list. Every field is
+/// assigned, in declaration order: `src/config/tests.rs` (`every_field_is_named`) names them
+/// all, so that a field added there is added here too.
 fn every_key() -> NodeConfig {
-    NodeConfig {
-        rid: "a".into(),
-        security_identity: Some("s".into()),
-        memberships: vec![membership(Role::Server, "c")],
-        route_mesh: Some(RouteMeshBind {
-            application: "tcp://127.0.0.1:1".into(),
-            completion: "tcp://127.0.0.1:2".into(),
-        }),
-        server: Some(Endpoint {
-            endpoint: "tcp://127.0.0.1:3".into(),
-        }),
-        publisher: Some(Endpoint {
-            endpoint: "tcp://127.0.0.1:4".into(),
-        }),
-        peers: vec![PeerConfig {
-            rid: "b".into(),
-            application: "tcp://127.0.0.1:5".into(),
-            completion: "tcp://127.0.0.1:6".into(),
-            generation: Some(1),
-            security_identity: Some("t".into()),
-            batch_calls: true,
-        }],
-        servers: vec![ServerConfig {
-            channel: "c".into(),
-            endpoint: "tcp://127.0.0.1:7".into(),
-            rid: Some("d".into()),
-            batch_calls: true,
-        }],
-        subscriptions: vec![Endpoint {
-            endpoint: "tcp://127.0.0.1:8".into(),
-        }],
-        delivery_high_water: 1,
-        operations_keep: 1,
-        max_frame_size: 1 << 20,
-        max_unadmitted: 1,
-        discovery: Some(zmesh::config::DiscoveryConfig::new("sqlite:///tmp/x.db")),
-        security: SecurityConfig {
-            mode: SecurityMode::Curve,
-            secret_key_file: Some("a.key".into()),
-            allow: vec![key(1)],
-            allow_dir: Some("/etc/zmesh/allowed".into()),
-            endpoint_keys: (5..=8)
-                .map(|port| (format!("tcp://127.0.0.1:{port}"), key(2)))
-                .collect(),
-        },
+    let mut c = NodeConfig::new("a");
+    c.security_identity = Some("s".into());
+    c.memberships = vec![membership(Role::Server, "c")];
+    c.route_mesh = Some(RouteMeshBind::new("tcp://127.0.0.1:1", "tcp://127.0.0.1:2"));
+    c.server = Some(Endpoint::new("tcp://127.0.0.1:3"));
+    c.publisher = Some(Endpoint::new("tcp://127.0.0.1:4"));
+    c.peers = vec![
+        PeerConfig::new("b", "tcp://127.0.0.1:5", "tcp://127.0.0.1:6")
+            .generation(1)
+            .security_identity("t"),
+    ];
+    c.servers = vec![ServerConfig::new("c", "tcp://127.0.0.1:7").rid("d")];
+    c.subscriptions = vec![Endpoint::new("tcp://127.0.0.1:8")];
+    c.delivery_high_water = 1;
+    c.operations_keep = 1;
+    c.max_frame_size = 1 << 20;
+    c.max_unadmitted = 1;
+    c.discovery = Some(zmesh::config::DiscoveryConfig::new("sqlite:///tmp/x.db"));
+    let mut security = SecurityConfig::curve("a.key")
+        .allow([key(1)])
+        .allow_dir("/etc/zmesh/allowed");
+    for port in 5..=8 {
+        security = security.expect_key(format!("tcp://127.0.0.1:{port}"), key(2));
     }
+    assert_eq!(security.mode, SecurityMode::Curve);
+    c.security = security;
+    c
 }
 
 /// A public key of `n`s.

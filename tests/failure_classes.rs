@@ -657,12 +657,9 @@ async fn x2_a_gap_in_a_stream_is_item_out_of_order() {
     let mut py = PyPeer::start(&py_script(PY_GAPPED_STREAM, 90), &[&ep]);
     py.until(Duration::from_secs(60), "bound").await;
     let mut c = NodeConfig::new("cli");
-    c.servers = vec![ServerConfig {
-        batch_calls: false,
-        channel: "feed".into(),
-        endpoint: ep.clone(),
-        rid: Some("pysrv".into()),
-    }];
+    c.servers = vec![ServerConfig::new("feed", ep.clone())
+        .rid("pysrv")
+        .batch_calls(false)];
     let a = Node::start(c).await.expect("client");
     let mut events = Events::new(a.take_events().expect("events"));
     events

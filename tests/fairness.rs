@@ -80,18 +80,12 @@ async fn r4_fanout_flood_never_flips_the_quiet_publisher() {
     };
 
     let mut q = NodeConfig::new("quiet");
-    q.publisher = Some(Endpoint {
-        endpoint: quiet_ep.clone(),
-    });
+    q.publisher = Some(Endpoint::new(quiet_ep.clone()));
     let quiet = Node::start(q).await.expect("quiet publisher");
     let mut s = NodeConfig::new("sub");
     s.subscriptions = vec![
-        Endpoint {
-            endpoint: flood_ep.clone(),
-        },
-        Endpoint {
-            endpoint: quiet_ep.clone(),
-        },
+        Endpoint::new(flood_ep.clone()),
+        Endpoint::new(quiet_ep.clone()),
     ];
     let sub = Node::start(s).await.expect("subscriber");
     let mut es = Events::new(sub.take_events().expect("events"));
@@ -171,14 +165,11 @@ async fn r4_fanout_flood_never_flips_the_quiet_publisher() {
 
 fn dialler(rid: &str, a: &RouteMeshBind) -> NodeConfig {
     let mut c = NodeConfig::new(rid);
-    c.peers = vec![PeerConfig {
-        batch_calls: true,
-        rid: "a".into(),
-        application: a.application.clone(),
-        completion: a.completion.clone(),
-        generation: None,
-        security_identity: None,
-    }];
+    c.peers = vec![PeerConfig::new(
+        "a",
+        a.application.clone(),
+        a.completion.clone(),
+    )];
     c
 }
 
@@ -198,10 +189,7 @@ async fn wait_both_lanes(events: &mut Events, link_part: &str) {
 /// of ready, and neither X nor Y takes A out of ready.
 #[tokio::test]
 async fn r4_route_mesh_flooding_peer_never_flips_the_quiet_peer() {
-    let a_bind = RouteMeshBind {
-        application: free_tcp(),
-        completion: free_tcp(),
-    };
+    let a_bind = RouteMeshBind::new(free_tcp(), free_tcp());
     let ac = mesh_server("a", "work", &a_bind);
     let a = Node::start(ac).await.expect("a");
     let x = Node::start(dialler("x", &a_bind)).await.expect("x");
@@ -316,12 +304,10 @@ async fn r2_command_burst_beyond_one_turn_is_not_held_until_a_timer() {
     const BURST: u32 = 5_000;
     let ep = common::ipc("burst");
     let mut p = NodeConfig::new("pub");
-    p.publisher = Some(Endpoint {
-        endpoint: ep.clone(),
-    });
+    p.publisher = Some(Endpoint::new(ep.clone()));
     let publisher = Node::start(p).await.expect("publisher");
     let mut s = NodeConfig::new("sub");
-    s.subscriptions = vec![Endpoint { endpoint: ep }];
+    s.subscriptions = vec![Endpoint::new(ep)];
     let sub = Node::start(s).await.expect("subscriber");
     let mut es = Events::new(sub.take_events().expect("events"));
     // Ready on a beacon: the next one is 5 s away.

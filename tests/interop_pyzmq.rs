@@ -151,9 +151,7 @@ async fn w4_l5_pyzmq_publisher_beacons_ready_nothing_delivered_then_record_deliv
     py.until(STARTUP, "bound").await;
 
     let mut s = NodeConfig::new("sub");
-    s.subscriptions = vec![Endpoint {
-        endpoint: ep.clone(),
-    }];
+    s.subscriptions = vec![Endpoint::new(ep.clone())];
     let s = Node::start(s).await.expect("subscriber");
     let mut es = Events::new(s.take_events().expect("events"));
     let no_delivery = |e: &NodeEvent| {
@@ -221,9 +219,7 @@ async fn w4_l5_pyzmq_publisher_beacons_ready_nothing_delivered_then_record_deliv
 async fn w4_l4_pyzmq_subscriber_receives_exact_beacons_5s_apart() {
     let ep = free_tcp();
     let mut p = NodeConfig::new("pub");
-    p.publisher = Some(Endpoint {
-        endpoint: ep.clone(),
-    });
+    p.publisher = Some(Endpoint::new(ep.clone()));
     let p = Node::start(p).await.expect("publisher");
     let mut py = PyPeer::start(&script(PY_SUBSCRIBER), &[&ep, "3"]);
     py.until(STARTUP, "connected").await;
@@ -264,9 +260,7 @@ async fn w4_t2_pyzmq_dealer_admitted_answers_probes_records_both_ways() {
         role: Role::Server,
         channel: "orders".into(),
     }];
-    c.server = Some(Endpoint {
-        endpoint: ep.clone(),
-    });
+    c.server = Some(Endpoint::new(ep.clone()));
     let srv = Node::start(c).await.expect("server");
     let mut es = Events::new(srv.take_events().expect("events"));
     let py_generation = 0x0102_0304_0506_0708_u64;
@@ -386,9 +380,7 @@ async fn w4_f2_honest_clients_admitted_at_once_beside_200_silent_dealers() {
         role: Role::Server,
         channel: "orders".into(),
     }];
-    c.server = Some(Endpoint {
-        endpoint: ep.clone(),
-    });
+    c.server = Some(Endpoint::new(ep.clone()));
     assert!(
         c.max_unadmitted > 200,
         "the default cap is above the test's 200"
@@ -415,12 +407,7 @@ async fn w4_f2_honest_clients_admitted_at_once_beside_200_silent_dealers() {
         );
 
         let mut cli = NodeConfig::new(format!("cli-{held}"));
-        cli.servers = vec![zmesh::config::ServerConfig {
-            channel: "orders".into(),
-            endpoint: ep.clone(),
-            rid: Some("srv".into()),
-            batch_calls: true,
-        }];
+        cli.servers = vec![zmesh::config::ServerConfig::new("orders", ep.clone()).rid("srv")];
         let t0 = std::time::Instant::now();
         let cli = Node::start(cli).await.expect("client");
         let mut events = Events::new(cli.take_events().expect("events"));

@@ -52,10 +52,7 @@ fn counter(name: &str, reason: &str) -> u64 {
 async fn o2_metric_labels_carry_no_identities() {
     let snapshotter = snapshotter();
 
-    let bind = RouteMeshBind {
-        application: free_tcp(),
-        completion: free_tcp(),
-    };
+    let bind = RouteMeshBind::new(free_tcp(), free_tcp());
     let mut b = NodeConfig::new("node-bee");
     b.memberships = vec![Membership {
         role: Role::Server,
@@ -64,14 +61,11 @@ async fn o2_metric_labels_carry_no_identities() {
     b.route_mesh = Some(bind.clone());
     let bn = Node::start(b.clone()).await.expect("b");
     let mut a = NodeConfig::new("node-ay");
-    a.peers = vec![PeerConfig {
-        batch_calls: true,
-        rid: "node-bee".into(),
-        application: bind.application.clone(),
-        completion: bind.completion.clone(),
-        generation: None,
-        security_identity: None,
-    }];
+    a.peers = vec![PeerConfig::new(
+        "node-bee",
+        bind.application.clone(),
+        bind.completion.clone(),
+    )];
     let an = Node::start(a).await.expect("a");
     let mut ea = Events::new(an.take_events().expect("events"));
     let ready = |e: &NodeEvent| matches!(e, NodeEvent::State(s) if s.state == ConnState::Ready);

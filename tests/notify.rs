@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{mesh_bind, mesh_server, peer, start_ready, wait_peer_ready, CutProxy};
+use common::{mesh_bind, mesh_server, start_ready, wait_peer_ready, CutProxy};
 use zmesh::config::{NodeConfig, PeerConfig};
 use zmesh::proto::state::{ConnState, FailureReason};
 use zmesh::runtime::{Node, NodeEvent};
@@ -30,11 +30,11 @@ async fn l6_f3_dialled_lanes_without_monitors_fail_at_once_when_cut_and_come_bac
     let app = CutProxy::start(&b_bind.application);
     let cpl = CutProxy::start(&b_bind.completion);
     let mut a = NodeConfig::new("a");
-    a.peers = vec![PeerConfig {
-        application: app.endpoint.clone(),
-        completion: cpl.endpoint.clone(),
-        ..peer("b", &b_bind)
-    }];
+    a.peers = vec![PeerConfig::new(
+        "b",
+        app.endpoint.clone(),
+        cpl.endpoint.clone(),
+    )];
     let (a, mut ea) = start_ready(a, "b").await;
     for round in 0..2 {
         // At least the lanes' own connections (a socket closed late may have let libzmq

@@ -167,9 +167,7 @@ async fn c1_stream_items_in_order_then_terminal_on_route_mesh_and_client_server(
     let mut b = NodeConfig::new("b");
     b.memberships = server_of(&["feed", "math"]);
     b.route_mesh = Some(b_bind.clone());
-    b.server = Some(Endpoint {
-        endpoint: s_ep.clone(),
-    });
+    b.server = Some(Endpoint::new(s_ep.clone()));
     let b = Node::start(b).await.expect("b");
     let _seen = serve_stream_with(&b, "feed");
     let _started = serve_unary_with(&b, "math", Arc::new(Notify::new()));
@@ -339,10 +337,7 @@ async fn c2_half_open_stream_fails_within_deadline_may_have_run() {
     let cpl = FreezeProxy::start(&b_bind.completion);
     let (b, _seen) = stream_callee(&b_bind).await;
     let mut a = NodeConfig::new("a");
-    let via = RouteMeshBind {
-        application: app.endpoint.clone(),
-        completion: cpl.endpoint.clone(),
-    };
+    let via = RouteMeshBind::new(app.endpoint.clone(), cpl.endpoint.clone());
     a.peers = vec![peer("b", &via)];
     let (a, _ea) = start_ready(a, "b").await;
     let mut stream = a.call_stream("feed", "endless", &(), CallOptions::default());

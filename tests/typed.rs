@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::IntoFuture;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,9 +14,12 @@ use common::{free_tcp, mesh_bind, mesh_server, peer, server_of};
 use tokio::sync::Barrier;
 use zmesh::config::{Endpoint, NodeConfig, ServerConfig};
 use zmesh::proto::contract::{ExecutionKind, Semantics, ServiceContract, Shape};
+use zmesh::proto::state::ConnState;
 use zmesh::runtime::calls::{encode, may_have_run, CallError, RemoteCode, Request, ServeError};
 use zmesh::runtime::service::{Method, Service};
-use zmesh::runtime::{Node, ReadyError, Target};
+use zmesh::runtime::{
+    LinkId, MeshLane, Node, NodeError, NodeEvent, NodeStopped, ReadyError, Target,
+};
 use zmesh::typed::{Context, Items};
 
 /// Longest wait for any one step; a bound on failure, never a synchronisation.
@@ -83,9 +86,7 @@ impl Pump for Plant {
 async fn server(ep: &str, service: Service) -> Node {
     let mut config = NodeConfig::new("srv");
     config.memberships = server_of(service.channel());
-    config.server = Some(Endpoint {
-        endpoint: ep.to_owned(),
-    });
+    config.server = Some(Endpoint::new(ep.to_owned()));
     Node::builder(config)
         .expose(service)
         .start()
@@ -96,12 +97,7 @@ async fn server(ep: &str, service: Service) -> Node {
 /// A client node `cli` that dials the server of `channel` at `ep`.
 async fn client(ep: &str, channel: &str) -> Node {
     let mut config = NodeConfig::new("cli");
-    config.servers = vec![ServerConfig {
-        channel: channel.to_owned(),
-        endpoint: ep.to_owned(),
-        rid: Some("srv".into()),
-        batch_calls: true,
-    }];
+    config.servers = vec![ServerConfig::new(channel.to_owned(), ep.to_owned()).rid("srv")];
     Node::start(config).await.expect("client starts")
 }
 
@@ -286,6 +282,55 @@ async fn a1_x1_the_context_says_when_the_caller_is_gone() {
         .expect("task")
         .expect_err("never answered");
     assert!(may_have_run(&err), "{err:?}");
+    srv.shutdown().await.expect("srv stops");
+}
+
+/// A clock that tells how long its caller still waits.
+#[zmesh::service(channel = "clock")]
+pub trait Clock {
+    /// The ttl left as the method sees it when it runs (`None`: no deadline).
+    #[query]
+    async fn left(&self, ctx: Context) -> Option<Duration>;
+}
+
+struct Watch;
+
+impl Clock for Watch {
+    async fn left(&self, ctx: Context) -> Option<Duration> {
+        ctx.ttl_left()
+    }
+}
+
+/// MISSION A1, C6: the request context says how long the caller still waits: the ttl the
+/// REQUEST carried (the caller's less the refusal margin) measured from its arrival, so never
+/// more than that and close to it for a method that runs at once; `None` without a ttl.
+#[tokio::test]
+async fn a1_c6_the_context_says_how_long_the_caller_still_waits() {
+    let ep = free_tcp();
+    let srv = server(&ep, Watch.into_service()).await;
+    let cli = client(&ep, "clock").await;
+    let clock = ClockClient::new(&cli);
+    bounded("ready", clock.ready()).await.expect("ready");
+    for ttl in [Duration::from_secs(5), Duration::from_secs(60)] {
+        let on_wire = zmesh::proto::calls::ttl_on_wire(Some(ttl)).expect("a deadline");
+        let told = Duration::from_millis(on_wire.get());
+        assert!(
+            told < ttl,
+            "the wire ttl keeps a margin: {told:?} of {ttl:?}"
+        );
+        let left = bounded("left", clock.left().ttl(ttl))
+            .await
+            .expect("left")
+            .expect("a caller with a ttl has a deadline");
+        assert!(left <= told, "{left:?} left of {told:?} on the wire");
+        assert!(
+            left > told.saturating_sub(Duration::from_secs(2)),
+            "{left:?} left of {told:?} on the wire, for a method that ran at once"
+        );
+    }
+    let left = bounded("no ttl", clock.left()).await.expect("left");
+    assert_eq!(left, None, "no ttl, no deadline");
+    cli.shutdown().await.expect("cli stops");
     srv.shutdown().await.expect("srv stops");
 }
 
@@ -477,20 +522,90 @@ async fn a2_ready_resolves_for_a_peer() {
     b.shutdown().await.expect("b stops");
 }
 
+/// MISSION A2: a link's typed identity tells a RouteMesh peer's two lanes and a ClientServer
+/// link apart, on the dialling side and on the accepting sides, and a state change names the
+/// link its snapshot row names.
+#[tokio::test]
+async fn a2_links_are_told_apart_by_their_typed_identity() {
+    let bind = mesh_bind(true);
+    let b = Node::start(mesh_server("b", "pump", &bind))
+        .await
+        .expect("b starts");
+    let ep = free_tcp();
+    let srv = server(&ep, Watch.into_service()).await;
+    let mut config = NodeConfig::new("a");
+    config.peers = vec![peer("b", &bind)];
+    config.servers = vec![ServerConfig::new("clock", ep.as_str())];
+    let a = Node::start(config).await.expect("a starts");
+    let mut events = a.take_events().expect("events");
+    let lane = |lane, rid: &str, dialled| LinkId::Peer {
+        rid: rid.into(),
+        lane,
+        dialled,
+    };
+    let want: HashSet<LinkId> = [
+        lane(MeshLane::Application, "b", true),
+        lane(MeshLane::Completion, "b", true),
+        LinkId::Server {
+            channel: "clock".into(),
+            endpoint: ep.clone(),
+        },
+    ]
+    .into();
+    assert_eq!(want.len(), 3, "three links, three identities");
+    let mut ready = HashSet::new();
+    bounded("three links ready", async {
+        while ready.len() < want.len() {
+            let event = events.next_event().await.expect("a runs");
+            if let NodeEvent::State(s) = event {
+                let id = s.link_id().unwrap_or_else(|| panic!("no identity: {s:?}"));
+                assert!(want.contains(&id), "{id:?} ({})", s.link);
+                if s.state == ConnState::Ready {
+                    ready.insert(id);
+                }
+            }
+        }
+    })
+    .await;
+    let rows = |snap: &zmesh::runtime::snapshot::Snapshot| -> HashSet<LinkId> {
+        snap.links
+            .iter()
+            .map(|l| l.link_id().unwrap_or_else(|| panic!("no identity: {l:?}")))
+            .collect()
+    };
+    assert_eq!(rows(&a.snapshot().await.expect("a's snapshot")), want);
+    let topologies: HashSet<&str> = want.iter().map(LinkId::topology).collect();
+    assert_eq!(topologies, ["route_mesh", "client_server"].into());
+
+    bounded("b: peer a", b.ready(Target::peer("a")))
+        .await
+        .expect("a ready");
+    let accepted: HashSet<LinkId> = [
+        lane(MeshLane::Application, "a", false),
+        lane(MeshLane::Completion, "a", false),
+    ]
+    .into();
+    assert_eq!(rows(&b.snapshot().await.expect("b's snapshot")), accepted);
+    let client = LinkId::Client { rid: "a".into() };
+    assert!(
+        rows(&srv.snapshot().await.expect("srv's snapshot")).contains(&client),
+        "srv names its client"
+    );
+    a.shutdown().await.expect("a stops");
+    b.shutdown().await.expect("b stops");
+    srv.shutdown().await.expect("srv stops");
+}
+
 /// MISSION A2: `ready` for a subscription resolves once the publisher's first record or
 /// beacon arrived on it.
 #[tokio::test]
 async fn a2_ready_resolves_for_a_subscription() {
     let ep = free_tcp();
     let mut pub_config = NodeConfig::new("pub");
-    pub_config.publisher = Some(Endpoint {
-        endpoint: ep.clone(),
-    });
+    pub_config.publisher = Some(Endpoint::new(ep.clone()));
     let publisher = Node::start(pub_config).await.expect("publisher starts");
     let mut sub_config = NodeConfig::new("sub");
-    sub_config.subscriptions = vec![Endpoint {
-        endpoint: ep.clone(),
-    }];
+    sub_config.subscriptions = vec![Endpoint::new(ep.clone())];
     let sub = Node::start(sub_config).await.expect("subscriber starts");
     bounded("subscription", sub.ready(Target::subscription(ep.as_str())))
         .await
@@ -516,4 +631,33 @@ async fn a2_ready_fails_when_the_node_stops() {
     cli.shutdown().await.expect("cli stops");
     let ended = bounded("the wait ends", waiter).await.expect("task");
     assert_eq!(ended, Err(ReadyError::Stopped(Target::server("pump"))));
+}
+
+/// A node that cannot bind says so with an opaque transport error whose errno tells why
+/// (here: the address is in use), and a node that stopped answers `NodeStopped` to
+/// `snapshot` (which converts into `NodeError::Stopped` for `?`) while `shutdown` stays done.
+#[tokio::test]
+async fn start_snapshot_and_shutdown_errors_say_what_happened() {
+    let ep = free_tcp();
+    let first = server(&ep, Watch.into_service()).await;
+    let second = Node::start(NodeConfig::new("second").server(ep.as_str())).await;
+    match second {
+        Err(NodeError::Bind { endpoint, source }) => {
+            assert_eq!(endpoint, ep);
+            let errno = std::io::Error::from_raw_os_error(source.errno());
+            assert_eq!(errno.kind(), std::io::ErrorKind::AddrInUse, "{source}");
+        }
+        other => panic!("expected a bind error, got {:?}", other.map(|_| "a node")),
+    }
+    first.shutdown().await.expect("first stops");
+    let stopped = first
+        .snapshot()
+        .await
+        .expect_err("a stopped node has no snapshot");
+    assert!(matches!(stopped, NodeStopped { .. }), "{stopped:?}");
+    assert!(matches!(NodeError::from(stopped), NodeError::Stopped));
+    first
+        .shutdown()
+        .await
+        .expect("stopping again is done at once");
 }

@@ -309,15 +309,10 @@ fn one_reject(results: &BTreeMap<String, Value>, case: &str) -> (RejectReason, S
 #[tokio::test]
 async fn w3_protocol_error_before_admission_gets_one_reject() {
     let cs = free_tcp();
-    let bind = RouteMeshBind {
-        application: free_tcp(),
-        completion: free_tcp(),
-    };
+    let bind = RouteMeshBind::new(free_tcp(), free_tcp());
     let mut c = NodeConfig::new("srv");
     c.memberships = server_of("orders");
-    c.server = Some(Endpoint {
-        endpoint: cs.clone(),
-    });
+    c.server = Some(Endpoint::new(cs.clone()));
     c.route_mesh = Some(bind.clone());
     let node = Node::start(c).await.expect("node");
 
@@ -472,12 +467,7 @@ async fn s5_client_hello_fields_first_probe_and_probe_ids() {
         role: zmesh::proto::handshake::Role::ObjectClient,
         channel: "billing".into(),
     }];
-    c.servers = vec![zmesh::config::ServerConfig {
-        channel: "orders".into(),
-        endpoint: ep.clone(),
-        rid: Some("srv".into()),
-        batch_calls: true,
-    }];
+    c.servers = vec![zmesh::config::ServerConfig::new("orders", ep.clone()).rid("srv")];
     let node = Node::start(c).await.expect("client");
 
     let (route, hello) = next_any(&server, true, STEP).expect("HELLO");
@@ -546,9 +536,7 @@ async fn s5_server_welcome_first_probe_and_replacement() {
     let ep = free_tcp();
     let mut c = NodeConfig::new("srv");
     c.memberships = server_of("orders");
-    c.server = Some(Endpoint {
-        endpoint: ep.clone(),
-    });
+    c.server = Some(Endpoint::new(ep.clone()));
     let node = Node::start(c).await.expect("server");
     let ctx = zmq::Context::new();
     let dealer = || {
@@ -594,10 +582,7 @@ async fn s5_server_welcome_first_probe_and_replacement() {
 /// runtime: the test blocks in libzmq receives while the handler runs on the runtime.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s5_records_on_the_wrong_lane_are_ignored() {
-    let bind = RouteMeshBind {
-        application: free_tcp(),
-        completion: free_tcp(),
-    };
+    let bind = RouteMeshBind::new(free_tcp(), free_tcp());
     let c = mesh_server("srv", "orders", &bind);
     let node = Node::builder(c)
         .serve("orders", |req: zmesh::runtime::calls::Request| async move {
@@ -706,9 +691,7 @@ async fn s5_records_on_the_wrong_lane_are_ignored() {
 async fn s7_publish_seq_starts_at_1_and_steps_by_1() {
     let ep = free_tcp();
     let mut c = NodeConfig::new("pub");
-    c.publisher = Some(Endpoint {
-        endpoint: ep.clone(),
-    });
+    c.publisher = Some(Endpoint::new(ep.clone()));
     let node = Node::start(c).await.expect("publisher");
     let ctx = zmq::Context::new();
     let sub = ctx.socket(zmq::SUB).expect("sub");
@@ -786,10 +769,7 @@ async fn s5_security_identity_and_not_required_rules() {
     b1.route_mesh = Some(b1_bind.clone());
     let b1 = Node::start(b1).await.expect("b1");
     let mut a1 = NodeConfig::new("a1");
-    a1.peers = vec![zmesh::config::PeerConfig {
-        security_identity: Some("svc-b1".into()),
-        ..common::peer("b1", &b1_bind)
-    }];
+    a1.peers = vec![common::peer("b1", &b1_bind).security_identity("svc-b1")];
     let a1 = Node::start(a1).await.expect("a1");
     let mut e1 = common::Events::new(a1.take_events().expect("events"));
     e1.wait(STEP, security_failure).await;
@@ -798,10 +778,7 @@ async fn s5_security_identity_and_not_required_rules() {
     let a2_bind = common::mesh_bind(true);
     let b2_bind = common::mesh_bind(true);
     let mut b2 = mesh_server("b2", "orders", &b2_bind);
-    b2.peers = vec![zmesh::config::PeerConfig {
-        security_identity: Some("svc-a2".into()),
-        ..common::peer("a2", &a2_bind)
-    }];
+    b2.peers = vec![common::peer("a2", &a2_bind).security_identity("svc-a2")];
     let b2 = Node::start(b2).await.expect("b2");
     let mut a2 = NodeConfig::new("a2");
     a2.peers = vec![common::peer("b2", &b2_bind)];

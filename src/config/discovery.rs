@@ -17,6 +17,7 @@ use super::default_true;
 /// SUB socket of its own (T3).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct DiscoveryConfig {
     /// The store: `sqlite:///path/mesh.db` (embedded, one host only) or
     /// `etcd://host:port[,host:port…][/prefix]` (etcd v3, many hosts).
@@ -62,6 +63,7 @@ pub struct DiscoveryConfig {
 /// else `host`, else the bound one.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct AdvertiseConfig {
     /// The host (a DNS name or an IP address) for every kind.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -75,6 +77,18 @@ pub struct AdvertiseConfig {
     /// The host for the fanout publisher.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub publisher: Option<String>,
+}
+
+impl AdvertiseConfig {
+    /// Every kind of endpoint advertised at `host` (a DNS name or an IP address); set
+    /// [`AdvertiseConfig::route_mesh`], [`AdvertiseConfig::server`] or
+    /// [`AdvertiseConfig::publisher`] for a kind advertised elsewhere.
+    pub fn new(host: impl Into<String>) -> AdvertiseConfig {
+        AdvertiseConfig {
+            host: Some(host.into()),
+            ..AdvertiseConfig::default()
+        }
+    }
 }
 
 /// A kind of endpoint a descriptor publishes ([`AdvertiseConfig`]).
@@ -131,6 +145,7 @@ impl AdvertiseConfig {
 /// [`NodeConfig::from_file`](super::NodeConfig::from_file) is relative to that file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct EtcdTlsConfig {
     /// The CA certificate(s) (PEM) that signed the members' certificates. Required.
     pub ca_file: PathBuf,
@@ -147,11 +162,43 @@ pub struct EtcdTlsConfig {
     pub server_name: Option<String>,
 }
 
+impl EtcdTlsConfig {
+    /// TLS trusting the members' certificates signed by the CA(s) in `ca_file`, without a
+    /// client certificate, each member's certificate checked for the host of its endpoint.
+    pub fn new(ca_file: impl Into<PathBuf>) -> EtcdTlsConfig {
+        EtcdTlsConfig {
+            ca_file: ca_file.into(),
+            cert_file: None,
+            key_file: None,
+            server_name: None,
+        }
+    }
+
+    /// This TLS with the client certificate `cert_file` and its private key `key_file`
+    /// (PEM), for members that require one.
+    pub fn client_cert(
+        mut self,
+        cert_file: impl Into<PathBuf>,
+        key_file: impl Into<PathBuf>,
+    ) -> EtcdTlsConfig {
+        self.cert_file = Some(cert_file.into());
+        self.key_file = Some(key_file.into());
+        self
+    }
+
+    /// This TLS checking every member's certificate for the name `name`.
+    pub fn server_name(mut self, name: impl Into<String>) -> EtcdTlsConfig {
+        self.server_name = Some(name.into());
+        self
+    }
+}
+
 /// `[discovery.auth]`: etcd user/password authentication. The password comes from a file or
 /// an environment variable (exactly one of the two), never from the configuration itself,
 /// and is never logged.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct EtcdAuthConfig {
     /// The etcd user.
     pub user: String,
@@ -162,6 +209,29 @@ pub struct EtcdAuthConfig {
     /// The name of an environment variable holding the password.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password_env: Option<String>,
+}
+
+impl EtcdAuthConfig {
+    /// The etcd user `user`, its password the first line of `password_file`.
+    pub fn with_password_file(
+        user: impl Into<String>,
+        password_file: impl Into<PathBuf>,
+    ) -> EtcdAuthConfig {
+        EtcdAuthConfig {
+            user: user.into(),
+            password_file: Some(password_file.into()),
+            password_env: None,
+        }
+    }
+
+    /// The etcd user `user`, its password in the environment variable `var`.
+    pub fn with_password_env(user: impl Into<String>, var: impl Into<String>) -> EtcdAuthConfig {
+        EtcdAuthConfig {
+            user: user.into(),
+            password_file: None,
+            password_env: Some(var.into()),
+        }
+    }
 }
 
 /// A section that [`DiscoveryConfig::bind`] binds automatically.

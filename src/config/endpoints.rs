@@ -8,6 +8,7 @@ use super::default_true;
 /// The two bound RouteMesh lanes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RouteMeshBind {
     /// Application lane endpoint (`tcp://host:port` or `ipc://path`).
     pub application: String,
@@ -18,6 +19,7 @@ pub struct RouteMeshBind {
 /// One endpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Endpoint {
     /// `tcp://host:port` or `ipc://path`.
     pub endpoint: String,
@@ -26,6 +28,7 @@ pub struct Endpoint {
 /// A RouteMesh peer to dial.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct PeerConfig {
     /// The RID the peer must present.
     pub rid: String,
@@ -49,6 +52,7 @@ pub struct PeerConfig {
 /// A ClientServer server to dial.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ServerConfig {
     /// The ChannelName the server serves.
     pub channel: String,
@@ -61,6 +65,17 @@ pub struct ServerConfig {
     /// true). Turn it off only for a server built before BATCH existed.
     #[serde(default = "default_true")]
     pub batch_calls: bool,
+}
+
+impl RouteMeshBind {
+    /// The two RouteMesh lanes bound at `application` and `completion` (`tcp://host:port` or
+    /// `ipc://path`, checked when the node starts).
+    pub fn new(application: impl Into<String>, completion: impl Into<String>) -> RouteMeshBind {
+        RouteMeshBind {
+            application: application.into(),
+            completion: completion.into(),
+        }
+    }
 }
 
 impl Endpoint {
@@ -90,6 +105,26 @@ impl PeerConfig {
             batch_calls: true,
         }
     }
+
+    /// This peer, accepted only in lifecycle generation `generation` (0 accepts any run;
+    /// see [`PeerConfig::generation`](field@PeerConfig::generation)).
+    pub fn generation(mut self, generation: u64) -> PeerConfig {
+        self.generation = Some(generation);
+        self
+    }
+
+    /// This peer, accepted only with the security identity `identity`.
+    pub fn security_identity(mut self, identity: impl Into<String>) -> PeerConfig {
+        self.security_identity = Some(identity.into());
+        self
+    }
+
+    /// This peer with calls issued together batched (`true`, the default) or each sent alone
+    /// (see [`PeerConfig::batch_calls`](field@PeerConfig::batch_calls)).
+    pub fn batch_calls(mut self, batch_calls: bool) -> PeerConfig {
+        self.batch_calls = batch_calls;
+        self
+    }
 }
 
 impl ServerConfig {
@@ -101,6 +136,19 @@ impl ServerConfig {
             rid: None,
             batch_calls: true,
         }
+    }
+
+    /// This server, accepted only if it presents RID `rid`.
+    pub fn rid(mut self, rid: impl Into<String>) -> ServerConfig {
+        self.rid = Some(rid.into());
+        self
+    }
+
+    /// This server with calls issued together batched (`true`, the default) or each sent
+    /// alone (see [`ServerConfig::batch_calls`](field@ServerConfig::batch_calls)).
+    pub fn batch_calls(mut self, batch_calls: bool) -> ServerConfig {
+        self.batch_calls = batch_calls;
+        self
     }
 }
 

@@ -75,6 +75,7 @@ pub use security::{SecurityConfig, SecurityMode};
 /// Configuration of one node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct NodeConfig {
     /// Stable node id (RID). Required, 1..=255 bytes.
     pub rid: String,

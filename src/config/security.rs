@@ -19,6 +19,7 @@ use crate::proto::security::PublicKey;
 /// network is trusted.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct SecurityConfig {
     /// `"curve"` or `"none"`. Required in a `[security]` section.
     pub mode: SecurityMode,
@@ -78,6 +79,27 @@ impl SecurityConfig {
             secret_key_file: Some(secret_key_file.into()),
             ..SecurityConfig::default()
         }
+    }
+
+    /// This configuration admitting the clients whose public keys are `keys` too (CURVE:
+    /// [`SecurityConfig::allow`](field@SecurityConfig::allow)).
+    pub fn allow(mut self, keys: impl IntoIterator<Item = PublicKey>) -> SecurityConfig {
+        self.allow.extend(keys);
+        self
+    }
+
+    /// This configuration admitting the clients whose keys are in the files of `dir` too
+    /// (CURVE: [`SecurityConfig::allow_dir`](field@SecurityConfig::allow_dir)).
+    pub fn allow_dir(mut self, dir: impl Into<PathBuf>) -> SecurityConfig {
+        self.allow_dir = Some(dir.into());
+        self
+    }
+
+    /// This configuration expecting the node listening on `endpoint` to hold `key` (CURVE:
+    /// [`SecurityConfig::endpoint_keys`]).
+    pub fn expect_key(mut self, endpoint: impl Into<String>, key: PublicKey) -> SecurityConfig {
+        self.endpoint_keys.insert(endpoint.into(), key);
+        self
     }
 
     /// Makes relative `secret_key_file` and `allow_dir` paths relative to `dir` (what

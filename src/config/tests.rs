@@ -251,7 +251,18 @@ fn setters_build_what_the_file_says() {
             "tcp://127.0.0.1:7201",
             "tcp://127.0.0.1:7202",
         ))
+        .peer(
+            PeerConfig::new("c", "ipc:///tmp/c.app", "ipc:///tmp/c.cpl")
+                .generation(7)
+                .security_identity("svc-c")
+                .batch_calls(false),
+        )
         .dial_server(ServerConfig::new("billing", "tcp://127.0.0.1:7303"))
+        .dial_server(
+            ServerConfig::new("ledger", "tcp://127.0.0.1:7304")
+                .rid("books")
+                .batch_calls(false),
+        )
         .subscribe("ipc:///tmp/c.pub");
     let file = NodeConfig::from_toml(
         "rid = \"a\"\n\
@@ -263,12 +274,24 @@ fn setters_build_what_the_file_says() {
          [publisher]\nendpoint = \"ipc:///tmp/a.pub\"\n\
          [[peers]]\nrid = \"b\"\napplication = \"tcp://127.0.0.1:7201\"\n\
          completion = \"tcp://127.0.0.1:7202\"\n\
+         [[peers]]\nrid = \"c\"\napplication = \"ipc:///tmp/c.app\"\n\
+         completion = \"ipc:///tmp/c.cpl\"\ngeneration = 7\n\
+         security_identity = \"svc-c\"\nbatch_calls = false\n\
          [[servers]]\nchannel = \"billing\"\nendpoint = \"tcp://127.0.0.1:7303\"\n\
+         [[servers]]\nchannel = \"ledger\"\nendpoint = \"tcp://127.0.0.1:7304\"\n\
+         rid = \"books\"\nbatch_calls = false\n\
          [[subscriptions]]\nendpoint = \"ipc:///tmp/c.pub\"\n\
          [security]\nmode = \"none\"\n",
     )
     .expect("valid file");
     assert_eq!(built, file);
+    assert_eq!(
+        built.route_mesh,
+        Some(RouteMeshBind::new(
+            "tcp://127.0.0.1:7101",
+            "tcp://127.0.0.1:7102"
+        ))
+    );
     built.validate().expect("valid");
 }
 
@@ -308,4 +331,36 @@ fn t5_rejects_endpoints_libzmq_would_misread() {
         matches!(&refused, Err(ConfigError::Invalid(m)) if m.contains("99999")),
         "{refused:?}"
     );
+}
+
+/// Names every field of the node configuration and its sections, so that a field added to
+/// one of them fails to compile here until it is named, and with it added to `every_key` in
+/// tests/example_configs.rs, which checks that README's Configuration table lists every key
+/// (outside the crate, `#[non_exhaustive]` lets that function leave a field out).
+#[allow(dead_code)]
+fn every_field_is_named(c: NodeConfig) {
+    let NodeConfig {
+        rid: _,
+        security_identity: _,
+        memberships: _,
+        route_mesh: _,
+        server: _,
+        publisher: _,
+        peers: _,
+        servers: _,
+        subscriptions: _,
+        delivery_high_water: _,
+        operations_keep: _,
+        max_frame_size: _,
+        max_unadmitted: _,
+        discovery: _,
+        security,
+    } = c;
+    let SecurityConfig {
+        mode: _,
+        secret_key_file: _,
+        allow: _,
+        allow_dir: _,
+        endpoint_keys: _,
+    } = security;
 }

@@ -17,7 +17,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
@@ -89,6 +89,9 @@ pub struct Request {
     caller_generation: u64,
     call_id: u64,
     idempotency_key: Option<String>,
+    /// When the caller stops waiting, on this node's monotonic clock: the REQUEST's arrival
+    /// plus its `ttl_ms`. `None`: no deadline.
+    deadline: Option<Instant>,
     args: Bytes,
     gone: CallerGone,
 }
@@ -102,6 +105,7 @@ impl Request {
             caller_generation: 0,
             call_id: 0,
             idempotency_key: None,
+            deadline: None,
             args,
             gone: CallerGone::default(),
         }
@@ -140,6 +144,25 @@ impl Request {
         self.call_id = call_id;
         self.idempotency_key = idempotency_key;
         self
+    }
+
+    /// This request with the caller's deadline: `ttl` (the REQUEST's `ttl_ms`; `None`: no
+    /// deadline) measured from `arrival`, the instant the REQUEST arrived on this node's
+    /// monotonic clock (WIRE.md §4.7).
+    pub(crate) fn with_ttl(mut self, arrival: Instant, ttl: Option<Duration>) -> Request {
+        self.deadline = ttl.and_then(|ttl| arrival.checked_add(ttl));
+        self
+    }
+
+    /// How long the caller still waits for this call: its ttl as the REQUEST carried it,
+    /// less the time since the REQUEST arrived, on this node's monotonic clock (zero once it
+    /// passed). `None`: the caller set no deadline. The ttl on the wire is already shorter
+    /// than the caller's own by a margin (250 ms, at most half of it: WIRE.md §5.3), so an
+    /// answer sent before this runs out reaches a caller that still waits, as long as the
+    /// way back is shorter than the margin.
+    pub fn ttl_left(&self) -> Option<Duration> {
+        self.deadline
+            .map(|d| d.saturating_duration_since(Instant::now()))
     }
 
     /// The caller's lifecycle generation (a new process run of the caller has a new one).

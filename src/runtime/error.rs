@@ -1,8 +1,16 @@
-//! Why a node could not start, and why a one-way send or a publish was refused.
+//! Why a node could not start, why a node that stopped cannot answer, and why a one-way send
+//! or a publish was refused.
 
 use crate::config::ConfigError;
 
-/// A node could not start.
+/// A node could not start ([`Node::start`], [`NodeBuilder::start`]), or its allow-list could
+/// not be read again ([`Node::reload_allow_list`]). Serving has [`ExposeError`], a stopped
+/// node [`NodeStopped`]; both convert into this for `?`. No variant exposes a type of the
+/// `zmq` crate: libzmq's errors are [`TransportError`].
+///
+/// [`Node::start`]: super::Node::start
+/// [`NodeBuilder::start`]: super::NodeBuilder::start
+/// [`Node::reload_allow_list`]: super::Node::reload_allow_list
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum NodeError {
@@ -15,7 +23,7 @@ pub enum NodeError {
         /// The endpoint.
         endpoint: String,
         /// The libzmq error.
-        source: zmq::Error,
+        source: TransportError,
     },
     /// A socket or the epoll set could not be created at start because the node ran out of
     /// file descriptors (or libzmq's socket limit): the cause with its figures.
@@ -28,7 +36,7 @@ pub enum NodeError {
     },
     /// libzmq failed while setting up the node.
     #[error("zeromq: {0}")]
-    Zmq(#[from] zmq::Error),
+    Zmq(TransportError),
     /// The I/O thread's epoll set could not be created, or a socket could not be added to it.
     #[error("readiness (epoll): {0}")]
     Poller(std::io::Error),
@@ -60,7 +68,7 @@ impl NodeError {
             },
             None => NodeError::Bind {
                 endpoint: endpoint.to_owned(),
-                source,
+                source: TransportError(source),
             },
         }
     }
@@ -76,6 +84,80 @@ impl NodeError {
         }
     }
 }
+
+/// Why a channel or a service could not be served on a running node ([`Node::serve`],
+/// [`Node::serve_inline`], [`Node::serve_stream`], [`Node::expose`]). Each converts into the
+/// [`NodeError`] variant of the same name, which is what [`NodeBuilder::start`] fails with
+/// for a channel or service registered on the builder.
+///
+/// [`Node::serve`]: super::Node::serve
+/// [`Node::serve_inline`]: super::Node::serve_inline
+/// [`Node::serve_stream`]: super::Node::serve_stream
+/// [`Node::expose`]: super::Node::expose
+/// [`NodeBuilder::start`]: super::NodeBuilder::start
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExposeError {
+    /// An argument is invalid (a channel name of no 1..=255 bytes).
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    /// A service cannot be exposed as declared (MISSION K1, K4: an invalid combination).
+    #[error("cannot expose the service: {0}")]
+    Contract(#[from] crate::proto::contract::ContractError),
+    /// Serving needs a tokio runtime for the handlers, and none is running.
+    #[error("no tokio runtime is running")]
+    NoRuntime,
+    /// The node's I/O thread is not running.
+    #[error("the node's I/O thread is not running")]
+    Stopped,
+}
+
+impl From<ExposeError> for NodeError {
+    fn from(e: ExposeError) -> NodeError {
+        match e {
+            ExposeError::Invalid(m) => NodeError::Invalid(m),
+            ExposeError::Contract(c) => NodeError::Contract(c),
+            ExposeError::NoRuntime => NodeError::NoRuntime,
+            ExposeError::Stopped => NodeError::Stopped,
+        }
+    }
+}
+
+impl From<NodeStopped> for NodeError {
+    fn from(_: NodeStopped) -> NodeError {
+        NodeError::Stopped
+    }
+}
+
+/// An error of libzmq, the ZeroMQ library under zmesh: its message and its `errno`. Opaque,
+/// so that zmesh's API does not depend on the types of the `zmq` crate it is built with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct TransportError(zmq::Error);
+
+impl TransportError {
+    /// The error `e` of the `zmq` crate.
+    pub(crate) fn new(e: zmq::Error) -> TransportError {
+        TransportError(e)
+    }
+
+    /// libzmq's error number (`zmq_errno()`: a POSIX `errno` value such as `EADDRINUSE`, or
+    /// one of libzmq's own).
+    pub fn errno(&self) -> i32 {
+        self.0.to_raw()
+    }
+}
+
+/// The node's I/O thread is not running: the node stopped ([`Node::shutdown`], or the thread
+/// ended on its own), so it has nothing more to report. What [`Node::snapshot`] and
+/// [`Node::shutdown`] fail with; it converts into [`NodeError::Stopped`].
+///
+/// [`Node::shutdown`]: super::Node::shutdown
+/// [`Node::snapshot`]: super::Node::snapshot
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the node's I/O thread is not running")]
+#[non_exhaustive]
+pub struct NodeStopped;
 
 /// Why a one-way send was not taken. In every case the record was not queued anywhere: it
 /// certainly was not delivered, and may be sent again.

@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, watch};
 use crate::proto::discovery::lease::LostReason;
 use crate::proto::discovery::StoreOp;
 use crate::proto::state::{ConnState, FailureReason};
+use crate::runtime::link::LinkId;
 use crate::runtime::store::ReloadReason;
 
 /// Where a delivered record came from.
@@ -75,7 +76,8 @@ pub struct Delivery {
 /// A link changed state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StateChange {
-    /// The link's display name (e.g. `peer node-b application`, `sub tcp://…`).
+    /// The link's display name (e.g. `peer node-b application`, `sub tcp://…`); its typed
+    /// identity is [`StateChange::link_id`].
     pub link: String,
     /// The new state.
     pub state: ConnState,
@@ -83,6 +85,16 @@ pub struct StateChange {
     pub reason: Option<FailureReason>,
     /// Free-form detail for humans.
     pub detail: String,
+}
+
+impl StateChange {
+    /// Which link changed state, as typed values (topology, peer, lane), equal to the
+    /// [`LinkSnapshot::link_id`](crate::runtime::snapshot::LinkSnapshot::link_id) of its
+    /// snapshot row; read from [`StateChange::link`] (see [`LinkId::from_display_name`]).
+    /// `None` only for a name of no known form.
+    pub fn link_id(&self) -> Option<LinkId> {
+        LinkId::from_display_name(&self.link)
+    }
 }
 
 /// The stream of a node's events: one at a time as a `futures_core::Stream` of [`NodeEvent`]

@@ -25,6 +25,7 @@ pub mod fds;
 mod hex64;
 pub mod idempotency;
 mod io;
+mod link;
 mod node;
 pub mod operations;
 mod outbound;
@@ -38,9 +39,12 @@ mod sqlite_file;
 pub mod store;
 pub mod telemetry;
 
-pub use error::{BatchSendError, NodeError, PublishError, SendError};
+pub use error::{
+    BatchSendError, ExposeError, NodeError, NodeStopped, PublishError, SendError, TransportError,
+};
 pub use event::{Delivery, EventStream, NodeEvent, Source, StateChange};
 pub use io::GRACEFUL_STOP_BOUND;
+pub use link::{LinkId, MeshLane};
 pub use node::{Node, NodeBuilder};
 pub use outbound::SEND_QUEUE;
 pub use ready::{ReadyError, Target};

@@ -116,7 +116,7 @@ pub enum KeyFileError {
     },
     /// libzmq could not make a key pair (it was built without CURVE).
     #[error("cannot make a CURVE key pair: {0}")]
-    Generate(zmq::Error),
+    Generate(crate::runtime::TransportError),
 }
 
 /// A key file's contents, as TOML.
@@ -130,7 +130,8 @@ struct KeyFile {
 impl KeyPair {
     /// A fresh key pair from libzmq (libsodium's random generator).
     pub fn generate() -> Result<KeyPair, KeyFileError> {
-        let pair = zmq::CurveKeyPair::new().map_err(KeyFileError::Generate)?;
+        let pair = zmq::CurveKeyPair::new()
+            .map_err(|e| KeyFileError::Generate(crate::runtime::TransportError::new(e)))?;
         Ok(KeyPair {
             public: PublicKey::from_bytes(pair.public_key),
             secret: pair.secret_key,

@@ -22,7 +22,8 @@
 //!         encode("dispensed")
 //!     });
 //! let node = Node::builder(NodeConfig::new("plant")).expose(pump).start().await?;
-//! # node.shutdown().await
+//! # node.shutdown().await?;
+//! # Ok(())
 //! # }
 //! ```
 //!

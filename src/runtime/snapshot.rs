@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::proto::discovery::{Descriptor, LeaseStatus};
 use crate::proto::security::InputRefusal;
 use crate::proto::state::{ConnState, FailureReason};
+use crate::runtime::link::LinkId;
 
 /// Most links a snapshot lists; the rest are counted in [`Snapshot::omitted`].
 pub const SNAPSHOT_LIMIT: usize = 4096;
@@ -150,6 +151,22 @@ pub struct FailureSnapshot {
     pub detail: String,
     /// Milliseconds since it happened (monotonic).
     pub age_ms: u64,
+}
+
+impl LinkSnapshot {
+    /// Which link this row is, as typed values (topology, peer, lane): equal to the
+    /// [`StateChange::link_id`](crate::runtime::StateChange::link_id) of the link's state
+    /// changes. `None` only for a row of no known form (or a RouteMesh or inbound row whose
+    /// peer is not known).
+    pub fn link_id(&self) -> Option<LinkId> {
+        LinkId::of_row(
+            self.topology,
+            self.role,
+            self.peer.as_deref(),
+            &self.endpoint,
+            &self.serves,
+        )
+    }
 }
 
 impl Snapshot {

@@ -617,15 +617,9 @@ pub fn client_of(channel: &str) -> Vec<zmesh::proto::handshake::Membership> {
 /// Two RouteMesh lane endpoints, on 127.0.0.1 tcp or on ipc.
 pub fn mesh_bind(tcp: bool) -> zmesh::config::RouteMeshBind {
     if tcp {
-        zmesh::config::RouteMeshBind {
-            application: free_tcp(),
-            completion: free_tcp(),
-        }
+        zmesh::config::RouteMeshBind::new(free_tcp(), free_tcp())
     } else {
-        zmesh::config::RouteMeshBind {
-            application: ipc("app"),
-            completion: ipc("cpl"),
-        }
+        zmesh::config::RouteMeshBind::new(ipc("app"), ipc("cpl"))
     }
 }
 
@@ -644,14 +638,7 @@ pub fn mesh_server(
 
 /// A RouteMesh peer to dial at `b`'s endpoints.
 pub fn peer(rid: &str, b: &zmesh::config::RouteMeshBind) -> zmesh::config::PeerConfig {
-    zmesh::config::PeerConfig {
-        batch_calls: true,
-        rid: rid.into(),
-        application: b.application.clone(),
-        completion: b.completion.clone(),
-        generation: None,
-        security_identity: None,
-    }
+    zmesh::config::PeerConfig::new(rid, b.application.clone(), b.completion.clone())
 }
 
 /// Starts a node from `config`, takes its event stream and waits (bounded) until its
@@ -678,12 +665,7 @@ pub async fn start_client_ready(
     server_rid: &str,
 ) -> (zmesh::runtime::Node, Events) {
     let mut config = zmesh::config::NodeConfig::new(rid);
-    config.servers = vec![zmesh::config::ServerConfig {
-        batch_calls: true,
-        channel: channel.into(),
-        endpoint: endpoint.into(),
-        rid: Some(server_rid.into()),
-    }];
+    config.servers = vec![zmesh::config::ServerConfig::new(channel, endpoint).rid(server_rid)];
     let node = zmesh::runtime::Node::start(config)
         .await
         .unwrap_or_else(|e| panic!("start client {rid}: {e}"));

@@ -196,10 +196,7 @@ impl Setup {
             CountingProxy::start(&bind.application)?,
             CountingProxy::start(&bind.completion)?,
         ];
-        let via = RouteMeshBind {
-            application: proxies[0].endpoint.clone(),
-            completion: proxies[1].endpoint.clone(),
-        };
+        let via = RouteMeshBind::new(proxies[0].endpoint.clone(), proxies[1].endpoint.clone());
         let mut a_cfg = client_config(&a_rid, &b_rid, &via);
         for p in &mut a_cfg.peers {
             p.batch_calls = batch_calls;

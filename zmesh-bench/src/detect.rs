@@ -17,7 +17,6 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use zmesh::config::PeerConfig;
 use zmesh::proto::state::FailureReason;
 use zmesh::runtime::{Node, NodeEvent};
 
@@ -143,11 +142,7 @@ pub(crate) async fn half_open(plan: &Plan) -> Result<HalfOpen> {
         let proxy = FreezeProxy::start(&bind.application)?;
         let b = Node::start(b_cfg).await?;
         let mut a_cfg = client_config("ha", "hb", &bind);
-        a_cfg.peers = vec![PeerConfig {
-            batch_calls: true,
-            application: proxy.endpoint.clone(),
-            ..a_cfg.peers[0].clone()
-        }];
+        a_cfg.peers[0].application = proxy.endpoint.clone();
         let a = Node::start(a_cfg).await?;
         let mut ea = a.take_events().context("events")?;
         // The proxy freezes after the first ACK it forwards to `ha` (the answer to the probe

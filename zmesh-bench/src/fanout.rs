@@ -120,12 +120,10 @@ fn raw_fanout(n: u64) -> Result<(f64, u64)> {
 async fn zmesh_fanout(n: u64, batch: usize) -> Result<(f64, u64)> {
     let ep = free_tcp()?;
     let mut p = NodeConfig::new("pub");
-    p.publisher = Some(Endpoint {
-        endpoint: ep.clone(),
-    });
+    p.publisher = Some(Endpoint::new(ep.clone()));
     let publisher = Node::start(p).await?;
     let mut s = NodeConfig::new("sub");
-    s.subscriptions = vec![Endpoint { endpoint: ep }];
+    s.subscriptions = vec![Endpoint::new(ep)];
     let subscriber = Node::start(s).await?;
     let mut events = subscriber.take_events().context("events")?;
     // The subscription is ready on its first record: publish warm-up records until one is

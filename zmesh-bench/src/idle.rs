@@ -85,9 +85,7 @@ fn idle_blocking(plan: &Plan) -> Result<Idle> {
         cfg.subscriptions = publishers
             .endpoints
             .iter()
-            .map(|e| Endpoint {
-                endpoint: e.clone(),
-            })
+            .map(|e| Endpoint::new(e.clone()))
             .collect();
         cfg.peers = peers.configs(plan.peers);
         let node = NodeProcess::start(&dir, &cfg)?;
@@ -466,13 +464,12 @@ impl FakePeers {
     /// The node's `[[peers]]` for `n` of them (RIDs `p0`, `p1`, ...), all at these sockets.
     pub(super) fn configs(&self, n: usize) -> Vec<PeerConfig> {
         (0..n)
-            .map(|i| PeerConfig {
-                batch_calls: true,
-                rid: format!("p{i}"),
-                application: self.application.clone(),
-                completion: self.completion.clone(),
-                generation: None,
-                security_identity: None,
+            .map(|i| {
+                PeerConfig::new(
+                    format!("p{i}"),
+                    self.application.clone(),
+                    self.completion.clone(),
+                )
             })
             .collect()
     }

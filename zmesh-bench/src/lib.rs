@@ -539,24 +539,18 @@ pub(crate) fn server_config(rid: &str) -> Result<NodeConfig> {
             channel: channel.into(),
         })
         .collect();
-    c.route_mesh = Some(RouteMeshBind {
-        application: free_tcp()?,
-        completion: free_tcp()?,
-    });
+    c.route_mesh = Some(RouteMeshBind::new(free_tcp()?, free_tcp()?));
     Ok(c)
 }
 
 /// Configuration of a node that dials `server` (whose bind is `bind`) on both lanes.
 pub(crate) fn client_config(rid: &str, server: &str, bind: &RouteMeshBind) -> NodeConfig {
     let mut c = NodeConfig::new(rid);
-    c.peers = vec![PeerConfig {
-        batch_calls: true,
-        rid: server.into(),
-        application: bind.application.clone(),
-        completion: bind.completion.clone(),
-        generation: None,
-        security_identity: None,
-    }];
+    c.peers = vec![PeerConfig::new(
+        server,
+        bind.application.clone(),
+        bind.completion.clone(),
+    )];
     c
 }
 
@@ -696,10 +690,7 @@ impl Pair {
         let bind = b.route_mesh.clone().context("b binds")?;
         let mut a = client_config("a", "b", &bind);
         if let Some(c) = curve {
-            b.security = SecurityConfig {
-                allow: vec![c.a.public],
-                ..SecurityConfig::curve(&c.b_file)
-            };
+            b.security = SecurityConfig::curve(&c.b_file).allow([c.a.public]);
             a.security = SecurityConfig::curve(&c.a_file);
             for ep in [&bind.application, &bind.completion] {
                 a.security.endpoint_keys.insert(ep.clone(), c.b.public);

@@ -205,9 +205,7 @@ fn one_size(
     cfg.subscriptions = pubs
         .endpoints
         .iter()
-        .map(|e| Endpoint {
-            endpoint: e.clone(),
-        })
+        .map(|e| Endpoint::new(e.clone()))
         .collect();
     let fake = match mix {
         Mix::Inbound => None,
@@ -287,13 +285,9 @@ fn one_size(
 /// Descriptors and RSS (KiB) of the same binary running `cfg`'s node without links (with its
 /// endpoints bound, if it accepts): the baselines of a size.
 fn baseline(dir: &std::path::Path, cfg: &NodeConfig) -> Result<(u64, u64)> {
-    let base = NodeProcess::start(
-        dir,
-        &NodeConfig {
-            rid: "scale-base".into(),
-            ..cfg.clone()
-        },
-    )?;
+    let mut base_cfg = cfg.clone();
+    base_cfg.rid = "scale-base".into();
+    let base = NodeProcess::start(dir, &base_cfg)?;
     base.wait_ready(0)?;
     let (baseline_fds, baseline_rss) = (base.fds()?, base.rss_kib()?);
     drop(base);

@@ -415,7 +415,7 @@ fn run(command: Cmd) -> Result<()> {
                 let mut cfg = NodeConfig::new(format!("sub-{}", std::process::id()));
                 cfg.subscriptions = endpoints
                     .into_iter()
-                    .map(|endpoint| Endpoint { endpoint })
+                    .map(Endpoint::new)
                     .collect();
                 run_node(
                     cfg,
@@ -857,7 +857,7 @@ async fn run_pub(
     stay: bool,
 ) -> Result<()> {
     let mut cfg = NodeConfig::new(format!("pub-{}", std::process::id()));
-    cfg.publisher = Some(Endpoint { endpoint });
+    cfg.publisher = Some(Endpoint::new(endpoint));
     let node = Node::start(cfg).await?;
     for i in 0..count {
         tokio::time::sleep(Duration::from_millis(interval_ms)).await;

@@ -61,9 +61,7 @@ async fn c1_calls_round_trip_on_route_mesh_and_client_server() {
     let b_bind = mesh_bind(true);
     let s_ep = free_tcp();
     let mut b = mesh_server("b", "math", &b_bind);
-    b.server = Some(Endpoint {
-        endpoint: s_ep.clone(),
-    });
+    b.server = Some(Endpoint::new(s_ep.clone()));
     let b = Node::start(b).await.expect("b");
     let _started = serve_with(&b, "math");
     let mut a = NodeConfig::new("a");
@@ -102,12 +100,8 @@ async fn c1_calls_round_trip_on_route_mesh_and_client_server() {
 #[tokio::test]
 async fn c3_no_ready_peer_and_no_registration_did_not_run() {
     let mut a = NodeConfig::new("a");
-    a.servers = vec![ServerConfig {
-        batch_calls: true,
-        channel: "orders".into(),
-        endpoint: free_tcp(), // nothing listens there
-        rid: None,
-    }];
+    // Nothing listens at the endpoint.
+    a.servers = vec![ServerConfig::new("orders", free_tcp())];
     let a = Node::start(a).await.expect("a");
     let t = Instant::now();
     let err = a
@@ -214,14 +208,11 @@ async fn c2_half_open_callee_fails_within_deadline_may_have_run() {
     let b = Node::start(b).await.expect("b");
     let mut started = serve_with(&b, "work");
     let mut a = NodeConfig::new("a");
-    a.peers = vec![PeerConfig {
-        batch_calls: true,
-        rid: "b".into(),
-        application: app.endpoint.clone(),
-        completion: cpl.endpoint.clone(),
-        generation: None,
-        security_identity: None,
-    }];
+    a.peers = vec![PeerConfig::new(
+        "b",
+        app.endpoint.clone(),
+        cpl.endpoint.clone(),
+    )];
     let (a, _ea) = start_ready(a, "b").await;
     let caller = a.clone();
     let call =

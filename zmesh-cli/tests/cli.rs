@@ -18,15 +18,11 @@ use zmesh::runtime::Node;
 async fn o1_cli_node_ndjson_events_and_status_snapshot() {
     let pub_ep = ipc("cli-pub");
     let mut p = NodeConfig::new("cli-pub");
-    p.publisher = Some(Endpoint {
-        endpoint: pub_ep.clone(),
-    });
+    p.publisher = Some(Endpoint::new(pub_ep.clone()));
     let publisher = Node::start(p).await.expect("publisher");
 
     let mut cfg = NodeConfig::new("cli-node");
-    cfg.subscriptions = vec![Endpoint {
-        endpoint: pub_ep.clone(),
-    }];
+    cfg.subscriptions = vec![Endpoint::new(pub_ep.clone())];
     let tmp = tempfile::Builder::new()
         .prefix("zmesh-cli-")
         .tempdir()
@@ -109,10 +105,7 @@ async fn o1_cli_node_ndjson_events_and_status_snapshot() {
 fn tools_server(dir: &std::path::Path) -> (std::process::Child, std::path::PathBuf) {
     use zmesh::config::{PeerConfig, RouteMeshBind};
     use zmesh::proto::handshake::{Membership, Role};
-    let bind = RouteMeshBind {
-        application: common::free_tcp(),
-        completion: common::free_tcp(),
-    };
+    let bind = RouteMeshBind::new(common::free_tcp(), common::free_tcp());
     let mut b = NodeConfig::new("b");
     b.memberships = vec![Membership {
         role: Role::Server,
@@ -129,14 +122,11 @@ fn tools_server(dir: &std::path::Path) -> (std::process::Child, std::path::PathB
         .spawn()
         .expect("spawn server");
     let mut a = NodeConfig::new("a");
-    a.peers = vec![PeerConfig {
-        batch_calls: true,
-        rid: "b".into(),
-        application: bind.application.clone(),
-        completion: bind.completion.clone(),
-        generation: None,
-        security_identity: None,
-    }];
+    a.peers = vec![PeerConfig::new(
+        "b",
+        bind.application.clone(),
+        bind.completion.clone(),
+    )];
     let a_path = dir.join("a.toml");
     std::fs::write(&a_path, toml::to_string(&a).expect("toml")).expect("write");
     (server, a_path)
@@ -307,9 +297,7 @@ async fn k1_k2_cli_describe_and_ops() {
         role: Role::Server,
         channel: "pump".into(),
     }];
-    b.server = Some(Endpoint {
-        endpoint: endpoint.clone(),
-    });
+    b.server = Some(Endpoint::new(endpoint.clone()));
     let b_path = dir.join("b.toml");
     std::fs::write(&b_path, toml::to_string(&b).expect("toml")).expect("write");
     let control = ipc("describe-ctl");
@@ -320,12 +308,7 @@ async fn k1_k2_cli_describe_and_ops() {
         .spawn()
         .expect("spawn server");
     let mut a = NodeConfig::new("asker");
-    a.servers = vec![ServerConfig {
-        batch_calls: true,
-        channel: "pump".into(),
-        endpoint,
-        rid: None,
-    }];
+    a.servers = vec![ServerConfig::new("pump", endpoint)];
     let a_path = dir.join("a.toml");
     std::fs::write(&a_path, toml::to_string(&a).expect("toml")).expect("write");
     let zmesh = |args: &[&str]| {
@@ -456,9 +439,7 @@ fn wait_exit(
 /// and prints a state event at once (its subscription starts connecting).
 fn quiet_node_config(dir: &std::path::Path) -> std::path::PathBuf {
     let mut cfg = NodeConfig::new("cli-hygiene");
-    cfg.subscriptions = vec![Endpoint {
-        endpoint: ipc("nobody-publishes"),
-    }];
+    cfg.subscriptions = vec![Endpoint::new(ipc("nobody-publishes"))];
     let path = dir.join("node.toml");
     std::fs::write(&path, toml::to_string(&cfg).expect("toml")).expect("write");
     path

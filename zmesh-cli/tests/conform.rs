@@ -161,38 +161,20 @@ fn table(v: &Value) -> String {
 /// its ClientServer server), started, its configuration in `dir`; and the runner's
 /// description of it.
 fn node_t(dir: &Path) -> (Killed, Vec<String>) {
-    let route_mesh = RouteMeshBind {
-        application: free_tcp(),
-        completion: free_tcp(),
-    };
+    let route_mesh = RouteMeshBind::new(free_tcp(), free_tcp());
     let (server, publisher, sub_of) = (free_tcp(), free_tcp(), free_tcp());
     let (dial_app, dial_comp, client_of) = (free_tcp(), free_tcp(), free_tcp());
     let mut t = NodeConfig::new("node-t");
     t.memberships = common::server_of("orders");
     t.route_mesh = Some(route_mesh.clone());
-    t.server = Some(Endpoint {
-        endpoint: server.clone(),
-    });
-    t.publisher = Some(Endpoint {
-        endpoint: publisher.clone(),
-    });
-    t.subscriptions = vec![Endpoint {
-        endpoint: sub_of.clone(),
-    }];
-    t.peers = vec![PeerConfig {
-        batch_calls: true,
-        rid: "zmesh-conform".into(),
-        application: dial_app.clone(),
-        completion: dial_comp.clone(),
-        generation: None,
-        security_identity: Some("conform-identity".into()),
-    }];
-    t.servers = vec![ServerConfig {
-        channel: "billing".into(),
-        endpoint: client_of.clone(),
-        rid: Some("zmesh-conform".into()),
-        batch_calls: true,
-    }];
+    t.server = Some(Endpoint::new(server.clone()));
+    t.publisher = Some(Endpoint::new(publisher.clone()));
+    t.subscriptions = vec![Endpoint::new(sub_of.clone())];
+    t.peers = vec![
+        PeerConfig::new("zmesh-conform", dial_app.clone(), dial_comp.clone())
+            .security_identity("conform-identity"),
+    ];
+    t.servers = vec![ServerConfig::new("billing", client_of.clone()).rid("zmesh-conform")];
     let mut node = zmesh();
     node.args([
         "node", "--events", "ndjson", "--serve", "orders", "--config",
@@ -238,10 +220,7 @@ async fn conform_passes_against_zmesh() {
     publish.args(["--interval-ms", "200", "--topic", "prices"]);
     let _pub = start_and_wait_first_line(publish);
     // NotRequired: a RouteMesh node without Server membership.
-    let lonely = RouteMeshBind {
-        application: free_tcp(),
-        completion: free_tcp(),
-    };
+    let lonely = RouteMeshBind::new(free_tcp(), free_tcp());
     let mut n = NodeConfig::new("node-n");
     n.route_mesh = Some(lonely.clone());
     let mut lonely_node = zmesh();

@@ -70,10 +70,7 @@ impl Keys {
 
 /// CURVE with `key_file`, admitting `allow`.
 fn curve(key_file: &std::path::Path, allow: &[PublicKey]) -> SecurityConfig {
-    SecurityConfig {
-        allow: allow.to_vec(),
-        ..SecurityConfig::curve(key_file)
-    }
+    SecurityConfig::curve(key_file).allow(allow.iter().copied())
 }
 
 /// The node `srv`: a Server of `vault` serving ClientServer clients at `server_ep`, under
@@ -81,9 +78,7 @@ fn curve(key_file: &std::path::Path, allow: &[PublicKey]) -> SecurityConfig {
 fn vault_server(server_ep: &str, key_file: &std::path::Path, allow: &[PublicKey]) -> NodeConfig {
     let mut cfg = NodeConfig::new("srv");
     cfg.memberships = server_of("vault");
-    cfg.server = Some(Endpoint {
-        endpoint: server_ep.to_owned(),
-    });
+    cfg.server = Some(Endpoint::new(server_ep.to_owned()));
     cfg.security = curve(key_file, allow);
     cfg
 }
@@ -96,12 +91,7 @@ fn client(
     server_key: Option<PublicKey>,
 ) -> NodeConfig {
     let mut c = NodeConfig::new(rid);
-    c.servers = vec![ServerConfig {
-        channel: "vault".into(),
-        endpoint: ep.to_owned(),
-        rid: None,
-        batch_calls: true,
-    }];
+    c.servers = vec![ServerConfig::new("vault", ep.to_owned())];
     c.security = security;
     if let Some(k) = server_key {
         c.security.endpoint_keys.insert(ep.to_owned(), k);
@@ -517,9 +507,7 @@ async fn issue11_fanout_subscriber_accepts_only_its_publisher_key() {
     let (pub_ep, other_ep) = (free_tcp(), free_tcp());
     let publisher = |rid: &str, ep: &str, f: &std::path::Path| {
         let mut c = NodeConfig::new(rid);
-        c.publisher = Some(Endpoint {
-            endpoint: ep.to_owned(),
-        });
+        c.publisher = Some(Endpoint::new(ep.to_owned()));
         c.security = curve(f, &[sub_k.public]);
         c
     };
@@ -534,12 +522,8 @@ async fn issue11_fanout_subscriber_accepts_only_its_publisher_key() {
     // The subscriber expects pub's key at both endpoints.
     let mut s = NodeConfig::new("sub");
     s.subscriptions = vec![
-        Endpoint {
-            endpoint: pub_ep.clone(),
-        },
-        Endpoint {
-            endpoint: other_ep.clone(),
-        },
+        Endpoint::new(pub_ep.clone()),
+        Endpoint::new(other_ep.clone()),
     ];
     s.security = curve(&sub_f, &[]);
     for ep in [&pub_ep, &other_ep] {
@@ -580,9 +564,7 @@ async fn issue11_fanout_subscriber_accepts_only_its_publisher_key() {
 
     // A subscriber the publisher does not allow.
     let mut l = NodeConfig::new("late");
-    l.subscriptions = vec![Endpoint {
-        endpoint: pub_ep.clone(),
-    }];
+    l.subscriptions = vec![Endpoint::new(pub_ep.clone())];
     l.security = curve(&late_f, &[]);
     l.security
         .endpoint_keys
@@ -616,13 +598,8 @@ async fn issue11_allow_list_follows_its_directory() {
     let allowed = keys.subdir("allowed");
     let server_ep = free_tcp();
     let mut cfg = NodeConfig::new("srv");
-    cfg.server = Some(Endpoint {
-        endpoint: server_ep.clone(),
-    });
-    cfg.security = SecurityConfig {
-        allow_dir: Some(allowed.clone()),
-        ..SecurityConfig::curve(&srv_f)
-    };
+    cfg.server = Some(Endpoint::new(server_ep.clone()));
+    cfg.security = SecurityConfig::curve(&srv_f).allow_dir(allowed.clone());
     let server = Node::start(cfg).await.expect("server");
     let mut server_events = Events::new(server.take_events().expect("events"));
     let cli = Node::start(client(
@@ -695,13 +672,8 @@ async fn issue11_zmesh_node_reloads_its_allow_list_on_sighup() {
     let allowed = keys.subdir("allowed");
     std::fs::write(allowed.join("cli.pub"), format!("{}\n", cli_k.public)).expect("key");
     let mut cfg = NodeConfig::new("hup");
-    cfg.server = Some(Endpoint {
-        endpoint: free_tcp(),
-    });
-    cfg.security = SecurityConfig {
-        allow_dir: Some(allowed),
-        ..SecurityConfig::curve(&srv_f)
-    };
+    cfg.server = Some(Endpoint::new(free_tcp()));
+    cfg.security = SecurityConfig::curve(&srv_f).allow_dir(allowed);
     let path = keys.dir.path().join("hup.toml");
     std::fs::write(&path, toml::to_string(&cfg).expect("toml")).expect("write");
     let control = common::ipc("hup-control");
@@ -784,10 +756,9 @@ async fn issue11_discovered_peers_are_dialled_with_their_descriptor_key() {
     let url = format!("sqlite://{}", db.display());
     let mut a = NodeConfig::new("a");
     a.memberships = server_of("vault");
-    a.discovery = Some(DiscoveryConfig {
-        bind: vec![AutoBind::RouteMesh, AutoBind::Server, AutoBind::Publisher],
-        ..DiscoveryConfig::new(url.clone())
-    });
+    let mut a_discovery = DiscoveryConfig::new(url.clone());
+    a_discovery.bind = vec![AutoBind::RouteMesh, AutoBind::Server, AutoBind::Publisher];
+    a.discovery = Some(a_discovery);
     a.security = curve(&a_f, &[b_k.public]);
     let seen = Arc::new(Mutex::new(Vec::new()));
     let a = Node::builder(a)
@@ -799,10 +770,9 @@ async fn issue11_discovered_peers_are_dialled_with_their_descriptor_key() {
     // resolve while b calls.
     let mut b = NodeConfig::new("b");
     b.memberships = common::client_of("vault");
-    b.discovery = Some(DiscoveryConfig {
-        route_mesh: false,
-        ..DiscoveryConfig::new(url)
-    });
+    let mut b_discovery = DiscoveryConfig::new(url);
+    b_discovery.route_mesh = false;
+    b.discovery = Some(b_discovery);
     b.security = curve(&b_f, &[a_k.public]);
     let b = Node::start(b).await.expect("b");
     let mut b_events = Events::new(b.take_events().expect("events"));
@@ -818,11 +788,10 @@ async fn issue11_discovered_peers_are_dialled_with_their_descriptor_key() {
     let (_, c_f) = keys.pair("c");
     let mut c = NodeConfig::new("c");
     c.memberships = server_of("vault");
-    c.discovery = Some(DiscoveryConfig {
-        bind: vec![AutoBind::Server],
-        route_mesh: false,
-        ..DiscoveryConfig::new(format!("sqlite://{}", db.display()))
-    });
+    let mut c_discovery = DiscoveryConfig::new(format!("sqlite://{}", db.display()));
+    c_discovery.bind = vec![AutoBind::Server];
+    c_discovery.route_mesh = false;
+    c.discovery = Some(c_discovery);
     c.security = curve(&c_f, &[b_k.public]);
     let c = Node::start(c).await.expect("c");
     b_events

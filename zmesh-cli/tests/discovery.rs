@@ -579,14 +579,7 @@ async fn f3_manual_intent_cannot_weaken_a_descriptor_fence() {
 
     let mut a = mesh.config("a", server("orders"));
     let bind = other.route_mesh.clone().expect("bound");
-    a.peers = vec![PeerConfig {
-        rid: "b".into(),
-        application: bind.application,
-        completion: bind.completion,
-        generation: Some(0),
-        security_identity: None,
-        batch_calls: true,
-    }];
+    a.peers = vec![PeerConfig::new("b", bind.application, bind.completion).generation(0)];
     let a = Node::start(a).await.expect("a");
     let deadline = tokio::time::Instant::now() + BOUND;
     loop {
@@ -696,12 +689,7 @@ async fn f3_client_server_inbound_is_fenced_by_the_client_descriptor() {
     // Another run claiming RID c dials s's server by hand.
     let mut other = NodeConfig::new("c");
     other.memberships = common::client_of("orders");
-    other.servers = vec![ServerConfig {
-        channel: "orders".into(),
-        endpoint,
-        rid: Some("s".into()),
-        batch_calls: true,
-    }];
+    other.servers = vec![ServerConfig::new("orders", endpoint).rid("s")];
     let impostor = Node::start(other).await.expect("other c");
     assert_ne!(impostor.generation(), c.generation());
     let deadline = tokio::time::Instant::now() + BOUND;

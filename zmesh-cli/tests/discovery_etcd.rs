@@ -406,10 +406,7 @@ async fn h1_etcd_nodes_bind_every_interface_and_advertise_a_dialable_host() {
         let mut c = config(&url, rid);
         let d = c.discovery.as_mut().expect("discovery");
         d.host = "0.0.0.0".into();
-        d.advertise = Some(AdvertiseConfig {
-            host: Some("127.0.0.1".into()),
-            ..AdvertiseConfig::default()
-        });
+        d.advertise = Some(AdvertiseConfig::new("127.0.0.1"));
         c
     };
     let a = mesh.start(&node("a"));
@@ -445,16 +442,8 @@ async fn h1_shared_store_refuses_a_loopback_or_wildcard_descriptor_at_start() {
     let discovery = |host: &str, advertise: Option<&str>| {
         let mut d = DiscoveryConfig::new("etcd://192.0.2.10:2379/never-contacted");
         d.host = host.into();
-        d.advertise = advertise.map(|h| AdvertiseConfig {
-            host: Some(h.into()),
-            ..AdvertiseConfig::default()
-        });
-        d.tls = Some(EtcdTlsConfig {
-            ca_file: dir.path().join("absent-ca.pem"),
-            cert_file: None,
-            key_file: None,
-            server_name: None,
-        });
+        d.advertise = advertise.map(AdvertiseConfig::new);
+        d.tls = Some(EtcdTlsConfig::new(dir.path().join("absent-ca.pem")));
         d
     };
     let start = |d: DiscoveryConfig| {

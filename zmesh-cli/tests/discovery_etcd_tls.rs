@@ -379,16 +379,11 @@ async fn h1_etcd_tls_and_auth_from_the_config_file() {
     std::env::set_var(var, "zmesh-pw");
     let discovery = |password: &str| {
         let mut d = DiscoveryConfig::new(format!("etcd://{}/ta", etcd.host()));
-        d.tls = Some(EtcdTlsConfig {
-            ca_file: "ca.pem".into(),
-            cert_file: Some("client.pem".into()),
-            key_file: Some("client-key.pem".into()),
-            server_name: None,
-        });
-        d.auth = Some(EtcdAuthConfig {
-            user: "zmesh".into(),
-            password_file: (password != "env").then(|| password.into()),
-            password_env: (password == "env").then(|| var.to_owned()),
+        d.tls = Some(EtcdTlsConfig::new("ca.pem").client_cert("client.pem", "client-key.pem"));
+        d.auth = Some(if password == "env" {
+            EtcdAuthConfig::with_password_env("zmesh", var)
+        } else {
+            EtcdAuthConfig::with_password_file("zmesh", password)
         });
         d.resolve_paths(pki.dir.path());
         d
@@ -408,10 +403,7 @@ async fn h1_etcd_tls_and_auth_from_the_config_file() {
     assert!(matches!(err, StoreError::Auth { .. }), "{err:?}");
     // Settings that cannot be used fail when the store is opened, that is at start.
     let mut missing = discovery("password");
-    missing.auth = Some(EtcdAuthConfig {
-        password_file: Some(pki.path("absent")),
-        ..missing.auth.clone().expect("auth")
-    });
+    missing.auth.as_mut().expect("auth").password_file = Some(pki.path("absent"));
     assert!(matches!(
         store::open_config(&missing),
         Err(StoreError::Settings(_))

@@ -335,21 +335,14 @@ async fn w3_malformed_frames_at_every_position_close_only_that_connection() {
     let ep = common::free_tcp();
     let mut srv = NodeConfig::new("srv");
     srv.memberships = common::server_of("work");
-    srv.server = Some(zmesh::config::Endpoint {
-        endpoint: ep.clone(),
-    });
+    srv.server = Some(zmesh::config::Endpoint::new(ep.clone()));
     let srv = Node::start(srv).await.expect("server");
     srv.serve("work", |req: zmesh::runtime::calls::Request| async move {
         Ok(req.raw_args().clone())
     })
     .expect("serve");
     let mut healthy = NodeConfig::new("healthy");
-    healthy.servers = vec![zmesh::config::ServerConfig {
-        batch_calls: true,
-        channel: "work".into(),
-        endpoint: ep.clone(),
-        rid: Some("srv".into()),
-    }];
+    healthy.servers = vec![zmesh::config::ServerConfig::new("work", ep.clone()).rid("srv")];
     let healthy = Node::start(healthy).await.expect("healthy client");
     let mut eh = Events::new(healthy.take_events().expect("events"));
     eh.wait(STEP, |e| matches!(e, zmesh::runtime::NodeEvent::State(s) if s.state == zmesh::proto::state::ConnState::Ready)).await;

@@ -188,9 +188,7 @@ fn a_limit_below_the_configuration_is_named_at_start() {
         .collect();
     // And fanout subscriptions, whose SUB sockets fail the same way.
     let sub = common::free_tcp();
-    cfg.subscriptions = vec![zmesh::config::Endpoint {
-        endpoint: sub.clone(),
-    }];
+    cfg.subscriptions = vec![zmesh::config::Endpoint::new(sub.clone())];
     let node = Limited::start(64, &cfg);
     node.out.wait("the start-time warning", |_, err| {
         err.iter().any(|l| {

@@ -108,9 +108,7 @@ impl PumpServer {
         let endpoint = format!("ipc://{}", dir.join("pump.sock").display());
         let mut cfg = NodeConfig::new(SERVER_RID);
         cfg.memberships = common::server_of(CHANNEL);
-        cfg.server = Some(Endpoint {
-            endpoint: endpoint.clone(),
-        });
+        cfg.server = Some(Endpoint::new(endpoint.clone()));
         let cfg_path = dir.join("server.toml");
         std::fs::write(&cfg_path, toml::to_string(&cfg).expect("toml")).expect("write config");
         let mut s = PumpServer {
@@ -322,12 +320,7 @@ struct Caller {
 impl Caller {
     async fn start(endpoint: &str) -> Caller {
         let mut cfg = NodeConfig::new("operator");
-        cfg.servers = vec![ServerConfig {
-            channel: CHANNEL.into(),
-            endpoint: endpoint.into(),
-            rid: Some(SERVER_RID.into()),
-            batch_calls: true,
-        }];
+        cfg.servers = vec![ServerConfig::new(CHANNEL, endpoint).rid(SERVER_RID)];
         let node = Node::start(cfg).await.expect("caller");
         let events = common::Events::new(node.take_events().expect("events"));
         Caller { node, events }
@@ -397,12 +390,7 @@ fn msgpack_str(s: &str) -> Vec<u8> {
 /// Runs `zmesh call` (a separate caller process) with the same key, bounded; its JSON line.
 fn cli_call(dir: &Path, endpoint: &str, args: &serde_json::Value, key: &str) -> serde_json::Value {
     let mut cfg = NodeConfig::new("operator-cli");
-    cfg.servers = vec![ServerConfig {
-        channel: CHANNEL.into(),
-        endpoint: endpoint.into(),
-        rid: Some(SERVER_RID.into()),
-        batch_calls: true,
-    }];
+    cfg.servers = vec![ServerConfig::new(CHANNEL, endpoint).rid(SERVER_RID)];
     let path = dir.join("cli.toml");
     std::fs::write(&path, toml::to_string(&cfg).expect("toml")).expect("write");
     let child = Command::new(env!("CARGO_BIN_EXE_zmesh"))

@@ -413,26 +413,17 @@ fn node_config(net: &Net, pki: &Pki, keys: &[(KeyPair, PathBuf)], n: usize) -> N
     let mut d = DiscoveryConfig::new(format!("etcd://{}{PREFIX}", members.join(",")));
     d.bind = bind;
     d.host = "0.0.0.0".into();
-    d.advertise = Some(AdvertiseConfig {
-        host: Some(net.addr(n)),
-        ..AdvertiseConfig::default()
-    });
-    d.tls = Some(EtcdTlsConfig {
-        ca_file: pki.path("ca.pem"),
-        cert_file: Some(pki.path("client.pem")),
-        key_file: Some(pki.path("client-key.pem")),
-        server_name: None,
-    });
-    d.auth = Some(EtcdAuthConfig {
-        user: "zmesh".into(),
-        password_file: Some(pki.path("etcd-password")),
-        password_env: None,
-    });
+    d.advertise = Some(AdvertiseConfig::new(net.addr(n)));
+    d.tls = Some(
+        EtcdTlsConfig::new(pki.path("ca.pem"))
+            .client_cert(pki.path("client.pem"), pki.path("client-key.pem")),
+    );
+    d.auth = Some(EtcdAuthConfig::with_password_file(
+        "zmesh",
+        pki.path("etcd-password"),
+    ));
     c.discovery = Some(d);
-    c.security = SecurityConfig {
-        allow: keys.iter().map(|(k, _)| k.public).collect(),
-        ..SecurityConfig::curve(&keys[n - 1].1)
-    };
+    c.security = SecurityConfig::curve(&keys[n - 1].1).allow(keys.iter().map(|(k, _)| k.public));
     c
 }
 

@@ -134,9 +134,7 @@ async fn o2_prometheus_scrape_conventional_names_no_identities() {
     let mut a = NodeConfig::new("node-ay");
     a.memberships = server_of("pump");
     a.peers = vec![common::peer("node-bee", &bind)];
-    a.publisher = Some(Endpoint {
-        endpoint: pub_ep.clone(),
-    });
+    a.publisher = Some(Endpoint::new(pub_ep.clone()));
     let tmp = tempfile::Builder::new()
         .prefix("zmesh-prom-")
         .tempdir()
@@ -413,9 +411,7 @@ commands.get(timeout=LIFETIME)
 async fn w3_publisher_endpoint_refusals_are_counted_like_the_bound_endpoints() {
     let pub_ep = format!("tcp://127.0.0.1:{}", free_port());
     let mut cfg = NodeConfig::new("node-pub");
-    cfg.publisher = Some(Endpoint {
-        endpoint: pub_ep.clone(),
-    });
+    cfg.publisher = Some(Endpoint::new(pub_ep.clone()));
     let tmp = tempfile::Builder::new()
         .prefix("zmesh-prom-pub-")
         .tempdir()
@@ -442,9 +438,7 @@ async fn w3_publisher_endpoint_refusals_are_counted_like_the_bound_endpoints() {
     scrape_until(&addr, "the exporter up", |_| true).await;
 
     let mut s = NodeConfig::new("node-sub");
-    s.subscriptions = vec![Endpoint {
-        endpoint: pub_ep.clone(),
-    }];
+    s.subscriptions = vec![Endpoint::new(pub_ep.clone())];
     let sub = Node::start(s).await.expect("subscriber");
     let mut events = Events::new(sub.take_events().expect("events"));
     events

@@ -121,10 +121,7 @@ async fn storm_setup(name: &str, fault: StormFault) -> Storm {
     for i in 1..=STORM_MESH {
         let rid = format!("m{i}");
         let bind = mesh_bind(false);
-        let dial = RouteMeshBind {
-            application: via(&bind.application),
-            completion: via(&bind.completion),
-        };
+        let dial = RouteMeshBind::new(via(&bind.application), via(&bind.completion));
         hub.peers.push(peer(&rid, &dial));
         mesh.push(mesh_child(&rid, &bind));
     }
@@ -134,16 +131,10 @@ async fn storm_setup(name: &str, fault: StormFault) -> Storm {
         let (rid, channel) = (format!("s{i}"), format!("job{i}"));
         let mut c = NodeConfig::new(&rid);
         c.memberships = common::server_of(&channel);
-        c.server = Some(zmesh::config::Endpoint {
-            endpoint: ep.clone(),
-        });
+        c.server = Some(zmesh::config::Endpoint::new(ep.clone()));
         servers.push(StormChild::start(dir.path(), &c, &channel));
-        hub.servers.push(zmesh::config::ServerConfig {
-            batch_calls: true,
-            channel,
-            endpoint: via(&ep),
-            rid: Some(rid),
-        });
+        hub.servers
+            .push(zmesh::config::ServerConfig::new(channel, via(&ep)).rid(rid));
     }
     let hub = Node::start(hub).await.expect("hub");
     let log = StateLog::follow(hub.take_events().expect("events"));

@@ -138,16 +138,9 @@ async fn t2_client_server_ready_and_records_both_ways() {
     let ep = free_tcp();
     let mut s = NodeConfig::new("srv");
     s.memberships = server_of("orders");
-    s.server = Some(Endpoint {
-        endpoint: ep.clone(),
-    });
+    s.server = Some(Endpoint::new(ep.clone()));
     let mut c = NodeConfig::new("cli");
-    c.servers = vec![ServerConfig {
-        batch_calls: true,
-        channel: "orders".into(),
-        endpoint: ep,
-        rid: Some("srv".into()),
-    }];
+    c.servers = vec![ServerConfig::new("orders", ep).rid("srv")];
     let s = Node::start(s).await.expect("server");
     let c = Node::start(c).await.expect("client");
     let mut es = Events::new(s.take_events().expect("events"));
@@ -185,12 +178,10 @@ async fn t2_client_server_ready_and_records_both_ways() {
 async fn t3_fanout_ready_on_beacon_then_records_never_beacons() {
     let ep = ipc("pub");
     let mut p = NodeConfig::new("pub");
-    p.publisher = Some(Endpoint {
-        endpoint: ep.clone(),
-    });
+    p.publisher = Some(Endpoint::new(ep.clone()));
     let p = Node::start(p).await.expect("pub");
     let mut s = NodeConfig::new("sub");
-    s.subscriptions = vec![Endpoint { endpoint: ep }];
+    s.subscriptions = vec![Endpoint::new(ep)];
     let s = Node::start(s).await.expect("sub");
     let mut es = Events::new(s.take_events().expect("events"));
     // Nothing but beacons has been published: ready can only come from a beacon.
@@ -218,14 +209,10 @@ async fn t3_fanout_ready_on_beacon_then_records_never_beacons() {
 async fn t3_publish_batch_delivers_in_order_and_refuses_publish_arguments() {
     let ep = ipc("pubbatch");
     let mut p = NodeConfig::new("pub");
-    p.publisher = Some(Endpoint {
-        endpoint: ep.clone(),
-    });
+    p.publisher = Some(Endpoint::new(ep.clone()));
     let p = Node::start(p).await.expect("pub");
     let mut s = NodeConfig::new("sub");
-    s.subscriptions = vec![Endpoint {
-        endpoint: ep.clone(),
-    }];
+    s.subscriptions = vec![Endpoint::new(ep.clone())];
     let s = Node::start(s).await.expect("sub");
     let mut es = Events::new(s.take_events().expect("events"));
     es.wait(STEP, |e| is_state(e, "sub ", ConnState::Ready))
@@ -302,18 +289,12 @@ async fn l5_malformed_reserved_topic_drops_only_that_publisher() {
     raw.bind(&raw_ep).expect("bind");
     let good_ep = ipc("good");
     let mut g = NodeConfig::new("good");
-    g.publisher = Some(Endpoint {
-        endpoint: good_ep.clone(),
-    });
+    g.publisher = Some(Endpoint::new(good_ep.clone()));
     let g = Node::start(g).await.expect("good pub");
     let mut s = NodeConfig::new("sub");
     s.subscriptions = vec![
-        Endpoint {
-            endpoint: raw_ep.clone(),
-        },
-        Endpoint {
-            endpoint: good_ep.clone(),
-        },
+        Endpoint::new(raw_ep.clone()),
+        Endpoint::new(good_ep.clone()),
     ];
     let s = Node::start(s).await.expect("sub");
     let mut es = Events::new(s.take_events().expect("events"));
@@ -421,14 +402,11 @@ async fn l2_half_open_connection_fails_on_deadline_real_time() {
     let b = mesh_server("b", "x", &b_bind);
     let b = Node::start(b).await.expect("b");
     let mut a = NodeConfig::new("a");
-    a.peers = vec![PeerConfig {
-        batch_calls: true,
-        rid: "b".into(),
-        application: app_proxy.endpoint.clone(),
-        completion: b_bind.completion.clone(),
-        generation: None,
-        security_identity: None,
-    }];
+    a.peers = vec![PeerConfig::new(
+        "b",
+        app_proxy.endpoint.clone(),
+        b_bind.completion.clone(),
+    )];
     let (a, mut ea) = start_ready(a, "b").await;
     let frozen_at = Instant::now();
     app_proxy.freeze();
@@ -641,9 +619,7 @@ async fn r5_paused_application_queue_never_changes_readiness() {
 async fn l5_subscriber_waits_for_an_absent_publisher_without_spinning() {
     let ep = ipc("late-pub");
     let mut s = NodeConfig::new("sub");
-    s.subscriptions = vec![Endpoint {
-        endpoint: ep.clone(),
-    }];
+    s.subscriptions = vec![Endpoint::new(ep.clone())];
     let s = Node::start(s).await.expect("sub");
     let mut es = Events::new(s.take_events().expect("events"));
     es.wait(STEP, |e| is_state(e, "sub ", ConnState::Connecting))
@@ -656,7 +632,7 @@ async fn l5_subscriber_waits_for_an_absent_publisher_without_spinning() {
         "socket churn without a publisher: {churn:#?}"
     );
     let mut p = NodeConfig::new("pub");
-    p.publisher = Some(Endpoint { endpoint: ep });
+    p.publisher = Some(Endpoint::new(ep));
     let p = Node::start(p).await.expect("pub");
     es.wait(STEP, |e| is_state(e, "sub ", ConnState::Ready))
         .await;

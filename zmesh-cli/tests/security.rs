@@ -143,9 +143,7 @@ fn is_ready(ev: &NodeEvent) -> bool {
 async fn issue11_800mb_frames_before_hello_cost_no_memory_and_spare_other_peers() {
     let server_ep = free_tcp();
     let mut cfg = NodeConfig::new("guarded");
-    cfg.server = Some(Endpoint {
-        endpoint: server_ep.clone(),
-    });
+    cfg.server = Some(Endpoint::new(server_ep.clone()));
     let tmp = tempfile::Builder::new()
         .prefix("zmesh-sec-")
         .tempdir()
@@ -167,12 +165,7 @@ async fn issue11_800mb_frames_before_hello_cost_no_memory_and_spare_other_peers(
 
     // An admitted client, ready before the flood.
     let mut c = NodeConfig::new("client");
-    c.servers = vec![ServerConfig {
-        channel: "orders".into(),
-        endpoint: server_ep.clone(),
-        rid: Some("guarded".into()),
-        batch_calls: true,
-    }];
+    c.servers = vec![ServerConfig::new("orders", server_ep.clone()).rid("guarded")];
     let client = Node::start(c).await.expect("client");
     let mut events = Events::new(client.take_events().expect("events"));
     events.wait(STEP, is_ready).await;
@@ -228,26 +221,16 @@ async fn issue11_garbage_handshake_failures_and_the_unadmitted_cap() {
     let server_ep = free_tcp();
     let (app_ep, completion_ep) = (free_tcp(), free_tcp());
     let mut cfg = NodeConfig::new("gate");
-    cfg.server = Some(Endpoint {
-        endpoint: server_ep.clone(),
-    });
+    cfg.server = Some(Endpoint::new(server_ep.clone()));
     // Garbage goes to the RouteMesh lanes, so that its connections (which stay open a while
     // after their refusal) do not count against the ClientServer endpoint's cap.
-    cfg.route_mesh = Some(RouteMeshBind {
-        application: app_ep.clone(),
-        completion: completion_ep.clone(),
-    });
+    cfg.route_mesh = Some(RouteMeshBind::new(app_ep.clone(), completion_ep.clone()));
     cfg.max_unadmitted = 2;
     let server = Node::start(cfg).await.expect("server");
     let mut server_events = Events::new(server.take_events().expect("events"));
 
     let mut c = NodeConfig::new("client");
-    c.servers = vec![ServerConfig {
-        channel: "orders".into(),
-        endpoint: server_ep.clone(),
-        rid: Some("gate".into()),
-        batch_calls: true,
-    }];
+    c.servers = vec![ServerConfig::new("orders", server_ep.clone()).rid("gate")];
     let client = Node::start(c).await.expect("client");
     let mut client_events = Events::new(client.take_events().expect("events"));
     client_events.wait(STEP, is_ready).await;
@@ -331,12 +314,7 @@ async fn issue11_garbage_handshake_failures_and_the_unadmitted_cap() {
     // A zmesh client arriving now is refused in its handshake too: its link fails at once
     // (not after its 15 s handshake timeout) and dials again after its backoff.
     let mut late_cfg = NodeConfig::new("late");
-    late_cfg.servers = vec![ServerConfig {
-        channel: "orders".into(),
-        endpoint: server_ep.clone(),
-        rid: Some("gate".into()),
-        batch_calls: true,
-    }];
+    late_cfg.servers = vec![ServerConfig::new("orders", server_ep.clone()).rid("gate")];
     let late = Node::start(late_cfg).await.expect("late client");
     let mut late_events = Events::new(late.take_events().expect("events"));
     late_events
@@ -422,9 +400,7 @@ fn vault(runs: std::sync::Arc<std::sync::atomic::AtomicUsize>) -> Service {
 async fn vault_node(runs: std::sync::Arc<std::sync::atomic::AtomicUsize>) -> (Node, String) {
     let server_ep = free_tcp();
     let mut cfg = NodeConfig::new("vault-node");
-    cfg.server = Some(Endpoint {
-        endpoint: server_ep.clone(),
-    });
+    cfg.server = Some(Endpoint::new(server_ep.clone()));
     let server = Node::builder(cfg)
         .expose(vault(runs))
         .start()
@@ -443,12 +419,7 @@ async fn k6_issue11_authorizer_refuses_unauthorized_and_forbidden_did_not_run() 
     let (server, server_ep) = vault_node(runs.clone()).await;
     let client = |rid: &str| {
         let mut c = NodeConfig::new(rid);
-        c.servers = vec![ServerConfig {
-            channel: "vault".into(),
-            endpoint: server_ep.clone(),
-            rid: None,
-            batch_calls: true,
-        }];
+        c.servers = vec![ServerConfig::new("vault", server_ep.clone())];
         c
     };
     let guest = Node::start(client("guest")).await.expect("guest");

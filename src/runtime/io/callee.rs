@@ -249,7 +249,8 @@ impl Callee {
                 from.generation,
                 call_id.get(),
                 req.idempotency_key.map(|k| k.as_str().to_owned()),
-            );
+            )
+            .with_ttl(now, req.ttl_ms.map(|ms| Duration::from_millis(ms.get())));
         let mailbox = served.service.contract.mailbox;
         let queue = match queue_of(served, &plan, &request) {
             Ok(q) => q,

@@ -19,7 +19,7 @@ use super::calls::{
 };
 use super::command::{CallReply, Command, WakeUp};
 use super::discovery::Agent;
-use super::error::{BatchSendError, NodeError, PublishError, SendError};
+use super::error::{BatchSendError, NodeError, NodeStopped, PublishError, SendError};
 use super::event::{EventSender, EventStream};
 use super::idempotency::{Guard, IdempotencyStore, Owner, DEFAULT_RETENTION};
 use super::io::IoThread;
@@ -100,7 +100,8 @@ type Registration = Box<dyn FnOnce(&Node) -> Result<(), NodeError> + Send>;
 ///     })
 ///     .start()
 ///     .await?;
-/// # node.shutdown().await
+/// # node.shutdown().await?;
+/// # Ok(())
 /// # }
 /// ```
 #[must_use = "a builder does nothing until started"]
@@ -118,8 +119,9 @@ impl NodeBuilder {
         Fut: std::future::Future<Output = Result<Bytes, ServeError>> + Send + 'static,
     {
         let channel = channel.to_owned();
-        self.services
-            .push(Box::new(move |node: &Node| node.serve(&channel, handler)));
+        self.services.push(Box::new(move |node: &Node| {
+            Ok(node.serve(&channel, handler)?)
+        }));
         self
     }
 
@@ -132,7 +134,7 @@ impl NodeBuilder {
     {
         let channel = channel.to_owned();
         self.services.push(Box::new(move |node: &Node| {
-            node.serve_stream(&channel, handler)
+            Ok(node.serve_stream(&channel, handler)?)
         }));
         self
     }
@@ -141,7 +143,7 @@ impl NodeBuilder {
     /// [`Node::expose`] does, from the start.
     pub fn expose(mut self, service: Service) -> Self {
         self.services
-            .push(Box::new(move |node: &Node| node.expose(service)));
+            .push(Box::new(move |node: &Node| Ok(node.expose(service)?)));
         self
     }
 
@@ -760,11 +762,8 @@ impl Node {
     }
 
     /// A snapshot of every configured and inbound link (MISSION O1).
-    pub async fn snapshot(&self) -> Result<Snapshot, NodeError> {
-        let mut snap = self
-            .ask(Command::Snapshot)
-            .await
-            .ok_or(NodeError::Stopped)?;
+    pub async fn snapshot(&self) -> Result<Snapshot, NodeStopped> {
+        let mut snap = self.ask(Command::Snapshot).await.ok_or(NodeStopped)?;
         if let Ok(d) = self.inner.discovery.lock() {
             snap.discovery = d.as_ref().map(|a| a.snapshot(std::time::Instant::now()));
         }
@@ -817,7 +816,9 @@ impl Node {
     /// are answered `Unavailable`), fails its own pending calls, sends an orderly CLOSE on
     /// every ready connection, closes every socket and monitor, stops every timer, and waits
     /// for the I/O thread to exit. When this returns, nothing of the node is running.
-    pub async fn shutdown(&self) -> Result<(), NodeError> {
+    /// Fails with [`NodeStopped`] only if the I/O thread, or the wait for it, ended in a
+    /// panic; on a node that stopped already it returns at once.
+    pub async fn shutdown(&self) -> Result<(), NodeStopped> {
         // Automatic mode: the descriptor goes first (bounded), so peers stop dialling a node
         // that is leaving; its connections are closed in order below.
         let agent = self.inner.discovery.lock().ok().and_then(|mut d| d.take());
@@ -837,8 +838,8 @@ impl Node {
         if let Some(h) = handle {
             tokio::task::spawn_blocking(move || h.join())
                 .await
-                .map_err(|_| NodeError::Stopped)?
-                .map_err(|_| NodeError::Stopped)?;
+                .map_err(|_| NodeStopped)?
+                .map_err(|_| NodeStopped)?;
         }
         Ok(())
     }

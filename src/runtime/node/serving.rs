@@ -19,7 +19,7 @@ use crate::runtime::calls::{
 use crate::runtime::command::{
     Command, Dispatcher, InlineDispatch, InlineRun, ServeDone, ServeItem, ServeJob, Served,
 };
-use crate::runtime::error::NodeError;
+use crate::runtime::error::ExposeError;
 use crate::runtime::idempotency::Guard;
 use crate::runtime::operations::Operations;
 use crate::runtime::service::{
@@ -37,7 +37,7 @@ impl Node {
     /// Nothing is declared about such a channel's methods: they are undeclared (never guessed
     /// to be safe to repeat) and run in parallel, and `describe` lists no methods for it. To
     /// declare methods, their semantics and execution, use [`Node::expose`].
-    pub fn serve<F, Fut>(&self, channel: &str, handler: F) -> Result<(), NodeError>
+    pub fn serve<F, Fut>(&self, channel: &str, handler: F) -> Result<(), ExposeError>
     where
         F: Fn(Request) -> Fut + Send + Sync + 'static,
         Fut: std::future::Future<Output = Result<Bytes, ServeError>> + Send + 'static,
@@ -51,7 +51,7 @@ impl Node {
     /// plain functions that finish within microseconds; while one runs the node reads no
     /// socket. See [`Service::inline_method`] for the rules; everything else is as for
     /// [`Node::serve`].
-    pub fn serve_inline<F>(&self, channel: &str, handler: F) -> Result<(), NodeError>
+    pub fn serve_inline<F>(&self, channel: &str, handler: F) -> Result<(), ExposeError>
     where
         F: Fn(Request) -> Result<Bytes, ServeError> + Send + Sync + 'static,
     {
@@ -70,7 +70,7 @@ impl Node {
     /// sink refuses further items, and the handler's result is dropped (MISSION C4). The
     /// same happens to a call of this channel that sends no items at all: every call of a
     /// stream channel is a stream.
-    pub fn serve_stream<F, Fut>(&self, channel: &str, handler: F) -> Result<(), NodeError>
+    pub fn serve_stream<F, Fut>(&self, channel: &str, handler: F) -> Result<(), ExposeError>
     where
         F: Fn(Request, ItemSink) -> Fut + Send + Sync + 'static,
         Fut: std::future::Future<Output = Result<Bytes, ServeError>> + Send + 'static,
@@ -84,12 +84,12 @@ impl Node {
     /// and its execution (serial, keyed or parallel, mailbox, conflation), checked now:
     /// invalid combinations (conflate on a method that is not an idempotent command, or with
     /// parallel execution; a mailbox of 0; duplicate or reserved method names) are refused
-    /// with [`NodeError::Contract`]. A call to a method the service does not declare is
+    /// with [`ExposeError::Contract`]. A call to a method the service does not declare is
     /// answered `MethodNotFound` (did not run). Must be called from within a tokio runtime;
     /// exposing a channel again replaces it. See [`crate::runtime::service`].
-    pub fn expose(&self, service: Service) -> Result<(), NodeError> {
+    pub fn expose(&self, service: Service) -> Result<(), ExposeError> {
         let channel = service.channel().to_owned();
-        let (served, handlers) = service.into_parts().map_err(NodeError::Contract)?;
+        let (served, handlers) = service.into_parts().map_err(ExposeError::Contract)?;
         self.register(&channel, served, Lookup::Methods(handlers.handlers))
     }
 
@@ -132,9 +132,9 @@ impl Node {
         channel: &str,
         shape: CallShape,
         handler: MethodHandler,
-    ) -> Result<(), NodeError> {
+    ) -> Result<(), ExposeError> {
         if !Name::fits(channel.len()) {
-            return Err(NodeError::Invalid("channel must be 1..=255 bytes".into()));
+            return Err(ExposeError::Invalid("channel must be 1..=255 bytes".into()));
         }
         let served = ServedService {
             contract: Arc::new(ServiceContract::new(channel)),
@@ -155,8 +155,8 @@ impl Node {
         channel: &str,
         served: ServedService,
         lookup: Lookup,
-    ) -> Result<(), NodeError> {
-        let rt = tokio::runtime::Handle::try_current().map_err(|_| NodeError::NoRuntime)?;
+    ) -> Result<(), ExposeError> {
+        let rt = tokio::runtime::Handle::try_current().map_err(|_| ExposeError::NoRuntime)?;
         let weak = Arc::downgrade(&self.inner);
         let lookup = Arc::new(lookup);
         let guard = self.inner.guard.clone();
@@ -186,7 +186,7 @@ impl Node {
                 service: served,
             },
         }) {
-            return Err(NodeError::Stopped);
+            return Err(ExposeError::Stopped);
         }
         if let Ok(mut c) = self.inner.contract.lock() {
             c.insert(channel.to_owned(), contract);
