@@ -971,7 +971,7 @@ async fn c3_f2_inline_handler_panic_answers_exception_and_the_node_goes_on() {
     b.shutdown().await.expect("b");
 }
 
-/// Issue 9 item 5 with MISSION K4: inline handlers of a serial service still run one at a
+/// MISSION K4: inline handlers of a serial service still run one at a
 /// time, each exactly once: 100 concurrent calls each see a distinct run number.
 #[tokio::test]
 async fn k4_inline_serial_calls_each_run_once() {
@@ -1002,7 +1002,7 @@ async fn k4_inline_serial_calls_each_run_once() {
     b.shutdown().await.expect("b");
 }
 
-/// Issue 9 item 5 with MISSION K3: on a node with an idempotency store, an inline
+/// MISSION K3: on a node with an idempotency store, an inline
 /// non-repeatable command runs on a task (the store may block), behind the guard: a repeat
 /// with the same key is answered from the record without running again.
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! Issue 9, the data path: one-way records go through a per-link zmesh queue without a round
+//! The data path: one-way records go through a per-link zmesh queue without a round
 //! trip to the I/O thread, and publishing goes straight to the PUB socket. What must hold:
 //! a send to a link that is not ready fails at once; order per link is kept under concurrent
 //! senders; `try_send` refuses `WouldBlock` while the queue is full and `send` waits for room;
@@ -82,7 +82,7 @@ async fn expect_in_order(eb: &mut Events, n: u64) {
     }
 }
 
-/// Issue 9 (item 2): `send`, `send_batch` and `try_send` to a peer with no ready link fail
+/// The data path: `send`, `send_batch` and `try_send` to a peer with no ready link fail
 /// at once with `NotReady`, nothing queued: one poll of the future finishes it, without the
 /// I/O thread; so does a send after the peer's link failed.
 #[tokio::test]
@@ -122,7 +122,7 @@ async fn issue9_send_to_a_link_that_is_not_ready_fails_at_once() {
     );
 }
 
-/// Issue 9 (item 2): order per link under concurrent senders. Eight tasks send to the same
+/// The data path: order per link under concurrent senders. Eight tasks send to the same
 /// peer at once, with `send`, `send_batch` and `try_send` (retried after `WouldBlock`), far
 /// more than the queue holds; every record arrives, each sender's in its own order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -179,7 +179,7 @@ async fn issue9_order_per_link_kept_under_concurrent_senders() {
     b.shutdown().await.expect("b");
 }
 
-/// Issue 9 (item 2): towards a peer that reads nothing (its application queue paused, its
+/// The data path: towards a peer that reads nothing (its application queue paused, its
 /// link's backlog full, libzmq's pipe full), `try_send` refuses `WouldBlock` once the link's
 /// queue is full, and `send` waits for room instead; when the peer reads again, the waiting
 /// send completes and every record taken arrives, in order.
@@ -209,7 +209,7 @@ async fn issue9_try_send_would_block_when_full_and_send_waits_for_room() {
     b.shutdown().await.expect("b");
 }
 
-/// Issue 9 (item 2, honest at failure): records still in a link's queue when the node stops
+/// Honest at failure: records still in a link's queue when the node stops
 /// are counted and named: the link's state change says how many were not sent.
 #[tokio::test]
 async fn issue9_shutdown_with_queued_records_counts_them() {
@@ -240,7 +240,7 @@ async fn issue9_shutdown_with_queued_records_counts_them() {
     b.shutdown().await.expect("b");
 }
 
-/// Issue 9 (item 2, honest at failure): records still in a link's queue when the *link*
+/// Honest at failure: records still in a link's queue when the *link*
 /// fails (its peer stops while the pipe is full) are counted and named in that link's failure:
 /// the state change's detail says how many were not sent; the node itself goes on.
 #[tokio::test]
@@ -273,7 +273,7 @@ async fn issue9_link_failing_with_queued_records_reports_the_count() {
     a.shutdown().await.expect("a");
 }
 
-/// Issue 9 (item 6): `publish` and `publish_batch` go straight to the PUB socket, and the
+/// The data path: `publish` and `publish_batch` go straight to the PUB socket, and the
 /// records of one task keep their order, mixed as they are.
 #[tokio::test]
 async fn issue9_publish_order_kept() {

@@ -108,7 +108,7 @@ async fn o2_metric_labels_carry_no_identities() {
     an.shutdown().await.expect("a down");
 }
 
-/// Issue 9 (item 2, honest at failure), MISSION O2: a link that fails with records still in
+/// Honest at failure, MISSION O2: a link that fails with records still in
 /// its zmesh queue names the count in its state change ("…; N queued records not sent") and
 /// counts them in `zmesh_records_unsent_total`, labelled with the failure reason only.
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! Issue 13: a dialled RouteMesh lane keeps its libzmq monitor only until its handshake is
+//! A dialled RouteMesh lane keeps its libzmq monitor only until its handshake is
 //! done; from then on it learns of its connection's loss in band, from libzmq's
 //! `ROUTER_NOTIFY` notice, and still fails at once (MISSION L6), then dials again only after
 //! its old socket's close was confirmed (F3), with a monitor attached again for that close.

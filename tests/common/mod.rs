@@ -705,7 +705,7 @@ pub async fn wait_peer_ready(node: &zmesh::runtime::Node, events: &mut Events, r
 /// `try_send`s records `record(0)`, `record(1)`, ... to `peer` on `channel` until the link's
 /// zmesh queue stays full: `WouldBlock` 20 times in a row, 20 ms apart (the I/O thread drains
 /// the queue into libzmq until the pipe towards a peer that reads nothing is full). Returns
-/// how many records were taken. Issue 9's tests make such a peer with a paused application
+/// how many records were taken. The data-path tests make such a peer with a paused application
 /// queue: its link's backlog fills, its socket is not read, the pipe fills.
 pub async fn fill_link(
     node: &zmesh::runtime::Node,

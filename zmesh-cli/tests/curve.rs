@@ -1,4 +1,4 @@
-//! Issue 11, CURVE in the node, with real sockets (MISSION F1, F3, K6, W4):
+//! CURVE in the node, with real sockets (MISSION F1, F3, K6, W4):
 //!
 //! - a peer with the right key is ready on ClientServer and RouteMesh, and its verified key
 //!   is its security identity (the authorizer sees `verified = true`, the snapshot shows it);
@@ -140,12 +140,12 @@ async fn never_ready(node: &Node, events: &mut Events, n: usize, who: &str) -> S
     snap
 }
 
-/// Issue 11: a client and a RouteMesh peer with the right keys become ready; the server's
+/// MISSION F3: a client and a RouteMesh peer with the right keys become ready; the server's
 /// authorizer sees each caller's verified key as its security identity (`verified = true`,
 /// MISSION K6); both sides' snapshots show the verified identities; the descriptor a CURVE
 /// node would publish carries its key.
 #[tokio::test]
-async fn issue11_curve_right_keys_are_ready_and_verified() {
+async fn f3_curve_right_keys_are_ready_and_verified() {
     let keys = Keys::new("right");
     let (srv_k, srv_f) = keys.pair("srv");
     let (cli_k, cli_f) = keys.pair("cli");
@@ -239,14 +239,14 @@ async fn issue11_curve_right_keys_are_ready_and_verified() {
     }
 }
 
-/// Issue 11 "Done when": against a CURVE server that allows one key, a client without CURVE,
+/// MISSION F3: against a CURVE server that allows one key, a client without CURVE,
 /// one whose key is not on the allow-list, one that expects another server key, and one that
 /// presents the allowed public key without its secret key each fail with `security_failure`
 /// again and again and are never ready; the server records `security_failure` for each kind,
 /// by reason only in its metric (O2), and admits none of them. The allowed client is served
 /// meanwhile.
 #[tokio::test]
-async fn issue11_no_key_wrong_key_and_unlisted_key_are_never_ready() {
+async fn f3_no_key_wrong_key_and_unlisted_key_are_never_ready() {
     let keys = Keys::new("refused");
     let (srv_k, srv_f) = keys.pair("srv");
     let (good_k, good_f) = keys.pair("good");
@@ -419,13 +419,13 @@ async fn py_curve(
     }
 }
 
-/// Issue 11 "Done when" (MISSION W4, F1, F3): a pyzmq CURVE client interoperates: its
+/// MISSION W4, F1, F3: a pyzmq CURVE client interoperates: its
 /// HELLO claiming its own key is admitted and its call answered, the authorizer seeing its
 /// verified key. The same client claiming another key is rejected `SecurityFailure`; on a
 /// RouteMesh lane, claiming the RID of a configured peer whose key it does not hold is
 /// rejected `SecurityFailure` too. The server records both.
 #[tokio::test]
-async fn issue11_pyzmq_curve_client_interoperates_and_cannot_claim_another_identity() {
+async fn w4_pyzmq_curve_client_interoperates_and_cannot_claim_another_identity() {
     let keys = Keys::new("pyzmq");
     let (srv_k, srv_f) = keys.pair("srv");
     let (py_k, _) = keys.pair("py");
@@ -492,12 +492,12 @@ async fn issue11_pyzmq_curve_client_interoperates_and_cannot_claim_another_ident
     server.shutdown().await.expect("shutdown");
 }
 
-/// Issue 11 "Done when": a fanout subscriber accepts only the publisher key it expects: of
+/// MISSION F3: a fanout subscriber accepts only the publisher key it expects: of
 /// two CURVE publishers that both allow it, the one holding the expected key becomes ready,
 /// the other never does (`security_failure`, again and again); a subscriber missing from a
 /// publisher's allow-list is refused (`security_failure` on both sides).
 #[tokio::test]
-async fn issue11_fanout_subscriber_accepts_only_its_publisher_key() {
+async fn f3_fanout_subscriber_accepts_only_its_publisher_key() {
     let keys = Keys::new("fanout");
     let (pub_k, pub_f) = keys.pair("pub");
     let (other_k, other_f) = keys.pair("other");
@@ -586,12 +586,12 @@ async fn issue11_fanout_subscriber_accepts_only_its_publisher_key() {
     }
 }
 
-/// Issue 11: the allow-list follows its directory. A client whose key is not listed fails
+/// MISSION F3: the allow-list follows its directory. A client whose key is not listed fails
 /// (`security_failure`); once its key file appears the node reads the directory again by
 /// itself (`change`) and the client becomes ready; `reload_allow_list` reads it on demand;
 /// when the file goes, the admitted client is closed (`security_failure` on both sides).
 #[tokio::test]
-async fn issue11_allow_list_follows_its_directory() {
+async fn f3_allow_list_follows_its_directory() {
     let keys = Keys::new("allowdir");
     let (srv_k, srv_f) = keys.pair("srv");
     let (cli_k, cli_f) = keys.pair("cli");
@@ -661,10 +661,10 @@ impl Drop for Child {
     }
 }
 
-/// Issue 11: `zmesh node` reads its allow-list again on SIGHUP and says so (an ndjson
+/// MISSION F3: `zmesh node` reads its allow-list again on SIGHUP and says so (an ndjson
 /// `security` event with trigger `reload`), and warns at start in `none` mode.
 #[tokio::test]
-async fn issue11_zmesh_node_reloads_its_allow_list_on_sighup() {
+async fn f3_zmesh_node_reloads_its_allow_list_on_sighup() {
     use std::io::{BufRead, BufReader};
     let keys = Keys::new("sighup");
     let (_, srv_f) = keys.pair("srv");
@@ -741,12 +741,12 @@ async fn issue11_zmesh_node_reloads_its_allow_list_on_sighup() {
     );
 }
 
-/// Issue 11 with automatic mode (MISSION D1, F3, T3): a CURVE node's descriptor carries its
+/// Automatic mode (MISSION D1, F3, T3): a CURVE node's descriptor carries its
 /// public key as its security identity; nodes that find each other in the store dial with
 /// the key of the descriptor (RouteMesh lanes, the ClientServer server, the publisher), and
 /// every link is verified: no key is configured for any endpoint.
 #[tokio::test]
-async fn issue11_discovered_peers_are_dialled_with_their_descriptor_key() {
+async fn d1_f3_discovered_peers_are_dialled_with_their_descriptor_key() {
     use zmesh::config::{AutoBind, DiscoveryConfig};
     use zmesh::runtime::store::{SqliteStore, Store};
     let keys = Keys::new("discovery");

@@ -1,4 +1,4 @@
-//! Issue 13: a node that runs out of file descriptors says so, with the real cause and its
+//! A node that runs out of file descriptors says so, with the real cause and its
 //! figures, on the link that could not open its socket (reason `resource_exhausted`),
 //! retries it with the normal backoff, logs one warning per episode, and recovers once
 //! descriptors are free again; a node whose limit is below what its configuration needs

@@ -1,4 +1,4 @@
-//! Issue 11: bounded input before admission, with real sockets.
+//! Bounded input before admission, and authorization, with real sockets (MISSION W3, K6).
 //!
 //! - The 800 MB scenario: three pyzmq DEALERs each send one 800 MB frame before any HELLO to a
 //!   `zmesh node` process; libzmq drops each of those connections as it reads the frame's
@@ -134,13 +134,13 @@ fn is_ready(ev: &NodeEvent) -> bool {
     matches!(ev, NodeEvent::State(s) if s.state == ConnState::Ready)
 }
 
-/// Issue 11 "Done when", the 800 MB test: three pyzmq DEALERs each send one 800 MB frame to
+/// MISSION W3, the 800 MB test: three pyzmq DEALERs each send one 800 MB frame to
 /// a `zmesh node` before any handshake record; each connection is dropped, the node's peak
 /// RSS stays within 64 MB of its baseline, and an admitted client stays ready and is served.
 /// Cheap at full size: libzmq refuses each frame at its length field, so the 800 MB never
 /// cross the loopback.
 #[tokio::test]
-async fn issue11_800mb_frames_before_hello_cost_no_memory_and_spare_other_peers() {
+async fn w3_800mb_frames_before_hello_cost_no_memory_and_spare_other_peers() {
     let server_ep = free_tcp();
     let mut cfg = NodeConfig::new("guarded");
     cfg.server = Some(Endpoint::new(server_ep.clone()));
@@ -210,14 +210,14 @@ async fn issue11_800mb_frames_before_hello_cost_no_memory_and_spare_other_peers(
     let _ = node.0.stdin.take().map(|mut s| s.flush());
 }
 
-/// Issue 11, bounded input: garbage before HELLO is refused with one REJECT and recorded as
+/// MISSION W3, bounded input: garbage before HELLO is refused with one REJECT and recorded as
 /// `malformed`; a ZMTP greeting naming an unknown mechanism as `handshake_failed`; with
 /// `max_unadmitted = 2` and two silent connections held open, a third connection is refused
 /// in its transport handshake (`unadmitted_cap`: libzmq closes it at once) while the admitted
 /// client keeps being served; a zmesh client arriving then fails its link at once and gets
 /// through once a silent connection went.
 #[tokio::test]
-async fn issue11_garbage_handshake_failures_and_the_unadmitted_cap() {
+async fn w3_garbage_handshake_failures_and_the_unadmitted_cap() {
     let server_ep = free_tcp();
     let (app_ep, completion_ep) = (free_tcp(), free_tcp());
     let mut cfg = NodeConfig::new("gate");
@@ -414,7 +414,7 @@ async fn vault_node(runs: std::sync::Arc<std::sync::atomic::AtomicUsize>) -> (No
 /// permitted); both reach the caller as "did not run" and no handler ran; the authorizer
 /// sees the caller's RID and its unverified identity.
 #[tokio::test]
-async fn k6_issue11_authorizer_refuses_unauthorized_and_forbidden_did_not_run() {
+async fn k6_authorizer_refuses_unauthorized_and_forbidden_did_not_run() {
     let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (server, server_ep) = vault_node(runs.clone()).await;
     let client = |rid: &str| {
@@ -465,7 +465,7 @@ async fn k6_issue11_authorizer_refuses_unauthorized_and_forbidden_did_not_run() 
 /// `open`, `secret`, `open` from a guest, both `open` calls are ACCEPTed and answered Ok, the
 /// `secret` call is answered Forbidden without an ACCEPT, and only the two `open` calls ran.
 #[tokio::test]
-async fn k6_issue11_each_call_of_a_batch_is_authorized_on_its_own() {
+async fn k6_each_call_of_a_batch_is_authorized_on_its_own() {
     let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (server, server_ep) = vault_node(runs.clone()).await;
     let mut py = PyPeer::start(

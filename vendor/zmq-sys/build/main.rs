@@ -1,7 +1,7 @@
 //! Builds libzmq 4.3 from zeromq-src with CURVE, linked against the libsodium that the
 //! libsodium-sys-stable crate built (zmesh's change to zmq-sys 0.12.0: the original passes
 //! no libsodium, so libzmq has no CURVE), and on Linux with eventfd mailboxes (zmesh's second
-//! change, issue 13: see `eventfd_on_linux`).
+//! change: see `eventfd_on_linux`).
 
 use std::env;
 use std::path::PathBuf;
@@ -22,7 +22,7 @@ fn main() {
     let include = dep("DEP_SODIUM_INCLUDE");
     zeromq_src::Build::new()
         .with_libsodium(Some(zeromq_src::LibLocation::new(lib, include)))
-        // The draft API for ZMQ_ROUTER_NOTIFY (zmesh's third change, issue 13): a dialled
+        // The draft API for ZMQ_ROUTER_NOTIFY (zmesh's third change): a dialled
         // ROUTER learns of its connection's loss in band, without a monitor socket (two
         // descriptors) per connection. Options and calls outside the draft behave the same.
         .enable_draft(true)
@@ -33,7 +33,7 @@ fn main() {
 /// Linux, leaves out `ZMQ_HAVE_EVENTFD`, which libzmq's own CMake and autotools builds set
 /// there. Without it every libzmq mailbox (one per socket, per context thread, per context) is
 /// a socket pair, two file descriptors, instead of one eventfd: a dialled connection with its
-/// monitor took 7 descriptors instead of 4 (issue 13, BENCHMARKS.md P7). zeromq-src has no
+/// monitor took 7 descriptors instead of 4 (BENCHMARKS.md P7). zeromq-src has no
 /// option for defines, so they go in through the C++ flags that the `cc` crate reads for
 /// this target (appended to any the caller set).
 fn eventfd_on_linux() {
