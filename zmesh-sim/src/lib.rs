@@ -144,8 +144,8 @@ pub struct Ctx<'a> {
     pub rng: &'a mut ChaCha8Rng,
     /// The trace.
     trace: &'a mut Trace,
-    /// Per host: its current run (0: none yet), whether a node listens there, and since when.
-    hosts: &'a [(u64, bool, Duration)],
+    /// Per host: its current run (0: none yet), and whether a node listens there.
+    hosts: &'a [(u64, bool)],
 }
 
 impl Ctx<'_> {
@@ -156,11 +156,7 @@ impl Ctx<'_> {
 
     /// The current run of host `node`, and whether a node listens there.
     pub fn host(&self, node: NodeIx) -> (End, bool) {
-        let (run, up, _) = self
-            .hosts
-            .get(node)
-            .copied()
-            .unwrap_or((0, false, Duration::ZERO));
+        let (run, up) = self.hosts.get(node).copied().unwrap_or((0, false));
         (End { node, run }, up)
     }
 }
@@ -260,7 +256,7 @@ struct World {
     now: Duration,
     specs: Vec<Spec>,
     nodes: Vec<Option<SimNode>>,
-    hosts: Vec<(u64, bool, Duration)>,
+    hosts: Vec<(u64, bool)>,
     schedule: BTreeMap<(Duration, u64), Event>,
     seq: u64,
     next_uid: u64,
@@ -342,7 +338,7 @@ impl World {
             now: Duration::ZERO,
             specs,
             nodes: (0..n).map(|_| None).collect(),
-            hosts: vec![(0, false, Duration::ZERO); n],
+            hosts: vec![(0, false); n],
             schedule: BTreeMap::new(),
             seq: 0,
             next_uid: 1,
@@ -735,7 +731,7 @@ impl World {
         let run = self.hosts[node].0 + 1;
         let generation = self.rng.random::<u64>() | 1;
         self.truth.on_start(node, run, generation);
-        self.hosts[node] = (run, true, self.now);
+        self.hosts[node] = (run, true);
         let spec = self.specs[node].clone();
         self.trace.push(
             self.now,
