@@ -435,29 +435,19 @@ async fn k5_batch_calls_false_sends_only_lone_requests() {
     node.shutdown().await.expect("shutdown");
 }
 
-/// MISSION K5, X3 (WIRE.md §4.14): toward a server that announces capability `calls`,
+/// MISSION K5, X3, X4 (WIRE.md §4.14): toward a server that announces capability `calls`,
 /// calls of one method issued together travel as CALLS records of 2..=64 calls (the shared
 /// header said once), never as BATCHes; each is answered on its own. The server is a raw
 /// libzmq ROUTER using this crate's codec with `calls` in effect.
 #[tokio::test]
-async fn k5_x3_calls_of_one_method_travel_as_calls_records_where_negotiated() {
-    use zmesh::proto::wire::{
-        self, Accept, Capabilities, Label, Lane, Memberships, Name, Record, Reply, ReplyCode,
-        Welcome,
-    };
-    let ep = free_tcp();
+async fn k5_x3_x4_calls_of_one_method_travel_as_calls_records_where_negotiated() {
+    use common::{raw_router, raw_send, raw_welcome};
+    use zmesh::proto::wire::{Accept, Capabilities, Record, Reply, ReplyCode};
     let ctx = zmq::Context::new();
-    let server = ctx.socket(zmq::ROUTER).expect("router");
-    server.set_linger(0).expect("linger");
-    server.set_rcvtimeo(15_000).expect("rcvtimeo");
-    server.bind(&ep).expect("bind");
+    let (server, ep) = raw_router(&ctx, 15_000);
     let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel::<(&'static str, usize)>();
     let serving = tokio::task::spawn_blocking(move || {
-        let send = |route: &[u8], rec: Record| {
-            let mut out = vec![route.to_vec()];
-            out.extend(rec.encode());
-            server.send_multipart(out.iter(), 0).is_ok()
-        };
+        let send = |route: &[u8], rec: Record| raw_send(&server, route, rec);
         let mut caps = Capabilities::NONE;
         loop {
             let Ok(mut frames) = server.recv_multipart(0) else {
@@ -474,27 +464,7 @@ async fn k5_x3_calls_of_one_method_travel_as_calls_records_where_negotiated() {
                         .any(|m| m.channel.as_str() == "\0calls");
                     assert!(offered, "the client offers calls");
                     caps = Capabilities::CALLS;
-                    let memberships = Memberships::new(vec![
-                        wire::Membership {
-                            role: wire::Role::Server,
-                            channel: Name::new("orders").expect("channel"),
-                        },
-                        wire::Membership {
-                            role: wire::Role::ObjectClient,
-                            channel: Name::new("\0calls").expect("entry"),
-                        },
-                    ])
-                    .expect("memberships");
-                    send(
-                        &route,
-                        Record::Welcome(Welcome {
-                            lane: Lane::ClientServer,
-                            rid: Name::new("srv").expect("rid"),
-                            generation: std::num::NonZeroU64::MIN,
-                            security_identity: Label::default(),
-                            memberships,
-                        }),
-                    );
+                    send(&route, raw_welcome("orders", &["calls"]));
                     continue;
                 }
                 Record::Probe { id } => {

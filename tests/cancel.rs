@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{free_tcp, mesh_bind, mesh_server, peer, start_ready};
+use common::{mesh_bind, mesh_server, peer, raw_router, raw_send, raw_welcome, start_ready};
 use tokio::sync::{mpsc, Notify};
 use zmesh::config::{NodeConfig, ServerConfig};
 use zmesh::proto::ops::OpStatus;
-use zmesh::proto::wire::{self, Label, Lane, Memberships, Name, Record, ReplyCode, Welcome};
+use zmesh::proto::wire::{self, Record, ReplyCode};
 use zmesh::runtime::calls::{encode, encode_args, CallError, CallOptions, Request};
 use zmesh::runtime::service::{Execution, Method, Service};
 use zmesh::runtime::Node;
@@ -251,12 +251,8 @@ async fn x1_a_dropped_stream_stops_its_producer() {
 /// REQUEST, which it answers as usual.
 #[tokio::test]
 async fn x1_x3_a_version_1_server_never_receives_a_cancel() {
-    let ep = free_tcp();
     let ctx = zmq::Context::new();
-    let server = ctx.socket(zmq::ROUTER).expect("router");
-    server.set_linger(0).expect("linger");
-    server.set_rcvtimeo(10_000).expect("rcvtimeo");
-    server.bind(&ep).expect("bind");
+    let (server, ep) = raw_router(&ctx, 10_000);
     let mut c = NodeConfig::new("cli");
     c.servers = vec![ServerConfig::new("orders", ep.clone()).rid("srv")];
     let node = Node::start(c).await.expect("client");
@@ -271,16 +267,9 @@ async fn x1_x3_a_version_1_server_never_receives_a_cancel() {
                     return (route, rec);
                 }
                 if let Record::Probe { id } = rec {
-                    let mut out = vec![route];
-                    out.extend(Record::Ack { id }.encode());
-                    s.send_multipart(out.iter(), 0).expect("ack");
+                    assert!(raw_send(s, &route, Record::Ack { id }), "ack");
                 }
             }
-        };
-        let send = |s: &zmq::Socket, route: &[u8], rec: Record| {
-            let mut out = vec![route.to_vec()];
-            out.extend(rec.encode());
-            s.send_multipart(out.iter(), 0).expect("send");
         };
         let (route, hello) = next(&server);
         let Record::Hello(h) = hello else {
@@ -292,20 +281,9 @@ async fn x1_x3_a_version_1_server_never_receives_a_cancel() {
             ["\0cancel", "\0calls", "\0credit"],
             "the client offers its capabilities"
         );
-        send(
-            &server,
-            &route,
-            Record::Welcome(Welcome {
-                lane: Lane::ClientServer,
-                rid: Name::new("srv").expect("rid"),
-                generation: std::num::NonZeroU64::MIN,
-                security_identity: Label::new("srv").expect("label"),
-                memberships: Memberships::new(vec![wire::Membership {
-                    role: wire::Role::Server,
-                    channel: Name::new("orders").expect("channel"),
-                }])
-                .expect("memberships"),
-            }),
+        assert!(
+            raw_send(&server, &route, raw_welcome("orders", &[])),
+            "welcome"
         );
         // The first REQUEST goes unanswered (its caller gives up); the next record must be
         // the second REQUEST, never a CANCEL.
@@ -318,7 +296,7 @@ async fn x1_x3_a_version_1_server_never_receives_a_cancel() {
             panic!("a version-1 server got {second:?}")
         };
         assert_ne!(first.call_id, second.call_id);
-        send(
+        let reply = raw_send(
             &server,
             &route,
             Record::Reply(wire::Reply {
@@ -327,6 +305,7 @@ async fn x1_x3_a_version_1_server_never_receives_a_cancel() {
                 payload: Bytes::from(encode("second").expect("payload").to_vec()),
             }),
         );
+        assert!(reply, "reply");
         first.method.as_str().to_owned()
     });
 
@@ -362,41 +341,20 @@ async fn x1_x3_a_version_1_server_never_receives_a_cancel() {
 #[tokio::test]
 async fn x2_a_stream_from_a_version_1_callee_nobody_reads_ends_as_overrun() {
     use zmesh::runtime::calls::{may_have_run, STREAM_BUFFER};
-    let ep = free_tcp();
     let ctx = zmq::Context::new();
-    let server = ctx.socket(zmq::ROUTER).expect("router");
-    server.set_linger(0).expect("linger");
+    let (server, ep) = raw_router(&ctx, 10_000);
     server.set_sndhwm(0).expect("no send bound");
-    server.set_rcvtimeo(10_000).expect("rcvtimeo");
-    server.bind(&ep).expect("bind");
     let mut c = NodeConfig::new("cli");
     c.servers = vec![ServerConfig::new("feed", ep.clone()).rid("srv")];
     let node = Node::start(c).await.expect("client");
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let serving = tokio::task::spawn_blocking(move || {
-        let send = |route: &[u8], rec: Record| {
-            let mut out = vec![route.to_vec()];
-            out.extend(rec.encode());
-            server.send_multipart(out.iter(), 0).expect("send");
-        };
+        let send = |route: &[u8], rec: Record| assert!(raw_send(&server, route, rec), "send");
         loop {
             let mut frames = server.recv_multipart(0).expect("a record within 10 s");
             let route = frames.remove(0);
             match Record::decode(&frames).expect("version-1 bytes only") {
-                Record::Hello(_) => send(
-                    &route,
-                    Record::Welcome(Welcome {
-                        lane: Lane::ClientServer,
-                        rid: Name::new("srv").expect("rid"),
-                        generation: std::num::NonZeroU64::MIN,
-                        security_identity: Label::new("srv").expect("label"),
-                        memberships: Memberships::new(vec![wire::Membership {
-                            role: wire::Role::Server,
-                            channel: Name::new("feed").expect("channel"),
-                        }])
-                        .expect("memberships"),
-                    }),
-                ),
+                Record::Hello(_) => send(&route, raw_welcome("feed", &[])),
                 Record::Probe { id } => send(&route, Record::Ack { id }),
                 Record::Request(r) => {
                     send(

@@ -404,7 +404,7 @@ pub struct CallStream {
     items: u64,
     /// Items taken since the callee was last granted more.
     ungranted: u64,
-    canceller: Option<CallCanceller>,
+    control: Option<CallControl>,
 }
 
 impl std::fmt::Debug for StreamEvent {
@@ -417,14 +417,14 @@ impl std::fmt::Debug for StreamEvent {
 }
 
 impl CallStream {
-    /// A stream fed by the I/O thread through `rx`, cancelled by `canceller`.
-    pub(crate) fn new(rx: mpsc::Receiver<StreamEvent>, canceller: CallCanceller) -> CallStream {
+    /// A stream fed by the I/O thread through `rx`, cancelled and granted through `control`.
+    pub(crate) fn new(rx: mpsc::Receiver<StreamEvent>, control: CallControl) -> CallStream {
         CallStream {
             rx: Some(rx),
             end: None,
             items: 0,
             ungranted: 0,
-            canceller: Some(canceller),
+            control: Some(control),
         }
     }
 
@@ -435,7 +435,7 @@ impl CallStream {
             end: Some(Err(err)),
             items: 0,
             ungranted: 0,
-            canceller: None,
+            control: None,
         }
     }
 
@@ -444,7 +444,7 @@ impl CallStream {
     /// already arrived, which then wins).
     /// See the type docs for what the callee hears.
     pub fn cancel(&mut self) {
-        if let Some(c) = self.canceller.as_mut() {
+        if let Some(c) = self.control.as_mut() {
             c.cancel();
         }
     }
@@ -466,7 +466,7 @@ impl CallStream {
                 self.ungranted += 1;
                 if self.ungranted >= CREDIT_STEP {
                     self.ungranted = 0;
-                    if let Some(c) = self.canceller.as_ref() {
+                    if let Some(c) = self.control.as_ref() {
                         c.grant(CREDIT_STEP);
                     }
                 }
@@ -475,7 +475,7 @@ impl CallStream {
             Some(StreamEvent::End(result)) => {
                 self.end = Some(result);
                 self.rx = None;
-                if let Some(c) = self.canceller.as_mut() {
+                if let Some(c) = self.control.as_mut() {
                     c.disarm();
                 }
                 None
@@ -526,8 +526,9 @@ impl CallStream {
     }
 }
 
-/// How a call's cancel reaches its node without keeping it alive (the node implements it).
-pub(crate) trait CancelPort: Send + Sync {
+/// How a call's cancel and a stream's grants reach its node without keeping it alive (the
+/// node implements it).
+pub(crate) trait CallPort: Send + Sync {
     /// The application stopped waiting for the call it named `token`.
     fn cancel_call(&self, token: u64);
     /// The application took `items` more items of the stream it named `token`: the callee
@@ -535,19 +536,20 @@ pub(crate) trait CancelPort: Send + Sync {
     fn grant_items(&self, token: u64, items: u64);
 }
 
-/// Cancels one call when told to or when dropped, unless the call ended first: what makes
-/// dropping a [`PendingCall`] or a [`CallStream`] tell the node (and through it the callee)
-/// that nobody waits any more.
-pub(crate) struct CallCanceller {
+/// The application's hold on one call: it cancels the call when told to or when dropped,
+/// unless the call ended first (what makes dropping a [`PendingCall`] or a [`CallStream`]
+/// tell the node, and through it the callee, that nobody waits any more), and it grants a
+/// stream the items its application took.
+pub(crate) struct CallControl {
     token: u64,
-    port: Weak<dyn CancelPort>,
+    port: Weak<dyn CallPort>,
     armed: bool,
 }
 
-impl CallCanceller {
-    /// A canceller of the call named `token` at `port`.
-    pub(crate) fn new(token: u64, port: Weak<dyn CancelPort>) -> CallCanceller {
-        CallCanceller {
+impl CallControl {
+    /// The control of the call named `token` at `port`.
+    pub(crate) fn new(token: u64, port: Weak<dyn CallPort>) -> CallControl {
+        CallControl {
             token,
             port,
             armed: true,
@@ -578,15 +580,15 @@ impl CallCanceller {
     }
 }
 
-impl Drop for CallCanceller {
+impl Drop for CallControl {
     fn drop(&mut self) {
         self.cancel();
     }
 }
 
-impl std::fmt::Debug for CallCanceller {
+impl std::fmt::Debug for CallControl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CallCanceller")
+        f.debug_struct("CallControl")
             .field("token", &self.token)
             .field("armed", &self.armed)
             .finish()
@@ -608,19 +610,19 @@ impl std::fmt::Debug for CallCanceller {
 pub struct PendingCall {
     rx: Option<oneshot::Receiver<Result<Bytes, CallError>>>,
     early: Option<CallError>,
-    canceller: Option<CallCanceller>,
+    control: Option<CallControl>,
 }
 
 impl PendingCall {
-    /// A call handed to the I/O thread, answered through `rx`, cancelled by `canceller`.
+    /// A call handed to the I/O thread, answered through `rx`, cancelled and granted through `control`.
     pub(crate) fn new(
         rx: oneshot::Receiver<Result<Bytes, CallError>>,
-        canceller: CallCanceller,
+        control: CallControl,
     ) -> PendingCall {
         PendingCall {
             rx: Some(rx),
             early: None,
-            canceller: Some(canceller),
+            control: Some(control),
         }
     }
 
@@ -629,7 +631,7 @@ impl PendingCall {
         PendingCall {
             rx: None,
             early: Some(err),
-            canceller: None,
+            control: None,
         }
     }
 
@@ -637,7 +639,7 @@ impl PendingCall {
     /// answer had already arrived, which then wins). See the type docs for what the callee
     /// hears.
     pub fn cancel(&mut self) {
-        if let Some(c) = self.canceller.as_mut() {
+        if let Some(c) = self.control.as_mut() {
             c.cancel();
         }
     }
@@ -663,7 +665,7 @@ impl Future for PendingCall {
             Poll::Pending => Poll::Pending,
             Poll::Ready(result) => {
                 this.rx = None;
-                if let Some(c) = this.canceller.as_mut() {
+                if let Some(c) = this.control.as_mut() {
                     c.disarm();
                 }
                 // The I/O thread answers every call exactly once; if it vanished without

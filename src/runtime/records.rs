@@ -266,24 +266,28 @@ pub(crate) fn request(
 
 /// The frames of one message carrying `requests`: a lone REQUEST for one, a BATCH for two or
 /// more (MISSION K5: a lone call is never wrapped).
-pub(crate) fn requests(mut requests: Vec<wire::Request>) -> Result<Vec<Vec<u8>>, WireError> {
-    if requests.len() == 1 {
-        if let Some(r) = requests.pop() {
-            return Ok(Record::Request(r).encode());
-        }
-    }
-    Ok(Record::Batch(wire::Batch::new(requests)?).encode())
+pub(crate) fn requests(requests: Vec<wire::Request>) -> Result<Vec<Vec<u8>>, WireError> {
+    lone_or(requests, |r| Ok(Record::Batch(wire::Batch::new(r)?)))
 }
 
 /// Calls that share channel, method, ttl and semantics as one message: a lone REQUEST, or
 /// one CALLS record (only where capability `calls` is in effect, WIRE.md §4.14).
-pub(crate) fn calls(mut requests: Vec<wire::Request>) -> Result<Vec<Vec<u8>>, WireError> {
+pub(crate) fn calls(requests: Vec<wire::Request>) -> Result<Vec<Vec<u8>>, WireError> {
+    lone_or(requests, |r| Ok(Record::Calls(wire::Calls::new(r)?)))
+}
+
+/// A lone call as a REQUEST (a lone call is never wrapped), several as the record `many`
+/// makes of them.
+fn lone_or(
+    mut requests: Vec<wire::Request>,
+    many: impl FnOnce(Vec<wire::Request>) -> Result<Record, WireError>,
+) -> Result<Vec<Vec<u8>>, WireError> {
     if requests.len() == 1 {
         if let Some(r) = requests.pop() {
             return Ok(Record::Request(r).encode());
         }
     }
-    Ok(Record::Calls(wire::Calls::new(requests)?).encode())
+    Ok(many(requests)?.encode())
 }
 
 /// ACCEPT, naming this node's generation and the physical connection that took the call.

@@ -835,3 +835,43 @@ pub fn close_monitored((d, mon): (zmq::Socket, zmq::Socket), bound: Duration) {
     drop(d);
     monitor_wait(&mon, &[zmq::SocketEvent::MONITOR_STOPPED], bound);
 }
+
+/// A raw libzmq ROUTER bound on a fresh 127.0.0.1 port, reading with a `read_ms` bound: a
+/// ClientServer server the test plays itself with this crate's record codec (a version-1
+/// peer unless its WELCOME announces capabilities). Returns the socket and its endpoint.
+pub fn raw_router(ctx: &zmq::Context, read_ms: i32) -> (zmq::Socket, String) {
+    let ep = free_tcp();
+    let s = ctx.socket(zmq::ROUTER).expect("router");
+    s.set_linger(0).expect("linger");
+    s.set_rcvtimeo(read_ms).expect("rcvtimeo");
+    s.bind(&ep).expect("bind");
+    (s, ep)
+}
+
+/// Sends `rec` to the connection `route` of a raw ROUTER; false if libzmq refused it.
+pub fn raw_send(s: &zmq::Socket, route: &[u8], rec: zmesh::proto::wire::Record) -> bool {
+    let mut out = vec![route.to_vec()];
+    out.extend(rec.encode());
+    s.send_multipart(out.iter(), 0).is_ok()
+}
+
+/// The WELCOME of a raw ClientServer server `srv` of `channel`, announcing the capabilities
+/// named in `capabilities` (WIRE.md §8.1; none: exactly version 1).
+pub fn raw_welcome(channel: &str, capabilities: &[&str]) -> zmesh::proto::wire::Record {
+    use zmesh::proto::wire::{self, Label, Lane, Memberships, Name, Record, Role, Welcome};
+    let mut list = vec![wire::Membership {
+        role: Role::Server,
+        channel: Name::new(channel).expect("channel"),
+    }];
+    list.extend(capabilities.iter().map(|c| wire::Membership {
+        role: Role::ObjectClient,
+        channel: Name::new(format!("\0{c}")).expect("extension entry"),
+    }));
+    Record::Welcome(Welcome {
+        lane: Lane::ClientServer,
+        rid: Name::new("srv").expect("rid"),
+        generation: std::num::NonZeroU64::MIN,
+        security_identity: Label::new("srv").expect("label"),
+        memberships: Memberships::new(list).expect("memberships"),
+    })
+}

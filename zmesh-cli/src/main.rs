@@ -465,6 +465,21 @@ fn run(command: Cmd) -> Result<()> {
     })
 }
 
+/// One ndjson line of an event: `event`, `node` and `t_ms`, then the fields of the event's
+/// own JSON object (`fields`, as `serde_json::to_value` made it).
+fn tagged(
+    event: &str,
+    rid: &str,
+    ms: u128,
+    fields: serde_json::Result<serde_json::Value>,
+) -> String {
+    let mut v = json!({ "event": event, "node": rid, "t_ms": ms });
+    if let (Some(obj), Ok(serde_json::Value::Object(fields))) = (v.as_object_mut(), fields) {
+        obj.extend(fields);
+    }
+    v.to_string()
+}
+
 /// Prints one event in the chosen format.
 pub(crate) fn print_event(
     rid: &str,
@@ -501,25 +516,13 @@ pub(crate) fn print_event(
             String::from_utf8_lossy(&d.payload)
         ),
         (NodeEvent::Discovery(e), EventFormat::Ndjson) => {
-            let mut v = json!({ "event": "discovery", "node": rid, "t_ms": ms });
-            if let (Some(obj), Ok(serde_json::Value::Object(fields))) =
-                (v.as_object_mut(), serde_json::to_value(e))
-            {
-                obj.extend(fields);
-            }
-            v.to_string()
+            tagged("discovery", rid, ms, serde_json::to_value(e))
         }
         (NodeEvent::Discovery(e), EventFormat::Human) => {
             format!("[{ms:>6} ms] {rid}: discovery: {e}")
         }
         (NodeEvent::Security(e), EventFormat::Ndjson) => {
-            let mut v = json!({ "event": "security", "node": rid, "t_ms": ms });
-            if let (Some(obj), Ok(serde_json::Value::Object(fields))) =
-                (v.as_object_mut(), serde_json::to_value(e))
-            {
-                obj.extend(fields);
-            }
-            v.to_string()
+            tagged("security", rid, ms, serde_json::to_value(e))
         }
         (NodeEvent::Security(e), EventFormat::Human) => {
             format!("[{ms:>6} ms] {rid}: security: {e}")

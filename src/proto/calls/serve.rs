@@ -447,13 +447,8 @@ impl<K: Copy + Eq + Hash> ServeTable<K> {
         let mut running = Vec::new();
         for id in on_conn {
             self.stats.orphaned += 1;
-            let Some(entry) = self.entries.get_mut(&id) else {
-                continue;
-            };
-            if let EntryState::Running { .. } = entry.state {
-                entry.orphaned = true;
-                let call_id = entry.call_id;
-                self.index.remove(&(conn, call_id));
+            if self.is_running(id) {
+                self.abandon(id);
                 running.push(id);
             } else {
                 self.remove(id);
@@ -474,11 +469,7 @@ impl<K: Copy + Eq + Hash> ServeTable<K> {
             self.stats.late_cancels += 1;
             return Cancelled::Unknown;
         };
-        let running = matches!(
-            self.entries.get(&id).map(|e| e.state),
-            Some(EntryState::Running { .. })
-        );
-        if !running {
+        if !self.is_running(id) {
             self.stats.cancelled_queued += 1;
             self.remove(id);
             self.check_drained();
@@ -493,10 +484,7 @@ impl<K: Copy + Eq + Hash> ServeTable<K> {
     /// passed): nothing is sent for it any more, and its result, when the stopped task
     /// reports, is dropped. Unknown or queued calls are left as they are.
     pub fn handle_abandon(&mut self, id: ServeId) {
-        if matches!(
-            self.entries.get(&id).map(|e| e.state),
-            Some(EntryState::Running { .. })
-        ) {
+        if self.is_running(id) {
             self.abandon(id);
         }
     }
@@ -683,6 +671,14 @@ impl<K: Copy + Eq + Hash> ServeTable<K> {
                 });
             }
         }
+    }
+
+    /// Whether call `id` is in hand and its handler runs.
+    fn is_running(&self, id: ServeId) -> bool {
+        matches!(
+            self.entries.get(&id).map(|e| e.state),
+            Some(EntryState::Running { .. })
+        )
     }
 
     /// Orphans running call `id`: it leaves the duplicate index and its connection's count

@@ -173,11 +173,11 @@ mod tests {
         }
     }
 
-    /// MISSION K5, X3: only calls that share channel, method, ttl and semantics make one
+    /// MISSION K5, X3, X4: only calls that share channel, method, ttl and semantics make one
     /// CALLS record, of two calls or more; a record survives encode and decode unchanged, and
     /// is smaller than the BATCH of the same calls.
     #[test]
-    fn k5_x3_calls_share_their_header_and_save_bytes() {
+    fn k5_x3_x4_calls_share_their_header_and_save_bytes() {
         assert!(Calls::new(vec![req(1, "read", 0)]).is_err(), "one call");
         assert!(Calls::new(vec![req(1, "read", 0), req(2, "set", 0)]).is_err());
         assert!(Calls::new(vec![req(1, "read", 0), req(2, "read", 5)]).is_err());

@@ -388,11 +388,16 @@ impl Callee {
     /// backpressure. Items go in order, so one that comes while others wait waits too.
     pub(super) fn handle_item(&mut self, item: ServeItem, now: Instant) -> Option<ItemToSend> {
         let id = item.id;
-        let waiting = self.held.get(&id).is_some_and(|q| !q.is_empty());
-        if self.table.is_answered(id) && (waiting || !self.table.may_send_item(id)) {
+        // Nothing waits (the common case): no map lookup before the window check.
+        let waiting = !self.held.is_empty() && self.held.get(&id).is_some_and(|q| !q.is_empty());
+        if !waiting && self.table.may_send_item(id) {
+            return self.item_now(item, now);
+        }
+        if self.table.is_answered(id) {
             self.held.entry(id).or_default().push_back(item);
             return None;
         }
+        // The call is over: refused.
         self.item_now(item, now)
     }
 

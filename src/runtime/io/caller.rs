@@ -512,10 +512,10 @@ mod tests {
         )
     }
 
-    /// MISSION K5, X3: runs of two or more calls that share their header go as CALLS, the
+    /// MISSION K5, X4: runs of two or more calls that share their header go as CALLS, the
     /// calls between runs as a lone REQUEST or a BATCH, and no call changes its place.
     #[test]
-    fn k5_x3_grouped_calls_keep_their_order() {
+    fn k5_x4_grouped_calls_keep_their_order() {
         let link = <LinkKey as super::super::Key>::from_index(0);
         let calls = vec![
             call(1, "read"),

@@ -199,18 +199,8 @@ impl IoThread {
         let (links, cfg, me) = (&self.links, &self.cfg, self.me.capabilities);
         let messages = self.caller.take_requests(|k| {
             if !batches_calls(links, cfg, k) {
-                return SendPolicy::Alone;
-            }
-            let negotiated = links
-                .get(k)
-                .and_then(|l| l.conn.as_ref())
-                .and_then(|c| c.peer.as_ref())
-                .is_some_and(|p| {
-                    p.capabilities
-                        .intersection(me)
-                        .contains(Capabilities::CALLS)
-                });
-            if negotiated {
+                SendPolicy::Alone
+            } else if negotiated(links, me, k).contains(Capabilities::CALLS) {
                 SendPolicy::Grouped
             } else {
                 SendPolicy::Batch
@@ -405,15 +395,19 @@ impl IoThread {
     /// The capabilities in effect on link `k`'s ready connection: those both ends announced
     /// in its handshake (none before it is ready).
     pub(super) fn conn_caps(&self, k: LinkKey) -> Capabilities {
-        self.links
-            .get(k)
-            .and_then(|l| l.conn.as_ref())
-            .filter(|c| c.ready)
-            .and_then(|c| c.peer.as_ref())
-            .map_or(Capabilities::NONE, |p| {
-                p.capabilities.intersection(self.me.capabilities)
-            })
+        negotiated(&self.links, self.me.capabilities, k)
     }
+}
+
+/// The capabilities in effect on link `k`'s ready connection in `links`: those its peer
+/// announced that this node (`me`) announced too; none before it is ready.
+fn negotiated(links: &Table<LinkKey, Link>, me: Capabilities, k: LinkKey) -> Capabilities {
+    links
+        .get(k)
+        .and_then(|l| l.conn.as_ref())
+        .filter(|c| c.ready)
+        .and_then(|c| c.peer.as_ref())
+        .map_or(Capabilities::NONE, |p| p.capabilities.intersection(me))
 }
 
 /// Whether calls to the node behind link `k` may share a BATCH (its `batch_calls`

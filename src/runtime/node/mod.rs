@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::calls::{
-    self as rcalls, CallCanceller, CallError, CallOptions, CallStream, CancelPort, ItemSink,
+    self as rcalls, CallControl, CallError, CallOptions, CallPort, CallStream, ItemSink,
     PendingCall, Request, ServeError,
 };
 use super::command::{CallReply, Command, WakeUp};
@@ -691,7 +691,7 @@ impl Node {
         if !self.command(cmd) {
             return PendingCall::failed(CallError::Shutdown { sent: false });
         }
-        PendingCall::new(rx, self.canceller(token))
+        PendingCall::new(rx, self.control(token))
     }
 
     /// A fresh token naming one call of this node.
@@ -703,9 +703,9 @@ impl Node {
     }
 
     /// What cancels the call named `token`, holding the node only weakly.
-    fn canceller(&self, token: u64) -> CallCanceller {
-        let port: Arc<dyn CancelPort> = self.inner.clone();
-        CallCanceller::new(token, Arc::downgrade(&port))
+    fn control(&self, token: u64) -> CallControl {
+        let port: Arc<dyn CallPort> = self.inner.clone();
+        CallControl::new(token, Arc::downgrade(&port))
     }
 
     /// Calls `method` on a ready server of `channel` and streams its answer: the items the
@@ -758,7 +758,7 @@ impl Node {
         if !self.command(cmd) {
             return CallStream::failed(CallError::Shutdown { sent: false });
         }
-        CallStream::new(rx, self.canceller(token))
+        CallStream::new(rx, self.control(token))
     }
 
     /// A snapshot of every configured and inbound link (MISSION O1).
@@ -1021,7 +1021,7 @@ fn check_names(channel: &str, method: &str, opts: &CallOptions) -> Result<(), Ca
 }
 
 /// A dropped or cancelled call reaches the I/O thread as [`Command::CancelCall`].
-impl CancelPort for Inner {
+impl CallPort for Inner {
     fn cancel_call(&self, token: u64) {
         self.command(Command::CancelCall(token));
     }
