@@ -343,7 +343,6 @@ async fn x2_a_stream_from_a_version_1_callee_nobody_reads_ends_as_overrun() {
     use zmesh::runtime::calls::{may_have_run, STREAM_BUFFER};
     let ctx = zmq::Context::new();
     let (server, ep) = raw_router(&ctx, 10_000);
-    server.set_sndhwm(0).expect("no send bound");
     let mut c = NodeConfig::new("cli");
     c.servers = vec![ServerConfig::new("feed", ep.clone()).rid("srv")];
     let node = Node::start(c).await.expect("client");

@@ -839,11 +839,18 @@ pub fn close_monitored((d, mon): (zmq::Socket, zmq::Socket), bound: Duration) {
 /// A raw libzmq ROUTER bound on a fresh 127.0.0.1 port, reading with a `read_ms` bound: a
 /// ClientServer server the test plays itself with this crate's record codec (a version-1
 /// peer unless its WELCOME announces capabilities). Returns the socket and its endpoint.
+///
+/// A send to a connection whose queue is full waits (up to `read_ms`) instead of being
+/// dropped, as a plain ROUTER does at its high-water mark: a test that sends a burst of a
+/// thousand records gets them all to the client, whatever the machine's load. Both options
+/// are set before the bind, because a listener copies the socket's options when it is made.
 pub fn raw_router(ctx: &zmq::Context, read_ms: i32) -> (zmq::Socket, String) {
     let ep = free_tcp();
     let s = ctx.socket(zmq::ROUTER).expect("router");
     s.set_linger(0).expect("linger");
     s.set_rcvtimeo(read_ms).expect("rcvtimeo");
+    s.set_router_mandatory(true).expect("router mandatory");
+    s.set_sndtimeo(read_ms).expect("sndtimeo");
     s.bind(&ep).expect("bind");
     (s, ep)
 }
