@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Writes spec-tests/v1/records.json, fanout.json, cancel.json, calls.json and credit.json.
+"""Writes spec-tests/v1/records.json, fanout.json, cancel.json, calls.json, credit.json and
+answers.json.
 
 This is a second, independent encoder of zmesh wire format v1, written from WIRE.md (not from
 the Rust code), so the committed vectors cross-check the Rust codec rather than echo it. The
@@ -33,7 +34,10 @@ KINDS = {
     "calls": 0x0F,
     # Known only where capability `credit` is in effect.
     "credit": 0x10,
+    # Known only where capability `answers` is in effect.
+    "answers": 0x11,
 }
+ANSWER_WHAT = {"accept": 1, "reply": 2, "accept_reply": 3}
 LANES = {"application": 1, "completion": 2, "client_server": 3}
 ROLES = {"server": 1, "object_client": 2}
 REJECT_REASONS = {
@@ -137,6 +141,16 @@ def encode(rec):
         for c in rec["calls"]:
             env += u64(c["call_id"]) + string(c["idempotency_key"])
         return [env] + [bytes.fromhex(c["payload"]) for c in rec["calls"]]
+    if k == "answers":
+        env = (header(k) + u16(len(rec["answers"])) + u64(rec["generation"])
+               + u64(rec["connection_id"]))
+        payloads = []
+        for a in rec["answers"]:
+            env += u64(a["call_id"]) + u8(ANSWER_WHAT[a["what"]])
+            if a["what"] != "accept":
+                env += u8(REPLY_CODES[a["code"]])
+                payloads.append(bytes.fromhex(a["payload"]))
+        return [env] + payloads
     if k == "batch":
         frames = [header(k) + u16(len(rec["requests"]))]
         for r in rec["requests"]:
@@ -1034,6 +1048,87 @@ def credit_file():
     }
 
 
+# ---- answers.json (capability `answers`, WIRE.md §4.16, §8.1) ----
+
+def answer(call_id, what, code="ok", payload=""):
+    a = {"call_id": str(call_id), "what": what}
+    if what != "accept":
+        a["code"] = code
+        a["payload"] = payload
+    return a
+
+
+def answers(generation, connection_id, items):
+    return {"kind": "answers", "generation": str(generation),
+            "connection_id": str(connection_id), "answers": items}
+
+
+def answers_file():
+    gen = 0x0102030405060708
+    three = answers(gen, 42, [answer(5, "accept_reply", "ok", "c3"), answer(6, "accept"),
+                              answer(7, "reply", "busy", "")])
+    v = [
+        valid("answers", "Call 5 accepted and answered Ok (payload C3), call 6 accepted, call 7 "
+              "answered Busy (empty message), on connection 42 of generation 0102030405060708.",
+              three),
+        valid("answers_one_call_accepted_and_answered",
+              "One entry standing for two records: call 1's ACCEPT, then its REPLY Ok.",
+              answers(1, 0, [answer(1, "accept_reply", "ok", "")])),
+        valid("answers_two_accepts", "Two ACCEPTs, no payload frame.",
+              answers(U64_MAX, U64_MAX, [answer(1, "accept"), answer(U64_MAX, "accept")])),
+    ]
+    frames = encode(three)
+    env = frames[0]
+    # Offsets: header 4, count 2, generation 8, connection 8 = 22; entry 5 at 22 (8 + 1 + 1),
+    # entry 6 at 32 (8 + 1), entry 7 at 41 (8 + 1 + 1).
+    lone_accept = header("answers") + u16(1) + u64(gen) + u64(42) + u64(6) + u8(1)
+    lone_reply = header("answers") + u16(1) + u64(gen) + u64(42) + u64(7) + u8(2) + u8(0)
+    inv = [
+        invalid("answers_count_0", "No entry.", "answers",
+                [header("answers") + u16(0) + u64(gen) + u64(42)], "invalid_field"),
+        invalid("answers_lone_accept", "One ACCEPT alone: a lone record is never wrapped.",
+                "answers", [lone_accept], "invalid_field"),
+        invalid("answers_lone_reply", "One REPLY alone: a lone record is never wrapped.",
+                "answers", [lone_reply, b""], "invalid_field"),
+        invalid("answers_truncated", "The frame ends inside the last entry's code.", "answers",
+                [env[:-1]] + frames[1:], "truncated"),
+        invalid("answers_trailing_bytes", "One byte after the last entry.", "answers",
+                [env + b"\x00"] + frames[1:], "trailing_bytes"),
+        invalid("answers_missing_payload", "Two REPLY entries, one payload frame.", "answers",
+                frames[:2], "frame_count"),
+        invalid("answers_payload_after_accepts", "Two ACCEPTs and a payload frame.", "answers",
+                encode(answers(1, 0, [answer(1, "accept"), answer(2, "accept")])) + [b""],
+                "frame_count"),
+        invalid("answers_generation_zero", "Generation 0.", "answers",
+                [replace(env, 6, u64(0))] + frames[1:], "invalid_field"),
+        invalid("answers_call_id_zero", "Entry 6's call id is 0.", "answers",
+                [replace(env, 32, u64(0))] + frames[1:], "invalid_field"),
+        invalid("answers_what_0", "Entry 6's what is 0 (it reads no code).", "answers",
+                [replace(env, 40, u8(0))] + frames[1:], "invalid_field"),
+        invalid("answers_bad_code", "Entry 7's code is 15.", "answers",
+                [replace(env, 50, u8(15))] + frames[1:], "invalid_field"),
+    ]
+    une = [
+        unencodable("answers_lone_accept", "A lone ACCEPT cannot be wrapped.",
+                    answers(1, 0, [answer(1, "accept")])),
+        unencodable("answers_generation_zero", "Generation 0 cannot be sent.",
+                    answers(0, 0, [answer(1, "accept"), answer(2, "accept")])),
+    ]
+    return {
+        "format": "zmesh-spec-vectors",
+        "version": 1,
+        "decoder": "record",
+        "capabilities": ["answers"],
+        "description": "Records of the capability answers (WIRE.md §4.16, §8.1): decode with "
+                       "the record decoder on a connection where both ends announced answers. "
+                       "Each valid record stands for the ACCEPTs and REPLYs its entries name, "
+                       "in order. Without the capability, kind 11 is unknown.",
+        "valid": v,
+        "invalid": inv,
+        "unencodable": une,
+    }
+
+
 def write(name, data):
     for part in ("valid", "invalid", "unencodable"):
         part_names = [x["name"] for x in data[part]]
@@ -1050,3 +1145,4 @@ if __name__ == "__main__":
     write("cancel.json", cancel_file())
     write("calls.json", calls_file())
     write("credit.json", credit_file())
+    write("answers.json", answers_file())

@@ -17,9 +17,9 @@ use bytes::Bytes;
 use serde::Deserialize;
 
 use zmesh::proto::wire::{
-    Accept, Batch, Calls, Capabilities, CloseReason, Detail, FanoutMessage, Hello, Item, Kind,
-    Label, Lane, Membership, Memberships, Message, Name, Record, Reject, RejectReason, Reply,
-    ReplyCode, Request, Role, Semantics, Welcome, WireError,
+    Accept, Answer, Answers, Batch, Calls, Capabilities, CloseReason, Detail, FanoutMessage, Hello,
+    Item, Kind, Label, Lane, Membership, Memberships, Message, Name, Record, Reject, RejectReason,
+    Reply, ReplyCode, Request, Role, Semantics, Welcome, WireError,
 };
 
 // ---- the file format (spec-tests/README.md) ----
@@ -152,6 +152,11 @@ enum JsonRecord {
         method: String,
         calls: Vec<JsonCall>,
     },
+    Answers {
+        generation: String,
+        connection_id: String,
+        answers: Vec<JsonAnswer>,
+    },
     Beacon,
     Publish {
         topic: String,
@@ -180,6 +185,27 @@ struct JsonCall {
     call_id: String,
     idempotency_key: String,
     payload: String,
+}
+
+/// One entry of an ANSWERS record: `what` is `accept`, `reply` or `accept_reply`; `code`
+/// and `payload` are there exactly when it carries a REPLY.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonAnswer {
+    call_id: String,
+    what: JsonWhat,
+    #[serde(default)]
+    code: Option<JsonReplyCode>,
+    #[serde(default)]
+    payload: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum JsonWhat {
+    Accept,
+    Reply,
+    AcceptReply,
 }
 
 #[derive(Debug, Deserialize)]
@@ -414,23 +440,7 @@ fn typed(j: &JsonRecord) -> Result<Typed, WireError> {
             payload,
         } => Record::Reply(Reply {
             call_id: non_zero(call_id, "call_id")?,
-            code: match code {
-                JsonReplyCode::Ok => ReplyCode::Ok,
-                JsonReplyCode::Exception => ReplyCode::Exception,
-                JsonReplyCode::MethodNotFound => ReplyCode::MethodNotFound,
-                JsonReplyCode::ClassNotFound => ReplyCode::ClassNotFound,
-                JsonReplyCode::Timeout => ReplyCode::Timeout,
-                JsonReplyCode::TransportError => ReplyCode::TransportError,
-                JsonReplyCode::Unauthorized => ReplyCode::Unauthorized,
-                JsonReplyCode::Forbidden => ReplyCode::Forbidden,
-                JsonReplyCode::InvalidParams => ReplyCode::InvalidParams,
-                JsonReplyCode::IncompatibleVersion => ReplyCode::IncompatibleVersion,
-                JsonReplyCode::UnknownOutcome => ReplyCode::UnknownOutcome,
-                JsonReplyCode::Busy => ReplyCode::Busy,
-                JsonReplyCode::Superseded => ReplyCode::Superseded,
-                JsonReplyCode::NotFound => ReplyCode::NotFound,
-                JsonReplyCode::Unavailable => ReplyCode::Unavailable,
-            },
+            code: reply_code(*code),
             payload: bytes_of(payload),
         }),
         JsonRecord::Item {
@@ -484,6 +494,37 @@ fn typed(j: &JsonRecord) -> Result<Typed, WireError> {
                 })
                 .collect::<Result<_, _>>()?,
         )?),
+        JsonRecord::Answers {
+            generation,
+            connection_id,
+            answers,
+        } => Record::Answers(Answers::new(
+            non_zero(generation, "generation")?,
+            u64_of(connection_id),
+            answers
+                .iter()
+                .map(|a| {
+                    let reply = || {
+                        (
+                            a.code.map_or(ReplyCode::Ok, reply_code),
+                            bytes_of(a.payload.as_deref().unwrap_or_default()),
+                        )
+                    };
+                    let answer = match a.what {
+                        JsonWhat::Accept => Answer::Accept,
+                        JsonWhat::Reply => {
+                            let (code, payload) = reply();
+                            Answer::Reply(code, payload)
+                        }
+                        JsonWhat::AcceptReply => {
+                            let (code, payload) = reply();
+                            Answer::AcceptReply(code, payload)
+                        }
+                    };
+                    Ok((non_zero(&a.call_id, "call_id")?, answer))
+                })
+                .collect::<Result<_, WireError>>()?,
+        )?),
         JsonRecord::Beacon => return Ok(Typed::Fanout(FanoutMessage::Beacon)),
         JsonRecord::Publish {
             topic,
@@ -500,6 +541,27 @@ fn typed(j: &JsonRecord) -> Result<Typed, WireError> {
         }
     };
     Ok(Typed::Record(record))
+}
+
+/// The wire reply code of a JSON reply code.
+fn reply_code(code: JsonReplyCode) -> ReplyCode {
+    match code {
+        JsonReplyCode::Ok => ReplyCode::Ok,
+        JsonReplyCode::Exception => ReplyCode::Exception,
+        JsonReplyCode::MethodNotFound => ReplyCode::MethodNotFound,
+        JsonReplyCode::ClassNotFound => ReplyCode::ClassNotFound,
+        JsonReplyCode::Timeout => ReplyCode::Timeout,
+        JsonReplyCode::TransportError => ReplyCode::TransportError,
+        JsonReplyCode::Unauthorized => ReplyCode::Unauthorized,
+        JsonReplyCode::Forbidden => ReplyCode::Forbidden,
+        JsonReplyCode::InvalidParams => ReplyCode::InvalidParams,
+        JsonReplyCode::IncompatibleVersion => ReplyCode::IncompatibleVersion,
+        JsonReplyCode::UnknownOutcome => ReplyCode::UnknownOutcome,
+        JsonReplyCode::Busy => ReplyCode::Busy,
+        JsonReplyCode::Superseded => ReplyCode::Superseded,
+        JsonReplyCode::NotFound => ReplyCode::NotFound,
+        JsonReplyCode::Unavailable => ReplyCode::Unavailable,
+    }
 }
 
 /// The vector-file name of a kind. Exhaustive on purpose: a new `Kind` does not compile here
@@ -522,6 +584,7 @@ fn kind_name(kind: Kind) -> &'static str {
         Kind::Cancel => "cancel",
         Kind::Calls => "calls",
         Kind::Credit => "credit",
+        Kind::Answers => "answers",
     }
 }
 
@@ -550,6 +613,7 @@ fn typed_kind(j: &JsonRecord) -> Option<Kind> {
         JsonRecord::Cancel { .. } => Kind::Cancel,
         JsonRecord::Calls { .. } => Kind::Calls,
         JsonRecord::Credit { .. } => Kind::Credit,
+        JsonRecord::Answers { .. } => Kind::Answers,
         JsonRecord::Beacon => return None,
         JsonRecord::Publish { .. } => Kind::Publish,
     })
@@ -584,6 +648,7 @@ fn files() -> Vec<VectorFile> {
         load("cancel.json"),
         load("calls.json"),
         load("credit.json"),
+        load("answers.json"),
     ]
 }
 
@@ -595,6 +660,7 @@ fn caps_of(file: &VectorFile) -> Capabilities {
             "cancel" => caps.union(Capabilities::CANCEL),
             "calls" => caps.union(Capabilities::CALLS),
             "credit" => caps.union(Capabilities::CREDIT),
+            "answers" => caps.union(Capabilities::ANSWERS),
             other => panic!("unknown capability {other:?}"),
         })
 }

@@ -534,3 +534,155 @@ async fn k5_x3_x4_calls_of_one_method_travel_as_calls_records_where_negotiated()
     node.shutdown().await.expect("shutdown");
     serving.await.expect("server thread");
 }
+
+/// What a raw libzmq ClientServer client (this crate's codec, HELLO offering `answers` when
+/// `offer`) saw for one BATCH of `n` calls of `orders`.`echo` to a zmesh server: the ACCEPTed
+/// and the answered ids in arrival order, each REPLY's payload, how many messages carried
+/// them and how many of those were ANSWERS records.
+struct Answered {
+    accepts: Vec<u64>,
+    replies: BTreeMap<u64, Bytes>,
+    messages: usize,
+    packed: usize,
+}
+
+fn raw_client_batch(ep: &str, offer: bool, n: u64) -> Answered {
+    use zmesh::proto::wire::{
+        self, Batch, Capabilities, Hello, Label, Lane, Memberships, Name, Record, Role,
+    };
+    let ctx = zmq::Context::new();
+    let d = ctx.socket(zmq::DEALER).expect("dealer");
+    d.set_linger(0).expect("linger");
+    d.set_rcvtimeo(15_000).expect("rcvtimeo");
+    d.connect(ep).expect("connect");
+    let mut list = vec![wire::Membership {
+        role: Role::ObjectClient,
+        channel: Name::new("orders").expect("channel"),
+    }];
+    if offer {
+        list.push(wire::Membership {
+            role: Role::ObjectClient,
+            channel: Name::new("\0answers").expect("extension entry"),
+        });
+    }
+    let hello = Record::Hello(Hello {
+        lane: Lane::ClientServer,
+        rid: Name::new(if offer { "raw-v2" } else { "raw-v1" }).expect("rid"),
+        generation: std::num::NonZeroU64::MIN,
+        security_identity: Label::default(),
+        expect_rid: None,
+        expect_generation: None,
+        config_generation: 0,
+        memberships: Memberships::new(list).expect("memberships"),
+    });
+    d.send_multipart(hello.encode().iter(), 0).expect("hello");
+    let caps = if offer {
+        Capabilities::ANSWERS
+    } else {
+        Capabilities::NONE
+    };
+    let recv = || {
+        let frames = d.recv_multipart(0).expect("a record within 15 s");
+        Record::decode_in(&frames, caps, |f| Bytes::copy_from_slice(f))
+            .expect("a record this connection's capabilities allow")
+    };
+    let Record::Welcome(w) = recv() else {
+        panic!("no WELCOME")
+    };
+    let announced = w
+        .memberships
+        .iter()
+        .any(|m| m.channel.as_str() == "\0answers");
+    assert_eq!(
+        announced, offer,
+        "the server announces only what was offered"
+    );
+    let requests = (1..=n)
+        .map(|i| wire::Request {
+            call_id: std::num::NonZeroU64::new(i).expect("id"),
+            ttl_ms: None,
+            semantics: wire::Semantics::Query,
+            channel: Name::new("orders").expect("channel"),
+            method: Name::new("echo").expect("method"),
+            idempotency_key: None,
+            payload: Bytes::from(vec![u8::try_from(i % 128).expect("fixint")]),
+        })
+        .collect();
+    let batch = Record::Batch(Batch::new(requests).expect("batch"));
+    d.send_multipart(batch.encode().iter(), 0).expect("batch");
+    let mut seen = Answered {
+        accepts: Vec::new(),
+        replies: BTreeMap::new(),
+        messages: 0,
+        packed: 0,
+    };
+    while (seen.replies.len() as u64) < n {
+        let records = match recv() {
+            Record::Probe { id } => {
+                d.send_multipart(Record::Ack { id }.encode().iter(), 0)
+                    .expect("ack");
+                continue;
+            }
+            Record::Answers(a) => {
+                seen.packed += 1;
+                a.into_records()
+            }
+            other => vec![other],
+        };
+        seen.messages += 1;
+        for r in records {
+            match r {
+                Record::Accept(a) => seen.accepts.push(a.call_id.get()),
+                Record::Reply(r) => {
+                    let id = r.call_id.get();
+                    assert!(
+                        seen.accepts.contains(&id),
+                        "REPLY of {id} before its ACCEPT"
+                    );
+                    assert_eq!(r.code, wire::ReplyCode::Ok, "call {id}");
+                    assert!(seen.replies.insert(id, r.payload).is_none(), "two REPLYs");
+                }
+                other => panic!("not an answer: {other:?}"),
+            }
+        }
+    }
+    seen
+}
+
+/// MISSION K5, X3, X4 (WIRE.md §4.16): the answers of a BATCH of 64 calls to a zmesh server
+/// travel as ANSWERS records toward a client that offered `answers`, standing for exactly
+/// one ACCEPT and one REPLY per call (ACCEPT first), in fewer messages than records; a
+/// version-1 client gets exactly the version-1 ACCEPT and REPLY records.
+#[tokio::test]
+async fn k5_x3_x4_answers_travel_packed_only_where_negotiated() {
+    let ep = free_tcp();
+    let mut c = NodeConfig::new("srv");
+    c.memberships = server_of("orders");
+    c.server = Some(Endpoint::new(ep.clone()));
+    let srv = echo_server(c).await;
+    for offer in [true, false] {
+        let e = ep.clone();
+        let seen = tokio::task::spawn_blocking(move || raw_client_batch(&e, offer, 64))
+            .await
+            .expect("raw client");
+        let ids: Vec<u64> = (1..=64).collect();
+        let mut accepted = seen.accepts.clone();
+        accepted.sort_unstable();
+        assert_eq!(accepted, ids, "one ACCEPT per call (offer {offer})");
+        for (id, payload) in &seen.replies {
+            assert_eq!(payload.as_ref(), [u8::try_from(id % 128).expect("fixint")]);
+        }
+        if offer {
+            assert!(seen.packed > 0, "no ANSWERS record");
+            assert!(
+                seen.messages * 2 <= 128,
+                "{} messages for 128 answers",
+                seen.messages
+            );
+        } else {
+            assert_eq!(seen.packed, 0);
+            assert_eq!(seen.messages, 128, "one message per answer in version 1");
+        }
+    }
+    srv.shutdown().await.expect("shutdown");
+}

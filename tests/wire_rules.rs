@@ -29,9 +29,9 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 use zmesh::config::{Endpoint, NodeConfig, RouteMeshBind};
 use zmesh::proto::wire::{
-    Accept, Batch, Calls, Capabilities, CloseReason, Detail, FanoutMessage, Hello, Item, Label,
-    Lane, Membership, Memberships, Message, Name, Record, Reject, RejectReason, Reply, ReplyCode,
-    Request, Role, Semantics, Welcome,
+    Accept, Answer, Answers, Batch, Calls, Capabilities, CloseReason, Detail, FanoutMessage, Hello,
+    Item, Label, Lane, Membership, Memberships, Message, Name, Record, Reject, RejectReason, Reply,
+    ReplyCode, Request, Role, Semantics, Welcome,
 };
 use zmesh::runtime::calls::{decode, encode, ServeError};
 use zmesh::runtime::Node;
@@ -489,6 +489,7 @@ async fn s5_client_hello_fields_first_probe_and_probe_ids() {
             (Role::ObjectClient, "\0cancel"),
             (Role::ObjectClient, "\0calls"),
             (Role::ObjectClient, "\0credit"),
+            (Role::ObjectClient, "\0answers"),
         ])
     );
     assert_eq!(route.len(), 18, "{route:02x?}");

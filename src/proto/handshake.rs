@@ -411,8 +411,8 @@ mod tests {
         let hello = hello_record(Lane::Application, &me, &Expectation::default(), 0).unwrap();
         assert_eq!(
             hello.memberships.len(),
-            4,
-            "one membership, three extension entries"
+            1 + Capabilities::SPOKEN.names().count(),
+            "one membership, one extension entry per capability"
         );
         let frames = wire::Record::Hello(hello).encode();
         let Ok(wire::Record::Hello(back)) = wire::Record::decode(&frames) else {
@@ -465,7 +465,10 @@ mod tests {
         );
         assert_eq!(id.capabilities, Capabilities::NONE);
         assert_eq!(id.memberships, vec![Membership::server("orders")]);
-        assert_eq!(Capabilities::SPOKEN.to_string(), "v1+cancel+calls+credit");
+        assert_eq!(
+            Capabilities::SPOKEN.to_string(),
+            "v1+cancel+calls+credit+answers"
+        );
         assert_eq!(Capabilities::NONE.to_string(), "v1");
     }
 }

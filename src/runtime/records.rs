@@ -63,6 +63,9 @@ pub(crate) enum Rec {
         call_id: NonZeroU64,
         items: NonZeroU64,
     },
+    /// The ACCEPTs and REPLYs an ANSWERS record stands for, in order (WIRE.md §4.16): each
+    /// is an [`Rec::Accept`] or a [`Rec::Reply`].
+    Answers(Vec<Rec>),
 }
 
 impl Rec {
@@ -88,6 +91,7 @@ impl Rec {
             Rec::Batch(_) => Kind::Batch,
             Rec::Cancel(_) => Kind::Cancel,
             Rec::Credit { .. } => Kind::Credit,
+            Rec::Answers(_) => Kind::Answers,
         }
     }
 }
@@ -137,6 +141,20 @@ pub(crate) fn decode(frames: &[Frame], caps: wire::Capabilities) -> Result<Rec, 
         // A CALLS record is handled as the BATCH of the same calls (WIRE.md §4.14).
         Record::Calls(c) => Rec::Batch(c.into_requests()),
         Record::Credit { call_id, items } => Rec::Credit { call_id, items },
+        Record::Answers(a) => Rec::Answers(
+            a.into_records()
+                .into_iter()
+                .filter_map(|r| match r {
+                    Record::Accept(a) => Some(Rec::Accept { call_id: a.call_id }),
+                    Record::Reply(r) => Some(Rec::Reply {
+                        call_id: r.call_id,
+                        code: r.code,
+                        payload: r.payload,
+                    }),
+                    _ => None,
+                })
+                .collect(),
+        ),
     })
 }
 
@@ -300,14 +318,14 @@ pub(crate) fn accept(call_id: NonZeroU64, generation: u64, conn: u64) -> Vec<Vec
     .encode()
 }
 
-/// REPLY.
-pub(crate) fn reply(call_id: NonZeroU64, code: wire::ReplyCode, payload: Bytes) -> Vec<Vec<u8>> {
-    Record::Reply(wire::Reply {
+/// REPLY (encoded when it leaves: answers of one connection may travel together, WIRE.md
+/// §4.16).
+pub(crate) fn reply(call_id: NonZeroU64, code: wire::ReplyCode, payload: Bytes) -> wire::Reply {
+    wire::Reply {
         call_id,
         code,
         payload,
-    })
-    .encode()
+    }
 }
 
 /// ITEM: stream item `seq` of call `call_id`.

@@ -212,6 +212,24 @@ pub(super) fn expected_examples() -> BTreeMap<&'static str, Expected> {
             )),
         ),
         (
+            "answers",
+            R(Record::Answers(
+                Answers::new(
+                    nz(0x0102_0304_0506_0708),
+                    42,
+                    vec![
+                        (
+                            nz(5),
+                            Answer::AcceptReply(ReplyCode::Ok, Bytes::from_static(&[0xC3])),
+                        ),
+                        (nz(6), Answer::Accept),
+                        (nz(7), Answer::Reply(ReplyCode::Busy, Bytes::new())),
+                    ],
+                )
+                .expect("answers"),
+            )),
+        ),
+        (
             "hello_announcing_cancel",
             R(Record::Hello(Hello {
                 lane: Lane::ClientServer,

@@ -129,6 +129,7 @@ pub const RULES: &[Rule] = &[
     must("8.1/welcome-announces-only-offered", "a HELLO offering cancel and an unknown capability is admitted, and its WELCOME announces no capability the HELLO did not offer (the unknown one never)"),
     must("4.13/cancel-unknown-ignored", "where cancel is in effect, a CANCEL for a call id never used changes nothing: the connection answers the next PROBE"),
     must("4.13/cancel-answered-ignored", "where cancel is in effect, a CANCEL for a call already answered changes nothing: the next PROBE gets its ACK, the next call its REPLY, the cancelled call nothing more"),
+    must("4.16/answers-stand-for-their-records", "where answers is in effect, the answers to a BATCH of calls are exactly one ACCEPT then one REPLY per call, whether packed in ANSWERS records or not"),
 ];
 
 /// The catalog entry of `id`.

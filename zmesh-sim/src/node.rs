@@ -725,6 +725,12 @@ impl SimNode {
                 }
             }
             Record::Cancel { call_id } => self.on_cancel(ctx, conn, lane, peer_node, call_id),
+            // Each record an ANSWERS stands for, as if it had arrived alone (WIRE.md §4.16).
+            Record::Answers(a) => {
+                for r in a.into_records() {
+                    self.on_ready_record(ctx, conn, r);
+                }
+            }
             // The simulated calls are unary: no stream, so no window to grant.
             Record::Hello(_) | Record::Welcome(_) | Record::Reject(_) | Record::Credit { .. } => {}
         }

@@ -21,15 +21,23 @@ impl Capabilities {
     /// CREDIT records and stream windows (WIRE.md §4.15): a callee sends a stream's items
     /// only as far as the caller granted.
     pub const CREDIT: Capabilities = Capabilities(4);
+    /// ANSWERS records (WIRE.md §4.16): the ACCEPTs and REPLYs of several calls of one
+    /// connection in one message, the connection said once.
+    pub const ANSWERS: Capabilities = Capabilities(8);
     /// Every capability this implementation speaks, announced by default.
-    pub const SPOKEN: Capabilities =
-        Capabilities(Capabilities::CANCEL.0 | Capabilities::CALLS.0 | Capabilities::CREDIT.0);
+    pub const SPOKEN: Capabilities = Capabilities(
+        Capabilities::CANCEL.0
+            | Capabilities::CALLS.0
+            | Capabilities::CREDIT.0
+            | Capabilities::ANSWERS.0,
+    );
 
     /// Each capability with its name on the wire, in the order extension entries are sent.
-    const NAMES: [(Capabilities, &'static str); 3] = [
+    const NAMES: [(Capabilities, &'static str); 4] = [
         (Capabilities::CANCEL, "cancel"),
         (Capabilities::CALLS, "calls"),
         (Capabilities::CREDIT, "credit"),
+        (Capabilities::ANSWERS, "answers"),
     ];
 
     /// Whether every capability of `other` is in this set.

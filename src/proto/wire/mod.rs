@@ -35,6 +35,7 @@
     clippy::arithmetic_side_effects
 )]
 
+mod answers;
 mod calls;
 mod caps;
 mod codec;
@@ -47,6 +48,7 @@ use std::num::NonZeroU64;
 
 use bytes::Bytes;
 
+pub use self::answers::{Answer, Answers};
 pub use self::calls::Calls;
 pub use self::caps::{is_extension_entry, Capabilities, EXTENSION_PREFIX, EXTENSION_ROOM};
 use self::codec::{put_count, put_str, put_u64, Reader};
@@ -113,6 +115,9 @@ pub enum Kind {
     /// 0x10: the caller grants a stream more items. An extension kind: known only on a
     /// connection that negotiated [`Capabilities::CREDIT`] (WIRE.md §4.15).
     Credit = 0x10,
+    /// 0x11: the ACCEPTs and REPLYs of several calls of one connection. An extension kind:
+    /// known only on a connection that negotiated [`Capabilities::ANSWERS`] (WIRE.md §4.16).
+    Answers = 0x11,
 }
 
 impl Kind {
@@ -135,7 +140,7 @@ impl Kind {
 
     /// Every extension kind, in byte order: each is known only where its capability is in
     /// effect ([`Kind::capability`]).
-    pub const EXTENSIONS: [Kind; 3] = [Kind::Cancel, Kind::Calls, Kind::Credit];
+    pub const EXTENSIONS: [Kind; 4] = [Kind::Cancel, Kind::Calls, Kind::Credit, Kind::Answers];
 
     /// The capability a connection must have negotiated for this kind to be known on it
     /// ([`Capabilities::NONE`] for every version-1 kind).
@@ -144,6 +149,7 @@ impl Kind {
             Kind::Cancel => Capabilities::CANCEL,
             Kind::Calls => Capabilities::CALLS,
             Kind::Credit => Capabilities::CREDIT,
+            Kind::Answers => Capabilities::ANSWERS,
             _ => Capabilities::NONE,
         }
     }
@@ -180,6 +186,7 @@ impl Kind {
             Kind::Cancel => "cancel",
             Kind::Calls => "calls",
             Kind::Credit => "credit",
+            Kind::Answers => "answers",
         }
     }
 }
@@ -428,6 +435,8 @@ pub enum Record {
         /// How many more items the callee may send.
         items: NonZeroU64,
     },
+    /// 0x11, 1 + one frame per REPLY; only where [`Capabilities::ANSWERS`] is in effect.
+    Answers(Answers),
 }
 
 impl Record {
@@ -449,6 +458,7 @@ impl Record {
             Record::Cancel { .. } => Kind::Cancel,
             Record::Calls(_) => Kind::Calls,
             Record::Credit { .. } => Kind::Credit,
+            Record::Answers(_) => Kind::Answers,
         }
     }
 
@@ -483,6 +493,7 @@ impl Record {
             Record::Probe { id } => vec![encode_probe(*id).to_vec()],
             Record::Cancel { call_id } => vec![liveness_frame(Kind::Cancel, *call_id).to_vec()],
             Record::Calls(c) => c.encode(),
+            Record::Answers(a) => a.encode(),
             Record::Credit { call_id, items } => {
                 put_u64(&mut env, call_id.get());
                 put_u64(&mut env, items.get());
@@ -629,6 +640,7 @@ fn decode_body<F: AsRef<[u8]>>(
         }
         Kind::Batch => decode_batch(r, frames, rest, take).map(Record::Batch),
         Kind::Calls => Calls::decode(r, frames, rest, take),
+        Kind::Answers => Answers::decode(r, frames, rest, take),
         Kind::Credit => {
             let call_id = r.u64("call_id")?;
             let items = r.u64("items")?;

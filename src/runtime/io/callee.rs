@@ -57,13 +57,13 @@ use crate::runtime::service::{MethodPlan, INLINE_BUDGET};
 /// An execution queue: the channel, and the key under keyed execution.
 type QueueKey = (String, Option<String>);
 
-/// One answer the callee decided on: the frames of an ACCEPT-less REPLY, for the connection
-/// the call's answers travel on.
+/// One answer the callee decided on: an ACCEPT-less REPLY, for the connection the call's
+/// answers travel on.
 pub(super) struct Answer {
     /// The call's connection.
     pub(super) key: CallKey,
-    /// The record's frames.
-    pub(super) frames: Vec<Vec<u8>>,
+    /// The REPLY.
+    pub(super) reply: wire::Reply,
 }
 
 /// Who sent a REQUEST, as the I/O thread knows it from the connection it came on.
@@ -171,7 +171,7 @@ impl Callee {
         for req in requests {
             self.answers.push_back(Answer {
                 key,
-                frames: records::reply(
+                reply: records::reply(
                     req.call_id,
                     ReplyCode::InvalidParams,
                     Bytes::from(message.clone()),
@@ -487,7 +487,7 @@ impl Callee {
         if let Some(code) = self.table.handle_done(id, ReplyCode::UnknownOutcome, now) {
             self.answers.push_back(Answer {
                 key,
-                frames: records::reply(call_id, code, Bytes::from(message.clone())),
+                reply: records::reply(call_id, code, Bytes::from(message.clone())),
             });
         }
         let _ = reply.send(Err(ServeError::runtime(
@@ -547,7 +547,7 @@ impl Callee {
             self.handlers.callers_gone(&[r.id], Cause::Answered);
             self.answers.push_back(Answer {
                 key: r.conn,
-                frames: records::reply(r.call_id, r.code, Bytes::from_static(r.message.as_bytes())),
+                reply: records::reply(r.call_id, r.code, Bytes::from_static(r.message.as_bytes())),
             });
             let next = self.left_queue(r.id);
             self.dispatch(next, now);
@@ -564,7 +564,7 @@ impl Callee {
     ) -> Option<Accepting> {
         self.answers.push_back(Answer {
             key,
-            frames: records::reply(call_id, code, Bytes::from(message.into_bytes())),
+            reply: records::reply(call_id, code, Bytes::from(message.into_bytes())),
         });
         None
     }
@@ -670,7 +670,7 @@ impl Callee {
         let Some((key, call_id)) = call else { return };
         self.answers.push_back(Answer {
             key,
-            frames: records::reply(call_id, code, Bytes::copy_from_slice(msg.as_bytes())),
+            reply: records::reply(call_id, code, Bytes::copy_from_slice(msg.as_bytes())),
         });
     }
 
@@ -717,7 +717,7 @@ impl Callee {
             if let Some((key, call_id)) = call {
                 self.answers.push_back(Answer {
                     key,
-                    frames: records::reply(call_id, code, payload),
+                    reply: records::reply(call_id, code, payload),
                 });
             }
         }

@@ -14,10 +14,10 @@
 //! [`CallShape::Stream`](crate::proto::calls::CallShape::Stream) numbers each handler item through the serve table and sends it as
 //! ITEM on the same route as the REPLY; the drain ends such calls with REPLY `Unavailable`.
 
-use std::collections::{HashMap, VecDeque};
 use std::num::NonZeroU64;
 use std::time::{Duration, Instant};
 
+use super::answers::Outgoing;
 use super::caller::{NewCall, Route, SendPolicy};
 use super::links::{Link, LinkKind};
 use super::{CallKey, IoThread, LinkKey, Table};
@@ -29,74 +29,6 @@ use crate::proto::wire::{Capabilities, Lane};
 use crate::proto::ConnId;
 use crate::runtime::calls::CallOptions;
 use crate::runtime::records;
-use crate::runtime::socket::SocketSendError;
-
-/// Answers (ACCEPT, REPLY) held back by a full pipe, per link: the connection they are for,
-/// and the answers in order. An answer is owed to a caller that waits for it, so it is
-/// delayed, never dropped, while its connection lasts.
-#[derive(Default)]
-pub(super) struct HeldAnswers {
-    held: HashMap<LinkKey, (ConnId, VecDeque<Frames>)>,
-}
-
-/// One record's frames.
-type Frames = Vec<Vec<u8>>;
-
-impl HeldAnswers {
-    /// True if answers for connection `conn` of link `route` wait (a new one goes behind).
-    fn is_waiting(&self, route: LinkKey, conn: ConnId) -> bool {
-        self.held
-            .get(&route)
-            .is_some_and(|(c, q)| *c == conn && !q.is_empty())
-    }
-
-    /// Holds `frames` for connection `conn` of link `route`, behind what waits there; what
-    /// waited for an older connection of the link is dropped.
-    fn hold(&mut self, route: LinkKey, conn: ConnId, frames: Frames) {
-        let entry = self
-            .held
-            .entry(route)
-            .or_insert_with(|| (conn, VecDeque::new()));
-        if entry.0 != conn {
-            *entry = (conn, VecDeque::new());
-        }
-        entry.1.push_back(frames);
-    }
-
-    /// True if nothing is held.
-    pub(super) fn is_empty(&self) -> bool {
-        self.held.is_empty()
-    }
-
-    /// Sends what is held, in order per link, while `send` takes it; a link whose current
-    /// connection (`current`) is not the one its answers were for drops them.
-    fn flush(
-        &mut self,
-        current: impl Fn(LinkKey) -> Option<ConnId>,
-        mut send: impl FnMut(LinkKey, &[Vec<u8>]) -> Result<(), SocketSendError>,
-    ) {
-        let links: Vec<LinkKey> = self.held.keys().copied().collect();
-        for route in links {
-            let Some((conn, mut queue)) = self.held.remove(&route) else {
-                continue;
-            };
-            if Some(conn) != current(route) {
-                continue;
-            }
-            while let Some(frames) = queue.pop_front() {
-                match send(route, &frames) {
-                    Ok(()) => {}
-                    Err(SocketSendError::Full) => {
-                        queue.push_front(frames);
-                        self.held.insert(route, (conn, queue));
-                        break;
-                    }
-                    Err(_) => break,
-                }
-            }
-        }
-    }
-}
 
 /// Longest graceful stop: accepted calls still running then are answered `Unavailable`.
 pub const GRACEFUL_STOP_BOUND: Duration = Duration::from_secs(10);
@@ -246,49 +178,6 @@ impl IoThread {
         (c.id == key.1 && c.ready).then_some(key.0)
     }
 
-    /// Sends an ACCEPT or REPLY on `route`, in order behind any answer still waiting there.
-    /// A pipe that is full now (HWM) keeps the answer for a later loop turn: an answer is owed
-    /// to a caller that waits for it, so it is delayed, never dropped. Returns false when the
-    /// connection is gone (the caller fails the call when it sees that).
-    pub(super) fn send_answer(&mut self, route: LinkKey, frames: Vec<Vec<u8>>) -> bool {
-        let Some(conn) = self
-            .links
-            .get(route)
-            .and_then(|l| l.conn.as_ref())
-            .map(|c| c.id)
-        else {
-            return false;
-        };
-        if !self.answers.is_waiting(route, conn) {
-            match self.send_frames_on_link(route, &frames) {
-                Ok(()) => return true,
-                Err(SocketSendError::Full) => {}
-                Err(_) => return false,
-            }
-        }
-        self.answers.hold(route, conn, frames);
-        true
-    }
-
-    /// Retries answers held back by a full pipe, in order per link; answers of a connection
-    /// that is gone are dropped (their callers fail the calls on the connection loss).
-    pub(super) fn flush_answers(&mut self) {
-        if self.answers.is_empty() {
-            return;
-        }
-        let mut held = std::mem::take(&mut self.answers);
-        held.flush(
-            |k| {
-                self.links
-                    .get(k)
-                    .and_then(|l| l.conn.as_ref())
-                    .map(|c| c.id)
-            },
-            |k, frames| self.send_frames_on_link(k, frames),
-        );
-        self.answers = held;
-    }
-
     /// A link's connection is leaving ready: fail the calls leased on it (MISSION C2).
     ///
     /// Calls are keyed by the connection their answers travel on (a RouteMesh Completion lane,
@@ -352,7 +241,7 @@ impl IoThread {
             return;
         };
         if self.conn_caps(link).contains(Capabilities::CREDIT) {
-            self.send_answer(link, records::credit(call_id, items));
+            self.send_answer(link, Outgoing::Frames(records::credit(call_id, items)));
         }
     }
 

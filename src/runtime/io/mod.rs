@@ -70,6 +70,7 @@
 //! - [`ready`]: readiness of the sockets (epoll over `ZMQ_FD`, the edge rule).
 
 mod admission;
+mod answers;
 mod app;
 mod callee;
 mod caller;
@@ -114,7 +115,7 @@ use crate::proto::sched::{IdMap, ReceiveScheduler, SharedSocketId};
 use crate::proto::security::PublicKey;
 use crate::proto::state::{ConnState, FailureReason};
 use crate::proto::ConnId;
-use calls::HeldAnswers;
+use answers::AnswerQueue;
 pub use calls::GRACEFUL_STOP_BOUND;
 use fanout::{Publisher, Sub};
 use links::{Link, LinkKind};
@@ -234,7 +235,7 @@ pub(crate) struct IoThread {
     /// The calls this node serves: channels, serve table, execution queues, handlers.
     callee: callee::Callee,
     /// ACCEPTs and REPLYs held back by a full pipe, per link (and its connection then).
-    answers: HeldAnswers,
+    answers: AnswerQueue,
     slots: Table<SlotKey, Option<Slot>>,
     links: Table<LinkKey, Link>,
     /// Inbound connections by bound socket and routing id (unique per physical connection).
@@ -338,7 +339,7 @@ impl IoThread {
             busy: false,
             caller: caller::Caller::new(ops),
             callee: callee::Callee::new(),
-            answers: HeldAnswers::default(),
+            answers: AnswerQueue::default(),
             slots: Table::default(),
             links: Table::default(),
             inbound: IdMap::default(),

@@ -299,6 +299,12 @@ impl IoThread {
             rec @ (Rec::Accept { .. } | Rec::Reply { .. } | Rec::Item { .. }) if ready => {
                 self.on_call_answer(k, rec, now)
             }
+            Rec::Answers(answers) if ready => {
+                // Each as if it had arrived alone, in order (WIRE.md §4.16).
+                for rec in answers {
+                    self.on_call_answer(k, rec, now);
+                }
+            }
             Rec::Reject { reason, detail } => {
                 if reason == RejectReason::Duplicate {
                     // The peer's own dial of this lane is the current connection (T1).

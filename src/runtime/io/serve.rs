@@ -6,12 +6,12 @@
 use std::num::NonZeroU64;
 use std::time::Instant;
 
+use super::answers::Outgoing;
 use super::callee::From;
 use super::links::Link;
 use super::{CallKey, IoThread, LinkKey, Table};
 use crate::proto::wire::{self, Capabilities, Lane};
 use crate::runtime::command::{ServeDone, ServeItem, Served};
-use crate::runtime::records;
 use crate::runtime::security::Caller;
 
 impl IoThread {
@@ -74,8 +74,7 @@ impl IoThread {
             .callee
             .handle_request(from, req, || caller_of(links, k), now);
         if let Some(accepting) = taken {
-            let accept = records::accept(accepting.call_id(), self.me.generation, key.1 .0);
-            let sent = self.send_answer_on(key, accept);
+            let sent = self.send_answer_on(key, Outgoing::Accept(accepting.call_id()));
             self.callee.handle_accept_sent(accepting, sent, now);
         }
         self.drain_calls(now);
@@ -119,9 +118,18 @@ impl IoThread {
     }
 
     /// Sends one ITEM on its call's answer route and tells the callee whether it left.
+    ///
+    /// An ITEM behind answers that still wait on that route (its call's ACCEPT among them)
+    /// waits with them, so it never overtakes them.
     fn send_item(&mut self, item: super::callee::ItemToSend, now: Instant) {
         let route = self.answer_route(item.key);
-        let sent = route.is_some_and(|r| self.send_frames_on_link(r, &item.frames).is_ok());
+        let sent = route.is_some_and(|r| {
+            if self.answers.is_waiting(r, item.key.1) {
+                self.send_answer(r, Outgoing::Frames(item.frames.clone()))
+            } else {
+                self.send_frames_on_link(r, &item.frames).is_ok()
+            }
+        });
         self.callee.handle_item_sent(item, sent, now);
     }
 
@@ -134,15 +142,15 @@ impl IoThread {
     /// there (a connection gone since has no one to answer).
     pub(super) fn send_callee_answers(&mut self, now: Instant) {
         while let Some(a) = self.callee.poll_answer(now) {
-            self.send_answer_on(a.key, a.frames);
+            self.send_answer_on(a.key, Outgoing::Reply(a.reply));
         }
     }
 
     /// Sends an ACCEPT or REPLY for the calls of connection `key` on its route; false when
     /// the route is gone.
-    fn send_answer_on(&mut self, key: CallKey, frames: Vec<Vec<u8>>) -> bool {
+    fn send_answer_on(&mut self, key: CallKey, out: Outgoing) -> bool {
         match self.answer_route(key) {
-            Some(route) => self.send_answer(route, frames),
+            Some(route) => self.send_answer(route, out),
             None => false,
         }
     }

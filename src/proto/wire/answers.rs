@@ -1,0 +1,360 @@
+//! ANSWERS (`11`, capability `answers`, WIRE.md §4.16): the ACCEPTs and REPLYs of several
+//! calls of one connection in one message, the acceptor's generation and connection id said
+//! once.
+
+use std::num::NonZeroU64;
+
+use bytes::Bytes;
+
+use super::codec::{put_count, put_u64, Reader};
+use super::{envelope, non_zero, Accept, Kind, Record, Reply, ReplyCode, WireError};
+
+/// What one entry of an ANSWERS record carries for its call: its ACCEPT, its REPLY, or the
+/// ACCEPT then the REPLY.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// The call's ACCEPT (wire `what` = 1).
+    Accept,
+    /// The call's REPLY (wire `what` = 2): its code and the next payload frame.
+    Reply(ReplyCode, Bytes),
+    /// The call's ACCEPT, then its REPLY (wire `what` = 3).
+    AcceptReply(ReplyCode, Bytes),
+}
+
+impl Answer {
+    /// The entry's `what` byte.
+    fn what(&self) -> u8 {
+        match self {
+            Answer::Accept => 1,
+            Answer::Reply(..) => 2,
+            Answer::AcceptReply(..) => 3,
+        }
+    }
+
+    /// The REPLY's code and payload, if the entry carries one.
+    fn reply(&self) -> Option<(ReplyCode, &Bytes)> {
+        match self {
+            Answer::Accept => None,
+            Answer::Reply(code, payload) | Answer::AcceptReply(code, payload) => {
+                Some((*code, payload))
+            }
+        }
+    }
+
+    /// How many records the entry stands for (1 or 2).
+    fn records(&self) -> usize {
+        match self {
+            Answer::AcceptReply(..) => 2,
+            Answer::Accept | Answer::Reply(..) => 1,
+        }
+    }
+}
+
+/// ANSWERS: the answers of 1..=65535 calls of one connection, in order, standing for at
+/// least two records. Each entry is exactly the ACCEPT and/or REPLY it names arriving alone
+/// in its place: the ACCEPTs carry the record's `generation` and `connection_id`, which every
+/// ACCEPT of one connection shares. Only where capability `answers` is in effect (WIRE.md
+/// §8.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answers {
+    generation: NonZeroU64,
+    connection_id: u64,
+    entries: Vec<(NonZeroU64, Answer)>,
+}
+
+impl Answers {
+    /// The most entries one ANSWERS record can carry (its u16 count).
+    pub const MAX: usize = u16::MAX as usize;
+
+    /// Checks the count: 1..=65535 entries standing for two records or more (a lone ACCEPT
+    /// or REPLY is never wrapped). Fails with class `invalid_field`.
+    pub fn new(
+        generation: NonZeroU64,
+        connection_id: u64,
+        entries: Vec<(NonZeroU64, Answer)>,
+    ) -> Result<Self, WireError> {
+        Self::check_count(
+            entries.len(),
+            entries.iter().map(|(_, a)| a.records()).sum(),
+        )?;
+        Ok(Self {
+            generation,
+            connection_id,
+            entries,
+        })
+    }
+
+    fn check_count(count: usize, records: usize) -> Result<(), WireError> {
+        if count == 0 || count > Self::MAX || records < 2 {
+            return Err(WireError::invalid(
+                Some(Kind::Answers),
+                "count",
+                "an ANSWERS record holds 1..=65535 entries standing for two records or more",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The entries, in wire order.
+    pub fn entries(&self) -> &[(NonZeroU64, Answer)] {
+        &self.entries
+    }
+
+    /// The records the entries stand for, in order: what a receiver acts on, exactly as if
+    /// each had arrived alone.
+    pub fn into_records(self) -> Vec<Record> {
+        let (generation, connection_id) = (self.generation, self.connection_id);
+        let accept = |call_id| {
+            Record::Accept(Accept {
+                call_id,
+                generation,
+                connection_id,
+            })
+        };
+        let mut out = Vec::with_capacity(self.entries.len().saturating_mul(2));
+        for (call_id, answer) in self.entries {
+            match answer {
+                Answer::Accept => out.push(accept(call_id)),
+                Answer::Reply(code, payload) => out.push(Record::Reply(Reply {
+                    call_id,
+                    code,
+                    payload,
+                })),
+                Answer::AcceptReply(code, payload) => {
+                    out.push(accept(call_id));
+                    out.push(Record::Reply(Reply {
+                        call_id,
+                        code,
+                        payload,
+                    }));
+                }
+            }
+        }
+        out
+    }
+
+    /// The record's frames: the envelope with the shared fields and each entry's call id,
+    /// `what` and code, then one payload frame per REPLY, in order.
+    pub(super) fn encode(&self) -> Vec<Vec<u8>> {
+        let mut env = envelope(Kind::Answers);
+        put_count(&mut env, self.entries.len());
+        put_u64(&mut env, self.generation.get());
+        put_u64(&mut env, self.connection_id);
+        let mut payloads = Vec::new();
+        for (call_id, answer) in &self.entries {
+            put_u64(&mut env, call_id.get());
+            env.push(answer.what());
+            if let Some((code, payload)) = answer.reply() {
+                env.push(code.into());
+                payloads.push(payload.to_vec());
+            }
+        }
+        let mut frames = Vec::with_capacity(payloads.len().saturating_add(1));
+        frames.push(env);
+        frames.extend(payloads);
+        frames
+    }
+
+    /// Decodes the body of an ANSWERS envelope and its payload frames (`frames` is the whole
+    /// message, `rest` the frames after the envelope), in the check order of WIRE.md §6.2:
+    /// every body field is read (truncated, trailing bytes), then the frame count, then the
+    /// field values in wire order.
+    pub(super) fn decode<F: AsRef<[u8]>>(
+        mut r: Reader<'_>,
+        frames: &[F],
+        rest: &[F],
+        take: &impl Fn(&F) -> Bytes,
+    ) -> Result<Record, WireError> {
+        let count = usize::from(r.u16("count")?);
+        let generation = r.u64("generation")?;
+        let connection_id = r.u64("connection_id")?;
+        // Bounded by the frame: each entry is at least 9 bytes, and a short frame stops the
+        // reader with `truncated` before anything is reserved for it.
+        let mut raw = Vec::new();
+        for _ in 0..count {
+            let call_id = r.u64("call_id")?;
+            let what = r.u8("what")?;
+            // The code is there exactly when `what` says a REPLY; an unknown `what` is
+            // judged with the values below, so it reads no code.
+            let code = if what & 2 != 0 && what <= 3 {
+                Some(r.u8("code")?)
+            } else {
+                None
+            };
+            raw.push((call_id, what, code));
+        }
+        r.finish()?;
+        let replies = raw.iter().filter(|(_, _, code)| code.is_some()).count();
+        let expected = replies.saturating_add(1);
+        if frames.len() != expected {
+            return Err(WireError::FrameCount {
+                kind: Some(Kind::Answers),
+                expected,
+                found: frames.len(),
+            });
+        }
+        let records = raw
+            .iter()
+            .map(|(_, what, _)| if *what == 3 { 2 } else { 1 })
+            .sum();
+        Self::check_count(count, records)?;
+        let generation = non_zero(generation, "generation")?;
+        let mut checked = Vec::with_capacity(count);
+        for (call_id, what, code) in raw {
+            let call_id = non_zero(call_id, "call_id")?;
+            if !(1..=3).contains(&what) {
+                return Err(WireError::invalid(
+                    Some(Kind::Answers),
+                    "what",
+                    "an entry's what is 1 (ACCEPT), 2 (REPLY) or 3 (ACCEPT then REPLY)",
+                ));
+            }
+            let code = code.map(ReplyCode::try_from).transpose()?;
+            checked.push((call_id, what, code));
+        }
+        // Every check passed: only now are the payloads taken.
+        let mut payloads = rest.iter();
+        let mut entries = Vec::with_capacity(count);
+        for (call_id, what, code) in checked {
+            let answer = match (what, code) {
+                (_, None) => Answer::Accept,
+                (2, Some(code)) => {
+                    Answer::Reply(code, payloads.next().map(take).unwrap_or_default())
+                }
+                (_, Some(code)) => {
+                    Answer::AcceptReply(code, payloads.next().map(take).unwrap_or_default())
+                }
+            };
+            entries.push((call_id, answer));
+        }
+        Ok(Record::Answers(Answers {
+            generation,
+            connection_id,
+            entries,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic, clippy::indexing_slicing)]
+
+    use super::*;
+    use crate::proto::wire::Capabilities;
+
+    fn id(n: u64) -> NonZeroU64 {
+        NonZeroU64::new(n).unwrap()
+    }
+
+    fn decode(frames: &[Vec<u8>]) -> Result<Record, WireError> {
+        Record::decode_in(frames, Capabilities::ANSWERS, |f| Bytes::copy_from_slice(f))
+    }
+
+    /// MISSION K5, X3, X4: the answers of 64 calls travel as one ANSWERS record that stands
+    /// for exactly the ACCEPTs and REPLYs it names, in order, in under half the bytes of
+    /// those records sent alone; it is unknown where `answers` is not in effect, and a lone
+    /// ACCEPT or REPLY is never wrapped.
+    #[test]
+    fn k5_x3_x4_answers_say_the_connection_once_and_save_bytes() {
+        let gen = id(0x0102_0304_0506_0708);
+        assert!(Answers::new(gen, 7, vec![(id(1), Answer::Accept)]).is_err());
+        assert!(Answers::new(
+            gen,
+            7,
+            vec![(id(1), Answer::Reply(ReplyCode::Ok, Bytes::new()))]
+        )
+        .is_err());
+        assert!(Answers::new(gen, 7, vec![]).is_err());
+        let one = Answers::new(
+            gen,
+            7,
+            vec![(id(1), Answer::AcceptReply(ReplyCode::Ok, Bytes::new()))],
+        );
+        assert!(one.is_ok(), "one call's ACCEPT and REPLY are two records");
+
+        let entries: Vec<_> = (1..=64)
+            .map(|n| {
+                (
+                    id(n),
+                    Answer::AcceptReply(ReplyCode::Ok, Bytes::from(vec![0xC3])),
+                )
+            })
+            .collect();
+        let record = Record::Answers(Answers::new(gen, 7, entries).unwrap());
+        let frames = record.encode();
+        assert_eq!(frames.len(), 65);
+        let back = decode(&frames).unwrap();
+        assert_eq!(back, record);
+        assert!(Record::decode(&frames).is_err(), "unknown in version 1");
+
+        let Record::Answers(a) = back else { panic!() };
+        let records = a.into_records();
+        assert_eq!(records.len(), 128);
+        let alone: Vec<Vec<u8>> = records.iter().flat_map(Record::encode).collect();
+        assert_eq!(
+            records[0],
+            Record::Accept(Accept {
+                call_id: id(1),
+                generation: gen,
+                connection_id: 7
+            })
+        );
+        assert_eq!(
+            records[1],
+            Record::Reply(Reply {
+                call_id: id(1),
+                code: ReplyCode::Ok,
+                payload: Bytes::from(vec![0xC3])
+            })
+        );
+        // ZMTP adds 2 bytes per short frame either way.
+        let bytes = |f: &[Vec<u8>]| f.iter().map(|f| f.len() + 2).sum::<usize>();
+        assert!(
+            bytes(&frames) * 2 < bytes(&alone),
+            "{} against {}",
+            bytes(&frames),
+            bytes(&alone)
+        );
+    }
+
+    /// WIRE.md §4.16 and §6.2: the body is read whole first (truncated, trailing bytes), then
+    /// the frame count, then the values (count, generation, call ids, what, code).
+    #[test]
+    fn w3_answers_are_checked_in_wire_order() {
+        let gen = id(9);
+        let entries = vec![
+            (id(1), Answer::Accept),
+            (
+                id(2),
+                Answer::Reply(ReplyCode::Busy, Bytes::from_static(b"x")),
+            ),
+        ];
+        let good = Record::Answers(Answers::new(gen, 1, entries).unwrap()).encode();
+        assert!(decode(&good).is_ok());
+        let class = |frames: &[Vec<u8>]| decode(frames).unwrap_err().class();
+
+        let mut short = good.clone();
+        short[0].pop();
+        assert_eq!(class(&short), "truncated");
+        let mut long = good.clone();
+        long[0].push(0);
+        assert_eq!(class(&long), "trailing_bytes");
+        let mut frames = good.clone();
+        frames.push(Vec::new());
+        assert_eq!(class(&frames), "frame_count");
+        let mut zero_gen = good.clone();
+        zero_gen[0][6..14].fill(0);
+        assert_eq!(class(&zero_gen), "invalid_field");
+        let mut bad_code = good.clone();
+        let last = bad_code[0].len() - 1;
+        bad_code[0][last] = 0xEE;
+        assert_eq!(class(&bad_code), "invalid_field");
+        // `what` 4 reads no code: the body is then one byte too long.
+        let mut bad_what = good.clone();
+        bad_what[0][last - 1] = 4;
+        assert_eq!(class(&bad_what), "trailing_bytes");
+        bad_what[0].pop();
+        bad_what.pop();
+        assert_eq!(class(&bad_what), "invalid_field");
+    }
+}

@@ -1,0 +1,307 @@
+//! The callee's answers on their way out: ACCEPTs and REPLYs queued per link in the order
+//! they were decided, and sent when the loop turn ends.
+//!
+//! Toward a connection that negotiated `answers` (WIRE.md §4.16) every answer waits for the
+//! end of the turn, and the answers that waited together leave as ANSWERS records: the
+//! connection's generation and id said once, a call's ACCEPT and REPLY in one entry when
+//! they are next to each other. Toward any other connection an answer is sent at once, as in
+//! version 1, unless earlier ones are still held back by a full pipe. Either way an answer is
+//! owed to a caller that waits for it, so a full pipe (HWM) delays it, never drops it, while
+//! its connection lasts; and a record that must keep its place behind the answers (an ITEM
+//! of the same call) waits in the same queue.
+
+use std::collections::{HashMap, VecDeque};
+use std::num::NonZeroU64;
+
+use super::{IoThread, LinkKey};
+use crate::proto::wire::{self, Answer, Answers, Capabilities, Record};
+use crate::proto::ConnId;
+use crate::runtime::records;
+use crate::runtime::socket::SocketSendError;
+
+/// Most entries of one ANSWERS record this node sends: the receive loop's per-turn record
+/// count, so one record never carries more answers than a turn would take one at a time.
+pub const ANSWERS_MAX_ENTRIES: usize = 64;
+
+/// Most payload bytes of the REPLYs of one ANSWERS record this node sends. A REPLY that
+/// would take a record past it starts the next one (a REPLY bigger than this travels on its
+/// own), so a record stays small beside the receive loop's byte cap.
+pub const ANSWERS_MAX_PAYLOAD: usize = 16 * 1024;
+
+/// One record's frames.
+type Frames = Vec<Vec<u8>>;
+
+/// One answer waiting to leave.
+pub(super) enum Outgoing {
+    /// An ACCEPT of the call with this id (the connection's generation and id are added
+    /// when it leaves).
+    Accept(NonZeroU64),
+    /// A REPLY.
+    Reply(wire::Reply),
+    /// Any other record that keeps its place in the queue (an ITEM, a CREDIT).
+    Frames(Frames),
+}
+
+/// The answers waiting per link: the connection they are for, and the answers in order.
+#[derive(Default)]
+pub(super) struct AnswerQueue {
+    queued: HashMap<LinkKey, (ConnId, VecDeque<Outgoing>)>,
+}
+
+impl AnswerQueue {
+    /// True if answers for connection `conn` of link `route` wait (a new one goes behind).
+    pub(super) fn is_waiting(&self, route: LinkKey, conn: ConnId) -> bool {
+        self.queued
+            .get(&route)
+            .is_some_and(|(c, q)| *c == conn && !q.is_empty())
+    }
+
+    /// Queues `out` for connection `conn` of link `route`, behind what waits there; what
+    /// waited for an older connection of the link is dropped.
+    fn hold(&mut self, route: LinkKey, conn: ConnId, out: Outgoing) {
+        let entry = self
+            .queued
+            .entry(route)
+            .or_insert_with(|| (conn, VecDeque::new()));
+        if entry.0 != conn {
+            *entry = (conn, VecDeque::new());
+        }
+        entry.1.push_back(out);
+    }
+
+    /// True if nothing waits.
+    pub(super) fn is_empty(&self) -> bool {
+        self.queued.is_empty()
+    }
+
+    /// Sends what waits, in order per link, while `send` takes it. `current` says a link's
+    /// current connection and whether it packs answers; a link whose connection is not the
+    /// one its answers were for drops them (their callers fail the calls on the loss).
+    fn flush(
+        &mut self,
+        generation: NonZeroU64,
+        current: impl Fn(LinkKey) -> Option<(ConnId, bool)>,
+        mut send: impl FnMut(LinkKey, &[Vec<u8>]) -> Result<(), SocketSendError>,
+    ) {
+        let links: Vec<LinkKey> = self.queued.keys().copied().collect();
+        for route in links {
+            let Some((conn, mut queue)) = self.queued.remove(&route) else {
+                continue;
+            };
+            let Some((now_conn, packs)) = current(route) else {
+                continue;
+            };
+            if now_conn != conn {
+                continue;
+            }
+            while !queue.is_empty() {
+                let (frames, used) = next_record(&queue, generation, conn, packs);
+                match send(route, &frames) {
+                    Ok(()) => {
+                        queue.drain(..used);
+                    }
+                    Err(SocketSendError::Full) => {
+                        self.queued.insert(route, (conn, queue));
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+}
+
+/// The next record to send from the front of `queue`, and how many queued answers it
+/// carries: an ANSWERS record of the answers at the front where the connection packs them
+/// and they stand for two records or more, else the front answer alone.
+fn next_record(
+    queue: &VecDeque<Outgoing>,
+    generation: NonZeroU64,
+    conn: ConnId,
+    packs: bool,
+) -> (Frames, usize) {
+    if packs {
+        let (entries, used) = pack_front(queue);
+        if let Ok(a) = Answers::new(generation, conn.0, entries) {
+            return (Record::Answers(a).encode(), used);
+        }
+    }
+    let frames = match queue.front() {
+        Some(Outgoing::Accept(call_id)) => records::accept(*call_id, generation.get(), conn.0),
+        Some(Outgoing::Reply(r)) => Record::Reply(r.clone()).encode(),
+        Some(Outgoing::Frames(f)) => f.clone(),
+        None => return (Vec::new(), 0),
+    };
+    (frames, 1)
+}
+
+/// The ANSWERS entries of the ACCEPTs and REPLYs at the front of `queue` (an ACCEPT followed
+/// by its call's REPLY makes one entry), within [`ANSWERS_MAX_ENTRIES`] and
+/// [`ANSWERS_MAX_PAYLOAD`], and how many queued answers they carry.
+fn pack_front(queue: &VecDeque<Outgoing>) -> (Vec<(NonZeroU64, Answer)>, usize) {
+    let mut entries: Vec<(NonZeroU64, Answer)> = Vec::new();
+    let (mut used, mut payload) = (0, 0usize);
+    for out in queue {
+        let reply = match out {
+            Outgoing::Accept(call_id) => {
+                if entries.len() == ANSWERS_MAX_ENTRIES {
+                    break;
+                }
+                entries.push((*call_id, Answer::Accept));
+                used += 1;
+                continue;
+            }
+            Outgoing::Reply(r) => r,
+            Outgoing::Frames(_) => break,
+        };
+        let size = payload.saturating_add(reply.payload.len());
+        if used > 0 && size > ANSWERS_MAX_PAYLOAD {
+            break;
+        }
+        let full = entries.len() == ANSWERS_MAX_ENTRIES;
+        match entries.last_mut() {
+            Some((id, last @ Answer::Accept)) if *id == reply.call_id => {
+                *last = Answer::AcceptReply(reply.code, reply.payload.clone());
+            }
+            _ if full => break,
+            _ => entries.push((
+                reply.call_id,
+                Answer::Reply(reply.code, reply.payload.clone()),
+            )),
+        }
+        payload = size;
+        used += 1;
+    }
+    (entries, used)
+}
+
+impl IoThread {
+    /// Sends an answer on `route`, in order behind any answer still waiting there: at the
+    /// end of the turn where the connection packs answers, else now (a full pipe keeps it
+    /// for a later turn). Returns false when the connection is gone (the caller fails the
+    /// call when it sees that).
+    pub(super) fn send_answer(&mut self, route: LinkKey, out: Outgoing) -> bool {
+        let Some(conn) = self
+            .links
+            .get(route)
+            .and_then(|l| l.conn.as_ref())
+            .map(|c| c.id)
+        else {
+            return false;
+        };
+        let packs = self.conn_caps(route).contains(Capabilities::ANSWERS);
+        if !packs && !self.answers.is_waiting(route, conn) {
+            let frames = match &out {
+                Outgoing::Accept(call_id) => records::accept(*call_id, self.me.generation, conn.0),
+                Outgoing::Reply(r) => Record::Reply(r.clone()).encode(),
+                Outgoing::Frames(f) => f.clone(),
+            };
+            match self.send_frames_on_link(route, &frames) {
+                Ok(()) => return true,
+                Err(SocketSendError::Full) => {}
+                Err(_) => return false,
+            }
+        }
+        self.answers.hold(route, conn, out);
+        true
+    }
+
+    /// Sends the answers that wait, in order per link (see the module docs); answers of a
+    /// connection that is gone are dropped (their callers fail the calls on the loss).
+    pub(super) fn flush_answers(&mut self) {
+        if self.answers.is_empty() {
+            return;
+        }
+        let Some(generation) = NonZeroU64::new(self.me.generation) else {
+            return;
+        };
+        let mut queued = std::mem::take(&mut self.answers);
+        queued.flush(
+            generation,
+            |k| {
+                let conn = self.links.get(k).and_then(|l| l.conn.as_ref())?.id;
+                Some((conn, self.conn_caps(k).contains(Capabilities::ANSWERS)))
+            },
+            |k, frames| self.send_frames_on_link(k, frames),
+        );
+        self.answers = queued;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use bytes::Bytes;
+    use wire::ReplyCode;
+
+    fn id(n: u64) -> NonZeroU64 {
+        NonZeroU64::new(n).unwrap()
+    }
+
+    fn reply(n: u64, len: usize) -> Outgoing {
+        Outgoing::Reply(records::reply(
+            id(n),
+            ReplyCode::Ok,
+            Bytes::from(vec![0; len]),
+        ))
+    }
+
+    /// MISSION K5, X4: answers that waited together pack in order, an ACCEPT next to its
+    /// call's REPLY makes one entry, and a pack stops at its entry and payload bounds and
+    /// before any record that is not an answer.
+    #[test]
+    fn k5_x4_answers_pack_in_order_within_their_bounds() {
+        let q: VecDeque<Outgoing> = vec![
+            Outgoing::Accept(id(1)),
+            reply(1, 1),
+            Outgoing::Accept(id(2)),
+            reply(3, 1),
+            Outgoing::Frames(vec![vec![1]]),
+            reply(2, 1),
+        ]
+        .into();
+        let (entries, used) = pack_front(&q);
+        assert_eq!(used, 4);
+        assert_eq!(
+            entries,
+            vec![
+                (
+                    id(1),
+                    Answer::AcceptReply(ReplyCode::Ok, Bytes::from(vec![0]))
+                ),
+                (id(2), Answer::Accept),
+                (id(3), Answer::Reply(ReplyCode::Ok, Bytes::from(vec![0]))),
+            ]
+        );
+
+        let many: VecDeque<Outgoing> = (1..=100).map(|n| Outgoing::Accept(id(n))).collect();
+        let (entries, used) = pack_front(&many);
+        assert_eq!(
+            (entries.len(), used),
+            (ANSWERS_MAX_ENTRIES, ANSWERS_MAX_ENTRIES)
+        );
+
+        let big: VecDeque<Outgoing> =
+            vec![reply(1, ANSWERS_MAX_PAYLOAD), reply(2, 1), reply(3, 1)].into();
+        let (entries, used) = pack_front(&big);
+        assert_eq!(
+            (entries.len(), used),
+            (1, 1),
+            "the payload bound ends the pack"
+        );
+        let (frames, used) = next_record(&big, id(5), ConnId(1), true);
+        assert_eq!(used, 1);
+        assert_eq!(frames[0][3], 0x09, "a lone REPLY is never wrapped");
+
+        let (frames, used) = next_record(&q, id(5), ConnId(1), false);
+        assert_eq!(
+            (frames[0][3], used),
+            (0x08, 1),
+            "no packing where not negotiated"
+        );
+        let (frames, used) = next_record(&q, id(5), ConnId(1), true);
+        assert_eq!((frames[0][3], used), (0x11, 4));
+    }
+}
