@@ -149,6 +149,10 @@ pub struct SimNode {
     serve: ServeTable<NetConn>,
     waiting: BTreeMap<ServeId, Waiting>,
     handlers: BTreeMap<ServeId, Handler>,
+    /// Answers (ACCEPT, REPLY) toward connections that negotiated `answers`, in the order
+    /// they were decided, sent together when the node's step ends (WIRE.md §4.16), as the
+    /// runtime sends them at the end of a loop turn.
+    outbox: Vec<(NetConn, Record)>,
     drain_done: bool,
     fan: Fan,
 }
@@ -211,6 +215,7 @@ impl SimNode {
             serve: ServeTable::new(),
             waiting: BTreeMap::new(),
             handlers: BTreeMap::new(),
+            outbox: Vec::new(),
             drain_done: false,
             fan,
         }
@@ -284,8 +289,79 @@ impl SimNode {
         ctx.net.send(conn, end, rec.encode(), ctx.now, ctx.rng)
     }
 
+    /// Sends an ACCEPT or REPLY: at once toward a connection without `answers`, else at the
+    /// end of this step, packed with the other answers of the step ([`Self::flush_answers`]).
+    fn send_answer(&mut self, ctx: &mut Ctx<'_>, conn: NetConn, rec: Record) {
+        if self.caps_on(conn).contains(Capabilities::ANSWERS) {
+            self.outbox.push((conn, rec));
+        } else {
+            self.send(ctx, conn, &rec);
+        }
+    }
+
+    /// Sends the answers of this step, per connection in order, each run that stands for
+    /// two records or more as one ANSWERS record (zmesh's bounds, `wire::pack_front`).
+    fn flush_answers(&mut self, ctx: &mut Ctx<'_>) {
+        let out = std::mem::take(&mut self.outbox);
+        let mut conns: Vec<NetConn> = out.iter().map(|(c, _)| *c).collect();
+        conns.dedup();
+        let mut seen = BTreeSet::new();
+        for conn in conns {
+            if !seen.insert(conn) {
+                continue;
+            }
+            let Some(conn_id) = self.conns.get(&conn).map(|c| c.id.0) else {
+                continue;
+            };
+            let queue: Vec<&Record> = out
+                .iter()
+                .filter(|(c, _)| *c == conn)
+                .map(|(_, r)| r)
+                .collect();
+            let generation = NonZeroU64::new(self.me.generation).unwrap_or(NonZeroU64::MIN);
+            let mut at = 0;
+            while at < queue.len() {
+                let pending = queue[at..].iter().map(|r| match r {
+                    Record::Accept(a) => wire::Pending::Accept(a.call_id),
+                    Record::Reply(r) => wire::Pending::Reply(r),
+                    _ => wire::Pending::Other,
+                });
+                let (entries, used) = wire::pack_front(
+                    pending,
+                    wire::ANSWERS_MAX_ENTRIES,
+                    wire::ANSWERS_MAX_PAYLOAD,
+                );
+                match wire::Answers::new(generation, conn_id, entries) {
+                    Ok(a) => {
+                        let records: usize = a
+                            .entries()
+                            .iter()
+                            .map(|(_, e)| {
+                                1 + usize::from(matches!(e, wire::Answer::AcceptReply(..)))
+                            })
+                            .sum();
+                        if self.send(ctx, conn, &Record::Answers(a)) {
+                            ctx.truth.on_answers_packed(records);
+                        }
+                        at += used;
+                    }
+                    Err(_) => {
+                        let rec = queue[at].clone();
+                        self.send(ctx, conn, &rec);
+                        at += 1;
+                    }
+                }
+            }
+        }
+    }
+
     /// Runs every timer due at `ctx.now`.
     pub fn handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
+        self.run_timers(ctx);
+        self.flush_answers(ctx);
+    }
+
+    fn run_timers(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now;
         if self.phase == Phase::Stopped {
             return;
@@ -387,6 +463,18 @@ impl SimNode {
 
     /// Something arrived on `conn`.
     pub fn handle_delivery(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        conn: NetConn,
+        peer_node: NodeIx,
+        link: Link,
+        delivery: Delivery,
+    ) {
+        self.on_delivery(ctx, conn, peer_node, link, delivery);
+        self.flush_answers(ctx);
+    }
+
+    fn on_delivery(
         &mut self,
         ctx: &mut Ctx<'_>,
         conn: NetConn,
@@ -905,7 +993,7 @@ impl SimNode {
                 code: r.code,
                 payload: Bytes::from_static(r.message.as_bytes()),
             });
-            self.send(ctx, r.conn, &reply);
+            self.send_answer(ctx, r.conn, reply);
         }
         if self.serve.poll_drained().is_some() {
             self.drain_done = true;
@@ -927,9 +1015,12 @@ impl SimNode {
         self.calls.handle_shutdown(now);
         self.serve.begin_drain(DRAIN_BOUND, now);
         self.pump(ctx);
+        self.flush_answers(ctx);
     }
 
     fn stop(&mut self, ctx: &mut Ctx<'_>) {
+        // The answers of this step leave before the connections close.
+        self.flush_answers(ctx);
         self.phase = Phase::Stopped;
         let me = self.end();
         self.fan.stop(ctx, me);

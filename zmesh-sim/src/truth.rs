@@ -173,6 +173,10 @@ pub struct Stats {
     pub cancels_to_nothing: u64,
     /// Query handlers stopped because nobody waited any more.
     pub queries_stopped: u64,
+    /// ANSWERS records sent (WIRE.md §4.16).
+    pub answers_packed: u64,
+    /// The ACCEPTs and REPLYs those ANSWERS records stood for.
+    pub answers_in_packs: u64,
 }
 
 impl Stats {
@@ -200,6 +204,8 @@ impl Stats {
             cancels_to_running,
             cancels_to_nothing,
             queries_stopped,
+            answers_packed,
+            answers_in_packs,
         } = *o;
         self.calls += calls;
         self.ok += ok;
@@ -222,6 +228,8 @@ impl Stats {
         self.cancels_to_running += cancels_to_running;
         self.cancels_to_nothing += cancels_to_nothing;
         self.queries_stopped += queries_stopped;
+        self.answers_packed += answers_packed;
+        self.answers_in_packs += answers_in_packs;
     }
 }
 
@@ -360,6 +368,12 @@ impl Truth {
         self.stats.cancels += 1;
         let c = self.calls.entry(uid).or_default();
         c.cancelled = Some(c.request_left);
+    }
+
+    /// A callee sent an ANSWERS record standing for `records` ACCEPTs and REPLYs.
+    pub fn on_answers_packed(&mut self, records: usize) {
+        self.stats.answers_packed += 1;
+        self.stats.answers_in_packs += records as u64;
     }
 
     /// The caller sends a CANCEL for call `uid`: only a call whose REQUEST left may be

@@ -235,6 +235,71 @@ impl Answers {
     }
 }
 
+/// Most entries of one ANSWERS record zmesh sends: the receive loop's per-turn record count,
+/// so one record never carries more answers than a turn would take one at a time.
+pub const ANSWERS_MAX_ENTRIES: usize = 64;
+
+/// Most payload bytes of the REPLYs of one ANSWERS record zmesh sends. A REPLY that would
+/// take a record past it starts the next one (a REPLY bigger than this travels on its own),
+/// so a record stays small beside the receive loop's byte cap.
+pub const ANSWERS_MAX_PAYLOAD: usize = 16 * 1024;
+
+/// One answer waiting to leave on a connection, as [`pack_front`] sees it.
+#[derive(Debug, Clone, Copy)]
+pub enum Pending<'a> {
+    /// The ACCEPT of the call with this id.
+    Accept(NonZeroU64),
+    /// A REPLY.
+    Reply(&'a Reply),
+    /// Any other record: a pack never reaches past it.
+    Other,
+}
+
+/// The ANSWERS entries of the ACCEPTs and REPLYs at the front of `queue` (answers of one
+/// connection, in the order they are to leave), and how many of them the entries carry: an
+/// ACCEPT followed by its call's REPLY makes one entry; the pack stops before anything that
+/// is not an answer, at `max_entries` entries, and before a REPLY that would take its
+/// payloads past `max_payload` bytes (unless it is the first answer). The entries make an
+/// ANSWERS record only if they stand for two records or more ([`Answers::new`] says).
+pub fn pack_front<'a>(
+    queue: impl IntoIterator<Item = Pending<'a>>,
+    max_entries: usize,
+    max_payload: usize,
+) -> (Vec<(NonZeroU64, Answer)>, usize) {
+    let mut entries: Vec<(NonZeroU64, Answer)> = Vec::new();
+    let (mut used, mut payload) = (0usize, 0usize);
+    for pending in queue {
+        let full = entries.len() >= max_entries;
+        let reply = match pending {
+            Pending::Accept(_) if full => break,
+            Pending::Accept(call_id) => {
+                entries.push((call_id, Answer::Accept));
+                used = used.saturating_add(1);
+                continue;
+            }
+            Pending::Reply(r) => r,
+            Pending::Other => break,
+        };
+        let size = payload.saturating_add(reply.payload.len());
+        if used > 0 && size > max_payload {
+            break;
+        }
+        match entries.last_mut() {
+            Some((id, last @ Answer::Accept)) if *id == reply.call_id => {
+                *last = Answer::AcceptReply(reply.code, reply.payload.clone());
+            }
+            _ if full => break,
+            _ => entries.push((
+                reply.call_id,
+                Answer::Reply(reply.code, reply.payload.clone()),
+            )),
+        }
+        payload = size;
+        used = used.saturating_add(1);
+    }
+    (entries, used)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::panic, clippy::indexing_slicing)]

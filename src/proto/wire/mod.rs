@@ -48,7 +48,9 @@ use std::num::NonZeroU64;
 
 use bytes::Bytes;
 
-pub use self::answers::{Answer, Answers};
+pub use self::answers::{
+    pack_front, Answer, Answers, Pending, ANSWERS_MAX_ENTRIES, ANSWERS_MAX_PAYLOAD,
+};
 pub use self::calls::Calls;
 pub use self::caps::{is_extension_entry, Capabilities, EXTENSION_PREFIX, EXTENSION_ROOM};
 use self::codec::{put_count, put_str, put_u64, Reader};

@@ -14,19 +14,12 @@ use std::collections::{HashMap, VecDeque};
 use std::num::NonZeroU64;
 
 use super::{IoThread, LinkKey};
-use crate::proto::wire::{self, Answer, Answers, Capabilities, Record};
+use crate::proto::wire::{
+    self, Answer, Answers, Capabilities, Pending, Record, ANSWERS_MAX_ENTRIES, ANSWERS_MAX_PAYLOAD,
+};
 use crate::proto::ConnId;
 use crate::runtime::records;
 use crate::runtime::socket::SocketSendError;
-
-/// Most entries of one ANSWERS record this node sends: the receive loop's per-turn record
-/// count, so one record never carries more answers than a turn would take one at a time.
-pub const ANSWERS_MAX_ENTRIES: usize = 64;
-
-/// Most payload bytes of the REPLYs of one ANSWERS record this node sends. A REPLY that
-/// would take a record past it starts the next one (a REPLY bigger than this travels on its
-/// own), so a record stays small beside the receive loop's byte cap.
-pub const ANSWERS_MAX_PAYLOAD: usize = 16 * 1024;
 
 /// One record's frames.
 type Frames = Vec<Vec<u8>>;
@@ -135,44 +128,15 @@ fn next_record(
     (frames, 1)
 }
 
-/// The ANSWERS entries of the ACCEPTs and REPLYs at the front of `queue` (an ACCEPT followed
-/// by its call's REPLY makes one entry), within [`ANSWERS_MAX_ENTRIES`] and
-/// [`ANSWERS_MAX_PAYLOAD`], and how many queued answers they carry.
+/// The ANSWERS entries of the answers at the front of `queue`, within this node's bounds
+/// (see [`wire::pack_front`]).
 fn pack_front(queue: &VecDeque<Outgoing>) -> (Vec<(NonZeroU64, Answer)>, usize) {
-    let mut entries: Vec<(NonZeroU64, Answer)> = Vec::new();
-    let (mut used, mut payload) = (0, 0usize);
-    for out in queue {
-        let reply = match out {
-            Outgoing::Accept(call_id) => {
-                if entries.len() == ANSWERS_MAX_ENTRIES {
-                    break;
-                }
-                entries.push((*call_id, Answer::Accept));
-                used += 1;
-                continue;
-            }
-            Outgoing::Reply(r) => r,
-            Outgoing::Frames(_) => break,
-        };
-        let size = payload.saturating_add(reply.payload.len());
-        if used > 0 && size > ANSWERS_MAX_PAYLOAD {
-            break;
-        }
-        let full = entries.len() == ANSWERS_MAX_ENTRIES;
-        match entries.last_mut() {
-            Some((id, last @ Answer::Accept)) if *id == reply.call_id => {
-                *last = Answer::AcceptReply(reply.code, reply.payload.clone());
-            }
-            _ if full => break,
-            _ => entries.push((
-                reply.call_id,
-                Answer::Reply(reply.code, reply.payload.clone()),
-            )),
-        }
-        payload = size;
-        used += 1;
-    }
-    (entries, used)
+    let pending = queue.iter().map(|out| match out {
+        Outgoing::Accept(call_id) => Pending::Accept(*call_id),
+        Outgoing::Reply(r) => Pending::Reply(r),
+        Outgoing::Frames(_) => Pending::Other,
+    });
+    wire::pack_front(pending, ANSWERS_MAX_ENTRIES, ANSWERS_MAX_PAYLOAD)
 }
 
 impl IoThread {

@@ -42,7 +42,7 @@ impl SimNode {
                 code: ReplyCode::ClassNotFound,
                 payload: Bytes::new(),
             });
-            self.send(ctx, answer, &reply);
+            self.send_answer(ctx, answer, reply);
             return;
         }
         let sid =
@@ -57,7 +57,7 @@ impl SimNode {
                         code,
                         payload: Bytes::new(),
                     });
-                    self.send(ctx, answer, &reply);
+                    self.send_answer(ctx, answer, reply);
                     return;
                 }
                 Admission::Duplicate => return,
@@ -70,7 +70,7 @@ impl SimNode {
             generation: NonZeroU64::new(self.me.generation).unwrap_or(NonZeroU64::MIN),
             connection_id: answer_id,
         });
-        self.send(ctx, answer, &accept);
+        self.send_answer(ctx, answer, accept);
         // The call waits its turn in the execution queue; its ttl may run out meanwhile.
         let wait = Duration::from_millis(ctx.rng.random_range(0..200));
         self.waiting.insert(
@@ -113,7 +113,7 @@ impl SimNode {
                     code,
                     payload: Bytes::new(),
                 });
-                self.send(ctx, conn, &reply);
+                self.send_answer(ctx, conn, reply);
                 return;
             }
             Dispatch::Skip => return,
@@ -263,7 +263,7 @@ impl SimNode {
                 code,
                 payload,
             });
-            self.send(ctx, conn, &reply);
+            self.send_answer(ctx, conn, reply);
         }
     }
 
