@@ -1123,7 +1123,7 @@ async fn h1_h2_f5_three_hosts_partition_heal_and_member_loss() {
 /// the old generation again and become ready with the new run.
 #[tokio::test]
 #[ignore = "multi-host tier: needs root and ip (network namespaces); run by name"]
-async fn h2_three_hosts_node_restarted_while_cut_off() {
+async fn h2_f3_f4_three_hosts_node_restarted_while_cut_off() {
     let mut tier = Tier::start("rs").await;
     let h3_generation = generations(&tier.nodes[0].status(), "h3");
     tier.net.link(CUT_HOST, false);
