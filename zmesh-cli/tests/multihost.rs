@@ -1,11 +1,11 @@
 //! The multi-host tier (MISSION H1, H2, F5): three hosts made by the test as network
 //! namespaces on one bridge (a fourth namespace holds the bridge, the "switch"), a
 //! three-member etcd cluster with one member per host (TLS for clients and peers, client
-//! certificates required, user/password authentication on), and one `zmesh node` per host
-//! under CURVE in all three topologies, found through etcd: every node is a RouteMesh server
-//! of `orders` and publishes fanout records, `h1` serves the ClientServer channel `ledger`
-//! that `h2` and `h3` are Object Clients of. Each node binds on every interface and
-//! advertises its host's address (`[discovery.advertise]`).
+//! certificates required, user/password authentication on), and a `zmesh node` per host, two
+//! on `h3`'s host (`h3` and `h3b`), under CURVE in all three topologies, found through etcd:
+//! every node is a RouteMesh server of `orders` and publishes fanout records, `h1` serves the
+//! ClientServer channel `ledger` that the others are Object Clients of. Each node binds on
+//! every interface and advertises its host's address (`[discovery.advertise]`).
 //!
 //! A partition is the cable of a host pulled at the switch (`ip link set ... down` on the
 //! bridge port); healing plugs it back. All traffic stays inside the namespaces: the test
@@ -35,7 +35,7 @@ use zmesh::proto::handshake::{Membership, Role};
 use zmesh::proto::liveness::PEER_DEADLINE;
 use zmesh::runtime::security::KeyPair;
 
-use disc::{mesh_ready, peer_generations, ready_conns, Mesh, Proc};
+use disc::{links_of, mesh_ready, peer_generations, ready_conns, Mesh, Proc};
 
 /// Bound of every wait for a condition (set-up included).
 const BOUND: Duration = Duration::from_secs(40);
@@ -398,12 +398,30 @@ fn membership(role: Role, channel: &str) -> Membership {
     }
 }
 
-/// The configuration of the node of host `n`.
-fn node_config(net: &Net, pki: &Pki, keys: &[(KeyPair, PathBuf)], n: usize) -> NodeConfig {
-    let mut c = NodeConfig::new(format!("h{n}"));
+/// The tier's nodes, in the order of [`Tier::nodes`]: (RID, host). `h3b` is a second node on
+/// `h3`'s host, so that the host that is cut off keeps links that still work: those between
+/// its two nodes.
+const NODES: [(&str, usize); 4] = [("h1", 1), ("h2", 2), ("h3", 3), ("h3b", 3)];
+
+/// The index of `h3` in [`NODES`].
+const H3: usize = 2;
+
+/// The index of `h3b` in [`NODES`].
+const H3B: usize = 3;
+
+/// The host a partition cuts off.
+const CUT_HOST: usize = 3;
+
+/// The index of the caller `c2`'s key among the tier's keys (after the nodes' own).
+const CALLER_KEY: usize = NODES.len();
+
+/// The configuration of node `i` of [`NODES`].
+fn node_config(net: &Net, pki: &Pki, keys: &[(KeyPair, PathBuf)], i: usize) -> NodeConfig {
+    let (rid, host) = NODES[i];
+    let mut c = NodeConfig::new(rid);
     c.memberships = vec![membership(Role::Server, "orders")];
     let mut bind = vec![AutoBind::RouteMesh, AutoBind::Publisher];
-    if n == 1 {
+    if rid == "h1" {
         c.memberships.push(membership(Role::Server, "ledger"));
         bind.push(AutoBind::Server);
     } else {
@@ -413,7 +431,7 @@ fn node_config(net: &Net, pki: &Pki, keys: &[(KeyPair, PathBuf)], n: usize) -> N
     let mut d = DiscoveryConfig::new(format!("etcd://{}{PREFIX}", members.join(",")));
     d.bind = bind;
     d.host = "0.0.0.0".into();
-    d.advertise = Some(AdvertiseConfig::new(net.addr(n)));
+    d.advertise = Some(AdvertiseConfig::new(net.addr(host)));
     d.tls = Some(
         EtcdTlsConfig::new(pki.path("ca.pem"))
             .client_cert(pki.path("client.pem"), pki.path("client-key.pem")),
@@ -423,14 +441,14 @@ fn node_config(net: &Net, pki: &Pki, keys: &[(KeyPair, PathBuf)], n: usize) -> N
         pki.path("etcd-password"),
     ));
     c.discovery = Some(d);
-    c.security = SecurityConfig::curve(&keys[n - 1].1).allow(keys.iter().map(|(k, _)| k.public));
+    c.security = SecurityConfig::curve(&keys[i].1).allow(keys.iter().map(|(k, _)| k.public));
     c
 }
 
 /// The configuration of the caller `c2`, a node of host 2: an Object Client of `orders`, so
 /// it is dialled by every Server of it, and publishes and subscribes to nothing.
 fn caller_config(net: &Net, pki: &Pki, keys: &[(KeyPair, PathBuf)]) -> NodeConfig {
-    let mut c = node_config(net, pki, keys, 2);
+    let mut c = node_config(net, pki, keys, 1);
     c.rid = "c2".into();
     c.memberships = vec![membership(Role::ObjectClient, "orders")];
     if let Some(d) = c.discovery.as_mut() {
@@ -438,20 +456,33 @@ fn caller_config(net: &Net, pki: &Pki, keys: &[(KeyPair, PathBuf)]) -> NodeConfi
         d.subscribe = false;
         d.client_server = false;
     }
-    c.security.secret_key_file = Some(keys[3].1.clone());
+    c.security.secret_key_file = Some(keys[CALLER_KEY].1.clone());
     c
 }
 
 /// [`Tier::exec_log`] of the tier whose nodes `mesh` starts.
-fn exec_log(mesh: &Mesh, n: usize) -> PathBuf {
-    mesh.dir.path().join(format!("h{n}.exec"))
+fn exec_log(mesh: &Mesh, rid: &str) -> PathBuf {
+    mesh.dir.path().join(format!("{rid}.exec"))
 }
 
-fn others(n: usize) -> Vec<String> {
-    (1..=3)
-        .filter(|m| *m != n)
-        .map(|m| format!("h{m}"))
+/// The RIDs of every node of the tier but `rid`.
+fn others(rid: &str) -> Vec<&'static str> {
+    NODES
+        .iter()
+        .map(|(r, _)| *r)
+        .filter(|r| *r != rid)
         .collect()
+}
+
+/// The RIDs of the nodes on the same side of a cut of [`CUT_HOST`] as node `i` (`near`) and
+/// on the other side (`far`), `i` itself in neither.
+fn sides(i: usize) -> (Vec<&'static str>, Vec<&'static str>) {
+    let cut_off = |j: usize| NODES[j].1 == CUT_HOST;
+    let (near, far): (Vec<usize>, Vec<usize>) = (0..NODES.len())
+        .filter(|j| *j != i)
+        .partition(|j| cut_off(*j) == cut_off(i));
+    let rids = |v: Vec<usize>| v.into_iter().map(|j| NODES[j].0).collect();
+    (rids(near), rids(far))
 }
 
 fn links<'a>(s: &'a Value, topology: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
@@ -466,15 +497,14 @@ fn ready(l: &Value) -> bool {
     l["state"] == "ready"
 }
 
-/// Node `n` is ready in every topology with every peer in `peers`: both RouteMesh lanes,
-/// one connection each; a SUB socket ready per publisher; for `h2`, `h3`, the `ledger`
-/// server `h1` when it is among `peers`. Every link proven by CURVE.
-fn ready_with(s: &Value, n: usize, peers: &[String]) -> bool {
-    let peers_ref: Vec<&str> = peers.iter().map(String::as_str).collect();
-    let mesh = mesh_ready(s, &peers_ref) && peers.iter().all(|p| ready_conns(s, p).len() == 2);
+/// Node `rid` is ready in every topology with every peer in `peers`: both RouteMesh lanes,
+/// one connection each; a SUB socket ready per publisher; for every node but `h1`, the
+/// `ledger` server `h1` when it is among `peers`. Every link proven by CURVE.
+fn ready_with(s: &Value, rid: &str, peers: &[&str]) -> bool {
+    let mesh = mesh_ready(s, peers) && peers.iter().all(|p| ready_conns(s, p).len() == 2);
     let subs = links(s, "fanout").filter(|l| ready(l)).count() == peers.len();
-    let cs = n == 1
-        || !peers.iter().any(|p| p == "h1")
+    let cs = rid == "h1"
+        || !peers.contains(&"h1")
         || links(s, "client_server")
             .any(|l| ready(l) && l["role"] == "client" && l["peer"] == "h1");
     let verified = s["links"]
@@ -489,6 +519,11 @@ fn ready_with(s: &Value, n: usize, peers: &[String]) -> bool {
 /// No RouteMesh link of `s` to `peer` is ready.
 fn none_ready(s: &Value, peer: &str) -> bool {
     ready_conns(s, peer).is_empty()
+}
+
+/// The generations of `peer` on the ready RouteMesh links of `s`.
+fn generations(s: &Value, peer: &str) -> BTreeSet<u64> {
+    peer_generations(s, peer).into_iter().collect()
 }
 
 fn ms(d: Duration) -> u128 {
@@ -513,58 +548,67 @@ async fn wait(p: &Proc, what: &str, bound: Duration, pred: impl Fn(&Value) -> bo
     }
 }
 
-/// Polls every node of `nodes` until `pred` (given the node's index in `nodes`) holds for
-/// each; returns, for each, the time from `since` to the first poll that saw it hold.
-async fn wait_each(
-    nodes: &[Proc],
-    since: Instant,
-    what: &str,
-    pred: impl Fn(usize, &Value) -> bool,
-) -> Vec<Duration> {
-    let mut seen: Vec<Option<Duration>> = vec![None; nodes.len()];
-    loop {
-        for (i, (p, at)) in nodes.iter().zip(seen.iter_mut()).enumerate() {
-            if at.is_none() {
-                let s = p.status();
-                if pred(i, &s) {
-                    *at = Some(since.elapsed());
-                } else {
-                    assert!(
-                        since.elapsed() < BOUND,
-                        "{}: not {what} within {BOUND:?}:\n{}",
-                        p.rid,
-                        serde_json::to_string_pretty(&s["links"]).unwrap_or_default()
-                    );
-                }
-            }
-        }
-        if seen.iter().all(Option::is_some) {
-            return seen.into_iter().flatten().collect();
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+/// One ready RouteMesh connection: (peer, role, connection id, the peer's generations on its
+/// ready links, times the link became ready). Unchanged, it is the same connection that never
+/// left ready in between.
+type Conn = (String, String, u64, BTreeSet<u64>, u64);
 
-/// Every ready connection of node `p`'s RouteMesh links to `peers`, with the peer's
-/// generation: what must not change while a link is said to keep working.
-fn connections(p: &Proc, peers: &[&str]) -> BTreeSet<(String, String, u64, Vec<u64>)> {
+/// Every ready connection of node `p`'s RouteMesh links to `peers`: what must not change
+/// while a link is said to keep working.
+fn connections(p: &Proc, peers: &[&str]) -> BTreeSet<Conn> {
     connections_in(&p.status(), peers)
 }
 
 /// [`connections`] in the snapshot `s`.
-fn connections_in(s: &Value, peers: &[&str]) -> BTreeSet<(String, String, u64, Vec<u64>)> {
+fn connections_in(s: &Value, peers: &[&str]) -> BTreeSet<Conn> {
     peers
         .iter()
         .flat_map(|peer| {
-            let gens = peer_generations(s, peer);
-            ready_conns(s, peer)
-                .into_iter()
-                .map(move |(role, id)| ((*peer).to_owned(), role, id, gens.clone()))
+            let gens = generations(s, peer);
+            links_of(s, peer).filter(|l| ready(l)).filter_map(move |l| {
+                Some((
+                    (*peer).to_owned(),
+                    l["role"].as_str()?.to_owned(),
+                    common::hex_id(&l["connection_id"])?,
+                    gens.clone(),
+                    l["ready_count"].as_u64()?,
+                ))
+            })
         })
         .collect()
 }
 
-/// A running tier: the network, the etcd cluster and one node per host, all ready. Its
+/// The fanout publisher endpoint node `s` advertises in its descriptor.
+fn publisher_of(s: &Value) -> String {
+    s["discovery"]["descriptor"]["publishers"][0]
+        .as_str()
+        .unwrap_or_else(|| panic!("no publisher in {}", s["discovery"]["descriptor"]))
+        .to_owned()
+}
+
+/// A fanout subscription: (state, connection id, times it became ready). Unchanged, it is the
+/// same connection that never left ready in between.
+type Sub = (String, Option<u64>, u64);
+
+/// Node `s`'s subscription to the publisher `endpoint`, and the age of its last receive in ms.
+fn subscription(s: &Value, endpoint: &str) -> (Sub, Option<u64>) {
+    let l = links(s, "fanout")
+        .find(|l| l["endpoint"] == endpoint)
+        .unwrap_or_else(|| panic!("{}: no subscription to {endpoint}", s["rid"]));
+    (
+        (
+            l["state"].as_str().unwrap_or_default().to_owned(),
+            common::hex_id(&l["connection_id"]),
+            l["ready_count"].as_u64().unwrap_or_default(),
+        ),
+        l["last_receive_age_ms"].as_u64(),
+    )
+}
+
+/// Lines of the node log that open and close a store outage.
+const OUTAGE_LINES: [&str; 2] = ["store unreachable", "store reachable again"];
+
+/// A running tier: the network, the etcd cluster and the nodes of [`NODES`], all ready. Its
 /// fields drop in order: the nodes first, the network last.
 struct Tier {
     nodes: Vec<Proc>,
@@ -587,8 +631,8 @@ impl Tier {
             .prefix("zmesh-mh-keys-")
             .tempdir()
             .expect("keys");
-        // h1, h2, h3, and the caller c2 (the last).
-        let keys: Vec<(KeyPair, PathBuf)> = (1..=4)
+        // The nodes' keys in the order of NODES, then the caller c2's.
+        let keys: Vec<(KeyPair, PathBuf)> = (0..=CALLER_KEY)
             .map(|n| {
                 let pair = KeyPair::generate().expect("CURVE key pair");
                 let path = keys_dir.path().join(format!("k{n}.key"));
@@ -606,93 +650,211 @@ impl Tier {
             net,
         };
         let t0 = Instant::now();
-        tier.nodes = (1..=3).map(|n| tier.start_node(n)).collect();
-        for (i, p) in tier.nodes.iter().enumerate() {
-            let n = i + 1;
+        tier.nodes = (0..NODES.len()).map(|i| tier.start_node(i)).collect();
+        for (p, (rid, _)) in tier.nodes.iter().zip(NODES) {
             wait(p, "ready in all three topologies", BOUND, |s| {
-                ready_with(s, n, &others(n))
+                ready_with(s, rid, &others(rid))
             })
             .await;
         }
         println!(
-            "{tag}: all ready {} ms after the three nodes started",
+            "{tag}: all ready {} ms after the four nodes (two on h3's host) started",
             ms(t0.elapsed())
         );
         tier
     }
 
-    /// Starts the node of host `n` (a new process run): it serves the demo service on
-    /// `orders` and logs each call it starts running to [`Tier::exec_log`].
-    fn start_node(&self, n: usize) -> Proc {
-        let cfg = node_config(&self.net, &self.pki, &self.keys, n);
-        let log = self.exec_log(n).display().to_string();
+    /// Starts node `i` of [`NODES`] (a new process run) in its host: it serves the demo
+    /// service on `orders` and logs each call it starts running to [`Tier::exec_log`].
+    fn start_node(&self, i: usize) -> Proc {
+        let (rid, host) = NODES[i];
+        let cfg = node_config(&self.net, &self.pki, &self.keys, i);
+        let log = self.exec_log(rid).display().to_string();
         self.mesh.spawn_in(
             &cfg,
-            self.net.host(n),
+            self.net.host(host),
             &["--serve", "orders", "--exec-log", &log],
         )
     }
 
-    /// The file where the node of host `n` writes a line as each call starts running.
-    fn exec_log(&self, n: usize) -> PathBuf {
-        exec_log(&self.mesh, n)
+    /// The file where node `rid` writes a line as each call starts running.
+    fn exec_log(&self, rid: &str) -> PathBuf {
+        exec_log(&self.mesh, rid)
     }
 }
 
-/// MISSION H1, H2, F5 (three hosts, see the module doc): all ready; a partition of `h3` (its
-/// peers leave ready within the 15 s deadline, `h1`-`h2` keep the very same connections, the
-/// majority's etcd keeps serving, `h3` reports its store unreachable); healing (the same
-/// generations, one connection per lane, nothing duplicated); etcd member `m1` killed with
-/// SIGKILL (nobody leaves ready), and back.
-#[tokio::test]
-#[ignore = "multi-host tier: needs root and ip (network namespaces); run by name"]
-async fn h1_h2_three_hosts_partition_heal_and_member_loss() {
-    let mut tier = Tier::start("ph").await;
-    let Tier {
-        nodes,
-        cluster,
-        net,
-        pki,
-        mesh,
-        keys,
-        ..
-    } = &mut tier;
-    let (net, pki, mesh, keys): (&Net, &Pki, &Mesh, &[(KeyPair, PathBuf)]) = (net, pki, mesh, keys);
+/// What a partition of [`CUT_HOST`] must leave as it was, taken before the cut.
+struct Before {
+    /// Per node: its ready RouteMesh connections to the nodes on its side of the cut.
+    near: Vec<BTreeSet<Conn>>,
+    /// Per node: the generation of every other node on its links.
+    generations: Vec<Vec<BTreeSet<u64>>>,
+    /// `h3`'s subscription to `h3b`'s publisher and `h3b`'s to `h3`'s: the endpoint and
+    /// (state, connection id, times it became ready).
+    subs: Vec<(usize, String, Sub)>,
+    /// Per node: how many lines of [`OUTAGE_LINES`] its log holds.
+    outage_lines: Vec<[usize; 2]>,
+}
 
-    // A partition: h3's cable pulled.
-    let before = connections(&nodes[0], &["h2"]);
-    let before_b = connections(&nodes[1], &["h1"]);
-    let h3_generation = peer_generations(&nodes[0].status(), "h3");
-    net.link(3, false);
+impl Before {
+    fn take(nodes: &[Proc]) -> Before {
+        let snaps: Vec<Value> = nodes.iter().map(Proc::status).collect();
+        let near = (0..nodes.len())
+            .map(|i| connections_in(&snaps[i], &sides(i).0))
+            .collect();
+        let generations = (0..nodes.len())
+            .map(|i| {
+                let rid = NODES[i].0;
+                others(rid)
+                    .iter()
+                    .map(|p| generations(&snaps[i], p))
+                    .collect()
+            })
+            .collect();
+        let subs = [(H3, H3B), (H3B, H3)]
+            .into_iter()
+            .map(|(i, of)| {
+                let endpoint = publisher_of(&snaps[of]);
+                let (sub, _) = subscription(&snaps[i], &endpoint);
+                assert_eq!(sub.0, "ready", "{}: {endpoint}", nodes[i].rid);
+                (i, endpoint, sub)
+            })
+            .collect();
+        let outage_lines = nodes
+            .iter()
+            .map(|p| OUTAGE_LINES.map(|l| p.log_lines(l).len()))
+            .collect();
+        Before {
+            near,
+            generations,
+            subs,
+            outage_lines,
+        }
+    }
+}
+
+/// Times from the cut, per node, as a partition scene first saw them.
+#[derive(Default, Clone)]
+struct Seen {
+    /// Each node on the other side of the cut (in the order of [`sides`]) left ready.
+    far_gone: Vec<Option<Duration>>,
+    /// The store reported unreachable (the cut-off host's nodes only).
+    unreachable: Option<Duration>,
+    /// A beacon of the other node on the host arrived after the cut (the cut-off host's).
+    beacon: Option<Duration>,
+}
+
+/// A partition: [`CUT_HOST`]'s cable pulled. Polls every node through the cut: the nodes on
+/// each side see those on the other leave ready within the deadline, and keep the very same
+/// connections to those on their own side at every poll (`h3`-`h3b` included, and their
+/// subscriptions to each other, over which beacons go on arriving); `h3` and `h3b` report
+/// their store unreachable (their member has no quorum); the majority's etcd keeps serving,
+/// the minority's member cannot commit. Returns what the cut had to keep, for the heal.
+async fn partition(tier: &Tier) -> Before {
+    let nodes = &tier.nodes;
+    let before = Before::take(nodes);
+    tier.net.link(CUT_HOST, false);
     let cut = Instant::now();
-    // h1, h2: h3 leaves ready; h3: its store is unreachable (its member has no quorum).
-    let seen = wait_each(nodes, cut, "partitioned", |i, s| match i {
-        2 => s["discovery"]["store_reachable"] == false,
-        _ => none_ready(s, "h3"),
-    })
-    .await;
-    let slowest = seen[..2].iter().max().copied().unwrap_or_default();
-    println!(
-        "partition: h1 and h2 saw h3 leave ready {} ms and {} ms after the cut; h3 reported \
-         its store unreachable after {} ms",
-        ms(seen[0]),
-        ms(seen[1]),
-        ms(seen[2])
-    );
-    assert!(
-        slowest <= PEER_DEADLINE + Duration::from_secs(1),
-        "h3 left ready {slowest:?} after the cut (deadline {PEER_DEADLINE:?})"
-    );
-    assert_eq!(
-        connections(&nodes[0], &["h2"]),
-        before,
-        "h1-h2 kept working"
-    );
-    assert_eq!(
-        connections(&nodes[1], &["h1"]),
-        before_b,
-        "h2-h1 kept working"
-    );
+    let mut seen: Vec<Seen> = (0..nodes.len())
+        .map(|i| Seen {
+            far_gone: vec![None; sides(i).1.len()],
+            ..Seen::default()
+        })
+        .collect();
+    let cut_off = |i: usize| NODES[i].1 == CUT_HOST;
+    loop {
+        let snaps: Vec<Value> = nodes.iter().map(Proc::status).collect();
+        let at = cut.elapsed();
+        for (i, s) in snaps.iter().enumerate() {
+            let (near, far) = sides(i);
+            assert_eq!(
+                connections_in(s, &near),
+                before.near[i],
+                "{}: a link to {near:?} changed during the cut",
+                nodes[i].rid
+            );
+            for (gone, peer) in seen[i].far_gone.iter_mut().zip(&far) {
+                if gone.is_none() && none_ready(s, peer) {
+                    *gone = Some(at);
+                }
+            }
+            if cut_off(i)
+                && seen[i].unreachable.is_none()
+                && s["discovery"]["store_reachable"] == false
+            {
+                seen[i].unreachable = Some(at);
+            }
+        }
+        for (i, endpoint, sub) in &before.subs {
+            let (now, age) = subscription(&snaps[*i], endpoint);
+            assert_eq!(
+                &now, sub,
+                "{}: its subscription to {endpoint} changed",
+                nodes[*i].rid
+            );
+            // A receive younger than the cut: a beacon that crossed after it.
+            if seen[*i].beacon.is_none() && age.is_some_and(|a| u128::from(a) < ms(at)) {
+                seen[*i].beacon = Some(at);
+            }
+        }
+        let done = seen.iter().enumerate().all(|(i, v)| {
+            v.far_gone.iter().all(Option::is_some)
+                && (!cut_off(i) || (v.unreachable.is_some() && v.beacon.is_some()))
+        });
+        if done {
+            break;
+        }
+        assert!(
+            cut.elapsed() < BOUND,
+            "not every verdict of the cut within {BOUND:?}: {:?}",
+            seen.iter()
+                .map(|v| (&v.far_gone, v.unreachable, v.beacon))
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    report_partition(tier, &seen);
+    before
+}
+
+/// Prints the figures of a partition, checks its deadline, and checks the store on both sides.
+fn report_partition(tier: &Tier, seen: &[Seen]) {
+    let (nodes, cluster, net, pki) = (&tier.nodes, &tier.cluster, &tier.net, &tier.pki);
+    for (i, v) in seen.iter().enumerate() {
+        let (near, far) = sides(i);
+        let gone: Vec<String> = far
+            .iter()
+            .zip(&v.far_gone)
+            .map(|(p, t)| format!("{p} {} ms", t.map_or(0, ms)))
+            .collect();
+        let mut line = format!(
+            "partition: {} saw {} leave ready after the cut; the same connections to {} throughout",
+            nodes[i].rid,
+            gone.join(", "),
+            near.join(", ")
+        );
+        if let (Some(u), Some(b)) = (v.unreachable, v.beacon) {
+            line.push_str(&format!(
+                "; store unreachable after {} ms; a beacon of {} arrived {} ms after the cut",
+                ms(u),
+                near.join(", "),
+                ms(b)
+            ));
+        }
+        println!("{line}");
+        let slowest = v
+            .far_gone
+            .iter()
+            .flatten()
+            .max()
+            .copied()
+            .unwrap_or_default();
+        assert!(
+            slowest <= PEER_DEADLINE + Duration::from_secs(1),
+            "{}: {far:?} left ready {slowest:?} after the cut (deadline {PEER_DEADLINE:?})",
+            nodes[i].rid
+        );
+    }
     cluster
         .etcdctl(
             net,
@@ -707,25 +869,33 @@ async fn h1_h2_three_hosts_partition_heal_and_member_loss() {
             .etcdctl(
                 net,
                 pki,
-                3,
+                CUT_HOST,
                 Some("root:root-pw"),
                 &["put", "/minority", "1"]
             )
             .is_err(),
         "the minority's member cannot commit"
     );
-    for p in &nodes[..2] {
-        let s = p.status();
-        assert_eq!(s["discovery"]["store_reachable"], true, "{}", p.rid);
+    for (p, (_, host)) in nodes.iter().zip(NODES) {
+        if host != CUT_HOST {
+            let s = p.status();
+            assert_eq!(s["discovery"]["store_reachable"], true, "{}", p.rid);
+        }
     }
+}
 
-    // Heal.
-    net.link(3, true);
+/// Heal: the cable plugged back. Every link ready again, every node under the generation it
+/// had before the cut, one connection per lane; the links that kept working are still the
+/// same connections, the cut-off host's subscriptions to each other too; the cut-off member
+/// serves again, `h3` and `h3b` report their store reachable and logged the outage with one
+/// line as it began and one as it ended; no descriptor twice.
+async fn heal(tier: &Tier, before: &Before) {
+    let (nodes, cluster, net, pki) = (&tier.nodes, &tier.cluster, &tier.net, &tier.pki);
+    net.link(CUT_HOST, true);
     let healed = Instant::now();
-    for (i, p) in nodes.iter().enumerate() {
-        let n = i + 1;
+    for (p, (rid, _)) in nodes.iter().zip(NODES) {
         wait(p, "ready again with every peer", BOUND, |s| {
-            ready_with(s, n, &others(n))
+            ready_with(s, rid, &others(rid))
         })
         .await;
     }
@@ -733,58 +903,108 @@ async fn h1_h2_three_hosts_partition_heal_and_member_loss() {
         "heal: every link ready again {} ms after the cable came back",
         ms(healed.elapsed())
     );
-    for p in &nodes[..2] {
-        let s = p.status();
-        assert_eq!(peer_generations(&s, "h3"), h3_generation, "same generation");
-        assert_eq!(ready_conns(&s, "h3").len(), 2, "one connection per lane");
+    let snaps: Vec<Value> = nodes.iter().map(Proc::status).collect();
+    for (i, s) in snaps.iter().enumerate() {
+        let rid = NODES[i].0;
+        for (peer, gens) in others(rid).iter().zip(&before.generations[i]) {
+            assert_eq!(
+                &generations(s, peer),
+                gens,
+                "{rid}: the generation of {peer}"
+            );
+            assert_eq!(
+                ready_conns(s, peer).len(),
+                2,
+                "{rid}: one connection per lane to {peer}"
+            );
+        }
         assert_eq!(
-            s["discovery"]["descriptors_seen"], 2,
-            "no duplicate descriptor"
+            connections_in(s, &sides(i).0),
+            before.near[i],
+            "{rid}: kept links"
+        );
+    }
+    for (i, endpoint, sub) in &before.subs {
+        assert_eq!(
+            &subscription(&snaps[*i], endpoint).0,
+            sub,
+            "{}",
+            nodes[*i].rid
         );
     }
 
     // The healed member serves again (it caught up with the leader) before the next fault:
     // a member killed now is one fault, not two.
-    let caught_up = Instant::now();
-    while let Err(e) = cluster.etcdctl(net, pki, 3, Some("root:root-pw"), &["put", "/healed", "1"])
-    {
+    while let Err(e) = cluster.etcdctl(
+        net,
+        pki,
+        CUT_HOST,
+        Some("root:root-pw"),
+        &["put", "/healed", "1"],
+    ) {
         assert!(
-            caught_up.elapsed() < BOUND,
+            healed.elapsed() < BOUND,
             "m3 did not serve again: {e}\n{}",
             cluster.logs()
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    let serving = healed.elapsed();
+    let mut back = Vec::new();
+    for (i, p) in nodes.iter().enumerate() {
+        wait(
+            p,
+            "its store reachable, every descriptor known once",
+            BOUND,
+            |s| {
+                s["discovery"]["store_reachable"] == true
+                    && s["discovery"]["descriptors_seen"] == NODES.len() - 1
+            },
+        )
+        .await;
+        let s = p.status();
+        assert_eq!(s["discovery"]["lease"], "held", "{}", p.rid);
+        if NODES[i].1 == CUT_HOST {
+            back.push(format!("{} {} ms", p.rid, ms(healed.elapsed())));
+            let lines = OUTAGE_LINES.map(|l| p.log_lines(l).len());
+            let [down, up] = before.outage_lines[i];
+            assert_eq!(
+                lines,
+                [down + 1, up + 1],
+                "{}: one log line each way",
+                p.rid
+            );
+        }
+    }
     println!(
-        "heal: etcd m3 serving again {} ms after the cable came back",
-        ms(healed.elapsed())
+        "heal: etcd m3 serving again {} ms after the cable came back; store reachable again \
+         at {} after it",
+        ms(serving),
+        back.join(", ")
     );
+}
 
-    // etcd member m1 (the one every node tries first) killed with SIGKILL.
-    let steady: Vec<_> = nodes
+/// etcd member `m1` (the one every node tries first) killed with SIGKILL: through two
+/// renewals on the other members nobody leaves ready, and each node renews its lease through
+/// another member; `m1` is started again on its data dir.
+async fn member_loss(tier: &mut Tier) {
+    let steady: Vec<_> = tier
+        .nodes
         .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let peers = others(i + 1);
-            let peers: Vec<&str> = peers.iter().map(String::as_str).collect();
-            connections(p, &peers)
-        })
+        .zip(NODES)
+        .map(|(p, (rid, _))| connections(p, &others(rid)))
         .collect();
-    cluster.kill(1);
+    tier.cluster.kill(1);
     let killed = Instant::now();
-    // Through two renewals on the other members: nobody leaves ready meanwhile, and each
-    // node renews its lease through another member.
-    let mut renewed: Vec<Option<Duration>> = vec![None; nodes.len()];
+    let mut renewed: Vec<Option<Duration>> = vec![None; tier.nodes.len()];
     while killed.elapsed() < Duration::from_secs(10) || renewed.iter().any(Option::is_none) {
         assert!(
             killed.elapsed() < BOUND,
             "not every node renewed after the kill: {renewed:?}"
         );
-        for (i, p) in nodes.iter().enumerate() {
-            let peers = others(i + 1);
-            let peers: Vec<&str> = peers.iter().map(String::as_str).collect();
+        for (i, p) in tier.nodes.iter().enumerate() {
             let s = p.status();
-            let now = connections_in(&s, &peers);
+            let now = connections_in(&s, &others(NODES[i].0));
             assert_eq!(now, steady[i], "{} left ready", p.rid);
             let since_kill = killed.elapsed().as_millis() as u64;
             let fresh = s["discovery"]["lease"] == "held"
@@ -802,15 +1022,18 @@ async fn h1_h2_three_hosts_partition_heal_and_member_loss() {
         "etcd m1 killed: no link left ready in {} ms; the nodes renewed through m2, m3 {renewed:?} ms after the kill",
         ms(killed.elapsed())
     );
-    cluster.restart(net, pki, 1);
+    tier.cluster.restart(&tier.net, &tier.pki, 1);
     println!(
         "etcd m1 back: serving {} ms after it was killed",
         ms(killed.elapsed())
     );
+}
 
-    // A call in flight across a partition: c2 (on h2) calls `work` on h3 for two minutes, h3
-    // is cut off while it runs: the call fails as may-have-run once the connection leaves
-    // ready at the deadline, never silently, and h3 did start it.
+/// A call in flight across a partition: `c2` (on `h2`) calls `work` on `h3` for two minutes,
+/// `h3`'s host is cut off while it runs: the call fails as may-have-run once the connection
+/// leaves ready at the deadline, never silently, and `h3` did start it.
+async fn call_across_partition(tier: &Tier) {
+    let (net, pki, mesh, keys) = (&tier.net, &tier.pki, &tier.mesh, &tier.keys);
     let config = mesh.dir.path().join("c2.toml");
     std::fs::write(
         &config,
@@ -833,7 +1056,7 @@ async fn h1_h2_three_hosts_partition_heal_and_member_loss() {
         .spawn()
         .expect("zmesh call");
     let started = Instant::now();
-    let exec_log = exec_log(mesh, 3);
+    let exec_log = tier.exec_log("h3");
     while !std::fs::read_to_string(&exec_log)
         .unwrap_or_default()
         .lines()
@@ -846,7 +1069,7 @@ async fn h1_h2_three_hosts_partition_heal_and_member_loss() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    net.link(3, false);
+    net.link(CUT_HOST, false);
     let cut = Instant::now();
     let status = loop {
         if let Some(status) = call.try_wait().expect("wait") {
@@ -874,40 +1097,58 @@ async fn h1_h2_three_hosts_partition_heal_and_member_loss() {
         failed_after <= PEER_DEADLINE + Duration::from_secs(1),
         "the call failed {failed_after:?} after the cut (deadline {PEER_DEADLINE:?})"
     );
-    net.link(3, true);
+    net.link(CUT_HOST, true);
+}
+
+/// MISSION H1, H2, F5 (three hosts, see the module doc): all ready; a partition of `h3`'s
+/// host (each side sees the other leave ready within the 15 s deadline and keeps the very same
+/// connections within itself, `h3`-`h3b` on the cut-off host included; the majority's etcd
+/// keeps serving; `h3` and `h3b` report their store unreachable); healing (the same
+/// generations, one connection per lane, nothing duplicated, the outage logged once each
+/// way); etcd member `m1` killed with SIGKILL (nobody leaves ready), and back; a call in
+/// flight across a partition.
+#[tokio::test]
+#[ignore = "multi-host tier: needs root and ip (network namespaces); run by name"]
+async fn h1_h2_f5_three_hosts_partition_heal_and_member_loss() {
+    let mut tier = Tier::start("ph").await;
+    let before = partition(&tier).await;
+    heal(&tier, &before).await;
+    member_loss(&mut tier).await;
+    call_across_partition(&tier).await;
 }
 
 /// MISSION H2, F3, F4 (three hosts): `h3`'s node killed with SIGKILL while its host is cut
-/// off and started again there (a new generation), then the cable plugged back: `h1` and
-/// `h2` never see the old generation again and become ready with the new run.
+/// off and started again there (a new generation), then the cable plugged back: `h1`, `h2`
+/// and `h3b` (on `h3`'s host, which sees the killed run's connections end at once) never see
+/// the old generation again and become ready with the new run.
 #[tokio::test]
 #[ignore = "multi-host tier: needs root and ip (network namespaces); run by name"]
-async fn h2_three_hosts_node_restarted_while_cut_off() {
+async fn h2_f3_f4_three_hosts_node_restarted_while_cut_off() {
     let mut tier = Tier::start("rs").await;
-    let h3_generation = peer_generations(&tier.nodes[0].status(), "h3");
-    tier.net.link(3, false);
+    let h3_generation = generations(&tier.nodes[0].status(), "h3");
+    tier.net.link(CUT_HOST, false);
     for p in &tier.nodes[..2] {
         wait(p, "without h3", BOUND, |s| none_ready(s, "h3")).await;
     }
-    tier.nodes[2].kill9();
-    tier.nodes.pop();
-    let new_h3 = tier.start_node(3);
-    tier.net.link(3, true);
+    tier.nodes[H3].kill9();
+    let gone = wait(&tier.nodes[H3B], "without h3's killed run", BOUND, |s| {
+        none_ready(s, "h3")
+    })
+    .await;
+    let new_h3 = tier.start_node(H3);
+    tier.nodes[H3] = new_h3;
+    tier.net.link(CUT_HOST, true);
     let healed = Instant::now();
-    let mut new_generation = None;
     loop {
         let mut done = true;
-        for p in &tier.nodes {
+        let others = tier.nodes.iter().enumerate().filter(|(i, _)| *i != H3);
+        for p in others.map(|(_, p)| p) {
             let s = p.status();
-            let gens = peer_generations(&s, "h3");
             assert!(
-                !gens.iter().any(|g| h3_generation.contains(g)),
+                generations(&s, "h3").is_disjoint(&h3_generation),
                 "{}: the old generation of h3 came back",
                 p.rid
             );
-            if let Some(g) = gens.first() {
-                new_generation.get_or_insert(*g);
-            }
             done &= ready_conns(&s, "h3").len() == 2;
         }
         if done {
@@ -916,18 +1157,19 @@ async fn h2_three_hosts_node_restarted_while_cut_off() {
         assert!(
             healed.elapsed() < BOUND,
             "h3's new run not ready within {BOUND:?}; h3: {}\nh1: {}",
-            serde_json::to_string_pretty(&new_h3.status()).unwrap_or_default(),
+            serde_json::to_string_pretty(&tier.nodes[H3].status()).unwrap_or_default(),
             serde_json::to_string_pretty(&tier.nodes[0].status()).unwrap_or_default(),
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    wait(&new_h3, "ready with h1, h2", BOUND, |s| {
-        ready_with(s, 3, &others(3))
+    wait(&tier.nodes[H3], "ready with h1, h2, h3b", BOUND, |s| {
+        ready_with(s, "h3", &others("h3"))
     })
     .await;
     println!(
-        "restart: h3's new run ready with h1 and h2 {} ms after the heal; the old generation \
-         never seen",
+        "restart: h3b saw h3's killed run leave ready {} ms after the kill; h3's new run ready \
+         with h1, h2 and h3b {} ms after the heal; the old generation never seen",
+        ms(gone),
         ms(healed.elapsed())
     );
 }
