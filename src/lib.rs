@@ -43,15 +43,40 @@ pub mod typed;
 pub use proto::handshake::{Membership, Role};
 pub use proto::state::ConnState;
 
-/// What most programs need, in one import: `use zmesh::prelude::*;`.
+/// What most programs need, in one import: `use zmesh::prelude::*;`. The node and its
+/// configuration, the service macro and its request context, readiness, events and link
+/// identities, and the error of every operation of a [`Node`](runtime::Node): starting
+/// ([`NodeError`](runtime::NodeError)), serving ([`ExposeError`](runtime::ExposeError)),
+/// calling ([`CallError`](runtime::calls::CallError)), sending
+/// ([`SendError`](runtime::SendError), [`BatchSendError`](runtime::BatchSendError)),
+/// publishing ([`PublishError`](runtime::PublishError)), waiting
+/// ([`ReadyError`](runtime::ReadyError)), reading the allow-list again
+/// ([`AllowListError`](runtime::AllowListError)), and asking a stopped node
+/// ([`NodeStopped`](runtime::NodeStopped)); [`TransportError`](runtime::TransportError) is
+/// libzmq's error inside them.
+///
+/// ```no_run
+/// use zmesh::prelude::*;
+///
+/// async fn report(node: &Node) -> Result<(), NodeStopped> {
+///     let snapshot = node.snapshot().await?;
+///     println!("{} links", snapshot.links.len());
+///     node.shutdown().await
+/// }
+/// # let _ = report;
+/// ```
 pub mod prelude {
     pub use crate::config::{Endpoint, NodeConfig, PeerConfig, ServerConfig};
     pub use crate::proto::handshake::{Membership, Role};
-    pub use crate::proto::state::ConnState;
+    pub use crate::proto::state::{ConnState, FailureReason};
     pub use crate::runtime::calls::{
-        may_have_run, CallError, CallOptions, RemoteCode, Request, ServeError,
+        may_have_run, CallError, CallOptions, RemoteCode, Request, Semantics, ServeError,
     };
-    pub use crate::runtime::{LinkId, Node, NodeError, NodeEvent, ReadyError, Target};
+    pub use crate::runtime::{
+        AllowListError, BatchSendError, Delivery, ExposeError, LinkId, MeshLane, Node, NodeBuilder,
+        NodeError, NodeEvent, NodeStopped, PublishError, ReadyError, SendError, Source,
+        StateChange, Target, TransportError,
+    };
     pub use crate::service;
     pub use crate::typed::{Context, Items};
 }
@@ -141,14 +166,18 @@ pub mod prelude {
 ///
 /// # Refused at compile time
 ///
-/// With a message at the offending tokens: `conflate` on anything but `#[idempotent]`, or in
-/// a `parallel` service; `keyed(arg)` where a method has no argument `arg`; a method that is
-/// not `async`, is generic, has a body, takes no `&self` or takes `&mut self`; a streaming
-/// method that conflates, or one with two `Items` arguments; reference,
-/// `impl Trait` or trait-object argument and result types; two semantics attributes on one
-/// method; a generic trait, or one holding anything but methods; method names the generated
-/// items take (`into_service`, `contract`, `new`, `ready`, `to_peer`, `node`);
-/// unknown keys; a missing or over-long channel; a mailbox of 0. The builder API
+/// With a message at the offending tokens (one trybuild test each, zmesh-macros/tests/ui):
+/// `conflate` on anything but `#[idempotent]` (on `#[query]`, `#[non_repeatable]`, or alone as
+/// `#[conflate]` on an undeclared method), or in a `parallel` service; `keyed(arg)` where a
+/// method has no argument `arg`, or `keyed` naming no argument; a method that is not `async`,
+/// is generic, `const`, `unsafe` or `extern`, has a body, takes no `&self` or takes
+/// `&mut self`; a streaming method that conflates, or one with two `Items` arguments; two
+/// `Context` arguments; an argument that is a pattern, not a plain name; reference,
+/// `impl Trait`, trait-object or pointer argument and result types; two semantics attributes
+/// on one method, or one given arguments or a value; a generic or `unsafe` trait, or one
+/// holding anything but methods; method names the generated items take (`into_service`,
+/// `contract`, `new`, `ready`, `to_peer`, `node`) or argument names starting `__`; unknown
+/// keys or executions; a missing, empty or over-long channel; a mailbox of 0. The builder API
 /// ([`runtime::service`]) refuses the same combinations when a service is exposed.
 ///
 /// # Streams

@@ -558,20 +558,17 @@ async fn a2_links_are_told_apart_by_their_typed_identity() {
         while ready.len() < want.len() {
             let event = events.next_event().await.expect("a runs");
             if let NodeEvent::State(s) = event {
-                let id = s.link_id().unwrap_or_else(|| panic!("no identity: {s:?}"));
-                assert!(want.contains(&id), "{id:?} ({})", s.link);
+                assert!(want.contains(&s.id), "{:?} ({})", s.id, s.link);
+                assert_eq!(s.link, s.id.to_string());
                 if s.state == ConnState::Ready {
-                    ready.insert(id);
+                    ready.insert(s.id);
                 }
             }
         }
     })
     .await;
     let rows = |snap: &zmesh::runtime::snapshot::Snapshot| -> HashSet<LinkId> {
-        snap.links
-            .iter()
-            .map(|l| l.link_id().unwrap_or_else(|| panic!("no identity: {l:?}")))
-            .collect()
+        snap.links.iter().map(|l| l.id.clone()).collect()
     };
     assert_eq!(rows(&a.snapshot().await.expect("a's snapshot")), want);
     let topologies: HashSet<&str> = want.iter().map(LinkId::topology).collect();
@@ -633,11 +630,12 @@ async fn a2_ready_fails_when_the_node_stops() {
     assert_eq!(ended, Err(ReadyError::Stopped(Target::server("pump"))));
 }
 
-/// A node that cannot bind says so with an opaque transport error whose errno tells why
-/// (here: the address is in use), and a node that stopped answers `NodeStopped` to
-/// `snapshot` (which converts into `NodeError::Stopped` for `?`) while `shutdown` stays done.
+/// MISSION A1 (an error per operation family): a node that cannot bind says so with an
+/// opaque transport error whose errno tells why (here: the address is in use), and a node
+/// that stopped answers `NodeStopped` to `snapshot` (which converts into
+/// `NodeError::Stopped` for `?`) while `shutdown` stays done.
 #[tokio::test]
-async fn start_snapshot_and_shutdown_errors_say_what_happened() {
+async fn a1_start_snapshot_and_shutdown_errors_say_what_happened() {
     let ep = free_tcp();
     let first = server(&ep, Watch.into_service()).await;
     let second = Node::start(NodeConfig::new("second").server(ep.as_str())).await;

@@ -71,3 +71,65 @@ fn a1_readme_shows_the_pump_example_as_it_is() {
         .expect("a rust block in it");
     assert_eq!(block, body);
 }
+
+/// README states how long the pump example is and how many string literals it holds, and
+/// that none of them is a method name: the figures are those of examples/pump.rs.
+#[test]
+fn a1_readme_states_the_pump_example_s_lines_and_strings_truly() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).expect("README.md");
+    let example = std::fs::read_to_string(format!("{root}/examples/pump.rs")).expect("example");
+    let code: Vec<&str> = example
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with("//!"))
+        .collect();
+    let literals = string_literals(&code.join("\n"));
+    let methods: Vec<&str> = code
+        .iter()
+        .filter_map(|l| l.trim().strip_prefix("async fn "))
+        .filter_map(|l| l.split('(').next())
+        .collect();
+    assert!(methods.contains(&"set_setpoint"), "{methods:?}");
+    for literal in &literals {
+        assert!(
+            !methods.contains(&literal.as_str()),
+            "{literal:?} names a method"
+        );
+    }
+    let stated = format!(
+        "{} lines as rustfmt lays them out, blank lines not counted",
+        code.len()
+    );
+    assert!(readme.contains(&stated), "README should say {stated:?}");
+    let stated = format!("{} string literals, none of them a method", literals.len());
+    let flat = readme.replace('\n', " ");
+    assert!(flat.contains(&stated), "README should say {stated:?}");
+}
+
+/// The string literals of `code` (plain `"..."` with escapes; the example has no raw
+/// strings, and no character literal holds a quote).
+fn string_literals(code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut chars = code.chars();
+    while let Some(c) = chars.next() {
+        if c == '/' && chars.as_str().starts_with('/') {
+            // A comment runs to the end of the line.
+            for c in chars.by_ref() {
+                if c == '\n' {
+                    break;
+                }
+            }
+        } else if c == '"' {
+            let mut literal = String::new();
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' => literal.extend(chars.next()),
+                    '"' => break,
+                    c => literal.push(c),
+                }
+            }
+            out.push(literal);
+        }
+    }
+    out
+}

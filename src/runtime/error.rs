@@ -3,14 +3,14 @@
 
 use crate::config::ConfigError;
 
-/// A node could not start ([`Node::start`], [`NodeBuilder::start`]), or its allow-list could
-/// not be read again ([`Node::reload_allow_list`]). Serving has [`ExposeError`], a stopped
-/// node [`NodeStopped`]; both convert into this for `?`. No variant exposes a type of the
-/// `zmq` crate: libzmq's errors are [`TransportError`].
+/// A node could not start ([`Node::start`], [`NodeBuilder::start`]). The other operations
+/// of a node fail with errors of their own family: serving with [`ExposeError`], reading
+/// the allow-list again with [`AllowListError`], a stopped node with [`NodeStopped`]; each
+/// converts into this for `?`. No variant exposes a type of the `zmq` crate: libzmq's
+/// errors are [`TransportError`].
 ///
 /// [`Node::start`]: super::Node::start
 /// [`NodeBuilder::start`]: super::NodeBuilder::start
-/// [`Node::reload_allow_list`]: super::Node::reload_allow_list
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum NodeError {
@@ -126,6 +126,31 @@ impl From<ExposeError> for NodeError {
 impl From<NodeStopped> for NodeError {
     fn from(_: NodeStopped) -> NodeError {
         NodeError::Stopped
+    }
+}
+
+/// Why [`Node::reload_allow_list`] did not put a new allow-list in force. In every case the
+/// allow-list in force before the call stays in force.
+///
+/// [`Node::reload_allow_list`]: super::Node::reload_allow_list
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AllowListError {
+    /// `[security] allow_dir` or one of its files could not be read, or a file there holds no
+    /// public key.
+    #[error("cannot read the allow-list: {0}")]
+    Unreadable(#[from] crate::runtime::security::KeyFileError),
+    /// The node's I/O thread is not running.
+    #[error("the node's I/O thread is not running")]
+    Stopped,
+}
+
+impl From<AllowListError> for NodeError {
+    fn from(e: AllowListError) -> NodeError {
+        match e {
+            AllowListError::Unreadable(k) => NodeError::Security(k),
+            AllowListError::Stopped => NodeError::Stopped,
+        }
     }
 }
 

@@ -76,8 +76,13 @@ pub struct Delivery {
 /// A link changed state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StateChange {
-    /// The link's display name (e.g. `peer node-b application`, `sub tcp://…`); its typed
-    /// identity is [`StateChange::link_id`].
+    /// Which link changed state, as typed values (topology, peer, lane): equal to the
+    /// [`LinkSnapshot::id`](crate::runtime::snapshot::LinkSnapshot::id) of its snapshot row.
+    /// Not serialized: [`StateChange::link`] is its text.
+    #[serde(skip)]
+    pub id: LinkId,
+    /// The link's display name, [`StateChange::id`] as text (e.g. `peer node-b application`,
+    /// `sub tcp://…`), as logs and `zmesh node --events` show it.
     pub link: String,
     /// The new state.
     pub state: ConnState,
@@ -85,16 +90,6 @@ pub struct StateChange {
     pub reason: Option<FailureReason>,
     /// Free-form detail for humans.
     pub detail: String,
-}
-
-impl StateChange {
-    /// Which link changed state, as typed values (topology, peer, lane), equal to the
-    /// [`LinkSnapshot::link_id`](crate::runtime::snapshot::LinkSnapshot::link_id) of its
-    /// snapshot row; read from [`StateChange::link`] (see [`LinkId::from_display_name`]).
-    /// `None` only for a name of no known form.
-    pub fn link_id(&self) -> Option<LinkId> {
-        LinkId::from_display_name(&self.link)
-    }
 }
 
 /// The stream of a node's events: one at a time as a `futures_core::Stream` of [`NodeEvent`]
@@ -363,9 +358,13 @@ mod tests {
         })
     }
 
-    fn state(link: &str) -> NodeEvent {
+    fn state(endpoint: &str) -> NodeEvent {
+        let id = LinkId::Subscription {
+            endpoint: endpoint.to_owned(),
+        };
         NodeEvent::State(StateChange {
-            link: link.to_owned(),
+            link: id.to_string(),
+            id,
             state: ConnState::Ready,
             reason: None,
             detail: String::new(),

@@ -24,9 +24,13 @@ impl MeshLane {
 }
 
 /// Which link an event or a snapshot row is about: its topology, the peer it reaches and,
-/// for RouteMesh, the lane. A state change ([`crate::runtime::StateChange::link_id`]) and
-/// the snapshot row of the same link ([`crate::runtime::snapshot::LinkSnapshot::link_id`])
-/// have equal identities, so events and rows can be matched without reading display names.
+/// for RouteMesh, the lane. A state change ([`crate::runtime::StateChange::id`]) and the
+/// snapshot row of the same link ([`crate::runtime::snapshot::LinkSnapshot::id`]) carry
+/// equal identities, set by the I/O thread from the link itself, so events and rows are
+/// matched without reading display names. Its `Display` is the link's display name
+/// ([`crate::runtime::StateChange::link`]): `peer RID LANE` (dialled RouteMesh), `inbound
+/// RID LANE` (accepted RouteMesh), `inbound RID client_server` (a ClientServer client),
+/// `server CHANNEL ENDPOINT` (dialled ClientServer) and `sub ENDPOINT` (fanout).
 ///
 /// A RouteMesh lane may be on a link this node dialled and, for a while, on one the peer
 /// dialled too (one of them stands down): `dialled` tells the two apart.
@@ -91,85 +95,6 @@ impl LinkId {
             _ => None,
         }
     }
-
-    /// The identity a link display name stands for; `None` for a name of no known form.
-    /// The I/O thread names links `peer RID LANE` (dialled RouteMesh), `inbound RID LANE`
-    /// (accepted: a RouteMesh lane, or a ClientServer client when LANE is `client_server`),
-    /// `server CHANNEL ENDPOINT` (dialled ClientServer) and `sub ENDPOINT` (fanout). A RID
-    /// may hold spaces, a lane never does; an endpoint starts `tcp://` or `ipc://`.
-    pub fn from_display_name(name: &str) -> Option<LinkId> {
-        let (kind, rest) = name.split_once(' ')?;
-        match kind {
-            "peer" | "inbound" => {
-                let (rid, lane) = rest.rsplit_once(' ')?;
-                let rid = rid.to_owned();
-                let dialled = kind == "peer";
-                match lane {
-                    "application" => Some(LinkId::Peer {
-                        rid,
-                        lane: MeshLane::Application,
-                        dialled,
-                    }),
-                    "completion" => Some(LinkId::Peer {
-                        rid,
-                        lane: MeshLane::Completion,
-                        dialled,
-                    }),
-                    "client_server" if !dialled => Some(LinkId::Client { rid }),
-                    _ => None,
-                }
-            }
-            "server" => {
-                let at = [" tcp://", " ipc://"]
-                    .iter()
-                    .filter_map(|scheme| rest.find(scheme))
-                    .min()?;
-                Some(LinkId::Server {
-                    channel: rest[..at].to_owned(),
-                    endpoint: rest[at + 1..].to_owned(),
-                })
-            }
-            "sub" => Some(LinkId::Subscription {
-                endpoint: rest.to_owned(),
-            }),
-            _ => None,
-        }
-    }
-
-    /// The identity of a snapshot row, from its topology, role, peer, endpoint and the
-    /// channel it serves; `None` for a row of no known form.
-    pub(crate) fn of_row(
-        topology: &str,
-        role: &str,
-        peer: Option<&str>,
-        endpoint: &str,
-        serves: &[String],
-    ) -> Option<LinkId> {
-        let mesh = |lane, dialled| {
-            peer.map(|rid| LinkId::Peer {
-                rid: rid.to_owned(),
-                lane,
-                dialled,
-            })
-        };
-        match (topology, role) {
-            ("route_mesh", "application") => mesh(MeshLane::Application, true),
-            ("route_mesh", "completion") => mesh(MeshLane::Completion, true),
-            ("route_mesh", "application_inbound") => mesh(MeshLane::Application, false),
-            ("route_mesh", "completion_inbound") => mesh(MeshLane::Completion, false),
-            ("client_server", "client") => serves.first().map(|channel| LinkId::Server {
-                channel: channel.clone(),
-                endpoint: endpoint.to_owned(),
-            }),
-            ("client_server", "server_inbound") => peer.map(|rid| LinkId::Client {
-                rid: rid.to_owned(),
-            }),
-            ("fanout", "subscriber") => Some(LinkId::Subscription {
-                endpoint: endpoint.to_owned(),
-            }),
-            _ => None,
-        }
-    }
 }
 
 impl std::fmt::Display for LinkId {
@@ -196,112 +121,42 @@ impl std::fmt::Display for LinkId {
 mod tests {
     use super::*;
 
-    fn peer(rid: &str, lane: MeshLane, dialled: bool) -> LinkId {
-        LinkId::Peer {
+    #[test]
+    fn a2_each_identity_displays_as_its_link_name() {
+        let peer = |rid: &str, lane, dialled| LinkId::Peer {
             rid: rid.into(),
             lane,
             dialled,
-        }
-    }
-
-    #[test]
-    fn a2_every_display_name_reads_back_as_its_identity() {
-        let ids = [
-            peer("node b", MeshLane::Application, true),
-            peer("b", MeshLane::Completion, true),
-            peer("b", MeshLane::Application, false),
-            peer("b", MeshLane::Completion, false),
-            LinkId::Server {
-                channel: "pump ctl".into(),
-                endpoint: "ipc:///run/a b.sock".into(),
-            },
-            LinkId::Server {
-                channel: "pump".into(),
-                endpoint: "tcp://127.0.0.1:7000".into(),
-            },
-            LinkId::Client { rid: "cli".into() },
-            LinkId::Subscription {
-                endpoint: "tcp://127.0.0.1:7001".into(),
-            },
-        ];
-        for id in ids {
-            assert_eq!(
-                LinkId::from_display_name(&id.to_string()),
-                Some(id.clone()),
-                "{id}"
-            );
-        }
-    }
-
-    #[test]
-    fn a2_names_of_no_known_form_have_no_identity() {
-        for name in [
-            "",
-            "peer",
-            "peer b",
-            "peer b client_server",
-            "inbound b lane",
-            "server pump",
-            "server pump udp://x",
-            "publisher tcp://x:1",
-        ] {
-            assert_eq!(LinkId::from_display_name(name), None, "{name:?}");
-        }
-    }
-
-    #[test]
-    fn a2_a_row_and_its_link_name_have_one_identity() {
-        let pump = ["pump".to_owned()];
-        let rows = [
+        };
+        let names = [
             (
-                "route_mesh",
-                "application",
-                Some("b"),
-                "",
-                &[][..],
-                "peer b application",
+                peer("node b", MeshLane::Application, true),
+                "peer node b application",
             ),
             (
-                "route_mesh",
-                "completion_inbound",
-                Some("b"),
-                "",
-                &[][..],
+                peer("b", MeshLane::Completion, false),
                 "inbound b completion",
             ),
             (
-                "client_server",
-                "client",
-                None,
-                "tcp://h:1",
-                &pump[..],
-                "server pump tcp://h:1",
+                LinkId::Server {
+                    channel: "pump".into(),
+                    endpoint: "tcp://127.0.0.1:7000".into(),
+                },
+                "server pump tcp://127.0.0.1:7000",
             ),
             (
-                "client_server",
-                "server_inbound",
-                Some("c"),
-                "tcp://h:2",
-                &[][..],
-                "inbound c client_server",
+                LinkId::Client { rid: "cli".into() },
+                "inbound cli client_server",
             ),
             (
-                "fanout",
-                "subscriber",
-                None,
-                "tcp://h:3",
-                &[][..],
-                "sub tcp://h:3",
+                LinkId::Subscription {
+                    endpoint: "ipc:///run/p".into(),
+                },
+                "sub ipc:///run/p",
             ),
         ];
-        for (topology, role, rid, endpoint, serves, name) in rows {
-            let id = LinkId::of_row(topology, role, rid, endpoint, serves).expect(name);
-            assert_eq!(
-                Some(&id),
-                LinkId::from_display_name(name).as_ref(),
-                "{name}"
-            );
-            assert_eq!(id.topology(), topology);
+        for (id, name) in names {
+            assert_eq!(id.to_string(), name);
         }
     }
 }

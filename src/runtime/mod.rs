@@ -40,7 +40,8 @@ pub mod store;
 pub mod telemetry;
 
 pub use error::{
-    BatchSendError, ExposeError, NodeError, NodeStopped, PublishError, SendError, TransportError,
+    AllowListError, BatchSendError, ExposeError, NodeError, NodeStopped, PublishError, SendError,
+    TransportError,
 };
 pub use event::{Delivery, EventStream, NodeEvent, Source, StateChange};
 pub use io::GRACEFUL_STOP_BOUND;

@@ -9,6 +9,7 @@
 //! wake-up, not one per change.
 
 use crate::proto::state::ConnState;
+use crate::runtime::link::{LinkId, MeshLane};
 use crate::runtime::snapshot::{LinkSnapshot, Snapshot};
 
 /// What [`Node::ready`](crate::runtime::Node::ready) waits for.
@@ -54,20 +55,15 @@ impl Target {
         };
         match self {
             Target::Peer(rid) => mesh_ready(snapshot, rid),
-            Target::Server(channel) => ready().any(|l| {
-                l.serves.iter().any(|c| c == channel)
-                    && match (l.topology, l.role) {
-                        ("client_server", "client") => true,
-                        ("route_mesh", _) => l
-                            .peer
-                            .as_deref()
-                            .is_some_and(|rid| mesh_ready(snapshot, rid)),
-                        _ => false,
-                    }
+            Target::Server(channel) => ready().any(|l| match &l.id {
+                LinkId::Server { channel: c, .. } => c == channel,
+                LinkId::Peer { rid, .. } => {
+                    l.serves.iter().any(|c| c == channel) && mesh_ready(snapshot, rid)
+                }
+                _ => false,
             }),
-            Target::Subscription(endpoint) => {
-                ready().any(|l| l.topology == "fanout" && l.endpoint == *endpoint)
-            }
+            Target::Subscription(endpoint) => ready()
+                .any(|l| matches!(&l.id, LinkId::Subscription { endpoint: e } if e == endpoint)),
         }
     }
 }
@@ -84,15 +80,13 @@ impl std::fmt::Display for Target {
 
 /// True when RouteMesh peer `rid` has a ready link on each lane, dialled or inbound.
 fn mesh_ready(snapshot: &Snapshot, rid: &str) -> bool {
-    let lane = |names: [&str; 2]| {
+    let lane = |want: MeshLane| {
         snapshot.links.iter().any(|l: &LinkSnapshot| {
-            l.topology == "route_mesh"
-                && l.state == ConnState::Ready
-                && l.peer.as_deref() == Some(rid)
-                && names.contains(&l.role)
+            l.state == ConnState::Ready
+                && matches!(&l.id, LinkId::Peer { rid: r, lane, .. } if r == rid && *lane == want)
         })
     };
-    lane(["application", "application_inbound"]) && lane(["completion", "completion_inbound"])
+    lane(MeshLane::Application) && lane(MeshLane::Completion)
 }
 
 /// Why a readiness wait ended without its target becoming ready.

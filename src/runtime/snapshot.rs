@@ -81,6 +81,11 @@ pub struct SecuritySnapshot {
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
 pub struct LinkSnapshot {
+    /// Which link this row is, as typed values (topology, peer, lane): equal to the
+    /// [`StateChange::id`](crate::runtime::StateChange::id) of the link's state changes.
+    /// Not serialized: the row's topology, role, peer and endpoint say it in JSON.
+    #[serde(skip)]
+    pub id: LinkId,
     /// `route_mesh`, `client_server` or `fanout`.
     pub topology: &'static str,
     /// `application`, `completion`, `client`, `server_inbound`, `subscriber` …
@@ -151,22 +156,6 @@ pub struct FailureSnapshot {
     pub detail: String,
     /// Milliseconds since it happened (monotonic).
     pub age_ms: u64,
-}
-
-impl LinkSnapshot {
-    /// Which link this row is, as typed values (topology, peer, lane): equal to the
-    /// [`StateChange::link_id`](crate::runtime::StateChange::link_id) of the link's state
-    /// changes. `None` only for a row of no known form (or a RouteMesh or inbound row whose
-    /// peer is not known).
-    pub fn link_id(&self) -> Option<LinkId> {
-        LinkId::of_row(
-            self.topology,
-            self.role,
-            self.peer.as_deref(),
-            &self.endpoint,
-            &self.serves,
-        )
-    }
 }
 
 impl Snapshot {

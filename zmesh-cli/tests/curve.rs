@@ -31,7 +31,7 @@ use zmesh::runtime::calls::{encode, Request};
 use zmesh::runtime::security::{Caller, KeyPair, SecurityEvent};
 use zmesh::runtime::service::{Method, Service};
 use zmesh::runtime::snapshot::Snapshot;
-use zmesh::runtime::{Node, NodeEvent};
+use zmesh::runtime::{AllowListError, Node, NodeEvent};
 
 /// Upper bound of every single wait.
 const STEP: Duration = Duration::from_secs(20);
@@ -646,9 +646,21 @@ async fn f3_allow_list_follows_its_directory() {
     let snap = server.snapshot().await.expect("snapshot");
     assert_eq!(snap.security.allowed_keys, 0);
     assert!(snap.security.allow_list_reloads >= 3);
-    for n in [cli, server] {
+    // A file that holds no key is the reload's error; the empty list stays in force.
+    std::fs::write(&file, "not a key\n").expect("bad key file");
+    let refused = server.reload_allow_list().await;
+    assert!(
+        matches!(refused, Err(AllowListError::Unreadable(_))),
+        "{refused:?}"
+    );
+    for n in [cli, server.clone()] {
         n.shutdown().await.expect("shutdown");
     }
+    let stopped = server.reload_allow_list().await;
+    assert!(
+        matches!(stopped, Err(AllowListError::Stopped)),
+        "{stopped:?}"
+    );
 }
 
 /// Kills the child when dropped, so a failed assertion leaves no node behind.

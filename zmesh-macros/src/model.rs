@@ -117,11 +117,17 @@ impl Errors {
 impl Service {
     /// Reads `#[service(attr)] item`.
     pub fn parse(attr: TokenStream, item: TokenStream) -> syn::Result<Service> {
+        let is_trait = is_trait(&item);
         let mut item: ItemTrait = syn::parse2(item).map_err(|e| {
-            syn::Error::new(
-                e.span(),
-                "#[zmesh::service] goes on a trait: `trait Pump { async fn pressure(&self) -> f64; }`",
-            )
+            if is_trait {
+                // A trait syn cannot read: its own message points at the tokens.
+                e
+            } else {
+                syn::Error::new(
+                    e.span(),
+                    "#[zmesh::service] goes on a trait: `trait Pump { async fn pressure(&self) -> f64; }`",
+                )
+            }
         })?;
         let mut errors = Errors::default();
         let keys = parse_keys(attr, &mut errors);
@@ -196,6 +202,14 @@ impl Service {
     }
 }
 
+/// True when `item` declares a trait: the keyword `trait` comes before its body.
+fn is_trait(item: &TokenStream) -> bool {
+    item.clone()
+        .into_iter()
+        .take_while(|t| !matches!(t, proc_macro2::TokenTree::Group(g) if g.delimiter() == proc_macro2::Delimiter::Brace))
+        .any(|t| matches!(&t, proc_macro2::TokenTree::Ident(i) if i == "trait"))
+}
+
 /// The keys of `#[service(..)]`.
 #[derive(Default)]
 struct Keys {
@@ -211,13 +225,15 @@ fn parse_keys(attr: TokenStream, errors: &mut Errors) -> Keys {
         if meta.path.is_ident("channel") {
             let lit: LitStr = meta.value()?.parse()?;
             let c = lit.value();
-            if c.is_empty() || c.len() > NAME_MAX {
+            let refused = c.is_empty() || c.len() > NAME_MAX;
+            // Named, if refused: the one error is its length, not a missing channel.
+            keys.channel = Some(c);
+            if refused {
                 return Err(syn::Error::new(
                     lit.span(),
                     format!("a channel name is 1..={NAME_MAX} bytes"),
                 ));
             }
-            keys.channel = Some(c);
         } else if meta.path.is_ident("version") {
             let value = meta.value()?;
             let version = if value.peek(LitStr) {
@@ -501,6 +517,13 @@ fn take_semantics(attrs: &mut Vec<Attribute>, errors: &mut Errors) -> (Option<Se
             Semantics::Idempotent
         } else if attr.path().is_ident("non_repeatable") {
             Semantics::NonRepeatable
+        } else if attr.path().is_ident("conflate") {
+            errors.on(
+                &attr,
+                "`conflate` is written `#[idempotent(conflate)]`: only an idempotent command may \
+                 replace a waiting call, since its newest call leaves the state all of them would",
+            );
+            continue;
         } else {
             kept.push(attr);
             continue;

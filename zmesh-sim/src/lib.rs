@@ -12,6 +12,7 @@
 //! SIMULATION.md at the repository root says what is simulated, what is not, the invariants,
 //! the seeds run and the deliberately wrong variants of the core the invariants caught.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod cli;
 pub mod fanout;

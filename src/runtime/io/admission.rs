@@ -385,9 +385,9 @@ impl IoThread {
         note(l.state.handle_ready(now));
         // One-way records may go to it from now on (before the application hears of it).
         self.open_send_queue(k);
-        let name = self.link_name(k);
+        let link = self.link_id(k);
         self.emit_state(
-            name,
+            link,
             ConnState::Ready,
             None,
             &format!("{rid} ready on {id}"),

@@ -343,9 +343,9 @@ impl IoThread {
                 if l.state.handle_reconfigure(generation, now).is_ok() {
                     l.retry_at = Some(now);
                     self.timers_changed();
-                    let name = self.link_name(k);
+                    let link = self.link_id(k);
                     self.emit_state(
-                        name,
+                        link,
                         ConnState::Configured,
                         None,
                         &format!("descriptor generation {generation:016x}"),
@@ -376,9 +376,9 @@ impl IoThread {
                         Recovery::Hold,
                         now,
                     ));
-                    let name = self.link_name(k);
+                    let link = self.link_id(k);
                     self.emit_state(
-                        name,
+                        link,
                         ConnState::NotConnected,
                         Some(FailureReason::Reconfigured),
                         DETAIL,

@@ -14,6 +14,7 @@ use super::links::{backoff, note};
 use super::{IoThread, LinkKey};
 use crate::proto::state::{ConnState, FailureReason, LinkState, Recovery};
 use crate::runtime::fds::{self, Exhausted, Gauge};
+use crate::runtime::link::LinkId;
 use crate::runtime::socket::{
     FDS_PER_CONTEXT, FDS_PER_DIALLED, FDS_PER_MONITORED, SOCKETS_PER_CONTEXT,
 };
@@ -119,15 +120,15 @@ impl IoThread {
             tracing::warn!(error = %e, endpoint, "cannot open dialled socket");
             return;
         };
-        let name = self.link_name(k);
-        tracing::debug!(link = %name, "socket not opened: {cause}");
-        self.note_exhausted(&name, &cause, now);
+        let link = self.link_id(k);
+        tracing::debug!(link = %link, "socket not opened: {cause}");
+        self.note_exhausted(&link.to_string(), &cause, now);
         let detail = cause.to_string();
         let l = &mut self.links[k];
         let (retry_at, first) =
             record_exhausted(&mut l.state, &mut l.failures_in_row, &detail, now);
         l.retry_at = Some(retry_at);
-        self.report_exhausted(name, first, &detail);
+        self.report_exhausted(link, first, &detail);
     }
 
     /// Subscription `i` could not open its SUB socket: as [`IoThread::dial_failed`].
@@ -140,23 +141,23 @@ impl IoThread {
             tracing::warn!(error = %e, endpoint, "cannot open SUB socket");
             return;
         };
-        let name = format!("sub {endpoint}");
-        tracing::debug!(link = %name, "socket not opened: {cause}");
-        self.note_exhausted(&name, &cause, now);
+        let link = LinkId::Subscription { endpoint };
+        tracing::debug!(link = %link, "socket not opened: {cause}");
+        self.note_exhausted(&link.to_string(), &cause, now);
         let detail = cause.to_string();
         let s = &mut self.subs[i];
         let (retry_at, first) =
             record_exhausted(&mut s.state, &mut s.failures_in_row, &detail, now);
         s.retry_at = retry_at;
-        self.report_exhausted(name, first, &detail);
+        self.report_exhausted(link, first, &detail);
     }
 
     /// The state event of a `resource_exhausted` failure (only on the first failure of an
     /// episode: the link stays `reconnecting`) and its count.
-    fn report_exhausted(&mut self, name: String, first: bool, detail: &str) {
+    fn report_exhausted(&mut self, link: LinkId, first: bool, detail: &str) {
         if first {
             self.emit_state(
-                name,
+                link,
                 ConnState::Reconnecting,
                 Some(FailureReason::ResourceExhausted),
                 detail,

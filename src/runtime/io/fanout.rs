@@ -33,6 +33,7 @@ use crate::proto::state::{ConnState, FailureReason, LinkState, Recovery};
 use crate::proto::ConnId;
 use crate::runtime::error::NodeError;
 use crate::runtime::event::{Delivery, NodeEvent, Source};
+use crate::runtime::link::LinkId;
 use crate::runtime::outbound::PubSocket;
 use crate::runtime::records::{self, Fanout};
 use crate::runtime::socket::{
@@ -292,7 +293,7 @@ impl IoThread {
                 s.connected = false;
                 note(s.state.handle_connecting(now));
                 self.emit_state(
-                    format!("sub {endpoint}"),
+                    LinkId::Subscription { endpoint },
                     ConnState::Connecting,
                     None,
                     &format!("subscribed as {id}"),
@@ -351,7 +352,9 @@ impl IoThread {
             now,
         ));
         self.emit_state(
-            format!("sub {endpoint}"),
+            LinkId::Subscription {
+                endpoint: endpoint.to_owned(),
+            },
             ConnState::NotConnected,
             Some(FailureReason::SecurityFailure),
             &detail,
@@ -378,9 +381,11 @@ impl IoThread {
             Recovery::Hold
         };
         note(s.state.handle_failure(reason, detail, recovery, now));
-        let name = format!("sub {}", s.endpoint);
+        let link = LinkId::Subscription {
+            endpoint: s.endpoint.clone(),
+        };
         let state = s.state.state();
-        self.emit_state(name, state, Some(reason), detail);
+        self.emit_state(link, state, Some(reason), detail);
         metrics::counter!("zmesh_link_failures_total", "reason" => reason.as_str()).increment(1);
     }
 }

@@ -20,6 +20,7 @@ use crate::proto::security::{HandshakeFailure, PublicKey};
 use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
 use crate::proto::ConnId;
 use crate::runtime::event::Source;
+use crate::runtime::link::{LinkId, MeshLane};
 use crate::runtime::outbound::{Closed, SendQueue};
 use crate::runtime::records::{self, Lane};
 use crate::runtime::socket::{set_curve_client, FrameSocket, MonitorEvent, MonitorSocket};
@@ -135,28 +136,38 @@ impl IoThread {
         })
     }
 
-    pub(super) fn link_name(&self, k: LinkKey) -> String {
+    /// Which link `k` is, as the events and snapshot rows name it.
+    pub(super) fn link_id(&self, k: LinkKey) -> LinkId {
+        let mesh = |lane: Lane| match lane {
+            Lane::Completion => MeshLane::Completion,
+            Lane::Application | Lane::ClientServer => MeshLane::Application,
+        };
         match &self.links[k].kind {
-            LinkKind::MeshDial { peer, lane } => {
-                let rid = self
+            LinkKind::MeshDial { peer, lane } => LinkId::Peer {
+                rid: self
                     .cfg
                     .peers
                     .get(*peer)
-                    .map(|p| p.rid.as_str())
-                    .unwrap_or("?");
-                format!("peer {rid} {}", records::lane_name(*lane))
-            }
+                    .map_or_else(|| "?".to_owned(), |p| p.rid.clone()),
+                lane: mesh(*lane),
+                dialled: true,
+            },
             LinkKind::ClientDial { server } => {
                 let s = self.cfg.servers.get(*server);
-                format!(
-                    "server {} {}",
-                    s.map(|s| s.channel.as_str()).unwrap_or("?"),
-                    s.map(|s| s.endpoint.as_str()).unwrap_or("?")
-                )
+                LinkId::Server {
+                    channel: s.map_or_else(|| "?".to_owned(), |s| s.channel.clone()),
+                    endpoint: s.map_or_else(|| "?".to_owned(), |s| s.endpoint.clone()),
+                }
             }
-            LinkKind::Inbound { rid, lane } => {
-                format!("inbound {rid} {}", records::lane_name(*lane))
-            }
+            LinkKind::Inbound {
+                rid,
+                lane: Lane::ClientServer,
+            } => LinkId::Client { rid: rid.clone() },
+            LinkKind::Inbound { rid, lane } => LinkId::Peer {
+                rid: rid.clone(),
+                lane: mesh(*lane),
+                dialled: false,
+            },
         }
     }
 
@@ -275,9 +286,9 @@ impl IoThread {
             notices: 0,
         });
         note(l.state.handle_connecting(now));
-        let name = self.link_name(k);
+        let link = self.link_id(k);
         self.emit_state(
-            name,
+            link,
             ConnState::Connecting,
             None,
             &format!("dialling as {id}"),
@@ -344,9 +355,9 @@ impl IoThread {
                 .handle_failure(FailureReason::SecurityFailure, detail, Recovery::Hold, now),
         );
         tracing::warn!(detail, "not dialled");
-        let name = self.link_name(k);
+        let link = self.link_id(k);
         self.emit_state(
-            name,
+            link,
             ConnState::NotConnected,
             Some(FailureReason::SecurityFailure),
             detail,
@@ -398,8 +409,8 @@ impl IoThread {
         note(l.state.handle_failure(reason, detail, recovery, now));
         let state = l.state.state();
         l.retry_at = Some(now + backoff(l.failures_in_row));
-        let name = self.link_name(k);
-        self.emit_state(name, state, Some(reason), detail);
+        let link = self.link_id(k);
+        self.emit_state(link, state, Some(reason), detail);
         // A dial that stood down for this peer's own connection resumes when that one fails.
         if let LinkKind::Inbound { rid, lane } = &self.links[k].kind {
             let (rid, lane) = (rid.clone(), *lane);

@@ -103,6 +103,7 @@ use tokio::sync::oneshot;
 use super::command::{Command, WakeUp};
 use super::error::NodeError;
 use super::event::{EventSender, NodeEvent, StateChange};
+use super::link::LinkId;
 use super::operations::OpsShared;
 use super::outbound::{Closed, LinkTable, PubSocket};
 use super::records::Lane;
@@ -583,14 +584,15 @@ impl IoThread {
 
     pub(super) fn emit_state(
         &mut self,
-        link: String,
+        id: LinkId,
         state: ConnState,
         reason: Option<FailureReason>,
         detail: &str,
     ) {
-        tracing::info!(link = %link, state = state.as_str(), reason = ?reason, detail, "link state");
+        tracing::info!(link = %id, state = state.as_str(), reason = ?reason, detail, "link state");
         self.app.push(NodeEvent::State(StateChange {
-            link,
+            link: id.to_string(),
+            id,
             state,
             reason,
             detail: detail.to_owned(),

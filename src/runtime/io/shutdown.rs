@@ -29,8 +29,8 @@ impl IoThread {
                     .handle_failure(FailureReason::HostStopped, &detail, Recovery::Hold, now),
             );
             let state = l.state.state();
-            let name = self.link_name(k);
-            self.emit_state(name, state, Some(FailureReason::HostStopped), &detail);
+            let link = self.link_id(k);
+            self.emit_state(link, state, Some(FailureReason::HostStopped), &detail);
         }
         for k in self.links.keys() {
             if self.links[k].conn.as_ref().is_some_and(|c| c.ready) {

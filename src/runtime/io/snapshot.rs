@@ -16,6 +16,7 @@ use super::slots::SlotRole;
 use super::{Host, IoThread, LinkKey};
 use crate::proto::handshake::Identity;
 use crate::proto::state::Failure;
+use crate::runtime::link::LinkId;
 use crate::runtime::records::{self, Lane};
 use crate::runtime::snapshot::{
     FailureSnapshot, LinkSnapshot, SecuritySnapshot, Snapshot, SNAPSHOT_LIMIT,
@@ -168,6 +169,7 @@ impl IoThread {
                 .map(Identity::served_channels),
         };
         LinkSnapshot {
+            id: self.link_id(k),
             topology,
             role,
             peer,
@@ -216,6 +218,9 @@ impl IoThread {
                 .publisher(s.live)
                 .and_then(|w| w.last_receive_at());
             links.push(LinkSnapshot {
+                id: LinkId::Subscription {
+                    endpoint: s.endpoint.clone(),
+                },
                 topology: "fanout",
                 role: "subscriber",
                 peer: None,

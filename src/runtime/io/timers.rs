@@ -9,6 +9,7 @@ use super::links::note;
 use super::{IoThread, LiveOwner, SlotKey, CLOSE_CONFIRM_MAX, HANDSHAKE_TIMEOUT, SWEEP_DELAYS};
 use crate::proto::liveness::{LivenessEvent, ProbeEvent, PublisherEvent, Transmit};
 use crate::proto::state::{ConnState, FailureReason};
+use crate::runtime::link::LinkId;
 use crate::runtime::records::{self};
 
 /// The per-link timers as last scanned, and the disconnect sweeps of the bound sockets.
@@ -234,8 +235,10 @@ impl IoThread {
                     let s = &mut self.subs[i];
                     s.failures_in_row = 0;
                     note(s.state.handle_ready(now));
-                    let name = format!("sub {}", s.endpoint);
-                    self.emit_state(name, ConnState::Ready, None, "first record or beacon");
+                    let link = LinkId::Subscription {
+                        endpoint: s.endpoint.clone(),
+                    };
+                    self.emit_state(link, ConnState::Ready, None, "first record or beacon");
                 }
                 (
                     Some(LiveOwner::Sub(i)),

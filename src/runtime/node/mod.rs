@@ -19,7 +19,9 @@ use super::calls::{
 };
 use super::command::{CallReply, Command, WakeUp};
 use super::discovery::Agent;
-use super::error::{BatchSendError, NodeError, NodeStopped, PublishError, SendError};
+use super::error::{
+    AllowListError, BatchSendError, NodeError, NodeStopped, PublishError, SendError,
+};
 use super::event::{EventSender, EventStream};
 use super::idempotency::{Guard, IdempotencyStore, Owner, DEFAULT_RETENTION};
 use super::io::IoThread;
@@ -852,15 +854,16 @@ impl Node {
     /// Reports [`SecurityEvent::AllowListLoaded`](crate::runtime::security::SecurityEvent)
     /// and returns the number of keys in force (0 in `none` mode, which has no allow-list).
     /// A directory or file that cannot be read leaves the previous list in force and is the
-    /// error.
-    pub async fn reload_allow_list(&self) -> Result<usize, NodeError> {
+    /// error ([`AllowListError::Unreadable`]); a node that stopped answers
+    /// [`AllowListError::Stopped`].
+    pub async fn reload_allow_list(&self) -> Result<usize, AllowListError> {
         if self.inner.security.mode == SecurityMode::None {
             return Ok(0);
         }
         let cfg = self.inner.security.clone();
         let loaded = tokio::task::spawn_blocking(move || load_allow_list(&cfg))
             .await
-            .map_err(|_| NodeError::Stopped)?;
+            .map_err(|_| AllowListError::Stopped)?;
         let (loaded, error) = match loaded {
             Ok(keys) => (Ok(keys), None),
             Err(e) => (Err(e.to_string()), Some(e)),
@@ -872,11 +875,11 @@ impl Node {
                 reply: Some(reply),
             })
             .await
-            .ok_or(NodeError::Stopped)?;
+            .ok_or(AllowListError::Stopped)?;
         match (applied, error) {
             (Ok(n), _) => Ok(n),
-            (Err(_), Some(e)) => Err(NodeError::Security(e)),
-            (Err(_), None) => Err(NodeError::Stopped),
+            (Err(_), Some(e)) => Err(AllowListError::Unreadable(e)),
+            (Err(_), None) => Err(AllowListError::Stopped),
         }
     }
 
