@@ -99,6 +99,10 @@ pub enum FailureReason {
     NotRequired,
     /// A newer admitted connection replaced this one.
     Replaced,
+    /// This dial stood down in duplicate resolution (MISSION T1): the peer's own dial of the
+    /// same lane is the pair's one connection. Not a failure: not counted in the link's
+    /// failures, and the link only waits, dialling again only if that connection fails.
+    StoodDown,
     /// The local host is draining and no longer selects new targets.
     HostDraining,
     /// The local host stopped.
@@ -127,6 +131,7 @@ impl FailureReason {
             FailureReason::SecurityFailure => "security_failure",
             FailureReason::NotRequired => "not_required",
             FailureReason::Replaced => "replaced",
+            FailureReason::StoodDown => "stood_down",
             FailureReason::HostDraining => "host_draining",
             FailureReason::HostStopped => "host_stopped",
             FailureReason::HostError => "host_error",
@@ -334,8 +339,11 @@ impl LinkState {
             Recovery::Hold => ConnState::NotConnected,
         };
         self.transition(to, now)?;
-        self.failures += 1;
-        self.last_failure = Some(Failure::new(reason, now, detail));
+        // A dial that stood down did not fail: its history keeps the last real failure.
+        if reason != FailureReason::StoodDown {
+            self.failures += 1;
+            self.last_failure = Some(Failure::new(reason, now, detail));
+        }
         Ok(())
     }
 
@@ -723,6 +731,7 @@ mod tests {
             FailureReason::SecurityFailure,
             FailureReason::NotRequired,
             FailureReason::Replaced,
+            FailureReason::StoodDown,
             FailureReason::HostDraining,
             FailureReason::HostStopped,
             FailureReason::HostError,

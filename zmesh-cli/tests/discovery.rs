@@ -106,11 +106,12 @@ async fn d1_d3_three_nodes_discover_each_other_with_no_endpoint_configured() {
 /// and one dial of each pair stands down, `zmesh status` of every node lists exactly one ready
 /// link per peer and lane and nothing else: no stood-down dial shown as `reconnecting`, no
 /// inbound link left `not_connected` by the dial the peer stood down, no failure on any row.
+/// The events say the same: a dial that stood down is `stood_down`, never `replaced`.
 #[tokio::test]
 async fn o1_t1_healthy_three_node_mesh_status_lists_only_ready_links() {
     let mesh = Mesh::new("healthy");
     let rids = ["a", "b", "c"];
-    let procs: Vec<Proc> = rids
+    let mut procs: Vec<Proc> = rids
         .iter()
         .map(|r| mesh.start(&mesh.config(r, server("orders"))))
         .collect();
@@ -142,6 +143,19 @@ async fn o1_t1_healthy_three_node_mesh_status_lists_only_ready_links() {
             .collect();
         assert_eq!(rows.len(), 4, "{text}");
         assert!(rows.iter().all(|r| r.contains(" ready ")), "{text}");
+    }
+    for p in &mut procs {
+        let rid = p.rid.clone();
+        let lines = p.take_lines();
+        let replaced: Vec<&Value> = lines
+            .iter()
+            .filter(|v| v["event"] == "state" && v["reason"] == "replaced")
+            .collect();
+        assert!(
+            replaced.is_empty(),
+            "{rid}: a stand-down reported as a replacement: {}",
+            lines_text(lines)
+        );
     }
 }
 

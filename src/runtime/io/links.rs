@@ -384,7 +384,10 @@ impl IoThread {
         };
         self.close_conn(k, conn, reason, now);
         let l = &mut self.links[k];
-        l.failures_in_row = l.failures_in_row.saturating_add(1);
+        let stood_down = reason == FailureReason::StoodDown;
+        if !stood_down {
+            l.failures_in_row = l.failures_in_row.saturating_add(1);
+        }
         let terminal = reason == FailureReason::NotRequired;
         l.terminal |= terminal;
         let recovery = if self.host == Host::Running
@@ -417,7 +420,10 @@ impl IoThread {
                 }
             }
         }
-        metrics::counter!("zmesh_link_failures_total", "reason" => reason.as_str()).increment(1);
+        if !stood_down {
+            metrics::counter!("zmesh_link_failures_total", "reason" => reason.as_str())
+                .increment(1);
+        }
     }
 
     pub(super) fn close_conn(
