@@ -99,9 +99,11 @@ pub enum FailureReason {
     NotRequired,
     /// A newer admitted connection replaced this one.
     Replaced,
-    /// This dial stood down in duplicate resolution (MISSION T1): the peer's own dial of the
-    /// same lane is the pair's one connection. Not a failure: not counted in the link's
-    /// failures, and the link only waits, dialling again only if that connection fails.
+    /// A duplicate connection of a RouteMesh pair went in duplicate resolution (MISSION T1):
+    /// this dial stood down for the peer's own dial of the same lane, or (an inbound link)
+    /// the peer stood down the dial it held while the lane is ready on this node's own. Not
+    /// a failure: not counted in the link's failures; a dial that stood down only waits,
+    /// dialling again only if the kept connection fails.
     StoodDown,
     /// The local host is draining and no longer selects new targets.
     HostDraining,

@@ -84,9 +84,9 @@ enum Cmd {
         /// with their semantics: `echo` (query) returns its arguments, `get`
         /// (query) the setpoint, `set` (idempotent command, conflating) sets it, `dispense`
         /// (non-repeatable command) answers "dispensed #N" (`{"hold_ms": M}` waits M ms
-        /// once it has started, before it returns and its outcome is recorded); undeclared: `sleep` takes milliseconds and answers after them,
-        /// `work` takes `[token, milliseconds]` and answers the token after them, `fail`
-        /// answers Exception.
+        /// once it has started, before it returns and its outcome is recorded); undeclared:
+        /// `sleep` takes milliseconds and answers after them, `work` takes
+        /// `[token, milliseconds]` and answers the token after them, `fail` answers Exception.
         #[arg(long = "serve")]
         serve: Vec<String>,
         /// Guard non-repeatable commands with a durable idempotency store in this SQLite file
