@@ -101,7 +101,8 @@ pub enum FailureReason {
     Replaced,
     /// A duplicate connection of a RouteMesh pair went in duplicate resolution (MISSION T1):
     /// this dial stood down for the peer's own dial of the same lane, or (an inbound link)
-    /// the peer stood down the dial it held while the lane is ready on this node's own. Not
+    /// the peer stood down the dial it held while this node's own dial of the lane is ready
+    /// or connecting. Not
     /// a failure: not counted in the link's failures; a dial that stood down only waits,
     /// dialling again only if the kept connection fails.
     StoodDown,
