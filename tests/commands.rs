@@ -254,6 +254,32 @@ async fn k1_describe_reports_semantics_and_is_fetched_over_the_wire() {
     b.shutdown().await.expect("b");
 }
 
+/// MISSION K3: `describe` says of each non-repeatable command whether it is guarded by a
+/// durable idempotency store: not without a store, not behind a [`MemoryStore`] (its records
+/// go with the process), yes behind an SQLite store, and of no other method at all.
+#[tokio::test]
+async fn k3_describe_says_whether_non_repeatable_commands_are_guarded() {
+    let tmp = tempfile::Builder::new()
+        .prefix("zmesh-guarded-")
+        .tempdir()
+        .expect("dir");
+    let sqlite: Arc<dyn IdempotencyStore> = Arc::new(
+        zmesh::runtime::idempotency::SqliteIdempotencyStore::open(tmp.path().join("k.db"))
+            .expect("sqlite store"),
+    );
+    let memory: Arc<dyn IdempotencyStore> = Arc::new(MemoryStore::new());
+    for (store, want) in [(None, false), (Some(memory), false), (Some(sqlite), true)] {
+        let (a, b) = pair_with(pump(Arc::new(AtomicU64::new(0))), store).await;
+        let contract = b.describe();
+        for m in &contract.services[0].methods {
+            let expected = (m.name == "dispense").then_some(want);
+            assert_eq!(m.guarded, expected, "{}", m.name);
+        }
+        a.shutdown().await.expect("a");
+        b.shutdown().await.expect("b");
+    }
+}
+
 /// MISSION K1: a caller that pins the semantics it was built against is refused
 /// `IncompatibleVersion` (did not run) when the method is more dangerous to repeat here; a
 /// pin at least as dangerous, or none, runs it. A method the service does not declare is

@@ -99,6 +99,13 @@ pub enum FailureReason {
     NotRequired,
     /// A newer admitted connection replaced this one.
     Replaced,
+    /// A duplicate connection of a RouteMesh pair went in duplicate resolution (MISSION T1):
+    /// this dial stood down for the peer's own dial of the same lane, or (an inbound link)
+    /// the peer stood down the dial it held while this node's own dial of the lane is ready
+    /// or connecting. Not
+    /// a failure: not counted in the link's failures; a dial that stood down only waits,
+    /// dialling again only if the kept connection fails.
+    StoodDown,
     /// The local host is draining and no longer selects new targets.
     HostDraining,
     /// The local host stopped.
@@ -127,6 +134,7 @@ impl FailureReason {
             FailureReason::SecurityFailure => "security_failure",
             FailureReason::NotRequired => "not_required",
             FailureReason::Replaced => "replaced",
+            FailureReason::StoodDown => "stood_down",
             FailureReason::HostDraining => "host_draining",
             FailureReason::HostStopped => "host_stopped",
             FailureReason::HostError => "host_error",
@@ -334,8 +342,11 @@ impl LinkState {
             Recovery::Hold => ConnState::NotConnected,
         };
         self.transition(to, now)?;
-        self.failures += 1;
-        self.last_failure = Some(Failure::new(reason, now, detail));
+        // A dial that stood down did not fail: its history keeps the last real failure.
+        if reason != FailureReason::StoodDown {
+            self.failures += 1;
+            self.last_failure = Some(Failure::new(reason, now, detail));
+        }
         Ok(())
     }
 
@@ -723,6 +734,7 @@ mod tests {
             FailureReason::SecurityFailure,
             FailureReason::NotRequired,
             FailureReason::Replaced,
+            FailureReason::StoodDown,
             FailureReason::HostDraining,
             FailureReason::HostStopped,
             FailureReason::HostError,

@@ -377,7 +377,7 @@ pub(crate) fn reject_failure(r: RejectReason) -> FailureReason {
 pub(crate) fn close_reason(f: FailureReason) -> CloseReason {
     match f {
         FailureReason::DeadlineExceeded => CloseReason::DeadlineExceeded,
-        FailureReason::Replaced => CloseReason::Replaced,
+        FailureReason::Replaced | FailureReason::StoodDown => CloseReason::Replaced,
         FailureReason::NotRequired => CloseReason::NotRequired,
         FailureReason::HostDraining => CloseReason::Draining,
         FailureReason::HostStopped => CloseReason::Shutdown,

@@ -384,6 +384,7 @@ impl Service {
                 shape: h.shape(),
                 execution: contract::effective_execution(declared, m.semantics),
                 conflate: m.conflate,
+                guarded: None,
             })
             .collect();
         c.normalize();

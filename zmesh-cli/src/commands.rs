@@ -216,6 +216,10 @@ impl IdempotencyStore for HoldAfterRecord {
     fn remove_expired(&self) -> IdempotencyFuture<'_, u64> {
         self.store.remove_expired()
     }
+
+    fn is_durable(&self) -> bool {
+        self.store.is_durable()
+    }
 }
 
 /// Asks a node's `--control` endpoint (`snapshot`, `ops` or `describe`) and returns the JSON
@@ -249,7 +253,7 @@ pub(crate) fn print_contract(contract: &NodeContract, as_json: bool) -> Result<(
         contract.format
     )?;
     outln!(
-        "{:<16} {:<8} {:<16} {:<24} {:<7} {:<9} {:<8} {:<7}",
+        "{:<16} {:<8} {:<16} {:<24} {:<7} {:<9} {:<8} {:<7} {:<7}",
         "CHANNEL",
         "VERSION",
         "METHOD",
@@ -257,12 +261,13 @@ pub(crate) fn print_contract(contract: &NodeContract, as_json: bool) -> Result<(
         "SHAPE",
         "EXECUTION",
         "CONFLATE",
-        "MAILBOX"
+        "MAILBOX",
+        "GUARDED"
     )?;
     for s in &contract.services {
         if s.methods.is_empty() {
             outln!(
-                "{:<16} {:<8} {:<16} {:<24} {:<7} {:<9} {:<8} {:<7}",
+                "{:<16} {:<8} {:<16} {:<24} {:<7} {:<9} {:<8} {:<7} {:<7}",
                 s.channel,
                 s.version,
                 "(any)",
@@ -270,12 +275,13 @@ pub(crate) fn print_contract(contract: &NodeContract, as_json: bool) -> Result<(
                 "-",
                 "parallel",
                 "-",
-                s.mailbox
+                s.mailbox,
+                "-"
             )?;
         }
         for m in &s.methods {
             outln!(
-                "{:<16} {:<8} {:<16} {:<24} {:<7} {:<9} {:<8} {:<7}",
+                "{:<16} {:<8} {:<16} {:<24} {:<7} {:<9} {:<8} {:<7} {:<7}",
                 s.channel,
                 s.version,
                 m.name,
@@ -283,7 +289,12 @@ pub(crate) fn print_contract(contract: &NodeContract, as_json: bool) -> Result<(
                 m.shape.as_str(),
                 m.execution.as_str(),
                 if m.conflate { "yes" } else { "no" },
-                s.mailbox
+                s.mailbox,
+                match m.guarded {
+                    Some(true) => "yes",
+                    Some(false) => "no",
+                    None => "-",
+                }
             )?;
         }
     }

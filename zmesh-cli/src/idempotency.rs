@@ -19,8 +19,8 @@ use crate::output::outln;
 pub(crate) enum IdempotencyCmd {
     /// List the records left in progress: commands started and never completed (running now,
     /// or left by a process that died, when nobody knows whether they ran), soonest to
-    /// expire first, with the node run that started them and, for calls without a key, the
-    /// caller.
+    /// expire first, with their age, the node run that started them and, for calls without a
+    /// key, the caller.
     List {
         /// The store's SQLite file.
         #[arg(long)]
@@ -83,21 +83,24 @@ pub(crate) fn run(cmd: IdempotencyCmd) -> Result<()> {
                 return outln!("{}", serde_json::to_string_pretty(&rows)?);
             }
             outln!(
-                "{:<10} {:<16} {:<24} {:<20} {:>10} KEY",
+                "{:<10} {:<16} {:<24} {:<20} {:>10} {:>10} KEY",
                 "STATE",
                 "OWNER",
                 "OWNER GENERATION",
                 "CALLER",
+                "AGE",
                 "EXPIRES IN"
             )?;
             for r in &records {
                 let v = record_json(r);
                 outln!(
-                    "{:<10} {:<16} {:<24} {:<20} {:>10} {}",
+                    "{:<10} {:<16} {:<24} {:<20} {:>10} {:>10} {}",
                     v["state"].as_str().unwrap_or("-"),
                     r.record.owner.rid,
                     format!("{:016x}", r.record.owner.generation),
                     v["caller"].as_str().unwrap_or("-"),
+                    r.age
+                        .map_or("-".to_owned(), |a| format!("{} s", a.as_secs())),
                     format!("{} s", r.expires_in.as_secs()),
                     r.key
                 )?;
@@ -156,6 +159,8 @@ fn record_json(r: &StoredRecord) -> serde_json::Value {
         "owner": r.record.owner.rid,
         "owner_generation": format!("{:016x}", r.record.owner.generation),
         "expires_in_ms": u64::try_from(r.expires_in.as_millis()).unwrap_or(u64::MAX),
+        // null for a record written before the store kept its begin time.
+        "age_ms": r.age.map(|a| u64::try_from(a.as_millis()).unwrap_or(u64::MAX)),
     });
     match r.key.parts() {
         Some(("key", p)) => {

@@ -84,9 +84,9 @@ enum Cmd {
         /// with their semantics: `echo` (query) returns its arguments, `get`
         /// (query) the setpoint, `set` (idempotent command, conflating) sets it, `dispense`
         /// (non-repeatable command) answers "dispensed #N" (`{"hold_ms": M}` waits M ms
-        /// once it has started, before it returns and its outcome is recorded); undeclared: `sleep` takes milliseconds and answers after them,
-        /// `work` takes `[token, milliseconds]` and answers the token after them, `fail`
-        /// answers Exception.
+        /// once it has started, before it returns and its outcome is recorded); undeclared:
+        /// `sleep` takes milliseconds and answers after them, `work` takes
+        /// `[token, milliseconds]` and answers the token after them, `fail` answers Exception.
         #[arg(long = "serve")]
         serve: Vec<String>,
         /// Guard non-repeatable commands with a durable idempotency store in this SQLite file
@@ -635,7 +635,26 @@ async fn call_once(
     let node = Node::start(cfg).await?;
     let limit = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
     let mut events = node.take_events().context("events")?;
+    let mut contract_checked = opts.idempotency_key.is_none();
     let result = loop {
+        if !contract_checked {
+            // The key keeps a retry from running the command again only where the server
+            // guards the method; its contract says whether it does.
+            match node.fetch_contract(channel, opts.clone()).await {
+                Err(CallError::NoReadyPeer | CallError::NoRegistration)
+                    if tokio::time::Instant::now() < limit =>
+                {
+                    tokio::select! {
+                        _ = events.recv() => {}
+                        _ = tokio::time::sleep_until(limit) => {}
+                    }
+                    continue;
+                }
+                Ok(contract) => warn_if_unguarded(&contract, channel, method),
+                Err(_) => {}
+            }
+            contract_checked = true;
+        }
         let r: Result<serde_json::Value, CallError> =
             node.call_with(channel, method, &args, opts.clone()).await;
         match r {
@@ -670,6 +689,29 @@ async fn call_once(
         std::process::exit(1);
     }
     Ok(())
+}
+
+/// `zmesh call --key` to a method its server's contract reports unguarded
+/// (`"guarded": false`): one line on stderr, since the key will not keep a retry from running
+/// the command again.
+fn warn_if_unguarded(
+    contract: &zmesh::runtime::service::NodeContract,
+    channel: &str,
+    method: &str,
+) {
+    let guarded = contract
+        .services
+        .iter()
+        .find(|s| s.channel == channel)
+        .and_then(|s| s.method(method))
+        .and_then(|m| m.guarded);
+    if guarded == Some(false) {
+        eprintln!(
+            "warning: {} does not guard {channel}.{method} with a durable idempotency store: \
+             the key is ignored there, and a retry with it runs the command again",
+            contract.rid
+        );
+    }
 }
 
 /// Sends `n` records to every peer and channel once all of them are ready; false if not yet.

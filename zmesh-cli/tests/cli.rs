@@ -279,11 +279,11 @@ async fn cli_two_calls_from_one_config_do_not_replace_each_other() {
     let _ = server.wait();
 }
 
-/// MISSION K1, K2: `zmesh describe` prints a running node's contract from its control
+/// MISSION K1, K2, K3: `zmesh describe` prints a running node's contract from its control
 /// endpoint and over the wire (`--config --channel`), as JSON and as a table naming each
-/// method's semantics; `zmesh ops` prints its operations registry (empty: it made no calls).
+/// method's semantics and whether a non-repeatable command is guarded; `zmesh ops` prints its operations registry (empty: it made no calls).
 #[tokio::test]
-async fn k1_k2_cli_describe_and_ops() {
+async fn k1_k2_k3_cli_describe_and_ops() {
     use zmesh::config::ServerConfig;
     use zmesh::proto::handshake::{Membership, Role};
     let tmp = tempfile::Builder::new()
@@ -351,6 +351,17 @@ async fn k1_k2_cli_describe_and_ops() {
     assert_eq!(semantics("set"), Some("idempotent-command".into()));
     assert_eq!(semantics("get"), Some("query".into()));
     assert_eq!(semantics("sleep"), Some("undeclared".into()));
+    // No idempotency store: its one non-repeatable command is reported unguarded, and
+    // "guarded" is said of nothing else.
+    let guarded = |name: &str| {
+        methods
+            .iter()
+            .find(|m| m["name"] == name)
+            .map(|m| m.get("guarded").cloned())
+    };
+    assert_eq!(guarded("dispense"), Some(Some(false.into())));
+    assert_eq!(guarded("set"), Some(None));
+    assert_eq!(guarded("get"), Some(None));
     let table = zmesh(&["describe", "--control", &control]);
     assert!(
         table.contains("dispense") && table.contains("non-repeatable-command"),
@@ -605,11 +616,12 @@ fn cli_closed_stdout_ends_sim_conform_and_bench_quietly() {
     assert!(json.exists(), "the bench wrote its JSON with stdout closed");
 }
 
-/// A non-repeatable command called with an idempotency key on a server without an
-/// idempotency store runs every time (the key guards nothing there), and the server says so
-/// in its log: one warning for the method, however many keyed calls come.
+/// MISSION K3: a non-repeatable command called with an idempotency key on a server without
+/// an idempotency store runs every time (the key guards nothing there), and both ends say so:
+/// the server in its log, one warning for the method however many keyed calls come; each
+/// `zmesh call --key`, one line on stderr, from the server's contract (`"guarded": false`).
 #[tokio::test]
-async fn cli_keyed_calls_of_an_unguarded_command_are_logged_once() {
+async fn k3_cli_keyed_calls_of_an_unguarded_command_are_logged_once() {
     let tmp = tempfile::Builder::new()
         .prefix("zmesh-cli-unguarded-")
         .tempdir()
@@ -624,6 +636,12 @@ async fn cli_keyed_calls_of_an_unguarded_command_are_logged_once() {
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
         assert_eq!(v["ok"], true, "{v}");
         answers.push(v["result"].clone());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let warned: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.contains("does not guard tools.dispense"))
+            .collect();
+        assert_eq!(warned.len(), 1, "one warning line: {stderr}");
     }
     assert_eq!(answers, ["dispensed #1", "dispensed #2"], "it ran twice");
     let _ = server.kill();

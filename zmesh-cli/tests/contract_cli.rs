@@ -25,6 +25,7 @@ fn pump(pressure: Option<Semantics>) -> NodeContract {
         shape: Shape::Unary,
         execution: default_execution(semantics),
         conflate: false,
+        guarded: None,
     };
     let mut contract = NodeContract::new("pump-1");
     contract.services.push(ServiceContract {

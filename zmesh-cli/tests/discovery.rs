@@ -106,11 +106,13 @@ async fn d1_d3_three_nodes_discover_each_other_with_no_endpoint_configured() {
 /// and one dial of each pair stands down, `zmesh status` of every node lists exactly one ready
 /// link per peer and lane and nothing else: no stood-down dial shown as `reconnecting`, no
 /// inbound link left `not_connected` by the dial the peer stood down, no failure on any row.
+/// The events say the same: the duplicate dials that went are `stood_down` at both ends, and
+/// no state event names a failure.
 #[tokio::test]
 async fn o1_t1_healthy_three_node_mesh_status_lists_only_ready_links() {
     let mesh = Mesh::new("healthy");
     let rids = ["a", "b", "c"];
-    let procs: Vec<Proc> = rids
+    let mut procs: Vec<Proc> = rids
         .iter()
         .map(|r| mesh.start(&mesh.config(r, server("orders"))))
         .collect();
@@ -142,6 +144,20 @@ async fn o1_t1_healthy_three_node_mesh_status_lists_only_ready_links() {
             .collect();
         assert_eq!(rows.len(), 4, "{text}");
         assert!(rows.iter().all(|r| r.contains(" ready ")), "{text}");
+    }
+    for p in &mut procs {
+        let rid = p.rid.clone();
+        let lines = p.take_lines();
+        let failures: Vec<&Value> = lines
+            .iter()
+            .filter(|v| v["event"] == "state" && !v["reason"].is_null())
+            .filter(|v| v["reason"] != "stood_down")
+            .collect();
+        assert!(
+            failures.is_empty(),
+            "{rid}: a stand-down reported as a failure: {}",
+            lines_text(lines)
+        );
     }
 }
 

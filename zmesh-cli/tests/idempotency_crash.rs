@@ -418,6 +418,12 @@ fn cli_call(dir: &Path, endpoint: &str, args: &serde_json::Value, key: &str) -> 
         }
     };
     let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The server guards dispense with its store: its contract says so, and the CLI is quiet.
+    assert!(
+        !stderr.contains("does not guard"),
+        "zmesh call warned of a guarded method: {stderr}"
+    );
     serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
         panic!(
             "zmesh call printed no JSON ({e}): {stdout}\n{}",
@@ -708,7 +714,7 @@ fn zmesh_idempotency(args: &[&str]) -> (bool, String) {
 
 /// MISSION K3, after a crash: the record a server killed mid-handler left in progress (which
 /// answers every retry `UnknownOutcome` for its whole retention) is listed by `zmesh
-/// idempotency list` with the node run that started it, shown by `show`, and settled by an
+/// idempotency list` with its age and the node run that started it, shown by `show`, and settled by an
 /// operator with `resolve --ran --note`: the retry is then answered `Exception` carrying the
 /// note, and the command never runs again. A record no longer in progress cannot be resolved.
 #[tokio::test]
@@ -740,13 +746,19 @@ async fn k3_record_left_in_progress_is_listed_and_resolved_by_an_operator() {
     assert_eq!(rows[0]["key"], key.as_str());
     assert_eq!(rows[0]["state"], "in-progress");
     assert_eq!(rows[0]["owner_generation"], format!("{gen0:016x}"));
+    assert!(
+        rows[0]["age_ms"].is_u64(),
+        "how long it has been in progress: {listed}"
+    );
     assert_eq!(
         (&rows[0]["method"], &rows[0]["idempotency_key"]),
         (&"dispense".into(), &"wo-operator".into())
     );
     let (ok, table) = zmesh_idempotency(&["list", "--store", &db_arg]);
     assert!(
-        ok && table.contains(key.as_str()) && table.contains("1 in progress"),
+        ok && table.contains(key.as_str())
+            && table.contains("AGE")
+            && table.contains("1 in progress"),
         "{table}"
     );
     let (ok, shown) = zmesh_idempotency(&["show", "--store", &db_arg, key.as_str()]);

@@ -63,6 +63,10 @@
 //! }
 //! ```
 //!
+//! A running node's describe adds `"guarded": true` or `false` to each non-repeatable command
+//! ([`MethodContract::guarded`]): whether a durable idempotency store keeps a retry with the
+//! same key from running it again.
+//!
 //! [`NodeContract::normalize`] sorts services by channel and methods by name, so two describes
 //! of the same node are byte-identical JSON. Unknown fields are rejected when reading: a field
 //! the check does not know is a difference the check could not judge.
@@ -400,6 +404,15 @@ pub struct MethodContract {
     /// `Superseded`. Only for unary idempotent commands that queue. JSON default `false`.
     #[serde(default)]
     pub conflate: bool,
+    /// For a non-repeatable command on a running node: whether its calls run behind a durable
+    /// idempotency store (MISSION K3), so that a retry with the same idempotency key, or a
+    /// redelivery after a crash, is answered from the record instead of running it again.
+    /// `Some(false)`: keys are ignored and a retry runs it again. `None` (JSON: absent) for
+    /// every other method and in a service's own declaration ([`crate::runtime::service::Service::contract`]):
+    /// it is a property of the node that serves it, set by `describe`. [`check`] does not
+    /// compare it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guarded: Option<bool>,
 }
 
 /// One exposed service (channel) of a node.

@@ -19,6 +19,7 @@ fn method(name: &str, semantics: Option<Semantics>) -> MethodContract {
         shape: Shape::Unary,
         execution: default_execution(semantics),
         conflate: false,
+        guarded: None,
     }
 }
 

@@ -60,6 +60,11 @@ impl Guard {
         }
     }
 
+    /// Whether its store keeps records across a crash ([`IdempotencyStore::is_durable`]).
+    pub(crate) fn is_durable(&self) -> bool {
+        self.store.is_durable()
+    }
+
     /// Runs `handler` for `req` at most once per key: the caller's idempotency key scoped to
     /// channel + method, else the request's identity (caller RID, generation, call id).
     pub(crate) async fn run<F, Fut>(&self, req: &Request, handler: F) -> Answer

@@ -148,6 +148,11 @@ impl IdempotencyStore for MemoryStore {
         let removed = self.remove_expired_now(Instant::now());
         Box::pin(std::future::ready(Ok(removed)))
     }
+
+    /// Its records go with the process.
+    fn is_durable(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

@@ -101,6 +101,15 @@ pub trait IdempotencyStore: Send + Sync {
     /// Deletes every expired record and answers how many went. The stores also evict on their
     /// own as they go; this is for a caller that wants the space back now.
     fn remove_expired(&self) -> IdempotencyFuture<'_, u64>;
+
+    /// Whether the records outlive the process (a file, a database): only then does a
+    /// redelivery after a crash find the record. A node's `describe` reports its
+    /// non-repeatable commands as guarded ([`crate::proto::contract::MethodContract::guarded`])
+    /// only behind a durable store. True unless the store says otherwise; [`MemoryStore`]
+    /// says false.
+    fn is_durable(&self) -> bool {
+        true
+    }
 }
 
 /// The answer to [`IdempotencyStore::begin`].

@@ -1,6 +1,6 @@
 //! A durable idempotency store in one SQLite file.
 //!
-//! # Schema (version 1, in `PRAGMA user_version`)
+//! # Schema (version 2, in `PRAGMA user_version`)
 //!
 //! ```sql
 //! CREATE TABLE idempotency_records (
@@ -11,14 +11,17 @@
 //!     state            INTEGER NOT NULL,          -- 0 in progress, 1 done
 //!     code             INTEGER,                   -- REPLY code byte when done, else NULL
 //!     payload          BLOB,                      -- result or message when done, else NULL
-//!     expires_at_ms    INTEGER NOT NULL           -- Unix milliseconds (wall clock)
+//!     expires_at_ms    INTEGER NOT NULL,          -- Unix milliseconds (wall clock)
+//!     begun_at_ms      INTEGER                    -- Unix milliseconds of the begin
 //! );
 //! CREATE INDEX idempotency_records_expiry ON idempotency_records (expires_at_ms);
 //! ```
 //!
 //! Expiry dates are wall-clock milliseconds because a record outlives the monotonic clock of
 //! the process that wrote it (MISSION L7 allows this in `durable_time` only). A row whose
-//! `expires_at_ms` is not after now does not exist for any operation.
+//! `expires_at_ms` is not after now does not exist for any operation. `begun_at_ms` tells an
+//! operator how long a record has been in progress; a file of version 1 gains the column
+//! when it is opened (NULL, age unknown, for the rows it already held).
 
 use std::fmt;
 use std::path::Path;
@@ -36,7 +39,7 @@ use crate::durable_time::unix_millis_now;
 use crate::runtime::sqlite_file::{self, FileError, FileId, FileSettings, Synchronous};
 
 /// The schema version this build reads and writes (`PRAGMA user_version`).
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 /// How the file is opened: a statement waits up to 5 s for another process holding the write
 /// lock, because a `begin` or `complete` that gives up fails the command it guards;
@@ -63,7 +66,8 @@ CREATE TABLE IF NOT EXISTS idempotency_records (
     state            INTEGER NOT NULL,
     code             INTEGER,
     payload          BLOB,
-    expires_at_ms    INTEGER NOT NULL
+    expires_at_ms    INTEGER NOT NULL,
+    begun_at_ms      INTEGER
 );
 CREATE INDEX IF NOT EXISTS idempotency_records_expiry ON idempotency_records (expires_at_ms);
 ";
@@ -262,6 +266,9 @@ pub struct StoredRecord {
     pub record: Record,
     /// Time left until it expires (wall clock: records outlive processes).
     pub expires_in: Duration,
+    /// Time since the `begin` that created it (wall clock); `None` for a record written by a
+    /// build that did not keep the time.
+    pub age: Option<Duration>,
 }
 
 /// The answer a record resolved as [`Resolution::Ran`] gives a retry: `Exception` (it ran;
@@ -287,7 +294,7 @@ impl Inner {
             .conn
             .prepare(
                 "SELECT fingerprint, owner_rid, owner_generation, state, code, payload, key,
-                        expires_at_ms
+                        expires_at_ms, begun_at_ms
                  FROM idempotency_records
                  WHERE expires_at_ms > ?1 AND (key = ?2 OR (?2 IS NULL AND state = ?3))
                  ORDER BY expires_at_ms",
@@ -299,19 +306,23 @@ impl Inner {
                 |row| {
                     let key: String = row.get(6)?;
                     let expires: i64 = row.get(7)?;
-                    Ok((RawRecord::from_row(row)?, key, expires))
+                    let begun: Option<i64> = row.get(8)?;
+                    Ok((RawRecord::from_row(row)?, key, expires, begun))
                 },
             )
             .map_err(store_error)?;
         let mut out = Vec::new();
         for row in rows {
-            let (raw, key, expires) = row.map_err(store_error)?;
+            let (raw, key, expires, begun) = row.map_err(store_error)?;
             out.push(StoredRecord {
                 key: ScopedKey::from_stored(key),
                 record: raw.decode()?,
                 expires_in: Duration::from_millis(
                     u64::try_from(expires.saturating_sub(now)).unwrap_or(0),
                 ),
+                age: begun.map(|b| {
+                    Duration::from_millis(u64::try_from(now.saturating_sub(b)).unwrap_or(0))
+                }),
             });
         }
         Ok(out)
@@ -392,8 +403,9 @@ impl Inner {
         // An expired row under this key, if any, is replaced.
         tx.execute(
             "INSERT OR REPLACE INTO idempotency_records
-             (key, fingerprint, owner_rid, owner_generation, state, code, payload, expires_at_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, NULL, NULL, ?6)",
+             (key, fingerprint, owner_rid, owner_generation, state, code, payload, expires_at_ms,
+              begun_at_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, NULL, NULL, ?6, ?7)",
             params![
                 key.as_str(),
                 &fingerprint.as_bytes()[..],
@@ -401,6 +413,7 @@ impl Inner {
                 generation_to_sql(owner.generation),
                 STATE_IN_PROGRESS,
                 now.saturating_add(retention_ms(retention)),
+                now,
             ],
         )
         .map_err(store_error)?;
@@ -506,7 +519,8 @@ impl RawRecord {
     }
 }
 
-/// Creates the table on a fresh file, accepts a file of this version, refuses any other.
+/// Creates the table on a fresh file, adds `begun_at_ms` to a file of version 1, accepts a
+/// file of this version, refuses any other.
 fn ensure_schema(conn: &mut Connection) -> Result<(), IdempotencyStoreError> {
     // Read first without a write lock, so opening an up-to-date file writes nothing.
     if user_version(conn)? == SCHEMA_VERSION {
@@ -519,6 +533,13 @@ fn ensure_schema(conn: &mut Connection) -> Result<(), IdempotencyStoreError> {
     match user_version(&tx)? {
         0 => {
             tx.execute_batch(CREATE_SCHEMA).map_err(store_error)?;
+            tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+                .map_err(store_error)?;
+            tx.commit().map_err(store_error)
+        }
+        1 => {
+            tx.execute_batch("ALTER TABLE idempotency_records ADD COLUMN begun_at_ms INTEGER;")
+                .map_err(store_error)?;
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                 .map_err(store_error)?;
             tx.commit().map_err(store_error)
@@ -649,6 +670,7 @@ mod tests {
         assert_eq!(shown.record.owner, owner());
         assert_eq!(shown.record.state, RecordState::InProgress);
         assert!(shown.expires_in > Duration::from_secs(86_000) && shown.expires_in <= day);
+        assert!(shown.age.is_some_and(|age| age < day), "{shown:?}");
         assert_eq!(
             key("ran").parts(),
             Some(("key", vec!["pump", "dispense", "ran"]))
@@ -742,7 +764,7 @@ mod tests {
             inner
                 .conn
                 .execute(
-                    "INSERT INTO idempotency_records VALUES (?1, ?2, 'r', 1, ?3, ?4, ?5, ?6)",
+                    "INSERT INTO idempotency_records VALUES (?1, ?2, 'r', 1, ?3, ?4, ?5, ?6, NULL)",
                     params![key, fp, state, code, payload, far],
                 )
                 .expect("insert");
@@ -770,17 +792,53 @@ mod tests {
                 .expect("open"),
         );
         Connection::open(&path)
-            .and_then(|c| c.pragma_update(None, "user_version", 2))
+            .and_then(|c| c.pragma_update(None, "user_version", 3))
             .expect("bump version");
         assert_eq!(
             SqliteIdempotencyStore::open_async(path.clone())
                 .await
                 .map(|_| ()),
             Err(IdempotencyStoreError::UnsupportedSchema {
-                found: 2,
-                supported: 1
+                found: 3,
+                supported: 2
             })
         );
+        let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
+    }
+
+    /// K3: a file of schema version 1 (no `begun_at_ms`) is opened and upgraded: its rows
+    /// keep working with no age, rows begun since have one.
+    #[tokio::test]
+    async fn k3_sqlite_version_1_file_gains_the_begin_time() {
+        let path = temp_db("v1");
+        {
+            let conn = Connection::open(&path).expect("create");
+            conn.execute_batch(
+                "CREATE TABLE idempotency_records (
+                    key TEXT PRIMARY KEY NOT NULL, fingerprint BLOB NOT NULL,
+                    owner_rid TEXT NOT NULL, owner_generation INTEGER NOT NULL,
+                    state INTEGER NOT NULL, code INTEGER, payload BLOB,
+                    expires_at_ms INTEGER NOT NULL);
+                 PRAGMA user_version = 1;",
+            )
+            .expect("v1 schema");
+            conn.execute(
+                "INSERT INTO idempotency_records VALUES ('old', ?1, 'r', 1, 0, NULL, NULL, ?2)",
+                params![&[0u8; 32][..], now_ms() + 60_000],
+            )
+            .expect("v1 row");
+        }
+        let store = SqliteIdempotencyStore::open(&path).expect("open v1");
+        let old = store.get(&ScopedKey("old".into())).expect("get");
+        assert_eq!(old.map(|r| r.age), Some(None));
+        let key = ScopedKey::from_request("c", 1, 1);
+        let fp = Fingerprint::from_bytes([1; 32]);
+        let begun = store
+            .begin(&key, &fp, &owner(), Duration::from_secs(60))
+            .await;
+        assert_eq!(begun, Ok(Begin::Started));
+        let new = store.get(&key).expect("get").expect("record");
+        assert!(new.age.is_some(), "{new:?}");
         let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
     }
 
@@ -790,13 +848,13 @@ mod tests {
         let path = temp_db("schema");
         drop(SqliteIdempotencyStore::open(&path).expect("open"));
         Connection::open(&path)
-            .and_then(|c| c.pragma_update(None, "user_version", 2))
+            .and_then(|c| c.pragma_update(None, "user_version", 3))
             .expect("bump version");
         assert_eq!(
             SqliteIdempotencyStore::open(&path).map(|_| ()),
             Err(IdempotencyStoreError::UnsupportedSchema {
-                found: 2,
-                supported: 1
+                found: 3,
+                supported: 2
             })
         );
         let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
@@ -812,7 +870,7 @@ mod tests {
         inner
             .conn
             .execute(
-                "INSERT INTO idempotency_records VALUES ('old', ?1, 'r', 1, 0, NULL, NULL, ?2)",
+                "INSERT INTO idempotency_records VALUES ('old', ?1, 'r', 1, 0, NULL, NULL, ?2, NULL)",
                 params![&[0u8; 32][..], past],
             )
             .expect("insert");

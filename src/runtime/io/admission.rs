@@ -236,7 +236,7 @@ impl IoThread {
                     if self.links[dk].conn.is_some() {
                         self.fail_link(
                             dk,
-                            FailureReason::Replaced,
+                            FailureReason::StoodDown,
                             "peer's own dial is current",
                             now,
                         );

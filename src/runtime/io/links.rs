@@ -395,7 +395,10 @@ impl IoThread {
         };
         self.close_conn(k, conn, reason, now);
         let l = &mut self.links[k];
-        l.failures_in_row = l.failures_in_row.saturating_add(1);
+        let stood_down = reason == FailureReason::StoodDown;
+        if !stood_down {
+            l.failures_in_row = l.failures_in_row.saturating_add(1);
+        }
         let terminal = reason == FailureReason::NotRequired;
         l.terminal |= terminal;
         let recovery = if self.host == Host::Running
@@ -428,7 +431,10 @@ impl IoThread {
                 }
             }
         }
-        metrics::counter!("zmesh_link_failures_total", "reason" => reason.as_str()).increment(1);
+        if !stood_down {
+            metrics::counter!("zmesh_link_failures_total", "reason" => reason.as_str())
+                .increment(1);
+        }
     }
 
     pub(super) fn close_conn(
@@ -780,9 +786,32 @@ impl IoThread {
             let gone = self.send_slot(slot, Some(&route), &frames)
                 == Err(crate::runtime::socket::SocketSendError::Unreachable);
             if gone {
-                self.fail_link(k, FailureReason::TransportError, "peer disconnected", now);
+                if self.lane_held_elsewhere(k) {
+                    // The peer's duplicate dial of a lane our own dial holds (T1).
+                    self.fail_link(
+                        k,
+                        FailureReason::StoodDown,
+                        "the peer stood this dial down for another connection of the lane",
+                        now,
+                    );
+                } else {
+                    self.fail_link(k, FailureReason::TransportError, "peer disconnected", now);
+                }
             }
         }
+    }
+
+    /// Whether the RouteMesh peer and lane of link `k` are ready, or connecting, on another
+    /// link: the connection of `k` was then a duplicate of the pair (T1).
+    fn lane_held_elsewhere(&self, k: LinkKey) -> bool {
+        let Some(lane) = self.mesh_lane(&self.links[k]) else {
+            return false;
+        };
+        self.links.iter().any(|(other, l)| {
+            other != k
+                && (l.state.is_ready() || l.conn.is_some())
+                && self.mesh_lane(l) == Some(lane)
+        })
     }
 }
 

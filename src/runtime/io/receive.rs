@@ -308,7 +308,7 @@ impl IoThread {
             Rec::Reject { reason, detail } => {
                 if reason == RejectReason::Duplicate {
                     // The peer's own dial of this lane is the current connection (T1).
-                    self.fail_link(k, FailureReason::Replaced, &detail, now);
+                    self.fail_link(k, FailureReason::StoodDown, &detail, now);
                     self.links[k].yielded = true;
                     self.timers_changed();
                 } else {
@@ -317,11 +317,13 @@ impl IoThread {
             }
             Rec::Close(reason) => {
                 let detail = format!("peer closed: {}", records::close_name(reason));
-                self.fail_link(k, FailureReason::OrderlyClose, &detail, now);
                 if reason == CloseReason::Replaced && !inbound {
                     // The peer kept its own dial of this lane: ours stands down (T1).
+                    self.fail_link(k, FailureReason::StoodDown, &detail, now);
                     self.links[k].yielded = true;
                     self.timers_changed();
+                } else {
+                    self.fail_link(k, FailureReason::OrderlyClose, &detail, now);
                 }
             }
             Rec::Message { channel, payload } if ready => {

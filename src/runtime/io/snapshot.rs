@@ -24,7 +24,7 @@ use crate::runtime::snapshot::{
 
 impl IoThread {
     /// The peer RID and lane of a RouteMesh link, dialled or inbound.
-    fn mesh_lane<'a>(&'a self, l: &'a Link) -> Option<(&'a str, Lane)> {
+    pub(super) fn mesh_lane<'a>(&'a self, l: &'a Link) -> Option<(&'a str, Lane)> {
         match &l.kind {
             LinkKind::MeshDial { peer, lane } => {
                 self.cfg.peers.get(*peer).map(|p| (p.rid.as_str(), *lane))

@@ -102,10 +102,21 @@ impl Node {
     /// This node's contract (MISSION K1): every channel it serves, with its methods, their
     /// semantics, shape and execution, conflation, mailbox and version. Another node fetches
     /// it with [`Node::fetch_contract`]; `zmesh describe` prints it.
+    ///
+    /// Each non-repeatable command says whether it is guarded
+    /// ([`MethodContract::guarded`](crate::proto::contract::MethodContract::guarded)): true when
+    /// the node runs it behind a durable idempotency store ([`NodeBuilder::idempotency_store`](super::NodeBuilder::idempotency_store)
+    /// with a store that [`is_durable`](crate::runtime::idempotency::IdempotencyStore::is_durable)),
+    /// false when an idempotency key given with a call cannot keep a retry from running it
+    /// again.
     pub fn describe(&self) -> NodeContract {
         let mut c = NodeContract::new(self.inner.rid.clone());
         if let Ok(services) = self.inner.contract.lock() {
             c.services = services.values().cloned().collect();
+        }
+        let guarded = self.inner.guard.as_ref().is_some_and(|g| g.is_durable());
+        for m in c.services.iter_mut().flat_map(|s| s.methods.iter_mut()) {
+            m.guarded = (m.semantics == Some(Semantics::NonRepeatableCommand)).then_some(guarded);
         }
         c.normalize();
         c
