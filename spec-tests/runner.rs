@@ -401,17 +401,7 @@ fn typed(j: &JsonRecord) -> Result<Typed, WireError> {
             memberships: memberships(ms)?,
         }),
         JsonRecord::Reject { reason, detail } => Record::Reject(Reject {
-            reason: match reason {
-                JsonRejectReason::NotRequired => RejectReason::NotRequired,
-                JsonRejectReason::IdentityMismatch => RejectReason::IdentityMismatch,
-                JsonRejectReason::GenerationMismatch => RejectReason::GenerationMismatch,
-                JsonRejectReason::SecurityFailure => RejectReason::SecurityFailure,
-                JsonRejectReason::UnsupportedVersion => RejectReason::UnsupportedVersion,
-                JsonRejectReason::Draining => RejectReason::Draining,
-                JsonRejectReason::LaneMismatch => RejectReason::LaneMismatch,
-                JsonRejectReason::Protocol => RejectReason::Protocol,
-                JsonRejectReason::Duplicate => RejectReason::Duplicate,
-            },
+            reason: reject_reason(reason),
             detail: Detail::new(detail.as_str())?,
         }),
         JsonRecord::Probe { id } => Record::Probe {
@@ -453,14 +443,7 @@ fn typed(j: &JsonRecord) -> Result<Typed, WireError> {
             payload: bytes_of(payload),
         }),
         JsonRecord::Close { reason } => Record::Close {
-            reason: match reason {
-                JsonCloseReason::Shutdown => CloseReason::Shutdown,
-                JsonCloseReason::Draining => CloseReason::Draining,
-                JsonCloseReason::Replaced => CloseReason::Replaced,
-                JsonCloseReason::DeadlineExceeded => CloseReason::DeadlineExceeded,
-                JsonCloseReason::ProtocolError => CloseReason::ProtocolError,
-                JsonCloseReason::NotRequired => CloseReason::NotRequired,
-            },
+            reason: close_reason(reason),
         },
         JsonRecord::Batch { requests } => Record::Batch(Batch::new(
             requests.iter().map(request).collect::<Result<_, _>>()?,
@@ -503,26 +486,7 @@ fn typed(j: &JsonRecord) -> Result<Typed, WireError> {
             u64_of(connection_id),
             answers
                 .iter()
-                .map(|a| {
-                    let reply = || {
-                        (
-                            a.code.map_or(ReplyCode::Ok, reply_code),
-                            bytes_of(a.payload.as_deref().unwrap_or_default()),
-                        )
-                    };
-                    let answer = match a.what {
-                        JsonWhat::Accept => Answer::Accept,
-                        JsonWhat::Reply => {
-                            let (code, payload) = reply();
-                            Answer::Reply(code, payload)
-                        }
-                        JsonWhat::AcceptReply => {
-                            let (code, payload) = reply();
-                            Answer::AcceptReply(code, payload)
-                        }
-                    };
-                    Ok((non_zero(&a.call_id, "call_id")?, answer))
-                })
+                .map(answer)
                 .collect::<Result<_, WireError>>()?,
         )?),
         JsonRecord::Beacon => return Ok(Typed::Fanout(FanoutMessage::Beacon)),
@@ -541,6 +505,55 @@ fn typed(j: &JsonRecord) -> Result<Typed, WireError> {
         }
     };
     Ok(Typed::Record(record))
+}
+
+/// One entry of a vector's ANSWERS record, with its call id.
+fn answer(a: &JsonAnswer) -> Result<(NonZeroU64, Answer), WireError> {
+    let reply = || {
+        (
+            a.code.map_or(ReplyCode::Ok, reply_code),
+            bytes_of(a.payload.as_deref().unwrap_or_default()),
+        )
+    };
+    let answer = match a.what {
+        JsonWhat::Accept => Answer::Accept,
+        JsonWhat::Reply => {
+            let (code, payload) = reply();
+            Answer::Reply(code, payload)
+        }
+        JsonWhat::AcceptReply => {
+            let (code, payload) = reply();
+            Answer::AcceptReply(code, payload)
+        }
+    };
+    Ok((non_zero(&a.call_id, "call_id")?, answer))
+}
+
+/// The library's `RejectReason` of a vector's.
+fn reject_reason(reason: &JsonRejectReason) -> RejectReason {
+    match reason {
+        JsonRejectReason::NotRequired => RejectReason::NotRequired,
+        JsonRejectReason::IdentityMismatch => RejectReason::IdentityMismatch,
+        JsonRejectReason::GenerationMismatch => RejectReason::GenerationMismatch,
+        JsonRejectReason::SecurityFailure => RejectReason::SecurityFailure,
+        JsonRejectReason::UnsupportedVersion => RejectReason::UnsupportedVersion,
+        JsonRejectReason::Draining => RejectReason::Draining,
+        JsonRejectReason::LaneMismatch => RejectReason::LaneMismatch,
+        JsonRejectReason::Protocol => RejectReason::Protocol,
+        JsonRejectReason::Duplicate => RejectReason::Duplicate,
+    }
+}
+
+/// The library's `CloseReason` of a vector's.
+fn close_reason(reason: &JsonCloseReason) -> CloseReason {
+    match reason {
+        JsonCloseReason::Shutdown => CloseReason::Shutdown,
+        JsonCloseReason::Draining => CloseReason::Draining,
+        JsonCloseReason::Replaced => CloseReason::Replaced,
+        JsonCloseReason::DeadlineExceeded => CloseReason::DeadlineExceeded,
+        JsonCloseReason::ProtocolError => CloseReason::ProtocolError,
+        JsonCloseReason::NotRequired => CloseReason::NotRequired,
+    }
 }
 
 /// The wire reply code of a JSON reply code.
