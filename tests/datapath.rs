@@ -15,7 +15,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{mesh_bind, mesh_server, peer, start_ready, Events};
+use common::{dial_ready, mesh_bind, mesh_server, Events};
 use zmesh::config::{Endpoint, NodeConfig};
 use zmesh::proto::state::{ConnState, FailureReason};
 use zmesh::runtime::{Node, NodeEvent, SendError, SEND_QUEUE};
@@ -60,9 +60,7 @@ async fn pair(high_water: usize) -> (Node, Events, Node, Events) {
     b.delivery_high_water = high_water;
     let b = Node::start(b).await.expect("start b");
     let eb = Events::new(b.take_events().expect("events"));
-    let mut a = NodeConfig::new("a");
-    a.peers = vec![peer("b", &b_bind)];
-    let (a, ea) = start_ready(a, "b").await;
+    let (a, ea) = dial_ready("a", "b", &b_bind).await;
     (a, ea, b, eb)
 }
 
