@@ -401,17 +401,7 @@ fn typed(j: &JsonRecord) -> Result<Typed, WireError> {
             memberships: memberships(ms)?,
         }),
         JsonRecord::Reject { reason, detail } => Record::Reject(Reject {
-            reason: match reason {
-                JsonRejectReason::NotRequired => RejectReason::NotRequired,
-                JsonRejectReason::IdentityMismatch => RejectReason::IdentityMismatch,
-                JsonRejectReason::GenerationMismatch => RejectReason::GenerationMismatch,
-                JsonRejectReason::SecurityFailure => RejectReason::SecurityFailure,
-                JsonRejectReason::UnsupportedVersion => RejectReason::UnsupportedVersion,
-                JsonRejectReason::Draining => RejectReason::Draining,
-                JsonRejectReason::LaneMismatch => RejectReason::LaneMismatch,
-                JsonRejectReason::Protocol => RejectReason::Protocol,
-                JsonRejectReason::Duplicate => RejectReason::Duplicate,
-            },
+            reason: reject_reason(reason),
             detail: Detail::new(detail.as_str())?,
         }),
         JsonRecord::Probe { id } => Record::Probe {
@@ -453,14 +443,7 @@ fn typed(j: &JsonRecord) -> Result<Typed, WireError> {
             payload: bytes_of(payload),
         }),
         JsonRecord::Close { reason } => Record::Close {
-            reason: match reason {
-                JsonCloseReason::Shutdown => CloseReason::Shutdown,
-                JsonCloseReason::Draining => CloseReason::Draining,
-                JsonCloseReason::Replaced => CloseReason::Replaced,
-                JsonCloseReason::DeadlineExceeded => CloseReason::DeadlineExceeded,
-                JsonCloseReason::ProtocolError => CloseReason::ProtocolError,
-                JsonCloseReason::NotRequired => CloseReason::NotRequired,
-            },
+            reason: close_reason(reason),
         },
         JsonRecord::Batch { requests } => Record::Batch(Batch::new(
             requests.iter().map(request).collect::<Result<_, _>>()?,
@@ -503,26 +486,7 @@ fn typed(j: &JsonRecord) -> Result<Typed, WireError> {
             u64_of(connection_id),
             answers
                 .iter()
-                .map(|a| {
-                    let reply = || {
-                        (
-                            a.code.map_or(ReplyCode::Ok, reply_code),
-                            bytes_of(a.payload.as_deref().unwrap_or_default()),
-                        )
-                    };
-                    let answer = match a.what {
-                        JsonWhat::Accept => Answer::Accept,
-                        JsonWhat::Reply => {
-                            let (code, payload) = reply();
-                            Answer::Reply(code, payload)
-                        }
-                        JsonWhat::AcceptReply => {
-                            let (code, payload) = reply();
-                            Answer::AcceptReply(code, payload)
-                        }
-                    };
-                    Ok((non_zero(&a.call_id, "call_id")?, answer))
-                })
+                .map(answer)
                 .collect::<Result<_, WireError>>()?,
         )?),
         JsonRecord::Beacon => return Ok(Typed::Fanout(FanoutMessage::Beacon)),
@@ -541,6 +505,55 @@ fn typed(j: &JsonRecord) -> Result<Typed, WireError> {
         }
     };
     Ok(Typed::Record(record))
+}
+
+/// One entry of a vector's ANSWERS record, with its call id.
+fn answer(a: &JsonAnswer) -> Result<(NonZeroU64, Answer), WireError> {
+    let reply = || {
+        (
+            a.code.map_or(ReplyCode::Ok, reply_code),
+            bytes_of(a.payload.as_deref().unwrap_or_default()),
+        )
+    };
+    let answer = match a.what {
+        JsonWhat::Accept => Answer::Accept,
+        JsonWhat::Reply => {
+            let (code, payload) = reply();
+            Answer::Reply(code, payload)
+        }
+        JsonWhat::AcceptReply => {
+            let (code, payload) = reply();
+            Answer::AcceptReply(code, payload)
+        }
+    };
+    Ok((non_zero(&a.call_id, "call_id")?, answer))
+}
+
+/// The library's `RejectReason` of a vector's.
+fn reject_reason(reason: &JsonRejectReason) -> RejectReason {
+    match reason {
+        JsonRejectReason::NotRequired => RejectReason::NotRequired,
+        JsonRejectReason::IdentityMismatch => RejectReason::IdentityMismatch,
+        JsonRejectReason::GenerationMismatch => RejectReason::GenerationMismatch,
+        JsonRejectReason::SecurityFailure => RejectReason::SecurityFailure,
+        JsonRejectReason::UnsupportedVersion => RejectReason::UnsupportedVersion,
+        JsonRejectReason::Draining => RejectReason::Draining,
+        JsonRejectReason::LaneMismatch => RejectReason::LaneMismatch,
+        JsonRejectReason::Protocol => RejectReason::Protocol,
+        JsonRejectReason::Duplicate => RejectReason::Duplicate,
+    }
+}
+
+/// The library's `CloseReason` of a vector's.
+fn close_reason(reason: &JsonCloseReason) -> CloseReason {
+    match reason {
+        JsonCloseReason::Shutdown => CloseReason::Shutdown,
+        JsonCloseReason::Draining => CloseReason::Draining,
+        JsonCloseReason::Replaced => CloseReason::Replaced,
+        JsonCloseReason::DeadlineExceeded => CloseReason::DeadlineExceeded,
+        JsonCloseReason::ProtocolError => CloseReason::ProtocolError,
+        JsonCloseReason::NotRequired => CloseReason::NotRequired,
+    }
 }
 
 /// The wire reply code of a JSON reply code.
@@ -565,7 +578,7 @@ fn reply_code(code: JsonReplyCode) -> ReplyCode {
 }
 
 /// The vector-file name of a kind. Exhaustive on purpose: a new `Kind` does not compile here
-/// until it is named, and then `every_kind_has_vectors` demands vectors for it.
+/// until it is named, and then `w2_every_kind_has_vectors` demands vectors for it.
 fn kind_name(kind: Kind) -> &'static str {
     match kind {
         Kind::Hello => "hello",
@@ -688,7 +701,7 @@ fn encode(value: &Typed) -> Result<Vec<Vec<u8>>, WireError> {
 }
 
 #[test]
-fn valid_vectors_decode_to_their_fields() {
+fn w2_valid_vectors_decode_to_their_fields() {
     let mut checked = 0;
     for file in files() {
         for v in &file.valid {
@@ -705,7 +718,7 @@ fn valid_vectors_decode_to_their_fields() {
 }
 
 #[test]
-fn valid_vectors_encode_to_their_frames() {
+fn w2_valid_vectors_encode_to_their_frames() {
     for file in files() {
         for v in &file.valid {
             let value = typed(&v.record).unwrap();
@@ -718,7 +731,7 @@ fn valid_vectors_encode_to_their_frames() {
 }
 
 #[test]
-fn invalid_vectors_give_their_error_class() {
+fn w2_invalid_vectors_give_their_error_class() {
     for file in files() {
         for v in &file.invalid {
             let frames = frames_of(&v.name, &v.frames);
@@ -731,7 +744,7 @@ fn invalid_vectors_give_their_error_class() {
 }
 
 #[test]
-fn unencodable_values_are_refused() {
+fn w2_unencodable_values_are_refused() {
     for file in files() {
         for v in &file.unencodable {
             let result = typed(&v.record).and_then(|value| encode(&value));
@@ -744,7 +757,7 @@ fn unencodable_values_are_refused() {
 }
 
 #[test]
-fn valid_vectors_use_the_right_decoder() {
+fn w2_valid_vectors_use_the_right_decoder() {
     // A record vector is never a fanout message and vice versa: the two files do not overlap.
     for file in files() {
         for v in &file.valid {
@@ -755,7 +768,7 @@ fn valid_vectors_use_the_right_decoder() {
 }
 
 #[test]
-fn every_kind_has_vectors() {
+fn w2_every_kind_has_vectors() {
     // Kind::ALL is every kind the decoder knows (checked against the kind byte space).
     let known: Vec<Kind> = (0..=255u8).filter_map(|b| Kind::try_from(b).ok()).collect();
     assert_eq!(known, Kind::ALL.to_vec());
@@ -831,7 +844,7 @@ fn every_kind_has_vectors() {
 }
 
 #[test]
-fn every_enum_value_has_a_valid_vector() {
+fn w2_every_enum_value_has_a_valid_vector() {
     // Every REJECT reason, REPLY code, CLOSE reason, semantics and lane appears on the wire in
     // some valid vector, so an implementation cannot get a value table wrong unnoticed.
     let mut seen = BTreeSet::new();

@@ -23,7 +23,7 @@ use zmesh::config::{Endpoint, NodeConfig, RouteMeshBind, ServerConfig};
 use zmesh::proto::state::ConnState;
 use zmesh::runtime::calls::{CallOptions, Request, ServeError};
 use zmesh::runtime::service::{Method, Service};
-use zmesh::runtime::{Node, NodeEvent};
+use zmesh::runtime::Node;
 
 /// Upper bound of every single wait.
 const STEP: Duration = Duration::from_secs(15);
@@ -329,19 +329,10 @@ async fn k5_pyzmq_mesh_peer_batches_on_application_lane_every_call_answered() {
 
 /// A zmesh client of the Python server at `ep`, ready.
 async fn client_of_py(ep: &str, batch_calls: bool) -> (Node, Events) {
-    let mut c = NodeConfig::new("cli");
-    c.servers = vec![ServerConfig::new("orders", ep.to_owned())
+    let server = ServerConfig::new("orders", ep.to_owned())
         .rid("pysrv")
-        .batch_calls(batch_calls)];
-    let node = Node::start(c).await.expect("client");
-    let mut events = Events::new(node.take_events().expect("events"));
-    events
-        .wait(STEP, |e| {
-            matches!(e, NodeEvent::State(s) if s.link.starts_with("server orders")
-                && s.state == ConnState::Ready)
-        })
-        .await;
-    (node, events)
+        .batch_calls(batch_calls);
+    common::start_client_of("cli", server).await
 }
 
 /// Issues `n` calls at once (one task each) and checks every answer.

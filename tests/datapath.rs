@@ -15,7 +15,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{mesh_bind, mesh_server, peer, start_ready, Events};
+use common::{dial_ready, mesh_bind, mesh_server, Events};
 use zmesh::config::{Endpoint, NodeConfig};
 use zmesh::proto::state::{ConnState, FailureReason};
 use zmesh::runtime::{Node, NodeEvent, SendError, SEND_QUEUE};
@@ -60,9 +60,7 @@ async fn pair(high_water: usize) -> (Node, Events, Node, Events) {
     b.delivery_high_water = high_water;
     let b = Node::start(b).await.expect("start b");
     let eb = Events::new(b.take_events().expect("events"));
-    let mut a = NodeConfig::new("a");
-    a.peers = vec![peer("b", &b_bind)];
-    let (a, ea) = start_ready(a, "b").await;
+    let (a, ea) = dial_ready("a", "b", &b_bind).await;
     (a, ea, b, eb)
 }
 
@@ -86,7 +84,7 @@ async fn expect_in_order(eb: &mut Events, n: u64) {
 /// at once with `NotReady`, nothing queued: one poll of the future finishes it, without the
 /// I/O thread; so does a send after the peer's link failed.
 #[tokio::test]
-async fn issue9_send_to_a_link_that_is_not_ready_fails_at_once() {
+async fn c3_send_to_a_link_that_is_not_ready_fails_at_once() {
     let (a, mut ea, b, _eb) = pair(1024).await;
     let not_ready = Some(Err(SendError::NotReady("nobody".into())));
     assert_eq!(poll_once(a.send("nobody", "data", "x")), not_ready);
@@ -126,7 +124,7 @@ async fn issue9_send_to_a_link_that_is_not_ready_fails_at_once() {
 /// peer at once, with `send`, `send_batch` and `try_send` (retried after `WouldBlock`), far
 /// more than the queue holds; every record arrives, each sender's in its own order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue9_order_per_link_kept_under_concurrent_senders() {
+async fn t1_order_per_link_kept_under_concurrent_senders() {
     const SENDERS: u32 = 8;
     const EACH: u64 = 3_000;
     let (a, _ea, b, mut eb) = pair(1024).await;
@@ -184,7 +182,7 @@ async fn issue9_order_per_link_kept_under_concurrent_senders() {
 /// queue is full, and `send` waits for room instead; when the peer reads again, the waiting
 /// send completes and every record taken arrives, in order.
 #[tokio::test]
-async fn issue9_try_send_would_block_when_full_and_send_waits_for_room() {
+async fn r5_try_send_would_block_when_full_and_send_waits_for_room() {
     // b pauses at 1 024 deliveries: reading them back after the fill takes well under the
     // 15 s peer deadline (a's ACKs of b's probes wait in the full pipe behind its records).
     let (a, _ea, b, mut eb) = pair(1024).await;
@@ -212,7 +210,7 @@ async fn issue9_try_send_would_block_when_full_and_send_waits_for_room() {
 /// Honest at failure: records still in a link's queue when the node stops
 /// are counted and named: the link's state change says how many were not sent.
 #[tokio::test]
-async fn issue9_shutdown_with_queued_records_counts_them() {
+async fn f6_c3_shutdown_with_queued_records_counts_them() {
     let (a, mut ea, b, _eb) = pair(16).await;
     fill(&a).await;
     a.shutdown().await.expect("a");
@@ -244,7 +242,7 @@ async fn issue9_shutdown_with_queued_records_counts_them() {
 /// fails (its peer stops while the pipe is full) are counted and named in that link's failure:
 /// the state change's detail says how many were not sent; the node itself goes on.
 #[tokio::test]
-async fn issue9_link_failing_with_queued_records_reports_the_count() {
+async fn f1_c3_link_failing_with_queued_records_reports_the_count() {
     let (a, mut ea, b, _eb) = pair(16).await;
     fill(&a).await;
     b.shutdown().await.expect("b");
@@ -276,7 +274,7 @@ async fn issue9_link_failing_with_queued_records_reports_the_count() {
 /// The data path: `publish` and `publish_batch` go straight to the PUB socket, and the
 /// records of one task keep their order, mixed as they are.
 #[tokio::test]
-async fn issue9_publish_order_kept() {
+async fn t3_publish_order_kept() {
     const N: u64 = 3_000;
     let ep = common::free_tcp();
     let mut p = NodeConfig::new("pub");

@@ -12,20 +12,19 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{
-    fill_link, free_tcp, mesh_bind, mesh_server, peer, py_script, start_ready, CutProxy, Events,
-    FreezeProxy, PyPeer,
+    dial_ready, fill_link, free_tcp, mesh_bind, mesh_server, peer, py_script, start_client_of,
+    start_ready, CutProxy, FreezeProxy, PyPeer,
 };
 use serde::ser::{Error as _, Serializer};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, Notify};
 use zmesh::config::{NodeConfig, ServerConfig};
-use zmesh::proto::state::ConnState;
 use zmesh::runtime::calls::{
     encode, encode_args, may_have_run, CallError, CallOptions, ItemSink, Phase, RemoteCode,
     Request, ServeError,
 };
 use zmesh::runtime::operations::OpStatus;
-use zmesh::runtime::{Node, NodeEvent};
+use zmesh::runtime::Node;
 
 /// Upper bound of every single wait; a bound on failure, never a synchronisation.
 const STEP: Duration = Duration::from_secs(10);
@@ -64,9 +63,7 @@ async fn pair(channel: &str, release: Arc<Notify>) -> (Node, Node, Ran) {
         .start()
         .await
         .expect("b");
-    let mut a = NodeConfig::new("a");
-    a.peers = vec![peer("b", &bind)];
-    let (a, _events) = start_ready(a, "b").await;
+    let (a, _events) = dial_ready("a", "b", &bind).await;
     (a, b, ran)
 }
 
@@ -194,9 +191,7 @@ async fn x2_an_undecodable_stream_item_is_that_item_only() {
         .start()
         .await
         .expect("b");
-    let mut a = NodeConfig::new("a");
-    a.peers = vec![peer("b", &bind)];
-    let (a, _events) = start_ready(a, "b").await;
+    let (a, _events) = dial_ready("a", "b", &bind).await;
     let mut s = a.call_stream("feed", "count", &(), CallOptions::default());
     let mut got = Vec::new();
     while let Some(item) = bounded("item", s.next_item_as::<u64>()).await {
@@ -267,9 +262,7 @@ async fn x2_typed_results_that_do_not_encode_or_decode_may_have_run() {
         .start()
         .await
         .expect("b");
-    let mut a = NodeConfig::new("a");
-    a.peers = vec![peer("b", &bind)];
-    let (a, _events) = start_ready(a, "b").await;
+    let (a, _events) = dial_ready("a", "b", &bind).await;
     let meter = MeterClient::new(&a);
     assert_eq!(bounded("reading", meter.reading()).await, Ok(7));
     let err = bounded("broken", meter.broken())
@@ -323,9 +316,7 @@ async fn x2_a_result_that_does_not_encode_answers_exception() {
         .start()
         .await
         .expect("b");
-    let mut a = NodeConfig::new("a");
-    a.peers = vec![peer("b", &bind)];
-    let (a, _events) = start_ready(a, "b").await;
+    let (a, _events) = dial_ready("a", "b", &bind).await;
     let mut s = a.call_stream("feed", "items", &(), CallOptions::default());
     assert_eq!(
         bounded("item", s.next_item()).await,
@@ -451,9 +442,7 @@ async fn x2_a_request_the_link_cannot_take_is_transport_refused() {
         async { encode(&()) }
     })
     .expect("serve");
-    let mut a = NodeConfig::new("a");
-    a.peers = vec![peer("b", &bind)];
-    let (a, _events) = start_ready(a, "b").await;
+    let (a, _events) = dial_ready("a", "b", &bind).await;
     let taken = fill_link(&a, "b", "data", |_| Bytes::from(vec![0u8; 1024])).await;
     assert!(taken > 0);
     let err = bounded("call", a.call::<_, ()>("data", "put", &1u8))
@@ -531,9 +520,7 @@ async fn x2_a_call_lost_after_its_accept_is_outcome_unknown_accepted() {
         .start()
         .await
         .expect("b");
-    let mut a = NodeConfig::new("a");
-    a.peers = vec![peer("b", &bind)];
-    let (a, _events) = start_ready(a, "b").await;
+    let (a, _events) = dial_ready("a", "b", &bind).await;
     let mut s = a.call_stream("feed", "endless", &(), CallOptions::default());
     let first = bounded("item", s.next_item_as::<u64>()).await;
     assert_eq!(first, Some(Ok(0)));
@@ -656,18 +643,10 @@ async fn x2_a_gap_in_a_stream_is_item_out_of_order() {
     let ep = free_tcp();
     let mut py = PyPeer::start(&py_script(PY_GAPPED_STREAM, 90), &[&ep]);
     py.until(Duration::from_secs(60), "bound").await;
-    let mut c = NodeConfig::new("cli");
-    c.servers = vec![ServerConfig::new("feed", ep.clone())
+    let server = ServerConfig::new("feed", ep.clone())
         .rid("pysrv")
-        .batch_calls(false)];
-    let a = Node::start(c).await.expect("client");
-    let mut events = Events::new(a.take_events().expect("events"));
-    events
-        .wait(STEP, |e| {
-            matches!(e, NodeEvent::State(s) if s.link.starts_with("server feed")
-                && s.state == ConnState::Ready)
-        })
-        .await;
+        .batch_calls(false);
+    let (a, _events) = start_client_of("cli", server).await;
     let mut s = a.call_stream("feed", "count", &(), CallOptions::default());
     assert_eq!(
         bounded("item 0", s.next_item()).await.as_deref(),

@@ -112,7 +112,7 @@ async fn o2_metric_labels_carry_no_identities() {
 /// its zmesh queue names the count in its state change ("…; N queued records not sent") and
 /// counts them in `zmesh_records_unsent_total`, labelled with the failure reason only.
 #[tokio::test]
-async fn issue9_link_failing_with_queued_records_reports_the_count() {
+async fn o2_unsent_records_are_counted_by_failure_reason_only() {
     snapshotter();
     let b_bind = mesh_bind(true);
     let mut b = mesh_server("b", "data", &b_bind);

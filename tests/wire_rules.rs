@@ -455,7 +455,7 @@ fn hello_record(
 /// too). Its first PROBE comes right after the WELCOME, the next one on the 5 s grid with the
 /// next id (+1).
 #[tokio::test]
-async fn s5_client_hello_fields_first_probe_and_probe_ids() {
+async fn w1_client_hello_fields_first_probe_and_probe_ids() {
     let ep = free_tcp();
     let ctx = zmq::Context::new();
     let server = ctx.socket(zmq::ROUTER).expect("router");
@@ -533,7 +533,7 @@ async fn s5_client_hello_fields_first_probe_and_probe_ids() {
 /// right after the WELCOME; a second connection of the same RID is admitted and the old one
 /// gets CLOSE Replaced.
 #[tokio::test]
-async fn s5_server_welcome_first_probe_and_replacement() {
+async fn w1_server_welcome_first_probe_and_replacement() {
     let ep = free_tcp();
     let mut c = NodeConfig::new("srv");
     c.memberships = server_of("orders");
@@ -582,7 +582,7 @@ async fn s5_server_welcome_first_probe_and_replacement() {
 /// (zmesh). A REQUEST on the Application lane is answered on the Completion lane. (Multi-thread
 /// runtime: the test blocks in libzmq receives while the handler runs on the runtime.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s5_records_on_the_wrong_lane_are_ignored() {
+async fn w1_records_on_the_wrong_lane_are_ignored() {
     let bind = RouteMeshBind::new(free_tcp(), free_tcp());
     let c = mesh_server("srv", "orders", &bind);
     let node = Node::builder(c)
@@ -689,7 +689,7 @@ async fn s5_records_on_the_wrong_lane_are_ignored() {
 /// (after it joined, slow joiner) carries the number of publishes so far, and the numbers go
 /// on by one.
 #[tokio::test]
-async fn s7_publish_seq_starts_at_1_and_steps_by_1() {
+async fn w1_publish_seq_starts_at_1_and_steps_by_1() {
     let ep = free_tcp();
     let mut c = NodeConfig::new("pub");
     c.publisher = Some(Endpoint::new(ep.clone()));
@@ -757,7 +757,7 @@ fn recv_publish(sub: &zmq::Socket) -> Option<(NonZeroU64, u64, u64)> {
 /// mismatch is SecurityFailure; NotRequired compares roles, not channels (a Server of
 /// `billing` and an Object Client of `orders` are a required pair).
 #[tokio::test]
-async fn s5_security_identity_and_not_required_rules() {
+async fn w1_security_identity_and_not_required_rules() {
     use zmesh::proto::state::FailureReason;
     use zmesh::runtime::NodeEvent;
     let security_failure = |e: &NodeEvent| matches!(e, NodeEvent::State(s) if s.reason == Some(FailureReason::SecurityFailure));

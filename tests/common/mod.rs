@@ -655,6 +655,18 @@ pub async fn start_ready(
     (node, events)
 }
 
+/// Starts a node `rid` that dials the RouteMesh node `to` bound at `bind`, takes its event
+/// stream and waits (bounded) until `to` is ready on both lanes.
+pub async fn dial_ready(
+    rid: &str,
+    to: &str,
+    bind: &zmesh::config::RouteMeshBind,
+) -> (zmesh::runtime::Node, Events) {
+    let mut config = zmesh::config::NodeConfig::new(rid);
+    config.peers = vec![peer(to, bind)];
+    start_ready(config, to).await
+}
+
 /// Starts a node `rid` with one ClientServer server, `channel` at `endpoint` (which must
 /// present `server_rid`), takes its event stream and waits (bounded) until that link is
 /// ready.
@@ -664,15 +676,30 @@ pub async fn start_client_ready(
     endpoint: &str,
     server_rid: &str,
 ) -> (zmesh::runtime::Node, Events) {
+    start_client_of(
+        rid,
+        zmesh::config::ServerConfig::new(channel, endpoint).rid(server_rid),
+    )
+    .await
+}
+
+/// Starts a node `rid` whose one ClientServer server is `server`, takes its event stream and
+/// waits (bounded) until the link to that server is ready.
+pub async fn start_client_of(
+    rid: &str,
+    server: zmesh::config::ServerConfig,
+) -> (zmesh::runtime::Node, Events) {
+    let link = format!("server {}", server.channel);
     let mut config = zmesh::config::NodeConfig::new(rid);
-    config.servers = vec![zmesh::config::ServerConfig::new(channel, endpoint).rid(server_rid)];
+    config.servers = vec![server];
     let node = zmesh::runtime::Node::start(config)
         .await
         .unwrap_or_else(|e| panic!("start client {rid}: {e}"));
     let mut events = Events::new(node.take_events().expect("events"));
     events
         .wait(Duration::from_secs(10), |e| {
-            matches!(e, NodeEvent::State(s) if s.state == zmesh::proto::state::ConnState::Ready)
+            matches!(e, NodeEvent::State(s) if s.link.starts_with(&link)
+                && s.state == zmesh::proto::state::ConnState::Ready)
         })
         .await;
     (node, events)

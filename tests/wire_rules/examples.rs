@@ -137,15 +137,19 @@ pub(super) struct Order {
 
 /// Every example WIRE.md must have, with the value its text describes.
 pub(super) fn expected_examples() -> BTreeMap<&'static str, Expected> {
-    use Expected::{Bytes as B, Fanout as F, Record as R};
-    let order = Order {
-        id: 7,
-        item: "pump".into(),
-        qty: -2,
-    };
-    let method_not_found = ServeError::method_not_found("mul").message;
-    BTreeMap::from([
-        // §4
+    session_examples()
+        .into_iter()
+        .chain(call_examples())
+        .chain(fanout_examples())
+        .chain(appendix_a_examples())
+        .collect()
+}
+
+/// The examples of WIRE.md §4 and §5.1: the records that open, check, keep alive and close
+/// a connection.
+fn session_examples() -> Vec<(&'static str, Expected)> {
+    use Expected::Record as R;
+    vec![
         (
             "hello",
             R(Record::Hello(Hello {
@@ -177,57 +181,17 @@ pub(super) fn expected_examples() -> BTreeMap<&'static str, Expected> {
             })),
         ),
         ("probe", R(Record::Probe { id: nz(1) })),
-        ("cancel", R(Record::Cancel { call_id: nz(1) })),
         (
-            "credit",
-            R(Record::Credit {
-                call_id: nz(3),
-                items: nz(256),
+            "ack",
+            R(Record::Ack {
+                id: nz(0xDEAD_BEEF),
             }),
         ),
         (
-            "calls",
-            R(Record::Calls(
-                Calls::new(vec![
-                    request(
-                        1,
-                        0,
-                        Semantics::Query,
-                        "pump",
-                        "read",
-                        None,
-                        Bytes::from_static(&[1]),
-                    ),
-                    request(
-                        2,
-                        0,
-                        Semantics::Query,
-                        "pump",
-                        "read",
-                        None,
-                        Bytes::from_static(&[2]),
-                    ),
-                ])
-                .expect("calls"),
-            )),
-        ),
-        (
-            "answers",
-            R(Record::Answers(
-                Answers::new(
-                    nz(0x0102_0304_0506_0708),
-                    42,
-                    vec![
-                        (
-                            nz(5),
-                            Answer::AcceptReply(ReplyCode::Ok, Bytes::from_static(&[0xC3])),
-                        ),
-                        (nz(6), Answer::Accept),
-                        (nz(7), Answer::Reply(ReplyCode::Busy, Bytes::new())),
-                    ],
-                )
-                .expect("answers"),
-            )),
+            "close",
+            R(Record::Close {
+                reason: CloseReason::Shutdown,
+            }),
         ),
         (
             "hello_announcing_cancel",
@@ -246,11 +210,48 @@ pub(super) fn expected_examples() -> BTreeMap<&'static str, Expected> {
             })),
         ),
         (
-            "ack",
-            R(Record::Ack {
-                id: nz(0xDEAD_BEEF),
+            "hello_client_server",
+            R(Record::Hello(Hello {
+                lane: Lane::ClientServer,
+                rid: name("node-c"),
+                generation: nz(0x0A0B_0C0D_0E0F_1011),
+                security_identity: Label::new("node-c").expect("label"),
+                expect_rid: Some(name("srv")),
+                expect_generation: None,
+                config_generation: 0,
+                memberships: memberships(&[(Role::ObjectClient, "orders")]),
+            })),
+        ),
+        (
+            "welcome_client_server",
+            R(Record::Welcome(Welcome {
+                lane: Lane::ClientServer,
+                rid: name("srv"),
+                generation: nz(0x1122_3344_5566_7788),
+                security_identity: Label::new("srv").expect("label"),
+                memberships: memberships(&[(Role::Server, "orders")]),
+            })),
+        ),
+        (
+            "close_replaced",
+            R(Record::Close {
+                reason: CloseReason::Replaced,
             }),
         ),
+        (
+            "reject_protocol",
+            R(Record::Reject(Reject {
+                reason: RejectReason::Protocol,
+                detail: Detail::new("probe before HELLO").expect("detail"),
+            })),
+        ),
+    ]
+}
+
+/// The examples of WIRE.md §4: the records of messages and calls.
+fn call_examples() -> Vec<(&'static str, Expected)> {
+    use Expected::Record as R;
+    vec![
         (
             "message",
             R(Record::Message(Message {
@@ -290,11 +291,39 @@ pub(super) fn expected_examples() -> BTreeMap<&'static str, Expected> {
                 payload: Bytes::from_static(&[1]),
             })),
         ),
+        ("cancel", R(Record::Cancel { call_id: nz(1) })),
         (
-            "close",
-            R(Record::Close {
-                reason: CloseReason::Shutdown,
+            "credit",
+            R(Record::Credit {
+                call_id: nz(3),
+                items: nz(256),
             }),
+        ),
+        (
+            "calls",
+            R(Record::Calls(
+                Calls::new(vec![
+                    request(
+                        1,
+                        0,
+                        Semantics::Query,
+                        "pump",
+                        "read",
+                        None,
+                        Bytes::from_static(&[1]),
+                    ),
+                    request(
+                        2,
+                        0,
+                        Semantics::Query,
+                        "pump",
+                        "read",
+                        None,
+                        Bytes::from_static(&[2]),
+                    ),
+                ])
+                .expect("calls"),
+            )),
         ),
         (
             "batch",
@@ -322,44 +351,31 @@ pub(super) fn expected_examples() -> BTreeMap<&'static str, Expected> {
                 .expect("batch"),
             )),
         ),
-        // §5.1
         (
-            "hello_client_server",
-            R(Record::Hello(Hello {
-                lane: Lane::ClientServer,
-                rid: name("node-c"),
-                generation: nz(0x0A0B_0C0D_0E0F_1011),
-                security_identity: Label::new("node-c").expect("label"),
-                expect_rid: Some(name("srv")),
-                expect_generation: None,
-                config_generation: 0,
-                memberships: memberships(&[(Role::ObjectClient, "orders")]),
-            })),
+            "answers",
+            R(Record::Answers(
+                Answers::new(
+                    nz(0x0102_0304_0506_0708),
+                    42,
+                    vec![
+                        (
+                            nz(5),
+                            Answer::AcceptReply(ReplyCode::Ok, Bytes::from_static(&[0xC3])),
+                        ),
+                        (nz(6), Answer::Accept),
+                        (nz(7), Answer::Reply(ReplyCode::Busy, Bytes::new())),
+                    ],
+                )
+                .expect("answers"),
+            )),
         ),
-        (
-            "welcome_client_server",
-            R(Record::Welcome(Welcome {
-                lane: Lane::ClientServer,
-                rid: name("srv"),
-                generation: nz(0x1122_3344_5566_7788),
-                security_identity: Label::new("srv").expect("label"),
-                memberships: memberships(&[(Role::Server, "orders")]),
-            })),
-        ),
-        (
-            "close_replaced",
-            R(Record::Close {
-                reason: CloseReason::Replaced,
-            }),
-        ),
-        (
-            "reject_protocol",
-            R(Record::Reject(Reject {
-                reason: RejectReason::Protocol,
-                detail: Detail::new("probe before HELLO").expect("detail"),
-            })),
-        ),
-        // §7
+    ]
+}
+
+/// The examples of WIRE.md §7: fanout messages.
+fn fanout_examples() -> Vec<(&'static str, Expected)> {
+    use Expected::Fanout as F;
+    vec![
         ("beacon", F(FanoutMessage::Beacon)),
         (
             "publish",
@@ -379,7 +395,19 @@ pub(super) fn expected_examples() -> BTreeMap<&'static str, Expected> {
                 payload: Bytes::from_static(b"42"),
             }),
         ),
-        // Appendix A: payloads as zmesh's call layer encodes them.
+    ]
+}
+
+/// The examples of WIRE.md Appendix A: payloads as zmesh's call layer encodes them.
+fn appendix_a_examples() -> Vec<(&'static str, Expected)> {
+    use Expected::{Bytes as B, Record as R};
+    let order = Order {
+        id: 7,
+        item: "pump".into(),
+        qty: -2,
+    };
+    let method_not_found = ServeError::method_not_found("mul").message;
+    vec![
         (
             "call_add_request",
             R(Record::Request(request(
@@ -418,5 +446,5 @@ pub(super) fn expected_examples() -> BTreeMap<&'static str, Expected> {
             "call_stream_end",
             R(reply(3, ReplyCode::Ok, msgpack("done"))),
         ),
-    ])
+    ]
 }

