@@ -616,7 +616,7 @@ fn raw_client_batch(ep: &str, offer: bool, n: u64) -> Answered {
             }
             Record::Answers(a) => {
                 seen.packed += 1;
-                a.into_records()
+                a.into_records().collect()
             }
             other => vec![other],
         };

@@ -143,7 +143,6 @@ pub(crate) fn decode(frames: &[Frame], caps: wire::Capabilities) -> Result<Rec, 
         Record::Credit { call_id, items } => Rec::Credit { call_id, items },
         Record::Answers(a) => Rec::Answers(
             a.into_records()
-                .into_iter()
                 .filter_map(|r| match r {
                     Record::Accept(a) => Some(Rec::Accept { call_id: a.call_id }),
                     Record::Reply(r) => Some(Rec::Reply {

@@ -303,10 +303,8 @@ impl SimNode {
     /// two records or more as one ANSWERS record (zmesh's bounds, `wire::pack_front`).
     fn flush_answers(&mut self, ctx: &mut Ctx<'_>) {
         let out = std::mem::take(&mut self.outbox);
-        let mut conns: Vec<NetConn> = out.iter().map(|(c, _)| *c).collect();
-        conns.dedup();
         let mut seen = BTreeSet::new();
-        for conn in conns {
+        for conn in out.iter().map(|(c, _)| *c) {
             if !seen.insert(conn) {
                 continue;
             }
@@ -333,13 +331,7 @@ impl SimNode {
                 );
                 match wire::Answers::new(generation, conn_id, entries) {
                     Ok(a) => {
-                        let records: usize = a
-                            .entries()
-                            .iter()
-                            .map(|(_, e)| {
-                                1 + usize::from(matches!(e, wire::Answer::AcceptReply(..)))
-                            })
-                            .sum();
+                        let records = a.records();
                         if self.send(ctx, conn, &Record::Answers(a)) {
                             ctx.truth.on_answers_packed(records);
                         }

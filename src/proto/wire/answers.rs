@@ -100,37 +100,36 @@ impl Answers {
         &self.entries
     }
 
+    /// How many ACCEPTs and REPLYs the entries stand for.
+    pub fn records(&self) -> usize {
+        self.entries.iter().map(|(_, a)| a.records()).sum()
+    }
+
     /// The records the entries stand for, in order: what a receiver acts on, exactly as if
     /// each had arrived alone.
-    pub fn into_records(self) -> Vec<Record> {
+    pub fn into_records(self) -> impl Iterator<Item = Record> {
         let (generation, connection_id) = (self.generation, self.connection_id);
-        let accept = |call_id| {
-            Record::Accept(Accept {
+        self.entries.into_iter().flat_map(move |(call_id, answer)| {
+            let accept = Record::Accept(Accept {
                 call_id,
                 generation,
                 connection_id,
-            })
-        };
-        let mut out = Vec::with_capacity(self.entries.len().saturating_mul(2));
-        for (call_id, answer) in self.entries {
-            match answer {
-                Answer::Accept => out.push(accept(call_id)),
-                Answer::Reply(code, payload) => out.push(Record::Reply(Reply {
+            });
+            let reply = |code, payload| {
+                Record::Reply(Reply {
                     call_id,
                     code,
                     payload,
-                })),
-                Answer::AcceptReply(code, payload) => {
-                    out.push(accept(call_id));
-                    out.push(Record::Reply(Reply {
-                        call_id,
-                        code,
-                        payload,
-                    }));
-                }
+                })
+            };
+            match answer {
+                Answer::Accept => [Some(accept), None],
+                Answer::Reply(code, payload) => [Some(reply(code, payload)), None],
+                Answer::AcceptReply(code, payload) => [Some(accept), Some(reply(code, payload))],
             }
-        }
-        out
+            .into_iter()
+            .flatten()
+        })
     }
 
     /// The record's frames: the envelope with the shared fields and each entry's call id,
@@ -353,7 +352,8 @@ mod tests {
         assert!(Record::decode(&frames).is_err(), "unknown in version 1");
 
         let Record::Answers(a) = back else { panic!() };
-        let records = a.into_records();
+        assert_eq!(a.records(), 128);
+        let records: Vec<Record> = a.into_records().collect();
         assert_eq!(records.len(), 128);
         let alone: Vec<Vec<u8>> = records.iter().flat_map(Record::encode).collect();
         assert_eq!(

@@ -35,6 +35,18 @@ pub(super) enum Outgoing {
     Frames(Frames),
 }
 
+impl Outgoing {
+    /// The frames of this answer sent on its own on connection `conn` of a node of
+    /// `generation`.
+    fn alone(&self, generation: u64, conn: ConnId) -> Frames {
+        match self {
+            Outgoing::Accept(call_id) => records::accept(*call_id, generation, conn.0),
+            Outgoing::Reply(r) => Record::Reply(r.clone()).encode(),
+            Outgoing::Frames(f) => f.clone(),
+        }
+    }
+}
+
 /// The answers waiting per link: the connection they are for, and the answers in order.
 #[derive(Default)]
 pub(super) struct AnswerQueue {
@@ -119,13 +131,10 @@ fn next_record(
             return (Record::Answers(a).encode(), used);
         }
     }
-    let frames = match queue.front() {
-        Some(Outgoing::Accept(call_id)) => records::accept(*call_id, generation.get(), conn.0),
-        Some(Outgoing::Reply(r)) => Record::Reply(r.clone()).encode(),
-        Some(Outgoing::Frames(f)) => f.clone(),
-        None => return (Vec::new(), 0),
-    };
-    (frames, 1)
+    match queue.front() {
+        Some(out) => (out.alone(generation.get(), conn), 1),
+        None => (Vec::new(), 0),
+    }
 }
 
 /// The ANSWERS entries of the answers at the front of `queue`, within this node's bounds
@@ -155,11 +164,7 @@ impl IoThread {
         };
         let packs = self.conn_caps(route).contains(Capabilities::ANSWERS);
         if !packs && !self.answers.is_waiting(route, conn) {
-            let frames = match &out {
-                Outgoing::Accept(call_id) => records::accept(*call_id, self.me.generation, conn.0),
-                Outgoing::Reply(r) => Record::Reply(r.clone()).encode(),
-                Outgoing::Frames(f) => f.clone(),
-            };
+            let frames = out.alone(self.me.generation, conn);
             match self.send_frames_on_link(route, &frames) {
                 Ok(()) => return true,
                 Err(SocketSendError::Full) => {}

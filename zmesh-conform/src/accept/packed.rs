@@ -109,7 +109,7 @@ fn read_answers(req: &dyn Wire, ans: &dyn Wire, separate: bool) -> Result<Seen, 
             }
             Record::Answers(a) => {
                 packed += 1;
-                a.into_records()
+                a.into_records().collect()
             }
             other => vec![other],
         };

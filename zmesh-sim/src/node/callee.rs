@@ -37,12 +37,7 @@ impl SimNode {
             Lane::ClientServer => conn,
         };
         if !self.spec.serves {
-            let reply = Record::Reply(wire::Reply {
-                call_id: r.call_id,
-                code: ReplyCode::ClassNotFound,
-                payload: Bytes::new(),
-            });
-            self.send_answer(ctx, answer, reply);
+            self.refuse(ctx, answer, r.call_id, ReplyCode::ClassNotFound);
             return;
         }
         let sid =
@@ -52,12 +47,7 @@ impl SimNode {
             {
                 Admission::Accept(sid) => sid,
                 Admission::Refuse(code) => {
-                    let reply = Record::Reply(wire::Reply {
-                        call_id: r.call_id,
-                        code,
-                        payload: Bytes::new(),
-                    });
-                    self.send_answer(ctx, answer, reply);
+                    self.refuse(ctx, answer, r.call_id, code);
                     return;
                 }
                 Admission::Duplicate => return,
@@ -108,12 +98,7 @@ impl SimNode {
         match self.serve.handle_dispatch(sid, now) {
             Dispatch::Run => {}
             Dispatch::Refuse(code) => {
-                let reply = Record::Reply(wire::Reply {
-                    call_id: req.call_id,
-                    code,
-                    payload: Bytes::new(),
-                });
-                self.send_answer(ctx, conn, reply);
+                self.refuse(ctx, conn, req.call_id, code);
                 return;
             }
             Dispatch::Skip => return,
@@ -276,5 +261,17 @@ impl SimNode {
         }
         ctx.truth.on_handler_done(h.uid, self.ix);
         self.answer(ctx, sid, ReplyCode::Ok, crate::truth::result_of(h.uid));
+    }
+}
+
+impl SimNode {
+    /// Answers call `call_id` on `conn` with a refusal `code` and no message.
+    fn refuse(&mut self, ctx: &mut Ctx<'_>, conn: NetConn, call_id: NonZeroU64, code: ReplyCode) {
+        let reply = Record::Reply(wire::Reply {
+            call_id,
+            code,
+            payload: Bytes::new(),
+        });
+        self.send_answer(ctx, conn, reply);
     }
 }
