@@ -487,6 +487,7 @@ async fn k5_x3_x4_calls_of_one_method_travel_as_calls_records_where_negotiated()
                     call_id: r.call_id,
                     code: ReplyCode::Ok,
                     payload: r.payload,
+                    replayed: false,
                 });
                 if !(send(&route, accept) && send(&route, reply)) {
                     return;
