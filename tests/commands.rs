@@ -700,13 +700,13 @@ fn last_row_replayed(a: &Node) -> bool {
     row.replayed
 }
 
-/// MISSION K3, W3 (WIRE.md §4.17): between two zmesh nodes (both speak `replayed`), the
+/// MISSION K3, X3 (WIRE.md §4.17): between two zmesh nodes (both speak `replayed`), the
 /// first call with a key runs and its answer says not replayed; a retry with the key is
 /// answered from the server's durable record, and its answer, and the caller's operations
 /// row, say replayed; the command ran once. Another key runs (not replayed); the same key
 /// with other arguments is refused by the guard, which is not a replay.
 #[tokio::test]
-async fn k3_w3_a_replayed_answer_says_so_where_negotiated() {
+async fn k3_x3_a_replayed_answer_says_so_where_negotiated() {
     let tmp = tempfile::tempdir().expect("tmp");
     let store = zmesh::runtime::idempotency::SqliteIdempotencyStore::open(tmp.path().join("r.db"))
         .expect("store");
@@ -833,13 +833,13 @@ fn raw_keyed_twice(ep: &str, offer: bool, key: &str) -> (Vec<Vec<Vec<u8>>>, bool
     (replies, announced)
 }
 
-/// MISSION K3, W3, W4 (WIRE.md §4.17, §8.1): a raw libzmq client that does not offer
+/// MISSION K3, X3 (WIRE.md §4.17, §8.1): a raw libzmq client that does not offer
 /// `replayed` gets, for a retry answered from the server's durable record, exactly the
 /// version-1 REPLY bytes (code byte `00`, the first call's result); one that offers it gets
 /// the replayed mark (code byte `80`) on the retry and `00` on the first call. The command
 /// runs once per key.
 #[tokio::test]
-async fn k3_w3_a_version_1_client_receives_version_1_replies_for_a_replay() {
+async fn k3_x3_a_version_1_client_receives_version_1_replies_for_a_replay() {
     let tmp = tempfile::tempdir().expect("tmp");
     let store = zmesh::runtime::idempotency::SqliteIdempotencyStore::open(tmp.path().join("r.db"))
         .expect("store");

@@ -401,6 +401,78 @@ mod tests {
         );
     }
 
+    /// MISSION X3, W3 (WIRE.md §4.17): the replayed mark is bit 7 of the code byte of a
+    /// REPLY and of an ANSWERS entry; it round-trips where `replayed` is in effect, and
+    /// without it the same bytes are an unknown code (`invalid_field`) while an unmarked
+    /// REPLY keeps its version-1 bytes either way.
+    #[test]
+    fn x3_w3_replayed_mark_round_trips_only_where_negotiated() {
+        let with = Capabilities::ANSWERS.union(Capabilities::REPLAYED);
+        let decode_in = |frames: &[Vec<u8>], caps| {
+            Record::decode_in(frames, caps, |f: &Vec<u8>| Bytes::copy_from_slice(f))
+        };
+        let reply = |replayed| {
+            Record::Reply(Reply {
+                call_id: id(5),
+                code: ReplyCode::Exception,
+                payload: Bytes::from_static(b"x"),
+                replayed,
+            })
+        };
+        let marked = reply(true).encode();
+        assert_eq!(marked[0][12], 0x81);
+        assert_eq!(decode_in(&marked, with).unwrap(), reply(true));
+        assert_eq!(
+            decode_in(&marked, Capabilities::ANSWERS)
+                .unwrap_err()
+                .class(),
+            "invalid_field"
+        );
+        let plain = reply(false).encode();
+        assert_eq!(plain[0][12], 0x01, "version 1's byte");
+        assert_eq!(decode_in(&plain, with).unwrap(), reply(false));
+        assert_eq!(decode_in(&plain, Capabilities::NONE).unwrap(), reply(false));
+        // A marked code that does not exist is still refused.
+        let mut unknown = marked.clone();
+        unknown[0][12] = 0x8F;
+        assert_eq!(
+            decode_in(&unknown, with).unwrap_err().class(),
+            "invalid_field"
+        );
+
+        let record = Record::Answers(
+            Answers::new(
+                id(9),
+                3,
+                vec![
+                    (
+                        id(1),
+                        Answer::AcceptReply(ReplyCode::Ok, Bytes::new(), true),
+                    ),
+                    (id(2), Answer::Reply(ReplyCode::Busy, Bytes::new(), false)),
+                ],
+            )
+            .unwrap(),
+        );
+        let frames = record.encode();
+        assert_eq!(decode_in(&frames, with).unwrap(), record);
+        assert_eq!(
+            decode_in(&frames, Capabilities::ANSWERS)
+                .unwrap_err()
+                .class(),
+            "invalid_field"
+        );
+        let Record::Answers(a) = record else { panic!() };
+        let replies: Vec<bool> = a
+            .into_records()
+            .filter_map(|r| match r {
+                Record::Reply(r) => Some(r.replayed),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(replies, [true, false], "each REPLY keeps its own mark");
+    }
+
     /// WIRE.md §4.16 and §6.2: the body is read whole first (truncated, trailing bytes), then
     /// the frame count, then the values (count, generation, call ids, what, code).
     #[test]

@@ -653,12 +653,13 @@ mod tests {
         let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
     }
 
-    /// MISSION K3, O1, for an operator: the records left in progress are listed (done ones
-    /// are not), one is shown by its key with the caller that started it; resolved as run it answers the operator's note as an
-    /// `Exception` and is no longer in progress; resolved as not run it is gone, so the next
-    /// `begin` starts afresh; a record that is not in progress cannot be resolved.
+    /// MISSION K3, for an operator: the records left in progress are listed (done ones are
+    /// not), one is shown by its key with the caller that started it; resolved as run it
+    /// answers the operator's note as an `Exception` and is no longer in progress; resolved
+    /// as not run it is gone, so the next `begin` starts afresh; a record that is not in
+    /// progress cannot be resolved.
     #[tokio::test]
-    async fn o1_k3_records_left_in_progress_are_listed_with_their_caller_and_resolved() {
+    async fn k3_records_left_in_progress_are_listed_with_their_caller_and_resolved() {
         let path = temp_db("resolve");
         let store = SqliteIdempotencyStore::open(&path).expect("open");
         let fp = Fingerprint::of_call("pump", "dispense", b"");
@@ -863,11 +864,11 @@ mod tests {
         let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
     }
 
-    /// K3, O1: a file of schema version 2 (with `begun_at_ms`, no `caller`) is opened and
+    /// K3: a file of schema version 2 (with `begun_at_ms`, no `caller`) is opened and
     /// upgraded to version 3: its rows keep their age and have no caller, rows begun since
     /// name theirs, and the file says version 3.
     #[tokio::test]
-    async fn o1_k3_sqlite_version_2_file_gains_the_caller() {
+    async fn k3_sqlite_version_2_file_gains_the_caller() {
         let path = temp_db("v2");
         let begun_at = now_ms() - 5_000;
         {
