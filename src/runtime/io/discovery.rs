@@ -36,7 +36,7 @@ use bytes::Bytes;
 use super::fanout::Sub;
 use super::links::{note, LinkKind};
 use super::slots::SlotRole;
-use super::{IoThread, LinkKey};
+use super::{IoThread, LinkKey, SubKey};
 use crate::config::{EndpointKind, PeerConfig, ServerConfig};
 use crate::proto::discovery::{Descriptor, Intent, MeshEndpoints};
 use crate::proto::handshake::Expectation;
@@ -60,7 +60,7 @@ pub(super) struct Discovered {
     servers: HashMap<(String, String), usize>,
     /// Subscriptions discovery opened: (RID, endpoint) -> index, and the generation each was
     /// opened for.
-    subs: HashMap<(String, String), (usize, u64)>,
+    subs: HashMap<(String, String), (SubKey, u64)>,
 }
 
 impl IoThread {
@@ -435,7 +435,7 @@ impl IoThread {
 
     /// Stops subscribing to publisher `i`: a socket that never became ready is closed now; a
     /// ready one stays until the transport fails it, and is not reopened.
-    fn retire_sub(&mut self, i: usize, now: Instant) {
+    fn retire_sub(&mut self, i: SubKey, now: Instant) {
         if self.subs[i].retired {
             return;
         }
@@ -458,11 +458,11 @@ impl IoThread {
         endpoint: &str,
         key: Option<PublicKey>,
         now: Instant,
-    ) -> usize {
+    ) -> SubKey {
         self.timers_changed();
-        let i = self.subs.len();
+        let i = self.subs.next_key();
         let live = self.liveness.insert_subscription(i, now);
-        self.subs.push(Sub {
+        let pushed = self.subs.push(Sub {
             endpoint: endpoint.to_owned(),
             source: Source::Publisher {
                 endpoint: Arc::from(endpoint),
@@ -480,6 +480,7 @@ impl IoThread {
             key,
             key_from_descriptor: false,
         });
+        debug_assert_eq!(pushed, i);
         i
     }
 }

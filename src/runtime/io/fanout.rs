@@ -26,7 +26,7 @@ use bytes::Bytes;
 use super::links::{backoff, note};
 use super::ready::Watch;
 use super::slots::{close_stopping_monitor, Slot, SlotRole};
-use super::{Host, IoThread, SlotKey, BACKOFF_MAX};
+use super::{Host, IoThread, SlotKey, SubKey, BACKOFF_MAX};
 use crate::proto::liveness::{self, Delivery as FanoutDelivery, FanoutInput};
 use crate::proto::security::{InputRefusal, PublicKey};
 use crate::proto::state::{ConnState, FailureReason, LinkState, Recovery};
@@ -238,7 +238,7 @@ impl IoThread {
         }
     }
 
-    pub(super) fn open_sub(&mut self, i: usize, now: Instant) {
+    pub(super) fn open_sub(&mut self, i: SubKey, now: Instant) {
         self.timers_changed();
         let endpoint = self.subs[i].endpoint.clone();
         let key = self.subs[i]
@@ -303,7 +303,7 @@ impl IoThread {
         }
     }
 
-    pub(super) fn on_fanout(&mut self, i: usize, frames: Vec<Frame>, now: Instant) {
+    pub(super) fn on_fanout(&mut self, i: SubKey, frames: Vec<Frame>, now: Instant) {
         let decoded = records::decode_fanout(&frames, &self.subs[i].last_topic);
         let input =
             FanoutInput::from_decoded(decoded.as_ref().map(|f| matches!(f, Fanout::Beacon)));
@@ -331,7 +331,7 @@ impl IoThread {
 
     /// Subscription `i` has no CURVE key to expect of its publisher: it is not opened; it
     /// shows `not_connected` with `security_failure` and is looked at again after a while.
-    fn refuse_sub(&mut self, i: usize, endpoint: &str, now: Instant) {
+    fn refuse_sub(&mut self, i: SubKey, endpoint: &str, now: Instant) {
         let detail = format!(
             "no CURVE key known for publisher {endpoint} (none in [security.endpoint_keys], \
              and no descriptor key on this node's allow-list)"
@@ -363,7 +363,13 @@ impl IoThread {
 
     /// Takes one publisher out of ready, closes only its socket; a new socket is opened on the
     /// next timer pass (MISSION L5).
-    pub(super) fn fail_sub(&mut self, i: usize, reason: FailureReason, detail: &str, now: Instant) {
+    pub(super) fn fail_sub(
+        &mut self,
+        i: SubKey,
+        reason: FailureReason,
+        detail: &str,
+        now: Instant,
+    ) {
         self.timers_changed();
         let Some(slot) = self.subs[i].slot.take() else {
             return;

@@ -1,5 +1,5 @@
 //! Typed handles of the I/O thread's tables: a [`LinkKey`] names a link, a [`SlotKey`] a
-//! socket's slot, and a [`Table`] is indexed by its own key type only, so a link key can
+//! socket's slot, a [`SubKey`] a fanout subscription, and a [`Table`] is indexed by its own key type only, so a link key can
 //! never index the slots (or the other way round). Keys are positions in their table:
 //! handles for lookups and diagnostics, never fences (a connection is fenced by its
 //! [`crate::proto::ConnId`] and the peer's identity).
@@ -50,6 +50,12 @@ key!(
     /// A slot of the I/O thread's socket table. A slot is reused once its socket is gone.
     SlotKey
 );
+key!(
+    /// A fanout subscription of the I/O thread: one publisher endpoint this node reads.
+    /// Subscriptions are never removed while the node runs (a retired one keeps its key), so a
+    /// key stays the same subscription for the node's life.
+    SubKey
+);
 
 /// A vector indexed by its own key type `K`.
 pub(super) struct Table<K, T> {
@@ -77,10 +83,20 @@ impl<K: Key, T> Table<K, T> {
         self.items.get_mut(k.index())
     }
 
+    /// The key the next [`Table::push`] returns.
+    pub(super) fn next_key(&self) -> K {
+        K::from_index(self.items.len())
+    }
+
     /// Adds `item` at the end; returns its key.
     pub(super) fn push(&mut self, item: T) -> K {
         self.items.push(item);
         K::from_index(self.items.len() - 1)
+    }
+
+    /// Every item goes (the node stops).
+    pub(super) fn clear(&mut self) {
+        self.items.clear();
     }
 
     /// Every key, in order.

@@ -163,7 +163,7 @@ const BOUND_ID_SERVER: &[u8] = b"zmesh-server";
 const PUBLISHER_DOMAIN: &str = "zmesh-publisher";
 
 use keys::Table;
-pub(crate) use keys::{Key, LinkKey, SlotKey};
+pub(crate) use keys::{Key, LinkKey, SlotKey, SubKey};
 /// The physical connection a call travels on: a link and its current connection. Here, not
 /// in `calls.rs` or `caller.rs`, because the caller and callee parts and the glue that routes
 /// their records all use it.
@@ -186,7 +186,7 @@ enum Gated {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum LiveOwner {
     Link(LinkKey),
-    Sub(usize),
+    Sub(SubKey),
     Publisher,
 }
 
@@ -247,7 +247,7 @@ pub(crate) struct IoThread {
     refused: admission::Refused,
     /// The bound sockets' ZAP handler, their open connections and recent refusals.
     gate: gate::Gate,
-    subs: Vec<Sub>,
+    subs: Table<SubKey, Sub>,
     publisher: Option<Publisher>,
     /// Automatic mode: links added by discovery and the descriptors' fences.
     discovered: discovery::Discovered,
@@ -346,7 +346,7 @@ impl IoThread {
             inbound: IdMap::default(),
             refused: admission::Refused::default(),
             gate,
-            subs: Vec::new(),
+            subs: Table::default(),
             publisher: None,
             discovered: discovery::Discovered::default(),
             liveness: live::Live::new(generation),

@@ -4,7 +4,8 @@
 
 use super::ready::Watch;
 use super::{
-    Gated, IoThread, LinkKey, SlotKey, BOUND_ID_APPLICATION, BOUND_ID_COMPLETION, BOUND_ID_SERVER,
+    Gated, IoThread, LinkKey, SlotKey, SubKey, BOUND_ID_APPLICATION, BOUND_ID_COMPLETION,
+    BOUND_ID_SERVER,
 };
 use crate::proto::sched::{SharedSocketId, Source as SchedSource};
 use crate::proto::ConnId;
@@ -22,7 +23,7 @@ pub(super) enum SlotRole {
     /// A dialled ROUTER/DEALER owned by one link.
     Dialled(LinkKey),
     /// A SUB socket owned by one fanout subscription.
-    Sub(usize),
+    Sub(SubKey),
 }
 
 pub(super) struct Slot {

@@ -209,7 +209,7 @@ impl IoThread {
         // A discovered publisher whose descriptor is gone, once its socket is closed.
         for s in self
             .subs
-            .iter()
+            .values()
             .filter(|s| !(s.retired && s.slot.is_none()))
         {
             let last = self

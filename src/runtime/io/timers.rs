@@ -132,7 +132,11 @@ impl IoThread {
             }
             take(l.closing.as_ref().map(|c| c.1 + CLOSE_CONFIRM_MAX));
         }
-        for s in self.subs.iter().filter(|s| s.slot.is_none() && !s.retired) {
+        for s in self
+            .subs
+            .values()
+            .filter(|s| s.slot.is_none() && !s.retired)
+        {
             take(Some(s.retry_at));
         }
         take(self.link_timers.next_sweep());
@@ -201,7 +205,7 @@ impl IoThread {
         }
         self.settle_overdue_closing();
         // Fanout subscriptions without a socket get a new one (MISSION L5).
-        for i in 0..self.subs.len() {
+        for i in self.subs.keys() {
             let s = &self.subs[i];
             if s.slot.is_none() && !s.retired && now >= s.retry_at {
                 self.open_sub(i, now);
