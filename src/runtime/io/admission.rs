@@ -242,7 +242,6 @@ impl IoThread {
                         );
                     }
                     self.links[dk].yielded = true;
-                    self.timers_changed();
                 }
                 true
             }
@@ -291,7 +290,6 @@ impl IoThread {
                 tracing::debug!(error = ?e, "scheduler unit not added");
             }
         }
-        self.timers_changed();
         self.links[k].conn = Some(Conn {
             id,
             slot,
@@ -354,7 +352,6 @@ impl IoThread {
 
     pub(super) fn become_ready(&mut self, k: LinkKey, peer: Identity, now: Instant) {
         // A ready connection has no handshake timeout any more.
-        self.timers_changed();
         let l = &mut self.links[k];
         let Some(c) = l.conn.as_mut() else {
             return;

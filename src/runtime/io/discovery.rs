@@ -342,7 +342,6 @@ impl IoThread {
                 // The new run is a new configuration generation of this link.
                 if l.state.handle_reconfigure(generation, now).is_ok() {
                     l.retry_at = Some(now);
-                    self.timers_changed();
                     let link = self.link_id(k);
                     self.emit_state(
                         link,
@@ -362,7 +361,6 @@ impl IoThread {
             return;
         }
         self.links[k].withdrawn = true;
-        self.timers_changed();
         const DETAIL: &str = "descriptor gone: not dialled any more";
         match self.links[k].conn.as_ref().map(|c| c.ready) {
             Some(true) => {}
@@ -423,7 +421,6 @@ impl IoThread {
                 } else if self.subs[i].slot.is_none() {
                     self.subs[i].retry_at = now;
                 }
-                self.timers_changed();
             }
             None => {
                 let i = self.add_sub(&endpoint, public_key, now);
@@ -440,7 +437,6 @@ impl IoThread {
             return;
         }
         self.subs[i].retired = true;
-        self.timers_changed();
         if self.subs[i].slot.is_some() && !self.subs[i].state.is_ready() {
             self.fail_sub(
                 i,
@@ -459,7 +455,6 @@ impl IoThread {
         key: Option<PublicKey>,
         now: Instant,
     ) -> SubKey {
-        self.timers_changed();
         let i = self.subs.next_key();
         let live = self.liveness.insert_subscription(i, now);
         let pushed = self.subs.push(Sub {

@@ -114,7 +114,6 @@ impl IoThread {
     /// a named failure of the link ([`FailureReason::ResourceExhausted`]), retried with the
     /// normal backoff; any other error is logged and retried after [`super::BACKOFF_MAX`].
     pub(super) fn dial_failed(&mut self, k: LinkKey, e: zmq::Error, endpoint: &str, now: Instant) {
-        self.timers_changed();
         let Some(cause) = self.exhausted(e, now) else {
             self.links[k].retry_at = Some(now + super::BACKOFF_MAX);
             tracing::warn!(error = %e, endpoint, "cannot open dialled socket");
@@ -133,7 +132,6 @@ impl IoThread {
 
     /// Subscription `i` could not open its SUB socket: as [`IoThread::dial_failed`].
     pub(super) fn sub_open_failed(&mut self, i: SubKey, e: zmq::Error, now: Instant) {
-        self.timers_changed();
         let endpoint = self.subs[i].endpoint.clone();
         let Some(cause) = self.exhausted(e, now) else {
             // Not again at once: the poll timeout takes this instant.

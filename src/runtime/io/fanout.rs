@@ -69,6 +69,13 @@ pub(super) struct Sub {
     pub(super) key_from_descriptor: bool,
 }
 
+impl Sub {
+    /// When this subscription opens a new socket: only while it has none and is not retired.
+    pub(super) fn next_deadline(&self) -> Option<Instant> {
+        (self.slot.is_none() && !self.retired).then_some(self.retry_at)
+    }
+}
+
 pub(super) struct Publisher {
     /// The publisher (XPUB) socket, shared with the async side, which publishes on it
     /// directly.
@@ -239,7 +246,6 @@ impl IoThread {
     }
 
     pub(super) fn open_sub(&mut self, i: SubKey, now: Instant) {
-        self.timers_changed();
         let endpoint = self.subs[i].endpoint.clone();
         let key = self.subs[i]
             .key
@@ -370,7 +376,6 @@ impl IoThread {
         detail: &str,
         now: Instant,
     ) {
-        self.timers_changed();
         let Some(slot) = self.subs[i].slot.take() else {
             return;
         };

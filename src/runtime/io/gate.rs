@@ -401,7 +401,6 @@ impl IoThread {
                 l.retry_at = Some(now);
             }
         }
-        self.timers_changed();
         // Connections to nodes whose key left the list: inbound ones, and dialled ones whose
         // key came from a descriptor (a key pinned in endpoint_keys is the operator's word).
         let removed: Vec<LinkKey> = (self.links.keys())

@@ -12,7 +12,7 @@ use super::ready::Watch;
 use super::slots::{Slot, SlotRole, Unit};
 use super::{
     Host, IoThread, LinkKey, SlotKey, BACKOFF_MAX, BACKOFF_MIN, BOUND_ID_APPLICATION,
-    BOUND_ID_COMPLETION, DRAIN_BEFORE_DISCONNECT,
+    BOUND_ID_COMPLETION, CLOSE_CONFIRM_MAX, DRAIN_BEFORE_DISCONNECT, HANDSHAKE_TIMEOUT,
 };
 use crate::proto::handshake::Identity;
 use crate::proto::liveness::{self};
@@ -101,6 +101,21 @@ impl Link {
             && !matches!(self.kind, LinkKind::Inbound { .. })
     }
 
+    /// The earliest of this link's timers: its handshake timeout while a connection is not
+    /// ready, its redial while it waits to redial, its close confirmation while a close is
+    /// unconfirmed. What the timer pass acts on, and nothing else: a deadline nothing acts on
+    /// would make every poll return at once.
+    pub(super) fn next_deadline(&self) -> Option<Instant> {
+        let handshake = self
+            .conn
+            .as_ref()
+            .filter(|c| !c.ready)
+            .map(|c| c.opened_at + HANDSHAKE_TIMEOUT);
+        let redial = self.retry_at.filter(|_| self.waits_to_redial());
+        let close = self.closing.as_ref().map(|c| c.1 + CLOSE_CONFIRM_MAX);
+        [handshake, redial, close].into_iter().flatten().min()
+    }
+
     /// A discovered intent whose descriptor is gone and that holds nothing any more: no
     /// connection, no close to confirm. It is removed: it is never dialled and leaves the
     /// snapshot. Its entry stays in the link table only so that the same RID's descriptor,
@@ -120,7 +135,6 @@ impl Link {
 
 impl IoThread {
     pub(super) fn add_link(&mut self, kind: LinkKind, now: Instant) -> LinkKey {
-        self.timers_changed();
         self.links.push(Link {
             kind,
             state: LinkState::new(StateKind::Peer, 0, now),
@@ -186,7 +200,6 @@ impl IoThread {
     }
 
     pub(super) fn dial(&mut self, k: LinkKey, now: Instant) {
-        self.timers_changed();
         let (endpoint, lane, kind) = match &self.links[k].kind {
             LinkKind::MeshDial { peer, lane } => {
                 let Some(p) = self.cfg.peers.get(*peer) else {
@@ -340,7 +353,6 @@ impl IoThread {
     /// `not_connected` with `security_failure` and is not dialled again until a descriptor
     /// brings a new configuration generation.
     fn refuse_dial(&mut self, k: LinkKey, detail: &str, now: Instant) {
-        self.timers_changed();
         let l = &mut self.links[k];
         l.retry_at = None;
         let already = l.state.state() == ConnState::NotConnected
@@ -374,7 +386,6 @@ impl IoThread {
         detail: &str,
         now: Instant,
     ) {
-        self.timers_changed();
         let Some(conn_id) = self.links[k].conn.as_ref().map(|c| c.id) else {
             return;
         };
@@ -444,7 +455,6 @@ impl IoThread {
         reason: FailureReason,
         _now: Instant,
     ) {
-        self.timers_changed();
         if let Some(live) = conn.live {
             self.liveness.remove(live);
         }
@@ -500,7 +510,6 @@ impl IoThread {
     /// and terminates the contexts next): its monitor goes, and the link may be dialled again
     /// at its retry time.
     pub(super) fn confirm_close(&mut self, k: LinkKey) {
-        self.timers_changed();
         if let Some((m, _)) = self.links.get_mut(k).and_then(|l| l.closing.take()) {
             self.ready.deregister(&m);
         }
@@ -509,7 +518,6 @@ impl IoThread {
     /// Link `k`'s closed socket was not confirmed closed within [`CLOSE_CONFIRM_MAX`](super::CLOSE_CONFIRM_MAX): the
     /// link may be dialled again, its old monitor is kept until libzmq confirms after all.
     pub(super) fn close_overdue(&mut self, k: LinkKey) {
-        self.timers_changed();
         if let Some((m, _)) = self.links.get_mut(k).and_then(|l| l.closing.take()) {
             tracing::debug!(link = %k, "close not confirmed in time; dialling anyway");
             self.overdue_closing.push(m);
@@ -696,7 +704,7 @@ impl IoThread {
                     }
                 }
                 (SlotRole::Bound(_), MonitorEvent::Disconnected) => {
-                    self.link_timers.start_sweep(slot, now);
+                    self.timers.start_sweep(slot, now);
                 }
                 (SlotRole::Sub(i), MonitorEvent::HandshakeSucceeded) => {
                     self.subs[i].connected = true;

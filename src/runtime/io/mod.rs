@@ -162,8 +162,8 @@ const BOUND_ID_SERVER: &[u8] = b"zmesh-server";
 /// The publisher's ZAP domain (CURVE: its subscribers must be on the allow-list).
 const PUBLISHER_DOMAIN: &str = "zmesh-publisher";
 
-use keys::Table;
 pub(crate) use keys::{Key, LinkKey, SlotKey, SubKey};
+use keys::{Table, Tracked};
 /// The physical connection a call travels on: a link and its current connection. Here, not
 /// in `calls.rs` or `caller.rs`, because the caller and callee parts and the glue that routes
 /// their records all use it.
@@ -226,8 +226,8 @@ pub(crate) struct IoThread {
     /// The application's queue: this turn's events, the deliveries it holds, the link
     /// backlogs while it is paused.
     app: app::AppQueue,
-    /// The per-link timers as last scanned, and the disconnect sweeps.
-    link_timers: timers::LinkTimers,
+    /// Every link's and subscription's earliest deadline, and the disconnect sweeps.
+    timers: timers::TimerTable,
     /// The last receive rotation left work that socket readiness cannot show: wait without
     /// sleeping, and run a rotation even if no socket is readable.
     busy: bool,
@@ -238,7 +238,7 @@ pub(crate) struct IoThread {
     /// ACCEPTs and REPLYs held back by a full pipe, per link (and its connection then).
     answers: AnswerQueue,
     slots: Table<SlotKey, Option<Slot>>,
-    links: Table<LinkKey, Link>,
+    links: Tracked<LinkKey, Link>,
     /// Inbound connections by bound socket and routing id (unique per physical connection).
     /// The outer key is our own slot key (fast hash); the routing ids are chosen by peers and
     /// keep the standard keyed hash.
@@ -247,7 +247,7 @@ pub(crate) struct IoThread {
     refused: admission::Refused,
     /// The bound sockets' ZAP handler, their open connections and recent refusals.
     gate: gate::Gate,
-    subs: Table<SubKey, Sub>,
+    subs: Tracked<SubKey, Sub>,
     publisher: Option<Publisher>,
     /// Automatic mode: links added by discovery and the descriptors' fences.
     discovered: discovery::Discovered,
@@ -336,17 +336,17 @@ impl IoThread {
             ready,
             commands,
             app: app::AppQueue::new(events, outstanding, cfg.delivery_high_water),
-            link_timers: timers::LinkTimers::new(),
+            timers: timers::TimerTable::new(),
             busy: false,
             caller: caller::Caller::new(ops),
             callee: callee::Callee::new(),
             answers: AnswerQueue::default(),
             slots: Table::default(),
-            links: Table::default(),
+            links: Tracked::default(),
             inbound: IdMap::default(),
             refused: admission::Refused::default(),
             gate,
-            subs: Table::default(),
+            subs: Tracked::default(),
             publisher: None,
             discovered: discovery::Discovered::default(),
             liveness: live::Live::new(generation),

@@ -310,7 +310,6 @@ impl IoThread {
                     // The peer's own dial of this lane is the current connection (T1).
                     self.fail_link(k, FailureReason::StoodDown, &detail, now);
                     self.links[k].yielded = true;
-                    self.timers_changed();
                 } else {
                     self.fail_link(k, records::reject_failure(reason), &detail, now);
                 }
@@ -321,7 +320,6 @@ impl IoThread {
                     // The peer kept its own dial of this lane: ours stands down (T1).
                     self.fail_link(k, FailureReason::StoodDown, &detail, now);
                     self.links[k].yielded = true;
-                    self.timers_changed();
                 } else {
                     self.fail_link(k, FailureReason::OrderlyClose, &detail, now);
                 }

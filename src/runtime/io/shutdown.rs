@@ -55,7 +55,7 @@ impl IoThread {
                 close_stopping_monitor(slot);
             }
         }
-        self.link_timers.clear();
+        self.timers.clear();
         self.inbound.clear();
         self.subs.clear();
         if let Some(mut p) = self.publisher.take() {

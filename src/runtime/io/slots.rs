@@ -205,7 +205,7 @@ impl IoThread {
             None => drop(self.sched.remove_unit(Unit::Socket(key))),
         }
         self.inbound.remove(&key);
-        self.link_timers.forget_sweeps(key);
+        self.timers.forget_sweeps(key);
         self.ready.forget(key);
         let slot = self.slots.get_mut(key).and_then(Option::take)?;
         // Out of the epoll set before the sockets close (their descriptors go with them).
