@@ -274,7 +274,7 @@ impl IoThread {
         let Ok(welcome) = records::welcome(lane, &self.me, peer.capabilities) else {
             return;
         };
-        if let Err(e) = self.send_slot(slot, Some(&route), &welcome) {
+        if let Err(e) = self.sockets.send(slot, Some(&route), &welcome) {
             tracing::debug!(error = %e, "welcome not sent");
             return;
         }
@@ -282,7 +282,7 @@ impl IoThread {
             .entry(slot)
             .or_default()
             .insert(route.clone(), k);
-        if let Some(sid) = self.shared_id(slot) {
+        if let Some(sid) = self.sockets.shared_id(slot) {
             if let Err(e) = self
                 .sched
                 .add_unit(Unit::Peer(k, id), SchedSource::Shared(sid))
@@ -317,7 +317,9 @@ impl IoThread {
     /// nothing it sends afterwards is looked at (while [`Refused`] remembers it).
     fn refuse(&mut self, slot: SlotKey, route: &[u8], reason: RejectReason, detail: &str) {
         if self.refused.insert(slot, route) {
-            let _ = self.send_slot(slot, Some(route), &records::reject(reason, detail));
+            let _ = self
+                .sockets
+                .send(slot, Some(route), &records::reject(reason, detail));
         }
     }
 

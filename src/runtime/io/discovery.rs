@@ -78,7 +78,8 @@ impl IoThread {
                 SlotRole::Bound(Lane::ClientServer) => EndpointKind::Server,
                 _ => EndpointKind::RouteMesh,
             };
-            self.slots
+            self.sockets
+                .slots
                 .values()
                 .flatten()
                 .find(|s| s.role == role)

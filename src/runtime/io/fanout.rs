@@ -188,7 +188,7 @@ impl IoThread {
         // Under CURVE the publisher is a CURVE server in the ZAP handler's context, with a
         // domain of its own: a subscriber must be on the allow-list (gate).
         let domain = self.curve.is_some().then_some(super::PUBLISHER_DOMAIN);
-        let m = self.sockets.publisher(domain).map_err(bind_err)?;
+        let m = self.sockets.contexts.publisher(domain).map_err(bind_err)?;
         if let Some(pair) = &self.curve {
             set_curve_server(&m.socket, pair).map_err(bind_err)?;
             self.gate
@@ -200,10 +200,12 @@ impl IoThread {
         // zmesh subscriber subscribes to ""): each join gets its beacon.
         socket.set_xpub_verbose(true).map_err(bind_err)?;
         guarded(|| socket.bind(ep)).map_err(bind_err)?;
-        self.ready
+        self.sockets
+            .ready
             .register(&socket, Watch::Publisher)
             .map_err(NodeError::poller)?;
-        self.ready
+        self.sockets
+            .ready
             .register(&m.monitor, Watch::PublisherMonitor)
             .map_err(NodeError::poller)?;
         let endpoint = match socket.get_last_endpoint() {
@@ -224,7 +226,7 @@ impl IoThread {
         let events = if p.has_monitor_events() {
             let events = p.take_monitor_events();
             // Read until empty: the descriptor fires again only for events after a check.
-            self.ready.touch(Watch::PublisherMonitor);
+            self.sockets.ready.touch(Watch::PublisherMonitor);
             events
         } else {
             Vec::new()
@@ -258,7 +260,7 @@ impl IoThread {
                 return;
             }
         };
-        let opened = self.sockets.monitored(zmq::SUB).and_then(|m| {
+        let opened = self.sockets.contexts.monitored(zmq::SUB).and_then(|m| {
             if let Some((pair, key)) = &curve {
                 set_curve_client(&m.socket, pair, key)?;
             }

@@ -234,7 +234,7 @@ impl IoThread {
         let routing = routing_id(lane, self.me.generation, id);
         // Its monitor reports the socket's own close, confirmed before any replacement is
         // dialled (MISSION F3).
-        let m = match self.sockets.dialled(kind) {
+        let m = match self.sockets.contexts.dialled(kind) {
             Ok(m) => m,
             Err(e) => {
                 self.dial_failed(k, e, &endpoint, now);
@@ -458,8 +458,7 @@ impl IoThread {
         if let Some(live) = conn.live {
             self.liveness.remove(live);
         }
-        let dialled =
-            matches!(self.slots.get(conn.slot), Some(Some(s)) if s.role == SlotRole::Dialled(k));
+        let dialled = matches!(self.sockets.slots.get(conn.slot), Some(Some(s)) if s.role == SlotRole::Dialled(k));
         if dialled {
             if let Some(mut slot) = self.take_slot(conn.slot) {
                 // A socket whose monitor was stopped after its handshake gets one again for
@@ -469,7 +468,7 @@ impl IoThread {
                 let redial = self.host != Host::Stopped;
                 if let (None, Some(room), true) = (slot.monitor.as_ref(), slot.room.take(), redial)
                 {
-                    match self.sockets.close_monitor(&slot.socket, room) {
+                    match self.sockets.contexts.close_monitor(&slot.socket, room) {
                         Ok(m) => slot.monitor = Some(m),
                         Err(e) => tracing::debug!(error = %e, link = %k, "close not monitored"),
                     }
@@ -477,7 +476,7 @@ impl IoThread {
                 // Closing our own dialled socket: keep its monitor until libzmq confirms the
                 // close, and dial no replacement before that (MISSION F3).
                 if let Some(m) = slot.monitor {
-                    if let Err(e) = self.ready.register(&m, Watch::Closing(k)) {
+                    if let Err(e) = self.sockets.ready.register(&m, Watch::Closing(k)) {
                         // Unwatched, the link dials again at the time bound, and the monitor is
                         // checked on the timer passes after that (overdue).
                         tracing::debug!(error = %e, "closing monitor not watched");
@@ -486,7 +485,7 @@ impl IoThread {
                     // Never the case (a link dials only once its last close is settled); if
                     // it were, that monitor must still wait for libzmq's confirmation.
                     if let Some((earlier, _)) = earlier {
-                        self.overdue_closing.push(earlier);
+                        self.sockets.overdue_closing.push(earlier);
                     }
                 }
                 drop(slot.socket);
@@ -497,7 +496,7 @@ impl IoThread {
             // that late records of this physical connection change nothing (MISSION L6).
             if reason != FailureReason::OrderlyClose && reason != FailureReason::TransportError {
                 let close = records::close(records::close_reason(reason));
-                let _ = self.send_slot(conn.slot, Some(&route), &close);
+                let _ = self.sockets.send(conn.slot, Some(&route), &close);
             }
             if let Some(m) = self.inbound.get_mut(&conn.slot) {
                 m.remove(route.as_slice());
@@ -511,7 +510,7 @@ impl IoThread {
     /// at its retry time.
     pub(super) fn confirm_close(&mut self, k: LinkKey) {
         if let Some((m, _)) = self.links.get_mut(k).and_then(|l| l.closing.take()) {
-            self.ready.deregister(&m);
+            self.sockets.ready.deregister(&m);
         }
     }
 
@@ -520,26 +519,26 @@ impl IoThread {
     pub(super) fn close_overdue(&mut self, k: LinkKey) {
         if let Some((m, _)) = self.links.get_mut(k).and_then(|l| l.closing.take()) {
             tracing::debug!(link = %k, "close not confirmed in time; dialling anyway");
-            self.overdue_closing.push(m);
+            self.sockets.overdue_closing.push(m);
         }
     }
 
     /// Keeps the monitor of a dialled socket of link `k` that was closed before it served a
     /// connection, until libzmq confirms the close (it does not hold the link's redial).
     pub(super) fn park_closing(&mut self, k: LinkKey, m: MonitorSocket) {
-        if let Err(e) = self.ready.register(&m, Watch::Closing(k)) {
+        if let Err(e) = self.sockets.ready.register(&m, Watch::Closing(k)) {
             tracing::debug!(error = %e, "closing monitor not watched");
         }
-        self.overdue_closing.push(m);
+        self.sockets.overdue_closing.push(m);
     }
 
     /// Drops the overdue closing monitors whose close libzmq has confirmed by now.
     pub(super) fn settle_overdue_closing(&mut self) {
-        if self.overdue_closing.is_empty() {
+        if self.sockets.overdue_closing.is_empty() {
             return;
         }
-        let ready = &self.ready;
-        self.overdue_closing.retain(|m| {
+        let ready = &self.sockets.ready;
+        self.sockets.overdue_closing.retain(|m| {
             let keep = !m.close_confirmed();
             if !keep {
                 ready.deregister(m);
@@ -560,7 +559,7 @@ impl IoThread {
     /// [`IoThread::on_router_notice`]), so the monitor is stopped and its two descriptors go.
     /// Events libzmq raised before the stop (a disconnect among them) are acted on here.
     fn stop_monitor(&mut self, slot: SlotKey, now: Instant) {
-        let Some(Some(s)) = self.slots.get(slot) else {
+        let Some(Some(s)) = self.sockets.slots.get(slot) else {
             return;
         };
         let SlotRole::Dialled(k) = s.role else {
@@ -576,14 +575,14 @@ impl IoThread {
         if !done {
             return;
         }
-        let Some(Some(s)) = self.slots.get_mut(slot) else {
+        let Some(Some(s)) = self.sockets.slots.get_mut(slot) else {
             return;
         };
         let Some(m) = s.monitor.take() else {
             return;
         };
-        self.ready.deregister(&m);
-        self.ready.forget_monitor(slot);
+        self.sockets.ready.deregister(&m);
+        self.sockets.ready.forget_monitor(slot);
         match m.stop(&s.socket) {
             Ok((events, room)) => {
                 s.room = Some(room);
@@ -592,7 +591,7 @@ impl IoThread {
             Err((e, m)) => {
                 // It keeps running: the node goes on with it as before.
                 tracing::debug!(error = %e, link = %k, "monitor not stopped");
-                let registered = self.ready.register(&m, Watch::Monitor(slot));
+                let registered = self.sockets.ready.register(&m, Watch::Monitor(slot));
                 if let Err(e) = registered {
                     tracing::debug!(error = %e, "monitor not watched");
                 }
@@ -627,14 +626,14 @@ impl IoThread {
     /// Reads the events queued on a slot's monitor and acts on them.
     fn monitor_events(&mut self, slot: SlotKey, now: Instant) {
         let mut events = Vec::new();
-        if let Some(Some(s)) = self.slots.get(slot) {
+        if let Some(Some(s)) = self.sockets.slots.get(slot) {
             if let Some(m) = &s.monitor {
                 while let Ok(Some(frames)) = m.try_recv_frames() {
                     if let Some(ev) = MonitorEvent::decode_with_value(&frames) {
                         events.push(ev);
                     }
                 }
-                self.ready.touch(Watch::Monitor(slot));
+                self.sockets.ready.touch(Watch::Monitor(slot));
             }
         }
         self.act_on_monitor_events(slot, events, now);
@@ -648,13 +647,13 @@ impl IoThread {
         now: Instant,
     ) {
         for (ev, value) in events {
-            let Some(Some(s)) = self.slots.get(slot) else {
+            let Some(Some(s)) = self.sockets.slots.get(slot) else {
                 return;
             };
             if let SlotRole::Bound(_) = s.role {
                 self.gate_monitor_event(slot, ev, value, now);
             }
-            let Some(Some(s)) = self.slots.get(slot) else {
+            let Some(Some(s)) = self.sockets.slots.get(slot) else {
                 return;
             };
             match (s.role, ev) {
@@ -690,7 +689,7 @@ impl IoThread {
                     // Records that arrived before the disconnect come first: an orderly CLOSE
                     // explains the disconnect better than the disconnect itself.
                     for _ in 0..DRAIN_BEFORE_DISCONNECT {
-                        let Some(frames) = self.recv_one(slot) else {
+                        let Some(frames) = self.sockets.recv_one(slot) else {
                             break;
                         };
                         self.on_frames(slot, frames, now);
@@ -791,7 +790,7 @@ impl IoThread {
                 (None, Some(id)) => records::probe(id),
                 (None, None) => continue,
             };
-            let gone = self.send_slot(slot, Some(&route), &frames)
+            let gone = self.sockets.send(slot, Some(&route), &frames)
                 == Err(crate::runtime::socket::SocketSendError::Unreachable);
             if gone {
                 if self.lane_held_elsewhere(k) {
