@@ -242,7 +242,6 @@ impl IoThread {
                         );
                     }
                     self.links[dk].yielded = true;
-                    self.timers_changed();
                 }
                 true
             }
@@ -275,7 +274,7 @@ impl IoThread {
         let Ok(welcome) = records::welcome(lane, &self.me, peer.capabilities) else {
             return;
         };
-        if let Err(e) = self.send_slot(slot, Some(&route), &welcome) {
+        if let Err(e) = self.sockets.send(slot, Some(&route), &welcome) {
             tracing::debug!(error = %e, "welcome not sent");
             return;
         }
@@ -283,7 +282,7 @@ impl IoThread {
             .entry(slot)
             .or_default()
             .insert(route.clone(), k);
-        if let Some(sid) = self.shared_id(slot) {
+        if let Some(sid) = self.sockets.shared_id(slot) {
             if let Err(e) = self
                 .sched
                 .add_unit(Unit::Peer(k, id), SchedSource::Shared(sid))
@@ -291,7 +290,6 @@ impl IoThread {
                 tracing::debug!(error = ?e, "scheduler unit not added");
             }
         }
-        self.timers_changed();
         self.links[k].conn = Some(Conn {
             id,
             slot,
@@ -319,7 +317,9 @@ impl IoThread {
     /// nothing it sends afterwards is looked at (while [`Refused`] remembers it).
     fn refuse(&mut self, slot: SlotKey, route: &[u8], reason: RejectReason, detail: &str) {
         if self.refused.insert(slot, route) {
-            let _ = self.send_slot(slot, Some(route), &records::reject(reason, detail));
+            let _ = self
+                .sockets
+                .send(slot, Some(route), &records::reject(reason, detail));
         }
     }
 
@@ -354,7 +354,6 @@ impl IoThread {
 
     pub(super) fn become_ready(&mut self, k: LinkKey, peer: Identity, now: Instant) {
         // A ready connection has no handshake timeout any more.
-        self.timers_changed();
         let l = &mut self.links[k];
         let Some(c) = l.conn.as_mut() else {
             return;

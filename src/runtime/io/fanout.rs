@@ -26,7 +26,7 @@ use bytes::Bytes;
 use super::links::{backoff, note};
 use super::ready::Watch;
 use super::slots::{close_stopping_monitor, Slot, SlotRole};
-use super::{Host, IoThread, SlotKey, BACKOFF_MAX};
+use super::{Host, IoThread, SlotKey, SubKey, BACKOFF_MAX};
 use crate::proto::liveness::{self, Delivery as FanoutDelivery, FanoutInput};
 use crate::proto::security::{InputRefusal, PublicKey};
 use crate::proto::state::{ConnState, FailureReason, LinkState, Recovery};
@@ -67,6 +67,13 @@ pub(super) struct Sub {
     pub(super) key: Option<PublicKey>,
     /// `key` is the publisher descriptor's: used only while it is on the allow-list.
     pub(super) key_from_descriptor: bool,
+}
+
+impl Sub {
+    /// When this subscription opens a new socket: only while it has none and is not retired.
+    pub(super) fn next_deadline(&self) -> Option<Instant> {
+        (self.slot.is_none() && !self.retired).then_some(self.retry_at)
+    }
 }
 
 pub(super) struct Publisher {
@@ -181,7 +188,7 @@ impl IoThread {
         // Under CURVE the publisher is a CURVE server in the ZAP handler's context, with a
         // domain of its own: a subscriber must be on the allow-list (gate).
         let domain = self.curve.is_some().then_some(super::PUBLISHER_DOMAIN);
-        let m = self.sockets.publisher(domain).map_err(bind_err)?;
+        let m = self.sockets.contexts.publisher(domain).map_err(bind_err)?;
         if let Some(pair) = &self.curve {
             set_curve_server(&m.socket, pair).map_err(bind_err)?;
             self.gate
@@ -193,10 +200,12 @@ impl IoThread {
         // zmesh subscriber subscribes to ""): each join gets its beacon.
         socket.set_xpub_verbose(true).map_err(bind_err)?;
         guarded(|| socket.bind(ep)).map_err(bind_err)?;
-        self.ready
+        self.sockets
+            .ready
             .register(&socket, Watch::Publisher)
             .map_err(NodeError::poller)?;
-        self.ready
+        self.sockets
+            .ready
             .register(&m.monitor, Watch::PublisherMonitor)
             .map_err(NodeError::poller)?;
         let endpoint = match socket.get_last_endpoint() {
@@ -217,7 +226,7 @@ impl IoThread {
         let events = if p.has_monitor_events() {
             let events = p.take_monitor_events();
             // Read until empty: the descriptor fires again only for events after a check.
-            self.ready.touch(Watch::PublisherMonitor);
+            self.sockets.ready.touch(Watch::PublisherMonitor);
             events
         } else {
             Vec::new()
@@ -238,8 +247,7 @@ impl IoThread {
         }
     }
 
-    pub(super) fn open_sub(&mut self, i: usize, now: Instant) {
-        self.timers_changed();
+    pub(super) fn open_sub(&mut self, i: SubKey, now: Instant) {
         let endpoint = self.subs[i].endpoint.clone();
         let key = self.subs[i]
             .key
@@ -252,7 +260,7 @@ impl IoThread {
                 return;
             }
         };
-        let opened = self.sockets.monitored(zmq::SUB).and_then(|m| {
+        let opened = self.sockets.contexts.monitored(zmq::SUB).and_then(|m| {
             if let Some((pair, key)) = &curve {
                 set_curve_client(&m.socket, pair, key)?;
             }
@@ -303,7 +311,7 @@ impl IoThread {
         }
     }
 
-    pub(super) fn on_fanout(&mut self, i: usize, frames: Vec<Frame>, now: Instant) {
+    pub(super) fn on_fanout(&mut self, i: SubKey, frames: Vec<Frame>, now: Instant) {
         let decoded = records::decode_fanout(&frames, &self.subs[i].last_topic);
         let input =
             FanoutInput::from_decoded(decoded.as_ref().map(|f| matches!(f, Fanout::Beacon)));
@@ -331,7 +339,7 @@ impl IoThread {
 
     /// Subscription `i` has no CURVE key to expect of its publisher: it is not opened; it
     /// shows `not_connected` with `security_failure` and is looked at again after a while.
-    fn refuse_sub(&mut self, i: usize, endpoint: &str, now: Instant) {
+    fn refuse_sub(&mut self, i: SubKey, endpoint: &str, now: Instant) {
         let detail = format!(
             "no CURVE key known for publisher {endpoint} (none in [security.endpoint_keys], \
              and no descriptor key on this node's allow-list)"
@@ -363,8 +371,13 @@ impl IoThread {
 
     /// Takes one publisher out of ready, closes only its socket; a new socket is opened on the
     /// next timer pass (MISSION L5).
-    pub(super) fn fail_sub(&mut self, i: usize, reason: FailureReason, detail: &str, now: Instant) {
-        self.timers_changed();
+    pub(super) fn fail_sub(
+        &mut self,
+        i: SubKey,
+        reason: FailureReason,
+        detail: &str,
+        now: Instant,
+    ) {
         let Some(slot) = self.subs[i].slot.take() else {
             return;
         };

@@ -213,7 +213,7 @@ impl IoThread {
     ) {
         metrics::counter!("zmesh_input_refused_total", "reason" => reason.as_str()).increment(1);
         let endpoint = match gated {
-            Gated::Bound(slot) => match self.slots.get(slot) {
+            Gated::Bound(slot) => match self.sockets.slots.get(slot) {
                 Some(Some(s)) => s.endpoint.clone(),
                 _ => String::new(),
             },
@@ -281,7 +281,7 @@ impl IoThread {
                 }
             }
         }
-        self.ready.touch(Watch::Zap);
+        self.sockets.ready.touch(Watch::Zap);
     }
 
     /// The verdict on one connection: under CURVE its key must be on the allow-list (the
@@ -324,7 +324,7 @@ impl IoThread {
             Gated::Publisher => return verdict(ZapStatus::Ok, "OK".into(), user_id),
         };
         if !matches!(
-            self.slots.get(slot),
+            self.sockets.slots.get(slot),
             Some(Some(Slot {
                 role: SlotRole::Bound(_),
                 ..
@@ -401,7 +401,6 @@ impl IoThread {
                 l.retry_at = Some(now);
             }
         }
-        self.timers_changed();
         // Connections to nodes whose key left the list: inbound ones, and dialled ones whose
         // key came from a descriptor (a key pinned in endpoint_keys is the operator's word).
         let removed: Vec<LinkKey> = (self.links.keys())

@@ -108,11 +108,11 @@ use super::operations::OpsShared;
 use super::outbound::{Closed, LinkTable, PubSocket};
 use super::records::Lane;
 use super::security::KeyPair;
-use super::socket::{MonitorSocket, Sockets};
+use super::socket::Sockets;
 use crate::config::NodeConfig;
 use crate::proto::handshake::Identity;
 use crate::proto::liveness::PEER_DEADLINE;
-use crate::proto::sched::{IdMap, ReceiveScheduler, SharedSocketId};
+use crate::proto::sched::{IdMap, ReceiveScheduler};
 use crate::proto::security::PublicKey;
 use crate::proto::state::{ConnState, FailureReason};
 use crate::proto::ConnId;
@@ -122,7 +122,7 @@ use fanout::{Publisher, Sub};
 use links::{Link, LinkKind};
 use ready::{Readiness, Watch};
 use receive::Staged;
-use slots::{Slot, SlotRole, Unit};
+use slots::{Slot, SlotRole, SocketSet, Unit};
 
 /// Delays after a bound-side disconnect event at which the socket's inbound connections are
 /// checked for a vanished pipe.
@@ -162,8 +162,8 @@ const BOUND_ID_SERVER: &[u8] = b"zmesh-server";
 /// The publisher's ZAP domain (CURVE: its subscribers must be on the allow-list).
 const PUBLISHER_DOMAIN: &str = "zmesh-publisher";
 
-use keys::Table;
-pub(crate) use keys::{Key, LinkKey, SlotKey};
+use keys::Tracked;
+pub(crate) use keys::{Key, LinkKey, SlotKey, SubKey};
 /// The physical connection a call travels on: a link and its current connection. Here, not
 /// in `calls.rs` or `caller.rs`, because the caller and callee parts and the glue that routes
 /// their records all use it.
@@ -186,7 +186,7 @@ enum Gated {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum LiveOwner {
     Link(LinkKey),
-    Sub(usize),
+    Sub(SubKey),
     Publisher,
 }
 
@@ -212,22 +212,20 @@ pub(crate) struct Shared {
 pub(crate) struct IoThread {
     cfg: NodeConfig,
     me: Identity,
-    sockets: Sockets,
+    /// Every socket of the node, the epoll set over them and the closes still unconfirmed.
+    sockets: SocketSet,
     /// The async side's wake-up: taken before each drain of the command queue.
     wake: Arc<WakeUp>,
     /// Where one-way records go, published for the async side (see [`outbound`]).
     table: Arc<LinkTable>,
     /// Which links' send queues have records to drain, and this turn's budget.
     sends: outbound::SendTurns,
-    /// The epoll set over every socket's `ZMQ_FD` and the sockets due for a `ZMQ_EVENTS`
-    /// check (see [`ready`] for the rule that keeps an edge from being lost).
-    ready: Readiness,
     commands: Receiver<Command>,
     /// The application's queue: this turn's events, the deliveries it holds, the link
     /// backlogs while it is paused.
     app: app::AppQueue,
-    /// The per-link timers as last scanned, and the disconnect sweeps.
-    link_timers: timers::LinkTimers,
+    /// Every link's and subscription's earliest deadline, and the disconnect sweeps.
+    timers: timers::TimerTable,
     /// The last receive rotation left work that socket readiness cannot show: wait without
     /// sleeping, and run a rotation even if no socket is readable.
     busy: bool,
@@ -237,8 +235,7 @@ pub(crate) struct IoThread {
     callee: callee::Callee,
     /// ACCEPTs and REPLYs held back by a full pipe, per link (and its connection then).
     answers: AnswerQueue,
-    slots: Table<SlotKey, Option<Slot>>,
-    links: Table<LinkKey, Link>,
+    links: Tracked<LinkKey, Link>,
     /// Inbound connections by bound socket and routing id (unique per physical connection).
     /// The outer key is our own slot key (fast hash); the routing ids are chosen by peers and
     /// keep the standard keyed hash.
@@ -247,7 +244,7 @@ pub(crate) struct IoThread {
     refused: admission::Refused,
     /// The bound sockets' ZAP handler, their open connections and recent refusals.
     gate: gate::Gate,
-    subs: Vec<Sub>,
+    subs: Tracked<SubKey, Sub>,
     publisher: Option<Publisher>,
     /// Automatic mode: links added by discovery and the descriptors' fences.
     discovered: discovery::Discovered,
@@ -255,12 +252,6 @@ pub(crate) struct IoThread {
     liveness: live::Live,
     /// The one fair receive scheduler over every socket and peer (MISSION R1-R3).
     sched: ReceiveScheduler<Unit, Staged>,
-    shared_slots: IdMap<SharedSocketId, SlotKey>,
-    /// Monitors of closed dialled sockets whose close was not confirmed within
-    /// [`CLOSE_CONFIRM_MAX`]: their links dial again, but the monitors are kept (still watched,
-    /// under their link's [`Watch::Closing`]) until libzmq confirms, because a monitor dropped
-    /// before libzmq's last event blocks the context's reaper (see `MonitorSocket`).
-    overdue_closing: Vec<MonitorSocket>,
     next_conn: u64,
     host: Host,
     shutdown_reply: Option<oneshot::Sender<()>>,
@@ -329,32 +320,28 @@ impl IoThread {
         let mut io = IoThread {
             cfg: cfg.clone(),
             me,
-            sockets,
+            sockets: SocketSet::new(sockets, ready, curve.is_some()),
             wake: wake.clone(),
             table: table.clone(),
             sends: outbound::SendTurns::new(),
-            ready,
             commands,
             app: app::AppQueue::new(events, outstanding, cfg.delivery_high_water),
-            link_timers: timers::LinkTimers::new(),
+            timers: timers::TimerTable::new(),
             busy: false,
             caller: caller::Caller::new(ops),
             callee: callee::Callee::new(),
             answers: AnswerQueue::default(),
-            slots: Table::default(),
-            links: Table::default(),
+            links: Tracked::default(),
             inbound: IdMap::default(),
             refused: admission::Refused::default(),
             gate,
-            subs: Vec::new(),
+            subs: Tracked::default(),
             publisher: None,
             discovered: discovery::Discovered::default(),
             liveness: live::Live::new(generation),
             // Readiness mode: a rotation visits the units with work only (the readable set
             // is handed over at the start of each rotation).
             sched: ReceiveScheduler::new().with_readiness(),
-            shared_slots: IdMap::default(),
-            overdue_closing: Vec::new(),
             next_conn: 1,
             host: Host::Running,
             shutdown_reply: None,
@@ -362,7 +349,8 @@ impl IoThread {
             exhaustion: exhaustion::Exhaustion::default(),
         };
         if let Some(zap) = io.gate.handler() {
-            io.ready
+            io.sockets
+                .ready
                 .register(zap, Watch::Zap)
                 .map_err(NodeError::poller)?;
         }
@@ -466,13 +454,13 @@ impl IoThread {
                     timeout.min(PAUSED_POLL_MS)
                 };
             let wait = u64::try_from(timeout).ok().map(Duration::from_millis);
-            if let Err(e) = self.ready.wait(wait) {
+            if let Err(e) = self.sockets.ready.wait(wait) {
                 tracing::error!(error = %e, "epoll wait failed; stopping the node");
                 break;
             }
             self.settle();
             let now = Instant::now();
-            for slot in self.ready.take_monitors() {
+            for slot in self.sockets.ready.take_monitors() {
                 self.drain_monitor(slot, now);
             }
             self.read_publisher(now);
@@ -482,7 +470,7 @@ impl IoThread {
             // Commands before records: a command the application gave before it saw some
             // effect (e.g. a service registered before the peer was seen ready) is in force
             // before any record read after that effect.
-            if self.ready.take_wake() {
+            if self.sockets.ready.take_wake() {
                 self.wake.taken();
             }
             if !self.drain_commands(now) {
@@ -505,10 +493,10 @@ impl IoThread {
     /// wake-ups, closes confirmed. The check itself is the socket's last operation, so the
     /// next record to arrive on it signals its descriptor again.
     pub(super) fn settle(&mut self) {
-        while self.ready.has_checks() {
-            for w in self.ready.take_checks() {
+        while self.sockets.ready.has_checks() {
+            for w in self.sockets.ready.take_checks() {
                 match w {
-                    Watch::Wake => self.ready.found_wake(),
+                    Watch::Wake => self.sockets.ready.found_wake(),
                     Watch::Publisher => {
                         if let Some(p) = self.publisher.as_mut() {
                             p.subscriptions_waiting();
@@ -525,21 +513,21 @@ impl IoThread {
                         }
                     }
                     Watch::Socket(k) => {
-                        let input = match self.slots.get(k) {
+                        let input = match self.sockets.slots.get(k) {
                             Some(Some(s)) => ready::has_input(&s.socket),
                             _ => continue,
                         };
-                        self.ready.found_socket(k, input);
+                        self.sockets.ready.found_socket(k, input);
                     }
                     Watch::Monitor(k) => {
-                        let input = match self.slots.get(k) {
+                        let input = match self.sockets.slots.get(k) {
                             Some(Some(Slot {
                                 monitor: Some(m), ..
                             })) => ready::has_input(m),
                             _ => continue,
                         };
                         if input {
-                            self.ready.found_monitor(k);
+                            self.sockets.ready.found_monitor(k);
                         }
                     }
                     Watch::Closing(k) => {
@@ -563,9 +551,9 @@ impl IoThread {
     /// True if something is waiting that the loop can act on now: a readable socket it may
     /// read, a monitor event, a wake-up.
     pub(super) fn has_input(&self) -> bool {
-        self.ready.is_woken()
+        self.sockets.ready.is_woken()
             || self.gate.zap_ready
-            || self.ready.has_monitors()
+            || self.sockets.ready.has_monitors()
             || self.has_readable()
             || self
                 .publisher
@@ -575,7 +563,11 @@ impl IoThread {
 
     /// True if some readable socket is not held back by a paused application queue.
     pub(super) fn has_readable(&self) -> bool {
-        self.ready.readable().iter().any(|&k| !self.app.is_held(k))
+        self.sockets
+            .ready
+            .readable()
+            .iter()
+            .any(|&k| !self.app.is_held(k))
     }
 
     pub(super) fn flush_events(&mut self) {

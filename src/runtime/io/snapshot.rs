@@ -80,8 +80,8 @@ impl IoThread {
             omitted,
             links_ready,
             recent_refusals: self.recent_refusals(now),
-            zmq_contexts: self.sockets.contexts(),
-            zmq_sockets: self.sockets.open_sockets(),
+            zmq_contexts: self.sockets.contexts.contexts(),
+            zmq_sockets: self.sockets.contexts.open_sockets(),
             fds_open: crate::runtime::fds::open_count(),
             fd_limit: crate::runtime::fds::limit(),
             discovery: None,
@@ -131,6 +131,7 @@ impl IoThread {
             }
             LinkKind::Inbound { rid, lane } => {
                 let ep = self
+                    .sockets
                     .slots
                     .values()
                     .flatten()
@@ -209,7 +210,7 @@ impl IoThread {
         // A discovered publisher whose descriptor is gone, once its socket is closed.
         for s in self
             .subs
-            .iter()
+            .values()
             .filter(|s| !(s.retired && s.slot.is_none()))
         {
             let last = self
