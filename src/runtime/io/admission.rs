@@ -11,12 +11,13 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::gate::Gate;
 use super::links::{note, Conn, LinkKind};
 use super::slots::Unit;
 use super::{Host, IoThread, LinkKey, SlotKey};
 use crate::proto::admission::{self, HelloFacts, HelloVerdict, OwnDial, Refusing, WelcomeFacts};
 use crate::proto::handshake::{Expectation, Identity};
-use crate::proto::sched::Source as SchedSource;
+use crate::proto::sched::{IdMap, Source as SchedSource};
 use crate::proto::security::{InputRefusal, PublicKey};
 use crate::proto::state::{ConnState, FailureReason};
 use crate::runtime::event::Source;
@@ -105,7 +106,7 @@ impl IoThread {
         frames: &mut [Frame],
         now: Instant,
     ) {
-        if self.refused.contains(slot, route.as_ref()) {
+        if self.accepting.refused.contains(slot, route.as_ref()) {
             // Refused already: the rest of what this connection sends is ignored.
             return;
         }
@@ -278,7 +279,8 @@ impl IoThread {
             tracing::debug!(error = %e, "welcome not sent");
             return;
         }
-        self.inbound
+        self.accepting
+            .inbound
             .entry(slot)
             .or_default()
             .insert(route.clone(), k);
@@ -316,7 +318,7 @@ impl IoThread {
     /// Refuses the unadmitted connection `route` of bound socket `slot`: one REJECT, and
     /// nothing it sends afterwards is looked at (while [`Refused`] remembers it).
     fn refuse(&mut self, slot: SlotKey, route: &[u8], reason: RejectReason, detail: &str) {
-        if self.refused.insert(slot, route) {
+        if self.accepting.refused.insert(slot, route) {
             let _ = self
                 .sockets
                 .send(slot, Some(route), &records::reject(reason, detail));
@@ -422,6 +424,19 @@ impl IoThread {
             }
         }
     }
+}
+
+/// The bound sockets' side of admission: the gate (ZAP handler, open connections, recent
+/// refusals), the inbound connections admitted so far, and the ones sent a REJECT.
+pub(super) struct Accepting {
+    /// Inbound connections by bound socket and routing id (unique per physical connection).
+    /// The outer key is our own slot key (fast hash); the routing ids are chosen by peers and
+    /// keep the standard keyed hash.
+    pub(super) inbound: IdMap<SlotKey, HashMap<Vec<u8>, LinkKey>>,
+    /// Unadmitted connections of the bound sockets that were sent a REJECT: ignored since.
+    pub(super) refused: Refused,
+    /// The bound sockets' ZAP handler, their open connections and recent refusals.
+    pub(super) gate: Gate,
 }
 
 /// The routing ids of bound-socket connections this node refused with a REJECT, per socket,

@@ -99,7 +99,8 @@ impl IoThread {
             &self.me,
             route_mesh,
             bound(SlotRole::Bound(Lane::ClientServer)),
-            self.publisher
+            self.fanout
+                .publisher
                 .iter()
                 .map(|p| advertise.advertised(EndpointKind::Publisher, &p.endpoint))
                 .collect(),
@@ -404,9 +405,9 @@ impl IoThread {
         let key = (rid, endpoint.clone());
         match self.discovered.subs.get(&key).copied() {
             Some((i, g)) => {
-                self.subs[i].retired = false;
-                self.subs[i].key = public_key;
-                self.subs[i].key_from_descriptor = from_descriptor;
+                self.fanout.subs[i].retired = false;
+                self.fanout.subs[i].key = public_key;
+                self.fanout.subs[i].key_from_descriptor = from_descriptor;
                 if g != generation {
                     // A new run of the publisher: a new socket (WIRE.md §7.3).
                     if let Some(e) = self.discovered.subs.get_mut(&key) {
@@ -418,14 +419,14 @@ impl IoThread {
                         &format!("publisher generation {generation:016x}"),
                         now,
                     );
-                    self.subs[i].retry_at = now;
-                } else if self.subs[i].slot.is_none() {
-                    self.subs[i].retry_at = now;
+                    self.fanout.subs[i].retry_at = now;
+                } else if self.fanout.subs[i].slot.is_none() {
+                    self.fanout.subs[i].retry_at = now;
                 }
             }
             None => {
                 let i = self.add_sub(&endpoint, public_key, now);
-                self.subs[i].key_from_descriptor = from_descriptor;
+                self.fanout.subs[i].key_from_descriptor = from_descriptor;
                 self.discovered.subs.insert(key, (i, generation));
             }
         }
@@ -434,11 +435,11 @@ impl IoThread {
     /// Stops subscribing to publisher `i`: a socket that never became ready is closed now; a
     /// ready one stays until the transport fails it, and is not reopened.
     fn retire_sub(&mut self, i: SubKey, now: Instant) {
-        if self.subs[i].retired {
+        if self.fanout.subs[i].retired {
             return;
         }
-        self.subs[i].retired = true;
-        if self.subs[i].slot.is_some() && !self.subs[i].state.is_ready() {
+        self.fanout.subs[i].retired = true;
+        if self.fanout.subs[i].slot.is_some() && !self.fanout.subs[i].state.is_ready() {
             self.fail_sub(
                 i,
                 FailureReason::Reconfigured,
@@ -456,9 +457,9 @@ impl IoThread {
         key: Option<PublicKey>,
         now: Instant,
     ) -> SubKey {
-        let i = self.subs.next_key();
+        let i = self.fanout.subs.next_key();
         let live = self.liveness.insert_subscription(i, now);
-        let pushed = self.subs.push(Sub {
+        let pushed = self.fanout.subs.push(Sub {
             endpoint: endpoint.to_owned(),
             source: Source::Publisher {
                 endpoint: Arc::from(endpoint),

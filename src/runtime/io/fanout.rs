@@ -23,6 +23,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
+use super::keys::Tracked;
 use super::links::{backoff, note};
 use super::ready::Watch;
 use super::slots::{close_stopping_monitor, Slot, SlotRole};
@@ -67,6 +68,15 @@ pub(super) struct Sub {
     pub(super) key: Option<PublicKey>,
     /// `key` is the publisher descriptor's: used only while it is on the allow-list.
     pub(super) key_from_descriptor: bool,
+}
+
+/// The fanout topology's state: the publishers this node reads and its own publisher.
+#[derive(Default)]
+pub(super) struct FanoutState {
+    /// One subscription per publisher endpoint, each with its own SUB socket (MISSION L5).
+    pub(super) subs: Tracked<SubKey, Sub>,
+    /// This node's publisher, if it has a publisher endpoint.
+    pub(super) publisher: Option<Publisher>,
 }
 
 impl Sub {
@@ -191,7 +201,8 @@ impl IoThread {
         let m = self.sockets.contexts.publisher(domain).map_err(bind_err)?;
         if let Some(pair) = &self.curve {
             set_curve_server(&m.socket, pair).map_err(bind_err)?;
-            self.gate
+            self.accepting
+                .gate
                 .add_domain(super::PUBLISHER_DOMAIN, super::Gated::Publisher);
         }
         let socket = m.socket;
@@ -219,7 +230,7 @@ impl IoThread {
     /// else refused as malformed, and the monitor's failed handshakes, refused with their
     /// reason.
     pub(super) fn read_publisher(&mut self, now: Instant) {
-        let Some(p) = self.publisher.as_mut() else {
+        let Some(p) = self.fanout.publisher.as_mut() else {
             return;
         };
         let garbage = p.read_subscriptions();
@@ -248,10 +259,10 @@ impl IoThread {
     }
 
     pub(super) fn open_sub(&mut self, i: SubKey, now: Instant) {
-        let endpoint = self.subs[i].endpoint.clone();
-        let key = self.subs[i]
+        let endpoint = self.fanout.subs[i].endpoint.clone();
+        let key = self.fanout.subs[i]
             .key
-            .filter(|k| !self.subs[i].key_from_descriptor || self.gate.allows(k));
+            .filter(|k| !self.fanout.subs[i].key_from_descriptor || self.accepting.gate.allows(k));
         let curve = match (&self.curve, key) {
             (None, _) => None,
             (Some(pair), Some(key)) => Some((pair.clone(), key)),
@@ -284,7 +295,7 @@ impl IoThread {
                 let slot = match added {
                     Ok(slot) => slot,
                     Err(e) => {
-                        self.subs[i].retry_at = now + BACKOFF_MAX;
+                        self.fanout.subs[i].retry_at = now + BACKOFF_MAX;
                         tracing::warn!(error = %e, endpoint, "cannot watch SUB socket");
                         return;
                     }
@@ -294,8 +305,8 @@ impl IoThread {
                 let _ = self
                     .liveness
                     .table_mut()
-                    .reset_publisher(self.subs[i].live, now);
-                let s = &mut self.subs[i];
+                    .reset_publisher(self.fanout.subs[i].live, now);
+                let s = &mut self.fanout.subs[i];
                 s.slot = Some(slot);
                 s.conn_id = Some(id);
                 s.connected = false;
@@ -312,24 +323,24 @@ impl IoThread {
     }
 
     pub(super) fn on_fanout(&mut self, i: SubKey, frames: Vec<Frame>, now: Instant) {
-        let decoded = records::decode_fanout(&frames, &self.subs[i].last_topic);
+        let decoded = records::decode_fanout(&frames, &self.fanout.subs[i].last_topic);
         let input =
             FanoutInput::from_decoded(decoded.as_ref().map(|f| matches!(f, Fanout::Beacon)));
-        let live = self.subs[i].live;
+        let live = self.fanout.subs[i].live;
         let verdict = self.liveness.table_mut().handle_fanout(live, input, now);
         // A state change (ready) comes before the record that caused it.
         self.drain_liveness_events(now);
         if let (Ok(FanoutDelivery::Deliver), Ok(Fanout::Publish { topic, payload })) =
             (verdict, decoded)
         {
-            let s = &mut self.subs[i];
+            let s = &mut self.fanout.subs[i];
             s.records += 1;
             if s.last_topic != topic {
                 s.last_topic = topic.clone();
             }
             metrics::counter!("zmesh_fanout_records_received_total").increment(1);
             self.app.push(NodeEvent::Delivery(Delivery {
-                source: self.subs[i].source.clone(),
+                source: self.fanout.subs[i].source.clone(),
                 channel: topic,
                 payload,
             }));
@@ -344,7 +355,7 @@ impl IoThread {
             "no CURVE key known for publisher {endpoint} (none in [security.endpoint_keys], \
              and no descriptor key on this node's allow-list)"
         );
-        let s = &mut self.subs[i];
+        let s = &mut self.fanout.subs[i];
         s.retry_at = now + BACKOFF_MAX;
         let already = s.state.state() == ConnState::NotConnected
             && s.state
@@ -378,13 +389,13 @@ impl IoThread {
         detail: &str,
         now: Instant,
     ) {
-        let Some(slot) = self.subs[i].slot.take() else {
+        let Some(slot) = self.fanout.subs[i].slot.take() else {
             return;
         };
         if let Some(slot) = self.take_slot(slot) {
             close_stopping_monitor(slot);
         }
-        let s = &mut self.subs[i];
+        let s = &mut self.fanout.subs[i];
         s.conn_id = None;
         s.failures_in_row = s.failures_in_row.saturating_add(1);
         s.retry_at = now + backoff(s.failures_in_row);

@@ -335,7 +335,7 @@ impl IoThread {
                 })?;
                 // The store is not trusted with keys: a discovered node is dialled only if
                 // its key is one this node admits.
-                if !self.gate.allows(&key) {
+                if !self.accepting.gate.allows(&key) {
                     return Err(format!(
                         "the descriptor's key {key} for {endpoint} is not on this node's \
                          allow-list"
@@ -498,7 +498,7 @@ impl IoThread {
                 let close = records::close(records::close_reason(reason));
                 let _ = self.sockets.send(conn.slot, Some(&route), &close);
             }
-            if let Some(m) = self.inbound.get_mut(&conn.slot) {
+            if let Some(m) = self.accepting.inbound.get_mut(&conn.slot) {
                 m.remove(route.as_slice());
             }
             self.sched.remove_unit(Unit::Peer(k, conn.id));
@@ -706,7 +706,7 @@ impl IoThread {
                     self.timers.start_sweep(slot, now);
                 }
                 (SlotRole::Sub(i), MonitorEvent::HandshakeSucceeded) => {
-                    self.subs[i].connected = true;
+                    self.fanout.subs[i].connected = true;
                 }
                 // A publisher that does not hold the key this node expects of it, or refuses
                 // this node (its allow-list): nothing of it is ever read.
@@ -724,7 +724,7 @@ impl IoThread {
                 }
                 // Before a handshake, a disconnect is a failed connect attempt that libzmq
                 // retries itself; after one, the publisher is gone (MISSION L6).
-                (SlotRole::Sub(i), MonitorEvent::Disconnected) if self.subs[i].connected => {
+                (SlotRole::Sub(i), MonitorEvent::Disconnected) if self.fanout.subs[i].connected => {
                     self.fail_sub(
                         i,
                         FailureReason::TransportError,
@@ -773,6 +773,7 @@ impl IoThread {
     /// last probe (a duplicate), or our own pending probe id (a resend).
     pub(super) fn sweep(&mut self, slot: SlotKey, now: Instant) {
         let victims: Vec<(Vec<u8>, LinkKey)> = self
+            .accepting
             .inbound
             .get(&slot)
             .map(|m| m.iter().map(|(r, k)| (r.clone(), *k)).collect())

@@ -92,13 +92,12 @@ mod slots;
 mod snapshot;
 mod timers;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
-use tokio::sync::oneshot;
 
 use super::command::{Command, WakeUp};
 use super::error::NodeError;
@@ -118,7 +117,7 @@ use crate::proto::state::{ConnState, FailureReason};
 use crate::proto::ConnId;
 use answers::AnswerQueue;
 pub use calls::GRACEFUL_STOP_BOUND;
-use fanout::{Publisher, Sub};
+use fanout::Publisher;
 use links::{Link, LinkKind};
 use ready::{Readiness, Watch};
 use receive::Staged;
@@ -214,13 +213,12 @@ pub(crate) struct IoThread {
     me: Identity,
     /// Every socket of the node, the epoll set over them and the closes still unconfirmed.
     sockets: SocketSet,
-    /// The async side's wake-up: taken before each drain of the command queue.
-    wake: Arc<WakeUp>,
+    /// The async side's command queue, its wake-up and the reply a stop waits for.
+    handoff: commands::Handoff,
     /// Where one-way records go, published for the async side (see [`outbound`]).
     table: Arc<LinkTable>,
     /// Which links' send queues have records to drain, and this turn's budget.
     sends: outbound::SendTurns,
-    commands: Receiver<Command>,
     /// The application's queue: this turn's events, the deliveries it holds, the link
     /// backlogs while it is paused.
     app: app::AppQueue,
@@ -236,16 +234,10 @@ pub(crate) struct IoThread {
     /// ACCEPTs and REPLYs held back by a full pipe, per link (and its connection then).
     answers: AnswerQueue,
     links: Tracked<LinkKey, Link>,
-    /// Inbound connections by bound socket and routing id (unique per physical connection).
-    /// The outer key is our own slot key (fast hash); the routing ids are chosen by peers and
-    /// keep the standard keyed hash.
-    inbound: IdMap<SlotKey, HashMap<Vec<u8>, LinkKey>>,
-    /// Unadmitted connections of the bound sockets that were sent a REJECT: ignored since.
-    refused: admission::Refused,
-    /// The bound sockets' ZAP handler, their open connections and recent refusals.
-    gate: gate::Gate,
-    subs: Tracked<SubKey, Sub>,
-    publisher: Option<Publisher>,
+    /// The bound sockets' gate, their inbound connections and the ones refused.
+    accepting: admission::Accepting,
+    /// The publishers this node reads and its own publisher.
+    fanout: fanout::FanoutState,
     /// Automatic mode: links added by discovery and the descriptors' fences.
     discovered: discovery::Discovered,
     /// The one structure owning every liveness machine of this node (MISSION L8).
@@ -254,7 +246,6 @@ pub(crate) struct IoThread {
     sched: ReceiveScheduler<Unit, Staged>,
     next_conn: u64,
     host: Host,
-    shutdown_reply: Option<oneshot::Sender<()>>,
     /// CURVE: this node's key pair; `None` in `none` mode.
     curve: Option<KeyPair>,
     /// Running out of descriptors: the figures and the episode being logged.
@@ -321,10 +312,13 @@ impl IoThread {
             cfg: cfg.clone(),
             me,
             sockets: SocketSet::new(sockets, ready, curve.is_some()),
-            wake: wake.clone(),
+            handoff: commands::Handoff {
+                wake: wake.clone(),
+                commands,
+                shutdown_reply: None,
+            },
             table: table.clone(),
             sends: outbound::SendTurns::new(),
-            commands,
             app: app::AppQueue::new(events, outstanding, cfg.delivery_high_water),
             timers: timers::TimerTable::new(),
             busy: false,
@@ -332,11 +326,12 @@ impl IoThread {
             callee: callee::Callee::new(),
             answers: AnswerQueue::default(),
             links: Tracked::default(),
-            inbound: IdMap::default(),
-            refused: admission::Refused::default(),
-            gate,
-            subs: Tracked::default(),
-            publisher: None,
+            accepting: admission::Accepting {
+                inbound: IdMap::default(),
+                refused: admission::Refused::default(),
+                gate,
+            },
+            fanout: fanout::FanoutState::default(),
             discovered: discovery::Discovered::default(),
             liveness: live::Live::new(generation),
             // Readiness mode: a rotation visits the units with work only (the readable set
@@ -344,11 +339,10 @@ impl IoThread {
             sched: ReceiveScheduler::new().with_readiness(),
             next_conn: 1,
             host: Host::Running,
-            shutdown_reply: None,
             curve,
             exhaustion: exhaustion::Exhaustion::default(),
         };
-        if let Some(zap) = io.gate.handler() {
+        if let Some(zap) = io.accepting.gate.handler() {
             io.sockets
                 .ready
                 .register(zap, Watch::Zap)
@@ -377,7 +371,7 @@ impl IoThread {
             let (socket, endpoint, monitor) = io.bind_publisher(&p.endpoint)?;
             let socket = Arc::new(PubSocket::new(socket, generation));
             let live = io.liveness.insert_beacon(now);
-            io.publisher = Some(Publisher::new(socket, endpoint, live, monitor));
+            io.fanout.publisher = Some(Publisher::new(socket, endpoint, live, monitor));
         }
         for (i, _) in cfg.peers.iter().enumerate() {
             for lane in [Lane::Application, Lane::Completion] {
@@ -395,7 +389,7 @@ impl IoThread {
         let shared = Shared {
             wake,
             table,
-            publisher: io.publisher.as_ref().map(|p| p.socket.clone()),
+            publisher: io.fanout.publisher.as_ref().map(|p| p.socket.clone()),
         };
         Ok((io, shared))
     }
@@ -438,21 +432,24 @@ impl IoThread {
                     (d.as_micros().div_ceil(1000)) as i64
                 })
                 .unwrap_or(-1);
-            let timeout =
-                if self.busy || !self.commands.is_empty() || self.has_input() || self.has_sends() {
-                    // More records, monitor events, commands or queued sends are waiting (those
-                    // left over by a per-turn cap have no wake-up of their own): do not sleep.
-                    0
-                } else if !self.app.has_backlog()
-                    && self.answers.is_empty()
-                    && !self.has_blocked_sends()
-                {
-                    timeout
-                } else if timeout < 0 {
-                    PAUSED_POLL_MS
-                } else {
-                    timeout.min(PAUSED_POLL_MS)
-                };
+            let timeout = if self.busy
+                || !self.handoff.commands.is_empty()
+                || self.has_input()
+                || self.has_sends()
+            {
+                // More records, monitor events, commands or queued sends are waiting (those
+                // left over by a per-turn cap have no wake-up of their own): do not sleep.
+                0
+            } else if !self.app.has_backlog()
+                && self.answers.is_empty()
+                && !self.has_blocked_sends()
+            {
+                timeout
+            } else if timeout < 0 {
+                PAUSED_POLL_MS
+            } else {
+                timeout.min(PAUSED_POLL_MS)
+            };
             let wait = u64::try_from(timeout).ok().map(Duration::from_millis);
             if let Err(e) = self.sockets.ready.wait(wait) {
                 tracing::error!(error = %e, "epoll wait failed; stopping the node");
@@ -464,14 +461,14 @@ impl IoThread {
                 self.drain_monitor(slot, now);
             }
             self.read_publisher(now);
-            if std::mem::take(&mut self.gate.zap_ready) {
+            if std::mem::take(&mut self.accepting.gate.zap_ready) {
                 self.handle_zap(now);
             }
             // Commands before records: a command the application gave before it saw some
             // effect (e.g. a service registered before the peer was seen ready) is in force
             // before any record read after that effect.
             if self.sockets.ready.take_wake() {
-                self.wake.taken();
+                self.handoff.wake.taken();
             }
             if !self.drain_commands(now) {
                 break;
@@ -498,18 +495,18 @@ impl IoThread {
                 match w {
                     Watch::Wake => self.sockets.ready.found_wake(),
                     Watch::Publisher => {
-                        if let Some(p) = self.publisher.as_mut() {
+                        if let Some(p) = self.fanout.publisher.as_mut() {
                             p.subscriptions_waiting();
                         }
                     }
                     Watch::PublisherMonitor => {
-                        if let Some(p) = self.publisher.as_mut() {
+                        if let Some(p) = self.fanout.publisher.as_mut() {
                             p.monitor_waiting();
                         }
                     }
                     Watch::Zap => {
-                        if self.gate.handler().is_some_and(ready::has_input) {
-                            self.gate.zap_ready = true;
+                        if self.accepting.gate.handler().is_some_and(ready::has_input) {
+                            self.accepting.gate.zap_ready = true;
                         }
                     }
                     Watch::Socket(k) => {
@@ -552,10 +549,11 @@ impl IoThread {
     /// read, a monitor event, a wake-up.
     pub(super) fn has_input(&self) -> bool {
         self.sockets.ready.is_woken()
-            || self.gate.zap_ready
+            || self.accepting.gate.zap_ready
             || self.sockets.ready.has_monitors()
             || self.has_readable()
             || self
+                .fanout
                 .publisher
                 .as_ref()
                 .is_some_and(|p| p.has_subscriptions() || p.has_monitor_events())
@@ -608,7 +606,7 @@ impl Drop for IoThread {
                 q.close(Closed::Shutdown);
             }
         }
-        if let Some(p) = &self.publisher {
+        if let Some(p) = &self.fanout.publisher {
             drop(p.socket.close());
         }
     }

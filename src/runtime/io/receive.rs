@@ -116,6 +116,7 @@ impl IoThread {
                     let (owner, staged) = match req.target() {
                         ReadTarget::Shared(_) if !frames.is_empty() => {
                             let owner = self
+                                .accepting
                                 .inbound
                                 .get(&slot)
                                 .and_then(|m| m.get(frames[0].as_ref()))
@@ -249,6 +250,7 @@ impl IoThread {
         now: Instant,
     ) {
         let known = self
+            .accepting
             .inbound
             .get(&slot)
             .and_then(|m| m.get(route.as_ref()))

@@ -56,9 +56,9 @@ impl IoThread {
             }
         }
         self.timers.clear();
-        self.inbound.clear();
-        self.subs.clear();
-        if let Some(mut p) = self.publisher.take() {
+        self.accepting.inbound.clear();
+        self.fanout.subs.clear();
+        if let Some(mut p) = self.fanout.publisher.take() {
             let monitor = p.monitor.take();
             if let Some(m) = &monitor {
                 self.sockets.ready.deregister(m);
@@ -88,7 +88,7 @@ impl IoThread {
         // libzmq has released every socket, connection and listening port of the node.
         self.sockets.contexts = Sockets::new(0);
         self.flush_events();
-        if let Some(reply) = self.shutdown_reply.take() {
+        if let Some(reply) = self.handoff.shutdown_reply.take() {
             let _ = reply.send(());
         }
     }

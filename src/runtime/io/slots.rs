@@ -262,7 +262,7 @@ impl IoThread {
             })
             .map_err(NodeError::poller)?;
         if let Some(domain) = domain {
-            self.gate.add_domain(&domain, Gated::Bound(slot));
+            self.accepting.gate.add_domain(&domain, Gated::Bound(slot));
         }
         Ok(slot)
     }
@@ -317,7 +317,7 @@ impl IoThread {
             }
             None => drop(self.sched.remove_unit(Unit::Socket(key))),
         }
-        self.inbound.remove(&key);
+        self.accepting.inbound.remove(&key);
         self.timers.forget_sweeps(key);
         self.sockets.remove(key)
     }

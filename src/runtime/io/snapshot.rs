@@ -92,9 +92,9 @@ impl IoThread {
                     "none"
                 },
                 public_key: self.curve.as_ref().map(|p| p.public.to_z85()),
-                allowed_keys: self.gate.allowed_keys(),
-                allow_list_reloads: self.gate.allow_reloads,
-                allow_list_error: self.gate.allow_error.clone(),
+                allowed_keys: self.accepting.gate.allowed_keys(),
+                allow_list_reloads: self.accepting.gate.allow_reloads,
+                allow_list_error: self.accepting.gate.allow_error.clone(),
             },
         }
     }
@@ -209,6 +209,7 @@ impl IoThread {
         let age = |t: Instant| now.saturating_duration_since(t).as_millis() as u64;
         // A discovered publisher whose descriptor is gone, once its socket is closed.
         for s in self
+            .fanout
             .subs
             .values()
             .filter(|s| !(s.retired && s.slot.is_none()))

@@ -193,7 +193,8 @@ impl IoThread {
         let timers = &mut self.timers;
         self.links
             .drain_touched(|k, l| timers.set(TimerOwner::Link(k), l.next_deadline()));
-        self.subs
+        self.fanout
+            .subs
             .drain_touched(|k, s| timers.set(TimerOwner::Sub(k), s.next_deadline()));
     }
 
@@ -216,8 +217,13 @@ impl IoThread {
                     }
                 }
                 Transmit::Beacon { key } => {
-                    if self.publisher.as_ref().is_some_and(|p| p.live == key) {
-                        if let Some(p) = self.publisher.as_mut() {
+                    if self
+                        .fanout
+                        .publisher
+                        .as_ref()
+                        .is_some_and(|p| p.live == key)
+                    {
+                        if let Some(p) = self.fanout.publisher.as_mut() {
                             p.send_beacon();
                         }
                     }
@@ -262,7 +268,7 @@ impl IoThread {
         // Fanout subscriptions without a socket get a new one (MISSION L5).
         self.sync_timers();
         for i in self.timers.due_subs(now) {
-            let s = &self.subs[i];
+            let s = &self.fanout.subs[i];
             if s.slot.is_none() && !s.retired && now >= s.retry_at {
                 self.open_sub(i, now);
             }
@@ -292,7 +298,7 @@ impl IoThread {
                     Some(LiveOwner::Sub(i)),
                     LivenessEvent::Publisher(PublisherEvent::BecameReady),
                 ) => {
-                    let s = &mut self.subs[i];
+                    let s = &mut self.fanout.subs[i];
                     s.failures_in_row = 0;
                     note(s.state.handle_ready(now));
                     let link = LinkId::Subscription {
