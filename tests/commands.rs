@@ -754,34 +754,17 @@ async fn k3_x3_a_replayed_answer_says_so_where_negotiated() {
 /// each REPLY exactly as they came off the socket, and whether the WELCOME announced
 /// `replayed`.
 fn raw_keyed_twice(ep: &str, offer: bool, key: &str) -> (Vec<Vec<Vec<u8>>>, bool) {
-    use zmesh::proto::wire::{
-        self, Capabilities, Hello, Label, Lane, Memberships, Name, Record, Role,
-    };
+    use zmesh::proto::wire::{self, Capabilities, Name, Record};
     let ctx = zmq::Context::new();
     let d = ctx.socket(zmq::DEALER).expect("dealer");
     d.set_linger(0).expect("linger");
     d.set_rcvtimeo(15_000).expect("rcvtimeo");
     d.connect(ep).expect("connect");
-    let mut list = vec![wire::Membership {
-        role: Role::ObjectClient,
-        channel: Name::new("pump").expect("channel"),
-    }];
-    if offer {
-        list.push(wire::Membership {
-            role: Role::ObjectClient,
-            channel: Name::new("\0replayed").expect("extension entry"),
-        });
-    }
-    let hello = Record::Hello(Hello {
-        lane: Lane::ClientServer,
-        rid: Name::new(if offer { "raw-replayed" } else { "raw-v1" }).expect("rid"),
-        generation: std::num::NonZeroU64::MIN,
-        security_identity: Label::default(),
-        expect_rid: None,
-        expect_generation: None,
-        config_generation: 0,
-        memberships: Memberships::new(list).expect("memberships"),
-    });
+    let hello = if offer {
+        common::raw_hello("raw-replayed", "pump", &["replayed"])
+    } else {
+        common::raw_hello("raw-v1", "pump", &[])
+    };
     d.send_multipart(hello.encode().iter(), 0).expect("hello");
     let caps = if offer {
         Capabilities::REPLAYED
