@@ -28,7 +28,8 @@ pub(crate) struct Guarded {
 }
 
 impl Guarded {
-    fn ran(answer: Answer) -> Guarded {
+    /// An answer of this call's own (its handler's, or the guard's refusal): not a replay.
+    fn own(answer: Answer) -> Guarded {
         Guarded {
             answer,
             replayed: false,
@@ -109,14 +110,14 @@ impl Guard {
                             answer,
                             replayed: true,
                         },
-                        None => Guarded::ran(Err(lost())),
+                        None => Guarded::own(Err(lost())),
                     },
-                    Err(_) => Guarded::ran(Err(lost())),
+                    Err(_) => Guarded::own(Err(lost())),
                 };
             }
-            Entry::OtherArguments => return Guarded::ran(Err(other_arguments())),
+            Entry::OtherArguments => return Guarded::own(Err(other_arguments())),
             Entry::Broken => {
-                return Guarded::ran(Err(unknown("the idempotency guard failed; not run")))
+                return Guarded::own(Err(unknown("the idempotency guard failed; not run")))
             }
         };
         let guarded = self.decide(&key, &fingerprint, &req.caller, handler).await;
@@ -201,7 +202,7 @@ impl Guard {
                 ))),
             },
         };
-        Guarded::ran(answer)
+        Guarded::own(answer)
     }
 }
 
