@@ -26,7 +26,7 @@ pub(super) struct Handoff {
 impl IoThread {
     /// Returns false when the node must stop.
     pub(super) fn drain_commands(&mut self, now: Instant) -> bool {
-        self.sends.start_turn();
+        self.outbound.turns.start_turn();
         let go_on = self.drain_command_queue(now);
         // The calls of the last run of Call commands leave now, batched per link (K5).
         self.flush_calls(now);

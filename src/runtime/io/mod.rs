@@ -215,10 +215,9 @@ pub(crate) struct IoThread {
     sockets: SocketSet,
     /// The async side's command queue, its wake-up and the reply a stop waits for.
     handoff: commands::Handoff,
-    /// Where one-way records go, published for the async side (see [`outbound`]).
-    table: Arc<LinkTable>,
-    /// Which links' send queues have records to drain, and this turn's budget.
-    sends: outbound::SendTurns,
+    /// Where one-way records go, published for the async side, and the turns of the send
+    /// queues (see [`outbound`]).
+    outbound: outbound::Outbound,
     /// The application's queue: this turn's events, the deliveries it holds, the link
     /// backlogs while it is paused.
     app: app::AppQueue,
@@ -317,8 +316,10 @@ impl IoThread {
                 commands,
                 shutdown_reply: None,
             },
-            table: table.clone(),
-            sends: outbound::SendTurns::new(),
+            outbound: outbound::Outbound {
+                table: table.clone(),
+                turns: outbound::SendTurns::new(),
+            },
             app: app::AppQueue::new(events, outstanding, cfg.delivery_high_water),
             timers: timers::TimerTable::new(),
             busy: false,
@@ -600,7 +601,7 @@ impl Drop for IoThread {
         // However the thread ended, or if it never ran: senders learn that the node stopped
         // instead of waiting for room in a queue nobody drains (a stop that ran
         // `close_everything` did all of this already).
-        self.table.stop();
+        self.outbound.table.stop();
         for l in &mut self.links {
             if let Some(q) = l.conn.as_mut().and_then(|c| c.outq.take()) {
                 q.close(Closed::Shutdown);

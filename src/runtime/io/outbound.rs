@@ -21,7 +21,7 @@ use super::links::LinkKind;
 use super::ready::Watch;
 use super::{IoThread, Key, LinkKey};
 use crate::proto::state::FailureReason;
-use crate::runtime::outbound::{Closed, Outgoing, SendQueue, SEND_QUEUE};
+use crate::runtime::outbound::{Closed, LinkTable, Outgoing, SendQueue, SEND_QUEUE};
 use crate::runtime::records::Lane;
 use crate::runtime::socket::{FrameSocket, SocketSendError as SocketError};
 
@@ -35,6 +35,15 @@ pub(super) const HELD_LIVENESS: usize = 4;
 
 /// Which links' send queues have records to drain, in turn order, and how many records the
 /// queues may still send in this loop turn.
+/// The one-way side of the node: the link table the async side sends through, and which of
+/// its send queues the I/O thread drains this turn.
+pub(super) struct Outbound {
+    /// Where one-way records go, published for the async side.
+    pub(super) table: Arc<LinkTable>,
+    /// Which links' send queues have records to drain, and this turn's budget.
+    pub(super) turns: SendTurns,
+}
+
 pub(super) struct SendTurns {
     /// Links whose send queue has records to drain, in turn order.
     pending: VecDeque<LinkKey>,
@@ -230,7 +239,7 @@ impl IoThread {
                 let q = (self.links.keys())
                     .filter(|k| matches!(self.route_of(*k), Some(Route::Peer(r)) if r == *rid))
                     .find_map(|k| self.ready_queue(k));
-                self.table.set_peer(rid, q);
+                self.outbound.table.set_peer(rid, q);
             }
             Route::Server(channel) => {
                 let qs = (self.links.keys())
@@ -239,7 +248,7 @@ impl IoThread {
                     )
                     .filter_map(|k| self.ready_queue(k))
                     .collect();
-                self.table.set_servers(channel, qs);
+                self.outbound.table.set_servers(channel, qs);
             }
         }
     }
@@ -260,39 +269,39 @@ impl IoThread {
             .and_then(|l| l.conn.as_ref())
             .and_then(|c| c.outq.as_ref())
             .is_some_and(|o| Arc::ptr_eq(o, &q) && o.conn() == q.conn());
-        if !current || self.sends.is_listed(k) {
+        if !current || self.outbound.turns.is_listed(k) {
             // A closed queue (its records were counted), or one already in the lists.
             return;
         }
         let burst = self.send_burst(k);
         if let Some(blocked) = self.after_burst(k, burst, now) {
-            self.sends.list(k, blocked);
+            self.outbound.turns.list(k, blocked);
         }
     }
 
     /// Drains the listed send queues within this turn's budget, blocked links first tried
     /// again; links with records left stay listed for the next turn.
     pub(super) fn flush_send_queues(&mut self, now: Instant) {
-        let mut visits = self.sends.begin_flush();
+        let mut visits = self.outbound.turns.begin_flush();
         while visits > 0 {
             visits -= 1;
-            let Some(k) = self.sends.next() else {
+            let Some(k) = self.outbound.turns.next() else {
                 break;
             };
             let burst = self.send_burst(k);
             let left = self.after_burst(k, burst, now);
-            self.sends.put_back(k, left);
+            self.outbound.turns.put_back(k, left);
         }
     }
 
     /// True if a listed send queue can make progress now (not only blocked ones).
     pub(super) fn has_sends(&self) -> bool {
-        !self.sends.pending.is_empty()
+        !self.outbound.turns.pending.is_empty()
     }
 
     /// True if some link waits for room in libzmq's pipe.
     pub(super) fn has_blocked_sends(&self) -> bool {
-        !self.sends.blocked.is_empty()
+        !self.outbound.turns.blocked.is_empty()
     }
 
     /// Sends a PROBE or an ACK on link `k`. A full pipe does not drop it (one-way records
@@ -321,8 +330,8 @@ impl IoThread {
             }
             c.held.push(frames);
         }
-        if !self.sends.is_listed(k) {
-            self.sends.list(k, true);
+        if !self.outbound.turns.is_listed(k) {
+            self.outbound.turns.list(k, true);
         }
     }
 
@@ -358,19 +367,19 @@ impl IoThread {
         if !self.flush_held(k) {
             return Burst::Blocked;
         }
-        let max = SEND_BURST.min(self.sends.budget);
+        let max = SEND_BURST.min(self.outbound.turns.budget);
         let Some(q) = self.ready_queue(k) else {
             return Burst::Gone;
         };
         if max == 0 {
             return Burst::More;
         }
-        let mut buf = std::mem::take(&mut self.sends.scratch);
+        let mut buf = std::mem::take(&mut self.outbound.turns.scratch);
         q.take(max, &mut buf);
         let (sent, failed) = self.send_records(k, &buf);
         let more = q.settle(&mut buf, sent);
-        self.sends.scratch = buf;
-        self.sends.budget -= sent.min(self.sends.budget);
+        self.outbound.turns.scratch = buf;
+        self.outbound.turns.budget -= sent.min(self.outbound.turns.budget);
         if sent > 0 {
             metrics::counter!("zmesh_app_records_sent_total").increment(sent as u64);
         }
@@ -432,7 +441,7 @@ impl IoThread {
     /// CLOSE), and the rest is counted; the table answers `Shutdown` from now on. Returns the
     /// links that had records left, and how many.
     pub(super) fn flush_send_queues_at_stop(&mut self) -> Vec<(LinkKey, usize)> {
-        self.table.stop();
+        self.outbound.table.stop();
         let mut unsent = Vec::new();
         for k in self.links.keys() {
             let Some(q) = self.ready_queue(k) else {
@@ -441,7 +450,7 @@ impl IoThread {
             q.seal(Closed::Shutdown);
             // Sealed, the queue holds at most SEND_QUEUE records: bursts enough for those.
             for _ in 0..=SEND_QUEUE.div_ceil(SEND_BURST) {
-                self.sends.budget = SEND_BURST;
+                self.outbound.turns.budget = SEND_BURST;
                 if !matches!(self.send_burst(k), Burst::More) {
                     break;
                 }
@@ -451,7 +460,7 @@ impl IoThread {
                 unsent.push((k, n));
             }
         }
-        self.sends.clear();
+        self.outbound.turns.clear();
         unsent
     }
 }
