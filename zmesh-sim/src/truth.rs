@@ -177,6 +177,14 @@ pub struct Stats {
     pub answers_packed: u64,
     /// The ACCEPTs and REPLYs those ANSWERS records stood for.
     pub answers_in_packs: u64,
+    /// Bursts of calls an application made in one turn for one server.
+    pub bursts: u64,
+    /// BATCH records sent (WIRE.md §4.12).
+    pub batches_sent: u64,
+    /// CALLS records sent (WIRE.md §4.14).
+    pub calls_records_sent: u64,
+    /// The calls those BATCH and CALLS records carried.
+    pub calls_in_records: u64,
 }
 
 impl Stats {
@@ -206,6 +214,10 @@ impl Stats {
             queries_stopped,
             answers_packed,
             answers_in_packs,
+            bursts,
+            batches_sent,
+            calls_records_sent,
+            calls_in_records,
         } = *o;
         self.calls += calls;
         self.ok += ok;
@@ -230,6 +242,10 @@ impl Stats {
         self.queries_stopped += queries_stopped;
         self.answers_packed += answers_packed;
         self.answers_in_packs += answers_in_packs;
+        self.bursts += bursts;
+        self.batches_sent += batches_sent;
+        self.calls_records_sent += calls_records_sent;
+        self.calls_in_records += calls_in_records;
     }
 }
 
