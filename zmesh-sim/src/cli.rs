@@ -4,7 +4,7 @@
 //! ```text
 //! zmesh sim [--seeds N] [--first S] [--minutes M]      many seeds, each its own configuration
 //! zmesh sim --seed S [--nodes N] [--topology mesh|client-server|fanout] [--seconds T]
-//!           [--version1 P] [--no-faults] [--no-batches] [--trace]
+//!           [--version1 P] [--no-faults] [--no-batches] [--no-receive-loop] [--trace]
 //!                                                       one seed, replayed exactly
 //! ```
 //! A failing seed prints the command that replays it and the trace up to the violation; the
@@ -29,6 +29,7 @@ struct Args {
     trace: bool,
     version1: Option<u8>,
     batches: bool,
+    receive_loop: bool,
 }
 
 fn parse(args: Vec<String>) -> Result<Args, String> {
@@ -44,6 +45,7 @@ fn parse(args: Vec<String>) -> Result<Args, String> {
         trace: false,
         version1: None,
         batches: true,
+        receive_loop: true,
     };
     let mut it = args.into_iter();
     while let Some(flag) = it.next() {
@@ -82,6 +84,7 @@ fn parse(args: Vec<String>) -> Result<Args, String> {
             }
             "--no-faults" => a.faults = false,
             "--no-batches" => a.batches = false,
+            "--no-receive-loop" => a.receive_loop = false,
             "--trace" => a.trace = true,
             "-h" | "--help" => {
                 let _ = outln!("{}", include_str!("usage.txt"));
@@ -109,6 +112,7 @@ fn config(a: &Args, seed: u64) -> Config {
     }
     c.faults = a.faults;
     c.batches = c.batches && a.batches;
+    c.receive_loop = c.receive_loop && a.receive_loop;
     c.full_trace = a.trace;
     c
 }

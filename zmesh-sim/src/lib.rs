@@ -90,6 +90,11 @@ pub struct Config {
     /// CALLS records (MISSION K5, WIRE.md §4.12, §4.14). Off, the workload draws exactly
     /// what it drew before bursts existed, so a run without them replays as it always did.
     pub batches: bool,
+    /// Each node reads what arrived through the library's fair receive scheduler, rotation
+    /// by rotation (MISSION R2, R4), and now and then a peer floods one connection with
+    /// hundreds of messages at once. Off, a delivery is handled as it arrives and no flood is
+    /// drawn, as before the receive loop was modelled.
+    pub receive_loop: bool,
 }
 
 /// Trace lines kept when the whole trace is not asked for.
@@ -116,6 +121,7 @@ impl Config {
                 _ => 0,
             },
             batches: true,
+            receive_loop: true,
         }
     }
 
@@ -128,13 +134,14 @@ impl Config {
     /// The command line that replays this configuration with `seed`.
     pub fn replay_line(&self, seed: u64) -> String {
         format!(
-            "cargo run --release -- sim --seed {seed} --nodes {} --topology {} --seconds {} --version1 {}{}{} --trace",
+            "cargo run --release -- sim --seed {seed} --nodes {} --topology {} --seconds {} --version1 {}{}{}{} --trace",
             self.nodes,
             self.topology.name(),
             self.duration.as_secs(),
             self.version1,
             if self.faults { "" } else { " --no-faults" },
-            if self.batches { "" } else { " --no-batches" }
+            if self.batches { "" } else { " --no-batches" },
+            if self.receive_loop { "" } else { " --no-receive-loop" }
         )
     }
 }
@@ -328,6 +335,7 @@ impl World {
                         Vec::new()
                     },
                     version1: cfg.is_version1(seed, i),
+                    receive_loop: cfg.receive_loop,
                 }
             })
             .collect();
@@ -454,6 +462,7 @@ impl World {
             self.fire(e);
         }
         // Deliveries due now.
+        let mut received = std::collections::BTreeSet::new();
         for d in self.net.take_due(now) {
             let peer = self.net_peer(&d);
             let Some(Some(node)) = self.nodes.get_mut(d.to.node) else {
@@ -470,8 +479,16 @@ impl World {
                 trace: &mut self.trace,
                 hosts: &self.hosts,
             };
-            node.handle_delivery(&mut ctx, d.conn, peer, d.link, d.delivery);
+            node.enqueue(&mut ctx, d.conn, peer, d.link, d.delivery);
             self.touched.insert(d.to.node);
+            received.insert(d.to.node);
+        }
+        // What arrived is read now, rotation by rotation (where the receive loop is
+        // modelled; otherwise it was handled as it arrived).
+        if self.cfg.receive_loop {
+            for i in received {
+                self.ctx_node(i, |node, ctx| node.handle_receive(ctx));
+            }
         }
         // Timers due now (a frozen host runs none).
         let due: Vec<NodeIx> = self
@@ -834,6 +851,10 @@ impl World {
         if !self.up(who) {
             return;
         }
+        if self.cfg.receive_loop && self.rng.random_bool(0.005) {
+            self.flood(who);
+            return;
+        }
         if self.cfg.batches && self.rng.random_bool(0.08) {
             self.burst(who);
             return;
@@ -959,5 +980,20 @@ impl World {
             );
         }
         at_once
+    }
+
+    /// A flooding peer: `who` sends 100 to 300 one-way messages on one connection at once,
+    /// more than one rotation of the receiver's loop reads of one connection.
+    fn flood(&mut self, who: NodeIx) {
+        let n = self.rng.random_range(100..=300);
+        self.truth.stats.floods += 1;
+        for _ in 0..n {
+            let uid = self.next_uid;
+            self.next_uid += 1;
+            self.truth.on_send(uid);
+            self.ctx_node(who, |node, ctx| {
+                node.send_message(ctx, uid);
+            });
+        }
     }
 }

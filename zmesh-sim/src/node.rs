@@ -30,6 +30,7 @@ use crate::Ctx;
 
 mod callee;
 mod caller;
+mod receive;
 
 /// The channel every server serves.
 pub const CHANNEL: &str = "svc";
@@ -55,6 +56,9 @@ pub struct Spec {
     pub subscribes: Vec<NodeIx>,
     /// It speaks version 1 only: it announces no capability (WIRE.md §8.1).
     pub version1: bool,
+    /// What arrives waits in its connection's socket for the receive loop's rotation
+    /// ([`SimNode::handle_receive`]) instead of being handled as it arrives.
+    pub receive_loop: bool,
 }
 
 #[derive(Debug)]
@@ -180,6 +184,8 @@ pub struct SimNode {
     outbox: Vec<(NetConn, Record)>,
     drain_done: bool,
     fan: Fan,
+    /// The sockets and the receive scheduler, where the receive loop is modelled.
+    rx: Option<receive::Receiver>,
 }
 
 impl SimNode {
@@ -223,6 +229,7 @@ impl SimNode {
             .collect();
         let mut live = Liveness::new(generation);
         let fan = Fan::new(spec.publishes, &spec.subscribes, &mut live, base + now);
+        let rx = spec.receive_loop.then(receive::Receiver::new);
         SimNode {
             ix,
             run,
@@ -243,6 +250,7 @@ impl SimNode {
             outbox: Vec::new(),
             drain_done: false,
             fan,
+            rx,
         }
     }
 
@@ -894,6 +902,9 @@ impl SimNode {
         };
         let end = self.end();
         ctx.net.close(conn, end, ctx.now, ctx.rng);
+        if let Some(rx) = self.rx.as_mut() {
+            rx.forget(conn);
+        }
         if let Some(r) = &c.ready {
             self.live.remove(r.live);
             self.live_conn.remove(&r.live);

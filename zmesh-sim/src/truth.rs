@@ -185,6 +185,12 @@ pub struct Stats {
     pub calls_records_sent: u64,
     /// The calls those BATCH and CALLS records carried.
     pub calls_in_records: u64,
+    /// Floods: hundreds of messages a peer sent on one connection at once.
+    pub floods: u64,
+    /// Rotations of the nodes' receive loops.
+    pub rotations: u64,
+    /// Turns that handed out the count cap's 64 records (and so ended at it).
+    pub count_cap_turns: u64,
 }
 
 impl Stats {
@@ -218,6 +224,9 @@ impl Stats {
             batches_sent,
             calls_records_sent,
             calls_in_records,
+            floods,
+            rotations,
+            count_cap_turns,
         } = *o;
         self.calls += calls;
         self.ok += ok;
@@ -246,6 +255,9 @@ impl Stats {
         self.batches_sent += batches_sent;
         self.calls_records_sent += calls_records_sent;
         self.calls_in_records += calls_in_records;
+        self.floods += floods;
+        self.rotations += rotations;
+        self.count_cap_turns += count_cap_turns;
     }
 }
 
