@@ -101,6 +101,10 @@ impl SimNode {
         let now = self.at(ctx.now);
         let mut actions = 0u64;
         loop {
+            // A violation ends the run at this step: the loop need not go on.
+            if !ctx.truth.violations.is_empty() {
+                return;
+            }
             let Some(rx) = self.rx.as_mut() else {
                 return;
             };
