@@ -4,7 +4,8 @@
 //! ```text
 //! zmesh sim [--seeds N] [--first S] [--minutes M]      many seeds, each its own configuration
 //! zmesh sim --seed S [--nodes N] [--topology mesh|client-server|fanout] [--seconds T]
-//!           [--version1 P] [--no-faults] [--trace]       one seed, replayed exactly
+//!           [--version1 P] [--no-faults] [--no-batches] [--no-receive-loop] [--trace]
+//!                                                       one seed, replayed exactly
 //! ```
 //! A failing seed prints the command that replays it and the trace up to the violation; the
 //! exit status is 1 if any seed failed. A stdout closed by its reader (`zmesh sim | head -1`)
@@ -27,6 +28,8 @@ struct Args {
     faults: bool,
     trace: bool,
     version1: Option<u8>,
+    batches: bool,
+    receive_loop: bool,
 }
 
 fn parse(args: Vec<String>) -> Result<Args, String> {
@@ -41,6 +44,8 @@ fn parse(args: Vec<String>) -> Result<Args, String> {
         faults: true,
         trace: false,
         version1: None,
+        batches: true,
+        receive_loop: true,
     };
     let mut it = args.into_iter();
     while let Some(flag) = it.next() {
@@ -78,6 +83,8 @@ fn parse(args: Vec<String>) -> Result<Args, String> {
                 );
             }
             "--no-faults" => a.faults = false,
+            "--no-batches" => a.batches = false,
+            "--no-receive-loop" => a.receive_loop = false,
             "--trace" => a.trace = true,
             "-h" | "--help" => {
                 let _ = outln!("{}", include_str!("usage.txt"));
@@ -104,6 +111,8 @@ fn config(a: &Args, seed: u64) -> Config {
         c.version1 = p;
     }
     c.faults = a.faults;
+    c.batches = c.batches && a.batches;
+    c.receive_loop = c.receive_loop && a.receive_loop;
     c.full_trace = a.trace;
     c
 }

@@ -86,6 +86,15 @@ pub struct Config {
     /// The share of hosts, in percent, that speak version 1 only (announce no capability,
     /// WIRE.md §8.1); which hosts is drawn from the seed.
     pub version1: u8,
+    /// Callers sometimes make a burst of calls to one server in one turn, sent as BATCH and
+    /// CALLS records (MISSION K5, WIRE.md §4.12, §4.14). Off, the workload draws exactly
+    /// what it drew before bursts existed, so a run without them replays as it always did.
+    pub batches: bool,
+    /// Each node reads what arrived through the library's fair receive scheduler, rotation
+    /// by rotation (MISSION R2, R4), and now and then a peer floods one connection with
+    /// hundreds of messages at once. Off, a delivery is handled as it arrives and no flood is
+    /// drawn, as before the receive loop was modelled.
+    pub receive_loop: bool,
 }
 
 /// Trace lines kept when the whole trace is not asked for.
@@ -111,6 +120,8 @@ impl Config {
                 0 => rng.random_range(20..=80),
                 _ => 0,
             },
+            batches: true,
+            receive_loop: true,
         }
     }
 
@@ -123,12 +134,14 @@ impl Config {
     /// The command line that replays this configuration with `seed`.
     pub fn replay_line(&self, seed: u64) -> String {
         format!(
-            "cargo run --release -- sim --seed {seed} --nodes {} --topology {} --seconds {} --version1 {}{} --trace",
+            "cargo run --release -- sim --seed {seed} --nodes {} --topology {} --seconds {} --version1 {}{}{}{} --trace",
             self.nodes,
             self.topology.name(),
             self.duration.as_secs(),
             self.version1,
-            if self.faults { "" } else { " --no-faults" }
+            if self.faults { "" } else { " --no-faults" },
+            if self.batches { "" } else { " --no-batches" },
+            if self.receive_loop { "" } else { " --no-receive-loop" }
         )
     }
 }
@@ -322,6 +335,7 @@ impl World {
                         Vec::new()
                     },
                     version1: cfg.is_version1(seed, i),
+                    receive_loop: cfg.receive_loop,
                 }
             })
             .collect();
@@ -448,6 +462,7 @@ impl World {
             self.fire(e);
         }
         // Deliveries due now.
+        let mut received = std::collections::BTreeSet::new();
         for d in self.net.take_due(now) {
             let peer = self.net_peer(&d);
             let Some(Some(node)) = self.nodes.get_mut(d.to.node) else {
@@ -464,8 +479,16 @@ impl World {
                 trace: &mut self.trace,
                 hosts: &self.hosts,
             };
-            node.handle_delivery(&mut ctx, d.conn, peer, d.link, d.delivery);
+            node.enqueue(&mut ctx, d.conn, peer, d.link, d.delivery);
             self.touched.insert(d.to.node);
+            received.insert(d.to.node);
+        }
+        // What arrived is read now, rotation by rotation (where the receive loop is
+        // modelled; otherwise it was handled as it arrived).
+        if self.cfg.receive_loop {
+            for i in received {
+                self.ctx_node(i, |node, ctx| node.handle_receive(ctx));
+            }
         }
         // Timers due now (a frozen host runs none).
         let due: Vec<NodeIx> = self
@@ -828,6 +851,14 @@ impl World {
         if !self.up(who) {
             return;
         }
+        if self.cfg.receive_loop && self.rng.random_bool(0.005) {
+            self.flood(who);
+            return;
+        }
+        if self.cfg.batches && self.rng.random_bool(0.08) {
+            self.burst(who);
+            return;
+        }
         let uid = self.next_uid;
         self.next_uid += 1;
         let pick = self.rng.random_range(0..100);
@@ -838,13 +869,73 @@ impl World {
             });
             return;
         }
-        let kind = match pick {
+        let kind = self.draw_kind(uid, pick);
+        let ttl = self.draw_ttl();
+        self.truth.on_call(uid, kind.clone(), who);
+        let at_once = self.draw_cancel(who, uid);
+        self.ctx_node(who, |node, ctx| {
+            node.start_call(ctx, uid, &kind, ttl, at_once);
+        });
+    }
+
+    /// A burst: 2 to 12 calls (now and then 65 to 100, which the caller cuts into several
+    /// records) that `who`'s application makes in one turn, so that they leave for one
+    /// server together, as BATCH and, where `calls` is in effect, CALLS records. In half of
+    /// the bursts every call shares semantics and ttl (one CALLS run where negotiated); in
+    /// the others each is drawn as a lone call is. Every call is still cancelled, retried and
+    /// checked on its own.
+    fn burst(&mut self, who: NodeIx) {
+        let n = if self.rng.random_bool(0.05) {
+            self.rng.random_range(65..=100)
+        } else {
+            self.rng.random_range(2..=12)
+        };
+        let uniform = self.rng.random_bool(0.5);
+        let mut shared = None;
+        let mut calls = Vec::with_capacity(n);
+        for _ in 0..n {
+            let uid = self.next_uid;
+            self.next_uid += 1;
+            let (kind, ttl) = match &shared {
+                Some((kind, ttl)) if uniform => (self.same_kind(kind, uid), *ttl),
+                _ => {
+                    let pick = self.rng.random_range(20..100);
+                    let kind = self.draw_kind(uid, pick);
+                    let ttl = self.draw_ttl();
+                    shared = Some((kind.clone(), ttl));
+                    (kind, ttl)
+                }
+            };
+            self.truth.on_call(uid, kind.clone(), who);
+            let at_once = self.draw_cancel(who, uid);
+            calls.push(node::Burst {
+                uid,
+                kind,
+                ttl,
+                cancel_at_once: at_once,
+            });
+        }
+        self.truth.stats.bursts += 1;
+        self.ctx_node(who, |node, ctx| node.start_calls(ctx, calls));
+    }
+
+    /// A call of the same semantics as `kind` (a guarded one with a key of its own, drawn as
+    /// [`Self::draw_kind`] draws keys).
+    fn same_kind(&mut self, kind: &CallKind, uid: u64) -> CallKind {
+        match kind {
+            CallKind::Guarded(_) => self.draw_kind(uid, 99),
+            other => other.clone(),
+        }
+    }
+
+    /// The semantics `pick` (20..100) stands for; a guarded command gets a fresh key, or in
+    /// 40 % of the cases a retry of an earlier key (as a caller does after "may have run").
+    fn draw_kind(&mut self, uid: u64, pick: u32) -> CallKind {
+        match pick {
             20..=39 => CallKind::Query,
             40..=54 => CallKind::Idempotent,
             55..=64 => CallKind::Command,
             _ => {
-                // A guarded command: a fresh key, or a retry of an earlier key (as a caller
-                // does after "may have run").
                 if !self.keys.is_empty() && self.rng.random_bool(0.4) {
                     let i = self.rng.random_range(0..self.keys.len());
                     CallKind::Guarded(self.keys[i].0.clone())
@@ -854,15 +945,21 @@ impl World {
                     CallKind::Guarded(k)
                 }
             }
-        };
-        let ttl = self
-            .rng
+        }
+    }
+
+    /// A ttl of 50 ms to 5 s for 30 % of the calls.
+    fn draw_ttl(&mut self) -> Option<Duration> {
+        self.rng
             .random_bool(0.3)
-            .then(|| Duration::from_millis(self.rng.random_range(50..5_000)));
-        self.truth.on_call(uid, kind.clone(), who);
-        // A fifth of the calls are cancelled by their application: a few in the turn they
-        // are made (before the REQUEST leaves), the others a while later, often soon enough
-        // to find the call waiting in its callee's queue.
+            .then(|| Duration::from_millis(self.rng.random_range(50..5_000)))
+    }
+
+    /// Whether the application cancels call `uid` of `who`: a fifth of the calls, a quarter
+    /// of those in the turn they are made (true: before the REQUEST leaves), the others a
+    /// while later (scheduled here), often soon enough to find the call waiting in its
+    /// callee's queue.
+    fn draw_cancel(&mut self, who: NodeIx, uid: u64) -> bool {
         let cancel = self.rng.random_bool(0.2);
         let at_once = cancel && self.rng.random_bool(0.25);
         if cancel && !at_once {
@@ -882,8 +979,21 @@ impl World {
                 },
             );
         }
-        self.ctx_node(who, |node, ctx| {
-            node.start_call(ctx, uid, &kind, ttl, at_once);
-        });
+        at_once
+    }
+
+    /// A flooding peer: `who` sends 100 to 300 one-way messages on one connection at once,
+    /// more than one rotation of the receiver's loop reads of one connection.
+    fn flood(&mut self, who: NodeIx) {
+        let n = self.rng.random_range(100..=300);
+        self.truth.stats.floods += 1;
+        for _ in 0..n {
+            let uid = self.next_uid;
+            self.next_uid += 1;
+            self.truth.on_send(uid);
+            self.ctx_node(who, |node, ctx| {
+                node.send_message(ctx, uid);
+            });
+        }
     }
 }

@@ -30,6 +30,7 @@ use crate::Ctx;
 
 mod callee;
 mod caller;
+mod receive;
 
 /// The channel every server serves.
 pub const CHANNEL: &str = "svc";
@@ -55,6 +56,9 @@ pub struct Spec {
     pub subscribes: Vec<NodeIx>,
     /// It speaks version 1 only: it announces no capability (WIRE.md §8.1).
     pub version1: bool,
+    /// What arrives waits in its connection's socket for the receive loop's rotation
+    /// ([`SimNode::handle_receive`]) instead of being handled as it arrives.
+    pub receive_loop: bool,
 }
 
 #[derive(Debug)]
@@ -107,6 +111,18 @@ struct Waiting {
     /// When its REQUEST arrived.
     arrived: Duration,
     req: wire::Request,
+    /// What the calls of its BATCH or CALLS record share, if it came in one.
+    group: Option<Group>,
+}
+
+/// What the calls of one BATCH or CALLS record share at the callee: they wait in the
+/// execution queue together, and half of their handlers take the same time, so that their
+/// REPLYs, like their ACCEPTs, are decided in one step and leave packed where `answers` is
+/// in effect.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Group {
+    wait: Duration,
+    took: Duration,
 }
 
 /// A call this run's application made: the simulator's name for it, and the connection its
@@ -115,6 +131,19 @@ struct Waiting {
 struct Outgoing {
     uid: u64,
     request: Option<NetConn>,
+}
+
+/// One call of a burst the application makes in one turn ([`SimNode::start_calls`]).
+#[derive(Debug, Clone)]
+pub struct Burst {
+    /// The simulator's name for the call.
+    pub uid: u64,
+    /// What it asks for.
+    pub kind: crate::truth::CallKind,
+    /// Its ttl, if it has one.
+    pub ttl: Option<Duration>,
+    /// The application cancels it in the same turn, before its REQUEST leaves.
+    pub cancel_at_once: bool,
 }
 
 /// Where a node run is in its life.
@@ -158,6 +187,8 @@ pub struct SimNode {
     outbox: Vec<(NetConn, Record)>,
     drain_done: bool,
     fan: Fan,
+    /// The sockets and the receive scheduler, where the receive loop is modelled.
+    rx: Option<receive::Receiver>,
 }
 
 impl SimNode {
@@ -201,6 +232,7 @@ impl SimNode {
             .collect();
         let mut live = Liveness::new(generation);
         let fan = Fan::new(spec.publishes, &spec.subscribes, &mut live, base + now);
+        let rx = spec.receive_loop.then(receive::Receiver::new);
         SimNode {
             ix,
             run,
@@ -222,6 +254,7 @@ impl SimNode {
             outbox: Vec::new(),
             drain_done: false,
             fan,
+            rx,
         }
     }
 
@@ -556,15 +589,27 @@ impl SimNode {
             Some((true, _, _)) => match rec {
                 Ok(r) => self.on_ready_record(ctx, conn, r),
                 Err(e) => {
-                    let kind = frames.first().and_then(|f| f.get(3)).copied();
-                    if kind == Some(wire::Kind::Cancel as u8)
-                        && !caps.contains(Capabilities::CANCEL)
-                    {
+                    let byte = frames.first().and_then(|f| f.get(3)).copied();
+                    let extension = wire::Kind::EXTENSIONS
+                        .into_iter()
+                        .find(|k| Some(u8::from(*k)) == byte)
+                        .filter(|k| !caps.contains(k.capability()));
+                    if let Some(kind) = extension {
+                        // CANCEL has an invariant of its own; every other extension kind
+                        // (CALLS, ANSWERS) shares one.
+                        let invariant = if kind == wire::Kind::Cancel {
+                            "cancel_only_where_negotiated"
+                        } else {
+                            "extensions_only_where_negotiated"
+                        };
                         let detail = format!(
-                            "{} ({}) received a CANCEL on {conn}, where cancel is not in effect",
-                            self.me.rid, self.me.capabilities
+                            "{} ({}) received a {} record on {conn}, where {} is not in effect",
+                            self.me.rid,
+                            self.me.capabilities,
+                            kind.name().to_uppercase(),
+                            kind.name()
                         );
-                        ctx.truth.violation("cancel_only_where_negotiated", detail);
+                        ctx.truth.violation(invariant, detail);
                     }
                     ctx.trace(format!("{} {conn} malformed record: {e}", self.me.rid));
                     self.drop_conn(ctx, conn, Some(CloseReason::ProtocolError));
@@ -789,10 +834,11 @@ impl SimNode {
                 let orderly = matches!(reason, CloseReason::Shutdown | CloseReason::Draining);
                 self.lose_conn(ctx, conn, orderly);
             }
-            Record::Request(r) => self.on_request(ctx, conn, lane, peer_node, r),
+            Record::Request(r) => self.on_request(ctx, conn, lane, peer_node, r, None),
             Record::Batch(b) => {
+                let group = Some(Group::draw(ctx));
                 for r in b.into_requests() {
-                    self.on_request(ctx, conn, lane, peer_node, r);
+                    self.on_request(ctx, conn, lane, peer_node, r, group);
                 }
             }
             Record::Accept(a) => {
@@ -816,8 +862,9 @@ impl SimNode {
                 }
             }
             Record::Calls(c) => {
+                let group = Some(Group::draw(ctx));
                 for r in c.into_requests() {
-                    self.on_request(ctx, conn, lane, peer_node, r);
+                    self.on_request(ctx, conn, lane, peer_node, r, group);
                 }
             }
             Record::Cancel { call_id } => self.on_cancel(ctx, conn, lane, peer_node, call_id),
@@ -871,6 +918,9 @@ impl SimNode {
         };
         let end = self.end();
         ctx.net.close(conn, end, ctx.now, ctx.rng);
+        if let Some(rx) = self.rx.as_mut() {
+            rx.forget(conn);
+        }
         if let Some(r) = &c.ready {
             self.live.remove(r.live);
             self.live_conn.remove(&r.live);

@@ -177,6 +177,20 @@ pub struct Stats {
     pub answers_packed: u64,
     /// The ACCEPTs and REPLYs those ANSWERS records stood for.
     pub answers_in_packs: u64,
+    /// Bursts of calls an application made in one turn for one server.
+    pub bursts: u64,
+    /// BATCH records sent (WIRE.md §4.12).
+    pub batches_sent: u64,
+    /// CALLS records sent (WIRE.md §4.14).
+    pub calls_records_sent: u64,
+    /// The calls those BATCH and CALLS records carried.
+    pub calls_in_records: u64,
+    /// Floods: hundreds of messages a peer sent on one connection at once.
+    pub floods: u64,
+    /// Rotations of the nodes' receive loops.
+    pub rotations: u64,
+    /// Turns that handed out the count cap's 64 records (and so ended at it).
+    pub count_cap_turns: u64,
 }
 
 impl Stats {
@@ -206,6 +220,13 @@ impl Stats {
             queries_stopped,
             answers_packed,
             answers_in_packs,
+            bursts,
+            batches_sent,
+            calls_records_sent,
+            calls_in_records,
+            floods,
+            rotations,
+            count_cap_turns,
         } = *o;
         self.calls += calls;
         self.ok += ok;
@@ -230,6 +251,13 @@ impl Stats {
         self.queries_stopped += queries_stopped;
         self.answers_packed += answers_packed;
         self.answers_in_packs += answers_in_packs;
+        self.bursts += bursts;
+        self.batches_sent += batches_sent;
+        self.calls_records_sent += calls_records_sent;
+        self.calls_in_records += calls_in_records;
+        self.floods += floods;
+        self.rotations += rotations;
+        self.count_cap_turns += count_cap_turns;
     }
 }
 

@@ -37,6 +37,7 @@ fn s1_default_seeds_hold_every_invariant() {
     let mut replayed = 0;
     let mut fanout = 0;
     let mut silences = 0;
+    let mut total = zmesh_sim::truth::Stats::default();
     for seed in 0..SEEDS {
         let r = run(seed, &Config::for_seed(seed, MINUTES));
         assert!(r.passed(), "{}", explain(&r));
@@ -45,7 +46,15 @@ fn s1_default_seeds_hold_every_invariant() {
         replayed += r.stats.replayed;
         fanout += r.stats.fanout_records;
         silences += r.stats.silences;
+        total.add(&r.stats);
     }
+    // Bursts of calls leave as BATCH and CALLS records, and their answers leave packed.
+    assert!(total.batches_sent > 1_000, "{total:?}");
+    assert!(total.calls_records_sent > 1_000, "{total:?}");
+    assert!(total.answers_packed > 1_000, "{total:?}");
+    // Floods and healed partitions leave more on one connection than a rotation reads of it.
+    assert!(total.floods > 100, "{total:?}");
+    assert!(total.count_cap_turns > 100, "{total:?}");
     // The faults bite: links time out, guarded retries are answered from the record.
     assert!(calls > 100_000, "only {calls} calls in the default set");
     assert!(
@@ -61,6 +70,9 @@ fn s1_default_seeds_hold_every_invariant() {
 fn s1_a_seed_replays_exactly() {
     for seed in [7, 1234, 1235] {
         let mut cfg = Config::for_seed(seed, 2);
+        // The run as it was kept: no bursts of calls, no receive loop (SIMULATION.md).
+        cfg.batches = false;
+        cfg.receive_loop = false;
         cfg.full_trace = true;
         let a = run(seed, &cfg);
         let b = run(seed, &cfg);
@@ -80,9 +92,29 @@ fn s1_a_seed_replays_exactly() {
 }
 
 #[test]
+fn s1_k5_r2_a_seed_with_batches_and_the_receive_loop_replays_exactly() {
+    for seed in [1234, 1235] {
+        let mut cfg = Config::for_seed(seed, 2);
+        cfg.full_trace = true;
+        let a = run(seed, &cfg);
+        let b = run(seed, &cfg);
+        assert!(a.stats.bursts > 0, "seed {seed}: no burst of calls");
+        assert!(a.stats.rotations > 0, "seed {seed}: no rotation");
+        assert_eq!(
+            a.trace, b.trace,
+            "seed {seed} did not replay event for event"
+        );
+        assert_eq!(format!("{:?}", a.stats), format!("{:?}", b.stats));
+    }
+}
+
+#[test]
 fn s1_without_faults_no_link_ever_leaves_ready_and_no_call_is_lost_with_its_connection() {
     for (seed, topology) in [(1, Topology::RouteMesh), (2, Topology::ClientServer)] {
         let mut cfg = Config::for_seed(seed, 2);
+        // The run as it was kept: no bursts of calls, no receive loop (SIMULATION.md).
+        cfg.batches = false;
+        cfg.receive_loop = false;
         cfg.topology = topology;
         cfg.nodes = 5;
         cfg.faults = false;
@@ -100,6 +132,9 @@ fn s1_without_faults_no_link_ever_leaves_ready_and_no_call_is_lost_with_its_conn
 #[test]
 fn s1_t3_fanout_without_faults_never_goes_silent_and_delivers_in_order() {
     let mut cfg = Config::for_seed(4, 2);
+    // The run as it was kept: no bursts of calls, no receive loop (SIMULATION.md).
+    cfg.batches = false;
+    cfg.receive_loop = false;
     cfg.topology = Topology::Fanout;
     cfg.nodes = 6;
     cfg.faults = false;
@@ -115,6 +150,9 @@ fn s1_t3_fanout_without_faults_never_goes_silent_and_delivers_in_order() {
 #[test]
 fn s1_two_hundred_nodes_run() {
     let mut cfg = Config::for_seed(3, 1);
+    // The run as it was kept: no bursts of calls, no receive loop (SIMULATION.md).
+    cfg.batches = false;
+    cfg.receive_loop = false;
     cfg.nodes = 200;
     cfg.topology = Topology::ClientServer;
     cfg.duration = Duration::from_secs(30);
@@ -130,6 +168,9 @@ fn s1_x1_cancellation_holds_on_mixed_meshes() {
     let mut total = zmesh_sim::truth::Stats::default();
     for seed in 10_000..10_200 {
         let mut cfg = Config::for_seed(seed, 1);
+        // The run as it was kept: no bursts of calls, no receive loop (SIMULATION.md).
+        cfg.batches = false;
+        cfg.receive_loop = false;
         cfg.topology = if seed % 2 == 0 {
             Topology::RouteMesh
         } else {

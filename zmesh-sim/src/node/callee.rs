@@ -12,7 +12,7 @@ use zmesh::proto::calls::{Admission, CallShape, Cancelled, Dispatch, ServeId};
 use zmesh::proto::contract::{self, stops_on_cancel};
 use zmesh::proto::wire::{self, Lane, Record, ReplyCode, Semantics};
 
-use super::{Handler, SimNode, Waiting};
+use super::{Group, Handler, SimNode, Waiting};
 use crate::net::{NetConn, NodeIx};
 use crate::truth::{HeldAs, Started};
 use crate::Ctx;
@@ -25,6 +25,7 @@ impl SimNode {
         lane: Lane,
         peer_node: NodeIx,
         r: wire::Request,
+        group: Option<Group>,
     ) {
         let now = self.at(ctx.now);
         // A RouteMesh call is answered on the caller's Completion lane.
@@ -62,7 +63,10 @@ impl SimNode {
         });
         self.send_answer(ctx, answer, accept);
         // The call waits its turn in the execution queue; its ttl may run out meanwhile.
-        let wait = Duration::from_millis(ctx.rng.random_range(0..200));
+        let wait = match group {
+            Some(g) => g.wait,
+            None => Duration::from_millis(ctx.rng.random_range(0..200)),
+        };
         self.waiting.insert(
             sid,
             Waiting {
@@ -70,6 +74,7 @@ impl SimNode {
                 conn: answer,
                 arrived: ctx.now,
                 req: r,
+                group,
             },
         );
     }
@@ -93,7 +98,11 @@ impl SimNode {
     fn dispatch(&mut self, ctx: &mut Ctx<'_>, sid: ServeId, w: Waiting) {
         let now = self.at(ctx.now);
         let Waiting {
-            conn, arrived, req, ..
+            conn,
+            arrived,
+            req,
+            group,
+            ..
         } = w;
         match self.serve.handle_dispatch(sid, now) {
             Dispatch::Run => {}
@@ -131,7 +140,10 @@ impl SimNode {
                 .map(|ms| arrived + Duration::from_millis(ms.get())),
         };
         ctx.truth.on_execute(uid, self.ix, &self.me.rid, started);
-        let took = Duration::from_millis(ctx.rng.random_range(0..3000));
+        let took = match group {
+            Some(g) if ctx.rng.random_bool(0.5) => g.took,
+            _ => Duration::from_millis(ctx.rng.random_range(0..3000)),
+        };
         self.handlers.insert(
             sid,
             Handler {
@@ -272,6 +284,16 @@ impl SimNode {
             crate::truth::result_of(h.uid),
             false,
         );
+    }
+}
+
+impl Group {
+    /// What the calls of a BATCH or CALLS record that arrives now share.
+    pub(super) fn draw(ctx: &mut Ctx<'_>) -> Group {
+        Group {
+            wait: Duration::from_millis(ctx.rng.random_range(0..200)),
+            took: Duration::from_millis(ctx.rng.random_range(0..3000)),
+        }
     }
 }
 

@@ -1,16 +1,17 @@
 //! The caller side of a simulated node run: calls from the application through the
 //! [`CallTable`](zmesh::proto::calls::CallTable), routed to a ready server, cancelled by the
-//! application (a CANCEL for the callee where the connection negotiated it), and one-way
-//! messages.
+//! application (a CANCEL for the callee where the connection negotiated it), bursts of calls
+//! made in one turn (sent as BATCH and CALLS records, [`batch::frame`]), and one-way messages.
 
 use std::num::NonZeroU64;
 use std::time::Duration;
 
+use zmesh::proto::calls::batch::{self, Framing};
 use zmesh::proto::calls::CallId;
 use zmesh::proto::handshake::Capabilities;
 use zmesh::proto::wire::{self, Lane, Record, Semantics};
 
-use super::{name, Outgoing, Phase, SimNode, CHANNEL};
+use super::{name, Burst, Outgoing, Phase, SimNode, CHANNEL};
 use crate::net::NetConn;
 use crate::truth::CallKind;
 use crate::Ctx;
@@ -53,26 +54,88 @@ impl SimNode {
             self.pump(ctx);
             return;
         }
-        let (semantics, key) = match kind {
-            CallKind::Query => (Semantics::Query, None),
-            CallKind::Idempotent => (Semantics::IdempotentCommand, None),
-            CallKind::Command => (Semantics::NonRepeatableCommand, None),
-            CallKind::Guarded(k) => (Semantics::NonRepeatableCommand, Some(k.clone())),
-        };
-        let req = wire::Request {
-            call_id: cid.0,
-            ttl_ms: zmesh::proto::calls::ttl_on_wire(ttl),
-            semantics,
-            channel: name(CHANNEL),
-            method: name("op"),
-            idempotency_key: key.and_then(|k| wire::Name::new(k).ok()),
-            payload: crate::truth::payload_of(uid),
-        };
+        let req = request_of(cid, uid, kind, ttl);
         if self.send(ctx, request_conn, &Record::Request(req)) {
             ctx.truth.on_request_left(uid);
             self.calls.handle_sent(cid, now);
         } else {
             self.calls.handle_send_failed(cid, now);
+        }
+        self.pump(ctx);
+    }
+
+    /// Starts the calls of a burst the application made in one turn. They take one route
+    /// and leave together, as the runtime sends a turn's calls for one link: BATCH records,
+    /// and CALLS records for runs that share their header where `calls` is in effect on the
+    /// connection ([`batch::frame`]); a call cancelled in the turn does not leave.
+    pub fn start_calls(&mut self, ctx: &mut Ctx<'_>, burst: Vec<Burst>) {
+        let now = self.at(ctx.now);
+        let Some((request_conn, answer_conn)) = self.route() else {
+            for b in burst {
+                let cid = self
+                    .calls
+                    .start_unrouted(zmesh::proto::calls::Unrouted::NoReadyPeer, now);
+                let request = None;
+                self.call_uid.insert(
+                    cid,
+                    Outgoing {
+                        uid: b.uid,
+                        request,
+                    },
+                );
+            }
+            self.pump(ctx);
+            return;
+        };
+        let mut leaving: Vec<(u64, CallId)> = Vec::new();
+        let mut requests: Vec<wire::Request> = Vec::new();
+        for b in burst {
+            let cid = self.calls.start(answer_conn, b.ttl, now);
+            let request = Some(request_conn);
+            self.call_uid.insert(
+                cid,
+                Outgoing {
+                    uid: b.uid,
+                    request,
+                },
+            );
+            if b.cancel_at_once && self.calls.is_pending(cid) {
+                ctx.truth.on_cancel(b.uid);
+                self.calls.handle_cancel(cid, now);
+            }
+            if self.calls.is_pending(cid) {
+                leaving.push((b.uid, cid));
+                requests.push(request_of(cid, b.uid, &b.kind, b.ttl));
+            }
+        }
+        let calls_on = self.caps_on(request_conn).contains(Capabilities::CALLS);
+        for (range, framing) in batch::frame(&requests, calls_on) {
+            let part = requests.get(range.clone()).unwrap_or_default().to_vec();
+            let count = part.len() as u64;
+            let record = match framing {
+                Framing::Request => part.into_iter().next().map(Record::Request),
+                Framing::Batch => wire::Batch::new(part).ok().map(Record::Batch),
+                Framing::Calls => wire::Calls::new(part).ok().map(Record::Calls),
+            };
+            let sent = record.is_some_and(|r| self.send(ctx, request_conn, &r));
+            if sent {
+                match framing {
+                    Framing::Request => {}
+                    Framing::Batch => ctx.truth.stats.batches_sent += 1,
+                    Framing::Calls => ctx.truth.stats.calls_records_sent += 1,
+                }
+                if framing != Framing::Request {
+                    ctx.truth.stats.calls_in_records += count;
+                }
+            }
+            for &(uid, cid) in leaving.get(range).unwrap_or_default() {
+                if sent {
+                    ctx.truth.on_request_left(uid);
+                    self.calls.handle_sent(cid, now);
+                } else {
+                    self.calls.handle_send_failed(cid, now);
+                }
+            }
         }
         self.pump(ctx);
     }
@@ -166,5 +229,24 @@ impl SimNode {
             payload: crate::truth::message_of(uid),
         });
         self.send(ctx, conn, &msg)
+    }
+}
+
+/// The REQUEST of call `cid`, the simulator's call `uid`.
+fn request_of(cid: CallId, uid: u64, kind: &CallKind, ttl: Option<Duration>) -> wire::Request {
+    let (semantics, key) = match kind {
+        CallKind::Query => (Semantics::Query, None),
+        CallKind::Idempotent => (Semantics::IdempotentCommand, None),
+        CallKind::Command => (Semantics::NonRepeatableCommand, None),
+        CallKind::Guarded(k) => (Semantics::NonRepeatableCommand, Some(k.clone())),
+    };
+    wire::Request {
+        call_id: cid.0,
+        ttl_ms: zmesh::proto::calls::ttl_on_wire(ttl),
+        semantics,
+        channel: name(CHANNEL),
+        method: name("op"),
+        idempotency_key: key.and_then(|k| wire::Name::new(k).ok()),
+        payload: crate::truth::payload_of(uid),
     }
 }
