@@ -14,11 +14,11 @@
 //! and made again after any failure. A request goes to the member that answered last, and
 //! on failure to the others in turn: first those that have not failed since they last
 //! answered, then those that have, the one that failed longest ago first (`MemberOrder`).
-//! Making a client (TCP, TLS handshake, authentication) is bounded by
-//! [`ETCD_CONNECT_TIMEOUT`], the request itself by [`ETCD_REQUEST_TIMEOUT`]: a member that
-//! cannot be reached (a cut link, where a TCP connect is not refused but left unanswered)
-//! costs one connect timeout, so that a pass over three members fits in one store operation
-//! ([`crate::runtime::discovery::STORE_OP_BOUND`]). Two requests never wait for each other's
+//! A TCP connect is bounded by [`ETCD_CONNECT_TIMEOUT`]; the TLS handshake and the
+//! authentication of a new client, and each request, by [`ETCD_REQUEST_TIMEOUT`]: a member
+//! that cannot be reached (a cut link, where a TCP connect is not refused but left
+//! unanswered) costs one connect timeout, so that a pass over three members fits in one store
+//! operation ([`crate::runtime::discovery::STORE_OP_BOUND`]). Two requests never wait for each other's
 //! connect. Requests carry etcd's "require leader" flag: a member cut off from its cluster's
 //! leader refuses at once instead of answering from a stale view, and ends the watches it
 //! serves; that refusal counts as the member failing, and the next member is tried. The
@@ -32,8 +32,8 @@
 //! node's store operations succeed within [`ETCD_RESUME_BOUND`] (its doc says when that
 //! holds): the attempt in flight ends within a connect timeout, the operation it belongs to,
 //! if no member is left to try, is tried again [`STORE_RETRY`] later, and that try reaches
-//! the answering member with a new client (a connect timeout) and a request (a request
-//! timeout).
+//! the answering member with a new client (a connect timeout, then a request timeout for
+//! TLS and authentication) and a request (a request timeout).
 //!
 //! With authentication, each client authenticates with its member when it is made and again
 //! when etcd says its token expired.
@@ -84,13 +84,18 @@ use crate::config::DiscoveryConfig;
 use crate::proto::discovery::STORE_RETRY;
 use members::MemberOrder;
 
-/// Longest wait for a new client of one etcd member: the TCP connect, the TLS handshake and
-/// the authentication. A member that cannot be reached costs this much per attempt.
+/// Longest wait for the TCP connect to one etcd member. A member behind a cut link (whose
+/// connect is neither accepted nor refused) costs this much per attempt.
 pub const ETCD_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Longest wait for one request to one etcd member once its client is made: sending, and
-/// the whole answer.
+/// Longest wait for one request to one etcd member: sending, and the whole answer. A new
+/// client's TLS handshake and authentication count as one request after its TCP connect.
 pub const ETCD_REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Longest wait for a new client of one etcd member: its TCP connect, then its TLS handshake
+/// and authentication.
+const CLIENT_TIMEOUT: Duration =
+    Duration::from_secs(ETCD_CONNECT_TIMEOUT.as_secs() + ETCD_REQUEST_TIMEOUT.as_secs());
 
 /// Longest time from the first etcd member answering again after an outage to the node's
 /// store operations succeeding again (publishing resumed, the watch back), where the outage
@@ -98,12 +103,13 @@ pub const ETCD_REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 /// answer yet still refuse at once: a partition healed (the minority's member refuses until
 /// it has caught up), etcd restarted. It is the attempt in flight (a connect to a member that
 /// was unreachable, [`ETCD_CONNECT_TIMEOUT`]), the pause before its operation, if no member
-/// was left to try, is tried again ([`STORE_RETRY`]), and that try's new client
-/// ([`ETCD_CONNECT_TIMEOUT`]) and request ([`ETCD_REQUEST_TIMEOUT`]).
+/// was left to try, is tried again ([`STORE_RETRY`]), and that try's new client (its connect,
+/// [`ETCD_CONNECT_TIMEOUT`], and authentication, [`ETCD_REQUEST_TIMEOUT`]) and request
+/// ([`ETCD_REQUEST_TIMEOUT`]).
 pub const ETCD_RESUME_BOUND: Duration = Duration::from_secs(
     ETCD_CONNECT_TIMEOUT.as_secs()
         + STORE_RETRY.as_secs()
-        + ETCD_CONNECT_TIMEOUT.as_secs()
+        + CLIENT_TIMEOUT.as_secs()
         + ETCD_REQUEST_TIMEOUT.as_secs(),
 );
 
@@ -413,8 +419,8 @@ impl EtcdStore {
         format!("{}nodes/", self.inner.prefix)
     }
 
-    /// The client of `member`, made (connected, authenticated) within
-    /// [`ETCD_CONNECT_TIMEOUT`] if there is none. The slot is not held while connecting:
+    /// The client of `member`, made (connected, authenticated) within `CLIENT_TIMEOUT` if
+    /// there is none. The slot is not held while connecting:
     /// a request never waits for another's connect (two may connect at once; the first
     /// client kept is the one used).
     async fn client(&self, member: &Member) -> Result<Client, StoreError> {
@@ -424,11 +430,11 @@ impl EtcdStore {
         let options = &self.inner.options;
         let url = options.url(&member.host);
         let connect = Client::connect([url], Some(options.connect(&member.host)));
-        let client = match tokio::time::timeout(ETCD_CONNECT_TIMEOUT, connect).await {
+        let client = match tokio::time::timeout(CLIENT_TIMEOUT, connect).await {
             Ok(made) => made.map_err(|e| classify(&member.host, e))?,
             Err(_) => {
                 return Err(StoreError::Unavailable(format!(
-                    "etcd {}: not connected within {ETCD_CONNECT_TIMEOUT:?}",
+                    "etcd {}: not connected and authenticated within {CLIENT_TIMEOUT:?}",
                     member.host
                 )))
             }
@@ -998,7 +1004,7 @@ mod tests {
         assert!(3 * ETCD_CONNECT_TIMEOUT < STORE_OP_BOUND);
         assert_eq!(
             ETCD_RESUME_BOUND,
-            2 * ETCD_CONNECT_TIMEOUT + STORE_RETRY + ETCD_REQUEST_TIMEOUT
+            2 * ETCD_CONNECT_TIMEOUT + STORE_RETRY + 2 * ETCD_REQUEST_TIMEOUT
         );
     }
 
