@@ -18,8 +18,8 @@
 //! authentication of a new client, and each request, by [`ETCD_REQUEST_TIMEOUT`]: a member
 //! that cannot be reached (a cut link, where a TCP connect is not refused but left
 //! unanswered) costs one connect timeout, so that a pass over three members fits in one store
-//! operation ([`crate::runtime::discovery::STORE_OP_BOUND`]). Two requests never wait for each other's
-//! connect. Requests carry etcd's "require leader" flag: a member cut off from its cluster's
+//! operation ([`crate::runtime::discovery::STORE_OP_BOUND`]). The lease and the watch share
+//! one client per member (one connection, one authentication). Requests carry etcd's "require leader" flag: a member cut off from its cluster's
 //! leader refuses at once instead of answering from a stale view, and ends the watches it
 //! serves; that refusal counts as the member failing, and the next member is tried. The
 //! connection of a watch is probed with HTTP/2 pings every [`WATCH_PING_INTERVAL`] while the
@@ -370,7 +370,7 @@ impl fmt::Debug for Inner {
 struct Member {
     /// `host:port`.
     host: String,
-    client: Mutex<Option<Client>>,
+    client: tokio::sync::Mutex<Option<Client>>,
 }
 
 impl fmt::Debug for Member {
@@ -397,7 +397,7 @@ impl EtcdStore {
             .into_iter()
             .map(|host| Member {
                 host,
-                client: Mutex::new(None),
+                client: tokio::sync::Mutex::new(None),
             })
             .collect();
         let order = Mutex::new(MemberOrder::new(members.len()));
@@ -420,11 +420,13 @@ impl EtcdStore {
     }
 
     /// The client of `member`, made (connected, authenticated) within `CLIENT_TIMEOUT` if
-    /// there is none. The slot is not held while connecting:
-    /// a request never waits for another's connect (two may connect at once; the first
-    /// client kept is the one used).
+    /// there is none. The slot is held while connecting, so that the lease and the watch
+    /// share one connection and one authentication per member: a request that finds a
+    /// connect under way waits for it (each connect is bounded, and a member that cannot be
+    /// reached costs the TCP connect timeout, never the request timeout).
     async fn client(&self, member: &Member) -> Result<Client, StoreError> {
-        if let Some(c) = lock(&member.client).as_ref() {
+        let mut slot = member.client.lock().await;
+        if let Some(c) = slot.as_ref() {
             return Ok(c.clone());
         }
         let options = &self.inner.options;
@@ -439,14 +441,14 @@ impl EtcdStore {
                 )))
             }
         };
-        Ok(lock(&member.client).get_or_insert(client).clone())
+        Ok(slot.insert(client).clone())
     }
 
     /// Member `idx` failed: its client is dropped (the next request makes a new one) and it
     /// goes to the back of the order.
-    fn failed(&self, idx: usize) {
+    async fn failed(&self, idx: usize) {
         if let Some(member) = self.inner.members.get(idx) {
-            lock(&member.client).take();
+            member.client.lock().await.take();
         }
         lock(&self.inner.order).failed(idx, Instant::now());
     }
@@ -491,7 +493,7 @@ impl EtcdStore {
                 // member, which keeps its client and its place.
                 Err(e @ StoreError::Corrupt(_)) => last = e,
                 Err(e) => {
-                    self.failed(idx);
+                    self.failed(idx).await;
                     last = e;
                 }
             }
@@ -884,7 +886,7 @@ async fn open_watch(
                 return Ok((idx, stream));
             }
             Err(e) => {
-                store.failed(idx);
+                store.failed(idx).await;
                 last = e;
             }
         }
@@ -912,8 +914,8 @@ async fn stream_changes(
         .get(idx)
         .map_or("?", |m| m.host.as_str());
     let opened = Instant::now();
-    let broken = |error: StoreError| {
-        store.failed(idx);
+    let broken = |error: StoreError| async move {
+        store.failed(idx).await;
         StreamEnd::Broken {
             error,
             lived: opened.elapsed(),
@@ -929,9 +931,10 @@ async fn stream_changes(
             Ok(None) => {
                 return broken(StoreError::Unavailable(format!(
                     "etcd {host}: the watch was closed"
-                )));
+                )))
+                .await;
             }
-            Err(e) => return broken(classify(host, e)),
+            Err(e) => return broken(classify(host, e)).await,
         };
         if r.compact_revision() > 0 {
             return StreamEnd::Compacted;
@@ -946,7 +949,8 @@ async fn stream_changes(
             return broken(StoreError::Unavailable(format!(
                 "etcd {host}: watch canceled: {}",
                 r.cancel_reason()
-            )));
+            )))
+            .await;
         }
         let mut changes = Vec::new();
         for ev in r.events() {
