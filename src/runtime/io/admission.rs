@@ -11,12 +11,13 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::gate::Gate;
 use super::links::{note, Conn, LinkKind};
 use super::slots::Unit;
 use super::{Host, IoThread, LinkKey, SlotKey};
 use crate::proto::admission::{self, HelloFacts, HelloVerdict, OwnDial, Refusing, WelcomeFacts};
 use crate::proto::handshake::{Expectation, Identity};
-use crate::proto::sched::Source as SchedSource;
+use crate::proto::sched::{IdMap, Source as SchedSource};
 use crate::proto::security::{InputRefusal, PublicKey};
 use crate::proto::state::{ConnState, FailureReason};
 use crate::runtime::event::Source;
@@ -105,7 +106,7 @@ impl IoThread {
         frames: &mut [Frame],
         now: Instant,
     ) {
-        if self.refused.contains(slot, route.as_ref()) {
+        if self.accepting.refused.contains(slot, route.as_ref()) {
             // Refused already: the rest of what this connection sends is ignored.
             return;
         }
@@ -242,7 +243,6 @@ impl IoThread {
                         );
                     }
                     self.links[dk].yielded = true;
-                    self.timers_changed();
                 }
                 true
             }
@@ -275,15 +275,16 @@ impl IoThread {
         let Ok(welcome) = records::welcome(lane, &self.me, peer.capabilities) else {
             return;
         };
-        if let Err(e) = self.send_slot(slot, Some(&route), &welcome) {
+        if let Err(e) = self.sockets.send(slot, Some(&route), &welcome) {
             tracing::debug!(error = %e, "welcome not sent");
             return;
         }
-        self.inbound
+        self.accepting
+            .inbound
             .entry(slot)
             .or_default()
             .insert(route.clone(), k);
-        if let Some(sid) = self.shared_id(slot) {
+        if let Some(sid) = self.sockets.shared_id(slot) {
             if let Err(e) = self
                 .sched
                 .add_unit(Unit::Peer(k, id), SchedSource::Shared(sid))
@@ -291,7 +292,6 @@ impl IoThread {
                 tracing::debug!(error = ?e, "scheduler unit not added");
             }
         }
-        self.timers_changed();
         self.links[k].conn = Some(Conn {
             id,
             slot,
@@ -318,8 +318,10 @@ impl IoThread {
     /// Refuses the unadmitted connection `route` of bound socket `slot`: one REJECT, and
     /// nothing it sends afterwards is looked at (while [`Refused`] remembers it).
     fn refuse(&mut self, slot: SlotKey, route: &[u8], reason: RejectReason, detail: &str) {
-        if self.refused.insert(slot, route) {
-            let _ = self.send_slot(slot, Some(route), &records::reject(reason, detail));
+        if self.accepting.refused.insert(slot, route) {
+            let _ = self
+                .sockets
+                .send(slot, Some(route), &records::reject(reason, detail));
         }
     }
 
@@ -354,7 +356,6 @@ impl IoThread {
 
     pub(super) fn become_ready(&mut self, k: LinkKey, peer: Identity, now: Instant) {
         // A ready connection has no handshake timeout any more.
-        self.timers_changed();
         let l = &mut self.links[k];
         let Some(c) = l.conn.as_mut() else {
             return;
@@ -423,6 +424,19 @@ impl IoThread {
             }
         }
     }
+}
+
+/// The bound sockets' side of admission: the gate (ZAP handler, open connections, recent
+/// refusals), the inbound connections admitted so far, and the ones sent a REJECT.
+pub(super) struct Accepting {
+    /// Inbound connections by bound socket and routing id (unique per physical connection).
+    /// The outer key is our own slot key (fast hash); the routing ids are chosen by peers and
+    /// keep the standard keyed hash.
+    pub(super) inbound: IdMap<SlotKey, HashMap<Vec<u8>, LinkKey>>,
+    /// Unadmitted connections of the bound sockets that were sent a REJECT: ignored since.
+    pub(super) refused: Refused,
+    /// The bound sockets' ZAP handler, their open connections and recent refusals.
+    pub(super) gate: Gate,
 }
 
 /// The routing ids of bound-socket connections this node refused with a REJECT, per socket,

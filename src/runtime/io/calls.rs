@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use super::answers::Outgoing;
 use super::caller::{NewCall, Route, SendPolicy};
 use super::links::{Link, LinkKind};
-use super::{CallKey, IoThread, LinkKey, Table};
+use super::{CallKey, IoThread, LinkKey, Tracked};
 use crate::config::NodeConfig;
 use crate::proto::calls::Unrouted;
 use crate::proto::handshake::Role;
@@ -290,7 +290,7 @@ impl IoThread {
 
 /// The capabilities in effect on link `k`'s ready connection in `links`: those its peer
 /// announced that this node (`me`) announced too; none before it is ready.
-fn negotiated(links: &Table<LinkKey, Link>, me: Capabilities, k: LinkKey) -> Capabilities {
+fn negotiated(links: &Tracked<LinkKey, Link>, me: Capabilities, k: LinkKey) -> Capabilities {
     links
         .get(k)
         .and_then(|l| l.conn.as_ref())
@@ -301,7 +301,7 @@ fn negotiated(links: &Table<LinkKey, Link>, me: Capabilities, k: LinkKey) -> Cap
 
 /// Whether calls to the node behind link `k` may share a BATCH (its `batch_calls`
 /// configuration; a peer that dialled us and is not configured here: yes).
-fn batches_calls(links: &Table<LinkKey, Link>, cfg: &NodeConfig, k: LinkKey) -> bool {
+fn batches_calls(links: &Tracked<LinkKey, Link>, cfg: &NodeConfig, k: LinkKey) -> bool {
     let Some(l) = links.get(k) else {
         return true;
     };

@@ -2,14 +2,26 @@
 //! the receive loop): send queues with records to drain (handed on to [`super::outbound`]),
 //! snapshot and shutdown requests, and the call commands handed on to [`super::calls`].
 
+use std::sync::Arc;
 use std::time::Instant;
 
-use crossbeam_channel::TryRecvError;
+use crossbeam_channel::{Receiver, TryRecvError};
+use tokio::sync::oneshot;
 
 use super::caller::NewCall;
 use super::calls::GRACEFUL_STOP_BOUND;
 use super::{Host, IoThread, COMMANDS_PER_TURN};
-use crate::runtime::command::Command;
+use crate::runtime::command::{Command, WakeUp};
+
+/// What the async side hands the I/O thread: its commands, the wake-up it rings after
+/// queueing one, and the reply a stop waits for once the node is down.
+pub(super) struct Handoff {
+    /// The async side's wake-up: taken before each drain of the command queue.
+    pub(super) wake: Arc<WakeUp>,
+    pub(super) commands: Receiver<Command>,
+    /// Sent once the node stopped, to the caller of the stop.
+    pub(super) shutdown_reply: Option<oneshot::Sender<()>>,
+}
 
 impl IoThread {
     /// Returns false when the node must stop.
@@ -28,7 +40,7 @@ impl IoThread {
     /// so commands take effect in the order they were given.
     fn drain_command_queue(&mut self, now: Instant) -> bool {
         for _ in 0..COMMANDS_PER_TURN {
-            let cmd = match self.commands.try_recv() {
+            let cmd = match self.handoff.commands.try_recv() {
                 Ok(c) => c,
                 Err(TryRecvError::Empty) => return true,
                 Err(TryRecvError::Disconnected) => return false,
@@ -47,7 +59,7 @@ impl IoThread {
                     let _ = reply.send(self.snapshot(now));
                 }
                 Command::Shutdown(reply) => {
-                    self.shutdown_reply = Some(reply);
+                    self.handoff.shutdown_reply = Some(reply);
                     if self.host == Host::Running {
                         // Graceful stop: refuse new calls, answer the accepted ones, then
                         // leave (MISSION C4, F6); the loop ends when the drain is done.

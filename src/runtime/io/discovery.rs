@@ -36,7 +36,7 @@ use bytes::Bytes;
 use super::fanout::Sub;
 use super::links::{note, LinkKind};
 use super::slots::SlotRole;
-use super::{IoThread, LinkKey};
+use super::{IoThread, LinkKey, SubKey};
 use crate::config::{EndpointKind, PeerConfig, ServerConfig};
 use crate::proto::discovery::{Descriptor, Intent, MeshEndpoints};
 use crate::proto::handshake::Expectation;
@@ -60,7 +60,7 @@ pub(super) struct Discovered {
     servers: HashMap<(String, String), usize>,
     /// Subscriptions discovery opened: (RID, endpoint) -> index, and the generation each was
     /// opened for.
-    subs: HashMap<(String, String), (usize, u64)>,
+    subs: HashMap<(String, String), (SubKey, u64)>,
 }
 
 impl IoThread {
@@ -78,7 +78,8 @@ impl IoThread {
                 SlotRole::Bound(Lane::ClientServer) => EndpointKind::Server,
                 _ => EndpointKind::RouteMesh,
             };
-            self.slots
+            self.sockets
+                .slots
                 .values()
                 .flatten()
                 .find(|s| s.role == role)
@@ -98,7 +99,8 @@ impl IoThread {
             &self.me,
             route_mesh,
             bound(SlotRole::Bound(Lane::ClientServer)),
-            self.publisher
+            self.fanout
+                .publisher
                 .iter()
                 .map(|p| advertise.advertised(EndpointKind::Publisher, &p.endpoint))
                 .collect(),
@@ -342,7 +344,6 @@ impl IoThread {
                 // The new run is a new configuration generation of this link.
                 if l.state.handle_reconfigure(generation, now).is_ok() {
                     l.retry_at = Some(now);
-                    self.timers_changed();
                     let link = self.link_id(k);
                     self.emit_state(
                         link,
@@ -362,7 +363,6 @@ impl IoThread {
             return;
         }
         self.links[k].withdrawn = true;
-        self.timers_changed();
         const DETAIL: &str = "descriptor gone: not dialled any more";
         match self.links[k].conn.as_ref().map(|c| c.ready) {
             Some(true) => {}
@@ -405,9 +405,9 @@ impl IoThread {
         let key = (rid, endpoint.clone());
         match self.discovered.subs.get(&key).copied() {
             Some((i, g)) => {
-                self.subs[i].retired = false;
-                self.subs[i].key = public_key;
-                self.subs[i].key_from_descriptor = from_descriptor;
+                self.fanout.subs[i].retired = false;
+                self.fanout.subs[i].key = public_key;
+                self.fanout.subs[i].key_from_descriptor = from_descriptor;
                 if g != generation {
                     // A new run of the publisher: a new socket (WIRE.md §7.3).
                     if let Some(e) = self.discovered.subs.get_mut(&key) {
@@ -419,15 +419,14 @@ impl IoThread {
                         &format!("publisher generation {generation:016x}"),
                         now,
                     );
-                    self.subs[i].retry_at = now;
-                } else if self.subs[i].slot.is_none() {
-                    self.subs[i].retry_at = now;
+                    self.fanout.subs[i].retry_at = now;
+                } else if self.fanout.subs[i].slot.is_none() {
+                    self.fanout.subs[i].retry_at = now;
                 }
-                self.timers_changed();
             }
             None => {
                 let i = self.add_sub(&endpoint, public_key, now);
-                self.subs[i].key_from_descriptor = from_descriptor;
+                self.fanout.subs[i].key_from_descriptor = from_descriptor;
                 self.discovered.subs.insert(key, (i, generation));
             }
         }
@@ -435,13 +434,12 @@ impl IoThread {
 
     /// Stops subscribing to publisher `i`: a socket that never became ready is closed now; a
     /// ready one stays until the transport fails it, and is not reopened.
-    fn retire_sub(&mut self, i: usize, now: Instant) {
-        if self.subs[i].retired {
+    fn retire_sub(&mut self, i: SubKey, now: Instant) {
+        if self.fanout.subs[i].retired {
             return;
         }
-        self.subs[i].retired = true;
-        self.timers_changed();
-        if self.subs[i].slot.is_some() && !self.subs[i].state.is_ready() {
+        self.fanout.subs[i].retired = true;
+        if self.fanout.subs[i].slot.is_some() && !self.fanout.subs[i].state.is_ready() {
             self.fail_sub(
                 i,
                 FailureReason::Reconfigured,
@@ -458,11 +456,10 @@ impl IoThread {
         endpoint: &str,
         key: Option<PublicKey>,
         now: Instant,
-    ) -> usize {
-        self.timers_changed();
-        let i = self.subs.len();
+    ) -> SubKey {
+        let i = self.fanout.subs.next_key();
         let live = self.liveness.insert_subscription(i, now);
-        self.subs.push(Sub {
+        let pushed = self.fanout.subs.push(Sub {
             endpoint: endpoint.to_owned(),
             source: Source::Publisher {
                 endpoint: Arc::from(endpoint),
@@ -480,6 +477,7 @@ impl IoThread {
             key,
             key_from_descriptor: false,
         });
+        debug_assert_eq!(pushed, i);
         i
     }
 }

@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use super::links::{backoff, note};
-use super::{IoThread, LinkKey};
+use super::{IoThread, LinkKey, SubKey};
 use crate::proto::state::{ConnState, FailureReason, LinkState, Recovery};
 use crate::runtime::fds::{self, Exhausted, Gauge};
 use crate::runtime::link::LinkId;
@@ -48,7 +48,12 @@ impl IoThread {
     /// connections, and subscriptions with a socket.
     pub(super) fn open_connections(&self) -> usize {
         self.links.values().filter(|l| l.conn.is_some()).count()
-            + self.subs.iter().filter(|s| s.slot.is_some()).count()
+            + self
+                .fanout
+                .subs
+                .values()
+                .filter(|s| s.slot.is_some())
+                .count()
     }
 
     /// What opening a socket failing with `e` says about resources, the figures read at
@@ -114,7 +119,6 @@ impl IoThread {
     /// a named failure of the link ([`FailureReason::ResourceExhausted`]), retried with the
     /// normal backoff; any other error is logged and retried after [`super::BACKOFF_MAX`].
     pub(super) fn dial_failed(&mut self, k: LinkKey, e: zmq::Error, endpoint: &str, now: Instant) {
-        self.timers_changed();
         let Some(cause) = self.exhausted(e, now) else {
             self.links[k].retry_at = Some(now + super::BACKOFF_MAX);
             tracing::warn!(error = %e, endpoint, "cannot open dialled socket");
@@ -132,12 +136,11 @@ impl IoThread {
     }
 
     /// Subscription `i` could not open its SUB socket: as [`IoThread::dial_failed`].
-    pub(super) fn sub_open_failed(&mut self, i: usize, e: zmq::Error, now: Instant) {
-        self.timers_changed();
-        let endpoint = self.subs[i].endpoint.clone();
+    pub(super) fn sub_open_failed(&mut self, i: SubKey, e: zmq::Error, now: Instant) {
+        let endpoint = self.fanout.subs[i].endpoint.clone();
         let Some(cause) = self.exhausted(e, now) else {
             // Not again at once: the poll timeout takes this instant.
-            self.subs[i].retry_at = now + super::BACKOFF_MAX;
+            self.fanout.subs[i].retry_at = now + super::BACKOFF_MAX;
             tracing::warn!(error = %e, endpoint, "cannot open SUB socket");
             return;
         };
@@ -145,7 +148,7 @@ impl IoThread {
         tracing::debug!(link = %link, "socket not opened: {cause}");
         self.note_exhausted(&link.to_string(), &cause, now);
         let detail = cause.to_string();
-        let s = &mut self.subs[i];
+        let s = &mut self.fanout.subs[i];
         let (retry_at, first) =
             record_exhausted(&mut s.state, &mut s.failures_in_row, &detail, now);
         s.retry_at = retry_at;

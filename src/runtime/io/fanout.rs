@@ -23,10 +23,11 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
+use super::keys::Tracked;
 use super::links::{backoff, note};
 use super::ready::Watch;
 use super::slots::{close_stopping_monitor, Slot, SlotRole};
-use super::{Host, IoThread, SlotKey, BACKOFF_MAX};
+use super::{Host, IoThread, SlotKey, SubKey, BACKOFF_MAX};
 use crate::proto::liveness::{self, Delivery as FanoutDelivery, FanoutInput};
 use crate::proto::security::{InputRefusal, PublicKey};
 use crate::proto::state::{ConnState, FailureReason, LinkState, Recovery};
@@ -67,6 +68,22 @@ pub(super) struct Sub {
     pub(super) key: Option<PublicKey>,
     /// `key` is the publisher descriptor's: used only while it is on the allow-list.
     pub(super) key_from_descriptor: bool,
+}
+
+/// The fanout topology's state: the publishers this node reads and its own publisher.
+#[derive(Default)]
+pub(super) struct FanoutState {
+    /// One subscription per publisher endpoint, each with its own SUB socket (MISSION L5).
+    pub(super) subs: Tracked<SubKey, Sub>,
+    /// This node's publisher, if it has a publisher endpoint.
+    pub(super) publisher: Option<Publisher>,
+}
+
+impl Sub {
+    /// When this subscription opens a new socket: only while it has none and is not retired.
+    pub(super) fn next_deadline(&self) -> Option<Instant> {
+        (self.slot.is_none() && !self.retired).then_some(self.retry_at)
+    }
 }
 
 pub(super) struct Publisher {
@@ -181,10 +198,11 @@ impl IoThread {
         // Under CURVE the publisher is a CURVE server in the ZAP handler's context, with a
         // domain of its own: a subscriber must be on the allow-list (gate).
         let domain = self.curve.is_some().then_some(super::PUBLISHER_DOMAIN);
-        let m = self.sockets.publisher(domain).map_err(bind_err)?;
+        let m = self.sockets.contexts.publisher(domain).map_err(bind_err)?;
         if let Some(pair) = &self.curve {
             set_curve_server(&m.socket, pair).map_err(bind_err)?;
-            self.gate
+            self.accepting
+                .gate
                 .add_domain(super::PUBLISHER_DOMAIN, super::Gated::Publisher);
         }
         let socket = m.socket;
@@ -193,10 +211,12 @@ impl IoThread {
         // zmesh subscriber subscribes to ""): each join gets its beacon.
         socket.set_xpub_verbose(true).map_err(bind_err)?;
         guarded(|| socket.bind(ep)).map_err(bind_err)?;
-        self.ready
+        self.sockets
+            .ready
             .register(&socket, Watch::Publisher)
             .map_err(NodeError::poller)?;
-        self.ready
+        self.sockets
+            .ready
             .register(&m.monitor, Watch::PublisherMonitor)
             .map_err(NodeError::poller)?;
         let endpoint = match socket.get_last_endpoint() {
@@ -210,14 +230,14 @@ impl IoThread {
     /// else refused as malformed, and the monitor's failed handshakes, refused with their
     /// reason.
     pub(super) fn read_publisher(&mut self, now: Instant) {
-        let Some(p) = self.publisher.as_mut() else {
+        let Some(p) = self.fanout.publisher.as_mut() else {
             return;
         };
         let garbage = p.read_subscriptions();
         let events = if p.has_monitor_events() {
             let events = p.take_monitor_events();
             // Read until empty: the descriptor fires again only for events after a check.
-            self.ready.touch(Watch::PublisherMonitor);
+            self.sockets.ready.touch(Watch::PublisherMonitor);
             events
         } else {
             Vec::new()
@@ -238,12 +258,11 @@ impl IoThread {
         }
     }
 
-    pub(super) fn open_sub(&mut self, i: usize, now: Instant) {
-        self.timers_changed();
-        let endpoint = self.subs[i].endpoint.clone();
-        let key = self.subs[i]
+    pub(super) fn open_sub(&mut self, i: SubKey, now: Instant) {
+        let endpoint = self.fanout.subs[i].endpoint.clone();
+        let key = self.fanout.subs[i]
             .key
-            .filter(|k| !self.subs[i].key_from_descriptor || self.gate.allows(k));
+            .filter(|k| !self.fanout.subs[i].key_from_descriptor || self.accepting.gate.allows(k));
         let curve = match (&self.curve, key) {
             (None, _) => None,
             (Some(pair), Some(key)) => Some((pair.clone(), key)),
@@ -252,7 +271,7 @@ impl IoThread {
                 return;
             }
         };
-        let opened = self.sockets.monitored(zmq::SUB).and_then(|m| {
+        let opened = self.sockets.contexts.monitored(zmq::SUB).and_then(|m| {
             if let Some((pair, key)) = &curve {
                 set_curve_client(&m.socket, pair, key)?;
             }
@@ -276,7 +295,7 @@ impl IoThread {
                 let slot = match added {
                     Ok(slot) => slot,
                     Err(e) => {
-                        self.subs[i].retry_at = now + BACKOFF_MAX;
+                        self.fanout.subs[i].retry_at = now + BACKOFF_MAX;
                         tracing::warn!(error = %e, endpoint, "cannot watch SUB socket");
                         return;
                     }
@@ -286,8 +305,8 @@ impl IoThread {
                 let _ = self
                     .liveness
                     .table_mut()
-                    .reset_publisher(self.subs[i].live, now);
-                let s = &mut self.subs[i];
+                    .reset_publisher(self.fanout.subs[i].live, now);
+                let s = &mut self.fanout.subs[i];
                 s.slot = Some(slot);
                 s.conn_id = Some(id);
                 s.connected = false;
@@ -303,25 +322,25 @@ impl IoThread {
         }
     }
 
-    pub(super) fn on_fanout(&mut self, i: usize, frames: Vec<Frame>, now: Instant) {
-        let decoded = records::decode_fanout(&frames, &self.subs[i].last_topic);
+    pub(super) fn on_fanout(&mut self, i: SubKey, frames: Vec<Frame>, now: Instant) {
+        let decoded = records::decode_fanout(&frames, &self.fanout.subs[i].last_topic);
         let input =
             FanoutInput::from_decoded(decoded.as_ref().map(|f| matches!(f, Fanout::Beacon)));
-        let live = self.subs[i].live;
+        let live = self.fanout.subs[i].live;
         let verdict = self.liveness.table_mut().handle_fanout(live, input, now);
         // A state change (ready) comes before the record that caused it.
         self.drain_liveness_events(now);
         if let (Ok(FanoutDelivery::Deliver), Ok(Fanout::Publish { topic, payload })) =
             (verdict, decoded)
         {
-            let s = &mut self.subs[i];
+            let s = &mut self.fanout.subs[i];
             s.records += 1;
             if s.last_topic != topic {
                 s.last_topic = topic.clone();
             }
             metrics::counter!("zmesh_fanout_records_received_total").increment(1);
             self.app.push(NodeEvent::Delivery(Delivery {
-                source: self.subs[i].source.clone(),
+                source: self.fanout.subs[i].source.clone(),
                 channel: topic,
                 payload,
             }));
@@ -331,12 +350,12 @@ impl IoThread {
 
     /// Subscription `i` has no CURVE key to expect of its publisher: it is not opened; it
     /// shows `not_connected` with `security_failure` and is looked at again after a while.
-    fn refuse_sub(&mut self, i: usize, endpoint: &str, now: Instant) {
+    fn refuse_sub(&mut self, i: SubKey, endpoint: &str, now: Instant) {
         let detail = format!(
             "no CURVE key known for publisher {endpoint} (none in [security.endpoint_keys], \
              and no descriptor key on this node's allow-list)"
         );
-        let s = &mut self.subs[i];
+        let s = &mut self.fanout.subs[i];
         s.retry_at = now + BACKOFF_MAX;
         let already = s.state.state() == ConnState::NotConnected
             && s.state
@@ -363,15 +382,20 @@ impl IoThread {
 
     /// Takes one publisher out of ready, closes only its socket; a new socket is opened on the
     /// next timer pass (MISSION L5).
-    pub(super) fn fail_sub(&mut self, i: usize, reason: FailureReason, detail: &str, now: Instant) {
-        self.timers_changed();
-        let Some(slot) = self.subs[i].slot.take() else {
+    pub(super) fn fail_sub(
+        &mut self,
+        i: SubKey,
+        reason: FailureReason,
+        detail: &str,
+        now: Instant,
+    ) {
+        let Some(slot) = self.fanout.subs[i].slot.take() else {
             return;
         };
         if let Some(slot) = self.take_slot(slot) {
             close_stopping_monitor(slot);
         }
-        let s = &mut self.subs[i];
+        let s = &mut self.fanout.subs[i];
         s.conn_id = None;
         s.failures_in_row = s.failures_in_row.saturating_add(1);
         s.retry_at = now + backoff(s.failures_in_row);

@@ -133,10 +133,15 @@ impl IoThread {
     ) {
         match event {
             MonitorEvent::Accepted => {
-                self.gate.open.entry(slot).or_default().insert(value);
+                self.accepting
+                    .gate
+                    .open
+                    .entry(slot)
+                    .or_default()
+                    .insert(value);
             }
             MonitorEvent::Disconnected => {
-                if let Some(open) = self.gate.open.get_mut(&slot) {
+                if let Some(open) = self.accepting.gate.open.get_mut(&slot) {
                     open.remove(&value);
                 }
             }
@@ -186,8 +191,8 @@ impl IoThread {
 
     /// Connections open on bound socket `slot` that are not admitted there.
     pub(super) fn unadmitted(&self, slot: SlotKey) -> usize {
-        let open = self.gate.open.get(&slot).map_or(0, HashSet::len);
-        let admitted = self.inbound.get(&slot).map_or(0, HashMap::len);
+        let open = self.accepting.gate.open.get(&slot).map_or(0, HashSet::len);
+        let admitted = self.accepting.inbound.get(&slot).map_or(0, HashMap::len);
         open.saturating_sub(admitted)
     }
 
@@ -213,21 +218,22 @@ impl IoThread {
     ) {
         metrics::counter!("zmesh_input_refused_total", "reason" => reason.as_str()).increment(1);
         let endpoint = match gated {
-            Gated::Bound(slot) => match self.slots.get(slot) {
+            Gated::Bound(slot) => match self.sockets.slots.get(slot) {
                 Some(Some(s)) => s.endpoint.clone(),
                 _ => String::new(),
             },
             Gated::Publisher => self
+                .fanout
                 .publisher
                 .as_ref()
                 .map(|p| p.endpoint.clone())
                 .unwrap_or_default(),
         };
         tracing::debug!(endpoint, reason = reason.as_str(), detail, "refused");
-        if self.gate.recent.len() == RECENT_REFUSALS {
-            self.gate.recent.pop_front();
+        if self.accepting.gate.recent.len() == RECENT_REFUSALS {
+            self.accepting.gate.recent.pop_front();
         }
-        self.gate.recent.push_back(Refusal {
+        self.accepting.gate.recent.push_back(Refusal {
             at: now,
             endpoint,
             reason,
@@ -237,7 +243,8 @@ impl IoThread {
 
     /// The recent refusals, oldest first, for a snapshot.
     pub(super) fn recent_refusals(&self, now: Instant) -> Vec<RefusalSnapshot> {
-        self.gate
+        self.accepting
+            .gate
             .recent
             .iter()
             .map(|r| RefusalSnapshot {
@@ -252,7 +259,13 @@ impl IoThread {
     /// Answers the ZAP requests waiting on the handler (at most [`ZAP_PER_TURN`]).
     pub(super) fn handle_zap(&mut self, now: Instant) {
         for _ in 0..ZAP_PER_TURN {
-            let frames = match self.gate.zap.as_ref().map(FrameSocket::try_recv_frames) {
+            let frames = match self
+                .accepting
+                .gate
+                .zap
+                .as_ref()
+                .map(FrameSocket::try_recv_frames)
+            {
                 Some(Ok(Some(frames))) => frames,
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "ZAP handler receive failed");
@@ -275,13 +288,13 @@ impl IoThread {
             let mut out: Vec<Vec<u8>> = vec![route.as_ref().to_vec()];
             out.extend(reply.encode());
             let refs: Vec<&[u8]> = out.iter().map(Vec::as_slice).collect();
-            if let Some(zap) = &self.gate.zap {
+            if let Some(zap) = &self.accepting.gate.zap {
                 if let Err(e) = zap.send_frames(&refs) {
                     tracing::warn!(error = %e, "ZAP reply not sent");
                 }
             }
         }
-        self.ready.touch(Watch::Zap);
+        self.sockets.ready.touch(Watch::Zap);
     }
 
     /// The verdict on one connection: under CURVE its key must be on the allow-list (the
@@ -294,7 +307,7 @@ impl IoThread {
             text,
             user_id,
         };
-        let Some(&gated) = self.gate.domains.get(&request.domain) else {
+        let Some(&gated) = self.accepting.gate.domains.get(&request.domain) else {
             return verdict(
                 ZapStatus::AuthFailure,
                 "unknown ZAP domain".into(),
@@ -304,7 +317,7 @@ impl IoThread {
         let mut user_id = String::new();
         if self.curve.is_some() {
             let refused = match request.curve_key() {
-                Some(key) if self.gate.allow.contains(&key) => {
+                Some(key) if self.accepting.gate.allow.contains(&key) => {
                     user_id = key.to_z85();
                     None
                 }
@@ -324,7 +337,7 @@ impl IoThread {
             Gated::Publisher => return verdict(ZapStatus::Ok, "OK".into(), user_id),
         };
         if !matches!(
-            self.slots.get(slot),
+            self.sockets.slots.get(slot),
             Some(Some(Slot {
                 role: SlotRole::Bound(_),
                 ..
@@ -367,7 +380,7 @@ impl IoThread {
                     detail,
                     "allow-list not reloaded; the previous one stays"
                 );
-                self.gate.allow_error = Some(detail.clone());
+                self.accepting.gate.allow_error = Some(detail.clone());
                 self.app
                     .push(NodeEvent::Security(SecurityEvent::AllowListError {
                         detail: detail.clone(),
@@ -376,10 +389,10 @@ impl IoThread {
                 return Err(detail);
             }
         };
-        self.gate.allow = keys;
-        self.gate.allow_reloads += 1;
-        self.gate.allow_error = None;
-        let n = self.gate.allow.len();
+        self.accepting.gate.allow = keys;
+        self.accepting.gate.allow_reloads += 1;
+        self.accepting.gate.allow_error = None;
+        let n = self.accepting.gate.allow.len();
         metrics::gauge!("zmesh_allow_list_keys").set(n as f64);
         tracing::info!(trigger, keys = n, "allow-list loaded");
         self.app
@@ -401,7 +414,6 @@ impl IoThread {
                 l.retry_at = Some(now);
             }
         }
-        self.timers_changed();
         // Connections to nodes whose key left the list: inbound ones, and dialled ones whose
         // key came from a descriptor (a key pinned in endpoint_keys is the operator's word).
         let removed: Vec<LinkKey> = (self.links.keys())
@@ -413,7 +425,7 @@ impl IoThread {
                 let pinned = self
                     .link_endpoint(k)
                     .is_some_and(|ep| self.cfg.security.endpoint_key(&ep).is_some());
-                !self.gate.allow.contains(&key)
+                !self.accepting.gate.allow.contains(&key)
                     && (matches!(l.kind, LinkKind::Inbound { .. }) || !pinned)
             })
             .collect();

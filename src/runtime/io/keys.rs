@@ -1,5 +1,5 @@
 //! Typed handles of the I/O thread's tables: a [`LinkKey`] names a link, a [`SlotKey`] a
-//! socket's slot, and a [`Table`] is indexed by its own key type only, so a link key can
+//! socket's slot, a [`SubKey`] a fanout subscription, and a [`Table`] is indexed by its own key type only, so a link key can
 //! never index the slots (or the other way round). Keys are positions in their table:
 //! handles for lookups and diagnostics, never fences (a connection is fenced by its
 //! [`crate::proto::ConnId`] and the peer's identity).
@@ -50,6 +50,12 @@ key!(
     /// A slot of the I/O thread's socket table. A slot is reused once its socket is gone.
     SlotKey
 );
+key!(
+    /// A fanout subscription of the I/O thread: one publisher endpoint this node reads.
+    /// Subscriptions are never removed while the node runs (a retired one keeps its key), so a
+    /// key stays the same subscription for the node's life.
+    SubKey
+);
 
 /// A vector indexed by its own key type `K`.
 pub(super) struct Table<K, T> {
@@ -77,10 +83,20 @@ impl<K: Key, T> Table<K, T> {
         self.items.get_mut(k.index())
     }
 
+    /// The key the next [`Table::push`] returns.
+    pub(super) fn next_key(&self) -> K {
+        K::from_index(self.items.len())
+    }
+
     /// Adds `item` at the end; returns its key.
     pub(super) fn push(&mut self, item: T) -> K {
         self.items.push(item);
         K::from_index(self.items.len() - 1)
+    }
+
+    /// Every item goes (the node stops).
+    pub(super) fn clear(&mut self) {
+        self.items.clear();
     }
 
     /// Every key, in order.
@@ -136,5 +152,184 @@ impl<K: Key, T> Index<K> for Table<K, T> {
 impl<K: Key, T> IndexMut<K> for Table<K, T> {
     fn index_mut(&mut self, k: K) -> &mut T {
         &mut self.items[k.index()]
+    }
+}
+
+/// A [`Table`] that remembers which of its items were handed out mutably since it was last
+/// asked. Whoever keeps something derived from the items (the timer table keeps each link's
+/// and subscription's earliest deadline) derives it again for those items only, and cannot
+/// miss a change: every mutable access to an item goes through here and marks it.
+pub(super) struct Tracked<K, T> {
+    table: Table<K, T>,
+    /// The keys marked since the last [`Tracked::drain_touched`], each once.
+    touched: Vec<K>,
+    /// Per position: the key is in `touched`.
+    marked: Vec<bool>,
+}
+
+impl<K, T> Default for Tracked<K, T> {
+    fn default() -> Self {
+        Tracked {
+            table: Table::default(),
+            touched: Vec::new(),
+            marked: Vec::new(),
+        }
+    }
+}
+
+impl<K: Key, T> Tracked<K, T> {
+    fn touch(&mut self, k: K) {
+        if let Some(m) = self.marked.get_mut(k.index()) {
+            if !*m {
+                *m = true;
+                self.touched.push(k);
+            }
+        }
+    }
+
+    /// Calls `f` with every item marked since the last call (in the order first marked), and
+    /// unmarks them.
+    pub(super) fn drain_touched(&mut self, mut f: impl FnMut(K, &T)) {
+        for k in self.touched.drain(..) {
+            if let Some(m) = self.marked.get_mut(k.index()) {
+                *m = false;
+            }
+            if let Some(t) = self.table.get(k) {
+                f(k, t);
+            }
+        }
+    }
+
+    /// The item of `k`, if the table reaches that far.
+    pub(super) fn get(&self, k: K) -> Option<&T> {
+        self.table.get(k)
+    }
+
+    /// The item of `k`, mutable: it is marked.
+    pub(super) fn get_mut(&mut self, k: K) -> Option<&mut T> {
+        self.touch(k);
+        self.table.get_mut(k)
+    }
+
+    /// The key the next [`Tracked::push`] returns.
+    pub(super) fn next_key(&self) -> K {
+        self.table.next_key()
+    }
+
+    /// Adds `item` at the end, marked; returns its key.
+    pub(super) fn push(&mut self, item: T) -> K {
+        let k = self.table.push(item);
+        self.marked.push(false);
+        self.touch(k);
+        k
+    }
+
+    /// Every item goes, and every mark (the node stops).
+    pub(super) fn clear(&mut self) {
+        self.table.clear();
+        self.touched.clear();
+        self.marked.clear();
+    }
+
+    /// Every key, in order.
+    pub(super) fn keys(&self) -> impl Iterator<Item = K> + use<K, T> {
+        self.table.keys()
+    }
+
+    /// Every item with its key, in order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = (K, &T)> {
+        self.table.iter()
+    }
+
+    /// Every item, in order.
+    pub(super) fn values(&self) -> std::slice::Iter<'_, T> {
+        self.table.values()
+    }
+
+    /// The key of the first item that satisfies `pred`.
+    pub(super) fn position(&self, pred: impl FnMut(&T) -> bool) -> Option<K> {
+        self.table.position(pred)
+    }
+}
+
+impl<'a, K, T> IntoIterator for &'a Tracked<K, T> {
+    type Item = &'a T;
+    type IntoIter = std::slice::Iter<'a, T>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        (&self.table).into_iter()
+    }
+}
+
+/// Every item, mutable: all are marked.
+impl<'a, K: Key, T> IntoIterator for &'a mut Tracked<K, T> {
+    type Item = &'a mut T;
+    type IntoIter = std::slice::IterMut<'a, T>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        for k in self.table.keys() {
+            self.touch(k);
+        }
+        (&mut self.table).into_iter()
+    }
+}
+
+impl<K: Key, T> Index<K> for Tracked<K, T> {
+    type Output = T;
+
+    fn index(&self, k: K) -> &T {
+        &self.table[k]
+    }
+}
+
+impl<K: Key, T> IndexMut<K> for Tracked<K, T> {
+    fn index_mut(&mut self, k: K) -> &mut T {
+        self.touch(k);
+        &mut self.table[k]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_mutable_access_marks_its_item_once() {
+        let mut t: Tracked<LinkKey, u32> = Tracked::default();
+        let a = t.push(1);
+        let b = t.push(2);
+        let c = t.push(3);
+        let mut seen = Vec::new();
+        t.drain_touched(|k, v| seen.push((k, *v)));
+        assert_eq!(seen, vec![(a, 1), (b, 2), (c, 3)]);
+        // Reads mark nothing.
+        let _ = t[a] + t.get(b).copied().unwrap_or(0) + t.values().sum::<u32>();
+        seen.clear();
+        t.drain_touched(|k, v| seen.push((k, *v)));
+        assert!(seen.is_empty());
+        // Writes mark, each key once, in the order first written.
+        t[c] = 30;
+        t[a] += 10;
+        if let Some(v) = t.get_mut(c) {
+            *v += 3;
+        }
+        t.drain_touched(|k, v| seen.push((k, *v)));
+        assert_eq!(seen, vec![(c, 33), (a, 11)]);
+        seen.clear();
+        t.drain_touched(|k, v| seen.push((k, *v)));
+        assert!(seen.is_empty());
+        // A mutable walk marks every item.
+        for v in &mut t {
+            *v += 0;
+        }
+        t.drain_touched(|k, _| seen.push((k, 0)));
+        assert_eq!(seen, vec![(a, 0), (b, 0), (c, 0)]);
+        seen.clear();
+        // Cleared: nothing is left to drain, and a key beyond the end marks nothing.
+        t[b] = 20;
+        t.clear();
+        assert!(t.get_mut(b).is_none());
+        t.drain_touched(|k, v| seen.push((k, *v)));
+        assert!(seen.is_empty());
     }
 }

@@ -12,7 +12,7 @@ use super::ready::Watch;
 use super::slots::{Slot, SlotRole, Unit};
 use super::{
     Host, IoThread, LinkKey, SlotKey, BACKOFF_MAX, BACKOFF_MIN, BOUND_ID_APPLICATION,
-    BOUND_ID_COMPLETION, DRAIN_BEFORE_DISCONNECT,
+    BOUND_ID_COMPLETION, CLOSE_CONFIRM_MAX, DRAIN_BEFORE_DISCONNECT, HANDSHAKE_TIMEOUT,
 };
 use crate::proto::handshake::Identity;
 use crate::proto::liveness::{self};
@@ -101,6 +101,21 @@ impl Link {
             && !matches!(self.kind, LinkKind::Inbound { .. })
     }
 
+    /// The earliest of this link's timers: its handshake timeout while a connection is not
+    /// ready, its redial while it waits to redial, its close confirmation while a close is
+    /// unconfirmed. What the timer pass acts on, and nothing else: a deadline nothing acts on
+    /// would make every poll return at once.
+    pub(super) fn next_deadline(&self) -> Option<Instant> {
+        let handshake = self
+            .conn
+            .as_ref()
+            .filter(|c| !c.ready)
+            .map(|c| c.opened_at + HANDSHAKE_TIMEOUT);
+        let redial = self.retry_at.filter(|_| self.waits_to_redial());
+        let close = self.closing.as_ref().map(|c| c.1 + CLOSE_CONFIRM_MAX);
+        [handshake, redial, close].into_iter().flatten().min()
+    }
+
     /// A discovered intent whose descriptor is gone and that holds nothing any more: no
     /// connection, no close to confirm. It is removed: it is never dialled and leaves the
     /// snapshot. Its entry stays in the link table only so that the same RID's descriptor,
@@ -120,7 +135,6 @@ impl Link {
 
 impl IoThread {
     pub(super) fn add_link(&mut self, kind: LinkKind, now: Instant) -> LinkKey {
-        self.timers_changed();
         self.links.push(Link {
             kind,
             state: LinkState::new(StateKind::Peer, 0, now),
@@ -186,7 +200,6 @@ impl IoThread {
     }
 
     pub(super) fn dial(&mut self, k: LinkKey, now: Instant) {
-        self.timers_changed();
         let (endpoint, lane, kind) = match &self.links[k].kind {
             LinkKind::MeshDial { peer, lane } => {
                 let Some(p) = self.cfg.peers.get(*peer) else {
@@ -221,7 +234,7 @@ impl IoThread {
         let routing = routing_id(lane, self.me.generation, id);
         // Its monitor reports the socket's own close, confirmed before any replacement is
         // dialled (MISSION F3).
-        let m = match self.sockets.dialled(kind) {
+        let m = match self.sockets.contexts.dialled(kind) {
             Ok(m) => m,
             Err(e) => {
                 self.dial_failed(k, e, &endpoint, now);
@@ -322,7 +335,7 @@ impl IoThread {
                 })?;
                 // The store is not trusted with keys: a discovered node is dialled only if
                 // its key is one this node admits.
-                if !self.gate.allows(&key) {
+                if !self.accepting.gate.allows(&key) {
                     return Err(format!(
                         "the descriptor's key {key} for {endpoint} is not on this node's \
                          allow-list"
@@ -340,7 +353,6 @@ impl IoThread {
     /// `not_connected` with `security_failure` and is not dialled again until a descriptor
     /// brings a new configuration generation.
     fn refuse_dial(&mut self, k: LinkKey, detail: &str, now: Instant) {
-        self.timers_changed();
         let l = &mut self.links[k];
         l.retry_at = None;
         let already = l.state.state() == ConnState::NotConnected
@@ -374,7 +386,6 @@ impl IoThread {
         detail: &str,
         now: Instant,
     ) {
-        self.timers_changed();
         let Some(conn_id) = self.links[k].conn.as_ref().map(|c| c.id) else {
             return;
         };
@@ -444,12 +455,10 @@ impl IoThread {
         reason: FailureReason,
         _now: Instant,
     ) {
-        self.timers_changed();
         if let Some(live) = conn.live {
             self.liveness.remove(live);
         }
-        let dialled =
-            matches!(self.slots.get(conn.slot), Some(Some(s)) if s.role == SlotRole::Dialled(k));
+        let dialled = matches!(self.sockets.slots.get(conn.slot), Some(Some(s)) if s.role == SlotRole::Dialled(k));
         if dialled {
             if let Some(mut slot) = self.take_slot(conn.slot) {
                 // A socket whose monitor was stopped after its handshake gets one again for
@@ -459,7 +468,7 @@ impl IoThread {
                 let redial = self.host != Host::Stopped;
                 if let (None, Some(room), true) = (slot.monitor.as_ref(), slot.room.take(), redial)
                 {
-                    match self.sockets.close_monitor(&slot.socket, room) {
+                    match self.sockets.contexts.close_monitor(&slot.socket, room) {
                         Ok(m) => slot.monitor = Some(m),
                         Err(e) => tracing::debug!(error = %e, link = %k, "close not monitored"),
                     }
@@ -467,7 +476,7 @@ impl IoThread {
                 // Closing our own dialled socket: keep its monitor until libzmq confirms the
                 // close, and dial no replacement before that (MISSION F3).
                 if let Some(m) = slot.monitor {
-                    if let Err(e) = self.ready.register(&m, Watch::Closing(k)) {
+                    if let Err(e) = self.sockets.ready.register(&m, Watch::Closing(k)) {
                         // Unwatched, the link dials again at the time bound, and the monitor is
                         // checked on the timer passes after that (overdue).
                         tracing::debug!(error = %e, "closing monitor not watched");
@@ -476,7 +485,7 @@ impl IoThread {
                     // Never the case (a link dials only once its last close is settled); if
                     // it were, that monitor must still wait for libzmq's confirmation.
                     if let Some((earlier, _)) = earlier {
-                        self.overdue_closing.push(earlier);
+                        self.sockets.overdue_closing.push(earlier);
                     }
                 }
                 drop(slot.socket);
@@ -487,9 +496,9 @@ impl IoThread {
             // that late records of this physical connection change nothing (MISSION L6).
             if reason != FailureReason::OrderlyClose && reason != FailureReason::TransportError {
                 let close = records::close(records::close_reason(reason));
-                let _ = self.send_slot(conn.slot, Some(&route), &close);
+                let _ = self.sockets.send(conn.slot, Some(&route), &close);
             }
-            if let Some(m) = self.inbound.get_mut(&conn.slot) {
+            if let Some(m) = self.accepting.inbound.get_mut(&conn.slot) {
                 m.remove(route.as_slice());
             }
             self.sched.remove_unit(Unit::Peer(k, conn.id));
@@ -500,38 +509,36 @@ impl IoThread {
     /// and terminates the contexts next): its monitor goes, and the link may be dialled again
     /// at its retry time.
     pub(super) fn confirm_close(&mut self, k: LinkKey) {
-        self.timers_changed();
         if let Some((m, _)) = self.links.get_mut(k).and_then(|l| l.closing.take()) {
-            self.ready.deregister(&m);
+            self.sockets.ready.deregister(&m);
         }
     }
 
     /// Link `k`'s closed socket was not confirmed closed within [`CLOSE_CONFIRM_MAX`](super::CLOSE_CONFIRM_MAX): the
     /// link may be dialled again, its old monitor is kept until libzmq confirms after all.
     pub(super) fn close_overdue(&mut self, k: LinkKey) {
-        self.timers_changed();
         if let Some((m, _)) = self.links.get_mut(k).and_then(|l| l.closing.take()) {
             tracing::debug!(link = %k, "close not confirmed in time; dialling anyway");
-            self.overdue_closing.push(m);
+            self.sockets.overdue_closing.push(m);
         }
     }
 
     /// Keeps the monitor of a dialled socket of link `k` that was closed before it served a
     /// connection, until libzmq confirms the close (it does not hold the link's redial).
     pub(super) fn park_closing(&mut self, k: LinkKey, m: MonitorSocket) {
-        if let Err(e) = self.ready.register(&m, Watch::Closing(k)) {
+        if let Err(e) = self.sockets.ready.register(&m, Watch::Closing(k)) {
             tracing::debug!(error = %e, "closing monitor not watched");
         }
-        self.overdue_closing.push(m);
+        self.sockets.overdue_closing.push(m);
     }
 
     /// Drops the overdue closing monitors whose close libzmq has confirmed by now.
     pub(super) fn settle_overdue_closing(&mut self) {
-        if self.overdue_closing.is_empty() {
+        if self.sockets.overdue_closing.is_empty() {
             return;
         }
-        let ready = &self.ready;
-        self.overdue_closing.retain(|m| {
+        let ready = &self.sockets.ready;
+        self.sockets.overdue_closing.retain(|m| {
             let keep = !m.close_confirmed();
             if !keep {
                 ready.deregister(m);
@@ -552,7 +559,7 @@ impl IoThread {
     /// [`IoThread::on_router_notice`]), so the monitor is stopped and its two descriptors go.
     /// Events libzmq raised before the stop (a disconnect among them) are acted on here.
     fn stop_monitor(&mut self, slot: SlotKey, now: Instant) {
-        let Some(Some(s)) = self.slots.get(slot) else {
+        let Some(Some(s)) = self.sockets.slots.get(slot) else {
             return;
         };
         let SlotRole::Dialled(k) = s.role else {
@@ -568,14 +575,14 @@ impl IoThread {
         if !done {
             return;
         }
-        let Some(Some(s)) = self.slots.get_mut(slot) else {
+        let Some(Some(s)) = self.sockets.slots.get_mut(slot) else {
             return;
         };
         let Some(m) = s.monitor.take() else {
             return;
         };
-        self.ready.deregister(&m);
-        self.ready.forget_monitor(slot);
+        self.sockets.ready.deregister(&m);
+        self.sockets.ready.forget_monitor(slot);
         match m.stop(&s.socket) {
             Ok((events, room)) => {
                 s.room = Some(room);
@@ -584,7 +591,7 @@ impl IoThread {
             Err((e, m)) => {
                 // It keeps running: the node goes on with it as before.
                 tracing::debug!(error = %e, link = %k, "monitor not stopped");
-                let registered = self.ready.register(&m, Watch::Monitor(slot));
+                let registered = self.sockets.ready.register(&m, Watch::Monitor(slot));
                 if let Err(e) = registered {
                     tracing::debug!(error = %e, "monitor not watched");
                 }
@@ -619,14 +626,14 @@ impl IoThread {
     /// Reads the events queued on a slot's monitor and acts on them.
     fn monitor_events(&mut self, slot: SlotKey, now: Instant) {
         let mut events = Vec::new();
-        if let Some(Some(s)) = self.slots.get(slot) {
+        if let Some(Some(s)) = self.sockets.slots.get(slot) {
             if let Some(m) = &s.monitor {
                 while let Ok(Some(frames)) = m.try_recv_frames() {
                     if let Some(ev) = MonitorEvent::decode_with_value(&frames) {
                         events.push(ev);
                     }
                 }
-                self.ready.touch(Watch::Monitor(slot));
+                self.sockets.ready.touch(Watch::Monitor(slot));
             }
         }
         self.act_on_monitor_events(slot, events, now);
@@ -640,13 +647,13 @@ impl IoThread {
         now: Instant,
     ) {
         for (ev, value) in events {
-            let Some(Some(s)) = self.slots.get(slot) else {
+            let Some(Some(s)) = self.sockets.slots.get(slot) else {
                 return;
             };
             if let SlotRole::Bound(_) = s.role {
                 self.gate_monitor_event(slot, ev, value, now);
             }
-            let Some(Some(s)) = self.slots.get(slot) else {
+            let Some(Some(s)) = self.sockets.slots.get(slot) else {
                 return;
             };
             match (s.role, ev) {
@@ -682,7 +689,7 @@ impl IoThread {
                     // Records that arrived before the disconnect come first: an orderly CLOSE
                     // explains the disconnect better than the disconnect itself.
                     for _ in 0..DRAIN_BEFORE_DISCONNECT {
-                        let Some(frames) = self.recv_one(slot) else {
+                        let Some(frames) = self.sockets.recv_one(slot) else {
                             break;
                         };
                         self.on_frames(slot, frames, now);
@@ -696,10 +703,10 @@ impl IoThread {
                     }
                 }
                 (SlotRole::Bound(_), MonitorEvent::Disconnected) => {
-                    self.link_timers.start_sweep(slot, now);
+                    self.timers.start_sweep(slot, now);
                 }
                 (SlotRole::Sub(i), MonitorEvent::HandshakeSucceeded) => {
-                    self.subs[i].connected = true;
+                    self.fanout.subs[i].connected = true;
                 }
                 // A publisher that does not hold the key this node expects of it, or refuses
                 // this node (its allow-list): nothing of it is ever read.
@@ -717,7 +724,7 @@ impl IoThread {
                 }
                 // Before a handshake, a disconnect is a failed connect attempt that libzmq
                 // retries itself; after one, the publisher is gone (MISSION L6).
-                (SlotRole::Sub(i), MonitorEvent::Disconnected) if self.subs[i].connected => {
+                (SlotRole::Sub(i), MonitorEvent::Disconnected) if self.fanout.subs[i].connected => {
                     self.fail_sub(
                         i,
                         FailureReason::TransportError,
@@ -766,6 +773,7 @@ impl IoThread {
     /// last probe (a duplicate), or our own pending probe id (a resend).
     pub(super) fn sweep(&mut self, slot: SlotKey, now: Instant) {
         let victims: Vec<(Vec<u8>, LinkKey)> = self
+            .accepting
             .inbound
             .get(&slot)
             .map(|m| m.iter().map(|(r, k)| (r.clone(), *k)).collect())
@@ -783,7 +791,7 @@ impl IoThread {
                 (None, Some(id)) => records::probe(id),
                 (None, None) => continue,
             };
-            let gone = self.send_slot(slot, Some(&route), &frames)
+            let gone = self.sockets.send(slot, Some(&route), &frames)
                 == Err(crate::runtime::socket::SocketSendError::Unreachable);
             if gone {
                 if self.lane_held_elsewhere(k) {

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use super::{LinkKey, LiveOwner};
+use super::{LinkKey, LiveOwner, SubKey};
 use crate::proto::liveness::{self, Liveness};
 use crate::proto::ConnId;
 
@@ -38,7 +38,7 @@ impl Live {
     }
 
     /// A fanout subscription `i`: its silence deadline, from `now`.
-    pub(super) fn insert_subscription(&mut self, i: usize, now: Instant) -> liveness::LinkKey {
+    pub(super) fn insert_subscription(&mut self, i: SubKey, now: Instant) -> liveness::LinkKey {
         let key = self.table.insert_publisher(now);
         self.owners.insert(key, LiveOwner::Sub(i));
         key

@@ -92,13 +92,12 @@ mod slots;
 mod snapshot;
 mod timers;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
-use tokio::sync::oneshot;
 
 use super::command::{Command, WakeUp};
 use super::error::NodeError;
@@ -108,21 +107,21 @@ use super::operations::OpsShared;
 use super::outbound::{Closed, LinkTable, PubSocket};
 use super::records::Lane;
 use super::security::KeyPair;
-use super::socket::{MonitorSocket, Sockets};
+use super::socket::Sockets;
 use crate::config::NodeConfig;
 use crate::proto::handshake::Identity;
 use crate::proto::liveness::PEER_DEADLINE;
-use crate::proto::sched::{IdMap, ReceiveScheduler, SharedSocketId};
+use crate::proto::sched::{IdMap, ReceiveScheduler};
 use crate::proto::security::PublicKey;
 use crate::proto::state::{ConnState, FailureReason};
 use crate::proto::ConnId;
 use answers::AnswerQueue;
 pub use calls::GRACEFUL_STOP_BOUND;
-use fanout::{Publisher, Sub};
+use fanout::Publisher;
 use links::{Link, LinkKind};
 use ready::{Readiness, Watch};
 use receive::Staged;
-use slots::{Slot, SlotRole, Unit};
+use slots::{Slot, SlotRole, SocketSet, Unit};
 
 /// Delays after a bound-side disconnect event at which the socket's inbound connections are
 /// checked for a vanished pipe.
@@ -162,8 +161,8 @@ const BOUND_ID_SERVER: &[u8] = b"zmesh-server";
 /// The publisher's ZAP domain (CURVE: its subscribers must be on the allow-list).
 const PUBLISHER_DOMAIN: &str = "zmesh-publisher";
 
-use keys::Table;
-pub(crate) use keys::{Key, LinkKey, SlotKey};
+use keys::Tracked;
+pub(crate) use keys::{Key, LinkKey, SlotKey, SubKey};
 /// The physical connection a call travels on: a link and its current connection. Here, not
 /// in `calls.rs` or `caller.rs`, because the caller and callee parts and the glue that routes
 /// their records all use it.
@@ -186,7 +185,7 @@ enum Gated {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum LiveOwner {
     Link(LinkKey),
-    Sub(usize),
+    Sub(SubKey),
     Publisher,
 }
 
@@ -212,22 +211,19 @@ pub(crate) struct Shared {
 pub(crate) struct IoThread {
     cfg: NodeConfig,
     me: Identity,
-    sockets: Sockets,
-    /// The async side's wake-up: taken before each drain of the command queue.
-    wake: Arc<WakeUp>,
+    /// Every socket of the node, the epoll set over them and the closes still unconfirmed.
+    sockets: SocketSet,
+    /// The async side's command queue, its wake-up and the reply a stop waits for.
+    handoff: commands::Handoff,
     /// Where one-way records go, published for the async side (see [`outbound`]).
     table: Arc<LinkTable>,
     /// Which links' send queues have records to drain, and this turn's budget.
     sends: outbound::SendTurns,
-    /// The epoll set over every socket's `ZMQ_FD` and the sockets due for a `ZMQ_EVENTS`
-    /// check (see [`ready`] for the rule that keeps an edge from being lost).
-    ready: Readiness,
-    commands: Receiver<Command>,
     /// The application's queue: this turn's events, the deliveries it holds, the link
     /// backlogs while it is paused.
     app: app::AppQueue,
-    /// The per-link timers as last scanned, and the disconnect sweeps.
-    link_timers: timers::LinkTimers,
+    /// Every link's and subscription's earliest deadline, and the disconnect sweeps.
+    timers: timers::TimerTable,
     /// The last receive rotation left work that socket readiness cannot show: wait without
     /// sleeping, and run a rotation even if no socket is readable.
     busy: bool,
@@ -237,33 +233,19 @@ pub(crate) struct IoThread {
     callee: callee::Callee,
     /// ACCEPTs and REPLYs held back by a full pipe, per link (and its connection then).
     answers: AnswerQueue,
-    slots: Table<SlotKey, Option<Slot>>,
-    links: Table<LinkKey, Link>,
-    /// Inbound connections by bound socket and routing id (unique per physical connection).
-    /// The outer key is our own slot key (fast hash); the routing ids are chosen by peers and
-    /// keep the standard keyed hash.
-    inbound: IdMap<SlotKey, HashMap<Vec<u8>, LinkKey>>,
-    /// Unadmitted connections of the bound sockets that were sent a REJECT: ignored since.
-    refused: admission::Refused,
-    /// The bound sockets' ZAP handler, their open connections and recent refusals.
-    gate: gate::Gate,
-    subs: Vec<Sub>,
-    publisher: Option<Publisher>,
+    links: Tracked<LinkKey, Link>,
+    /// The bound sockets' gate, their inbound connections and the ones refused.
+    accepting: admission::Accepting,
+    /// The publishers this node reads and its own publisher.
+    fanout: fanout::FanoutState,
     /// Automatic mode: links added by discovery and the descriptors' fences.
     discovered: discovery::Discovered,
     /// The one structure owning every liveness machine of this node (MISSION L8).
     liveness: live::Live,
     /// The one fair receive scheduler over every socket and peer (MISSION R1-R3).
     sched: ReceiveScheduler<Unit, Staged>,
-    shared_slots: IdMap<SharedSocketId, SlotKey>,
-    /// Monitors of closed dialled sockets whose close was not confirmed within
-    /// [`CLOSE_CONFIRM_MAX`]: their links dial again, but the monitors are kept (still watched,
-    /// under their link's [`Watch::Closing`]) until libzmq confirms, because a monitor dropped
-    /// before libzmq's last event blocks the context's reaper (see `MonitorSocket`).
-    overdue_closing: Vec<MonitorSocket>,
     next_conn: u64,
     host: Host,
-    shutdown_reply: Option<oneshot::Sender<()>>,
     /// CURVE: this node's key pair; `None` in `none` mode.
     curve: Option<KeyPair>,
     /// Running out of descriptors: the figures and the episode being logged.
@@ -329,40 +311,40 @@ impl IoThread {
         let mut io = IoThread {
             cfg: cfg.clone(),
             me,
-            sockets,
-            wake: wake.clone(),
+            sockets: SocketSet::new(sockets, ready, curve.is_some()),
+            handoff: commands::Handoff {
+                wake: wake.clone(),
+                commands,
+                shutdown_reply: None,
+            },
             table: table.clone(),
             sends: outbound::SendTurns::new(),
-            ready,
-            commands,
             app: app::AppQueue::new(events, outstanding, cfg.delivery_high_water),
-            link_timers: timers::LinkTimers::new(),
+            timers: timers::TimerTable::new(),
             busy: false,
             caller: caller::Caller::new(ops),
             callee: callee::Callee::new(),
             answers: AnswerQueue::default(),
-            slots: Table::default(),
-            links: Table::default(),
-            inbound: IdMap::default(),
-            refused: admission::Refused::default(),
-            gate,
-            subs: Vec::new(),
-            publisher: None,
+            links: Tracked::default(),
+            accepting: admission::Accepting {
+                inbound: IdMap::default(),
+                refused: admission::Refused::default(),
+                gate,
+            },
+            fanout: fanout::FanoutState::default(),
             discovered: discovery::Discovered::default(),
             liveness: live::Live::new(generation),
             // Readiness mode: a rotation visits the units with work only (the readable set
             // is handed over at the start of each rotation).
             sched: ReceiveScheduler::new().with_readiness(),
-            shared_slots: IdMap::default(),
-            overdue_closing: Vec::new(),
             next_conn: 1,
             host: Host::Running,
-            shutdown_reply: None,
             curve,
             exhaustion: exhaustion::Exhaustion::default(),
         };
-        if let Some(zap) = io.gate.handler() {
-            io.ready
+        if let Some(zap) = io.accepting.gate.handler() {
+            io.sockets
+                .ready
                 .register(zap, Watch::Zap)
                 .map_err(NodeError::poller)?;
         }
@@ -389,7 +371,7 @@ impl IoThread {
             let (socket, endpoint, monitor) = io.bind_publisher(&p.endpoint)?;
             let socket = Arc::new(PubSocket::new(socket, generation));
             let live = io.liveness.insert_beacon(now);
-            io.publisher = Some(Publisher::new(socket, endpoint, live, monitor));
+            io.fanout.publisher = Some(Publisher::new(socket, endpoint, live, monitor));
         }
         for (i, _) in cfg.peers.iter().enumerate() {
             for lane in [Lane::Application, Lane::Completion] {
@@ -407,7 +389,7 @@ impl IoThread {
         let shared = Shared {
             wake,
             table,
-            publisher: io.publisher.as_ref().map(|p| p.socket.clone()),
+            publisher: io.fanout.publisher.as_ref().map(|p| p.socket.clone()),
         };
         Ok((io, shared))
     }
@@ -450,40 +432,43 @@ impl IoThread {
                     (d.as_micros().div_ceil(1000)) as i64
                 })
                 .unwrap_or(-1);
-            let timeout =
-                if self.busy || !self.commands.is_empty() || self.has_input() || self.has_sends() {
-                    // More records, monitor events, commands or queued sends are waiting (those
-                    // left over by a per-turn cap have no wake-up of their own): do not sleep.
-                    0
-                } else if !self.app.has_backlog()
-                    && self.answers.is_empty()
-                    && !self.has_blocked_sends()
-                {
-                    timeout
-                } else if timeout < 0 {
-                    PAUSED_POLL_MS
-                } else {
-                    timeout.min(PAUSED_POLL_MS)
-                };
+            let timeout = if self.busy
+                || !self.handoff.commands.is_empty()
+                || self.has_input()
+                || self.has_sends()
+            {
+                // More records, monitor events, commands or queued sends are waiting (those
+                // left over by a per-turn cap have no wake-up of their own): do not sleep.
+                0
+            } else if !self.app.has_backlog()
+                && self.answers.is_empty()
+                && !self.has_blocked_sends()
+            {
+                timeout
+            } else if timeout < 0 {
+                PAUSED_POLL_MS
+            } else {
+                timeout.min(PAUSED_POLL_MS)
+            };
             let wait = u64::try_from(timeout).ok().map(Duration::from_millis);
-            if let Err(e) = self.ready.wait(wait) {
+            if let Err(e) = self.sockets.ready.wait(wait) {
                 tracing::error!(error = %e, "epoll wait failed; stopping the node");
                 break;
             }
             self.settle();
             let now = Instant::now();
-            for slot in self.ready.take_monitors() {
+            for slot in self.sockets.ready.take_monitors() {
                 self.drain_monitor(slot, now);
             }
             self.read_publisher(now);
-            if std::mem::take(&mut self.gate.zap_ready) {
+            if std::mem::take(&mut self.accepting.gate.zap_ready) {
                 self.handle_zap(now);
             }
             // Commands before records: a command the application gave before it saw some
             // effect (e.g. a service registered before the peer was seen ready) is in force
             // before any record read after that effect.
-            if self.ready.take_wake() {
-                self.wake.taken();
+            if self.sockets.ready.take_wake() {
+                self.handoff.wake.taken();
             }
             if !self.drain_commands(now) {
                 break;
@@ -505,41 +490,41 @@ impl IoThread {
     /// wake-ups, closes confirmed. The check itself is the socket's last operation, so the
     /// next record to arrive on it signals its descriptor again.
     pub(super) fn settle(&mut self) {
-        while self.ready.has_checks() {
-            for w in self.ready.take_checks() {
+        while self.sockets.ready.has_checks() {
+            for w in self.sockets.ready.take_checks() {
                 match w {
-                    Watch::Wake => self.ready.found_wake(),
+                    Watch::Wake => self.sockets.ready.found_wake(),
                     Watch::Publisher => {
-                        if let Some(p) = self.publisher.as_mut() {
+                        if let Some(p) = self.fanout.publisher.as_mut() {
                             p.subscriptions_waiting();
                         }
                     }
                     Watch::PublisherMonitor => {
-                        if let Some(p) = self.publisher.as_mut() {
+                        if let Some(p) = self.fanout.publisher.as_mut() {
                             p.monitor_waiting();
                         }
                     }
                     Watch::Zap => {
-                        if self.gate.handler().is_some_and(ready::has_input) {
-                            self.gate.zap_ready = true;
+                        if self.accepting.gate.handler().is_some_and(ready::has_input) {
+                            self.accepting.gate.zap_ready = true;
                         }
                     }
                     Watch::Socket(k) => {
-                        let input = match self.slots.get(k) {
+                        let input = match self.sockets.slots.get(k) {
                             Some(Some(s)) => ready::has_input(&s.socket),
                             _ => continue,
                         };
-                        self.ready.found_socket(k, input);
+                        self.sockets.ready.found_socket(k, input);
                     }
                     Watch::Monitor(k) => {
-                        let input = match self.slots.get(k) {
+                        let input = match self.sockets.slots.get(k) {
                             Some(Some(Slot {
                                 monitor: Some(m), ..
                             })) => ready::has_input(m),
                             _ => continue,
                         };
                         if input {
-                            self.ready.found_monitor(k);
+                            self.sockets.ready.found_monitor(k);
                         }
                     }
                     Watch::Closing(k) => {
@@ -563,11 +548,12 @@ impl IoThread {
     /// True if something is waiting that the loop can act on now: a readable socket it may
     /// read, a monitor event, a wake-up.
     pub(super) fn has_input(&self) -> bool {
-        self.ready.is_woken()
-            || self.gate.zap_ready
-            || self.ready.has_monitors()
+        self.sockets.ready.is_woken()
+            || self.accepting.gate.zap_ready
+            || self.sockets.ready.has_monitors()
             || self.has_readable()
             || self
+                .fanout
                 .publisher
                 .as_ref()
                 .is_some_and(|p| p.has_subscriptions() || p.has_monitor_events())
@@ -575,7 +561,11 @@ impl IoThread {
 
     /// True if some readable socket is not held back by a paused application queue.
     pub(super) fn has_readable(&self) -> bool {
-        self.ready.readable().iter().any(|&k| !self.app.is_held(k))
+        self.sockets
+            .ready
+            .readable()
+            .iter()
+            .any(|&k| !self.app.is_held(k))
     }
 
     pub(super) fn flush_events(&mut self) {
@@ -616,7 +606,7 @@ impl Drop for IoThread {
                 q.close(Closed::Shutdown);
             }
         }
-        if let Some(p) = &self.publisher {
+        if let Some(p) = &self.fanout.publisher {
             drop(p.socket.close());
         }
     }

@@ -388,7 +388,7 @@ impl IoThread {
         let Some(c) = self.links.get(k).and_then(|l| l.conn.as_ref()) else {
             return (0, Some(SocketError::Unreachable));
         };
-        let Some(Some(s)) = self.slots.get(c.slot) else {
+        let Some(Some(s)) = self.sockets.slots.get(c.slot) else {
             return (0, Some(SocketError::Unreachable));
         };
         let mut sent = 0;
@@ -406,7 +406,7 @@ impl IoThread {
         }
         // A send may consume the ZMQ_FD signal of a record that arrived meanwhile: check the
         // socket before the loop sleeps (see `ready`).
-        self.ready.touch(Watch::Socket(c.slot));
+        self.sockets.ready.touch(Watch::Socket(c.slot));
         (sent, failed)
     }
 

@@ -70,11 +70,11 @@ impl IoThread {
     pub(super) fn receive_rotation(&mut self) -> bool {
         // The scheduler learns which sockets have records from the readable set; a receive
         // that finds nothing ("would block") takes a socket out of both.
-        for &slot in self.ready.readable() {
+        for &slot in self.sockets.ready.readable() {
             if self.app.is_held(slot) {
                 continue;
             }
-            match self.slots.get(slot) {
+            match self.sockets.slots.get(slot) {
                 Some(Some(Slot {
                     shared: Some(sid), ..
                 })) => self.sched.handle_readable(ReadTarget::Shared(*sid)),
@@ -103,8 +103,8 @@ impl IoThread {
                         ReadTarget::Unit(_) => None,
                     };
                     let frames = match slot {
-                        Some(s) if self.ready.is_readable(s) && !self.app.is_held(s) => {
-                            self.recv_one(s)
+                        Some(s) if self.sockets.ready.is_readable(s) && !self.app.is_held(s) => {
+                            self.sockets.recv_one(s)
                         }
                         _ => None,
                     };
@@ -116,6 +116,7 @@ impl IoThread {
                     let (owner, staged) = match req.target() {
                         ReadTarget::Shared(_) if !frames.is_empty() => {
                             let owner = self
+                                .accepting
                                 .inbound
                                 .get(&slot)
                                 .and_then(|m| m.get(frames[0].as_ref()))
@@ -162,7 +163,7 @@ impl IoThread {
     }
 
     pub(super) fn slot_of_shared(&self, sid: SharedSocketId) -> Option<SlotKey> {
-        self.shared_slots.get(&sid).copied()
+        self.sockets.shared.get(&sid).copied()
     }
 
     /// Processes a record in its unit's turn.
@@ -177,8 +178,11 @@ impl IoThread {
                 }
             }
             (Unit::Admission(slot), Some(route)) => {
-                let Some(Some(SlotRole::Bound(lane))) =
-                    self.slots.get(slot).map(|s| s.as_ref().map(|s| s.role))
+                let Some(Some(SlotRole::Bound(lane))) = self
+                    .sockets
+                    .slots
+                    .get(slot)
+                    .map(|s| s.as_ref().map(|s| s.role))
                 else {
                     return;
                 };
@@ -196,7 +200,7 @@ impl IoThread {
     }
 
     pub(super) fn on_frames(&mut self, slot: SlotKey, mut frames: Vec<Frame>, now: Instant) {
-        let Some(Some(s)) = self.slots.get(slot) else {
+        let Some(Some(s)) = self.sockets.slots.get(slot) else {
             return;
         };
         match s.role {
@@ -246,6 +250,7 @@ impl IoThread {
         now: Instant,
     ) {
         let known = self
+            .accepting
             .inbound
             .get(&slot)
             .and_then(|m| m.get(route.as_ref()))
@@ -310,7 +315,6 @@ impl IoThread {
                     // The peer's own dial of this lane is the current connection (T1).
                     self.fail_link(k, FailureReason::StoodDown, &detail, now);
                     self.links[k].yielded = true;
-                    self.timers_changed();
                 } else {
                     self.fail_link(k, records::reject_failure(reason), &detail, now);
                 }
@@ -321,7 +325,6 @@ impl IoThread {
                     // The peer kept its own dial of this lane: ours stands down (T1).
                     self.fail_link(k, FailureReason::StoodDown, &detail, now);
                     self.links[k].yielded = true;
-                    self.timers_changed();
                 } else {
                     self.fail_link(k, FailureReason::OrderlyClose, &detail, now);
                 }

@@ -9,7 +9,7 @@ use std::time::Instant;
 use super::answers::Outgoing;
 use super::callee::From;
 use super::links::Link;
-use super::{CallKey, IoThread, LinkKey, Table};
+use super::{CallKey, IoThread, LinkKey, Tracked};
 use crate::proto::wire::{self, Capabilities, Lane};
 use crate::runtime::command::{ServeDone, ServeItem, Served};
 use crate::runtime::security::Caller;
@@ -157,7 +157,7 @@ impl IoThread {
 }
 
 /// Who calls on link `k` of `links`, as its connection knows it.
-fn caller_of(links: &Table<LinkKey, Link>, k: LinkKey) -> Caller {
+fn caller_of(links: &Tracked<LinkKey, Link>, k: LinkKey) -> Caller {
     let c = links.get(k).and_then(|l| l.conn.as_ref());
     let peer = c.and_then(|c| c.peer.as_ref());
     let verified = c.and_then(|c| c.verified_key);

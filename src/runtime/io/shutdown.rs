@@ -45,26 +45,26 @@ impl IoThread {
             self.confirm_close(k);
             self.links[k].retry_at = None;
         }
-        for m in std::mem::take(&mut self.overdue_closing) {
-            self.ready.deregister(&m);
+        for m in std::mem::take(&mut self.sockets.overdue_closing) {
+            self.sockets.ready.deregister(&m);
         }
-        for k in self.slots.keys() {
+        for k in self.sockets.slots.keys() {
             if let Some(slot) = self.take_slot(k) {
                 // Dialled sockets carrying our CLOSE need a moment to flush it.
                 let _ = slot.socket.set_linger(CLOSE_LINGER_MS);
                 close_stopping_monitor(slot);
             }
         }
-        self.link_timers.clear();
-        self.inbound.clear();
-        self.subs.clear();
-        if let Some(mut p) = self.publisher.take() {
+        self.timers.clear();
+        self.accepting.inbound.clear();
+        self.fanout.subs.clear();
+        if let Some(mut p) = self.fanout.publisher.take() {
             let monitor = p.monitor.take();
             if let Some(m) = &monitor {
-                self.ready.deregister(m);
+                self.sockets.ready.deregister(m);
             }
             if let Some(socket) = p.socket.close() {
-                self.ready.deregister(&socket);
+                self.sockets.ready.deregister(&socket);
                 // Records published just before the stop get the linger to leave.
                 let _ = socket.set_linger(CLOSE_LINGER_MS);
                 // Its monitor stops first: a monitor closed before its socket can leave a
@@ -86,9 +86,9 @@ impl IoThread {
         self.liveness.clear();
         // Dropping the contexts terminates them once their last socket is closed: after this,
         // libzmq has released every socket, connection and listening port of the node.
-        self.sockets = Sockets::new(0);
+        self.sockets.contexts = Sockets::new(0);
         self.flush_events();
-        if let Some(reply) = self.shutdown_reply.take() {
+        if let Some(reply) = self.handoff.shutdown_reply.take() {
             let _ = reply.send(());
         }
     }

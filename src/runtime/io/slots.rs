@@ -2,16 +2,19 @@
 //! epoll set and taking them out again, and the one send and receive primitive of a slot.
 //! A send or receive marks its socket for a `ZMQ_EVENTS` check (see [`super::ready`]).
 
-use super::ready::Watch;
+use super::keys::Table;
+use super::ready::{Readiness, Watch};
 use super::{
-    Gated, IoThread, LinkKey, SlotKey, BOUND_ID_APPLICATION, BOUND_ID_COMPLETION, BOUND_ID_SERVER,
+    Gated, IoThread, LinkKey, SlotKey, SubKey, BOUND_ID_APPLICATION, BOUND_ID_COMPLETION,
+    BOUND_ID_SERVER,
 };
-use crate::proto::sched::{SharedSocketId, Source as SchedSource};
+use crate::proto::sched::{IdMap, SharedSocketId, Source as SchedSource};
 use crate::proto::ConnId;
 use crate::runtime::error::NodeError;
 use crate::runtime::records::Lane;
 use crate::runtime::socket::{
-    guarded, set_curve_server, Frame, FrameSocket, MonitorSocket, SocketRoom, CLOSE_LINGER_MS,
+    guarded, set_curve_server, Frame, FrameSocket, MonitorSocket, SocketRoom, Sockets,
+    CLOSE_LINGER_MS,
 };
 
 /// What a socket is for.
@@ -22,7 +25,31 @@ pub(super) enum SlotRole {
     /// A dialled ROUTER/DEALER owned by one link.
     Dialled(LinkKey),
     /// A SUB socket owned by one fanout subscription.
-    Sub(usize),
+    Sub(SubKey),
+}
+
+/// The node's sockets: the contexts they are made in, the slot table, the bound sockets'
+/// scheduler ids, the epoll set over their descriptors, and the monitors of closed sockets
+/// whose close libzmq has not confirmed in time.
+pub(super) struct SocketSet {
+    /// The libzmq contexts every socket is made in.
+    pub(super) contexts: Sockets,
+    pub(super) slots: Table<SlotKey, Option<Slot>>,
+    /// The bound sockets by their id in the receive scheduler.
+    pub(super) shared: IdMap<SharedSocketId, SlotKey>,
+    /// The epoll set over every socket's `ZMQ_FD` and the sockets due for a `ZMQ_EVENTS`
+    /// check (see [`super::ready`] for the rule that keeps an edge from being lost).
+    pub(super) ready: Readiness,
+    /// Monitors of closed dialled sockets whose close was not confirmed within
+    /// [`CLOSE_CONFIRM_MAX`]: their links dial again, but the monitors are kept (still watched,
+    /// under their link's [`Watch::Closing`]) until libzmq confirms, because a monitor dropped
+    /// before libzmq's last event blocks the context's reaper (see `MonitorSocket`).
+    ///
+    /// [`CLOSE_CONFIRM_MAX`]: super::CLOSE_CONFIRM_MAX
+    pub(super) overdue_closing: Vec<MonitorSocket>,
+    /// CURVE: a bound socket's records keep their message properties (see
+    /// [`SocketSet::recv_one`]).
+    curve: bool,
 }
 
 pub(super) struct Slot {
@@ -77,6 +104,109 @@ pub(super) enum Unit {
     Admission(SlotKey),
 }
 
+impl SocketSet {
+    /// No socket yet; `curve`: the node runs CURVE.
+    pub(super) fn new(contexts: Sockets, ready: Readiness, curve: bool) -> SocketSet {
+        SocketSet {
+            contexts,
+            slots: Table::default(),
+            shared: IdMap::default(),
+            ready,
+            overdue_closing: Vec::new(),
+            curve,
+        }
+    }
+
+    /// The socket in slot `key`, if there is one.
+    pub(super) fn get(&self, key: SlotKey) -> Option<&Slot> {
+        self.slots.get(key)?.as_ref()
+    }
+
+    /// Places `slot` in the first free slot (or a new one); returns its key.
+    fn insert(&mut self, slot: Slot) -> SlotKey {
+        match self.slots.position(Option::is_none) {
+            Some(i) => {
+                self.slots[i] = Some(slot);
+                i
+            }
+            None => self.slots.push(Some(slot)),
+        }
+    }
+
+    /// Registers slot `key`'s socket and its monitor in the epoll set.
+    fn register(&self, key: SlotKey) -> std::io::Result<()> {
+        let Some(s) = self.get(key) else {
+            return Ok(());
+        };
+        self.ready.register(&s.socket, Watch::Socket(key))?;
+        match &s.monitor {
+            Some(m) => self.ready.register(m, Watch::Monitor(key)),
+            None => Ok(()),
+        }
+    }
+
+    /// Takes slot `key`'s socket out of the table and, with its monitor, out of the epoll
+    /// set, before they close (their descriptors go with them).
+    fn remove(&mut self, key: SlotKey) -> Option<Slot> {
+        self.ready.forget(key);
+        let slot = self.slots.get_mut(key).and_then(Option::take)?;
+        self.ready.deregister(&slot.socket);
+        if let Some(m) = &slot.monitor {
+            self.ready.deregister(m);
+        }
+        Some(slot)
+    }
+
+    /// The receive scheduler's handle of slot `key`, if it is a bound socket.
+    pub(super) fn shared_id(&self, key: SlotKey) -> Option<SharedSocketId> {
+        self.get(key)?.shared
+    }
+
+    /// Sends a record on a slot's socket, prefixed by a routing id when the socket is a
+    /// ROUTER, and marks the socket for a `ZMQ_EVENTS` check (the send may have consumed the
+    /// signal of a record that arrived meanwhile).
+    pub(super) fn send(
+        &self,
+        slot: SlotKey,
+        route: Option<&[u8]>,
+        frames: &[Vec<u8>],
+    ) -> Result<(), crate::runtime::socket::SocketSendError> {
+        match self.slots.get(slot) {
+            Some(Some(s)) => {
+                let r = send_routed(&s.socket, route, frames);
+                self.ready.touch(Watch::Socket(slot));
+                r
+            }
+            _ => Err(crate::runtime::socket::SocketSendError::Unreachable),
+        }
+    }
+
+    /// One record from a socket without blocking, if any. "Nothing" (or an error) takes the
+    /// socket out of the readable set until its descriptor fires or a check finds a record.
+    pub(super) fn recv_one(&mut self, slot: SlotKey) -> Option<Vec<Frame>> {
+        let s = self.slots.get(slot)?.as_ref()?;
+        // CURVE: a bound socket's records keep their message properties until the receive
+        // loop knows whether they come from an admitted connection (`receive`): a HELLO's
+        // carries the client's verified key.
+        let share = !self.curve || !matches!(s.role, SlotRole::Bound(_));
+        let got = s.socket.try_recv_record(share);
+        match &got {
+            Ok(Some(_)) | Err(_) => self.ready.touch(Watch::Socket(slot)),
+            // EAGAIN: libzmq processed the socket's commands and found nothing; the socket's
+            // next record signals its descriptor (`ready`, the rule), so no check is due.
+            Ok(None) => self.ready.settled_by_receive(Watch::Socket(slot)),
+        }
+        let got = got.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "receive failed");
+            None
+        });
+        if got.is_none() {
+            self.ready.drained(slot);
+        }
+        got
+    }
+}
+
 impl IoThread {
     pub(super) fn bind(
         &mut self,
@@ -96,11 +226,15 @@ impl IoThread {
         let domain = bound_id.map(|id| String::from_utf8_lossy(id).into_owned());
         let (socket, monitor) = match (&domain, role) {
             (Some(domain), _) => {
-                let m = self.sockets.bound(kind, domain).map_err(bind_err)?;
+                let m = self
+                    .sockets
+                    .contexts
+                    .bound(kind, domain)
+                    .map_err(bind_err)?;
                 (m.socket, Some(m.monitor))
             }
             (None, _) => {
-                let m = self.sockets.monitored(kind).map_err(bind_err)?;
+                let m = self.sockets.contexts.monitored(kind).map_err(bind_err)?;
                 (m.socket, Some(m.monitor))
             }
         };
@@ -128,7 +262,7 @@ impl IoThread {
             })
             .map_err(NodeError::poller)?;
         if let Some(domain) = domain {
-            self.gate.add_domain(&domain, Gated::Bound(slot));
+            self.accepting.gate.add_domain(&domain, Gated::Bound(slot));
         }
         Ok(slot)
     }
@@ -137,17 +271,7 @@ impl IoThread {
     /// failure the slot is given up again (the socket closes).
     pub(super) fn add_slot(&mut self, slot: Slot) -> std::io::Result<SlotKey> {
         let key = self.put_slot(slot);
-        let registered = match self.slots.get(key) {
-            Some(Some(s)) => {
-                let socket = self.ready.register(&s.socket, Watch::Socket(key));
-                socket.and_then(|()| match &s.monitor {
-                    Some(m) => self.ready.register(m, Watch::Monitor(key)),
-                    None => Ok(()),
-                })
-            }
-            _ => Ok(()),
-        };
-        if let Err(e) = registered {
+        if let Err(e) = self.sockets.register(key) {
             if let Some(slot) = self.take_slot(key) {
                 match (slot.role, slot.monitor) {
                     // A dialled socket's monitor waits for libzmq's confirmation of the close.
@@ -170,15 +294,9 @@ impl IoThread {
             _ => None,
         };
         slot.shared = shared;
-        let key = match self.slots.position(Option::is_none) {
-            Some(i) => {
-                self.slots[i] = Some(slot);
-                i
-            }
-            None => self.slots.push(Some(slot)),
-        };
+        let key = self.sockets.insert(slot);
         if let Some(sid) = shared {
-            self.shared_slots.insert(sid, key);
+            self.sockets.shared.insert(sid, key);
         }
         let (unit, source) = match shared {
             Some(sid) => (Unit::Admission(key), SchedSource::Shared(sid)),
@@ -190,29 +308,18 @@ impl IoThread {
         key
     }
 
-    pub(super) fn shared_id(&self, slot: SlotKey) -> Option<SharedSocketId> {
-        self.slots.get(slot)?.as_ref()?.shared
-    }
-
     pub(super) fn take_slot(&mut self, key: SlotKey) -> Option<Slot> {
-        match self.shared_id(key) {
+        match self.sockets.shared_id(key) {
             // Records staged for its peers go with the socket.
             Some(sid) => {
-                self.shared_slots.remove(&sid);
+                self.sockets.shared.remove(&sid);
                 drop(self.sched.remove_shared_socket(sid));
             }
             None => drop(self.sched.remove_unit(Unit::Socket(key))),
         }
-        self.inbound.remove(&key);
-        self.link_timers.forget_sweeps(key);
-        self.ready.forget(key);
-        let slot = self.slots.get_mut(key).and_then(Option::take)?;
-        // Out of the epoll set before the sockets close (their descriptors go with them).
-        self.ready.deregister(&slot.socket);
-        if let Some(m) = &slot.monitor {
-            self.ready.deregister(m);
-        }
-        Some(slot)
+        self.accepting.inbound.remove(&key);
+        self.timers.forget_sweeps(key);
+        self.sockets.remove(key)
     }
 
     pub(super) fn send_frames_on_link(
@@ -223,26 +330,7 @@ impl IoThread {
         let Some(c) = self.links.get(k).and_then(|l| l.conn.as_ref()) else {
             return Err(crate::runtime::socket::SocketSendError::Unreachable);
         };
-        self.send_slot(c.slot, c.route.as_deref(), frames)
-    }
-
-    /// Sends a record on a slot's socket, prefixed by a routing id when the socket is a
-    /// ROUTER, and marks the socket for a `ZMQ_EVENTS` check (the send may have consumed the
-    /// signal of a record that arrived meanwhile).
-    pub(super) fn send_slot(
-        &self,
-        slot: SlotKey,
-        route: Option<&[u8]>,
-        frames: &[Vec<u8>],
-    ) -> Result<(), crate::runtime::socket::SocketSendError> {
-        match self.slots.get(slot) {
-            Some(Some(s)) => {
-                let r = send_routed(&s.socket, route, frames);
-                self.ready.touch(Watch::Socket(slot));
-                r
-            }
-            _ => Err(crate::runtime::socket::SocketSendError::Unreachable),
-        }
+        self.sockets.send(c.slot, c.route.as_deref(), frames)
     }
 
     pub(super) fn send_on_link(
@@ -251,31 +339,6 @@ impl IoThread {
         frames: Vec<Vec<u8>>,
     ) -> Result<(), crate::runtime::socket::SocketSendError> {
         self.send_frames_on_link(k, &frames)
-    }
-
-    /// One record from a socket without blocking, if any. "Nothing" (or an error) takes the
-    /// socket out of the readable set until its descriptor fires or a check finds a record.
-    pub(super) fn recv_one(&mut self, slot: SlotKey) -> Option<Vec<Frame>> {
-        let s = self.slots.get(slot)?.as_ref()?;
-        // CURVE: a bound socket's records keep their message properties until the receive
-        // loop knows whether they come from an admitted connection (`receive`): a HELLO's
-        // carries the client's verified key.
-        let share = self.curve.is_none() || !matches!(s.role, SlotRole::Bound(_));
-        let got = s.socket.try_recv_record(share);
-        match &got {
-            Ok(Some(_)) | Err(_) => self.ready.touch(Watch::Socket(slot)),
-            // EAGAIN: libzmq processed the socket's commands and found nothing; the socket's
-            // next record signals its descriptor (`ready`, the rule), so no check is due.
-            Ok(None) => self.ready.settled_by_receive(Watch::Socket(slot)),
-        }
-        let got = got.unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "receive failed");
-            None
-        });
-        if got.is_none() {
-            self.ready.drained(slot);
-        }
-        got
     }
 }
 

@@ -80,8 +80,8 @@ impl IoThread {
             omitted,
             links_ready,
             recent_refusals: self.recent_refusals(now),
-            zmq_contexts: self.sockets.contexts(),
-            zmq_sockets: self.sockets.open_sockets(),
+            zmq_contexts: self.sockets.contexts.contexts(),
+            zmq_sockets: self.sockets.contexts.open_sockets(),
             fds_open: crate::runtime::fds::open_count(),
             fd_limit: crate::runtime::fds::limit(),
             discovery: None,
@@ -92,9 +92,9 @@ impl IoThread {
                     "none"
                 },
                 public_key: self.curve.as_ref().map(|p| p.public.to_z85()),
-                allowed_keys: self.gate.allowed_keys(),
-                allow_list_reloads: self.gate.allow_reloads,
-                allow_list_error: self.gate.allow_error.clone(),
+                allowed_keys: self.accepting.gate.allowed_keys(),
+                allow_list_reloads: self.accepting.gate.allow_reloads,
+                allow_list_error: self.accepting.gate.allow_error.clone(),
             },
         }
     }
@@ -131,6 +131,7 @@ impl IoThread {
             }
             LinkKind::Inbound { rid, lane } => {
                 let ep = self
+                    .sockets
                     .slots
                     .values()
                     .flatten()
@@ -208,8 +209,9 @@ impl IoThread {
         let age = |t: Instant| now.saturating_duration_since(t).as_millis() as u64;
         // A discovered publisher whose descriptor is gone, once its socket is closed.
         for s in self
+            .fanout
             .subs
-            .iter()
+            .values()
             .filter(|s| !(s.retired && s.slot.is_none()))
         {
             let last = self

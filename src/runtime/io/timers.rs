@@ -1,58 +1,138 @@
 //! Timers: the earliest deadline the loop may sleep to, and what runs when deadlines come
 //! due (call deadlines, liveness probes and beacons, handshake timeouts, redials, close
-//! confirmations, SUB re-opens, disconnect sweeps). Per-link timers are scanned only after a
-//! link changed or the earliest of them came due.
+//! confirmations, SUB re-opens, disconnect sweeps). One table holds every link's and
+//! subscription's earliest deadline, derived again for exactly the ones a turn changed.
 
+use std::collections::BTreeSet;
 use std::time::Instant;
 
+use super::keys::Key;
 use super::links::note;
-use super::{IoThread, LiveOwner, SlotKey, CLOSE_CONFIRM_MAX, HANDSHAKE_TIMEOUT, SWEEP_DELAYS};
+use super::{
+    IoThread, LinkKey, LiveOwner, SlotKey, SubKey, CLOSE_CONFIRM_MAX, HANDSHAKE_TIMEOUT,
+    SWEEP_DELAYS,
+};
 use crate::proto::liveness::{LivenessEvent, ProbeEvent, PublisherEvent, Transmit};
 use crate::proto::state::{ConnState, FailureReason};
 use crate::runtime::link::LinkId;
 use crate::runtime::records::{self};
 
-/// The per-link timers as last scanned, and the disconnect sweeps of the bound sockets.
+/// Whose deadline an entry of the [`TimerTable`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum TimerOwner {
+    /// A link: its handshake timeout, its redial or its close confirmation.
+    Link(LinkKey),
+    /// A fanout subscription without a socket: its re-open.
+    Sub(SubKey),
+}
+
+/// The node's per-link and per-subscription deadlines, and the disconnect sweeps of the
+/// bound sockets.
 ///
-/// The per-link and per-subscription timers (handshake timeouts, redials, close
-/// confirmations, SUB re-opens) live in the links and subscriptions themselves; this holds
-/// their earliest deadline from the last walk over them, and whether something changed
-/// since. Every change that can set or advance one of those timers marks it changed; while it
-/// is not and no deadline is due, a loop turn does not look at the links at all (an idle node
-/// with thousands of links would otherwise walk them on every wake-up).
-pub(super) struct LinkTimers {
-    /// The earliest deadline of the last scan; `None` if none is set.
-    deadline: Option<Instant>,
-    /// A link, subscription or sweep changed since that scan.
-    changed: bool,
+/// The timers themselves live in the links and subscriptions (a connection's `opened_at`, a
+/// link's `retry_at` and `closing`, a subscription's `retry_at`): each owner's entry here is
+/// the earliest of its own, derived from it by
+/// [`Link::next_deadline`](super::links::Link::next_deadline) and
+/// [`Sub::next_deadline`](super::fanout::Sub::next_deadline). The links and subscriptions are [`Tracked`] tables, so every owner
+/// handed out mutably is derived again before the loop next sleeps or fires timers
+/// ([`IoThread::sync_timers`]): no change can be missed, and a turn costs one derivation per
+/// owner it touched, not a walk over every link.
+///
+/// [`Tracked`]: super::keys::Tracked
+pub(super) struct TimerTable {
+    /// Per link position: its entry in `order`, if it has a deadline.
+    links: Vec<Option<Instant>>,
+    /// Per subscription position: its entry in `order`, if it has a deadline.
+    subs: Vec<Option<Instant>>,
+    /// Every owner's earliest deadline, earliest first.
+    order: BTreeSet<(Instant, TimerOwner)>,
     /// Disconnect sweeps: when, which bound socket, which step of [`SWEEP_DELAYS`].
     sweeps: Vec<(Instant, SlotKey, usize)>,
 }
 
-impl LinkTimers {
-    /// Nothing scanned yet: the first look scans.
-    pub(super) fn new() -> LinkTimers {
-        LinkTimers {
-            deadline: None,
-            changed: true,
+impl TimerTable {
+    /// No deadline set.
+    pub(super) fn new() -> TimerTable {
+        TimerTable {
+            links: Vec::new(),
+            subs: Vec::new(),
+            order: BTreeSet::new(),
             sweeps: Vec::new(),
         }
     }
 
-    /// Something changed: scan again before trusting the last scan.
-    pub(super) fn changed(&mut self) {
-        self.changed = true;
+    /// `owner`'s earliest deadline is now `at` (`None`: it has none).
+    pub(super) fn set(&mut self, owner: TimerOwner, at: Option<Instant>) {
+        let (entries, i) = match owner {
+            TimerOwner::Link(k) => (&mut self.links, k.index()),
+            TimerOwner::Sub(k) => (&mut self.subs, k.index()),
+        };
+        if entries.len() <= i {
+            if at.is_none() {
+                return;
+            }
+            entries.resize(i + 1, None);
+        }
+        let entry = &mut entries[i];
+        if *entry == at {
+            return;
+        }
+        if let Some(old) = entry.take() {
+            self.order.remove(&(old, owner));
+        }
+        if let Some(t) = at {
+            self.order.insert((t, owner));
+        }
+        *entry = at;
     }
 
-    /// True if the timers must be walked at `now`: something changed, or the earliest is due.
+    /// The earliest deadline of any owner or sweep.
+    pub(super) fn next(&self) -> Option<Instant> {
+        let owners = self.order.first().map(|e| e.0);
+        [owners, self.next_sweep()].into_iter().flatten().min()
+    }
+
+    /// True if some deadline is due at `now`.
     fn due(&self, now: Instant) -> bool {
-        self.changed || self.deadline.is_some_and(|t| now >= t)
+        self.next().is_some_and(|t| now >= t)
+    }
+
+    /// The links whose deadline is due at `now`, in key order.
+    fn due_links(&self, now: Instant) -> Vec<LinkKey> {
+        let mut due: Vec<LinkKey> = self
+            .due_owners(now)
+            .filter_map(|o| match o {
+                TimerOwner::Link(k) => Some(k),
+                TimerOwner::Sub(_) => None,
+            })
+            .collect();
+        due.sort_unstable();
+        due
+    }
+
+    /// The subscriptions whose deadline is due at `now`, in key order.
+    fn due_subs(&self, now: Instant) -> Vec<SubKey> {
+        let mut due: Vec<SubKey> = self
+            .due_owners(now)
+            .filter_map(|o| match o {
+                TimerOwner::Sub(k) => Some(k),
+                TimerOwner::Link(_) => None,
+            })
+            .collect();
+        due.sort_unstable();
+        due
+    }
+
+    fn due_owners(&self, now: Instant) -> impl Iterator<Item = TimerOwner> + '_ {
+        self.order
+            .iter()
+            .take_while(move |e| e.0 <= now)
+            .map(|e| e.1)
     }
 
     /// A bound socket reported a disconnect at `now`: its first sweep is due now.
     pub(super) fn start_sweep(&mut self, slot: SlotKey, now: Instant) {
         self.sweeps.push((now, slot, 0));
-        self.changed = true;
     }
 
     /// The sweeps of socket `slot` go (the socket is gone).
@@ -83,8 +163,11 @@ impl LinkTimers {
         self.sweeps.iter().map(|s| s.0).min()
     }
 
-    /// Every sweep goes (the node stops).
+    /// Every deadline and sweep goes (the node stops).
     pub(super) fn clear(&mut self) {
+        self.links.clear();
+        self.subs.clear();
+        self.order.clear();
         self.sweeps.clear();
     }
 }
@@ -92,51 +175,27 @@ impl LinkTimers {
 impl IoThread {
     /// The earliest instant any timer of the node is due.
     pub(super) fn poll_timeout(&mut self) -> Option<Instant> {
-        if self.link_timers.changed {
-            self.link_timers.changed = false;
-            self.link_timers.deadline = self.scan_link_timers();
-        }
+        self.sync_timers();
         [
             self.liveness.table().poll_timeout(),
             self.caller.poll_timeout(),
             self.callee.poll_timeout(),
-            self.link_timers.deadline,
+            self.timers.next(),
         ]
         .into_iter()
         .flatten()
         .min()
     }
 
-    /// Notes that a link, a subscription or the sweeps changed: their timers are scanned
-    /// again before the loop next sleeps or trusts the last scan.
-    pub(super) fn timers_changed(&mut self) {
-        self.link_timers.changed();
-    }
-
-    /// The earliest per-link, per-subscription or sweep deadline: a walk over every link
-    /// and subscription, done only after one of them changed or a deadline came due.
-    pub(super) fn scan_link_timers(&self) -> Option<Instant> {
-        let mut next: Option<Instant> = None;
-        let mut take = |t: Option<Instant>| {
-            if let Some(t) = t {
-                next = Some(next.map_or(t, |n| n.min(t)));
-            }
-        };
-        for l in &self.links {
-            if let Some(c) = &l.conn {
-                if !c.ready {
-                    take(Some(c.opened_at + HANDSHAKE_TIMEOUT));
-                }
-            } else if l.waits_to_redial() {
-                take(l.retry_at);
-            }
-            take(l.closing.as_ref().map(|c| c.1 + CLOSE_CONFIRM_MAX));
-        }
-        for s in self.subs.iter().filter(|s| s.slot.is_none() && !s.retired) {
-            take(Some(s.retry_at));
-        }
-        take(self.link_timers.next_sweep());
-        next
+    /// Derives again the deadline of every link and subscription handed out mutably since the
+    /// last call.
+    pub(super) fn sync_timers(&mut self) {
+        let timers = &mut self.timers;
+        self.links
+            .drain_touched(|k, l| timers.set(TimerOwner::Link(k), l.next_deadline()));
+        self.fanout
+            .subs
+            .drain_touched(|k, s| timers.set(TimerOwner::Sub(k), s.next_deadline()));
     }
 
     pub(super) fn run_timers(&mut self, now: Instant) {
@@ -158,8 +217,13 @@ impl IoThread {
                     }
                 }
                 Transmit::Beacon { key } => {
-                    if self.publisher.as_ref().is_some_and(|p| p.live == key) {
-                        if let Some(p) = self.publisher.as_mut() {
+                    if self
+                        .fanout
+                        .publisher
+                        .as_ref()
+                        .is_some_and(|p| p.live == key)
+                    {
+                        if let Some(p) = self.fanout.publisher.as_mut() {
                             p.send_beacon();
                         }
                     }
@@ -167,15 +231,14 @@ impl IoThread {
             }
         }
         self.drain_liveness_events(now);
-        // The per-link timers below are walked only if something changed since the last
-        // scan or the earliest of them is due (an idle node has none set at all).
-        if !self.link_timers.due(now) {
+        // Only the links and subscriptions whose deadline is due are looked at (an idle node
+        // has none set at all).
+        self.sync_timers();
+        if !self.timers.due(now) {
             return;
         }
-        // What runs below may set timers of its own; the next poll_timeout scans again.
-        self.timers_changed();
         // Handshake timeouts.
-        for k in self.links.keys() {
+        for k in self.timers.due_links(now) {
             let expired = self.links[k]
                 .conn
                 .as_ref()
@@ -184,8 +247,10 @@ impl IoThread {
                 self.fail_link(k, FailureReason::TransportError, "handshake timed out", now);
             }
         }
-        // Reconnects.
-        for k in self.links.keys() {
+        // Reconnects and overdue close confirmations, also of links the timeouts above made
+        // due.
+        self.sync_timers();
+        for k in self.timers.due_links(now) {
             let l = &self.links[k];
             let due = l.waits_to_redial() && l.retry_at.is_some_and(|t| now >= t);
             if due {
@@ -201,14 +266,15 @@ impl IoThread {
         }
         self.settle_overdue_closing();
         // Fanout subscriptions without a socket get a new one (MISSION L5).
-        for i in 0..self.subs.len() {
-            let s = &self.subs[i];
+        self.sync_timers();
+        for i in self.timers.due_subs(now) {
+            let s = &self.fanout.subs[i];
             if s.slot.is_none() && !s.retired && now >= s.retry_at {
                 self.open_sub(i, now);
             }
         }
         // Bound-socket disconnect sweeps.
-        for slot in self.link_timers.take_due_sweeps(now) {
+        for slot in self.timers.take_due_sweeps(now) {
             self.sweep(slot, now);
         }
     }
@@ -232,7 +298,7 @@ impl IoThread {
                     Some(LiveOwner::Sub(i)),
                     LivenessEvent::Publisher(PublisherEvent::BecameReady),
                 ) => {
-                    let s = &mut self.subs[i];
+                    let s = &mut self.fanout.subs[i];
                     s.failures_in_row = 0;
                     note(s.state.handle_ready(now));
                     let link = LinkId::Subscription {
