@@ -19,9 +19,10 @@
 //! that cannot be reached (a cut link, where a TCP connect is not refused but left
 //! unanswered) costs one connect timeout, so that a pass over three members fits in one store
 //! operation ([`crate::runtime::discovery::STORE_OP_BOUND`]). The lease and the watch share
-//! one client per member (one connection, one authentication). Requests carry etcd's "require leader" flag: a member cut off from its cluster's
-//! leader refuses at once instead of answering from a stale view, and ends the watches it
-//! serves; that refusal counts as the member failing, and the next member is tried. The
+//! one client per member (one connection, one authentication). Requests carry etcd's
+//! "require leader" flag: a member cut off from its cluster's leader refuses at once instead
+//! of answering from a stale view, and ends the watches it serves; that refusal counts as
+//! the member failing, and the next member is tried. The
 //! connection of a watch is probed with HTTP/2 pings every [`WATCH_PING_INTERVAL`] while the
 //! watch is open, so that a member gone silent (host down, link cut) is noticed within that
 //! interval plus [`ETCD_REQUEST_TIMEOUT`]; a watch that breaks after it had been open is
@@ -327,8 +328,8 @@ fn read_pem(path: &Path, what: &str, label: &str) -> Result<Vec<u8>, StoreError>
     Ok(bytes)
 }
 
-/// `m` locked; a panic elsewhere while it was held left nothing half-changed in these
-/// slots (each is replaced whole), so a poisoned lock is used as it is.
+/// `m` locked; a panic elsewhere while it was held left nothing half-changed (every change
+/// under it is one assignment), so a poisoned lock is used as it is.
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
