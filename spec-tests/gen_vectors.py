@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Writes spec-tests/v1/records.json, fanout.json, cancel.json, calls.json, credit.json and
-answers.json.
+"""Writes spec-tests/v1/records.json, fanout.json, cancel.json, calls.json, credit.json,
+answers.json and replayed.json.
 
 This is a second, independent encoder of zmesh wire format v1, written from WIRE.md (not from
 the Rust code), so the committed vectors cross-check the Rust codec rather than echo it. The
@@ -38,6 +38,8 @@ KINDS = {
     "answers": 0x11,
 }
 ANSWER_WHAT = {"accept": 1, "reply": 2, "accept_reply": 3}
+# Bit 7 of a REPLY's code byte where capability `replayed` is in effect (WIRE.md §4.17).
+REPLAYED_MARK = 0x80
 LANES = {"application": 1, "completion": 2, "client_server": 3}
 ROLES = {"server": 1, "object_client": 2}
 REJECT_REASONS = {
@@ -123,7 +125,7 @@ def encode(rec):
         return [header(k) + u64(rec["call_id"]) + u64(rec["generation"])
                 + u64(rec["connection_id"])]
     if k == "reply":
-        return [header(k) + u64(rec["call_id"]) + u8(REPLY_CODES[rec["code"]]),
+        return [header(k) + u64(rec["call_id"]) + u8(code_byte(rec)),
                 bytes.fromhex(rec["payload"])]
     if k == "item":
         return [header(k) + u64(rec["call_id"]) + u64(rec["seq"]),
@@ -148,7 +150,7 @@ def encode(rec):
         for a in rec["answers"]:
             env += u64(a["call_id"]) + u8(ANSWER_WHAT[a["what"]])
             if a["what"] != "accept":
-                env += u8(REPLY_CODES[a["code"]])
+                env += u8(code_byte(a))
                 payloads.append(bytes.fromhex(a["payload"]))
         return [env] + payloads
     if k == "batch":
@@ -163,6 +165,11 @@ def encode(rec):
                 header(k) + u64(rec["generation"]) + u64(rec["seq"]),
                 bytes.fromhex(rec["payload"])]
     raise ValueError(k)
+
+
+def code_byte(rec):
+    """A REPLY's code byte: the code, with the replayed mark when the record says so."""
+    return REPLY_CODES[rec["code"]] | (REPLAYED_MARK if rec.get("replayed") else 0)
 
 
 # ---- field-value builders (JSON form, spec-tests/README.md) ----
@@ -1129,6 +1136,61 @@ def answers_file():
     }
 
 
+# ---- replayed.json (capability `replayed`, WIRE.md §4.17, §8.1) ----
+
+def replayed_file():
+    gen = 0x0102030405060708
+    ok = dict(reply(5, "ok", "c3"), replayed=True)
+    marked = answers(gen, 42, [dict(answer(5, "accept_reply", "ok", "c3"), replayed=True),
+                               dict(answer(6, "reply", "exception", "78"), replayed=True),
+                               answer(7, "reply", "busy", "")])
+    v = [
+        valid("reply_replayed", "Call 5 answered Ok (payload C3) from the idempotency record: "
+              "code byte 80.", ok),
+        valid("reply_replayed_exception", "Call 9 answered Exception (message \"x\") from the "
+              "record: code byte 81.", dict(reply(9, "exception", "78"), replayed=True)),
+        valid("reply_not_replayed", "Call 5 answered Ok now: the version-1 bytes, code byte 00.",
+              reply(5, "ok", "c3")),
+        valid("reply_replayed_unavailable", "The highest code, replayed: code byte 8E.",
+              dict(reply(1, "unavailable", ""), replayed=True)),
+        valid("answers_replayed", "On connection 42 of generation 0102030405060708: call 5 "
+              "accepted and answered Ok from the record (code 80), call 6 answered Exception "
+              "from the record (code 81), call 7 answered Busy now (code 0B).", marked),
+    ]
+    frames = encode(marked)
+    env = frames[0]
+    # Offsets: entries start at 22; entry 5 at 22 (code at 31), entry 6 at 32 (code at 41),
+    # entry 7 at 42 (code at 51).
+    reply_env = encode(ok)[0]
+    inv = [
+        invalid("reply_replayed_code_15", "Code byte 8F: the mark on code 15, which does not "
+                "exist.", "reply", [replace(reply_env, 12, u8(0x8F)), b"\xc3"],
+                "invalid_field"),
+        invalid("reply_replayed_code_ff", "Code byte FF.", "reply",
+                [replace(reply_env, 12, u8(0xFF)), b"\xc3"], "invalid_field"),
+        invalid("answers_replayed_code_15", "Entry 6's code byte is 8F.", "answers",
+                [replace(env, 41, u8(0x8F))] + frames[1:], "invalid_field"),
+        invalid("reply_replayed_trailing_byte", "A byte after the code: the mark is in the "
+                "code byte, never a byte of its own.", "reply",
+                [reply_env + b"\x01", b"\xc3"], "trailing_bytes"),
+    ]
+    return {
+        "format": "zmesh-spec-vectors",
+        "version": 1,
+        "decoder": "record",
+        "capabilities": ["answers", "replayed"],
+        "description": "The replayed mark (WIRE.md §4.17, §8.1): decode with the record "
+                       "decoder on a connection where both ends announced replayed (and "
+                       "answers, for the ANSWERS records). Bit 7 of a REPLY's code byte, in a "
+                       "REPLY or an ANSWERS entry, says the answer was replayed from the "
+                       "callee's idempotency record. Without the capability a code byte of 80 "
+                       "or more is invalid_field, as in version 1.",
+        "valid": v,
+        "invalid": inv,
+        "unencodable": [],
+    }
+
+
 def write(name, data):
     for part in ("valid", "invalid", "unencodable"):
         part_names = [x["name"] for x in data[part]]
@@ -1146,3 +1208,4 @@ if __name__ == "__main__":
     write("calls.json", calls_file())
     write("credit.json", credit_file())
     write("answers.json", answers_file())
+    write("replayed.json", replayed_file())

@@ -126,6 +126,9 @@ enum JsonRecord {
         call_id: String,
         code: JsonReplyCode,
         payload: String,
+        /// The replayed mark (WIRE.md §4.17); absent means false.
+        #[serde(default)]
+        replayed: bool,
     },
     Item {
         call_id: String,
@@ -188,7 +191,8 @@ struct JsonCall {
 }
 
 /// One entry of an ANSWERS record: `what` is `accept`, `reply` or `accept_reply`; `code`
-/// and `payload` are there exactly when it carries a REPLY.
+/// and `payload` are there exactly when it carries a REPLY, `replayed` (absent: false) only
+/// then.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct JsonAnswer {
@@ -198,6 +202,8 @@ struct JsonAnswer {
     code: Option<JsonReplyCode>,
     #[serde(default)]
     payload: Option<String>,
+    #[serde(default)]
+    replayed: bool,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -428,10 +434,12 @@ fn typed(j: &JsonRecord) -> Result<Typed, WireError> {
             call_id,
             code,
             payload,
+            replayed,
         } => Record::Reply(Reply {
             call_id: non_zero(call_id, "call_id")?,
             code: reply_code(*code),
             payload: bytes_of(payload),
+            replayed: *replayed,
         }),
         JsonRecord::Item {
             call_id,
@@ -519,11 +527,11 @@ fn answer(a: &JsonAnswer) -> Result<(NonZeroU64, Answer), WireError> {
         JsonWhat::Accept => Answer::Accept,
         JsonWhat::Reply => {
             let (code, payload) = reply();
-            Answer::Reply(code, payload)
+            Answer::Reply(code, payload, a.replayed)
         }
         JsonWhat::AcceptReply => {
             let (code, payload) = reply();
-            Answer::AcceptReply(code, payload)
+            Answer::AcceptReply(code, payload, a.replayed)
         }
     };
     Ok((non_zero(&a.call_id, "call_id")?, answer))
@@ -662,6 +670,7 @@ fn files() -> Vec<VectorFile> {
         load("calls.json"),
         load("credit.json"),
         load("answers.json"),
+        load("replayed.json"),
     ]
 }
 
@@ -674,6 +683,7 @@ fn caps_of(file: &VectorFile) -> Capabilities {
             "calls" => caps.union(Capabilities::CALLS),
             "credit" => caps.union(Capabilities::CREDIT),
             "answers" => caps.union(Capabilities::ANSWERS),
+            "replayed" => caps.union(Capabilities::REPLAYED),
             other => panic!("unknown capability {other:?}"),
         })
 }
@@ -754,6 +764,42 @@ fn w2_unencodable_values_are_refused() {
             }
         }
     }
+}
+
+/// WIRE.md §4.17: the replayed mark exists only where `replayed` is in effect. Decoded
+/// without it, each marked vector of replayed.json is an unknown code (`invalid_field`, as in
+/// version 1) and each unmarked one decodes to the same fields.
+#[test]
+fn w3_replayed_marks_are_unknown_codes_without_the_capability() {
+    let file = load("replayed.json");
+    let mut marked_seen = 0;
+    for v in &file.valid {
+        let frames = frames_of(&v.name, &v.frames);
+        let marked = match &v.record {
+            JsonRecord::Reply { replayed, .. } => *replayed,
+            JsonRecord::Answers { answers, .. } => answers.iter().any(|a| a.replayed),
+            _ => false,
+        };
+        let without = Record::decode_in(&frames, Capabilities::ANSWERS, |f| {
+            Bytes::copy_from_slice(f)
+        });
+        match without {
+            Ok(r) => {
+                assert!(
+                    !marked,
+                    "{}: a marked code byte decoded without replayed",
+                    v.name
+                );
+                assert_eq!(Typed::Record(r), typed(&v.record).unwrap(), "{}", v.name);
+            }
+            Err(e) => {
+                assert!(marked, "{}: refused without replayed: {e}", v.name);
+                assert_eq!(e.class(), "invalid_field", "{}: {e}", v.name);
+                marked_seen += 1;
+            }
+        }
+    }
+    assert!(marked_seen >= 3);
 }
 
 #[test]

@@ -487,6 +487,7 @@ async fn k5_x3_x4_calls_of_one_method_travel_as_calls_records_where_negotiated()
                     call_id: r.call_id,
                     code: ReplyCode::Ok,
                     payload: r.payload,
+                    replayed: false,
                 });
                 if !(send(&route, accept) && send(&route, reply)) {
                     return;
@@ -538,34 +539,17 @@ struct Answered {
 }
 
 fn raw_client_batch(ep: &str, offer: bool, n: u64) -> Answered {
-    use zmesh::proto::wire::{
-        self, Batch, Capabilities, Hello, Label, Lane, Memberships, Name, Record, Role,
-    };
+    use zmesh::proto::wire::{self, Batch, Capabilities, Name, Record};
     let ctx = zmq::Context::new();
     let d = ctx.socket(zmq::DEALER).expect("dealer");
     d.set_linger(0).expect("linger");
     d.set_rcvtimeo(15_000).expect("rcvtimeo");
     d.connect(ep).expect("connect");
-    let mut list = vec![wire::Membership {
-        role: Role::ObjectClient,
-        channel: Name::new("orders").expect("channel"),
-    }];
-    if offer {
-        list.push(wire::Membership {
-            role: Role::ObjectClient,
-            channel: Name::new("\0answers").expect("extension entry"),
-        });
-    }
-    let hello = Record::Hello(Hello {
-        lane: Lane::ClientServer,
-        rid: Name::new(if offer { "raw-v2" } else { "raw-v1" }).expect("rid"),
-        generation: std::num::NonZeroU64::MIN,
-        security_identity: Label::default(),
-        expect_rid: None,
-        expect_generation: None,
-        config_generation: 0,
-        memberships: Memberships::new(list).expect("memberships"),
-    });
+    let hello = if offer {
+        common::raw_hello("raw-v2", "orders", &["answers"])
+    } else {
+        common::raw_hello("raw-v1", "orders", &[])
+    };
     d.send_multipart(hello.encode().iter(), 0).expect("hello");
     let caps = if offer {
         Capabilities::ANSWERS

@@ -278,7 +278,7 @@ async fn x1_x3_a_version_1_server_never_receives_a_cancel() {
         let offered: Vec<&str> = h.memberships.iter().map(|m| m.channel.as_str()).collect();
         assert_eq!(
             offered,
-            ["\0cancel", "\0calls", "\0credit", "\0answers"],
+            ["\0cancel", "\0calls", "\0credit", "\0answers", "\0replayed"],
             "the client offers its capabilities"
         );
         assert!(
@@ -303,6 +303,7 @@ async fn x1_x3_a_version_1_server_never_receives_a_cancel() {
                 call_id: second.call_id,
                 code: ReplyCode::Ok,
                 payload: Bytes::from(encode("second").expect("payload").to_vec()),
+                replayed: false,
             }),
         );
         assert!(reply, "reply");

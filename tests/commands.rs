@@ -12,7 +12,8 @@ use common::{mesh_bind, mesh_server, peer, start_ready};
 use tokio::sync::{mpsc, Semaphore};
 use zmesh::config::NodeConfig;
 use zmesh::runtime::calls::{
-    encode, may_have_run, CallError, CallOptions, RemoteCode, Request, Semantics, ServeError,
+    decode, encode, encode_args, may_have_run, CallError, CallOptions, RemoteCode, Request,
+    Semantics, ServeError,
 };
 use zmesh::runtime::idempotency::{
     Begin, Fingerprint, IdempotencyFuture, IdempotencyStore, IdempotencyStoreError, MemoryStore,
@@ -601,6 +602,7 @@ impl IdempotencyStore for ProbeStore {
         key: &ScopedKey,
         fingerprint: &Fingerprint,
         owner: &Owner,
+        caller: &str,
         retention: Duration,
     ) -> IdempotencyFuture<'_, Begin> {
         self.begins.fetch_add(1, Ordering::SeqCst);
@@ -611,7 +613,7 @@ impl IdempotencyStore for ProbeStore {
                 ))
             });
         }
-        self.inner.begin(key, fingerprint, owner, retention)
+        self.inner.begin(key, fingerprint, owner, caller, retention)
     }
 
     fn complete(&self, key: &ScopedKey, outcome: &Outcome) -> IdempotencyFuture<'_, ()> {
@@ -675,8 +677,204 @@ async fn k3_same_key_answered_from_the_record_other_arguments_refused_queries_sk
     b.shutdown().await.expect("b");
 }
 
+/// A keyed call of `pump`.`dispense` with `amount`, as [`zmesh::runtime::calls::PendingCall::answer`]
+/// gives it: the decoded result and whether the server said it replayed it.
+async fn dispense_answer(a: &Node, key: &str, amount: u32) -> (Result<u64, CallError>, bool) {
+    let opts = CallOptions {
+        idempotency_key: Some(key.to_owned()),
+        ..CallOptions::default()
+    };
+    let args = encode_args(&amount).expect("args");
+    let answer = tokio::time::timeout(STEP, a.start_call("pump", "dispense", args, opts).answer())
+        .await
+        .expect("answered");
+    let replayed = answer.replayed();
+    let result = answer.into_result().and_then(|b| decode::<u64>(&b));
+    (result, replayed)
+}
+
+/// The `replayed` field of the newest row of `a`'s operations registry.
+fn last_row_replayed(a: &Node) -> bool {
+    let row = a.operations().views().pop().expect("a row");
+    assert_eq!(row.status, OpStatus::Succeeded, "{row:?}");
+    row.replayed
+}
+
+/// MISSION K3, X3 (WIRE.md §4.17): between two zmesh nodes (both speak `replayed`), the
+/// first call with a key runs and its answer says not replayed; a retry with the key is
+/// answered from the server's durable record, and its answer, and the caller's operations
+/// row, say replayed; the command ran once. Another key runs (not replayed); the same key
+/// with other arguments is refused by the guard, which is not a replay.
+#[tokio::test]
+async fn k3_x3_a_replayed_answer_says_so_where_negotiated() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let store = zmesh::runtime::idempotency::SqliteIdempotencyStore::open(tmp.path().join("r.db"))
+        .expect("store");
+    let runs = Arc::new(AtomicU64::new(0));
+    let (a, b) = pair_with(pump(runs.clone()), Some(Arc::new(store))).await;
+
+    assert_eq!(
+        dispense_answer(&a, "wo-1", 7).await,
+        (Ok(1), false),
+        "ran now"
+    );
+    assert!(!last_row_replayed(&a));
+    assert_eq!(
+        dispense_answer(&a, "wo-1", 7).await,
+        (Ok(1), true),
+        "answered from the record"
+    );
+    assert!(last_row_replayed(&a), "the operations row says replayed");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "ran once");
+    assert_eq!(dispense_answer(&a, "wo-2", 7).await, (Ok(2), false));
+    let (refused, replayed) = dispense_answer(&a, "wo-1", 8).await;
+    assert_eq!(
+        refused.as_ref().err().and_then(code_of),
+        Some(RemoteCode::InvalidParams),
+        "{refused:?}"
+    );
+    assert!(!replayed, "a refusal of the guard is not a replay");
+    // A query never reaches the guard.
+    let query = a
+        .start_call(
+            "pump",
+            "pressure",
+            encode_args(&()).expect("args"),
+            CallOptions::default(),
+        )
+        .answer()
+        .await;
+    assert!(query.result().is_ok() && !query.replayed());
+    a.shutdown().await.expect("a");
+    b.shutdown().await.expect("b");
+}
+
+/// What a raw libzmq ClientServer client (HELLO offering `replayed` when `offer`, nothing
+/// else) received for two calls of `pump`.`dispense` with one idempotency key: the frames of
+/// each REPLY exactly as they came off the socket, and whether the WELCOME announced
+/// `replayed`.
+fn raw_keyed_twice(ep: &str, offer: bool, key: &str) -> (Vec<Vec<Vec<u8>>>, bool) {
+    use zmesh::proto::wire::{self, Capabilities, Name, Record};
+    let ctx = zmq::Context::new();
+    let d = ctx.socket(zmq::DEALER).expect("dealer");
+    d.set_linger(0).expect("linger");
+    d.set_rcvtimeo(15_000).expect("rcvtimeo");
+    d.connect(ep).expect("connect");
+    let hello = if offer {
+        common::raw_hello("raw-replayed", "pump", &["replayed"])
+    } else {
+        common::raw_hello("raw-v1", "pump", &[])
+    };
+    d.send_multipart(hello.encode().iter(), 0).expect("hello");
+    let caps = if offer {
+        Capabilities::REPLAYED
+    } else {
+        Capabilities::NONE
+    };
+    let recv = || -> (Vec<Vec<u8>>, Record) {
+        let frames = d.recv_multipart(0).expect("a record within 15 s");
+        let rec = Record::decode_in(&frames, caps, |f| Bytes::copy_from_slice(f))
+            .expect("a record this connection's capabilities allow");
+        (frames, rec)
+    };
+    let (_, Record::Welcome(w)) = recv() else {
+        panic!("no WELCOME")
+    };
+    let announced = w
+        .memberships
+        .iter()
+        .any(|m| m.channel.as_str() == "\0replayed");
+    let mut replies = Vec::new();
+    for call_id in 1..=2u64 {
+        let request = Record::Request(wire::Request {
+            call_id: std::num::NonZeroU64::new(call_id).expect("id"),
+            ttl_ms: None,
+            semantics: wire::Semantics::NonRepeatableCommand,
+            channel: Name::new("pump").expect("channel"),
+            method: Name::new("dispense").expect("method"),
+            idempotency_key: Some(Name::new(key).expect("key")),
+            // MessagePack of 7.
+            payload: Bytes::from_static(&[0x07]),
+        });
+        d.send_multipart(request.encode().iter(), 0)
+            .expect("request");
+        loop {
+            match recv() {
+                (_, Record::Probe { id }) => {
+                    d.send_multipart(Record::Ack { id }.encode().iter(), 0)
+                        .expect("ack");
+                }
+                (_, Record::Accept(_)) => {}
+                (frames, Record::Reply(r)) if r.call_id.get() == call_id => {
+                    replies.push(frames);
+                    break;
+                }
+                (_, other) => panic!("not an answer of call {call_id}: {other:?}"),
+            }
+        }
+    }
+    (replies, announced)
+}
+
+/// MISSION K3, X3 (WIRE.md §4.17, §8.1): a raw libzmq client that does not offer
+/// `replayed` gets, for a retry answered from the server's durable record, exactly the
+/// version-1 REPLY bytes (code byte `00`, the first call's result); one that offers it gets
+/// the replayed mark (code byte `80`) on the retry and `00` on the first call. The command
+/// runs once per key.
+#[tokio::test]
+async fn k3_x3_a_version_1_client_receives_version_1_replies_for_a_replay() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let store = zmesh::runtime::idempotency::SqliteIdempotencyStore::open(tmp.path().join("r.db"))
+        .expect("store");
+    let ep = common::free_tcp();
+    let mut c = NodeConfig::new("srv");
+    c.memberships = common::server_of("pump");
+    c.server = Some(zmesh::config::Endpoint::new(ep.clone()));
+    let runs = Arc::new(AtomicU64::new(0));
+    let srv = Node::builder(c)
+        .expose(pump(runs.clone()))
+        .idempotency_store(Arc::new(store))
+        .start()
+        .await
+        .expect("server");
+    for offer in [false, true] {
+        let e = ep.clone();
+        let key = format!("wo-raw-{offer}");
+        let (replies, announced) =
+            tokio::task::spawn_blocking(move || raw_keyed_twice(&e, offer, &key))
+                .await
+                .expect("raw client");
+        assert_eq!(
+            announced, offer,
+            "the server announces only what was offered"
+        );
+        let run = if offer { 2u8 } else { 1 };
+        let reply = |call_id: u8, code: u8| -> Vec<Vec<u8>> {
+            vec![
+                vec![0x5A, 0x4D, 0x01, 0x09, 0, 0, 0, 0, 0, 0, 0, call_id, code],
+                // MessagePack of the run number: the first call's result, both times.
+                vec![run],
+            ]
+        };
+        assert_eq!(
+            replies[0],
+            reply(1, 0x00),
+            "offer {offer}: the first call ran"
+        );
+        let mark = if offer { 0x80 } else { 0x00 };
+        assert_eq!(
+            replies[1],
+            reply(2, mark),
+            "offer {offer}: the retry, answered from the record"
+        );
+        assert_eq!(runs.load(Ordering::SeqCst), u64::from(run), "once per key");
+    }
+    srv.shutdown().await.expect("shutdown");
+}
+
 /// MISSION K3: a repeat that arrives while the first call with its key is still running here
-/// attaches to it and gets the same answer: the command runs once.
+/// attaches to it and gets the same answer, marked replayed (WIRE.md §4.17): the command runs
+/// once.
 #[tokio::test]
 async fn k3_repeat_while_running_attaches_to_the_first() {
     let (gate, mut started_rx) = Gate::new();
@@ -698,17 +896,21 @@ async fn k3_repeat_while_running_attaches_to_the_first() {
     let (a, b) = pair_with(svc, Some(Arc::new(MemoryStore::new()))).await;
     let first = {
         let a = a.clone();
-        tokio::spawn(async move { dispense(&a, Some("press-1"), 1).await })
+        tokio::spawn(async move { dispense_answer(&a, "press-1", 1).await })
     };
     assert_eq!(started(&mut started_rx).await, "run 1");
     let second = {
         let a = a.clone();
-        tokio::spawn(async move { dispense(&a, Some("press-1"), 1).await })
+        tokio::spawn(async move { dispense_answer(&a, "press-1", 1).await })
     };
     serving(&b, 2).await;
     gate.open(10);
-    assert_eq!(first.await.expect("task"), Ok(1));
-    assert_eq!(second.await.expect("task"), Ok(1), "the first one's answer");
+    assert_eq!(first.await.expect("task"), (Ok(1), false));
+    assert_eq!(
+        second.await.expect("task"),
+        (Ok(1), true),
+        "the first one's answer, replayed: this call ran nothing"
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     a.shutdown().await.expect("a");
     b.shutdown().await.expect("b");
@@ -732,7 +934,7 @@ async fn k3_in_progress_record_and_failing_store_answer_unknown_outcome_never_ru
     };
     assert_eq!(
         store
-            .begin(&key, &fp, &dead, Duration::from_secs(60))
+            .begin(&key, &fp, &dead, "caller", Duration::from_secs(60))
             .await
             .expect("begin"),
         Begin::Started

@@ -62,7 +62,7 @@ async fn begin_until_started(store: &dyn IdempotencyStore, key: &ScopedKey, who:
     let bound = Instant::now() + Duration::from_secs(5);
     loop {
         let answer = store
-            .begin(key, &fp(b"again"), who, DEFAULT_RETENTION)
+            .begin(key, &fp(b"again"), who, "caller", DEFAULT_RETENTION)
             .await
             .expect("begin");
         if answer == Begin::Started {
@@ -89,7 +89,7 @@ mod contract {
         let me = owner("node-a", 7);
         assert_eq!(
             store
-                .begin(&k, &fp(b"\x01"), &me, DEFAULT_RETENTION)
+                .begin(&k, &fp(b"\x01"), &me, "caller", DEFAULT_RETENTION)
                 .await
                 .expect("begin"),
             Begin::Started
@@ -102,7 +102,7 @@ mod contract {
         let other = owner("node-b", 9);
         assert_eq!(
             store
-                .begin(&k, &fp(b"\x01"), &other, DEFAULT_RETENTION)
+                .begin(&k, &fp(b"\x01"), &other, "caller", DEFAULT_RETENTION)
                 .await
                 .expect("begin"),
             Begin::Existing(expected_in_progress),
@@ -116,7 +116,7 @@ mod contract {
         store.complete(&k, &outcome).await.expect("complete");
         assert_eq!(
             store
-                .begin(&k, &fp(b"\x01"), &other, DEFAULT_RETENTION)
+                .begin(&k, &fp(b"\x01"), &other, "caller", DEFAULT_RETENTION)
                 .await
                 .expect("begin"),
             Begin::Existing(Record {
@@ -160,11 +160,14 @@ mod contract {
         ] {
             let k = key(k);
             store
-                .begin(&k, &fp(b""), &me, DEFAULT_RETENTION)
+                .begin(&k, &fp(b""), &me, "caller", DEFAULT_RETENTION)
                 .await
                 .expect("begin");
             store.complete(&k, &outcome).await.expect("complete");
-            match store.begin(&k, &fp(b""), &me, DEFAULT_RETENTION).await {
+            match store
+                .begin(&k, &fp(b""), &me, "caller", DEFAULT_RETENTION)
+                .await
+            {
                 Ok(Begin::Existing(record)) => {
                     assert_eq!(record.state, RecordState::Done(outcome))
                 }
@@ -191,12 +194,12 @@ mod contract {
         let k = key("wo-2");
         let me = owner("node-a", 1);
         store
-            .begin(&k, &fp(b"180"), &me, DEFAULT_RETENTION)
+            .begin(&k, &fp(b"180"), &me, "caller", DEFAULT_RETENTION)
             .await
             .expect("begin");
         for _ in 0..2 {
             match store
-                .begin(&k, &fp(b"190"), &me, DEFAULT_RETENTION)
+                .begin(&k, &fp(b"190"), &me, "caller", DEFAULT_RETENTION)
                 .await
                 .expect("begin")
             {
@@ -221,13 +224,13 @@ mod contract {
         let k = key("short");
         let first = owner("node-a", 1);
         store
-            .begin(&k, &fp(b"x"), &first, Duration::from_millis(1))
+            .begin(&k, &fp(b"x"), &first, "caller", Duration::from_millis(1))
             .await
             .expect("begin");
         let second = owner("node-b", 2);
         begin_until_started(store, &k, &second).await;
         match store
-            .begin(&k, &fp(b"x"), &first, DEFAULT_RETENTION)
+            .begin(&k, &fp(b"x"), &first, "caller", DEFAULT_RETENTION)
             .await
             .expect("begin")
         {
@@ -244,7 +247,13 @@ mod contract {
     pub async fn expired_record_cannot_be_completed(store: &dyn IdempotencyStore) {
         let k = key("late");
         store
-            .begin(&k, &fp(b"x"), &owner("node-a", 1), Duration::from_millis(1))
+            .begin(
+                &k,
+                &fp(b"x"),
+                &owner("node-a", 1),
+                "caller",
+                Duration::from_millis(1),
+            )
             .await
             .expect("begin");
         // Expiry is elapsed time itself: wait well past the 1 ms retention.
@@ -264,12 +273,12 @@ mod contract {
         let me = owner("node-a", 1);
         for k in ["gone-1", "gone-2"] {
             store
-                .begin(&key(k), &fp(b""), &me, Duration::from_millis(1))
+                .begin(&key(k), &fp(b""), &me, "caller", Duration::from_millis(1))
                 .await
                 .expect("begin");
         }
         store
-            .begin(&key("kept"), &fp(b""), &me, DEFAULT_RETENTION)
+            .begin(&key("kept"), &fp(b""), &me, "caller", DEFAULT_RETENTION)
             .await
             .expect("begin");
         let bound = Instant::now() + Duration::from_secs(5);
@@ -282,7 +291,7 @@ mod contract {
         assert_eq!(removed, 2);
         assert!(matches!(
             store
-                .begin(&key("kept"), &fp(b""), &me, DEFAULT_RETENTION)
+                .begin(&key("kept"), &fp(b""), &me, "caller", DEFAULT_RETENTION)
                 .await,
             Ok(Begin::Existing(_))
         ));
@@ -303,7 +312,7 @@ mod contract {
                 let me = owner("node", i + 1);
                 barrier.wait().await;
                 let answer = store
-                    .begin(&k, &fp(b"race"), &me, DEFAULT_RETENTION)
+                    .begin(&k, &fp(b"race"), &me, "caller", DEFAULT_RETENTION)
                     .await
                     .expect("begin");
                 (me, answer)
@@ -336,7 +345,7 @@ mod contract {
         for k in &keys {
             assert_eq!(
                 store
-                    .begin(k, &fp(b""), &me, DEFAULT_RETENTION)
+                    .begin(k, &fp(b""), &me, "caller", DEFAULT_RETENTION)
                     .await
                     .expect("begin"),
                 Begin::Started,
@@ -427,7 +436,7 @@ async fn k3_sqlite_record_survives_reopen() {
         let store = SqliteIdempotencyStore::open(dir.db()).expect("open");
         assert_eq!(
             store
-                .begin(&k, &fp(b"a"), &me, DEFAULT_RETENTION)
+                .begin(&k, &fp(b"a"), &me, "caller", DEFAULT_RETENTION)
                 .await
                 .expect("begin"),
             Begin::Started
@@ -437,7 +446,13 @@ async fn k3_sqlite_record_survives_reopen() {
     let store = SqliteIdempotencyStore::open(dir.db()).expect("reopen");
     assert_eq!(
         store
-            .begin(&k, &fp(b"a"), &owner("node-a", 6), DEFAULT_RETENTION)
+            .begin(
+                &k,
+                &fp(b"a"),
+                &owner("node-a", 6),
+                "caller",
+                DEFAULT_RETENTION
+            )
             .await
             .expect("begin"),
         Begin::Existing(Record {
@@ -459,7 +474,7 @@ async fn k3_sqlite_in_progress_record_of_a_crashed_writer() {
     let store = SqliteIdempotencyStore::open(dir.db()).expect("open");
     assert_eq!(
         store
-            .begin(&k, &fp(b"a"), &dead, DEFAULT_RETENTION)
+            .begin(&k, &fp(b"a"), &dead, "caller", DEFAULT_RETENTION)
             .await
             .expect("begin"),
         Begin::Started
@@ -469,7 +484,13 @@ async fn k3_sqlite_in_progress_record_of_a_crashed_writer() {
     let next_run = SqliteIdempotencyStore::open(dir.db()).expect("reopen");
     assert_eq!(
         next_run
-            .begin(&k, &fp(b"a"), &owner("node-a", 12), DEFAULT_RETENTION)
+            .begin(
+                &k,
+                &fp(b"a"),
+                &owner("node-a", 12),
+                "caller",
+                DEFAULT_RETENTION
+            )
             .await
             .expect("begin"),
         Begin::Existing(Record {
@@ -522,12 +543,18 @@ async fn k3_sqlite_read_only_store_is_unavailable() {
     {
         let store = SqliteIdempotencyStore::open(dir.db()).expect("create");
         store
-            .begin(&k, &fp(b""), &me, DEFAULT_RETENTION)
+            .begin(&k, &fp(b""), &me, "caller", DEFAULT_RETENTION)
             .await
             .expect("begin");
         store.complete(&k, &outcome).await.expect("complete");
         store
-            .begin(&key("wo-pending"), &fp(b""), &me, DEFAULT_RETENTION)
+            .begin(
+                &key("wo-pending"),
+                &fp(b""),
+                &me,
+                "caller",
+                DEFAULT_RETENTION,
+            )
             .await
             .expect("begin");
     }
@@ -538,7 +565,7 @@ async fn k3_sqlite_read_only_store_is_unavailable() {
     assert!(
         matches!(
             store
-                .begin(&key("new"), &fp(b""), &me, DEFAULT_RETENTION)
+                .begin(&key("new"), &fp(b""), &me, "caller", DEFAULT_RETENTION)
                 .await,
             Err(IdempotencyStoreError::Unavailable(_))
         ),
@@ -552,7 +579,9 @@ async fn k3_sqlite_read_only_store_is_unavailable() {
         "a complete cannot succeed on a read-only store"
     );
     assert_eq!(
-        store.begin(&k, &fp(b""), &me, DEFAULT_RETENTION).await,
+        store
+            .begin(&k, &fp(b""), &me, "caller", DEFAULT_RETENTION)
+            .await,
         Ok(Begin::Existing(Record {
             fingerprint: fp(b""),
             owner: me,
@@ -591,7 +620,13 @@ fn k3_sqlite_outside_tokio_is_an_error() {
     let store = SqliteIdempotencyStore::open(dir.db()).expect("open");
     let waker = Waker::from(Arc::new(NoopWake));
     let mut cx = Context::from_waker(&waker);
-    let mut future = store.begin(&key("k"), &fp(b""), &owner("n", 1), DEFAULT_RETENTION);
+    let mut future = store.begin(
+        &key("k"),
+        &fp(b""),
+        &owner("n", 1),
+        "caller",
+        DEFAULT_RETENTION,
+    );
     assert_eq!(
         future.as_mut().poll(&mut cx),
         Poll::Ready(Err(IdempotencyStoreError::NoRuntime))

@@ -306,7 +306,8 @@ fn record() -> impl Strategy<Value = Record> {
             .prop_map(|(call_id, code, payload)| Record::Reply(Reply {
                 call_id,
                 code,
-                payload
+                payload,
+                replayed: false,
             }))
             .boxed(),
         (non_zero(), any_u64(), payload())

@@ -490,6 +490,7 @@ async fn w1_client_hello_fields_first_probe_and_probe_ids() {
             (Role::ObjectClient, "\0calls"),
             (Role::ObjectClient, "\0credit"),
             (Role::ObjectClient, "\0answers"),
+            (Role::ObjectClient, "\0replayed"),
         ])
     );
     assert_eq!(route.len(), 18, "{route:02x?}");

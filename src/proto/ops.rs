@@ -238,6 +238,10 @@ pub struct Operation {
     pub code: Option<&'static str>,
     /// Stream items delivered so far.
     pub items: u64,
+    /// The callee answered with the recorded outcome of an earlier call with the same
+    /// idempotency key (the REPLY's replayed mark, WIRE.md §4.17): the command did not run
+    /// for this call. False until the call settles, and for a callee that does not say.
+    pub replayed: bool,
 }
 
 impl Operation {
@@ -257,6 +261,7 @@ impl Operation {
             status: self.status,
             code: self.code,
             items: self.items,
+            replayed: self.replayed,
             issued_ms_ago: age(self.issued_at),
             sent_ms_ago: self.sent_at.map(age),
             settled_ms_ago: self.settled_at.map(age),
@@ -286,6 +291,8 @@ pub struct OperationView {
     pub code: Option<&'static str>,
     /// [`Operation::items`].
     pub items: u64,
+    /// [`Operation::replayed`].
+    pub replayed: bool,
     /// Milliseconds since the call was issued.
     pub issued_ms_ago: u64,
     /// Milliseconds since the request was handed to libzmq.
@@ -445,6 +452,7 @@ impl OpsRegistry {
             settled_at: None,
             code: None,
             items: 0,
+            replayed: false,
         });
         self.by_id.insert(id, seq);
         self.order.insert(seq, op.clone());
@@ -487,6 +495,18 @@ impl OpsRegistry {
     /// code kept for `Err`. Applies to a call in flight; may evict settled entries (this one
     /// included, if it is the oldest certain one while the registry is over its bound).
     pub fn settle(&mut self, id: u64, outcome: Result<(), &CallError>, now: Instant) -> bool {
+        self.settle_answer(id, outcome, false, now)
+    }
+
+    /// [`Self::settle`] for a call whose callee said whether its answer was `replayed` from
+    /// an earlier call's record ([`Operation::replayed`]).
+    pub fn settle_answer(
+        &mut self,
+        id: u64,
+        outcome: Result<(), &CallError>,
+        replayed: bool,
+        now: Instant,
+    ) -> bool {
         let (status, code) = match outcome {
             Ok(()) => (OpStatus::Succeeded, None),
             Err(err) => (status_of_failure(err), Some(err.code())),
@@ -498,6 +518,7 @@ impl OpsRegistry {
             op.status = status;
             op.code = code;
             op.settled_at = Some(now);
+            op.replayed = replayed;
             true
         });
         if applied {
@@ -956,6 +977,7 @@ mod tests {
             "status",
             "code",
             "items",
+            "replayed",
             "issued_ms_ago",
             "sent_ms_ago",
             "settled_ms_ago",
@@ -974,6 +996,7 @@ mod tests {
                 "status": "unknown-outcome",
                 "code": "UnknownOutcome",
                 "items": 0,
+                "replayed": false,
                 "issued_ms_ago": 1020,
                 "sent_ms_ago": 1015,
                 "settled_ms_ago": 1000,

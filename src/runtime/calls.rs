@@ -595,6 +595,45 @@ impl std::fmt::Debug for CallControl {
     }
 }
 
+/// A unary call's answer as [`PendingCall::answer`] gives it: its result, and whether the
+/// callee replayed it.
+///
+/// A callee with a durable idempotency store answers a retry of a non-repeatable command
+/// (the same idempotency key, the same arguments) with the outcome it recorded for the
+/// first call instead of running the command again; where both ends speak capability
+/// `replayed` its REPLY says so (WIRE.md §4.17), and [`CallAnswer::replayed`] is true. The
+/// result is then the first call's, success or error alike.
+#[derive(Debug)]
+pub struct CallAnswer {
+    result: Result<Bytes, CallError>,
+    replayed: bool,
+}
+
+impl CallAnswer {
+    /// An answer: the call's result, and whether the callee said it replayed it.
+    pub(crate) fn new(result: Result<Bytes, CallError>, replayed: bool) -> CallAnswer {
+        CallAnswer { result, replayed }
+    }
+
+    /// True when the callee answered with the recorded outcome of an earlier call with the
+    /// same idempotency key: the command did not run for this call. False when it ran now,
+    /// when the call failed before the callee answered, and toward a callee that does not
+    /// speak `replayed` (a version-1 peer cannot say).
+    pub fn replayed(&self) -> bool {
+        self.replayed
+    }
+
+    /// The call's raw result, as [`crate::runtime::Node::call_raw`] gives it.
+    pub fn result(&self) -> Result<&Bytes, &CallError> {
+        self.result.as_ref()
+    }
+
+    /// The call's raw result, owned.
+    pub fn into_result(self) -> Result<Bytes, CallError> {
+        self.result
+    }
+}
+
 /// A unary call in progress, from [`crate::runtime::Node::start_call`]: a future of its
 /// result, like [`crate::runtime::Node::call_raw`], that can also be cancelled.
 ///
@@ -608,17 +647,14 @@ impl std::fmt::Debug for CallControl {
 #[derive(Debug)]
 #[must_use = "a call is cancelled when its PendingCall is dropped"]
 pub struct PendingCall {
-    rx: Option<oneshot::Receiver<Result<Bytes, CallError>>>,
+    rx: Option<oneshot::Receiver<CallAnswer>>,
     early: Option<CallError>,
     control: Option<CallControl>,
 }
 
 impl PendingCall {
     /// A call handed to the I/O thread, answered through `rx`, cancelled and granted through `control`.
-    pub(crate) fn new(
-        rx: oneshot::Receiver<Result<Bytes, CallError>>,
-        control: CallControl,
-    ) -> PendingCall {
+    pub(crate) fn new(rx: oneshot::Receiver<CallAnswer>, control: CallControl) -> PendingCall {
         PendingCall {
             rx: Some(rx),
             early: None,
@@ -643,6 +679,41 @@ impl PendingCall {
             c.cancel();
         }
     }
+
+    /// Waits for the call's answer with what the callee said of it: its result and whether
+    /// it was replayed from the callee's idempotency record ([`CallAnswer::replayed`]).
+    /// Awaiting the `PendingCall` itself gives the result alone.
+    pub async fn answer(mut self) -> CallAnswer {
+        std::future::poll_fn(|cx| self.poll_answer(cx)).await
+    }
+
+    fn poll_answer(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<CallAnswer> {
+        use std::task::Poll;
+        if let Some(err) = self.early.take() {
+            return Poll::Ready(CallAnswer::new(Err(err), false));
+        }
+        let Some(rx) = self.rx.as_mut() else {
+            // Polled after it resolved: nothing more will come.
+            return Poll::Ready(CallAnswer::new(
+                Err(CallError::Shutdown { sent: true }),
+                false,
+            ));
+        };
+        match Pin::new(rx).poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(answer) => {
+                self.rx = None;
+                if let Some(c) = self.control.as_mut() {
+                    c.disarm();
+                }
+                // The I/O thread answers every call exactly once; if it vanished without
+                // answering, the call may have left.
+                Poll::Ready(answer.unwrap_or_else(|_| {
+                    CallAnswer::new(Err(CallError::Shutdown { sent: true }), false)
+                }))
+            }
+        }
+    }
 }
 
 impl Future for PendingCall {
@@ -652,27 +723,7 @@ impl Future for PendingCall {
         self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Result<Bytes, CallError>> {
-        use std::task::Poll;
-        let this = self.get_mut();
-        if let Some(err) = this.early.take() {
-            return Poll::Ready(Err(err));
-        }
-        let Some(rx) = this.rx.as_mut() else {
-            // Polled after it resolved: nothing more will come.
-            return Poll::Ready(Err(CallError::Shutdown { sent: true }));
-        };
-        match Pin::new(rx).poll(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(result) => {
-                this.rx = None;
-                if let Some(c) = this.control.as_mut() {
-                    c.disarm();
-                }
-                // The I/O thread answers every call exactly once; if it vanished without
-                // answering, the call may have left.
-                Poll::Ready(result.unwrap_or(Err(CallError::Shutdown { sent: true })))
-            }
-        }
+        self.get_mut().poll_answer(cx).map(CallAnswer::into_result)
     }
 }
 

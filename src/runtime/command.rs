@@ -8,7 +8,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
-use super::calls::{CallError, CallOptions, Request, ServeError, StreamEvent};
+use super::calls::{CallOptions, Request, ServeError, StreamEvent};
 use super::outbound::SendQueue;
 use super::service::ServedService;
 use super::snapshot::Snapshot;
@@ -62,8 +62,8 @@ pub(crate) enum Command {
 
 /// Where a call's answer goes, on the caller's side.
 pub(crate) enum CallReply {
-    /// A unary call: its one result. Stream items for it are dropped.
-    Unary(oneshot::Sender<Result<Bytes, CallError>>),
+    /// A unary call: its one answer. Stream items for it are dropped.
+    Unary(oneshot::Sender<crate::runtime::calls::CallAnswer>),
     /// A streaming call: its items in order, then its one end.
     /// Bounded: [`super::calls::STREAM_BUFFER`] items and one place for the end.
     Stream(mpsc::Sender<StreamEvent>),
@@ -119,6 +119,10 @@ pub(crate) struct ServeJob {
 pub(crate) struct ServeDone {
     pub id: ServeId,
     pub result: Result<Bytes, ServeError>,
+    /// The idempotency guard answered with the outcome of an earlier call of the same key
+    /// instead of running the handler for this one: the REPLY carries the replayed mark
+    /// where the caller's connection negotiated it (WIRE.md §4.17).
+    pub replayed: bool,
 }
 
 /// How the async side wakes the I/O thread: at most one wake-up (an eventfd write, mio's

@@ -48,6 +48,8 @@ pub(crate) enum Rec {
         call_id: NonZeroU64,
         code: wire::ReplyCode,
         payload: Bytes,
+        /// The callee replayed it from its idempotency record (WIRE.md §4.17).
+        replayed: bool,
     },
     Item {
         call_id: NonZeroU64,
@@ -130,6 +132,7 @@ pub(crate) fn decode(frames: &[Frame], caps: wire::Capabilities) -> Result<Rec, 
             call_id: r.call_id,
             code: r.code,
             payload: r.payload,
+            replayed: r.replayed,
         },
         Record::Item(i) => Rec::Item {
             call_id: i.call_id,
@@ -149,6 +152,7 @@ pub(crate) fn decode(frames: &[Frame], caps: wire::Capabilities) -> Result<Rec, 
                         call_id: r.call_id,
                         code: r.code,
                         payload: r.payload,
+                        replayed: r.replayed,
                     }),
                     _ => None,
                 })
@@ -318,12 +322,13 @@ pub(crate) fn accept(call_id: NonZeroU64, generation: u64, conn: u64) -> Vec<Vec
 }
 
 /// REPLY (encoded when it leaves: answers of one connection may travel together, WIRE.md
-/// §4.16).
+/// §4.16), not replayed (see [`wire::Reply::replayed`]).
 pub(crate) fn reply(call_id: NonZeroU64, code: wire::ReplyCode, payload: Bytes) -> wire::Reply {
     wire::Reply {
         call_id,
         code,
         payload,
+        replayed: false,
     }
 }
 

@@ -889,6 +889,31 @@ pub fn raw_send(s: &zmq::Socket, route: &[u8], rec: zmesh::proto::wire::Record) 
     s.send_multipart(out.iter(), 0).is_ok()
 }
 
+/// The HELLO of a raw ClientServer client `rid` (generation 1), an Object Client of
+/// `channel`, offering the capabilities named in `capabilities` (WIRE.md §8.1; none: exactly
+/// version 1).
+pub fn raw_hello(rid: &str, channel: &str, capabilities: &[&str]) -> zmesh::proto::wire::Record {
+    use zmesh::proto::wire::{self, Hello, Label, Lane, Memberships, Name, Record, Role};
+    let mut list = vec![wire::Membership {
+        role: Role::ObjectClient,
+        channel: Name::new(channel).expect("channel"),
+    }];
+    list.extend(capabilities.iter().map(|c| wire::Membership {
+        role: Role::ObjectClient,
+        channel: Name::new(format!("\0{c}")).expect("extension entry"),
+    }));
+    Record::Hello(Hello {
+        lane: Lane::ClientServer,
+        rid: Name::new(rid).expect("rid"),
+        generation: std::num::NonZeroU64::MIN,
+        security_identity: Label::default(),
+        expect_rid: None,
+        expect_generation: None,
+        config_generation: 0,
+        memberships: Memberships::new(list).expect("memberships"),
+    })
+}
+
 /// The WELCOME of a raw ClientServer server `srv` of `channel`, announcing the capabilities
 /// named in `capabilities` (WIRE.md §8.1; none: exactly version 1).
 pub fn raw_welcome(channel: &str, capabilities: &[&str]) -> zmesh::proto::wire::Record {

@@ -120,6 +120,7 @@ pub(super) fn reply(call_id: u64, code: ReplyCode, payload: Bytes) -> Record {
         call_id: nz(call_id),
         code,
         payload,
+        replayed: false,
     })
 }
 
@@ -360,10 +361,40 @@ fn call_examples() -> Vec<(&'static str, Expected)> {
                     vec![
                         (
                             nz(5),
-                            Answer::AcceptReply(ReplyCode::Ok, Bytes::from_static(&[0xC3])),
+                            Answer::AcceptReply(ReplyCode::Ok, Bytes::from_static(&[0xC3]), false),
                         ),
                         (nz(6), Answer::Accept),
-                        (nz(7), Answer::Reply(ReplyCode::Busy, Bytes::new())),
+                        (nz(7), Answer::Reply(ReplyCode::Busy, Bytes::new(), false)),
+                    ],
+                )
+                .expect("answers"),
+            )),
+        ),
+        (
+            "reply_replayed",
+            R(Record::Reply(Reply {
+                call_id: nz(5),
+                code: ReplyCode::Ok,
+                payload: Bytes::from_static(&[0xC3]),
+                replayed: true,
+            })),
+        ),
+        (
+            "answers_replayed",
+            R(Record::Answers(
+                Answers::new(
+                    nz(0x0102_0304_0506_0708),
+                    42,
+                    vec![
+                        (
+                            nz(5),
+                            Answer::AcceptReply(ReplyCode::Ok, Bytes::from_static(&[0xC3]), true),
+                        ),
+                        (
+                            nz(6),
+                            Answer::Reply(ReplyCode::Exception, Bytes::from_static(b"x"), true),
+                        ),
+                        (nz(7), Answer::Reply(ReplyCode::Busy, Bytes::new(), false)),
                     ],
                 )
                 .expect("answers"),

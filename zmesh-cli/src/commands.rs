@@ -194,9 +194,10 @@ impl IdempotencyStore for HoldAfterRecord {
         key: &ScopedKey,
         fingerprint: &Fingerprint,
         owner: &Owner,
+        caller: &str,
         retention: Duration,
     ) -> IdempotencyFuture<'_, Begin> {
-        self.store.begin(key, fingerprint, owner, retention)
+        self.store.begin(key, fingerprint, owner, caller, retention)
     }
 
     fn complete(&self, key: &ScopedKey, outcome: &Outcome) -> IdempotencyFuture<'_, ()> {

@@ -19,8 +19,8 @@ use crate::output::outln;
 pub(crate) enum IdempotencyCmd {
     /// List the records left in progress: commands started and never completed (running now,
     /// or left by a process that died, when nobody knows whether they ran), soonest to
-    /// expire first, with their age, the node run that started them and, for calls without a
-    /// key, the caller.
+    /// expire first, with their age, the node run that started them and the caller whose
+    /// call started them.
     List {
         /// The store's SQLite file.
         #[arg(long)]
@@ -161,6 +161,9 @@ fn record_json(r: &StoredRecord) -> serde_json::Value {
         "expires_in_ms": u64::try_from(r.expires_in.as_millis()).unwrap_or(u64::MAX),
         // null for a record written before the store kept its begin time.
         "age_ms": r.age.map(|a| u64::try_from(a.as_millis()).unwrap_or(u64::MAX)),
+        // The calling node's RID as the server knew it; null for a keyed record written
+        // before the store kept it (a record without a key names it in its key).
+        "caller": r.caller,
     });
     match r.key.parts() {
         Some(("key", p)) => {
@@ -169,7 +172,9 @@ fn record_json(r: &StoredRecord) -> serde_json::Value {
             v["idempotency_key"] = json!(p[2]);
         }
         Some((_, p)) => {
-            v["caller"] = json!(p[0]);
+            if r.caller.is_none() {
+                v["caller"] = json!(p[0]);
+            }
             // 16 hex digits, as every generation in zmesh's JSON.
             v["caller_generation"] = json!(p[1]
                 .parse::<u64>()

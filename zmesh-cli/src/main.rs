@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::json;
 use zmesh::config::{Endpoint, NodeConfig};
-use zmesh::runtime::calls::{may_have_run, CallError, CallOptions};
+use zmesh::runtime::calls::{decode, encode_args, may_have_run, CallError, CallOptions};
 use zmesh::runtime::{Node, NodeEvent};
 
 use crate::output::outln;
@@ -655,11 +655,21 @@ async fn call_once(
             }
             contract_checked = true;
         }
-        let r: Result<serde_json::Value, CallError> =
-            node.call_with(channel, method, &args, opts.clone()).await;
+        // The answer says whether the server replayed it from its idempotency record.
+        let r: (Result<serde_json::Value, CallError>, bool) = match encode_args(&args) {
+            Ok(raw) => {
+                let answer = node
+                    .start_call(channel, method, raw, opts.clone())
+                    .answer()
+                    .await;
+                let replayed = answer.replayed();
+                (answer.into_result().and_then(|b| decode(&b)), replayed)
+            }
+            Err(e) => (Err(e), false),
+        };
         match r {
             // Never sent: safe to try again once a link changes state.
-            Err(CallError::NoReadyPeer | CallError::NoRegistration)
+            (Err(CallError::NoReadyPeer | CallError::NoRegistration), _)
                 if tokio::time::Instant::now() < limit =>
             {
                 tokio::select! {
@@ -670,6 +680,7 @@ async fn call_once(
             other => break other,
         }
     };
+    let (result, replayed) = result;
     let ok = result.is_ok();
     // The call's row of this node's operations registry, as `zmesh ops` shows a node's rows:
     // the last entry (earlier ones are attempts that found no ready server and never left).
@@ -680,6 +691,7 @@ async fn call_once(
             "ok": false, "code": e.code(), "error": e.to_string(), "may_have_run": may_have_run(&e),
         }),
     };
+    out["replayed"] = json!(replayed);
     out["rid"] = json!(node.rid());
     out["operation"] = json!(operation);
     let printed = outln!("{out}");

@@ -192,6 +192,11 @@ async fn c3_k2_cli_call_prints_result_or_honest_error_and_its_operation() {
         "{v}"
     );
     assert!(op["id"].is_u64() && op["settled_ms_ago"].is_u64(), "{v}");
+    assert_eq!(
+        (&v["replayed"], &op["replayed"]),
+        (&false.into(), &false.into()),
+        "{v}"
+    );
     assert!(
         v["rid"].as_str().is_some_and(|r| r.starts_with("a.call-")),
         "{v}"

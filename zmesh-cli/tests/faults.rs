@@ -279,6 +279,7 @@ fn valid_records() -> Vec<(&'static str, Vec<Vec<u8>>)> {
                 call_id: id,
                 code: ReplyCode::Ok,
                 payload: Bytes::from_static(b"\xc0"),
+                replayed: false,
             })
             .encode(),
         ),

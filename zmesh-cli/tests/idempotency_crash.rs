@@ -436,7 +436,8 @@ fn cli_call(dir: &Path, endpoint: &str, args: &serde_json::Value, key: &str) -> 
 /// before the REPLY left. The caller is told "may have run" (`UnknownOutcome`); the server is
 /// restarted on the same store file with a new generation; a retry with the same key gets the
 /// recorded outcome (Ok, the very bytes the first run recorded) without running, and so does
-/// the `zmesh call` CLI. The execution logs of both runs show exactly one run.
+/// the `zmesh call` CLI, whose JSON says `replayed` (as does its operations row). The
+/// execution logs of both runs show exactly one run.
 #[tokio::test]
 async fn k3_crash_after_outcome_recorded_retry_answers_the_record() {
     let Scratch {
@@ -515,6 +516,9 @@ async fn k3_crash_after_outcome_recorded_retry_answers_the_record() {
     let cli = cli_call(scratch.path(), &server.endpoint, &args, "wo-crash-a");
     assert_eq!(cli["ok"], true, "{cli}");
     assert_eq!(cli["result"], "dispensed #1", "{cli}");
+    // The answer says it came from the record (WIRE.md §4.17), and so does the call's row.
+    assert_eq!(cli["replayed"], true, "{cli}");
+    assert_eq!(cli["operation"]["replayed"], true, "{cli}");
 
     let runs = server.dispensed();
     assert_eq!(runs[0], vec![args.clone()], "{}", server.exec_text());
@@ -712,13 +716,14 @@ fn zmesh_idempotency(args: &[&str]) -> (bool, String) {
     )
 }
 
-/// MISSION K3, after a crash: the record a server killed mid-handler left in progress (which
-/// answers every retry `UnknownOutcome` for its whole retention) is listed by `zmesh
-/// idempotency list` with its age and the node run that started it, shown by `show`, and settled by an
+/// MISSION K3, after a crash: the record a server killed mid-handler left in progress
+/// (which answers every retry `UnknownOutcome` for its whole retention) is listed by `zmesh
+/// idempotency list` with its age, the node run that started it and the caller whose call
+/// started it (its RID as the server knew it), shown by `show`, and settled by an
 /// operator with `resolve --ran --note`: the retry is then answered `Exception` carrying the
 /// note, and the command never runs again. A record no longer in progress cannot be resolved.
 #[tokio::test]
-async fn k3_record_left_in_progress_is_listed_and_resolved_by_an_operator() {
+async fn k3_record_left_in_progress_is_listed_with_its_caller_and_resolved() {
     let Scratch {
         dir: scratch,
         db,
@@ -754,15 +759,22 @@ async fn k3_record_left_in_progress_is_listed_and_resolved_by_an_operator() {
         (&rows[0]["method"], &rows[0]["idempotency_key"]),
         (&"dispense".into(), &"wo-operator".into())
     );
+    let caller_rid = caller.node.rid().to_owned();
+    assert_eq!(rows[0]["caller"], caller_rid.as_str(), "{listed}");
     let (ok, table) = zmesh_idempotency(&["list", "--store", &db_arg]);
     assert!(
         ok && table.contains(key.as_str())
             && table.contains("AGE")
+            && table.contains("CALLER")
+            && table.contains(&caller_rid)
             && table.contains("1 in progress"),
         "{table}"
     );
     let (ok, shown) = zmesh_idempotency(&["show", "--store", &db_arg, key.as_str()]);
-    assert!(ok && shown.contains("in-progress"), "{shown}");
+    assert!(
+        ok && shown.contains("in-progress") && shown.contains(&caller_rid),
+        "{shown}"
+    );
 
     let note = "the dispenser's counter moved by 5 at 12:00";
     let (ok, out) = zmesh_idempotency(&[

@@ -16,11 +16,12 @@ use zmesh::runtime::calls::CallOptions;
 use zmesh::runtime::{Node, Target};
 
 /// The schema files, by the `$id` they declare (their `$ref`s name each other relatively).
-const SCHEMAS: [&str; 4] = [
+const SCHEMAS: [&str; 5] = [
     "defs.schema.json",
     "status.schema.json",
     "event.schema.json",
     "peers.schema.json",
+    "call.schema.json",
 ];
 
 fn schema_text(name: &str) -> Value {
@@ -37,6 +38,7 @@ struct Schemas {
     status: jsonschema::Validator,
     event: jsonschema::Validator,
     peers: jsonschema::Validator,
+    call: jsonschema::Validator,
 }
 
 impl Schemas {
@@ -61,6 +63,7 @@ impl Schemas {
             status: build("status.schema.json"),
             event: build("event.schema.json"),
             peers: build("peers.schema.json"),
+            call: build("call.schema.json"),
         }
     }
 }
@@ -80,7 +83,8 @@ fn check(schema: &jsonschema::Validator, what: &str, v: &Value) {
 }
 
 /// O1: the snapshot, every ndjson event line and the store's listing of two real `zmesh node`
-/// processes (a call served, a record delivered, discovery events) match docs/schemas/, in
+/// processes (a call served, a record delivered, discovery events), and what `zmesh call`
+/// prints for a call and for a failure (with its operations row), match docs/schemas/, in
 /// which every generation and connection id is 16 hex digits, never a JSON number.
 #[tokio::test]
 async fn o1_status_events_and_peers_json_match_their_schemas() {
@@ -153,6 +157,31 @@ async fn o1_status_events_and_peers_json_match_their_schemas() {
     let peers: Value = serde_json::from_slice(&out.stdout).expect("peers JSON");
     assert_eq!(peers.as_array().map(Vec::len), Some(3), "{peers}");
     check(&schemas.peers, "zmesh peers --json", &peers);
+
+    let d = mesh.config("d", Vec::new());
+    let d_path = mesh.dir.path().join("d-call.toml");
+    std::fs::write(&d_path, toml::to_string(&d).expect("toml")).expect("write");
+    for (method, ok) in [("echo", true), ("fail", false)] {
+        let out = Command::new(env!("CARGO_BIN_EXE_zmesh"))
+            .args([
+                "call",
+                "--channel",
+                "orders",
+                "--method",
+                method,
+                "--args",
+                "\"hi\"",
+            ])
+            .args(["--peer", "a", "--wait-ms", "20000", "--config"])
+            .arg(&d_path)
+            .output()
+            .expect("zmesh call");
+        let call: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!(call["ok"], ok, "{call}");
+        assert!(call["operation"].is_object(), "{call}");
+        check(&schemas.call, "zmesh call", &call);
+    }
 
     c.shutdown().await.expect("shutdown");
 }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rand::Rng;
 use zmesh::proto::admission::{self, HelloFacts, HelloVerdict, OwnDial, WelcomeFacts};
-use zmesh::proto::calls::{CallError, CallId, CallTable, ServeId, ServeTable};
+use zmesh::proto::calls::{CallError, CallId, CallTable, Disposition, ServeId, ServeTable};
 use zmesh::proto::handshake::{self, Capabilities, Expectation, Identity, Membership};
 use zmesh::proto::liveness::{LinkKey, Liveness, LivenessEvent, PublisherEvent, Transmit};
 use zmesh::proto::wire::{self, CloseReason, Lane, Record, RejectReason, ReplyCode, Semantics};
@@ -146,6 +146,9 @@ pub struct SimNode {
     next_conn_id: u64,
     calls: CallTable<NetConn>,
     call_uid: BTreeMap<CallId, Outgoing>,
+    /// Calls completed by a REPLY on a connection where `replayed` is in effect (WIRE.md
+    /// §4.17), with the REPLY's replayed mark, until the completion is judged.
+    replayed: BTreeMap<CallId, bool>,
     serve: ServeTable<NetConn>,
     waiting: BTreeMap<ServeId, Waiting>,
     handlers: BTreeMap<ServeId, Handler>,
@@ -212,6 +215,7 @@ impl SimNode {
             next_conn_id: 1,
             calls: CallTable::new(),
             call_uid: BTreeMap::new(),
+            replayed: BTreeMap::new(),
             serve: ServeTable::new(),
             waiting: BTreeMap::new(),
             handlers: BTreeMap::new(),
@@ -291,8 +295,15 @@ impl SimNode {
 
     /// Sends an ACCEPT or REPLY: at once toward a connection without `answers`, else at the
     /// end of this step, packed with the other answers of the step ([`Self::flush_answers`]).
-    fn send_answer(&mut self, ctx: &mut Ctx<'_>, conn: NetConn, rec: Record) {
-        if self.caps_on(conn).contains(Capabilities::ANSWERS) {
+    ///
+    /// A REPLY's replayed mark is cleared toward a connection without `replayed`, as the
+    /// runtime does (WIRE.md §4.17).
+    fn send_answer(&mut self, ctx: &mut Ctx<'_>, conn: NetConn, mut rec: Record) {
+        let caps = self.caps_on(conn);
+        if let Record::Reply(r) = &mut rec {
+            r.replayed &= caps.contains(Capabilities::REPLAYED);
+        }
+        if caps.contains(Capabilities::ANSWERS) {
             self.outbox.push((conn, rec));
         } else {
             self.send(ctx, conn, &rec);
@@ -791,7 +802,12 @@ impl SimNode {
             }
             Record::Reply(r) => {
                 if let Some(cid) = self.call_for(r.call_id) {
-                    self.calls.handle_reply(cid, conn, r.code, r.payload, now);
+                    let applied = self.calls.handle_reply(cid, conn, r.code, r.payload, now);
+                    if applied == Disposition::Applied
+                        && self.caps_on(conn).contains(Capabilities::REPLAYED)
+                    {
+                        self.replayed.insert(cid, r.replayed);
+                    }
                 }
             }
             Record::Item(i) => {
@@ -957,6 +973,7 @@ impl SimNode {
         }
         while let Some((cid, result)) = self.calls.poll_completion() {
             let uid = self.call_uid.remove(&cid).map(|o| o.uid);
+            let replayed = self.replayed.remove(&cid);
             if let Some(uid) = uid {
                 ctx.trace(format!(
                     "{} call u{uid} completed: {}",
@@ -964,7 +981,7 @@ impl SimNode {
                     describe(&result)
                 ));
                 ctx.truth
-                    .on_completion(uid, result.map(|c| c.payload), ctx.now);
+                    .on_completion(uid, result.map(|c| c.payload), replayed, ctx.now);
             } else {
                 ctx.truth.violation(
                     "exactly_once",
@@ -984,6 +1001,7 @@ impl SimNode {
                 call_id: r.call_id,
                 code: r.code,
                 payload: Bytes::from_static(r.message.as_bytes()),
+                replayed: false,
             });
             self.send_answer(ctx, r.conn, reply);
         }

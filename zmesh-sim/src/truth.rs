@@ -471,9 +471,31 @@ impl Truth {
             .insert((rid.to_owned(), key.to_owned()), Some(uid));
     }
 
-    /// Call `uid` completed with `result` (the REPLY payload on Ok).
-    pub fn on_completion(&mut self, uid: u64, result: Result<Bytes, CallError>, now: Duration) {
+    /// Call `uid` completed with `result` (the REPLY payload on Ok); `replayed` is the
+    /// REPLY's replayed mark where the connection it came on negotiated `replayed` (WIRE.md
+    /// §4.17), `None` elsewhere.
+    pub fn on_completion(
+        &mut self,
+        uid: u64,
+        result: Result<Bytes, CallError>,
+        replayed: Option<bool>,
+        now: Duration,
+    ) {
         let _ = now;
+        // The replayed mark is set exactly on an answer from the durable record: an Ok result
+        // of an earlier call with the same key (the simulated callee records only Ok).
+        if let Some(said) = replayed {
+            let from_record = result
+                .as_ref()
+                .is_ok_and(|p| tagged(p, b"ran:").is_some_and(|r| r != uid));
+            if said != from_record {
+                let detail = format!(
+                    "call u{uid} was answered {}from the record, but its REPLY said replayed={said}",
+                    if from_record { "" } else { "not " }
+                );
+                self.violation("replayed_exactly_from_the_record", detail);
+            }
+        }
         let c = self.calls.entry(uid).or_default();
         c.completions += 1;
         if c.completions > 1 {

@@ -7,7 +7,10 @@ use std::num::NonZeroU64;
 use bytes::Bytes;
 
 use super::codec::{put_count, put_u64, Reader};
-use super::{envelope, non_zero, Accept, Kind, Record, Reply, ReplyCode, WireError};
+use super::{
+    code_byte, envelope, non_zero, read_code, Accept, Capabilities, Kind, Record, Reply, ReplyCode,
+    WireError,
+};
 
 /// What one entry of an ANSWERS record carries for its call: its ACCEPT, its REPLY, or the
 /// ACCEPT then the REPLY.
@@ -15,10 +18,12 @@ use super::{envelope, non_zero, Accept, Kind, Record, Reply, ReplyCode, WireErro
 pub enum Answer {
     /// The call's ACCEPT (wire `what` = 1).
     Accept,
-    /// The call's REPLY (wire `what` = 2): its code and the next payload frame.
-    Reply(ReplyCode, Bytes),
-    /// The call's ACCEPT, then its REPLY (wire `what` = 3).
-    AcceptReply(ReplyCode, Bytes),
+    /// The call's REPLY (wire `what` = 2): its code, the next payload frame, and whether it
+    /// was replayed ([`Reply::replayed`], bit 7 of the code byte, WIRE.md §4.17).
+    Reply(ReplyCode, Bytes, bool),
+    /// The call's ACCEPT, then its REPLY (wire `what` = 3), the REPLY as in
+    /// [`Answer::Reply`].
+    AcceptReply(ReplyCode, Bytes, bool),
 }
 
 impl Answer {
@@ -31,13 +36,12 @@ impl Answer {
         }
     }
 
-    /// The REPLY's code and payload, if the entry carries one.
-    fn reply(&self) -> Option<(ReplyCode, &Bytes)> {
+    /// The REPLY's code, payload and replayed mark, if the entry carries one.
+    fn reply(&self) -> Option<(ReplyCode, &Bytes, bool)> {
         match self {
             Answer::Accept => None,
-            Answer::Reply(code, payload) | Answer::AcceptReply(code, payload) => {
-                Some((*code, payload))
-            }
+            Answer::Reply(code, payload, replayed)
+            | Answer::AcceptReply(code, payload, replayed) => Some((*code, payload, *replayed)),
         }
     }
 
@@ -115,17 +119,22 @@ impl Answers {
                 generation,
                 connection_id,
             });
-            let reply = |code, payload| {
+            let reply = |code, payload, replayed| {
                 Record::Reply(Reply {
                     call_id,
                     code,
                     payload,
+                    replayed,
                 })
             };
             match answer {
                 Answer::Accept => [Some(accept), None],
-                Answer::Reply(code, payload) => [Some(reply(code, payload)), None],
-                Answer::AcceptReply(code, payload) => [Some(accept), Some(reply(code, payload))],
+                Answer::Reply(code, payload, replayed) => {
+                    [Some(reply(code, payload, replayed)), None]
+                }
+                Answer::AcceptReply(code, payload, replayed) => {
+                    [Some(accept), Some(reply(code, payload, replayed))]
+                }
             }
             .into_iter()
             .flatten()
@@ -143,8 +152,8 @@ impl Answers {
         for (call_id, answer) in &self.entries {
             put_u64(&mut env, call_id.get());
             env.push(answer.what());
-            if let Some((code, payload)) = answer.reply() {
-                env.push(code.into());
+            if let Some((code, payload, replayed)) = answer.reply() {
+                env.push(code_byte(code, replayed));
                 payloads.push(payload.to_vec());
             }
         }
@@ -157,9 +166,11 @@ impl Answers {
     /// Decodes the body of an ANSWERS envelope and its payload frames (`frames` is the whole
     /// message, `rest` the frames after the envelope), in the check order of WIRE.md §6.2:
     /// every body field is read (truncated, trailing bytes), then the frame count, then the
-    /// field values in wire order.
+    /// field values in wire order. A code byte carries the replayed mark only where `caps`
+    /// hold [`Capabilities::REPLAYED`] (WIRE.md §4.17).
     pub(super) fn decode<F: AsRef<[u8]>>(
         mut r: Reader<'_>,
+        caps: Capabilities,
         frames: &[F],
         rest: &[F],
         take: &impl Fn(&F) -> Bytes,
@@ -208,7 +219,7 @@ impl Answers {
                     "an entry's what is 1 (ACCEPT), 2 (REPLY) or 3 (ACCEPT then REPLY)",
                 ));
             }
-            let code = code.map(ReplyCode::try_from).transpose()?;
+            let code = code.map(|c| read_code(c, caps)).transpose()?;
             checked.push((call_id, what, code));
         }
         // Every check passed: only now are the payloads taken.
@@ -217,12 +228,16 @@ impl Answers {
         for (call_id, what, code) in checked {
             let answer = match (what, code) {
                 (_, None) => Answer::Accept,
-                (2, Some(code)) => {
-                    Answer::Reply(code, payloads.next().map(take).unwrap_or_default())
-                }
-                (_, Some(code)) => {
-                    Answer::AcceptReply(code, payloads.next().map(take).unwrap_or_default())
-                }
+                (2, Some((code, replayed))) => Answer::Reply(
+                    code,
+                    payloads.next().map(take).unwrap_or_default(),
+                    replayed,
+                ),
+                (_, Some((code, replayed))) => Answer::AcceptReply(
+                    code,
+                    payloads.next().map(take).unwrap_or_default(),
+                    replayed,
+                ),
             };
             entries.push((call_id, answer));
         }
@@ -285,12 +300,12 @@ pub fn pack_front<'a>(
         }
         match entries.last_mut() {
             Some((id, last @ Answer::Accept)) if *id == reply.call_id => {
-                *last = Answer::AcceptReply(reply.code, reply.payload.clone());
+                *last = Answer::AcceptReply(reply.code, reply.payload.clone(), reply.replayed);
             }
             _ if full => break,
             _ => entries.push((
                 reply.call_id,
-                Answer::Reply(reply.code, reply.payload.clone()),
+                Answer::Reply(reply.code, reply.payload.clone(), reply.replayed),
             )),
         }
         payload = size;
@@ -325,14 +340,17 @@ mod tests {
         assert!(Answers::new(
             gen,
             7,
-            vec![(id(1), Answer::Reply(ReplyCode::Ok, Bytes::new()))]
+            vec![(id(1), Answer::Reply(ReplyCode::Ok, Bytes::new(), false))]
         )
         .is_err());
         assert!(Answers::new(gen, 7, vec![]).is_err());
         let one = Answers::new(
             gen,
             7,
-            vec![(id(1), Answer::AcceptReply(ReplyCode::Ok, Bytes::new()))],
+            vec![(
+                id(1),
+                Answer::AcceptReply(ReplyCode::Ok, Bytes::new(), false),
+            )],
         );
         assert!(one.is_ok(), "one call's ACCEPT and REPLY are two records");
 
@@ -340,7 +358,7 @@ mod tests {
             .map(|n| {
                 (
                     id(n),
-                    Answer::AcceptReply(ReplyCode::Ok, Bytes::from(vec![0xC3])),
+                    Answer::AcceptReply(ReplyCode::Ok, Bytes::from(vec![0xC3]), false),
                 )
             })
             .collect();
@@ -369,7 +387,8 @@ mod tests {
             Record::Reply(Reply {
                 call_id: id(1),
                 code: ReplyCode::Ok,
-                payload: Bytes::from(vec![0xC3])
+                payload: Bytes::from(vec![0xC3]),
+                replayed: false,
             })
         );
         // ZMTP adds 2 bytes per short frame either way.
@@ -382,6 +401,78 @@ mod tests {
         );
     }
 
+    /// MISSION X3, W3 (WIRE.md §4.17): the replayed mark is bit 7 of the code byte of a
+    /// REPLY and of an ANSWERS entry; it round-trips where `replayed` is in effect, and
+    /// without it the same bytes are an unknown code (`invalid_field`) while an unmarked
+    /// REPLY keeps its version-1 bytes either way.
+    #[test]
+    fn x3_w3_replayed_mark_round_trips_only_where_negotiated() {
+        let with = Capabilities::ANSWERS.union(Capabilities::REPLAYED);
+        let decode_in = |frames: &[Vec<u8>], caps| {
+            Record::decode_in(frames, caps, |f: &Vec<u8>| Bytes::copy_from_slice(f))
+        };
+        let reply = |replayed| {
+            Record::Reply(Reply {
+                call_id: id(5),
+                code: ReplyCode::Exception,
+                payload: Bytes::from_static(b"x"),
+                replayed,
+            })
+        };
+        let marked = reply(true).encode();
+        assert_eq!(marked[0][12], 0x81);
+        assert_eq!(decode_in(&marked, with).unwrap(), reply(true));
+        assert_eq!(
+            decode_in(&marked, Capabilities::ANSWERS)
+                .unwrap_err()
+                .class(),
+            "invalid_field"
+        );
+        let plain = reply(false).encode();
+        assert_eq!(plain[0][12], 0x01, "version 1's byte");
+        assert_eq!(decode_in(&plain, with).unwrap(), reply(false));
+        assert_eq!(decode_in(&plain, Capabilities::NONE).unwrap(), reply(false));
+        // A marked code that does not exist is still refused.
+        let mut unknown = marked.clone();
+        unknown[0][12] = 0x8F;
+        assert_eq!(
+            decode_in(&unknown, with).unwrap_err().class(),
+            "invalid_field"
+        );
+
+        let record = Record::Answers(
+            Answers::new(
+                id(9),
+                3,
+                vec![
+                    (
+                        id(1),
+                        Answer::AcceptReply(ReplyCode::Ok, Bytes::new(), true),
+                    ),
+                    (id(2), Answer::Reply(ReplyCode::Busy, Bytes::new(), false)),
+                ],
+            )
+            .unwrap(),
+        );
+        let frames = record.encode();
+        assert_eq!(decode_in(&frames, with).unwrap(), record);
+        assert_eq!(
+            decode_in(&frames, Capabilities::ANSWERS)
+                .unwrap_err()
+                .class(),
+            "invalid_field"
+        );
+        let Record::Answers(a) = record else { panic!() };
+        let replies: Vec<bool> = a
+            .into_records()
+            .filter_map(|r| match r {
+                Record::Reply(r) => Some(r.replayed),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(replies, [true, false], "each REPLY keeps its own mark");
+    }
+
     /// WIRE.md §4.16 and §6.2: the body is read whole first (truncated, trailing bytes), then
     /// the frame count, then the values (count, generation, call ids, what, code).
     #[test]
@@ -391,7 +482,7 @@ mod tests {
             (id(1), Answer::Accept),
             (
                 id(2),
-                Answer::Reply(ReplyCode::Busy, Bytes::from_static(b"x")),
+                Answer::Reply(ReplyCode::Busy, Bytes::from_static(b"x"), false),
             ),
         ];
         let good = Record::Answers(Answers::new(gen, 1, entries).unwrap()).encode();

@@ -24,20 +24,26 @@ impl Capabilities {
     /// ANSWERS records (WIRE.md §4.16): the ACCEPTs and REPLYs of several calls of one
     /// connection in one message, the connection said once.
     pub const ANSWERS: Capabilities = Capabilities(8);
+    /// The replayed mark (WIRE.md §4.17): bit 7 of a REPLY's code byte, in a REPLY record
+    /// and in an ANSWERS entry, says the answer is the recorded outcome of an earlier call
+    /// with the same idempotency key, not a run of the handler for this call.
+    pub const REPLAYED: Capabilities = Capabilities(16);
     /// Every capability this implementation speaks, announced by default.
     pub const SPOKEN: Capabilities = Capabilities(
         Capabilities::CANCEL.0
             | Capabilities::CALLS.0
             | Capabilities::CREDIT.0
-            | Capabilities::ANSWERS.0,
+            | Capabilities::ANSWERS.0
+            | Capabilities::REPLAYED.0,
     );
 
     /// Each capability with its name on the wire, in the order extension entries are sent.
-    const NAMES: [(Capabilities, &'static str); 4] = [
+    const NAMES: [(Capabilities, &'static str); 5] = [
         (Capabilities::CANCEL, "cancel"),
         (Capabilities::CALLS, "calls"),
         (Capabilities::CREDIT, "credit"),
         (Capabilities::ANSWERS, "answers"),
+        (Capabilities::REPLAYED, "replayed"),
     ];
 
     /// Whether every capability of `other` is in this set.

@@ -337,6 +337,38 @@ pub struct Reply {
     /// The result bytes when `code` is `Ok`, a UTF-8 error message otherwise (not checked by
     /// the codec).
     pub payload: Bytes,
+    /// The answer is the recorded outcome of an earlier call with the same idempotency key
+    /// (the handler did not run for this call): bit 7 of the code byte, [`REPLAYED_MARK`]
+    /// (WIRE.md §4.17). Only where [`Capabilities::REPLAYED`] is in effect; a sender clears
+    /// it on any other connection, and a decoder without the capability reads the byte as a
+    /// version-1 code (so a marked byte there is `invalid_field`).
+    pub replayed: bool,
+}
+
+/// Bit 7 of a REPLY's code byte, in a REPLY record and in an ANSWERS entry, where capability
+/// `replayed` is in effect: the answer was replayed from the idempotency record (WIRE.md
+/// §4.17). Every code of version 1 is below it.
+pub const REPLAYED_MARK: u8 = 0x80;
+
+/// The code byte of a REPLY: the code, with [`REPLAYED_MARK`] when `replayed`.
+fn code_byte(code: ReplyCode, replayed: bool) -> u8 {
+    let byte = u8::from(code);
+    if replayed {
+        byte | REPLAYED_MARK
+    } else {
+        byte
+    }
+}
+
+/// Reads a REPLY's code byte on a connection where `caps` are in effect: the code, and
+/// whether the replayed mark is set (only where [`Capabilities::REPLAYED`] is in effect;
+/// elsewhere a marked byte is an unknown code, `invalid_field`, as in version 1).
+fn read_code(byte: u8, caps: Capabilities) -> Result<(ReplyCode, bool), WireError> {
+    if caps.contains(Capabilities::REPLAYED) && byte & REPLAYED_MARK != 0 {
+        Ok((ReplyCode::try_from(byte & !REPLAYED_MARK)?, true))
+    } else {
+        Ok((ReplyCode::try_from(byte)?, false))
+    }
 }
 
 /// ITEM: one non-terminal item of a streaming call.
@@ -512,7 +544,7 @@ impl Record {
             }
             Record::Reply(r) => {
                 put_u64(&mut env, r.call_id.get());
-                env.push(r.code.into());
+                env.push(code_byte(r.code, r.replayed));
                 vec![env, r.payload.to_vec()]
             }
             Record::Item(i) => {
@@ -569,7 +601,7 @@ impl Record {
             });
         };
         let (kind, body) = read_header(first.as_ref(), caps)?;
-        decode_body(kind, Reader::new(body, kind), frames, rest, &payload)
+        decode_body(kind, Reader::new(body, kind), caps, frames, rest, &payload)
             .map_err(|e| e.in_kind(kind))
     }
 }
@@ -579,6 +611,7 @@ impl Record {
 fn decode_body<F: AsRef<[u8]>>(
     kind: Kind,
     mut r: Reader<'_>,
+    caps: Capabilities,
     frames: &[F],
     rest: &[F],
     take: &impl Fn(&F) -> Bytes,
@@ -632,7 +665,7 @@ fn decode_body<F: AsRef<[u8]>>(
             raw.check(|| take(payload)).map(Record::Request)
         }
         Kind::Accept => decode_accept(r, frames).map(Record::Accept),
-        Kind::Reply | Kind::Item => decode_answer(kind, r, frames, take),
+        Kind::Reply | Kind::Item => decode_answer(kind, r, caps, frames, take),
         Kind::Close => {
             let reason = r.u8("reason")?;
             r.finish()?;
@@ -642,7 +675,7 @@ fn decode_body<F: AsRef<[u8]>>(
         }
         Kind::Batch => decode_batch(r, frames, rest, take).map(Record::Batch),
         Kind::Calls => Calls::decode(r, frames, rest, take),
-        Kind::Answers => Answers::decode(r, frames, rest, take),
+        Kind::Answers => Answers::decode(r, caps, frames, rest, take),
         Kind::Credit => {
             let call_id = r.u64("call_id")?;
             let items = r.u64("items")?;
@@ -721,6 +754,7 @@ fn decode_accept<F>(mut r: Reader<'_>, frames: &[F]) -> Result<Accept, WireError
 fn decode_answer<F: AsRef<[u8]>>(
     kind: Kind,
     mut r: Reader<'_>,
+    caps: Capabilities,
     frames: &[F],
     take: &impl Fn(&F) -> Bytes,
 ) -> Result<Record, WireError> {
@@ -729,10 +763,13 @@ fn decode_answer<F: AsRef<[u8]>>(
         let code = r.u8("code")?;
         r.finish()?;
         let payload = one_payload(kind, frames)?;
+        let call_id = non_zero(call_id, "call_id")?;
+        let (code, replayed) = read_code(code, caps)?;
         return Ok(Record::Reply(Reply {
-            call_id: non_zero(call_id, "call_id")?,
-            code: ReplyCode::try_from(code)?,
+            call_id,
+            code,
             payload: take(payload),
+            replayed,
         }));
     }
     let seq = r.u64("seq")?;

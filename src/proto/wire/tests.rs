@@ -145,6 +145,7 @@ fn reply() -> (Vec<Vec<u8>>, Record) {
         call_id: nz(5),
         code: ReplyCode::Ok,
         payload: Bytes::from_static(&[0xc3]),
+        replayed: false,
     });
     (frames, record)
 }

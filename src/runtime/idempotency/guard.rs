@@ -17,6 +17,26 @@ use crate::runtime::calls::{Request, ServeError};
 /// A handler's answer, as the REPLY will carry it.
 type Answer = Result<Bytes, ServeError>;
 
+/// What [`Guard::run`] answers a call: the answer the REPLY will carry, and whether it is
+/// a replay: the outcome of an earlier call with the same key (read from the record, or
+/// taken from that call still running here) rather than a run of the handler for this call.
+pub(crate) struct Guarded {
+    /// The answer.
+    pub(crate) answer: Answer,
+    /// The handler did not run for this call: the answer is an earlier call's outcome.
+    pub(crate) replayed: bool,
+}
+
+impl Guarded {
+    /// An answer of this call's own (its handler's, or the guard's refusal): not a replay.
+    fn own(answer: Answer) -> Guarded {
+        Guarded {
+            answer,
+            replayed: false,
+        }
+    }
+}
+
 /// A guarded call running in this process: its fingerprint, and its answer once known.
 struct Running {
     fingerprint: Fingerprint,
@@ -67,7 +87,8 @@ impl Guard {
 
     /// Runs `handler` for `req` at most once per key: the caller's idempotency key scoped to
     /// channel + method, else the request's identity (caller RID, generation, call id).
-    pub(crate) async fn run<F, Fut>(&self, req: &Request, handler: F) -> Answer
+    /// The record names the caller (its RID) for an operator.
+    pub(crate) async fn run<F, Fut>(&self, req: &Request, handler: F) -> Guarded
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Answer>,
@@ -81,21 +102,31 @@ impl Guard {
             Entry::First(tx) => tx,
             Entry::Attach(mut answer) => {
                 metrics::counter!("zmesh_idempotent_attached_total").increment(1);
-                // The first call's answer; its task ending without one may have run it.
+                // The first call's answer (a replay: this call ran nothing); its task ending
+                // without one may have run it.
                 return match answer.wait_for(Option::is_some).await {
-                    Ok(a) => a.clone().unwrap_or_else(|| Err(lost())),
-                    Err(_) => Err(lost()),
+                    Ok(a) => match a.clone() {
+                        Some(answer) => Guarded {
+                            answer,
+                            replayed: true,
+                        },
+                        None => Guarded::own(Err(lost())),
+                    },
+                    Err(_) => Guarded::own(Err(lost())),
                 };
             }
-            Entry::OtherArguments => return Err(other_arguments()),
-            Entry::Broken => return Err(unknown("the idempotency guard failed; not run")),
+            Entry::OtherArguments => return Guarded::own(Err(other_arguments())),
+            Entry::Broken => {
+                return Guarded::own(Err(unknown("the idempotency guard failed; not run")))
+            }
         };
-        let answer = self.decide(&key, &fingerprint, handler).await;
-        let _ = tx.send(Some(answer.clone()));
+        let guarded = self.decide(&key, &fingerprint, &req.caller, handler).await;
+        // Those attached to this call get its answer as a replay, whatever it was.
+        let _ = tx.send(Some(guarded.answer.clone()));
         if let Ok(mut running) = self.running.lock() {
             running.remove(&key);
         }
-        answer
+        guarded
     }
 
     /// Registers the first call of `key` running here, or finds the one already running.
@@ -120,16 +151,24 @@ impl Guard {
         Entry::First(tx)
     }
 
-    async fn decide<F, Fut>(&self, key: &ScopedKey, fingerprint: &Fingerprint, handler: F) -> Answer
+    /// What the store says of `key`, and the answer that follows (see the module docs'
+    /// table); a replay only when the record already holds an outcome.
+    async fn decide<F, Fut>(
+        &self,
+        key: &ScopedKey,
+        fingerprint: &Fingerprint,
+        caller: &str,
+        handler: F,
+    ) -> Guarded
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Answer>,
     {
         let begun = self
             .store
-            .begin(key, fingerprint, &self.owner, self.retention)
+            .begin(key, fingerprint, &self.owner, caller, self.retention)
             .await;
-        match begun {
+        let answer = match begun {
             // Failing open would be the double execution the store is there to prevent.
             Err(e) => {
                 metrics::counter!("zmesh_idempotency_store_errors_total").increment(1);
@@ -151,7 +190,10 @@ impl Guard {
             Ok(Begin::Existing(r)) => match r.state {
                 RecordState::Done(outcome) => {
                     metrics::counter!("zmesh_idempotent_replayed_total").increment(1);
-                    from_outcome(outcome)
+                    return Guarded {
+                        answer: from_outcome(outcome),
+                        replayed: true,
+                    };
                 }
                 RecordState::InProgress => Err(unknown(&format!(
                     "a call with this key was started by {} (generation {:016x}) and its \
@@ -159,7 +201,8 @@ impl Guard {
                     r.owner.rid, r.owner.generation
                 ))),
             },
-        }
+        };
+        Guarded::own(answer)
     }
 }
 

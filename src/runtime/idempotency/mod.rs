@@ -11,12 +11,12 @@
 //!     |     or ScopedKey::from_request(caller RID, caller generation, call id)
 //!     |  fingerprint = Fingerprint::of_call(channel, method, args)
 //!     v
-//!  store.begin(key, fingerprint, owner, retention)
+//!  store.begin(key, fingerprint, owner, caller RID, retention)
 //!     |-- Started ------------------------------> run the handler
 //!     |                                             store.complete(key, outcome)
 //!     |                                             then send the REPLY
-//!     |-- Existing(Done(outcome)) --------------> answer with the recorded outcome
-//!     |-- Existing(InProgress), owner = me -----> attach to the call still running here
+//!     |-- Existing(Done(outcome)) --------------> answer with the recorded outcome (replayed)
+//!     |-- Existing(InProgress), owner = me -----> attach to the call still running here (replayed)
 //!     |-- Existing(InProgress), other owner ----> UnknownOutcome (it may have run; never re-run)
 //!     |-- Existing(..), other fingerprint ------> InvalidParams (same key, different call)
 //!     '-- Err(IdempotencyStoreError) ----------------------> UnknownOutcome, handler NOT run
@@ -75,16 +75,19 @@ pub trait IdempotencyStore: Send + Sync {
     /// Claims `key` for a new run of the command.
     ///
     /// If no live record exists under `key`, atomically inserts an
-    /// [`InProgress`](RecordState::InProgress) record holding `fingerprint` and `owner` that
-    /// expires `retention` from now, and answers [`Begin::Started`]: the caller must run the
-    /// command and then call [`complete`](Self::complete). Otherwise answers
-    /// [`Begin::Existing`] with the record as it stands, unchanged; the caller compares its
-    /// fingerprint and owner to decide what to answer.
+    /// [`InProgress`](RecordState::InProgress) record holding `fingerprint`, `owner` and
+    /// `caller` (the calling node's RID as the server knows it, kept for an operator who
+    /// looks at a record left in progress) that expires `retention` from now, and answers
+    /// [`Begin::Started`]: the caller must run the command and then call
+    /// [`complete`](Self::complete). Otherwise answers [`Begin::Existing`] with the record
+    /// as it stands, unchanged; the caller compares its fingerprint and owner to decide what
+    /// to answer.
     fn begin(
         &self,
         key: &ScopedKey,
         fingerprint: &Fingerprint,
         owner: &Owner,
+        caller: &str,
         retention: Duration,
     ) -> IdempotencyFuture<'_, Begin>;
 

@@ -1,6 +1,6 @@
 //! A durable idempotency store in one SQLite file.
 //!
-//! # Schema (version 2, in `PRAGMA user_version`)
+//! # Schema (version 3, in `PRAGMA user_version`)
 //!
 //! ```sql
 //! CREATE TABLE idempotency_records (
@@ -12,7 +12,8 @@
 //!     code             INTEGER,                   -- REPLY code byte when done, else NULL
 //!     payload          BLOB,                      -- result or message when done, else NULL
 //!     expires_at_ms    INTEGER NOT NULL,          -- Unix milliseconds (wall clock)
-//!     begun_at_ms      INTEGER                    -- Unix milliseconds of the begin
+//!     begun_at_ms      INTEGER,                   -- Unix milliseconds of the begin
+//!     caller           TEXT                       -- the calling node's RID
 //! );
 //! CREATE INDEX idempotency_records_expiry ON idempotency_records (expires_at_ms);
 //! ```
@@ -20,8 +21,9 @@
 //! Expiry dates are wall-clock milliseconds because a record outlives the monotonic clock of
 //! the process that wrote it (MISSION L7 allows this in `durable_time` only). A row whose
 //! `expires_at_ms` is not after now does not exist for any operation. `begun_at_ms` tells an
-//! operator how long a record has been in progress; a file of version 1 gains the column
-//! when it is opened (NULL, age unknown, for the rows it already held).
+//! operator how long a record has been in progress and `caller` who asked for the command; a
+//! file of version 1 gains both columns when it is opened, a file of version 2 `caller`
+//! (NULL, unknown, for the rows it already held).
 
 use std::fmt;
 use std::path::Path;
@@ -39,7 +41,7 @@ use crate::durable_time::unix_millis_now;
 use crate::runtime::sqlite_file::{self, FileError, FileId, FileSettings, Synchronous};
 
 /// The schema version this build reads and writes (`PRAGMA user_version`).
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 
 /// How the file is opened: a statement waits up to 5 s for another process holding the write
 /// lock, because a `begin` or `complete` that gives up fails the command it guards;
@@ -67,7 +69,8 @@ CREATE TABLE IF NOT EXISTS idempotency_records (
     code             INTEGER,
     payload          BLOB,
     expires_at_ms    INTEGER NOT NULL,
-    begun_at_ms      INTEGER
+    begun_at_ms      INTEGER,
+    caller           TEXT
 );
 CREATE INDEX IF NOT EXISTS idempotency_records_expiry ON idempotency_records (expires_at_ms);
 ";
@@ -225,12 +228,14 @@ impl IdempotencyStore for SqliteIdempotencyStore {
         key: &ScopedKey,
         fingerprint: &Fingerprint,
         owner: &Owner,
+        caller: &str,
         retention: Duration,
     ) -> IdempotencyFuture<'_, Begin> {
         let key = key.clone();
         let fingerprint = *fingerprint;
         let owner = owner.clone();
-        self.run(move |inner| inner.begin(&key, &fingerprint, &owner, retention))
+        let caller = caller.to_owned();
+        self.run(move |inner| inner.begin(&key, &fingerprint, &owner, &caller, retention))
     }
 
     fn complete(&self, key: &ScopedKey, outcome: &Outcome) -> IdempotencyFuture<'_, ()> {
@@ -269,6 +274,9 @@ pub struct StoredRecord {
     /// Time since the `begin` that created it (wall clock); `None` for a record written by a
     /// build that did not keep the time.
     pub age: Option<Duration>,
+    /// The RID of the node whose call created it, as the serving node knew it; `None` for a
+    /// record written by a build that did not keep it.
+    pub caller: Option<String>,
 }
 
 /// The answer a record resolved as [`Resolution::Ran`] gives a retry: `Exception` (it ran;
@@ -294,7 +302,7 @@ impl Inner {
             .conn
             .prepare(
                 "SELECT fingerprint, owner_rid, owner_generation, state, code, payload, key,
-                        expires_at_ms, begun_at_ms
+                        expires_at_ms, begun_at_ms, caller
                  FROM idempotency_records
                  WHERE expires_at_ms > ?1 AND (key = ?2 OR (?2 IS NULL AND state = ?3))
                  ORDER BY expires_at_ms",
@@ -307,13 +315,14 @@ impl Inner {
                     let key: String = row.get(6)?;
                     let expires: i64 = row.get(7)?;
                     let begun: Option<i64> = row.get(8)?;
-                    Ok((RawRecord::from_row(row)?, key, expires, begun))
+                    let caller: Option<String> = row.get(9)?;
+                    Ok((RawRecord::from_row(row)?, key, expires, begun, caller))
                 },
             )
             .map_err(store_error)?;
         let mut out = Vec::new();
         for row in rows {
-            let (raw, key, expires, begun) = row.map_err(store_error)?;
+            let (raw, key, expires, begun, caller) = row.map_err(store_error)?;
             out.push(StoredRecord {
                 key: ScopedKey::from_stored(key),
                 record: raw.decode()?,
@@ -323,6 +332,7 @@ impl Inner {
                 age: begun.map(|b| {
                     Duration::from_millis(u64::try_from(now.saturating_sub(b)).unwrap_or(0))
                 }),
+                caller,
             });
         }
         Ok(out)
@@ -364,6 +374,7 @@ impl Inner {
         key: &ScopedKey,
         fingerprint: &Fingerprint,
         owner: &Owner,
+        caller: &str,
         retention: Duration,
     ) -> Result<Begin, IdempotencyStoreError> {
         self.check_file()?;
@@ -404,8 +415,8 @@ impl Inner {
         tx.execute(
             "INSERT OR REPLACE INTO idempotency_records
              (key, fingerprint, owner_rid, owner_generation, state, code, payload, expires_at_ms,
-              begun_at_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, NULL, NULL, ?6, ?7)",
+              begun_at_ms, caller)
+             VALUES (?1, ?2, ?3, ?4, ?5, NULL, NULL, ?6, ?7, ?8)",
             params![
                 key.as_str(),
                 &fingerprint.as_bytes()[..],
@@ -414,6 +425,7 @@ impl Inner {
                 STATE_IN_PROGRESS,
                 now.saturating_add(retention_ms(retention)),
                 now,
+                caller,
             ],
         )
         .map_err(store_error)?;
@@ -519,8 +531,8 @@ impl RawRecord {
     }
 }
 
-/// Creates the table on a fresh file, adds `begun_at_ms` to a file of version 1, accepts a
-/// file of this version, refuses any other.
+/// Creates the table on a fresh file, adds `begun_at_ms` and `caller` to a file of version 1
+/// and `caller` to one of version 2, accepts a file of this version, refuses any other.
 fn ensure_schema(conn: &mut Connection) -> Result<(), IdempotencyStoreError> {
     // Read first without a write lock, so opening an up-to-date file writes nothing.
     if user_version(conn)? == SCHEMA_VERSION {
@@ -537,8 +549,12 @@ fn ensure_schema(conn: &mut Connection) -> Result<(), IdempotencyStoreError> {
                 .map_err(store_error)?;
             tx.commit().map_err(store_error)
         }
-        1 => {
-            tx.execute_batch("ALTER TABLE idempotency_records ADD COLUMN begun_at_ms INTEGER;")
+        found @ (1 | 2) => {
+            if found == 1 {
+                tx.execute_batch("ALTER TABLE idempotency_records ADD COLUMN begun_at_ms INTEGER;")
+                    .map_err(store_error)?;
+            }
+            tx.execute_batch("ALTER TABLE idempotency_records ADD COLUMN caller TEXT;")
                 .map_err(store_error)?;
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                 .map_err(store_error)?;
@@ -620,7 +636,7 @@ mod tests {
         let key = ScopedKey::from_idempotency_key("c", "m", "k1");
         let fp = Fingerprint::of_call("c", "m", b"");
         let begun = store
-            .begin(&key, &fp, &owner, Duration::from_secs(60))
+            .begin(&key, &fp, &owner, "caller", Duration::from_secs(60))
             .await;
         assert_eq!(begun, Ok(Begin::Started));
         for suffix in ["", "-wal", "-shm"] {
@@ -628,7 +644,7 @@ mod tests {
         }
         let key2 = ScopedKey::from_idempotency_key("c", "m", "k2");
         let begun = store
-            .begin(&key2, &fp, &owner, Duration::from_secs(60))
+            .begin(&key2, &fp, &owner, "caller", Duration::from_secs(60))
             .await;
         assert!(
             matches!(begun, Err(IdempotencyStoreError::Unavailable(_))),
@@ -638,18 +654,19 @@ mod tests {
     }
 
     /// MISSION K3, for an operator: the records left in progress are listed (done ones are
-    /// not), one is shown by its key; resolved as run it answers the operator's note as an
-    /// `Exception` and is no longer in progress; resolved as not run it is gone, so the next
-    /// `begin` starts afresh; a record that is not in progress cannot be resolved.
+    /// not), one is shown by its key with the caller that started it; resolved as run it
+    /// answers the operator's note as an `Exception` and is no longer in progress; resolved
+    /// as not run it is gone, so the next `begin` starts afresh; a record that is not in
+    /// progress cannot be resolved.
     #[tokio::test]
-    async fn k3_records_left_in_progress_are_listed_and_resolved_by_an_operator() {
+    async fn k3_records_left_in_progress_are_listed_with_their_caller_and_resolved() {
         let path = temp_db("resolve");
         let store = SqliteIdempotencyStore::open(&path).expect("open");
         let fp = Fingerprint::of_call("pump", "dispense", b"");
         let key = |k: &str| ScopedKey::from_idempotency_key("pump", "dispense", k);
         let day = Duration::from_secs(86_400);
         for k in ["ran", "did-not-run", "done"] {
-            let begun = store.begin(&key(k), &fp, &owner(), day).await;
+            let begun = store.begin(&key(k), &fp, &owner(), "client-7", day).await;
             assert_eq!(begun, Ok(Begin::Started));
         }
         let ok = Outcome {
@@ -671,6 +688,7 @@ mod tests {
         assert_eq!(shown.record.state, RecordState::InProgress);
         assert!(shown.expires_in > Duration::from_secs(86_000) && shown.expires_in <= day);
         assert!(shown.age.is_some_and(|age| age < day), "{shown:?}");
+        assert_eq!(shown.caller.as_deref(), Some("client-7"));
         assert_eq!(
             key("ran").parts(),
             Some(("key", vec!["pump", "dispense", "ran"]))
@@ -699,7 +717,9 @@ mod tests {
             .resolve(&key("did-not-run"), &Resolution::DidNotRun)
             .expect("resolve did not run");
         assert_eq!(store.get(&key("did-not-run")).expect("get"), None);
-        let again = store.begin(&key("did-not-run"), &fp, &owner(), day).await;
+        let again = store
+            .begin(&key("did-not-run"), &fp, &owner(), "caller", day)
+            .await;
         assert_eq!(again, Ok(Begin::Started), "a retry may run it");
 
         for k in ["done", "ran", "missing"] {
@@ -764,7 +784,7 @@ mod tests {
             inner
                 .conn
                 .execute(
-                    "INSERT INTO idempotency_records VALUES (?1, ?2, 'r', 1, ?3, ?4, ?5, ?6, NULL)",
+                    "INSERT INTO idempotency_records VALUES (?1, ?2, 'r', 1, ?3, ?4, ?5, ?6, NULL, NULL)",
                     params![key, fp, state, code, payload, far],
                 )
                 .expect("insert");
@@ -772,7 +792,7 @@ mod tests {
         for (key, ..) in bad_rows {
             let key = ScopedKey(key.to_owned());
             let fp = Fingerprint::from_bytes([0; 32]);
-            let answer = inner.begin(&key, &fp, &owner(), Duration::from_secs(60));
+            let answer = inner.begin(&key, &fp, &owner(), "caller", Duration::from_secs(60));
             assert!(
                 matches!(answer, Err(IdempotencyStoreError::Corrupt(_))),
                 "{key}: {answer:?}"
@@ -792,22 +812,23 @@ mod tests {
                 .expect("open"),
         );
         Connection::open(&path)
-            .and_then(|c| c.pragma_update(None, "user_version", 3))
+            .and_then(|c| c.pragma_update(None, "user_version", 4))
             .expect("bump version");
         assert_eq!(
             SqliteIdempotencyStore::open_async(path.clone())
                 .await
                 .map(|_| ()),
             Err(IdempotencyStoreError::UnsupportedSchema {
-                found: 3,
-                supported: 2
+                found: 4,
+                supported: 3
             })
         );
         let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
     }
 
-    /// K3: a file of schema version 1 (no `begun_at_ms`) is opened and upgraded: its rows
-    /// keep working with no age, rows begun since have one.
+    /// K3: a file of schema version 1 (no `begun_at_ms`, no `caller`) is opened and
+    /// upgraded: its rows keep working with no age and no caller, rows begun since have
+    /// both.
     #[tokio::test]
     async fn k3_sqlite_version_1_file_gains_the_begin_time() {
         let path = temp_db("v1");
@@ -830,15 +851,75 @@ mod tests {
         }
         let store = SqliteIdempotencyStore::open(&path).expect("open v1");
         let old = store.get(&ScopedKey("old".into())).expect("get");
-        assert_eq!(old.map(|r| r.age), Some(None));
+        assert_eq!(old.map(|r| (r.age, r.caller)), Some((None, None)));
         let key = ScopedKey::from_request("c", 1, 1);
         let fp = Fingerprint::from_bytes([1; 32]);
         let begun = store
-            .begin(&key, &fp, &owner(), Duration::from_secs(60))
+            .begin(&key, &fp, &owner(), "c", Duration::from_secs(60))
             .await;
         assert_eq!(begun, Ok(Begin::Started));
         let new = store.get(&key).expect("get").expect("record");
         assert!(new.age.is_some(), "{new:?}");
+        assert_eq!(new.caller.as_deref(), Some("c"));
+        let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
+    }
+
+    /// K3: a file of schema version 2 (with `begun_at_ms`, no `caller`) is opened and
+    /// upgraded to version 3: its rows keep their age and have no caller, rows begun since
+    /// name theirs, and the file says version 3.
+    #[tokio::test]
+    async fn k3_sqlite_version_2_file_gains_the_caller() {
+        let path = temp_db("v2");
+        let begun_at = now_ms() - 5_000;
+        {
+            let conn = Connection::open(&path).expect("create");
+            conn.execute_batch(
+                "CREATE TABLE idempotency_records (
+                    key TEXT PRIMARY KEY NOT NULL, fingerprint BLOB NOT NULL,
+                    owner_rid TEXT NOT NULL, owner_generation INTEGER NOT NULL,
+                    state INTEGER NOT NULL, code INTEGER, payload BLOB,
+                    expires_at_ms INTEGER NOT NULL, begun_at_ms INTEGER);
+                 CREATE INDEX idempotency_records_expiry ON idempotency_records (expires_at_ms);
+                 PRAGMA user_version = 2;",
+            )
+            .expect("v2 schema");
+            conn.execute(
+                "INSERT INTO idempotency_records
+                 VALUES ('old', ?1, 'r', 1, 0, NULL, NULL, ?2, ?3)",
+                params![&[0u8; 32][..], now_ms() + 60_000, begun_at],
+            )
+            .expect("v2 row");
+        }
+        let store = SqliteIdempotencyStore::open(&path).expect("open v2");
+        let old = store
+            .get(&ScopedKey("old".into()))
+            .expect("get")
+            .expect("the old row");
+        assert!(
+            old.age.is_some_and(|a| a >= Duration::from_secs(5)),
+            "{old:?}"
+        );
+        assert_eq!(old.caller, None);
+        assert_eq!(old.record.state, RecordState::InProgress);
+        let key = ScopedKey::from_idempotency_key("pump", "dispense", "wo-1");
+        let fp = Fingerprint::from_bytes([2; 32]);
+        let begun = store
+            .begin(&key, &fp, &owner(), "desk-3", Duration::from_secs(60))
+            .await;
+        assert_eq!(begun, Ok(Begin::Started));
+        let listed: Vec<Option<String>> = store
+            .in_progress()
+            .expect("list")
+            .into_iter()
+            .map(|r| r.caller)
+            .collect();
+        assert!(listed.contains(&Some("desk-3".into())), "{listed:?}");
+        assert!(listed.contains(&None), "{listed:?}");
+        drop(store);
+        let version: i64 = Connection::open(&path)
+            .and_then(|c| c.pragma_query_value(None, "user_version", |r| r.get(0)))
+            .expect("version");
+        assert_eq!(version, 3);
         let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
     }
 
@@ -848,13 +929,13 @@ mod tests {
         let path = temp_db("schema");
         drop(SqliteIdempotencyStore::open(&path).expect("open"));
         Connection::open(&path)
-            .and_then(|c| c.pragma_update(None, "user_version", 3))
+            .and_then(|c| c.pragma_update(None, "user_version", 4))
             .expect("bump version");
         assert_eq!(
             SqliteIdempotencyStore::open(&path).map(|_| ()),
             Err(IdempotencyStoreError::UnsupportedSchema {
-                found: 3,
-                supported: 2
+                found: 4,
+                supported: 3
             })
         );
         let _ = std::fs::remove_dir_all(path.parent().expect("dir"));
@@ -870,7 +951,7 @@ mod tests {
         inner
             .conn
             .execute(
-                "INSERT INTO idempotency_records VALUES ('old', ?1, 'r', 1, 0, NULL, NULL, ?2, NULL)",
+                "INSERT INTO idempotency_records VALUES ('old', ?1, 'r', 1, 0, NULL, NULL, ?2, NULL, NULL)",
                 params![&[0u8; 32][..], past],
             )
             .expect("insert");
@@ -884,13 +965,13 @@ mod tests {
         for i in 0..u64::from(SWEEP_EVERY) - 1 {
             let key = ScopedKey::from_request("c", 1, i);
             inner
-                .begin(&key, &fp, &owner(), Duration::from_secs(60))
+                .begin(&key, &fp, &owner(), "caller", Duration::from_secs(60))
                 .expect("begin");
         }
         assert_eq!(count(&inner), i64::from(SWEEP_EVERY), "not swept yet");
         let key = ScopedKey::from_request("c", 1, u64::MAX);
         inner
-            .begin(&key, &fp, &owner(), Duration::from_secs(60))
+            .begin(&key, &fp, &owner(), "caller", Duration::from_secs(60))
             .expect("begin");
         assert_eq!(
             count(&inner),

@@ -153,7 +153,10 @@ impl IoThread {
     /// end of the turn where the connection packs answers, else now (a full pipe keeps it
     /// for a later turn). Returns false when the connection is gone (the caller fails the
     /// call when it sees that).
-    pub(super) fn send_answer(&mut self, route: LinkKey, out: Outgoing) -> bool {
+    ///
+    /// A REPLY's replayed mark (WIRE.md §4.17) is cleared here toward a connection that did
+    /// not negotiate `replayed`, so such a peer receives the version-1 code byte.
+    pub(super) fn send_answer(&mut self, route: LinkKey, mut out: Outgoing) -> bool {
         let Some(conn) = self
             .links
             .get(route)
@@ -162,7 +165,11 @@ impl IoThread {
         else {
             return false;
         };
-        let packs = self.conn_caps(route).contains(Capabilities::ANSWERS);
+        let caps = self.conn_caps(route);
+        if let Outgoing::Reply(r) = &mut out {
+            r.replayed &= caps.contains(Capabilities::REPLAYED);
+        }
+        let packs = caps.contains(Capabilities::ANSWERS);
         if !packs && !self.answers.is_waiting(route, conn) {
             let frames = out.alone(self.me.generation, conn);
             match self.send_frames_on_link(route, &frames) {
@@ -238,10 +245,13 @@ mod tests {
             vec![
                 (
                     id(1),
-                    Answer::AcceptReply(ReplyCode::Ok, Bytes::from(vec![0]))
+                    Answer::AcceptReply(ReplyCode::Ok, Bytes::from(vec![0]), false)
                 ),
                 (id(2), Answer::Accept),
-                (id(3), Answer::Reply(ReplyCode::Ok, Bytes::from(vec![0]))),
+                (
+                    id(3),
+                    Answer::Reply(ReplyCode::Ok, Bytes::from(vec![0]), false)
+                ),
             ]
         );
 

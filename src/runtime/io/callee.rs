@@ -374,7 +374,7 @@ impl Callee {
     /// A handler finished: its REPLY, then the next call of its queue.
     pub(super) fn handle_done(&mut self, done: ServeDone, now: Instant) {
         self.handlers.finished(done.id);
-        self.finish_call(done.id, done.result, now);
+        self.finish_call(done.id, done.result, done.replayed, now);
         let next = self.left_queue(done.id);
         self.dispatch(next, now);
     }
@@ -598,7 +598,9 @@ impl Callee {
                             InlineRun::Answered(result) => {
                                 // Answered in place: the REPLY follows the ACCEPT in the same
                                 // turn, and the queue moves on without a hand-off.
-                                self.finish_call(sid, result, now);
+                                // An inline handler is never behind the idempotency guard,
+                                // so its answer is never a replay.
+                                self.finish_call(sid, result, false, now);
                                 next = self.left_queue(sid);
                             }
                             InlineRun::OnTask(job) => self.spawn_handler(&spawn, job),
@@ -703,7 +705,13 @@ impl Callee {
 
     /// A call's handler finished: its one REPLY (unless the serve table already answered
     /// it, e.g. a stream ended by a drain).
-    fn finish_call(&mut self, id: ServeId, result: Result<Bytes, ServeError>, now: Instant) {
+    fn finish_call(
+        &mut self,
+        id: ServeId,
+        result: Result<Bytes, ServeError>,
+        replayed: bool,
+        now: Instant,
+    ) {
         let call = self.table.call_of(id);
         let (code, payload) = match result {
             Ok(bytes) => (ReplyCode::Ok, bytes),
@@ -713,12 +721,13 @@ impl Callee {
                 Bytes::from(e.message.into_bytes()),
             ),
         };
-        if let Some(code) = self.table.handle_done(id, code, now) {
+        if let Some(sent) = self.table.handle_done(id, code, now) {
             if let Some((key, call_id)) = call {
-                self.answers.push_back(Answer {
-                    key,
-                    reply: records::reply(call_id, code, payload),
-                });
+                let mut reply = records::reply(call_id, sent, payload);
+                // A code the serve table put in the handler's place is this call's own
+                // answer, never a replay.
+                reply.replayed = replayed && sent == code;
+                self.answers.push_back(Answer { key, reply });
             }
         }
     }

@@ -20,11 +20,11 @@ use bytes::Bytes;
 use super::{CallKey, LinkKey};
 use crate::proto::calls::batch;
 use crate::proto::calls::CallError;
-use crate::proto::calls::{ttl_on_wire, CallId, CallTable, Unrouted};
+use crate::proto::calls::{ttl_on_wire, CallId, CallTable, Disposition, Unrouted};
 use crate::proto::contract;
 use crate::proto::ops;
 use crate::proto::wire;
-use crate::runtime::calls::{CallOptions, StreamEvent, STREAM_BUFFER};
+use crate::runtime::calls::{CallAnswer, CallOptions, StreamEvent, STREAM_BUFFER};
 use crate::runtime::command::CallReply;
 use crate::runtime::operations::OpsShared;
 use crate::runtime::records;
@@ -150,6 +150,9 @@ pub(super) struct Caller {
     replies: HashMap<CallId, (CallReply, u64)>,
     /// The pending calls by the application's token, for a cancel.
     tokens: HashMap<u64, CallId>,
+    /// Calls the REPLY that completed them said were replayed (WIRE.md §4.17), until the
+    /// completion is handed to the application.
+    replayed: HashSet<CallId>,
     /// REQUESTs of calls started in this loop turn, with the link they go on: sent together
     /// (per link, as BATCHes) before any other command is handled and at the end of the
     /// command drain (MISSION K5).
@@ -172,6 +175,7 @@ impl Caller {
             table: CallTable::new(),
             replies: HashMap::new(),
             tokens: HashMap::new(),
+            replayed: HashSet::new(),
             outgoing: Vec::new(),
             ops,
             rr: 0,
@@ -368,10 +372,16 @@ impl Caller {
                 call_id,
                 code,
                 payload,
+                replayed,
             } => {
-                let _ = self
+                let applied = self
                     .table
                     .handle_reply(id(call_id), key, code, payload, now);
+                // The REPLY that completes a call is the answer it reports (a late or
+                // foreign one changes nothing).
+                if replayed && applied == Disposition::Applied {
+                    self.replayed.insert(id(call_id));
+                }
             }
             _ => {}
         }
@@ -437,15 +447,18 @@ impl Caller {
         while let Some((id, result)) = self.table.poll_completion() {
             // A stream that lost an item to a full buffer is never passed off as whole, even
             // if its REPLY had already arrived.
-            let result = if overrun.contains(&id) {
-                Err(CallError::StreamOverrun {
+            let replayed = self.replayed.remove(&id);
+            let (result, replayed) = if overrun.contains(&id) {
+                let overrun = CallError::StreamOverrun {
                     buffered: STREAM_BUFFER,
-                })
+                };
+                (Err(overrun), false)
             } else {
-                result
+                (result, replayed)
             };
-            self.ops
-                .with(|r| r.settle(id.get().get(), result.as_ref().map(|_| ()), now));
+            self.ops.with(|r| {
+                r.settle_answer(id.get().get(), result.as_ref().map(|_| ()), replayed, now)
+            });
             if let Some((reply, token)) = self.replies.remove(&id) {
                 self.tokens.remove(&token);
                 let result = result.map(|c| c.payload);
@@ -454,7 +467,7 @@ impl Caller {
                 }
                 match reply {
                     CallReply::Unary(tx) => {
-                        let _ = tx.send(result);
+                        let _ = tx.send(CallAnswer::new(result, replayed));
                     }
                     CallReply::Stream(tx) => {
                         // The buffer always keeps a place for the end.

@@ -183,8 +183,8 @@ impl Node {
                     node: weak.clone(),
                     sent: false,
                 };
-                let result = run_job(job, &lookup, &weak, guard.as_deref()).await;
-                done.send(result);
+                let (result, replayed) = run_job(job, &lookup, &weak, guard.as_deref()).await;
+                done.send(result, replayed);
             })
             .abort_handle()
         });
@@ -232,12 +232,13 @@ struct DoneOnce {
 }
 
 impl DoneOnce {
-    fn send(mut self, result: Result<Bytes, ServeError>) {
+    fn send(mut self, result: Result<Bytes, ServeError>, replayed: bool) {
         self.sent = true;
         if let Some(inner) = self.node.upgrade() {
             inner.command(Command::ServeDone(ServeDone {
                 id: self.id,
                 result,
+                replayed,
             }));
         }
     }
@@ -255,6 +256,7 @@ impl Drop for DoneOnce {
                     RemoteCode::Unavailable,
                     "the handler was stopped before it returned",
                 )),
+                replayed: false,
             }));
         }
     }
@@ -269,13 +271,14 @@ enum Lookup {
 }
 
 /// Runs one accepted call: the built-in `$describe`, or its method's handler (a panic is
-/// answered `Exception`), behind the idempotency guard for a non-repeatable command.
+/// answered `Exception`), behind the idempotency guard for a non-repeatable command. Its
+/// answer, and whether the guard replayed it from an earlier call of the same key.
 async fn run_job(
     job: ServeJob,
     lookup: &Lookup,
     node: &Weak<Inner>,
     guard: Option<&Guard>,
-) -> Result<Bytes, ServeError> {
+) -> (Result<Bytes, ServeError>, bool) {
     let ServeJob {
         id,
         request,
@@ -284,20 +287,21 @@ async fn run_job(
     } = job;
     if request.method == DESCRIBE_METHOD {
         let contract = node.upgrade().map(|inner| Node { inner }.describe());
-        return match contract {
+        let result = match contract {
             Some(c) => rcalls::encode(&c),
             None => Err(ServeError::runtime(
                 RemoteCode::Unavailable,
                 "the node stopped",
             )),
         };
+        return (result, false);
     }
     let handler = match lookup {
         Lookup::Any(h) => Some(h.clone()),
         Lookup::Methods(m) => m.get(&request.method).cloned(),
     };
     let Some(handler) = handler else {
-        return Err(ServeError::method_not_found(&request.method));
+        return (Err(ServeError::method_not_found(&request.method)), false);
     };
     let port: Weak<dyn ItemPort> = node.clone();
     let sink = ItemSink::new(id, port);
@@ -323,9 +327,10 @@ async fn run_job(
     match guarded {
         Some(g) => {
             let req = request.clone();
-            g.run(&req, move || run(request)).await
+            let guarded = g.run(&req, move || run(request)).await;
+            (guarded.answer, guarded.replayed)
         }
-        None => run(request).await,
+        None => (run(request).await, false),
     }
 }
 

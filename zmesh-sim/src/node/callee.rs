@@ -111,11 +111,12 @@ impl SimNode {
             match ctx.truth.store_get(&self.me.rid, &k) {
                 Some(Some(ran)) => {
                     // Replayed from the record: the handler does not run again.
-                    self.answer(ctx, sid, ReplyCode::Ok, crate::truth::result_of(ran));
+                    let result = crate::truth::result_of(ran);
+                    self.answer(ctx, sid, ReplyCode::Ok, result, true);
                     return;
                 }
                 Some(None) => {
-                    self.answer(ctx, sid, ReplyCode::UnknownOutcome, Bytes::new());
+                    self.answer(ctx, sid, ReplyCode::UnknownOutcome, Bytes::new(), false);
                     return;
                 }
                 None => ctx.truth.store_begin(&self.me.rid, &k),
@@ -230,12 +231,15 @@ impl SimNode {
         }
     }
 
+    /// Answers call `sid` with `code` and `payload` (unless the table already answered it);
+    /// `replayed` marks an answer from the idempotency record (WIRE.md §4.17).
     pub(super) fn answer(
         &mut self,
         ctx: &mut Ctx<'_>,
         sid: ServeId,
         code: ReplyCode,
         payload: Bytes,
+        replayed: bool,
     ) {
         let now = self.at(ctx.now);
         let Some((conn, call_id)) = self.serve.call_of(sid) else {
@@ -247,6 +251,7 @@ impl SimNode {
                 call_id,
                 code,
                 payload,
+                replayed,
             });
             self.send_answer(ctx, conn, reply);
         }
@@ -260,7 +265,13 @@ impl SimNode {
             ctx.truth.store_done(&self.me.rid, k, h.uid);
         }
         ctx.truth.on_handler_done(h.uid, self.ix);
-        self.answer(ctx, sid, ReplyCode::Ok, crate::truth::result_of(h.uid));
+        self.answer(
+            ctx,
+            sid,
+            ReplyCode::Ok,
+            crate::truth::result_of(h.uid),
+            false,
+        );
     }
 }
 
@@ -271,6 +282,7 @@ impl SimNode {
             call_id,
             code,
             payload: Bytes::new(),
+            replayed: false,
         });
         self.send_answer(ctx, conn, reply);
     }
