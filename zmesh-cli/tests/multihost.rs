@@ -34,6 +34,7 @@ use zmesh::config::{
 use zmesh::proto::handshake::{Membership, Role};
 use zmesh::proto::liveness::PEER_DEADLINE;
 use zmesh::runtime::security::KeyPair;
+use zmesh::runtime::store::ETCD_RESUME_BOUND;
 
 use disc::{links_of, mesh_ready, peer_generations, ready_conns, Mesh, Proc};
 
@@ -353,26 +354,7 @@ impl Cluster {
         user: Option<&str>,
         args: &[&str],
     ) -> Result<String, String> {
-        let s = |f: &str| pki.path(f).display().to_string();
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", net.host(n)])
-            .arg(etcd_binary().with_file_name("etcdctl"))
-            .args(["--endpoints", &format!("https://{}:2379", net.addr(n))])
-            .args(["--cacert", &s("ca.pem"), "--cert", &s("admin.pem")])
-            .args(["--key", &s("admin-key.pem"), "--command-timeout", "2s"]);
-        if let Some(u) = user {
-            cmd.args(["--user", u]);
-        }
-        let out = cmd
-            .args(args)
-            .env("ETCDCTL_API", "3")
-            .output()
-            .map_err(|e| e.to_string())?;
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        } else {
-            Err(String::from_utf8_lossy(&out.stderr).into_owned())
-        }
+        etcdctl_from(net, pki, n, n, user, args)
     }
 
     fn logs(&self) -> String {
@@ -607,6 +589,48 @@ fn subscription(s: &Value, endpoint: &str) -> (Sub, Option<u64>) {
 
 /// Lines of the node log that open and close a store outage.
 const OUTAGE_LINES: [&str; 2] = ["store unreachable", "store reachable again"];
+
+/// `etcdctl` in host `from`, to member `to`, as `user` if given.
+fn etcdctl_from(
+    net: &Net,
+    pki: &Pki,
+    from: usize,
+    to: usize,
+    user: Option<&str>,
+    args: &[&str],
+) -> Result<String, String> {
+    let out = etcdctl_command(net, pki, from, to, user, args)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// The command of [`etcdctl_from`], to run as often as needed.
+fn etcdctl_command(
+    net: &Net,
+    pki: &Pki,
+    from: usize,
+    to: usize,
+    user: Option<&str>,
+    args: &[&str],
+) -> Command {
+    let s = |f: &str| pki.path(f).display().to_string();
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", net.host(from)])
+        .arg(etcd_binary().with_file_name("etcdctl"))
+        .args(["--endpoints", &format!("https://{}:2379", net.addr(to))])
+        .args(["--cacert", &s("ca.pem"), "--cert", &s("admin.pem")])
+        .args(["--key", &s("admin-key.pem"), "--command-timeout", "2s"]);
+    if let Some(u) = user {
+        cmd.args(["--user", u]);
+    }
+    cmd.args(args).env("ETCDCTL_API", "3");
+    cmd
+}
 
 /// A running tier: the network, the etcd cluster and the nodes of [`NODES`], all ready. Its
 /// fields drop in order: the nodes first, the network last.
@@ -891,18 +915,95 @@ fn report_partition(tier: &Tier, seen: &[Seen]) {
 /// line as it began and one as it ended; no descriptor twice.
 async fn heal(tier: &Tier, before: &Before) {
     let (nodes, cluster, net, pki) = (&tier.nodes, &tier.cluster, &tier.net, &tier.pki);
+    // The first answer of the majority to the cut-off host: m1 asked from inside it.
+    let mut ask = etcdctl_command(
+        net,
+        pki,
+        CUT_HOST,
+        1,
+        Some("root:root-pw"),
+        &["get", "/majority"],
+    );
     net.link(CUT_HOST, true);
     let healed = Instant::now();
-    for (p, (rid, _)) in nodes.iter().zip(NODES) {
-        wait(p, "ready again with every peer", BOUND, |s| {
-            ready_with(s, rid, &others(rid))
-        })
-        .await;
+    let majority = std::thread::spawn(move || loop {
+        if ask.output().is_ok_and(|o| o.status.success()) {
+            return Some(healed.elapsed());
+        }
+        if healed.elapsed() > BOUND {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    });
+    // Per node: every link ready again; the store back (reachable, the lease held: the
+    // descriptor published again) on the cut-off host's nodes.
+    let mut ready: Vec<Option<Duration>> = vec![None; nodes.len()];
+    let mut store_back: Vec<Option<Duration>> = vec![None; nodes.len()];
+    loop {
+        for (i, p) in nodes.iter().enumerate() {
+            let s = p.status();
+            let at = healed.elapsed();
+            let rid = NODES[i].0;
+            if ready[i].is_none() && ready_with(&s, rid, &others(rid)) {
+                ready[i] = Some(at);
+            }
+            if NODES[i].1 == CUT_HOST
+                && store_back[i].is_none()
+                && s["discovery"]["store_reachable"] == true
+                && s["discovery"]["lease"] == "held"
+            {
+                store_back[i] = Some(at);
+            }
+        }
+        let done = ready.iter().all(Option::is_some)
+            && (0..nodes.len()).all(|i| NODES[i].1 != CUT_HOST || store_back[i].is_some());
+        if done {
+            break;
+        }
+        assert!(
+            healed.elapsed() < BOUND,
+            "not ready again, or the store not back, within {BOUND:?}: {ready:?} {store_back:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let majority = majority
+        .join()
+        .ok()
+        .flatten()
+        .expect("m1 answers the cut-off host after the heal");
+    let slowest = ready.iter().flatten().max().copied().unwrap_or_default();
     println!(
         "heal: every link ready again {} ms after the cable came back",
-        ms(healed.elapsed())
+        ms(slowest)
     );
+    let back: Vec<String> = (0..nodes.len())
+        .filter_map(|i| store_back[i].map(|t| (i, t)))
+        .map(|(i, t)| {
+            format!(
+                "{} {} ms ({} ms after m1 answered)",
+                nodes[i].rid,
+                ms(t),
+                ms(t.saturating_sub(majority))
+            )
+        })
+        .collect();
+    println!(
+        "heal: etcd m1 answering h3's host {} ms after the cable came back; store back after \
+         heal (reachable, the lease held): {}",
+        ms(majority),
+        back.join(", ")
+    );
+    // The cut-off nodes publish again within the stated bound of the majority answering.
+    for (i, t) in store_back.iter().enumerate() {
+        if let Some(t) = t {
+            assert!(
+                t.saturating_sub(majority) <= ETCD_RESUME_BOUND,
+                "{}: store back {t:?} after the heal, m1 answered after {majority:?} (bound \
+                 {ETCD_RESUME_BOUND:?})",
+                nodes[i].rid
+            );
+        }
+    }
     let snaps: Vec<Value> = nodes.iter().map(Proc::status).collect();
     for (i, s) in snaps.iter().enumerate() {
         let rid = NODES[i].0;
@@ -950,7 +1051,6 @@ async fn heal(tier: &Tier, before: &Before) {
         std::thread::sleep(Duration::from_millis(200));
     }
     let serving = healed.elapsed();
-    let mut back = Vec::new();
     for (i, p) in nodes.iter().enumerate() {
         wait(
             p,
@@ -965,7 +1065,6 @@ async fn heal(tier: &Tier, before: &Before) {
         let s = p.status();
         assert_eq!(s["discovery"]["lease"], "held", "{}", p.rid);
         if NODES[i].1 == CUT_HOST {
-            back.push(format!("{} {} ms", p.rid, ms(healed.elapsed())));
             let lines = OUTAGE_LINES.map(|l| p.log_lines(l).len());
             let [down, up] = before.outage_lines[i];
             assert_eq!(
@@ -977,16 +1076,15 @@ async fn heal(tier: &Tier, before: &Before) {
         }
     }
     println!(
-        "heal: etcd m3 serving again {} ms after the cable came back; store reachable again \
-         at {} after it",
-        ms(serving),
-        back.join(", ")
+        "heal: etcd m3 serving again {} ms after the cable came back",
+        ms(serving)
     );
 }
 
 /// etcd member `m1` (the one every node tries first) killed with SIGKILL: through two
-/// renewals on the other members nobody leaves ready, and each node renews its lease through
-/// another member; `m1` is started again on its data dir.
+/// renewals on the other members nobody leaves ready, no node reports its store unreachable,
+/// and each node renews its lease through another member; `m1` is started again on its data
+/// dir.
 async fn member_loss(tier: &mut Tier) {
     let steady: Vec<_> = tier
         .nodes
@@ -1006,6 +1104,13 @@ async fn member_loss(tier: &mut Tier) {
             let s = p.status();
             let now = connections_in(&s, &others(NODES[i].0));
             assert_eq!(now, steady[i], "{} left ready", p.rid);
+            // Two members of three still serve: the store never counts as unreachable (the
+            // watch on m1 is opened again on another member at once).
+            assert_eq!(
+                s["discovery"]["store_reachable"], true,
+                "{}: the store unreachable after m1 was killed",
+                p.rid
+            );
             let since_kill = killed.elapsed().as_millis() as u64;
             let fresh = s["discovery"]["lease"] == "held"
                 && s["discovery"]["lease_age_ms"]

@@ -12,13 +12,29 @@
 //!
 //! Each member of the URL has a client of its own (one HTTP/2 connection), made on first use
 //! and made again after any failure. A request goes to the member that answered last, and
-//! on failure to the others in turn, each attempt bounded by [`ETCD_REQUEST_TIMEOUT`]
-//! (connection, TLS handshake, authentication and the answer). Requests carry etcd's
+//! on failure to the others in turn: first those that have not failed since they last
+//! answered, then those that have, the one that failed longest ago first (`MemberOrder`).
+//! A TCP connect is bounded by [`ETCD_CONNECT_TIMEOUT`]; the TLS handshake and the
+//! authentication of a new client, and each request, by [`ETCD_REQUEST_TIMEOUT`]: a member
+//! that cannot be reached (a cut link, where a TCP connect is not refused but left
+//! unanswered) costs one connect timeout, so that a pass over three members fits in one store
+//! operation ([`crate::runtime::discovery::STORE_OP_BOUND`]). The lease and the watch share
+//! one client per member (one connection, one authentication). Requests carry etcd's
 //! "require leader" flag: a member cut off from its cluster's leader refuses at once instead
-//! of answering from a stale view, and ends the watches it serves, so that the next member
-//! is tried. The connection of a watch is probed with HTTP/2 pings every
-//! [`WATCH_PING_INTERVAL`] while the watch is open, so that a member gone silent (host down,
-//! link cut) is noticed within that interval plus [`ETCD_REQUEST_TIMEOUT`].
+//! of answering from a stale view, and ends the watches it serves; that refusal counts as
+//! the member failing, and the next member is tried. The
+//! connection of a watch is probed with HTTP/2 pings every [`WATCH_PING_INTERVAL`] while the
+//! watch is open, so that a member gone silent (host down, link cut) is noticed within that
+//! interval plus [`ETCD_REQUEST_TIMEOUT`]; a watch that breaks after it had been open is
+//! opened again on the next member at once, and reports the store unreachable only when no
+//! member takes it.
+//!
+//! Once a member answers again after an outage (a partition healed, etcd restarted), the
+//! node's store operations succeed within [`ETCD_RESUME_BOUND`] (its doc says when that
+//! holds): the attempt in flight ends within a connect timeout, the operation it belongs to,
+//! if no member is left to try, is tried again [`STORE_RETRY`] later, and that try reaches
+//! the answering member with a new client (a connect timeout, then a request timeout for
+//! TLS and authentication) and a request (a request timeout).
 //!
 //! With authentication, each client authenticates with its member when it is made and again
 //! when etcd says its token expired.
@@ -47,16 +63,17 @@
 //! compacted its history past that revision (etcd#8668) it reads everything again
 //! ([`WatchEvent::Reload`] with [`ReloadReason::Compacted`]) and watches from there.
 
+mod members;
+
 use std::fmt;
 use std::future::Future;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use etcd_client::{
     Certificate, Client, ConnectOptions, EventType, GetOptions, Identity, KeyValue, PutOptions,
-    TlsOptions, WatchOptions,
+    TlsOptions, WatchOptions, WatchStream,
 };
 use tokio::sync::mpsc;
 
@@ -66,10 +83,36 @@ use super::{
 };
 use crate::config::DiscoveryConfig;
 use crate::proto::discovery::STORE_RETRY;
+use members::MemberOrder;
 
-/// Longest wait for one request to one etcd member: connecting (TLS handshake and
-/// authentication included), sending, and the whole answer.
+/// Longest wait for the TCP connect to one etcd member. A member behind a cut link (whose
+/// connect is neither accepted nor refused) costs this much per attempt.
+pub const ETCD_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Longest wait for one request to one etcd member: sending, and the whole answer. A new
+/// client's TLS handshake and authentication count as one request after its TCP connect.
 pub const ETCD_REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Longest wait for a new client of one etcd member: its TCP connect, then its TLS handshake
+/// and authentication.
+const CLIENT_TIMEOUT: Duration =
+    Duration::from_secs(ETCD_CONNECT_TIMEOUT.as_secs() + ETCD_REQUEST_TIMEOUT.as_secs());
+
+/// Longest time from the first etcd member answering again after an outage to the node's
+/// store operations succeeding again (publishing resumed, the watch back), where the outage
+/// left every member unreachable or refusing at once (no leader) and the members that do not
+/// answer yet still refuse at once: a partition healed (the minority's member refuses until
+/// it has caught up), etcd restarted. It is the attempt in flight (a connect to a member that
+/// was unreachable, [`ETCD_CONNECT_TIMEOUT`]), the pause before its operation, if no member
+/// was left to try, is tried again ([`STORE_RETRY`]), and that try's new client (its connect,
+/// [`ETCD_CONNECT_TIMEOUT`], and authentication, [`ETCD_REQUEST_TIMEOUT`]) and request
+/// ([`ETCD_REQUEST_TIMEOUT`]).
+pub const ETCD_RESUME_BOUND: Duration = Duration::from_secs(
+    ETCD_CONNECT_TIMEOUT.as_secs()
+        + STORE_RETRY.as_secs()
+        + CLIENT_TIMEOUT.as_secs()
+        + ETCD_REQUEST_TIMEOUT.as_secs(),
+);
 
 /// Interval of the HTTP/2 pings on a member's connection while a watch is open on it. Above
 /// etcd's `--grpc-keepalive-min-time` (5 s by default), below which etcd takes pings for
@@ -241,7 +284,7 @@ impl EtcdOptions {
 
     fn connect(&self, host: &str) -> ConnectOptions {
         let mut o = ConnectOptions::new()
-            .with_connect_timeout(ETCD_REQUEST_TIMEOUT)
+            .with_connect_timeout(ETCD_CONNECT_TIMEOUT)
             .with_keep_alive(WATCH_PING_INTERVAL, ETCD_REQUEST_TIMEOUT)
             .with_keep_alive_while_idle(false)
             .with_require_leader(true);
@@ -285,6 +328,12 @@ fn read_pem(path: &Path, what: &str, label: &str) -> Result<Vec<u8>, StoreError>
     Ok(bytes)
 }
 
+/// `m` locked; a panic elsewhere while it was held left nothing half-changed (every change
+/// under it is one assignment), so a poisoned lock is used as it is.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// The host of `host:port` (an IPv6 address without its brackets).
 fn host_of(endpoint: &str) -> &str {
     let host = endpoint
@@ -304,8 +353,8 @@ struct Inner {
     /// Key prefix, ending in `/`.
     prefix: String,
     options: EtcdOptions,
-    /// The member that answered last (tried first).
-    current: AtomicUsize,
+    /// The order in which the members are tried.
+    order: Mutex<MemberOrder>,
 }
 
 impl fmt::Debug for Inner {
@@ -345,19 +394,20 @@ impl EtcdStore {
         if !prefix.ends_with('/') {
             prefix.push('/');
         }
-        let members = endpoints
+        let members: Vec<Member> = endpoints
             .into_iter()
             .map(|host| Member {
                 host,
                 client: tokio::sync::Mutex::new(None),
             })
             .collect();
+        let order = Mutex::new(MemberOrder::new(members.len()));
         EtcdStore {
             inner: Arc::new(Inner {
                 members,
                 prefix,
                 options,
-                current: AtomicUsize::new(0),
+                order,
             }),
         }
     }
@@ -370,7 +420,11 @@ impl EtcdStore {
         format!("{}nodes/", self.inner.prefix)
     }
 
-    /// The client of `member`, made (connected, authenticated) if there is none.
+    /// The client of `member`, made (connected, authenticated) within `CLIENT_TIMEOUT` if
+    /// there is none. The slot is held while connecting, so that the lease and the watch
+    /// share one connection and one authentication per member: a request that finds a
+    /// connect under way waits for it (each connect is bounded, and a member that cannot be
+    /// reached costs the TCP connect timeout, never the request timeout).
     async fn client(&self, member: &Member) -> Result<Client, StoreError> {
         let mut slot = member.client.lock().await;
         if let Some(c) = slot.as_ref() {
@@ -378,54 +432,70 @@ impl EtcdStore {
         }
         let options = &self.inner.options;
         let url = options.url(&member.host);
-        let client = Client::connect([url], Some(options.connect(&member.host)))
-            .await
-            .map_err(|e| classify(&member.host, e))?;
-        *slot = Some(client.clone());
-        Ok(client)
+        let connect = Client::connect([url], Some(options.connect(&member.host)));
+        let client = match tokio::time::timeout(CLIENT_TIMEOUT, connect).await {
+            Ok(made) => made.map_err(|e| classify(&member.host, e))?,
+            Err(_) => {
+                return Err(StoreError::Unavailable(format!(
+                    "etcd {}: not connected and authenticated within {CLIENT_TIMEOUT:?}",
+                    member.host
+                )))
+            }
+        };
+        Ok(slot.insert(client).clone())
     }
 
-    /// Drops the client of `member` after a failure: the next request makes a new one.
-    async fn forget(&self, member: &Member) {
-        member.client.lock().await.take();
+    /// Member `idx` failed: its client is dropped (the next request makes a new one) and it
+    /// goes to the back of the order.
+    async fn failed(&self, idx: usize) {
+        if let Some(member) = self.inner.members.get(idx) {
+            member.client.lock().await.take();
+        }
+        lock(&self.inner.order).failed(idx, Instant::now());
     }
 
-    /// One request, to the member that answered last, then to the others in turn.
+    /// Member `idx` answered: it is tried first from now on.
+    fn answered(&self, idx: usize) {
+        lock(&self.inner.order).answered(idx);
+    }
+
+    /// The members, in the order to try them now.
+    fn order(&self) -> Vec<usize> {
+        lock(&self.inner.order).order()
+    }
+
+    /// One request, to the members in their order (see the module doc) until one answers.
     async fn call<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
     where
         F: Fn(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
-        let n = self.inner.members.len().max(1);
-        let start = self.inner.current.load(Ordering::Relaxed);
         let mut last = StoreError::Unavailable("no etcd endpoint".into());
-        for i in 0..n {
-            let idx = (start + i) % n;
+        for idx in self.order() {
             let Some(member) = self.inner.members.get(idx) else {
-                break;
+                continue;
             };
-            let attempt = tokio::time::timeout(ETCD_REQUEST_TIMEOUT, async {
+            let attempt = async {
                 let client = self.client(member).await?;
-                op(client).await.map_err(|e| classify(&member.host, e))
-            })
-            .await;
-            match attempt {
-                Ok(Ok(v)) => {
-                    self.inner.current.store(idx, Ordering::Relaxed);
-                    return Ok(v);
-                }
-                Ok(Err(e)) => {
-                    if !matches!(e, StoreError::Corrupt(_)) {
-                        self.forget(member).await;
-                    }
-                    last = e;
-                }
-                Err(_) => {
-                    self.forget(member).await;
-                    last = StoreError::Unavailable(format!(
+                match tokio::time::timeout(ETCD_REQUEST_TIMEOUT, op(client)).await {
+                    Ok(answer) => answer.map_err(|e| classify(&member.host, e)),
+                    Err(_) => Err(StoreError::Unavailable(format!(
                         "etcd {}: no answer within {ETCD_REQUEST_TIMEOUT:?}",
                         member.host
-                    ))
+                    ))),
+                }
+            };
+            match attempt.await {
+                Ok(v) => {
+                    self.answered(idx);
+                    return Ok(v);
+                }
+                // The member answered, refusing the request itself: not a failure of the
+                // member, which keeps its client and its place.
+                Err(e @ StoreError::Corrupt(_)) => last = e,
+                Err(e) => {
+                    self.failed(idx).await;
+                    last = e;
                 }
             }
         }
@@ -702,8 +772,11 @@ fn tls_failure(e: &etcd_client::Error) -> Option<TlsFailure> {
 enum StreamEnd {
     /// etcd compacted its history past the revision asked for.
     Compacted,
-    /// The stream broke (connection lost, etcd down, an error answer).
-    Broken(StoreError),
+    /// No member took the watch (each failed or refused it).
+    NotOpened(StoreError),
+    /// The stream broke (connection lost, member down, an error answer, no leader) after it
+    /// had been open for `lived`.
+    Broken { error: StoreError, lived: Duration },
     /// The receiver of the watch is gone.
     Closed,
 }
@@ -753,7 +826,12 @@ async fn watch_loop(store: EtcdStore, tx: mpsc::Sender<WatchEvent>) {
                 revision = None;
                 reason = ReloadReason::Compacted;
             }
-            StreamEnd::Broken(e) => {
+            // A stream that had been working broke: the next member is asked at once, and
+            // the store counts as unreachable only if none takes the watch. A stream that
+            // breaks sooner waits like one that never opened, so that a member accepting
+            // watches only to end them cannot make this loop spin.
+            StreamEnd::Broken { lived, .. } if lived >= STORE_RETRY => {}
+            StreamEnd::NotOpened(e) | StreamEnd::Broken { error: e, .. } => {
                 if std::mem::replace(&mut reachable, false)
                     && tx.send(WatchEvent::Unreachable(e)).await.is_err()
                 {
@@ -775,9 +853,50 @@ async fn wait_retry(tx: &mpsc::Sender<WatchEvent>) -> bool {
     }
 }
 
-/// Watches the prefix from `from + 1` on the member that answered last and hands every change
-/// on, advancing `revision`. A stream that cannot be opened or breaks moves the store on to
-/// the next member.
+/// The watch of the prefix from `from + 1`, opened on the first member in the order that
+/// takes it (each attempt bounded like a request), and that member's index.
+async fn open_watch(
+    store: &EtcdStore,
+    prefix: &str,
+    from: i64,
+) -> Result<(usize, WatchStream), StoreError> {
+    let mut last = StoreError::Unavailable("no etcd endpoint".into());
+    for idx in store.order() {
+        let Some(member) = store.inner.members.get(idx) else {
+            continue;
+        };
+        let attempt = async {
+            let client = store.client(member).await?;
+            let options = WatchOptions::new()
+                .with_prefix()
+                .with_start_revision(from + 1);
+            let mut watch = client.watch_client().max_decoding_message_size(MAX_ANSWER);
+            match tokio::time::timeout(ETCD_REQUEST_TIMEOUT, watch.watch(prefix, Some(options)))
+                .await
+            {
+                Ok(opened) => opened.map_err(|e| classify(&member.host, e)),
+                Err(_) => Err(StoreError::Unavailable(format!(
+                    "etcd {}: watch not opened within {ETCD_REQUEST_TIMEOUT:?}",
+                    member.host
+                ))),
+            }
+        };
+        match attempt.await {
+            Ok(stream) => {
+                store.answered(idx);
+                return Ok((idx, stream));
+            }
+            Err(e) => {
+                store.failed(idx).await;
+                last = e;
+            }
+        }
+    }
+    Err(last)
+}
+
+/// Watches the prefix from `from + 1` (see [`open_watch`]) and hands every change on,
+/// advancing `revision`. A stream that breaks sends its member to the back of the order.
 async fn stream_changes(
     store: &EtcdStore,
     from: i64,
@@ -786,40 +905,21 @@ async fn stream_changes(
     reachable: &mut bool,
 ) -> StreamEnd {
     let prefix = store.nodes_prefix();
-    let n = store.inner.members.len().max(1);
-    let idx = store.inner.current.load(Ordering::Relaxed) % n;
-    let Some(member) = store.inner.members.get(idx) else {
-        return StreamEnd::Broken(StoreError::Unavailable("no etcd endpoint".into()));
+    let (idx, mut stream) = match open_watch(store, &prefix, from).await {
+        Ok(opened) => opened,
+        Err(e) => return StreamEnd::NotOpened(e),
     };
-    let next_member = || async {
-        store.forget(member).await;
-        store.inner.current.store((idx + 1) % n, Ordering::Relaxed);
-    };
-    let opened = tokio::time::timeout(ETCD_REQUEST_TIMEOUT, async {
-        let client = store.client(member).await?;
-        let options = WatchOptions::new()
-            .with_prefix()
-            .with_start_revision(from + 1);
-        client
-            .watch_client()
-            .max_decoding_message_size(MAX_ANSWER)
-            .watch(prefix.clone(), Some(options))
-            .await
-            .map_err(|e| classify(&member.host, e))
-    })
-    .await;
-    let mut stream = match opened {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            next_member().await;
-            return StreamEnd::Broken(e);
-        }
-        Err(_) => {
-            next_member().await;
-            return StreamEnd::Broken(StoreError::Unavailable(format!(
-                "etcd {}: watch not opened within {ETCD_REQUEST_TIMEOUT:?}",
-                member.host
-            )));
+    let host = store
+        .inner
+        .members
+        .get(idx)
+        .map_or("?", |m| m.host.as_str());
+    let opened = Instant::now();
+    let broken = |error: StoreError| async move {
+        store.failed(idx).await;
+        StreamEnd::Broken {
+            error,
+            lived: opened.elapsed(),
         }
     };
     loop {
@@ -830,16 +930,12 @@ async fn stream_changes(
         let r = match message {
             Ok(Some(r)) => r,
             Ok(None) => {
-                next_member().await;
-                return StreamEnd::Broken(StoreError::Unavailable(format!(
-                    "etcd {}: the watch was closed",
-                    member.host
-                )));
+                return broken(StoreError::Unavailable(format!(
+                    "etcd {host}: the watch was closed"
+                )))
+                .await;
             }
-            Err(e) => {
-                next_member().await;
-                return StreamEnd::Broken(classify(&member.host, e));
-            }
+            Err(e) => return broken(classify(host, e)).await,
         };
         if r.compact_revision() > 0 {
             return StreamEnd::Compacted;
@@ -851,12 +947,11 @@ async fn stream_changes(
             }
         }
         if r.canceled() {
-            next_member().await;
-            return StreamEnd::Broken(StoreError::Unavailable(format!(
-                "etcd {}: watch canceled: {}",
-                member.host,
+            return broken(StoreError::Unavailable(format!(
+                "etcd {host}: watch canceled: {}",
                 r.cancel_reason()
-            )));
+            )))
+            .await;
         }
         let mut changes = Vec::new();
         for ev in r.events() {
@@ -904,6 +999,19 @@ fn kv_descriptor(kv: &KeyValue) -> Option<Descriptor> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn h1_f5_a_pass_reaches_the_third_member_past_two_unreachable_ones() {
+        // Two members cut off cost a connect timeout each; the third must still be connected
+        // and asked within one store operation, or a partition of two members would hide
+        // the one that answers.
+        use crate::runtime::discovery::STORE_OP_BOUND;
+        assert!(3 * ETCD_CONNECT_TIMEOUT < STORE_OP_BOUND);
+        assert_eq!(
+            ETCD_RESUME_BOUND,
+            2 * ETCD_CONNECT_TIMEOUT + STORE_RETRY + 2 * ETCD_REQUEST_TIMEOUT
+        );
+    }
 
     #[test]
     fn hosts_of_endpoints_name_the_certificate_to_check() {

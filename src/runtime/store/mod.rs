@@ -48,7 +48,8 @@ pub use crate::config::{StoreUrl, StoreUrlError};
 pub use crate::proto::discovery::lease::RenewOutcome;
 pub use crate::proto::discovery::Descriptor;
 pub use etcd::{
-    EtcdOptions, EtcdStore, EtcdTls, Secret, ETCD_REQUEST_TIMEOUT, WATCH_PING_INTERVAL,
+    EtcdOptions, EtcdStore, EtcdTls, Secret, ETCD_CONNECT_TIMEOUT, ETCD_REQUEST_TIMEOUT,
+    ETCD_RESUME_BOUND, WATCH_PING_INTERVAL,
 };
 pub use sqlite::{SqliteStore, SQLITE_POLL_INTERVAL};
 
