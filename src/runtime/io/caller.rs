@@ -54,45 +54,30 @@ fn message(link: LinkKey, calls: Vec<(CallId, wire::Request)>, encode: Encode) -
     }
 }
 
-/// `calls` for `link` as BATCHes of at most [`batch::MAX_BATCH_CALLS`] (a lone call alone).
-fn batched(link: LinkKey, calls: Vec<(CallId, wire::Request)>, out: &mut Vec<Requests>) {
-    let parts: Vec<usize> = batch::split(calls.len()).map(|r| r.len()).collect();
-    let mut calls = calls.into_iter();
-    for len in parts {
-        out.push(message(
+/// `calls` for `link` in the messages [`batch::frame`] cuts them into, in order: lone
+/// REQUESTs, BATCHes and, where `grouped` (the link negotiated capability `calls`), CALLS
+/// records for runs of calls that share their header.
+fn framed(
+    link: LinkKey,
+    calls: Vec<(CallId, wire::Request)>,
+    grouped: bool,
+    out: &mut Vec<Requests>,
+) {
+    let (ids, requests): (Vec<CallId>, Vec<wire::Request>) = calls.into_iter().unzip();
+    let messages = batch::frame(&requests, grouped);
+    let mut requests = requests.into_iter();
+    for (range, framing) in messages {
+        let part: Vec<wire::Request> = requests.by_ref().take(range.len()).collect();
+        let encode: Encode = match framing {
+            batch::Framing::Calls => records::calls,
+            batch::Framing::Request | batch::Framing::Batch => records::requests,
+        };
+        out.push(Requests {
             link,
-            calls.by_ref().take(len).collect(),
-            records::requests,
-        ));
+            frames: encode(part).ok(),
+            ids: ids.get(range).map(<[CallId]>::to_vec).unwrap_or_default(),
+        });
     }
-}
-
-/// `calls` for `link` in order: each run of two or more consecutive calls that share their
-/// header as CALLS records (cut as BATCHes are), the calls between runs as BATCHes.
-fn grouped(link: LinkKey, calls: Vec<(CallId, wire::Request)>, out: &mut Vec<Requests>) {
-    let mut loose: Vec<(CallId, wire::Request)> = Vec::new();
-    let mut calls = calls.into_iter().peekable();
-    while let Some(first) = calls.next() {
-        let mut run = vec![first];
-        while let Some(next) = calls.next_if(|(_, r)| wire::Calls::share(&run[0].1, r)) {
-            run.push(next);
-        }
-        if run.len() < 2 {
-            loose.extend(run);
-            continue;
-        }
-        batched(link, std::mem::take(&mut loose), out);
-        let parts: Vec<usize> = batch::split(run.len()).map(|r| r.len()).collect();
-        let mut run = run.into_iter();
-        for len in parts {
-            out.push(message(
-                link,
-                run.by_ref().take(len).collect(),
-                records::calls,
-            ));
-        }
-    }
-    batched(link, loose, out);
 }
 
 /// Longest time the call gauges go without being set again while their values stay the same.
@@ -331,8 +316,8 @@ impl Caller {
                         out.push(message(link, vec![call], records::requests));
                     }
                 }
-                SendPolicy::Batch => batched(link, calls, &mut out),
-                SendPolicy::Grouped => grouped(link, calls, &mut out),
+                SendPolicy::Batch => framed(link, calls, false, &mut out),
+                SendPolicy::Grouped => framed(link, calls, true, &mut out),
             }
         }
         out
@@ -541,7 +526,7 @@ mod tests {
             call(8, "get"),
         ];
         let mut out = Vec::new();
-        grouped(link, calls, &mut out);
+        framed(link, calls, true, &mut out);
         let shape: Vec<(Kind, Vec<u64>)> = out
             .iter()
             .map(|m| {
