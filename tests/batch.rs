@@ -541,26 +541,18 @@ struct Answered {
 fn raw_client_batch(ep: &str, offer: bool, n: u64) -> Answered {
     use zmesh::proto::wire::{self, Batch, Capabilities, Name, Record};
     let ctx = zmq::Context::new();
-    let d = ctx.socket(zmq::DEALER).expect("dealer");
-    d.set_linger(0).expect("linger");
-    d.set_rcvtimeo(15_000).expect("rcvtimeo");
-    d.connect(ep).expect("connect");
-    let hello = if offer {
-        common::raw_hello("raw-v2", "orders", &["answers"])
+    let (rid, offered): (&str, &[&str]) = if offer {
+        ("raw-v2", &["answers"])
     } else {
-        common::raw_hello("raw-v1", "orders", &[])
+        ("raw-v1", &[])
     };
-    d.send_multipart(hello.encode().iter(), 0).expect("hello");
+    let d = common::raw_client(&ctx, ep, rid, "orders", offered);
     let caps = if offer {
         Capabilities::ANSWERS
     } else {
         Capabilities::NONE
     };
-    let recv = || {
-        let frames = d.recv_multipart(0).expect("a record within 15 s");
-        Record::decode_in(&frames, caps, |f| Bytes::copy_from_slice(f))
-            .expect("a record this connection's capabilities allow")
-    };
+    let recv = || common::raw_recv(&d, caps).1;
     let Record::Welcome(w) = recv() else {
         panic!("no WELCOME")
     };

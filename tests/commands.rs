@@ -756,27 +756,18 @@ async fn k3_x3_a_replayed_answer_says_so_where_negotiated() {
 fn raw_keyed_twice(ep: &str, offer: bool, key: &str) -> (Vec<Vec<Vec<u8>>>, bool) {
     use zmesh::proto::wire::{self, Capabilities, Name, Record};
     let ctx = zmq::Context::new();
-    let d = ctx.socket(zmq::DEALER).expect("dealer");
-    d.set_linger(0).expect("linger");
-    d.set_rcvtimeo(15_000).expect("rcvtimeo");
-    d.connect(ep).expect("connect");
-    let hello = if offer {
-        common::raw_hello("raw-replayed", "pump", &["replayed"])
+    let (rid, offered): (&str, &[&str]) = if offer {
+        ("raw-replayed", &["replayed"])
     } else {
-        common::raw_hello("raw-v1", "pump", &[])
+        ("raw-v1", &[])
     };
-    d.send_multipart(hello.encode().iter(), 0).expect("hello");
+    let d = common::raw_client(&ctx, ep, rid, "pump", offered);
     let caps = if offer {
         Capabilities::REPLAYED
     } else {
         Capabilities::NONE
     };
-    let recv = || -> (Vec<Vec<u8>>, Record) {
-        let frames = d.recv_multipart(0).expect("a record within 15 s");
-        let rec = Record::decode_in(&frames, caps, |f| Bytes::copy_from_slice(f))
-            .expect("a record this connection's capabilities allow");
-        (frames, rec)
-    };
+    let recv = || common::raw_recv(&d, caps);
     let (_, Record::Welcome(w)) = recv() else {
         panic!("no WELCOME")
     };

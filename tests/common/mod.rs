@@ -914,6 +914,37 @@ pub fn raw_hello(rid: &str, channel: &str, capabilities: &[&str]) -> zmesh::prot
     })
 }
 
+/// A raw libzmq ClientServer client of `channel` at `ep`: a DEALER (linger 0, receives wait
+/// at most 15 s) that has sent the HELLO of [`raw_hello`] as `rid`, offering `capabilities`.
+pub fn raw_client(
+    ctx: &zmq::Context,
+    ep: &str,
+    rid: &str,
+    channel: &str,
+    capabilities: &[&str],
+) -> zmq::Socket {
+    let d = ctx.socket(zmq::DEALER).expect("dealer");
+    d.set_linger(0).expect("linger");
+    d.set_rcvtimeo(15_000).expect("rcvtimeo");
+    d.connect(ep).expect("connect");
+    d.send_multipart(raw_hello(rid, channel, capabilities).encode().iter(), 0)
+        .expect("hello");
+    d
+}
+
+/// The next record on raw socket `d` (within its receive timeout), decoded with the
+/// capabilities `caps` in effect, and its frames exactly as they came.
+pub fn raw_recv(
+    d: &zmq::Socket,
+    caps: zmesh::proto::wire::Capabilities,
+) -> (Vec<Vec<u8>>, zmesh::proto::wire::Record) {
+    let frames = d.recv_multipart(0).expect("a record within 15 s");
+    let rec =
+        zmesh::proto::wire::Record::decode_in(&frames, caps, |f| bytes::Bytes::copy_from_slice(f))
+            .expect("a record this connection's capabilities allow");
+    (frames, rec)
+}
+
 /// The WELCOME of a raw ClientServer server `srv` of `channel`, announcing the capabilities
 /// named in `capabilities` (WIRE.md §8.1; none: exactly version 1).
 pub fn raw_welcome(channel: &str, capabilities: &[&str]) -> zmesh::proto::wire::Record {

@@ -218,10 +218,10 @@ impl IoThread {
     ) {
         metrics::counter!("zmesh_input_refused_total", "reason" => reason.as_str()).increment(1);
         let endpoint = match gated {
-            Gated::Bound(slot) => match self.sockets.slots.get(slot) {
-                Some(Some(s)) => s.endpoint.clone(),
-                _ => String::new(),
-            },
+            Gated::Bound(slot) => self
+                .sockets
+                .get(slot)
+                .map_or_else(String::new, |s| s.endpoint.clone()),
             Gated::Publisher => self
                 .fanout
                 .publisher
@@ -337,11 +337,11 @@ impl IoThread {
             Gated::Publisher => return verdict(ZapStatus::Ok, "OK".into(), user_id),
         };
         if !matches!(
-            self.sockets.slots.get(slot),
-            Some(Some(Slot {
+            self.sockets.get(slot),
+            Some(Slot {
                 role: SlotRole::Bound(_),
                 ..
-            }))
+            })
         ) {
             return verdict(ZapStatus::Ok, "OK".into(), user_id);
         }

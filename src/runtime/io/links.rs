@@ -458,7 +458,8 @@ impl IoThread {
         if let Some(live) = conn.live {
             self.liveness.remove(live);
         }
-        let dialled = matches!(self.sockets.slots.get(conn.slot), Some(Some(s)) if s.role == SlotRole::Dialled(k));
+        let dialled =
+            matches!(self.sockets.get(conn.slot), Some(s) if s.role == SlotRole::Dialled(k));
         if dialled {
             if let Some(mut slot) = self.take_slot(conn.slot) {
                 // A socket whose monitor was stopped after its handshake gets one again for
@@ -559,7 +560,7 @@ impl IoThread {
     /// [`IoThread::on_router_notice`]), so the monitor is stopped and its two descriptors go.
     /// Events libzmq raised before the stop (a disconnect among them) are acted on here.
     fn stop_monitor(&mut self, slot: SlotKey, now: Instant) {
-        let Some(Some(s)) = self.sockets.slots.get(slot) else {
+        let Some(s) = self.sockets.get(slot) else {
             return;
         };
         let SlotRole::Dialled(k) = s.role else {
@@ -626,7 +627,7 @@ impl IoThread {
     /// Reads the events queued on a slot's monitor and acts on them.
     fn monitor_events(&mut self, slot: SlotKey, now: Instant) {
         let mut events = Vec::new();
-        if let Some(Some(s)) = self.sockets.slots.get(slot) {
+        if let Some(s) = self.sockets.get(slot) {
             if let Some(m) = &s.monitor {
                 while let Ok(Some(frames)) = m.try_recv_frames() {
                     if let Some(ev) = MonitorEvent::decode_with_value(&frames) {
@@ -647,13 +648,13 @@ impl IoThread {
         now: Instant,
     ) {
         for (ev, value) in events {
-            let Some(Some(s)) = self.sockets.slots.get(slot) else {
+            let Some(s) = self.sockets.get(slot) else {
                 return;
             };
             if let SlotRole::Bound(_) = s.role {
                 self.gate_monitor_event(slot, ev, value, now);
             }
-            let Some(Some(s)) = self.sockets.slots.get(slot) else {
+            let Some(s) = self.sockets.get(slot) else {
                 return;
             };
             match (s.role, ev) {

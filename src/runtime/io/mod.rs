@@ -511,17 +511,17 @@ impl IoThread {
                         }
                     }
                     Watch::Socket(k) => {
-                        let input = match self.sockets.slots.get(k) {
-                            Some(Some(s)) => ready::has_input(&s.socket),
+                        let input = match self.sockets.get(k) {
+                            Some(s) => ready::has_input(&s.socket),
                             _ => continue,
                         };
                         self.sockets.ready.found_socket(k, input);
                     }
                     Watch::Monitor(k) => {
-                        let input = match self.sockets.slots.get(k) {
-                            Some(Some(Slot {
+                        let input = match self.sockets.get(k) {
+                            Some(Slot {
                                 monitor: Some(m), ..
-                            })) => ready::has_input(m),
+                            }) => ready::has_input(m),
                             _ => continue,
                         };
                         if input {

@@ -397,7 +397,7 @@ impl IoThread {
         let Some(c) = self.links.get(k).and_then(|l| l.conn.as_ref()) else {
             return (0, Some(SocketError::Unreachable));
         };
-        let Some(Some(s)) = self.sockets.slots.get(c.slot) else {
+        let Some(s) = self.sockets.get(c.slot) else {
             return (0, Some(SocketError::Unreachable));
         };
         let mut sent = 0;

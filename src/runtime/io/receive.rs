@@ -74,11 +74,11 @@ impl IoThread {
             if self.app.is_held(slot) {
                 continue;
             }
-            match self.sockets.slots.get(slot) {
-                Some(Some(Slot {
+            match self.sockets.get(slot) {
+                Some(Slot {
                     shared: Some(sid), ..
-                })) => self.sched.handle_readable(ReadTarget::Shared(*sid)),
-                Some(Some(_)) => self
+                }) => self.sched.handle_readable(ReadTarget::Shared(*sid)),
+                Some(_) => self
                     .sched
                     .handle_readable(ReadTarget::Unit(Unit::Socket(slot))),
                 _ => {}
@@ -200,7 +200,7 @@ impl IoThread {
     }
 
     pub(super) fn on_frames(&mut self, slot: SlotKey, mut frames: Vec<Frame>, now: Instant) {
-        let Some(Some(s)) = self.sockets.slots.get(slot) else {
+        let Some(s) = self.sockets.get(slot) else {
             return;
         };
         match s.role {

@@ -171,8 +171,8 @@ impl SocketSet {
         route: Option<&[u8]>,
         frames: &[Vec<u8>],
     ) -> Result<(), crate::runtime::socket::SocketSendError> {
-        match self.slots.get(slot) {
-            Some(Some(s)) => {
+        match self.get(slot) {
+            Some(s) => {
                 let r = send_routed(&s.socket, route, frames);
                 self.ready.touch(Watch::Socket(slot));
                 r
@@ -184,7 +184,7 @@ impl SocketSet {
     /// One record from a socket without blocking, if any. "Nothing" (or an error) takes the
     /// socket out of the readable set until its descriptor fires or a check finds a record.
     pub(super) fn recv_one(&mut self, slot: SlotKey) -> Option<Vec<Frame>> {
-        let s = self.slots.get(slot)?.as_ref()?;
+        let s = self.get(slot)?;
         // CURVE: a bound socket's records keep their message properties until the receive
         // loop knows whether they come from an admitted connection (`receive`): a HELLO's
         // carries the client's verified key.
