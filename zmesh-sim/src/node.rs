@@ -30,7 +30,10 @@ use crate::Ctx;
 
 mod callee;
 mod caller;
+mod discovery;
 mod receive;
+
+pub use discovery::{mesh_endpoints, server_endpoint, StoreAnswer, StoreReq, STORE_OP_BOUND};
 
 /// The channel every server serves.
 pub const CHANNEL: &str = "svc";
@@ -59,6 +62,12 @@ pub struct Spec {
     /// What arrives waits in its connection's socket for the receive loop's rotation
     /// ([`SimNode::handle_receive`]) instead of being handled as it arrives.
     pub receive_loop: bool,
+    /// It binds the two RouteMesh lanes (a RouteMesh node; a ClientServer server binds its
+    /// server endpoint instead).
+    pub mesh: bool,
+    /// Automatic mode: it publishes its descriptor into the simulated store and dials what
+    /// the descriptors there ask for, instead of [`Spec::dials`] (MISSION D1).
+    pub discovery: bool,
 }
 
 #[derive(Debug)]
@@ -88,6 +97,8 @@ struct Dial {
     yielded: bool,
     /// The peer refused with NotRequired: nothing to dial.
     not_required: bool,
+    /// Its descriptor is gone: not dialled any more (a ready connection stays).
+    withdrawn: bool,
 }
 
 /// A running handler.
@@ -189,6 +200,8 @@ pub struct SimNode {
     fan: Fan,
     /// The sockets and the receive scheduler, where the receive loop is modelled.
     rx: Option<receive::Receiver>,
+    /// The discovery agent, in automatic mode.
+    disc: Option<discovery::Disc>,
 }
 
 impl SimNode {
@@ -217,8 +230,9 @@ impl SimNode {
                 Capabilities::SPOKEN
             },
         };
-        let dials = spec
-            .dials
+        // In automatic mode the descriptors in the store say what to dial.
+        let manual: &[(NodeIx, Lane)] = if spec.discovery { &[] } else { &spec.dials };
+        let dials = manual
             .iter()
             .map(|&(peer, lane)| {
                 (
@@ -233,7 +247,7 @@ impl SimNode {
         let mut live = Liveness::new(generation);
         let fan = Fan::new(spec.publishes, &spec.subscribes, &mut live, base + now);
         let rx = spec.receive_loop.then(receive::Receiver::new);
-        SimNode {
+        let mut node = SimNode {
             ix,
             run,
             me,
@@ -255,7 +269,12 @@ impl SimNode {
             drain_done: false,
             fan,
             rx,
+            disc: None,
+        };
+        if node.spec.discovery {
+            node.disc = Some(discovery::Disc::new(&node, base + now));
         }
+        node
     }
 
     fn end(&self) -> End {
@@ -303,6 +322,10 @@ impl SimNode {
                 take(d.retry_at);
             }
             take(self.fan.poll_timeout());
+            take(rel(self
+                .disc
+                .as_ref()
+                .and_then(discovery::Disc::poll_timeout)));
         }
         for c in self.conns.values() {
             if c.dialled && c.ready.is_none() && c.hello_sent {
@@ -319,6 +342,10 @@ impl SimNode {
             || self.serve.poll_timeout().is_some()
             || !self.handlers.is_empty()
             || !self.waiting.is_empty()
+            || self
+                .disc
+                .as_ref()
+                .is_some_and(|d| d.poll_timeout().is_some())
     }
 
     fn send(&mut self, ctx: &mut Ctx<'_>, conn: NetConn, rec: &Record) -> bool {
@@ -455,7 +482,7 @@ impl SimNode {
             return;
         };
         d.retry_at = None;
-        if d.conn.is_some() || d.not_required {
+        if d.conn.is_some() || d.not_required || d.withdrawn {
             return;
         }
         // A dial that stood down comes back only when the peer's connection is gone.
@@ -463,6 +490,12 @@ impl SimNode {
             return;
         }
         d.yielded = false;
+        if self.disc.is_some() {
+            let rid = crate::rid_of(key.0);
+            let fence = self.fence_for(&rid);
+            ctx.truth
+                .on_discovery_dial(self.ix, &self.me.rid, &rid, fence.generation);
+        }
         let (to, up) = ctx.host(key.0);
         let conn = ctx
             .net
@@ -552,10 +585,17 @@ impl SimNode {
         c.hello_sent = true;
         c.opened_at = ctx.now;
         let lane = c.lane;
-        let expect = Expectation {
-            rid: None,
-            generation: None,
-            security_identity: None,
+        let peer_node = c.peer_node;
+        // The dialler tells the acceptor which run it expects: the descriptor's fence in
+        // automatic mode, nothing in manual mode (no configured generation).
+        let expect = if self.disc.is_some() {
+            self.fence_for(&crate::rid_of(peer_node))
+        } else {
+            Expectation {
+                rid: None,
+                generation: None,
+                security_identity: None,
+            }
         };
         let Ok(hello) = handshake::hello_record(lane, &self.me, &expect, 0) else {
             return;
@@ -667,8 +707,9 @@ impl SimNode {
             .dials
             .get(&(peer_node, u8::from(lane)))
             .filter(|d| !d.not_required)
+            .filter(|d| !d.withdrawn)
             .map_or(OwnDial::None, |_| OwnDial::Dialling);
-        let expect = Expectation::default();
+        let expect = self.fence_for(&peer.rid);
         let verdict = admission::judge_hello(&HelloFacts {
             socket_lane: lane,
             hello_lane,
@@ -681,7 +722,12 @@ impl SimNode {
             own_dial,
         });
         match verdict {
-            HelloVerdict::Refuse(r) => refuse(self, ctx, r.reason, &r.detail),
+            HelloVerdict::Refuse(r) => {
+                if r.reason == RejectReason::GenerationMismatch {
+                    ctx.truth.stats.fence_refusals += 1;
+                }
+                refuse(self, ctx, r.reason, &r.detail)
+            }
             HelloVerdict::Admit { yield_own_dial } => {
                 if yield_own_dial {
                     let dial_conn = self
@@ -741,11 +787,15 @@ impl SimNode {
     }
 
     fn on_welcome(&mut self, ctx: &mut Ctx<'_>, conn: NetConn, w: wire::Welcome) {
-        let Some(lane) = self.conns.get(&conn).map(|c| c.lane) else {
+        let Some((lane, peer_node)) = self.conns.get(&conn).map(|c| (c.lane, c.peer_node)) else {
             return;
         };
         let (welcome_lane, peer) = handshake::from_welcome(w);
-        let expect = Expectation::default();
+        let expect = if self.disc.is_some() {
+            self.fence_for(&crate::rid_of(peer_node))
+        } else {
+            Expectation::default()
+        };
         let verdict = admission::judge_welcome(&WelcomeFacts {
             lane,
             welcome_lane,
@@ -757,6 +807,9 @@ impl SimNode {
         match verdict {
             Ok(()) => self.become_ready(ctx, conn, peer),
             Err(refused) => {
+                if refused.reject == Some(RejectReason::GenerationMismatch) {
+                    ctx.truth.stats.fence_refusals += 1;
+                }
                 ctx.trace(format!(
                     "{} {conn} welcome refused: {}",
                     self.me.rid, refused.detail
@@ -948,7 +1001,8 @@ impl SimNode {
                 if d.conn == Some(conn) {
                     d.conn = None;
                     d.failures = d.failures.saturating_add(1);
-                    if !d.yielded && !d.not_required && self.phase == Phase::Running {
+                    if !d.yielded && !d.not_required && !d.withdrawn && self.phase == Phase::Running
+                    {
                         let backoff = Duration::from_millis(100u64 << d.failures.min(5));
                         d.retry_at = Some(ctx.now + backoff + Duration::from_millis(rng_ms));
                     }
@@ -957,7 +1011,7 @@ impl SimNode {
         } else {
             // The peer's dial is gone: a dial of ours that stood down for it comes back.
             if let Some(d) = self.dials.get_mut(&(c.peer_node, u8::from(c.lane))) {
-                if d.yielded && d.conn.is_none() && self.phase == Phase::Running {
+                if d.yielded && d.conn.is_none() && !d.withdrawn && self.phase == Phase::Running {
                     d.retry_at = Some(ctx.now + Duration::from_millis(50));
                 }
             }
@@ -1071,6 +1125,8 @@ impl SimNode {
         }
         ctx.trace(format!("{} begins a graceful stop", self.me.rid));
         self.phase = Phase::Draining;
+        // The descriptor goes first (the runtime removes it before closing connections).
+        self.stop_discovery();
         let now = self.at(ctx.now);
         self.calls.handle_shutdown(now);
         self.serve.begin_drain(DRAIN_BOUND, now);

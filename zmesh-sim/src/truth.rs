@@ -122,6 +122,15 @@ pub struct Truth {
     /// Messages the application sent, and those delivered.
     sent: BTreeSet<u64>,
     delivered: BTreeSet<u64>,
+    /// Automatic mode: whether each RID serves (from the configuration).
+    serves: BTreeMap<String, bool>,
+    /// Descriptors the store ever held: (RID, generation).
+    descriptors: BTreeSet<(String, u64)>,
+    /// Per (host, peer RID): the generation of the descriptor the host's watch delivered
+    /// last, and the newest run of that peer any delivered descriptor was of (both reset
+    /// when a new run of the host starts, with an empty directory).
+    delivered_last: BTreeMap<(NodeIx, String), u64>,
+    delivered_newest: BTreeMap<(NodeIx, String), u64>,
     /// The violations seen, in order.
     pub violations: Vec<Violation>,
     /// Statistics.
@@ -191,6 +200,26 @@ pub struct Stats {
     pub rotations: u64,
     /// Turns that handed out the count cap's 64 records (and so ended at it).
     pub count_cap_turns: u64,
+    /// Descriptors the store published (puts it applied).
+    pub store_puts: u64,
+    /// Lease renewals the store applied.
+    pub store_renewals: u64,
+    /// Store operations that failed because the store could not be reached.
+    pub store_errors: u64,
+    /// Store outages injected (for one host or every host).
+    pub store_outages: u64,
+    /// Leases the store expired.
+    pub leases_expired: u64,
+    /// Leases a node's keeper reported lost.
+    pub leases_lost: u64,
+    /// Reloads a watch delivered (first reads, and after outages of a reloading store).
+    pub watch_reloads: u64,
+    /// HELLOs or WELCOMEs refused for a generation other than the descriptor fence's.
+    pub fence_refusals: u64,
+    /// Dials discovery asked for.
+    pub discovery_dials: u64,
+    /// Ready connections closed because a descriptor of another run replaced their fence.
+    pub discovery_replacements: u64,
 }
 
 impl Stats {
@@ -227,6 +256,16 @@ impl Stats {
             floods,
             rotations,
             count_cap_turns,
+            store_puts,
+            store_renewals,
+            store_errors,
+            store_outages,
+            leases_expired,
+            leases_lost,
+            watch_reloads,
+            fence_refusals,
+            discovery_dials,
+            discovery_replacements,
         } = *o;
         self.calls += calls;
         self.ok += ok;
@@ -258,6 +297,16 @@ impl Stats {
         self.floods += floods;
         self.rotations += rotations;
         self.count_cap_turns += count_cap_turns;
+        self.store_puts += store_puts;
+        self.store_renewals += store_renewals;
+        self.store_errors += store_errors;
+        self.store_outages += store_outages;
+        self.leases_expired += leases_expired;
+        self.leases_lost += leases_lost;
+        self.watch_reloads += watch_reloads;
+        self.fence_refusals += fence_refusals;
+        self.discovery_dials += discovery_dials;
+        self.discovery_replacements += discovery_replacements;
     }
 }
 
@@ -317,6 +366,68 @@ impl Truth {
     /// A run of host `node` started with `generation`.
     pub fn on_start(&mut self, node: NodeIx, run: u64, generation: u64) {
         self.generations.insert(generation, (node, run));
+        self.delivered_last.retain(|k, _| k.0 != node);
+        self.delivered_newest.retain(|k, _| k.0 != node);
+    }
+
+    /// Automatic mode: RID `rid` serves, or not (what its configuration says).
+    pub fn on_role(&mut self, rid: &str, serves: bool) {
+        self.serves.insert(rid.to_owned(), serves);
+    }
+
+    /// The store applied a put of `rid`'s descriptor of `generation`.
+    pub fn on_published(&mut self, rid: &str, generation: u64) {
+        self.stats.store_puts += 1;
+        self.descriptors.insert((rid.to_owned(), generation));
+    }
+
+    /// Host `node`'s watch delivered a descriptor of `rid` with `generation`.
+    pub fn on_delivered(&mut self, node: NodeIx, rid: &str, generation: u64) {
+        let key = (node, rid.to_owned());
+        self.delivered_last.insert(key.clone(), generation);
+        if let Some(&(_, run)) = self.generations.get(&generation) {
+            let newest = self.delivered_newest.entry(key).or_insert(0);
+            *newest = (*newest).max(run);
+        }
+    }
+
+    /// Host `node` (RID `me`) dials `rid` because discovery asked for it, fenced by
+    /// `generation`: the store must have held that descriptor (`dials_only_published`), and
+    /// the pair must need a connection (`no_dial_a_pair_does_not_need`, MISSION T4).
+    pub fn on_discovery_dial(
+        &mut self,
+        node: NodeIx,
+        me: &str,
+        rid: &str,
+        generation: Option<u64>,
+    ) {
+        self.stats.discovery_dials += 1;
+        let published = generation.is_some_and(|g| self.descriptors.contains(&(rid.to_owned(), g)));
+        if !published {
+            let detail = format!(
+                "host {node} dials {rid} under fence {generation:x?}, a descriptor the store never held"
+            );
+            self.violation("dials_only_published", detail);
+        }
+        let serves = |r: &str| self.serves.get(r).copied().unwrap_or(false);
+        if !serves(me) && !serves(rid) {
+            let detail = format!("host {node} ({me}) dials {rid}; neither serves (MISSION T4)");
+            self.violation("no_dial_a_pair_does_not_need", detail);
+        }
+    }
+
+    /// Host `node`'s discovery closed a ready connection to `rid`'s run of `generation`:
+    /// only a descriptor of another run may do that (F3), never a descriptor that went away
+    /// or a store that cannot be reached (F5).
+    pub fn on_discovery_drop(&mut self, node: NodeIx, rid: &str, generation: u64) {
+        self.stats.discovery_replacements += 1;
+        let last = self.delivered_last.get(&(node, rid.to_owned())).copied();
+        if last.is_none_or(|g| g == generation) {
+            let detail = format!(
+                "host {node} closed its ready link to {rid} g{generation:x}, but the last descriptor of {rid} its watch delivered is {last:x?}"
+            );
+            self.violation("discovery_keeps_ready_links", detail);
+        }
     }
 
     /// The application of host `caller` started call `uid`.
@@ -606,6 +717,14 @@ impl Truth {
                 "host {node} made run {run} of {peer_rid} ready after it had admitted run {latest}"
             );
             self.violation("no_older_generation", detail);
+        }
+        if let Some(&newest) = self.delivered_newest.get(&key) {
+            if run < newest {
+                let detail = format!(
+                    "host {node} made run {run} of {peer_rid} ready after the store showed it run {newest}"
+                );
+                self.violation("store_fence_holds", detail);
+            }
         }
         self.admitted.insert(key, run.max(latest));
     }
