@@ -357,6 +357,22 @@ impl SimNode {
         }
     }
 
+    /// Closes ready connection `k` to `rid`'s run of `generation` because of what the store
+    /// said: the one way discovery takes a link out of ready (the shell's
+    /// `fail_link(.., Reconfigured)`), reported to the truth, which judges it.
+    fn close_for_discovery(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        k: NetConn,
+        rid: &str,
+        generation: u64,
+        why: &str,
+    ) {
+        ctx.truth.on_discovery_drop(self.ix, rid, generation);
+        ctx.trace(format!("{} {k} closed by discovery: {why}", self.me.rid));
+        self.drop_conn(ctx, k, Some(CloseReason::Replaced));
+    }
+
     /// Holds every connection of `rid` (only the inbound ones if `inbound_only`) to its
     /// current fence: a ready connection of another run is closed, a dial in progress is
     /// closed and dialled again under the new fence.
@@ -386,12 +402,8 @@ impl SimNode {
             }
             match ready_gen {
                 Some(g) if g != generation => {
-                    ctx.truth.on_discovery_drop(self.ix, rid, g);
-                    ctx.trace(format!(
-                        "{} {k} replaced: a descriptor of g{generation:x} replaces g{g:x}",
-                        self.me.rid
-                    ));
-                    self.drop_conn(ctx, k, Some(CloseReason::Replaced));
+                    let why = format!("a descriptor of g{generation:x} replaces g{g:x}");
+                    self.close_for_discovery(ctx, k, rid, g, &why);
                 }
                 Some(_) => {}
                 None if dialled => {
