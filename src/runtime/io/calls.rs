@@ -18,8 +18,8 @@ use std::num::NonZeroU64;
 use std::time::{Duration, Instant};
 
 use super::answers::Outgoing;
-use super::caller::{NewCall, Route, SendPolicy};
 use super::links::{Link, LinkKind};
+use super::parts::caller::{NewCall, Route, SendPolicy};
 use super::{CallKey, IoThread, LinkKey, Tracked};
 use crate::config::NodeConfig;
 use crate::proto::calls::Unrouted;
@@ -123,7 +123,7 @@ impl IoThread {
     }
 
     /// Sends the REQUESTs the caller queued in this loop turn (MISSION K5), as the messages
-    /// [`Caller::take_requests`](super::caller::Caller::take_requests) makes of them.
+    /// [`Caller::take_requests`](super::parts::caller::Caller::take_requests) makes of them.
     pub(super) fn flush_calls(&mut self, now: Instant) {
         if !self.caller.has_requests() {
             return;

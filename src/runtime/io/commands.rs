@@ -8,8 +8,8 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, TryRecvError};
 use tokio::sync::oneshot;
 
-use super::caller::NewCall;
 use super::calls::GRACEFUL_STOP_BOUND;
+use super::parts::caller::NewCall;
 use super::{Host, IoThread, COMMANDS_PER_TURN};
 use crate::runtime::command::{Command, WakeUp};
 

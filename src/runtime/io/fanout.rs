@@ -23,9 +23,9 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::keys::Tracked;
 use super::links::{backoff, note};
-use super::ready::Watch;
+use super::parts::keys::Tracked;
+use super::parts::ready::Watch;
 use super::slots::{close_stopping_monitor, Slot, SlotRole};
 use super::{Host, IoThread, SlotKey, SubKey, BACKOFF_MAX};
 use crate::proto::liveness::{self, Delivery as FanoutDelivery, FanoutInput};
@@ -144,7 +144,10 @@ impl Publisher {
 
     /// The monitor's descriptor fired: look at its events.
     pub(super) fn monitor_waiting(&mut self) {
-        self.monitor_events = self.monitor.as_deref().is_some_and(super::ready::has_input);
+        self.monitor_events = self
+            .monitor
+            .as_deref()
+            .is_some_and(super::parts::ready::has_input);
     }
 
     /// True if monitor events may be waiting.

@@ -33,7 +33,7 @@ use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::Instant;
 
 use super::links::LinkKind;
-use super::ready::Watch;
+use super::parts::ready::Watch;
 use super::slots::{Slot, SlotRole};
 use super::{Gated, IoThread, LinkKey, SlotKey};
 use crate::proto::security::{

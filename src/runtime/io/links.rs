@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::ready::Watch;
+use super::parts::ready::Watch;
 
 use super::slots::{Slot, SlotRole, Unit};
 use super::{

@@ -71,20 +71,15 @@
 
 mod admission;
 mod answers;
-mod app;
-mod callee;
-mod caller;
 mod calls;
 mod commands;
 mod discovery;
 mod exhaustion;
 mod fanout;
 mod gate;
-mod keys;
 mod links;
-mod live;
 mod outbound;
-mod ready;
+mod parts;
 mod receive;
 mod serve;
 mod shutdown;
@@ -119,6 +114,7 @@ use answers::AnswerQueue;
 pub use calls::GRACEFUL_STOP_BOUND;
 use fanout::Publisher;
 use links::{Link, LinkKind};
+use parts::{app, callee, caller, keys, live, ready};
 use ready::{Readiness, Watch};
 use receive::Staged;
 use slots::{Slot, SlotRole, SocketSet, Unit};
@@ -146,9 +142,6 @@ pub const CLOSE_CONFIRM_MAX: Duration = Duration::from_secs(1);
 /// Records read from a dialled socket after its disconnect event, before the disconnect is
 /// acted on (they arrived first; an orderly CLOSE among them is the better reason).
 const DRAIN_BEFORE_DISCONNECT: usize = 1024;
-/// Records a link holds while the application queue is paused; when full, the link's socket
-/// is not read until the queue drains (MISSION R5).
-pub const LINK_BACKLOG: usize = 1024;
 /// Longest poll wait while some socket is held back by a paused application queue, so the
 /// loop notices the application draining its queue.
 const PAUSED_POLL_MS: i64 = 10;
@@ -162,12 +155,8 @@ const BOUND_ID_SERVER: &[u8] = b"zmesh-server";
 const PUBLISHER_DOMAIN: &str = "zmesh-publisher";
 
 use keys::Tracked;
-pub(crate) use keys::{Key, LinkKey, SlotKey, SubKey};
-/// The physical connection a call travels on: a link and its current connection. Here, not
-/// in `calls.rs` or `caller.rs`, because the caller and callee parts and the glue that routes
-/// their records all use it.
-pub(crate) type CallKey = (LinkKey, ConnId);
-
+pub(crate) use keys::{CallKey, Key, LinkKey, SlotKey, SubKey};
+use live::LiveOwner;
 /// The socket behind a ZAP domain ([`gate`]). Here, not in `gate.rs`, because the slots that
 /// register their domains ([`slots`]) and the gate that judges them both use it, and neither
 /// imports the other for it.
@@ -178,14 +167,6 @@ enum Gated {
     /// The publisher's XPUB: under CURVE its ZAP domain (the allow-list); in any mode the
     /// input it refuses. Its subscribers are never admitted by a handshake, so the cap is not
     /// theirs.
-    Publisher,
-}
-
-/// Who owns a liveness entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LiveOwner {
-    Link(LinkKey),
-    Sub(SubKey),
     Publisher,
 }
 

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::links::LinkKind;
-use super::ready::Watch;
+use super::parts::ready::Watch;
 use super::{IoThread, Key, LinkKey};
 use crate::proto::state::FailureReason;
 use crate::runtime::outbound::{Closed, LinkTable, Outgoing, SendQueue, SEND_QUEUE};

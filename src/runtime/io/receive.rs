@@ -353,7 +353,7 @@ impl IoThread {
     }
 
     /// Moves held records to the application while its queue has room, and recomputes which
-    /// sockets a full backlog holds back (see [`super::app::AppQueue::release`]).
+    /// sockets a full backlog holds back (see [`super::parts::app::AppQueue::release`]).
     pub(super) fn release_backlogs(&mut self) {
         let links = &self.links;
         self.app

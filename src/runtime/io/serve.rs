@@ -1,14 +1,14 @@
 //! The I/O thread's side of serving calls: it routes each REQUEST (alone or in a BATCH) to
-//! the [`Callee`](super::callee::Callee) with where its answers go and who sent it, sends the ACCEPTs, ITEMs and
+//! the [`Callee`](super::parts::callee::Callee) with where its answers go and who sent it, sends the ACCEPTs, ITEMs and
 //! REPLYs the callee decides on, and hands it the handlers' results. What happens to a call
-//! is the callee's decision (module [`super::callee`]).
+//! is the callee's decision (module [`super::parts::callee`]).
 
 use std::num::NonZeroU64;
 use std::time::Instant;
 
 use super::answers::Outgoing;
-use super::callee::From;
 use super::links::Link;
+use super::parts::callee::From;
 use super::{CallKey, IoThread, LinkKey, Tracked};
 use crate::proto::wire::{self, Capabilities, Lane};
 use crate::runtime::command::{ServeDone, ServeItem, Served};
@@ -97,7 +97,7 @@ impl IoThread {
     }
 
     /// A stream handler produced an item: sent as ITEM on the call's answer route, or the
-    /// handler is told the stream is over (see [`Callee::handle_item_sent`](super::callee::Callee::handle_item_sent)).
+    /// handler is told the stream is over (see [`Callee::handle_item_sent`](super::parts::callee::Callee::handle_item_sent)).
     pub(super) fn on_serve_item(&mut self, item: ServeItem, now: Instant) {
         if let Some(item) = self.callee.handle_item(item, now) {
             self.send_item(item, now);
@@ -121,7 +121,7 @@ impl IoThread {
     ///
     /// An ITEM behind answers that still wait on that route (its call's ACCEPT among them)
     /// waits with them, so it never overtakes them.
-    fn send_item(&mut self, item: super::callee::ItemToSend, now: Instant) {
+    fn send_item(&mut self, item: super::parts::callee::ItemToSend, now: Instant) {
         let route = self.answer_route(item.key);
         let sent = route.is_some_and(|r| {
             if self.answers.is_waiting(r, item.key.1) {

@@ -1,9 +1,9 @@
 //! Sockets in slots: binding the node's endpoints, placing a socket and its monitor in the
 //! epoll set and taking them out again, and the one send and receive primitive of a slot.
-//! A send or receive marks its socket for a `ZMQ_EVENTS` check (see [`super::ready`]).
+//! A send or receive marks its socket for a `ZMQ_EVENTS` check (see [`super::parts::ready`]).
 
-use super::keys::Table;
-use super::ready::{Readiness, Watch};
+use super::parts::keys::Table;
+use super::parts::ready::{Readiness, Watch};
 use super::{
     Gated, IoThread, LinkKey, SlotKey, SubKey, BOUND_ID_APPLICATION, BOUND_ID_COMPLETION,
     BOUND_ID_SERVER,
@@ -38,7 +38,7 @@ pub(super) struct SocketSet {
     /// The bound sockets by their id in the receive scheduler.
     pub(super) shared: IdMap<SharedSocketId, SlotKey>,
     /// The epoll set over every socket's `ZMQ_FD` and the sockets due for a `ZMQ_EVENTS`
-    /// check (see [`super::ready`] for the rule that keeps an edge from being lost).
+    /// check (see [`super::parts::ready`] for the rule that keeps an edge from being lost).
     pub(super) ready: Readiness,
     /// Monitors of closed dialled sockets whose close was not confirmed within
     /// [`CLOSE_CONFIRM_MAX`]: their links dial again, but the monitors are kept (still watched,

@@ -6,8 +6,8 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-use super::keys::Key;
 use super::links::note;
+use super::parts::keys::Key;
 use super::{
     IoThread, LinkKey, LiveOwner, SlotKey, SubKey, CLOSE_CONFIRM_MAX, HANDSHAKE_TIMEOUT,
     SWEEP_DELAYS,
@@ -38,7 +38,7 @@ pub(super) enum TimerOwner {
 /// ([`IoThread::sync_timers`]): no change can be missed, and a turn costs one derivation per
 /// owner it touched, not a walk over every link.
 ///
-/// [`Tracked`]: super::keys::Tracked
+/// [`Tracked`]: super::parts::keys::Tracked
 pub(super) struct TimerTable {
     /// Per link position: its entry in `order`, if it has a deadline.
     links: Vec<Option<Instant>>,
