@@ -11,9 +11,9 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::gate::Gate;
-use super::links::{note, Conn, LinkKind};
-use super::slots::Unit;
+use super::parts::gate::Gate;
+use super::parts::link::{note, Conn, LinkKind};
+use super::parts::sockets::Unit;
 use super::{Host, IoThread, LinkKey, SlotKey};
 use crate::proto::admission::{self, HelloFacts, HelloVerdict, OwnDial, Refusing, WelcomeFacts};
 use crate::proto::handshake::{Expectation, Identity};

@@ -18,8 +18,8 @@ use std::num::NonZeroU64;
 use std::time::{Duration, Instant};
 
 use super::answers::Outgoing;
-use super::links::{Link, LinkKind};
 use super::parts::caller::{NewCall, Route, SendPolicy};
+use super::parts::link::{Link, LinkKind};
 use super::{CallKey, IoThread, LinkKey, Tracked};
 use crate::config::NodeConfig;
 use crate::proto::calls::Unrouted;

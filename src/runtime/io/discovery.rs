@@ -24,7 +24,7 @@
 //!   connection stays, ready for as long as liveness keeps it (a lease is not a liveness
 //!   signal, F5), until its deadline, a transport error or the peer's CLOSE ends it; it is
 //!   then not redialled. A withdrawn link that holds nothing any more leaves the snapshot
-//!   ([`Link::is_removed`](super::links::Link::is_removed)); the same RID's descriptor coming
+//!   ([`Link::is_removed`](super::parts::link::Link::is_removed)); the same RID's descriptor coming
 //!   back takes it up again. A manual intent is never withdrawn.
 
 use std::collections::HashMap;
@@ -34,8 +34,8 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::fanout::Sub;
-use super::links::{note, LinkKind};
-use super::slots::SlotRole;
+use super::parts::link::{note, LinkKind};
+use super::parts::sockets::SlotRole;
 use super::{IoThread, LinkKey, SubKey};
 use crate::config::{EndpointKind, PeerConfig, ServerConfig};
 use crate::proto::discovery::{Descriptor, Intent, MeshEndpoints};

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::links::{backoff, note};
+use super::parts::link::{backoff, note};
 use super::{IoThread, LinkKey, SubKey};
 use crate::proto::state::{ConnState, FailureReason, LinkState, Recovery};
 use crate::runtime::fds::{self, Exhausted, Gauge};

@@ -23,10 +23,10 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::links::{backoff, note};
 use super::parts::keys::Tracked;
+use super::parts::link::{backoff, note};
 use super::parts::ready::Watch;
-use super::slots::{close_stopping_monitor, Slot, SlotRole};
+use super::parts::sockets::{close_stopping_monitor, Slot, SlotRole};
 use super::{Host, IoThread, SlotKey, SubKey, BACKOFF_MAX};
 use crate::proto::liveness::{self, Delivery as FanoutDelivery, FanoutInput};
 use crate::proto::security::{InputRefusal, PublicKey};

@@ -105,7 +105,6 @@ use super::security::KeyPair;
 use super::socket::Sockets;
 use crate::config::NodeConfig;
 use crate::proto::handshake::Identity;
-use crate::proto::liveness::PEER_DEADLINE;
 use crate::proto::sched::{IdMap, ReceiveScheduler};
 use crate::proto::security::PublicKey;
 use crate::proto::state::{ConnState, FailureReason};
@@ -113,11 +112,13 @@ use crate::proto::ConnId;
 use answers::AnswerQueue;
 pub use calls::GRACEFUL_STOP_BOUND;
 use fanout::Publisher;
-use links::{Link, LinkKind};
-use parts::{app, callee, caller, keys, live, ready};
+use link::{Link, LinkKind};
+pub use link::{BACKOFF_MAX, BACKOFF_MIN, CLOSE_CONFIRM_MAX, HANDSHAKE_TIMEOUT};
+use parts::gate::Gated;
+use parts::{app, callee, caller, keys, link, live, ready, sockets};
 use ready::{Readiness, Watch};
 use receive::Staged;
-use slots::{Slot, SlotRole, SocketSet, Unit};
+use sockets::{Slot, SlotRole, SocketSet, Unit};
 
 /// Delays after a bound-side disconnect event at which the socket's inbound connections are
 /// checked for a vanished pipe.
@@ -127,18 +128,6 @@ pub const SWEEP_DELAYS: [Duration; 4] = [
     Duration::from_millis(100),
     Duration::from_millis(500),
 ];
-/// A dialled connection that is not ready this long after its socket was created is closed
-/// and dialled again (a connect that never completes, a peer that never answers HELLO).
-pub const HANDSHAKE_TIMEOUT: Duration = PEER_DEADLINE;
-/// First reconnect delay after a failure; doubles per consecutive failure.
-pub const BACKOFF_MIN: Duration = Duration::from_millis(100);
-/// Largest reconnect delay.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(2);
-/// Longest wait for a closed dialled socket's monitor to confirm the close before a
-/// replacement is dialled anyway (the monitor itself is kept until libzmq confirms). libzmq
-/// confirms within milliseconds (`MONITOR_STOPPED`, once the socket is destroyed); the bound
-/// is for a reaper that is far behind.
-pub const CLOSE_CONFIRM_MAX: Duration = Duration::from_secs(1);
 /// Records read from a dialled socket after its disconnect event, before the disconnect is
 /// acted on (they arrived first; an orderly CLOSE among them is the better reason).
 const DRAIN_BEFORE_DISCONNECT: usize = 1024;
@@ -157,19 +146,6 @@ const PUBLISHER_DOMAIN: &str = "zmesh-publisher";
 use keys::Tracked;
 pub(crate) use keys::{CallKey, Key, LinkKey, SlotKey, SubKey};
 use live::LiveOwner;
-/// The socket behind a ZAP domain ([`gate`]). Here, not in `gate.rs`, because the slots that
-/// register their domains ([`slots`]) and the gate that judges them both use it, and neither
-/// imports the other for it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Gated {
-    /// A bound ROUTER, in its slot: the allow-list (CURVE) and the unadmitted cap.
-    Bound(SlotKey),
-    /// The publisher's XPUB: under CURVE its ZAP domain (the allow-list); in any mode the
-    /// input it refuses. Its subscribers are never admitted by a handshake, so the cap is not
-    /// theirs.
-    Publisher,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Host {
     Running,
@@ -255,7 +231,7 @@ impl IoThread {
         let now = Instant::now();
         let mut sockets = Sockets::new(generation);
         sockets.set_max_frame_size(Some(cfg.max_frame_size));
-        let mut gate = gate::Gate::new(security.allow);
+        let mut gate = parts::gate::Gate::new(security.allow);
         let curve = security.curve;
         // Bound ROUTERs always go through the gate (the unadmitted cap); under CURVE the
         // publisher too (the allow-list).

@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::links::LinkKind;
+use super::parts::link::LinkKind;
 use super::parts::ready::Watch;
 use super::{IoThread, Key, LinkKey};
 use crate::proto::state::FailureReason;

@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::links::LinkKind;
-use super::slots::{Slot, SlotRole, Unit};
+use super::parts::link::LinkKind;
+use super::parts::sockets::{Slot, SlotRole, Unit};
 use super::{IoThread, LinkKey, SlotKey};
 use crate::proto::sched::{Action, ReadTarget, RotationEndReason, SharedSocketId};
 use crate::proto::state::FailureReason;

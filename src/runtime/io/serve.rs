@@ -7,8 +7,8 @@ use std::num::NonZeroU64;
 use std::time::Instant;
 
 use super::answers::Outgoing;
-use super::links::Link;
 use super::parts::callee::From;
+use super::parts::link::Link;
 use super::{CallKey, IoThread, LinkKey, Tracked};
 use crate::proto::wire::{self, Capabilities, Lane};
 use crate::runtime::command::{ServeDone, ServeItem, Served};

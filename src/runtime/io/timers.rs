@@ -6,8 +6,8 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-use super::links::note;
 use super::parts::keys::Key;
+use super::parts::link::note;
 use super::{
     IoThread, LinkKey, LiveOwner, SlotKey, SubKey, CLOSE_CONFIRM_MAX, HANDSHAKE_TIMEOUT,
     SWEEP_DELAYS,
@@ -32,7 +32,7 @@ pub(super) enum TimerOwner {
 /// The timers themselves live in the links and subscriptions (a connection's `opened_at`, a
 /// link's `retry_at` and `closing`, a subscription's `retry_at`): each owner's entry here is
 /// the earliest of its own, derived from it by
-/// [`Link::next_deadline`](super::links::Link::next_deadline) and
+/// [`Link::next_deadline`](super::parts::link::Link::next_deadline) and
 /// [`Sub::next_deadline`](super::fanout::Sub::next_deadline). The links and subscriptions are [`Tracked`] tables, so every owner
 /// handed out mutably is derived again before the loop next sleeps or fires timers
 /// ([`IoThread::sync_timers`]): no change can be missed, and a turn costs one derivation per

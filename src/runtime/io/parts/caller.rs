@@ -4,7 +4,7 @@
 //! among servers) and decides what each input does to them; the I/O thread finds the routes
 //! and sends the REQUESTs it hands out.
 //!
-//! A call's key is the physical connection its answers travel on (module [`super::calls`]);
+//! A call's key is the physical connection its answers travel on (module `io/calls.rs`);
 //! its lease is that connection: when it leaves ready, the call fails at once (MISSION C2).
 //!
 //! Streams: a call's items go to its [`StreamEvent`] channel in order, and always before its

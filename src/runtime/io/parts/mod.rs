@@ -7,6 +7,9 @@
 pub(crate) mod app;
 pub(crate) mod callee;
 pub(crate) mod caller;
+pub(crate) mod gate;
 pub(crate) mod keys;
+pub(crate) mod link;
 pub(crate) mod live;
 pub(crate) mod ready;
+pub(crate) mod sockets;
