@@ -15,9 +15,9 @@
 //! ITEM on the same route as the REPLY; the drain ends such calls with REPLY `Unavailable`.
 
 use std::num::NonZeroU64;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::answers::Outgoing;
+use super::parts::answers::Outgoing;
 use super::parts::caller::{NewCall, Route, SendPolicy};
 use super::parts::link::{Link, LinkKind};
 use super::{CallKey, IoThread, LinkKey, Tracked};
@@ -29,9 +29,6 @@ use crate::proto::wire::{Capabilities, Lane};
 use crate::proto::ConnId;
 use crate::runtime::calls::CallOptions;
 use crate::runtime::records;
-
-/// Longest graceful stop: accepted calls still running then are answered `Unavailable`.
-pub const GRACEFUL_STOP_BOUND: Duration = Duration::from_secs(10);
 
 impl IoThread {
     /// The ready connection of `rid`'s RouteMesh lane `lane`.

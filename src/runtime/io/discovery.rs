@@ -27,7 +27,6 @@
 //!   ([`Link::is_removed`](super::parts::link::Link::is_removed)); the same RID's descriptor coming
 //!   back takes it up again. A manual intent is never withdrawn.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -45,23 +44,6 @@ use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkS
 use crate::runtime::event::DiscoveryEvent;
 use crate::runtime::event::{NodeEvent, Source};
 use crate::runtime::records::Lane;
-
-/// What discovery added to the I/O thread's links, and the fences of the descriptors.
-#[derive(Debug, Default)]
-pub(super) struct Discovered {
-    /// The current descriptor fence of each RID (MISSION F3).
-    fences: HashMap<String, Expectation>,
-    /// The RID whose descriptor publishes a ClientServer endpoint (fences manual servers
-    /// configured without a RID).
-    endpoint_owner: HashMap<String, String>,
-    /// Peers discovery appended to the peer list: RID -> index.
-    peers: HashMap<String, usize>,
-    /// Servers discovery appended to the server list: (RID, channel) -> index.
-    servers: HashMap<(String, String), usize>,
-    /// Subscriptions discovery opened: (RID, endpoint) -> index, and the generation each was
-    /// opened for.
-    subs: HashMap<(String, String), (SubKey, u64)>,
-}
 
 impl IoThread {
     /// The descriptor this node publishes: its identity and the endpoints it bound, each as

@@ -70,7 +70,6 @@
 //! - [`ready`]: readiness of the sockets (epoll over `ZMQ_FD`, the edge rule).
 
 mod admission;
-mod answers;
 mod calls;
 mod commands;
 mod discovery;
@@ -109,25 +108,17 @@ use crate::proto::sched::{IdMap, ReceiveScheduler};
 use crate::proto::security::PublicKey;
 use crate::proto::state::{ConnState, FailureReason};
 use crate::proto::ConnId;
-use answers::AnswerQueue;
-pub use calls::GRACEFUL_STOP_BOUND;
 use fanout::Publisher;
 use link::{Link, LinkKind};
 pub use link::{BACKOFF_MAX, BACKOFF_MIN, CLOSE_CONFIRM_MAX, HANDSHAKE_TIMEOUT};
+use parts::answers::AnswerQueue;
+pub use parts::callee::GRACEFUL_STOP_BOUND;
 use parts::gate::Gated;
 use parts::{app, callee, caller, keys, link, live, ready, sockets};
 use ready::{Readiness, Watch};
 use receive::Staged;
 use sockets::{Slot, SlotRole, SocketSet, Unit};
 
-/// Delays after a bound-side disconnect event at which the socket's inbound connections are
-/// checked for a vanished pipe.
-pub const SWEEP_DELAYS: [Duration; 4] = [
-    Duration::from_millis(0),
-    Duration::from_millis(20),
-    Duration::from_millis(100),
-    Duration::from_millis(500),
-];
 /// Records read from a dialled socket after its disconnect event, before the disconnect is
 /// acted on (they arrived first; an orderly CLOSE among them is the better reason).
 const DRAIN_BEFORE_DISCONNECT: usize = 1024;
@@ -171,7 +162,7 @@ pub(crate) struct IoThread {
     /// Every socket of the node, the epoll set over them and the closes still unconfirmed.
     sockets: SocketSet,
     /// The async side's command queue, its wake-up and the reply a stop waits for.
-    handoff: commands::Handoff,
+    handoff: parts::handoff::Handoff,
     /// Where one-way records go, published for the async side, and the turns of the send
     /// queues (see [`outbound`]).
     outbound: outbound::Outbound,
@@ -179,7 +170,7 @@ pub(crate) struct IoThread {
     /// backlogs while it is paused.
     app: app::AppQueue,
     /// Every link's and subscription's earliest deadline, and the disconnect sweeps.
-    timers: timers::TimerTable,
+    timers: parts::timers::TimerTable,
     /// The last receive rotation left work that socket readiness cannot show: wait without
     /// sleeping, and run a rotation even if no socket is readable.
     busy: bool,
@@ -191,11 +182,11 @@ pub(crate) struct IoThread {
     answers: AnswerQueue,
     links: Tracked<LinkKey, Link>,
     /// The bound sockets' gate, their inbound connections and the ones refused.
-    accepting: admission::Accepting,
+    accepting: parts::accepting::Accepting,
     /// The publishers this node reads and its own publisher.
     fanout: fanout::FanoutState,
     /// Automatic mode: links added by discovery and the descriptors' fences.
-    discovered: discovery::Discovered,
+    discovered: parts::discovered::Discovered,
     /// The one structure owning every liveness machine of this node (MISSION L8).
     liveness: live::Live,
     /// The one fair receive scheduler over every socket and peer (MISSION R1-R3).
@@ -205,7 +196,7 @@ pub(crate) struct IoThread {
     /// CURVE: this node's key pair; `None` in `none` mode.
     curve: Option<KeyPair>,
     /// Running out of descriptors: the figures and the episode being logged.
-    exhaustion: exhaustion::Exhaustion,
+    exhaustion: parts::exhaustion::Exhaustion,
 }
 
 /// What the I/O thread is given of the node's security at start.
@@ -268,7 +259,7 @@ impl IoThread {
             cfg: cfg.clone(),
             me,
             sockets: SocketSet::new(sockets, ready, curve.is_some()),
-            handoff: commands::Handoff {
+            handoff: parts::handoff::Handoff {
                 wake: wake.clone(),
                 commands,
                 shutdown_reply: None,
@@ -278,19 +269,19 @@ impl IoThread {
                 turns: outbound::SendTurns::new(),
             },
             app: app::AppQueue::new(events, outstanding, cfg.delivery_high_water),
-            timers: timers::TimerTable::new(),
+            timers: parts::timers::TimerTable::new(),
             busy: false,
             caller: caller::Caller::new(ops),
             callee: callee::Callee::new(),
             answers: AnswerQueue::default(),
             links: Tracked::default(),
-            accepting: admission::Accepting {
+            accepting: parts::accepting::Accepting {
                 inbound: IdMap::default(),
-                refused: admission::Refused::default(),
+                refused: parts::accepting::Refused::default(),
                 gate,
             },
             fanout: fanout::FanoutState::default(),
-            discovered: discovery::Discovered::default(),
+            discovered: parts::discovered::Discovered::default(),
             liveness: live::Live::new(generation),
             // Readiness mode: a rotation visits the units with work only (the readable set
             // is handed over at the start of each rotation).
@@ -298,7 +289,7 @@ impl IoThread {
             next_conn: 1,
             host: Host::Running,
             curve,
-            exhaustion: exhaustion::Exhaustion::default(),
+            exhaustion: parts::exhaustion::Exhaustion::default(),
         };
         if let Some(zap) = io.accepting.gate.handler() {
             io.sockets

@@ -54,6 +54,9 @@ use crate::runtime::records;
 use crate::runtime::security::{AuthRequest, Caller, Denied};
 use crate::runtime::service::{MethodPlan, INLINE_BUDGET};
 
+/// Longest graceful stop: accepted calls still running then are answered `Unavailable`.
+pub const GRACEFUL_STOP_BOUND: Duration = Duration::from_secs(10);
+
 /// An execution queue: the channel, and the key under keyed execution.
 type QueueKey = (String, Option<String>);
 

@@ -4,12 +4,18 @@
 //! the thread's state and loop (`io/mod.rs`) above them, and the glue that moves records
 //! between them on top.
 
+pub(crate) mod accepting;
+pub(crate) mod answers;
 pub(crate) mod app;
 pub(crate) mod callee;
 pub(crate) mod caller;
+pub(crate) mod discovered;
+pub(crate) mod exhaustion;
 pub(crate) mod gate;
+pub(crate) mod handoff;
 pub(crate) mod keys;
 pub(crate) mod link;
 pub(crate) mod live;
 pub(crate) mod ready;
 pub(crate) mod sockets;
+pub(crate) mod timers;
