@@ -5,7 +5,7 @@
 //!
 //! A connection that does not open with a well-formed HELLO is refused like one whose HELLO
 //! fails admission: one REJECT (`Protocol`, or `UnsupportedVersion` for another envelope
-//! version), then everything else it sends is ignored ([`Refused`], WIRE.md §5.1).
+//! version), then everything else it sends is ignored ([`Refused`](super::parts::accepting::Refused), WIRE.md §5.1).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -314,7 +314,7 @@ impl IoThread {
     }
 
     /// Refuses the unadmitted connection `route` of bound socket `slot`: one REJECT, and
-    /// nothing it sends afterwards is looked at (while [`Refused`] remembers it).
+    /// nothing it sends afterwards is looked at (while [`Refused`](super::parts::accepting::Refused) remembers it).
     fn refuse(&mut self, slot: SlotKey, route: &[u8], reason: RejectReason, detail: &str) {
         if self.accepting.refused.insert(slot, route) {
             let _ = self

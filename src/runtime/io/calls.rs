@@ -9,7 +9,7 @@
 //! judged against that key; when either lane of the peer leaves ready, every call on it
 //! fails at once (MISSION C2).
 //!
-//! Streams: a caller's stream items go to the call's [`StreamEvent`] channel in order, and
+//! Streams: a caller's stream items go to the call's [`StreamEvent`](crate::runtime::calls::StreamEvent) channel in order, and
 //! always before its end (items are drained before completions). A channel served with
 //! [`CallShape::Stream`](crate::proto::calls::CallShape::Stream) numbers each handler item through the serve table and sends it as
 //! ITEM on the same route as the REPLY; the drain ends such calls with REPLY `Unavailable`.

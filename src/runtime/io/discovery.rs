@@ -32,7 +32,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::fanout::Sub;
+use super::parts::fanout::Sub;
 use super::parts::link::{note, LinkKind};
 use super::parts::sockets::SlotRole;
 use super::{IoThread, LinkKey, SubKey};

@@ -7,7 +7,7 @@
 //! due within the next [`crate::proto::liveness::COALESCE_WINDOW`], never late, so thousands of connections
 //! cost one wake-up per window and not one per probe); wait on the epoll set of every
 //! socket's and monitor's `ZMQ_FD` and the async side's wake-up until the next deadline, and
-//! check `ZMQ_EVENTS` of the sockets that fired or that the loop touched (module [`ready`]);
+//! check `ZMQ_EVENTS` of the sockets that fired or that the loop touched (`parts::ready`);
 //! handle monitor events; handle commands, then the
 //! send queues in bursts (module [`outbound`]); run one receive rotation under the scheduler's
 //! caps; hand the batch of events to the application.
@@ -25,7 +25,7 @@
 //! bound-side disconnect event the loop *sweeps* that socket: it sends each inbound
 //! connection's pending probe with `ROUTER_MANDATORY`, and a connection whose pipe is gone
 //! fails the send with `EHOSTUNREACH` and is taken out of ready at once (MISSION L6). The
-//! sweep repeats a few times over [`SWEEP_DELAYS`] because libzmq removes the pipe shortly
+//! sweep repeats a few times over [`SWEEP_DELAYS`](parts::timers::SWEEP_DELAYS) because libzmq removes the pipe shortly
 //! after it reports the event.
 //!
 //! When two nodes dial each other, both connections reach the acceptors; the connection
@@ -33,41 +33,33 @@
 //! `Duplicate`, so each lane has exactly one current connection per peer (MISSION T1).
 //!
 //! # Layout
-//! This file holds the thread's state ([`IoThread`]), its construction and the loop with its
-//! order. Some concerns are parts that own their state behind a narrow interface and never
-//! touch the thread's (the caller, the callee, the application queue, the send turns, the
-//! liveness table with its owners); the others are still modules of further `impl IoThread`
-//! blocks over the thread's shared state:
-//! - [`keys`]: the typed keys of links and slots, and the tables they index;
-//! - [`slots`]: sockets in slots, the epoll set, the send and receive primitives;
-//! - [`links`]: links, dialling, failing and closing connections, monitor events, sweeps;
-//! - [`admission`]: HELLO, admission or REJECT, WELCOME, duplicate resolution, ready;
-//! - [`gate`]: the bound sockets' ZAP handler, the unadmitted-connection cap, the CURVE
-//!   allow-list, refusals;
-//! - [`receive`]: the fair receive rotation, routing records;
-//! - [`fanout`]: the publisher's beacons and one SUB socket per publisher;
-//! - [`live`]: the node's one liveness table with the owner of each entry (a part of its
-//!   own, [`live::Live`]);
-//! - [`timers`]: the next deadline and what runs when deadlines come due;
-//! - [`commands`]: commands from the async side;
-//! - [`outbound`]: the link table published for the async side, and the per-link send queues
-//!   of one-way records, drained in bursts (their schedule a part of its own,
-//!   [`outbound::SendTurns`]);
-//! - [`app`]: the application's queue, its pause and the link backlogs (a part of its own,
-//!   [`app::AppQueue`]);
-//! - [`caller`]: the caller's side, a part that owns its state ([`caller::Caller`]): the
-//!   call table, the application's reply channels, the REQUESTs of this turn and their
-//!   BATCHes, the operations registry's funnel;
-//! - [`calls`]: routing calls to ready servers, sending REQUESTs and answers (held back by a
-//!   full pipe, in order), leases failing with their connection;
-//! - [`exhaustion`]: running out of descriptors: the named failure, one log line per
-//!   episode, the start-time check of the limit against the configuration;
-//! - [`discovery`]: automatic mode: descriptor intents and fences (MISSION D1, F3, T3);
-//! - [`callee`]: the callee's side, a part that owns its state ([`callee::Callee`]): contract
-//!   checks, admission, execution queues, dispatch, running handlers; it decides, and
-//!   [`serve`] routes its REQUESTs to it and sends the answers it decides on;
-//! - [`snapshot`], [`shutdown`]: the node's snapshot, and the end of a node;
-//! - [`ready`]: readiness of the sockets (epoll over `ZMQ_FD`, the edge rule).
+//! Three layers, each importing only the ones below it:
+//! - [`parts`]: the state, each part owning its own behind a narrow interface and none of
+//!   them importing the thread: the typed keys and tables ([`crate::runtime::keys`]); the
+//!   socket set with the one send and receive primitive (`parts::sockets`); readiness
+//!   (`parts::ready`: epoll over `ZMQ_FD`, the edge rule); links and their own timings
+//!   (`parts::link`); the timer table (`parts::timers`); the liveness table with the owner of
+//!   each entry (`parts::live`); the caller (`parts::caller`: call table, reply channels,
+//!   this turn's REQUESTs and BATCHes) and the callee (`parts::callee`: contract checks,
+//!   admission of calls, execution queues, dispatch, running handlers); the answers on their
+//!   way out (`parts::answers`); the application queue (`parts::app`); the send turns
+//!   (`parts::outbound`); the gate and the admission tables (`parts::gate`,
+//!   `parts::accepting`); fanout (`parts::fanout`); discovery's additions
+//!   (`parts::discovered`); descriptor exhaustion (`parts::exhaustion`); the hand-off from
+//!   the async side (`parts::handoff`).
+//! - This file: the thread's state ([`IoThread`], which holds the parts), its construction
+//!   and the loop with its order.
+//! - The glue, `impl IoThread` blocks that move records between the parts and the sockets:
+//!   [`slots`] (binding, placing sockets), [`links`] (dialling, failing and closing
+//!   connections, monitor events, sweeps), [`admission`] (HELLO, REJECT, WELCOME, duplicate
+//!   resolution, ready), [`gate`] (ZAP, the unadmitted cap, the allow-list), [`receive`]
+//!   (the fair receive rotation, routing records), [`fanout`] (beacons, one SUB socket per
+//!   publisher), [`timers`] (what runs when deadlines come due), [`commands`] (the async
+//!   side's commands), [`outbound`] (draining the send queues in bursts), [`calls`]
+//!   (routing calls to ready servers, REQUESTs, leases failing with their connection),
+//!   [`serve`] (handing REQUESTs to the callee and sending what it decides), [`exhaustion`],
+//!   [`discovery`] (automatic mode: intents and fences, MISSION D1, F3, T3), [`snapshot`]
+//!   and [`shutdown`].
 
 mod admission;
 mod calls;
@@ -96,6 +88,7 @@ use crossbeam_channel::Receiver;
 use super::command::{Command, WakeUp};
 use super::error::NodeError;
 use super::event::{EventSender, NodeEvent, StateChange};
+use super::keys;
 use super::link::LinkId;
 use super::operations::OpsShared;
 use super::outbound::{Closed, LinkTable, PubSocket};
@@ -108,16 +101,16 @@ use crate::proto::sched::{IdMap, ReceiveScheduler};
 use crate::proto::security::PublicKey;
 use crate::proto::state::{ConnState, FailureReason};
 use crate::proto::ConnId;
-use fanout::Publisher;
 use link::{Link, LinkKind};
 pub use link::{BACKOFF_MAX, BACKOFF_MIN, CLOSE_CONFIRM_MAX, HANDSHAKE_TIMEOUT};
 use parts::answers::AnswerQueue;
 pub use parts::callee::GRACEFUL_STOP_BOUND;
+use parts::fanout::Publisher;
 use parts::gate::Gated;
-use parts::{app, callee, caller, keys, link, live, ready, sockets};
+use parts::{app, callee, caller, link, live, ready, sockets};
 use ready::{Readiness, Watch};
-use receive::Staged;
-use sockets::{Slot, SlotRole, SocketSet, Unit};
+
+use sockets::{Slot, SlotRole, SocketSet, Staged, Unit};
 
 /// Records read from a dialled socket after its disconnect event, before the disconnect is
 /// acted on (they arrived first; an orderly CLOSE among them is the better reason).
@@ -135,7 +128,7 @@ const BOUND_ID_SERVER: &[u8] = b"zmesh-server";
 const PUBLISHER_DOMAIN: &str = "zmesh-publisher";
 
 use keys::Tracked;
-pub(crate) use keys::{CallKey, Key, LinkKey, SlotKey, SubKey};
+pub(crate) use keys::{CallKey, LinkKey, SlotKey, SubKey};
 use live::LiveOwner;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Host {
@@ -165,7 +158,7 @@ pub(crate) struct IoThread {
     handoff: parts::handoff::Handoff,
     /// Where one-way records go, published for the async side, and the turns of the send
     /// queues (see [`outbound`]).
-    outbound: outbound::Outbound,
+    outbound: parts::outbound::Outbound,
     /// The application's queue: this turn's events, the deliveries it holds, the link
     /// backlogs while it is paused.
     app: app::AppQueue,
@@ -184,7 +177,7 @@ pub(crate) struct IoThread {
     /// The bound sockets' gate, their inbound connections and the ones refused.
     accepting: parts::accepting::Accepting,
     /// The publishers this node reads and its own publisher.
-    fanout: fanout::FanoutState,
+    fanout: parts::fanout::FanoutState,
     /// Automatic mode: links added by discovery and the descriptors' fences.
     discovered: parts::discovered::Discovered,
     /// The one structure owning every liveness machine of this node (MISSION L8).
@@ -264,9 +257,9 @@ impl IoThread {
                 commands,
                 shutdown_reply: None,
             },
-            outbound: outbound::Outbound {
+            outbound: parts::outbound::Outbound {
                 table: table.clone(),
-                turns: outbound::SendTurns::new(),
+                turns: parts::outbound::SendTurns::new(),
             },
             app: app::AppQueue::new(events, outstanding, cfg.delivery_high_water),
             timers: parts::timers::TimerTable::new(),
@@ -280,7 +273,7 @@ impl IoThread {
                 refused: parts::accepting::Refused::default(),
                 gate,
             },
-            fanout: fanout::FanoutState::default(),
+            fanout: parts::fanout::FanoutState::default(),
             discovered: parts::discovered::Discovered::default(),
             liveness: live::Live::new(generation),
             // Readiness mode: a rotation visits the units with work only (the readable set

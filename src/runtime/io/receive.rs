@@ -7,6 +7,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::parts::link::LinkKind;
+use super::parts::sockets::Staged;
 use super::parts::sockets::{Slot, SlotRole, Unit};
 use super::{IoThread, LinkKey, SlotKey};
 use crate::proto::sched::{Action, ReadTarget, RotationEndReason, SharedSocketId};
@@ -47,13 +48,6 @@ impl CoarseClock {
             }
         }
     }
-}
-
-/// A record read by the receive loop, waiting for its unit's turn.
-pub(super) struct Staged {
-    /// The routing id split off a bound socket's record.
-    pub(super) route: Option<Frame>,
-    pub(super) frames: Vec<Frame>,
 }
 
 impl IoThread {

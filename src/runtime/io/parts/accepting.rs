@@ -5,8 +5,8 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use super::gate::Gate;
-use super::keys::{LinkKey, SlotKey};
 use crate::proto::sched::IdMap;
+use crate::runtime::keys::{LinkKey, SlotKey};
 
 /// The bound sockets' side of admission: the gate (ZAP handler, open connections, recent
 /// refusals), the inbound connections admitted so far, and the ones sent a REJECT.
@@ -63,7 +63,7 @@ impl Refused {
 #[cfg(test)]
 mod tests {
     use super::Refused;
-    use crate::runtime::io::parts::keys::{Key, SlotKey};
+    use crate::runtime::keys::{Key, SlotKey};
 
     fn slot(i: usize) -> SlotKey {
         SlotKey::from_index(i)

@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use super::keys::{LinkKey, SlotKey};
 use crate::runtime::event::{Delivery, EventSender, NodeEvent};
+use crate::runtime::keys::{LinkKey, SlotKey};
 
 /// Records a link holds while the application queue is paused; when full, the link's socket
 /// is not read until the queue drains (MISSION R5).

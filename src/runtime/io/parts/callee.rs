@@ -39,7 +39,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::task::AbortHandle;
 
-use super::keys::CallKey;
 use crate::proto::calls::batch::MAX_INCOMING_BATCH_CALLS;
 use crate::proto::calls::{
     Admission, Arrival, Cancelled, Dispatch, ExecQueues, RemoteCode, ServeId, ServeTable,
@@ -50,6 +49,7 @@ use crate::runtime::calls::{CallerGone, Request, ServeError};
 use crate::runtime::command::{
     Dispatcher, InlineDispatch, InlineRun, ServeDone, ServeItem, ServeJob, Served,
 };
+use crate::runtime::keys::CallKey;
 use crate::runtime::records;
 use crate::runtime::security::{AuthRequest, Caller, Denied};
 use crate::runtime::service::{MethodPlan, INLINE_BUDGET};

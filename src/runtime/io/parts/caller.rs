@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::keys::{CallKey, LinkKey};
 use crate::proto::calls::batch;
 use crate::proto::calls::CallError;
 use crate::proto::calls::{ttl_on_wire, CallId, CallTable, Disposition, Unrouted};
@@ -26,6 +25,7 @@ use crate::proto::ops;
 use crate::proto::wire;
 use crate::runtime::calls::{CallAnswer, CallOptions, StreamEvent, STREAM_BUFFER};
 use crate::runtime::command::CallReply;
+use crate::runtime::keys::{CallKey, LinkKey};
 use crate::runtime::operations::OpsShared;
 use crate::runtime::records;
 
@@ -514,7 +514,7 @@ mod tests {
     /// calls between runs as a lone REQUEST or a BATCH, and no call changes its place.
     #[test]
     fn k5_x4_grouped_calls_keep_their_order() {
-        let link = <LinkKey as super::super::keys::Key>::from_index(0);
+        let link = <LinkKey as crate::runtime::keys::Key>::from_index(0);
         let calls = vec![
             call(1, "read"),
             call(2, "read"),

@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 
-use super::keys::SubKey;
 use crate::proto::handshake::Expectation;
+use crate::runtime::keys::SubKey;
 
 /// What discovery added to the I/O thread's links, and the fences of the descriptors.
 #[derive(Debug, Default)]

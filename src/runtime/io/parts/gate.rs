@@ -5,8 +5,8 @@
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::Instant;
 
-use super::keys::SlotKey;
 use crate::proto::security::{InputRefusal, PublicKey};
+use crate::runtime::keys::SlotKey;
 
 /// Refusals a snapshot lists, newest last.
 pub const RECENT_REFUSALS: usize = 64;

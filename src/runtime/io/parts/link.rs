@@ -7,13 +7,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::keys::SlotKey;
 use crate::proto::handshake::Identity;
 use crate::proto::liveness::{self, PEER_DEADLINE};
 use crate::proto::security::PublicKey;
 use crate::proto::state::LinkState;
 use crate::proto::ConnId;
 use crate::runtime::event::Source;
+use crate::runtime::keys::SlotKey;
 use crate::runtime::outbound::SendQueue;
 use crate::runtime::records::Lane;
 use crate::runtime::socket::MonitorSocket;

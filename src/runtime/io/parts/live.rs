@@ -6,9 +6,9 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use super::keys::{LinkKey, SubKey};
 use crate::proto::liveness::{self, Liveness};
 use crate::proto::ConnId;
+use crate::runtime::keys::{LinkKey, SubKey};
 
 /// Who owns a liveness entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,10 +4,10 @@
 //! marks its socket for a `ZMQ_EVENTS` check (see [`super::ready`]). Binding, dialling and
 //! closing are the thread's (`io/slots.rs`, `io/links.rs`).
 
-use super::keys::{LinkKey, SlotKey, SubKey, Table};
 use super::ready::{Readiness, Watch};
 use crate::proto::sched::{IdMap, SharedSocketId};
 use crate::proto::ConnId;
+use crate::runtime::keys::{LinkKey, SlotKey, SubKey, Table};
 use crate::runtime::records::Lane;
 use crate::runtime::socket::{Frame, FrameSocket, MonitorSocket, SocketRoom, Sockets};
 
@@ -213,4 +213,11 @@ pub(crate) fn send_routed(
     }
     refs.extend(frames.iter().map(Vec::as_slice));
     socket.send_frames(&refs)
+}
+
+/// A record read by the receive loop, waiting for its unit's turn.
+pub(crate) struct Staged {
+    /// The routing id split off a bound socket's record.
+    pub(crate) route: Option<Frame>,
+    pub(crate) frames: Vec<Frame>,
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use super::keys::{Key, LinkKey, SlotKey, SubKey};
+use crate::runtime::keys::{Key, LinkKey, SlotKey, SubKey};
 
 /// Delays after a bound-side disconnect event at which the socket's inbound connections are
 /// checked for a vanished pipe.
@@ -37,7 +37,7 @@ pub(crate) enum TimerOwner {
 /// (`IoThread::sync_timers`, `io/timers.rs`): no change can be missed, and a turn costs one derivation per
 /// owner it touched, not a walk over every link.
 ///
-/// [`Tracked`]: super::keys::Tracked
+/// [`Tracked`]: crate::runtime::keys::Tracked
 pub(crate) struct TimerTable {
     /// Per link position: its entry in `order`, if it has a deadline.
     links: Vec<Option<Instant>>,
