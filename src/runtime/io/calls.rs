@@ -9,17 +9,17 @@
 //! judged against that key; when either lane of the peer leaves ready, every call on it
 //! fails at once (MISSION C2).
 //!
-//! Streams: a caller's stream items go to the call's [`StreamEvent`] channel in order, and
+//! Streams: a caller's stream items go to the call's [`StreamEvent`](crate::runtime::calls::StreamEvent) channel in order, and
 //! always before its end (items are drained before completions). A channel served with
 //! [`CallShape::Stream`](crate::proto::calls::CallShape::Stream) numbers each handler item through the serve table and sends it as
 //! ITEM on the same route as the REPLY; the drain ends such calls with REPLY `Unavailable`.
 
 use std::num::NonZeroU64;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::answers::Outgoing;
-use super::caller::{NewCall, Route, SendPolicy};
-use super::links::{Link, LinkKind};
+use super::parts::answers::Outgoing;
+use super::parts::caller::{NewCall, Route, SendPolicy};
+use super::parts::link::{Link, LinkKind};
 use super::{CallKey, IoThread, LinkKey, Tracked};
 use crate::config::NodeConfig;
 use crate::proto::calls::Unrouted;
@@ -29,9 +29,6 @@ use crate::proto::wire::{Capabilities, Lane};
 use crate::proto::ConnId;
 use crate::runtime::calls::CallOptions;
 use crate::runtime::records;
-
-/// Longest graceful stop: accepted calls still running then are answered `Unavailable`.
-pub const GRACEFUL_STOP_BOUND: Duration = Duration::from_secs(10);
 
 impl IoThread {
     /// The ready connection of `rid`'s RouteMesh lane `lane`.
@@ -123,7 +120,7 @@ impl IoThread {
     }
 
     /// Sends the REQUESTs the caller queued in this loop turn (MISSION K5), as the messages
-    /// [`Caller::take_requests`](super::caller::Caller::take_requests) makes of them.
+    /// [`Caller::take_requests`](super::parts::caller::Caller::take_requests) makes of them.
     pub(super) fn flush_calls(&mut self, now: Instant) {
         if !self.caller.has_requests() {
             return;

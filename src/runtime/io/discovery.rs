@@ -24,18 +24,17 @@
 //!   connection stays, ready for as long as liveness keeps it (a lease is not a liveness
 //!   signal, F5), until its deadline, a transport error or the peer's CLOSE ends it; it is
 //!   then not redialled. A withdrawn link that holds nothing any more leaves the snapshot
-//!   ([`Link::is_removed`](super::links::Link::is_removed)); the same RID's descriptor coming
+//!   ([`Link::is_removed`](super::parts::link::Link::is_removed)); the same RID's descriptor coming
 //!   back takes it up again. A manual intent is never withdrawn.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::fanout::Sub;
-use super::links::{note, LinkKind};
-use super::slots::SlotRole;
+use super::parts::fanout::Sub;
+use super::parts::link::{note, LinkKind};
+use super::parts::sockets::SlotRole;
 use super::{IoThread, LinkKey, SubKey};
 use crate::config::{EndpointKind, PeerConfig, ServerConfig};
 use crate::proto::discovery::{Descriptor, Intent, MeshEndpoints};
@@ -45,23 +44,6 @@ use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkS
 use crate::runtime::event::DiscoveryEvent;
 use crate::runtime::event::{NodeEvent, Source};
 use crate::runtime::records::Lane;
-
-/// What discovery added to the I/O thread's links, and the fences of the descriptors.
-#[derive(Debug, Default)]
-pub(super) struct Discovered {
-    /// The current descriptor fence of each RID (MISSION F3).
-    fences: HashMap<String, Expectation>,
-    /// The RID whose descriptor publishes a ClientServer endpoint (fences manual servers
-    /// configured without a RID).
-    endpoint_owner: HashMap<String, String>,
-    /// Peers discovery appended to the peer list: RID -> index.
-    peers: HashMap<String, usize>,
-    /// Servers discovery appended to the server list: (RID, channel) -> index.
-    servers: HashMap<(String, String), usize>,
-    /// Subscriptions discovery opened: (RID, endpoint) -> index, and the generation each was
-    /// opened for.
-    subs: HashMap<(String, String), (SubKey, u64)>,
-}
 
 impl IoThread {
     /// The descriptor this node publishes: its identity and the endpoints it bound, each as

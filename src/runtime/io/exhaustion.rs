@@ -8,40 +8,16 @@
 //! [`EPISODE_LOG_MIN`]. At start, [`IoThread::check_fd_limit`] warns when the limit is below
 //! what the configuration needs.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::links::{backoff, note};
+use super::parts::exhaustion::{record_exhausted, EPISODE_LOG_MIN};
 use super::{IoThread, LinkKey, SubKey};
-use crate::proto::state::{ConnState, FailureReason, LinkState, Recovery};
+use crate::proto::state::{ConnState, FailureReason};
 use crate::runtime::fds::{self, Exhausted, Gauge};
 use crate::runtime::link::LinkId;
 use crate::runtime::socket::{
     FDS_PER_CONTEXT, FDS_PER_DIALLED, FDS_PER_MONITORED, SOCKETS_PER_CONTEXT,
 };
-
-/// Shortest time between two episode warnings: a node that runs out again and again logs
-/// once per this, with the count of what it left out.
-pub const EPISODE_LOG_MIN: Duration = Duration::from_secs(10);
-
-/// Running out of descriptors: the figures and the episode (see the module doc).
-#[derive(Debug, Default)]
-pub(super) struct Exhaustion {
-    /// Descriptors open and the limit, read at most once per [`Gauge::TTL`].
-    gauge: Gauge,
-    /// Descriptors open at start, after the binds: left out of the figure per connection.
-    base: u64,
-    /// The cause of the last failure and when it was worked out, reused for
-    /// [`Gauge::TTL`]: a node that runs out fails many dials in a short time.
-    last: Option<(Instant, Exhausted)>,
-    /// An episode is running: no socket opened since the last failure.
-    active: bool,
-    /// Failures in the running episode.
-    failures: u64,
-    /// When the last episode warning was logged.
-    logged_at: Option<Instant>,
-    /// Failures not logged since that warning (episodes inside [`EPISODE_LOG_MIN`]).
-    unlogged: u64,
-}
 
 impl IoThread {
     /// Connections the node has open (sockets with a peer): dialled and inbound
@@ -206,27 +182,4 @@ impl IoThread {
             tracing::debug!(limit, need, open, dialled, "file descriptor limit checked");
         }
     }
-}
-
-/// Records a `resource_exhausted` failure on a link's or a subscription's state (every time:
-/// the snapshot shows the latest figures and the count) and counts it for the backoff.
-/// Returns when to try again and whether this is the episode's first failure.
-fn record_exhausted(
-    state: &mut LinkState,
-    failures_in_row: &mut u32,
-    detail: &str,
-    now: Instant,
-) -> (Instant, bool) {
-    *failures_in_row = failures_in_row.saturating_add(1);
-    let first = !(state.state() == ConnState::Reconnecting
-        && state
-            .last_failure()
-            .is_some_and(|f| f.reason == FailureReason::ResourceExhausted));
-    note(state.handle_failure(
-        FailureReason::ResourceExhausted,
-        detail,
-        Recovery::Reconnect,
-        now,
-    ));
-    (now + backoff(*failures_in_row), first)
 }

@@ -4,134 +4,22 @@
 //! before a replacement is dialled (F3), reconnect backoff, and the monitor events and
 //! bound-socket sweeps that detect a vanished connection.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::ready::Watch;
+use super::parts::link::{backoff, note, routing_id, Conn, Link, LinkKind};
+use super::parts::ready::Watch;
 
-use super::slots::{Slot, SlotRole, Unit};
+use super::parts::sockets::{Slot, SlotRole, Unit};
 use super::{
     Host, IoThread, LinkKey, SlotKey, BACKOFF_MAX, BACKOFF_MIN, BOUND_ID_APPLICATION,
-    BOUND_ID_COMPLETION, CLOSE_CONFIRM_MAX, DRAIN_BEFORE_DISCONNECT, HANDSHAKE_TIMEOUT,
+    BOUND_ID_COMPLETION, DRAIN_BEFORE_DISCONNECT,
 };
-use crate::proto::handshake::Identity;
-use crate::proto::liveness::{self};
 use crate::proto::security::{HandshakeFailure, PublicKey};
 use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
-use crate::proto::ConnId;
-use crate::runtime::event::Source;
 use crate::runtime::link::{LinkId, MeshLane};
-use crate::runtime::outbound::{Closed, SendQueue};
+use crate::runtime::outbound::Closed;
 use crate::runtime::records::{self, Lane};
 use crate::runtime::socket::{set_curve_client, FrameSocket, MonitorEvent, MonitorSocket};
-
-/// Where a link's records go.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum LinkKind {
-    /// A RouteMesh lane this node dials (index into config.peers).
-    MeshDial { peer: usize, lane: Lane },
-    /// A ClientServer server this node dials (index into config.servers).
-    ClientDial { server: usize },
-    /// A connection accepted on a bound socket, keyed by peer RID and lane.
-    Inbound { rid: String, lane: Lane },
-}
-
-/// One physical connection of a link.
-pub(super) struct Conn {
-    pub(super) id: ConnId,
-    pub(super) slot: SlotKey,
-    /// The routing id to prefix when sending (the peer's id on a bound socket, the bound
-    /// socket's constant id on a dialled ROUTER, none on a DEALER).
-    pub(super) route: Option<Vec<u8>>,
-    /// Dialled connections: when the socket was created (handshake timeout).
-    pub(super) opened_at: Instant,
-    pub(super) hello_sent: bool,
-    pub(super) ready: bool,
-    pub(super) peer: Option<Identity>,
-    /// Who this connection's application records come from (once ready): built once, so a
-    /// delivery costs a reference count, not a copy of the peer's RID.
-    pub(super) source: Option<Source>,
-    /// This connection's probe tracker in the node's liveness table (once ready).
-    pub(super) live: Option<liveness::LinkKey>,
-    /// The last probe id the peer sent on this connection (re-ACKed by disconnect sweeps).
-    pub(super) last_peer_probe: Option<u64>,
-    /// The queue of one-way records for this connection, once ready (see [`super::outbound`]).
-    pub(super) outq: Option<Arc<SendQueue>>,
-    /// PROBEs and ACKs a full pipe refused, sent before anything else once it has room.
-    pub(super) held: Vec<Vec<Vec<u8>>>,
-    /// The peer's CURVE public key, verified by the transport; `None` without
-    /// CURVE, where the peer's security identity is only what its handshake claimed.
-    pub(super) verified_key: Option<PublicKey>,
-    /// Connection notices a dialled ROUTER received in band (`ROUTER_NOTIFY`): the
-    /// first says the connection attached, any later one that it is gone.
-    pub(super) notices: u8,
-}
-
-pub(super) struct Link {
-    pub(super) kind: LinkKind,
-    pub(super) state: LinkState,
-    pub(super) conn: Option<Conn>,
-    /// Reconnect not before this instant (dialled links).
-    pub(super) retry_at: Option<Instant>,
-    /// A closed socket whose close is not yet confirmed; no new dial until it is.
-    pub(super) closing: Option<(MonitorSocket, Instant)>,
-    pub(super) failures_in_row: u32,
-    /// NotRequired is terminal for this configuration generation (MISSION T4).
-    pub(super) terminal: bool,
-    /// This dialled lane is served by the peer's inbound connection (duplicate resolution).
-    pub(super) yielded: bool,
-    pub(super) records: u64,
-    pub(super) last_receive: Option<Instant>,
-    /// Automatic mode: the peer's descriptor is gone, so the link is not dialled again (an
-    /// established connection stays until it fails; see `io::discovery`).
-    pub(super) withdrawn: bool,
-}
-
-impl Link {
-    /// Whether this link will be dialled again at `retry_at`: a dialled link without a
-    /// connection, not stood down, whose old socket's close was confirmed. The poll timeout
-    /// takes `retry_at` only for such links: an inbound link is never dialled, and a timer
-    /// nothing acts on would make every poll return at once (the loop would spin).
-    pub(super) fn waits_to_redial(&self) -> bool {
-        self.conn.is_none()
-            && !self.terminal
-            && !self.yielded
-            && !self.withdrawn
-            && self.closing.is_none()
-            && !matches!(self.kind, LinkKind::Inbound { .. })
-    }
-
-    /// The earliest of this link's timers: its handshake timeout while a connection is not
-    /// ready, its redial while it waits to redial, its close confirmation while a close is
-    /// unconfirmed. What the timer pass acts on, and nothing else: a deadline nothing acts on
-    /// would make every poll return at once.
-    pub(super) fn next_deadline(&self) -> Option<Instant> {
-        let handshake = self
-            .conn
-            .as_ref()
-            .filter(|c| !c.ready)
-            .map(|c| c.opened_at + HANDSHAKE_TIMEOUT);
-        let redial = self.retry_at.filter(|_| self.waits_to_redial());
-        let close = self.closing.as_ref().map(|c| c.1 + CLOSE_CONFIRM_MAX);
-        [handshake, redial, close].into_iter().flatten().min()
-    }
-
-    /// A discovered intent whose descriptor is gone and that holds nothing any more: no
-    /// connection, no close to confirm. It is removed: it is never dialled and leaves the
-    /// snapshot. Its entry stays in the link table only so that the same RID's descriptor,
-    /// if it comes back, takes it up again (link keys are never reused for another peer).
-    pub(super) fn is_removed(&self) -> bool {
-        self.withdrawn && self.conn.is_none() && self.closing.is_none()
-    }
-
-    /// The lane this link serves.
-    pub(super) fn lane(&self) -> Option<Lane> {
-        match &self.kind {
-            LinkKind::MeshDial { lane, .. } | LinkKind::Inbound { lane, .. } => Some(*lane),
-            LinkKind::ClientDial { .. } => Some(Lane::ClientServer),
-        }
-    }
-}
 
 impl IoThread {
     pub(super) fn add_link(&mut self, kind: LinkKind, now: Instant) -> LinkKey {
@@ -822,35 +710,4 @@ impl IoThread {
                 && self.mesh_lane(l) == Some(lane)
         })
     }
-}
-
-/// Reconnect delay after `failures` consecutive failures: [`BACKOFF_MIN`] doubling up to
-/// [`BACKOFF_MAX`].
-pub(super) fn backoff(failures: u32) -> Duration {
-    let shift = failures.clamp(1, 8) - 1;
-    (BACKOFF_MIN * (1u32 << shift)).min(BACKOFF_MAX)
-}
-
-/// Logs a state transition the link state machine refused; the runtime's own bookkeeping
-/// decides what happens next, the refusal only signals a bug worth seeing in traces.
-pub(super) fn note(r: Result<(), crate::proto::state::TransitionError>) {
-    if let Err(e) = r {
-        tracing::debug!(error = %e, "link state transition refused");
-    }
-}
-
-/// The routing id of a dialled connection: unique per physical connection, so that a new
-/// connection never collides with a half-open old one at the accepting ROUTER (LIBZMQ-NOTES),
-/// and never starting with byte 0 (reserved by libzmq).
-pub(super) fn routing_id(lane: Lane, generation: u64, id: ConnId) -> Vec<u8> {
-    let mut r = Vec::with_capacity(18);
-    r.push(b'z');
-    r.push(match lane {
-        Lane::Application => b'A',
-        Lane::Completion => b'C',
-        Lane::ClientServer => b'S',
-    });
-    r.extend_from_slice(&generation.to_be_bytes());
-    r.extend_from_slice(&id.0.to_be_bytes());
-    r
 }

@@ -6,8 +6,9 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::links::LinkKind;
-use super::slots::{Slot, SlotRole, Unit};
+use super::parts::link::LinkKind;
+use super::parts::sockets::Staged;
+use super::parts::sockets::{Slot, SlotRole, Unit};
 use super::{IoThread, LinkKey, SlotKey};
 use crate::proto::sched::{Action, ReadTarget, RotationEndReason, SharedSocketId};
 use crate::proto::state::FailureReason;
@@ -47,13 +48,6 @@ impl CoarseClock {
             }
         }
     }
-}
-
-/// A record read by the receive loop, waiting for its unit's turn.
-pub(super) struct Staged {
-    /// The routing id split off a bound socket's record.
-    pub(super) route: Option<Frame>,
-    pub(super) frames: Vec<Frame>,
 }
 
 impl IoThread {
@@ -353,7 +347,7 @@ impl IoThread {
     }
 
     /// Moves held records to the application while its queue has room, and recomputes which
-    /// sockets a full backlog holds back (see [`super::app::AppQueue::release`]).
+    /// sockets a full backlog holds back (see [`super::parts::app::AppQueue::release`]).
     pub(super) fn release_backlogs(&mut self) {
         let links = &self.links;
         self.app

@@ -11,8 +11,8 @@
 use std::collections::HashSet;
 use std::time::Instant;
 
-use super::links::{Link, LinkKind};
-use super::slots::SlotRole;
+use super::parts::link::{Link, LinkKind};
+use super::parts::sockets::SlotRole;
 use super::{Host, IoThread, LinkKey};
 use crate::proto::handshake::Identity;
 use crate::proto::state::Failure;
