@@ -5,7 +5,7 @@
 //! zmesh sim [--seeds N] [--first S] [--minutes M]      many seeds, each its own configuration
 //! zmesh sim --seed S [--nodes N] [--topology mesh|client-server|fanout] [--seconds T]
 //!           [--version1 P] [--no-faults] [--no-batches] [--no-receive-loop]
-//!           [--discovery | --no-discovery] [--trace]
+//!           [--discovery | --no-discovery] [--streams | --no-streams] [--trace]
 //!                                                       one seed, replayed exactly
 //! ```
 //! A failing seed prints the command that replays it and the trace up to the violation; the
@@ -32,6 +32,7 @@ struct Args {
     batches: bool,
     receive_loop: bool,
     discovery: Option<bool>,
+    streams: Option<bool>,
 }
 
 fn parse(args: Vec<String>) -> Result<Args, String> {
@@ -49,6 +50,7 @@ fn parse(args: Vec<String>) -> Result<Args, String> {
         batches: true,
         receive_loop: true,
         discovery: None,
+        streams: None,
     };
     let mut it = args.into_iter();
     while let Some(flag) = it.next() {
@@ -90,6 +92,8 @@ fn parse(args: Vec<String>) -> Result<Args, String> {
             "--no-receive-loop" => a.receive_loop = false,
             "--discovery" => a.discovery = Some(true),
             "--no-discovery" => a.discovery = Some(false),
+            "--streams" => a.streams = Some(true),
+            "--no-streams" => a.streams = Some(false),
             "--trace" => a.trace = true,
             "-h" | "--help" => {
                 let _ = outln!("{}", include_str!("usage.txt"));
@@ -120,6 +124,9 @@ fn config(a: &Args, seed: u64) -> Config {
     c.receive_loop = c.receive_loop && a.receive_loop;
     if let Some(d) = a.discovery {
         c.discovery = d;
+    }
+    if let Some(st) = a.streams {
+        c.streams = st;
     }
     c.full_trace = a.trace;
     c

@@ -106,6 +106,11 @@ pub struct Config {
     /// faults include store outages. Off, nodes dial their configured peers and nothing of
     /// the store is drawn, so a run without it replays as it did before it existed.
     pub discovery: bool,
+    /// Callers sometimes make a stream call: its callee sends 1 to 40 ITEMs (now and then
+    /// 1 100 to 1 600, more than a window) before its REPLY, within the window where `credit`
+    /// is in effect (WIRE.md §4.10, §4.15); a fifth of them are cancelled as calls are. Off,
+    /// no stream is drawn, as before streams were modelled.
+    pub streams: bool,
 }
 
 /// The RID of host `i`.
@@ -146,6 +151,8 @@ impl Config {
             receive_loop: true,
             // Drawn last, so that every field above is what it was before discovery existed.
             discovery: rng.random_bool(0.5),
+            // Drawn after discovery, for the same reason.
+            streams: rng.random_bool(0.5),
         }
     }
 
@@ -163,7 +170,7 @@ impl Config {
     /// The command line that replays this configuration with `seed`.
     pub fn replay_line(&self, seed: u64) -> String {
         format!(
-            "cargo run --release -- sim --seed {seed} --nodes {} --topology {} --seconds {} --version1 {}{}{}{}{} --trace",
+            "cargo run --release -- sim --seed {seed} --nodes {} --topology {} --seconds {} --version1 {}{}{}{}{}{} --trace",
             self.nodes,
             self.topology.name(),
             self.duration.as_secs(),
@@ -175,6 +182,11 @@ impl Config {
                 " --discovery"
             } else {
                 " --no-discovery"
+            },
+            if self.streams {
+                " --streams"
+            } else {
+                " --no-streams"
             }
         )
     }
@@ -1269,6 +1281,10 @@ impl World {
             self.burst(who);
             return;
         }
+        if self.cfg.streams && self.rng.random_bool(0.1) {
+            self.stream(who);
+            return;
+        }
         let uid = self.next_uid;
         self.next_uid += 1;
         let pick = self.rng.random_range(0..100);
@@ -1327,6 +1343,23 @@ impl World {
         }
         self.truth.stats.bursts += 1;
         self.ctx_node(who, |node, ctx| node.start_calls(ctx, calls));
+    }
+
+    /// A stream call: its handler produces 1 to 40 items, in 5 % of the streams 1 100 to
+    /// 1 600 (more than one window, so that CREDIT matters where `credit` is in effect).
+    fn stream(&mut self, who: NodeIx) {
+        let uid = self.next_uid;
+        self.next_uid += 1;
+        let total = if self.rng.random_bool(0.05) {
+            self.rng.random_range(1_100..=1_600)
+        } else {
+            self.rng.random_range(1..=40)
+        };
+        self.truth.on_call(uid, CallKind::Query, who);
+        self.truth.on_stream(uid, total);
+        let ttl = self.draw_ttl();
+        let at_once = self.draw_cancel(who, uid);
+        self.ctx_node(who, |node, ctx| node.start_stream(ctx, uid, ttl, at_once));
     }
 
     /// A call of the same semantics as `kind` (a guarded one with a key of its own, drawn as

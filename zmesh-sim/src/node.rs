@@ -32,6 +32,7 @@ mod callee;
 mod caller;
 mod discovery;
 mod receive;
+mod stream;
 
 pub use discovery::{mesh_endpoints, server_endpoint, StoreAnswer, StoreReq, STORE_OP_BOUND};
 
@@ -111,6 +112,20 @@ struct Handler {
     /// The connection its answers travel on, and the call's wire id there.
     conn: NetConn,
     call_id: NonZeroU64,
+    /// A stream call's items still to send, before its REPLY.
+    stream: Option<Stream>,
+}
+
+/// A stream handler's progress: it produces `total` items, one every `gap` (all at once
+/// when `gap` is zero), each sent as soon as the call's window allows, then its REPLY.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stream {
+    total: u64,
+    sent: u64,
+    gap: Duration,
+    next_at: Duration,
+    /// `credit` is in effect on its connection: the table holds its window.
+    window: bool,
 }
 
 /// An accepted call waiting for its turn (the execution queue's wait).
@@ -202,6 +217,8 @@ pub struct SimNode {
     rx: Option<receive::Receiver>,
     /// The discovery agent, in automatic mode.
     disc: Option<discovery::Disc>,
+    /// Stream calls of this run's application: items taken since the last CREDIT.
+    ungranted: BTreeMap<CallId, u64>,
 }
 
 impl SimNode {
@@ -270,6 +287,7 @@ impl SimNode {
             fan,
             rx,
             disc: None,
+            ungranted: BTreeMap::new(),
         };
         if node.spec.discovery {
             node.disc = Some(discovery::Disc::new(&node, base + now));
@@ -311,8 +329,14 @@ impl SimNode {
         take(rel(self.live.poll_timeout()));
         take(rel(self.calls.poll_timeout()));
         take(rel(self.serve.poll_timeout()));
-        for h in self.handlers.values() {
+        for (&sid, h) in &self.handlers {
             take(Some(h.ends_at));
+            if let Some(st) = &h.stream {
+                // A closed window waits for CREDIT, not for the clock.
+                if st.sent < st.total && self.serve.may_send_item(sid) {
+                    take(Some(st.next_at));
+                }
+            }
         }
         for w in self.waiting.values() {
             take(Some(w.dispatch_at));
@@ -435,6 +459,7 @@ impl SimNode {
         // Handlers whose ttl passed are signalled before any of them finishes at this instant.
         self.signal_overdue(ctx);
         self.dispatch_due(ctx);
+        self.send_items(ctx);
         let due: Vec<ServeId> = self
             .handlers
             .iter()
@@ -909,10 +934,11 @@ impl SimNode {
                     }
                 }
             }
+            // Every ITEM goes to the table, which judges one for a call no longer pending
+            // (a late item: counted, never handed out).
             Record::Item(i) => {
-                if let Some(cid) = self.call_for(i.call_id) {
-                    self.calls.handle_item(cid, conn, i.seq, i.payload, now);
-                }
+                let cid = CallId(i.call_id);
+                self.calls.handle_item(cid, conn, i.seq, i.payload, now);
             }
             Record::Calls(c) => {
                 let group = Some(Group::draw(ctx));
@@ -927,8 +953,10 @@ impl SimNode {
                     self.on_ready_record(ctx, conn, r);
                 }
             }
-            // The simulated calls are unary: no stream, so no window to grant.
-            Record::Hello(_) | Record::Welcome(_) | Record::Reject(_) | Record::Credit { .. } => {}
+            Record::Credit { call_id, items } => {
+                self.on_credit(ctx, conn, lane, peer_node, call_id, items.get());
+            }
+            Record::Hello(_) | Record::Welcome(_) | Record::Reject(_) => {}
         }
     }
 
@@ -1078,7 +1106,10 @@ impl SimNode {
         while let Some((cid, result)) = self.calls.poll_completion() {
             let uid = self.call_uid.remove(&cid).map(|o| o.uid);
             let replayed = self.replayed.remove(&cid);
+            self.ungranted.remove(&cid);
             if let Some(uid) = uid {
+                ctx.truth
+                    .on_stream_end(uid, result.as_ref().map(|c| c.items));
                 ctx.trace(format!(
                     "{} call u{uid} completed: {}",
                     self.me.rid,
@@ -1096,7 +1127,9 @@ impl SimNode {
                 );
             }
         }
-        while self.calls.poll_item().is_some() {}
+        while let Some(item) = self.calls.poll_item() {
+            self.take_item(ctx, item);
+        }
         self.signal_overdue(ctx);
         while let Some(r) = self.serve.poll_transmit() {
             self.handlers.remove(&r.id);

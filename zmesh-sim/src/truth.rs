@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use bytes::Bytes;
-use zmesh::proto::calls::{may_have_run, CallError};
+use zmesh::proto::calls::{may_have_run, CallError, STREAM_WINDOW};
 
 use crate::net::{NetConn, NodeIx};
 
@@ -103,6 +103,20 @@ pub enum HeldAs {
     Nothing,
 }
 
+/// What the simulator knows of one stream call.
+#[derive(Debug, Default)]
+struct StreamTruth {
+    /// Items its handler produces before the terminal REPLY.
+    total: u64,
+    /// ITEMs the callee sent, and the CREDIT it received.
+    sent: u64,
+    credit_arrived: u64,
+    /// Items the caller's application received.
+    received: u64,
+    /// The call completed (any outcome).
+    done: bool,
+}
+
 /// Everything the simulator knows for certain.
 #[derive(Debug, Default)]
 pub struct Truth {
@@ -131,6 +145,8 @@ pub struct Truth {
     /// when a new run of the host starts, with an empty directory).
     delivered_last: BTreeMap<(NodeIx, String), u64>,
     delivered_newest: BTreeMap<(NodeIx, String), u64>,
+    /// Stream calls by uid.
+    streams: BTreeMap<u64, StreamTruth>,
     /// The violations seen, in order.
     pub violations: Vec<Violation>,
     /// Statistics.
@@ -220,6 +236,16 @@ pub struct Stats {
     pub discovery_dials: u64,
     /// Ready connections closed because a descriptor of another run replaced their fence.
     pub discovery_replacements: u64,
+    /// Stream calls made.
+    pub streams: u64,
+    /// ITEMs a callee sent.
+    pub items_sent: u64,
+    /// Items a caller's application received.
+    pub items_received: u64,
+    /// CREDIT records a caller sent.
+    pub credits_sent: u64,
+    /// Times a callee's stream waited for CREDIT with its window closed.
+    pub windows_closed: u64,
 }
 
 impl Stats {
@@ -266,6 +292,11 @@ impl Stats {
             fence_refusals,
             discovery_dials,
             discovery_replacements,
+            streams,
+            items_sent,
+            items_received,
+            credits_sent,
+            windows_closed,
         } = *o;
         self.calls += calls;
         self.ok += ok;
@@ -307,6 +338,11 @@ impl Stats {
         self.fence_refusals += fence_refusals;
         self.discovery_dials += discovery_dials;
         self.discovery_replacements += discovery_replacements;
+        self.streams += streams;
+        self.items_sent += items_sent;
+        self.items_received += items_received;
+        self.credits_sent += credits_sent;
+        self.windows_closed += windows_closed;
     }
 }
 
@@ -368,6 +404,97 @@ impl Truth {
         self.generations.insert(generation, (node, run));
         self.delivered_last.retain(|k, _| k.0 != node);
         self.delivered_newest.retain(|k, _| k.0 != node);
+    }
+
+    /// Call `uid` is a stream whose handler produces `total` items, then its REPLY.
+    pub fn on_stream(&mut self, uid: u64, total: u64) {
+        self.stats.streams += 1;
+        self.streams.insert(
+            uid,
+            StreamTruth {
+                total,
+                ..StreamTruth::default()
+            },
+        );
+    }
+
+    /// How many items the handler of stream call `uid` produces (`None`: not a stream).
+    pub fn stream_total(&self, uid: u64) -> Option<u64> {
+        self.streams.get(&uid).map(|s| s.total)
+    }
+
+    /// The callee of stream call `uid` sent an ITEM; `window` says whether `credit` is in
+    /// effect on its connection: then it may send at most [`STREAM_WINDOW`] items beyond the
+    /// CREDIT that reached it (WIRE.md §4.15).
+    pub fn on_item_sent(&mut self, uid: u64, window: bool) {
+        self.stats.items_sent += 1;
+        let Some(s) = self.streams.get_mut(&uid) else {
+            return;
+        };
+        s.sent += 1;
+        let limit = STREAM_WINDOW.saturating_add(s.credit_arrived);
+        if window && s.sent > limit {
+            let detail = format!(
+                "the callee of stream u{uid} sent item {} with CREDIT for {} beyond the window",
+                s.sent, s.credit_arrived
+            );
+            self.violation("stream_window_never_exceeded", detail);
+        }
+    }
+
+    /// A CREDIT of `items` for stream call `uid` reached its callee.
+    pub fn on_credit_arrived(&mut self, uid: u64, items: u64) {
+        if let Some(s) = self.streams.get_mut(&uid) {
+            s.credit_arrived = s.credit_arrived.saturating_add(items);
+        }
+    }
+
+    /// The caller's application received item `seq` of stream call `uid`.
+    pub fn on_item_received(&mut self, uid: u64, seq: u64) {
+        self.stats.items_received += 1;
+        let Some(s) = self.streams.get_mut(&uid) else {
+            let detail = format!("an item {seq} reached the application for u{uid}, no stream");
+            self.violation("items_in_order_exactly_once", detail);
+            return;
+        };
+        let (done, next) = (s.done, s.received);
+        s.received = s.received.max(seq.saturating_add(1));
+        if done {
+            let detail = format!(
+                "item {seq} of stream u{uid} reached the application after its terminal answer"
+            );
+            self.violation("nothing_after_the_answer", detail);
+        }
+        if seq != next {
+            let detail = format!(
+                "item {seq} of stream u{uid} reached the application where item {next} was next"
+            );
+            self.violation("items_in_order_exactly_once", detail);
+        }
+    }
+
+    /// Stream call `uid` completed: an Ok answer comes after every item its handler
+    /// produced, and on this network (FIFO, nothing twice) no call fails for its items'
+    /// order. `items` is the count the call table reports on Ok.
+    pub fn on_stream_end(&mut self, uid: u64, result: Result<u64, &CallError>) {
+        let Some(s) = self.streams.get_mut(&uid) else {
+            return;
+        };
+        s.done = true;
+        let (received, total) = (s.received, s.total);
+        match result {
+            Ok(items) if items != total || received != total => {
+                let detail = format!(
+                    "stream u{uid} completed Ok after {received} items (the table counts {items}) of {total}"
+                );
+                self.violation("items_in_order_exactly_once", detail);
+            }
+            Err(e @ CallError::ItemOutOfOrder { .. }) => {
+                let detail = format!("stream u{uid} failed {e:?} on a FIFO network");
+                self.violation("items_in_order_exactly_once", detail);
+            }
+            _ => {}
+        }
     }
 
     /// Automatic mode: RID `rid` serves, or not (what its configuration says).

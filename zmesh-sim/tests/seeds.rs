@@ -74,6 +74,7 @@ fn s1_a_seed_replays_exactly() {
         cfg.batches = false;
         cfg.receive_loop = false;
         cfg.discovery = false;
+        cfg.streams = false;
         cfg.full_trace = true;
         let a = run(seed, &cfg);
         let b = run(seed, &cfg);
@@ -98,6 +99,7 @@ fn s1_k5_r2_a_seed_with_batches_and_the_receive_loop_replays_exactly() {
         let mut cfg = Config::for_seed(seed, 2);
         // As it was kept: no store (SIMULATION.md).
         cfg.discovery = false;
+        cfg.streams = false;
         cfg.full_trace = true;
         let a = run(seed, &cfg);
         let b = run(seed, &cfg);
@@ -119,6 +121,7 @@ fn s1_without_faults_no_link_ever_leaves_ready_and_no_call_is_lost_with_its_conn
         cfg.batches = false;
         cfg.receive_loop = false;
         cfg.discovery = false;
+        cfg.streams = false;
         cfg.topology = topology;
         cfg.nodes = 5;
         cfg.faults = false;
@@ -140,6 +143,7 @@ fn s1_t3_fanout_without_faults_never_goes_silent_and_delivers_in_order() {
     cfg.batches = false;
     cfg.receive_loop = false;
     cfg.discovery = false;
+    cfg.streams = false;
     cfg.topology = Topology::Fanout;
     cfg.nodes = 6;
     cfg.faults = false;
@@ -159,6 +163,7 @@ fn s1_two_hundred_nodes_run() {
     cfg.batches = false;
     cfg.receive_loop = false;
     cfg.discovery = false;
+    cfg.streams = false;
     cfg.nodes = 200;
     cfg.topology = Topology::ClientServer;
     cfg.duration = Duration::from_secs(30);
@@ -178,6 +183,7 @@ fn s1_x1_cancellation_holds_on_mixed_meshes() {
         cfg.batches = false;
         cfg.receive_loop = false;
         cfg.discovery = false;
+        cfg.streams = false;
         cfg.topology = if seed % 2 == 0 {
             Topology::RouteMesh
         } else {
@@ -207,6 +213,7 @@ fn s1_d1_d3_f3_f5_discovery_through_the_store_holds_on_call_meshes() {
     for seed in 20_000..20_000 + DISCOVERY_SEEDS {
         let mut cfg = Config::for_seed(seed, 2);
         cfg.discovery = true;
+        cfg.streams = false;
         cfg.topology = if seed % 2 == 0 {
             Topology::RouteMesh
         } else {
@@ -227,6 +234,7 @@ fn s1_d1_a_seed_with_the_store_replays_exactly() {
     for (seed, topology) in [(1234, Topology::RouteMesh), (1235, Topology::ClientServer)] {
         let mut cfg = Config::for_seed(seed, 2);
         cfg.discovery = true;
+        cfg.streams = false;
         cfg.topology = topology;
         cfg.full_trace = true;
         let a = run(seed, &cfg);
@@ -242,3 +250,30 @@ fn s1_d1_a_seed_with_the_store_replays_exactly() {
 
 /// Seeds of the automatic-mode set.
 const DISCOVERY_SEEDS: u64 = 60;
+
+#[test]
+fn s1_c1_streams_arrive_in_order_within_their_windows() {
+    // Stream calls on every seed: ITEMs then the REPLY, CREDIT windows where `credit` is in
+    // effect (and not toward version-1 hosts), a fifth of the streams cancelled.
+    let mut total = zmesh_sim::truth::Stats::default();
+    for seed in 30_000..30_000 + STREAM_SEEDS {
+        let mut cfg = Config::for_seed(seed, 2);
+        cfg.streams = true;
+        cfg.discovery = false;
+        cfg.topology = if seed % 2 == 0 {
+            Topology::RouteMesh
+        } else {
+            Topology::ClientServer
+        };
+        let r = run(seed, &cfg);
+        assert!(r.passed(), "{}", explain(&r));
+        total.add(&r.stats);
+    }
+    // Streams longer than a window waited for CREDIT, and were granted it.
+    assert!(total.streams > 1_000, "{total:?}");
+    assert!(total.credits_sent > 50, "{total:?}");
+    assert!(total.windows_closed > 0, "{total:?}");
+}
+
+/// Seeds of the stream set.
+const STREAM_SEEDS: u64 = 40;
