@@ -3,11 +3,11 @@
 //! One thread, virtual time, one seeded RNG: N nodes (RouteMesh peers dialling each other on
 //! both lanes, or ClientServer clients dialling servers) run zmesh's sans-IO protocol state
 //! machines ([`zmesh::proto`]) over a simulated network ([`net`]) that delays, holds and
-//! cuts connections, while a workload makes calls of every semantics and sends messages and
-//! a fault schedule partitions, freezes, kills, restarts and stops nodes (and, in automatic
-//! mode, where nodes find each other through a simulated descriptor store ([`store`]), cuts
-//! them off that store). After every step
-//! the invariants of [`truth`] are checked against the simulator's ground truth. The same
+//! cuts connections, while a workload makes calls of every semantics (streams among them)
+//! and sends messages and a fault schedule partitions, freezes, kills, restarts and stops
+//! nodes (and, in automatic mode, where nodes find each other through a simulated descriptor
+//! store ([`store`]), cuts them off that store). After every step the invariants of
+//! [`truth`] are checked against the simulator's ground truth. The same
 //! seed gives the same run, event for event, so a failing seed replays exactly
 //! (`zmesh sim --seed S ... --trace`; [`cli`] is that command).
 //!
@@ -128,8 +128,8 @@ pub const TRACE_TAIL: usize = 400;
 
 impl Config {
     /// The configuration a seed stands for in the default set: 2 to 7 nodes, one of the three
-    /// topologies, `minutes` of virtual time with faults, automatic mode in half of the seeds
-    /// (with effect on the call topologies).
+    /// topologies, `minutes` of virtual time with faults, automatic mode and stream calls
+    /// each in half of the seeds (with effect on the call topologies).
     pub fn for_seed(seed: u64, minutes: u64) -> Config {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_c0f1);
         Config {
