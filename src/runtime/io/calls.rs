@@ -81,6 +81,7 @@ impl IoThread {
         for (k, l) in self.links.iter() {
             if let LinkKind::ClientDial { server } = &l.kind {
                 if self
+                    .local
                     .cfg
                     .servers
                     .get(*server)
@@ -101,7 +102,7 @@ impl IoThread {
     /// and at its end, so the REQUEST leaves in this loop turn, or the call fails at once as
     /// never sent). A call that cannot be routed fails at once.
     pub(super) fn start_call(&mut self, call: NewCall, now: Instant) {
-        let route = if self.stopping() {
+        let route = if self.local.stopping() {
             Err(Unrouted::NoReadyPeer)
         } else {
             self.route_call(&call.channel, &call.opts)
@@ -125,7 +126,7 @@ impl IoThread {
         if !self.caller.has_requests() {
             return;
         }
-        let (links, cfg, me) = (&self.links, &self.cfg, self.me.capabilities);
+        let (links, cfg, me) = (&self.links, &self.local.cfg, self.local.me.capabilities);
         let messages = self.caller.take_requests(|k| {
             if !batches_calls(links, cfg, k) {
                 SendPolicy::Alone
@@ -281,7 +282,7 @@ impl IoThread {
     /// The capabilities in effect on link `k`'s ready connection: those both ends announced
     /// in its handshake (none before it is ready).
     pub(super) fn conn_caps(&self, k: LinkKey) -> Capabilities {
-        negotiated(&self.links, self.me.capabilities, k)
+        negotiated(&self.links, self.local.me.capabilities, k)
     }
 }
 
