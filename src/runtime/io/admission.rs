@@ -32,7 +32,7 @@ impl IoThread {
         let Some((lane, expect)) = self.dial_expectation(k) else {
             return;
         };
-        let sent = match records::hello(lane, &self.me, &expect, 0) {
+        let sent = match records::hello(lane, &self.local.me, &expect, 0) {
             Ok(frames) => self.send_on_link(k, frames),
             Err(e) => {
                 tracing::error!(error = %e, "cannot encode HELLO");
@@ -49,7 +49,7 @@ impl IoThread {
         match &self.links[k].kind {
             LinkKind::MeshDial { peer, lane } => Some((*lane, self.expectation_for_peer(*peer))),
             LinkKind::ClientDial { server } => {
-                let s = self.cfg.servers.get(*server);
+                let s = self.local.cfg.servers.get(*server);
                 let manual = Expectation {
                     rid: s.and_then(|s| s.rid.clone()),
                     // CURVE: the key expected at this endpoint is the server's identity.
@@ -70,7 +70,7 @@ impl IoThread {
     }
 
     pub(super) fn expectation_for_peer(&self, peer: usize) -> Expectation {
-        let Some(p) = self.cfg.peers.get(peer) else {
+        let Some(p) = self.local.cfg.peers.get(peer) else {
             return Expectation::default();
         };
         let manual = Expectation {
@@ -92,8 +92,8 @@ impl IoThread {
 
     /// CURVE: the key `[security.endpoint_keys]` pins for `endpoint`, if any.
     pub(super) fn pinned_key(&self, endpoint: &str) -> Option<PublicKey> {
-        self.curve.as_ref()?;
-        self.cfg.security.endpoint_key(endpoint)
+        self.local.curve.as_ref()?;
+        self.local.cfg.security.endpoint_key(endpoint)
     }
 
     pub(super) fn on_unknown_inbound(
@@ -144,7 +144,7 @@ impl IoThread {
         frames: &mut [Frame],
         now: Instant,
     ) -> Option<Option<PublicKey>> {
-        if self.curve.is_none() {
+        if self.local.curve.is_none() {
             return Some(None);
         }
         let Some(id) = frames.first_mut().and_then(Frame::user_id) else {
@@ -186,6 +186,7 @@ impl IoThread {
         // fence of its descriptor (automatic mode): a ClientServer client is held to its
         // descriptor like a RouteMesh peer (MISSION F3).
         let configured = self
+            .local
             .cfg
             .peers
             .iter()
@@ -215,8 +216,8 @@ impl IoThread {
             peer: &hello.identity,
             peer_expects: &theirs,
             verified_key: verified_z85.as_deref(),
-            admitting: self.host == Host::Running,
-            local: &self.me,
+            admitting: self.local.host == Host::Running,
+            local: &self.local.me,
             expect: &expect,
             own_dial: if own_dial.is_some() {
                 OwnDial::Dialling
@@ -269,8 +270,8 @@ impl IoThread {
                 now,
             );
         }
-        let id = self.fresh_conn_id();
-        let Ok(welcome) = records::welcome(lane, &self.me, peer.capabilities) else {
+        let id = self.local.fresh_conn_id();
+        let Ok(welcome) = records::welcome(lane, &self.local.me, peer.capabilities) else {
             return;
         };
         if let Err(e) = self.sockets.send(slot, Some(&route), &welcome) {
@@ -284,6 +285,7 @@ impl IoThread {
             .insert(route.clone(), k);
         if let Some(sid) = self.sockets.shared_id(slot) {
             if let Err(e) = self
+                .receiving
                 .sched
                 .add_unit(Unit::Peer(k, id), SchedSource::Shared(sid))
             {
@@ -405,7 +407,7 @@ impl IoThread {
             welcome_lane: w.lane,
             peer: &w.identity,
             verified_key: verified_z85.as_deref(),
-            local: &self.me,
+            local: &self.local.me,
             expect: &expect,
         });
         match verdict {

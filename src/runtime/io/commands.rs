@@ -48,10 +48,10 @@ impl IoThread {
                 }
                 Command::Shutdown(reply) => {
                     self.handoff.shutdown_reply = Some(reply);
-                    if self.host == Host::Running {
+                    if self.local.host == Host::Running {
                         // Graceful stop: refuse new calls, answer the accepted ones, then
                         // leave (MISSION C4, F6); the loop ends when the drain is done.
-                        self.host = Host::Draining;
+                        self.local.host = Host::Draining;
                         self.callee.begin_drain(GRACEFUL_STOP_BOUND, now);
                         self.drain_calls(now);
                     }

@@ -50,6 +50,7 @@ impl IoThread {
     /// `[discovery.advertise]` says other nodes dial it.
     pub(crate) fn descriptor(&self) -> Descriptor {
         let advertise = self
+            .local
             .cfg
             .discovery
             .as_ref()
@@ -78,7 +79,7 @@ impl IoThread {
             _ => None,
         };
         Descriptor::of(
-            &self.me,
+            &self.local.me,
             route_mesh,
             bound(SlotRole::Bound(Lane::ClientServer)),
             self.fanout
@@ -103,7 +104,7 @@ impl IoThread {
 
     /// The RID behind configured server `server`: configured, or the owner of its endpoint.
     fn server_rid(&self, server: usize) -> Option<&str> {
-        let s = self.cfg.servers.get(server)?;
+        let s = self.local.cfg.servers.get(server)?;
         s.rid.as_deref().or_else(|| {
             self.discovered
                 .endpoint_owner
@@ -124,7 +125,7 @@ impl IoThread {
             tracing::info!(event = %e, "discovery");
             self.app.push(NodeEvent::Discovery(e));
         }
-        if self.stopping() {
+        if self.local.stopping() {
             return;
         }
         for intent in intents {
@@ -191,8 +192,8 @@ impl IoThread {
     ) {
         let generation = fence.generation.unwrap_or(0);
         self.discovered.fences.insert(rid.clone(), fence);
-        let Some(i) = self.cfg.peers.iter().position(|p| p.rid == rid) else {
-            self.cfg.peers.push(PeerConfig {
+        let Some(i) = self.local.cfg.peers.iter().position(|p| p.rid == rid) else {
+            self.local.cfg.peers.push(PeerConfig {
                 rid: rid.clone(),
                 application: endpoints.application,
                 completion: endpoints.completion,
@@ -200,7 +201,7 @@ impl IoThread {
                 security_identity: None,
                 batch_calls: true,
             });
-            let i = self.cfg.peers.len() - 1;
+            let i = self.local.cfg.peers.len() - 1;
             self.discovered.peers.insert(rid.clone(), i);
             for lane in [Lane::Application, Lane::Completion] {
                 self.add_link(LinkKind::MeshDial { peer: i, lane }, now);
@@ -211,7 +212,7 @@ impl IoThread {
         };
         if self.discovered.peers.get(&rid) == Some(&i) {
             // Discovery's own entry follows the descriptor; a manual one keeps its endpoints.
-            let p = &mut self.cfg.peers[i];
+            let p = &mut self.local.cfg.peers[i];
             p.application = endpoints.application;
             p.completion = endpoints.completion;
         }
@@ -239,7 +240,7 @@ impl IoThread {
         let key = (rid.clone(), channel.clone());
         // A manual entry for this server (by RID, or by endpoint without one) is fenced
         // instead of dialled twice.
-        let manual = self.cfg.servers.iter().enumerate().any(|(i, s)| {
+        let manual = self.local.cfg.servers.iter().enumerate().any(|(i, s)| {
             !self.discovered.servers.values().any(|d| *d == i)
                 && s.channel == channel
                 && (s.rid.as_deref() == Some(rid.as_str())
@@ -247,7 +248,7 @@ impl IoThread {
         });
         match self.discovered.servers.get(&key).copied() {
             Some(i) => {
-                if let Some(s) = self.cfg.servers.get_mut(i) {
+                if let Some(s) = self.local.cfg.servers.get_mut(i) {
                     s.endpoint = endpoint;
                 }
                 let kind = LinkKind::ClientDial { server: i };
@@ -256,13 +257,13 @@ impl IoThread {
                 }
             }
             None if !manual => {
-                self.cfg.servers.push(ServerConfig {
+                self.local.cfg.servers.push(ServerConfig {
                     channel,
                     endpoint,
                     rid: Some(rid.clone()),
                     batch_calls: true,
                 });
-                let i = self.cfg.servers.len() - 1;
+                let i = self.local.cfg.servers.len() - 1;
                 self.discovered.servers.insert(key, i);
                 self.add_link(LinkKind::ClientDial { server: i }, now);
             }
@@ -281,9 +282,12 @@ impl IoThread {
         };
         for k in self.links.keys() {
             let ours = match &self.links[k].kind {
-                LinkKind::MeshDial { peer, .. } => {
-                    self.cfg.peers.get(*peer).is_some_and(|p| p.rid == rid)
-                }
+                LinkKind::MeshDial { peer, .. } => self
+                    .local
+                    .cfg
+                    .peers
+                    .get(*peer)
+                    .is_some_and(|p| p.rid == rid),
                 LinkKind::ClientDial { server } => self.server_rid(*server) == Some(rid),
                 LinkKind::Inbound { rid: r, .. } => r == rid,
             };
@@ -381,7 +385,7 @@ impl IoThread {
         // CURVE: the publisher must hold the key its descriptor names (opened only while that
         // key is on this node's allow-list: the store is not trusted with keys); a configured
         // key for that endpoint wins.
-        let pinned = self.cfg.security.endpoint_key(&endpoint);
+        let pinned = self.local.cfg.security.endpoint_key(&endpoint);
         let public_key = pinned.or_else(|| security_identity.parse().ok());
         let from_descriptor = pinned.is_none();
         let key = (rid, endpoint.clone());

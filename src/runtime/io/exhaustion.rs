@@ -38,20 +38,20 @@ impl IoThread {
         if e != zmq::Error::EMFILE {
             return None;
         }
-        if let Some((at, cause)) = &self.exhaustion.last {
+        if let Some((at, cause)) = &self.sockets.exhaustion.last {
             if now.saturating_duration_since(*at) < Gauge::TTL {
                 return Some(cause.clone());
             }
         }
-        let cause = fds::classify(e, self.open_connections(), self.exhaustion.base)?;
-        self.exhaustion.last = Some((now, cause.clone()));
+        let cause = fds::classify(e, self.open_connections(), self.sockets.exhaustion.base)?;
+        self.sockets.exhaustion.last = Some((now, cause.clone()));
         Some(cause)
     }
 
     /// Counts a failure of `what` for `cause` in the episode and logs the episode's warning
     /// if it is the first failure and none was logged for [`EPISODE_LOG_MIN`].
     fn note_exhausted(&mut self, what: &str, cause: &Exhausted, now: Instant) {
-        let x = &mut self.exhaustion;
+        let x = &mut self.sockets.exhaustion;
         let first = !x.active;
         x.active = true;
         x.failures += 1;
@@ -75,7 +75,7 @@ impl IoThread {
 
     /// A socket opened: a running episode ends (logged at info level).
     pub(super) fn socket_opened(&mut self, now: Instant) {
-        let x = &mut self.exhaustion;
+        let x = &mut self.sockets.exhaustion;
         if !x.active {
             return;
         }
@@ -152,13 +152,13 @@ impl IoThread {
     /// subscribes to, and the libzmq contexts for them), before any inbound connection. The node starts all the same: the links that cannot open a socket fail
     /// with `resource_exhausted` and retry.
     pub(super) fn check_fd_limit(&mut self) {
-        let lanes = 2 * self.cfg.peers.len() as u64;
-        let monitored = (self.cfg.servers.len() + self.cfg.subscriptions.len()) as u64;
+        let lanes = 2 * self.local.cfg.peers.len() as u64;
+        let monitored = (self.local.cfg.servers.len() + self.local.cfg.subscriptions.len()) as u64;
         let dialled = lanes + monitored;
         let (Some(open), Some(limit)) = (fds::open_count(), fds::limit()) else {
             return;
         };
-        self.exhaustion.base = open;
+        self.sockets.exhaustion.base = open;
         let contexts = dialled.div_ceil((SOCKETS_PER_CONTEXT / 3) as u64);
         let need = open
             + lanes * FDS_PER_DIALLED

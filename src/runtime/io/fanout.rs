@@ -48,9 +48,13 @@ impl IoThread {
         let bind_err = |source| NodeError::bind(ep, source);
         // Under CURVE the publisher is a CURVE server in the ZAP handler's context, with a
         // domain of its own: a subscriber must be on the allow-list (gate).
-        let domain = self.curve.is_some().then_some(super::PUBLISHER_DOMAIN);
+        let domain = self
+            .local
+            .curve
+            .is_some()
+            .then_some(super::PUBLISHER_DOMAIN);
         let m = self.sockets.contexts.publisher(domain).map_err(bind_err)?;
-        if let Some(pair) = &self.curve {
+        if let Some(pair) = &self.local.curve {
             set_curve_server(&m.socket, pair).map_err(bind_err)?;
             self.accepting
                 .gate
@@ -114,7 +118,7 @@ impl IoThread {
         let key = self.fanout.subs[i]
             .key
             .filter(|k| !self.fanout.subs[i].key_from_descriptor || self.accepting.gate.allows(k));
-        let curve = match (&self.curve, key) {
+        let curve = match (&self.local.curve, key) {
             (None, _) => None,
             (Some(pair), Some(key)) => Some((pair.clone(), key)),
             (Some(_), None) => {
@@ -151,7 +155,7 @@ impl IoThread {
                         return;
                     }
                 };
-                let id = self.fresh_conn_id();
+                let id = self.local.fresh_conn_id();
                 // A new socket starts a new watch: silence is counted from now (L5).
                 let _ = self
                     .liveness
@@ -250,7 +254,7 @@ impl IoThread {
         s.conn_id = None;
         s.failures_in_row = s.failures_in_row.saturating_add(1);
         s.retry_at = now + backoff(s.failures_in_row);
-        let recovery = if self.host == Host::Running && !s.retired {
+        let recovery = if self.local.host == Host::Running && !s.retired {
             Recovery::Reconnect
         } else {
             Recovery::Hold

@@ -78,7 +78,7 @@ impl IoThread {
     /// The refusal a failed transport handshake (a monitor event's `value`) counts as on any
     /// bound socket, the publisher's included.
     pub(super) fn handshake_refusal(&self, value: u32) -> (InputRefusal, String) {
-        match (self.curve.is_some(), HandshakeFailure::of(value)) {
+        match (self.local.curve.is_some(), HandshakeFailure::of(value)) {
             (true, HandshakeFailure::MechanismMismatch) => (
                 InputRefusal::SecurityFailure,
                 "a client without CURVE on a CURVE endpoint (mechanism mismatch)".into(),
@@ -231,7 +231,7 @@ impl IoThread {
             );
         };
         let mut user_id = String::new();
-        if self.curve.is_some() {
+        if self.local.curve.is_some() {
             let refused = match request.curve_key() {
                 Some(key) if self.accepting.gate.allows(&key) => {
                     user_id = key.to_z85();
@@ -265,12 +265,12 @@ impl IoThread {
         // so the count includes this connection.
         self.drain_monitor(slot, now);
         let unadmitted = self.unadmitted(slot);
-        if unadmitted > self.cfg.max_unadmitted {
+        if unadmitted > self.local.cfg.max_unadmitted {
             let detail = format!(
                 "{} connections not admitted on this endpoint (max_unadmitted {}); refused in \
                  the transport handshake",
                 unadmitted - 1,
-                self.cfg.max_unadmitted
+                self.local.cfg.max_unadmitted
             );
             self.record_refusal(slot, InputRefusal::UnadmittedCap, detail.clone(), now);
             return verdict(ZapStatus::Refused, detail, String::new());
@@ -337,7 +337,7 @@ impl IoThread {
                 };
                 let pinned = self
                     .link_endpoint(k)
-                    .is_some_and(|ep| self.cfg.security.endpoint_key(&ep).is_some());
+                    .is_some_and(|ep| self.local.cfg.security.endpoint_key(&ep).is_some());
                 !self.accepting.gate.allows(&key)
                     && (matches!(l.kind, LinkKind::Inbound { .. }) || !pinned)
             })

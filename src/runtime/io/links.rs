@@ -47,6 +47,7 @@ impl IoThread {
         match &self.links[k].kind {
             LinkKind::MeshDial { peer, lane } => LinkId::Peer {
                 rid: self
+                    .local
                     .cfg
                     .peers
                     .get(*peer)
@@ -55,7 +56,7 @@ impl IoThread {
                 dialled: true,
             },
             LinkKind::ClientDial { server } => {
-                let s = self.cfg.servers.get(*server);
+                let s = self.local.cfg.servers.get(*server);
                 LinkId::Server {
                     channel: s.map_or_else(|| "?".to_owned(), |s| s.channel.clone()),
                     endpoint: s.map_or_else(|| "?".to_owned(), |s| s.endpoint.clone()),
@@ -76,13 +77,18 @@ impl IoThread {
     /// The endpoint dialled link `k` dials (`None` for an inbound link).
     pub(super) fn link_endpoint(&self, k: LinkKey) -> Option<String> {
         match &self.links[k].kind {
-            LinkKind::MeshDial { peer, lane } => self.cfg.peers.get(*peer).map(|p| match lane {
-                Lane::Completion => p.completion.clone(),
-                _ => p.application.clone(),
-            }),
-            LinkKind::ClientDial { server } => {
-                self.cfg.servers.get(*server).map(|s| s.endpoint.clone())
+            LinkKind::MeshDial { peer, lane } => {
+                self.local.cfg.peers.get(*peer).map(|p| match lane {
+                    Lane::Completion => p.completion.clone(),
+                    _ => p.application.clone(),
+                })
             }
+            LinkKind::ClientDial { server } => self
+                .local
+                .cfg
+                .servers
+                .get(*server)
+                .map(|s| s.endpoint.clone()),
             LinkKind::Inbound { .. } => None,
         }
     }
@@ -90,7 +96,7 @@ impl IoThread {
     pub(super) fn dial(&mut self, k: LinkKey, now: Instant) {
         let (endpoint, lane, kind) = match &self.links[k].kind {
             LinkKind::MeshDial { peer, lane } => {
-                let Some(p) = self.cfg.peers.get(*peer) else {
+                let Some(p) = self.local.cfg.peers.get(*peer) else {
                     return;
                 };
                 let ep = match lane {
@@ -100,7 +106,7 @@ impl IoThread {
                 (ep, *lane, zmq::ROUTER)
             }
             LinkKind::ClientDial { server } => {
-                let Some(s) = self.cfg.servers.get(*server) else {
+                let Some(s) = self.local.cfg.servers.get(*server) else {
                     return;
                 };
                 (s.endpoint.clone(), Lane::ClientServer, zmq::DEALER)
@@ -108,7 +114,7 @@ impl IoThread {
             LinkKind::Inbound { .. } => return,
         };
         // CURVE: the key the node at this endpoint must hold; no key, no dial.
-        let server_key = match &self.curve {
+        let server_key = match &self.local.curve {
             None => None,
             Some(_) => match self.dial_key(k, &endpoint) {
                 Ok(key) => Some(key),
@@ -118,8 +124,8 @@ impl IoThread {
                 }
             },
         };
-        let id = self.fresh_conn_id();
-        let routing = routing_id(lane, self.me.generation, id);
+        let id = self.local.fresh_conn_id();
+        let routing = routing_id(lane, self.local.me.generation, id);
         // Its monitor reports the socket's own close, confirmed before any replacement is
         // dialled (MISSION F3).
         let m = match self.sockets.contexts.dialled(kind) {
@@ -129,7 +135,7 @@ impl IoThread {
                 return;
             }
         };
-        let curve = match (&self.curve, &server_key) {
+        let curve = match (&self.local.curve, &server_key) {
             (Some(pair), Some(key)) => set_curve_client(&m.socket, pair, key),
             _ => Ok(()),
         };
@@ -201,11 +207,12 @@ impl IoThread {
     /// A descriptor with another key fences the peer all the same (F3): the WELCOME of the
     /// node that holds the configured key then fails admission (`security_failure`).
     fn dial_key(&self, k: LinkKey, endpoint: &str) -> Result<PublicKey, String> {
-        if let Some(key) = self.cfg.security.endpoint_key(endpoint) {
+        if let Some(key) = self.local.cfg.security.endpoint_key(endpoint) {
             return Ok(key);
         }
         let fence = match &self.links[k].kind {
             LinkKind::MeshDial { peer, .. } => self
+                .local
                 .cfg
                 .peers
                 .get(*peer)
@@ -300,7 +307,7 @@ impl IoThread {
         }
         let terminal = reason == FailureReason::NotRequired;
         l.terminal |= terminal;
-        let recovery = if self.host == Host::Running
+        let recovery = if self.local.host == Host::Running
             && !l.withdrawn
             && !matches!(l.kind, LinkKind::Inbound { .. })
         {
@@ -317,6 +324,7 @@ impl IoThread {
         if let LinkKind::Inbound { rid, lane } = &self.links[k].kind {
             let (rid, lane) = (rid.clone(), *lane);
             if let Some(dk) = self
+                .local
                 .cfg
                 .peers
                 .iter()
@@ -354,7 +362,7 @@ impl IoThread {
                 // its close; if it cannot (no descriptors), the close goes
                 // unconfirmed and the link dials again after its backoff alone. A node that
                 // stops dials nothing again: no confirmation is needed then.
-                let redial = self.host != Host::Stopped;
+                let redial = self.local.host != Host::Stopped;
                 if let (None, Some(room), true) = (slot.monitor.as_ref(), slot.room.take(), redial)
                 {
                     match self.sockets.contexts.close_monitor(&slot.socket, room) {
@@ -390,7 +398,7 @@ impl IoThread {
             if let Some(m) = self.accepting.inbound.get_mut(&conn.slot) {
                 m.remove(route.as_slice());
             }
-            self.sched.remove_unit(Unit::Peer(k, conn.id));
+            self.receiving.sched.remove_unit(Unit::Peer(k, conn.id));
         }
     }
 
@@ -633,7 +641,7 @@ impl IoThread {
     /// not open this node's HELLO). `None`: not a security failure; the link's own timers and
     /// disconnect handling deal with it.
     pub(super) fn handshake_security_detail(&self, value: u32) -> Option<String> {
-        match (HandshakeFailure::of(value), self.curve.is_some()) {
+        match (HandshakeFailure::of(value), self.local.curve.is_some()) {
             (HandshakeFailure::MechanismMismatch, true) => {
                 Some("the node at this endpoint does not run CURVE (mechanism mismatch)".into())
             }

@@ -46,7 +46,9 @@
 //!   (`parts::outbound`); the gate and the admission tables (`parts::gate`,
 //!   `parts::accepting`); fanout (`parts::fanout`); discovery's additions
 //!   (`parts::discovered`); descriptor exhaustion (`parts::exhaustion`); the hand-off from
-//!   the async side (`parts::handoff`).
+//!   the async side (`parts::handoff`); the node itself (`parts::local`: configuration,
+//!   identity, key pair, where it is in its life); the receive scheduler (`parts::receiving`); the
+//!   call routes, indexed (`parts::routes`).
 //! - This file: the thread's state ([`IoThread`], which holds the parts), its construction
 //!   and the loop with its order.
 //! - The glue, `impl IoThread` blocks that move records between the parts and the sockets:
@@ -97,10 +99,9 @@ use super::security::KeyPair;
 use super::socket::Sockets;
 use crate::config::NodeConfig;
 use crate::proto::handshake::Identity;
-use crate::proto::sched::{IdMap, ReceiveScheduler};
+use crate::proto::sched::IdMap;
 use crate::proto::security::PublicKey;
 use crate::proto::state::{ConnState, FailureReason};
-use crate::proto::ConnId;
 use link::{Link, LinkKind};
 pub use link::{BACKOFF_MAX, BACKOFF_MIN, CLOSE_CONFIRM_MAX, HANDSHAKE_TIMEOUT};
 use parts::answers::AnswerQueue;
@@ -110,7 +111,7 @@ use parts::gate::Gated;
 use parts::{app, callee, caller, link, live, ready, sockets};
 use ready::{Readiness, Watch};
 
-use sockets::{Slot, SlotRole, SocketSet, Staged, Unit};
+use sockets::{Slot, SlotRole, SocketSet};
 
 /// Records read from a dialled socket after its disconnect event, before the disconnect is
 /// acted on (they arrived first; an orderly CLOSE among them is the better reason).
@@ -130,13 +131,7 @@ const PUBLISHER_DOMAIN: &str = "zmesh-publisher";
 use keys::Tracked;
 pub(crate) use keys::{CallKey, LinkKey, SlotKey, SubKey};
 use live::LiveOwner;
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Host {
-    Running,
-    /// Stopping gracefully: no new work, accepted calls are answered (MISSION C4, F6).
-    Draining,
-    Stopped,
-}
+use parts::local::Host;
 
 /// What the async side shares with the I/O thread.
 pub(crate) struct Shared {
@@ -150,29 +145,28 @@ pub(crate) struct Shared {
 
 /// The I/O thread's state.
 pub(crate) struct IoThread {
-    cfg: NodeConfig,
-    me: Identity,
-    /// Every socket of the node, the epoll set over them and the closes still unconfirmed.
+    /// The node itself: configuration, identity, key pair, where it is in its life.
+    local: parts::local::Local,
+    /// Every socket of the node, the epoll set over them, the closes still unconfirmed and
+    /// the descriptor figures when the node runs out.
     sockets: SocketSet,
     /// The async side's command queue, its wake-up and the reply a stop waits for.
     handoff: parts::handoff::Handoff,
-    /// Where one-way records go, published for the async side, and the turns of the send
-    /// queues (see [`outbound`]).
+    /// What waits to leave: the link table one-way records go through (published for the
+    /// async side), the turns of the send queues (see [`outbound`]), and the callee's
+    /// answers held for the end of the turn or behind a full pipe.
     outbound: parts::outbound::Outbound,
     /// The application's queue: this turn's events, the deliveries it holds, the link
     /// backlogs while it is paused.
     app: app::AppQueue,
     /// Every link's and subscription's earliest deadline, and the disconnect sweeps.
     timers: parts::timers::TimerTable,
-    /// The last receive rotation left work that socket readiness cannot show: wait without
-    /// sleeping, and run a rotation even if no socket is readable.
-    busy: bool,
     /// The calls this node makes: call table, reply channels, REQUESTs of this turn.
     caller: caller::Caller,
     /// The calls this node serves: channels, serve table, execution queues, handlers.
     callee: callee::Callee,
-    /// ACCEPTs and REPLYs held back by a full pipe, per link (and its connection then).
-    answers: AnswerQueue,
+    /// Every configured peer lane, configured server and inbound connection, with its
+    /// current connection; every mutable access marks the link for the timer table.
     links: Tracked<LinkKey, Link>,
     /// The bound sockets' gate, their inbound connections and the ones refused.
     accepting: parts::accepting::Accepting,
@@ -182,14 +176,10 @@ pub(crate) struct IoThread {
     discovered: parts::discovered::Discovered,
     /// The one structure owning every liveness machine of this node (MISSION L8).
     liveness: live::Live,
-    /// The one fair receive scheduler over every socket and peer (MISSION R1-R3).
-    sched: ReceiveScheduler<Unit, Staged>,
-    next_conn: u64,
-    host: Host,
-    /// CURVE: this node's key pair; `None` in `none` mode.
-    curve: Option<KeyPair>,
-    /// Running out of descriptors: the figures and the episode being logged.
-    exhaustion: parts::exhaustion::Exhaustion,
+    /// The fair receive scheduler and what its last rotation left.
+    receiving: parts::receiving::Receiving,
+    /// Where calls go: the links' routes, indexed (brought up to date by `sync_links`).
+    routes: parts::routes::Routes,
 }
 
 /// What the I/O thread is given of the node's security at start.
@@ -249,9 +239,8 @@ impl IoThread {
             capabilities: crate::proto::handshake::Capabilities::SPOKEN,
         };
         let mut io = IoThread {
-            cfg: cfg.clone(),
-            me,
             sockets: SocketSet::new(sockets, ready, curve.is_some()),
+            local: parts::local::Local::new(cfg.clone(), me, curve),
             handoff: parts::handoff::Handoff {
                 wake: wake.clone(),
                 commands,
@@ -260,13 +249,12 @@ impl IoThread {
             outbound: parts::outbound::Outbound {
                 table: table.clone(),
                 turns: parts::outbound::SendTurns::new(),
+                answers: AnswerQueue::default(),
             },
             app: app::AppQueue::new(events, outstanding, cfg.delivery_high_water),
             timers: parts::timers::TimerTable::new(),
-            busy: false,
             caller: caller::Caller::new(ops),
             callee: callee::Callee::new(),
-            answers: AnswerQueue::default(),
             links: Tracked::default(),
             accepting: parts::accepting::Accepting {
                 inbound: IdMap::default(),
@@ -276,13 +264,8 @@ impl IoThread {
             fanout: parts::fanout::FanoutState::default(),
             discovered: parts::discovered::Discovered::default(),
             liveness: live::Live::new(generation),
-            // Readiness mode: a rotation visits the units with work only (the readable set
-            // is handed over at the start of each rotation).
-            sched: ReceiveScheduler::new().with_readiness(),
-            next_conn: 1,
-            host: Host::Running,
-            curve,
-            exhaustion: parts::exhaustion::Exhaustion::default(),
+            receiving: parts::receiving::Receiving::new(),
+            routes: parts::routes::Routes::default(),
         };
         if let Some(zap) = io.accepting.gate.handler() {
             io.sockets
@@ -336,12 +319,6 @@ impl IoThread {
         Ok((io, shared))
     }
 
-    pub(super) fn fresh_conn_id(&mut self) -> ConnId {
-        let id = ConnId(self.next_conn);
-        self.next_conn += 1;
-        id
-    }
-
     /// Runs until shutdown or until every handle is dropped.
     pub(crate) fn run(mut self) {
         // Commands queued before the thread started (services registered by a `NodeBuilder`)
@@ -356,10 +333,10 @@ impl IoThread {
             self.release_backlogs();
             self.flush_answers();
             self.flush_events();
-            if self.host == Host::Draining && self.callee.is_drained() {
-                self.host = Host::Stopped;
+            if self.local.host == Host::Draining && self.callee.is_drained() {
+                self.local.host = Host::Stopped;
             }
-            if self.host == Host::Stopped {
+            if self.local.host == Host::Stopped {
                 break;
             }
             // Every socket the loop operated on since the last check is looked at before
@@ -374,7 +351,7 @@ impl IoThread {
                     (d.as_micros().div_ceil(1000)) as i64
                 })
                 .unwrap_or(-1);
-            let timeout = if self.busy
+            let timeout = if self.receiving.busy
                 || !self.handoff.commands.is_empty()
                 || self.has_input()
                 || self.has_sends()
@@ -383,7 +360,7 @@ impl IoThread {
                 // left over by a per-turn cap have no wake-up of their own): do not sleep.
                 0
             } else if !self.app.has_backlog()
-                && self.answers.is_empty()
+                && self.outbound.answers.is_empty()
                 && !self.has_blocked_sends()
             {
                 timeout
@@ -418,7 +395,7 @@ impl IoThread {
             // A rotation with no readable socket and nothing left over from the last one
             // (records staged, a rotation cut by its time cap) would only answer "would
             // block" for every unit: skip it.
-            self.busy = if self.busy || self.has_readable() {
+            self.receiving.busy = if self.receiving.busy || self.has_readable() {
                 self.receive_rotation()
             } else {
                 false
@@ -529,11 +506,6 @@ impl IoThread {
             reason,
             detail: detail.to_owned(),
         }));
-    }
-
-    /// True once a stop began: no new work is taken.
-    pub(super) fn stopping(&self) -> bool {
-        self.host != Host::Running
     }
 }
 

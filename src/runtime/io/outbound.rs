@@ -69,7 +69,7 @@ impl IoThread {
                 Some(Route::Peer(rid))
             }
             LinkKind::ClientDial { server } => Some(Route::Server(
-                self.cfg.servers.get(*server)?.channel.clone(),
+                self.local.cfg.servers.get(*server)?.channel.clone(),
             )),
             _ => None,
         }

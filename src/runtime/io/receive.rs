@@ -71,8 +71,12 @@ impl IoThread {
             match self.sockets.get(slot) {
                 Some(Slot {
                     shared: Some(sid), ..
-                }) => self.sched.handle_readable(ReadTarget::Shared(*sid)),
+                }) => self
+                    .receiving
+                    .sched
+                    .handle_readable(ReadTarget::Shared(*sid)),
                 Some(_) => self
+                    .receiving
                     .sched
                     .handle_readable(ReadTarget::Unit(Unit::Socket(slot))),
                 _ => {}
@@ -81,13 +85,14 @@ impl IoThread {
         let mut clock = CoarseClock::default();
         loop {
             let now = clock.now();
-            match self.sched.poll_action(now) {
+            match self.receiving.sched.poll_action(now) {
                 // Wait again without sleeping only if the scheduler holds work that socket
                 // readiness cannot show: a rotation cut by its time cap, or records read but
                 // not handed out. A socket left with records (a turn ended by a cap) stays in
                 // the readable set, so the next wait does not sleep for it anyway.
                 Action::Yield(end) => {
-                    return end.reason == RotationEndReason::TimeCap || self.sched.has_staged()
+                    return end.reason == RotationEndReason::TimeCap
+                        || self.receiving.sched.has_staged()
                 }
                 Action::Deliver { unit, record } => self.on_staged(unit, record, now),
                 Action::Read(req) => {
@@ -103,7 +108,7 @@ impl IoThread {
                         _ => None,
                     };
                     let (Some(slot), Some(mut frames)) = (slot, frames) else {
-                        self.sched.handle_would_block(req);
+                        self.receiving.sched.handle_would_block(req);
                         continue;
                     };
                     let len = frames.iter().map(|f| f.as_ref().len()).sum();
@@ -120,7 +125,7 @@ impl IoThread {
                                 .unwrap_or(Unit::Admission(slot));
                             // Read unshared under CURVE (`recv_one`): an admitted
                             // connection's payload is shared now, as on receipt otherwise.
-                            if self.curve.is_some() && matches!(owner, Unit::Peer(..)) {
+                            if self.local.curve.is_some() && matches!(owner, Unit::Peer(..)) {
                                 share_last(&mut frames);
                             }
                             let route = frames.remove(0);
@@ -140,10 +145,12 @@ impl IoThread {
                             },
                         ),
                     };
-                    if let Err(rejected) = self.sched.handle_read(req, owner, staged, len) {
+                    if let Err(rejected) = self.receiving.sched.handle_read(req, owner, staged, len)
+                    {
                         // The owner is not a unit (yet): account it to the socket's admission unit.
                         let (req, staged) = rejected.into_parts();
                         if self
+                            .receiving
                             .sched
                             .handle_read(req, Unit::Admission(slot), staged, len)
                             .is_err()

@@ -20,7 +20,7 @@ impl IoThread {
     /// answers travel on), and the caller's RID and generation. `None` when there is no way
     /// to answer (a REQUEST on a Completion lane, or the caller's Completion lane is not
     /// ready): the caller fails such calls when its lanes fail.
-    fn request_route(&self, k: LinkKey) -> Option<From> {
+    fn request_route(&mut self, k: LinkKey) -> Option<From> {
         let l = self.links.get(k)?;
         let c = l.conn.as_ref()?;
         let (rid, generation) = c
@@ -125,7 +125,7 @@ impl IoThread {
     fn send_item(&mut self, item: super::parts::callee::ItemToSend, now: Instant) {
         let route = self.answer_route(item.key);
         let sent = route.is_some_and(|r| {
-            if self.answers.is_waiting(r, item.key.1) {
+            if self.outbound.answers.is_waiting(r, item.key.1) {
                 self.send_answer(r, Outgoing::Frames(item.frames.clone()))
             } else {
                 self.send_frames_on_link(r, &item.frames).is_ok()
@@ -195,28 +195,28 @@ impl IoThread {
             r.replayed &= caps.contains(Capabilities::REPLAYED);
         }
         let packs = caps.contains(Capabilities::ANSWERS);
-        if !packs && !self.answers.is_waiting(route, conn) {
-            let frames = out.alone(self.me.generation, conn);
+        if !packs && !self.outbound.answers.is_waiting(route, conn) {
+            let frames = out.alone(self.local.me.generation, conn);
             match self.send_frames_on_link(route, &frames) {
                 Ok(()) => return true,
                 Err(SocketSendError::Full) => {}
                 Err(_) => return false,
             }
         }
-        self.answers.hold(route, conn, out);
+        self.outbound.answers.hold(route, conn, out);
         true
     }
 
     /// Sends the answers that wait, in order per link (see the module docs); answers of a
     /// connection that is gone are dropped (their callers fail the calls on the loss).
     pub(super) fn flush_answers(&mut self) {
-        if self.answers.is_empty() {
+        if self.outbound.answers.is_empty() {
             return;
         }
-        let Some(generation) = NonZeroU64::new(self.me.generation) else {
+        let Some(generation) = NonZeroU64::new(self.local.me.generation) else {
             return;
         };
-        let mut queued = std::mem::take(&mut self.answers);
+        let mut queued = std::mem::take(&mut self.outbound.answers);
         queued.flush(
             generation,
             |k| {
@@ -225,6 +225,6 @@ impl IoThread {
             },
             |k, frames| self.send_frames_on_link(k, frames),
         );
-        self.answers = queued;
+        self.outbound.answers = queued;
     }
 }

@@ -45,7 +45,7 @@ impl IoThread {
         if let Some(id) = bound_id {
             socket.set_identity(id).map_err(bind_err)?;
         }
-        if let Some(pair) = &self.curve {
+        if let Some(pair) = &self.local.curve {
             set_curve_server(&socket, pair).map_err(bind_err)?;
         }
         socket.set_linger(CLOSE_LINGER_MS).map_err(bind_err)?;
@@ -94,7 +94,7 @@ impl IoThread {
     pub(super) fn put_slot(&mut self, mut slot: Slot) -> SlotKey {
         let role = slot.role;
         let shared = match role {
-            SlotRole::Bound(_) => Some(self.sched.add_shared_socket()),
+            SlotRole::Bound(_) => Some(self.receiving.sched.add_shared_socket()),
             _ => None,
         };
         slot.shared = shared;
@@ -106,7 +106,7 @@ impl IoThread {
             Some(sid) => (Unit::Admission(key), SchedSource::Shared(sid)),
             None => (Unit::Socket(key), SchedSource::Single),
         };
-        if let Err(e) = self.sched.add_unit(unit, source) {
+        if let Err(e) = self.receiving.sched.add_unit(unit, source) {
             tracing::debug!(error = ?e, "scheduler unit not added");
         }
         key
@@ -117,9 +117,9 @@ impl IoThread {
             // Records staged for its peers go with the socket.
             Some(sid) => {
                 self.sockets.shared.remove(&sid);
-                drop(self.sched.remove_shared_socket(sid));
+                drop(self.receiving.sched.remove_shared_socket(sid));
             }
-            None => drop(self.sched.remove_unit(Unit::Socket(key))),
+            None => drop(self.receiving.sched.remove_unit(Unit::Socket(key))),
         }
         self.accepting.inbound.remove(&key);
         self.timers.forget_sweeps(key);

@@ -5,6 +5,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use super::answers::AnswerQueue;
 use crate::runtime::keys::{Key, LinkKey};
 use crate::runtime::outbound::{LinkTable, Outgoing};
 
@@ -18,6 +19,9 @@ pub(crate) struct Outbound {
     pub(crate) table: Arc<LinkTable>,
     /// Which links' send queues have records to drain, and this turn's budget.
     pub(crate) turns: SendTurns,
+    /// The callee's ACCEPTs, REPLYs and ITEMs, per link, held for the end of the turn or
+    /// behind a full pipe (see [`super::answers`]).
+    pub(crate) answers: AnswerQueue,
 }
 
 /// Which links' send queues have records to drain, in turn order, and how many records the

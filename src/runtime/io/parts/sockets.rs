@@ -4,6 +4,7 @@
 //! marks its socket for a `ZMQ_EVENTS` check (see [`super::ready`]). Binding, dialling and
 //! closing are the thread's (`io/slots.rs`, `io/links.rs`).
 
+use super::exhaustion::Exhaustion;
 use super::ready::{Readiness, Watch};
 use crate::proto::sched::{IdMap, SharedSocketId};
 use crate::proto::ConnId;
@@ -44,6 +45,8 @@ pub(crate) struct SocketSet {
     /// CURVE: a bound socket's records keep their message properties (see
     /// [`SocketSet::recv_one`]).
     curve: bool,
+    /// Running out of descriptors: the figures and the episode being logged.
+    pub(crate) exhaustion: Exhaustion,
 }
 
 pub(crate) struct Slot {
@@ -108,6 +111,7 @@ impl SocketSet {
             ready,
             overdue_closing: Vec::new(),
             curve,
+            exhaustion: Exhaustion::default(),
         }
     }
 
