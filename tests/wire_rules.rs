@@ -30,8 +30,8 @@ use serde_json::Value;
 use zmesh::config::{Endpoint, NodeConfig, RouteMeshBind};
 use zmesh::proto::wire::{
     Accept, Answer, Answers, Batch, Calls, Capabilities, CloseReason, Detail, FanoutMessage, Hello,
-    Item, Label, Lane, Membership, Memberships, Message, Name, Record, Reject, RejectReason, Reply,
-    ReplyCode, Request, Role, Semantics, Welcome,
+    Item, Label, Lane, Membership, Memberships, Message, Name, Pack, Record, Reject, RejectReason,
+    Reply, ReplyCode, Request, Role, Semantics, Welcome,
 };
 use zmesh::runtime::calls::{decode, encode, ServeError};
 use zmesh::runtime::Node;

@@ -76,9 +76,16 @@
 //! always reads once), and libzmq's high-water mark then pushes back on the senders. Between
 //! two read phases of a socket every peer behind it has had exactly one turn, and a turn
 //! always hands out at least one staged record, so every queue is below
-//! [`STAGING_RECORD_BOUND`] records when a phase starts and never holds more than that. Its
-//! bytes stay below [`Caps::bytes`] plus one record, unless time caps keep cutting its turns
-//! short (then it may hold up to [`STAGING_RECORD_BOUND`] records of any size).
+//! [`STAGING_RECORD_BOUND`] records when a phase starts and never holds more than that plus
+//! the records of one read minus one (one, except for a PACK, WIRE.md §4.18, whose records
+//! are staged one by one with [`ReceiveScheduler::handle_read_parts`]: at most 64 more). Its
+//! bytes stay below [`Caps::bytes`] plus one read, unless time caps keep cutting its turns
+//! short (then it may hold up to that many records of any size).
+//!
+//! A read that stands for several records (a PACK) stages each as a record of its own, for a
+//! single-peer unit as for a peer behind a shared socket, so the count and byte caps count
+//! the records, not the reads: a turn that reaches a cap inside a PACK leaves the rest
+//! staged, and the unit's next turn hands it out before reading anything newer.
 //!
 //! Because libzmq fair-queues the pipes of one socket (one message per pipe with data, in
 //! turn), a read phase that starts with every queue able to take one more record without
