@@ -33,6 +33,14 @@ pub(super) const SEND_BURST: usize = 256;
 pub(super) const SENDS_PER_TURN: usize = 2048;
 /// PROBEs and ACKs held per connection behind a full pipe.
 pub(super) const HELD_LIVENESS: usize = 4;
+/// Payload bytes this node puts in one PACK (WIRE.md §4.18 allows 64 KiB): 64 records of
+/// 64 bytes. libzmq's high-water mark counts messages, so a full pipe holds [`HWM`] PACKs; at
+/// this bound that is at most what [`HWM`] records of 4 KiB would be, and the push-back a
+/// slow reader gives (MISSION R5) comes after a bounded number of bytes, not 64 times later.
+/// Small records, where the cost per message is what counts, still pack 64 to a message.
+///
+/// [`HWM`]: crate::runtime::socket::HWM
+pub(super) const PACK_SEND_BYTES: usize = 4 * 1024;
 
 /// Which links' send queues have records to drain, in turn order, and how many records the
 /// queues may still send in this loop turn.
@@ -491,11 +499,17 @@ impl IoThread {
 }
 
 /// How many records at the front of `records` (not empty) leave in one PACK: the longest run
-/// of records on the first one's channel (the same MESSAGE envelope) within the bounds of
-/// WIRE.md §4.18: at most [`Pack::MAX`] records, each payload at most [`Pack::MAX_RECORD`]
-/// bytes, at most [`Pack::MAX_BYTES`] together. 1 means the first record leaves alone, as a
-/// MESSAGE (a lone record is never wrapped).
+/// of records on the first one's channel (the same MESSAGE envelope) of at most [`Pack::MAX`]
+/// records and [`PACK_SEND_BYTES`] of payloads (within WIRE.md §4.18's bounds: each payload
+/// at most [`Pack::MAX_RECORD`] bytes, at most [`Pack::MAX_BYTES`] together). 1 means the
+/// first record leaves alone, as a MESSAGE (a lone record is never wrapped).
 fn pack_run(records: &[Outgoing]) -> usize {
+    pack_run_within(records, PACK_SEND_BYTES)
+}
+
+/// [`pack_run`] with a payload byte bound of `max_bytes` (at most [`Pack::MAX_BYTES`]).
+fn pack_run_within(records: &[Outgoing], max_bytes: usize) -> usize {
+    let max_bytes = max_bytes.min(Pack::MAX_BYTES);
     let Some(first) = records.first() else {
         return 0;
     };
@@ -503,7 +517,7 @@ fn pack_run(records: &[Outgoing]) -> usize {
     let mut run = 0;
     for r in records.iter().take(Pack::MAX) {
         let len = r.payload.len();
-        if r.env != first.env || len > Pack::MAX_RECORD || bytes + len > Pack::MAX_BYTES {
+        if r.env != first.env || len > Pack::MAX_RECORD || bytes + len > max_bytes {
             break;
         }
         bytes += len;
@@ -529,8 +543,9 @@ mod tests {
         }
     }
 
-    /// MISSION X4: a run packs records of one channel only, at most 64 of them and 64 KiB
-    /// of payloads; a record too long for a PACK, or one alone, leaves as a MESSAGE.
+    /// MISSION X4: a run packs records of one channel only, at most 64 of them and this
+    /// node's 4 KiB of payloads (within the wire's 64 KiB); a record too long for a PACK, or
+    /// one alone, leaves as a MESSAGE.
     #[test]
     fn x4_pack_runs_keep_the_wire_bounds() {
         let same: Vec<_> = (0..100).map(|_| rec("a", 64)).collect();
@@ -539,13 +554,20 @@ mod tests {
         let mixed = vec![rec("a", 1), rec("a", 1), rec("b", 1), rec("a", 1)];
         assert_eq!(pack_run(&mixed), 2);
         assert_eq!(pack_run(&mixed[2..]), 1);
+        let kib: Vec<_> = (0..10).map(|_| rec("a", 1024)).collect();
+        assert_eq!(pack_run(&kib), 4, "4 KiB of payloads");
+        assert_eq!(pack_run(&[rec("a", 4096), rec("a", 1)]), 1);
         let big: Vec<_> = (0..5).map(|_| rec("a", 30_000)).collect();
-        assert_eq!(pack_run(&big), 2, "a third would cross 64 KiB");
+        assert_eq!(
+            pack_run_within(&big, usize::MAX),
+            2,
+            "a third would cross 64 KiB"
+        );
         let exact = vec![rec("a", 32_768), rec("a", 32_768), rec("a", 0)];
-        assert_eq!(pack_run(&exact), 3);
+        assert_eq!(pack_run_within(&exact, Pack::MAX_BYTES), 3);
         let long = vec![rec("a", 70_000), rec("a", 1)];
-        assert_eq!(pack_run(&long), 1);
+        assert_eq!(pack_run_within(&long, usize::MAX), 1);
         let after_long = vec![rec("a", 1), rec("a", 70_000)];
-        assert_eq!(pack_run(&after_long), 1);
+        assert_eq!(pack_run_within(&after_long, usize::MAX), 1);
     }
 }
