@@ -1,6 +1,7 @@
 //! Typed services (MISSION A1): what [`macro@crate::service`] generates calls, and what its
 //! users see of it: the [`Call`] a typed client's method returns and the request
-//! [`Context`] a method may take.
+//! [`Context`] a method may take; [`Call::answer`] gives a result with whether it was
+//! replayed ([`Answered`]).
 //!
 //! A method that takes an [`Items`] argument streams its answer: the client's method returns a
 //! [`StreamCall`], read as an [`ItemStream`] ([`Node::call_stream_raw`] underneath).
@@ -115,6 +116,63 @@ impl<R> Call<R> {
     /// The options the call will be made with (the pinned semantics among them).
     pub fn options(&self) -> &CallOptions {
         &self.opts
+    }
+}
+
+impl<R: DeserializeOwned> Call<R> {
+    /// Makes the call and waits for its answer with what the callee said of it: the typed
+    /// result, and whether the callee answered from its idempotency record instead of
+    /// running the method ([`Answered::replayed`], WIRE.md §4.17). Awaiting the call itself
+    /// gives the result alone.
+    pub async fn answer(self) -> Answered<R> {
+        let args = match self.args {
+            Ok(args) => args,
+            Err(e) => {
+                return Answered {
+                    result: Err(e),
+                    replayed: false,
+                }
+            }
+        };
+        let answer = self
+            .node
+            .start_call(self.channel, self.method, args, self.opts)
+            .answer()
+            .await;
+        let replayed = answer.replayed();
+        Answered {
+            result: answer
+                .into_result()
+                .and_then(|bytes| rcalls::decode(&bytes)),
+            replayed,
+        }
+    }
+}
+
+/// A typed call's answer from [`Call::answer`]: its result and whether it was replayed.
+#[derive(Debug)]
+pub struct Answered<R> {
+    result: Result<R, CallError>,
+    replayed: bool,
+}
+
+impl<R> Answered<R> {
+    /// True when the callee answered with the recorded outcome of an earlier call with the
+    /// same idempotency key: the method did not run for this call. False when it ran now,
+    /// when the call failed before the callee answered, and toward a callee that does not
+    /// speak `replayed` (see [`crate::runtime::calls::CallAnswer::replayed`]).
+    pub fn replayed(&self) -> bool {
+        self.replayed
+    }
+
+    /// The call's typed result.
+    pub fn result(&self) -> Result<&R, &CallError> {
+        self.result.as_ref()
+    }
+
+    /// The call's typed result, owned.
+    pub fn into_result(self) -> Result<R, CallError> {
+        self.result
     }
 }
 

@@ -148,6 +148,66 @@ async fn a1_typed_client_calls_a_trait_service() {
     srv.shutdown().await.expect("srv stops");
 }
 
+/// MISSION A1, K3, X3: a typed call's `answer()` says whether the callee answered from its
+/// idempotency record. A retry of a non-repeatable command with the same key gets the first
+/// call's typed result marked replayed; a new key runs the method again, unmarked.
+#[tokio::test]
+async fn a1_k3_x3_a_typed_answer_says_when_it_was_replayed() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let store = zmesh::runtime::idempotency::SqliteIdempotencyStore::open(tmp.path().join("i.db"))
+        .expect("store");
+    let ep = free_tcp();
+    let plant = Plant {
+        dispensed: AtomicU64::new(0),
+    };
+    let mut config = NodeConfig::new("srv");
+    config.memberships = server_of("pump");
+    config.server = Some(Endpoint::new(ep.clone()));
+    let srv = Node::builder(config)
+        .expose(plant.into_service())
+        .idempotency_store(Arc::new(store))
+        .start()
+        .await
+        .expect("server starts");
+    let cli = client(&ep, "pump").await;
+    let pump = PumpClient::new(&cli);
+    bounded("ready", pump.ready()).await.expect("ready");
+
+    let first = bounded(
+        "first",
+        pump.dispense(3).idempotency_key("order-9").answer(),
+    )
+    .await;
+    assert!(!first.replayed(), "the first call ran");
+    let receipt = first.into_result().expect("dispensed");
+    assert_eq!(receipt, "3 l for cli (key order-9)");
+    let retry = bounded(
+        "retry",
+        pump.dispense(3).idempotency_key("order-9").answer(),
+    )
+    .await;
+    assert!(retry.replayed(), "the retry was answered from the record");
+    assert_eq!(
+        retry.result().ok(),
+        Some(&receipt),
+        "with the first call's result"
+    );
+    let other = bounded(
+        "other",
+        pump.dispense(3).idempotency_key("order-10").answer(),
+    )
+    .await;
+    assert!(!other.replayed(), "a new key runs the method");
+    assert_eq!(
+        other.into_result().expect("dispensed"),
+        "3 l for cli (key order-10)"
+    );
+    let query = bounded("query", pump.pressure().answer()).await;
+    assert!(!query.replayed() && query.result().is_ok());
+    cli.shutdown().await.expect("cli");
+    srv.shutdown().await.expect("srv");
+}
+
 /// MISSION A1, K1: each typed call pins the semantics its method was declared with (the
 /// undeclared pins nothing); a server whose method became more dangerous to repeat answers
 /// `IncompatibleVersion` and does not run it.

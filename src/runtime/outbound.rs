@@ -23,7 +23,7 @@ use bytes::Bytes;
 use tokio::sync::Notify;
 
 use super::error::SendError;
-use super::io::LinkKey;
+use super::keys::LinkKey;
 use super::records;
 use super::socket::FrameSocket;
 use crate::proto::wire::{BEACON_TOPIC, MAX_TOPIC_LEN};
@@ -32,7 +32,7 @@ use crate::proto::ConnId;
 /// Records one link's zmesh queue holds (besides libzmq's own pipe, [`HWM`] records deep):
 /// [`Node::send`](super::Node::send) waits for room while it is full,
 /// [`Node::try_send`](super::Node::try_send) refuses with
-/// [`SendError::WouldBlock`](super::SendError::WouldBlock).
+/// [`SendError::WouldBlock`].
 ///
 /// [`HWM`]: super::socket::HWM
 pub const SEND_QUEUE: usize = 1_000;
@@ -519,7 +519,7 @@ fn subscribes_to_beacons(frames: &[super::socket::Frame]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::io::Key;
+    use crate::runtime::keys::Key;
 
     fn queue() -> SendQueue {
         SendQueue::new(LinkKey::from_index(0), ConnId(1), Arc::from("b"))

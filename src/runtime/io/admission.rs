@@ -5,19 +5,17 @@
 //!
 //! A connection that does not open with a well-formed HELLO is refused like one whose HELLO
 //! fails admission: one REJECT (`Protocol`, or `UnsupportedVersion` for another envelope
-//! version), then everything else it sends is ignored ([`Refused`], WIRE.md §5.1).
+//! version), then everything else it sends is ignored ([`Refused`](super::parts::accepting::Refused), WIRE.md §5.1).
 
-use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::gate::Gate;
-use super::links::{note, Conn, LinkKind};
-use super::slots::Unit;
+use super::parts::link::{note, Conn, LinkKind};
+use super::parts::sockets::Unit;
 use super::{Host, IoThread, LinkKey, SlotKey};
 use crate::proto::admission::{self, HelloFacts, HelloVerdict, OwnDial, Refusing, WelcomeFacts};
 use crate::proto::handshake::{Expectation, Identity};
-use crate::proto::sched::{IdMap, Source as SchedSource};
+use crate::proto::sched::Source as SchedSource;
 use crate::proto::security::{InputRefusal, PublicKey};
 use crate::proto::state::{ConnState, FailureReason};
 use crate::runtime::event::Source;
@@ -34,7 +32,7 @@ impl IoThread {
         let Some((lane, expect)) = self.dial_expectation(k) else {
             return;
         };
-        let sent = match records::hello(lane, &self.me, &expect, 0) {
+        let sent = match records::hello(lane, &self.local.me, &expect, 0) {
             Ok(frames) => self.send_on_link(k, frames),
             Err(e) => {
                 tracing::error!(error = %e, "cannot encode HELLO");
@@ -51,7 +49,7 @@ impl IoThread {
         match &self.links[k].kind {
             LinkKind::MeshDial { peer, lane } => Some((*lane, self.expectation_for_peer(*peer))),
             LinkKind::ClientDial { server } => {
-                let s = self.cfg.servers.get(*server);
+                let s = self.local.cfg.servers.get(*server);
                 let manual = Expectation {
                     rid: s.and_then(|s| s.rid.clone()),
                     // CURVE: the key expected at this endpoint is the server's identity.
@@ -72,7 +70,7 @@ impl IoThread {
     }
 
     pub(super) fn expectation_for_peer(&self, peer: usize) -> Expectation {
-        let Some(p) = self.cfg.peers.get(peer) else {
+        let Some(p) = self.local.cfg.peers.get(peer) else {
             return Expectation::default();
         };
         let manual = Expectation {
@@ -94,8 +92,8 @@ impl IoThread {
 
     /// CURVE: the key `[security.endpoint_keys]` pins for `endpoint`, if any.
     pub(super) fn pinned_key(&self, endpoint: &str) -> Option<PublicKey> {
-        self.curve.as_ref()?;
-        self.cfg.security.endpoint_key(endpoint)
+        self.local.curve.as_ref()?;
+        self.local.cfg.security.endpoint_key(endpoint)
     }
 
     pub(super) fn on_unknown_inbound(
@@ -146,7 +144,7 @@ impl IoThread {
         frames: &mut [Frame],
         now: Instant,
     ) -> Option<Option<PublicKey>> {
-        if self.curve.is_none() {
+        if self.local.curve.is_none() {
             return Some(None);
         }
         let Some(id) = frames.first_mut().and_then(Frame::user_id) else {
@@ -188,6 +186,7 @@ impl IoThread {
         // fence of its descriptor (automatic mode): a ClientServer client is held to its
         // descriptor like a RouteMesh peer (MISSION F3).
         let configured = self
+            .local
             .cfg
             .peers
             .iter()
@@ -217,8 +216,8 @@ impl IoThread {
             peer: &hello.identity,
             peer_expects: &theirs,
             verified_key: verified_z85.as_deref(),
-            admitting: self.host == Host::Running,
-            local: &self.me,
+            admitting: self.local.host == Host::Running,
+            local: &self.local.me,
             expect: &expect,
             own_dial: if own_dial.is_some() {
                 OwnDial::Dialling
@@ -271,8 +270,8 @@ impl IoThread {
                 now,
             );
         }
-        let id = self.fresh_conn_id();
-        let Ok(welcome) = records::welcome(lane, &self.me, peer.capabilities) else {
+        let id = self.local.fresh_conn_id();
+        let Ok(welcome) = records::welcome(lane, &self.local.me, peer.capabilities) else {
             return;
         };
         if let Err(e) = self.sockets.send(slot, Some(&route), &welcome) {
@@ -286,6 +285,7 @@ impl IoThread {
             .insert(route.clone(), k);
         if let Some(sid) = self.sockets.shared_id(slot) {
             if let Err(e) = self
+                .receiving
                 .sched
                 .add_unit(Unit::Peer(k, id), SchedSource::Shared(sid))
             {
@@ -316,7 +316,7 @@ impl IoThread {
     }
 
     /// Refuses the unadmitted connection `route` of bound socket `slot`: one REJECT, and
-    /// nothing it sends afterwards is looked at (while [`Refused`] remembers it).
+    /// nothing it sends afterwards is looked at (while [`Refused`](super::parts::accepting::Refused) remembers it).
     fn refuse(&mut self, slot: SlotKey, route: &[u8], reason: RejectReason, detail: &str) {
         if self.accepting.refused.insert(slot, route) {
             let _ = self
@@ -407,7 +407,7 @@ impl IoThread {
             welcome_lane: w.lane,
             peer: &w.identity,
             verified_key: verified_z85.as_deref(),
-            local: &self.me,
+            local: &self.local.me,
             expect: &expect,
         });
         match verdict {
@@ -423,95 +423,5 @@ impl IoThread {
                 self.fail_link(k, refused.failure, &refused.detail, now);
             }
         }
-    }
-}
-
-/// The bound sockets' side of admission: the gate (ZAP handler, open connections, recent
-/// refusals), the inbound connections admitted so far, and the ones sent a REJECT.
-pub(super) struct Accepting {
-    /// Inbound connections by bound socket and routing id (unique per physical connection).
-    /// The outer key is our own slot key (fast hash); the routing ids are chosen by peers and
-    /// keep the standard keyed hash.
-    pub(super) inbound: IdMap<SlotKey, HashMap<Vec<u8>, LinkKey>>,
-    /// Unadmitted connections of the bound sockets that were sent a REJECT: ignored since.
-    pub(super) refused: Refused,
-    /// The bound sockets' ZAP handler, their open connections and recent refusals.
-    pub(super) gate: Gate,
-}
-
-/// The routing ids of bound-socket connections this node refused with a REJECT, per socket,
-/// oldest forgotten first beyond [`Refused::CAPACITY`]. A refused connection gets no second
-/// REJECT and its records are ignored: a peer that keeps sending garbage on one connection
-/// costs one REJECT, and one that opens connection after connection one per connection
-/// (each costs it a transport handshake), in bounded memory.
-#[derive(Debug, Default)]
-pub(super) struct Refused {
-    by_slot: HashMap<SlotKey, HashSet<Vec<u8>>>,
-    order: VecDeque<(SlotKey, Vec<u8>)>,
-}
-
-impl Refused {
-    /// Routing ids remembered; the oldest goes when another one is refused.
-    pub(super) const CAPACITY: usize = 256;
-
-    /// Whether connection `route` of socket `slot` was refused (and is still remembered).
-    pub(super) fn contains(&self, slot: SlotKey, route: &[u8]) -> bool {
-        self.by_slot
-            .get(&slot)
-            .is_some_and(|ids| ids.contains(route))
-    }
-
-    /// Remembers connection `route` of socket `slot` as refused; false if it already was.
-    pub(super) fn insert(&mut self, slot: SlotKey, route: &[u8]) -> bool {
-        if !self.by_slot.entry(slot).or_default().insert(route.to_vec()) {
-            return false;
-        }
-        self.order.push_back((slot, route.to_vec()));
-        while self.order.len() > Self::CAPACITY {
-            if let Some((s, r)) = self.order.pop_front() {
-                if let Some(ids) = self.by_slot.get_mut(&s) {
-                    ids.remove(&r);
-                }
-            }
-        }
-        true
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Refused;
-    use crate::runtime::io::{Key, SlotKey};
-
-    fn slot(i: usize) -> SlotKey {
-        SlotKey::from_index(i)
-    }
-
-    #[test]
-    fn refused_ids_are_remembered_once_and_bounded() {
-        let mut r = Refused::default();
-        assert!(r.insert(slot(1), b"a"));
-        assert!(
-            !r.insert(slot(1), b"a"),
-            "a second REJECT for the same connection"
-        );
-        assert!(r.contains(slot(1), b"a"));
-        assert!(
-            !r.contains(slot(2), b"a"),
-            "routing ids are per bound socket"
-        );
-        for i in 0..Refused::CAPACITY {
-            assert!(r.insert(slot(2), &i.to_be_bytes()));
-        }
-        assert!(
-            !r.contains(slot(1), b"a"),
-            "the oldest is forgotten beyond the capacity"
-        );
-        assert!(r.contains(slot(2), &0usize.to_be_bytes()));
-        assert_eq!(r.order.len(), Refused::CAPACITY);
-        assert_eq!(
-            r.by_slot.values().map(|s| s.len()).sum::<usize>(),
-            Refused::CAPACITY
-        );
     }
 }

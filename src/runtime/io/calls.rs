@@ -9,17 +9,17 @@
 //! judged against that key; when either lane of the peer leaves ready, every call on it
 //! fails at once (MISSION C2).
 //!
-//! Streams: a caller's stream items go to the call's [`StreamEvent`] channel in order, and
+//! Streams: a caller's stream items go to the call's [`StreamEvent`](crate::runtime::calls::StreamEvent) channel in order, and
 //! always before its end (items are drained before completions). A channel served with
 //! [`CallShape::Stream`](crate::proto::calls::CallShape::Stream) numbers each handler item through the serve table and sends it as
 //! ITEM on the same route as the REPLY; the drain ends such calls with REPLY `Unavailable`.
 
 use std::num::NonZeroU64;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::answers::Outgoing;
-use super::caller::{NewCall, Route, SendPolicy};
-use super::links::{Link, LinkKind};
+use super::parts::answers::Outgoing;
+use super::parts::caller::{NewCall, Route, SendPolicy};
+use super::parts::link::{Link, LinkKind};
 use super::{CallKey, IoThread, LinkKey, Tracked};
 use crate::config::NodeConfig;
 use crate::proto::calls::Unrouted;
@@ -29,9 +29,6 @@ use crate::proto::wire::{Capabilities, Lane};
 use crate::proto::ConnId;
 use crate::runtime::calls::CallOptions;
 use crate::runtime::records;
-
-/// Longest graceful stop: accepted calls still running then are answered `Unavailable`.
-pub const GRACEFUL_STOP_BOUND: Duration = Duration::from_secs(10);
 
 impl IoThread {
     /// The ready connection of `rid`'s RouteMesh lane `lane`.
@@ -84,6 +81,7 @@ impl IoThread {
         for (k, l) in self.links.iter() {
             if let LinkKind::ClientDial { server } = &l.kind {
                 if self
+                    .local
                     .cfg
                     .servers
                     .get(*server)
@@ -104,7 +102,7 @@ impl IoThread {
     /// and at its end, so the REQUEST leaves in this loop turn, or the call fails at once as
     /// never sent). A call that cannot be routed fails at once.
     pub(super) fn start_call(&mut self, call: NewCall, now: Instant) {
-        let route = if self.stopping() {
+        let route = if self.local.stopping() {
             Err(Unrouted::NoReadyPeer)
         } else {
             self.route_call(&call.channel, &call.opts)
@@ -123,12 +121,12 @@ impl IoThread {
     }
 
     /// Sends the REQUESTs the caller queued in this loop turn (MISSION K5), as the messages
-    /// [`Caller::take_requests`](super::caller::Caller::take_requests) makes of them.
+    /// [`Caller::take_requests`](super::parts::caller::Caller::take_requests) makes of them.
     pub(super) fn flush_calls(&mut self, now: Instant) {
         if !self.caller.has_requests() {
             return;
         }
-        let (links, cfg, me) = (&self.links, &self.cfg, self.me.capabilities);
+        let (links, cfg, me) = (&self.links, &self.local.cfg, self.local.me.capabilities);
         let messages = self.caller.take_requests(|k| {
             if !batches_calls(links, cfg, k) {
                 SendPolicy::Alone
@@ -284,7 +282,7 @@ impl IoThread {
     /// The capabilities in effect on link `k`'s ready connection: those both ends announced
     /// in its handshake (none before it is ready).
     pub(super) fn conn_caps(&self, k: LinkKey) -> Capabilities {
-        negotiated(&self.links, self.me.capabilities, k)
+        negotiated(&self.links, self.local.me.capabilities, k)
     }
 }
 

@@ -2,26 +2,14 @@
 //! the receive loop): send queues with records to drain (handed on to [`super::outbound`]),
 //! snapshot and shutdown requests, and the call commands handed on to [`super::calls`].
 
-use std::sync::Arc;
 use std::time::Instant;
 
-use crossbeam_channel::{Receiver, TryRecvError};
-use tokio::sync::oneshot;
+use crossbeam_channel::TryRecvError;
 
-use super::caller::NewCall;
-use super::calls::GRACEFUL_STOP_BOUND;
+use super::parts::caller::NewCall;
+use super::GRACEFUL_STOP_BOUND;
 use super::{Host, IoThread, COMMANDS_PER_TURN};
-use crate::runtime::command::{Command, WakeUp};
-
-/// What the async side hands the I/O thread: its commands, the wake-up it rings after
-/// queueing one, and the reply a stop waits for once the node is down.
-pub(super) struct Handoff {
-    /// The async side's wake-up: taken before each drain of the command queue.
-    pub(super) wake: Arc<WakeUp>,
-    pub(super) commands: Receiver<Command>,
-    /// Sent once the node stopped, to the caller of the stop.
-    pub(super) shutdown_reply: Option<oneshot::Sender<()>>,
-}
+use crate::runtime::command::Command;
 
 impl IoThread {
     /// Returns false when the node must stop.
@@ -60,10 +48,10 @@ impl IoThread {
                 }
                 Command::Shutdown(reply) => {
                     self.handoff.shutdown_reply = Some(reply);
-                    if self.host == Host::Running {
+                    if self.local.host == Host::Running {
                         // Graceful stop: refuse new calls, answer the accepted ones, then
                         // leave (MISSION C4, F6); the loop ends when the drain is done.
-                        self.host = Host::Draining;
+                        self.local.host = Host::Draining;
                         self.callee.begin_drain(GRACEFUL_STOP_BOUND, now);
                         self.drain_calls(now);
                     }

@@ -24,18 +24,17 @@
 //!   connection stays, ready for as long as liveness keeps it (a lease is not a liveness
 //!   signal, F5), until its deadline, a transport error or the peer's CLOSE ends it; it is
 //!   then not redialled. A withdrawn link that holds nothing any more leaves the snapshot
-//!   ([`Link::is_removed`](super::links::Link::is_removed)); the same RID's descriptor coming
+//!   ([`Link::is_removed`](super::parts::link::Link::is_removed)); the same RID's descriptor coming
 //!   back takes it up again. A manual intent is never withdrawn.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::fanout::Sub;
-use super::links::{note, LinkKind};
-use super::slots::SlotRole;
+use super::parts::fanout::Sub;
+use super::parts::link::{note, LinkKind};
+use super::parts::sockets::SlotRole;
 use super::{IoThread, LinkKey, SubKey};
 use crate::config::{EndpointKind, PeerConfig, ServerConfig};
 use crate::proto::discovery::{Descriptor, Intent, MeshEndpoints};
@@ -46,28 +45,12 @@ use crate::runtime::event::DiscoveryEvent;
 use crate::runtime::event::{NodeEvent, Source};
 use crate::runtime::records::Lane;
 
-/// What discovery added to the I/O thread's links, and the fences of the descriptors.
-#[derive(Debug, Default)]
-pub(super) struct Discovered {
-    /// The current descriptor fence of each RID (MISSION F3).
-    fences: HashMap<String, Expectation>,
-    /// The RID whose descriptor publishes a ClientServer endpoint (fences manual servers
-    /// configured without a RID).
-    endpoint_owner: HashMap<String, String>,
-    /// Peers discovery appended to the peer list: RID -> index.
-    peers: HashMap<String, usize>,
-    /// Servers discovery appended to the server list: (RID, channel) -> index.
-    servers: HashMap<(String, String), usize>,
-    /// Subscriptions discovery opened: (RID, endpoint) -> index, and the generation each was
-    /// opened for.
-    subs: HashMap<(String, String), (SubKey, u64)>,
-}
-
 impl IoThread {
     /// The descriptor this node publishes: its identity and the endpoints it bound, each as
     /// `[discovery.advertise]` says other nodes dial it.
     pub(crate) fn descriptor(&self) -> Descriptor {
         let advertise = self
+            .local
             .cfg
             .discovery
             .as_ref()
@@ -96,7 +79,7 @@ impl IoThread {
             _ => None,
         };
         Descriptor::of(
-            &self.me,
+            &self.local.me,
             route_mesh,
             bound(SlotRole::Bound(Lane::ClientServer)),
             self.fanout
@@ -121,7 +104,7 @@ impl IoThread {
 
     /// The RID behind configured server `server`: configured, or the owner of its endpoint.
     fn server_rid(&self, server: usize) -> Option<&str> {
-        let s = self.cfg.servers.get(server)?;
+        let s = self.local.cfg.servers.get(server)?;
         s.rid.as_deref().or_else(|| {
             self.discovered
                 .endpoint_owner
@@ -142,7 +125,7 @@ impl IoThread {
             tracing::info!(event = %e, "discovery");
             self.app.push(NodeEvent::Discovery(e));
         }
-        if self.stopping() {
+        if self.local.stopping() {
             return;
         }
         for intent in intents {
@@ -209,8 +192,8 @@ impl IoThread {
     ) {
         let generation = fence.generation.unwrap_or(0);
         self.discovered.fences.insert(rid.clone(), fence);
-        let Some(i) = self.cfg.peers.iter().position(|p| p.rid == rid) else {
-            self.cfg.peers.push(PeerConfig {
+        let Some(i) = self.local.cfg.peers.iter().position(|p| p.rid == rid) else {
+            self.local.cfg.peers.push(PeerConfig {
                 rid: rid.clone(),
                 application: endpoints.application,
                 completion: endpoints.completion,
@@ -218,7 +201,7 @@ impl IoThread {
                 security_identity: None,
                 batch_calls: true,
             });
-            let i = self.cfg.peers.len() - 1;
+            let i = self.local.cfg.peers.len() - 1;
             self.discovered.peers.insert(rid.clone(), i);
             for lane in [Lane::Application, Lane::Completion] {
                 self.add_link(LinkKind::MeshDial { peer: i, lane }, now);
@@ -229,7 +212,7 @@ impl IoThread {
         };
         if self.discovered.peers.get(&rid) == Some(&i) {
             // Discovery's own entry follows the descriptor; a manual one keeps its endpoints.
-            let p = &mut self.cfg.peers[i];
+            let p = &mut self.local.cfg.peers[i];
             p.application = endpoints.application;
             p.completion = endpoints.completion;
         }
@@ -257,7 +240,7 @@ impl IoThread {
         let key = (rid.clone(), channel.clone());
         // A manual entry for this server (by RID, or by endpoint without one) is fenced
         // instead of dialled twice.
-        let manual = self.cfg.servers.iter().enumerate().any(|(i, s)| {
+        let manual = self.local.cfg.servers.iter().enumerate().any(|(i, s)| {
             !self.discovered.servers.values().any(|d| *d == i)
                 && s.channel == channel
                 && (s.rid.as_deref() == Some(rid.as_str())
@@ -265,7 +248,7 @@ impl IoThread {
         });
         match self.discovered.servers.get(&key).copied() {
             Some(i) => {
-                if let Some(s) = self.cfg.servers.get_mut(i) {
+                if let Some(s) = self.local.cfg.servers.get_mut(i) {
                     s.endpoint = endpoint;
                 }
                 let kind = LinkKind::ClientDial { server: i };
@@ -274,13 +257,13 @@ impl IoThread {
                 }
             }
             None if !manual => {
-                self.cfg.servers.push(ServerConfig {
+                self.local.cfg.servers.push(ServerConfig {
                     channel,
                     endpoint,
                     rid: Some(rid.clone()),
                     batch_calls: true,
                 });
-                let i = self.cfg.servers.len() - 1;
+                let i = self.local.cfg.servers.len() - 1;
                 self.discovered.servers.insert(key, i);
                 self.add_link(LinkKind::ClientDial { server: i }, now);
             }
@@ -299,9 +282,12 @@ impl IoThread {
         };
         for k in self.links.keys() {
             let ours = match &self.links[k].kind {
-                LinkKind::MeshDial { peer, .. } => {
-                    self.cfg.peers.get(*peer).is_some_and(|p| p.rid == rid)
-                }
+                LinkKind::MeshDial { peer, .. } => self
+                    .local
+                    .cfg
+                    .peers
+                    .get(*peer)
+                    .is_some_and(|p| p.rid == rid),
                 LinkKind::ClientDial { server } => self.server_rid(*server) == Some(rid),
                 LinkKind::Inbound { rid: r, .. } => r == rid,
             };
@@ -399,7 +385,7 @@ impl IoThread {
         // CURVE: the publisher must hold the key its descriptor names (opened only while that
         // key is on this node's allow-list: the store is not trusted with keys); a configured
         // key for that endpoint wins.
-        let pinned = self.cfg.security.endpoint_key(&endpoint);
+        let pinned = self.local.cfg.security.endpoint_key(&endpoint);
         let public_key = pinned.or_else(|| security_identity.parse().ok());
         let from_descriptor = pinned.is_none();
         let key = (rid, endpoint.clone());

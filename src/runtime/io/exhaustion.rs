@@ -8,40 +8,16 @@
 //! [`EPISODE_LOG_MIN`]. At start, [`IoThread::check_fd_limit`] warns when the limit is below
 //! what the configuration needs.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::links::{backoff, note};
+use super::parts::exhaustion::{record_exhausted, EPISODE_LOG_MIN};
 use super::{IoThread, LinkKey, SubKey};
-use crate::proto::state::{ConnState, FailureReason, LinkState, Recovery};
+use crate::proto::state::{ConnState, FailureReason};
 use crate::runtime::fds::{self, Exhausted, Gauge};
 use crate::runtime::link::LinkId;
 use crate::runtime::socket::{
     FDS_PER_CONTEXT, FDS_PER_DIALLED, FDS_PER_MONITORED, SOCKETS_PER_CONTEXT,
 };
-
-/// Shortest time between two episode warnings: a node that runs out again and again logs
-/// once per this, with the count of what it left out.
-pub const EPISODE_LOG_MIN: Duration = Duration::from_secs(10);
-
-/// Running out of descriptors: the figures and the episode (see the module doc).
-#[derive(Debug, Default)]
-pub(super) struct Exhaustion {
-    /// Descriptors open and the limit, read at most once per [`Gauge::TTL`].
-    gauge: Gauge,
-    /// Descriptors open at start, after the binds: left out of the figure per connection.
-    base: u64,
-    /// The cause of the last failure and when it was worked out, reused for
-    /// [`Gauge::TTL`]: a node that runs out fails many dials in a short time.
-    last: Option<(Instant, Exhausted)>,
-    /// An episode is running: no socket opened since the last failure.
-    active: bool,
-    /// Failures in the running episode.
-    failures: u64,
-    /// When the last episode warning was logged.
-    logged_at: Option<Instant>,
-    /// Failures not logged since that warning (episodes inside [`EPISODE_LOG_MIN`]).
-    unlogged: u64,
-}
 
 impl IoThread {
     /// Connections the node has open (sockets with a peer): dialled and inbound
@@ -62,20 +38,20 @@ impl IoThread {
         if e != zmq::Error::EMFILE {
             return None;
         }
-        if let Some((at, cause)) = &self.exhaustion.last {
+        if let Some((at, cause)) = &self.sockets.exhaustion.last {
             if now.saturating_duration_since(*at) < Gauge::TTL {
                 return Some(cause.clone());
             }
         }
-        let cause = fds::classify(e, self.open_connections(), self.exhaustion.base)?;
-        self.exhaustion.last = Some((now, cause.clone()));
+        let cause = fds::classify(e, self.open_connections(), self.sockets.exhaustion.base)?;
+        self.sockets.exhaustion.last = Some((now, cause.clone()));
         Some(cause)
     }
 
     /// Counts a failure of `what` for `cause` in the episode and logs the episode's warning
     /// if it is the first failure and none was logged for [`EPISODE_LOG_MIN`].
     fn note_exhausted(&mut self, what: &str, cause: &Exhausted, now: Instant) {
-        let x = &mut self.exhaustion;
+        let x = &mut self.sockets.exhaustion;
         let first = !x.active;
         x.active = true;
         x.failures += 1;
@@ -99,7 +75,7 @@ impl IoThread {
 
     /// A socket opened: a running episode ends (logged at info level).
     pub(super) fn socket_opened(&mut self, now: Instant) {
-        let x = &mut self.exhaustion;
+        let x = &mut self.sockets.exhaustion;
         if !x.active {
             return;
         }
@@ -176,13 +152,13 @@ impl IoThread {
     /// subscribes to, and the libzmq contexts for them), before any inbound connection. The node starts all the same: the links that cannot open a socket fail
     /// with `resource_exhausted` and retry.
     pub(super) fn check_fd_limit(&mut self) {
-        let lanes = 2 * self.cfg.peers.len() as u64;
-        let monitored = (self.cfg.servers.len() + self.cfg.subscriptions.len()) as u64;
+        let lanes = 2 * self.local.cfg.peers.len() as u64;
+        let monitored = (self.local.cfg.servers.len() + self.local.cfg.subscriptions.len()) as u64;
         let dialled = lanes + monitored;
         let (Some(open), Some(limit)) = (fds::open_count(), fds::limit()) else {
             return;
         };
-        self.exhaustion.base = open;
+        self.sockets.exhaustion.base = open;
         let contexts = dialled.div_ceil((SOCKETS_PER_CONTEXT / 3) as u64);
         let need = open
             + lanes * FDS_PER_DIALLED
@@ -206,27 +182,4 @@ impl IoThread {
             tracing::debug!(limit, need, open, dialled, "file descriptor limit checked");
         }
     }
-}
-
-/// Records a `resource_exhausted` failure on a link's or a subscription's state (every time:
-/// the snapshot shows the latest figures and the count) and counts it for the backoff.
-/// Returns when to try again and whether this is the episode's first failure.
-fn record_exhausted(
-    state: &mut LinkState,
-    failures_in_row: &mut u32,
-    detail: &str,
-    now: Instant,
-) -> (Instant, bool) {
-    *failures_in_row = failures_in_row.saturating_add(1);
-    let first = !(state.state() == ConnState::Reconnecting
-        && state
-            .last_failure()
-            .is_some_and(|f| f.reason == FailureReason::ResourceExhausted));
-    note(state.handle_failure(
-        FailureReason::ResourceExhausted,
-        detail,
-        Recovery::Reconnect,
-        now,
-    ));
-    (now + backoff(*failures_in_row), first)
 }

@@ -18,177 +18,28 @@
 //! connections whose transport handshake failed (bytes that are not ZMTP, another security
 //! mechanism, a silent connection at libzmq's handshake deadline).
 
-use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
-
-use super::keys::Tracked;
-use super::links::{backoff, note};
-use super::ready::Watch;
-use super::slots::{close_stopping_monitor, Slot, SlotRole};
-use super::{Host, IoThread, SlotKey, SubKey, BACKOFF_MAX};
-use crate::proto::liveness::{self, Delivery as FanoutDelivery, FanoutInput};
-use crate::proto::security::{InputRefusal, PublicKey};
-use crate::proto::state::{ConnState, FailureReason, LinkState, Recovery};
-use crate::proto::ConnId;
+use super::parts::link::{backoff, note};
+use super::parts::ready::Watch;
+use super::parts::sockets::{close_stopping_monitor, Slot, SlotRole};
+use super::{Host, IoThread, SubKey, BACKOFF_MAX};
+use crate::proto::liveness::{Delivery as FanoutDelivery, FanoutInput};
+use crate::proto::security::InputRefusal;
+use crate::proto::state::{ConnState, FailureReason, Recovery};
 use crate::runtime::error::NodeError;
-use crate::runtime::event::{Delivery, NodeEvent, Source};
+use crate::runtime::event::{Delivery, NodeEvent};
 use crate::runtime::link::LinkId;
-use crate::runtime::outbound::PubSocket;
 use crate::runtime::records::{self, Fanout};
 use crate::runtime::socket::{
-    guarded, set_curve_client, set_curve_server, Frame, FrameSocket, MonitorEvent, MonitorSocket,
+    guarded, set_curve_client, set_curve_server, Frame, MonitorEvent, MonitorSocket,
     CLOSE_LINGER_MS,
 };
-
-pub(super) struct Sub {
-    pub(super) endpoint: String,
-    /// The source of this publisher's deliveries, built once (a reference count per record).
-    pub(super) source: Source,
-    /// The topic of the last record delivered: the next record's topic, when it is the same,
-    /// is a clone of it instead of a fresh copy.
-    pub(super) last_topic: Bytes,
-    pub(super) slot: Option<SlotKey>,
-    pub(super) conn_id: Option<ConnId>,
-    /// This publisher's watch in the node's liveness table.
-    pub(super) live: liveness::LinkKey,
-    pub(super) state: LinkState,
-    pub(super) records: u64,
-    /// The current socket completed a ZMTP handshake with the publisher.
-    pub(super) connected: bool,
-    /// Open a new socket not before this instant.
-    pub(super) retry_at: Instant,
-    pub(super) failures_in_row: u32,
-    /// Automatic mode: the publisher's descriptor is gone, so no new socket is opened (a
-    /// ready one stays until it fails; see `io::discovery`).
-    pub(super) retired: bool,
-    /// CURVE: the key the publisher must hold (`[security.endpoint_keys]`, or its
-    /// descriptor's security identity); a publisher with another key is never read.
-    pub(super) key: Option<PublicKey>,
-    /// `key` is the publisher descriptor's: used only while it is on the allow-list.
-    pub(super) key_from_descriptor: bool,
-}
-
-/// The fanout topology's state: the publishers this node reads and its own publisher.
-#[derive(Default)]
-pub(super) struct FanoutState {
-    /// One subscription per publisher endpoint, each with its own SUB socket (MISSION L5).
-    pub(super) subs: Tracked<SubKey, Sub>,
-    /// This node's publisher, if it has a publisher endpoint.
-    pub(super) publisher: Option<Publisher>,
-}
-
-impl Sub {
-    /// When this subscription opens a new socket: only while it has none and is not retired.
-    pub(super) fn next_deadline(&self) -> Option<Instant> {
-        (self.slot.is_none() && !self.retired).then_some(self.retry_at)
-    }
-}
-
-pub(super) struct Publisher {
-    /// The publisher (XPUB) socket, shared with the async side, which publishes on it
-    /// directly.
-    pub(super) socket: Arc<PubSocket>,
-    /// The endpoint it is bound to (what libzmq bound, for a wildcard).
-    pub(super) endpoint: String,
-    /// The beacon schedule in the node's liveness table.
-    pub(super) live: liveness::LinkKey,
-    /// Subscription messages may be waiting: read them before sleeping.
-    subscriptions: bool,
-    /// The socket's monitor (failed transport handshakes); stopped before the socket closes.
-    pub(super) monitor: Option<MonitorSocket>,
-    /// Monitor events may be waiting.
-    monitor_events: bool,
-}
-
-/// Subscription messages read from the publisher's socket per loop turn; more wait for the
-/// next turn (a flood of subscriptions cannot starve the loop, and costs one beacon a turn).
-const SUBSCRIPTIONS_PER_TURN: usize = 256;
-
-impl Publisher {
-    /// The publisher on `socket`, bound to `endpoint`, with its beacon schedule `live`.
-    pub(super) fn new(
-        socket: Arc<PubSocket>,
-        endpoint: String,
-        live: liveness::LinkKey,
-        monitor: MonitorSocket,
-    ) -> Publisher {
-        Publisher {
-            socket,
-            endpoint,
-            live,
-            subscriptions: false,
-            monitor: Some(monitor),
-            monitor_events: false,
-        }
-    }
-
-    /// Sends the two beacon frames (MISSION L4), on the 5 s grid. The subscriptions are read
-    /// in the same turn, so one whose descriptor signal a publish consumed waits no longer
-    /// than this.
-    pub(super) fn send_beacon(&mut self) {
-        self.socket.beacon();
-        self.subscriptions = true;
-    }
-
-    /// The socket's descriptor fired: subscriptions may be waiting.
-    pub(super) fn subscriptions_waiting(&mut self) {
-        self.subscriptions = true;
-    }
-
-    /// True if subscription messages may be waiting.
-    pub(super) fn has_subscriptions(&self) -> bool {
-        self.subscriptions
-    }
-
-    /// The monitor's descriptor fired: look at its events.
-    pub(super) fn monitor_waiting(&mut self) {
-        self.monitor_events = self.monitor.as_deref().is_some_and(super::ready::has_input);
-    }
-
-    /// True if monitor events may be waiting.
-    pub(super) fn has_monitor_events(&self) -> bool {
-        self.monitor_events
-    }
-
-    /// The monitor's events waiting now, with their values.
-    fn take_monitor_events(&mut self) -> Vec<(MonitorEvent, u32)> {
-        self.monitor_events = false;
-        let mut events = Vec::new();
-        if let Some(m) = &self.monitor {
-            while let Ok(Some(frames)) = m.try_recv_frames() {
-                if let Some(ev) = MonitorEvent::decode_with_value(&frames) {
-                    events.push(ev);
-                }
-            }
-        }
-        events
-    }
-
-    /// Reads the subscription messages waiting on the socket (at most
-    /// [`SUBSCRIPTIONS_PER_TURN`] a turn) and, if one of them subscribes to the beacons,
-    /// sends one beacon at once: a subscriber that joins is ready in milliseconds instead of
-    /// at the next tick of the 5 s grid (WIRE.md §7.1). The schedule is not touched, and
-    /// nothing read here is a record.
-    /// Returns how many messages read were not subscriptions.
-    fn read_subscriptions(&mut self) -> usize {
-        if !self.subscriptions {
-            return 0;
-        }
-        let read = self.socket.subscriptions(SUBSCRIPTIONS_PER_TURN);
-        self.subscriptions = read.more;
-        if read.joined {
-            metrics::counter!("zmesh_fanout_join_beacons_total").increment(1);
-        }
-        read.not_subscriptions
-    }
-}
 
 impl IoThread {
     /// Binds the node's publisher socket (an XPUB); returns it and the endpoint it is bound
     /// to (what libzmq bound, for a wildcard). The async side publishes on it without the I/O
-    /// thread (see [`PubSocket`]); the I/O thread watches its descriptor for subscriptions
+    /// thread (see [`PubSocket`](crate::runtime::outbound::PubSocket)); the I/O thread watches its descriptor for subscriptions
     /// (beacon on join) and sends the beacons.
     pub(super) fn bind_publisher(
         &mut self,
@@ -197,9 +48,13 @@ impl IoThread {
         let bind_err = |source| NodeError::bind(ep, source);
         // Under CURVE the publisher is a CURVE server in the ZAP handler's context, with a
         // domain of its own: a subscriber must be on the allow-list (gate).
-        let domain = self.curve.is_some().then_some(super::PUBLISHER_DOMAIN);
+        let domain = self
+            .local
+            .curve
+            .is_some()
+            .then_some(super::PUBLISHER_DOMAIN);
         let m = self.sockets.contexts.publisher(domain).map_err(bind_err)?;
-        if let Some(pair) = &self.curve {
+        if let Some(pair) = &self.local.curve {
             set_curve_server(&m.socket, pair).map_err(bind_err)?;
             self.accepting
                 .gate
@@ -263,7 +118,7 @@ impl IoThread {
         let key = self.fanout.subs[i]
             .key
             .filter(|k| !self.fanout.subs[i].key_from_descriptor || self.accepting.gate.allows(k));
-        let curve = match (&self.curve, key) {
+        let curve = match (&self.local.curve, key) {
             (None, _) => None,
             (Some(pair), Some(key)) => Some((pair.clone(), key)),
             (Some(_), None) => {
@@ -300,7 +155,7 @@ impl IoThread {
                         return;
                     }
                 };
-                let id = self.fresh_conn_id();
+                let id = self.local.fresh_conn_id();
                 // A new socket starts a new watch: silence is counted from now (L5).
                 let _ = self
                     .liveness
@@ -399,7 +254,7 @@ impl IoThread {
         s.conn_id = None;
         s.failures_in_row = s.failures_in_row.saturating_add(1);
         s.retry_at = now + backoff(s.failures_in_row);
-        let recovery = if self.host == Host::Running && !s.retired {
+        let recovery = if self.local.host == Host::Running && !s.retired {
             Recovery::Reconnect
         } else {
             Recovery::Hold

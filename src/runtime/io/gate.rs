@@ -27,14 +27,16 @@
 //!   endpoint (`io::fanout`: a message that is not a subscription, a failed transport
 //!   handshake), is counted in
 //!   `zmesh_input_refused_total{reason}` (the reason is the only label, MISSION O2) and kept in
-//!   the snapshot's `recent_refusals` (the last [`RECENT_REFUSALS`], with the endpoint).
+//!   the snapshot's `recent_refusals` (the last
+//!   [`RECENT_REFUSALS`](super::parts::gate::RECENT_REFUSALS), with the endpoint).
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
-use super::links::LinkKind;
-use super::ready::Watch;
-use super::slots::{Slot, SlotRole};
+use super::parts::gate::Refusal;
+use super::parts::link::LinkKind;
+use super::parts::ready::Watch;
+use super::parts::sockets::{Slot, SlotRole};
 use super::{Gated, IoThread, LinkKey, SlotKey};
 use crate::proto::security::{
     HandshakeFailure, InputRefusal, PublicKey, ZapReply, ZapRequest, ZapStatus,
@@ -45,82 +47,8 @@ use crate::runtime::security::SecurityEvent;
 use crate::runtime::snapshot::RefusalSnapshot;
 use crate::runtime::socket::{FrameSocket, MonitorEvent};
 
-/// Refusals a snapshot lists, newest last.
-pub const RECENT_REFUSALS: usize = 64;
 /// ZAP requests answered per loop turn, so a connection storm cannot starve the loop.
 const ZAP_PER_TURN: usize = 256;
-
-/// One refusal of an unadmitted connection.
-struct Refusal {
-    at: Instant,
-    endpoint: String,
-    reason: InputRefusal,
-    detail: String,
-}
-
-/// The gate's state.
-pub(super) struct Gate {
-    /// The ZAP handler (none when the node binds no ROUTER).
-    zap: Option<zmq::Socket>,
-    /// Its descriptor fired or it was touched: read it.
-    pub(super) zap_ready: bool,
-    /// The bound sockets by ZAP domain.
-    domains: HashMap<String, Gated>,
-    /// Connections open on each bound socket, by descriptor (monitor events).
-    open: HashMap<SlotKey, HashSet<u32>>,
-    recent: VecDeque<Refusal>,
-    /// CURVE: the public keys of the clients the bound endpoints admit.
-    allow: BTreeSet<PublicKey>,
-    /// Times the allow-list was loaded again since start.
-    pub(super) allow_reloads: u64,
-    /// Why the last attempt to load it again failed, if it did (the list in force stays).
-    pub(super) allow_error: Option<String>,
-}
-
-impl Gate {
-    /// A gate with no handler yet, admitting the CURVE clients of `allow`.
-    pub(super) fn new(allow: BTreeSet<PublicKey>) -> Gate {
-        metrics::gauge!("zmesh_allow_list_keys").set(allow.len() as f64);
-        Gate {
-            zap: None,
-            zap_ready: false,
-            domains: HashMap::new(),
-            open: HashMap::new(),
-            recent: VecDeque::new(),
-            allow,
-            allow_reloads: 0,
-            allow_error: None,
-        }
-    }
-
-    /// Keys on the allow-list.
-    pub(super) fn allowed_keys(&self) -> usize {
-        self.allow.len()
-    }
-
-    /// Whether `key` is on the allow-list.
-    pub(super) fn allows(&self, key: &PublicKey) -> bool {
-        self.allow.contains(key)
-    }
-
-    /// Installs the ZAP handler.
-    pub(super) fn set_handler(&mut self, zap: zmq::Socket) {
-        self.zap = Some(zap);
-    }
-
-    /// The ZAP handler's socket, to watch.
-    pub(super) fn handler(&self) -> Option<&zmq::Socket> {
-        self.zap.as_ref()
-    }
-
-    /// Bound socket `slot` answers to ZAP domain `domain`.
-    pub(super) fn add_domain(&mut self, domain: &str, gated: Gated) {
-        self.domains.insert(domain.to_owned(), gated);
-        if let Gated::Bound(slot) = gated {
-            self.open.entry(slot).or_default();
-        }
-    }
-}
 
 impl IoThread {
     /// A bound socket's monitor event: the connections open on it, and refused handshakes.
@@ -133,17 +61,10 @@ impl IoThread {
     ) {
         match event {
             MonitorEvent::Accepted => {
-                self.accepting
-                    .gate
-                    .open
-                    .entry(slot)
-                    .or_default()
-                    .insert(value);
+                self.accepting.gate.opened(slot, value);
             }
             MonitorEvent::Disconnected => {
-                if let Some(open) = self.accepting.gate.open.get_mut(&slot) {
-                    open.remove(&value);
-                }
+                self.accepting.gate.closed(slot, value);
             }
             MonitorEvent::HandshakeFailed => {
                 let (reason, detail) = self.handshake_refusal(value);
@@ -157,7 +78,7 @@ impl IoThread {
     /// The refusal a failed transport handshake (a monitor event's `value`) counts as on any
     /// bound socket, the publisher's included.
     pub(super) fn handshake_refusal(&self, value: u32) -> (InputRefusal, String) {
-        match (self.curve.is_some(), HandshakeFailure::of(value)) {
+        match (self.local.curve.is_some(), HandshakeFailure::of(value)) {
             (true, HandshakeFailure::MechanismMismatch) => (
                 InputRefusal::SecurityFailure,
                 "a client without CURVE on a CURVE endpoint (mechanism mismatch)".into(),
@@ -191,7 +112,7 @@ impl IoThread {
 
     /// Connections open on bound socket `slot` that are not admitted there.
     pub(super) fn unadmitted(&self, slot: SlotKey) -> usize {
-        let open = self.accepting.gate.open.get(&slot).map_or(0, HashSet::len);
+        let open = self.accepting.gate.open_on(slot);
         let admitted = self.accepting.inbound.get(&slot).map_or(0, HashMap::len);
         open.saturating_sub(admitted)
     }
@@ -230,10 +151,7 @@ impl IoThread {
                 .unwrap_or_default(),
         };
         tracing::debug!(endpoint, reason = reason.as_str(), detail, "refused");
-        if self.accepting.gate.recent.len() == RECENT_REFUSALS {
-            self.accepting.gate.recent.pop_front();
-        }
-        self.accepting.gate.recent.push_back(Refusal {
+        self.accepting.gate.remember(Refusal {
             at: now,
             endpoint,
             reason,
@@ -245,8 +163,7 @@ impl IoThread {
     pub(super) fn recent_refusals(&self, now: Instant) -> Vec<RefusalSnapshot> {
         self.accepting
             .gate
-            .recent
-            .iter()
+            .refusals()
             .map(|r| RefusalSnapshot {
                 endpoint: r.endpoint.clone(),
                 reason: r.reason,
@@ -262,8 +179,7 @@ impl IoThread {
             let frames = match self
                 .accepting
                 .gate
-                .zap
-                .as_ref()
+                .handler()
                 .map(FrameSocket::try_recv_frames)
             {
                 Some(Ok(Some(frames))) => frames,
@@ -288,7 +204,7 @@ impl IoThread {
             let mut out: Vec<Vec<u8>> = vec![route.as_ref().to_vec()];
             out.extend(reply.encode());
             let refs: Vec<&[u8]> = out.iter().map(Vec::as_slice).collect();
-            if let Some(zap) = &self.accepting.gate.zap {
+            if let Some(zap) = self.accepting.gate.handler() {
                 if let Err(e) = zap.send_frames(&refs) {
                     tracing::warn!(error = %e, "ZAP reply not sent");
                 }
@@ -307,7 +223,7 @@ impl IoThread {
             text,
             user_id,
         };
-        let Some(&gated) = self.accepting.gate.domains.get(&request.domain) else {
+        let Some(gated) = self.accepting.gate.gated(&request.domain) else {
             return verdict(
                 ZapStatus::AuthFailure,
                 "unknown ZAP domain".into(),
@@ -315,9 +231,9 @@ impl IoThread {
             );
         };
         let mut user_id = String::new();
-        if self.curve.is_some() {
+        if self.local.curve.is_some() {
             let refused = match request.curve_key() {
-                Some(key) if self.accepting.gate.allow.contains(&key) => {
+                Some(key) if self.accepting.gate.allows(&key) => {
                     user_id = key.to_z85();
                     None
                 }
@@ -349,12 +265,12 @@ impl IoThread {
         // so the count includes this connection.
         self.drain_monitor(slot, now);
         let unadmitted = self.unadmitted(slot);
-        if unadmitted > self.cfg.max_unadmitted {
+        if unadmitted > self.local.cfg.max_unadmitted {
             let detail = format!(
                 "{} connections not admitted on this endpoint (max_unadmitted {}); refused in \
                  the transport handshake",
                 unadmitted - 1,
-                self.cfg.max_unadmitted
+                self.local.cfg.max_unadmitted
             );
             self.record_refusal(slot, InputRefusal::UnadmittedCap, detail.clone(), now);
             return verdict(ZapStatus::Refused, detail, String::new());
@@ -389,10 +305,7 @@ impl IoThread {
                 return Err(detail);
             }
         };
-        self.accepting.gate.allow = keys;
-        self.accepting.gate.allow_reloads += 1;
-        self.accepting.gate.allow_error = None;
-        let n = self.accepting.gate.allow.len();
+        let n = self.accepting.gate.reload(keys);
         metrics::gauge!("zmesh_allow_list_keys").set(n as f64);
         tracing::info!(trigger, keys = n, "allow-list loaded");
         self.app
@@ -424,8 +337,8 @@ impl IoThread {
                 };
                 let pinned = self
                     .link_endpoint(k)
-                    .is_some_and(|ep| self.cfg.security.endpoint_key(&ep).is_some());
-                !self.accepting.gate.allow.contains(&key)
+                    .is_some_and(|ep| self.local.cfg.security.endpoint_key(&ep).is_some());
+                !self.accepting.gate.allows(&key)
                     && (matches!(l.kind, LinkKind::Inbound { .. }) || !pinned)
             })
             .collect();

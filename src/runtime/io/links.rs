@@ -4,134 +4,22 @@
 //! before a replacement is dialled (F3), reconnect backoff, and the monitor events and
 //! bound-socket sweeps that detect a vanished connection.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::ready::Watch;
+use super::parts::link::{backoff, note, routing_id, Conn, Link, LinkKind};
+use super::parts::ready::Watch;
 
-use super::slots::{Slot, SlotRole, Unit};
+use super::parts::sockets::{Slot, SlotRole, Unit};
 use super::{
     Host, IoThread, LinkKey, SlotKey, BACKOFF_MAX, BACKOFF_MIN, BOUND_ID_APPLICATION,
-    BOUND_ID_COMPLETION, CLOSE_CONFIRM_MAX, DRAIN_BEFORE_DISCONNECT, HANDSHAKE_TIMEOUT,
+    BOUND_ID_COMPLETION, DRAIN_BEFORE_DISCONNECT,
 };
-use crate::proto::handshake::Identity;
-use crate::proto::liveness::{self};
 use crate::proto::security::{HandshakeFailure, PublicKey};
 use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
-use crate::proto::ConnId;
-use crate::runtime::event::Source;
 use crate::runtime::link::{LinkId, MeshLane};
-use crate::runtime::outbound::{Closed, SendQueue};
+use crate::runtime::outbound::Closed;
 use crate::runtime::records::{self, Lane};
 use crate::runtime::socket::{set_curve_client, FrameSocket, MonitorEvent, MonitorSocket};
-
-/// Where a link's records go.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum LinkKind {
-    /// A RouteMesh lane this node dials (index into config.peers).
-    MeshDial { peer: usize, lane: Lane },
-    /// A ClientServer server this node dials (index into config.servers).
-    ClientDial { server: usize },
-    /// A connection accepted on a bound socket, keyed by peer RID and lane.
-    Inbound { rid: String, lane: Lane },
-}
-
-/// One physical connection of a link.
-pub(super) struct Conn {
-    pub(super) id: ConnId,
-    pub(super) slot: SlotKey,
-    /// The routing id to prefix when sending (the peer's id on a bound socket, the bound
-    /// socket's constant id on a dialled ROUTER, none on a DEALER).
-    pub(super) route: Option<Vec<u8>>,
-    /// Dialled connections: when the socket was created (handshake timeout).
-    pub(super) opened_at: Instant,
-    pub(super) hello_sent: bool,
-    pub(super) ready: bool,
-    pub(super) peer: Option<Identity>,
-    /// Who this connection's application records come from (once ready): built once, so a
-    /// delivery costs a reference count, not a copy of the peer's RID.
-    pub(super) source: Option<Source>,
-    /// This connection's probe tracker in the node's liveness table (once ready).
-    pub(super) live: Option<liveness::LinkKey>,
-    /// The last probe id the peer sent on this connection (re-ACKed by disconnect sweeps).
-    pub(super) last_peer_probe: Option<u64>,
-    /// The queue of one-way records for this connection, once ready (see [`super::outbound`]).
-    pub(super) outq: Option<Arc<SendQueue>>,
-    /// PROBEs and ACKs a full pipe refused, sent before anything else once it has room.
-    pub(super) held: Vec<Vec<Vec<u8>>>,
-    /// The peer's CURVE public key, verified by the transport; `None` without
-    /// CURVE, where the peer's security identity is only what its handshake claimed.
-    pub(super) verified_key: Option<PublicKey>,
-    /// Connection notices a dialled ROUTER received in band (`ROUTER_NOTIFY`): the
-    /// first says the connection attached, any later one that it is gone.
-    pub(super) notices: u8,
-}
-
-pub(super) struct Link {
-    pub(super) kind: LinkKind,
-    pub(super) state: LinkState,
-    pub(super) conn: Option<Conn>,
-    /// Reconnect not before this instant (dialled links).
-    pub(super) retry_at: Option<Instant>,
-    /// A closed socket whose close is not yet confirmed; no new dial until it is.
-    pub(super) closing: Option<(MonitorSocket, Instant)>,
-    pub(super) failures_in_row: u32,
-    /// NotRequired is terminal for this configuration generation (MISSION T4).
-    pub(super) terminal: bool,
-    /// This dialled lane is served by the peer's inbound connection (duplicate resolution).
-    pub(super) yielded: bool,
-    pub(super) records: u64,
-    pub(super) last_receive: Option<Instant>,
-    /// Automatic mode: the peer's descriptor is gone, so the link is not dialled again (an
-    /// established connection stays until it fails; see `io::discovery`).
-    pub(super) withdrawn: bool,
-}
-
-impl Link {
-    /// Whether this link will be dialled again at `retry_at`: a dialled link without a
-    /// connection, not stood down, whose old socket's close was confirmed. The poll timeout
-    /// takes `retry_at` only for such links: an inbound link is never dialled, and a timer
-    /// nothing acts on would make every poll return at once (the loop would spin).
-    pub(super) fn waits_to_redial(&self) -> bool {
-        self.conn.is_none()
-            && !self.terminal
-            && !self.yielded
-            && !self.withdrawn
-            && self.closing.is_none()
-            && !matches!(self.kind, LinkKind::Inbound { .. })
-    }
-
-    /// The earliest of this link's timers: its handshake timeout while a connection is not
-    /// ready, its redial while it waits to redial, its close confirmation while a close is
-    /// unconfirmed. What the timer pass acts on, and nothing else: a deadline nothing acts on
-    /// would make every poll return at once.
-    pub(super) fn next_deadline(&self) -> Option<Instant> {
-        let handshake = self
-            .conn
-            .as_ref()
-            .filter(|c| !c.ready)
-            .map(|c| c.opened_at + HANDSHAKE_TIMEOUT);
-        let redial = self.retry_at.filter(|_| self.waits_to_redial());
-        let close = self.closing.as_ref().map(|c| c.1 + CLOSE_CONFIRM_MAX);
-        [handshake, redial, close].into_iter().flatten().min()
-    }
-
-    /// A discovered intent whose descriptor is gone and that holds nothing any more: no
-    /// connection, no close to confirm. It is removed: it is never dialled and leaves the
-    /// snapshot. Its entry stays in the link table only so that the same RID's descriptor,
-    /// if it comes back, takes it up again (link keys are never reused for another peer).
-    pub(super) fn is_removed(&self) -> bool {
-        self.withdrawn && self.conn.is_none() && self.closing.is_none()
-    }
-
-    /// The lane this link serves.
-    pub(super) fn lane(&self) -> Option<Lane> {
-        match &self.kind {
-            LinkKind::MeshDial { lane, .. } | LinkKind::Inbound { lane, .. } => Some(*lane),
-            LinkKind::ClientDial { .. } => Some(Lane::ClientServer),
-        }
-    }
-}
 
 impl IoThread {
     pub(super) fn add_link(&mut self, kind: LinkKind, now: Instant) -> LinkKey {
@@ -159,6 +47,7 @@ impl IoThread {
         match &self.links[k].kind {
             LinkKind::MeshDial { peer, lane } => LinkId::Peer {
                 rid: self
+                    .local
                     .cfg
                     .peers
                     .get(*peer)
@@ -167,7 +56,7 @@ impl IoThread {
                 dialled: true,
             },
             LinkKind::ClientDial { server } => {
-                let s = self.cfg.servers.get(*server);
+                let s = self.local.cfg.servers.get(*server);
                 LinkId::Server {
                     channel: s.map_or_else(|| "?".to_owned(), |s| s.channel.clone()),
                     endpoint: s.map_or_else(|| "?".to_owned(), |s| s.endpoint.clone()),
@@ -188,13 +77,18 @@ impl IoThread {
     /// The endpoint dialled link `k` dials (`None` for an inbound link).
     pub(super) fn link_endpoint(&self, k: LinkKey) -> Option<String> {
         match &self.links[k].kind {
-            LinkKind::MeshDial { peer, lane } => self.cfg.peers.get(*peer).map(|p| match lane {
-                Lane::Completion => p.completion.clone(),
-                _ => p.application.clone(),
-            }),
-            LinkKind::ClientDial { server } => {
-                self.cfg.servers.get(*server).map(|s| s.endpoint.clone())
+            LinkKind::MeshDial { peer, lane } => {
+                self.local.cfg.peers.get(*peer).map(|p| match lane {
+                    Lane::Completion => p.completion.clone(),
+                    _ => p.application.clone(),
+                })
             }
+            LinkKind::ClientDial { server } => self
+                .local
+                .cfg
+                .servers
+                .get(*server)
+                .map(|s| s.endpoint.clone()),
             LinkKind::Inbound { .. } => None,
         }
     }
@@ -202,7 +96,7 @@ impl IoThread {
     pub(super) fn dial(&mut self, k: LinkKey, now: Instant) {
         let (endpoint, lane, kind) = match &self.links[k].kind {
             LinkKind::MeshDial { peer, lane } => {
-                let Some(p) = self.cfg.peers.get(*peer) else {
+                let Some(p) = self.local.cfg.peers.get(*peer) else {
                     return;
                 };
                 let ep = match lane {
@@ -212,7 +106,7 @@ impl IoThread {
                 (ep, *lane, zmq::ROUTER)
             }
             LinkKind::ClientDial { server } => {
-                let Some(s) = self.cfg.servers.get(*server) else {
+                let Some(s) = self.local.cfg.servers.get(*server) else {
                     return;
                 };
                 (s.endpoint.clone(), Lane::ClientServer, zmq::DEALER)
@@ -220,7 +114,7 @@ impl IoThread {
             LinkKind::Inbound { .. } => return,
         };
         // CURVE: the key the node at this endpoint must hold; no key, no dial.
-        let server_key = match &self.curve {
+        let server_key = match &self.local.curve {
             None => None,
             Some(_) => match self.dial_key(k, &endpoint) {
                 Ok(key) => Some(key),
@@ -230,8 +124,8 @@ impl IoThread {
                 }
             },
         };
-        let id = self.fresh_conn_id();
-        let routing = routing_id(lane, self.me.generation, id);
+        let id = self.local.fresh_conn_id();
+        let routing = routing_id(lane, self.local.me.generation, id);
         // Its monitor reports the socket's own close, confirmed before any replacement is
         // dialled (MISSION F3).
         let m = match self.sockets.contexts.dialled(kind) {
@@ -241,7 +135,7 @@ impl IoThread {
                 return;
             }
         };
-        let curve = match (&self.curve, &server_key) {
+        let curve = match (&self.local.curve, &server_key) {
             (Some(pair), Some(key)) => set_curve_client(&m.socket, pair, key),
             _ => Ok(()),
         };
@@ -313,11 +207,12 @@ impl IoThread {
     /// A descriptor with another key fences the peer all the same (F3): the WELCOME of the
     /// node that holds the configured key then fails admission (`security_failure`).
     fn dial_key(&self, k: LinkKey, endpoint: &str) -> Result<PublicKey, String> {
-        if let Some(key) = self.cfg.security.endpoint_key(endpoint) {
+        if let Some(key) = self.local.cfg.security.endpoint_key(endpoint) {
             return Ok(key);
         }
         let fence = match &self.links[k].kind {
             LinkKind::MeshDial { peer, .. } => self
+                .local
                 .cfg
                 .peers
                 .get(*peer)
@@ -412,7 +307,7 @@ impl IoThread {
         }
         let terminal = reason == FailureReason::NotRequired;
         l.terminal |= terminal;
-        let recovery = if self.host == Host::Running
+        let recovery = if self.local.host == Host::Running
             && !l.withdrawn
             && !matches!(l.kind, LinkKind::Inbound { .. })
         {
@@ -429,6 +324,7 @@ impl IoThread {
         if let LinkKind::Inbound { rid, lane } = &self.links[k].kind {
             let (rid, lane) = (rid.clone(), *lane);
             if let Some(dk) = self
+                .local
                 .cfg
                 .peers
                 .iter()
@@ -466,7 +362,7 @@ impl IoThread {
                 // its close; if it cannot (no descriptors), the close goes
                 // unconfirmed and the link dials again after its backoff alone. A node that
                 // stops dials nothing again: no confirmation is needed then.
-                let redial = self.host != Host::Stopped;
+                let redial = self.local.host != Host::Stopped;
                 if let (None, Some(room), true) = (slot.monitor.as_ref(), slot.room.take(), redial)
                 {
                     match self.sockets.contexts.close_monitor(&slot.socket, room) {
@@ -502,7 +398,7 @@ impl IoThread {
             if let Some(m) = self.accepting.inbound.get_mut(&conn.slot) {
                 m.remove(route.as_slice());
             }
-            self.sched.remove_unit(Unit::Peer(k, conn.id));
+            self.receiving.sched.remove_unit(Unit::Peer(k, conn.id));
         }
     }
 
@@ -745,7 +641,7 @@ impl IoThread {
     /// not open this node's HELLO). `None`: not a security failure; the link's own timers and
     /// disconnect handling deal with it.
     pub(super) fn handshake_security_detail(&self, value: u32) -> Option<String> {
-        match (HandshakeFailure::of(value), self.curve.is_some()) {
+        match (HandshakeFailure::of(value), self.local.curve.is_some()) {
             (HandshakeFailure::MechanismMismatch, true) => {
                 Some("the node at this endpoint does not run CURVE (mechanism mismatch)".into())
             }
@@ -822,35 +718,4 @@ impl IoThread {
                 && self.mesh_lane(l) == Some(lane)
         })
     }
-}
-
-/// Reconnect delay after `failures` consecutive failures: [`BACKOFF_MIN`] doubling up to
-/// [`BACKOFF_MAX`].
-pub(super) fn backoff(failures: u32) -> Duration {
-    let shift = failures.clamp(1, 8) - 1;
-    (BACKOFF_MIN * (1u32 << shift)).min(BACKOFF_MAX)
-}
-
-/// Logs a state transition the link state machine refused; the runtime's own bookkeeping
-/// decides what happens next, the refusal only signals a bug worth seeing in traces.
-pub(super) fn note(r: Result<(), crate::proto::state::TransitionError>) {
-    if let Err(e) = r {
-        tracing::debug!(error = %e, "link state transition refused");
-    }
-}
-
-/// The routing id of a dialled connection: unique per physical connection, so that a new
-/// connection never collides with a half-open old one at the accepting ROUTER (LIBZMQ-NOTES),
-/// and never starting with byte 0 (reserved by libzmq).
-pub(super) fn routing_id(lane: Lane, generation: u64, id: ConnId) -> Vec<u8> {
-    let mut r = Vec::with_capacity(18);
-    r.push(b'z');
-    r.push(match lane {
-        Lane::Application => b'A',
-        Lane::Completion => b'C',
-        Lane::ClientServer => b'S',
-    });
-    r.extend_from_slice(&generation.to_be_bytes());
-    r.extend_from_slice(&id.0.to_be_bytes());
-    r
 }

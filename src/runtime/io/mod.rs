@@ -7,7 +7,7 @@
 //! due within the next [`crate::proto::liveness::COALESCE_WINDOW`], never late, so thousands of connections
 //! cost one wake-up per window and not one per probe); wait on the epoll set of every
 //! socket's and monitor's `ZMQ_FD` and the async side's wake-up until the next deadline, and
-//! check `ZMQ_EVENTS` of the sockets that fired or that the loop touched (module [`ready`]);
+//! check `ZMQ_EVENTS` of the sockets that fired or that the loop touched (`parts::ready`);
 //! handle monitor events; handle commands, then the
 //! send queues in bursts (module [`outbound`]); run one receive rotation under the scheduler's
 //! caps; hand the batch of events to the application.
@@ -25,7 +25,7 @@
 //! bound-side disconnect event the loop *sweeps* that socket: it sends each inbound
 //! connection's pending probe with `ROUTER_MANDATORY`, and a connection whose pipe is gone
 //! fails the send with `EHOSTUNREACH` and is taken out of ready at once (MISSION L6). The
-//! sweep repeats a few times over [`SWEEP_DELAYS`] because libzmq removes the pipe shortly
+//! sweep repeats a few times over [`SWEEP_DELAYS`](parts::timers::SWEEP_DELAYS) because libzmq removes the pipe shortly
 //! after it reports the event.
 //!
 //! When two nodes dial each other, both connections reach the acceptors; the connection
@@ -33,58 +33,45 @@
 //! `Duplicate`, so each lane has exactly one current connection per peer (MISSION T1).
 //!
 //! # Layout
-//! This file holds the thread's state ([`IoThread`]), its construction and the loop with its
-//! order. Some concerns are parts that own their state behind a narrow interface and never
-//! touch the thread's (the caller, the callee, the application queue, the send turns, the
-//! liveness table with its owners); the others are still modules of further `impl IoThread`
-//! blocks over the thread's shared state:
-//! - [`keys`]: the typed keys of links and slots, and the tables they index;
-//! - [`slots`]: sockets in slots, the epoll set, the send and receive primitives;
-//! - [`links`]: links, dialling, failing and closing connections, monitor events, sweeps;
-//! - [`admission`]: HELLO, admission or REJECT, WELCOME, duplicate resolution, ready;
-//! - [`gate`]: the bound sockets' ZAP handler, the unadmitted-connection cap, the CURVE
-//!   allow-list, refusals;
-//! - [`receive`]: the fair receive rotation, routing records;
-//! - [`fanout`]: the publisher's beacons and one SUB socket per publisher;
-//! - [`live`]: the node's one liveness table with the owner of each entry (a part of its
-//!   own, [`live::Live`]);
-//! - [`timers`]: the next deadline and what runs when deadlines come due;
-//! - [`commands`]: commands from the async side;
-//! - [`outbound`]: the link table published for the async side, and the per-link send queues
-//!   of one-way records, drained in bursts (their schedule a part of its own,
-//!   [`outbound::SendTurns`]);
-//! - [`app`]: the application's queue, its pause and the link backlogs (a part of its own,
-//!   [`app::AppQueue`]);
-//! - [`caller`]: the caller's side, a part that owns its state ([`caller::Caller`]): the
-//!   call table, the application's reply channels, the REQUESTs of this turn and their
-//!   BATCHes, the operations registry's funnel;
-//! - [`calls`]: routing calls to ready servers, sending REQUESTs and answers (held back by a
-//!   full pipe, in order), leases failing with their connection;
-//! - [`exhaustion`]: running out of descriptors: the named failure, one log line per
-//!   episode, the start-time check of the limit against the configuration;
-//! - [`discovery`]: automatic mode: descriptor intents and fences (MISSION D1, F3, T3);
-//! - [`callee`]: the callee's side, a part that owns its state ([`callee::Callee`]): contract
-//!   checks, admission, execution queues, dispatch, running handlers; it decides, and
-//!   [`serve`] routes its REQUESTs to it and sends the answers it decides on;
-//! - [`snapshot`], [`shutdown`]: the node's snapshot, and the end of a node;
-//! - [`ready`]: readiness of the sockets (epoll over `ZMQ_FD`, the edge rule).
+//! Three layers, each importing only the ones below it:
+//! - [`parts`]: the state, each part owning its own behind a narrow interface and none of
+//!   them importing the thread: the typed keys and tables ([`crate::runtime::keys`]); the
+//!   socket set with the one send and receive primitive (`parts::sockets`); readiness
+//!   (`parts::ready`: epoll over `ZMQ_FD`, the edge rule); links and their own timings
+//!   (`parts::link`); the timer table (`parts::timers`); the liveness table with the owner of
+//!   each entry (`parts::live`); the caller (`parts::caller`: call table, reply channels,
+//!   this turn's REQUESTs and BATCHes) and the callee (`parts::callee`: contract checks,
+//!   admission of calls, execution queues, dispatch, running handlers); the answers on their
+//!   way out (`parts::answers`); the application queue (`parts::app`); the send turns
+//!   (`parts::outbound`); the gate and the admission tables (`parts::gate`,
+//!   `parts::accepting`); fanout (`parts::fanout`); discovery's additions
+//!   (`parts::discovered`); descriptor exhaustion (`parts::exhaustion`); the hand-off from
+//!   the async side (`parts::handoff`); the node itself (`parts::local`: configuration,
+//!   identity, key pair, where it is in its life); the receive scheduler (`parts::receiving`).
+//! - This file: the thread's state ([`IoThread`], which holds the parts), its construction
+//!   and the loop with its order.
+//! - The glue, `impl IoThread` blocks that move records between the parts and the sockets:
+//!   [`slots`] (binding, placing sockets), [`links`] (dialling, failing and closing
+//!   connections, monitor events, sweeps), [`admission`] (HELLO, REJECT, WELCOME, duplicate
+//!   resolution, ready), [`gate`] (ZAP, the unadmitted cap, the allow-list), [`receive`]
+//!   (the fair receive rotation, routing records), [`fanout`] (beacons, one SUB socket per
+//!   publisher), [`timers`] (what runs when deadlines come due), [`commands`] (the async
+//!   side's commands), [`outbound`] (draining the send queues in bursts), [`calls`]
+//!   (routing calls to ready servers, REQUESTs, leases failing with their connection),
+//!   [`serve`] (handing REQUESTs to the callee and sending what it decides), [`exhaustion`],
+//!   [`discovery`] (automatic mode: intents and fences, MISSION D1, F3, T3), [`snapshot`]
+//!   and [`shutdown`].
 
 mod admission;
-mod answers;
-mod app;
-mod callee;
-mod caller;
 mod calls;
 mod commands;
 mod discovery;
 mod exhaustion;
 mod fanout;
 mod gate;
-mod keys;
 mod links;
-mod live;
 mod outbound;
-mod ready;
+mod parts;
 mod receive;
 mod serve;
 mod shutdown;
@@ -102,6 +89,7 @@ use crossbeam_channel::Receiver;
 use super::command::{Command, WakeUp};
 use super::error::NodeError;
 use super::event::{EventSender, NodeEvent, StateChange};
+use super::keys;
 use super::link::LinkId;
 use super::operations::OpsShared;
 use super::outbound::{Closed, LinkTable, PubSocket};
@@ -110,45 +98,23 @@ use super::security::KeyPair;
 use super::socket::Sockets;
 use crate::config::NodeConfig;
 use crate::proto::handshake::Identity;
-use crate::proto::liveness::PEER_DEADLINE;
-use crate::proto::sched::{IdMap, ReceiveScheduler};
+use crate::proto::sched::IdMap;
 use crate::proto::security::PublicKey;
 use crate::proto::state::{ConnState, FailureReason};
-use crate::proto::ConnId;
-use answers::AnswerQueue;
-pub use calls::GRACEFUL_STOP_BOUND;
-use fanout::Publisher;
-use links::{Link, LinkKind};
+use link::{Link, LinkKind};
+pub use link::{BACKOFF_MAX, BACKOFF_MIN, CLOSE_CONFIRM_MAX, HANDSHAKE_TIMEOUT};
+use parts::answers::AnswerQueue;
+pub use parts::callee::GRACEFUL_STOP_BOUND;
+use parts::fanout::Publisher;
+use parts::gate::Gated;
+use parts::{app, callee, caller, link, live, ready, sockets};
 use ready::{Readiness, Watch};
-use receive::Staged;
-use slots::{Slot, SlotRole, SocketSet, Unit};
 
-/// Delays after a bound-side disconnect event at which the socket's inbound connections are
-/// checked for a vanished pipe.
-pub const SWEEP_DELAYS: [Duration; 4] = [
-    Duration::from_millis(0),
-    Duration::from_millis(20),
-    Duration::from_millis(100),
-    Duration::from_millis(500),
-];
-/// A dialled connection that is not ready this long after its socket was created is closed
-/// and dialled again (a connect that never completes, a peer that never answers HELLO).
-pub const HANDSHAKE_TIMEOUT: Duration = PEER_DEADLINE;
-/// First reconnect delay after a failure; doubles per consecutive failure.
-pub const BACKOFF_MIN: Duration = Duration::from_millis(100);
-/// Largest reconnect delay.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(2);
-/// Longest wait for a closed dialled socket's monitor to confirm the close before a
-/// replacement is dialled anyway (the monitor itself is kept until libzmq confirms). libzmq
-/// confirms within milliseconds (`MONITOR_STOPPED`, once the socket is destroyed); the bound
-/// is for a reaper that is far behind.
-pub const CLOSE_CONFIRM_MAX: Duration = Duration::from_secs(1);
+use sockets::{Slot, SlotRole, SocketSet};
+
 /// Records read from a dialled socket after its disconnect event, before the disconnect is
 /// acted on (they arrived first; an orderly CLOSE among them is the better reason).
 const DRAIN_BEFORE_DISCONNECT: usize = 1024;
-/// Records a link holds while the application queue is paused; when full, the link's socket
-/// is not read until the queue drains (MISSION R5).
-pub const LINK_BACKLOG: usize = 1024;
 /// Longest poll wait while some socket is held back by a paused application queue, so the
 /// loop notices the application draining its queue.
 const PAUSED_POLL_MS: i64 = 10;
@@ -162,40 +128,9 @@ const BOUND_ID_SERVER: &[u8] = b"zmesh-server";
 const PUBLISHER_DOMAIN: &str = "zmesh-publisher";
 
 use keys::Tracked;
-pub(crate) use keys::{Key, LinkKey, SlotKey, SubKey};
-/// The physical connection a call travels on: a link and its current connection. Here, not
-/// in `calls.rs` or `caller.rs`, because the caller and callee parts and the glue that routes
-/// their records all use it.
-pub(crate) type CallKey = (LinkKey, ConnId);
-
-/// The socket behind a ZAP domain ([`gate`]). Here, not in `gate.rs`, because the slots that
-/// register their domains ([`slots`]) and the gate that judges them both use it, and neither
-/// imports the other for it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Gated {
-    /// A bound ROUTER, in its slot: the allow-list (CURVE) and the unadmitted cap.
-    Bound(SlotKey),
-    /// The publisher's XPUB: under CURVE its ZAP domain (the allow-list); in any mode the
-    /// input it refuses. Its subscribers are never admitted by a handshake, so the cap is not
-    /// theirs.
-    Publisher,
-}
-
-/// Who owns a liveness entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LiveOwner {
-    Link(LinkKey),
-    Sub(SubKey),
-    Publisher,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Host {
-    Running,
-    /// Stopping gracefully: no new work, accepted calls are answered (MISSION C4, F6).
-    Draining,
-    Stopped,
-}
+pub(crate) use keys::{CallKey, LinkKey, SlotKey, SubKey};
+use live::LiveOwner;
+use parts::local::Host;
 
 /// What the async side shares with the I/O thread.
 pub(crate) struct Shared {
@@ -209,46 +144,39 @@ pub(crate) struct Shared {
 
 /// The I/O thread's state.
 pub(crate) struct IoThread {
-    cfg: NodeConfig,
-    me: Identity,
-    /// Every socket of the node, the epoll set over them and the closes still unconfirmed.
+    /// The node itself: configuration, identity, key pair, where it is in its life.
+    local: parts::local::Local,
+    /// Every socket of the node, the epoll set over them, the closes still unconfirmed and
+    /// the descriptor figures when the node runs out.
     sockets: SocketSet,
     /// The async side's command queue, its wake-up and the reply a stop waits for.
-    handoff: commands::Handoff,
-    /// Where one-way records go, published for the async side, and the turns of the send
-    /// queues (see [`outbound`]).
-    outbound: outbound::Outbound,
+    handoff: parts::handoff::Handoff,
+    /// What waits to leave: the link table one-way records go through (published for the
+    /// async side), the turns of the send queues (see [`outbound`]), and the callee's
+    /// answers held for the end of the turn or behind a full pipe.
+    outbound: parts::outbound::Outbound,
     /// The application's queue: this turn's events, the deliveries it holds, the link
     /// backlogs while it is paused.
     app: app::AppQueue,
     /// Every link's and subscription's earliest deadline, and the disconnect sweeps.
-    timers: timers::TimerTable,
-    /// The last receive rotation left work that socket readiness cannot show: wait without
-    /// sleeping, and run a rotation even if no socket is readable.
-    busy: bool,
+    timers: parts::timers::TimerTable,
     /// The calls this node makes: call table, reply channels, REQUESTs of this turn.
     caller: caller::Caller,
     /// The calls this node serves: channels, serve table, execution queues, handlers.
     callee: callee::Callee,
-    /// ACCEPTs and REPLYs held back by a full pipe, per link (and its connection then).
-    answers: AnswerQueue,
+    /// Every configured peer lane, configured server and inbound connection, with its
+    /// current connection; every mutable access marks the link for the timer table.
     links: Tracked<LinkKey, Link>,
     /// The bound sockets' gate, their inbound connections and the ones refused.
-    accepting: admission::Accepting,
+    accepting: parts::accepting::Accepting,
     /// The publishers this node reads and its own publisher.
-    fanout: fanout::FanoutState,
+    fanout: parts::fanout::FanoutState,
     /// Automatic mode: links added by discovery and the descriptors' fences.
-    discovered: discovery::Discovered,
+    discovered: parts::discovered::Discovered,
     /// The one structure owning every liveness machine of this node (MISSION L8).
     liveness: live::Live,
-    /// The one fair receive scheduler over every socket and peer (MISSION R1-R3).
-    sched: ReceiveScheduler<Unit, Staged>,
-    next_conn: u64,
-    host: Host,
-    /// CURVE: this node's key pair; `None` in `none` mode.
-    curve: Option<KeyPair>,
-    /// Running out of descriptors: the figures and the episode being logged.
-    exhaustion: exhaustion::Exhaustion,
+    /// The fair receive scheduler and what its last rotation left.
+    receiving: parts::receiving::Receiving,
 }
 
 /// What the I/O thread is given of the node's security at start.
@@ -274,7 +202,7 @@ impl IoThread {
         let now = Instant::now();
         let mut sockets = Sockets::new(generation);
         sockets.set_max_frame_size(Some(cfg.max_frame_size));
-        let mut gate = gate::Gate::new(security.allow);
+        let mut gate = parts::gate::Gate::new(security.allow);
         let curve = security.curve;
         // Bound ROUTERs always go through the gate (the unadmitted cap); under CURVE the
         // publisher too (the allow-list).
@@ -308,40 +236,32 @@ impl IoThread {
             capabilities: crate::proto::handshake::Capabilities::SPOKEN,
         };
         let mut io = IoThread {
-            cfg: cfg.clone(),
-            me,
             sockets: SocketSet::new(sockets, ready, curve.is_some()),
-            handoff: commands::Handoff {
+            local: parts::local::Local::new(cfg.clone(), me, curve),
+            handoff: parts::handoff::Handoff {
                 wake: wake.clone(),
                 commands,
                 shutdown_reply: None,
             },
-            outbound: outbound::Outbound {
+            outbound: parts::outbound::Outbound {
                 table: table.clone(),
-                turns: outbound::SendTurns::new(),
+                turns: parts::outbound::SendTurns::new(),
+                answers: AnswerQueue::default(),
             },
             app: app::AppQueue::new(events, outstanding, cfg.delivery_high_water),
-            timers: timers::TimerTable::new(),
-            busy: false,
+            timers: parts::timers::TimerTable::new(),
             caller: caller::Caller::new(ops),
             callee: callee::Callee::new(),
-            answers: AnswerQueue::default(),
             links: Tracked::default(),
-            accepting: admission::Accepting {
+            accepting: parts::accepting::Accepting {
                 inbound: IdMap::default(),
-                refused: admission::Refused::default(),
+                refused: parts::accepting::Refused::default(),
                 gate,
             },
-            fanout: fanout::FanoutState::default(),
-            discovered: discovery::Discovered::default(),
+            fanout: parts::fanout::FanoutState::default(),
+            discovered: parts::discovered::Discovered::default(),
             liveness: live::Live::new(generation),
-            // Readiness mode: a rotation visits the units with work only (the readable set
-            // is handed over at the start of each rotation).
-            sched: ReceiveScheduler::new().with_readiness(),
-            next_conn: 1,
-            host: Host::Running,
-            curve,
-            exhaustion: exhaustion::Exhaustion::default(),
+            receiving: parts::receiving::Receiving::new(),
         };
         if let Some(zap) = io.accepting.gate.handler() {
             io.sockets
@@ -395,12 +315,6 @@ impl IoThread {
         Ok((io, shared))
     }
 
-    pub(super) fn fresh_conn_id(&mut self) -> ConnId {
-        let id = ConnId(self.next_conn);
-        self.next_conn += 1;
-        id
-    }
-
     /// Runs until shutdown or until every handle is dropped.
     pub(crate) fn run(mut self) {
         // Commands queued before the thread started (services registered by a `NodeBuilder`)
@@ -415,10 +329,10 @@ impl IoThread {
             self.release_backlogs();
             self.flush_answers();
             self.flush_events();
-            if self.host == Host::Draining && self.callee.is_drained() {
-                self.host = Host::Stopped;
+            if self.local.host == Host::Draining && self.callee.is_drained() {
+                self.local.host = Host::Stopped;
             }
-            if self.host == Host::Stopped {
+            if self.local.host == Host::Stopped {
                 break;
             }
             // Every socket the loop operated on since the last check is looked at before
@@ -433,7 +347,7 @@ impl IoThread {
                     (d.as_micros().div_ceil(1000)) as i64
                 })
                 .unwrap_or(-1);
-            let timeout = if self.busy
+            let timeout = if self.receiving.busy
                 || !self.handoff.commands.is_empty()
                 || self.has_input()
                 || self.has_sends()
@@ -442,7 +356,7 @@ impl IoThread {
                 // left over by a per-turn cap have no wake-up of their own): do not sleep.
                 0
             } else if !self.app.has_backlog()
-                && self.answers.is_empty()
+                && self.outbound.answers.is_empty()
                 && !self.has_blocked_sends()
             {
                 timeout
@@ -477,7 +391,7 @@ impl IoThread {
             // A rotation with no readable socket and nothing left over from the last one
             // (records staged, a rotation cut by its time cap) would only answer "would
             // block" for every unit: skip it.
-            self.busy = if self.busy || self.has_readable() {
+            self.receiving.busy = if self.receiving.busy || self.has_readable() {
                 self.receive_rotation()
             } else {
                 false
@@ -588,11 +502,6 @@ impl IoThread {
             reason,
             detail: detail.to_owned(),
         }));
-    }
-
-    /// True once a stop began: no new work is taken.
-    pub(super) fn stopping(&self) -> bool {
-        self.host != Host::Running
     }
 }
 

@@ -7,30 +7,27 @@
 //! the connection leaves ready, and the records still in it are counted in that failure.
 //!
 //! Draining is bounded: at most [`SEND_BURST`] records of one link at a time and
-//! [`SENDS_PER_TURN`] per loop turn, so a flood of sends cannot hold up the receive rotation
+//! [`SENDS_PER_TURN`](super::parts::outbound::SENDS_PER_TURN) per loop turn, so a flood of sends cannot hold up the receive rotation
 //! (MISSION R1-R4). A link whose pipe is full (libzmq's high-water mark) is *blocked*: it is
 //! tried again every loop turn, and the loop sleeps at most
 //! [`PAUSED_POLL_MS`](super::PAUSED_POLL_MS) while one is (libzmq signals the socket's
 //! `ZMQ_FD` when the pipe has room again, which wakes the loop sooner).
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::links::LinkKind;
-use super::ready::Watch;
-use super::{IoThread, Key, LinkKey};
+use super::parts::link::LinkKind;
+use super::parts::ready::Watch;
+use super::{IoThread, LinkKey};
 use crate::proto::state::FailureReason;
 use crate::proto::wire::{Capabilities, Pack};
-use crate::runtime::outbound::{Closed, LinkTable, Outgoing, SendQueue, SEND_QUEUE};
+use crate::runtime::outbound::{Closed, Outgoing, SendQueue, SEND_QUEUE};
 use crate::runtime::records::Lane;
 use crate::runtime::socket::{FrameSocket, SocketSendError as SocketError};
 
 /// Records of one link sent in one go before another link (or the receive rotation) has its
 /// turn.
 pub(super) const SEND_BURST: usize = 256;
-/// Records sent from send queues per loop turn, over every link.
-pub(super) const SENDS_PER_TURN: usize = 2048;
 /// PROBEs and ACKs held per connection behind a full pipe.
 pub(super) const HELD_LIVENESS: usize = 4;
 /// Payload bytes this node puts in one PACK (WIRE.md §4.18 allows 64 KiB): 64 records of
@@ -41,104 +38,6 @@ pub(super) const HELD_LIVENESS: usize = 4;
 ///
 /// [`HWM`]: crate::runtime::socket::HWM
 pub(super) const PACK_SEND_BYTES: usize = 4 * 1024;
-
-/// Which links' send queues have records to drain, in turn order, and how many records the
-/// queues may still send in this loop turn.
-/// The one-way side of the node: the link table the async side sends through, and which of
-/// its send queues the I/O thread drains this turn.
-pub(super) struct Outbound {
-    /// Where one-way records go, published for the async side.
-    pub(super) table: Arc<LinkTable>,
-    /// Which links' send queues have records to drain, and this turn's budget.
-    pub(super) turns: SendTurns,
-}
-
-pub(super) struct SendTurns {
-    /// Links whose send queue has records to drain, in turn order.
-    pending: VecDeque<LinkKey>,
-    /// Links whose send queue waits for room in libzmq's pipe; tried again every turn.
-    blocked: Vec<LinkKey>,
-    /// Whether each link (by key) is in one of the two lists.
-    listed: Vec<bool>,
-    /// Records the send queues may still send in this loop turn.
-    budget: usize,
-    /// A burst of records taken from a send queue (kept to reuse its allocation).
-    scratch: Vec<Outgoing>,
-}
-
-impl SendTurns {
-    /// No link listed; a full turn's budget.
-    pub(super) fn new() -> SendTurns {
-        SendTurns {
-            pending: VecDeque::new(),
-            blocked: Vec::new(),
-            listed: Vec::new(),
-            budget: SENDS_PER_TURN,
-            scratch: Vec::new(),
-        }
-    }
-
-    /// A new loop turn: the full budget again.
-    pub(super) fn start_turn(&mut self) {
-        self.budget = SENDS_PER_TURN;
-    }
-
-    /// True if link `k` is listed (pending or blocked).
-    fn is_listed(&self, k: LinkKey) -> bool {
-        self.listed.get(k.index()).copied().unwrap_or(false)
-    }
-
-    fn set_listed(&mut self, k: LinkKey, listed: bool) {
-        let i = k.index();
-        if self.listed.len() <= i {
-            self.listed.resize(i + 1, false);
-        }
-        self.listed[i] = listed;
-    }
-
-    /// Lists link `k`: blocked (waits for room in its pipe), or pending.
-    fn list(&mut self, k: LinkKey, blocked: bool) {
-        self.set_listed(k, true);
-        if blocked {
-            self.blocked.push(k);
-        } else {
-            self.pending.push_back(k);
-        }
-    }
-
-    /// Puts link `k` back after its burst: `None` unlisted (drained or gone), `Some(false)`
-    /// pending, `Some(true)` blocked.
-    fn put_back(&mut self, k: LinkKey, left: Option<bool>) {
-        match left {
-            None => self.set_listed(k, false),
-            Some(false) => self.pending.push_back(k),
-            Some(true) => self.blocked.push(k),
-        }
-    }
-
-    /// Starts a flush: blocked links are tried again after the pending ones; returns how
-    /// many links this flush visits at most.
-    fn begin_flush(&mut self) -> usize {
-        let blocked = std::mem::take(&mut self.blocked);
-        self.pending.extend(blocked);
-        self.pending.len()
-    }
-
-    /// The next link to visit, while the budget lasts.
-    fn next(&mut self) -> Option<LinkKey> {
-        if self.budget == 0 {
-            return None;
-        }
-        self.pending.pop_front()
-    }
-
-    /// Unlists every link (the node stops).
-    fn clear(&mut self) {
-        self.pending.clear();
-        self.blocked.clear();
-        self.listed.clear();
-    }
-}
 
 /// Where a link's one-way records are published in the link table.
 enum Route {
@@ -179,7 +78,7 @@ impl IoThread {
                 Some(Route::Peer(rid))
             }
             LinkKind::ClientDial { server } => Some(Route::Server(
-                self.cfg.servers.get(*server)?.channel.clone(),
+                self.local.cfg.servers.get(*server)?.channel.clone(),
             )),
             _ => None,
         }

@@ -6,13 +6,13 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::links::LinkKind;
-use super::slots::{Slot, SlotRole, Unit};
+use super::parts::link::LinkKind;
+use super::parts::sockets::{Packed, Staged};
+use super::parts::sockets::{Slot, SlotRole, Unit};
 use super::{IoThread, LinkKey, SlotKey};
 use crate::proto::sched::{Action, ReadTarget, RotationEndReason, SharedSocketId};
 use crate::proto::state::FailureReason;
 use crate::proto::wire;
-use crate::proto::ConnId;
 use crate::runtime::event::Delivery;
 use crate::runtime::records::{self, CloseReason, Lane, Rec, RejectReason};
 use crate::runtime::socket::{share_last, Frame};
@@ -51,26 +51,6 @@ impl CoarseClock {
     }
 }
 
-/// A record read by the receive loop, waiting for its unit's turn.
-pub(super) struct Staged {
-    /// The routing id split off a bound socket's record.
-    pub(super) route: Option<Frame>,
-    pub(super) frames: Vec<Frame>,
-    /// One MESSAGE of a PACK (then `frames` is empty): a PACK is staged as its records, so
-    /// the scheduler's caps count each (MISSION R2, WIRE.md §4.18).
-    pub(super) packed: Option<Packed>,
-}
-
-/// One MESSAGE of a PACK, staged on its own.
-pub(super) struct Packed {
-    /// The link the PACK came on, and its connection then: the record is that connection's
-    /// only, so it changes nothing once another connection is the link's current one.
-    link: LinkKey,
-    conn: ConnId,
-    channel: Bytes,
-    payload: Bytes,
-}
-
 /// Bytes a record of a PACK is charged toward the byte cap besides its payload: its u16
 /// length. The first record also carries the envelope's other bytes, so the records of a PACK
 /// are charged exactly the bytes read.
@@ -97,8 +77,12 @@ impl IoThread {
             match self.sockets.get(slot) {
                 Some(Slot {
                     shared: Some(sid), ..
-                }) => self.sched.handle_readable(ReadTarget::Shared(*sid)),
+                }) => self
+                    .receiving
+                    .sched
+                    .handle_readable(ReadTarget::Shared(*sid)),
                 Some(_) => self
+                    .receiving
                     .sched
                     .handle_readable(ReadTarget::Unit(Unit::Socket(slot))),
                 _ => {}
@@ -107,13 +91,14 @@ impl IoThread {
         let mut clock = CoarseClock::default();
         loop {
             let now = clock.now();
-            match self.sched.poll_action(now) {
+            match self.receiving.sched.poll_action(now) {
                 // Wait again without sleeping only if the scheduler holds work that socket
                 // readiness cannot show: a rotation cut by its time cap, or records read but
                 // not handed out. A socket left with records (a turn ended by a cap) stays in
                 // the readable set, so the next wait does not sleep for it anyway.
                 Action::Yield(end) => {
-                    return end.reason == RotationEndReason::TimeCap || self.sched.has_staged()
+                    return end.reason == RotationEndReason::TimeCap
+                        || self.receiving.sched.has_staged()
                 }
                 Action::Deliver { unit, record } => self.on_staged(unit, record, now),
                 Action::Read(req) => {
@@ -129,7 +114,7 @@ impl IoThread {
                         _ => None,
                     };
                     let (Some(slot), Some(mut frames)) = (slot, frames) else {
-                        self.sched.handle_would_block(req);
+                        self.receiving.sched.handle_would_block(req);
                         continue;
                     };
                     let len = frames.iter().map(|f| f.as_ref().len()).sum();
@@ -146,7 +131,7 @@ impl IoThread {
                                 .unwrap_or(Unit::Admission(slot));
                             // Read unshared under CURVE (`recv_one`): an admitted
                             // connection's payload is shared now, as on receipt otherwise.
-                            if self.curve.is_some() && matches!(owner, Unit::Peer(..)) {
+                            if self.local.curve.is_some() && matches!(owner, Unit::Peer(..)) {
                                 share_last(&mut frames);
                             }
                             let route = frames.remove(0);
@@ -170,17 +155,21 @@ impl IoThread {
                     };
                     // A PACK is staged as the MESSAGEs it stands for, each counted by the caps.
                     let (req, staged) = match self.unpack(owner, &staged, len) {
-                        Some(parts) => match self.sched.handle_read_parts(req, owner, parts) {
-                            Ok(()) => continue,
-                            // Not a unit (cannot be: `unpack` found its link): whole, below.
-                            Err(rejected) => (rejected.into_parts().0, staged),
-                        },
+                        Some(parts) => {
+                            match self.receiving.sched.handle_read_parts(req, owner, parts) {
+                                Ok(()) => continue,
+                                // Not a unit (cannot be: `unpack` found its link): whole, below.
+                                Err(rejected) => (rejected.into_parts().0, staged),
+                            }
+                        }
                         None => (req, staged),
                     };
-                    if let Err(rejected) = self.sched.handle_read(req, owner, staged, len) {
+                    if let Err(rejected) = self.receiving.sched.handle_read(req, owner, staged, len)
+                    {
                         // The owner is not a unit (yet): account it to the socket's admission unit.
                         let (req, staged) = rejected.into_parts();
                         if self
+                            .receiving
                             .sched
                             .handle_read(req, Unit::Admission(slot), staged, len)
                             .is_err()
@@ -487,7 +476,7 @@ impl IoThread {
     }
 
     /// Moves held records to the application while its queue has room, and recomputes which
-    /// sockets a full backlog holds back (see [`super::app::AppQueue::release`]).
+    /// sockets a full backlog holds back (see [`super::parts::app::AppQueue::release`]).
     pub(super) fn release_backlogs(&mut self) {
         let links = &self.links;
         self.app

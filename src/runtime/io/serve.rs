@@ -1,18 +1,19 @@
 //! The I/O thread's side of serving calls: it routes each REQUEST (alone or in a BATCH) to
-//! the [`Callee`](super::callee::Callee) with where its answers go and who sent it, sends the ACCEPTs, ITEMs and
+//! the [`Callee`](super::parts::callee::Callee) with where its answers go and who sent it, sends the ACCEPTs, ITEMs and
 //! REPLYs the callee decides on, and hands it the handlers' results. What happens to a call
-//! is the callee's decision (module [`super::callee`]).
+//! is the callee's decision (module [`super::parts::callee`]).
 
-use std::num::NonZeroU64;
 use std::time::Instant;
 
-use super::answers::Outgoing;
-use super::callee::From;
-use super::links::Link;
+use super::parts::answers::Outgoing;
+use super::parts::callee::From;
+use super::parts::link::Link;
 use super::{CallKey, IoThread, LinkKey, Tracked};
 use crate::proto::wire::{self, Capabilities, Lane};
 use crate::runtime::command::{ServeDone, ServeItem, Served};
 use crate::runtime::security::Caller;
+use crate::runtime::socket::SocketSendError;
+use std::num::NonZeroU64;
 
 impl IoThread {
     /// Where the answers to REQUESTs arriving on link `k` go: the calls' key (the connection
@@ -97,7 +98,7 @@ impl IoThread {
     }
 
     /// A stream handler produced an item: sent as ITEM on the call's answer route, or the
-    /// handler is told the stream is over (see [`Callee::handle_item_sent`](super::callee::Callee::handle_item_sent)).
+    /// handler is told the stream is over (see [`Callee::handle_item_sent`](super::parts::callee::Callee::handle_item_sent)).
     pub(super) fn on_serve_item(&mut self, item: ServeItem, now: Instant) {
         if let Some(item) = self.callee.handle_item(item, now) {
             self.send_item(item, now);
@@ -121,10 +122,10 @@ impl IoThread {
     ///
     /// An ITEM behind answers that still wait on that route (its call's ACCEPT among them)
     /// waits with them, so it never overtakes them.
-    fn send_item(&mut self, item: super::callee::ItemToSend, now: Instant) {
+    fn send_item(&mut self, item: super::parts::callee::ItemToSend, now: Instant) {
         let route = self.answer_route(item.key);
         let sent = route.is_some_and(|r| {
-            if self.answers.is_waiting(r, item.key.1) {
+            if self.outbound.answers.is_waiting(r, item.key.1) {
                 self.send_answer(r, Outgoing::Frames(item.frames.clone()))
             } else {
                 self.send_frames_on_link(r, &item.frames).is_ok()
@@ -169,5 +170,61 @@ fn caller_of(links: &Tracked<LinkKey, Link>, k: LinkKey) -> Caller {
             (None, None) => String::new(),
         },
         verified: verified.is_some(),
+    }
+}
+
+impl IoThread {
+    /// Sends an answer on `route`, in order behind any answer still waiting there: at the
+    /// end of the turn where the connection packs answers, else now (a full pipe keeps it
+    /// for a later turn). Returns false when the connection is gone (the caller fails the
+    /// call when it sees that).
+    ///
+    /// A REPLY's replayed mark (WIRE.md §4.17) is cleared here toward a connection that did
+    /// not negotiate `replayed`, so such a peer receives the version-1 code byte.
+    pub(super) fn send_answer(&mut self, route: LinkKey, mut out: Outgoing) -> bool {
+        let Some(conn) = self
+            .links
+            .get(route)
+            .and_then(|l| l.conn.as_ref())
+            .map(|c| c.id)
+        else {
+            return false;
+        };
+        let caps = self.conn_caps(route);
+        if let Outgoing::Reply(r) = &mut out {
+            r.replayed &= caps.contains(Capabilities::REPLAYED);
+        }
+        let packs = caps.contains(Capabilities::ANSWERS);
+        if !packs && !self.outbound.answers.is_waiting(route, conn) {
+            let frames = out.alone(self.local.me.generation, conn);
+            match self.send_frames_on_link(route, &frames) {
+                Ok(()) => return true,
+                Err(SocketSendError::Full) => {}
+                Err(_) => return false,
+            }
+        }
+        self.outbound.answers.hold(route, conn, out);
+        true
+    }
+
+    /// Sends the answers that wait, in order per link (see the module docs); answers of a
+    /// connection that is gone are dropped (their callers fail the calls on the loss).
+    pub(super) fn flush_answers(&mut self) {
+        if self.outbound.answers.is_empty() {
+            return;
+        }
+        let Some(generation) = NonZeroU64::new(self.local.me.generation) else {
+            return;
+        };
+        let mut queued = std::mem::take(&mut self.outbound.answers);
+        queued.flush(
+            generation,
+            |k| {
+                let conn = self.links.get(k).and_then(|l| l.conn.as_ref())?.id;
+                Some((conn, self.conn_caps(k).contains(Capabilities::ANSWERS)))
+            },
+            |k, frames| self.send_frames_on_link(k, frames),
+        );
+        self.outbound.answers = queued;
     }
 }

@@ -3,8 +3,8 @@
 
 use std::time::Instant;
 
-use super::links::note;
-use super::slots::close_stopping_monitor;
+use super::parts::link::note;
+use super::parts::sockets::close_stopping_monitor;
 use super::IoThread;
 use crate::proto::state::{FailureReason, Recovery};
 use crate::runtime::records::{self, CloseReason};

@@ -11,8 +11,8 @@
 use std::collections::HashSet;
 use std::time::Instant;
 
-use super::links::{Link, LinkKind};
-use super::slots::SlotRole;
+use super::parts::link::{Link, LinkKind};
+use super::parts::sockets::SlotRole;
 use super::{Host, IoThread, LinkKey};
 use crate::proto::handshake::Identity;
 use crate::proto::state::Failure;
@@ -26,9 +26,12 @@ impl IoThread {
     /// The peer RID and lane of a RouteMesh link, dialled or inbound.
     pub(super) fn mesh_lane<'a>(&'a self, l: &'a Link) -> Option<(&'a str, Lane)> {
         match &l.kind {
-            LinkKind::MeshDial { peer, lane } => {
-                self.cfg.peers.get(*peer).map(|p| (p.rid.as_str(), *lane))
-            }
+            LinkKind::MeshDial { peer, lane } => self
+                .local
+                .cfg
+                .peers
+                .get(*peer)
+                .map(|p| (p.rid.as_str(), *lane)),
             LinkKind::Inbound { rid, lane } if *lane != Lane::ClientServer => {
                 Some((rid.as_str(), *lane))
             }
@@ -67,9 +70,9 @@ impl IoThread {
         let omitted = links.len().saturating_sub(SNAPSHOT_LIMIT);
         links.truncate(SNAPSHOT_LIMIT);
         Snapshot {
-            rid: self.me.rid.clone(),
-            generation: self.me.generation,
-            host: match self.host {
+            rid: self.local.me.rid.clone(),
+            generation: self.local.me.generation,
+            host: match self.local.host {
                 Host::Running => "running",
                 Host::Draining => "draining",
                 Host::Stopped => "stopped",
@@ -86,12 +89,12 @@ impl IoThread {
             fd_limit: crate::runtime::fds::limit(),
             discovery: None,
             security: SecuritySnapshot {
-                mode: if self.curve.is_some() {
+                mode: if self.local.curve.is_some() {
                     "curve"
                 } else {
                     "none"
                 },
-                public_key: self.curve.as_ref().map(|p| p.public.to_z85()),
+                public_key: self.local.curve.as_ref().map(|p| p.public.to_z85()),
                 allowed_keys: self.accepting.gate.allowed_keys(),
                 allow_list_reloads: self.accepting.gate.allow_reloads,
                 allow_list_error: self.accepting.gate.allow_error.clone(),
@@ -103,7 +106,7 @@ impl IoThread {
     fn link_place(&self, l: &Link) -> (&'static str, &'static str, Option<String>, String) {
         match &l.kind {
             LinkKind::MeshDial { peer, lane } => {
-                let p = self.cfg.peers.get(*peer);
+                let p = self.local.cfg.peers.get(*peer);
                 let ep = p.map(|p| match lane {
                     Lane::Completion => p.completion.clone(),
                     _ => p.application.clone(),
@@ -116,7 +119,7 @@ impl IoThread {
                 )
             }
             LinkKind::ClientDial { server } => {
-                let s = self.cfg.servers.get(*server);
+                let s = self.local.cfg.servers.get(*server);
                 let peer = l
                     .conn
                     .as_ref()
@@ -159,6 +162,7 @@ impl IoThread {
             .map(|p| p.generation);
         let serves = match &l.kind {
             LinkKind::ClientDial { server } => self
+                .local
                 .cfg
                 .servers
                 .get(*server)
@@ -239,7 +243,7 @@ impl IoThread {
                 ready_count: s.state.readies(),
                 failure_count: s.state.failures(),
                 peer_security_identity: s.key.filter(|_| s.state.is_ready()).map(|k| k.to_z85()),
-                verified: self.curve.is_some() && s.state.is_ready(),
+                verified: self.local.curve.is_some() && s.state.is_ready(),
             });
         }
     }

@@ -850,7 +850,8 @@ impl Node {
     /// it in force: new connections to the bound endpoints are checked against it
     /// at once, and admitted inbound connections whose key is no longer on it are closed
     /// (`security_failure`). `zmesh node` calls this on SIGHUP; a change of `allow_dir`'s
-    /// files is picked up without it within [`ALLOW_DIR_POLL`](crate::runtime::security::ALLOW_DIR_POLL).
+    /// files is picked up without it within
+    /// [`ALLOW_DIR_POLL`].
     /// Reports [`SecurityEvent::AllowListLoaded`](crate::runtime::security::SecurityEvent)
     /// and returns the number of keys in force (0 in `none` mode, which has no allow-list).
     /// A directory or file that cannot be read leaves the previous list in force and is the

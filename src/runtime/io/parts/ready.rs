@@ -35,14 +35,14 @@ use std::time::Duration;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 
-use super::keys::{Key, LinkKey, SlotKey};
+use crate::runtime::keys::{Key, LinkKey, SlotKey};
 
 /// Events taken from the epoll set per wait; more stay queued for the next wait.
 const EVENTS_PER_WAIT: usize = 1024;
 
 /// One registered libzmq socket, named by what it is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) enum Watch {
+pub(crate) enum Watch {
     /// The async side's wake-up ([`crate::runtime::command::WakeUp`]).
     Wake,
     /// The socket of a slot.
@@ -88,7 +88,7 @@ impl Watch {
 
 /// A set of small dense keys (slot keys) with its members listed: membership in O(1), and
 /// iteration over the members only.
-pub(super) struct KeySet<K = SlotKey> {
+pub(crate) struct KeySet<K = SlotKey> {
     flags: Vec<bool>,
     list: Vec<K>,
 }
@@ -104,7 +104,7 @@ impl<K> Default for KeySet<K> {
 
 impl<K: Key + PartialEq> KeySet<K> {
     /// Adds `k`; no effect if present.
-    pub(super) fn insert(&mut self, k: K) {
+    pub(crate) fn insert(&mut self, k: K) {
         let i = k.index();
         if self.flags.len() <= i {
             self.flags.resize(i + 1, false);
@@ -116,7 +116,7 @@ impl<K: Key + PartialEq> KeySet<K> {
     }
 
     /// Removes `k`; no effect if absent.
-    pub(super) fn remove(&mut self, k: K) {
+    pub(crate) fn remove(&mut self, k: K) {
         if self.contains(k) {
             self.flags[k.index()] = false;
             if let Some(i) = self.list.iter().position(|x| *x == k) {
@@ -126,17 +126,17 @@ impl<K: Key + PartialEq> KeySet<K> {
     }
 
     /// Whether `k` is a member.
-    pub(super) fn contains(&self, k: K) -> bool {
+    pub(crate) fn contains(&self, k: K) -> bool {
         self.flags.get(k.index()).copied().unwrap_or(false)
     }
 
     /// The members, in no particular order.
-    pub(super) fn members(&self) -> &[K] {
+    pub(crate) fn members(&self) -> &[K] {
         &self.list
     }
 
     /// Takes every member out.
-    pub(super) fn take(&mut self) -> Vec<K> {
+    pub(crate) fn take(&mut self) -> Vec<K> {
         for k in &self.list {
             self.flags[k.index()] = false;
         }
@@ -144,7 +144,7 @@ impl<K: Key + PartialEq> KeySet<K> {
     }
 
     /// True when there are no members.
-    pub(super) fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.list.is_empty()
     }
 }
@@ -193,7 +193,7 @@ impl Checks {
 
 /// The epoll set, the sockets waiting for a `ZMQ_EVENTS` check, and what the checks found:
 /// sockets with a record to read, monitors with events, a wake-up of the async side.
-pub(super) struct Readiness {
+pub(crate) struct Readiness {
     poll: Poll,
     events: Events,
     /// Watches to check before the next sleep: touched by the loop, or their descriptor
@@ -210,7 +210,7 @@ pub(super) struct Readiness {
 
 impl Readiness {
     /// An empty epoll set.
-    pub(super) fn new() -> io::Result<Readiness> {
+    pub(crate) fn new() -> io::Result<Readiness> {
         Ok(Readiness {
             poll: Poll::new()?,
             events: Events::with_capacity(EVENTS_PER_WAIT),
@@ -222,7 +222,7 @@ impl Readiness {
     }
 
     /// A check of socket `k` found a record to read (`input`), or none.
-    pub(super) fn found_socket(&mut self, k: SlotKey, input: bool) {
+    pub(crate) fn found_socket(&mut self, k: SlotKey, input: bool) {
         if input {
             self.readable.insert(k);
         } else {
@@ -232,64 +232,64 @@ impl Readiness {
 
     /// A receive on socket `k` found nothing: not readable until its descriptor fires or a
     /// check finds a record.
-    pub(super) fn drained(&mut self, k: SlotKey) {
+    pub(crate) fn drained(&mut self, k: SlotKey) {
         self.readable.remove(k);
     }
 
     /// The sockets with a record to read, in no particular order.
-    pub(super) fn readable(&self) -> &[SlotKey] {
+    pub(crate) fn readable(&self) -> &[SlotKey] {
         self.readable.members()
     }
 
     /// True if socket `k` has a record to read.
-    pub(super) fn is_readable(&self, k: SlotKey) -> bool {
+    pub(crate) fn is_readable(&self, k: SlotKey) -> bool {
         self.readable.contains(k)
     }
 
     /// A check of slot `k`'s monitor found events.
-    pub(super) fn found_monitor(&mut self, k: SlotKey) {
+    pub(crate) fn found_monitor(&mut self, k: SlotKey) {
         self.monitors.insert(k);
     }
 
     /// The slots whose monitors have events; none afterwards.
-    pub(super) fn take_monitors(&mut self) -> Vec<SlotKey> {
+    pub(crate) fn take_monitors(&mut self) -> Vec<SlotKey> {
         self.monitors.take()
     }
 
     /// True if some monitor has events.
-    pub(super) fn has_monitors(&self) -> bool {
+    pub(crate) fn has_monitors(&self) -> bool {
         !self.monitors.is_empty()
     }
 
     /// Slot `k`'s monitor was stopped or its socket closed: nothing of it is waiting.
-    pub(super) fn forget_monitor(&mut self, k: SlotKey) {
+    pub(crate) fn forget_monitor(&mut self, k: SlotKey) {
         self.monitors.remove(k);
     }
 
     /// Slot `k` is given up: nothing of it is waiting.
-    pub(super) fn forget(&mut self, k: SlotKey) {
+    pub(crate) fn forget(&mut self, k: SlotKey) {
         self.readable.remove(k);
         self.monitors.remove(k);
     }
 
     /// A check found the async side's wake-up.
-    pub(super) fn found_wake(&mut self) {
+    pub(crate) fn found_wake(&mut self) {
         self.woken = true;
     }
 
     /// True if the async side woke the loop since the last [`Readiness::take_wake`].
-    pub(super) fn is_woken(&self) -> bool {
+    pub(crate) fn is_woken(&self) -> bool {
         self.woken
     }
 
     /// Whether the async side woke the loop; cleared.
-    pub(super) fn take_wake(&mut self) -> bool {
+    pub(crate) fn take_wake(&mut self) -> bool {
         std::mem::take(&mut self.woken)
     }
 
     /// Registers a socket's `ZMQ_FD` under `w` and marks it to be checked (whatever
     /// happened on the socket before, such as a connect, is then looked at).
-    pub(super) fn register(&self, socket: &zmq::Socket, w: Watch) -> io::Result<()> {
+    pub(crate) fn register(&self, socket: &zmq::Socket, w: Watch) -> io::Result<()> {
         let fd = socket.get_fd().map_err(io::Error::from)?;
         self.poll
             .registry()
@@ -299,12 +299,12 @@ impl Readiness {
     }
 
     /// A waker whose wake-ups fire [`Watch::Wake`] in this set.
-    pub(super) fn waker(&self) -> io::Result<mio::Waker> {
+    pub(crate) fn waker(&self) -> io::Result<mio::Waker> {
         mio::Waker::new(self.poll.registry(), Watch::Wake.token())
     }
 
     /// Takes a socket's `ZMQ_FD` out of the epoll set; call it before the socket is closed.
-    pub(super) fn deregister(&self, socket: &zmq::Socket) {
+    pub(crate) fn deregister(&self, socket: &zmq::Socket) {
         let res = socket
             .get_fd()
             .map_err(io::Error::from)
@@ -316,7 +316,7 @@ impl Readiness {
 
     /// Notes that the loop operated on `w`'s socket: its `ZMQ_EVENTS` must be read before the
     /// loop sleeps, because the operation may have consumed the descriptor's signal.
-    pub(super) fn touch(&self, w: Watch) {
+    pub(crate) fn touch(&self, w: Watch) {
         self.checks.borrow_mut().insert(w);
     }
 
@@ -325,24 +325,24 @@ impl Readiness {
     /// found nothing to read; that receive is the socket's last operation, so the next record
     /// signals the descriptor again and the check due for earlier operations is not needed.
     /// An operation after this one touches the socket again.
-    pub(super) fn settled_by_receive(&self, w: Watch) {
+    pub(crate) fn settled_by_receive(&self, w: Watch) {
         self.checks.borrow_mut().remove(w);
     }
 
     /// True if some socket waits for its check.
-    pub(super) fn has_checks(&self) -> bool {
+    pub(crate) fn has_checks(&self) -> bool {
         !self.checks.borrow().list.is_empty()
     }
 
     /// The watches to check now (each once); the set is empty afterwards.
-    pub(super) fn take_checks(&self) -> Vec<Watch> {
+    pub(crate) fn take_checks(&self) -> Vec<Watch> {
         self.checks.borrow_mut().take()
     }
 
     /// Waits until a registered descriptor fires or `timeout` passes (`None`: no limit), and
     /// marks every watch whose descriptor fired to be checked. An interrupted wait is a wait
     /// that saw nothing.
-    pub(super) fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+    pub(crate) fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         match self.poll.poll(&mut self.events, timeout) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(()),
@@ -358,7 +358,7 @@ impl Readiness {
 
 /// Whether a socket has a record to read now, from its `ZMQ_EVENTS`. Reading the option
 /// processes the socket's pending commands; an error counts as nothing to read.
-pub(super) fn has_input(socket: &zmq::Socket) -> bool {
+pub(crate) fn has_input(socket: &zmq::Socket) -> bool {
     match socket.get_events() {
         Ok(ev) => ev.contains(zmq::POLLIN),
         Err(e) => {

@@ -39,7 +39,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::task::AbortHandle;
 
-use super::CallKey;
 use crate::proto::calls::batch::MAX_INCOMING_BATCH_CALLS;
 use crate::proto::calls::{
     Admission, Arrival, Cancelled, Dispatch, ExecQueues, RemoteCode, ServeId, ServeTable,
@@ -50,38 +49,42 @@ use crate::runtime::calls::{CallerGone, Request, ServeError};
 use crate::runtime::command::{
     Dispatcher, InlineDispatch, InlineRun, ServeDone, ServeItem, ServeJob, Served,
 };
+use crate::runtime::keys::CallKey;
 use crate::runtime::records;
 use crate::runtime::security::{AuthRequest, Caller, Denied};
 use crate::runtime::service::{MethodPlan, INLINE_BUDGET};
+
+/// Longest graceful stop: accepted calls still running then are answered `Unavailable`.
+pub const GRACEFUL_STOP_BOUND: Duration = Duration::from_secs(10);
 
 /// An execution queue: the channel, and the key under keyed execution.
 type QueueKey = (String, Option<String>);
 
 /// One answer the callee decided on: an ACCEPT-less REPLY, for the connection the call's
 /// answers travel on.
-pub(super) struct Answer {
+pub(crate) struct Answer {
     /// The call's connection.
-    pub(super) key: CallKey,
+    pub(crate) key: CallKey,
     /// The REPLY.
-    pub(super) reply: wire::Reply,
+    pub(crate) reply: wire::Reply,
 }
 
 /// Who sent a REQUEST, as the I/O thread knows it from the connection it came on.
-pub(super) struct From {
+pub(crate) struct From {
     /// The connection its answers travel on.
-    pub(super) key: CallKey,
+    pub(crate) key: CallKey,
     /// The caller's RID.
-    pub(super) rid: String,
+    pub(crate) rid: String,
     /// The caller's lifecycle generation.
-    pub(super) generation: u64,
+    pub(crate) generation: u64,
     /// Whether the connection the REQUEST came on negotiated `credit`: a stream answered to
     /// it sends only as far as its window (WIRE.md §4.15).
-    pub(super) credit: bool,
+    pub(crate) credit: bool,
 }
 
 /// A call [`Callee::handle_request`] took, not yet ACCEPTed on the wire: what it needs once
 /// its ACCEPT left.
-pub(super) struct Accepting {
+pub(crate) struct Accepting {
     key: CallKey,
     job: ServeJob,
     call_id: NonZeroU64,
@@ -90,17 +93,17 @@ pub(super) struct Accepting {
 
 impl Accepting {
     /// The caller's id of the call, for its ACCEPT.
-    pub(super) fn call_id(&self) -> NonZeroU64 {
+    pub(crate) fn call_id(&self) -> NonZeroU64 {
         self.call_id
     }
 }
 
 /// A stream item whose ITEM the I/O thread is to send now (numbered by the serve table).
-pub(super) struct ItemToSend {
+pub(crate) struct ItemToSend {
     /// The call's connection.
-    pub(super) key: CallKey,
+    pub(crate) key: CallKey,
     /// The ITEM record's frames.
-    pub(super) frames: Vec<Vec<u8>>,
+    pub(crate) frames: Vec<Vec<u8>>,
     id: ServeId,
     call_id: NonZeroU64,
     seq: u64,
@@ -109,7 +112,7 @@ pub(super) struct ItemToSend {
 
 /// The callee's state (see the module docs). Its fields are its own: the I/O thread talks to
 /// it through the `handle_*` methods and takes its answers from [`Callee::poll_answer`].
-pub(super) struct Callee {
+pub(crate) struct Callee {
     /// The channels this node serves.
     served: HashMap<String, Served>,
     /// Calls this node serves (MISSION C4, C6).
@@ -130,7 +133,7 @@ pub(super) struct Callee {
 
 impl Callee {
     /// A callee that serves nothing yet.
-    pub(super) fn new() -> Callee {
+    pub(crate) fn new() -> Callee {
         Callee {
             served: HashMap::new(),
             table: ServeTable::new(),
@@ -144,7 +147,7 @@ impl Callee {
     }
 
     /// Registers a served channel (replacing an earlier registration of the same name).
-    pub(super) fn serve_channel(&mut self, channel: String, served: Served) {
+    pub(crate) fn serve_channel(&mut self, channel: String, served: Served) {
         self.served.insert(channel, served);
     }
 
@@ -154,7 +157,7 @@ impl Callee {
     /// answered on its own. A BATCH over [`MAX_INCOMING_BATCH_CALLS`] is not dispatched:
     /// every call of it is answered `InvalidParams` (did not run), none is dropped. Returns
     /// the requests to handle one by one (none when the BATCH was refused whole).
-    pub(super) fn handle_batch(
+    pub(crate) fn handle_batch(
         &mut self,
         key: CallKey,
         requests: Vec<wire::Request>,
@@ -186,7 +189,7 @@ impl Callee {
     /// Returns the call if it was taken: send its ACCEPT now, then report with
     /// [`Callee::handle_accept_sent`]. `None`: answered already (refused; its REPLY waits in
     /// [`Callee::poll_answer`]), or a duplicate of a call in hand (nothing to send).
-    pub(super) fn handle_request(
+    pub(crate) fn handle_request(
         &mut self,
         from: From,
         req: wire::Request,
@@ -304,7 +307,7 @@ impl Callee {
     /// be (its answer path is gone: the call is forgotten with the rest of that
     /// connection's calls). Once sent, the call runs now, waits in its queue, or takes the
     /// place of a waiting call of the same conflating method.
-    pub(super) fn handle_accept_sent(&mut self, accepting: Accepting, sent: bool, now: Instant) {
+    pub(crate) fn handle_accept_sent(&mut self, accepting: Accepting, sent: bool, now: Instant) {
         let Accepting {
             key, job, arrival, ..
         } = accepting;
@@ -335,7 +338,7 @@ impl Callee {
     /// The connection `key` that calls' answers travel on is gone: its waiting calls will
     /// never run and leave their queues (so they do not hold mailbox places), and the
     /// handlers still running for it are told their caller is gone ([`Handlers`]).
-    pub(super) fn handle_connection_lost(&mut self, key: CallKey, now: Instant) {
+    pub(crate) fn handle_connection_lost(&mut self, key: CallKey, now: Instant) {
         let running = self.table.handle_connection_lost(key, now);
         self.handlers.callers_gone(&running, Cause::CallerGone);
         self.forget_orphaned_waiting(now);
@@ -345,7 +348,7 @@ impl Callee {
     /// §4.13): a queued call leaves its queue and never runs; a running handler is signalled,
     /// and stopped where its method allows; an unknown or finished call is ignored. Nothing
     /// more is sent for the call.
-    pub(super) fn handle_cancel(&mut self, key: CallKey, call_id: NonZeroU64, now: Instant) {
+    pub(crate) fn handle_cancel(&mut self, key: CallKey, call_id: NonZeroU64, now: Instant) {
         match self.table.handle_cancel(key, call_id, now) {
             Cancelled::Unknown => {
                 metrics::counter!("zmesh_cancels_ignored_total").increment(1);
@@ -372,7 +375,7 @@ impl Callee {
     }
 
     /// A handler finished: its REPLY, then the next call of its queue.
-    pub(super) fn handle_done(&mut self, done: ServeDone, now: Instant) {
+    pub(crate) fn handle_done(&mut self, done: ServeDone, now: Instant) {
         self.handlers.finished(done.id);
         self.finish_call(done.id, done.result, done.replayed, now);
         let next = self.left_queue(done.id);
@@ -386,7 +389,7 @@ impl Callee {
     /// Where the stream has a window (WIRE.md §4.15) and it is closed, the item waits, and
     /// its handler with it (its send resolves when the item leaves): that is the stream's
     /// backpressure. Items go in order, so one that comes while others wait waits too.
-    pub(super) fn handle_item(&mut self, item: ServeItem, now: Instant) -> Option<ItemToSend> {
+    pub(crate) fn handle_item(&mut self, item: ServeItem, now: Instant) -> Option<ItemToSend> {
         let id = item.id;
         // Nothing waits (the common case): no map lookup before the window check.
         let waiting = !self.held.is_empty() && self.held.get(&id).is_some_and(|q| !q.is_empty());
@@ -404,7 +407,7 @@ impl Callee {
     /// A CREDIT of `items` for call `call_id` of the caller whose answers travel on `key`
     /// (WIRE.md §4.15): its window grows, and the items that waited for it leave, in order,
     /// as far as it goes.
-    pub(super) fn handle_credit(
+    pub(crate) fn handle_credit(
         &mut self,
         key: CallKey,
         call_id: NonZeroU64,
@@ -469,7 +472,7 @@ impl Callee {
     /// the stream cannot go on: the call ends at once with REPLY `UnknownOutcome` (the caller
     /// must not take a shortened stream for a complete one), and the handler's later result
     /// is dropped.
-    pub(super) fn handle_item_sent(&mut self, item: ItemToSend, sent: bool, now: Instant) {
+    pub(crate) fn handle_item_sent(&mut self, item: ItemToSend, sent: bool, now: Instant) {
         let ItemToSend {
             key,
             id,
@@ -498,35 +501,35 @@ impl Callee {
 
     /// The node stops: every handler still running is told that nobody waits for it any
     /// more (and a query's task stopped), as when its caller is gone.
-    pub(super) fn handle_stop(&mut self) {
+    pub(crate) fn handle_stop(&mut self) {
         let running: Vec<ServeId> = self.handlers.running.keys().copied().collect();
         self.handlers.callers_gone(&running, Cause::Answered);
     }
 
     /// Begins the graceful stop: no new calls, the accepted ones answered within `bound`
     /// (MISSION C4, F6).
-    pub(super) fn begin_drain(&mut self, bound: Duration, now: Instant) {
+    pub(crate) fn begin_drain(&mut self, bound: Duration, now: Instant) {
         self.table.begin_drain(bound, now);
     }
 
     /// Applies the serve table's timers due at `now` (ttl refusals, the drain bound).
-    pub(super) fn handle_timeout(&mut self, now: Instant) {
+    pub(crate) fn handle_timeout(&mut self, now: Instant) {
         self.table.handle_timeout(now);
     }
 
     /// The serve table's next timer.
-    pub(super) fn poll_timeout(&self) -> Option<Instant> {
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         self.table.poll_timeout()
     }
 
     /// True once a drain is over.
-    pub(super) fn is_drained(&self) -> bool {
+    pub(crate) fn is_drained(&self) -> bool {
         self.table.is_drained()
     }
 
     /// Calls accepted and not yet answered, handlers still running for a lost connection
     /// included.
-    pub(super) fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         self.table.in_flight()
     }
 
@@ -534,7 +537,7 @@ impl Callee {
     /// table's (a queued call refused by its ttl, a call cut by the drain: the next call of
     /// its queue moves up as it is taken).
     #[must_use]
-    pub(super) fn poll_answer(&mut self, now: Instant) -> Option<Answer> {
+    pub(crate) fn poll_answer(&mut self, now: Instant) -> Option<Answer> {
         self.signal_overdue();
         self.release_held_items();
         loop {

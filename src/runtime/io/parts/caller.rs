@@ -4,7 +4,7 @@
 //! among servers) and decides what each input does to them; the I/O thread finds the routes
 //! and sends the REQUESTs it hands out.
 //!
-//! A call's key is the physical connection its answers travel on (module [`super::calls`]);
+//! A call's key is the physical connection its answers travel on (module `io/calls.rs`);
 //! its lease is that connection: when it leaves ready, the call fails at once (MISSION C2).
 //!
 //! Streams: a call's items go to its [`StreamEvent`] channel in order, and always before its
@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::{CallKey, LinkKey};
 use crate::proto::calls::batch;
 use crate::proto::calls::CallError;
 use crate::proto::calls::{ttl_on_wire, CallId, CallTable, Disposition, Unrouted};
@@ -26,12 +25,13 @@ use crate::proto::ops;
 use crate::proto::wire;
 use crate::runtime::calls::{CallAnswer, CallOptions, StreamEvent, STREAM_BUFFER};
 use crate::runtime::command::CallReply;
+use crate::runtime::keys::{CallKey, LinkKey};
 use crate::runtime::operations::OpsShared;
 use crate::runtime::records;
 
 /// How the REQUESTs for one link may share a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum SendPolicy {
+pub(crate) enum SendPolicy {
     /// Each alone: the node behind the link turned batching off.
     Alone,
     /// In BATCHes (version 1).
@@ -84,51 +84,51 @@ fn framed(
 const GAUGE_REFRESH: Duration = Duration::from_secs(1);
 
 /// A call the application asked for, as the command carried it.
-pub(super) struct NewCall {
+pub(crate) struct NewCall {
     /// The channel called.
-    pub(super) channel: String,
+    pub(crate) channel: String,
     /// The method called.
-    pub(super) method: String,
+    pub(crate) method: String,
     /// The encoded arguments.
-    pub(super) args: Bytes,
+    pub(crate) args: Bytes,
     /// The call's options.
-    pub(super) opts: CallOptions,
+    pub(crate) opts: CallOptions,
     /// Where its answer goes.
-    pub(super) reply: CallReply,
+    pub(crate) reply: CallReply,
     /// The application's name for it, for a cancel.
-    pub(super) token: u64,
+    pub(crate) token: u64,
 }
 
 /// Where a call goes, as the I/O thread found it.
-pub(super) struct Route {
+pub(crate) struct Route {
     /// The link its REQUEST goes out on.
-    pub(super) send: LinkKey,
+    pub(crate) send: LinkKey,
     /// The connection its answers travel on (its lease).
-    pub(super) key: CallKey,
+    pub(crate) key: CallKey,
     /// The RID of the node behind it, if known (for the operations registry).
-    pub(super) target: Option<String>,
+    pub(crate) target: Option<String>,
 }
 
 /// One message of REQUESTs for one link: a lone REQUEST or a BATCH.
-pub(super) struct Requests {
+pub(crate) struct Requests {
     /// The link to send it on.
-    pub(super) link: LinkKey,
+    pub(crate) link: LinkKey,
     /// Its frames, or `None` when it could not be encoded (its calls fail as never sent).
-    pub(super) frames: Option<Vec<Vec<u8>>>,
+    pub(crate) frames: Option<Vec<Vec<u8>>>,
     /// The calls in it, in order.
     ids: Vec<CallId>,
 }
 
 impl Requests {
     /// How many calls it carries.
-    pub(super) fn calls(&self) -> usize {
+    pub(crate) fn calls(&self) -> usize {
         self.ids.len()
     }
 }
 
 /// The caller's state (see the module docs). Its fields are its own: the I/O thread talks
 /// to it through its methods.
-pub(super) struct Caller {
+pub(crate) struct Caller {
     /// Calls this node made, leased on the connection that carried them (MISSION C1, C2).
     table: CallTable<CallKey>,
     /// The application's side of each pending call, with the token that names it.
@@ -155,7 +155,7 @@ pub(super) struct Caller {
 
 impl Caller {
     /// A caller with no calls, recording into the operations registry `ops`.
-    pub(super) fn new(ops: Arc<OpsShared>) -> Caller {
+    pub(crate) fn new(ops: Arc<OpsShared>) -> Caller {
         Caller {
             table: CallTable::new(),
             replies: HashMap::new(),
@@ -171,7 +171,7 @@ impl Caller {
 
     /// A peer announced a Server membership for `channel`: a call to it that finds no
     /// ready server has no ready peer, not no registration.
-    pub(super) fn learn_server(&mut self, channel: &str) {
+    pub(crate) fn learn_server(&mut self, channel: &str) {
         if !self.known_servers.contains(channel) {
             self.known_servers.insert(channel.to_owned());
         }
@@ -180,7 +180,7 @@ impl Caller {
     /// Picks the connection for a call to any server of `channel` among the `ready` routes
     /// (REQUEST link, call key), round-robin. `configured`: a ClientServer server of the
     /// channel is configured, ready or not.
-    pub(super) fn pick(
+    pub(crate) fn pick(
         &mut self,
         channel: &str,
         ready: &[(LinkKey, CallKey)],
@@ -202,7 +202,7 @@ impl Caller {
     /// its REQUEST waits for [`Caller::take_requests`], which the I/O thread calls before
     /// any other command and at the end of the command drain, so the REQUEST leaves in this
     /// loop turn (or the call fails at once as never sent).
-    pub(super) fn start(&mut self, call: NewCall, route: Result<Route, Unrouted>, now: Instant) {
+    pub(crate) fn start(&mut self, call: NewCall, route: Result<Route, Unrouted>, now: Instant) {
         let NewCall {
             channel,
             method,
@@ -251,7 +251,7 @@ impl Caller {
     /// ends as `Cancelled` (whether it was sent says whether it may have run). Its REQUEST,
     /// if still waiting for this turn's send, never leaves; if it left, the callee is to be
     /// told ([`Caller::take_cancels`]). A token of a call that already ended changes nothing.
-    pub(super) fn cancel(&mut self, token: u64, now: Instant) {
+    pub(crate) fn cancel(&mut self, token: u64, now: Instant) {
         let Some(id) = self.tokens.remove(&token) else {
             return;
         };
@@ -262,7 +262,7 @@ impl Caller {
 
     /// Where a CREDIT for the stream the application named `token` goes: its connection and
     /// call id, while it is pending.
-    pub(super) fn credit_target(&self, token: u64) -> Option<(CallKey, NonZeroU64)> {
+    pub(crate) fn credit_target(&self, token: u64) -> Option<(CallKey, NonZeroU64)> {
         let id = *self.tokens.get(&token)?;
         Some((self.table.target(id)?, id.get()))
     }
@@ -270,14 +270,14 @@ impl Caller {
     /// The calls whose callers stopped waiting after their REQUEST left (cancelled, or past
     /// their deadline), each with the connection its answers travel on: a CANCEL to send
     /// where that connection's pair negotiated it.
-    pub(super) fn take_cancels(&mut self) -> Vec<(CallKey, NonZeroU64)> {
+    pub(crate) fn take_cancels(&mut self) -> Vec<(CallKey, NonZeroU64)> {
         std::iter::from_fn(|| self.table.poll_cancel())
             .map(|(key, id)| (key, id.get()))
             .collect()
     }
 
     /// True if REQUESTs of this turn wait to be sent.
-    pub(super) fn has_requests(&self) -> bool {
+    pub(crate) fn has_requests(&self) -> bool {
         !self.outgoing.is_empty()
     }
 
@@ -291,7 +291,7 @@ impl Caller {
     /// [`Caller::handle_sent`]: a message the link cannot take now fails every call in it at
     /// once as never sent (a frame is never queued on a link that cannot send now, MISSION
     /// C3).
-    pub(super) fn take_requests(
+    pub(crate) fn take_requests(
         &mut self,
         policy: impl Fn(LinkKey) -> SendPolicy,
     ) -> Vec<Requests> {
@@ -324,7 +324,7 @@ impl Caller {
     }
 
     /// The message `requests` was handed to its socket (`sent`), or not.
-    pub(super) fn handle_sent(&mut self, requests: &Requests, sent: bool, now: Instant) {
+    pub(crate) fn handle_sent(&mut self, requests: &Requests, sent: bool, now: Instant) {
         if requests.ids.len() > 1 && sent {
             metrics::counter!("zmesh_batches_sent_total").increment(1);
         }
@@ -340,7 +340,7 @@ impl Caller {
     }
 
     /// ACCEPT, ITEM or REPLY for one of this node's calls, arriving on connection `key`.
-    pub(super) fn handle_answer(&mut self, key: CallKey, rec: records::Rec, now: Instant) {
+    pub(crate) fn handle_answer(&mut self, key: CallKey, rec: records::Rec, now: Instant) {
         let id = |n: NonZeroU64| CallId(n);
         match rec {
             records::Rec::Accept { call_id } => {
@@ -373,32 +373,32 @@ impl Caller {
     }
 
     /// Connection `key` left ready: every call leased on it fails; returns how many.
-    pub(super) fn handle_connection_lost(&mut self, key: CallKey, now: Instant) -> usize {
+    pub(crate) fn handle_connection_lost(&mut self, key: CallKey, now: Instant) -> usize {
         self.table.handle_connection_lost(key, now)
     }
 
     /// The node stops: every call still out ends now, each saying whether it may have run.
-    pub(super) fn handle_shutdown(&mut self, now: Instant) {
+    pub(crate) fn handle_shutdown(&mut self, now: Instant) {
         self.table.handle_shutdown(now);
     }
 
     /// Applies the call deadlines due at `now`.
-    pub(super) fn handle_timeout(&mut self, now: Instant) {
+    pub(crate) fn handle_timeout(&mut self, now: Instant) {
         self.table.handle_timeout(now);
     }
 
     /// The earliest call deadline.
-    pub(super) fn poll_timeout(&self) -> Option<Instant> {
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         self.table.poll_timeout()
     }
 
     /// Calls pending (MISSION C5).
-    pub(super) fn pending(&self) -> usize {
+    pub(crate) fn pending(&self) -> usize {
         self.table.pending()
     }
 
     /// Calls pending on connection `key`.
-    pub(super) fn pending_on(&self, key: CallKey) -> usize {
+    pub(crate) fn pending_on(&self, key: CallKey) -> usize {
         self.table.pending_on(key)
     }
 
@@ -411,7 +411,7 @@ impl Caller {
     /// A stream's buffer holds [`STREAM_BUFFER`] items (one more place is kept for its end):
     /// an item that finds it full ends the stream as [`CallError::StreamOverrun`] (the callee
     /// is told), and so does a stream whose last item found no room just before its REPLY.
-    pub(super) fn deliver(&mut self, now: Instant) {
+    pub(crate) fn deliver(&mut self, now: Instant) {
         let mut overrun: Vec<CallId> = Vec::new();
         while let Some(item) = self.table.poll_item() {
             self.ops.with(|r| r.item(item.id.get().get(), now));
@@ -514,7 +514,7 @@ mod tests {
     /// calls between runs as a lone REQUEST or a BATCH, and no call changes its place.
     #[test]
     fn k5_x4_grouped_calls_keep_their_order() {
-        let link = <LinkKey as super::super::Key>::from_index(0);
+        let link = <LinkKey as crate::runtime::keys::Key>::from_index(0);
         let calls = vec![
             call(1, "read"),
             call(2, "read"),

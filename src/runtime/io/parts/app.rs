@@ -11,11 +11,15 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use super::{LinkKey, SlotKey, LINK_BACKLOG};
 use crate::runtime::event::{Delivery, EventSender, NodeEvent};
+use crate::runtime::keys::{LinkKey, SlotKey};
+
+/// Records a link holds while the application queue is paused; when full, the link's socket
+/// is not read until the queue drains (MISSION R5).
+pub const LINK_BACKLOG: usize = 1024;
 
 /// The application's queue (see the module docs). Its fields are its own.
-pub(super) struct AppQueue {
+pub(crate) struct AppQueue {
     /// Where the batches go.
     events: EventSender,
     /// The events of this loop turn.
@@ -36,7 +40,7 @@ pub(super) struct AppQueue {
 impl AppQueue {
     /// A queue sending batches to `events`; the application counts down `outstanding` as
     /// it takes deliveries, and holds at most `high_water` before the queue pauses.
-    pub(super) fn new(
+    pub(crate) fn new(
         events: EventSender,
         outstanding: Arc<AtomicUsize>,
         high_water: usize,
@@ -54,14 +58,14 @@ impl AppQueue {
 
     /// An event for the application (a state change, a discovery event, a fanout delivery,
     /// which no backlog holds).
-    pub(super) fn push(&mut self, event: NodeEvent) {
+    pub(crate) fn push(&mut self, event: NodeEvent) {
         self.out.push(event);
     }
 
     /// An application record of link `k`: to the application now, or into the link's
     /// backlog while the queue is paused or the backlog is not empty (order within a link
     /// is kept).
-    pub(super) fn deliver(&mut self, k: LinkKey, d: Delivery) {
+    pub(crate) fn deliver(&mut self, k: LinkKey, d: Delivery) {
         if self.paused() || self.backlogs.contains_key(&k) {
             self.backlogs.entry(k).or_default().push_back(d);
         } else {
@@ -78,7 +82,7 @@ impl AppQueue {
     /// (links in key order), and recomputes which sockets a full backlog holds back:
     /// `slot_of` names the socket of a link's current connection. Only the links with a
     /// backlog are looked at.
-    pub(super) fn release(&mut self, slot_of: impl Fn(LinkKey) -> Option<SlotKey>) {
+    pub(crate) fn release(&mut self, slot_of: impl Fn(LinkKey) -> Option<SlotKey>) {
         self.held.clear();
         self.backlogged = 0;
         if self.backlogs.is_empty() {
@@ -109,18 +113,18 @@ impl AppQueue {
     }
 
     /// True if a full backlog holds socket `slot` back.
-    pub(super) fn is_held(&self, slot: SlotKey) -> bool {
+    pub(crate) fn is_held(&self, slot: SlotKey) -> bool {
         self.held.contains(&slot)
     }
 
     /// True if records wait in some link's backlog.
-    pub(super) fn has_backlog(&self) -> bool {
+    pub(crate) fn has_backlog(&self) -> bool {
         self.backlogged > 0
     }
 
     /// Hands this turn's events to the application in one batch (discarded if it dropped
     /// its receiver), counting its deliveries as outstanding.
-    pub(super) fn flush(&mut self) {
+    pub(crate) fn flush(&mut self) {
         if self.out.is_empty() {
             return;
         }

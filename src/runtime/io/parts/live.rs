@@ -6,19 +6,27 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use super::{LinkKey, LiveOwner, SubKey};
 use crate::proto::liveness::{self, Liveness};
 use crate::proto::ConnId;
+use crate::runtime::keys::{LinkKey, SubKey};
+
+/// Who owns a liveness entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LiveOwner {
+    Link(LinkKey),
+    Sub(SubKey),
+    Publisher,
+}
 
 /// The liveness table and the owner of each entry (see the module docs).
-pub(super) struct Live {
+pub(crate) struct Live {
     table: Liveness,
     owners: HashMap<liveness::LinkKey, LiveOwner>,
 }
 
 impl Live {
     /// An empty table whose probe ids start from `seed` (the node's generation).
-    pub(super) fn new(seed: u64) -> Live {
+    pub(crate) fn new(seed: u64) -> Live {
         Live {
             table: Liveness::new(seed),
             owners: HashMap::new(),
@@ -26,7 +34,7 @@ impl Live {
     }
 
     /// A ready connection of link `k`: its probe and deadline machine, from `now`.
-    pub(super) fn insert_connection(
+    pub(crate) fn insert_connection(
         &mut self,
         k: LinkKey,
         conn: ConnId,
@@ -38,44 +46,44 @@ impl Live {
     }
 
     /// A fanout subscription `i`: its silence deadline, from `now`.
-    pub(super) fn insert_subscription(&mut self, i: SubKey, now: Instant) -> liveness::LinkKey {
+    pub(crate) fn insert_subscription(&mut self, i: SubKey, now: Instant) -> liveness::LinkKey {
         let key = self.table.insert_publisher(now);
         self.owners.insert(key, LiveOwner::Sub(i));
         key
     }
 
     /// This node's publisher: its beacon timer, from `now`.
-    pub(super) fn insert_beacon(&mut self, now: Instant) -> liveness::LinkKey {
+    pub(crate) fn insert_beacon(&mut self, now: Instant) -> liveness::LinkKey {
         let key = self.table.insert_beacon(now);
         self.owners.insert(key, LiveOwner::Publisher);
         key
     }
 
     /// Removes entry `key` and its owner.
-    pub(super) fn remove(&mut self, key: liveness::LinkKey) {
+    pub(crate) fn remove(&mut self, key: liveness::LinkKey) {
         self.table.remove(key);
         self.owners.remove(&key);
     }
 
     /// Who owns entry `key`.
-    pub(super) fn owner(&self, key: liveness::LinkKey) -> Option<LiveOwner> {
+    pub(crate) fn owner(&self, key: liveness::LinkKey) -> Option<LiveOwner> {
         self.owners.get(&key).copied()
     }
 
     /// Removes every entry (the node stops).
-    pub(super) fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.table.clear();
         self.owners.clear();
     }
 
     /// The table itself, for the reads that need no owner.
-    pub(super) fn table(&self) -> &Liveness {
+    pub(crate) fn table(&self) -> &Liveness {
         &self.table
     }
 
     /// The table itself, for the inputs and outputs that need no owner (entries are added
     /// and removed only here, with their owners).
-    pub(super) fn table_mut(&mut self) -> &mut Liveness {
+    pub(crate) fn table_mut(&mut self) -> &mut Liveness {
         &mut self.table
     }
 }

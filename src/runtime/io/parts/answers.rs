@@ -13,11 +13,11 @@
 use std::collections::{HashMap, VecDeque};
 use std::num::NonZeroU64;
 
-use super::{IoThread, LinkKey};
 use crate::proto::wire::{
-    self, Answer, Answers, Capabilities, Pending, Record, ANSWERS_MAX_ENTRIES, ANSWERS_MAX_PAYLOAD,
+    self, Answer, Answers, Pending, Record, ANSWERS_MAX_ENTRIES, ANSWERS_MAX_PAYLOAD,
 };
 use crate::proto::ConnId;
+use crate::runtime::keys::LinkKey;
 use crate::runtime::records;
 use crate::runtime::socket::SocketSendError;
 
@@ -25,7 +25,7 @@ use crate::runtime::socket::SocketSendError;
 type Frames = Vec<Vec<u8>>;
 
 /// One answer waiting to leave.
-pub(super) enum Outgoing {
+pub(crate) enum Outgoing {
     /// An ACCEPT of the call with this id (the connection's generation and id are added
     /// when it leaves).
     Accept(NonZeroU64),
@@ -38,7 +38,7 @@ pub(super) enum Outgoing {
 impl Outgoing {
     /// The frames of this answer sent on its own on connection `conn` of a node of
     /// `generation`.
-    fn alone(&self, generation: u64, conn: ConnId) -> Frames {
+    pub(crate) fn alone(&self, generation: u64, conn: ConnId) -> Frames {
         match self {
             Outgoing::Accept(call_id) => records::accept(*call_id, generation, conn.0),
             Outgoing::Reply(r) => Record::Reply(r.clone()).encode(),
@@ -49,13 +49,13 @@ impl Outgoing {
 
 /// The answers waiting per link: the connection they are for, and the answers in order.
 #[derive(Default)]
-pub(super) struct AnswerQueue {
+pub(crate) struct AnswerQueue {
     queued: HashMap<LinkKey, (ConnId, VecDeque<Outgoing>)>,
 }
 
 impl AnswerQueue {
     /// True if answers for connection `conn` of link `route` wait (a new one goes behind).
-    pub(super) fn is_waiting(&self, route: LinkKey, conn: ConnId) -> bool {
+    pub(crate) fn is_waiting(&self, route: LinkKey, conn: ConnId) -> bool {
         self.queued
             .get(&route)
             .is_some_and(|(c, q)| *c == conn && !q.is_empty())
@@ -63,7 +63,7 @@ impl AnswerQueue {
 
     /// Queues `out` for connection `conn` of link `route`, behind what waits there; what
     /// waited for an older connection of the link is dropped.
-    fn hold(&mut self, route: LinkKey, conn: ConnId, out: Outgoing) {
+    pub(crate) fn hold(&mut self, route: LinkKey, conn: ConnId, out: Outgoing) {
         let entry = self
             .queued
             .entry(route)
@@ -75,14 +75,14 @@ impl AnswerQueue {
     }
 
     /// True if nothing waits.
-    pub(super) fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.queued.is_empty()
     }
 
     /// Sends what waits, in order per link, while `send` takes it. `current` says a link's
     /// current connection and whether it packs answers; a link whose connection is not the
     /// one its answers were for drops them (their callers fail the calls on the loss).
-    fn flush(
+    pub(crate) fn flush(
         &mut self,
         generation: NonZeroU64,
         current: impl Fn(LinkKey) -> Option<(ConnId, bool)>,
@@ -146,62 +146,6 @@ fn pack_front(queue: &VecDeque<Outgoing>) -> (Vec<(NonZeroU64, Answer)>, usize) 
         Outgoing::Frames(_) => Pending::Other,
     });
     wire::pack_front(pending, ANSWERS_MAX_ENTRIES, ANSWERS_MAX_PAYLOAD)
-}
-
-impl IoThread {
-    /// Sends an answer on `route`, in order behind any answer still waiting there: at the
-    /// end of the turn where the connection packs answers, else now (a full pipe keeps it
-    /// for a later turn). Returns false when the connection is gone (the caller fails the
-    /// call when it sees that).
-    ///
-    /// A REPLY's replayed mark (WIRE.md §4.17) is cleared here toward a connection that did
-    /// not negotiate `replayed`, so such a peer receives the version-1 code byte.
-    pub(super) fn send_answer(&mut self, route: LinkKey, mut out: Outgoing) -> bool {
-        let Some(conn) = self
-            .links
-            .get(route)
-            .and_then(|l| l.conn.as_ref())
-            .map(|c| c.id)
-        else {
-            return false;
-        };
-        let caps = self.conn_caps(route);
-        if let Outgoing::Reply(r) = &mut out {
-            r.replayed &= caps.contains(Capabilities::REPLAYED);
-        }
-        let packs = caps.contains(Capabilities::ANSWERS);
-        if !packs && !self.answers.is_waiting(route, conn) {
-            let frames = out.alone(self.me.generation, conn);
-            match self.send_frames_on_link(route, &frames) {
-                Ok(()) => return true,
-                Err(SocketSendError::Full) => {}
-                Err(_) => return false,
-            }
-        }
-        self.answers.hold(route, conn, out);
-        true
-    }
-
-    /// Sends the answers that wait, in order per link (see the module docs); answers of a
-    /// connection that is gone are dropped (their callers fail the calls on the loss).
-    pub(super) fn flush_answers(&mut self) {
-        if self.answers.is_empty() {
-            return;
-        }
-        let Some(generation) = NonZeroU64::new(self.me.generation) else {
-            return;
-        };
-        let mut queued = std::mem::take(&mut self.answers);
-        queued.flush(
-            generation,
-            |k| {
-                let conn = self.links.get(k).and_then(|l| l.conn.as_ref())?.id;
-                Some((conn, self.conn_caps(k).contains(Capabilities::ANSWERS)))
-            },
-            |k, frames| self.send_frames_on_link(k, frames),
-        );
-        self.answers = queued;
-    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,8 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::ops::{Index, IndexMut};
 
+use crate::proto::ConnId;
+
 /// A key of a [`Table`]: a position in it.
 pub(crate) trait Key: Copy {
     /// The key at position `i`.
@@ -58,7 +60,7 @@ key!(
 );
 
 /// A vector indexed by its own key type `K`.
-pub(super) struct Table<K, T> {
+pub(crate) struct Table<K, T> {
     items: Vec<T>,
     key: PhantomData<K>,
 }
@@ -74,38 +76,38 @@ impl<K, T> Default for Table<K, T> {
 
 impl<K: Key, T> Table<K, T> {
     /// The item of `k`, if the table reaches that far.
-    pub(super) fn get(&self, k: K) -> Option<&T> {
+    pub(crate) fn get(&self, k: K) -> Option<&T> {
         self.items.get(k.index())
     }
 
     /// The item of `k`, mutable.
-    pub(super) fn get_mut(&mut self, k: K) -> Option<&mut T> {
+    pub(crate) fn get_mut(&mut self, k: K) -> Option<&mut T> {
         self.items.get_mut(k.index())
     }
 
     /// The key the next [`Table::push`] returns.
-    pub(super) fn next_key(&self) -> K {
+    pub(crate) fn next_key(&self) -> K {
         K::from_index(self.items.len())
     }
 
     /// Adds `item` at the end; returns its key.
-    pub(super) fn push(&mut self, item: T) -> K {
+    pub(crate) fn push(&mut self, item: T) -> K {
         self.items.push(item);
         K::from_index(self.items.len() - 1)
     }
 
     /// Every item goes (the node stops).
-    pub(super) fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.items.clear();
     }
 
     /// Every key, in order.
-    pub(super) fn keys(&self) -> impl Iterator<Item = K> + use<K, T> {
+    pub(crate) fn keys(&self) -> impl Iterator<Item = K> + use<K, T> {
         (0..self.items.len()).map(K::from_index)
     }
 
     /// Every item with its key, in order.
-    pub(super) fn iter(&self) -> impl Iterator<Item = (K, &T)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (K, &T)> {
         self.items
             .iter()
             .enumerate()
@@ -113,12 +115,12 @@ impl<K: Key, T> Table<K, T> {
     }
 
     /// Every item, in order.
-    pub(super) fn values(&self) -> std::slice::Iter<'_, T> {
+    pub(crate) fn values(&self) -> std::slice::Iter<'_, T> {
         self.items.iter()
     }
 
     /// The key of the first item that satisfies `pred`.
-    pub(super) fn position(&self, pred: impl FnMut(&T) -> bool) -> Option<K> {
+    pub(crate) fn position(&self, pred: impl FnMut(&T) -> bool) -> Option<K> {
         self.items.iter().position(pred).map(K::from_index)
     }
 }
@@ -159,7 +161,7 @@ impl<K: Key, T> IndexMut<K> for Table<K, T> {
 /// asked. Whoever keeps something derived from the items (the timer table keeps each link's
 /// and subscription's earliest deadline) derives it again for those items only, and cannot
 /// miss a change: every mutable access to an item goes through here and marks it.
-pub(super) struct Tracked<K, T> {
+pub(crate) struct Tracked<K, T> {
     table: Table<K, T>,
     /// The keys marked since the last [`Tracked::drain_touched`], each once.
     touched: Vec<K>,
@@ -189,7 +191,7 @@ impl<K: Key, T> Tracked<K, T> {
 
     /// Calls `f` with every item marked since the last call (in the order first marked), and
     /// unmarks them.
-    pub(super) fn drain_touched(&mut self, mut f: impl FnMut(K, &T)) {
+    pub(crate) fn drain_touched(&mut self, mut f: impl FnMut(K, &T)) {
         for k in self.touched.drain(..) {
             if let Some(m) = self.marked.get_mut(k.index()) {
                 *m = false;
@@ -201,23 +203,23 @@ impl<K: Key, T> Tracked<K, T> {
     }
 
     /// The item of `k`, if the table reaches that far.
-    pub(super) fn get(&self, k: K) -> Option<&T> {
+    pub(crate) fn get(&self, k: K) -> Option<&T> {
         self.table.get(k)
     }
 
     /// The item of `k`, mutable: it is marked.
-    pub(super) fn get_mut(&mut self, k: K) -> Option<&mut T> {
+    pub(crate) fn get_mut(&mut self, k: K) -> Option<&mut T> {
         self.touch(k);
         self.table.get_mut(k)
     }
 
     /// The key the next [`Tracked::push`] returns.
-    pub(super) fn next_key(&self) -> K {
+    pub(crate) fn next_key(&self) -> K {
         self.table.next_key()
     }
 
     /// Adds `item` at the end, marked; returns its key.
-    pub(super) fn push(&mut self, item: T) -> K {
+    pub(crate) fn push(&mut self, item: T) -> K {
         let k = self.table.push(item);
         self.marked.push(false);
         self.touch(k);
@@ -225,29 +227,29 @@ impl<K: Key, T> Tracked<K, T> {
     }
 
     /// Every item goes, and every mark (the node stops).
-    pub(super) fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.table.clear();
         self.touched.clear();
         self.marked.clear();
     }
 
     /// Every key, in order.
-    pub(super) fn keys(&self) -> impl Iterator<Item = K> + use<K, T> {
+    pub(crate) fn keys(&self) -> impl Iterator<Item = K> + use<K, T> {
         self.table.keys()
     }
 
     /// Every item with its key, in order.
-    pub(super) fn iter(&self) -> impl Iterator<Item = (K, &T)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (K, &T)> {
         self.table.iter()
     }
 
     /// Every item, in order.
-    pub(super) fn values(&self) -> std::slice::Iter<'_, T> {
+    pub(crate) fn values(&self) -> std::slice::Iter<'_, T> {
         self.table.values()
     }
 
     /// The key of the first item that satisfies `pred`.
-    pub(super) fn position(&self, pred: impl FnMut(&T) -> bool) -> Option<K> {
+    pub(crate) fn position(&self, pred: impl FnMut(&T) -> bool) -> Option<K> {
         self.table.position(pred)
     }
 }
@@ -288,6 +290,10 @@ impl<K: Key, T> IndexMut<K> for Tracked<K, T> {
         &mut self.table[k]
     }
 }
+
+/// The physical connection a call travels on: a link and its current connection. The caller and
+/// callee parts and the glue that routes their records all use it.
+pub(crate) type CallKey = (LinkKey, ConnId);
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,161 @@
+//! The fanout topology's state as one part: the subscriptions this node holds (one SUB socket
+//! per publisher, MISSION T3, L5) and its own publisher with its XPUB socket, beacon schedule
+//! and monitor. Opening, judging and reopening subscriptions, and beacons, are the thread's
+//! (`io/fanout.rs`, whose module docs describe the topology).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::proto::liveness;
+use crate::proto::security::PublicKey;
+use crate::proto::state::LinkState;
+use crate::proto::ConnId;
+use crate::runtime::event::Source;
+use crate::runtime::keys::{SlotKey, SubKey, Tracked};
+use crate::runtime::outbound::PubSocket;
+use crate::runtime::socket::{FrameSocket, MonitorEvent, MonitorSocket};
+
+pub(crate) struct Sub {
+    pub(crate) endpoint: String,
+    /// The source of this publisher's deliveries, built once (a reference count per record).
+    pub(crate) source: Source,
+    /// The topic of the last record delivered: the next record's topic, when it is the same,
+    /// is a clone of it instead of a fresh copy.
+    pub(crate) last_topic: Bytes,
+    pub(crate) slot: Option<SlotKey>,
+    pub(crate) conn_id: Option<ConnId>,
+    /// This publisher's watch in the node's liveness table.
+    pub(crate) live: liveness::LinkKey,
+    pub(crate) state: LinkState,
+    pub(crate) records: u64,
+    /// The current socket completed a ZMTP handshake with the publisher.
+    pub(crate) connected: bool,
+    /// Open a new socket not before this instant.
+    pub(crate) retry_at: Instant,
+    pub(crate) failures_in_row: u32,
+    /// Automatic mode: the publisher's descriptor is gone, so no new socket is opened (a
+    /// ready one stays until it fails; see `io::discovery`).
+    pub(crate) retired: bool,
+    /// CURVE: the key the publisher must hold (`[security.endpoint_keys]`, or its
+    /// descriptor's security identity); a publisher with another key is never read.
+    pub(crate) key: Option<PublicKey>,
+    /// `key` is the publisher descriptor's: used only while it is on the allow-list.
+    pub(crate) key_from_descriptor: bool,
+}
+
+/// The fanout topology's state: the publishers this node reads and its own publisher.
+#[derive(Default)]
+pub(crate) struct FanoutState {
+    /// One subscription per publisher endpoint, each with its own SUB socket (MISSION L5).
+    pub(crate) subs: Tracked<SubKey, Sub>,
+    /// This node's publisher, if it has a publisher endpoint.
+    pub(crate) publisher: Option<Publisher>,
+}
+
+impl Sub {
+    /// When this subscription opens a new socket: only while it has none and is not retired.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        (self.slot.is_none() && !self.retired).then_some(self.retry_at)
+    }
+}
+
+pub(crate) struct Publisher {
+    /// The publisher (XPUB) socket, shared with the async side, which publishes on it
+    /// directly.
+    pub(crate) socket: Arc<PubSocket>,
+    /// The endpoint it is bound to (what libzmq bound, for a wildcard).
+    pub(crate) endpoint: String,
+    /// The beacon schedule in the node's liveness table.
+    pub(crate) live: liveness::LinkKey,
+    /// Subscription messages may be waiting: read them before sleeping.
+    subscriptions: bool,
+    /// The socket's monitor (failed transport handshakes); stopped before the socket closes.
+    pub(crate) monitor: Option<MonitorSocket>,
+    /// Monitor events may be waiting.
+    monitor_events: bool,
+}
+
+/// Subscription messages read from the publisher's socket per loop turn; more wait for the
+/// next turn (a flood of subscriptions cannot starve the loop, and costs one beacon a turn).
+const SUBSCRIPTIONS_PER_TURN: usize = 256;
+
+impl Publisher {
+    /// The publisher on `socket`, bound to `endpoint`, with its beacon schedule `live`.
+    pub(crate) fn new(
+        socket: Arc<PubSocket>,
+        endpoint: String,
+        live: liveness::LinkKey,
+        monitor: MonitorSocket,
+    ) -> Publisher {
+        Publisher {
+            socket,
+            endpoint,
+            live,
+            subscriptions: false,
+            monitor: Some(monitor),
+            monitor_events: false,
+        }
+    }
+
+    /// Sends the two beacon frames (MISSION L4), on the 5 s grid. The subscriptions are read
+    /// in the same turn, so one whose descriptor signal a publish consumed waits no longer
+    /// than this.
+    pub(crate) fn send_beacon(&mut self) {
+        self.socket.beacon();
+        self.subscriptions = true;
+    }
+
+    /// The socket's descriptor fired: subscriptions may be waiting.
+    pub(crate) fn subscriptions_waiting(&mut self) {
+        self.subscriptions = true;
+    }
+
+    /// True if subscription messages may be waiting.
+    pub(crate) fn has_subscriptions(&self) -> bool {
+        self.subscriptions
+    }
+
+    /// The monitor's descriptor fired: look at its events.
+    pub(crate) fn monitor_waiting(&mut self) {
+        self.monitor_events = self.monitor.as_deref().is_some_and(super::ready::has_input);
+    }
+
+    /// True if monitor events may be waiting.
+    pub(crate) fn has_monitor_events(&self) -> bool {
+        self.monitor_events
+    }
+
+    /// The monitor's events waiting now, with their values.
+    pub(crate) fn take_monitor_events(&mut self) -> Vec<(MonitorEvent, u32)> {
+        self.monitor_events = false;
+        let mut events = Vec::new();
+        if let Some(m) = &self.monitor {
+            while let Ok(Some(frames)) = m.try_recv_frames() {
+                if let Some(ev) = MonitorEvent::decode_with_value(&frames) {
+                    events.push(ev);
+                }
+            }
+        }
+        events
+    }
+
+    /// Reads the subscription messages waiting on the socket (at most
+    /// [`SUBSCRIPTIONS_PER_TURN`] a turn) and, if one of them subscribes to the beacons,
+    /// sends one beacon at once: a subscriber that joins is ready in milliseconds instead of
+    /// at the next tick of the 5 s grid (WIRE.md §7.1). The schedule is not touched, and
+    /// nothing read here is a record.
+    /// Returns how many messages read were not subscriptions.
+    pub(crate) fn read_subscriptions(&mut self) -> usize {
+        if !self.subscriptions {
+            return 0;
+        }
+        let read = self.socket.subscriptions(SUBSCRIPTIONS_PER_TURN);
+        self.subscriptions = read.more;
+        if read.joined {
+            metrics::counter!("zmesh_fanout_join_beacons_total").increment(1);
+        }
+        read.not_subscriptions
+    }
+}

@@ -1,0 +1,174 @@
+//! A link and its connection: a link is a configured peer lane, a configured server, or a
+//! peer's inbound connection, and holds at most one current physical connection ([`Conn`]).
+//! The link's own timings (handshake timeout, reconnect backoff, close confirmation) and the
+//! deadline they give are here; dialling, failing and closing are the thread's
+//! (`io/links.rs`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::proto::handshake::Identity;
+use crate::proto::liveness::{self, PEER_DEADLINE};
+use crate::proto::security::PublicKey;
+use crate::proto::state::LinkState;
+use crate::proto::ConnId;
+use crate::runtime::event::Source;
+use crate::runtime::keys::SlotKey;
+use crate::runtime::outbound::SendQueue;
+use crate::runtime::records::Lane;
+use crate::runtime::socket::MonitorSocket;
+
+/// A dialled connection that is not ready this long after its socket was created is closed
+/// and dialled again (a connect that never completes, a peer that never answers HELLO).
+pub const HANDSHAKE_TIMEOUT: Duration = PEER_DEADLINE;
+
+/// First reconnect delay after a failure; doubles per consecutive failure.
+pub const BACKOFF_MIN: Duration = Duration::from_millis(100);
+
+/// Largest reconnect delay.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// Longest wait for a closed dialled socket's monitor to confirm the close before a
+/// replacement is dialled anyway (the monitor itself is kept until libzmq confirms). libzmq
+/// confirms within milliseconds (`MONITOR_STOPPED`, once the socket is destroyed); the bound
+/// is for a reaper that is far behind.
+pub const CLOSE_CONFIRM_MAX: Duration = Duration::from_secs(1);
+
+/// Where a link's records go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum LinkKind {
+    /// A RouteMesh lane this node dials (index into config.peers).
+    MeshDial { peer: usize, lane: Lane },
+    /// A ClientServer server this node dials (index into config.servers).
+    ClientDial { server: usize },
+    /// A connection accepted on a bound socket, keyed by peer RID and lane.
+    Inbound { rid: String, lane: Lane },
+}
+
+/// One physical connection of a link.
+pub(crate) struct Conn {
+    pub(crate) id: ConnId,
+    pub(crate) slot: SlotKey,
+    /// The routing id to prefix when sending (the peer's id on a bound socket, the bound
+    /// socket's constant id on a dialled ROUTER, none on a DEALER).
+    pub(crate) route: Option<Vec<u8>>,
+    /// Dialled connections: when the socket was created (handshake timeout).
+    pub(crate) opened_at: Instant,
+    pub(crate) hello_sent: bool,
+    pub(crate) ready: bool,
+    pub(crate) peer: Option<Identity>,
+    /// Who this connection's application records come from (once ready): built once, so a
+    /// delivery costs a reference count, not a copy of the peer's RID.
+    pub(crate) source: Option<Source>,
+    /// This connection's probe tracker in the node's liveness table (once ready).
+    pub(crate) live: Option<liveness::LinkKey>,
+    /// The last probe id the peer sent on this connection (re-ACKed by disconnect sweeps).
+    pub(crate) last_peer_probe: Option<u64>,
+    /// The queue of one-way records for this connection, once ready (see `io/outbound.rs`).
+    pub(crate) outq: Option<Arc<SendQueue>>,
+    /// PROBEs and ACKs a full pipe refused, sent before anything else once it has room.
+    pub(crate) held: Vec<Vec<Vec<u8>>>,
+    /// The peer's CURVE public key, verified by the transport; `None` without
+    /// CURVE, where the peer's security identity is only what its handshake claimed.
+    pub(crate) verified_key: Option<PublicKey>,
+    /// Connection notices a dialled ROUTER received in band (`ROUTER_NOTIFY`): the
+    /// first says the connection attached, any later one that it is gone.
+    pub(crate) notices: u8,
+}
+
+pub(crate) struct Link {
+    pub(crate) kind: LinkKind,
+    pub(crate) state: LinkState,
+    pub(crate) conn: Option<Conn>,
+    /// Reconnect not before this instant (dialled links).
+    pub(crate) retry_at: Option<Instant>,
+    /// A closed socket whose close is not yet confirmed; no new dial until it is.
+    pub(crate) closing: Option<(MonitorSocket, Instant)>,
+    pub(crate) failures_in_row: u32,
+    /// NotRequired is terminal for this configuration generation (MISSION T4).
+    pub(crate) terminal: bool,
+    /// This dialled lane is served by the peer's inbound connection (duplicate resolution).
+    pub(crate) yielded: bool,
+    pub(crate) records: u64,
+    pub(crate) last_receive: Option<Instant>,
+    /// Automatic mode: the peer's descriptor is gone, so the link is not dialled again (an
+    /// established connection stays until it fails; see `io::discovery`).
+    pub(crate) withdrawn: bool,
+}
+
+impl Link {
+    /// Whether this link will be dialled again at `retry_at`: a dialled link without a
+    /// connection, not stood down, whose old socket's close was confirmed. The poll timeout
+    /// takes `retry_at` only for such links: an inbound link is never dialled, and a timer
+    /// nothing acts on would make every poll return at once (the loop would spin).
+    pub(crate) fn waits_to_redial(&self) -> bool {
+        self.conn.is_none()
+            && !self.terminal
+            && !self.yielded
+            && !self.withdrawn
+            && self.closing.is_none()
+            && !matches!(self.kind, LinkKind::Inbound { .. })
+    }
+
+    /// The earliest of this link's timers: its handshake timeout while a connection is not
+    /// ready, its redial while it waits to redial, its close confirmation while a close is
+    /// unconfirmed. What the timer pass acts on, and nothing else: a deadline nothing acts on
+    /// would make every poll return at once.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        let handshake = self
+            .conn
+            .as_ref()
+            .filter(|c| !c.ready)
+            .map(|c| c.opened_at + HANDSHAKE_TIMEOUT);
+        let redial = self.retry_at.filter(|_| self.waits_to_redial());
+        let close = self.closing.as_ref().map(|c| c.1 + CLOSE_CONFIRM_MAX);
+        [handshake, redial, close].into_iter().flatten().min()
+    }
+
+    /// A discovered intent whose descriptor is gone and that holds nothing any more: no
+    /// connection, no close to confirm. It is removed: it is never dialled and leaves the
+    /// snapshot. Its entry stays in the link table only so that the same RID's descriptor,
+    /// if it comes back, takes it up again (link keys are never reused for another peer).
+    pub(crate) fn is_removed(&self) -> bool {
+        self.withdrawn && self.conn.is_none() && self.closing.is_none()
+    }
+
+    /// The lane this link serves.
+    pub(crate) fn lane(&self) -> Option<Lane> {
+        match &self.kind {
+            LinkKind::MeshDial { lane, .. } | LinkKind::Inbound { lane, .. } => Some(*lane),
+            LinkKind::ClientDial { .. } => Some(Lane::ClientServer),
+        }
+    }
+}
+
+/// Reconnect delay after `failures` consecutive failures: [`BACKOFF_MIN`] doubling up to
+/// [`BACKOFF_MAX`].
+pub(crate) fn backoff(failures: u32) -> Duration {
+    let shift = failures.clamp(1, 8) - 1;
+    (BACKOFF_MIN * (1u32 << shift)).min(BACKOFF_MAX)
+}
+
+/// Logs a state transition the link state machine refused; the runtime's own bookkeeping
+/// decides what happens next, the refusal only signals a bug worth seeing in traces.
+pub(crate) fn note(r: Result<(), crate::proto::state::TransitionError>) {
+    if let Err(e) = r {
+        tracing::debug!(error = %e, "link state transition refused");
+    }
+}
+
+/// The routing id of a dialled connection: unique per physical connection, so that a new
+/// connection never collides with a half-open old one at the accepting ROUTER (LIBZMQ-NOTES),
+/// and never starting with byte 0 (reserved by libzmq).
+pub(crate) fn routing_id(lane: Lane, generation: u64, id: ConnId) -> Vec<u8> {
+    let mut r = Vec::with_capacity(18);
+    r.push(b'z');
+    r.push(match lane {
+        Lane::Application => b'A',
+        Lane::Completion => b'C',
+        Lane::ClientServer => b'S',
+    });
+    r.extend_from_slice(&generation.to_be_bytes());
+    r.extend_from_slice(&id.0.to_be_bytes());
+    r
+}

@@ -1,0 +1,58 @@
+//! The node itself as the I/O thread knows it: its configuration, the identity it presents
+//! in every handshake, its CURVE key pair, where it is in its life, and the counter its
+//! connection ids come from.
+
+use crate::config::NodeConfig;
+use crate::proto::handshake::Identity;
+use crate::proto::ConnId;
+use crate::runtime::security::KeyPair;
+
+/// Where the node is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Host {
+    /// Taking new work.
+    Running,
+    /// Stopping gracefully: no new work, accepted calls are answered (MISSION C4, F6).
+    Draining,
+    /// Stopped: the loop ends.
+    Stopped,
+}
+
+/// The node itself (see the module docs).
+pub(crate) struct Local {
+    /// The node's configuration as it started (discovery appends peers and servers).
+    pub(crate) cfg: NodeConfig,
+    /// The identity this node presents in its handshakes.
+    pub(crate) me: Identity,
+    /// CURVE: this node's key pair; `None` in `none` mode.
+    pub(crate) curve: Option<KeyPair>,
+    /// Where the node is in its life.
+    pub(crate) host: Host,
+    /// The next connection id handed out.
+    next_conn: u64,
+}
+
+impl Local {
+    /// A running node with configuration `cfg`, identity `me` and key pair `curve`.
+    pub(crate) fn new(cfg: NodeConfig, me: Identity, curve: Option<KeyPair>) -> Local {
+        Local {
+            cfg,
+            me,
+            curve,
+            host: Host::Running,
+            next_conn: 1,
+        }
+    }
+
+    /// A connection id never handed out before by this node.
+    pub(crate) fn fresh_conn_id(&mut self) -> ConnId {
+        let id = ConnId(self.next_conn);
+        self.next_conn += 1;
+        id
+    }
+
+    /// True once a stop began: no new work is taken.
+    pub(crate) fn stopping(&self) -> bool {
+        self.host != Host::Running
+    }
+}

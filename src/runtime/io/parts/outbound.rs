@@ -1,0 +1,114 @@
+//! The one-way side of the node as one part: the link table published for the async side,
+//! and the turns of the per-link send queues with this loop turn's budget. Draining the
+//! queues into libzmq is the thread's (`io/outbound.rs`, whose module docs give the rules).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use super::answers::AnswerQueue;
+use crate::runtime::keys::{Key, LinkKey};
+use crate::runtime::outbound::{LinkTable, Outgoing};
+
+/// Records sent from send queues per loop turn, over every link.
+pub(crate) const SENDS_PER_TURN: usize = 2048;
+
+/// The one-way side of the node: the link table the async side sends through, and which of
+/// its send queues the I/O thread drains this turn.
+pub(crate) struct Outbound {
+    /// Where one-way records go, published for the async side.
+    pub(crate) table: Arc<LinkTable>,
+    /// Which links' send queues have records to drain, and this turn's budget.
+    pub(crate) turns: SendTurns,
+    /// The callee's ACCEPTs, REPLYs and ITEMs, per link, held for the end of the turn or
+    /// behind a full pipe (see [`super::answers`]).
+    pub(crate) answers: AnswerQueue,
+}
+
+/// Which links' send queues have records to drain, in turn order, and how many records the
+/// queues may still send in this loop turn.
+pub(crate) struct SendTurns {
+    /// Links whose send queue has records to drain, in turn order.
+    pub(crate) pending: VecDeque<LinkKey>,
+    /// Links whose send queue waits for room in libzmq's pipe; tried again every turn.
+    pub(crate) blocked: Vec<LinkKey>,
+    /// Whether each link (by key) is in one of the two lists.
+    listed: Vec<bool>,
+    /// Records the send queues may still send in this loop turn.
+    pub(crate) budget: usize,
+    /// A burst of records taken from a send queue (kept to reuse its allocation).
+    pub(crate) scratch: Vec<Outgoing>,
+}
+
+impl SendTurns {
+    /// No link listed; a full turn's budget.
+    pub(crate) fn new() -> SendTurns {
+        SendTurns {
+            pending: VecDeque::new(),
+            blocked: Vec::new(),
+            listed: Vec::new(),
+            budget: SENDS_PER_TURN,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// A new loop turn: the full budget again.
+    pub(crate) fn start_turn(&mut self) {
+        self.budget = SENDS_PER_TURN;
+    }
+
+    /// True if link `k` is listed (pending or blocked).
+    pub(crate) fn is_listed(&self, k: LinkKey) -> bool {
+        self.listed.get(k.index()).copied().unwrap_or(false)
+    }
+
+    pub(crate) fn set_listed(&mut self, k: LinkKey, listed: bool) {
+        let i = k.index();
+        if self.listed.len() <= i {
+            self.listed.resize(i + 1, false);
+        }
+        self.listed[i] = listed;
+    }
+
+    /// Lists link `k`: blocked (waits for room in its pipe), or pending.
+    pub(crate) fn list(&mut self, k: LinkKey, blocked: bool) {
+        self.set_listed(k, true);
+        if blocked {
+            self.blocked.push(k);
+        } else {
+            self.pending.push_back(k);
+        }
+    }
+
+    /// Puts link `k` back after its burst: `None` unlisted (drained or gone), `Some(false)`
+    /// pending, `Some(true)` blocked.
+    pub(crate) fn put_back(&mut self, k: LinkKey, left: Option<bool>) {
+        match left {
+            None => self.set_listed(k, false),
+            Some(false) => self.pending.push_back(k),
+            Some(true) => self.blocked.push(k),
+        }
+    }
+
+    /// Starts a flush: blocked links are tried again after the pending ones; returns how
+    /// many links this flush visits at most.
+    pub(crate) fn begin_flush(&mut self) -> usize {
+        let blocked = std::mem::take(&mut self.blocked);
+        self.pending.extend(blocked);
+        self.pending.len()
+    }
+
+    /// The next link to visit, while the budget lasts.
+    pub(crate) fn next(&mut self) -> Option<LinkKey> {
+        if self.budget == 0 {
+            return None;
+        }
+        self.pending.pop_front()
+    }
+
+    /// Unlists every link (the node stops).
+    pub(crate) fn clear(&mut self) {
+        self.pending.clear();
+        self.blocked.clear();
+        self.listed.clear();
+    }
+}

@@ -1,0 +1,242 @@
+//! The node's sockets as one part: the slot table with each socket and its monitor, the
+//! bound sockets' scheduler ids, the epoll set over them, the monitors of closes not yet
+//! confirmed, and the one send and the one receive primitive of a slot. A send or receive
+//! marks its socket for a `ZMQ_EVENTS` check (see [`super::ready`]). Binding, dialling and
+//! closing are the thread's (`io/slots.rs`, `io/links.rs`).
+
+use super::exhaustion::Exhaustion;
+use super::ready::{Readiness, Watch};
+use crate::proto::sched::{IdMap, SharedSocketId};
+use crate::proto::ConnId;
+use crate::runtime::keys::{LinkKey, SlotKey, SubKey, Table};
+use crate::runtime::records::Lane;
+use crate::runtime::socket::{Frame, FrameSocket, MonitorSocket, SocketRoom, Sockets};
+
+/// What a socket is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SlotRole {
+    /// A bound ROUTER shared by the inbound connections of one lane.
+    Bound(Lane),
+    /// A dialled ROUTER/DEALER owned by one link.
+    Dialled(LinkKey),
+    /// A SUB socket owned by one fanout subscription.
+    Sub(SubKey),
+}
+
+/// The node's sockets: the contexts they are made in, the slot table, the bound sockets'
+/// scheduler ids, the epoll set over their descriptors, and the monitors of closed sockets
+/// whose close libzmq has not confirmed in time.
+pub(crate) struct SocketSet {
+    /// The libzmq contexts every socket is made in.
+    pub(crate) contexts: Sockets,
+    pub(crate) slots: Table<SlotKey, Option<Slot>>,
+    /// The bound sockets by their id in the receive scheduler.
+    pub(crate) shared: IdMap<SharedSocketId, SlotKey>,
+    /// The epoll set over every socket's `ZMQ_FD` and the sockets due for a `ZMQ_EVENTS`
+    /// check (see [`super::ready`] for the rule that keeps an edge from being lost).
+    pub(crate) ready: Readiness,
+    /// Monitors of closed dialled sockets whose close was not confirmed within
+    /// [`CLOSE_CONFIRM_MAX`]: their links dial again, but the monitors are kept (still watched,
+    /// under their link's [`Watch::Closing`]) until libzmq confirms, because a monitor dropped
+    /// before libzmq's last event blocks the context's reaper (see `MonitorSocket`).
+    ///
+    /// [`CLOSE_CONFIRM_MAX`]: super::link::CLOSE_CONFIRM_MAX
+    pub(crate) overdue_closing: Vec<MonitorSocket>,
+    /// CURVE: a bound socket's records keep their message properties (see
+    /// [`SocketSet::recv_one`]).
+    curve: bool,
+    /// Running out of descriptors: the figures and the episode being logged.
+    pub(crate) exhaustion: Exhaustion,
+}
+
+pub(crate) struct Slot {
+    pub(crate) socket: zmq::Socket,
+    pub(crate) monitor: Option<MonitorSocket>,
+    /// The room in its context of a dialled ROUTER whose monitor was stopped once its
+    /// handshake was done: a monitor is attached again in it for the close.
+    pub(crate) room: Option<SocketRoom>,
+    pub(crate) role: SlotRole,
+    pub(crate) endpoint: String,
+    /// The scheduler's handle of a bound socket shared by several peers (MISSION R3).
+    pub(crate) shared: Option<SharedSocketId>,
+}
+
+/// Closes the socket of a slot that is no dialled link's (a SUB socket, a bound socket, whose
+/// close nobody waits to see confirmed): its monitor, if it has one, is stopped first, so
+/// libzmq publishes nothing on it any more; then the socket closes. libzmq publishes a
+/// socket's events with a blocking send from the thread that raises them (see
+/// [`MonitorSocket`]): an event raised after our end of the monitor is gone, such as the
+/// `CLOSED` of a connect still pending when the socket closes, would stop that thread, the
+/// context's I/O thread, and every socket it serves with it.
+pub(crate) fn close_stopping_monitor(slot: Slot) {
+    let Slot {
+        socket,
+        monitor,
+        room,
+        ..
+    } = slot;
+    match monitor.map(|m| m.stop(&socket)) {
+        Some(Ok((_, monitor_room))) => {
+            drop(socket);
+            drop(monitor_room);
+        }
+        Some(Err((e, m))) => {
+            tracing::debug!(error = %e, "monitor not stopped before its socket closed");
+            drop(socket);
+            drop(m);
+        }
+        None => drop(socket),
+    }
+    drop(room);
+}
+
+/// What the receive scheduler accounts caps to (MISSION R2, R3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Unit {
+    /// A socket with one peer: a dialled ROUTER/DEALER or a SUB socket.
+    Socket(SlotKey),
+    /// One inbound physical connection behind a bound socket.
+    Peer(LinkKey, ConnId),
+    /// Records from not-yet-admitted connections of a bound socket (handshakes).
+    Admission(SlotKey),
+}
+
+impl SocketSet {
+    /// No socket yet; `curve`: the node runs CURVE.
+    pub(crate) fn new(contexts: Sockets, ready: Readiness, curve: bool) -> SocketSet {
+        SocketSet {
+            contexts,
+            slots: Table::default(),
+            shared: IdMap::default(),
+            ready,
+            overdue_closing: Vec::new(),
+            curve,
+            exhaustion: Exhaustion::default(),
+        }
+    }
+
+    /// The socket in slot `key`, if there is one.
+    pub(crate) fn get(&self, key: SlotKey) -> Option<&Slot> {
+        self.slots.get(key)?.as_ref()
+    }
+
+    /// Places `slot` in the first free slot (or a new one); returns its key.
+    pub(crate) fn insert(&mut self, slot: Slot) -> SlotKey {
+        match self.slots.position(Option::is_none) {
+            Some(i) => {
+                self.slots[i] = Some(slot);
+                i
+            }
+            None => self.slots.push(Some(slot)),
+        }
+    }
+
+    /// Registers slot `key`'s socket and its monitor in the epoll set.
+    pub(crate) fn register(&self, key: SlotKey) -> std::io::Result<()> {
+        let Some(s) = self.get(key) else {
+            return Ok(());
+        };
+        self.ready.register(&s.socket, Watch::Socket(key))?;
+        match &s.monitor {
+            Some(m) => self.ready.register(m, Watch::Monitor(key)),
+            None => Ok(()),
+        }
+    }
+
+    /// Takes slot `key`'s socket out of the table and, with its monitor, out of the epoll
+    /// set, before they close (their descriptors go with them).
+    pub(crate) fn remove(&mut self, key: SlotKey) -> Option<Slot> {
+        self.ready.forget(key);
+        let slot = self.slots.get_mut(key).and_then(Option::take)?;
+        self.ready.deregister(&slot.socket);
+        if let Some(m) = &slot.monitor {
+            self.ready.deregister(m);
+        }
+        Some(slot)
+    }
+
+    /// The receive scheduler's handle of slot `key`, if it is a bound socket.
+    pub(crate) fn shared_id(&self, key: SlotKey) -> Option<SharedSocketId> {
+        self.get(key)?.shared
+    }
+
+    /// Sends a record on a slot's socket, prefixed by a routing id when the socket is a
+    /// ROUTER, and marks the socket for a `ZMQ_EVENTS` check (the send may have consumed the
+    /// signal of a record that arrived meanwhile).
+    pub(crate) fn send(
+        &self,
+        slot: SlotKey,
+        route: Option<&[u8]>,
+        frames: &[Vec<u8>],
+    ) -> Result<(), crate::runtime::socket::SocketSendError> {
+        match self.get(slot) {
+            Some(s) => {
+                let r = send_routed(&s.socket, route, frames);
+                self.ready.touch(Watch::Socket(slot));
+                r
+            }
+            _ => Err(crate::runtime::socket::SocketSendError::Unreachable),
+        }
+    }
+
+    /// One record from a socket without blocking, if any. "Nothing" (or an error) takes the
+    /// socket out of the readable set until its descriptor fires or a check finds a record.
+    pub(crate) fn recv_one(&mut self, slot: SlotKey) -> Option<Vec<Frame>> {
+        let s = self.get(slot)?;
+        // CURVE: a bound socket's records keep their message properties until the receive
+        // loop knows whether they come from an admitted connection (`receive`): a HELLO's
+        // carries the client's verified key.
+        let share = !self.curve || !matches!(s.role, SlotRole::Bound(_));
+        let got = s.socket.try_recv_record(share);
+        match &got {
+            Ok(Some(_)) | Err(_) => self.ready.touch(Watch::Socket(slot)),
+            // EAGAIN: libzmq processed the socket's commands and found nothing; the socket's
+            // next record signals its descriptor (`ready`, the rule), so no check is due.
+            Ok(None) => self.ready.settled_by_receive(Watch::Socket(slot)),
+        }
+        let got = got.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "receive failed");
+            None
+        });
+        if got.is_none() {
+            self.ready.drained(slot);
+        }
+        got
+    }
+}
+
+/// Sends a record, prefixed by a routing id when the socket is a ROUTER.
+pub(crate) fn send_routed(
+    socket: &zmq::Socket,
+    route: Option<&[u8]>,
+    frames: &[Vec<u8>],
+) -> Result<(), crate::runtime::socket::SocketSendError> {
+    let mut refs: Vec<&[u8]> = Vec::with_capacity(frames.len() + 1);
+    if let Some(r) = route {
+        refs.push(r);
+    }
+    refs.extend(frames.iter().map(Vec::as_slice));
+    socket.send_frames(&refs)
+}
+
+/// A record read by the receive loop, waiting for its unit's turn.
+pub(crate) struct Staged {
+    /// The routing id split off a bound socket's record.
+    pub(crate) route: Option<Frame>,
+    pub(crate) frames: Vec<Frame>,
+    /// One MESSAGE of a PACK (then `frames` is empty): a PACK is staged as its records, so
+    /// the scheduler's caps count each (MISSION R2, WIRE.md §4.18).
+    pub(crate) packed: Option<Packed>,
+}
+
+/// One MESSAGE of a PACK, staged on its own.
+pub(crate) struct Packed {
+    /// The link the PACK came on, and its connection then: the record is that connection's
+    /// only, so it changes nothing once another connection is the link's current one.
+    pub(crate) link: LinkKey,
+    pub(crate) conn: ConnId,
+    /// The PACK's channel, one buffer shared by its records.
+    pub(crate) channel: bytes::Bytes,
+    /// This record's payload: a slice of the PACK's frame 1.
+    pub(crate) payload: bytes::Bytes,
+}
