@@ -23,7 +23,6 @@ use super::parts::link::{Link, LinkKind};
 use super::{CallKey, IoThread, LinkKey, Tracked};
 use crate::config::NodeConfig;
 use crate::proto::calls::Unrouted;
-use crate::proto::handshake::Role;
 use crate::proto::state::FailureReason;
 use crate::proto::wire::{Capabilities, Lane};
 use crate::proto::ConnId;
@@ -32,16 +31,14 @@ use crate::runtime::records;
 
 impl IoThread {
     /// The ready connection of `rid`'s RouteMesh lane `lane`.
-    pub(super) fn lane_of(&self, rid: &str, lane: Lane) -> Option<CallKey> {
-        self.links.iter().find_map(|(k, l)| {
-            let c = l.conn.as_ref().filter(|c| c.ready)?;
-            (l.lane() == Some(lane) && c.peer.as_ref()?.rid == rid).then_some((k, c.id))
-        })
+    pub(super) fn lane_of(&mut self, rid: &str, lane: Lane) -> Option<CallKey> {
+        self.sync_links();
+        self.routes.lane_of(rid, lane)
     }
 
     /// Where a call to RouteMesh peer `rid` goes: the REQUEST on its Application lane, the
     /// lease (and the answers) on its Completion lane. Both must be ready.
-    fn mesh_route(&self, rid: &str) -> Option<(LinkKey, CallKey)> {
+    fn mesh_route(&mut self, rid: &str) -> Option<(LinkKey, CallKey)> {
         let app = self.lane_of(rid, Lane::Application)?;
         let completion = self.lane_of(rid, Lane::Completion)?;
         Some((app.0, completion))
@@ -58,42 +55,15 @@ impl IoThread {
         if let Some(rid) = &opts.peer {
             return self.mesh_route(rid).ok_or(Unrouted::NoReadyPeer);
         }
+        self.sync_links();
         let mut ready: Vec<(LinkKey, CallKey)> = Vec::new();
-        let serving: Vec<String> = self
-            .links
-            .values()
-            .filter(|l| l.lane() == Some(Lane::Application))
-            .filter_map(|l| l.conn.as_ref())
-            .filter_map(|c| c.peer.as_ref())
-            .filter(|p| {
-                p.memberships
-                    .iter()
-                    .any(|m| m.role == Role::Server && m.channel == channel)
-            })
-            .map(|p| p.rid.clone())
-            .collect();
-        for rid in serving {
+        for rid in self.routes.serving(channel) {
             if let Some(route) = self.mesh_route(&rid) {
                 ready.push(route);
             }
         }
-        let mut configured = false;
-        for (k, l) in self.links.iter() {
-            if let LinkKind::ClientDial { server } = &l.kind {
-                if self
-                    .local
-                    .cfg
-                    .servers
-                    .get(*server)
-                    .is_some_and(|s| s.channel == channel)
-                {
-                    configured = true;
-                    if let Some(c) = l.conn.as_ref().filter(|c| c.ready) {
-                        ready.push((k, (k, c.id)));
-                    }
-                }
-            }
-        }
+        let (configured, clients) = self.routes.clients(channel);
+        ready.extend(clients);
         self.caller.pick(channel, &ready, configured)
     }
 
@@ -267,7 +237,7 @@ impl IoThread {
 
     /// The link the REQUESTs of calls keyed `key` go out on: the ClientServer connection
     /// itself, or the Application lane to the peer behind a RouteMesh Completion lane.
-    fn request_link(&self, key: CallKey) -> Option<LinkKey> {
+    fn request_link(&mut self, key: CallKey) -> Option<LinkKey> {
         let l = self.links.get(key.0)?;
         match l.lane()? {
             Lane::ClientServer => Some(key.0),

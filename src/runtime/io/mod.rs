@@ -47,7 +47,8 @@
 //!   `parts::accepting`); fanout (`parts::fanout`); discovery's additions
 //!   (`parts::discovered`); descriptor exhaustion (`parts::exhaustion`); the hand-off from
 //!   the async side (`parts::handoff`); the node itself (`parts::local`: configuration,
-//!   identity, key pair, where it is in its life); the receive scheduler (`parts::receiving`).
+//!   identity, key pair, where it is in its life); the receive scheduler (`parts::receiving`); the
+//!   call routes, indexed (`parts::routes`).
 //! - This file: the thread's state ([`IoThread`], which holds the parts), its construction
 //!   and the loop with its order.
 //! - The glue, `impl IoThread` blocks that move records between the parts and the sockets:
@@ -177,6 +178,8 @@ pub(crate) struct IoThread {
     liveness: live::Live,
     /// The fair receive scheduler and what its last rotation left.
     receiving: parts::receiving::Receiving,
+    /// Where calls go: the links' routes, indexed (brought up to date by `sync_links`).
+    routes: parts::routes::Routes,
 }
 
 /// What the I/O thread is given of the node's security at start.
@@ -262,6 +265,7 @@ impl IoThread {
             discovered: parts::discovered::Discovered::default(),
             liveness: live::Live::new(generation),
             receiving: parts::receiving::Receiving::new(),
+            routes: parts::routes::Routes::default(),
         };
         if let Some(zap) = io.accepting.gate.handler() {
             io.sockets

@@ -20,7 +20,7 @@ impl IoThread {
     /// answers travel on), and the caller's RID and generation. `None` when there is no way
     /// to answer (a REQUEST on a Completion lane, or the caller's Completion lane is not
     /// ready): the caller fails such calls when its lanes fail.
-    fn request_route(&self, k: LinkKey) -> Option<From> {
+    fn request_route(&mut self, k: LinkKey) -> Option<From> {
         let l = self.links.get(k)?;
         let c = l.conn.as_ref()?;
         let (rid, generation) = c

@@ -16,7 +16,7 @@ use crate::runtime::records::{self};
 impl IoThread {
     /// The earliest instant any timer of the node is due.
     pub(super) fn poll_timeout(&mut self) -> Option<Instant> {
-        self.sync_timers();
+        self.sync_links();
         [
             self.liveness.table().poll_timeout(),
             self.caller.poll_timeout(),
@@ -29,11 +29,16 @@ impl IoThread {
     }
 
     /// Derives again the deadline of every link and subscription handed out mutably since the
-    /// last call.
-    pub(super) fn sync_timers(&mut self) {
-        let timers = &mut self.timers;
-        self.links
-            .drain_touched(|k, l| timers.set(TimerOwner::Link(k), l.next_deadline()));
+    /// last call, and what each such link contributes to the call routes.
+    pub(super) fn sync_links(&mut self) {
+        let (timers, routes) = (&mut self.timers, &mut self.routes);
+        let servers = &self.local.cfg.servers;
+        self.links.drain_touched(|k, l| {
+            timers.set(TimerOwner::Link(k), l.next_deadline());
+            if !l.routes_are(routes.of(k), servers) {
+                routes.update(k, l.routes(servers));
+            }
+        });
         self.fanout
             .subs
             .drain_touched(|k, s| timers.set(TimerOwner::Sub(k), s.next_deadline()));
@@ -74,7 +79,7 @@ impl IoThread {
         self.drain_liveness_events(now);
         // Only the links and subscriptions whose deadline is due are looked at (an idle node
         // has none set at all).
-        self.sync_timers();
+        self.sync_links();
         if !self.timers.due(now) {
             return;
         }
@@ -90,7 +95,7 @@ impl IoThread {
         }
         // Reconnects and overdue close confirmations, also of links the timeouts above made
         // due.
-        self.sync_timers();
+        self.sync_links();
         for k in self.timers.due_links(now) {
             let l = &self.links[k];
             let due = l.waits_to_redial() && l.retry_at.is_some_and(|t| now >= t);
@@ -107,7 +112,7 @@ impl IoThread {
         }
         self.settle_overdue_closing();
         // Fanout subscriptions without a socket get a new one (MISSION L5).
-        self.sync_timers();
+        self.sync_links();
         for i in self.timers.due_subs(now) {
             let s = &self.fanout.subs[i];
             if s.slot.is_none() && !s.retired && now >= s.retry_at {

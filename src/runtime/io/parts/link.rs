@@ -7,7 +7,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::proto::handshake::Identity;
+use super::routes::LinkRoutes;
+use crate::config::ServerConfig;
+use crate::proto::handshake::{Identity, Role};
 use crate::proto::liveness::{self, PEER_DEADLINE};
 use crate::proto::security::PublicKey;
 use crate::proto::state::LinkState;
@@ -133,6 +135,70 @@ impl Link {
         self.withdrawn && self.conn.is_none() && self.closing.is_none()
     }
 
+    /// What this link contributes to the call routes ([`Routes`](super::routes::Routes)):
+    /// its ready connection with its peer's RID, the channels its peer serves if it is an
+    /// Application lane, its configured channel if it dials a ClientServer server
+    /// (`servers`: the node's configured servers).
+    pub(crate) fn routes(&self, servers: &[ServerConfig]) -> LinkRoutes {
+        let conn = self.conn.as_ref();
+        let lane = conn
+            .filter(|c| c.ready)
+            .and_then(|c| Some((c.peer.as_ref()?.rid.clone(), self.lane()?, c.id)));
+        let serves = self.serving_peer().map(|p| {
+            let channels = served_channels(p).map(str::to_owned).collect();
+            (p.rid.clone(), channels)
+        });
+        let client = self
+            .client_channel(servers)
+            .map(|ch| (ch.to_owned(), conn.filter(|c| c.ready).map(|c| c.id)));
+        LinkRoutes {
+            lane,
+            serves,
+            client,
+        }
+    }
+
+    /// Whether [`Link::routes`] would give `old` (compared without building it, so a link
+    /// touched by every record it receives costs no allocation to check).
+    pub(crate) fn routes_are(&self, old: &LinkRoutes, servers: &[ServerConfig]) -> bool {
+        let conn = self.conn.as_ref();
+        let lane = conn
+            .filter(|c| c.ready)
+            .and_then(|c| Some((c.peer.as_ref()?.rid.as_str(), self.lane()?, c.id)));
+        if old.lane.as_ref().map(|(r, l, id)| (r.as_str(), *l, *id)) != lane {
+            return false;
+        }
+        let serves_same = match (&old.serves, self.serving_peer()) {
+            (None, None) => true,
+            (Some((rid, channels)), Some(p)) => {
+                *rid == p.rid && channels.iter().map(String::as_str).eq(served_channels(p))
+            }
+            _ => false,
+        };
+        let client = self
+            .client_channel(servers)
+            .map(|ch| (ch, conn.filter(|c| c.ready).map(|c| c.id)));
+        serves_same && old.client.as_ref().map(|(ch, id)| (ch.as_str(), *id)) == client
+    }
+
+    /// The peer of an Application lane's connection (ready or not yet) that announced a
+    /// Server membership.
+    fn serving_peer(&self) -> Option<&Identity> {
+        if self.lane() != Some(Lane::Application) {
+            return None;
+        }
+        let peer = self.conn.as_ref()?.peer.as_ref()?;
+        served_channels(peer).next().is_some().then_some(peer)
+    }
+
+    /// The channel of the configured server this link dials, if it dials one.
+    fn client_channel<'a>(&self, servers: &'a [ServerConfig]) -> Option<&'a str> {
+        match &self.kind {
+            LinkKind::ClientDial { server } => servers.get(*server).map(|s| s.channel.as_str()),
+            _ => None,
+        }
+    }
+
     /// The lane this link serves.
     pub(crate) fn lane(&self) -> Option<Lane> {
         match &self.kind {
@@ -171,4 +237,116 @@ pub(crate) fn routing_id(lane: Lane, generation: u64, id: ConnId) -> Vec<u8> {
     r.extend_from_slice(&generation.to_be_bytes());
     r.extend_from_slice(&id.0.to_be_bytes());
     r
+}
+
+/// The channels `peer` announced a Server membership of, in announced order.
+fn served_channels(peer: &Identity) -> impl Iterator<Item = &str> {
+    peer.memberships
+        .iter()
+        .filter(|m| m.role == Role::Server)
+        .map(|m| m.channel.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::handshake::Membership;
+    use crate::proto::state::LinkKind as StateKind;
+    use crate::proto::wire::Capabilities;
+    use crate::runtime::keys::Key;
+
+    fn link(kind: LinkKind) -> Link {
+        Link {
+            kind,
+            state: LinkState::new(StateKind::Peer, 0, Instant::now()),
+            conn: None,
+            retry_at: None,
+            closing: None,
+            failures_in_row: 0,
+            terminal: false,
+            yielded: false,
+            records: 0,
+            last_receive: None,
+            withdrawn: false,
+        }
+    }
+
+    fn conn(id: u64, ready: bool, peer: Option<(&str, &[&str])>) -> Conn {
+        Conn {
+            id: ConnId(id),
+            slot: SlotKey::from_index(0),
+            route: None,
+            opened_at: Instant::now(),
+            hello_sent: true,
+            ready,
+            peer: peer.map(|(rid, serves)| Identity {
+                rid: rid.to_owned(),
+                generation: 1,
+                security_identity: rid.to_owned(),
+                memberships: serves.iter().map(|c| Membership::server(*c)).collect(),
+                capabilities: Capabilities::NONE,
+            }),
+            source: None,
+            live: None,
+            last_peer_probe: None,
+            outq: None,
+            held: Vec::new(),
+            verified_key: None,
+            notices: 0,
+        }
+    }
+
+    /// `routes_are` (the allocation-free check) agrees with `routes` on every link state a
+    /// route depends on: whatever a link turns into, the index is updated exactly when what
+    /// it contributes changed.
+    #[test]
+    fn routes_are_agrees_with_routes_for_every_state() {
+        let servers = vec![ServerConfig::new(
+            "pump".to_owned(),
+            "tcp://127.0.0.1:1".to_owned(),
+        )];
+        let app = LinkKind::MeshDial {
+            peer: 0,
+            lane: Lane::Application,
+        };
+        let inbound = LinkKind::Inbound {
+            rid: "b".to_owned(),
+            lane: Lane::Completion,
+        };
+        let client = LinkKind::ClientDial { server: 0 };
+        let mut states = Vec::new();
+        for kind in [app, inbound, client] {
+            states.push(link(kind.clone()));
+            for (id, ready, peer) in [
+                (1, false, None),
+                (1, true, None),
+                (1, false, Some(("b", &["pump"][..]))),
+                (1, true, Some(("b", &["pump"][..]))),
+                (2, true, Some(("b", &["pump"][..]))),
+                (2, true, Some(("c", &["pump"][..]))),
+                (2, true, Some(("c", &["pump", "valve"][..]))),
+                (2, true, Some(("c", &[][..]))),
+            ] {
+                let mut l = link(kind.clone());
+                l.conn = Some(conn(id, ready, peer));
+                states.push(l);
+            }
+        }
+        let derived: Vec<LinkRoutes> = states.iter().map(|l| l.routes(&servers)).collect();
+        for (i, l) in states.iter().enumerate() {
+            for (j, r) in derived.iter().enumerate() {
+                assert_eq!(
+                    l.routes_are(r, &servers),
+                    *r == derived[i],
+                    "state {i} against the routes of state {j}"
+                );
+            }
+        }
+        // The states give routes of every shape.
+        assert!(derived.iter().any(|r| r.lane.is_some()));
+        assert!(derived.iter().any(|r| r.serves.is_some()));
+        assert!(derived
+            .iter()
+            .any(|r| r.client.as_ref().is_some_and(|c| c.1.is_some())));
+    }
 }

@@ -20,5 +20,6 @@ pub(crate) mod local;
 pub(crate) mod outbound;
 pub(crate) mod ready;
 pub(crate) mod receiving;
+pub(crate) mod routes;
 pub(crate) mod sockets;
 pub(crate) mod timers;
