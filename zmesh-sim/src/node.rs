@@ -874,6 +874,13 @@ impl SimNode {
                     self.on_ready_record(ctx, conn, r);
                 }
             }
+            // Each MESSAGE a PACK stands for, as if it had arrived alone (WIRE.md §4.18).
+            // The simulated sender sends MESSAGEs only; this is the receiver's side.
+            Record::Pack(p) => {
+                for m in p.messages() {
+                    self.on_ready_record(ctx, conn, Record::Message(m));
+                }
+            }
             // The simulated calls are unary: no stream, so no window to grant.
             Record::Hello(_) | Record::Welcome(_) | Record::Reject(_) | Record::Credit { .. } => {}
         }
