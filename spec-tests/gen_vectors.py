@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes spec-tests/v1/records.json, fanout.json, cancel.json, calls.json, credit.json,
-answers.json and replayed.json.
+answers.json, replayed.json and pack.json.
 
 This is a second, independent encoder of zmesh wire format v1, written from WIRE.md (not from
 the Rust code), so the committed vectors cross-check the Rust codec rather than echo it. The
@@ -36,6 +36,8 @@ KINDS = {
     "credit": 0x10,
     # Known only where capability `answers` is in effect.
     "answers": 0x11,
+    # Known only where capability `pack` is in effect.
+    "pack": 0x12,
 }
 ANSWER_WHAT = {"accept": 1, "reply": 2, "accept_reply": 3}
 # Bit 7 of a REPLY's code byte where capability `replayed` is in effect (WIRE.md §4.17).
@@ -153,6 +155,12 @@ def encode(rec):
                 env += u8(code_byte(a))
                 payloads.append(bytes.fromhex(a["payload"]))
         return [env] + payloads
+    if k == "pack":
+        payloads = [bytes.fromhex(p) for p in rec["payloads"]]
+        env = header(k) + u16(len(payloads)) + string(rec["channel"])
+        for p in payloads:
+            env += u16(len(p))
+        return [env, b"".join(payloads)]
     if k == "batch":
         frames = [header(k) + u16(len(rec["requests"]))]
         for r in rec["requests"]:
@@ -1191,6 +1199,71 @@ def replayed_file():
     }
 
 
+# ---- pack.json (capability `pack`, WIRE.md §4.18, §8.1) ----
+
+def pack(channel, payloads):
+    return {"kind": "pack", "channel": channel, "payloads": list(payloads)}
+
+
+def pack_file():
+    three = pack("orders", ["0102", "", "03"])
+    v = [
+        valid("pack", "Three MESSAGEs on channel orders: payloads 01 02, empty, 03.", three),
+        valid("pack_two_empty", "Two empty payloads: frame 1 is empty.", pack("t", ["", ""])),
+        valid("pack_64", "64 one-byte payloads 00..3F, the most records a PACK holds.",
+              pack("orders", ["%02x" % i for i in range(64)])),
+    ]
+    frames = encode(three)
+    env, body = frames
+    # Offsets: header 4, count 2 (4..6), channel 2 + 6 (6..14), lengths 14, 16, 18.
+    many = header("pack") + u16(65) + string("orders") + u16(0) * 65
+    over = header("pack") + u16(2) + string("big") + u16(0xFFFF) + u16(2)
+    inv = [
+        invalid("pack_count_0", "No record.", "pack",
+                [header("pack") + u16(0) + string("orders"), b""], "invalid_field"),
+        invalid("pack_count_1", "One record: a lone record is never wrapped.", "pack",
+                [header("pack") + u16(1) + string("orders") + u16(1), b"\x01"],
+                "invalid_field"),
+        invalid("pack_count_65", "65 records: more than the 64 a PACK holds.", "pack",
+                [many, b""], "invalid_field"),
+        invalid("pack_truncated", "The frame ends inside the last length.", "pack",
+                [env[:-1], body], "truncated"),
+        invalid("pack_truncated_count", "Count 4 with three lengths.", "pack",
+                [replace(env, 4, u16(4)), body], "truncated"),
+        invalid("pack_trailing_bytes", "One byte after the last length.", "pack",
+                [env + b"\x00", body], "trailing_bytes"),
+        invalid("pack_missing_payloads", "Frame 1 is missing.", "pack", [env], "frame_count"),
+        invalid("pack_extra_frame", "A third frame.", "pack", [env, body, b""], "frame_count"),
+        invalid("pack_lengths_short", "The lengths add up to 3, frame 1 holds 2 bytes.",
+                "pack", [env, body[:-1]], "invalid_field"),
+        invalid("pack_lengths_long", "The lengths add up to 3, frame 1 holds 4 bytes.",
+                "pack", [env, body + b"\x00"], "invalid_field"),
+        invalid("pack_channel_empty", "An empty channel.", "pack",
+                [header("pack") + u16(2) + u16(0) + u16(1) + u16(1), b"\x01\x02"],
+                "invalid_field"),
+        invalid("pack_over_64_kib", "Lengths 65535 and 2: more than 64 KiB of payloads (and "
+                "more than the empty frame 1 holds).", "pack", [over, b""], "invalid_field"),
+    ]
+    une = [
+        unencodable("pack_lone_record", "A lone record cannot be wrapped.",
+                    pack("orders", ["01"])),
+        unencodable("pack_65", "65 records cannot be packed.", pack("orders", [""] * 65)),
+    ]
+    return {
+        "format": "zmesh-spec-vectors",
+        "version": 1,
+        "decoder": "record",
+        "capabilities": ["pack"],
+        "description": "Records of the capability pack (WIRE.md §4.18, §8.1): decode with the "
+                       "record decoder on a connection where both ends announced pack. Each "
+                       "valid record stands for one MESSAGE per payload on its channel, in "
+                       "order. Without the capability, kind 12 is unknown.",
+        "valid": v,
+        "invalid": inv,
+        "unencodable": une,
+    }
+
+
 def write(name, data):
     for part in ("valid", "invalid", "unencodable"):
         part_names = [x["name"] for x in data[part]]
@@ -1209,3 +1282,4 @@ if __name__ == "__main__":
     write("credit.json", credit_file())
     write("answers.json", answers_file())
     write("replayed.json", replayed_file())
+    write("pack.json", pack_file())

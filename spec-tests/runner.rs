@@ -18,8 +18,8 @@ use serde::Deserialize;
 
 use zmesh::proto::wire::{
     Accept, Answer, Answers, Batch, Calls, Capabilities, CloseReason, Detail, FanoutMessage, Hello,
-    Item, Kind, Label, Lane, Membership, Memberships, Message, Name, Record, Reject, RejectReason,
-    Reply, ReplyCode, Request, Role, Semantics, Welcome, WireError,
+    Item, Kind, Label, Lane, Membership, Memberships, Message, Name, Pack, Record, Reject,
+    RejectReason, Reply, ReplyCode, Request, Role, Semantics, Welcome, WireError,
 };
 
 // ---- the file format (spec-tests/README.md) ----
@@ -159,6 +159,10 @@ enum JsonRecord {
         generation: String,
         connection_id: String,
         answers: Vec<JsonAnswer>,
+    },
+    Pack {
+        channel: String,
+        payloads: Vec<String>,
     },
     Beacon,
     Publish {
@@ -497,6 +501,10 @@ fn typed(j: &JsonRecord) -> Result<Typed, WireError> {
                 .map(answer)
                 .collect::<Result<_, WireError>>()?,
         )?),
+        JsonRecord::Pack { channel, payloads } => Record::Pack(Pack::new(
+            Name::new(channel.as_str())?,
+            payloads.iter().map(|p| bytes_of(p)).collect(),
+        )?),
         JsonRecord::Beacon => return Ok(Typed::Fanout(FanoutMessage::Beacon)),
         JsonRecord::Publish {
             topic,
@@ -606,6 +614,7 @@ fn kind_name(kind: Kind) -> &'static str {
         Kind::Calls => "calls",
         Kind::Credit => "credit",
         Kind::Answers => "answers",
+        Kind::Pack => "pack",
     }
 }
 
@@ -635,6 +644,7 @@ fn typed_kind(j: &JsonRecord) -> Option<Kind> {
         JsonRecord::Calls { .. } => Kind::Calls,
         JsonRecord::Credit { .. } => Kind::Credit,
         JsonRecord::Answers { .. } => Kind::Answers,
+        JsonRecord::Pack { .. } => Kind::Pack,
         JsonRecord::Beacon => return None,
         JsonRecord::Publish { .. } => Kind::Publish,
     })
@@ -671,6 +681,7 @@ fn files() -> Vec<VectorFile> {
         load("credit.json"),
         load("answers.json"),
         load("replayed.json"),
+        load("pack.json"),
     ]
 }
 
@@ -684,6 +695,7 @@ fn caps_of(file: &VectorFile) -> Capabilities {
             "credit" => caps.union(Capabilities::CREDIT),
             "answers" => caps.union(Capabilities::ANSWERS),
             "replayed" => caps.union(Capabilities::REPLAYED),
+            "pack" => caps.union(Capabilities::PACK),
             other => panic!("unknown capability {other:?}"),
         })
 }

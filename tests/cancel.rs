@@ -278,7 +278,14 @@ async fn x1_x3_a_version_1_server_never_receives_a_cancel() {
         let offered: Vec<&str> = h.memberships.iter().map(|m| m.channel.as_str()).collect();
         assert_eq!(
             offered,
-            ["\0cancel", "\0calls", "\0credit", "\0answers", "\0replayed"],
+            [
+                "\0cancel",
+                "\0calls",
+                "\0credit",
+                "\0answers",
+                "\0replayed",
+                "\0pack"
+            ],
             "the client offers its capabilities"
         );
         assert!(

@@ -331,3 +331,132 @@ async fn r2_command_burst_beyond_one_turn_is_not_held_until_a_timer() {
     publisher.shutdown().await.expect("publisher");
     sub.shutdown().await.expect("subscriber");
 }
+
+/// MISSION R2, R4, X4 (real time, bounded): a raw libzmq client that negotiated `pack` floods
+/// a zmesh server with PACKs of 64 records of 1 KiB as fast as libzmq takes them, while a
+/// zmesh client of the same server (the same bound ROUTER) only does liveness. The server
+/// counts each record of a PACK toward the flooder's caps, so for 17 s the quiet client's
+/// link never leaves ready on either side while the flood is being delivered.
+#[tokio::test]
+async fn r2_r4_x4_flood_of_packs_never_flips_the_quiet_client() {
+    use zmesh::config::ServerConfig;
+    use zmesh::proto::wire::{Capabilities, Message, Name, Pack, Record};
+    let ep = free_tcp();
+    let mut sc = NodeConfig::new("srv");
+    sc.memberships = common::server_of("orders");
+    sc.server = Some(Endpoint::new(ep.clone()));
+    let srv = Node::start(sc).await.expect("server");
+    let mut es = Events::new(srv.take_events().expect("events"));
+    let mut qc = NodeConfig::new("quiet");
+    qc.servers = vec![ServerConfig::new("orders", ep.clone()).rid("srv")];
+    let quiet = Node::start(qc).await.expect("quiet");
+    let mut eq = Events::new(quiet.take_events().expect("events"));
+    eq.wait(STEP, |e| is_state(e, "orders", ConnState::Ready))
+        .await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let flooder = {
+        let (stop, ep) = (stop.clone(), ep.clone());
+        std::thread::spawn(move || {
+            let ctx = zmq::Context::new();
+            let d = common::raw_client(&ctx, &ep, "flood", "orders", &["pack"]);
+            let (_, Record::Welcome(_)) = common::raw_recv(&d, Capabilities::PACK) else {
+                panic!("no WELCOME")
+            };
+            ready_tx.send(()).expect("ready");
+            let payload = vec![0xA5; FLOOD_PAYLOAD];
+            let (mut env, mut body) = (Vec::new(), Vec::new());
+            let menv = Message::encode_envelope(&Name::new("orders").expect("channel"));
+            Pack::write_frames(
+                &menv,
+                std::iter::repeat_n(payload.as_slice(), Pack::MAX),
+                &mut env,
+                &mut body,
+            );
+            let mut packs = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                match d.send_multipart([&env, &body], zmq::DONTWAIT) {
+                    Ok(()) => packs += 1,
+                    Err(zmq::Error::EAGAIN) => std::thread::yield_now(),
+                    Err(e) => panic!("flood send: {e}"),
+                }
+                // The server's PROBEs are answered, so the flooder stays ready too.
+                while let Ok(frames) = d.recv_multipart(zmq::DONTWAIT) {
+                    if let Ok(Record::Probe { id }) =
+                        Record::decode_in(&frames, Capabilities::PACK, |f| {
+                            Bytes::copy_from_slice(f)
+                        })
+                    {
+                        d.send_multipart(Record::Ack { id }.encode().iter(), 0)
+                            .expect("ack");
+                    }
+                }
+            }
+            (packs, d)
+        })
+    };
+    tokio::task::spawn_blocking(move || ready_rx.recv())
+        .await
+        .expect("join")
+        .expect("flooder ready");
+
+    let not_ready_change = |who: &str, e: &NodeEvent| {
+        if let NodeEvent::State(st) = e {
+            assert_eq!(
+                st.state,
+                ConnState::Ready,
+                "{who}: a link left ready under the flood: {st:?}"
+            );
+        }
+    };
+    let mut delivered = 0u64;
+    let watch_srv = es.watch(WINDOW, |e| match e {
+        NodeEvent::Delivery(d) => {
+            assert_eq!(
+                d.source,
+                Source::Client {
+                    rid: "flood".into()
+                }
+            );
+            delivered += 1;
+        }
+        st => not_ready_change("srv", st),
+    });
+    let watch_quiet = eq.watch(WINDOW, |e| not_ready_change("quiet", e));
+    tokio::join!(watch_srv, watch_quiet);
+    stop.store(true, Ordering::Relaxed);
+    let (packs, d) = flooder.join().expect("flooder");
+    println!(
+        "flood: {packs} PACKs of {} sent, {delivered} records delivered",
+        Pack::MAX
+    );
+    assert!(
+        delivered > MIN_DELIVERED,
+        "only {delivered} flood records delivered"
+    );
+    let snap = srv.snapshot().await.expect("snapshot");
+    let quiet_lanes: Vec<_> = snap
+        .links
+        .iter()
+        .filter(|l| l.id.to_string().contains("quiet"))
+        .collect();
+    assert_eq!(quiet_lanes.len(), 1, "{}", snap.to_table());
+    for l in quiet_lanes {
+        assert_eq!(l.state, ConnState::Ready, "{}", snap.to_table());
+        assert_eq!(
+            (l.ready_count, l.failure_count),
+            (1, 0),
+            "{}",
+            snap.to_table()
+        );
+    }
+    let snap = quiet.snapshot().await.expect("snapshot");
+    for l in &snap.links {
+        assert_eq!(l.state, ConnState::Ready, "{}", snap.to_table());
+        assert_eq!(l.failure_count, 0, "{}", snap.to_table());
+    }
+    drop(d);
+    quiet.shutdown().await.expect("quiet");
+    srv.shutdown().await.expect("srv");
+}

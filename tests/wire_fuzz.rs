@@ -17,9 +17,9 @@ use proptest::prelude::*;
 use proptest::sample::{select, Index};
 
 use zmesh::proto::wire::{
-    Accept, Batch, CloseReason, Detail, FanoutMessage, Hello, Item, Label, Lane, Membership,
-    Memberships, Message, Name, Record, Reject, RejectReason, Reply, ReplyCode, Request, Role,
-    Semantics, Welcome, WireError, BEACON_PAYLOAD, BEACON_TOPIC, MAGIC, VERSION,
+    Accept, Batch, Capabilities, CloseReason, Detail, FanoutMessage, Hello, Item, Label, Lane,
+    Membership, Memberships, Message, Name, Pack, Record, Reject, RejectReason, Reply, ReplyCode,
+    Request, Role, Semantics, Welcome, WireError, BEACON_PAYLOAD, BEACON_TOPIC, MAGIC, VERSION,
 };
 
 const CLASSES: [&str; 8] = [
@@ -413,5 +413,37 @@ proptest! {
     fn fanout_messages_round_trip(msg in fanout_message()) {
         let frames = msg.encode().unwrap();
         prop_assert_eq!(FanoutMessage::decode(&frames), Ok(msg));
+    }
+}
+
+/// A valid PACK (WIRE.md §4.18): 2..=64 payloads on one channel.
+fn pack() -> impl Strategy<Value = Pack> {
+    (name(), prop::collection::vec(payload(), 2..=64))
+        .prop_map(|(channel, payloads)| Pack::new(channel, payloads).unwrap())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// MISSION X4, W3: a PACK round-trips where `pack` is in effect, and any mutation of one
+    /// decodes to a canonical record or fails with a documented class, never a panic.
+    #[test]
+    fn x4_w3_mutated_packs_are_typed_errors_or_canonical(
+        p in pack(),
+        mutations in prop::collection::vec(mutation(), 0..4),
+    ) {
+        let decode = |f: &[Vec<u8>]| {
+            Record::decode_in(f, Capabilities::PACK, |b| Bytes::copy_from_slice(b))
+        };
+        let record = Record::Pack(p);
+        let mut frames = record.encode();
+        prop_assert_eq!(decode(&frames), Ok(record));
+        for m in &mutations {
+            apply(&mut frames, m);
+        }
+        match decode(&frames) {
+            Ok(r) => prop_assert_eq!(r.encode(), frames, "not canonical"),
+            Err(e) => check_error(&e)?,
+        }
     }
 }

@@ -30,8 +30,8 @@ use serde_json::Value;
 use zmesh::config::{Endpoint, NodeConfig, RouteMeshBind};
 use zmesh::proto::wire::{
     Accept, Answer, Answers, Batch, Calls, Capabilities, CloseReason, Detail, FanoutMessage, Hello,
-    Item, Label, Lane, Membership, Memberships, Message, Name, Record, Reject, RejectReason, Reply,
-    ReplyCode, Request, Role, Semantics, Welcome,
+    Item, Label, Lane, Membership, Memberships, Message, Name, Pack, Record, Reject, RejectReason,
+    Reply, ReplyCode, Request, Role, Semantics, Welcome,
 };
 use zmesh::runtime::calls::{decode, encode, ServeError};
 use zmesh::runtime::Node;
@@ -491,6 +491,7 @@ async fn w1_client_hello_fields_first_probe_and_probe_ids() {
             (Role::ObjectClient, "\0credit"),
             (Role::ObjectClient, "\0answers"),
             (Role::ObjectClient, "\0replayed"),
+            (Role::ObjectClient, "\0pack"),
         ])
     );
     assert_eq!(route.len(), 18, "{route:02x?}");

@@ -467,7 +467,7 @@ mod tests {
         assert_eq!(id.memberships, vec![Membership::server("orders")]);
         assert_eq!(
             Capabilities::SPOKEN.to_string(),
-            "v1+cancel+calls+credit+answers+replayed"
+            "v1+cancel+calls+credit+answers+replayed+pack"
         );
         assert_eq!(Capabilities::NONE.to_string(), "v1");
     }

@@ -68,6 +68,12 @@ pub(crate) enum Rec {
     /// The ACCEPTs and REPLYs an ANSWERS record stands for, in order (WIRE.md §4.16): each
     /// is an [`Rec::Accept`] or a [`Rec::Reply`].
     Answers(Vec<Rec>),
+    /// The MESSAGEs a PACK stands for, in order (WIRE.md §4.18): one channel, each payload a
+    /// slice of the one frame the pack's payloads arrived in.
+    Pack {
+        channel: Bytes,
+        payloads: Vec<Bytes>,
+    },
 }
 
 impl Rec {
@@ -94,6 +100,7 @@ impl Rec {
             Rec::Cancel(_) => Kind::Cancel,
             Rec::Credit { .. } => Kind::Credit,
             Rec::Answers(_) => Kind::Answers,
+            Rec::Pack { .. } => Kind::Pack,
         }
     }
 }
@@ -158,6 +165,13 @@ pub(crate) fn decode(frames: &[Frame], caps: wire::Capabilities) -> Result<Rec, 
                 })
                 .collect(),
         ),
+        Record::Pack(p) => {
+            let (channel, payloads) = p.into_parts();
+            Rec::Pack {
+                channel: Bytes::from(channel.into_string().into_bytes()),
+                payloads,
+            }
+        }
     })
 }
 

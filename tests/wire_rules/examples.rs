@@ -371,6 +371,20 @@ fn call_examples() -> Vec<(&'static str, Expected)> {
             )),
         ),
         (
+            "pack",
+            R(Record::Pack(
+                Pack::new(
+                    name("orders"),
+                    vec![
+                        Bytes::from_static(&[0x01, 0x02]),
+                        Bytes::new(),
+                        Bytes::from_static(&[0x03]),
+                    ],
+                )
+                .expect("pack"),
+            )),
+        ),
+        (
             "reply_replayed",
             R(Record::Reply(Reply {
                 call_id: nz(5),

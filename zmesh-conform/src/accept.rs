@@ -17,6 +17,7 @@ use super::link::{
 use super::{liveness, Job, Report, Target};
 
 mod cancel;
+mod pack;
 mod packed;
 
 /// Which acceptor the target is.
@@ -90,13 +91,15 @@ pub fn jobs(target: &Target, acc: Acceptor) -> Vec<Job> {
     out
 }
 
-/// The call checks, then the capability and CANCEL checks (`cancel`), then ANSWERS (`packed`),
+/// The call checks, then the capability and CANCEL checks (`cancel`), then ANSWERS (`packed`)
+/// and PACK (`pack`),
 /// one after the other in one thread: the later ones admit their connections once the
 /// liveness scenario's are past their first PROBEs.
 fn calls_then_capabilities(t: &Target, acc: &Acceptor, r: &mut Report) {
     calls(t, acc, r);
     cancel::capabilities(t, acc, r);
     packed::answers_packed(t, acc, r);
+    pack::pack_records(acc, r);
 }
 
 /// A runner-side session: one libzmq context, fresh RIDs and generations per connection.

@@ -130,6 +130,9 @@ pub const RULES: &[Rule] = &[
     must("4.13/cancel-unknown-ignored", "where cancel is in effect, a CANCEL for a call id never used changes nothing: the connection answers the next PROBE"),
     must("4.13/cancel-answered-ignored", "where cancel is in effect, a CANCEL for a call already answered changes nothing: the next PROBE gets its ACK, the next call its REPLY, the cancelled call nothing more"),
     must("4.16/answers-stand-for-their-records", "where answers is in effect, the answers to a BATCH of calls are exactly one ACCEPT then one REPLY per call, whether packed in ANSWERS records or not"),
+    must("4.18/pack-accepted", "where pack is in effect, a well-formed PACK of three MESSAGEs changes nothing about the connection: the next PROBE gets its ACK"),
+    must("4.18/pack-lone-record-protocol-error", "where pack is in effect, a PACK of one record (a lone record is never wrapped) is a protocol error: CLOSE ProtocolError (5)"),
+    must("4.18/pack-unknown-without-capability", "where pack is not in effect, a PACK is an unknown kind: CLOSE ProtocolError (5)"),
 ];
 
 /// The catalog entry of `id`.

@@ -956,6 +956,13 @@ impl SimNode {
             Record::Credit { call_id, items } => {
                 self.on_credit(ctx, conn, lane, peer_node, call_id, items.get());
             }
+            // Each MESSAGE a PACK stands for, as if it had arrived alone (WIRE.md §4.18).
+            // The simulated sender sends MESSAGEs only; this is the receiver's side.
+            Record::Pack(p) => {
+                for m in p.messages() {
+                    self.on_ready_record(ctx, conn, Record::Message(m));
+                }
+            }
             Record::Hello(_) | Record::Welcome(_) | Record::Reject(_) => {}
         }
     }

@@ -76,9 +76,16 @@
 //! always reads once), and libzmq's high-water mark then pushes back on the senders. Between
 //! two read phases of a socket every peer behind it has had exactly one turn, and a turn
 //! always hands out at least one staged record, so every queue is below
-//! [`STAGING_RECORD_BOUND`] records when a phase starts and never holds more than that. Its
-//! bytes stay below [`Caps::bytes`] plus one record, unless time caps keep cutting its turns
-//! short (then it may hold up to [`STAGING_RECORD_BOUND`] records of any size).
+//! [`STAGING_RECORD_BOUND`] records when a phase starts and never holds more than that plus
+//! the records of one read minus one (one, except for a PACK, WIRE.md §4.18, whose records
+//! are staged one by one with [`ReceiveScheduler::handle_read_parts`]: at most 64 more). Its
+//! bytes stay below [`Caps::bytes`] plus one read, unless time caps keep cutting its turns
+//! short (then it may hold up to that many records of any size).
+//!
+//! A read that stands for several records (a PACK) stages each as a record of its own, for a
+//! single-peer unit as for a peer behind a shared socket, so the count and byte caps count
+//! the records, not the reads: a turn that reaches a cap inside a PACK leaves the rest
+//! staged, and the unit's next turn hands it out before reading anything newer.
 //!
 //! Because libzmq fair-queues the pipes of one socket (one message per pipe with data, in
 //! turn), a read phase that starts with every queue able to take one more record without
@@ -729,6 +736,54 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
             rotation.records_read += 1;
         }
         self.push_record(owner, record, len);
+        Ok(())
+    }
+
+    /// [`handle_read`](Self::handle_read) for one read that stands for several records (a
+    /// PACK, WIRE.md §4.18): each of `records`, with its share of the read's bytes, joins the
+    /// owner's queue as a record of its own, in order, so the count and byte caps count each
+    /// (MISSION R2) and what one turn does not hand out waits for the owner's next turn, in
+    /// the next rotation. The socket's and the rotation's read counters count one read.
+    /// Refused as `handle_read` is, with every record handed back, before any is staged.
+    ///
+    /// A peer's queue may then hold up to [`STAGING_RECORD_BOUND`] plus one read's records
+    /// minus one: the bound stops the read phase after the read that crossed it.
+    pub fn handle_read_parts(
+        &mut self,
+        read: ReadRequest<U>,
+        owner: U,
+        records: Vec<(R, usize)>,
+    ) -> Result<(), Rejected<U, Vec<(R, usize)>>> {
+        let reason = match self.units.get(&owner) {
+            None => Some(RejectReason::UnknownUnit),
+            Some(state) => {
+                let fits = match read.target {
+                    ReadTarget::Unit(unit) => unit == owner && state.source == Source::Single,
+                    ReadTarget::Shared(socket) => state.source == Source::Shared(socket),
+                };
+                (!fits).then_some(RejectReason::WrongSocket)
+            }
+        };
+        if let Some(reason) = reason {
+            return Err(Rejected {
+                read,
+                record: records,
+                reason,
+            });
+        }
+        if let ReadTarget::Shared(socket) = read.target {
+            if let Some(socket_state) = self.sockets.get_mut(&socket) {
+                socket_state.stats.records_read += 1;
+                let len: usize = records.iter().map(|(_, len)| *len).sum();
+                socket_state.stats.bytes_read += len as u64;
+            }
+        }
+        if let Some(rotation) = self.rotation.as_mut() {
+            rotation.records_read += 1;
+        }
+        for (record, len) in records {
+            self.push_record(owner, record, len);
+        }
         Ok(())
     }
 

@@ -16,6 +16,9 @@ struct Bench {
     cost: Duration,
     next_seq: HashMap<u32, u32>,
     delivered: Vec<(u64, u32, u32)>,
+    /// Single-peer units whose reads take up to this many records at once, as one read of a
+    /// PACK does ([`ReceiveScheduler::handle_read_parts`]).
+    packs: HashMap<u32, usize>,
 }
 
 impl Bench {
@@ -28,6 +31,7 @@ impl Bench {
             cost,
             next_seq: HashMap::new(),
             delivered: Vec::new(),
+            packs: HashMap::new(),
         }
     }
 
@@ -84,6 +88,22 @@ impl Bench {
             }
             Action::Read(read) => {
                 self.now += self.cost;
+                if let ReadTarget::Unit(u) = read.target() {
+                    if let Some(&n) = self.packs.get(&u) {
+                        let fifo = self.single.entry(u).or_default();
+                        let parts: Vec<_> = fifo
+                            .drain(..n.min(fifo.len()))
+                            .map(|(seq, len)| ((u, seq), len))
+                            .collect();
+                        if parts.is_empty() {
+                            self.sched.handle_would_block(read);
+                        } else {
+                            let handled = self.sched.handle_read_parts(read, u, parts);
+                            assert!(handled.is_ok(), "bench reads only registered owners");
+                        }
+                        return None;
+                    }
+                }
                 let got = match read.target() {
                     ReadTarget::Unit(u) => self
                         .single
@@ -675,4 +695,54 @@ fn readiness_mode_resumes_after_the_entry_where_a_cap_stopped() {
     assert_eq!(b.delivered_in(end.rotation, 1), vec![1]);
     assert_eq!(b.delivered_in(end.rotation, 9), vec![1, 2]);
     assert!(!b.sched.has_staged());
+}
+
+/// MISSION R2, R4, X4: the records of one read that stands for several (a PACK) count one by
+/// one toward the count and byte caps. A flooding unit whose every read is a pack of 40 hands
+/// out exactly 64 records per turn, the rest of the pack it crossed the cap in waits for its
+/// next turn (in the next rotation, before anything read later, in order), and a quiet unit's
+/// record is handed out in every rotation in between.
+#[test]
+fn r2_x4_packed_records_count_toward_the_caps_across_rotations() {
+    let mut b = Bench::new(Caps::default(), US);
+    b.single(1);
+    b.single(2);
+    b.packs.insert(1, 40);
+    b.send(1, 400, 10);
+    let mut handed = Vec::new();
+    for round in 1..=5 {
+        b.send(2, 1, 12);
+        let end = b.rotation();
+        let flood = b.delivered_in(end.rotation, 1);
+        assert_eq!(
+            flood.len(),
+            64,
+            "round {round}: 64 records of the packs, not more"
+        );
+        assert_eq!(
+            b.delivered_in(end.rotation, 2),
+            vec![round],
+            "round {round}: the quiet unit's record keeps its place"
+        );
+        handed.extend(flood);
+    }
+    assert_eq!(handed, (1..=320).collect::<Vec<_>>(), "in order, none lost");
+    let stats = b.sched.unit_stats(1).unwrap_or_default();
+    assert_eq!(stats.count_cap_hits, 5);
+    // The byte cap too: 100-byte records of packs of 64 against a 1000-byte cap, 10 per turn.
+    let mut b = Bench::new(Caps::default().with_bytes(1000), US);
+    b.single(3);
+    b.packs.insert(3, 64);
+    b.send(3, 64, 100);
+    let end = b.rotation();
+    assert_eq!(
+        b.delivered_in(end.rotation, 3),
+        (1..=10).collect::<Vec<_>>()
+    );
+    assert_eq!(b.sched.unit_stats(3).unwrap_or_default().byte_cap_hits, 1);
+    let end = b.rotation();
+    assert_eq!(
+        b.delivered_in(end.rotation, 3),
+        (11..=20).collect::<Vec<_>>()
+    );
 }

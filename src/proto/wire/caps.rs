@@ -28,22 +28,27 @@ impl Capabilities {
     /// and in an ANSWERS entry, says the answer is the recorded outcome of an earlier call
     /// with the same idempotency key, not a run of the handler for this call.
     pub const REPLAYED: Capabilities = Capabilities(16);
+    /// PACK records (WIRE.md §4.18): several MESSAGEs of one channel in one message, the
+    /// payloads back to back in one frame.
+    pub const PACK: Capabilities = Capabilities(32);
     /// Every capability this implementation speaks, announced by default.
     pub const SPOKEN: Capabilities = Capabilities(
         Capabilities::CANCEL.0
             | Capabilities::CALLS.0
             | Capabilities::CREDIT.0
             | Capabilities::ANSWERS.0
-            | Capabilities::REPLAYED.0,
+            | Capabilities::REPLAYED.0
+            | Capabilities::PACK.0,
     );
 
     /// Each capability with its name on the wire, in the order extension entries are sent.
-    const NAMES: [(Capabilities, &'static str); 5] = [
+    const NAMES: [(Capabilities, &'static str); 6] = [
         (Capabilities::CANCEL, "cancel"),
         (Capabilities::CALLS, "calls"),
         (Capabilities::CREDIT, "credit"),
         (Capabilities::ANSWERS, "answers"),
         (Capabilities::REPLAYED, "replayed"),
+        (Capabilities::PACK, "pack"),
     ];
 
     /// Whether every capability of `other` is in this set.

@@ -41,6 +41,7 @@ mod caps;
 mod codec;
 mod error;
 mod fanout;
+mod pack;
 mod types;
 
 use std::fmt;
@@ -58,6 +59,7 @@ pub use self::error::WireError;
 pub use self::fanout::{
     encode_beacon, encode_publish_envelope, FanoutMessage, PUBLISH_ENVELOPE_LEN,
 };
+pub use self::pack::Pack;
 pub use self::types::{
     BoundedStr, CloseReason, Detail, Label, Lane, Membership, Memberships, Name, RejectReason,
     ReplyCode, Role, Semantics,
@@ -120,6 +122,10 @@ pub enum Kind {
     /// 0x11: the ACCEPTs and REPLYs of several calls of one connection. An extension kind:
     /// known only on a connection that negotiated [`Capabilities::ANSWERS`] (WIRE.md §4.16).
     Answers = 0x11,
+    /// 0x12: several MESSAGEs of one channel in one message, the payloads back to back in
+    /// one frame. An extension kind: known only on a connection that negotiated
+    /// [`Capabilities::PACK`] (WIRE.md §4.18).
+    Pack = 0x12,
 }
 
 impl Kind {
@@ -142,7 +148,13 @@ impl Kind {
 
     /// Every extension kind, in byte order: each is known only where its capability is in
     /// effect ([`Kind::capability`]).
-    pub const EXTENSIONS: [Kind; 4] = [Kind::Cancel, Kind::Calls, Kind::Credit, Kind::Answers];
+    pub const EXTENSIONS: [Kind; 5] = [
+        Kind::Cancel,
+        Kind::Calls,
+        Kind::Credit,
+        Kind::Answers,
+        Kind::Pack,
+    ];
 
     /// The capability a connection must have negotiated for this kind to be known on it
     /// ([`Capabilities::NONE`] for every version-1 kind).
@@ -152,6 +164,7 @@ impl Kind {
             Kind::Calls => Capabilities::CALLS,
             Kind::Credit => Capabilities::CREDIT,
             Kind::Answers => Capabilities::ANSWERS,
+            Kind::Pack => Capabilities::PACK,
             _ => Capabilities::NONE,
         }
     }
@@ -189,6 +202,7 @@ impl Kind {
             Kind::Calls => "calls",
             Kind::Credit => "credit",
             Kind::Answers => "answers",
+            Kind::Pack => "pack",
         }
     }
 }
@@ -471,6 +485,8 @@ pub enum Record {
     },
     /// 0x11, 1 + one frame per REPLY; only where [`Capabilities::ANSWERS`] is in effect.
     Answers(Answers),
+    /// 0x12, 2 frames; only where [`Capabilities::PACK`] is in effect.
+    Pack(Pack),
 }
 
 impl Record {
@@ -493,6 +509,7 @@ impl Record {
             Record::Calls(_) => Kind::Calls,
             Record::Credit { .. } => Kind::Credit,
             Record::Answers(_) => Kind::Answers,
+            Record::Pack(_) => Kind::Pack,
         }
     }
 
@@ -528,6 +545,7 @@ impl Record {
             Record::Cancel { call_id } => vec![liveness_frame(Kind::Cancel, *call_id).to_vec()],
             Record::Calls(c) => c.encode(),
             Record::Answers(a) => a.encode(),
+            Record::Pack(p) => p.encode(),
             Record::Credit { call_id, items } => {
                 put_u64(&mut env, call_id.get());
                 put_u64(&mut env, items.get());
@@ -676,6 +694,7 @@ fn decode_body<F: AsRef<[u8]>>(
         Kind::Batch => decode_batch(r, frames, rest, take).map(Record::Batch),
         Kind::Calls => Calls::decode(r, frames, rest, take),
         Kind::Answers => Answers::decode(r, caps, frames, rest, take),
+        Kind::Pack => Pack::decode(r, frames, take),
         Kind::Credit => {
             let call_id = r.u64("call_id")?;
             let items = r.u64("items")?;

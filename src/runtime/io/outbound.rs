@@ -20,6 +20,7 @@ use super::parts::link::LinkKind;
 use super::parts::ready::Watch;
 use super::{IoThread, LinkKey};
 use crate::proto::state::FailureReason;
+use crate::proto::wire::{Capabilities, Pack};
 use crate::runtime::outbound::{Closed, Outgoing, SendQueue, SEND_QUEUE};
 use crate::runtime::records::Lane;
 use crate::runtime::socket::{FrameSocket, SocketSendError as SocketError};
@@ -29,6 +30,14 @@ use crate::runtime::socket::{FrameSocket, SocketSendError as SocketError};
 pub(super) const SEND_BURST: usize = 256;
 /// PROBEs and ACKs held per connection behind a full pipe.
 pub(super) const HELD_LIVENESS: usize = 4;
+/// Payload bytes this node puts in one PACK (WIRE.md §4.18 allows 64 KiB): 64 records of
+/// 64 bytes. libzmq's high-water mark counts messages, so a full pipe holds [`HWM`] PACKs; at
+/// this bound that is at most what [`HWM`] records of 4 KiB would be, and the push-back a
+/// slow reader gives (MISSION R5) comes after a bounded number of bytes, not 64 times later.
+/// Small records, where the cost per message is what counts, still pack 64 to a message.
+///
+/// [`HWM`]: crate::runtime::socket::HWM
+pub(super) const PACK_SEND_BYTES: usize = 4 * 1024;
 
 /// Where a link's one-way records are published in the link table.
 enum Route {
@@ -290,8 +299,12 @@ impl IoThread {
         }
     }
 
-    /// Sends `records` in order as MESSAGEs on link `k`'s connection until libzmq refuses
-    /// one; returns how many went, and the refusal.
+    /// Sends `records` in order on link `k`'s connection until libzmq refuses one; returns
+    /// how many records went, and the refusal. Where capability `pack` is in effect, each run
+    /// of two or more records on one channel leaves as PACKs ([`pack_run`]); otherwise, and
+    /// for a record alone, as MESSAGEs, the version-1 bytes. libzmq takes a message whole or
+    /// not at all, so a refused PACK sent none of its records: they are not counted, and go
+    /// back to the queue with the rest (`settle`).
     fn send_records(&self, k: LinkKey, records: &[Outgoing]) -> (usize, Option<SocketError>) {
         let Some(c) = self.links.get(k).and_then(|l| l.conn.as_ref()) else {
             return (0, Some(SocketError::Unreachable));
@@ -299,18 +312,38 @@ impl IoThread {
         let Some(s) = self.sockets.get(c.slot) else {
             return (0, Some(SocketError::Unreachable));
         };
+        let packs = self.conn_caps(k).contains(Capabilities::PACK);
+        let (mut env, mut body) = (Vec::new(), Vec::new());
         let mut sent = 0;
         let mut failed = None;
-        for rec in records {
-            let r = match c.route.as_deref() {
-                Some(route) => s.socket.send_frames(&[route, &rec.env, &rec.payload]),
-                None => s.socket.send_frames(&[&rec.env, &rec.payload]),
+        while let Some(rest) = records.get(sent..).filter(|r| !r.is_empty()) {
+            let run = if packs { pack_run(rest) } else { 1 };
+            let r = match rest.get(..run) {
+                Some(run @ [first, _, ..]) => {
+                    Pack::write_frames(
+                        &first.env,
+                        run.iter().map(|r| r.payload.as_ref()),
+                        &mut env,
+                        &mut body,
+                    );
+                    match c.route.as_deref() {
+                        Some(route) => s.socket.send_frames(&[route, &env, &body]),
+                        None => s.socket.send_frames(&[&env, &body]),
+                    }
+                }
+                _ => {
+                    let rec = &rest[0];
+                    match c.route.as_deref() {
+                        Some(route) => s.socket.send_frames(&[route, &rec.env, &rec.payload]),
+                        None => s.socket.send_frames(&[&rec.env, &rec.payload]),
+                    }
+                }
             };
             if let Err(e) = r {
                 failed = Some(e);
                 break;
             }
-            sent += 1;
+            sent += run;
         }
         // A send may consume the ZMQ_FD signal of a record that arrived meanwhile: check the
         // socket before the loop sleeps (see `ready`).
@@ -361,5 +394,79 @@ impl IoThread {
         }
         self.outbound.turns.clear();
         unsent
+    }
+}
+
+/// How many records at the front of `records` (not empty) leave in one PACK: the longest run
+/// of records on the first one's channel (the same MESSAGE envelope) of at most [`Pack::MAX`]
+/// records and [`PACK_SEND_BYTES`] of payloads (within WIRE.md §4.18's bounds: each payload
+/// at most [`Pack::MAX_RECORD`] bytes, at most [`Pack::MAX_BYTES`] together). 1 means the
+/// first record leaves alone, as a MESSAGE (a lone record is never wrapped).
+fn pack_run(records: &[Outgoing]) -> usize {
+    pack_run_within(records, PACK_SEND_BYTES)
+}
+
+/// [`pack_run`] with a payload byte bound of `max_bytes` (at most [`Pack::MAX_BYTES`]).
+fn pack_run_within(records: &[Outgoing], max_bytes: usize) -> usize {
+    let max_bytes = max_bytes.min(Pack::MAX_BYTES);
+    let Some(first) = records.first() else {
+        return 0;
+    };
+    let mut bytes = 0usize;
+    let mut run = 0;
+    for r in records.iter().take(Pack::MAX) {
+        let len = r.payload.len();
+        if r.env != first.env || len > Pack::MAX_RECORD || bytes + len > max_bytes {
+            break;
+        }
+        bytes += len;
+        run += 1;
+    }
+    run.max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::proto::wire::{Message, Name};
+
+    fn rec(channel: &str, len: usize) -> Outgoing {
+        let env = Message::encode_envelope(&Name::new(channel).unwrap());
+        Outgoing {
+            env: Bytes::from(env),
+            payload: Bytes::from(vec![7; len]),
+        }
+    }
+
+    /// MISSION X4: a run packs records of one channel only, at most 64 of them and this
+    /// node's 4 KiB of payloads (within the wire's 64 KiB); a record too long for a PACK, or
+    /// one alone, leaves as a MESSAGE.
+    #[test]
+    fn x4_pack_runs_keep_the_wire_bounds() {
+        let same: Vec<_> = (0..100).map(|_| rec("a", 64)).collect();
+        assert_eq!(pack_run(&same), 64);
+        assert_eq!(pack_run(&same[..1]), 1);
+        let mixed = vec![rec("a", 1), rec("a", 1), rec("b", 1), rec("a", 1)];
+        assert_eq!(pack_run(&mixed), 2);
+        assert_eq!(pack_run(&mixed[2..]), 1);
+        let kib: Vec<_> = (0..10).map(|_| rec("a", 1024)).collect();
+        assert_eq!(pack_run(&kib), 4, "4 KiB of payloads");
+        assert_eq!(pack_run(&[rec("a", 4096), rec("a", 1)]), 1);
+        let big: Vec<_> = (0..5).map(|_| rec("a", 30_000)).collect();
+        assert_eq!(
+            pack_run_within(&big, usize::MAX),
+            2,
+            "a third would cross 64 KiB"
+        );
+        let exact = vec![rec("a", 32_768), rec("a", 32_768), rec("a", 0)];
+        assert_eq!(pack_run_within(&exact, Pack::MAX_BYTES), 3);
+        let long = vec![rec("a", 70_000), rec("a", 1)];
+        assert_eq!(pack_run_within(&long, usize::MAX), 1);
+        let after_long = vec![rec("a", 1), rec("a", 70_000)];
+        assert_eq!(pack_run_within(&after_long, usize::MAX), 1);
     }
 }

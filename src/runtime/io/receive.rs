@@ -7,11 +7,12 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::parts::link::LinkKind;
-use super::parts::sockets::Staged;
+use super::parts::sockets::{Packed, Staged};
 use super::parts::sockets::{Slot, SlotRole, Unit};
 use super::{IoThread, LinkKey, SlotKey};
 use crate::proto::sched::{Action, ReadTarget, RotationEndReason, SharedSocketId};
 use crate::proto::state::FailureReason;
+use crate::proto::wire;
 use crate::runtime::event::Delivery;
 use crate::runtime::records::{self, CloseReason, Lane, Rec, RejectReason};
 use crate::runtime::socket::{share_last, Frame};
@@ -49,6 +50,11 @@ impl CoarseClock {
         }
     }
 }
+
+/// Bytes a record of a PACK is charged toward the byte cap besides its payload: its u16
+/// length. The first record also carries the envelope's other bytes, so the records of a PACK
+/// are charged exactly the bytes read.
+const PACKED_RECORD_OVERHEAD: usize = 2;
 
 impl IoThread {
     /// One rotation of the receive loop (MISSION R1-R3): the scheduler says which socket to
@@ -134,6 +140,7 @@ impl IoThread {
                                 Staged {
                                     route: Some(route),
                                     frames,
+                                    packed: None,
                                 },
                             )
                         }
@@ -142,8 +149,20 @@ impl IoThread {
                             Staged {
                                 route: None,
                                 frames,
+                                packed: None,
                             },
                         ),
+                    };
+                    // A PACK is staged as the MESSAGEs it stands for, each counted by the caps.
+                    let (req, staged) = match self.unpack(owner, &staged, len) {
+                        Some(parts) => {
+                            match self.receiving.sched.handle_read_parts(req, owner, parts) {
+                                Ok(()) => continue,
+                                // Not a unit (cannot be: `unpack` found its link): whole, below.
+                                Err(rejected) => (rejected.into_parts().0, staged),
+                            }
+                        }
+                        None => (req, staged),
                     };
                     if let Err(rejected) = self.receiving.sched.handle_read(req, owner, staged, len)
                     {
@@ -167,8 +186,79 @@ impl IoThread {
         self.sockets.shared.get(&sid).copied()
     }
 
+    /// The records of a PACK just read for `owner`, each with its share of the read's `len`
+    /// bytes, if the record is a valid PACK of a link's ready connection where `pack` is in
+    /// effect. Anything else (a malformed PACK included) is staged whole, and fails its
+    /// connection in its turn as any malformed record does.
+    fn unpack(&self, owner: Unit, staged: &Staged, len: usize) -> Option<Vec<(Staged, usize)>> {
+        let (link, conn, frames) = match owner {
+            Unit::Peer(k, id) => (k, id, staged.frames.as_slice()),
+            Unit::Socket(slot) => {
+                let Some(Slot {
+                    role: SlotRole::Dialled(k),
+                    ..
+                }) = self.sockets.get(slot)
+                else {
+                    return None;
+                };
+                let c = self.links.get(*k)?.conn.as_ref()?;
+                // A dialled ROUTER reads the bound peer's routing id first.
+                let skip = usize::from(c.route.is_some());
+                (*k, c.id, staged.frames.get(skip..)?)
+            }
+            Unit::Admission(_) => return None,
+        };
+        let kind = frames.first()?.as_ref().get(3).copied()?;
+        if kind != u8::from(wire::Kind::Pack) {
+            return None;
+        }
+        let c = self.links.get(link)?.conn.as_ref()?;
+        if c.id != conn || !c.ready || !self.conn_caps(link).contains(wire::Capabilities::PACK) {
+            return None;
+        }
+        let Ok(wire::Record::Pack(p)) =
+            wire::Record::decode_in(frames, wire::Capabilities::PACK, Frame::to_bytes)
+        else {
+            return None;
+        };
+        let (channel, payloads) = p.into_parts();
+        let channel = Bytes::from(channel.into_string().into_bytes());
+        let charged: usize = payloads
+            .iter()
+            .map(|p| p.len() + PACKED_RECORD_OVERHEAD)
+            .sum();
+        let mut rest = len.saturating_sub(charged);
+        let parts = payloads
+            .into_iter()
+            .map(|payload| {
+                let bytes = payload.len() + PACKED_RECORD_OVERHEAD + std::mem::take(&mut rest);
+                let packed = Packed {
+                    link,
+                    conn,
+                    channel: channel.clone(),
+                    payload,
+                };
+                let staged = Staged {
+                    route: None,
+                    frames: Vec::new(),
+                    packed: Some(packed),
+                };
+                (staged, bytes)
+            })
+            .collect();
+        Some(parts)
+    }
+
     /// Processes a record in its unit's turn.
     pub(super) fn on_staged(&mut self, unit: Unit, staged: Staged, now: Instant) {
+        if let Some(p) = staged.packed {
+            let current = self.links.get(p.link).and_then(|l| l.conn.as_ref());
+            if current.is_some_and(|c| c.id == p.conn) {
+                self.on_link_activity(p.link, now);
+                self.on_message(p.link, p.channel, p.payload, now);
+            }
+            return;
+        }
         match (unit, staged.route) {
             (Unit::Socket(slot), _) => self.on_frames(slot, staged.frames, now),
             (Unit::Peer(k, _), Some(_)) => {
@@ -281,9 +371,7 @@ impl IoThread {
         if let Rec::Probe(id) = rec {
             c.last_peer_probe = Some(id);
         }
-        self.links[k].records += 1;
-        self.links[k].last_receive = Some(now);
-        self.links[k].state.handle_receive(now);
+        self.on_link_activity(k, now);
         match rec {
             Rec::Probe(id) => {
                 // Echo the id; a received probe is not evidence for our own deadline (L2).
@@ -331,26 +419,60 @@ impl IoThread {
                 }
             }
             Rec::Message { channel, payload } if ready => {
-                if let Some(live) = live {
-                    // Diagnostics only: application traffic never extends the deadline (L2).
-                    let _ = self.liveness.table_mut().handle_app_traffic(live, now);
+                self.on_message(k, Bytes::from(channel.into_bytes()), payload, now);
+            }
+            Rec::Pack { channel, payloads } if ready => {
+                // Each as the MESSAGE it stands for, in order (WIRE.md §4.18). A PACK the
+                // receive loop read is staged as its records instead (`unpack`); this is
+                // the path of one that reached here whole.
+                for (i, payload) in payloads.into_iter().enumerate() {
+                    if i > 0 {
+                        // The first was counted above, as every record is.
+                        self.on_link_activity(k, now);
+                    }
+                    self.on_message(k, channel.clone(), payload, now);
                 }
-                let Some(source) = self.links[k].conn.as_ref().and_then(|c| c.source.clone())
-                else {
-                    return;
-                };
-                metrics::counter!("zmesh_app_records_received_total").increment(1);
-                let d = Delivery {
-                    source,
-                    channel: Bytes::from(channel.into_bytes()),
-                    payload,
-                };
-                self.app.deliver(k, d);
             }
             other => {
                 tracing::debug!(kind = other.kind_name(), "record not handled in this state");
             }
         }
+    }
+
+    /// Counts a record received on link `k`'s connection.
+    fn on_link_activity(&mut self, k: LinkKey, now: Instant) {
+        let Some(l) = self.links.get_mut(k) else {
+            return;
+        };
+        l.records += 1;
+        l.last_receive = Some(now);
+        l.state.handle_receive(now);
+    }
+
+    /// A MESSAGE (alone or in a PACK) on link `k`'s ready connection: delivered to the
+    /// application with the connection's source.
+    fn on_message(&mut self, k: LinkKey, channel: Bytes, payload: Bytes, now: Instant) {
+        let Some(c) = self.links.get(k).and_then(|l| l.conn.as_ref()) else {
+            return;
+        };
+        if !c.ready {
+            return;
+        }
+        let (live, source) = (c.live, c.source.clone());
+        if let Some(live) = live {
+            // Diagnostics only: application traffic never extends the deadline (L2).
+            let _ = self.liveness.table_mut().handle_app_traffic(live, now);
+        }
+        let Some(source) = source else {
+            return;
+        };
+        metrics::counter!("zmesh_app_records_received_total").increment(1);
+        let d = Delivery {
+            source,
+            channel,
+            payload,
+        };
+        self.app.deliver(k, d);
     }
 
     /// Moves held records to the application while its queue has room, and recomputes which

@@ -98,7 +98,7 @@ pub(super) fn capabilities(t: &Target, acc: &Acceptor, r: &mut Report) {
 
 /// Sends PROBE `id` on `w` and waits for its ACK, answering the target's PROBEs meanwhile:
 /// `Ok` when it came, or what came instead (a CLOSE, a malformed message, nothing).
-fn acked(w: &dyn Wire, id: NonZeroU64) -> Result<(), String> {
+pub(super) fn acked(w: &dyn Wire, id: NonZeroU64) -> Result<(), String> {
     w.send(&Record::Probe { id }.encode())?;
     let deadline = std::time::Instant::now() + ANSWER;
     loop {

@@ -224,4 +224,19 @@ pub(crate) struct Staged {
     /// The routing id split off a bound socket's record.
     pub(crate) route: Option<Frame>,
     pub(crate) frames: Vec<Frame>,
+    /// One MESSAGE of a PACK (then `frames` is empty): a PACK is staged as its records, so
+    /// the scheduler's caps count each (MISSION R2, WIRE.md §4.18).
+    pub(crate) packed: Option<Packed>,
+}
+
+/// One MESSAGE of a PACK, staged on its own.
+pub(crate) struct Packed {
+    /// The link the PACK came on, and its connection then: the record is that connection's
+    /// only, so it changes nothing once another connection is the link's current one.
+    pub(crate) link: LinkKey,
+    pub(crate) conn: ConnId,
+    /// The PACK's channel, one buffer shared by its records.
+    pub(crate) channel: bytes::Bytes,
+    /// This record's payload: a slice of the PACK's frame 1.
+    pub(crate) payload: bytes::Bytes,
 }

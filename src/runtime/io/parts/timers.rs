@@ -34,7 +34,7 @@ pub(crate) enum TimerOwner {
 /// [`Link::next_deadline`](super::link::Link::next_deadline) and
 /// `Sub::next_deadline`. The links and subscriptions are [`Tracked`] tables, so every owner
 /// handed out mutably is derived again before the loop next sleeps or fires timers
-/// (`IoThread::sync_timers`, `io/timers.rs`): no change can be missed, and a turn costs one derivation per
+/// (`IoThread::sync_links`, `io/timers.rs`): no change can be missed, and a turn costs one derivation per
 /// owner it touched, not a walk over every link.
 ///
 /// [`Tracked`]: crate::runtime::keys::Tracked
