@@ -4,7 +4,8 @@
 //! ```text
 //! zmesh sim [--seeds N] [--first S] [--minutes M]      many seeds, each its own configuration
 //! zmesh sim --seed S [--nodes N] [--topology mesh|client-server|fanout] [--seconds T]
-//!           [--version1 P] [--no-faults] [--no-batches] [--no-receive-loop] [--trace]
+//!           [--version1 P] [--no-faults] [--no-batches] [--no-receive-loop]
+//!           [--discovery | --no-discovery] [--streams | --no-streams] [--trace]
 //!                                                       one seed, replayed exactly
 //! ```
 //! A failing seed prints the command that replays it and the trace up to the violation; the
@@ -30,6 +31,8 @@ struct Args {
     version1: Option<u8>,
     batches: bool,
     receive_loop: bool,
+    discovery: Option<bool>,
+    streams: Option<bool>,
 }
 
 fn parse(args: Vec<String>) -> Result<Args, String> {
@@ -46,6 +49,8 @@ fn parse(args: Vec<String>) -> Result<Args, String> {
         version1: None,
         batches: true,
         receive_loop: true,
+        discovery: None,
+        streams: None,
     };
     let mut it = args.into_iter();
     while let Some(flag) = it.next() {
@@ -85,6 +90,10 @@ fn parse(args: Vec<String>) -> Result<Args, String> {
             "--no-faults" => a.faults = false,
             "--no-batches" => a.batches = false,
             "--no-receive-loop" => a.receive_loop = false,
+            "--discovery" => a.discovery = Some(true),
+            "--no-discovery" => a.discovery = Some(false),
+            "--streams" => a.streams = Some(true),
+            "--no-streams" => a.streams = Some(false),
             "--trace" => a.trace = true,
             "-h" | "--help" => {
                 let _ = outln!("{}", include_str!("usage.txt"));
@@ -113,6 +122,12 @@ fn config(a: &Args, seed: u64) -> Config {
     c.faults = a.faults;
     c.batches = c.batches && a.batches;
     c.receive_loop = c.receive_loop && a.receive_loop;
+    if let Some(d) = a.discovery {
+        c.discovery = d;
+    }
+    if let Some(st) = a.streams {
+        c.streams = st;
+    }
     c.full_trace = a.trace;
     c
 }

@@ -3,9 +3,11 @@
 //! One thread, virtual time, one seeded RNG: N nodes (RouteMesh peers dialling each other on
 //! both lanes, or ClientServer clients dialling servers) run zmesh's sans-IO protocol state
 //! machines ([`zmesh::proto`]) over a simulated network ([`net`]) that delays, holds and
-//! cuts connections, while a workload makes calls of every semantics and sends messages and
-//! a fault schedule partitions, freezes, kills, restarts and stops nodes. After every step
-//! the invariants of [`truth`] are checked against the simulator's ground truth. The same
+//! cuts connections, while a workload makes calls of every semantics (streams among them)
+//! and sends messages and a fault schedule partitions, freezes, kills, restarts and stops
+//! nodes (and, in automatic mode, where nodes find each other through a simulated descriptor
+//! store ([`store`]), cuts them off that store). After every step the invariants of
+//! [`truth`] are checked against the simulator's ground truth. The same
 //! seed gives the same run, event for event, so a failing seed replays exactly
 //! (`zmesh sim --seed S ... --trace`; [`cli`] is that command).
 //!
@@ -18,6 +20,7 @@ pub mod cli;
 pub mod fanout;
 pub mod net;
 pub mod node;
+pub mod store;
 pub mod truth;
 // Shared with the CLI: a closed stdout ends `zmesh sim` quietly.
 #[path = "../../zmesh-cli/src/stdout.rs"]
@@ -32,8 +35,10 @@ use rand_chacha::ChaCha8Rng;
 use zmesh::proto::wire::Lane;
 
 use net::{End, Net, NodeIx};
-use node::{Phase, SimNode, Spec};
+use node::{Phase, SimNode, Spec, StoreAnswer, StoreReq};
+use store::{SimStore, WatchEvent};
 use truth::{CallKind, Stats, Truth, Violation};
+use zmesh::proto::discovery::LEASE_TTL;
 
 /// The shape of the simulated mesh.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,6 +100,27 @@ pub struct Config {
     /// hundreds of messages at once. Off, a delivery is handled as it arrives and no flood is
     /// drawn, as before the receive loop was modelled.
     pub receive_loop: bool,
+    /// Automatic mode (MISSION D1-D3): on the call topologies (RouteMesh, ClientServer),
+    /// every node publishes its descriptor into a simulated store ([`store`]) and dials what
+    /// the descriptors there ask for, through the library's lease keeper and directory; the
+    /// faults include store outages. Off, nodes dial their configured peers and nothing of
+    /// the store is drawn, so a run without it replays as it did before it existed.
+    pub discovery: bool,
+    /// Callers sometimes make a stream call: its callee sends 1 to 40 ITEMs (now and then
+    /// 1 100 to 1 600, more than a window) before its REPLY, within the window where `credit`
+    /// is in effect (WIRE.md §4.10, §4.15); a fifth of them are cancelled as calls are. Off,
+    /// no stream is drawn, as before streams were modelled.
+    pub streams: bool,
+}
+
+/// The RID of host `i`.
+pub fn rid_of(i: NodeIx) -> String {
+    format!("n{i:03}")
+}
+
+/// The host a RID of [`rid_of`] names.
+pub fn host_of_rid(rid: &str) -> Option<NodeIx> {
+    rid.strip_prefix('n')?.parse().ok()
 }
 
 /// Trace lines kept when the whole trace is not asked for.
@@ -102,7 +128,8 @@ pub const TRACE_TAIL: usize = 400;
 
 impl Config {
     /// The configuration a seed stands for in the default set: 2 to 7 nodes, one of the three
-    /// topologies, `minutes` of virtual time with faults.
+    /// topologies, `minutes` of virtual time with faults, automatic mode and stream calls
+    /// each in half of the seeds (with effect on the call topologies).
     pub fn for_seed(seed: u64, minutes: u64) -> Config {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_c0f1);
         Config {
@@ -122,6 +149,10 @@ impl Config {
             },
             batches: true,
             receive_loop: true,
+            // Drawn last, so that every field above is what it was before discovery existed.
+            discovery: rng.random_bool(0.5),
+            // Drawn after discovery, for the same reason.
+            streams: rng.random_bool(0.5),
         }
     }
 
@@ -131,17 +162,32 @@ impl Config {
         rng.random_range(0..100) < u32::from(self.version1)
     }
 
+    /// Whether this run discovers through the store: automatic mode on a call topology.
+    pub fn discovers(&self) -> bool {
+        self.discovery && self.topology != Topology::Fanout
+    }
+
     /// The command line that replays this configuration with `seed`.
     pub fn replay_line(&self, seed: u64) -> String {
         format!(
-            "cargo run --release -- sim --seed {seed} --nodes {} --topology {} --seconds {} --version1 {}{}{}{} --trace",
+            "cargo run --release -- sim --seed {seed} --nodes {} --topology {} --seconds {} --version1 {}{}{}{}{}{} --trace",
             self.nodes,
             self.topology.name(),
             self.duration.as_secs(),
             self.version1,
             if self.faults { "" } else { " --no-faults" },
             if self.batches { "" } else { " --no-batches" },
-            if self.receive_loop { "" } else { " --no-receive-loop" }
+            if self.receive_loop { "" } else { " --no-receive-loop" },
+            if self.discovers() {
+                " --discovery"
+            } else {
+                " --no-discovery"
+            },
+            if self.streams {
+                " --streams"
+            } else {
+                " --no-streams"
+            }
         )
     }
 }
@@ -258,6 +304,41 @@ enum Event {
     Sweep,
     EndFaults,
     StopAll,
+    /// A store operation of host `node`'s run `run` reaches the store.
+    StoreApply {
+        node: NodeIx,
+        run: u64,
+        req: StoreReq,
+        issued: Duration,
+    },
+    /// The store's answer reaches host `node`'s run `run`.
+    StoreAnswer {
+        node: NodeIx,
+        run: u64,
+        answer: StoreAnswer,
+    },
+    /// What the store's watch reports reaches host `node`'s run `run`.
+    Watch {
+        node: NodeIx,
+        run: u64,
+        events: Vec<WatchEvent>,
+    },
+    /// A store outage begins for host `who` (every host: `None`).
+    StoreCut {
+        who: Option<NodeIx>,
+        heal_after: Duration,
+    },
+    /// That outage ends.
+    StoreHeal {
+        who: Option<NodeIx>,
+    },
+}
+
+/// What reaches a node from the store, held while its host is frozen.
+#[derive(Debug, Clone)]
+enum FromStore {
+    Answer(u64, StoreAnswer),
+    Watch(u64, Vec<WatchEvent>),
 }
 
 struct World {
@@ -285,6 +366,18 @@ struct World {
     touched: std::collections::BTreeSet<NodeIx>,
     /// Check every node's ready links at the end of this step.
     sweep: bool,
+    /// The simulated store, in automatic mode.
+    store: Option<SimStore>,
+    /// One-way latency between a host and the store (constant per seed, so a watch's
+    /// events arrive in order).
+    store_latency: Duration,
+    /// The store changed (or who reaches it did): the watches have something to say.
+    store_dirty: bool,
+    /// Per host: the last instant it could not reach the store or was frozen (the lease
+    /// rule judges an expiry only after a whole TTL without either).
+    blind_at: Vec<Duration>,
+    /// What the store sent a frozen host, in order, delivered when it thaws.
+    deferred: BTreeMap<NodeIx, VecDeque<FromStore>>,
 }
 
 /// Runs one simulation.
@@ -325,7 +418,7 @@ impl World {
                 };
                 let fanout = cfg.topology == Topology::Fanout;
                 Spec {
-                    rid: format!("n{i:03}"),
+                    rid: rid_of(i),
                     serves: i < servers && !fanout,
                     dials,
                     publishes: fanout && i < servers,
@@ -336,10 +429,19 @@ impl World {
                     },
                     version1: cfg.is_version1(seed, i),
                     receive_loop: cfg.receive_loop,
+                    mesh: cfg.topology == Topology::RouteMesh,
+                    discovery: cfg.discovers(),
                 }
             })
             .collect();
         let full = cfg.full_trace;
+        // Drawn only in automatic mode, after everything a run without it draws here.
+        let (store, store_latency) = if cfg.discovers() {
+            let latency = Duration::from_micros(rng.random_range(200..20_000));
+            (Some(SimStore::new(rng.random_bool(0.5))), latency)
+        } else {
+            (None, Duration::ZERO)
+        };
         World {
             cfg,
             rng,
@@ -364,6 +466,11 @@ impl World {
             wake_of: vec![None; n],
             touched: std::collections::BTreeSet::new(),
             sweep: false,
+            store,
+            store_latency,
+            store_dirty: false,
+            blind_at: vec![Duration::ZERO; n],
+            deferred: BTreeMap::new(),
         }
     }
 
@@ -504,6 +611,12 @@ impl World {
         // The liveness rule, checked for every node that moved (and every node on each
         // sweep): no ready link outlives its deadline.
         let touched = std::mem::take(&mut self.touched);
+        if self.store.is_some() {
+            for &i in &touched {
+                self.poll_store(i);
+            }
+            self.poll_watches();
+        }
         for &i in &touched {
             self.rewake(i);
         }
@@ -688,6 +801,7 @@ impl World {
                     self.at(back, Event::Start { node });
                 } else {
                     self.net.set_frozen(node, false, now);
+                    self.thawed(node);
                 }
             }
             Event::Reset => {
@@ -701,6 +815,7 @@ impl World {
                 // Checked at the end of the step, after the nodes ran their timers: a host
                 // that thaws now runs its overdue deadlines first.
                 self.sweep = true;
+                self.expire_leases();
                 if now < self.cfg.duration + Duration::from_secs(90) {
                     self.at(now + Duration::from_millis(500), Event::Sweep);
                 }
@@ -712,16 +827,36 @@ impl World {
                 );
                 self.faults_on = false;
                 for a in 0..self.n() {
+                    let frozen = self.net.is_frozen(a);
                     self.net.set_frozen(a, false, now);
+                    if frozen {
+                        self.thawed(a);
+                    }
                     for b in 0..self.n() {
                         self.net.set_held(a, b, false, now);
                     }
                 }
-                // Pending fault events are dropped; every host is started again.
+                if let Some(store) = self.store.as_mut() {
+                    store.heal_all();
+                    self.store_dirty = true;
+                    for b in &mut self.blind_at {
+                        *b = now;
+                    }
+                }
+                // Pending fault events are dropped (what is on its way to or from the store
+                // is not a fault); every host is started again.
                 let keep: Vec<((Duration, u64), Event)> = std::mem::take(&mut self.schedule)
                     .into_iter()
                     .filter(|(_, e)| {
-                        matches!(e, Event::Work | Event::Cancel { .. } | Event::StopAll)
+                        matches!(
+                            e,
+                            Event::Work
+                                | Event::Cancel { .. }
+                                | Event::StopAll
+                                | Event::StoreApply { .. }
+                                | Event::StoreAnswer { .. }
+                                | Event::Watch { .. }
+                        )
                     })
                     .collect();
                 self.schedule.extend(keep);
@@ -736,11 +871,273 @@ impl World {
             }
             Event::StopAll => {
                 self.check_whole();
+                self.check_store_whole();
                 self.trace.push(now, "graceful stop of every host".into());
                 for i in 0..self.n() {
                     self.ctx_node(i, |n, ctx| n.begin_stop(ctx));
                 }
             }
+            Event::StoreApply {
+                node,
+                run,
+                req,
+                issued,
+            } => self.store_apply(node, run, req, issued),
+            Event::StoreAnswer { node, run, answer } => {
+                self.on_from_store(node, FromStore::Answer(run, answer));
+            }
+            Event::Watch { node, run, events } => {
+                self.on_from_store(node, FromStore::Watch(run, events));
+            }
+            Event::StoreCut { who, heal_after } => {
+                let whom = who.map_or("every host".to_owned(), |h| format!("host {h}"));
+                self.trace.push(
+                    now,
+                    format!("fault: the store is unreachable for {whom} for {heal_after:?}"),
+                );
+                self.truth.stats.store_outages += 1;
+                if let Some(store) = self.store.as_mut() {
+                    store.set_cut(who, true);
+                }
+                self.store_dirty = true;
+                self.at(now + heal_after, Event::StoreHeal { who });
+            }
+            Event::StoreHeal { who } => {
+                let whom = who.map_or("every host".to_owned(), |h| format!("host {h}"));
+                self.trace.push(
+                    now,
+                    format!("fault: the store is reachable again for {whom}"),
+                );
+                if let Some(store) = self.store.as_mut() {
+                    store.set_cut(who, false);
+                }
+                for (h, b) in self.blind_at.iter_mut().enumerate() {
+                    if who.is_none_or(|w| w == h) {
+                        *b = now;
+                    }
+                }
+                self.store_dirty = true;
+            }
+        }
+    }
+
+    /// Carries the store operations host `i`'s run asks for to the store.
+    fn poll_store(&mut self, i: NodeIx) {
+        let now = self.now;
+        let Some(Some(node)) = self.nodes.get_mut(i) else {
+            return;
+        };
+        let run = node.run;
+        let mut reqs = Vec::new();
+        let mut ctx = Ctx {
+            net: &mut self.net,
+            truth: &mut self.truth,
+            now,
+            rng: &mut self.rng,
+            trace: &mut self.trace,
+            hosts: &self.hosts,
+        };
+        // One operation in flight at a time, and a removal on an orderly stop.
+        for _ in 0..3 {
+            match node.poll_store_op(&mut ctx) {
+                Some(r) => reqs.push(r),
+                None => break,
+            }
+        }
+        for req in reqs {
+            self.at(
+                now + self.store_latency,
+                Event::StoreApply {
+                    node: i,
+                    run,
+                    req,
+                    issued: now,
+                },
+            );
+        }
+    }
+
+    /// The store applies one operation, if the issuing host reaches it, and answers; a host
+    /// cut off from it gets an error, at once or after the agent's bound.
+    fn store_apply(&mut self, node: NodeIx, run: u64, req: StoreReq, issued: Duration) {
+        let now = self.now;
+        let latency = self.store_latency;
+        let Some(store) = self.store.as_mut() else {
+            return;
+        };
+        self.store_dirty = true;
+        let answer = if store.reachable(node) {
+            let stretch = Duration::from_millis(self.rng.random_range(0..2_000));
+            match req {
+                StoreReq::Put(d) => {
+                    let lease = store.put(&d, (node, run), now, stretch);
+                    self.truth.on_published(&d.rid, d.generation);
+                    StoreAnswer::Put(Ok(lease))
+                }
+                StoreReq::Renew {
+                    rid,
+                    generation,
+                    lease,
+                } => {
+                    self.truth.stats.store_renewals += 1;
+                    StoreAnswer::Renew(Ok(store.renew(&rid, generation, lease, now, stretch)))
+                }
+                StoreReq::Remove { rid, lease } => {
+                    store.remove(&rid, lease);
+                    return;
+                }
+            }
+        } else {
+            self.truth.stats.store_errors += 1;
+            let error = "store unavailable: unreachable".to_owned();
+            match req {
+                StoreReq::Put(_) => StoreAnswer::Put(Err(error)),
+                StoreReq::Renew { .. } => StoreAnswer::Renew(Err(error)),
+                StoreReq::Remove { .. } => return,
+            }
+        };
+        // A refused connection answers within a round trip; a store that does not answer
+        // is given up after the agent's bound.
+        let refused = !matches!(
+            answer,
+            StoreAnswer::Put(Err(_)) | StoreAnswer::Renew(Err(_))
+        ) || self.rng.random_bool(0.5);
+        let at = if refused {
+            now + latency
+        } else {
+            issued + node::STORE_OP_BOUND
+        };
+        self.at(at, Event::StoreAnswer { node, run, answer });
+    }
+
+    /// What the store's watches have to say now leaves for their hosts.
+    fn poll_watches(&mut self) {
+        if !std::mem::take(&mut self.store_dirty) {
+            return;
+        }
+        let Some(store) = self.store.as_mut() else {
+            return;
+        };
+        let at = self.now + self.store_latency;
+        for ((node, run), events) in store.poll_watches() {
+            self.at(at, Event::Watch { node, run, events });
+        }
+    }
+
+    /// Something from the store reaches host `i`: handled now, or held in order while the
+    /// host is frozen (or while earlier items wait).
+    fn on_from_store(&mut self, i: NodeIx, item: FromStore) {
+        if self.net.is_frozen(i) || self.deferred.get(&i).is_some_and(|q| !q.is_empty()) {
+            self.deferred.entry(i).or_default().push_back(item);
+            return;
+        }
+        self.deliver_from_store(i, item);
+    }
+
+    fn deliver_from_store(&mut self, i: NodeIx, item: FromStore) {
+        let (run, _) = self.hosts.get(i).copied().unwrap_or((0, false));
+        match item {
+            FromStore::Answer(r, answer) if r == run => {
+                self.ctx_node(i, |n, ctx| n.handle_store_answer(ctx, answer));
+            }
+            FromStore::Watch(r, events) if r == run => {
+                self.ctx_node(i, |n, ctx| {
+                    for ev in events {
+                        n.handle_watch(ctx, ev);
+                    }
+                });
+            }
+            // For a run that is gone.
+            _ => {}
+        }
+    }
+
+    /// Host `i` thawed: what the store sent meanwhile arrives now, in order.
+    fn thawed(&mut self, i: NodeIx) {
+        if let Some(b) = self.blind_at.get_mut(i) {
+            *b = self.now;
+        }
+        let held = self.deferred.remove(&i).unwrap_or_default();
+        for item in held {
+            self.deliver_from_store(i, item);
+        }
+    }
+
+    /// The store expires the leases whose time came; a lease of a running node that could
+    /// reach the store, unfrozen, for the whole TTL before must never expire (MISSION D3:
+    /// the keeper renews on its own interval).
+    fn expire_leases(&mut self) {
+        let now = self.now;
+        let Some(store) = self.store.as_mut() else {
+            return;
+        };
+        let expired = store.expire(now);
+        let reachable: Vec<bool> = (0..self.nodes.len()).map(|h| store.reachable(h)).collect();
+        for e in expired {
+            self.store_dirty = true;
+            self.truth.stats.leases_expired += 1;
+            self.trace.push(
+                now,
+                format!("store: the lease of {} g{:x} expired", e.rid, e.generation),
+            );
+            let (host, run) = e.owner;
+            let running = self.hosts.get(host).is_some_and(|h| h.0 == run) && self.up(host);
+            let clear = reachable.get(host).copied().unwrap_or(false)
+                && !self.net.is_frozen(host)
+                && self
+                    .blind_at
+                    .get(host)
+                    .is_some_and(|b| *b + LEASE_TTL <= now);
+            if running && clear {
+                let detail = format!(
+                    "the lease of {} g{:x} (host {host}, running, reaching the store for the whole TTL) expired; last renewed at {:.3}s",
+                    e.rid,
+                    e.generation,
+                    e.renewed_at.as_secs_f64()
+                );
+                self.truth.violation("lease_kept_while_reachable", detail);
+            }
+        }
+    }
+
+    /// After the quiet minute the store is whole too: every running node holds its lease,
+    /// the store holds its current descriptor, and every running node's directory knows
+    /// every other running node's current run (MISSION D1, D3).
+    fn check_store_whole(&mut self) {
+        let Some(store) = self.store.as_ref() else {
+            return;
+        };
+        let running: Vec<(NodeIx, String, u64)> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| n.as_ref().map(|n| (i, n)))
+            .filter(|(_, n)| n.phase() == Phase::Running)
+            .map(|(i, n)| (i, n.me.rid.clone(), n.me.generation))
+            .collect();
+        let mut bad = Vec::new();
+        for (i, rid, generation) in &running {
+            let Some(Some(node)) = self.nodes.get(*i) else {
+                continue;
+            };
+            if !node.lease_held() || store.generation_of(rid) != Some(*generation) {
+                bad.push(format!(
+                    "host {i}: lease held {}, the store holds {:x?} for its run g{generation:x}",
+                    node.lease_held(),
+                    store.generation_of(rid)
+                ));
+            }
+            for (j, other, g) in &running {
+                if j != i && node.known_generation(other) != Some(*g) {
+                    bad.push(format!(
+                        "host {i} knows {:x?} for {other}, which runs g{g:x}",
+                        node.known_generation(other)
+                    ));
+                }
+            }
+        }
+        for detail in bad {
+            self.truth.violation("quiet_store_is_whole", detail);
         }
     }
 
@@ -761,10 +1158,24 @@ impl World {
             self.now,
             format!("host {node} starts run {run} g{generation:x}"),
         );
+        let serves = spec.serves;
+        let rid = spec.rid.clone();
         self.nodes[node] = Some(SimNode::new(
             node, run, generation, spec, self.base, self.now,
         ));
         self.touched.insert(node);
+        if let Some(store) = self.store.as_mut() {
+            self.truth.on_role(&rid, serves);
+            let first = store.watch((node, run));
+            self.at(
+                self.now + self.store_latency,
+                Event::Watch {
+                    node,
+                    run,
+                    events: vec![first],
+                },
+            );
+        }
     }
 
     fn kill(&mut self, node: NodeIx) {
@@ -772,6 +1183,10 @@ impl World {
             .push(self.now, format!("fault: host {node} killed"));
         self.net.kill(node, self.now, &mut self.rng);
         self.truth.on_kill(node);
+        if let Some(store) = self.store.as_mut() {
+            store.unwatch((node, self.hosts[node].0));
+        }
+        self.deferred.remove(&node);
         if let Some(slot) = self.nodes.get_mut(node) {
             *slot = None;
         }
@@ -789,6 +1204,13 @@ impl World {
         let mut b = self.rng.random_range(0..n);
         if b == a {
             b = (a + 1) % n;
+        }
+        // In automatic mode a fifth of the faults are store outages (drawn only there).
+        if self.store.is_some() && self.rng.random_bool(0.2) {
+            let who = self.rng.random_bool(0.5).then_some(a);
+            let heal_after = Duration::from_millis(self.rng.random_range(1_000..40_000));
+            self.fire(Event::StoreCut { who, heal_after });
+            return;
         }
         let e = match self.rng.random_range(0..100) {
             0..=24 => Event::Partition {
@@ -859,6 +1281,10 @@ impl World {
             self.burst(who);
             return;
         }
+        if self.cfg.streams && self.rng.random_bool(0.1) {
+            self.stream(who);
+            return;
+        }
         let uid = self.next_uid;
         self.next_uid += 1;
         let pick = self.rng.random_range(0..100);
@@ -917,6 +1343,23 @@ impl World {
         }
         self.truth.stats.bursts += 1;
         self.ctx_node(who, |node, ctx| node.start_calls(ctx, calls));
+    }
+
+    /// A stream call: its handler produces 1 to 40 items, in 5 % of the streams 1 100 to
+    /// 1 600 (more than one window, so that CREDIT matters where `credit` is in effect).
+    fn stream(&mut self, who: NodeIx) {
+        let uid = self.next_uid;
+        self.next_uid += 1;
+        let total = if self.rng.random_bool(0.05) {
+            self.rng.random_range(1_100..=1_600)
+        } else {
+            self.rng.random_range(1..=40)
+        };
+        self.truth.on_call(uid, CallKind::Query, who);
+        self.truth.on_stream(uid, total);
+        let ttl = self.draw_ttl();
+        let at_once = self.draw_cancel(who, uid);
+        self.ctx_node(who, |node, ctx| node.start_stream(ctx, uid, ttl, at_once));
     }
 
     /// A call of the same semantics as `kind` (a guarded one with a key of its own, drawn as

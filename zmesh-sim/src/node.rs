@@ -30,7 +30,11 @@ use crate::Ctx;
 
 mod callee;
 mod caller;
+mod discovery;
 mod receive;
+mod stream;
+
+pub use discovery::{mesh_endpoints, server_endpoint, StoreAnswer, StoreReq, STORE_OP_BOUND};
 
 /// The channel every server serves.
 pub const CHANNEL: &str = "svc";
@@ -59,6 +63,12 @@ pub struct Spec {
     /// What arrives waits in its connection's socket for the receive loop's rotation
     /// ([`SimNode::handle_receive`]) instead of being handled as it arrives.
     pub receive_loop: bool,
+    /// It binds the two RouteMesh lanes (a RouteMesh node; a ClientServer server binds its
+    /// server endpoint instead).
+    pub mesh: bool,
+    /// Automatic mode: it publishes its descriptor into the simulated store and dials what
+    /// the descriptors there ask for, instead of [`Spec::dials`] (MISSION D1).
+    pub discovery: bool,
 }
 
 #[derive(Debug)]
@@ -88,6 +98,8 @@ struct Dial {
     yielded: bool,
     /// The peer refused with NotRequired: nothing to dial.
     not_required: bool,
+    /// Its descriptor is gone: not dialled any more (a ready connection stays).
+    withdrawn: bool,
 }
 
 /// A running handler.
@@ -100,6 +112,20 @@ struct Handler {
     /// The connection its answers travel on, and the call's wire id there.
     conn: NetConn,
     call_id: NonZeroU64,
+    /// A stream call's items still to send, before its REPLY.
+    stream: Option<Stream>,
+}
+
+/// A stream handler's progress: it produces `total` items, one every `gap` (all at once
+/// when `gap` is zero), each sent as soon as the call's window allows, then its REPLY.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stream {
+    total: u64,
+    sent: u64,
+    gap: Duration,
+    next_at: Duration,
+    /// `credit` is in effect on its connection: the table holds its window.
+    window: bool,
 }
 
 /// An accepted call waiting for its turn (the execution queue's wait).
@@ -189,6 +215,10 @@ pub struct SimNode {
     fan: Fan,
     /// The sockets and the receive scheduler, where the receive loop is modelled.
     rx: Option<receive::Receiver>,
+    /// The discovery agent, in automatic mode.
+    disc: Option<discovery::Disc>,
+    /// Stream calls of this run's application: items taken since the last CREDIT.
+    ungranted: BTreeMap<CallId, u64>,
 }
 
 impl SimNode {
@@ -217,8 +247,9 @@ impl SimNode {
                 Capabilities::SPOKEN
             },
         };
-        let dials = spec
-            .dials
+        // In automatic mode the descriptors in the store say what to dial.
+        let manual: &[(NodeIx, Lane)] = if spec.discovery { &[] } else { &spec.dials };
+        let dials = manual
             .iter()
             .map(|&(peer, lane)| {
                 (
@@ -233,7 +264,7 @@ impl SimNode {
         let mut live = Liveness::new(generation);
         let fan = Fan::new(spec.publishes, &spec.subscribes, &mut live, base + now);
         let rx = spec.receive_loop.then(receive::Receiver::new);
-        SimNode {
+        let mut node = SimNode {
             ix,
             run,
             me,
@@ -255,7 +286,13 @@ impl SimNode {
             drain_done: false,
             fan,
             rx,
+            disc: None,
+            ungranted: BTreeMap::new(),
+        };
+        if node.spec.discovery {
+            node.disc = Some(discovery::Disc::new(&node, base + now));
         }
+        node
     }
 
     fn end(&self) -> End {
@@ -292,8 +329,14 @@ impl SimNode {
         take(rel(self.live.poll_timeout()));
         take(rel(self.calls.poll_timeout()));
         take(rel(self.serve.poll_timeout()));
-        for h in self.handlers.values() {
+        for (&sid, h) in &self.handlers {
             take(Some(h.ends_at));
+            if let Some(st) = &h.stream {
+                // A closed window waits for CREDIT, not for the clock.
+                if st.sent < st.total && self.serve.may_send_item(sid) {
+                    take(Some(st.next_at));
+                }
+            }
         }
         for w in self.waiting.values() {
             take(Some(w.dispatch_at));
@@ -303,6 +346,10 @@ impl SimNode {
                 take(d.retry_at);
             }
             take(self.fan.poll_timeout());
+            take(rel(self
+                .disc
+                .as_ref()
+                .and_then(discovery::Disc::poll_timeout)));
         }
         for c in self.conns.values() {
             if c.dialled && c.ready.is_none() && c.hello_sent {
@@ -319,6 +366,10 @@ impl SimNode {
             || self.serve.poll_timeout().is_some()
             || !self.handlers.is_empty()
             || !self.waiting.is_empty()
+            || self
+                .disc
+                .as_ref()
+                .is_some_and(|d| d.poll_timeout().is_some())
     }
 
     fn send(&mut self, ctx: &mut Ctx<'_>, conn: NetConn, rec: &Record) -> bool {
@@ -408,6 +459,7 @@ impl SimNode {
         // Handlers whose ttl passed are signalled before any of them finishes at this instant.
         self.signal_overdue(ctx);
         self.dispatch_due(ctx);
+        self.send_items(ctx);
         let due: Vec<ServeId> = self
             .handlers
             .iter()
@@ -455,7 +507,7 @@ impl SimNode {
             return;
         };
         d.retry_at = None;
-        if d.conn.is_some() || d.not_required {
+        if d.conn.is_some() || d.not_required || d.withdrawn {
             return;
         }
         // A dial that stood down comes back only when the peer's connection is gone.
@@ -463,6 +515,12 @@ impl SimNode {
             return;
         }
         d.yielded = false;
+        if self.disc.is_some() {
+            let rid = crate::rid_of(key.0);
+            let fence = self.fence_for(&rid);
+            ctx.truth
+                .on_discovery_dial(self.ix, &self.me.rid, &rid, fence.generation);
+        }
         let (to, up) = ctx.host(key.0);
         let conn = ctx
             .net
@@ -552,10 +610,17 @@ impl SimNode {
         c.hello_sent = true;
         c.opened_at = ctx.now;
         let lane = c.lane;
-        let expect = Expectation {
-            rid: None,
-            generation: None,
-            security_identity: None,
+        let peer_node = c.peer_node;
+        // The dialler tells the acceptor which run it expects: the descriptor's fence in
+        // automatic mode, nothing in manual mode (no configured generation).
+        let expect = if self.disc.is_some() {
+            self.fence_for(&crate::rid_of(peer_node))
+        } else {
+            Expectation {
+                rid: None,
+                generation: None,
+                security_identity: None,
+            }
         };
         let Ok(hello) = handshake::hello_record(lane, &self.me, &expect, 0) else {
             return;
@@ -667,8 +732,9 @@ impl SimNode {
             .dials
             .get(&(peer_node, u8::from(lane)))
             .filter(|d| !d.not_required)
+            .filter(|d| !d.withdrawn)
             .map_or(OwnDial::None, |_| OwnDial::Dialling);
-        let expect = Expectation::default();
+        let expect = self.fence_for(&peer.rid);
         let verdict = admission::judge_hello(&HelloFacts {
             socket_lane: lane,
             hello_lane,
@@ -681,7 +747,12 @@ impl SimNode {
             own_dial,
         });
         match verdict {
-            HelloVerdict::Refuse(r) => refuse(self, ctx, r.reason, &r.detail),
+            HelloVerdict::Refuse(r) => {
+                if r.reason == RejectReason::GenerationMismatch {
+                    ctx.truth.stats.fence_refusals += 1;
+                }
+                refuse(self, ctx, r.reason, &r.detail)
+            }
             HelloVerdict::Admit { yield_own_dial } => {
                 if yield_own_dial {
                     let dial_conn = self
@@ -741,11 +812,15 @@ impl SimNode {
     }
 
     fn on_welcome(&mut self, ctx: &mut Ctx<'_>, conn: NetConn, w: wire::Welcome) {
-        let Some(lane) = self.conns.get(&conn).map(|c| c.lane) else {
+        let Some((lane, peer_node)) = self.conns.get(&conn).map(|c| (c.lane, c.peer_node)) else {
             return;
         };
         let (welcome_lane, peer) = handshake::from_welcome(w);
-        let expect = Expectation::default();
+        let expect = if self.disc.is_some() {
+            self.fence_for(&crate::rid_of(peer_node))
+        } else {
+            Expectation::default()
+        };
         let verdict = admission::judge_welcome(&WelcomeFacts {
             lane,
             welcome_lane,
@@ -757,6 +832,9 @@ impl SimNode {
         match verdict {
             Ok(()) => self.become_ready(ctx, conn, peer),
             Err(refused) => {
+                if refused.reject == Some(RejectReason::GenerationMismatch) {
+                    ctx.truth.stats.fence_refusals += 1;
+                }
                 ctx.trace(format!(
                     "{} {conn} welcome refused: {}",
                     self.me.rid, refused.detail
@@ -856,10 +934,11 @@ impl SimNode {
                     }
                 }
             }
+            // Every ITEM goes to the table, which judges one for a call no longer pending
+            // (a late item: counted, never handed out).
             Record::Item(i) => {
-                if let Some(cid) = self.call_for(i.call_id) {
-                    self.calls.handle_item(cid, conn, i.seq, i.payload, now);
-                }
+                let cid = CallId(i.call_id);
+                self.calls.handle_item(cid, conn, i.seq, i.payload, now);
             }
             Record::Calls(c) => {
                 let group = Some(Group::draw(ctx));
@@ -874,6 +953,9 @@ impl SimNode {
                     self.on_ready_record(ctx, conn, r);
                 }
             }
+            Record::Credit { call_id, items } => {
+                self.on_credit(ctx, conn, lane, peer_node, call_id, items.get());
+            }
             // Each MESSAGE a PACK stands for, as if it had arrived alone (WIRE.md §4.18).
             // The simulated sender sends MESSAGEs only; this is the receiver's side.
             Record::Pack(p) => {
@@ -881,8 +963,7 @@ impl SimNode {
                     self.on_ready_record(ctx, conn, Record::Message(m));
                 }
             }
-            // The simulated calls are unary: no stream, so no window to grant.
-            Record::Hello(_) | Record::Welcome(_) | Record::Reject(_) | Record::Credit { .. } => {}
+            Record::Hello(_) | Record::Welcome(_) | Record::Reject(_) => {}
         }
     }
 
@@ -955,7 +1036,8 @@ impl SimNode {
                 if d.conn == Some(conn) {
                     d.conn = None;
                     d.failures = d.failures.saturating_add(1);
-                    if !d.yielded && !d.not_required && self.phase == Phase::Running {
+                    if !d.yielded && !d.not_required && !d.withdrawn && self.phase == Phase::Running
+                    {
                         let backoff = Duration::from_millis(100u64 << d.failures.min(5));
                         d.retry_at = Some(ctx.now + backoff + Duration::from_millis(rng_ms));
                     }
@@ -964,7 +1046,7 @@ impl SimNode {
         } else {
             // The peer's dial is gone: a dial of ours that stood down for it comes back.
             if let Some(d) = self.dials.get_mut(&(c.peer_node, u8::from(c.lane))) {
-                if d.yielded && d.conn.is_none() && self.phase == Phase::Running {
+                if d.yielded && d.conn.is_none() && !d.withdrawn && self.phase == Phase::Running {
                     d.retry_at = Some(ctx.now + Duration::from_millis(50));
                 }
             }
@@ -1031,7 +1113,10 @@ impl SimNode {
         while let Some((cid, result)) = self.calls.poll_completion() {
             let uid = self.call_uid.remove(&cid).map(|o| o.uid);
             let replayed = self.replayed.remove(&cid);
+            self.ungranted.remove(&cid);
             if let Some(uid) = uid {
+                ctx.truth
+                    .on_stream_end(uid, result.as_ref().map(|c| c.items));
                 ctx.trace(format!(
                     "{} call u{uid} completed: {}",
                     self.me.rid,
@@ -1049,7 +1134,9 @@ impl SimNode {
                 );
             }
         }
-        while self.calls.poll_item().is_some() {}
+        while let Some(item) = self.calls.poll_item() {
+            self.take_item(ctx, item);
+        }
         self.signal_overdue(ctx);
         while let Some(r) = self.serve.poll_transmit() {
             self.handlers.remove(&r.id);
@@ -1078,6 +1165,8 @@ impl SimNode {
         }
         ctx.trace(format!("{} begins a graceful stop", self.me.rid));
         self.phase = Phase::Draining;
+        // The descriptor goes first (the runtime removes it before closing connections).
+        self.stop_discovery();
         let now = self.at(ctx.now);
         self.calls.handle_shutdown(now);
         self.serve.begin_drain(DRAIN_BOUND, now);

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use bytes::Bytes;
-use zmesh::proto::calls::{may_have_run, CallError};
+use zmesh::proto::calls::{may_have_run, CallError, STREAM_WINDOW};
 
 use crate::net::{NetConn, NodeIx};
 
@@ -103,6 +103,20 @@ pub enum HeldAs {
     Nothing,
 }
 
+/// What the simulator knows of one stream call.
+#[derive(Debug, Default)]
+struct StreamTruth {
+    /// Items its handler produces before the terminal REPLY.
+    total: u64,
+    /// ITEMs the callee sent, and the CREDIT it received.
+    sent: u64,
+    credit_arrived: u64,
+    /// Items the caller's application received.
+    received: u64,
+    /// The call completed (any outcome).
+    done: bool,
+}
+
 /// Everything the simulator knows for certain.
 #[derive(Debug, Default)]
 pub struct Truth {
@@ -122,6 +136,17 @@ pub struct Truth {
     /// Messages the application sent, and those delivered.
     sent: BTreeSet<u64>,
     delivered: BTreeSet<u64>,
+    /// Automatic mode: whether each RID serves (from the configuration).
+    serves: BTreeMap<String, bool>,
+    /// Descriptors the store ever held: (RID, generation).
+    descriptors: BTreeSet<(String, u64)>,
+    /// Per (host, peer RID): the generation of the descriptor the host's watch delivered
+    /// last, and the newest run of that peer any delivered descriptor was of (both reset
+    /// when a new run of the host starts, with an empty directory).
+    delivered_last: BTreeMap<(NodeIx, String), u64>,
+    delivered_newest: BTreeMap<(NodeIx, String), u64>,
+    /// Stream calls by uid.
+    streams: BTreeMap<u64, StreamTruth>,
     /// The violations seen, in order.
     pub violations: Vec<Violation>,
     /// Statistics.
@@ -191,6 +216,36 @@ pub struct Stats {
     pub rotations: u64,
     /// Turns that handed out the count cap's 64 records (and so ended at it).
     pub count_cap_turns: u64,
+    /// Descriptors the store published (puts it applied).
+    pub store_puts: u64,
+    /// Lease renewals the store applied.
+    pub store_renewals: u64,
+    /// Store operations that failed because the store could not be reached.
+    pub store_errors: u64,
+    /// Store outages injected (for one host or every host).
+    pub store_outages: u64,
+    /// Leases the store expired.
+    pub leases_expired: u64,
+    /// Leases a node's keeper reported lost.
+    pub leases_lost: u64,
+    /// Reloads a watch delivered (first reads, and after outages of a reloading store).
+    pub watch_reloads: u64,
+    /// HELLOs or WELCOMEs refused for a generation other than the descriptor fence's.
+    pub fence_refusals: u64,
+    /// Dials discovery asked for.
+    pub discovery_dials: u64,
+    /// Ready connections closed because a descriptor of another run replaced their fence.
+    pub discovery_replacements: u64,
+    /// Stream calls made.
+    pub streams: u64,
+    /// ITEMs a callee sent.
+    pub items_sent: u64,
+    /// Items a caller's application received.
+    pub items_received: u64,
+    /// CREDIT records a caller sent.
+    pub credits_sent: u64,
+    /// Times a callee's stream waited for CREDIT with its window closed.
+    pub windows_closed: u64,
 }
 
 impl Stats {
@@ -227,6 +282,21 @@ impl Stats {
             floods,
             rotations,
             count_cap_turns,
+            store_puts,
+            store_renewals,
+            store_errors,
+            store_outages,
+            leases_expired,
+            leases_lost,
+            watch_reloads,
+            fence_refusals,
+            discovery_dials,
+            discovery_replacements,
+            streams,
+            items_sent,
+            items_received,
+            credits_sent,
+            windows_closed,
         } = *o;
         self.calls += calls;
         self.ok += ok;
@@ -258,6 +328,21 @@ impl Stats {
         self.floods += floods;
         self.rotations += rotations;
         self.count_cap_turns += count_cap_turns;
+        self.store_puts += store_puts;
+        self.store_renewals += store_renewals;
+        self.store_errors += store_errors;
+        self.store_outages += store_outages;
+        self.leases_expired += leases_expired;
+        self.leases_lost += leases_lost;
+        self.watch_reloads += watch_reloads;
+        self.fence_refusals += fence_refusals;
+        self.discovery_dials += discovery_dials;
+        self.discovery_replacements += discovery_replacements;
+        self.streams += streams;
+        self.items_sent += items_sent;
+        self.items_received += items_received;
+        self.credits_sent += credits_sent;
+        self.windows_closed += windows_closed;
     }
 }
 
@@ -317,6 +402,159 @@ impl Truth {
     /// A run of host `node` started with `generation`.
     pub fn on_start(&mut self, node: NodeIx, run: u64, generation: u64) {
         self.generations.insert(generation, (node, run));
+        self.delivered_last.retain(|k, _| k.0 != node);
+        self.delivered_newest.retain(|k, _| k.0 != node);
+    }
+
+    /// Call `uid` is a stream whose handler produces `total` items, then its REPLY.
+    pub fn on_stream(&mut self, uid: u64, total: u64) {
+        self.stats.streams += 1;
+        self.streams.insert(
+            uid,
+            StreamTruth {
+                total,
+                ..StreamTruth::default()
+            },
+        );
+    }
+
+    /// How many items the handler of stream call `uid` produces (`None`: not a stream).
+    pub fn stream_total(&self, uid: u64) -> Option<u64> {
+        self.streams.get(&uid).map(|s| s.total)
+    }
+
+    /// The callee of stream call `uid` sent an ITEM; `window` says whether `credit` is in
+    /// effect on its connection: then it may send at most [`STREAM_WINDOW`] items beyond the
+    /// CREDIT that reached it (WIRE.md §4.15).
+    pub fn on_item_sent(&mut self, uid: u64, window: bool) {
+        self.stats.items_sent += 1;
+        let Some(s) = self.streams.get_mut(&uid) else {
+            return;
+        };
+        s.sent += 1;
+        let limit = STREAM_WINDOW.saturating_add(s.credit_arrived);
+        if window && s.sent > limit {
+            let detail = format!(
+                "the callee of stream u{uid} sent item {} with CREDIT for {} beyond the window",
+                s.sent, s.credit_arrived
+            );
+            self.violation("stream_window_never_exceeded", detail);
+        }
+    }
+
+    /// A CREDIT of `items` for stream call `uid` reached its callee.
+    pub fn on_credit_arrived(&mut self, uid: u64, items: u64) {
+        if let Some(s) = self.streams.get_mut(&uid) {
+            s.credit_arrived = s.credit_arrived.saturating_add(items);
+        }
+    }
+
+    /// The caller's application received item `seq` of stream call `uid`.
+    pub fn on_item_received(&mut self, uid: u64, seq: u64) {
+        self.stats.items_received += 1;
+        let Some(s) = self.streams.get_mut(&uid) else {
+            let detail = format!("an item {seq} reached the application for u{uid}, no stream");
+            self.violation("items_in_order_exactly_once", detail);
+            return;
+        };
+        let (done, next) = (s.done, s.received);
+        s.received = s.received.max(seq.saturating_add(1));
+        if done {
+            let detail = format!(
+                "item {seq} of stream u{uid} reached the application after its terminal answer"
+            );
+            self.violation("nothing_after_the_answer", detail);
+        }
+        if seq != next {
+            let detail = format!(
+                "item {seq} of stream u{uid} reached the application where item {next} was next"
+            );
+            self.violation("items_in_order_exactly_once", detail);
+        }
+    }
+
+    /// Stream call `uid` completed: an Ok answer comes after every item its handler
+    /// produced, and on this network (FIFO, nothing twice) no call fails for its items'
+    /// order. `items` is the count the call table reports on Ok.
+    pub fn on_stream_end(&mut self, uid: u64, result: Result<u64, &CallError>) {
+        let Some(s) = self.streams.get_mut(&uid) else {
+            return;
+        };
+        s.done = true;
+        let (received, total) = (s.received, s.total);
+        match result {
+            Ok(items) if items != total || received != total => {
+                let detail = format!(
+                    "stream u{uid} completed Ok after {received} items (the table counts {items}) of {total}"
+                );
+                self.violation("items_in_order_exactly_once", detail);
+            }
+            Err(e @ CallError::ItemOutOfOrder { .. }) => {
+                let detail = format!("stream u{uid} failed {e:?} on a FIFO network");
+                self.violation("items_in_order_exactly_once", detail);
+            }
+            _ => {}
+        }
+    }
+
+    /// Automatic mode: RID `rid` serves, or not (what its configuration says).
+    pub fn on_role(&mut self, rid: &str, serves: bool) {
+        self.serves.insert(rid.to_owned(), serves);
+    }
+
+    /// The store applied a put of `rid`'s descriptor of `generation`.
+    pub fn on_published(&mut self, rid: &str, generation: u64) {
+        self.stats.store_puts += 1;
+        self.descriptors.insert((rid.to_owned(), generation));
+    }
+
+    /// Host `node`'s watch delivered a descriptor of `rid` with `generation`.
+    pub fn on_delivered(&mut self, node: NodeIx, rid: &str, generation: u64) {
+        let key = (node, rid.to_owned());
+        self.delivered_last.insert(key.clone(), generation);
+        if let Some(&(_, run)) = self.generations.get(&generation) {
+            let newest = self.delivered_newest.entry(key).or_insert(0);
+            *newest = (*newest).max(run);
+        }
+    }
+
+    /// Host `node` (RID `me`) dials `rid` because discovery asked for it, fenced by
+    /// `generation`: the store must have held that descriptor (`dials_only_published`), and
+    /// the pair must need a connection (`no_dial_a_pair_does_not_need`, MISSION T4).
+    pub fn on_discovery_dial(
+        &mut self,
+        node: NodeIx,
+        me: &str,
+        rid: &str,
+        generation: Option<u64>,
+    ) {
+        self.stats.discovery_dials += 1;
+        let published = generation.is_some_and(|g| self.descriptors.contains(&(rid.to_owned(), g)));
+        if !published {
+            let detail = format!(
+                "host {node} dials {rid} under fence {generation:x?}, a descriptor the store never held"
+            );
+            self.violation("dials_only_published", detail);
+        }
+        let serves = |r: &str| self.serves.get(r).copied().unwrap_or(false);
+        if !serves(me) && !serves(rid) {
+            let detail = format!("host {node} ({me}) dials {rid}; neither serves (MISSION T4)");
+            self.violation("no_dial_a_pair_does_not_need", detail);
+        }
+    }
+
+    /// Host `node`'s discovery closed a ready connection to `rid`'s run of `generation`:
+    /// only a descriptor of another run may do that (F3), never a descriptor that went away
+    /// or a store that cannot be reached (F5).
+    pub fn on_discovery_drop(&mut self, node: NodeIx, rid: &str, generation: u64) {
+        self.stats.discovery_replacements += 1;
+        let last = self.delivered_last.get(&(node, rid.to_owned())).copied();
+        if last.is_none_or(|g| g == generation) {
+            let detail = format!(
+                "host {node} closed its ready link to {rid} g{generation:x}, but the last descriptor of {rid} its watch delivered is {last:x?}"
+            );
+            self.violation("discovery_keeps_ready_links", detail);
+        }
     }
 
     /// The application of host `caller` started call `uid`.
@@ -606,6 +844,14 @@ impl Truth {
                 "host {node} made run {run} of {peer_rid} ready after it had admitted run {latest}"
             );
             self.violation("no_older_generation", detail);
+        }
+        if let Some(&newest) = self.delivered_newest.get(&key) {
+            if run < newest {
+                let detail = format!(
+                    "host {node} made run {run} of {peer_rid} ready after the store showed it run {newest}"
+                );
+                self.violation("store_fence_holds", detail);
+            }
         }
         self.admitted.insert(key, run.max(latest));
     }

@@ -70,9 +70,11 @@ fn s1_default_seeds_hold_every_invariant() {
 fn s1_a_seed_replays_exactly() {
     for seed in [7, 1234, 1235] {
         let mut cfg = Config::for_seed(seed, 2);
-        // The run as it was kept: no bursts of calls, no receive loop (SIMULATION.md).
+        // The run as it was kept: no bursts of calls, no receive loop, no store (SIMULATION.md).
         cfg.batches = false;
         cfg.receive_loop = false;
+        cfg.discovery = false;
+        cfg.streams = false;
         cfg.full_trace = true;
         let a = run(seed, &cfg);
         let b = run(seed, &cfg);
@@ -95,6 +97,9 @@ fn s1_a_seed_replays_exactly() {
 fn s1_k5_r2_a_seed_with_batches_and_the_receive_loop_replays_exactly() {
     for seed in [1234, 1235] {
         let mut cfg = Config::for_seed(seed, 2);
+        // As it was kept: no store (SIMULATION.md).
+        cfg.discovery = false;
+        cfg.streams = false;
         cfg.full_trace = true;
         let a = run(seed, &cfg);
         let b = run(seed, &cfg);
@@ -112,9 +117,11 @@ fn s1_k5_r2_a_seed_with_batches_and_the_receive_loop_replays_exactly() {
 fn s1_without_faults_no_link_ever_leaves_ready_and_no_call_is_lost_with_its_connection() {
     for (seed, topology) in [(1, Topology::RouteMesh), (2, Topology::ClientServer)] {
         let mut cfg = Config::for_seed(seed, 2);
-        // The run as it was kept: no bursts of calls, no receive loop (SIMULATION.md).
+        // The run as it was kept: no bursts of calls, no receive loop, no store (SIMULATION.md).
         cfg.batches = false;
         cfg.receive_loop = false;
+        cfg.discovery = false;
+        cfg.streams = false;
         cfg.topology = topology;
         cfg.nodes = 5;
         cfg.faults = false;
@@ -132,9 +139,11 @@ fn s1_without_faults_no_link_ever_leaves_ready_and_no_call_is_lost_with_its_conn
 #[test]
 fn s1_t3_fanout_without_faults_never_goes_silent_and_delivers_in_order() {
     let mut cfg = Config::for_seed(4, 2);
-    // The run as it was kept: no bursts of calls, no receive loop (SIMULATION.md).
+    // The run as it was kept: no bursts of calls, no receive loop, no store (SIMULATION.md).
     cfg.batches = false;
     cfg.receive_loop = false;
+    cfg.discovery = false;
+    cfg.streams = false;
     cfg.topology = Topology::Fanout;
     cfg.nodes = 6;
     cfg.faults = false;
@@ -150,9 +159,11 @@ fn s1_t3_fanout_without_faults_never_goes_silent_and_delivers_in_order() {
 #[test]
 fn s1_two_hundred_nodes_run() {
     let mut cfg = Config::for_seed(3, 1);
-    // The run as it was kept: no bursts of calls, no receive loop (SIMULATION.md).
+    // The run as it was kept: no bursts of calls, no receive loop, no store (SIMULATION.md).
     cfg.batches = false;
     cfg.receive_loop = false;
+    cfg.discovery = false;
+    cfg.streams = false;
     cfg.nodes = 200;
     cfg.topology = Topology::ClientServer;
     cfg.duration = Duration::from_secs(30);
@@ -168,9 +179,11 @@ fn s1_x1_cancellation_holds_on_mixed_meshes() {
     let mut total = zmesh_sim::truth::Stats::default();
     for seed in 10_000..10_200 {
         let mut cfg = Config::for_seed(seed, 1);
-        // The run as it was kept: no bursts of calls, no receive loop (SIMULATION.md).
+        // The run as it was kept: no bursts of calls, no receive loop, no store (SIMULATION.md).
         cfg.batches = false;
         cfg.receive_loop = false;
+        cfg.discovery = false;
+        cfg.streams = false;
         cfg.topology = if seed % 2 == 0 {
             Topology::RouteMesh
         } else {
@@ -191,3 +204,76 @@ fn s1_x1_cancellation_holds_on_mixed_meshes() {
     assert!(total.cancels_to_running > 10, "{total:?}");
     assert!(total.queries_stopped > 10, "{total:?}");
 }
+
+#[test]
+fn s1_d1_d3_f3_f5_discovery_through_the_store_holds_on_call_meshes() {
+    // Automatic mode on every seed: descriptors published into the simulated store under
+    // leases, peers learnt through the library's directory, store outages among the faults.
+    let mut total = zmesh_sim::truth::Stats::default();
+    for seed in 20_000..20_000 + DISCOVERY_SEEDS {
+        let mut cfg = Config::for_seed(seed, 2);
+        cfg.discovery = true;
+        cfg.streams = false;
+        cfg.topology = if seed % 2 == 0 {
+            Topology::RouteMesh
+        } else {
+            Topology::ClientServer
+        };
+        let r = run(seed, &cfg);
+        assert!(r.passed(), "{}", explain(&r));
+        total.add(&r.stats);
+    }
+    eprintln!("{total:?}");
+    assert!(total.store_outages > 30, "{total:?}");
+    assert!(total.leases_expired > 10, "{total:?}");
+    assert!(total.discovery_dials > 1_000, "{total:?}");
+}
+
+#[test]
+fn s1_d1_a_seed_with_the_store_replays_exactly() {
+    for (seed, topology) in [(1234, Topology::RouteMesh), (1235, Topology::ClientServer)] {
+        let mut cfg = Config::for_seed(seed, 2);
+        cfg.discovery = true;
+        cfg.streams = false;
+        cfg.topology = topology;
+        cfg.full_trace = true;
+        let a = run(seed, &cfg);
+        let b = run(seed, &cfg);
+        assert!(a.stats.store_puts > 0, "seed {seed}: nothing published");
+        assert_eq!(
+            a.trace, b.trace,
+            "seed {seed} did not replay event for event"
+        );
+        assert_eq!(format!("{:?}", a.stats), format!("{:?}", b.stats));
+    }
+}
+
+/// Seeds of the automatic-mode set.
+const DISCOVERY_SEEDS: u64 = 60;
+
+#[test]
+fn s1_c1_streams_arrive_in_order_within_their_windows() {
+    // Stream calls on every seed: ITEMs then the REPLY, CREDIT windows where `credit` is in
+    // effect (and not toward version-1 hosts), a fifth of the streams cancelled.
+    let mut total = zmesh_sim::truth::Stats::default();
+    for seed in 30_000..30_000 + STREAM_SEEDS {
+        let mut cfg = Config::for_seed(seed, 2);
+        cfg.streams = true;
+        cfg.discovery = false;
+        cfg.topology = if seed % 2 == 0 {
+            Topology::RouteMesh
+        } else {
+            Topology::ClientServer
+        };
+        let r = run(seed, &cfg);
+        assert!(r.passed(), "{}", explain(&r));
+        total.add(&r.stats);
+    }
+    // Streams longer than a window waited for CREDIT, and were granted it.
+    assert!(total.streams > 1_000, "{total:?}");
+    assert!(total.credits_sent > 50, "{total:?}");
+    assert!(total.windows_closed > 0, "{total:?}");
+}
+
+/// Seeds of the stream set.
+const STREAM_SEEDS: u64 = 40;

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use rand::Rng;
 use zmesh::proto::calls::{Admission, CallShape, Cancelled, Dispatch, ServeId};
 use zmesh::proto::contract::{self, stops_on_cancel};
+use zmesh::proto::handshake::Capabilities;
 use zmesh::proto::wire::{self, Lane, Record, ReplyCode, Semantics};
 
 use super::{Group, Handler, SimNode, Waiting};
@@ -41,18 +42,26 @@ impl SimNode {
             self.refuse(ctx, answer, r.call_id, ReplyCode::ClassNotFound);
             return;
         }
-        let sid =
-            match self
-                .serve
-                .handle_request(answer, r.call_id, r.ttl_ms, CallShape::Unary, now)
-            {
-                Admission::Accept(sid) => sid,
-                Admission::Refuse(code) => {
-                    self.refuse(ctx, answer, r.call_id, code);
-                    return;
-                }
-                Admission::Duplicate => return,
-            };
+        // The method's contract says whether it streams (the simulator's "stream" method).
+        let shape = if super::stream::is_stream(&r) {
+            CallShape::Stream
+        } else {
+            CallShape::Unary
+        };
+        let sid = match self
+            .serve
+            .handle_request(answer, r.call_id, r.ttl_ms, shape, now)
+        {
+            Admission::Accept(sid) => sid,
+            Admission::Refuse(code) => {
+                self.refuse(ctx, answer, r.call_id, code);
+                return;
+            }
+            Admission::Duplicate => return,
+        };
+        if shape == CallShape::Stream && self.caps_on(answer).contains(Capabilities::CREDIT) {
+            self.serve.limit_window(sid);
+        }
         let Some(answer_id) = self.conns.get(&answer).map(|c| c.id.0) else {
             return;
         };
@@ -144,6 +153,22 @@ impl SimNode {
             Some(g) if ctx.rng.random_bool(0.5) => g.took,
             _ => Duration::from_millis(ctx.rng.random_range(0..3000)),
         };
+        let stream = ctx.truth.stream_total(uid).map(|total| {
+            let gap = Duration::from_millis(ctx.rng.random_range(0..20));
+            super::Stream {
+                total,
+                sent: 0,
+                gap,
+                next_at: ctx.now + gap,
+                window: self.caps_on(conn).contains(Capabilities::CREDIT),
+            }
+        });
+        // A stream's handler ends once it produced its last item (`send_items`).
+        let took = if stream.is_some() {
+            Duration::from_secs(3600)
+        } else {
+            took
+        };
         self.handlers.insert(
             sid,
             Handler {
@@ -153,6 +178,7 @@ impl SimNode {
                 semantics: req.semantics,
                 conn,
                 call_id: req.call_id,
+                stream,
             },
         );
     }

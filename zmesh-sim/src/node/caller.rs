@@ -33,6 +33,19 @@ impl SimNode {
         ttl: Option<Duration>,
         cancel_at_once: bool,
     ) {
+        self.start_call_of(ctx, uid, kind, ttl, cancel_at_once, "op");
+    }
+
+    /// Starts call `uid` of `method`.
+    pub(super) fn start_call_of(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        uid: u64,
+        kind: &CallKind,
+        ttl: Option<Duration>,
+        cancel_at_once: bool,
+        method: &'static str,
+    ) {
         let now = self.at(ctx.now);
         let Some((request_conn, answer_conn)) = self.route() else {
             let cid = self
@@ -54,7 +67,7 @@ impl SimNode {
             self.pump(ctx);
             return;
         }
-        let req = request_of(cid, uid, kind, ttl);
+        let req = request_of(cid, uid, kind, ttl, method);
         if self.send(ctx, request_conn, &Record::Request(req)) {
             ctx.truth.on_request_left(uid);
             self.calls.handle_sent(cid, now);
@@ -105,7 +118,7 @@ impl SimNode {
             }
             if self.calls.is_pending(cid) {
                 leaving.push((b.uid, cid));
-                requests.push(request_of(cid, b.uid, &b.kind, b.ttl));
+                requests.push(request_of(cid, b.uid, &b.kind, b.ttl, "op"));
             }
         }
         let calls_on = self.caps_on(request_conn).contains(Capabilities::CALLS);
@@ -233,7 +246,13 @@ impl SimNode {
 }
 
 /// The REQUEST of call `cid`, the simulator's call `uid`.
-fn request_of(cid: CallId, uid: u64, kind: &CallKind, ttl: Option<Duration>) -> wire::Request {
+fn request_of(
+    cid: CallId,
+    uid: u64,
+    kind: &CallKind,
+    ttl: Option<Duration>,
+    method: &'static str,
+) -> wire::Request {
     let (semantics, key) = match kind {
         CallKind::Query => (Semantics::Query, None),
         CallKind::Idempotent => (Semantics::IdempotentCommand, None),
@@ -245,7 +264,7 @@ fn request_of(cid: CallId, uid: u64, kind: &CallKind, ttl: Option<Duration>) -> 
         ttl_ms: zmesh::proto::calls::ttl_on_wire(ttl),
         semantics,
         channel: name(CHANNEL),
-        method: name("op"),
+        method: name(method),
         idempotency_key: key.and_then(|k| wire::Name::new(k).ok()),
         payload: crate::truth::payload_of(uid),
     }
