@@ -375,7 +375,9 @@ async fn watch_task(
                     intents
                 }
                 WatchEvent::Delta(changes) => {
-                    let mut intents = Vec::new();
+                    // Every change is reported; the directory applies each RID's last one
+                    // (`Directory::handle_changes`: a resumed backlog means its end state).
+                    let mut batch = Vec::with_capacity(changes.len());
                     for c in changes {
                         match c {
                             super::store::Change::Put(d) => {
@@ -385,7 +387,7 @@ async fn watch_task(
                                         generation: d.generation,
                                     });
                                 }
-                                intents.extend(dir.handle_put(d));
+                                batch.push((d.rid.clone(), Some(d)));
                             }
                             super::store::Change::Removed { rid } => {
                                 if rid != dir.local().rid {
@@ -393,11 +395,11 @@ async fn watch_task(
                                         rid: rid.clone(),
                                     });
                                 }
-                                intents.extend(dir.handle_removed(&rid));
+                                batch.push((rid, None));
                             }
                         }
                     }
-                    intents
+                    dir.handle_changes(batch)
                 }
                 WatchEvent::Resumed => {
                     if !std::mem::replace(&mut reachable, true) {

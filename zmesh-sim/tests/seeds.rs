@@ -277,3 +277,17 @@ fn s1_c1_streams_arrive_in_order_within_their_windows() {
 
 /// Seeds of the stream set.
 const STREAM_SEEDS: u64 = 40;
+
+/// Seed 3653 of the long run (`zmesh sim --seeds 10000`): a host's watch resumed after a
+/// store outage and replayed the changes it missed one by one, among them the descriptor of
+/// a peer's run that had started and stopped during the outage; applying it fenced out the
+/// peer's next run, already admitted, and closed its ready links
+/// (`discovery_keeps_ready_links`). Kept as it was found: the default configuration of the
+/// seed, which the long run uses.
+#[test]
+fn s1_d1_f3_a_resumed_watch_backlog_never_fences_out_the_admitted_run() {
+    let cfg = Config::for_seed(3653, MINUTES);
+    assert!(cfg.discovery, "the seed runs automatic mode");
+    let r = run(3653, &cfg);
+    assert!(r.passed(), "{}", explain(&r));
+}

@@ -219,6 +219,30 @@ impl Directory {
         diff(before, after)
     }
 
+    /// Several changes of the store's set at once, as a watch delivers them (`None`: the
+    /// RID's descriptor was removed or expired). Only each RID's last change is applied, so
+    /// a batch means what a reload at its end would: a watch that resumes after an outage
+    /// replays the changes it missed one by one, and applying an old run's descriptor from
+    /// that backlog would fence out the newer run already admitted (closing its ready
+    /// connections), only for the next change to fence it back in.
+    pub fn handle_changes(&mut self, changes: Vec<(String, Option<Descriptor>)>) -> Vec<Intent> {
+        let mut seen = std::collections::HashSet::new();
+        let mut last: Vec<(String, Option<Descriptor>)> = changes
+            .into_iter()
+            .rev()
+            .filter(|(rid, _)| seen.insert(rid.clone()))
+            .collect();
+        last.reverse();
+        let mut out = Vec::new();
+        for (rid, d) in last {
+            out.extend(match d {
+                Some(d) => self.handle_put(d),
+                None => self.handle_removed(&rid),
+            });
+        }
+        out
+    }
+
     /// The descriptor of `rid` was removed or expired.
     pub fn handle_removed(&mut self, rid: &str) -> Vec<Intent> {
         match self.known.remove(rid) {
@@ -507,5 +531,46 @@ mod tests {
             dir.handle_removed("c"),
             vec![Intent::FenceGone { rid: "c".into() }]
         );
+    }
+
+    /// A batch of changes is applied as its last change per RID: a backlog that replays an
+    /// old run's descriptor before the newer run's (a watch resumed after an outage) never
+    /// fences the newer run out, and gives the intents a reload at its end would give.
+    #[test]
+    fn d1_f3_a_batch_of_changes_applies_the_last_change_per_rid() {
+        let mut d = Directory::new(local(Role::Server));
+        d.handle_put(desc("b", 2, Role::Server));
+        let backlog = vec![
+            ("b".to_owned(), Some(desc("b", 3, Role::Server))),
+            ("b".to_owned(), None),
+            ("c".to_owned(), Some(desc("c", 1, Role::Server))),
+            ("b".to_owned(), Some(desc("b", 4, Role::Server))),
+        ];
+        let mut reloaded = Directory::new(local(Role::Server));
+        reloaded.handle_put(desc("b", 2, Role::Server));
+        let expected =
+            reloaded.handle_reload(vec![desc("b", 4, Role::Server), desc("c", 1, Role::Server)]);
+        let got = d.handle_changes(backlog);
+        let fences = |is: &[Intent]| -> Vec<u64> {
+            is.iter()
+                .filter_map(|i| match i {
+                    Intent::Fence { fence, .. } => fence.generation,
+                    _ => None,
+                })
+                .collect()
+        };
+        // In the order of each RID's last change: c's, then b's.
+        assert_eq!(fences(&got), vec![1, 4], "no fence for the old run 3");
+        let sorted = |mut v: Vec<String>| {
+            v.sort();
+            v
+        };
+        assert_eq!(
+            sorted(rids(&got)),
+            sorted(rids(&expected)),
+            "what a reload would give"
+        );
+        assert_eq!(d.get("b").map(|x| x.generation), Some(4));
+        assert_eq!(d.get("c").map(|x| x.generation), Some(1));
     }
 }

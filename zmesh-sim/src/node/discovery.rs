@@ -234,19 +234,20 @@ impl SimNode {
                 disc.dir.handle_reload(ds)
             }
             WatchEvent::Delta(changes) => {
-                let mut out = Vec::new();
+                // As the runtime's watch task: each RID's last change of the batch applies.
+                let mut batch = Vec::with_capacity(changes.len());
                 for c in changes {
                     match c {
                         Change::Put(json) => {
                             if let Some(d) = parse(&json) {
                                 delivered.push((d.rid.clone(), d.generation));
-                                out.extend(disc.dir.handle_put(d));
+                                batch.push((d.rid.clone(), Some(d)));
                             }
                         }
-                        Change::Removed(rid) => out.extend(disc.dir.handle_removed(&rid)),
+                        Change::Removed(rid) => batch.push((rid, None)),
                     }
                 }
-                out
+                disc.dir.handle_changes(batch)
             }
             WatchEvent::Unreachable | WatchEvent::Resumed => Vec::new(),
         };
