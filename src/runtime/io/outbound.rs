@@ -17,13 +17,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::parts::link::LinkKind;
-use super::parts::ready::Watch;
 use super::{IoThread, LinkKey};
 use crate::proto::state::FailureReason;
 use crate::proto::wire::{Capabilities, Pack};
 use crate::runtime::outbound::{Closed, Outgoing, SendQueue, SEND_QUEUE};
 use crate::runtime::records::Lane;
-use crate::runtime::socket::{FrameSocket, SocketSendError as SocketError};
+use crate::runtime::socket::SocketSendError as SocketError;
 
 /// Records of one link sent in one go before another link (or the receive rotation) has its
 /// turn.
@@ -309,10 +308,8 @@ impl IoThread {
         let Some(c) = self.links.get(k).and_then(|l| l.conn.as_ref()) else {
             return (0, Some(SocketError::Unreachable));
         };
-        let Some(s) = self.sockets.get(c.slot) else {
-            return (0, Some(SocketError::Unreachable));
-        };
         let packs = self.conn_caps(k).contains(Capabilities::PACK);
+        let route = c.route.as_deref();
         let (mut env, mut body) = (Vec::new(), Vec::new());
         let mut sent = 0;
         let mut failed = None;
@@ -326,17 +323,12 @@ impl IoThread {
                         &mut env,
                         &mut body,
                     );
-                    match c.route.as_deref() {
-                        Some(route) => s.socket.send_frames(&[route, &env, &body]),
-                        None => s.socket.send_frames(&[&env, &body]),
-                    }
+                    self.sockets.send_parts(c.slot, route, &[&env, &body])
                 }
                 _ => {
                     let rec = &rest[0];
-                    match c.route.as_deref() {
-                        Some(route) => s.socket.send_frames(&[route, &rec.env, &rec.payload]),
-                        None => s.socket.send_frames(&[&rec.env, &rec.payload]),
-                    }
+                    self.sockets
+                        .send_parts(c.slot, route, &[&rec.env, &rec.payload])
                 }
             };
             if let Err(e) = r {
@@ -345,9 +337,6 @@ impl IoThread {
             }
             sent += run;
         }
-        // A send may consume the ZMQ_FD signal of a record that arrived meanwhile: check the
-        // socket before the loop sleeps (see `ready`).
-        self.sockets.ready.touch(Watch::Socket(c.slot));
         (sent, failed)
     }
 

@@ -179,6 +179,33 @@ impl SocketSet {
         }
     }
 
+    /// Sends one message of borrowed parts on a slot's socket, prefixed by a routing id
+    /// when the socket is a ROUTER (the one-way burst's MESSAGEs and PACKs, whose payloads go
+    /// to libzmq as they are), and marks the socket for a `ZMQ_EVENTS` check as
+    /// [`SocketSet::send`] does.
+    pub(crate) fn send_parts(
+        &self,
+        slot: SlotKey,
+        route: Option<&[u8]>,
+        parts: &[&[u8]],
+    ) -> Result<(), crate::runtime::socket::SocketSendError> {
+        let Some(s) = self.get(slot) else {
+            return Err(crate::runtime::socket::SocketSendError::Unreachable);
+        };
+        let r = match (route, parts) {
+            (Some(route), [a, b]) => s.socket.send_frames(&[route, a, b]),
+            (Some(route), _) => {
+                let mut all = Vec::with_capacity(parts.len() + 1);
+                all.push(route);
+                all.extend_from_slice(parts);
+                s.socket.send_frames(&all)
+            }
+            (None, _) => s.socket.send_frames(parts),
+        };
+        self.ready.touch(Watch::Socket(slot));
+        r
+    }
+
     /// One record from a socket without blocking, if any. "Nothing" (or an error) takes the
     /// socket out of the readable set until its descriptor fires or a check finds a record.
     pub(crate) fn recv_one(&mut self, slot: SlotKey) -> Option<Vec<Frame>> {
