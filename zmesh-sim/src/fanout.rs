@@ -51,6 +51,29 @@ struct Sub {
     /// Ground truth: when the current socket last received a well-formed beacon or record,
     /// whatever the watch made of it.
     last_valid_at: Option<Duration>,
+    /// Automatic mode: the generation of the publisher descriptor this socket was opened
+    /// for (a descriptor of another generation replaces the socket, WIRE.md §7.3).
+    discovered: Option<u64>,
+    /// Automatic mode: the publisher's descriptor is gone, so the socket is not opened
+    /// again once it closes or goes silent (the I/O thread's `retire_sub`).
+    retired: bool,
+}
+
+/// What a publisher descriptor did to this run's subscriptions ([`Fan::discover`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Discovered {
+    /// A new subscription: its SUB socket dials now.
+    New,
+    /// The descriptor of the generation the subscription already follows.
+    Same,
+    /// A descriptor of another run: the socket of generation `old` closed and a new one
+    /// dials; `was_ready` says whether its watch was ready when it closed.
+    Replaced {
+        /// The generation the closed socket followed.
+        old: u64,
+        /// Whether the closed socket's watch was ready.
+        was_ready: bool,
+    },
 }
 
 /// A node run's fanout: its publisher, if it publishes, and its subscriptions.
@@ -79,8 +102,81 @@ impl Fan {
                     retry_at: Some(Duration::ZERO),
                     last_seq: BTreeMap::new(),
                     last_valid_at: None,
+                    discovered: None,
+                    retired: false,
                 })
                 .collect(),
+        }
+    }
+
+    /// Automatic mode: the store holds a descriptor of `publisher` of `generation` that
+    /// names its PUB endpoint (`Intent::Publisher`). A publisher not subscribed to yet gets
+    /// a SUB socket of its own (MISSION T3); a descriptor of another run closes the current
+    /// socket and opens a new one, as the I/O thread's `discover_publisher` does; a retired
+    /// subscription is taken up again.
+    pub fn discover(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        me: End,
+        live: &mut Liveness,
+        base: Instant,
+        publisher: NodeIx,
+        generation: u64,
+    ) -> Discovered {
+        let now = base + ctx.now;
+        let Some(s) = self.subs.iter_mut().find(|s| s.publisher == publisher) else {
+            self.subs.push(Sub {
+                publisher,
+                live: live.insert_publisher(now),
+                conn: None,
+                retry_at: Some(ctx.now),
+                last_seq: BTreeMap::new(),
+                last_valid_at: None,
+                discovered: Some(generation),
+                retired: false,
+            });
+            return Discovered::New;
+        };
+        s.retired = false;
+        let old = s.discovered.replace(generation);
+        match old {
+            Some(g) if g != generation => {
+                let was_ready = live.publisher(s.live).is_some_and(|w| w.is_ready());
+                if let Some(c) = s.conn.take() {
+                    ctx.net.close(c, me, ctx.now, ctx.rng);
+                }
+                s.last_valid_at = None;
+                s.retry_at = Some(ctx.now);
+                let _ = live.reset_publisher(s.live, now);
+                Discovered::Replaced { old: g, was_ready }
+            }
+            _ => {
+                if s.conn.is_none() && s.retry_at.is_none() {
+                    s.last_valid_at = None;
+                    s.retry_at = Some(ctx.now);
+                    let _ = live.reset_publisher(s.live, now);
+                }
+                Discovered::Same
+            }
+        }
+    }
+
+    /// Automatic mode: `publisher`'s descriptor is gone (`Intent::PublisherGone`). A socket
+    /// whose watch never became ready closes now; a ready one stays until its connection
+    /// ends or it goes silent (a lease is no liveness signal, MISSION F5); neither is
+    /// opened again until a descriptor names the publisher once more.
+    pub fn retire(&mut self, ctx: &mut Ctx<'_>, me: End, live: &Liveness, publisher: NodeIx) {
+        let Some(s) = self.subs.iter_mut().find(|s| s.publisher == publisher) else {
+            return;
+        };
+        s.retired = true;
+        let ready = live.publisher(s.live).is_some_and(|w| w.is_ready());
+        if !ready {
+            if let Some(c) = s.conn.take() {
+                ctx.net.close(c, me, ctx.now, ctx.rng);
+            }
+            s.last_valid_at = None;
+            s.retry_at = None;
         }
     }
 
@@ -175,7 +271,7 @@ impl Fan {
                 }
                 Delivery::Closed => {
                     s.conn = None;
-                    s.retry_at = Some(ctx.now + RECONNECT);
+                    s.retry_at = (!s.retired).then_some(ctx.now + RECONNECT);
                 }
                 Delivery::Frames(frames) => {
                     let decoded = FanoutMessage::decode(&frames);
@@ -243,7 +339,7 @@ impl Fan {
             ctx.net.close(c, me, ctx.now, ctx.rng);
         }
         s.last_valid_at = None;
-        s.retry_at = Some(ctx.now);
+        s.retry_at = (!s.retired).then_some(ctx.now);
         let _ = live.reset_publisher(key, base + ctx.now);
     }
 

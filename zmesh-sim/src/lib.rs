@@ -100,8 +100,8 @@ pub struct Config {
     /// hundreds of messages at once. Off, a delivery is handled as it arrives and no flood is
     /// drawn, as before the receive loop was modelled.
     pub receive_loop: bool,
-    /// Automatic mode (MISSION D1-D3): on the call topologies (RouteMesh, ClientServer),
-    /// every node publishes its descriptor into a simulated store ([`store`]) and dials what
+    /// Automatic mode (MISSION D1-D3): every node publishes its descriptor into a simulated
+    /// store ([`store`]) and dials (RouteMesh, ClientServer) or subscribes to (fanout) what
     /// the descriptors there ask for, through the library's lease keeper and directory; the
     /// faults include store outages. Off, nodes dial their configured peers and nothing of
     /// the store is drawn, so a run without it replays as it did before it existed.
@@ -129,7 +129,7 @@ pub const TRACE_TAIL: usize = 400;
 impl Config {
     /// The configuration a seed stands for in the default set: 2 to 7 nodes, one of the three
     /// topologies, `minutes` of virtual time with faults, automatic mode and stream calls
-    /// each in half of the seeds (with effect on the call topologies).
+    /// each in half of the seeds (streams with effect on the call topologies).
     pub fn for_seed(seed: u64, minutes: u64) -> Config {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_c0f1);
         Config {
@@ -162,9 +162,9 @@ impl Config {
         rng.random_range(0..100) < u32::from(self.version1)
     }
 
-    /// Whether this run discovers through the store: automatic mode on a call topology.
+    /// Whether this run discovers through the store (automatic mode, on every topology).
     pub fn discovers(&self) -> bool {
-        self.discovery && self.topology != Topology::Fanout
+        self.discovery
     }
 
     /// The command line that replays this configuration with `seed`.
@@ -253,6 +253,8 @@ pub struct Report {
     pub trace: Vec<String>,
     /// Simulation steps taken.
     pub steps: u64,
+    /// Hosts that serve (RouteMesh, ClientServer) or publish (fanout).
+    pub servers: usize,
 }
 
 impl Report {
@@ -391,6 +393,7 @@ pub fn run(seed: u64, cfg: &Config) -> Report {
         violations: w.truth.violations.clone(),
         trace: w.trace.lines.into_iter().collect(),
         steps: w.steps,
+        servers: w.specs.iter().filter(|s| s.serves || s.publishes).count(),
     }
 }
 

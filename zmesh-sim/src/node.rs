@@ -56,7 +56,8 @@ pub struct Spec {
     pub dials: Vec<(NodeIx, Lane)>,
     /// Whether it binds a PUB socket and publishes.
     pub publishes: bool,
-    /// The publishers it subscribes to, one SUB socket each.
+    /// The publishers it subscribes to, one SUB socket each (in automatic mode, the ones
+    /// whose descriptors the store holds: non-empty only says that it subscribes).
     pub subscribes: Vec<NodeIx>,
     /// It speaks version 1 only: it announces no capability (WIRE.md §8.1).
     pub version1: bool,
@@ -66,8 +67,9 @@ pub struct Spec {
     /// It binds the two RouteMesh lanes (a RouteMesh node; a ClientServer server binds its
     /// server endpoint instead).
     pub mesh: bool,
-    /// Automatic mode: it publishes its descriptor into the simulated store and dials what
-    /// the descriptors there ask for, instead of [`Spec::dials`] (MISSION D1).
+    /// Automatic mode: it publishes its descriptor into the simulated store and dials, or
+    /// subscribes to, what the descriptors there ask for, instead of [`Spec::dials`] and
+    /// [`Spec::subscribes`] (MISSION D1).
     pub discovery: bool,
 }
 
@@ -262,7 +264,13 @@ impl SimNode {
             })
             .collect();
         let mut live = Liveness::new(generation);
-        let fan = Fan::new(spec.publishes, &spec.subscribes, &mut live, base + now);
+        // In automatic mode the publisher descriptors say what to subscribe to.
+        let subscribes: &[NodeIx] = if spec.discovery {
+            &[]
+        } else {
+            &spec.subscribes
+        };
+        let fan = Fan::new(spec.publishes, subscribes, &mut live, base + now);
         let rx = spec.receive_loop.then(receive::Receiver::new);
         let mut node = SimNode {
             ix,

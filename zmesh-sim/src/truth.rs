@@ -236,6 +236,9 @@ pub struct Stats {
     pub discovery_dials: u64,
     /// Ready connections closed because a descriptor of another run replaced their fence.
     pub discovery_replacements: u64,
+    /// Publisher descriptors a subscriber's directory asked it to subscribe to (a new
+    /// subscription, a new run of a publisher, or a retired one taken up again).
+    pub discovery_subscriptions: u64,
     /// Stream calls made.
     pub streams: u64,
     /// ITEMs a callee sent.
@@ -292,6 +295,7 @@ impl Stats {
             fence_refusals,
             discovery_dials,
             discovery_replacements,
+            discovery_subscriptions,
             streams,
             items_sent,
             items_received,
@@ -338,6 +342,7 @@ impl Stats {
         self.fence_refusals += fence_refusals;
         self.discovery_dials += discovery_dials;
         self.discovery_replacements += discovery_replacements;
+        self.discovery_subscriptions += discovery_subscriptions;
         self.streams += streams;
         self.items_sent += items_sent;
         self.items_received += items_received;
@@ -540,6 +545,18 @@ impl Truth {
         if !serves(me) && !serves(rid) {
             let detail = format!("host {node} ({me}) dials {rid}; neither serves (MISSION T4)");
             self.violation("no_dial_a_pair_does_not_need", detail);
+        }
+    }
+
+    /// Host `node` subscribes to publisher `rid`'s run of `generation` because its directory
+    /// asked for it: the store must have held that descriptor (`dials_only_published`).
+    pub fn on_discovery_subscribe(&mut self, node: NodeIx, rid: &str, generation: u64) {
+        self.stats.discovery_subscriptions += 1;
+        if !self.descriptors.contains(&(rid.to_owned(), generation)) {
+            let detail = format!(
+                "host {node} subscribes to {rid} g{generation:x}, a descriptor the store never held"
+            );
+            self.violation("dials_only_published", detail);
         }
     }
 

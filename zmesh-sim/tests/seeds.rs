@@ -230,8 +230,67 @@ fn s1_d1_d3_f3_f5_discovery_through_the_store_holds_on_call_meshes() {
 }
 
 #[test]
+fn s1_d1_t3_fanout_subscribers_learn_their_publishers_from_the_store() {
+    // Fanout in automatic mode: publishers name their PUB endpoint in their descriptors,
+    // subscribers open one SUB socket per publisher the store names (T3), a new run of a
+    // publisher replaces its socket, a descriptor gone retires it; kills, partitions and
+    // store outages among the faults.
+    let mut total = zmesh_sim::truth::Stats::default();
+    for seed in 25_000..25_000 + FANOUT_DISCOVERY_SEEDS {
+        let mut cfg = Config::for_seed(seed, 2);
+        cfg.discovery = true;
+        cfg.topology = Topology::Fanout;
+        let r = run(seed, &cfg);
+        assert!(r.passed(), "{}", explain(&r));
+        total.add(&r.stats);
+    }
+    eprintln!("{total:?}");
+    assert!(total.store_outages > 10, "{total:?}");
+    assert!(total.discovery_subscriptions > 100, "{total:?}");
+    // Restarted publishers: a subscriber's ready watch closed for the new run's socket.
+    assert!(total.discovery_replacements > 0, "{total:?}");
+    assert!(total.fanout_records > 10_000, "{total:?}");
+    assert_eq!(total.discovery_dials, 0, "a fanout node dialled: {total:?}");
+}
+
+#[test]
+fn s1_d1_t3_fanout_through_the_store_without_faults_reaches_every_subscriber() {
+    let mut cfg = Config::for_seed(7, 2);
+    cfg.discovery = true;
+    cfg.topology = Topology::Fanout;
+    cfg.nodes = 6;
+    cfg.faults = false;
+    let r = run(7, &cfg);
+    assert!(r.passed(), "{}", explain(&r));
+    assert_eq!(
+        r.stats.silences, 0,
+        "a publisher went silent on a fault-free network"
+    );
+    // Every subscriber subscribed to every publisher once (its first reload), and no more.
+    let (publishers, subscribers) = (r.servers as u64, (cfg.nodes - r.servers) as u64);
+    assert!(
+        publishers >= 1 && subscribers >= 1,
+        "{publishers} {subscribers}"
+    );
+    assert_eq!(
+        r.stats.discovery_subscriptions,
+        publishers * subscribers,
+        "{:?}",
+        r.stats
+    );
+    assert!(r.stats.fanout_records > 1_000, "{:?}", r.stats);
+}
+
+/// Seeds of the fanout automatic-mode set.
+const FANOUT_DISCOVERY_SEEDS: u64 = 30;
+
+#[test]
 fn s1_d1_a_seed_with_the_store_replays_exactly() {
-    for (seed, topology) in [(1234, Topology::RouteMesh), (1235, Topology::ClientServer)] {
+    for (seed, topology) in [
+        (1234, Topology::RouteMesh),
+        (1235, Topology::ClientServer),
+        (1236, Topology::Fanout),
+    ] {
         let mut cfg = Config::for_seed(seed, 2);
         cfg.discovery = true;
         cfg.streams = false;

@@ -24,6 +24,7 @@ use zmesh::proto::handshake::Expectation;
 use zmesh::proto::wire::{CloseReason, Lane};
 
 use super::{Dial, SimNode};
+use crate::fanout::Discovered;
 use crate::net::{NetConn, NodeIx};
 use crate::store::{Change, WatchEvent};
 use crate::Ctx;
@@ -86,6 +87,11 @@ pub fn server_endpoint(i: NodeIx) -> String {
     format!("tcp://10.0.0.{i}:7103")
 }
 
+/// Host `i`'s fanout PUB endpoint.
+pub fn publisher_endpoint(i: NodeIx) -> String {
+    format!("tcp://10.0.0.{i}:7104")
+}
+
 /// The host an endpoint of [`mesh_endpoints`] or [`server_endpoint`] names (the
 /// simulator's address plan), if any.
 fn host_of(endpoint: &str) -> Option<NodeIx> {
@@ -100,10 +106,19 @@ impl Disc {
     pub(crate) fn new(node: &SimNode, now: std::time::Instant) -> Disc {
         let route_mesh = node.spec.mesh.then(|| mesh_endpoints(node.ix));
         let server = (node.spec.serves && !node.spec.mesh).then(|| server_endpoint(node.ix));
-        let descriptor = Descriptor::of(&node.me, route_mesh, server, Vec::new());
+        let publishers = if node.spec.publishes {
+            vec![publisher_endpoint(node.ix)]
+        } else {
+            Vec::new()
+        };
+        let descriptor = Descriptor::of(&node.me, route_mesh, server, publishers);
+        let mut local = Local::new(node.me.rid.clone(), &node.me.memberships);
+        // A subscriber of the fanout topology subscribes to every publisher the store
+        // names; no other node subscribes (as in manual mode, where only they have a list).
+        local.subscribe = !node.spec.subscribes.is_empty();
         Disc {
             keeper: LeaseKeeper::new(now),
-            dir: Directory::new(Local::new(node.me.rid.clone(), &node.me.memberships)),
+            dir: Directory::new(local),
             descriptor,
             lease: None,
             fences: BTreeMap::new(),
@@ -319,9 +334,40 @@ impl SimNode {
                     self.withdraw(ctx, h, Lane::ClientServer);
                 }
             }
-            // The simulator runs discovery on call topologies only (no publisher
-            // descriptors), so these never come.
-            Intent::Publisher { .. } | Intent::PublisherGone { .. } => {}
+            Intent::Publisher {
+                rid,
+                endpoint,
+                generation,
+                ..
+            } => {
+                let Some(h) = host_of(&endpoint) else {
+                    return;
+                };
+                ctx.truth.on_discovery_subscribe(self.ix, &rid, generation);
+                let me = self.end();
+                let found = self
+                    .fan
+                    .discover(ctx, me, &mut self.live, self.base, h, generation);
+                if let Discovered::Replaced {
+                    old,
+                    was_ready: true,
+                } = found
+                {
+                    // The one way discovery takes a watch out of ready: a descriptor of
+                    // another run (F3), judged by the truth as a ready link's close is.
+                    ctx.truth.on_discovery_drop(self.ix, &rid, old);
+                }
+                ctx.trace(format!(
+                    "{} subscription to {rid} g{generation:x}: {found:?}",
+                    self.me.rid
+                ));
+            }
+            Intent::PublisherGone { endpoint, .. } => {
+                if let Some(h) = host_of(&endpoint) {
+                    let me = self.end();
+                    self.fan.retire(ctx, me, &self.live, h);
+                }
+            }
         }
     }
 
