@@ -59,7 +59,10 @@ impl IoThread {
                     ..Expectation::default()
                 };
                 // A descriptor of this server fences it (MISSION F3).
-                let expect = match self.server_fence(*server) {
+                let expect = match self
+                    .discovered
+                    .server_fence(&self.local.cfg.servers, *server)
+                {
                     Some(fence) => manual.fenced_by(fence),
                     None => manual,
                 };
@@ -84,7 +87,7 @@ impl IoThread {
                 .or_else(|| self.pinned_key(&p.application).map(|k| k.to_z85())),
         };
         // A descriptor of this peer fences it; a manual entry cannot weaken that (F3).
-        match self.peer_fence(&p.rid) {
+        match self.discovered.peer_fence(&p.rid) {
             Some(fence) => manual.fenced_by(fence),
             None => manual,
         }
@@ -193,6 +196,7 @@ impl IoThread {
             .position(|p| p.rid == hello.identity.rid);
         let expect = match (lane, configured) {
             (Lane::ClientServer, _) | (_, None) => self
+                .discovered
                 .peer_fence(&hello.identity.rid)
                 .cloned()
                 .unwrap_or_default(),
@@ -207,7 +211,10 @@ impl IoThread {
         // the peer's own dial is the only way back.
         let own_dial = configured
             .filter(|_| lane != Lane::ClientServer)
-            .and_then(|i| self.find_mesh_dial(i, lane))
+            .and_then(|i| {
+                self.links
+                    .position(|l| l.kind == LinkKind::MeshDial { peer: i, lane })
+            })
             .filter(|dk| !self.links[*dk].withdrawn);
         let verified_z85 = verified.map(|key| key.to_z85());
         let verdict = admission::judge_hello(&HelloFacts {
@@ -334,11 +341,6 @@ impl IoThread {
         self.refuse(slot, route, r.reason, &r.detail);
     }
 
-    pub(super) fn find_mesh_dial(&self, peer: usize, lane: Lane) -> Option<LinkKey> {
-        self.links
-            .position(|l| l.kind == LinkKind::MeshDial { peer, lane })
-    }
-
     pub(super) fn inbound_link(&mut self, rid: &str, lane: Lane, now: Instant) -> LinkKey {
         let kind = LinkKind::Inbound {
             rid: rid.to_owned(),
@@ -386,8 +388,8 @@ impl IoThread {
         note(l.state.handle_ready(now));
         // One-way records may go to it from now on (before the application hears of it).
         self.open_send_queue(k);
-        let link = self.link_id(k);
-        self.emit_state(
+        let link = self.local.link_id(&self.links[k].kind);
+        self.app.emit_state(
             link,
             ConnState::Ready,
             None,

@@ -90,29 +90,6 @@ impl IoThread {
         )
     }
 
-    /// The descriptor fence of RouteMesh peer `rid`, if a descriptor set one.
-    pub(super) fn peer_fence(&self, rid: &str) -> Option<&Expectation> {
-        self.discovered.fences.get(rid)
-    }
-
-    /// The descriptor fence of configured server `server` (by its RID, or by its endpoint
-    /// when it was configured without one).
-    pub(super) fn server_fence(&self, server: usize) -> Option<&Expectation> {
-        self.server_rid(server)
-            .and_then(|rid| self.discovered.fences.get(rid))
-    }
-
-    /// The RID behind configured server `server`: configured, or the owner of its endpoint.
-    fn server_rid(&self, server: usize) -> Option<&str> {
-        let s = self.local.cfg.servers.get(server)?;
-        s.rid.as_deref().or_else(|| {
-            self.discovered
-                .endpoint_owner
-                .get(&s.endpoint)
-                .map(String::as_str)
-        })
-    }
-
     /// Applies what the discovery agent learnt: its events first (they explain the state
     /// changes that follow), then its intents, in order.
     pub(super) fn on_discovery(
@@ -148,7 +125,10 @@ impl IoThread {
                 Intent::PeerGone { rid } => {
                     if let Some(&i) = self.discovered.peers.get(&rid) {
                         for lane in [Lane::Application, Lane::Completion] {
-                            if let Some(k) = self.find_mesh_dial(i, lane) {
+                            if let Some(k) = self
+                                .links
+                                .position(|l| l.kind == LinkKind::MeshDial { peer: i, lane })
+                            {
                                 self.withdraw(k, now);
                             }
                         }
@@ -217,7 +197,10 @@ impl IoThread {
             p.completion = endpoints.completion;
         }
         for lane in [Lane::Application, Lane::Completion] {
-            if let Some(k) = self.find_mesh_dial(i, lane) {
+            if let Some(k) = self
+                .links
+                .position(|l| l.kind == LinkKind::MeshDial { peer: i, lane })
+            {
                 self.links[k].withdrawn = false;
             }
         }
@@ -288,7 +271,9 @@ impl IoThread {
                     .peers
                     .get(*peer)
                     .is_some_and(|p| p.rid == rid),
-                LinkKind::ClientDial { server } => self.server_rid(*server) == Some(rid),
+                LinkKind::ClientDial { server } => {
+                    self.discovered.server_rid(&self.local.cfg.servers, *server) == Some(rid)
+                }
                 LinkKind::Inbound { rid: r, .. } => r == rid,
             };
             if !ours {
@@ -330,8 +315,8 @@ impl IoThread {
                 // The new run is a new configuration generation of this link.
                 if l.state.handle_reconfigure(generation, now).is_ok() {
                     l.retry_at = Some(now);
-                    let link = self.link_id(k);
-                    self.emit_state(
+                    let link = self.local.link_id(&self.links[k].kind);
+                    self.app.emit_state(
                         link,
                         ConnState::Configured,
                         None,
@@ -362,8 +347,8 @@ impl IoThread {
                         Recovery::Hold,
                         now,
                     ));
-                    let link = self.link_id(k);
-                    self.emit_state(
+                    let link = self.local.link_id(&self.links[k].kind);
+                    self.app.emit_state(
                         link,
                         ConnState::NotConnected,
                         Some(FailureReason::Reconfigured),

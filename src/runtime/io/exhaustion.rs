@@ -100,7 +100,7 @@ impl IoThread {
             tracing::warn!(error = %e, endpoint, "cannot open dialled socket");
             return;
         };
-        let link = self.link_id(k);
+        let link = self.local.link_id(&self.links[k].kind);
         tracing::debug!(link = %link, "socket not opened: {cause}");
         self.note_exhausted(&link.to_string(), &cause, now);
         let detail = cause.to_string();
@@ -135,7 +135,7 @@ impl IoThread {
     /// episode: the link stays `reconnecting`) and its count.
     fn report_exhausted(&mut self, link: LinkId, first: bool, detail: &str) {
         if first {
-            self.emit_state(
+            self.app.emit_state(
                 link,
                 ConnState::Reconnecting,
                 Some(FailureReason::ResourceExhausted),

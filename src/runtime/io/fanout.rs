@@ -166,7 +166,7 @@ impl IoThread {
                 s.conn_id = Some(id);
                 s.connected = false;
                 note(s.state.handle_connecting(now));
-                self.emit_state(
+                self.app.emit_state(
                     LinkId::Subscription { endpoint },
                     ConnState::Connecting,
                     None,
@@ -225,7 +225,7 @@ impl IoThread {
             Recovery::Hold,
             now,
         ));
-        self.emit_state(
+        self.app.emit_state(
             LinkId::Subscription {
                 endpoint: endpoint.to_owned(),
             },
@@ -264,7 +264,7 @@ impl IoThread {
             endpoint: s.endpoint.clone(),
         };
         let state = s.state.state();
-        self.emit_state(link, state, Some(reason), detail);
+        self.app.emit_state(link, state, Some(reason), detail);
         metrics::counter!("zmesh_link_failures_total", "reason" => reason.as_str()).increment(1);
     }
 }

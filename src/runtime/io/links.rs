@@ -16,7 +16,6 @@ use super::{
 };
 use crate::proto::security::{HandshakeFailure, PublicKey};
 use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
-use crate::runtime::link::{LinkId, MeshLane};
 use crate::runtime::outbound::Closed;
 use crate::runtime::records::{self, Lane};
 use crate::runtime::socket::{set_curve_client, FrameSocket, MonitorEvent, MonitorSocket};
@@ -36,42 +35,6 @@ impl IoThread {
             last_receive: None,
             withdrawn: false,
         })
-    }
-
-    /// Which link `k` is, as the events and snapshot rows name it.
-    pub(super) fn link_id(&self, k: LinkKey) -> LinkId {
-        let mesh = |lane: Lane| match lane {
-            Lane::Completion => MeshLane::Completion,
-            Lane::Application | Lane::ClientServer => MeshLane::Application,
-        };
-        match &self.links[k].kind {
-            LinkKind::MeshDial { peer, lane } => LinkId::Peer {
-                rid: self
-                    .local
-                    .cfg
-                    .peers
-                    .get(*peer)
-                    .map_or_else(|| "?".to_owned(), |p| p.rid.clone()),
-                lane: mesh(*lane),
-                dialled: true,
-            },
-            LinkKind::ClientDial { server } => {
-                let s = self.local.cfg.servers.get(*server);
-                LinkId::Server {
-                    channel: s.map_or_else(|| "?".to_owned(), |s| s.channel.clone()),
-                    endpoint: s.map_or_else(|| "?".to_owned(), |s| s.endpoint.clone()),
-                }
-            }
-            LinkKind::Inbound {
-                rid,
-                lane: Lane::ClientServer,
-            } => LinkId::Client { rid: rid.clone() },
-            LinkKind::Inbound { rid, lane } => LinkId::Peer {
-                rid: rid.clone(),
-                lane: mesh(*lane),
-                dialled: false,
-            },
-        }
     }
 
     /// The endpoint dialled link `k` dials (`None` for an inbound link).
@@ -193,8 +156,8 @@ impl IoThread {
             notices: 0,
         });
         note(l.state.handle_connecting(now));
-        let link = self.link_id(k);
-        self.emit_state(
+        let link = self.local.link_id(&self.links[k].kind);
+        self.app.emit_state(
             link,
             ConnState::Connecting,
             None,
@@ -216,8 +179,10 @@ impl IoThread {
                 .cfg
                 .peers
                 .get(*peer)
-                .and_then(|p| self.peer_fence(&p.rid)),
-            LinkKind::ClientDial { server } => self.server_fence(*server),
+                .and_then(|p| self.discovered.peer_fence(&p.rid)),
+            LinkKind::ClientDial { server } => self
+                .discovered
+                .server_fence(&self.local.cfg.servers, *server),
             LinkKind::Inbound { .. } => None,
         };
         match fence.and_then(|f| f.security_identity.as_deref()) {
@@ -262,8 +227,8 @@ impl IoThread {
                 .handle_failure(FailureReason::SecurityFailure, detail, Recovery::Hold, now),
         );
         tracing::warn!(detail, "not dialled");
-        let link = self.link_id(k);
-        self.emit_state(
+        let link = self.local.link_id(&self.links[k].kind);
+        self.app.emit_state(
             link,
             ConnState::NotConnected,
             Some(FailureReason::SecurityFailure),
@@ -318,8 +283,8 @@ impl IoThread {
         note(l.state.handle_failure(reason, detail, recovery, now));
         let state = l.state.state();
         l.retry_at = Some(now + backoff(l.failures_in_row));
-        let link = self.link_id(k);
-        self.emit_state(link, state, Some(reason), detail);
+        let link = self.local.link_id(&self.links[k].kind);
+        self.app.emit_state(link, state, Some(reason), detail);
         // A dial that stood down for this peer's own connection resumes when that one fails.
         if let LinkKind::Inbound { rid, lane } = &self.links[k].kind {
             let (rid, lane) = (rid.clone(), *lane);
@@ -329,7 +294,10 @@ impl IoThread {
                 .peers
                 .iter()
                 .position(|p| p.rid == rid)
-                .and_then(|i| self.find_mesh_dial(i, lane))
+                .and_then(|i| {
+                    self.links
+                        .position(|l| l.kind == LinkKind::MeshDial { peer: i, lane })
+                })
             {
                 let d = &mut self.links[dk];
                 if d.yielded {
@@ -709,13 +677,13 @@ impl IoThread {
     /// Whether the RouteMesh peer and lane of link `k` are ready, or connecting, on another
     /// link: the connection of `k` was then a duplicate of the pair (T1).
     fn lane_held_elsewhere(&self, k: LinkKey) -> bool {
-        let Some(lane) = self.mesh_lane(&self.links[k]) else {
+        let Some(lane) = self.local.mesh_lane(&self.links[k].kind) else {
             return false;
         };
         self.links.iter().any(|(other, l)| {
             other != k
                 && (l.state.is_ready() || l.conn.is_some())
-                && self.mesh_lane(l) == Some(lane)
+                && self.local.mesh_lane(&l.kind) == Some(lane)
         })
     }
 }

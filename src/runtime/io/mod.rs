@@ -89,9 +89,8 @@ use crossbeam_channel::Receiver;
 
 use super::command::{Command, WakeUp};
 use super::error::NodeError;
-use super::event::{EventSender, NodeEvent, StateChange};
+use super::event::EventSender;
 use super::keys;
-use super::link::LinkId;
 use super::operations::OpsShared;
 use super::outbound::{Closed, LinkTable, PubSocket};
 use super::records::Lane;
@@ -101,7 +100,6 @@ use crate::config::NodeConfig;
 use crate::proto::handshake::Identity;
 use crate::proto::sched::IdMap;
 use crate::proto::security::PublicKey;
-use crate::proto::state::{ConnState, FailureReason};
 use link::{Link, LinkKind};
 pub use link::{BACKOFF_MAX, BACKOFF_MIN, CLOSE_CONFIRM_MAX, HANDSHAKE_TIMEOUT};
 use parts::answers::AnswerQueue;
@@ -332,7 +330,7 @@ impl IoThread {
             self.run_timers(now);
             self.release_backlogs();
             self.flush_answers();
-            self.flush_events();
+            self.app.flush();
             if self.local.host == Host::Draining && self.callee.is_drained() {
                 self.local.host = Host::Stopped;
             }
@@ -485,27 +483,6 @@ impl IoThread {
             .readable()
             .iter()
             .any(|&k| !self.app.is_held(k))
-    }
-
-    pub(super) fn flush_events(&mut self) {
-        self.app.flush();
-    }
-
-    pub(super) fn emit_state(
-        &mut self,
-        id: LinkId,
-        state: ConnState,
-        reason: Option<FailureReason>,
-        detail: &str,
-    ) {
-        tracing::info!(link = %id, state = state.as_str(), reason = ?reason, detail, "link state");
-        self.app.push(NodeEvent::State(StateChange {
-            link: id.to_string(),
-            id,
-            state,
-            reason,
-            detail: detail.to_owned(),
-        }));
     }
 }
 

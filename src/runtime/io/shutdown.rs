@@ -29,8 +29,9 @@ impl IoThread {
                     .handle_failure(FailureReason::HostStopped, &detail, Recovery::Hold, now),
             );
             let state = l.state.state();
-            let link = self.link_id(k);
-            self.emit_state(link, state, Some(FailureReason::HostStopped), &detail);
+            let link = self.local.link_id(&self.links[k].kind);
+            self.app
+                .emit_state(link, state, Some(FailureReason::HostStopped), &detail);
         }
         for k in self.links.keys() {
             if self.links[k].conn.as_ref().is_some_and(|c| c.ready) {
@@ -87,7 +88,7 @@ impl IoThread {
         // Dropping the contexts terminates them once their last socket is closed: after this,
         // libzmq has released every socket, connection and listening port of the node.
         self.sockets.contexts = Sockets::new(0);
-        self.flush_events();
+        self.app.flush();
         if let Some(reply) = self.handoff.shutdown_reply.take() {
             let _ = reply.send(());
         }

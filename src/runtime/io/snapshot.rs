@@ -23,29 +23,13 @@ use crate::runtime::snapshot::{
 };
 
 impl IoThread {
-    /// The peer RID and lane of a RouteMesh link, dialled or inbound.
-    pub(super) fn mesh_lane<'a>(&'a self, l: &'a Link) -> Option<(&'a str, Lane)> {
-        match &l.kind {
-            LinkKind::MeshDial { peer, lane } => self
-                .local
-                .cfg
-                .peers
-                .get(*peer)
-                .map(|p| (p.rid.as_str(), *lane)),
-            LinkKind::Inbound { rid, lane } if *lane != Lane::ClientServer => {
-                Some((rid.as_str(), *lane))
-            }
-            _ => None,
-        }
-    }
-
     pub(super) fn snapshot(&self, now: Instant) -> Snapshot {
         let mut links = Vec::new();
         let ready_lanes: HashSet<(&str, Lane)> = self
             .links
             .iter()
             .filter(|(_, l)| l.state.is_ready())
-            .filter_map(|(_, l)| self.mesh_lane(l))
+            .filter_map(|(_, l)| self.local.mesh_lane(&l.kind))
             .collect();
         for (k, l) in self.links.iter() {
             // A discovered intent whose descriptor is gone, once its last connection ended.
@@ -55,7 +39,8 @@ impl IoThread {
             let served_elsewhere = l.conn.is_none()
                 && !l.state.is_ready()
                 && self
-                    .mesh_lane(l)
+                    .local
+                    .mesh_lane(&l.kind)
                     .is_some_and(|lane| ready_lanes.contains(&lane));
             if served_elsewhere || (l.yielded && l.conn.is_none()) {
                 continue;
@@ -174,7 +159,7 @@ impl IoThread {
                 .map(Identity::served_channels),
         };
         LinkSnapshot {
-            id: self.link_id(k),
+            id: self.local.link_id(&self.links[k].kind),
             topology,
             role,
             peer,

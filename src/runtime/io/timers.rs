@@ -150,7 +150,8 @@ impl IoThread {
                     let link = LinkId::Subscription {
                         endpoint: s.endpoint.clone(),
                     };
-                    self.emit_state(link, ConnState::Ready, None, "first record or beacon");
+                    self.app
+                        .emit_state(link, ConnState::Ready, None, "first record or beacon");
                 }
                 (
                     Some(LiveOwner::Sub(i)),

@@ -11,8 +11,10 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::runtime::event::{Delivery, EventSender, NodeEvent};
+use crate::proto::state::{ConnState, FailureReason};
+use crate::runtime::event::{Delivery, EventSender, NodeEvent, StateChange};
 use crate::runtime::keys::{LinkKey, SlotKey};
+use crate::runtime::link::LinkId;
 
 /// Records a link holds while the application queue is paused; when full, the link's socket
 /// is not read until the queue drains (MISSION R5).
@@ -54,6 +56,24 @@ impl AppQueue {
             held: Vec::new(),
             backlogged: 0,
         }
+    }
+
+    /// A link's state changed: logged, and told to the application in this turn's batch.
+    pub(crate) fn emit_state(
+        &mut self,
+        id: LinkId,
+        state: ConnState,
+        reason: Option<FailureReason>,
+        detail: &str,
+    ) {
+        tracing::info!(link = %id, state = state.as_str(), reason = ?reason, detail, "link state");
+        self.push(NodeEvent::State(StateChange {
+            link: id.to_string(),
+            id,
+            state,
+            reason,
+            detail: detail.to_owned(),
+        }));
     }
 
     /// An event for the application (a state change, a discovery event, a fanout delivery,

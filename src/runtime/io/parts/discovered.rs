@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use crate::config::ServerConfig;
 use crate::proto::handshake::Expectation;
 use crate::runtime::keys::SubKey;
 
@@ -22,4 +23,35 @@ pub(crate) struct Discovered {
     /// Subscriptions discovery opened: (RID, endpoint) -> index, and the generation each was
     /// opened for.
     pub(crate) subs: HashMap<(String, String), (SubKey, u64)>,
+}
+
+impl Discovered {
+    /// The descriptor fence of RouteMesh peer `rid`, if a descriptor set one.
+    pub(crate) fn peer_fence(&self, rid: &str) -> Option<&Expectation> {
+        self.fences.get(rid)
+    }
+
+    /// The descriptor fence of configured server `server` of `servers` (by its RID, or by
+    /// its endpoint when it was configured without one).
+    pub(crate) fn server_fence(
+        &self,
+        servers: &[ServerConfig],
+        server: usize,
+    ) -> Option<&Expectation> {
+        self.server_rid(servers, server)
+            .and_then(|rid| self.fences.get(rid))
+    }
+
+    /// The RID behind configured server `server` of `servers`: configured, or the owner of
+    /// its endpoint.
+    pub(crate) fn server_rid<'a>(
+        &'a self,
+        servers: &'a [ServerConfig],
+        server: usize,
+    ) -> Option<&'a str> {
+        let s = servers.get(server)?;
+        s.rid
+            .as_deref()
+            .or_else(|| self.endpoint_owner.get(&s.endpoint).map(String::as_str))
+    }
 }

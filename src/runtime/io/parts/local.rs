@@ -2,9 +2,12 @@
 //! in every handshake, its CURVE key pair, where it is in its life, and the counter its
 //! connection ids come from.
 
+use super::link::LinkKind;
 use crate::config::NodeConfig;
 use crate::proto::handshake::Identity;
 use crate::proto::ConnId;
+use crate::runtime::link::{LinkId, MeshLane};
+use crate::runtime::records::Lane;
 use crate::runtime::security::KeyPair;
 
 /// Where the node is in its life.
@@ -54,5 +57,53 @@ impl Local {
     /// True once a stop began: no new work is taken.
     pub(crate) fn stopping(&self) -> bool {
         self.host != Host::Running
+    }
+
+    /// Which link of kind `kind` is, as the events and snapshot rows name it.
+    pub(crate) fn link_id(&self, kind: &LinkKind) -> LinkId {
+        let mesh = |lane: Lane| match lane {
+            Lane::Completion => MeshLane::Completion,
+            Lane::Application | Lane::ClientServer => MeshLane::Application,
+        };
+        match kind {
+            LinkKind::MeshDial { peer, lane } => LinkId::Peer {
+                rid: self
+                    .cfg
+                    .peers
+                    .get(*peer)
+                    .map_or_else(|| "?".to_owned(), |p| p.rid.clone()),
+                lane: mesh(*lane),
+                dialled: true,
+            },
+            LinkKind::ClientDial { server } => {
+                let s = self.cfg.servers.get(*server);
+                LinkId::Server {
+                    channel: s.map_or_else(|| "?".to_owned(), |s| s.channel.clone()),
+                    endpoint: s.map_or_else(|| "?".to_owned(), |s| s.endpoint.clone()),
+                }
+            }
+            LinkKind::Inbound {
+                rid,
+                lane: Lane::ClientServer,
+            } => LinkId::Client { rid: rid.clone() },
+            LinkKind::Inbound { rid, lane } => LinkId::Peer {
+                rid: rid.clone(),
+                lane: mesh(*lane),
+                dialled: false,
+            },
+        }
+    }
+
+    /// The peer RID and lane of a RouteMesh link of kind `kind`, dialled or inbound.
+    pub(crate) fn mesh_lane<'a>(&'a self, kind: &'a LinkKind) -> Option<(&'a str, Lane)> {
+        match kind {
+            LinkKind::MeshDial { peer, lane } => {
+                self.cfg.peers.get(*peer).map(|p| (p.rid.as_str(), *lane))
+            }
+            LinkKind::Inbound { rid, lane } if *lane != Lane::ClientServer => {
+                Some((rid.as_str(), *lane))
+            }
+            _ => None,
+        }
     }
 }
