@@ -20,6 +20,7 @@ use std::time::Instant;
 use super::parts::answers::Outgoing;
 use super::parts::caller::{NewCall, Route, SendPolicy};
 use super::parts::link::{Link, LinkKind};
+use super::route::negotiated;
 use super::{CallKey, IoThread, LinkKey, Tracked};
 use crate::config::NodeConfig;
 use crate::proto::calls::Unrouted;
@@ -30,12 +31,6 @@ use crate::runtime::calls::CallOptions;
 use crate::runtime::records;
 
 impl IoThread {
-    /// The ready connection of `rid`'s RouteMesh lane `lane`.
-    pub(super) fn lane_of(&mut self, rid: &str, lane: Lane) -> Option<CallKey> {
-        self.sync_links();
-        self.routes.lane_of(rid, lane)
-    }
-
     /// Where a call to RouteMesh peer `rid` goes: the REQUEST on its Application lane, the
     /// lease (and the answers) on its Completion lane. Both must be ready.
     fn mesh_route(&mut self, rid: &str) -> Option<(LinkKey, CallKey)> {
@@ -140,12 +135,6 @@ impl IoThread {
         self.drain_calls(now);
     }
 
-    /// Where answers to calls keyed `key` are sent: that connection, if it is still current.
-    pub(super) fn answer_route(&self, key: CallKey) -> Option<LinkKey> {
-        let c = self.links.get(key.0)?.conn.as_ref()?;
-        (c.id == key.1 && c.ready).then_some(key.0)
-    }
-
     /// A link's connection is leaving ready: fail the calls leased on it (MISSION C2).
     ///
     /// Calls are keyed by the connection their answers travel on (a RouteMesh Completion lane,
@@ -180,14 +169,6 @@ impl IoThread {
         self.drain_calls(now);
     }
 
-    /// Hands finished calls to the application, tells callees of the calls nobody waits
-    /// for any more, and sends the callee's answers.
-    pub(super) fn drain_calls(&mut self, now: Instant) {
-        self.send_cancels();
-        self.caller.deliver(now);
-        self.send_callee_answers(now);
-    }
-
     /// The application stopped waiting for the call it named `token`.
     pub(super) fn cancel_call(&mut self, token: u64, now: Instant) {
         self.caller.cancel(token, now);
@@ -212,59 +193,6 @@ impl IoThread {
             self.send_answer(link, Outgoing::Frames(records::credit(call_id, items)));
         }
     }
-
-    /// Sends a CANCEL for each call whose caller stopped waiting after its REQUEST left, on
-    /// the link its REQUEST went out on, where that connection negotiated CANCEL (WIRE.md
-    /// §4.13, §8.1). Elsewhere, or when the link cannot take it now, the cancel stays local:
-    /// the callee finishes the call and its answers arrive late, as they would have without
-    /// the record.
-    fn send_cancels(&mut self) {
-        for (key, call_id) in self.caller.take_cancels() {
-            let Some(link) = self.request_link(key) else {
-                continue;
-            };
-            if !self.conn_caps(link).contains(Capabilities::CANCEL) {
-                continue;
-            }
-            if self
-                .send_frames_on_link(link, &records::cancel(call_id))
-                .is_ok()
-            {
-                metrics::counter!("zmesh_cancels_sent_total").increment(1);
-            }
-        }
-    }
-
-    /// The link the REQUESTs of calls keyed `key` go out on: the ClientServer connection
-    /// itself, or the Application lane to the peer behind a RouteMesh Completion lane.
-    fn request_link(&mut self, key: CallKey) -> Option<LinkKey> {
-        let l = self.links.get(key.0)?;
-        match l.lane()? {
-            Lane::ClientServer => Some(key.0),
-            Lane::Completion => {
-                let rid = l.conn.as_ref()?.peer.as_ref()?.rid.clone();
-                self.lane_of(&rid, Lane::Application).map(|(send, _)| send)
-            }
-            Lane::Application => None,
-        }
-    }
-
-    /// The capabilities in effect on link `k`'s ready connection: those both ends announced
-    /// in its handshake (none before it is ready).
-    pub(super) fn conn_caps(&self, k: LinkKey) -> Capabilities {
-        negotiated(&self.links, self.local.me.capabilities, k)
-    }
-}
-
-/// The capabilities in effect on link `k`'s ready connection in `links`: those its peer
-/// announced that this node (`me`) announced too; none before it is ready.
-fn negotiated(links: &Tracked<LinkKey, Link>, me: Capabilities, k: LinkKey) -> Capabilities {
-    links
-        .get(k)
-        .and_then(|l| l.conn.as_ref())
-        .filter(|c| c.ready)
-        .and_then(|c| c.peer.as_ref())
-        .map_or(Capabilities::NONE, |p| p.capabilities.intersection(me))
 }
 
 /// Whether calls to the node behind link `k` may share a BATCH (its `batch_calls`

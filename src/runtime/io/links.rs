@@ -18,7 +18,7 @@ use crate::proto::security::{HandshakeFailure, PublicKey};
 use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
 use crate::runtime::outbound::Closed;
 use crate::runtime::records::{self, Lane};
-use crate::runtime::socket::{set_curve_client, FrameSocket, MonitorEvent, MonitorSocket};
+use crate::runtime::socket::{set_curve_client, FrameSocket, MonitorEvent};
 
 impl IoThread {
     pub(super) fn add_link(&mut self, kind: LinkKind, now: Instant) -> LinkKey {
@@ -110,7 +110,7 @@ impl IoThread {
         if let Err(e) = configured {
             // The socket goes; its monitor waits for libzmq's confirmation like any other.
             drop(m.socket);
-            self.park_closing(k, m.monitor);
+            self.sockets.park_closing(k, m.monitor);
             self.dial_failed(k, e, &endpoint, now);
             return;
         }
@@ -386,30 +386,6 @@ impl IoThread {
             tracing::debug!(link = %k, "close not confirmed in time; dialling anyway");
             self.sockets.overdue_closing.push(m);
         }
-    }
-
-    /// Keeps the monitor of a dialled socket of link `k` that was closed before it served a
-    /// connection, until libzmq confirms the close (it does not hold the link's redial).
-    pub(super) fn park_closing(&mut self, k: LinkKey, m: MonitorSocket) {
-        if let Err(e) = self.sockets.ready.register(&m, Watch::Closing(k)) {
-            tracing::debug!(error = %e, "closing monitor not watched");
-        }
-        self.sockets.overdue_closing.push(m);
-    }
-
-    /// Drops the overdue closing monitors whose close libzmq has confirmed by now.
-    pub(super) fn settle_overdue_closing(&mut self) {
-        if self.sockets.overdue_closing.is_empty() {
-            return;
-        }
-        let ready = &self.sockets.ready;
-        self.sockets.overdue_closing.retain(|m| {
-            let keep = !m.close_confirmed();
-            if !keep {
-                ready.deregister(m);
-            }
-            keep
-        });
     }
 
     /// Reads and acts on the events queued on a slot's monitor; a dialled ROUTER's monitor

@@ -59,7 +59,9 @@
 //!   publisher), [`timers`] (what runs when deadlines come due), [`commands`] (the async
 //!   side's commands), [`outbound`] (draining the send queues in bursts), [`calls`]
 //!   (routing calls to ready servers, REQUESTs, leases failing with their connection),
-//!   [`serve`] (handing REQUESTs to the callee and sending what it decides), [`exhaustion`],
+//!   [`serve`] (handing REQUESTs to the callee), [`route`] (below both: the call route
+//!   index, a connection's capabilities, and sending the CANCELs and answers the caller and
+//!   callee decided on), [`exhaustion`],
 //!   [`discovery`] (automatic mode: intents and fences, MISSION D1, F3, T3), [`snapshot`]
 //!   and [`shutdown`].
 
@@ -74,6 +76,7 @@ mod links;
 mod outbound;
 mod parts;
 mod receive;
+mod route;
 mod serve;
 mod shutdown;
 mod slots;
@@ -455,7 +458,7 @@ impl IoThread {
                         if confirmed {
                             self.confirm_close(k);
                         }
-                        self.settle_overdue_closing();
+                        self.sockets.settle_overdue_closing();
                     }
                 }
             }

@@ -1,6 +1,7 @@
 //! The I/O thread's side of serving calls: it routes each REQUEST (alone or in a BATCH) to
-//! the [`Callee`](super::parts::callee::Callee) with where its answers go and who sent it, sends the ACCEPTs, ITEMs and
-//! REPLYs the callee decides on, and hands it the handlers' results. What happens to a call
+//! the [`Callee`](super::parts::callee::Callee) with where its answers go and who sent it, sends the ACCEPTs and ITEMs
+//! the callee decides on as they are decided (the rest of its answers leave through
+//! [`route`](super::route)), and hands it the handlers' results. What happens to a call
 //! is the callee's decision (module [`super::parts::callee`]).
 
 use std::time::Instant;
@@ -8,11 +9,10 @@ use std::time::Instant;
 use super::parts::answers::Outgoing;
 use super::parts::callee::From;
 use super::parts::link::Link;
-use super::{CallKey, IoThread, LinkKey, Tracked};
+use super::{IoThread, LinkKey, Tracked};
 use crate::proto::wire::{self, Capabilities, Lane};
 use crate::runtime::command::{ServeDone, ServeItem, Served};
 use crate::runtime::security::Caller;
-use crate::runtime::socket::SocketSendError;
 use std::num::NonZeroU64;
 
 impl IoThread {
@@ -138,23 +138,6 @@ impl IoThread {
     pub(super) fn serve_channel(&mut self, channel: String, served: Served) {
         self.callee.serve_channel(channel, served);
     }
-
-    /// Sends every answer the callee decided on, each on its call's route if it is still
-    /// there (a connection gone since has no one to answer).
-    pub(super) fn send_callee_answers(&mut self, now: Instant) {
-        while let Some(a) = self.callee.poll_answer(now) {
-            self.send_answer_on(a.key, Outgoing::Reply(a.reply));
-        }
-    }
-
-    /// Sends an ACCEPT or REPLY for the calls of connection `key` on its route; false when
-    /// the route is gone.
-    fn send_answer_on(&mut self, key: CallKey, out: Outgoing) -> bool {
-        match self.answer_route(key) {
-            Some(route) => self.send_answer(route, out),
-            None => false,
-        }
-    }
 }
 
 /// Who calls on link `k` of `links`, as its connection knows it.
@@ -173,58 +156,4 @@ fn caller_of(links: &Tracked<LinkKey, Link>, k: LinkKey) -> Caller {
     }
 }
 
-impl IoThread {
-    /// Sends an answer on `route`, in order behind any answer still waiting there: at the
-    /// end of the turn where the connection packs answers, else now (a full pipe keeps it
-    /// for a later turn). Returns false when the connection is gone (the caller fails the
-    /// call when it sees that).
-    ///
-    /// A REPLY's replayed mark (WIRE.md §4.17) is cleared here toward a connection that did
-    /// not negotiate `replayed`, so such a peer receives the version-1 code byte.
-    pub(super) fn send_answer(&mut self, route: LinkKey, mut out: Outgoing) -> bool {
-        let Some(conn) = self
-            .links
-            .get(route)
-            .and_then(|l| l.conn.as_ref())
-            .map(|c| c.id)
-        else {
-            return false;
-        };
-        let caps = self.conn_caps(route);
-        if let Outgoing::Reply(r) = &mut out {
-            r.replayed &= caps.contains(Capabilities::REPLAYED);
-        }
-        let packs = caps.contains(Capabilities::ANSWERS);
-        if !packs && !self.outbound.answers.is_waiting(route, conn) {
-            let frames = out.alone(self.local.me.generation, conn);
-            match self.send_frames_on_link(route, &frames) {
-                Ok(()) => return true,
-                Err(SocketSendError::Full) => {}
-                Err(_) => return false,
-            }
-        }
-        self.outbound.answers.hold(route, conn, out);
-        true
-    }
-
-    /// Sends the answers that wait, in order per link (see the module docs); answers of a
-    /// connection that is gone are dropped (their callers fail the calls on the loss).
-    pub(super) fn flush_answers(&mut self) {
-        if self.outbound.answers.is_empty() {
-            return;
-        }
-        let Some(generation) = NonZeroU64::new(self.local.me.generation) else {
-            return;
-        };
-        let mut queued = std::mem::take(&mut self.outbound.answers);
-        queued.flush(
-            generation,
-            |k| {
-                let conn = self.links.get(k).and_then(|l| l.conn.as_ref())?.id;
-                Some((conn, self.conn_caps(k).contains(Capabilities::ANSWERS)))
-            },
-            |k, frames| self.send_frames_on_link(k, frames),
-        );
-        self.outbound.answers = queued;
-    }
-}
+impl IoThread {}

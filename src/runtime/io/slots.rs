@@ -81,7 +81,7 @@ impl IoThread {
                     // A dialled socket's monitor waits for libzmq's confirmation of the close.
                     (SlotRole::Dialled(k), Some(m)) => {
                         drop(slot.socket);
-                        self.park_closing(k, m);
+                        self.sockets.park_closing(k, m);
                     }
                     (_, monitor) => close_stopping_monitor(Slot { monitor, ..slot }),
                 }

@@ -6,7 +6,6 @@
 use std::time::Instant;
 
 use super::parts::link::note;
-use super::parts::timers::TimerOwner;
 use super::{IoThread, LiveOwner, CLOSE_CONFIRM_MAX, HANDSHAKE_TIMEOUT};
 use crate::proto::liveness::{LivenessEvent, ProbeEvent, PublisherEvent, Transmit};
 use crate::proto::state::{ConnState, FailureReason};
@@ -26,22 +25,6 @@ impl IoThread {
         .into_iter()
         .flatten()
         .min()
-    }
-
-    /// Derives again the deadline of every link and subscription handed out mutably since the
-    /// last call, and what each such link contributes to the call routes.
-    pub(super) fn sync_links(&mut self) {
-        let (timers, routes) = (&mut self.timers, &mut self.routes);
-        let servers = &self.local.cfg.servers;
-        self.links.drain_touched(|k, l| {
-            timers.set(TimerOwner::Link(k), l.next_deadline());
-            if !l.routes_are(routes.of(k), servers) {
-                routes.update(k, l.routes(servers));
-            }
-        });
-        self.fanout
-            .subs
-            .drain_touched(|k, s| timers.set(TimerOwner::Sub(k), s.next_deadline()));
     }
 
     pub(super) fn run_timers(&mut self, now: Instant) {
@@ -110,7 +93,7 @@ impl IoThread {
                 self.close_overdue(k);
             }
         }
-        self.settle_overdue_closing();
+        self.sockets.settle_overdue_closing();
         // Fanout subscriptions without a socket get a new one (MISSION L5).
         self.sync_links();
         for i in self.timers.due_subs(now) {

@@ -230,6 +230,30 @@ impl SocketSet {
         }
         got
     }
+
+    /// Keeps the monitor of a dialled socket of link `k` that was closed before it served a
+    /// connection, until libzmq confirms the close (it does not hold the link's redial).
+    pub(crate) fn park_closing(&mut self, k: LinkKey, m: MonitorSocket) {
+        if let Err(e) = self.ready.register(&m, Watch::Closing(k)) {
+            tracing::debug!(error = %e, "closing monitor not watched");
+        }
+        self.overdue_closing.push(m);
+    }
+
+    /// Drops the overdue closing monitors whose close libzmq has confirmed by now.
+    pub(crate) fn settle_overdue_closing(&mut self) {
+        if self.overdue_closing.is_empty() {
+            return;
+        }
+        let ready = &self.ready;
+        self.overdue_closing.retain(|m| {
+            let keep = !m.close_confirmed();
+            if !keep {
+                ready.deregister(m);
+            }
+            keep
+        });
+    }
 }
 
 /// Sends a record, prefixed by a routing id when the socket is a ROUTER.

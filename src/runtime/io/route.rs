@@ -1,0 +1,182 @@
+//! Where call records go and how they leave, for the caller's and the callee's glue alike
+//! (io/calls.rs, io/serve.rs): the route index kept in step with the links, a lane's ready
+//! connection, the capabilities in effect on a connection, and the sending of what the
+//! caller and callee parts decided on: CANCELs, ACCEPTs, REPLYs and the answers packed at
+//! the end of a turn. Nothing here calls back up into the glue that uses it.
+
+use std::num::NonZeroU64;
+use std::time::Instant;
+
+use super::parts::answers::Outgoing;
+use super::parts::link::Link;
+use super::parts::timers::TimerOwner;
+use super::{CallKey, IoThread, LinkKey, Tracked};
+use crate::proto::wire::{Capabilities, Lane};
+use crate::runtime::records;
+use crate::runtime::socket::SocketSendError;
+
+impl IoThread {
+    /// Derives again the deadline of every link and subscription handed out mutably since the
+    /// last call, and what each such link contributes to the call routes.
+    pub(super) fn sync_links(&mut self) {
+        let (timers, routes) = (&mut self.timers, &mut self.routes);
+        let servers = &self.local.cfg.servers;
+        self.links.drain_touched(|k, l| {
+            timers.set(TimerOwner::Link(k), l.next_deadline());
+            if !l.routes_are(routes.of(k), servers) {
+                routes.update(k, l.routes(servers));
+            }
+        });
+        self.fanout
+            .subs
+            .drain_touched(|k, s| timers.set(TimerOwner::Sub(k), s.next_deadline()));
+    }
+
+    /// The ready connection of `rid`'s RouteMesh lane `lane`.
+    pub(super) fn lane_of(&mut self, rid: &str, lane: Lane) -> Option<CallKey> {
+        self.sync_links();
+        self.routes.lane_of(rid, lane)
+    }
+
+    /// Where answers to calls keyed `key` are sent: that connection, if it is still current.
+    pub(super) fn answer_route(&self, key: CallKey) -> Option<LinkKey> {
+        let c = self.links.get(key.0)?.conn.as_ref()?;
+        (c.id == key.1 && c.ready).then_some(key.0)
+    }
+
+    /// The capabilities in effect on link `k`'s ready connection: those both ends announced
+    /// in its handshake (none before it is ready).
+    pub(super) fn conn_caps(&self, k: LinkKey) -> Capabilities {
+        negotiated(&self.links, self.local.me.capabilities, k)
+    }
+
+    /// The link the REQUESTs of calls keyed `key` go out on: the ClientServer connection
+    /// itself, or the Application lane to the peer behind a RouteMesh Completion lane.
+    pub(super) fn request_link(&mut self, key: CallKey) -> Option<LinkKey> {
+        let l = self.links.get(key.0)?;
+        match l.lane()? {
+            Lane::ClientServer => Some(key.0),
+            Lane::Completion => {
+                let rid = l.conn.as_ref()?.peer.as_ref()?.rid.clone();
+                self.lane_of(&rid, Lane::Application).map(|(send, _)| send)
+            }
+            Lane::Application => None,
+        }
+    }
+
+    /// Hands finished calls to the application, tells callees of the calls nobody waits
+    /// for any more, and sends the callee's answers.
+    pub(super) fn drain_calls(&mut self, now: Instant) {
+        self.send_cancels();
+        self.caller.deliver(now);
+        self.send_callee_answers(now);
+    }
+
+    /// Sends a CANCEL for each call whose caller stopped waiting after its REQUEST left, on
+    /// the link its REQUEST went out on, where that connection negotiated CANCEL (WIRE.md
+    /// §4.13, §8.1). Elsewhere, or when the link cannot take it now, the cancel stays local:
+    /// the callee finishes the call and its answers arrive late, as they would have without
+    /// the record.
+    fn send_cancels(&mut self) {
+        for (key, call_id) in self.caller.take_cancels() {
+            let Some(link) = self.request_link(key) else {
+                continue;
+            };
+            if !self.conn_caps(link).contains(Capabilities::CANCEL) {
+                continue;
+            }
+            if self
+                .send_frames_on_link(link, &records::cancel(call_id))
+                .is_ok()
+            {
+                metrics::counter!("zmesh_cancels_sent_total").increment(1);
+            }
+        }
+    }
+
+    /// Sends every answer the callee decided on, each on its call's route if it is still
+    /// there (a connection gone since has no one to answer).
+    pub(super) fn send_callee_answers(&mut self, now: Instant) {
+        while let Some(a) = self.callee.poll_answer(now) {
+            self.send_answer_on(a.key, Outgoing::Reply(a.reply));
+        }
+    }
+
+    /// Sends an ACCEPT or REPLY for the calls of connection `key` on its route; false when
+    /// the route is gone.
+    pub(super) fn send_answer_on(&mut self, key: CallKey, out: Outgoing) -> bool {
+        match self.answer_route(key) {
+            Some(route) => self.send_answer(route, out),
+            None => false,
+        }
+    }
+
+    /// Sends an answer on `route`, in order behind any answer still waiting there: at the
+    /// end of the turn where the connection packs answers, else now (a full pipe keeps it
+    /// for a later turn). Returns false when the connection is gone (the caller fails the
+    /// call when it sees that).
+    ///
+    /// A REPLY's replayed mark (WIRE.md §4.17) is cleared here toward a connection that did
+    /// not negotiate `replayed`, so such a peer receives the version-1 code byte.
+    pub(super) fn send_answer(&mut self, route: LinkKey, mut out: Outgoing) -> bool {
+        let Some(conn) = self
+            .links
+            .get(route)
+            .and_then(|l| l.conn.as_ref())
+            .map(|c| c.id)
+        else {
+            return false;
+        };
+        let caps = self.conn_caps(route);
+        if let Outgoing::Reply(r) = &mut out {
+            r.replayed &= caps.contains(Capabilities::REPLAYED);
+        }
+        let packs = caps.contains(Capabilities::ANSWERS);
+        if !packs && !self.outbound.answers.is_waiting(route, conn) {
+            let frames = out.alone(self.local.me.generation, conn);
+            match self.send_frames_on_link(route, &frames) {
+                Ok(()) => return true,
+                Err(SocketSendError::Full) => {}
+                Err(_) => return false,
+            }
+        }
+        self.outbound.answers.hold(route, conn, out);
+        true
+    }
+
+    /// Sends the answers that wait, in order per link (see [`AnswerQueue`](super::parts::answers::AnswerQueue)); answers of a
+    /// connection that is gone are dropped (their callers fail the calls on the loss).
+    pub(super) fn flush_answers(&mut self) {
+        if self.outbound.answers.is_empty() {
+            return;
+        }
+        let Some(generation) = NonZeroU64::new(self.local.me.generation) else {
+            return;
+        };
+        let mut queued = std::mem::take(&mut self.outbound.answers);
+        queued.flush(
+            generation,
+            |k| {
+                let conn = self.links.get(k).and_then(|l| l.conn.as_ref())?.id;
+                Some((conn, self.conn_caps(k).contains(Capabilities::ANSWERS)))
+            },
+            |k, frames| self.send_frames_on_link(k, frames),
+        );
+        self.outbound.answers = queued;
+    }
+}
+
+/// The capabilities in effect on link `k`'s ready connection in `links`: those its peer
+/// announced that this node (`me`) announced too; none before it is ready.
+pub(super) fn negotiated(
+    links: &Tracked<LinkKey, Link>,
+    me: Capabilities,
+    k: LinkKey,
+) -> Capabilities {
+    links
+        .get(k)
+        .and_then(|l| l.conn.as_ref())
+        .filter(|c| c.ready)
+        .and_then(|c| c.peer.as_ref())
+        .map_or(Capabilities::NONE, |p| p.capabilities.intersection(me))
+}
