@@ -51,15 +51,8 @@ impl IoThread {
             return self.mesh_route(rid).ok_or(Unrouted::NoReadyPeer);
         }
         self.sync_links();
-        let mut ready: Vec<(LinkKey, CallKey)> = Vec::new();
-        for rid in self.routes.serving(channel) {
-            if let Some(route) = self.mesh_route(&rid) {
-                ready.push(route);
-            }
-        }
-        let (configured, clients) = self.routes.clients(channel);
-        ready.extend(clients);
-        self.caller.pick(channel, &ready, configured)
+        let (ready, configured) = self.routes.ready_for(channel);
+        self.caller.pick(channel, ready, configured)
     }
 
     /// Starts a call: routes it and hands it to the caller, which queues its REQUEST for

@@ -47,6 +47,9 @@ pub(crate) struct Routes {
     serving: HashMap<String, BTreeMap<LinkKey, String>>,
     /// Per channel, the configured servers this node dials, with their ready connection.
     clients: HashMap<String, BTreeMap<LinkKey, Option<ConnId>>>,
+    /// The answer of the last [`Routes::ready_for`], kept so that routing a call allocates
+    /// nothing once it has grown.
+    ready: Vec<(LinkKey, CallKey)>,
 }
 
 impl Routes {
@@ -110,8 +113,40 @@ impl Routes {
         self.lanes.get(rid)?[lane_index(lane)].first().copied()
     }
 
+    /// Where a call to `channel` may go, and whether this node dials a configured server of
+    /// it: for each peer whose Application lane says it serves `channel` (in link order, a
+    /// peer with two such links twice) and whose two RouteMesh lanes are ready, the
+    /// Application lane's link and the Completion lane's connection; then each ready
+    /// configured server (its link and connection), in link order.
+    pub(crate) fn ready_for(&mut self, channel: &str) -> (&[(LinkKey, CallKey)], bool) {
+        self.ready.clear();
+        if let Some(m) = self.serving.get(channel) {
+            for rid in m.values() {
+                let Some(sets) = self.lanes.get(rid) else {
+                    continue;
+                };
+                let first = |lane| sets[lane_index(lane)].first().copied();
+                if let (Some(app), Some(completion)) =
+                    (first(Lane::Application), first(Lane::Completion))
+                {
+                    self.ready.push((app.0, completion));
+                }
+            }
+        }
+        let configured = match self.clients.get(channel) {
+            None => false,
+            Some(m) => {
+                let ready = m.iter().filter_map(|(&k, c)| c.map(|id| (k, (k, id))));
+                self.ready.extend(ready);
+                true
+            }
+        };
+        (&self.ready, configured)
+    }
+
     /// The RIDs of the peers whose Application lane says they serve `channel`, in link order
     /// (a peer with two such links is listed twice, as a scan lists it).
+    #[cfg(test)]
     pub(crate) fn serving(&self, channel: &str) -> Vec<String> {
         self.serving
             .get(channel)
@@ -121,6 +156,7 @@ impl Routes {
 
     /// Whether this node dials a configured server of `channel`, and the ready ones, in link
     /// order.
+    #[cfg(test)]
     pub(crate) fn clients(&self, channel: &str) -> (bool, Vec<(LinkKey, CallKey)>) {
         match self.clients.get(channel) {
             None => (false, Vec::new()),
@@ -177,6 +213,59 @@ mod tests {
         r.update(link(3), LinkRoutes::default());
         assert_eq!(r.lane_of("b", Lane::Completion), None);
         assert!(r.lanes.is_empty(), "nothing left behind");
+    }
+
+    #[test]
+    fn a_call_goes_to_serving_peers_with_both_lanes_ready_then_to_ready_servers() {
+        let mut r = Routes::default();
+        // Peer b serves pump on link 2 (its Application lane) and has both lanes ready; peer
+        // c serves it on link 4 but only its Application lane is ready.
+        r.update(
+            link(2),
+            LinkRoutes {
+                lane: Some(("b".to_owned(), Lane::Application, ConnId(20))),
+                serves: Some(("b".to_owned(), vec!["pump".to_owned()])),
+                client: None,
+            },
+        );
+        r.update(link(3), ready("b", Lane::Completion, 30));
+        r.update(
+            link(4),
+            LinkRoutes {
+                lane: Some(("c".to_owned(), Lane::Application, ConnId(40))),
+                serves: Some(("c".to_owned(), vec!["pump".to_owned()])),
+                client: None,
+            },
+        );
+        let server = |conn: Option<u64>| LinkRoutes {
+            client: Some(("pump".to_owned(), conn.map(ConnId))),
+            ..LinkRoutes::default()
+        };
+        r.update(link(6), server(Some(60)));
+        r.update(link(5), server(None));
+        let (ready, configured) = r.ready_for("pump");
+        assert!(configured, "a configured server of pump is dialled");
+        assert_eq!(
+            ready,
+            [
+                (link(2), (link(3), ConnId(30))),
+                (link(6), (link(6), ConnId(60)))
+            ],
+            "b by its lanes, then the one ready server; c (one lane) and link 5 (not ready) not"
+        );
+        r.update(link(5), server(Some(50)));
+        r.update(link(5), server(Some(50)));
+        r.update(link(3), LinkRoutes::default());
+        let (ready, _) = r.ready_for("pump");
+        assert_eq!(
+            ready,
+            [
+                (link(5), (link(5), ConnId(50))),
+                (link(6), (link(6), ConnId(60)))
+            ],
+            "b's Completion lane left ready; the servers in link order"
+        );
+        assert_eq!(r.ready_for("valve"), (&[][..], false));
     }
 
     #[test]
