@@ -1349,7 +1349,8 @@ impl World {
     }
 
     /// A stream call: its handler produces 1 to 40 items, in 5 % of the streams 1 100 to
-    /// 1 600 (more than one window, so that CREDIT matters where `credit` is in effect).
+    /// 1 600 (more than one window, so that CREDIT matters where `credit` is in effect); in
+    /// a quarter of them the application is a slow consumer.
     fn stream(&mut self, who: NodeIx) {
         let uid = self.next_uid;
         self.next_uid += 1;
@@ -1362,7 +1363,17 @@ impl World {
         self.truth.on_stream(uid, total);
         let ttl = self.draw_ttl();
         let at_once = self.draw_cancel(who, uid);
-        self.ctx_node(who, |node, ctx| node.start_stream(ctx, uid, ttl, at_once));
+        // A quarter of the applications are slow consumers: one item per 0.5 to 20 ms.
+        let pace = self
+            .rng
+            .random_bool(0.25)
+            .then(|| Duration::from_micros(self.rng.random_range(500..=20_000)));
+        if pace.is_some() {
+            self.truth.stats.slow_streams += 1;
+        }
+        self.ctx_node(who, |node, ctx| {
+            node.start_stream(ctx, uid, ttl, at_once, pace);
+        });
     }
 
     /// A call of the same semantics as `kind` (a guarded one with a key of its own, drawn as

@@ -221,6 +221,9 @@ pub struct SimNode {
     disc: Option<discovery::Disc>,
     /// Stream calls of this run's application: items taken since the last CREDIT.
     ungranted: BTreeMap<CallId, u64>,
+    /// Stream calls whose application is a slow consumer: the items the call table handed
+    /// out wait here until the application takes them, one per pace.
+    slow: BTreeMap<CallId, stream::SlowConsumer>,
 }
 
 impl SimNode {
@@ -296,6 +299,7 @@ impl SimNode {
             rx,
             disc: None,
             ungranted: BTreeMap::new(),
+            slow: BTreeMap::new(),
         };
         if node.spec.discovery {
             node.disc = Some(discovery::Disc::new(&node, base + now));
@@ -348,6 +352,11 @@ impl SimNode {
         }
         for w in self.waiting.values() {
             take(Some(w.dispatch_at));
+        }
+        for c in self.slow.values() {
+            if !c.queue.is_empty() {
+                take(Some(c.next_at));
+            }
         }
         if self.phase == Phase::Running {
             for d in self.dials.values() {
@@ -468,6 +477,7 @@ impl SimNode {
         self.signal_overdue(ctx);
         self.dispatch_due(ctx);
         self.send_items(ctx);
+        self.consume_slow(ctx);
         let due: Vec<ServeId> = self
             .handlers
             .iter()
@@ -1118,21 +1128,15 @@ impl SimNode {
         while let Some((_, cid)) = self.calls.poll_cancel() {
             self.send_cancel(ctx, cid);
         }
+        // Items first, as the table asks: a call's items are handed out before its end.
+        while let Some(item) = self.calls.poll_item() {
+            self.take_item(ctx, item);
+        }
         while let Some((cid, result)) = self.calls.poll_completion() {
-            let uid = self.call_uid.remove(&cid).map(|o| o.uid);
+            let out = self.call_uid.remove(&cid);
             let replayed = self.replayed.remove(&cid);
             self.ungranted.remove(&cid);
-            if let Some(uid) = uid {
-                ctx.truth
-                    .on_stream_end(uid, result.as_ref().map(|c| c.items));
-                ctx.trace(format!(
-                    "{} call u{uid} completed: {}",
-                    self.me.rid,
-                    describe(&result)
-                ));
-                ctx.truth
-                    .on_completion(uid, result.map(|c| c.payload), replayed, ctx.now);
-            } else {
+            let Some(Outgoing { uid, .. }) = out else {
                 ctx.truth.violation(
                     "exactly_once",
                     format!(
@@ -1140,10 +1144,19 @@ impl SimNode {
                         self.me.rid
                     ),
                 );
+                continue;
+            };
+            // A slow consumer takes the end after the items it has not taken yet (a
+            // cancelled call's application takes nothing more).
+            if let Some(s) = self.slow.get_mut(&cid) {
+                let cancelled = matches!(result, Err(CallError::Cancelled { .. }));
+                if !s.queue.is_empty() && !cancelled {
+                    s.end = Some((result, replayed));
+                    continue;
+                }
+                self.slow.remove(&cid);
             }
-        }
-        while let Some(item) = self.calls.poll_item() {
-            self.take_item(ctx, item);
+            self.complete(ctx, uid, result, replayed);
         }
         self.signal_overdue(ctx);
         while let Some(r) = self.serve.poll_transmit() {
@@ -1163,6 +1176,25 @@ impl SimNode {
         if self.phase == Phase::Draining && self.drain_done {
             self.stop(ctx);
         }
+    }
+
+    /// The application learns how call `uid` ended.
+    fn complete(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        uid: u64,
+        result: Result<zmesh::proto::calls::Completion, CallError>,
+        replayed: Option<bool>,
+    ) {
+        ctx.truth
+            .on_stream_end(uid, result.as_ref().map(|c| c.items));
+        ctx.trace(format!(
+            "{} call u{uid} completed: {}",
+            self.me.rid,
+            describe(&result)
+        ));
+        ctx.truth
+            .on_completion(uid, result.map(|c| c.payload), replayed, ctx.now);
     }
 
     /// Begins a graceful stop: new calls and connections are refused, accepted calls are
@@ -1185,6 +1217,8 @@ impl SimNode {
     fn stop(&mut self, ctx: &mut Ctx<'_>) {
         // The answers of this step leave before the connections close.
         self.flush_answers(ctx);
+        // The application still reads what its streams hold, then their ends.
+        self.consume_all(ctx);
         self.phase = Phase::Stopped;
         let me = self.end();
         self.fan.stop(ctx, me);

@@ -249,6 +249,10 @@ pub struct Stats {
     pub credits_sent: u64,
     /// Times a callee's stream waited for CREDIT with its window closed.
     pub windows_closed: u64,
+    /// Stream calls whose application was a slow consumer.
+    pub slow_streams: u64,
+    /// Items that waited in a slow consumer's buffer.
+    pub slow_items: u64,
 }
 
 impl Stats {
@@ -301,6 +305,8 @@ impl Stats {
             items_received,
             credits_sent,
             windows_closed,
+            slow_streams,
+            slow_items,
         } = *o;
         self.calls += calls;
         self.ok += ok;
@@ -348,6 +354,8 @@ impl Stats {
         self.items_received += items_received;
         self.credits_sent += credits_sent;
         self.windows_closed += windows_closed;
+        self.slow_streams += slow_streams;
+        self.slow_items += slow_items;
     }
 }
 

@@ -313,7 +313,8 @@ const DISCOVERY_SEEDS: u64 = 60;
 #[test]
 fn s1_c1_streams_arrive_in_order_within_their_windows() {
     // Stream calls on every seed: ITEMs then the REPLY, CREDIT windows where `credit` is in
-    // effect (and not toward version-1 hosts), a fifth of the streams cancelled.
+    // effect (and not toward version-1 hosts), a fifth of the streams cancelled, a quarter
+    // of them taken by a slow consumer.
     let mut total = zmesh_sim::truth::Stats::default();
     for seed in 30_000..30_000 + STREAM_SEEDS {
         let mut cfg = Config::for_seed(seed, 2);
@@ -332,6 +333,9 @@ fn s1_c1_streams_arrive_in_order_within_their_windows() {
     assert!(total.streams > 1_000, "{total:?}");
     assert!(total.credits_sent > 50, "{total:?}");
     assert!(total.windows_closed > 0, "{total:?}");
+    // Slow consumers held items back, and their streams still held every invariant.
+    assert!(total.slow_streams > 250, "{total:?}");
+    assert!(total.slow_items > 1_000, "{total:?}");
 }
 
 /// Seeds of the stream set.

@@ -45,7 +45,7 @@ impl SimNode {
         ttl: Option<Duration>,
         cancel_at_once: bool,
         method: &'static str,
-    ) {
+    ) -> CallId {
         let now = self.at(ctx.now);
         let Some((request_conn, answer_conn)) = self.route() else {
             let cid = self
@@ -53,7 +53,7 @@ impl SimNode {
                 .start_unrouted(zmesh::proto::calls::Unrouted::NoReadyPeer, now);
             self.call_uid.insert(cid, Outgoing { uid, request: None });
             self.pump(ctx);
-            return;
+            return cid;
         };
         let cid = self.calls.start(answer_conn, ttl, now);
         let request = Some(request_conn);
@@ -65,7 +65,7 @@ impl SimNode {
         // A call that completed already (cancelled, shut down) must not leave.
         if !self.calls.is_pending(cid) {
             self.pump(ctx);
-            return;
+            return cid;
         }
         let req = request_of(cid, uid, kind, ttl, method);
         if self.send(ctx, request_conn, &Record::Request(req)) {
@@ -75,6 +75,7 @@ impl SimNode {
             self.calls.handle_send_failed(cid, now);
         }
         self.pump(ctx);
+        cid
     }
 
     /// Starts the calls of a burst the application made in one turn. They take one route

@@ -5,14 +5,24 @@
 //! stream receiver does (src/runtime/calls.rs). A stream is a query: cancelling it stops its
 //! handler ([`SimNode::signal`]), so nothing more is sent for it.
 //!
+//! A slow consumer (a quarter of the streams) takes one item per drawn pace: what the table
+//! handed out waits in the application's buffer, CREDIT follows what it took, not what
+//! arrived, and the call's end reaches the application after its last item. Where `credit`
+//! is in effect that buffer never holds more than [`STREAM_WINDOW`] items (the runtime's
+//! stream buffer, `STREAM_BUFFER`, holds as many: a caller that granted credit for items it
+//! had not taken would overrun it).
+//!
 //! [`ServeTable`]: zmesh::proto::calls::ServeTable
 //! [`CallTable`]: zmesh::proto::calls::CallTable
 
+use std::collections::VecDeque;
 use std::num::NonZeroU64;
 use std::time::Duration;
 
 use bytes::Bytes;
-use zmesh::proto::calls::{CallId, ServeId, StreamItem, CREDIT_STEP};
+use zmesh::proto::calls::{
+    CallError, CallId, Completion, ServeId, StreamItem, CREDIT_STEP, STREAM_WINDOW,
+};
 use zmesh::proto::handshake::Capabilities;
 use zmesh::proto::wire::{self, Lane, Record};
 
@@ -29,16 +39,36 @@ pub(super) fn is_stream(r: &wire::Request) -> bool {
     r.method.as_str() == STREAM_METHOD
 }
 
+/// The application of a stream call that takes one item per `pace`.
+#[derive(Debug)]
+pub(crate) struct SlowConsumer {
+    /// The simulator's name for the call.
+    uid: u64,
+    /// The connection its REQUEST went out on.
+    request: Option<NetConn>,
+    /// How long the application takes per item.
+    pace: Duration,
+    /// When it takes the next item.
+    pub(super) next_at: Duration,
+    /// Items handed out by the call table and not taken yet, in order.
+    pub(super) queue: VecDeque<StreamItem>,
+    /// The call's end, once the table completed it with items still waiting: it reaches
+    /// the application after them.
+    pub(super) end: Option<(Result<Completion, CallError>, Option<bool>)>,
+}
+
 impl SimNode {
-    /// The application makes stream call `uid` (a query of the stream method).
+    /// The application makes stream call `uid` (a query of the stream method); with `pace`,
+    /// it takes one item per `pace` (a slow consumer).
     pub fn start_stream(
         &mut self,
         ctx: &mut Ctx<'_>,
         uid: u64,
         ttl: Option<Duration>,
         cancel_at_once: bool,
+        pace: Option<Duration>,
     ) {
-        self.start_call_of(
+        let cid = self.start_call_of(
             ctx,
             uid,
             &CallKind::Query,
@@ -46,10 +76,21 @@ impl SimNode {
             cancel_at_once,
             STREAM_METHOD,
         );
+        if let (Some(pace), Some(out)) = (pace, self.call_uid.get(&cid)) {
+            let slow = SlowConsumer {
+                uid,
+                request: out.request,
+                pace,
+                next_at: ctx.now,
+                queue: VecDeque::new(),
+                end: None,
+            };
+            self.slow.insert(cid, slow);
+        }
     }
 
-    /// The application takes an item the call table handed out; every [`CREDIT_STEP`] items
-    /// of a call whose connection negotiated `credit`, it grants as many more.
+    /// The call table handed out an item: the application takes it now, or a slow
+    /// consumer's buffer keeps it until its turn.
     pub(super) fn take_item(&mut self, ctx: &mut Ctx<'_>, item: StreamItem) {
         let Some(Outgoing { uid, request }) = self.call_uid.get(&item.id).copied() else {
             // The call completed already: nothing of it may reach the application now.
@@ -60,11 +101,76 @@ impl SimNode {
             ctx.truth.violation("nothing_after_the_answer", detail);
             return;
         };
+        let credit = request.is_some_and(|c| self.caps_on(c).contains(Capabilities::CREDIT));
+        if let Some(s) = self.slow.get_mut(&item.id) {
+            if s.queue.is_empty() {
+                s.next_at = s.next_at.max(ctx.now + s.pace);
+            }
+            s.queue.push_back(item);
+            ctx.truth.stats.slow_items += 1;
+            if credit && s.queue.len() as u64 > STREAM_WINDOW {
+                let detail = format!(
+                    "{}: the application of stream u{uid} holds {} items it has not taken, more than the window of {STREAM_WINDOW}",
+                    self.me.rid,
+                    s.queue.len()
+                );
+                ctx.truth.violation("slow_consumer_within_window", detail);
+            }
+            return;
+        }
+        self.consume(ctx, uid, request, item);
+    }
+
+    /// A slow consumer's application takes what is due of what it holds; a call whose last
+    /// item it took reaches its end.
+    pub(super) fn consume_slow(&mut self, ctx: &mut Ctx<'_>) {
+        self.consume_where(ctx, |s, now| s.next_at <= now);
+    }
+
+    /// Every slow consumer takes all it holds at once (the node stops).
+    pub(super) fn consume_all(&mut self, ctx: &mut Ctx<'_>) {
+        self.consume_where(ctx, |_, _| true);
+    }
+
+    fn consume_where(&mut self, ctx: &mut Ctx<'_>, due: fn(&SlowConsumer, Duration) -> bool) {
+        let cids: Vec<CallId> = self.slow.keys().copied().collect();
+        for cid in cids {
+            while let Some(s) = self.slow.get_mut(&cid) {
+                if s.queue.is_empty() || !due(s, ctx.now) {
+                    break;
+                }
+                let Some(item) = s.queue.pop_front() else {
+                    break;
+                };
+                s.next_at += s.pace;
+                let (uid, request) = (s.uid, s.request);
+                self.consume(ctx, uid, request, item);
+            }
+            let done = self
+                .slow
+                .get(&cid)
+                .is_some_and(|s| s.queue.is_empty() && s.end.is_some());
+            if done {
+                if let Some(SlowConsumer {
+                    uid,
+                    end: Some((result, replayed)),
+                    ..
+                }) = self.slow.remove(&cid)
+                {
+                    self.complete(ctx, uid, result, replayed);
+                }
+            }
+        }
+    }
+
+    /// The application takes an item of call `uid`; every [`CREDIT_STEP`] items of a call
+    /// still waiting whose connection negotiated `credit`, it grants as many more.
+    fn consume(&mut self, ctx: &mut Ctx<'_>, uid: u64, request: Option<NetConn>, item: StreamItem) {
         ctx.truth.on_item_received(uid, item.seq);
         let Some(conn) = request else {
             return;
         };
-        if !self.caps_on(conn).contains(Capabilities::CREDIT) {
+        if !self.caps_on(conn).contains(Capabilities::CREDIT) || !self.calls.is_pending(item.id) {
             return;
         }
         let taken = self.ungranted.entry(item.id).or_insert(0);
