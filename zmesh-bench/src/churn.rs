@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use zmesh::proto::wire::{self, Hello, Label, Lane, Memberships, Name, Record};
 
-use super::idle::{send, NodeProcess};
+use super::idle::{send, NodeProcess, PERIOD};
 use super::{server_config, Plan};
 
 /// The sizes measured (connections that stay).
@@ -33,8 +33,10 @@ const QUICK_SIZE: usize = 20;
 const CHURNERS: usize = 10;
 /// Reconnects per second, over all churners.
 const RATE: u32 = 20;
-/// The churn window, and the quiet window before it.
-const WINDOW: Duration = Duration::from_secs(2);
+/// The churn window, and the quiet window before it: one liveness period each, so that each
+/// holds one round of the node's probes to the N connections (which all connected at once, so
+/// their probes come due together) and the quiet window's subtraction takes it out.
+const WINDOW: Duration = PERIOD;
 /// Longest wait for a stage (all welcomed).
 const LIMIT: Duration = Duration::from_secs(60);
 
