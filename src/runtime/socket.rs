@@ -521,19 +521,34 @@ impl Sockets {
     /// A monitored ROUTER (or other `kind`) to bind, in the ZAP handler's context, whose
     /// monitor also reports accepted connections, with ZAP domain `domain`: every connection
     /// it accepts is put to the ZAP handler. Without a ZAP handler, as [`Sockets::monitored`].
+    ///
+    /// A ROUTER also names each connection's attach and loss in band: `ROUTER_NOTIFY` =
+    /// connect | disconnect makes libzmq hand it an empty record from the connection's routing
+    /// id once its handshake (security and ZAP included) is done, before any record of it, and
+    /// one after its last record when it is lost. The monitor's disconnect event does not say
+    /// which connection left; the notice does. libzmq drops a disconnect notice that finds the
+    /// connection's pipe full (`HWM` records unread); the I/O thread's fallback for that is
+    /// `IoThread::check_bound_disconnects`.
     pub fn bound(&mut self, kind: zmq::SocketType, domain: &str) -> Result<Monitored, zmq::Error> {
         let events = monitored_events() | zmq::SocketEvent::ACCEPTED.to_raw();
-        let Some(zap) = &self.zap else {
-            return self.monitored_with(kind, events);
+        let m = match &self.zap {
+            None => self.monitored_with(kind, events)?,
+            Some(zap) => {
+                zap.used.fetch_add(3, Ordering::Relaxed);
+                let lease = Lease {
+                    used: zap.used.clone(),
+                    n: 3,
+                };
+                let ctx = zap.ctx.clone();
+                let m = self.monitored_in(&ctx, lease, kind, events)?;
+                m.socket.set_zap_domain(domain)?;
+                m
+            }
         };
-        zap.used.fetch_add(3, Ordering::Relaxed);
-        let lease = Lease {
-            used: zap.used.clone(),
-            n: 3,
-        };
-        let ctx = zap.ctx.clone();
-        let m = self.monitored_in(&ctx, lease, kind, events)?;
-        m.socket.set_zap_domain(domain)?;
+        if kind == zmq::ROUTER {
+            m.socket
+                .set_router_notify(zmq::ROUTER_NOTIFY_CONNECT | zmq::ROUTER_NOTIFY_DISCONNECT)?;
+        }
         Ok(m)
     }
 
@@ -858,6 +873,7 @@ fn apply_common(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     /// A payload frame of at least SHARE_MIN bytes is handed over without a copy; a shorter
     /// one, and a record's only frame, are plain messages that `to_bytes` copies. The bytes
@@ -1089,6 +1105,171 @@ mod tests {
         assert!(confirmed_within_5s(&closing), "close confirmed");
         drop(closing);
         assert_eq!(s.open_sockets(), 0);
+    }
+
+    /// Receives one record within 5 s (the test fails otherwise).
+    fn recv_within_5s(s: &zmq::Socket) -> Vec<Vec<u8>> {
+        s.set_rcvtimeo(5_000).expect("rcvtimeo");
+        s.recv_multipart(0).expect("a record within 5 s")
+    }
+
+    /// Sends `[route, x]` on ROUTER `s` (`ROUTER_MANDATORY`) until libzmq answers that
+    /// `route` has no pipe (`EHOSTUNREACH`), within 5 s: the connection is gone from the socket.
+    fn until_unreachable(s: &zmq::Socket, route: &[u8]) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            match s.send_multipart([route, b"x"], zmq::DONTWAIT) {
+                Err(zmq::Error::EHOSTUNREACH) => return,
+                _ if std::time::Instant::now() > deadline => panic!("{route:?} still reachable"),
+                _ => std::thread::yield_now(),
+            }
+        }
+    }
+
+    /// The bound ROUTER's in-band connection notices the I/O thread finds a departed peer by
+    /// (`IoThread::on_bound_notice`): each connection's attach is an empty record from its
+    /// routing id before its first record, and its loss one after its last; a connection
+    /// that reconnects with the same routing id (once the old one is gone) attaches again
+    /// with a notice of its own; a DEALER's notices carry the routing id libzmq generated for
+    /// it, the one its records carry.
+    #[test]
+    fn a_bound_router_names_each_connections_attach_and_loss_in_band() {
+        let mut s = Sockets::new(6);
+        let bound = s.bound(zmq::ROUTER, "test").expect("bound");
+        assert_eq!(
+            bound
+                .socket
+                .get_router_notify()
+                .expect("draft ZMQ_ROUTER_NOTIFY"),
+            zmq::ROUTER_NOTIFY_CONNECT | zmq::ROUTER_NOTIFY_DISCONNECT
+        );
+        bound.socket.bind("tcp://127.0.0.1:*").expect("bind");
+        let ep = bound
+            .socket
+            .get_last_endpoint()
+            .expect("ep")
+            .expect("utf-8");
+        let peer_ctx = zmq::Context::new();
+        let notice = |route: &[u8]| vec![route.to_vec(), Vec::new()];
+        for round in 0..2 {
+            let peer = peer_ctx.socket(zmq::DEALER).expect("dealer");
+            peer.set_linger(0).expect("linger");
+            peer.set_identity(b"P").expect("identity");
+            peer.connect(&ep).expect("connect");
+            peer.send(&b"first"[..], 0).expect("send");
+            peer.send(&b"last"[..], 0).expect("send");
+            assert_eq!(
+                recv_within_5s(&bound.socket),
+                notice(b"P"),
+                "round {round}: attach"
+            );
+            assert_eq!(
+                recv_within_5s(&bound.socket),
+                vec![b"P".to_vec(), b"first".to_vec()]
+            );
+            assert_eq!(
+                recv_within_5s(&bound.socket),
+                vec![b"P".to_vec(), b"last".to_vec()]
+            );
+            drop(peer);
+            assert_eq!(
+                recv_within_5s(&bound.socket),
+                notice(b"P"),
+                "round {round}: loss"
+            );
+            // The pipe is closing; reading its end lets libzmq forget the routing id before
+            // the next connection with it attaches (until then that one would be ignored).
+            until_unreachable(&bound.socket, b"P");
+            assert_eq!(
+                bound.socket.recv_multipart(zmq::DONTWAIT),
+                Err(zmq::Error::EAGAIN)
+            );
+        }
+        let anonymous = peer_ctx.socket(zmq::DEALER).expect("dealer");
+        anonymous.set_linger(0).expect("linger");
+        anonymous.connect(&ep).expect("connect");
+        anonymous.send(&b"hi"[..], 0).expect("send");
+        let attached = recv_within_5s(&bound.socket);
+        assert_eq!(attached.len(), 2, "{attached:?}");
+        assert!(attached[1].is_empty(), "{attached:?}");
+        assert_eq!(attached[0].len(), 5, "a generated routing id: {attached:?}");
+        assert_eq!(
+            recv_within_5s(&bound.socket),
+            vec![attached[0].clone(), b"hi".to_vec()]
+        );
+        drop(anonymous);
+        assert_eq!(recv_within_5s(&bound.socket), attached, "loss");
+        close(bound);
+    }
+
+    /// What the fallback of `IoThread::check_bound_disconnects` is for: libzmq drops the
+    /// disconnect notice of a connection whose pipe into the bound ROUTER is full when the
+    /// connection is lost (the notice is one more message, over `RCVHWM`), while the monitor
+    /// still reports the disconnect. Peers send `k` records each and close, for growing `k`,
+    /// while the bound side reads nothing until the monitor reported the disconnect: the
+    /// pipe holds the attach notice and the `k` records, so once the last record fills it
+    /// the disconnect notice does not fit. Below that the notice comes after the last record.
+    /// (Beyond it libzmq stops reading the connection and sees its loss only once the socket
+    /// read the pipe down, with room for the notice.)
+    #[test]
+    fn a_bound_routers_disconnect_notice_is_dropped_when_the_connections_pipe_is_full() {
+        const RCVHWM: usize = 8;
+        let mut s = Sockets::new(7);
+        let bound = s.bound(zmq::ROUTER, "test").expect("bound");
+        bound.socket.set_rcvhwm(RCVHWM as i32).expect("rcvhwm");
+        bound.socket.bind("tcp://127.0.0.1:*").expect("bind");
+        let ep = bound
+            .socket
+            .get_last_endpoint()
+            .expect("ep")
+            .expect("utf-8");
+        let peer_ctx = zmq::Context::new();
+        let mut dropped_at = None;
+        // From one record on: a peer with nothing to send may close before its handshake.
+        for k in 1..=RCVHWM {
+            let route = format!("F{k}").into_bytes();
+            let peer = peer_ctx.socket(zmq::DEALER).expect("dealer");
+            // Closed with its records still queued: they go out before its connection closes.
+            peer.set_linger(5_000).expect("linger");
+            peer.set_identity(&route).expect("identity");
+            peer.connect(&ep).expect("connect");
+            for _ in 0..k {
+                peer.send(&b"r"[..], 0).expect("send");
+            }
+            drop(peer);
+            // Only the monitor is read until the connection is gone.
+            bound.monitor.set_rcvtimeo(5_000).expect("rcvtimeo");
+            loop {
+                let frames = bound
+                    .monitor
+                    .recv_multipart(0)
+                    .expect("disconnect within 5 s");
+                if MonitorEvent::decode(&frames) == Some(MonitorEvent::Disconnected) {
+                    break;
+                }
+            }
+            let notice = vec![route.clone(), Vec::new()];
+            assert_eq!(recv_within_5s(&bound.socket), notice, "{k} records: attach");
+            for _ in 0..k {
+                assert_eq!(
+                    recv_within_5s(&bound.socket),
+                    vec![route.clone(), b"r".to_vec()]
+                );
+            }
+            // Once the pipe is closing (unreachable), all it will hold is in it.
+            until_unreachable(&bound.socket, &route);
+            match bound.socket.recv_multipart(zmq::DONTWAIT) {
+                Ok(loss) => assert_eq!(loss, notice, "{k} records: loss"),
+                Err(zmq::Error::EAGAIN) => {
+                    dropped_at = Some(k);
+                    break;
+                }
+                Err(e) => panic!("recv: {e}"),
+            }
+        }
+        // libzmq 4.3.4: at k = RCVHWM - 1 (the routing id is not counted against the HWM).
+        assert!(dropped_at.is_some(), "every disconnect notice came");
+        close(bound);
     }
 
     /// Every socket that may bind holds [`BACKLOG`] connections before it accepts them, not

@@ -105,6 +105,12 @@ pub const METRICS: &[MetricInfo] = &[
         "Records from connections no longer current, ignored.",
     ),
     counter(
+        "zmesh_disconnect_sweep_records_total",
+        &[],
+        "Records that change nothing sent to every connection of a bound socket to find one \
+         whose disconnect notice libzmq dropped (the fallback of disconnect detection).",
+    ),
+    counter(
         "zmesh_calls_started_total",
         &[],
         "Calls this node made whose REQUEST was handed to a socket.",

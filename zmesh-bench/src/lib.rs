@@ -12,9 +12,10 @@
 //! | K5 | bytes on the wire, calls/s and latency of 300 concurrent small calls, `batch_calls` off and on | - | a RouteMesh pair through counting TCP proxies |
 //! | C1 | P1 (1 KiB, `send_batch`) and P2 with CURVE on both sides | DEALER -> ROUTER with CURVE | a pair in `[security] mode = "curve"` |
 //! | P7 | one node with 1 000 / 5 000 / 10 000 connections (a fifth fanout), then 10 000 RouteMesh lanes it dials, then 10 000 it accepts: time to all ready, idle CPU, descriptors and memory per connection | - | a `zmesh node` child process (see `scale`) |
+//! | P7 churn (`--only p7churn`) | one node with 100 / 1 000 / 4 000 inbound RouteMesh connections on its Application endpoint while 10 others of it reconnect, 20 per second for 5 s: records sent to the staying connections and node CPU, per reconnect (flat in N) | - | a `zmesh node` child process (see `churn`) |
 //!
 //! Every measurement is repeated `--runs` times (raw and zmesh interleaved); the table shows
-//! the median and the min..max spread. P4 is one window of `--flood-secs` (its thousands of
+//! the median and the min..max spread (P7 and P7 churn run once). P4 is one window of `--flood-secs` (its thousands of
 //! probes are the samples). Method and results: BENCHMARKS.md.
 //!
 //! The `zmesh` binary (zmesh-cli) calls [`run`] for `zmesh bench`. P5, P6 and P7 start their
@@ -25,6 +26,7 @@
 
 mod batching;
 mod calls;
+mod churn;
 mod detect;
 mod fanout;
 mod flood;
@@ -95,7 +97,8 @@ pub struct BenchArgs {
     /// Length of the flood window in seconds (P4, run once) [default: 300; quick: 3].
     #[arg(long)]
     flood_secs: Option<u64>,
-    /// Only these measurements, comma-separated: p1,p2,p3,p4,p5,p6,k5,c1,p7 [default: all].
+    /// Only these measurements, comma-separated: p1,p2,p3,p4,p5,p6,k5,c1,p7,p7churn
+    /// [default: all].
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -279,8 +282,12 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     let plan = Plan::from_args(&args);
     let want = |id: &str| args.only.is_empty() || args.only.iter().any(|o| o == id);
     for o in &args.only {
-        if !["p1", "p2", "p3", "p4", "p5", "p6", "k5", "c1", "p7"].contains(&o.as_str()) {
-            bail!("--only: unknown measurement {o:?} (use p1,p2,p3,p4,p5,p6,k5,c1,p7)");
+        if ![
+            "p1", "p2", "p3", "p4", "p5", "p6", "k5", "c1", "p7", "p7churn",
+        ]
+        .contains(&o.as_str())
+        {
+            bail!("--only: unknown measurement {o:?} (use p1,p2,p3,p4,p5,p6,k5,c1,p7,p7churn)");
         }
     }
     let machine = machine_info();
@@ -317,6 +324,9 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     }
     if want("p7") {
         metrics.extend(rows::p7(&plan).await?);
+    }
+    if want("p7churn") {
+        metrics.extend(rows::p7churn(&plan).await?);
     }
     if want("p6") {
         metrics.extend(rows::p6(&plan, half_open_early).await?);

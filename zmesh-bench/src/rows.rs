@@ -6,8 +6,8 @@ use serde_json::json;
 use tokio::task::JoinHandle;
 
 use super::{
-    batching, calls, detect, fanout, flood, idle, scale, throughput, Metric, Plan, Series, Target,
-    K5_BYTES_AT_MOST,
+    batching, calls, churn, detect, fanout, flood, idle, scale, throughput, Metric, Plan, Series,
+    Target, K5_BYTES_AT_MOST,
 };
 
 /// P1 rows: one-way throughput, 64 B and 1 KiB, with `send` and with `send_batch`.
@@ -495,4 +495,43 @@ fn batch_extra(plan: &Plan, o: &throughput::OneWay) -> serde_json::Value {
         "raw_cpu_us_per_msg": o.raw_cpu_us.to_json(),
         "zmesh_cpu_us_per_msg": o.batch_cpu_us.to_json(),
     })
+}
+
+/// P7 churn rows: records to the staying connections and CPU, per reconnect, for each size
+/// (see `churn`).
+pub(super) async fn p7churn(plan: &Plan) -> Result<Vec<Metric>> {
+    let mut metrics = Vec::new();
+    for row in churn::churn(plan).await? {
+        let one = |v: f64| {
+            let mut s = Series::default();
+            s.push(v);
+            s
+        };
+        let n = row.connections;
+        let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+        let extra = json!({
+            "connections": n,
+            "reconnects": row.reconnects,
+            "records": row.records,
+        });
+        metrics.push(Metric {
+            key: leak(format!("p7churn_records_per_reconnect_{n}")),
+            label: leak(format!("P7 churn records/reconnect, {n} conn")),
+            unit: "records",
+            raw: None,
+            zmesh: one(row.records_per_reconnect),
+            target: Target::Below(1.0),
+            extra: extra.clone(),
+        });
+        metrics.push(Metric {
+            key: leak(format!("p7churn_cpu_per_reconnect_{n}")),
+            label: leak(format!("P7 churn CPU/reconnect, {n} conn")),
+            unit: "us",
+            raw: None,
+            zmesh: one(row.cpu_us_per_reconnect),
+            target: Target::Reference,
+            extra,
+        });
+    }
+    Ok(metrics)
 }

@@ -543,6 +543,8 @@ impl IoThread {
                         self.fail_link(k, FailureReason::TransportError, "disconnected", now);
                     }
                 }
+                // The connection is named by its notice (`on_inbound_notice`); the check
+                // is the fallback for a notice libzmq dropped.
                 (SlotRole::Bound(_), MonitorEvent::Disconnected) => {
                     self.timers.start_sweep(slot, now);
                 }
@@ -608,11 +610,52 @@ impl IoThread {
         }
     }
 
+    /// libzmq's notice (`ROUTER_NOTIFY`) for admitted inbound link `k`'s connection: the
+    /// connection is gone (MISSION L6: at once). Its attach notice came before its HELLO, so
+    /// any notice now is its loss, or the attach of a newer connection with the same routing
+    /// id, which libzmq lets in only once the old connection's pipe is gone.
+    pub(super) fn on_inbound_notice(&mut self, k: LinkKey, now: Instant) {
+        tracing::debug!(link = %k, "inbound connection notice: gone");
+        self.fail_gone_inbound(k, now);
+    }
+
+    /// Inbound link `k`'s connection is gone: it fails, or stands down if it was the
+    /// peer's duplicate dial of a lane our own dial holds (T1).
+    fn fail_gone_inbound(&mut self, k: LinkKey, now: Instant) {
+        if self.lane_held_elsewhere(k) {
+            self.fail_link(
+                k,
+                FailureReason::StoodDown,
+                "the peer stood this dial down for another connection of the lane",
+                now,
+            );
+        } else {
+            self.fail_link(k, FailureReason::TransportError, "peer disconnected", now);
+        }
+    }
+
+    /// A step of the fallback after a disconnect event of bound socket `slot`
+    /// ([`SWEEP_DELAYS`](super::parts::timers::SWEEP_DELAYS)): every connection names its own
+    /// loss in band ([`IoThread::on_inbound_notice`]), except one whose pipe was full when it
+    /// was lost (libzmq drops that notice). If more connections are admitted on the socket
+    /// than its monitor counts open, a notice is missing (or still queued behind records),
+    /// and the socket is swept ([`IoThread::sweep`]); otherwise nothing is sent. An
+    /// unadmitted connection open at the time hides a missing notice from the count: the
+    /// peer's next connection of the lane replaces the link at its HELLO, and failing that,
+    /// the link's 15 s deadline (L2) takes it out of ready.
+    pub(super) fn check_bound_disconnects(&mut self, slot: SlotKey, now: Instant) {
+        let admitted = self.accepting.inbound.get(&slot).map_or(0, |m| m.len());
+        if admitted > self.accepting.gate.open_on(slot) {
+            self.sweep(slot, now);
+        }
+    }
+
     /// Checks every inbound connection of a bound socket for a vanished pipe: a record sent
     /// with `ROUTER_MANDATORY` to a routing id whose pipe is gone fails with `EHOSTUNREACH`.
     /// The record is one that changes nothing at the peer (L2): a repeat of our ACK of its
-    /// last probe (a duplicate), or our own pending probe id (a resend).
-    pub(super) fn sweep(&mut self, slot: SlotKey, now: Instant) {
+    /// last probe (a duplicate), or our own pending probe id (a resend). Each record sent is
+    /// counted in `zmesh_disconnect_sweep_records_total`.
+    fn sweep(&mut self, slot: SlotKey, now: Instant) {
         let victims: Vec<(Vec<u8>, LinkKey)> = self
             .accepting
             .inbound
@@ -632,20 +675,11 @@ impl IoThread {
                 (None, Some(id)) => records::probe(id),
                 (None, None) => continue,
             };
+            metrics::counter!("zmesh_disconnect_sweep_records_total").increment(1);
             let gone = self.sockets.send(slot, Some(&route), &frames)
                 == Err(crate::runtime::socket::SocketSendError::Unreachable);
             if gone {
-                if self.lane_held_elsewhere(k) {
-                    // The peer's duplicate dial of a lane our own dial holds (T1).
-                    self.fail_link(
-                        k,
-                        FailureReason::StoodDown,
-                        "the peer stood this dial down for another connection of the lane",
-                        now,
-                    );
-                } else {
-                    self.fail_link(k, FailureReason::TransportError, "peer disconnected", now);
-                }
+                self.fail_gone_inbound(k, now);
             }
         }
     }

@@ -21,12 +21,17 @@
 //! lane, Completion lane) and every configured ClientServer server with a dedicated DEALER. The
 //! dialling side therefore owns a socket per peer and lane and can drop exactly that
 //! connection. The accepting side shares one bound ROUTER per lane among its peers; libzmq
-//! cannot close one accepted pipe and its disconnect events do not name the peer, so on a
-//! bound-side disconnect event the loop *sweeps* that socket: it sends each inbound
-//! connection's pending probe with `ROUTER_MANDATORY`, and a connection whose pipe is gone
-//! fails the send with `EHOSTUNREACH` and is taken out of ready at once (MISSION L6). The
-//! sweep repeats a few times over [`SWEEP_DELAYS`](parts::timers::SWEEP_DELAYS) because libzmq removes the pipe shortly
-//! after it reports the event.
+//! cannot close one accepted pipe and its disconnect events do not name the peer, so the bound
+//! ROUTER runs with `ROUTER_NOTIFY`: libzmq hands it an empty record from a connection's
+//! routing id when the connection attaches (before its HELLO; it changes nothing) and when it
+//! is lost (after its last record): the link of an admitted connection whose loss is noticed
+//! is taken out of ready at once (MISSION L6), and no other connection hears of it. libzmq
+//! drops the loss notice of a connection whose pipe was full at that moment; for that case a
+//! bound-side disconnect event starts a few checks over
+//! [`SWEEP_DELAYS`](parts::timers::SWEEP_DELAYS): if the socket then has more admitted
+//! connections than open ones, the loop *sweeps* it, sending each inbound connection a record
+//! that changes nothing with `ROUTER_MANDATORY`; a connection whose pipe is gone fails the
+//! send with `EHOSTUNREACH` and is taken out of ready.
 //!
 //! When two nodes dial each other, both connections reach the acceptors; the connection
 //! dialled by the node with the smaller RID is kept and the other one is rejected with

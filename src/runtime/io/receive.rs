@@ -56,6 +56,13 @@ impl CoarseClock {
 /// are charged exactly the bytes read.
 const PACKED_RECORD_OVERHEAD: usize = 2;
 
+/// Whether `frames` (after the routing id) is libzmq's notice that a connection of a ROUTER
+/// with `ROUTER_NOTIFY` attached or is gone: one empty frame, never one of a peer's records
+/// (each has an envelope).
+fn is_notice(frames: &[Frame]) -> bool {
+    matches!(frames, [only] if only.as_ref().is_empty())
+}
+
 impl IoThread {
     /// One rotation of the receive loop (MISSION R1-R3): the scheduler says which socket to
     /// read and whose record to process next, under its count, byte and time caps; the next
@@ -265,7 +272,11 @@ impl IoThread {
                 // The routing id was looked up when the record was read: while the unit's
                 // connection is still the link's current one, the record is that link's.
                 if self.links_slot(unit).is_some() {
-                    self.on_link_record(k, &staged.frames, now);
+                    if is_notice(&staged.frames) {
+                        self.on_inbound_notice(k, now);
+                    } else {
+                        self.on_link_record(k, &staged.frames, now);
+                    }
                 }
             }
             (Unit::Admission(slot), Some(route)) => {
@@ -307,14 +318,9 @@ impl IoThread {
                         return;
                     }
                     frames.remove(0);
-                    // An empty record from the peer's routing id is libzmq's notice that the
-                    // connection attached or is gone (ROUTER_NOTIFY), never one of
-                    // the peer's records (each has an envelope).
-                    if let [only] = frames.as_slice() {
-                        if only.as_ref().is_empty() {
-                            self.on_router_notice(k, now);
-                            return;
-                        }
+                    if is_notice(&frames) {
+                        self.on_router_notice(k, now);
+                        return;
                     }
                 }
                 self.on_link_record(k, &frames, now);
@@ -331,7 +337,11 @@ impl IoThread {
 
     /// A record read from a bound socket, with its routing id already split off. The routing
     /// id names one physical connection: records of a replaced connection find no link and
-    /// change nothing (MISSION L6).
+    /// change nothing (MISSION L6). An empty record is libzmq's notice of the connection's
+    /// attach or loss (`ROUTER_NOTIFY`, [`crate::runtime::socket::Sockets::bound`]): for an
+    /// admitted connection it means the connection is gone
+    /// ([`IoThread::on_inbound_notice`]); for any other it changes nothing (an attach comes
+    /// before the HELLO, and is no first record to refuse).
     pub(super) fn on_bound(
         &mut self,
         slot: SlotKey,
@@ -346,9 +356,13 @@ impl IoThread {
             .get(&slot)
             .and_then(|m| m.get(route.as_ref()))
             .copied();
-        match known {
-            Some(k) => self.on_link_record(k, &frames, now),
-            None => self.on_unknown_inbound(slot, lane, route, &mut frames, now),
+        match (known, is_notice(&frames)) {
+            (Some(k), true) => self.on_inbound_notice(k, now),
+            (Some(k), false) => self.on_link_record(k, &frames, now),
+            (None, true) => {
+                tracing::trace!("connection notice from an unadmitted connection");
+            }
+            (None, false) => self.on_unknown_inbound(slot, lane, route, &mut frames, now),
         }
     }
 

@@ -102,9 +102,9 @@ impl IoThread {
                 self.open_sub(i, now);
             }
         }
-        // Bound-socket disconnect sweeps.
+        // The fallback after bound-socket disconnects, for a notice libzmq dropped.
         for slot in self.timers.take_due_sweeps(now) {
-            self.sweep(slot, now);
+            self.check_bound_disconnects(slot, now);
         }
     }
 

@@ -7,10 +7,13 @@ use std::time::{Duration, Instant};
 
 use crate::runtime::keys::{Key, LinkKey, SlotKey, SubKey};
 
-/// Delays after a bound-side disconnect event at which the socket's inbound connections are
-/// checked for a vanished pipe.
-pub const SWEEP_DELAYS: [Duration; 4] = [
-    Duration::from_millis(0),
+/// Delays after a bound-side disconnect event at which the I/O thread checks whether a
+/// connection of the socket left without its notice (`IoThread::check_bound_disconnects`),
+/// and sweeps the socket if one did. The first is late enough for a notice queued behind a
+/// few records to be read; the later ones catch a pipe libzmq closes late. Disconnects of
+/// one socket share one schedule: a disconnect during it starts it again from the first
+/// step, never later than the step already due.
+pub const SWEEP_DELAYS: [Duration; 3] = [
     Duration::from_millis(20),
     Duration::from_millis(100),
     Duration::from_millis(500),
@@ -45,7 +48,8 @@ pub(crate) struct TimerTable {
     subs: Vec<Option<Instant>>,
     /// Every owner's earliest deadline, earliest first.
     order: BTreeSet<(Instant, TimerOwner)>,
-    /// Disconnect sweeps: when, which bound socket, which step of [`SWEEP_DELAYS`].
+    /// Disconnect checks: when, which bound socket, which step of [`SWEEP_DELAYS`]; at most
+    /// one per socket.
     sweeps: Vec<(Instant, SlotKey, usize)>,
 }
 
@@ -129,9 +133,17 @@ impl TimerTable {
             .map(|e| e.1)
     }
 
-    /// A bound socket reported a disconnect at `now`: its first sweep is due now.
+    /// A bound socket reported a disconnect at `now`: its schedule of checks starts from the
+    /// first step (one schedule per socket, however many disconnects it reports).
     pub(crate) fn start_sweep(&mut self, slot: SlotKey, now: Instant) {
-        self.sweeps.push((now, slot, 0));
+        let first = now + SWEEP_DELAYS[0];
+        match self.sweeps.iter_mut().find(|s| s.1 == slot) {
+            Some(s) => {
+                s.0 = s.0.min(first);
+                s.2 = 0;
+            }
+            None => self.sweeps.push((first, slot, 0)),
+        }
     }
 
     /// The sweeps of socket `slot` go (the socket is gone).
