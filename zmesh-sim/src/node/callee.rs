@@ -19,6 +19,23 @@ use crate::truth::{HeldAs, Started};
 use crate::Ctx;
 
 impl SimNode {
+    /// Where the answers to a call that arrived on `conn` (lane `lane`, from host
+    /// `peer_node`) go: a RouteMesh call is answered on the caller's Completion lane, a
+    /// ClientServer call on its own connection; none for a call on a Completion lane or
+    /// while the caller's Completion lane is not ready.
+    pub(super) fn answer_conn(
+        &self,
+        conn: NetConn,
+        lane: Lane,
+        peer_node: NodeIx,
+    ) -> Option<NetConn> {
+        match lane {
+            Lane::Application => self.ready_on(peer_node, Lane::Completion),
+            Lane::Completion => None,
+            Lane::ClientServer => Some(conn),
+        }
+    }
+
     pub(super) fn on_request(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -30,13 +47,8 @@ impl SimNode {
     ) {
         let now = self.at(ctx.now);
         // A RouteMesh call is answered on the caller's Completion lane.
-        let answer = match lane {
-            Lane::Application => match self.ready_on(peer_node, Lane::Completion) {
-                Some(k) => k,
-                None => return,
-            },
-            Lane::Completion => return,
-            Lane::ClientServer => conn,
+        let Some(answer) = self.answer_conn(conn, lane, peer_node) else {
+            return;
         };
         if !self.spec.serves {
             self.refuse(ctx, answer, r.call_id, ReplyCode::ClassNotFound);
@@ -196,13 +208,8 @@ impl SimNode {
     ) {
         let now = self.at(ctx.now);
         // The call's answers travel on the caller's Completion lane (RouteMesh).
-        let answer = match lane {
-            Lane::Application => match self.ready_on(peer_node, Lane::Completion) {
-                Some(k) => k,
-                None => return,
-            },
-            Lane::Completion => return,
-            Lane::ClientServer => conn,
+        let Some(answer) = self.answer_conn(conn, lane, peer_node) else {
+            return;
         };
         // Ground truth, from this glue's own queue and handlers, not from the table.
         let queued = self

@@ -197,13 +197,8 @@ impl SimNode {
         items: u64,
     ) {
         // The call's answers travel on the caller's Completion lane (RouteMesh).
-        let answer = match lane {
-            Lane::Application => match self.ready_on(peer_node, Lane::Completion) {
-                Some(k) => k,
-                None => return,
-            },
-            Lane::Completion => return,
-            Lane::ClientServer => conn,
+        let Some(answer) = self.answer_conn(conn, lane, peer_node) else {
+            return;
         };
         let Some(sid) = self.serve.handle_credit(answer, call_id, items) else {
             return;
