@@ -391,10 +391,11 @@ fn d1_demo_quick_finds_its_nodes_through_the_embedded_store() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_zmesh"))
         .args(["demo", "--quick"])
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("spawn zmesh demo");
     let out = child.stdout.take().expect("stdout");
+    let err = child.stderr.take().expect("stderr");
     let reader = std::thread::spawn(move || {
         let mut text = String::new();
         for line in BufReader::new(out).lines().map_while(Result::ok) {
@@ -402,6 +403,14 @@ fn d1_demo_quick_finds_its_nodes_through_the_embedded_store() {
             text.push('\n');
         }
         text
+    });
+    // Read apart from stdout (its warnings are not the demo's output), shown on a failure.
+    let errors = std::thread::spawn(move || {
+        BufReader::new(err)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<_>>()
+            .join("\n")
     });
     // Bounded: the demo waits on what it observes, each step within 20 s.
     let deadline = std::time::Instant::now() + Duration::from_secs(180);
@@ -416,7 +425,11 @@ fn d1_demo_quick_finds_its_nodes_through_the_embedded_store() {
         std::thread::sleep(Duration::from_millis(100));
     };
     let text = reader.join().expect("reader");
-    assert!(status.success(), "zmesh demo failed:\n{text}");
+    let errors = errors.join().expect("stderr reader");
+    assert!(
+        status.success(),
+        "zmesh demo failed ({status}):\n{text}\nstderr:\n{errors}"
+    );
     for expected in [
         "sqlite://",
         "a's links to d: 0",
