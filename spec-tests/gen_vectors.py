@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes spec-tests/v1/records.json, fanout.json, cancel.json, calls.json, credit.json,
-answers.json, replayed.json and pack.json.
+answers.json, replayed.json, pack.json and ids16.json.
 
 This is a second, independent encoder of zmesh wire format v1, written from WIRE.md (not from
 the Rust code), so the committed vectors cross-check the Rust codec rather than echo it. The
@@ -38,6 +38,10 @@ KINDS = {
     "answers": 0x11,
     # Known only where capability `pack` is in effect.
     "pack": 0x12,
+    # Known only where capability `ids16` is in effect: CALLS and ANSWERS with the call ids
+    # as u16 offsets from the smallest (WIRE.md §4.19).
+    "calls16": 0x13,
+    "answers16": 0x14,
 }
 ANSWER_WHAT = {"accept": 1, "reply": 2, "accept_reply": 3}
 # Bit 7 of a REPLY's code byte where capability `replayed` is in effect (WIRE.md §4.17).
@@ -155,6 +159,25 @@ def encode(rec):
                 env += u8(code_byte(a))
                 payloads.append(bytes.fromhex(a["payload"]))
         return [env] + payloads
+    if k == "calls16":
+        base = id_base(c["call_id"] for c in rec["calls"])
+        env = (header(k) + u16(len(rec["calls"])) + u64(rec["ttl_ms"])
+               + u8(SEMANTICS[rec["semantics"]]) + string(rec["channel"])
+               + string(rec["method"]) + u64(base))
+        for c in rec["calls"]:
+            env += u16(int(c["call_id"]) - base) + string(c["idempotency_key"])
+        return [env] + [bytes.fromhex(c["payload"]) for c in rec["calls"]]
+    if k == "answers16":
+        base = id_base(a["call_id"] for a in rec["answers"])
+        env = (header(k) + u16(len(rec["answers"])) + u64(rec["generation"])
+               + u64(rec["connection_id"]) + u64(base))
+        payloads = []
+        for a in rec["answers"]:
+            env += u16(int(a["call_id"]) - base) + u8(ANSWER_WHAT[a["what"]])
+            if a["what"] != "accept":
+                env += u8(code_byte(a))
+                payloads.append(bytes.fromhex(a["payload"]))
+        return [env] + payloads
     if k == "pack":
         payloads = [bytes.fromhex(p) for p in rec["payloads"]]
         env = header(k) + u16(len(payloads)) + string(rec["channel"])
@@ -173,6 +196,16 @@ def encode(rec):
                 header(k) + u64(rec["generation"]) + u64(rec["seq"]),
                 bytes.fromhex(rec["payload"])]
     raise ValueError(k)
+
+
+def id_base(call_ids):
+    """The base of a CALLS16 or ANSWERS16 record (WIRE.md §4.19): its smallest call id; every
+    id must be within 65535 of it."""
+    ids = [int(i) for i in call_ids]
+    base = min(ids)
+    if base == 0 or max(ids) - base > 0xFFFF:
+        raise ValueError(f"no offset form for call ids {ids}")
+    return base
 
 
 def code_byte(rec):
@@ -1264,6 +1297,160 @@ def pack_file():
     }
 
 
+# ---- ids16.json (capability `ids16`, WIRE.md §4.19, §8.1) ----
+
+def calls16(ttl_ms=0, semantics="query", channel="pump", method="read", items=()):
+    return dict(calls(ttl_ms, semantics, channel, method, items), kind="calls16")
+
+
+def answers16(generation, connection_id, items):
+    return dict(answers(generation, connection_id, items), kind="answers16")
+
+
+def ids16_file():
+    gen = 0x0102030405060708
+    two = calls16(items=[(1, "", "01"), (2, "", "02")])
+    three = answers16(gen, 42, [answer(5, "accept_reply", "ok", "c3"), answer(6, "accept"),
+                                answer(7, "reply", "busy", "")])
+    v = [
+        valid("calls16", "The calls example as CALLS16: calls 1 and 2 of pump.read, query, no "
+              "ttl, no keys, payloads 01 and 02; base 1, offsets 0 and 1.", two),
+        valid("calls16_ids_out_of_order_ttl_keys",
+              "Calls 1002, 1000 and 1001 of orders.place, non-repeatable, ttl 1500 ms, each "
+              "with its own key: base 1000 (the smallest, not the first), offsets 2, 0, 1.",
+              calls16(1500, "non_repeatable_command", "orders", "place",
+                      [(1002, "k-1002", "c0"), (1000, "k-1000", ""), (1001, "k-1001", "01")])),
+        valid("calls16_widest_span_at_u64_max",
+              "Calls u64 max and u64 max - 65535: offsets 65535 and 0, the widest span, and "
+              "base + offset exactly u64 max.",
+              calls16(items=[(U64_MAX, "", ""), (U64_MAX - 0xFFFF, "", "")])),
+        valid("answers16", "The answers example as ANSWERS16, base 5: call 5 accepted and "
+              "answered Ok (payload C3), call 6 accepted, call 7 answered Busy (empty "
+              "message), on connection 42 of generation 0102030405060708.", three),
+        valid("answers16_replayed", "The replayed example as ANSWERS16, base 5: call 5 "
+              "accepted and answered Ok from the record (code 80), call 6 answered Exception "
+              "from the record (code 81), call 7 answered Busy now (code 0B).",
+              answers16(gen, 42,
+                        [dict(answer(5, "accept_reply", "ok", "c3"), replayed=True),
+                         dict(answer(6, "reply", "exception", "78"), replayed=True),
+                         answer(7, "reply", "busy", "")])),
+        valid("answers16_ids_falling", "Entries in the order the answers were decided: call 12 "
+              "accepted, call 10 answered Ok (payload 78), call 11 accepted and answered Busy; "
+              "base 10, offsets 2, 0, 1.",
+              answers16(3, 7, [answer(12, "accept"), answer(10, "reply", "ok", "78"),
+                               answer(11, "accept_reply", "busy", "")])),
+    ]
+
+    # CALLS16 `two`: header 4, count 4..6, ttl 6..14, semantics 14, channel 15..21,
+    # method 21..27, base 27..35; call 1: offset 35..37, key 37..39; call 2: offset 39..41,
+    # key 41..43.
+    frames = encode(two)
+    env = frames[0]
+    one_call = (header("calls16") + u16(1) + u64(0) + u8(1) + string("pump") + string("read")
+                + u64(1) + u16(0) + string(""))
+    base_0 = replace(env, 27, u64(0))
+    inv = [
+        invalid("calls16_base_zero", "Base 0 (offsets 0 and 1).", "calls16",
+                [base_0] + frames[1:], "invalid_field"),
+        invalid("calls16_base_not_smallest", "Calls 2 and 3 as base 1, offsets 1 and 2: no "
+                "offset is 0, so the base is not the smallest id (the one byte form is base 2, "
+                "offsets 0 and 1).", "calls16",
+                [replace(replace(env, 35, u16(1)), 39, u16(2))] + frames[1:],
+                "invalid_field"),
+        invalid("calls16_offset_overflow", "Base u64 max, offsets 0 and 1: the second call's "
+                "id is beyond u64.", "calls16", [replace(env, 27, u64(U64_MAX))] + frames[1:],
+                "invalid_field"),
+        invalid("calls16_count_1", "A CALLS16 record of one call: a lone call is never "
+                "wrapped.", "calls16", [one_call, b"\x01"], "invalid_field"),
+        invalid("calls16_truncated_in_calls", "The frame ends inside the second call's "
+                "offset.", "calls16", [env[:-3]] + frames[1:], "truncated"),
+        invalid("calls16_truncated_in_base", "The frame ends inside the base.", "calls16",
+                [env[:31]] + frames[1:], "truncated"),
+        invalid("calls16_trailing_bytes", "One byte after the last call.", "calls16",
+                [env + b"\x00"] + frames[1:], "trailing_bytes"),
+        invalid("calls16_missing_payload", "Two calls, one payload frame.", "calls16",
+                frames[:2], "frame_count"),
+        invalid("calls16_extra_payload", "Two calls, three payload frames.", "calls16",
+                frames + [b""], "frame_count"),
+        invalid("calls16_order_frame_count_before_base", "Base 0 and one payload frame "
+                "missing: frame_count (before the base's value).", "calls16",
+                [base_0] + frames[1:2], "frame_count"),
+        invalid("calls16_order_trailing_bytes_before_base", "Base 0 and a byte after the last "
+                "call: trailing_bytes (before the base's value).", "calls16",
+                [base_0 + b"\x00"] + frames[1:], "trailing_bytes"),
+    ]
+
+    # ANSWERS16 `three`: header 4, count 4..6, generation 6..14, connection 14..22,
+    # base 22..30; entry 5: offset 30..32, what 32, code 33; entry 6: offset 34..36, what 36;
+    # entry 7: offset 37..39, what 39, code 40.
+    frames = encode(three)
+    env = frames[0]
+    lone_accept = header("answers16") + u16(1) + u64(gen) + u64(42) + u64(6) + u16(0) + u8(1)
+    base_0 = replace(env, 22, u64(0))
+    inv += [
+        invalid("answers16_base_zero", "Base 0 (offsets 0, 1 and 2).", "answers16",
+                [base_0] + frames[1:], "invalid_field"),
+        invalid("answers16_base_not_smallest", "Calls 5, 6 and 7 as base 4, offsets 1, 2 "
+                "and 3: no offset is 0.", "answers16",
+                [replace(replace(replace(env, 30, u16(1)), 34, u16(2)), 37, u16(3))]
+                + frames[1:], "invalid_field"),
+        invalid("answers16_offset_overflow", "Base u64 max - 1, offsets 0, 1 and 2: entry 7's "
+                "id is beyond u64.", "answers16",
+                [replace(env, 22, u64(U64_MAX - 1))] + frames[1:], "invalid_field"),
+        invalid("answers16_lone_accept", "One ACCEPT alone: a lone record is never wrapped.",
+                "answers16", [lone_accept], "invalid_field"),
+        invalid("answers16_generation_zero", "Generation 0.", "answers16",
+                [replace(env, 6, u64(0))] + frames[1:], "invalid_field"),
+        invalid("answers16_what_4", "Entry 6's what is 4 (it reads no code).", "answers16",
+                [replace(env, 36, u8(4))] + frames[1:], "invalid_field"),
+        invalid("answers16_bad_code", "Entry 7's code byte is 8F: the replayed mark on code "
+                "15, which does not exist.", "answers16",
+                [replace(env, 40, u8(0x8F))] + frames[1:], "invalid_field"),
+        invalid("answers16_truncated_in_entries", "The frame ends inside entry 6's offset.",
+                "answers16", [env[:35]] + frames[1:], "truncated"),
+        invalid("answers16_truncated_in_code", "The frame ends before the last entry's code.",
+                "answers16", [env[:-1]] + frames[1:], "truncated"),
+        invalid("answers16_trailing_bytes", "One byte after the last entry.", "answers16",
+                [env + b"\x00"] + frames[1:], "trailing_bytes"),
+        invalid("answers16_missing_payload", "Two REPLY entries, one payload frame.",
+                "answers16", frames[:2], "frame_count"),
+        invalid("answers16_order_frame_count_before_base", "Base 0 and one payload frame "
+                "missing: frame_count (before the base's value).", "answers16",
+                [base_0] + frames[1:2], "frame_count"),
+    ]
+    une = [
+        unencodable("calls16_span_65536", "Calls 1 and 65537: offset 65536 does not fit a "
+                    "u16, so these calls cannot be a CALLS16 (they go as CALLS).",
+                    calls16(items=[(1, "", ""), (65537, "", "")])),
+        unencodable("calls16_call_id_zero", "call_id 0 cannot be sent.",
+                    calls16(items=[(1, "", ""), (0, "", "")])),
+        unencodable("calls16_one_call", "A CALLS16 record holds 2..=65535 calls.",
+                    calls16(items=[(1, "", "")])),
+        unencodable("answers16_span_65536", "ACCEPTs of calls 1 and 65537: not an ANSWERS16 "
+                    "(they go as ANSWERS).",
+                    answers16(1, 0, [answer(1, "accept"), answer(65537, "accept")])),
+        unencodable("answers16_lone_accept", "A lone ACCEPT cannot be wrapped.",
+                    answers16(1, 0, [answer(1, "accept")])),
+    ]
+    return {
+        "format": "zmesh-spec-vectors",
+        "version": 1,
+        "decoder": "record",
+        "capabilities": ["calls", "answers", "replayed", "ids16"],
+        "description": "Records of the capability ids16 (WIRE.md §4.19, §8.1): CALLS16 and "
+                       "ANSWERS16, CALLS and ANSWERS with each call id written as a u16 offset "
+                       "from the record's smallest call id (base). Decode with the record "
+                       "decoder on a connection where both ends announced calls, answers, "
+                       "replayed and ids16. A valid record stands for exactly the CALLS or "
+                       "ANSWERS with the same call ids; the record's JSON lists the call ids "
+                       "in full, its base is their smallest and each offset the call id minus "
+                       "it. Without the capability, kinds 13 and 14 are unknown.",
+        "valid": v,
+        "invalid": inv,
+        "unencodable": une,
+    }
+
+
 def write(name, data):
     for part in ("valid", "invalid", "unencodable"):
         part_names = [x["name"] for x in data[part]]
@@ -1283,3 +1470,4 @@ if __name__ == "__main__":
     write("answers.json", answers_file())
     write("replayed.json", replayed_file())
     write("pack.json", pack_file())
+    write("ids16.json", ids16_file())

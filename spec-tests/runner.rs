@@ -160,6 +160,21 @@ enum JsonRecord {
         connection_id: String,
         answers: Vec<JsonAnswer>,
     },
+    /// CALLS16 (WIRE.md §4.19): the keys of CALLS, the call ids in full; the base and the
+    /// offsets are the encoder's to derive.
+    Calls16 {
+        ttl_ms: String,
+        semantics: JsonSemantics,
+        channel: String,
+        method: String,
+        calls: Vec<JsonCall>,
+    },
+    /// ANSWERS16 (WIRE.md §4.19): the keys of ANSWERS, the call ids in full.
+    Answers16 {
+        generation: String,
+        connection_id: String,
+        answers: Vec<JsonAnswer>,
+    },
     Pack {
         channel: String,
         payloads: Vec<String>,
@@ -473,34 +488,37 @@ fn typed(j: &JsonRecord) -> Result<Typed, WireError> {
             channel,
             method,
             calls,
-        } => Record::Calls(Calls::new(
-            calls
-                .iter()
-                .map(|c| {
-                    request(&JsonRequest {
-                        call_id: c.call_id.clone(),
-                        ttl_ms: ttl_ms.clone(),
-                        semantics: *semantics,
-                        channel: channel.clone(),
-                        method: method.clone(),
-                        idempotency_key: c.idempotency_key.clone(),
-                        payload: c.payload.clone(),
-                    })
-                })
-                .collect::<Result<_, _>>()?,
-        )?),
+        } => Record::Calls(calls_of(ttl_ms, *semantics, channel, method, calls)?),
         JsonRecord::Answers {
             generation,
             connection_id,
             answers,
-        } => Record::Answers(Answers::new(
-            non_zero(generation, "generation")?,
-            u64_of(connection_id),
-            answers
-                .iter()
-                .map(answer)
-                .collect::<Result<_, WireError>>()?,
-        )?),
+        } => Record::Answers(answers_of(generation, connection_id, answers)?),
+        JsonRecord::Calls16 {
+            ttl_ms,
+            semantics,
+            channel,
+            method,
+            calls,
+        } => {
+            let c = calls_of(ttl_ms, *semantics, channel, method, calls)?.with_offsets();
+            // Ids more than 65535 apart have no offset form: the record would go as CALLS.
+            if c.kind() != Kind::Calls16 {
+                return Err(refused("offset"));
+            }
+            Record::Calls(c)
+        }
+        JsonRecord::Answers16 {
+            generation,
+            connection_id,
+            answers,
+        } => {
+            let a = answers_of(generation, connection_id, answers)?.with_offsets();
+            if a.kind() != Kind::Answers16 {
+                return Err(refused("offset"));
+            }
+            Record::Answers(a)
+        }
         JsonRecord::Pack { channel, payloads } => Record::Pack(Pack::new(
             Name::new(channel.as_str())?,
             payloads.iter().map(|p| bytes_of(p)).collect(),
@@ -521,6 +539,48 @@ fn typed(j: &JsonRecord) -> Result<Typed, WireError> {
         }
     };
     Ok(Typed::Record(record))
+}
+
+/// The calls of a vector's CALLS or CALLS16 record, in the full form.
+fn calls_of(
+    ttl_ms: &str,
+    semantics: JsonSemantics,
+    channel: &str,
+    method: &str,
+    calls: &[JsonCall],
+) -> Result<Calls, WireError> {
+    Calls::new(
+        calls
+            .iter()
+            .map(|c| {
+                request(&JsonRequest {
+                    call_id: c.call_id.clone(),
+                    ttl_ms: ttl_ms.to_owned(),
+                    semantics,
+                    channel: channel.to_owned(),
+                    method: method.to_owned(),
+                    idempotency_key: c.idempotency_key.clone(),
+                    payload: c.payload.clone(),
+                })
+            })
+            .collect::<Result<_, _>>()?,
+    )
+}
+
+/// The entries of a vector's ANSWERS or ANSWERS16 record, in the full form.
+fn answers_of(
+    generation: &str,
+    connection_id: &str,
+    answers: &[JsonAnswer],
+) -> Result<Answers, WireError> {
+    Answers::new(
+        non_zero(generation, "generation")?,
+        u64_of(connection_id),
+        answers
+            .iter()
+            .map(answer)
+            .collect::<Result<_, WireError>>()?,
+    )
 }
 
 /// One entry of a vector's ANSWERS record, with its call id.
@@ -615,6 +675,8 @@ fn kind_name(kind: Kind) -> &'static str {
         Kind::Credit => "credit",
         Kind::Answers => "answers",
         Kind::Pack => "pack",
+        Kind::Calls16 => "calls16",
+        Kind::Answers16 => "answers16",
     }
 }
 
@@ -645,6 +707,8 @@ fn typed_kind(j: &JsonRecord) -> Option<Kind> {
         JsonRecord::Credit { .. } => Kind::Credit,
         JsonRecord::Answers { .. } => Kind::Answers,
         JsonRecord::Pack { .. } => Kind::Pack,
+        JsonRecord::Calls16 { .. } => Kind::Calls16,
+        JsonRecord::Answers16 { .. } => Kind::Answers16,
         JsonRecord::Beacon => return None,
         JsonRecord::Publish { .. } => Kind::Publish,
     })
@@ -682,6 +746,7 @@ fn files() -> Vec<VectorFile> {
         load("answers.json"),
         load("replayed.json"),
         load("pack.json"),
+        load("ids16.json"),
     ]
 }
 
@@ -696,6 +761,7 @@ fn caps_of(file: &VectorFile) -> Capabilities {
             "answers" => caps.union(Capabilities::ANSWERS),
             "replayed" => caps.union(Capabilities::REPLAYED),
             "pack" => caps.union(Capabilities::PACK),
+            "ids16" => caps.union(Capabilities::IDS16),
             other => panic!("unknown capability {other:?}"),
         })
 }
@@ -733,6 +799,10 @@ fn w2_valid_vectors_decode_to_their_fields() {
             let decoded = decode(&file, &frames)
                 .unwrap_or_else(|e| panic!("{}: valid vector refused: {e}", v.name));
             assert_eq!(decoded, expected, "{}", v.name);
+            // The kind byte names the JSON kind (CALLS16 is not CALLS, though one variant).
+            if let Typed::Record(r) = &decoded {
+                assert_eq!(kind_name(r.kind()), json_kind(&v.record), "{}", v.name);
+            }
             checked += 1;
         }
     }
@@ -812,6 +882,44 @@ fn w3_replayed_marks_are_unknown_codes_without_the_capability() {
         }
     }
     assert!(marked_seen >= 3);
+}
+
+/// WIRE.md §4.19: kinds 13 and 14 exist only where `ids16` is in effect. Decoded with every
+/// other capability of ids16.json in effect, each of its messages whose kind byte is 13 or 14
+/// (valid or not) is an unknown kind, as in version 1.
+#[test]
+fn x4_ids16_kinds_are_unknown_without_the_capability() {
+    let file = load("ids16.json");
+    let caps = caps_of(&file);
+    assert!(caps.contains(Capabilities::IDS16));
+    let without = Capabilities::CALLS
+        .union(Capabilities::ANSWERS)
+        .union(Capabilities::REPLAYED);
+    assert_eq!(
+        without.union(Capabilities::IDS16),
+        caps,
+        "ids16.json's capabilities"
+    );
+    let messages = file
+        .valid
+        .iter()
+        .map(|v| (&v.name, &v.frames))
+        .chain(file.invalid.iter().map(|v| (&v.name, &v.frames)));
+    let mut seen = BTreeSet::new();
+    for (name, hex_frames) in messages {
+        let frames = frames_of(name, hex_frames);
+        let byte = frames.first().and_then(|f| f.get(3)).copied();
+        let Some(kind @ (0x13 | 0x14)) = byte else {
+            continue;
+        };
+        seen.insert(kind);
+        let result = Record::decode_in(&frames, without, |f| Bytes::copy_from_slice(f));
+        match result {
+            Ok(r) => panic!("{name}: decoded without ids16 as {r:?}"),
+            Err(e) => assert_eq!(e.class(), "unknown_kind", "{name}: {e}"),
+        }
+    }
+    assert_eq!(seen, BTreeSet::from([0x13, 0x14]));
 }
 
 #[test]

@@ -284,7 +284,8 @@ async fn x1_x3_a_version_1_server_never_receives_a_cancel() {
                 "\0credit",
                 "\0answers",
                 "\0replayed",
-                "\0pack"
+                "\0pack",
+                "\0ids16"
             ],
             "the client offers its capabilities"
         );
@@ -317,9 +318,18 @@ async fn x1_x3_a_version_1_server_never_receives_a_cancel() {
         first.method.as_str().to_owned()
     });
 
-    node.ready(zmesh::runtime::Target::server("orders"))
-        .await
-        .expect("ready");
+    // Bounded: if the server thread failed an assertion it never welcomes, and the panic
+    // must surface rather than the wait hang.
+    let ready = tokio::time::timeout(
+        Duration::from_secs(20),
+        node.ready(zmesh::runtime::Target::server("orders")),
+    )
+    .await;
+    if ready.is_err() && server.is_finished() {
+        server.await.expect("server thread");
+        unreachable!("the server thread returned without welcoming");
+    }
+    ready.expect("ready within 20 s").expect("ready");
     let args = encode_args(&()).expect("args");
     let mut first = node.start_call("orders", "first", args.clone(), CallOptions::default());
     // A command after a call sends the call's REQUEST first: once the snapshot is answered,

@@ -2,7 +2,8 @@
 //! never a panic).
 //!
 //! * The decoders never panic on arbitrary frame lists: random frame counts and bytes,
-//!   random bodies behind a valid header, and mutations of every valid spec-test vector.
+//!   random bodies behind a valid header, and mutations of every valid spec-test vector; the
+//!   record decoder as version 1 and with every spoken capability in effect.
 //! * Canonical form: whatever a decoder accepts re-encodes to exactly the same frames (one
 //!   byte form per record, WIRE.md §1).
 //! * Round trip: every valid record encodes, then decodes, to itself.
@@ -17,9 +18,10 @@ use proptest::prelude::*;
 use proptest::sample::{select, Index};
 
 use zmesh::proto::wire::{
-    Accept, Batch, Capabilities, CloseReason, Detail, FanoutMessage, Hello, Item, Label, Lane,
-    Membership, Memberships, Message, Name, Pack, Record, Reject, RejectReason, Reply, ReplyCode,
-    Request, Role, Semantics, Welcome, WireError, BEACON_PAYLOAD, BEACON_TOPIC, MAGIC, VERSION,
+    Accept, Answer, Answers, Batch, Calls, Capabilities, CloseReason, Detail, FanoutMessage, Hello,
+    IdForm, Item, Kind, Label, Lane, Membership, Memberships, Message, Name, Pack, Record, Reject,
+    RejectReason, Reply, ReplyCode, Request, Role, Semantics, Welcome, WireError, BEACON_PAYLOAD,
+    BEACON_TOPIC, MAGIC, VERSION,
 };
 
 const CLASSES: [&str; 8] = [
@@ -33,9 +35,14 @@ const CLASSES: [&str; 8] = [
     "reserved_topic",
 ];
 
-/// Runs both decoders on `frames` and checks the properties that hold for any input.
+/// Runs both decoders on `frames` (the record decoder as version 1 and with every spoken
+/// capability in effect) and checks the properties that hold for any input.
 fn check_decoders(frames: &[Vec<u8>]) -> Result<(), TestCaseError> {
     match Record::decode(frames) {
+        Ok(record) => prop_assert_eq!(record.encode(), frames.to_vec(), "not canonical"),
+        Err(e) => check_error(&e)?,
+    }
+    match Record::decode_in(frames, Capabilities::SPOKEN, |f| Bytes::copy_from_slice(f)) {
         Ok(record) => prop_assert_eq!(record.encode(), frames.to_vec(), "not canonical"),
         Err(e) => check_error(&e)?,
     }
@@ -57,14 +64,22 @@ fn check_error(e: &WireError) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// The frames of every valid vector of both spec-test files.
+/// The frames of every valid vector of every spec-test file (the capability files' records
+/// reach their decoders through [`check_decoders`]'s spoken capabilities).
 fn seeds() -> &'static [Vec<Vec<u8>>] {
     static SEEDS: OnceLock<Vec<Vec<Vec<u8>>>> = OnceLock::new();
     SEEDS.get_or_init(|| {
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("spec-tests/v1");
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .collect();
+        files.sort();
+        assert!(files.len() >= 9, "{files:?}");
         let mut seeds = Vec::new();
-        for file in ["records.json", "fanout.json"] {
-            let text = std::fs::read_to_string(dir.join(file)).unwrap();
+        for file in files {
+            let text = std::fs::read_to_string(file).unwrap();
             let json: serde_json::Value = serde_json::from_str(&text).unwrap();
             for v in json["valid"].as_array().unwrap() {
                 let frames = v["frames"]
@@ -155,9 +170,10 @@ fn apply(frames: &mut Vec<Vec<u8>>, m: &Mutation) {
     }
 }
 
-/// A frame that starts with a valid v1 header of any kind byte near the known range.
+/// A frame that starts with a valid v1 header of any kind byte near the known range (the
+/// extension kinds included, and one past them).
 fn enveloped_frame() -> impl Strategy<Value = Vec<u8>> {
-    (0u8..=15, prop::collection::vec(any::<u8>(), 0..80)).prop_map(|(kind, body)| {
+    (0u8..=0x15, prop::collection::vec(any::<u8>(), 0..80)).prop_map(|(kind, body)| {
         let mut frame = MAGIC.to_vec();
         frame.push(VERSION);
         frame.push(kind);
@@ -442,6 +458,148 @@ proptest! {
             apply(&mut frames, m);
         }
         match decode(&frames) {
+            Ok(r) => prop_assert_eq!(r.encode(), frames, "not canonical"),
+            Err(e) => check_error(&e)?,
+        }
+    }
+}
+
+/// Call ids for one CALLS or ANSWERS record: mostly within 65535 of each other (the offset
+/// form of WIRE.md §4.19 exists), near u64 max too; sometimes anything (it may not).
+fn call_ids(n: std::ops::RangeInclusive<usize>) -> impl Strategy<Value = Vec<NonZeroU64>> {
+    prop_oneof![
+        3 => (non_zero(), prop::collection::vec(any::<u16>(), n.clone())).prop_map(
+            |(anchor, offsets)| {
+                let a = anchor.get();
+                offsets
+                    .into_iter()
+                    .map(|o| {
+                        let id = a.checked_add(u64::from(o)).unwrap_or_else(|| a - u64::from(o));
+                        NonZeroU64::new(id).unwrap_or(NonZeroU64::MIN)
+                    })
+                    .collect()
+            }
+        ),
+        1 => prop::collection::vec(non_zero(), n),
+    ]
+}
+
+/// A valid CALLS (WIRE.md §4.14): 2..=8 calls sharing channel, method, ttl and semantics.
+fn calls() -> impl Strategy<Value = Calls> {
+    (
+        call_ids(2..=8),
+        prop::option::of(non_zero()),
+        select(Semantics::ALL),
+        name(),
+        name(),
+        prop::collection::vec((optional_name(), payload()), 8),
+    )
+        .prop_map(|(ids, ttl_ms, semantics, channel, method, rest)| {
+            let requests = ids
+                .into_iter()
+                .zip(rest)
+                .map(|(call_id, (idempotency_key, payload))| Request {
+                    call_id,
+                    ttl_ms,
+                    semantics,
+                    channel: channel.clone(),
+                    method: method.clone(),
+                    idempotency_key,
+                    payload,
+                })
+                .collect();
+            Calls::new(requests).unwrap()
+        })
+}
+
+/// One ANSWERS entry's answer, the replayed mark included.
+fn answer() -> impl Strategy<Value = Answer> {
+    prop_oneof![
+        Just(Answer::Accept),
+        (select(ReplyCode::ALL), payload(), any::<bool>())
+            .prop_map(|(code, p, replayed)| Answer::Reply(code, p, replayed)),
+        (select(ReplyCode::ALL), payload(), any::<bool>())
+            .prop_map(|(code, p, replayed)| Answer::AcceptReply(code, p, replayed)),
+    ]
+}
+
+/// A valid ANSWERS (WIRE.md §4.16): 1..=8 entries standing for two records or more.
+fn answers() -> impl Strategy<Value = Answers> {
+    (
+        non_zero(),
+        any_u64(),
+        call_ids(1..=8),
+        prop::collection::vec(answer(), 8),
+    )
+        .prop_filter_map("a lone record", |(generation, conn, ids, list)| {
+            let entries = ids.into_iter().zip(list).collect();
+            Answers::new(generation, conn, entries).ok()
+        })
+}
+
+/// Whether `ids` are within 65535 of their smallest: the offset form exists.
+fn within_u16(ids: impl Iterator<Item = NonZeroU64> + Clone) -> bool {
+    let (min, max) = (ids.clone().min().unwrap(), ids.max().unwrap());
+    max.get() - min.get() <= u64::from(u16::MAX)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// MISSION X4, W3: a CALLS or ANSWERS in the offset form (CALLS16, ANSWERS16, WIRE.md
+    /// §4.19) where its ids are within 65535 of each other, the full form otherwise; it
+    /// round-trips where `ids16` is in effect, is 6 bytes per id less 8 smaller than the full
+    /// form, is an unknown kind where `ids16` is not; and any mutation of it decodes to a
+    /// canonical record or fails with a documented class, never a panic.
+    #[test]
+    fn x4_w3_mutated_calls16_and_answers16_are_typed_errors_or_canonical(
+        record in prop_oneof![
+            calls().prop_map(Record::Calls),
+            answers().prop_map(Record::Answers),
+        ],
+        mutations in prop::collection::vec(mutation(), 0..4),
+    ) {
+        let long = Capabilities::CALLS
+            .union(Capabilities::ANSWERS)
+            .union(Capabilities::REPLAYED);
+        let caps = long.union(Capabilities::IDS16);
+        let decode = |f: &[Vec<u8>], caps| {
+            Record::decode_in(f, caps, |b| Bytes::copy_from_slice(b))
+        };
+        let full = record.encode();
+        let (short, ids, fits) = match record {
+            Record::Calls(c) => {
+                let ids: Vec<_> = c.requests().iter().map(|r| r.call_id).collect();
+                let fits = within_u16(ids.iter().copied());
+                let c = c.with_offsets();
+                prop_assert_eq!(c.form() == IdForm::Offsets, fits);
+                prop_assert_eq!(c.kind() == Kind::Calls16, fits);
+                (Record::Calls(c), ids.len(), fits)
+            }
+            Record::Answers(a) => {
+                let ids: Vec<_> = a.entries().iter().map(|(id, _)| *id).collect();
+                let fits = within_u16(ids.iter().copied());
+                let a = a.with_offsets();
+                prop_assert_eq!(a.form() == IdForm::Offsets, fits);
+                prop_assert_eq!(a.kind() == Kind::Answers16, fits);
+                (Record::Answers(a), ids.len(), fits)
+            }
+            other => unreachable!("{other:?}"),
+        };
+        let mut frames = short.encode();
+        prop_assert_eq!(decode(&frames, caps), Ok(short.clone()));
+        if fits {
+            prop_assert_eq!(full[0].len() + 8, frames[0].len() + 6 * ids);
+            prop_assert_eq!(&full[1..], &frames[1..]);
+            let without = decode(&frames, long).unwrap_err();
+            prop_assert_eq!(without.class(), "unknown_kind");
+        } else {
+            prop_assert_eq!(&full, &frames);
+        }
+        for m in &mutations {
+            apply(&mut frames, m);
+        }
+        match decode(&frames, caps) {
             Ok(r) => prop_assert_eq!(r.encode(), frames, "not canonical"),
             Err(e) => check_error(&e)?,
         }

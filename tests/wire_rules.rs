@@ -492,6 +492,7 @@ async fn w1_client_hello_fields_first_probe_and_probe_ids() {
             (Role::ObjectClient, "\0answers"),
             (Role::ObjectClient, "\0replayed"),
             (Role::ObjectClient, "\0pack"),
+            (Role::ObjectClient, "\0ids16"),
         ])
     );
     assert_eq!(route.len(), 18, "{route:02x?}");

@@ -467,7 +467,7 @@ mod tests {
         assert_eq!(id.memberships, vec![Membership::server("orders")]);
         assert_eq!(
             Capabilities::SPOKEN.to_string(),
-            "v1+cancel+calls+credit+answers+replayed+pack"
+            "v1+cancel+calls+credit+answers+replayed+pack+ids16"
         );
         assert_eq!(Capabilities::NONE.to_string(), "v1");
     }

@@ -306,9 +306,20 @@ pub(crate) fn requests(requests: Vec<wire::Request>) -> Result<Vec<Vec<u8>>, Wir
 }
 
 /// Calls that share channel, method, ttl and semantics as one message: a lone REQUEST, or
-/// one CALLS record (only where capability `calls` is in effect, WIRE.md §4.14).
-pub(crate) fn calls(requests: Vec<wire::Request>) -> Result<Vec<Vec<u8>>, WireError> {
-    lone_or(requests, |r| Ok(Record::Calls(wire::Calls::new(r)?)))
+/// one CALLS record (only where capability `calls` is in effect, WIRE.md §4.14), its ids as
+/// offsets where `offsets` (CALLS16: only where `ids16` is in effect too, §4.19).
+pub(crate) fn calls(
+    requests: Vec<wire::Request>,
+    offsets: bool,
+) -> Result<Vec<Vec<u8>>, WireError> {
+    lone_or(requests, |r| {
+        let calls = wire::Calls::new(r)?;
+        Ok(Record::Calls(if offsets {
+            calls.with_offsets()
+        } else {
+            calls
+        }))
+    })
 }
 
 /// A lone call as a REQUEST (a lone call is never wrapped), several as the record `many`

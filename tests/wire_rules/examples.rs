@@ -385,6 +385,52 @@ fn call_examples() -> Vec<(&'static str, Expected)> {
             )),
         ),
         (
+            "calls16",
+            R(Record::Calls(
+                Calls::new(vec![
+                    request(
+                        1,
+                        0,
+                        Semantics::Query,
+                        "pump",
+                        "read",
+                        None,
+                        Bytes::from_static(&[1]),
+                    ),
+                    request(
+                        2,
+                        0,
+                        Semantics::Query,
+                        "pump",
+                        "read",
+                        None,
+                        Bytes::from_static(&[2]),
+                    ),
+                ])
+                .expect("calls")
+                .with_offsets(),
+            )),
+        ),
+        (
+            "answers16",
+            R(Record::Answers(
+                Answers::new(
+                    nz(0x0102_0304_0506_0708),
+                    42,
+                    vec![
+                        (
+                            nz(5),
+                            Answer::AcceptReply(ReplyCode::Ok, Bytes::from_static(&[0xC3]), false),
+                        ),
+                        (nz(6), Answer::Accept),
+                        (nz(7), Answer::Reply(ReplyCode::Busy, Bytes::new(), false)),
+                    ],
+                )
+                .expect("answers")
+                .with_offsets(),
+            )),
+        ),
+        (
             "reply_replayed",
             R(Record::Reply(Reply {
                 call_id: nz(5),

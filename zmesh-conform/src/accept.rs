@@ -1,7 +1,8 @@
 //! The target accepts (its RouteMesh lanes or its ClientServer server): the runner dials,
 //! as a RouteMesh peer or a ClientServer client, and checks admission and REJECT reasons
 //! (§5.1), liveness (§5.2), calls (§5.3, §5.4), CLOSE and malformed input (§5.1, §6),
-//! capabilities and CANCEL (§8.1, §4.13, in `cancel`).
+//! capabilities and CANCEL (§8.1, §4.13, in `cancel`), ANSWERS (§4.16, `packed`), PACK
+//! (§4.18, `pack`) and CALLS16 (§4.19, `ids16`).
 
 use std::num::NonZeroU64;
 use std::time::{Duration, Instant};
@@ -17,6 +18,7 @@ use super::link::{
 use super::{liveness, Job, Report, Target};
 
 mod cancel;
+mod ids16;
 mod pack;
 mod packed;
 
@@ -91,8 +93,8 @@ pub fn jobs(target: &Target, acc: Acceptor) -> Vec<Job> {
     out
 }
 
-/// The call checks, then the capability and CANCEL checks (`cancel`), then ANSWERS (`packed`)
-/// and PACK (`pack`),
+/// The call checks, then the capability and CANCEL checks (`cancel`), then ANSWERS (`packed`),
+/// PACK (`pack`) and CALLS16 (`ids16`),
 /// one after the other in one thread: the later ones admit their connections once the
 /// liveness scenario's are past their first PROBEs.
 fn calls_then_capabilities(t: &Target, acc: &Acceptor, r: &mut Report) {
@@ -100,6 +102,7 @@ fn calls_then_capabilities(t: &Target, acc: &Acceptor, r: &mut Report) {
     cancel::capabilities(t, acc, r);
     packed::answers_packed(t, acc, r);
     pack::pack_records(acc, r);
+    ids16::ids16_records(t, acc, r);
 }
 
 /// A runner-side session: one libzmq context, fresh RIDs and generations per connection.

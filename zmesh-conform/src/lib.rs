@@ -133,6 +133,9 @@ pub const RULES: &[Rule] = &[
     must("4.18/pack-accepted", "where pack is in effect, a well-formed PACK of three MESSAGEs changes nothing about the connection: the next PROBE gets its ACK"),
     must("4.18/pack-lone-record-protocol-error", "where pack is in effect, a PACK of one record (a lone record is never wrapped) is a protocol error: CLOSE ProtocolError (5)"),
     must("4.18/pack-unknown-without-capability", "where pack is not in effect, a PACK is an unknown kind: CLOSE ProtocolError (5)"),
+    must("4.19/calls16-answered", "where ids16 is in effect, each call of a CALLS16 of two calls is answered on its own (ACCEPT then one REPLY when served, one REPLY when not), whether the answers come alone or in ANSWERS or ANSWERS16 records"),
+    must("4.19/calls16-base-not-smallest", "where ids16 is in effect, a CALLS16 whose base is not the smallest call id (no offset is 0) is a protocol error: CLOSE ProtocolError (5)"),
+    must("4.19/ids16-unknown-without-capability", "where ids16 is not in effect, a CALLS16 is an unknown kind: CLOSE ProtocolError (5)"),
 ];
 
 /// The catalog entry of `id`.

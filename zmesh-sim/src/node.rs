@@ -429,6 +429,7 @@ impl SimNode {
                 .map(|(_, r)| r)
                 .collect();
             let generation = NonZeroU64::new(self.me.generation).unwrap_or(NonZeroU64::MIN);
+            let offsets = self.caps_on(conn).contains(Capabilities::IDS16);
             let mut at = 0;
             while at < queue.len() {
                 let pending = queue[at..].iter().map(|r| match r {
@@ -443,6 +444,7 @@ impl SimNode {
                 );
                 match wire::Answers::new(generation, conn_id, entries) {
                     Ok(a) => {
+                        let a = if offsets { a.with_offsets() } else { a };
                         let records = a.records();
                         if self.send(ctx, conn, &Record::Answers(a)) {
                             ctx.truth.on_answers_packed(records);
@@ -679,7 +681,7 @@ impl SimNode {
                         .filter(|k| !caps.contains(k.capability()));
                     if let Some(kind) = extension {
                         // CANCEL has an invariant of its own; every other extension kind
-                        // (CALLS, ANSWERS) shares one.
+                        // (CALLS, ANSWERS, PACK, CALLS16, ANSWERS16) shares one.
                         let invariant = if kind == wire::Kind::Cancel {
                             "cancel_only_where_negotiated"
                         } else {
@@ -690,7 +692,7 @@ impl SimNode {
                             self.me.rid,
                             self.me.capabilities,
                             kind.name().to_uppercase(),
-                            kind.name()
+                            kind.capability().names().collect::<Vec<_>>().join("+")
                         );
                         ctx.truth.violation(invariant, detail);
                     }

@@ -1,12 +1,14 @@
 //! ANSWERS (`11`, capability `answers`, WIRE.md §4.16): the ACCEPTs and REPLYs of several
 //! calls of one connection in one message, the acceptor's generation and connection id said
-//! once.
+//! once; ANSWERS16 (`14`, capability `ids16`, §4.19) the same with the call ids as offsets
+//! from the smallest.
 
 use std::num::NonZeroU64;
 
 use bytes::Bytes;
 
 use super::codec::{put_count, put_u64, Reader};
+use super::offsets::{base_of, check_base, id_from, put_id, read_id, IdForm};
 use super::{
     code_byte, envelope, non_zero, read_code, Accept, Capabilities, Kind, Record, Reply, ReplyCode,
     WireError,
@@ -58,12 +60,14 @@ impl Answer {
 /// least two records. Each entry is exactly the ACCEPT and/or REPLY it names arriving alone
 /// in its place: the ACCEPTs carry the record's `generation` and `connection_id`, which every
 /// ACCEPT of one connection shares. Only where capability `answers` is in effect (WIRE.md
-/// §8.1).
+/// §8.1); in the offset form ([`Answers::with_offsets`], kind ANSWERS16) only where `ids16`
+/// is too.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answers {
     generation: NonZeroU64,
     connection_id: u64,
     entries: Vec<(NonZeroU64, Answer)>,
+    form: IdForm,
 }
 
 impl Answers {
@@ -78,6 +82,7 @@ impl Answers {
         entries: Vec<(NonZeroU64, Answer)>,
     ) -> Result<Self, WireError> {
         Self::check_count(
+            Kind::Answers,
             entries.len(),
             entries.iter().map(|(_, a)| a.records()).sum(),
         )?;
@@ -85,13 +90,38 @@ impl Answers {
             generation,
             connection_id,
             entries,
+            form: IdForm::Full,
         })
     }
 
-    fn check_count(count: usize, records: usize) -> Result<(), WireError> {
+    /// The record in the offset form (kind ANSWERS16, WIRE.md §4.19: the smallest call id
+    /// once, each id as a u16 offset from it) if its ids are within 65535 of each other;
+    /// unchanged otherwise. Only where capability `ids16` is in effect.
+    #[must_use]
+    pub fn with_offsets(mut self) -> Self {
+        if base_of(self.entries.iter().map(|(id, _)| *id)).is_some() {
+            self.form = IdForm::Offsets;
+        }
+        self
+    }
+
+    /// How the record writes its call ids.
+    pub fn form(&self) -> IdForm {
+        self.form
+    }
+
+    /// The record's kind: ANSWERS, or ANSWERS16 in the offset form.
+    pub fn kind(&self) -> Kind {
+        match self.form {
+            IdForm::Full => Kind::Answers,
+            IdForm::Offsets => Kind::Answers16,
+        }
+    }
+
+    fn check_count(kind: Kind, count: usize, records: usize) -> Result<(), WireError> {
         if count == 0 || count > Self::MAX || records < 2 {
             return Err(WireError::invalid(
-                Some(Kind::Answers),
+                Some(kind),
                 "count",
                 "an ANSWERS record holds 1..=65535 entries standing for two records or more",
             ));
@@ -141,16 +171,21 @@ impl Answers {
         })
     }
 
-    /// The record's frames: the envelope with the shared fields and each entry's call id,
-    /// `what` and code, then one payload frame per REPLY, in order.
+    /// The record's frames: the envelope with the shared fields (in the offset form, the
+    /// base after them) and each entry's call id, `what` and code, then one payload frame per
+    /// REPLY, in order.
     pub(super) fn encode(&self) -> Vec<Vec<u8>> {
-        let mut env = envelope(Kind::Answers);
+        let mut env = envelope(self.kind());
         put_count(&mut env, self.entries.len());
         put_u64(&mut env, self.generation.get());
         put_u64(&mut env, self.connection_id);
+        let base = base_of(self.entries.iter().map(|(id, _)| *id)).unwrap_or(NonZeroU64::MIN);
+        if self.form == IdForm::Offsets {
+            put_u64(&mut env, base.get());
+        }
         let mut payloads = Vec::new();
         for (call_id, answer) in &self.entries {
-            put_u64(&mut env, call_id.get());
+            put_id(&mut env, self.form, base, *call_id);
             env.push(answer.what());
             if let Some((code, payload, replayed)) = answer.reply() {
                 env.push(code_byte(code, replayed));
@@ -163,13 +198,15 @@ impl Answers {
         frames
     }
 
-    /// Decodes the body of an ANSWERS envelope and its payload frames (`frames` is the whole
-    /// message, `rest` the frames after the envelope), in the check order of WIRE.md §6.2:
+    /// Decodes the body of an ANSWERS (`form` full) or ANSWERS16 (`form` offsets) envelope
+    /// and its payload frames (`frames` is the whole message, `rest` the frames after the
+    /// envelope), in the check order of WIRE.md §6.2:
     /// every body field is read (truncated, trailing bytes), then the frame count, then the
     /// field values in wire order. A code byte carries the replayed mark only where `caps`
     /// hold [`Capabilities::REPLAYED`] (WIRE.md §4.17).
     pub(super) fn decode<F: AsRef<[u8]>>(
         mut r: Reader<'_>,
+        form: IdForm,
         caps: Capabilities,
         frames: &[F],
         rest: &[F],
@@ -178,11 +215,15 @@ impl Answers {
         let count = usize::from(r.u16("count")?);
         let generation = r.u64("generation")?;
         let connection_id = r.u64("connection_id")?;
-        // Bounded by the frame: each entry is at least 9 bytes, and a short frame stops the
+        let (kind, base) = match form {
+            IdForm::Full => (Kind::Answers, 0),
+            IdForm::Offsets => (Kind::Answers16, r.u64("base")?),
+        };
+        // Bounded by the frame: each entry is at least 3 bytes, and a short frame stops the
         // reader with `truncated` before anything is reserved for it.
         let mut raw = Vec::new();
         for _ in 0..count {
-            let call_id = r.u64("call_id")?;
+            let call_id = read_id(&mut r, form)?;
             let what = r.u8("what")?;
             // The code is there exactly when `what` says a REPLY; an unknown `what` is
             // judged with the values below, so it reads no code.
@@ -198,7 +239,7 @@ impl Answers {
         let expected = replies.saturating_add(1);
         if frames.len() != expected {
             return Err(WireError::FrameCount {
-                kind: Some(Kind::Answers),
+                kind: Some(kind),
                 expected,
                 found: frames.len(),
             });
@@ -207,14 +248,18 @@ impl Answers {
             .iter()
             .map(|(_, what, _)| if *what == 3 { 2 } else { 1 })
             .sum();
-        Self::check_count(count, records)?;
+        Self::check_count(kind, count, records)?;
         let generation = non_zero(generation, "generation")?;
+        let base = match form {
+            IdForm::Full => None,
+            IdForm::Offsets => Some(check_base(kind, base, raw.iter().map(|(id, _, _)| *id))?),
+        };
         let mut checked = Vec::with_capacity(count);
         for (call_id, what, code) in raw {
-            let call_id = non_zero(call_id, "call_id")?;
+            let call_id = id_from(kind, form, base, call_id)?;
             if !(1..=3).contains(&what) {
                 return Err(WireError::invalid(
-                    Some(Kind::Answers),
+                    Some(kind),
                     "what",
                     "an entry's what is 1 (ACCEPT), 2 (REPLY) or 3 (ACCEPT then REPLY)",
                 ));
@@ -245,6 +290,7 @@ impl Answers {
             generation,
             connection_id,
             entries,
+            form,
         }))
     }
 }
@@ -327,6 +373,58 @@ mod tests {
 
     fn decode(frames: &[Vec<u8>]) -> Result<Record, WireError> {
         Record::decode_in(frames, Capabilities::ANSWERS, |f| Bytes::copy_from_slice(f))
+    }
+
+    /// MISSION K5, X4: ANSWERS16 says the smallest id once and each id as a u16 offset:
+    /// entries keep their order (ids may fall), it round-trips, saves six bytes an entry
+    /// (less the base), is known only where `ids16` is in effect, and stays ANSWERS where
+    /// the ids span more than 65535.
+    #[test]
+    fn k5_x4_answers16_write_ids_as_offsets_from_the_smallest() {
+        let gen = id(3);
+        let entries = vec![
+            (id(12), Answer::Accept),
+            (
+                id(10),
+                Answer::Reply(ReplyCode::Ok, Bytes::from_static(b"x"), true),
+            ),
+            (
+                id(11),
+                Answer::AcceptReply(ReplyCode::Busy, Bytes::new(), false),
+            ),
+        ];
+        let full = Answers::new(gen, 7, entries.clone()).unwrap();
+        let short = full.clone().with_offsets();
+        assert_eq!(short.kind(), Kind::Answers16);
+        let long = Record::Answers(full).encode();
+        let frames = Record::Answers(short.clone()).encode();
+        assert_eq!(frames[0][3], 0x14);
+        assert_eq!(long[0].len() - frames[0].len(), 3 * 6 - 8);
+        assert_eq!(
+            &frames[0][22..30],
+            &10u64.to_be_bytes(),
+            "the base is the smallest id"
+        );
+        assert_eq!(&frames[0][30..33], &[0, 2, 1], "call 12: offset 2, ACCEPT");
+        let caps = Capabilities::ANSWERS
+            .union(Capabilities::IDS16)
+            .union(Capabilities::REPLAYED);
+        let back = Record::decode_in(&frames, caps, |f| Bytes::copy_from_slice(f)).unwrap();
+        assert_eq!(back, Record::Answers(short));
+        let Record::Answers(a) = back else { panic!() };
+        assert_eq!(a.entries(), &entries[..]);
+        assert!(
+            decode(&frames).is_err(),
+            "unknown where ids16 is not in effect"
+        );
+        let wide = vec![(id(1), Answer::Accept), (id(70_000), Answer::Accept)];
+        let wide = Answers::new(gen, 7, wide).unwrap().with_offsets();
+        assert_eq!(wide.kind(), Kind::Answers);
+        let mut bad = frames.clone();
+        bad[0][34] = 3; // call 10's offset: now no offset is 0
+
+        let err = Record::decode_in(&bad, caps, |f| Bytes::copy_from_slice(f)).unwrap_err();
+        assert_eq!(err.class(), "invalid_field");
     }
 
     /// MISSION K5, X3, X4: the answers of 64 calls travel as one ANSWERS record that stands

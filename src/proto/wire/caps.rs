@@ -31,6 +31,9 @@ impl Capabilities {
     /// PACK records (WIRE.md §4.18): several MESSAGEs of one channel in one message, the
     /// payloads back to back in one frame.
     pub const PACK: Capabilities = Capabilities(32);
+    /// CALLS16 and ANSWERS16 records (WIRE.md §4.19): CALLS and ANSWERS with the call ids as
+    /// u16 offsets from the smallest, two bytes per id instead of eight.
+    pub const IDS16: Capabilities = Capabilities(64);
     /// Every capability this implementation speaks, announced by default.
     pub const SPOKEN: Capabilities = Capabilities(
         Capabilities::CANCEL.0
@@ -38,17 +41,19 @@ impl Capabilities {
             | Capabilities::CREDIT.0
             | Capabilities::ANSWERS.0
             | Capabilities::REPLAYED.0
-            | Capabilities::PACK.0,
+            | Capabilities::PACK.0
+            | Capabilities::IDS16.0,
     );
 
     /// Each capability with its name on the wire, in the order extension entries are sent.
-    const NAMES: [(Capabilities, &'static str); 6] = [
+    const NAMES: [(Capabilities, &'static str); 7] = [
         (Capabilities::CANCEL, "cancel"),
         (Capabilities::CALLS, "calls"),
         (Capabilities::CREDIT, "credit"),
         (Capabilities::ANSWERS, "answers"),
         (Capabilities::REPLAYED, "replayed"),
         (Capabilities::PACK, "pack"),
+        (Capabilities::IDS16, "ids16"),
     ];
 
     /// Whether every capability of `other` is in this set.

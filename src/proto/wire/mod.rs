@@ -41,6 +41,7 @@ mod caps;
 mod codec;
 mod error;
 mod fanout;
+mod offsets;
 mod pack;
 mod types;
 
@@ -59,6 +60,7 @@ pub use self::error::WireError;
 pub use self::fanout::{
     encode_beacon, encode_publish_envelope, FanoutMessage, PUBLISH_ENVELOPE_LEN,
 };
+pub use self::offsets::IdForm;
 pub use self::pack::Pack;
 pub use self::types::{
     BoundedStr, CloseReason, Detail, Label, Lane, Membership, Memberships, Name, RejectReason,
@@ -126,6 +128,12 @@ pub enum Kind {
     /// one frame. An extension kind: known only on a connection that negotiated
     /// [`Capabilities::PACK`] (WIRE.md §4.18).
     Pack = 0x12,
+    /// 0x13: CALLS with the call ids as u16 offsets from the smallest. An extension kind:
+    /// known only on a connection that negotiated [`Capabilities::IDS16`] (WIRE.md §4.19).
+    Calls16 = 0x13,
+    /// 0x14: ANSWERS with the call ids as u16 offsets from the smallest. An extension kind:
+    /// known only on a connection that negotiated [`Capabilities::IDS16`] (WIRE.md §4.19).
+    Answers16 = 0x14,
 }
 
 impl Kind {
@@ -148,12 +156,14 @@ impl Kind {
 
     /// Every extension kind, in byte order: each is known only where its capability is in
     /// effect ([`Kind::capability`]).
-    pub const EXTENSIONS: [Kind; 5] = [
+    pub const EXTENSIONS: [Kind; 7] = [
         Kind::Cancel,
         Kind::Calls,
         Kind::Credit,
         Kind::Answers,
         Kind::Pack,
+        Kind::Calls16,
+        Kind::Answers16,
     ];
 
     /// The capability a connection must have negotiated for this kind to be known on it
@@ -165,6 +175,7 @@ impl Kind {
             Kind::Credit => Capabilities::CREDIT,
             Kind::Answers => Capabilities::ANSWERS,
             Kind::Pack => Capabilities::PACK,
+            Kind::Calls16 | Kind::Answers16 => Capabilities::IDS16,
             _ => Capabilities::NONE,
         }
     }
@@ -203,6 +214,8 @@ impl Kind {
             Kind::Credit => "credit",
             Kind::Answers => "answers",
             Kind::Pack => "pack",
+            Kind::Calls16 => "calls16",
+            Kind::Answers16 => "answers16",
         }
     }
 }
@@ -474,7 +487,9 @@ pub enum Record {
         /// The id of the call the caller no longer waits for.
         call_id: NonZeroU64,
     },
-    /// 0x0F, 1 + count frames; only where [`Capabilities::CALLS`] is in effect.
+    /// 0x0F, 1 + count frames; only where [`Capabilities::CALLS`] is in effect. In the
+    /// offset form ([`Calls::with_offsets`]) 0x13, only where [`Capabilities::IDS16`] is in
+    /// effect.
     Calls(Calls),
     /// 0x10, 1 frame of exactly 20 bytes; only where [`Capabilities::CREDIT`] is in effect.
     Credit {
@@ -484,6 +499,8 @@ pub enum Record {
         items: NonZeroU64,
     },
     /// 0x11, 1 + one frame per REPLY; only where [`Capabilities::ANSWERS`] is in effect.
+    /// In the offset form ([`Answers::with_offsets`]) 0x14, only where
+    /// [`Capabilities::IDS16`] is in effect.
     Answers(Answers),
     /// 0x12, 2 frames; only where [`Capabilities::PACK`] is in effect.
     Pack(Pack),
@@ -506,9 +523,9 @@ impl Record {
             Record::Close { .. } => Kind::Close,
             Record::Batch(_) => Kind::Batch,
             Record::Cancel { .. } => Kind::Cancel,
-            Record::Calls(_) => Kind::Calls,
+            Record::Calls(c) => c.kind(),
             Record::Credit { .. } => Kind::Credit,
-            Record::Answers(_) => Kind::Answers,
+            Record::Answers(a) => a.kind(),
             Record::Pack(_) => Kind::Pack,
         }
     }
@@ -692,8 +709,10 @@ fn decode_body<F: AsRef<[u8]>>(
             Ok(Record::Close { reason })
         }
         Kind::Batch => decode_batch(r, frames, rest, take).map(Record::Batch),
-        Kind::Calls => Calls::decode(r, frames, rest, take),
-        Kind::Answers => Answers::decode(r, caps, frames, rest, take),
+        Kind::Calls => Calls::decode(r, IdForm::Full, frames, rest, take),
+        Kind::Calls16 => Calls::decode(r, IdForm::Offsets, frames, rest, take),
+        Kind::Answers => Answers::decode(r, IdForm::Full, caps, frames, rest, take),
+        Kind::Answers16 => Answers::decode(r, IdForm::Offsets, caps, frames, rest, take),
         Kind::Pack => Pack::decode(r, frames, take),
         Kind::Credit => {
             let call_id = r.u64("call_id")?;

@@ -89,7 +89,9 @@ impl IoThread {
             if !batches_calls(links, cfg, k) {
                 SendPolicy::Alone
             } else if negotiated(links, me, k).contains(Capabilities::CALLS) {
-                SendPolicy::Grouped
+                SendPolicy::Grouped {
+                    offsets: negotiated(links, me, k).contains(Capabilities::IDS16),
+                }
             } else {
                 SendPolicy::Batch
             }

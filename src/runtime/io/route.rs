@@ -158,7 +158,7 @@ impl IoThread {
             generation,
             |k| {
                 let conn = self.links.get(k).and_then(|l| l.conn.as_ref())?.id;
-                Some((conn, self.conn_caps(k).contains(Capabilities::ANSWERS)))
+                Some((conn, self.conn_caps(k)))
             },
             |k, frames| self.send_frames_on_link(k, frames),
         );

@@ -72,7 +72,12 @@ pub(super) fn pack_records(acc: &Acceptor, r: &mut Report) {
 }
 
 /// Sends `frames` on `d` and checks that the acceptor answers CLOSE ProtocolError.
-fn closes_with_protocol_error(d: &dyn Wire, frames: &[Vec<u8>], id: &'static str, r: &mut Report) {
+pub(super) fn closes_with_protocol_error(
+    d: &dyn Wire,
+    frames: &[Vec<u8>],
+    id: &'static str,
+    r: &mut Report,
+) {
     match d.send(frames).map(|_| next(d, ANSWER, true)) {
         Ok(Some(Got::Record(Record::Close { reason }))) => r.check(
             id,

@@ -52,10 +52,11 @@ pub(super) fn answers_packed(t: &Target, acc: &Acceptor, r: &mut Report) {
     if let Err(e) = req.send(&batch.encode()) {
         return r.fail(RULE, e);
     }
-    match read_answers(req, ans, conns.len() == 2) {
+    match read_answers(req, ans, conns.len() == 2, Capabilities::ANSWERS, CALLS) {
         Ok((seen, packed)) => {
             let whole = seen.len() as u64 == CALLS
                 && seen.values().all(|s| s.as_slice() == ["accept", "reply"]);
+            let packed: usize = packed.values().sum();
             r.check(
                 RULE,
                 whole,
@@ -66,22 +67,33 @@ pub(super) fn answers_packed(t: &Target, acc: &Acceptor, r: &mut Report) {
     }
 }
 
-/// What came for each call (`accept`, `reply`, in order) until every call had its REPLY or
-/// [`ANSWER`] passed, and how many ANSWERS records carried them; PROBEs are answered, on the
-/// request connection too when it is `separate` from the answers' (RouteMesh).
-type Seen = (BTreeMap<u64, Vec<&'static str>>, usize);
+/// What came for each call (`accept`, `reply`, in order), and how many records of each
+/// packing kind (`answers`, `answers16`) carried them.
+pub(super) type Seen = (
+    BTreeMap<u64, Vec<&'static str>>,
+    BTreeMap<&'static str, usize>,
+);
 
-fn read_answers(req: &dyn Wire, ans: &dyn Wire, separate: bool) -> Result<Seen, String> {
-    let (mut seen, mut packed): (BTreeMap<u64, Vec<&'static str>>, usize) = Default::default();
+/// Reads the answers on `ans` (decoded with `caps` in effect) until `calls` calls had a REPLY
+/// each or [`ANSWER`] passed; PROBEs are answered, on the request connection `req` too when it
+/// is `separate` from the answers' (RouteMesh). A malformed message is an error.
+pub(super) fn read_answers(
+    req: &dyn Wire,
+    ans: &dyn Wire,
+    separate: bool,
+    caps: Capabilities,
+    calls: u64,
+) -> Result<Seen, String> {
+    let (mut seen, mut packed): Seen = Default::default();
     let deadline = Instant::now() + ANSWER;
     let replies = |seen: &BTreeMap<u64, Vec<&'static str>>| {
         seen.values().filter(|s| s.contains(&"reply")).count() as u64
     };
-    while replies(&seen) < CALLS {
+    while replies(&seen) < calls {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(format!(
-                "{} of {CALLS} REPLYs within 5 s: {seen:?}",
+                "{} of {calls} REPLYs within 5 s: {seen:?}",
                 replies(&seen)
             ));
         }
@@ -93,22 +105,21 @@ fn read_answers(req: &dyn Wire, ans: &dyn Wire, separate: bool) -> Result<Seen, 
         let Some(frames) = ans.recv(left.min(Duration::from_millis(20))) else {
             continue;
         };
-        let rec = Record::decode_in(&frames, Capabilities::ANSWERS, |f| {
-            bytes::Bytes::copy_from_slice(f)
-        })
-        .map_err(|e| {
-            format!(
-                "a malformed message with answers in effect: {} ({e})",
-                e.class()
-            )
-        })?;
+        let rec = Record::decode_in(&frames, caps, |f| bytes::Bytes::copy_from_slice(f)).map_err(
+            |e| {
+                format!(
+                    "a malformed message with {caps} in effect: {} ({e})",
+                    e.class()
+                )
+            },
+        )?;
         let records = match rec {
             Record::Probe { id } => {
                 let _ = ans.send(&Record::Ack { id }.encode());
                 continue;
             }
             Record::Answers(a) => {
-                packed += 1;
+                *packed.entry(a.kind().name()).or_default() += 1;
                 a.into_records().collect()
             }
             other => vec![other],

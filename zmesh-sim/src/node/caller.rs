@@ -122,14 +122,18 @@ impl SimNode {
                 requests.push(request_of(cid, b.uid, &b.kind, b.ttl, "op"));
             }
         }
-        let calls_on = self.caps_on(request_conn).contains(Capabilities::CALLS);
+        let caps = self.caps_on(request_conn);
+        let calls_on = caps.contains(Capabilities::CALLS);
+        let offsets = caps.contains(Capabilities::IDS16);
         for (range, framing) in batch::frame(&requests, calls_on) {
             let part = requests.get(range.clone()).unwrap_or_default().to_vec();
             let count = part.len() as u64;
             let record = match framing {
                 Framing::Request => part.into_iter().next().map(Record::Request),
                 Framing::Batch => wire::Batch::new(part).ok().map(Record::Batch),
-                Framing::Calls => wire::Calls::new(part).ok().map(Record::Calls),
+                Framing::Calls => wire::Calls::new(part)
+                    .ok()
+                    .map(|c| Record::Calls(if offsets { c.with_offsets() } else { c })),
             };
             let sent = record.is_some_and(|r| self.send(ctx, request_conn, &r));
             if sent {

@@ -14,7 +14,7 @@ use std::collections::{HashMap, VecDeque};
 use std::num::NonZeroU64;
 
 use crate::proto::wire::{
-    self, Answer, Answers, Pending, Record, ANSWERS_MAX_ENTRIES, ANSWERS_MAX_PAYLOAD,
+    self, Answer, Answers, Capabilities, Pending, Record, ANSWERS_MAX_ENTRIES, ANSWERS_MAX_PAYLOAD,
 };
 use crate::proto::ConnId;
 use crate::runtime::keys::LinkKey;
@@ -80,12 +80,13 @@ impl AnswerQueue {
     }
 
     /// Sends what waits, in order per link, while `send` takes it. `current` says a link's
-    /// current connection and whether it packs answers; a link whose connection is not the
-    /// one its answers were for drops them (their callers fail the calls on the loss).
+    /// current connection and the capabilities in effect on it (whether it packs answers,
+    /// and in which form); a link whose connection is not the one its answers were for
+    /// drops them (their callers fail the calls on the loss).
     pub(crate) fn flush(
         &mut self,
         generation: NonZeroU64,
-        current: impl Fn(LinkKey) -> Option<(ConnId, bool)>,
+        current: impl Fn(LinkKey) -> Option<(ConnId, Capabilities)>,
         mut send: impl FnMut(LinkKey, &[Vec<u8>]) -> Result<(), SocketSendError>,
     ) {
         let links: Vec<LinkKey> = self.queued.keys().copied().collect();
@@ -93,14 +94,14 @@ impl AnswerQueue {
             let Some((conn, mut queue)) = self.queued.remove(&route) else {
                 continue;
             };
-            let Some((now_conn, packs)) = current(route) else {
+            let Some((now_conn, caps)) = current(route) else {
                 continue;
             };
             if now_conn != conn {
                 continue;
             }
             while !queue.is_empty() {
-                let (frames, used) = next_record(&queue, generation, conn, packs);
+                let (frames, used) = next_record(&queue, generation, conn, caps);
                 match send(route, &frames) {
                     Ok(()) => {
                         queue.drain(..used);
@@ -118,16 +119,22 @@ impl AnswerQueue {
 
 /// The next record to send from the front of `queue`, and how many queued answers it
 /// carries: an ANSWERS record of the answers at the front where the connection packs them
-/// and they stand for two records or more, else the front answer alone.
+/// (`caps` hold `answers`) and they stand for two records or more, in the offset form
+/// (ANSWERS16) where `caps` hold `ids16` too, else the front answer alone.
 fn next_record(
     queue: &VecDeque<Outgoing>,
     generation: NonZeroU64,
     conn: ConnId,
-    packs: bool,
+    caps: Capabilities,
 ) -> (Frames, usize) {
-    if packs {
+    if caps.contains(Capabilities::ANSWERS) {
         let (entries, used) = pack_front(queue);
         if let Ok(a) = Answers::new(generation, conn.0, entries) {
+            let a = if caps.contains(Capabilities::IDS16) {
+                a.with_offsets()
+            } else {
+                a
+            };
             return (Record::Answers(a).encode(), used);
         }
     }
@@ -214,17 +221,32 @@ mod tests {
             (1, 1),
             "the payload bound ends the pack"
         );
-        let (frames, used) = next_record(&big, id(5), ConnId(1), true);
+        let (frames, used) = next_record(&big, id(5), ConnId(1), Capabilities::ANSWERS);
         assert_eq!(used, 1);
         assert_eq!(frames[0][3], 0x09, "a lone REPLY is never wrapped");
 
-        let (frames, used) = next_record(&q, id(5), ConnId(1), false);
+        let (frames, used) = next_record(&q, id(5), ConnId(1), Capabilities::NONE);
         assert_eq!(
             (frames[0][3], used),
             (0x08, 1),
             "no packing where not negotiated"
         );
-        let (frames, used) = next_record(&q, id(5), ConnId(1), true);
+        let (frames, used) = next_record(&q, id(5), ConnId(1), Capabilities::ANSWERS);
         assert_eq!((frames[0][3], used), (0x11, 4));
+        let both = Capabilities::ANSWERS.union(Capabilities::IDS16);
+        let (short, used) = next_record(&q, id(5), ConnId(1), both);
+        assert_eq!(
+            (short[0][3], used),
+            (0x14, 4),
+            "ANSWERS16 where ids16 is on"
+        );
+        assert_eq!(
+            frames[0].len() - short[0].len(),
+            3 * 6 - 8,
+            "three ids of two bytes, not eight, and one base"
+        );
+        let only_ids = Capabilities::IDS16;
+        let (frames, _) = next_record(&q, id(5), ConnId(1), only_ids);
+        assert_eq!(frames[0][3], 0x08, "ids16 alone packs nothing");
     }
 }

@@ -37,8 +37,12 @@ pub(crate) enum SendPolicy {
     /// In BATCHes (version 1).
     Batch,
     /// In CALLS records where consecutive calls share their header, BATCHes otherwise: the
-    /// link negotiated capability `calls`.
-    Grouped,
+    /// link negotiated capability `calls`. With `offsets` (the link negotiated `ids16` too)
+    /// a CALLS record writes its ids as offsets (CALLS16, WIRE.md §4.19).
+    Grouped {
+        /// Whether CALLS records go in the offset form.
+        offsets: bool,
+    },
 }
 
 /// How a message of REQUESTs is encoded: [`records::requests`] or [`records::calls`].
@@ -56,11 +60,12 @@ fn message(link: LinkKey, calls: Vec<(CallId, wire::Request)>, encode: Encode) -
 
 /// `calls` for `link` in the messages [`batch::frame`] cuts them into, in order: lone
 /// REQUESTs, BATCHes and, where `grouped` (the link negotiated capability `calls`), CALLS
-/// records for runs of calls that share their header.
+/// records for runs of calls that share their header, in the offset form where `offsets`.
 fn framed(
     link: LinkKey,
     calls: Vec<(CallId, wire::Request)>,
     grouped: bool,
+    offsets: bool,
     out: &mut Vec<Requests>,
 ) {
     let (ids, requests): (Vec<CallId>, Vec<wire::Request>) = calls.into_iter().unzip();
@@ -68,13 +73,13 @@ fn framed(
     let mut requests = requests.into_iter();
     for (range, framing) in messages {
         let part: Vec<wire::Request> = requests.by_ref().take(range.len()).collect();
-        let encode: Encode = match framing {
-            batch::Framing::Calls => records::calls,
-            batch::Framing::Request | batch::Framing::Batch => records::requests,
+        let frames = match framing {
+            batch::Framing::Calls => records::calls(part, offsets),
+            batch::Framing::Request | batch::Framing::Batch => records::requests(part),
         };
         out.push(Requests {
             link,
-            frames: encode(part).ok(),
+            frames: frames.ok(),
             ids: ids.get(range).map(<[CallId]>::to_vec).unwrap_or_default(),
         });
     }
@@ -316,8 +321,8 @@ impl Caller {
                         out.push(message(link, vec![call], records::requests));
                     }
                 }
-                SendPolicy::Batch => framed(link, calls, false, &mut out),
-                SendPolicy::Grouped => framed(link, calls, true, &mut out),
+                SendPolicy::Batch => framed(link, calls, false, false, &mut out),
+                SendPolicy::Grouped { offsets } => framed(link, calls, true, offsets, &mut out),
             }
         }
         out
@@ -510,43 +515,48 @@ mod tests {
         )
     }
 
-    /// MISSION K5, X4: runs of two or more calls that share their header go as CALLS, the
-    /// calls between runs as a lone REQUEST or a BATCH, and no call changes its place.
+    /// MISSION K5, X4: runs of two or more calls that share their header go as CALLS (as
+    /// CALLS16 where the link speaks `ids16`), the calls between runs as a lone REQUEST or a
+    /// BATCH, and no call changes its place.
     #[test]
     fn k5_x4_grouped_calls_keep_their_order() {
         let link = <LinkKey as crate::runtime::keys::Key>::from_index(0);
-        let calls = vec![
-            call(1, "read"),
-            call(2, "read"),
-            call(3, "set"),
-            call(4, "read"),
-            call(5, "read"),
-            call(6, "read"),
-            call(7, "set"),
-            call(8, "get"),
-        ];
-        let mut out = Vec::new();
-        framed(link, calls, true, &mut out);
-        let shape: Vec<(Kind, Vec<u64>)> = out
-            .iter()
-            .map(|m| {
-                let frames = m.frames.as_ref().expect("encodes");
-                let kind = Record::decode_in(frames, wire::Capabilities::CALLS, |f| {
-                    Bytes::copy_from_slice(f)
-                })
-                .expect("decodes")
-                .kind();
-                (kind, m.ids.iter().map(|id| id.get().get()).collect())
-            })
-            .collect();
-        assert_eq!(
-            shape,
+        let calls = || {
             vec![
-                (Kind::Calls, vec![1, 2]),
+                call(1, "read"),
+                call(2, "read"),
+                call(3, "set"),
+                call(4, "read"),
+                call(5, "read"),
+                call(6, "read"),
+                call(7, "set"),
+                call(8, "get"),
+            ]
+        };
+        let shape = |offsets: bool| -> Vec<(Kind, Vec<u64>)> {
+            let mut out = Vec::new();
+            framed(link, calls(), true, offsets, &mut out);
+            let caps = wire::Capabilities::CALLS.union(wire::Capabilities::IDS16);
+            out.iter()
+                .map(|m| {
+                    let frames = m.frames.as_ref().expect("encodes");
+                    let kind =
+                        Record::decode_in(frames, caps, |f: &Vec<u8>| Bytes::copy_from_slice(f))
+                            .expect("decodes")
+                            .kind();
+                    (kind, m.ids.iter().map(|id| id.get().get()).collect())
+                })
+                .collect()
+        };
+        let expect = |calls: Kind| {
+            vec![
+                (calls, vec![1, 2]),
                 (Kind::Request, vec![3]),
-                (Kind::Calls, vec![4, 5, 6]),
+                (calls, vec![4, 5, 6]),
                 (Kind::Batch, vec![7, 8]),
             ]
-        );
+        };
+        assert_eq!(shape(false), expect(Kind::Calls));
+        assert_eq!(shape(true), expect(Kind::Calls16));
     }
 }
