@@ -101,7 +101,7 @@
 //! long any one unit can hold the loop, so every unit's records, liveness included, are
 //! reached in every rotation (MISSION R4).
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::time::{Duration, Instant};
@@ -205,12 +205,19 @@ pub use types::{
 /// everything read from the socket has an owner and admission work is capped like any other.
 pub struct ReceiveScheduler<U, R> {
     caps: Caps,
-    ring: Vec<RingEntry<U>>,
-    /// Index of the entry the next turn begins with. It may equal `ring.len()`, meaning
-    /// "after the last entry" (wrapped lazily to 0 when the turn begins), so that an entry
-    /// appended right after the entry where processing stopped is served next, as the resume
+    /// The ring, in ring order. Each entry has a slot that never changes while it is in the
+    /// ring, so adding or removing one moves nothing else (O(log ring), where positions
+    /// would have to be renumbered).
+    ring: BTreeMap<Slot, RingEntry<U>>,
+    /// The next turn begins with the first entry at or after this slot (wrapping to the
+    /// first entry when there is none): right after the entry whose turn began last, so that
+    /// an entry added right after where processing stopped is served next, as the resume
     /// rule requires.
-    cursor: usize,
+    cursor: Slot,
+    /// Blocks handed out ([`Slot::block`]).
+    next_block: u64,
+    /// Places within a block handed out ([`Slot::seq`]).
+    next_seq: u64,
     units: IdMap<U, UnitState<R>>,
     sockets: IdMap<SharedSocketId, SocketState>,
     next_socket: u64,
@@ -220,9 +227,9 @@ pub struct ReceiveScheduler<U, R> {
     turns_begun: u64,
     /// Readiness mode ([`Self::with_readiness`]): idle entries get no turn.
     readiness: bool,
-    /// Readiness mode: ring positions of the entries that may have work, so a rotation
-    /// visits those only (O(active) instead of O(ring)).
-    active: BTreeSet<usize>,
+    /// Readiness mode: the slots of the entries that may have work, so a rotation visits
+    /// those only (O(active) instead of O(ring)).
+    active: BTreeSet<Slot>,
     /// Records staged in all units together.
     staged: usize,
 }
@@ -279,6 +286,25 @@ impl Hasher for IdHasher {
     }
 }
 
+/// Where an entry sits in the ring. The ring is a sequence of blocks in the order they were
+/// added: a single-peer unit is a block of its own (`seq` 0); a shared socket's block is its
+/// read phase (`seq` 0) followed by its peers in the order they joined.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+struct Slot {
+    block: u64,
+    seq: u64,
+}
+
+impl Slot {
+    /// The slot just after this one: the first entry at or after it is this entry's next.
+    fn after(self) -> Slot {
+        Slot {
+            block: self.block,
+            seq: self.seq.saturating_add(1),
+        }
+    }
+}
+
 struct UnitState<R> {
     source: Source,
     queue: VecDeque<(R, usize)>,
@@ -287,8 +313,8 @@ struct UnitState<R> {
     stats: UnitStats,
     /// Readiness mode: a single-peer unit's socket may have records.
     readable: bool,
-    /// Readiness mode: the unit's position in the ring.
-    pos: usize,
+    /// The unit's slot in the ring.
+    pos: Slot,
 }
 
 struct SocketState {
@@ -297,8 +323,8 @@ struct SocketState {
     stats: SocketStats,
     /// Readiness mode: the socket may have records.
     readable: bool,
-    /// Readiness mode: the read phase's position in the ring.
-    pos: usize,
+    /// The read phase's slot in the ring (its block holds the socket's peers).
+    pos: Slot,
 }
 
 struct Turn<U> {
@@ -359,8 +385,10 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
     pub fn with_caps(caps: Caps) -> Self {
         Self {
             caps,
-            ring: Vec::new(),
-            cursor: 0,
+            ring: BTreeMap::new(),
+            cursor: Slot::default(),
+            next_block: 0,
+            next_seq: 0,
             units: IdMap::default(),
             sockets: IdMap::default(),
             next_socket: 0,
@@ -392,7 +420,10 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
     /// [`UnitStats::turns`] and [`SocketStats::phases`] no longer count empty turns.
     pub fn with_readiness(mut self) -> Self {
         self.readiness = true;
-        self.reindex();
+        let entries: Vec<RingEntry<U>> = self.ring.values().copied().collect();
+        for entry in entries {
+            self.refresh(entry);
+        }
         self
     }
 
@@ -448,37 +479,6 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
         }
     }
 
-    /// Readiness mode: recomputes every entry's ring position and the active set, after the
-    /// ring changed shape (O(ring), like the insertion or removal itself).
-    fn reindex(&mut self) {
-        if !self.readiness {
-            return;
-        }
-        self.active.clear();
-        for pos in 0..self.ring.len() {
-            let active = match self.ring[pos] {
-                RingEntry::Unit(unit) => match self.units.get_mut(&unit) {
-                    Some(state) => {
-                        state.pos = pos;
-                        !state.queue.is_empty()
-                            || (state.source == Source::Single && state.readable)
-                    }
-                    None => false,
-                },
-                RingEntry::ReadPhase(socket) => match self.sockets.get_mut(&socket) {
-                    Some(state) => {
-                        state.pos = pos;
-                        state.readable
-                    }
-                    None => false,
-                },
-            };
-            if active {
-                self.active.insert(pos);
-            }
-        }
-    }
-
     /// The caps in force.
     pub fn caps(&self) -> &Caps {
         &self.caps
@@ -489,6 +489,7 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
     pub fn add_shared_socket(&mut self) -> SharedSocketId {
         self.next_socket += 1;
         let id = SharedSocketId(self.next_socket);
+        let slot = self.new_block();
         self.sockets.insert(
             id,
             SocketState {
@@ -496,26 +497,29 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
                 served_in: 0,
                 stats: SocketStats::default(),
                 readable: true,
-                pos: self.ring.len(),
+                pos: slot,
             },
         );
-        self.ring.push(RingEntry::ReadPhase(id));
-        self.reindex();
+        self.ring.insert(slot, RingEntry::ReadPhase(id));
+        self.refresh(RingEntry::ReadPhase(id));
         id
     }
 
     /// Removes a shared socket and every unit behind it; returns each unit with the records it
     /// had staged, in order. Returns an empty list for an unknown socket.
     pub fn remove_shared_socket(&mut self, socket: SharedSocketId) -> Vec<(U, Vec<R>)> {
-        let peers: Vec<U> = self
-            .ring
-            .iter()
-            .filter_map(|entry| match entry {
-                RingEntry::Unit(u) => self
-                    .units
-                    .get(u)
-                    .filter(|state| state.source == Source::Shared(socket))
-                    .map(|_| *u),
+        let Some(phase) = self.sockets.get(&socket).map(|state| state.pos) else {
+            return Vec::new();
+        };
+        let block = self.ring.range(
+            phase.after()..Slot {
+                block: phase.block.saturating_add(1),
+                seq: 0,
+            },
+        );
+        let peers: Vec<U> = block
+            .filter_map(|(_, entry)| match entry {
+                RingEntry::Unit(u) => Some(*u),
                 RingEntry::ReadPhase(_) => None,
             })
             .collect();
@@ -525,8 +529,8 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
                 removed.push((unit, records));
             }
         }
-        if self.sockets.remove(&socket).is_some() {
-            self.remove_entry(RingEntry::ReadPhase(socket));
+        if let Some(state) = self.sockets.remove(&socket) {
+            self.remove_entry(RingEntry::ReadPhase(socket), state.pos);
         }
         removed
     }
@@ -541,23 +545,19 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
             return Err(AddUnitError::AlreadyPresent);
         }
         let at = match source {
-            Source::Single => self.ring.len(),
+            Source::Single => self.new_block(),
             Source::Shared(socket) => {
                 let socket_state = self
                     .sockets
                     .get_mut(&socket)
                     .ok_or(AddUnitError::UnknownSocket(socket))?;
                 socket_state.stats.peers += 1;
-                let phase = self
-                    .ring
-                    .iter()
-                    .position(|e| *e == RingEntry::ReadPhase(socket))
-                    .unwrap_or(self.ring.len());
-                let mut at = phase + 1;
-                while at < self.ring.len() && self.is_peer_of(self.ring[at], socket) {
-                    at += 1;
+                let block = socket_state.pos.block;
+                self.next_seq = self.next_seq.saturating_add(1);
+                Slot {
+                    block,
+                    seq: self.next_seq,
                 }
-                at.min(self.ring.len())
             }
         };
         self.units.insert(
@@ -573,10 +573,7 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
             },
         );
         self.ring.insert(at, RingEntry::Unit(unit));
-        if at < self.cursor {
-            self.cursor += 1;
-        }
-        self.reindex();
+        self.refresh(RingEntry::Unit(unit));
         Ok(())
     }
 
@@ -595,7 +592,7 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
                 }
             }
         }
-        self.remove_entry(RingEntry::Unit(unit));
+        self.remove_entry(RingEntry::Unit(unit), state.pos);
         Some(state.queue.into_iter().map(|(record, _)| record).collect())
     }
 
@@ -625,12 +622,12 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
 
     /// The ring in order, starting at its first entry (diagnostics and tests).
     pub fn ring(&self) -> impl Iterator<Item = RingEntry<U>> + '_ {
-        self.ring.iter().copied()
+        self.ring.values().copied()
     }
 
     /// The entry the next turn begins with, if the ring is not empty.
     pub fn cursor(&self) -> Option<RingEntry<U>> {
-        self.ring.get(self.cursor).or(self.ring.first()).copied()
+        self.next_at_or_after(self.cursor).map(|(_, entry)| entry)
     }
 
     /// The entry whose turn is under way, if any.
@@ -818,23 +815,40 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
         self.refresh(entry);
     }
 
-    fn is_peer_of(&self, entry: RingEntry<U>, socket: SharedSocketId) -> bool {
-        match entry {
-            RingEntry::Unit(unit) => self
-                .units
-                .get(&unit)
-                .is_some_and(|state| state.source == Source::Shared(socket)),
-            RingEntry::ReadPhase(_) => false,
+    /// A slot for a new block at the end of the ring.
+    fn new_block(&mut self) -> Slot {
+        self.next_block = self.next_block.saturating_add(1);
+        Slot {
+            block: self.next_block,
+            seq: 0,
         }
     }
 
-    fn remove_entry(&mut self, entry: RingEntry<U>) {
-        if let Some(index) = self.ring.iter().position(|e| *e == entry) {
-            self.ring.remove(index);
-            if index < self.cursor {
-                self.cursor -= 1;
+    /// The first entry at or after `slot`, else the ring's first entry (none if empty).
+    fn next_at_or_after(&self, slot: Slot) -> Option<(Slot, RingEntry<U>)> {
+        self.ring
+            .range(slot..)
+            .next()
+            .or_else(|| self.ring.iter().next())
+            .map(|(slot, entry)| (*slot, *entry))
+    }
+
+    /// Takes `entry`, at `slot`, out of the ring (and of the active set). The next turn
+    /// still begins with what followed the removed entry. If it was the last entry before the
+    /// cursor, the cursor moves back to right after the entry before it, so that an entry
+    /// added there later is served next, as one added where the removed entry stood would
+    /// have been (the gap it leaves is where the next turn begins).
+    fn remove_entry(&mut self, entry: RingEntry<U>, slot: Slot) {
+        if self.ring.get(&slot) == Some(&entry) {
+            self.ring.remove(&slot);
+            self.active.remove(&slot);
+            if slot < self.cursor && self.ring.range(slot..self.cursor).next().is_none() {
+                self.cursor = self
+                    .ring
+                    .range(..slot)
+                    .next_back()
+                    .map_or(Slot::default(), |(before, _)| before.after());
             }
-            self.reindex();
         }
         if self.turn.as_ref().is_some_and(|turn| turn.entry == entry) {
             self.turn = None;
@@ -923,19 +937,16 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
     }
 
     fn begin_turn(&mut self, rotation: &mut Rotation, now: Instant) -> Option<Turn<U>> {
-        if self.cursor >= self.ring.len() {
-            self.cursor = 0;
-        }
         // Readiness mode: the first entry at or after the cursor (cyclically) that may have
         // work; the entries in between would only have had empty turns. Served entries form
         // one stretch behind the cursor, so reaching one means no unserved entry has work.
-        let at = if self.readiness {
+        let (at, entry) = if self.readiness {
             let next = self.active.range(self.cursor..).next();
-            *next.or_else(|| self.active.iter().next())?
+            let at = *next.or_else(|| self.active.iter().next())?;
+            (at, *self.ring.get(&at)?)
         } else {
-            self.cursor
+            self.next_at_or_after(self.cursor)?
         };
-        let entry = *self.ring.get(at)?;
         match entry {
             RingEntry::Unit(unit) => {
                 let state = self.units.get_mut(&unit)?;
@@ -954,7 +965,7 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
                 state.stats.phases += 1;
             }
         }
-        self.cursor = at + 1;
+        self.cursor = at.after();
         self.turns_begun += 1;
         rotation.turns += 1;
         Some(Turn {
@@ -1033,7 +1044,7 @@ impl<U: fmt::Debug, R> fmt::Debug for ReceiveScheduler<U, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReceiveScheduler")
             .field("caps", &self.caps)
-            .field("ring", &self.ring)
+            .field("ring", &self.ring.values().collect::<Vec<_>>())
             .field("cursor", &self.cursor)
             .field("rotations_begun", &self.rotations_begun)
             .finish_non_exhaustive()

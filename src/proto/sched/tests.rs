@@ -746,3 +746,133 @@ fn r2_x4_packed_records_count_toward_the_caps_across_rotations() {
         (11..=20).collect::<Vec<_>>()
     );
 }
+
+/// One structural change or a few scheduling steps, for the ring model below.
+#[derive(Debug, Clone)]
+enum RingOp {
+    Single,
+    Socket,
+    Peer(usize),
+    RemoveUnit(usize),
+    RemoveSocket(usize),
+    Steps(usize),
+}
+
+fn ring_op() -> impl proptest::strategy::Strategy<Value = RingOp> {
+    use proptest::prelude::*;
+    prop_oneof![
+        Just(RingOp::Single),
+        Just(RingOp::Socket),
+        any::<usize>().prop_map(RingOp::Peer),
+        any::<usize>().prop_map(RingOp::RemoveUnit),
+        any::<usize>().prop_map(RingOp::RemoveSocket),
+        (1usize..40).prop_map(RingOp::Steps),
+    ]
+}
+
+/// The turns `entry` has begun (a unit's turns, a read phase's phases).
+fn turns_of(sched: &ReceiveScheduler<u32, Rec>, entry: RingEntry<u32>) -> u64 {
+    match entry {
+        RingEntry::Unit(u) => sched.unit_stats(u).map_or(0, |s| s.turns),
+        RingEntry::ReadPhase(s) => sched.socket_stats(s).map_or(0, |s| s.phases),
+    }
+}
+
+proptest::proptest! {
+    /// MISSION R2, R3: the ring keeps its order and the resume rule under any sequence of
+    /// units and sockets joining and leaving between turns, exactly as a ring of positions
+    /// renumbered on every change would: singles and sockets join the end, a peer the end
+    /// of its socket's group, and the next turn begins right after the entry whose turn
+    /// began last (with what followed it, if it left).
+    #[test]
+    fn r2_r3_ring_order_and_resume_rule_hold_under_joins_and_leaves(
+        ops in proptest::collection::vec(ring_op(), 1..80)
+    ) {
+        let mut b = Bench::new(Caps::default(), US);
+        // The model: the ring as positions, the cursor as an index (the earlier design).
+        let (mut ring, mut cursor) = (Vec::<RingEntry<u32>>::new(), 0usize);
+        let (mut next_unit, mut sockets) = (0u32, Vec::<SharedSocketId>::new());
+        for op in ops {
+            match op {
+                RingOp::Single => {
+                    next_unit += 1;
+                    b.single(next_unit);
+                    b.send(next_unit, 1000, 10);
+                    ring.push(RingEntry::Unit(next_unit));
+                }
+                RingOp::Socket => {
+                    let s = b.shared();
+                    sockets.push(s);
+                    ring.push(RingEntry::ReadPhase(s));
+                }
+                RingOp::Peer(i) if !sockets.is_empty() => {
+                    let s = sockets[i % sockets.len()];
+                    next_unit += 1;
+                    b.peer(next_unit, s);
+                    let phase = ring.iter().position(|e| *e == RingEntry::ReadPhase(s)).unwrap_or(ring.len());
+                    let mut at = phase + 1;
+                    while at < ring.len() && matches!(ring[at], RingEntry::Unit(u) if b.sched.units.get(&u).is_some_and(|st| st.source == Source::Shared(s))) {
+                        at += 1;
+                    }
+                    let at = at.min(ring.len());
+                    ring.insert(at, RingEntry::Unit(next_unit));
+                    if at < cursor {
+                        cursor += 1;
+                    }
+                }
+                RingOp::RemoveUnit(i) => {
+                    let units: Vec<u32> = ring.iter().filter_map(|e| match e { RingEntry::Unit(u) => Some(*u), _ => None }).collect();
+                    if units.is_empty() {
+                        continue;
+                    }
+                    let u = units[i % units.len()];
+                    let at = ring.iter().position(|e| *e == RingEntry::Unit(u)).unwrap_or(0);
+                    proptest::prop_assert!(b.sched.remove_unit(u).is_some());
+                    ring.remove(at);
+                    if at < cursor {
+                        cursor -= 1;
+                    }
+                }
+                RingOp::RemoveSocket(i) if !sockets.is_empty() => {
+                    let s = sockets.remove(i % sockets.len());
+                    let peers: Vec<u32> = ring.iter().filter_map(|e| match e {
+                        RingEntry::Unit(u) if b.sched.units.get(u).is_some_and(|st| st.source == Source::Shared(s)) => Some(*u),
+                        _ => None,
+                    }).collect();
+                    let removed: Vec<u32> = b.sched.remove_shared_socket(s).into_iter().map(|(u, _)| u).collect();
+                    proptest::prop_assert_eq!(&removed, &peers);
+                    for e in peers.into_iter().map(RingEntry::Unit).chain([RingEntry::ReadPhase(s)]) {
+                        let at = ring.iter().position(|x| *x == e).unwrap_or(0);
+                        ring.remove(at);
+                        if at < cursor {
+                            cursor -= 1;
+                        }
+                    }
+                }
+                RingOp::Steps(n) => {
+                    for _ in 0..n {
+                        let before: Vec<u64> = ring.iter().map(|e| turns_of(&b.sched, *e)).collect();
+                        let _ = b.step();
+                        // A turn began where an entry's turn count grew (several may begin
+                        // in one step, in ring order from the cursor): the model's cursor goes
+                        // right after the one that began last.
+                        let len = ring.len().max(1);
+                        let from = if cursor >= ring.len() { 0 } else { cursor };
+                        let last = ring
+                            .iter()
+                            .enumerate()
+                            .filter(|(at, e)| turns_of(&b.sched, **e) > before[*at])
+                            .max_by_key(|(at, _)| (at + len - from) % len);
+                        if let Some((at, _)) = last {
+                            cursor = at + 1;
+                        }
+                    }
+                }
+                RingOp::Peer(_) | RingOp::RemoveSocket(_) => {}
+            }
+            proptest::prop_assert_eq!(b.sched.ring().collect::<Vec<_>>(), ring.clone());
+            let expected = ring.get(cursor).or(ring.first()).copied();
+            proptest::prop_assert_eq!(b.sched.cursor(), expected);
+        }
+    }
+}
