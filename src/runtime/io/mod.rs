@@ -256,6 +256,7 @@ impl IoThread {
                 table: table.clone(),
                 turns: parts::outbound::SendTurns::new(),
                 answers: AnswerQueue::default(),
+                opened: parts::outbound::Opened::default(),
             },
             app: app::AppQueue::new(events, outstanding, cfg.delivery_high_water),
             timers: parts::timers::TimerTable::new(),

@@ -83,6 +83,34 @@ impl IoThread {
         }
     }
 
+    /// Whether link `k` sends for `route` (what [`Self::route_of`] says, compared in place:
+    /// [`Self::publish_route`] asks it of every link, and a copy of each name would cost an
+    /// allocation per link per reconnect).
+    fn routes_to(&self, k: LinkKey, route: &Route) -> bool {
+        let Some(l) = self.links.get(k) else {
+            return false;
+        };
+        match (&l.kind, route) {
+            (
+                LinkKind::MeshDial {
+                    lane: Lane::Application,
+                    ..
+                }
+                | LinkKind::Inbound {
+                    lane: Lane::Application | Lane::ClientServer,
+                    ..
+                },
+                Route::Peer(rid),
+            ) => (l.conn.as_ref())
+                .and_then(|c| c.peer.as_ref())
+                .is_some_and(|p| p.rid == **rid),
+            (LinkKind::ClientDial { server }, Route::Server(channel)) => {
+                (self.local.cfg.servers.get(*server)).is_some_and(|s| s.channel == **channel)
+            }
+            _ => false,
+        }
+    }
+
     /// Link `k`'s connection became ready: it gets a send queue, published in the table.
     pub(super) fn open_send_queue(&mut self, k: LinkKey) {
         let Some(route) = self.route_of(k) else {
@@ -99,6 +127,10 @@ impl IoThread {
         let q = Arc::new(SendQueue::new(k, c.id, who));
         if let Some(old) = c.outq.replace(q) {
             old.close(Closed::NotReady);
+        }
+        match &route {
+            Route::Peer(rid) => self.outbound.opened.peer(rid, k),
+            Route::Server(channel) => self.outbound.opened.server(channel, k),
         }
         self.publish_route(&route);
     }
@@ -140,24 +172,38 @@ impl IoThread {
 
     /// Publishes, for `route`, the queues of the current ready links: a peer's first such
     /// link in link order (as a lookup by RID always found), a channel's every ready server.
-    fn publish_route(&self, route: &Route) {
-        match route {
-            Route::Peer(rid) => {
-                let q = (self.links.keys())
-                    .filter(|k| matches!(self.route_of(*k), Some(Route::Peer(r)) if r == *rid))
-                    .find_map(|k| self.ready_queue(k));
-                self.outbound.table.set_peer(rid, q);
-            }
-            Route::Server(channel) => {
-                let qs = (self.links.keys())
-                    .filter(
-                        |k| matches!(self.route_of(*k), Some(Route::Server(c)) if c == *channel),
-                    )
-                    .filter_map(|k| self.ready_queue(k))
-                    .collect();
-                self.outbound.table.set_servers(channel, qs);
+    /// Only the links that opened a queue for the route can have one (the queue is opened
+    /// in [`Self::open_send_queue`] alone, and a link's route does not change while its
+    /// connection lasts); those found without one leave the list.
+    fn publish_route(&mut self, route: &Route) {
+        let listed = match route {
+            Route::Peer(rid) => self.outbound.opened.peers_of(rid),
+            Route::Server(channel) => self.outbound.opened.servers_of(channel),
+        };
+        let mut queues = Vec::new();
+        for k in listed {
+            match self.ready_queue(k).filter(|_| self.routes_to(k, route)) {
+                Some(q) => queues.push(q),
+                None if self.has_queue_for(k, route) => {}
+                None => match route {
+                    Route::Peer(rid) => self.outbound.opened.forget_peer(rid, k),
+                    Route::Server(channel) => self.outbound.opened.forget_server(channel, k),
+                },
             }
         }
+        match route {
+            Route::Peer(rid) => self.outbound.table.set_peer(rid, queues.into_iter().next()),
+            Route::Server(channel) => self.outbound.table.set_servers(channel, queues),
+        }
+    }
+
+    /// Whether link `k` still has a queue (ready or not) for `route`: it stays listed.
+    fn has_queue_for(&self, k: LinkKey, route: &Route) -> bool {
+        self.links
+            .get(k)
+            .and_then(|l| l.conn.as_ref())
+            .is_some_and(|c| c.outq.is_some())
+            && self.routes_to(k, route)
     }
 
     /// The send queue of link `k`'s ready connection.

@@ -2,7 +2,7 @@
 //! and the turns of the per-link send queues with this loop turn's budget. Draining the
 //! queues into libzmq is the thread's (`io/outbound.rs`, whose module docs give the rules).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use super::answers::AnswerQueue;
@@ -22,6 +22,72 @@ pub(crate) struct Outbound {
     /// The callee's ACCEPTs, REPLYs and ITEMs, per link, held for the end of the turn or
     /// behind a full pipe (see [`super::answers`]).
     pub(crate) answers: AnswerQueue,
+    /// Which links opened a send queue for each route.
+    pub(crate) opened: Opened,
+}
+
+/// The links that opened a send queue, per route (a peer's RID, a channel of configured
+/// servers), in key order: where the thread looks for a route's ready queues when one opens
+/// or closes, instead of at every link (a reconnect on an endpoint of N connections would
+/// otherwise compare N names). A link stays listed after its queue closed until the thread
+/// looks again and finds it gone ([`Opened::forget_peer`], [`Opened::forget_server`]); so
+/// every link with an open queue for a route is listed under it, and the thread checks each
+/// listed one.
+#[derive(Debug, Default)]
+pub(crate) struct Opened {
+    peers: HashMap<String, BTreeSet<LinkKey>>,
+    servers: HashMap<String, BTreeSet<LinkKey>>,
+}
+
+impl Opened {
+    /// Link `k` opened a send queue for peer `rid`.
+    pub(crate) fn peer(&mut self, rid: &str, k: LinkKey) {
+        self.peers.entry(rid.to_owned()).or_default().insert(k);
+    }
+
+    /// Link `k` opened a send queue for the servers of `channel`.
+    pub(crate) fn server(&mut self, channel: &str, k: LinkKey) {
+        self.servers
+            .entry(channel.to_owned())
+            .or_default()
+            .insert(k);
+    }
+
+    /// The links listed for peer `rid`, in key order.
+    pub(crate) fn peers_of(&self, rid: &str) -> Vec<LinkKey> {
+        self.peers
+            .get(rid)
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// The links listed for the servers of `channel`, in key order.
+    pub(crate) fn servers_of(&self, channel: &str) -> Vec<LinkKey> {
+        self.servers
+            .get(channel)
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Link `k` no longer has an open queue for peer `rid`.
+    pub(crate) fn forget_peer(&mut self, rid: &str, k: LinkKey) {
+        if let Some(s) = self.peers.get_mut(rid) {
+            s.remove(&k);
+            if s.is_empty() {
+                self.peers.remove(rid);
+            }
+        }
+    }
+
+    /// Link `k` no longer has an open queue for the servers of `channel`.
+    pub(crate) fn forget_server(&mut self, channel: &str, k: LinkKey) {
+        if let Some(s) = self.servers.get_mut(channel) {
+            s.remove(&k);
+            if s.is_empty() {
+                self.servers.remove(channel);
+            }
+        }
+    }
 }
 
 /// Which links' send queues have records to drain, in turn order, and how many records the
@@ -110,5 +176,44 @@ impl SendTurns {
         self.pending.clear();
         self.blocked.clear();
         self.listed.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(i: usize) -> LinkKey {
+        LinkKey::from_index(i)
+    }
+
+    /// MISSION P7: the links that opened a queue for a route come back in key order (a peer's
+    /// first ready link is the one a scan of every link finds), per route, and a forgotten
+    /// link, or a route with none left, is gone.
+    #[test]
+    fn p7_opened_queues_are_listed_per_route_in_key_order() {
+        let mut o = Opened::default();
+        o.peer("b", k(7));
+        o.peer("b", k(2));
+        o.peer("c", k(3));
+        o.server("orders", k(5));
+        o.server("orders", k(1));
+        assert_eq!(o.peers_of("b"), vec![k(2), k(7)]);
+        assert_eq!(o.peers_of("c"), vec![k(3)]);
+        assert_eq!(o.servers_of("orders"), vec![k(1), k(5)]);
+        assert_eq!(
+            o.peers_of("orders"),
+            Vec::<LinkKey>::new(),
+            "peers and servers apart"
+        );
+        o.forget_peer("b", k(2));
+        o.forget_server("orders", k(5));
+        o.forget_server("orders", k(1));
+        assert_eq!(o.peers_of("b"), vec![k(7)]);
+        assert_eq!(o.servers_of("orders"), Vec::<LinkKey>::new());
+        assert!(
+            !o.servers.contains_key("orders"),
+            "an empty route is dropped"
+        );
     }
 }
