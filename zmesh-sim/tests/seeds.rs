@@ -159,10 +159,11 @@ fn s1_t3_fanout_without_faults_never_goes_silent_and_delivers_in_order() {
 #[test]
 fn s1_two_hundred_nodes_run() {
     let mut cfg = Config::for_seed(3, 1);
-    // The run as it was kept: no bursts of calls, no receive loop, no store (SIMULATION.md).
+    // The run as it was kept (no bursts of calls, no receive loop, no streams), now with
+    // every node publishing its descriptor and dialling what the store says.
     cfg.batches = false;
     cfg.receive_loop = false;
-    cfg.discovery = false;
+    cfg.discovery = true;
     cfg.streams = false;
     cfg.nodes = 200;
     cfg.topology = Topology::ClientServer;
@@ -170,6 +171,25 @@ fn s1_two_hundred_nodes_run() {
     let r = run(3, &cfg);
     assert!(r.passed(), "{}", explain(&r));
     assert!(r.stats.readies >= 150, "{:?}", r.stats);
+    assert_eq!(
+        r.stats.store_puts, 200,
+        "every node published: {:?}",
+        r.stats
+    );
+    assert!(r.stats.discovery_dials >= 150, "{:?}", r.stats);
+}
+
+#[test]
+fn s1_d1_two_hundred_fanout_nodes_find_their_publishers_in_the_store() {
+    let mut cfg = Config::for_seed(3, 1);
+    cfg.discovery = true;
+    cfg.nodes = 200;
+    cfg.topology = Topology::Fanout;
+    cfg.duration = Duration::from_secs(15);
+    let r = run(3, &cfg);
+    assert!(r.passed(), "{}", explain(&r));
+    assert!(r.stats.discovery_subscriptions >= 150, "{:?}", r.stats);
+    assert!(r.stats.fanout_records > 1_000, "{:?}", r.stats);
 }
 
 #[test]
