@@ -175,3 +175,85 @@ async fn l6_t2_bound_sockets_fail_exactly_the_departed_connection_at_once_from_i
         n.shutdown().await.expect("stops");
     }
 }
+
+/// The HELLO of a raw ClientServer client `rid` expecting the server `expect`.
+fn hello_expecting(rid: &str, expect: &str) -> zmesh::proto::wire::Record {
+    let zmesh::proto::wire::Record::Hello(mut h) = common::raw_hello(rid, "orders", &[]) else {
+        unreachable!("raw_hello makes a HELLO")
+    };
+    h.expect_rid = Some(zmesh::proto::wire::Name::new(expect).expect("rid"));
+    zmesh::proto::wire::Record::Hello(h)
+}
+
+/// A raw DEALER with the fixed routing id `id` at `ep` that has sent `hello`.
+fn fixed_dealer(
+    ctx: &zmq::Context,
+    ep: &str,
+    id: &[u8],
+    hello: &zmesh::proto::wire::Record,
+) -> zmq::Socket {
+    let d = ctx.socket(zmq::DEALER).expect("dealer");
+    d.set_linger(0).expect("linger");
+    d.set_rcvtimeo(i32::try_from(AT_ONCE.as_millis()).expect("ms"))
+        .expect("rcvtimeo");
+    d.set_identity(id).expect("routing id");
+    d.connect(ep).expect("connect");
+    d.send_multipart(hello.encode().iter(), 0).expect("hello");
+    d
+}
+
+/// W3, L6: a bound socket forgets a refused connection when its notice says it left. A client
+/// with a fixed routing id (a DEALER may set one) whose first HELLO was refused (it expected
+/// another server), and which comes back on a new connection with the same routing id and a
+/// right HELLO, is welcomed. Fails if the refused id is still remembered: the second HELLO
+/// is then taken for more of the refused connection's records and ignored.
+#[tokio::test]
+async fn w3_l6_a_refused_connection_that_left_frees_its_routing_id() {
+    use zmesh::proto::wire::{Capabilities, Record};
+    let ep = common::free_tcp();
+    let mut c = NodeConfig::new("srv");
+    c.memberships = common::server_of("orders");
+    c.server = Some(Endpoint::new(ep.clone()));
+    let srv = Node::start(c).await.expect("server");
+    let outcome = tokio::task::spawn_blocking(move || {
+        let ctx = zmq::Context::new();
+        let first = fixed_dealer(&ctx, &ep, b"fixed-id", &hello_expecting("cli", "another"));
+        let Ok(frames) = first.recv_multipart(0) else {
+            return Err("no answer to the refused HELLO".to_owned());
+        };
+        match Record::decode_in(&frames, Capabilities::NONE, |f| {
+            bytes::Bytes::copy_from_slice(f)
+        }) {
+            Ok(Record::Reject(_)) => {}
+            other => return Err(format!("not a REJECT: {other:?}")),
+        }
+        drop(first);
+        // libzmq refuses a connection whose routing id is still taken and the DEALER then
+        // dials again, and a HELLO sent into a refused connection is lost with it: so the
+        // HELLO is sent again each half second until it is answered (at most AT_ONCE).
+        let hello = hello_expecting("cli", "srv");
+        let second = fixed_dealer(&ctx, &ep, b"fixed-id", &hello);
+        second.set_rcvtimeo(500).expect("rcvtimeo");
+        let deadline = std::time::Instant::now() + AT_ONCE;
+        while std::time::Instant::now() < deadline {
+            let Ok(frames) = second.recv_multipart(0) else {
+                second
+                    .send_multipart(hello.encode().iter(), 0)
+                    .expect("hello again");
+                continue;
+            };
+            match Record::decode_in(&frames, Capabilities::NONE, |f| {
+                bytes::Bytes::copy_from_slice(f)
+            }) {
+                Ok(Record::Welcome(w)) => return Ok(w.rid.as_str().to_owned()),
+                Ok(Record::Probe { .. }) => continue,
+                other => return Err(format!("not a WELCOME: {other:?}")),
+            }
+        }
+        Err("the second connection's HELLO was never answered".to_owned())
+    })
+    .await
+    .expect("raw client");
+    assert_eq!(outcome, Ok("srv".to_owned()));
+    srv.shutdown().await.expect("shutdown");
+}

@@ -340,8 +340,9 @@ impl IoThread {
     /// change nothing (MISSION L6). An empty record is libzmq's notice of the connection's
     /// attach or loss (`ROUTER_NOTIFY`, [`crate::runtime::socket::Sockets::bound`]): for an
     /// admitted connection it means the connection is gone
-    /// ([`IoThread::on_inbound_notice`]); for any other it changes nothing (an attach comes
-    /// before the HELLO, and is no first record to refuse).
+    /// ([`IoThread::on_inbound_notice`]); for a refused one, that it left (its id is
+    /// forgotten); for any other it changes nothing (an attach comes before the HELLO, and is
+    /// no first record to refuse).
     pub(super) fn on_bound(
         &mut self,
         slot: SlotKey,
@@ -360,7 +361,13 @@ impl IoThread {
             (Some(k), true) => self.on_inbound_notice(k, now),
             (Some(k), false) => self.on_link_record(k, &frames, now),
             (None, true) => {
-                tracing::trace!("connection notice from an unadmitted connection");
+                // A refused connection's attach came before the HELLO that was refused, so
+                // this notice is its departure: its id need not be remembered any more.
+                if self.accepting.refused.forget(slot, route.as_ref()) {
+                    tracing::trace!("a refused connection left");
+                } else {
+                    tracing::trace!("connection notice from an unadmitted connection");
+                }
             }
             (None, false) => self.on_unknown_inbound(slot, lane, route, &mut frames, now),
         }

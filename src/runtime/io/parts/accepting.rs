@@ -58,6 +58,25 @@ impl Refused {
         }
         true
     }
+
+    /// Connection `route` of socket `slot` is gone (its `ROUTER_NOTIFY` notice came): it is
+    /// forgotten at once, so the remembered ids are those of connections still open, and a
+    /// peer that opens and drops refused connections does not push out the ids of the ones
+    /// it keeps open. False if it was not remembered.
+    pub(crate) fn forget(&mut self, slot: SlotKey, route: &[u8]) -> bool {
+        let Some(ids) = self.by_slot.get_mut(&slot) else {
+            return false;
+        };
+        if !ids.remove(route) {
+            return false;
+        }
+        if ids.is_empty() {
+            self.by_slot.remove(&slot);
+        }
+        self.order
+            .retain(|(s, r)| !(*s == slot && r.as_slice() == route));
+        true
+    }
 }
 
 #[cfg(test)]
@@ -95,5 +114,23 @@ mod tests {
             r.by_slot.values().map(|s| s.len()).sum::<usize>(),
             Refused::CAPACITY
         );
+    }
+
+    /// MISSION W3, L6: a refused connection's departure forgets its id, so a peer that opens
+    /// and drops refused connections cannot push out the id of one it keeps open.
+    #[test]
+    fn w3_l6_a_departed_refused_connection_is_forgotten() {
+        let mut r = Refused::default();
+        assert!(r.insert(slot(1), b"kept"));
+        for i in 0..(Refused::CAPACITY * 2) {
+            let id = i.to_be_bytes();
+            assert!(r.insert(slot(1), &id));
+            assert!(r.forget(slot(1), &id), "its notice came");
+        }
+        assert!(r.contains(slot(1), b"kept"), "still remembered");
+        assert!(!r.forget(slot(1), b"never"), "not remembered");
+        assert_eq!(r.order.len(), 1);
+        assert!(r.forget(slot(1), b"kept"));
+        assert!(r.by_slot.is_empty() && r.order.is_empty());
     }
 }
