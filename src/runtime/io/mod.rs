@@ -62,7 +62,8 @@
 //!   resolution, ready), [`gate`] (ZAP, the unadmitted cap, the allow-list), [`receive`]
 //!   (the fair receive rotation, routing records), [`fanout`] (beacons, one SUB socket per
 //!   publisher), [`timers`] (what runs when deadlines come due), [`commands`] (the async
-//!   side's commands), [`outbound`] (draining the send queues in bursts), [`calls`]
+//!   side's commands), [`outbound`] (draining the send queues in bursts), [`publish`]
+//!   (opening, publishing and closing the send queues, below `links` and `outbound`), [`calls`]
 //!   (routing calls to ready servers, REQUESTs, leases failing with their connection),
 //!   [`serve`] (handing REQUESTs to the callee), [`route`] (below both: the call route
 //!   index, a connection's capabilities, and sending the CANCELs and answers the caller and
@@ -80,6 +81,7 @@ mod gate;
 mod links;
 mod outbound;
 mod parts;
+mod publish;
 mod receive;
 mod route;
 mod serve;

@@ -1,10 +1,6 @@
-//! One-way records out: the link table this thread publishes for the async
-//! side, and the per-connection send queues it drains into libzmq in bursts.
-//!
-//! A queue is made when a connection that carries one-way records becomes ready (a RouteMesh
-//! peer's Application lane, a ClientServer client of ours, a server we dial) and published in
-//! the [`LinkTable`](crate::runtime::outbound::LinkTable); it is unpublished and closed when
-//! the connection leaves ready, and the records still in it are counted in that failure.
+//! One-way records out: the per-connection send queues this thread drains into libzmq in
+//! bursts (where the queues are opened and published for the async side is
+//! `io/publish.rs`).
 //!
 //! Draining is bounded: at most [`SEND_BURST`] records of one link at a time and
 //! [`SENDS_PER_TURN`](super::parts::outbound::SENDS_PER_TURN) per loop turn, so a flood of sends cannot hold up the receive rotation
@@ -16,12 +12,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::parts::link::LinkKind;
 use super::{IoThread, LinkKey};
 use crate::proto::state::FailureReason;
 use crate::proto::wire::{Capabilities, Pack};
 use crate::runtime::outbound::{Closed, Outgoing, SendQueue, SEND_QUEUE};
-use crate::runtime::records::Lane;
 use crate::runtime::socket::SocketSendError as SocketError;
 
 /// Records of one link sent in one go before another link (or the receive rotation) has its
@@ -38,14 +32,6 @@ pub(super) const HELD_LIVENESS: usize = 4;
 /// [`HWM`]: crate::runtime::socket::HWM
 pub(super) const PACK_SEND_BYTES: usize = 4 * 1024;
 
-/// Where a link's one-way records are published in the link table.
-enum Route {
-    /// By the peer's (or client's) RID.
-    Peer(String),
-    /// Among the ready servers of a channel.
-    Server(String),
-}
-
 /// How one burst of a link ended.
 enum Burst {
     /// The queue is empty (as far as this burst saw).
@@ -61,157 +47,6 @@ enum Burst {
 }
 
 impl IoThread {
-    /// Where link `k`'s one-way records are published, if it carries any.
-    fn route_of(&self, k: LinkKey) -> Option<Route> {
-        let l = self.links.get(k)?;
-        match &l.kind {
-            LinkKind::MeshDial {
-                lane: Lane::Application,
-                ..
-            }
-            | LinkKind::Inbound {
-                lane: Lane::Application | Lane::ClientServer,
-                ..
-            } => {
-                let rid = l.conn.as_ref()?.peer.as_ref()?.rid.clone();
-                Some(Route::Peer(rid))
-            }
-            LinkKind::ClientDial { server } => Some(Route::Server(
-                self.local.cfg.servers.get(*server)?.channel.clone(),
-            )),
-            _ => None,
-        }
-    }
-
-    /// Whether link `k` sends for `route` (what [`Self::route_of`] says, compared in place:
-    /// [`Self::publish_route`] asks it of every link, and a copy of each name would cost an
-    /// allocation per link per reconnect).
-    fn routes_to(&self, k: LinkKey, route: &Route) -> bool {
-        let Some(l) = self.links.get(k) else {
-            return false;
-        };
-        match (&l.kind, route) {
-            (
-                LinkKind::MeshDial {
-                    lane: Lane::Application,
-                    ..
-                }
-                | LinkKind::Inbound {
-                    lane: Lane::Application | Lane::ClientServer,
-                    ..
-                },
-                Route::Peer(rid),
-            ) => (l.conn.as_ref())
-                .and_then(|c| c.peer.as_ref())
-                .is_some_and(|p| p.rid == **rid),
-            (LinkKind::ClientDial { server }, Route::Server(channel)) => {
-                (self.local.cfg.servers.get(*server)).is_some_and(|s| s.channel == **channel)
-            }
-            _ => false,
-        }
-    }
-
-    /// Link `k`'s connection became ready: it gets a send queue, published in the table.
-    pub(super) fn open_send_queue(&mut self, k: LinkKey) {
-        let Some(route) = self.route_of(k) else {
-            return;
-        };
-        let who = match &route {
-            Route::Peer(rid) => rid.as_str(),
-            Route::Server(channel) => channel.as_str(),
-        };
-        let who: Arc<str> = Arc::from(who);
-        let Some(c) = self.links.get_mut(k).and_then(|l| l.conn.as_mut()) else {
-            return;
-        };
-        let q = Arc::new(SendQueue::new(k, c.id, who));
-        if let Some(old) = c.outq.replace(q) {
-            old.close(Closed::NotReady);
-        }
-        match &route {
-            Route::Peer(rid) => self.outbound.opened.peer(rid, k),
-            Route::Server(channel) => self.outbound.opened.server(channel, k),
-        }
-        self.publish_route(&route);
-    }
-
-    /// Link `k`'s connection leaves ready: its queue is unpublished and closed. Returns how
-    /// many records were still in it (not sent), counted in the metric under `reason`.
-    pub(super) fn close_send_queue(
-        &mut self,
-        k: LinkKey,
-        why: Closed,
-        reason: FailureReason,
-    ) -> usize {
-        let route = self.route_of(k);
-        let Some(q) = self
-            .links
-            .get_mut(k)
-            .and_then(|l| l.conn.as_mut())
-            .and_then(|c| c.outq.take())
-        else {
-            return 0;
-        };
-        let unsent = q.close(why);
-        if let Some(route) = route {
-            self.publish_route(&route);
-        }
-        if unsent > 0 {
-            // The reason only: no RID, endpoint or connection id in labels (MISSION O2).
-            metrics::counter!("zmesh_records_unsent_total", "reason" => reason.as_str())
-                .increment(unsent as u64);
-            tracing::warn!(
-                link = %k,
-                unsent,
-                reason = reason.as_str(),
-                "queued records not sent"
-            );
-        }
-        unsent
-    }
-
-    /// Publishes, for `route`, the queues of the current ready links: a peer's first such
-    /// link in link order (as a lookup by RID always found), a channel's every ready server.
-    /// Only the links that opened a queue for the route can have one (the queue is opened
-    /// in [`Self::open_send_queue`] alone, and a link's route does not change while its
-    /// connection lasts); those found without one leave the list.
-    fn publish_route(&mut self, route: &Route) {
-        let listed = match route {
-            Route::Peer(rid) => self.outbound.opened.peers_of(rid),
-            Route::Server(channel) => self.outbound.opened.servers_of(channel),
-        };
-        let mut queues = Vec::new();
-        for k in listed {
-            match self.ready_queue(k).filter(|_| self.routes_to(k, route)) {
-                Some(q) => queues.push(q),
-                None if self.has_queue_for(k, route) => {}
-                None => match route {
-                    Route::Peer(rid) => self.outbound.opened.forget_peer(rid, k),
-                    Route::Server(channel) => self.outbound.opened.forget_server(channel, k),
-                },
-            }
-        }
-        match route {
-            Route::Peer(rid) => self.outbound.table.set_peer(rid, queues.into_iter().next()),
-            Route::Server(channel) => self.outbound.table.set_servers(channel, queues),
-        }
-    }
-
-    /// Whether link `k` still has a queue (ready or not) for `route`: it stays listed.
-    fn has_queue_for(&self, k: LinkKey, route: &Route) -> bool {
-        self.links
-            .get(k)
-            .and_then(|l| l.conn.as_ref())
-            .is_some_and(|c| c.outq.is_some())
-            && self.routes_to(k, route)
-    }
-
-    /// The send queue of link `k`'s ready connection.
-    fn ready_queue(&self, k: LinkKey) -> Option<Arc<SendQueue>> {
-        let c = self.links.get(k)?.conn.as_ref()?;
-        c.outq.clone().filter(|_| c.ready)
-    }
-
     /// A sender queued records on `q` with no drain on its way: the first burst leaves now,
     /// in command order; what is left waits for [`Self::flush_send_queues`].
     pub(super) fn on_send_queued(&mut self, q: Arc<SendQueue>, now: Instant) {
