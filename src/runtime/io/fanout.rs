@@ -24,16 +24,12 @@ use super::parts::link::{backoff, note};
 use super::parts::ready::Watch;
 use super::parts::sockets::{close_stopping_monitor, Slot, SlotRole};
 use super::{Host, IoThread, SubKey, BACKOFF_MAX};
-use crate::proto::liveness::{Delivery as FanoutDelivery, FanoutInput};
 use crate::proto::security::InputRefusal;
 use crate::proto::state::{ConnState, FailureReason, Recovery};
 use crate::runtime::error::NodeError;
-use crate::runtime::event::{Delivery, NodeEvent};
 use crate::runtime::link::LinkId;
-use crate::runtime::records::{self, Fanout};
 use crate::runtime::socket::{
-    guarded, set_curve_client, set_curve_server, Frame, MonitorEvent, MonitorSocket,
-    CLOSE_LINGER_MS,
+    guarded, set_curve_client, set_curve_server, MonitorEvent, MonitorSocket, CLOSE_LINGER_MS,
 };
 
 impl IoThread {
@@ -175,32 +171,6 @@ impl IoThread {
             }
             Err(e) => self.sub_open_failed(i, e, now),
         }
-    }
-
-    pub(super) fn on_fanout(&mut self, i: SubKey, frames: Vec<Frame>, now: Instant) {
-        let decoded = records::decode_fanout(&frames, &self.fanout.subs[i].last_topic);
-        let input =
-            FanoutInput::from_decoded(decoded.as_ref().map(|f| matches!(f, Fanout::Beacon)));
-        let live = self.fanout.subs[i].live;
-        let verdict = self.liveness.table_mut().handle_fanout(live, input, now);
-        // A state change (ready) comes before the record that caused it.
-        self.drain_liveness_events(now);
-        if let (Ok(FanoutDelivery::Deliver), Ok(Fanout::Publish { topic, payload })) =
-            (verdict, decoded)
-        {
-            let s = &mut self.fanout.subs[i];
-            s.records += 1;
-            if s.last_topic != topic {
-                s.last_topic = topic.clone();
-            }
-            metrics::counter!("zmesh_fanout_records_received_total").increment(1);
-            self.app.push(NodeEvent::Delivery(Delivery {
-                source: self.fanout.subs[i].source.clone(),
-                channel: topic,
-                payload,
-            }));
-        }
-        self.drain_liveness_events(now);
     }
 
     /// Subscription `i` has no CURVE key to expect of its publisher: it is not opened; it

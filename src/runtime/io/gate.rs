@@ -51,7 +51,8 @@ use crate::runtime::socket::{FrameSocket, MonitorEvent};
 const ZAP_PER_TURN: usize = 256;
 
 impl IoThread {
-    /// A bound socket's monitor event: the connections open on it, and refused handshakes.
+    /// A bound socket's monitor event: the connections open on it (a disconnect starts the
+    /// sweep checks, [`IoThread::check_bound_disconnects`]), and refused handshakes.
     pub(super) fn gate_monitor_event(
         &mut self,
         slot: SlotKey,
@@ -63,8 +64,11 @@ impl IoThread {
             MonitorEvent::Accepted => {
                 self.accepting.gate.opened(slot, value);
             }
+            // The connection is named by its notice (`on_inbound_notice`); the sweep
+            // is the fallback for a notice libzmq dropped.
             MonitorEvent::Disconnected => {
                 self.accepting.gate.closed(slot, value);
+                self.timers.start_sweep(slot, now);
             }
             MonitorEvent::HandshakeFailed => {
                 let (reason, detail) = self.handshake_refusal(value);
@@ -263,7 +267,9 @@ impl IoThread {
         }
         // The connection's ACCEPTED event was published before its ZAP request: read it,
         // so the count includes this connection.
-        self.drain_monitor(slot, now);
+        for (event, value) in self.sockets.monitor_events(slot) {
+            self.gate_monitor_event(slot, event, value, now);
+        }
         let unadmitted = self.unadmitted(slot);
         if unadmitted > self.local.cfg.max_unadmitted {
             let detail = format!(

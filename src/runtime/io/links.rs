@@ -1,8 +1,10 @@
 //! Links and dialling: a link is a configured peer lane, a configured server, or a peer's
 //! inbound connection; it holds at most one current physical connection. Dialling, failing a
 //! connection at once (MISSION F1, L6), closing it and waiting for libzmq to confirm the close
-//! before a replacement is dialled (F3), reconnect backoff, and the monitor events and
-//! bound-socket sweeps that detect a vanished connection.
+//! before a replacement is dialled (F3), reconnect backoff, and the bound-socket sweeps that
+//! detect a vanished inbound connection whose notice libzmq dropped. What the sockets'
+//! monitors say is acted on above this, in `io/monitor.rs`; the in-band notices of a
+//! connection's loss in `io/receive.rs`.
 
 use std::time::Instant;
 
@@ -12,13 +14,13 @@ use super::parts::ready::Watch;
 use super::parts::sockets::{Slot, SlotRole, Unit};
 use super::{
     Host, IoThread, LinkKey, SlotKey, BACKOFF_MAX, BACKOFF_MIN, BOUND_ID_APPLICATION,
-    BOUND_ID_COMPLETION, DRAIN_BEFORE_DISCONNECT,
+    BOUND_ID_COMPLETION,
 };
-use crate::proto::security::{HandshakeFailure, PublicKey};
+use crate::proto::security::PublicKey;
 use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
 use crate::runtime::outbound::Closed;
 use crate::runtime::records::{self, Lane};
-use crate::runtime::socket::{set_curve_client, FrameSocket, MonitorEvent};
+use crate::runtime::socket::set_curve_client;
 
 impl IoThread {
     pub(super) fn add_link(&mut self, kind: LinkKind, now: Instant) -> LinkKey {
@@ -388,240 +390,9 @@ impl IoThread {
         }
     }
 
-    /// Reads and acts on the events queued on a slot's monitor; a dialled ROUTER's monitor
-    /// is stopped once its connection's handshake is done (see [`IoThread::stop_monitor`]).
-    pub(super) fn drain_monitor(&mut self, slot: SlotKey, now: Instant) {
-        self.monitor_events(slot, now);
-        self.stop_monitor(slot, now);
-    }
-
-    /// A dialled ROUTER whose handshake is done (HELLO sent) needs its monitor no longer:
-    /// the loss of its connection reaches it in band (`ROUTER_NOTIFY`, see
-    /// [`IoThread::on_router_notice`]), so the monitor is stopped and its two descriptors go.
-    /// Events libzmq raised before the stop (a disconnect among them) are acted on here.
-    fn stop_monitor(&mut self, slot: SlotKey, now: Instant) {
-        let Some(s) = self.sockets.get(slot) else {
-            return;
-        };
-        let SlotRole::Dialled(k) = s.role else {
-            return;
-        };
-        // A RouteMesh lane: a ROUTER with ROUTER_NOTIFY (a ClientServer DEALER keeps its).
-        let done = s.monitor.is_some()
-            && matches!(self.links[k].kind, LinkKind::MeshDial { .. })
-            && self.links[k]
-                .conn
-                .as_ref()
-                .is_some_and(|c| c.slot == slot && c.hello_sent);
-        if !done {
-            return;
-        }
-        let Some(Some(s)) = self.sockets.slots.get_mut(slot) else {
-            return;
-        };
-        let Some(m) = s.monitor.take() else {
-            return;
-        };
-        self.sockets.ready.deregister(&m);
-        self.sockets.ready.forget_monitor(slot);
-        match m.stop(&s.socket) {
-            Ok((events, room)) => {
-                s.room = Some(room);
-                self.act_on_monitor_events(slot, events, now);
-            }
-            Err((e, m)) => {
-                // It keeps running: the node goes on with it as before.
-                tracing::debug!(error = %e, link = %k, "monitor not stopped");
-                let registered = self.sockets.ready.register(&m, Watch::Monitor(slot));
-                if let Err(e) = registered {
-                    tracing::debug!(error = %e, "monitor not watched");
-                }
-                s.monitor = Some(m);
-            }
-        }
-    }
-
-    /// An empty record a dialled ROUTER received from its peer's routing id: a connection
-    /// notice of libzmq (`ROUTER_NOTIFY`), in order with the peer's records. The
-    /// first says the connection attached; any later one that the connection is gone
-    /// (MISSION L6: at once), whether it says so itself or is the attach of a reconnection
-    /// libzmq made after it (which never carries this link's records).
-    pub(super) fn on_router_notice(&mut self, k: LinkKey, now: Instant) {
-        let Some(c) = self.links[k].conn.as_mut() else {
-            return;
-        };
-        c.notices = c.notices.saturating_add(1);
-        tracing::debug!(link = %k, notices = c.notices, "connection notice");
-        if c.notices > 1 {
-            self.fail_link(k, FailureReason::TransportError, "disconnected", now);
-            return;
-        }
-        // Attached: the handshake is done and the socket knows the peer's routing id, so
-        // HELLO can go now if the monitor's word has not come yet (or a send right after it
-        // found the peer not yet known), and the monitor can go.
-        let slot = c.slot;
-        self.send_hello(k);
-        self.stop_monitor(slot, now);
-    }
-
-    /// Reads the events queued on a slot's monitor and acts on them.
-    fn monitor_events(&mut self, slot: SlotKey, now: Instant) {
-        let mut events = Vec::new();
-        if let Some(s) = self.sockets.get(slot) {
-            if let Some(m) = &s.monitor {
-                while let Ok(Some(frames)) = m.try_recv_frames() {
-                    if let Some(ev) = MonitorEvent::decode_with_value(&frames) {
-                        events.push(ev);
-                    }
-                }
-                self.sockets.ready.touch(Watch::Monitor(slot));
-            }
-        }
-        self.act_on_monitor_events(slot, events, now);
-    }
-
-    /// Acts on events read from a slot's monitor, in order.
-    fn act_on_monitor_events(
-        &mut self,
-        slot: SlotKey,
-        events: Vec<(MonitorEvent, u32)>,
-        now: Instant,
-    ) {
-        for (ev, value) in events {
-            let Some(s) = self.sockets.get(slot) else {
-                return;
-            };
-            if let SlotRole::Bound(_) = s.role {
-                self.gate_monitor_event(slot, ev, value, now);
-            }
-            let Some(s) = self.sockets.get(slot) else {
-                return;
-            };
-            match (s.role, ev) {
-                (SlotRole::Dialled(k), MonitorEvent::HandshakeSucceeded) => self.send_hello(k),
-                // The peer refused this connection in its transport handshake (its ZAP
-                // handler): libzmq will not retry it; the link dials again after its backoff.
-                (SlotRole::Dialled(k), MonitorEvent::AuthFailed) => {
-                    let (reason, detail) = if value == 400 {
-                        (
-                            FailureReason::SecurityFailure,
-                            "the peer refused this node's credentials (ZAP 400: under CURVE, \
-                             this node's key is not on its allow-list)"
-                                .to_owned(),
-                        )
-                    } else {
-                        (
-                            FailureReason::TransportError,
-                            format!(
-                                "the peer refused the connection in its handshake (ZAP {value})"
-                            ),
-                        )
-                    };
-                    self.fail_link(k, reason, &detail, now);
-                }
-                // The transport handshake failed: under CURVE (or against a CURVE node)
-                // that is the keys; libzmq would only try again with the same keys.
-                (SlotRole::Dialled(k), MonitorEvent::HandshakeFailed) => {
-                    if let Some(detail) = self.handshake_security_detail(value) {
-                        self.fail_link(k, FailureReason::SecurityFailure, &detail, now);
-                    }
-                }
-                (SlotRole::Dialled(k), MonitorEvent::Disconnected) => {
-                    // Records that arrived before the disconnect come first: an orderly CLOSE
-                    // explains the disconnect better than the disconnect itself.
-                    for _ in 0..DRAIN_BEFORE_DISCONNECT {
-                        let Some(frames) = self.sockets.recv_one(slot) else {
-                            break;
-                        };
-                        self.on_frames(slot, frames, now);
-                    }
-                    let still = self.links[k]
-                        .conn
-                        .as_ref()
-                        .is_some_and(|c| c.slot == slot && c.hello_sent);
-                    if still {
-                        self.fail_link(k, FailureReason::TransportError, "disconnected", now);
-                    }
-                }
-                // The connection is named by its notice (`on_inbound_notice`); the check
-                // is the fallback for a notice libzmq dropped.
-                (SlotRole::Bound(_), MonitorEvent::Disconnected) => {
-                    self.timers.start_sweep(slot, now);
-                }
-                (SlotRole::Sub(i), MonitorEvent::HandshakeSucceeded) => {
-                    self.fanout.subs[i].connected = true;
-                }
-                // A publisher that does not hold the key this node expects of it, or refuses
-                // this node (its allow-list): nothing of it is ever read.
-                (SlotRole::Sub(i), MonitorEvent::HandshakeFailed) => {
-                    if let Some(detail) = self.handshake_security_detail(value) {
-                        self.fail_sub(i, FailureReason::SecurityFailure, &detail, now);
-                    }
-                }
-                (SlotRole::Sub(i), MonitorEvent::AuthFailed) => {
-                    let detail = format!(
-                        "the publisher refused this node's credentials (ZAP {value}): not on \
-                         its allow-list"
-                    );
-                    self.fail_sub(i, FailureReason::SecurityFailure, &detail, now);
-                }
-                // Before a handshake, a disconnect is a failed connect attempt that libzmq
-                // retries itself; after one, the publisher is gone (MISSION L6).
-                (SlotRole::Sub(i), MonitorEvent::Disconnected) if self.fanout.subs[i].connected => {
-                    self.fail_sub(
-                        i,
-                        FailureReason::TransportError,
-                        "publisher disconnected",
-                        now,
-                    );
-                }
-                _ => {}
-            }
-        }
-    }
-
-    /// What a failed transport handshake of a dialled or SUB socket (event value `value`)
-    /// says about security, if anything: a mechanism mismatch (one side CURVE, the other
-    /// not), failed CURVE cryptography, and under CURVE a connection the node at the other
-    /// end closed during the handshake (it does not hold the key expected of it, so it could
-    /// not open this node's HELLO). `None`: not a security failure; the link's own timers and
-    /// disconnect handling deal with it.
-    pub(super) fn handshake_security_detail(&self, value: u32) -> Option<String> {
-        match (HandshakeFailure::of(value), self.local.curve.is_some()) {
-            (HandshakeFailure::MechanismMismatch, true) => {
-                Some("the node at this endpoint does not run CURVE (mechanism mismatch)".into())
-            }
-            (HandshakeFailure::MechanismMismatch, false) => Some(
-                "the node at this endpoint runs CURVE and this node does not (mechanism \
-                 mismatch)"
-                    .into(),
-            ),
-            (HandshakeFailure::Cryptographic, _) => Some(format!(
-                "the CURVE handshake failed (libzmq code {value:#x}): the node at this endpoint \
-                 does not hold the key expected of it"
-            )),
-            (HandshakeFailure::Closed, true) => Some(
-                "closed during the CURVE handshake: the node at this endpoint does not hold the \
-                 key expected of it (or this node's key file pairs a public key with another \
-                 secret key)"
-                    .into(),
-            ),
-            _ => None,
-        }
-    }
-
-    /// libzmq's notice (`ROUTER_NOTIFY`) for admitted inbound link `k`'s connection: the
-    /// connection is gone (MISSION L6: at once). Its attach notice came before its HELLO, so
-    /// any notice now is its loss, or the attach of a newer connection with the same routing
-    /// id, which libzmq lets in only once the old connection's pipe is gone.
-    pub(super) fn on_inbound_notice(&mut self, k: LinkKey, now: Instant) {
-        tracing::debug!(link = %k, "inbound connection notice: gone");
-        self.fail_gone_inbound(k, now);
-    }
-
     /// Inbound link `k`'s connection is gone: it fails, or stands down if it was the
     /// peer's duplicate dial of a lane our own dial holds (T1).
-    fn fail_gone_inbound(&mut self, k: LinkKey, now: Instant) {
+    pub(super) fn fail_gone_inbound(&mut self, k: LinkKey, now: Instant) {
         if self.lane_held_elsewhere(k) {
             self.fail_link(
                 k,

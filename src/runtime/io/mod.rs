@@ -58,9 +58,9 @@
 //!   and the loop with its order.
 //! - The glue, `impl IoThread` blocks that move records between the parts and the sockets:
 //!   [`slots`] (binding, placing sockets), [`links`] (dialling, failing and closing
-//!   connections, monitor events, sweeps), [`admission`] (HELLO, REJECT, WELCOME, duplicate
+//!   connections, sweeps), [`monitor`] (the sockets' monitor events), [`admission`] (HELLO, REJECT, WELCOME, duplicate
 //!   resolution, ready), [`gate`] (ZAP, the unadmitted cap, the allow-list), [`receive`]
-//!   (the fair receive rotation, routing records), [`fanout`] (beacons, one SUB socket per
+//!   (the fair receive rotation, routing records, connection notices, fanout records), [`fanout`] (beacons, one SUB socket per
 //!   publisher), [`timers`] (what runs when deadlines come due), [`commands`] (the async
 //!   side's commands), [`outbound`] (draining the send queues in bursts), [`publish`]
 //!   (opening, publishing and closing the send queues, below `links` and `outbound`), [`calls`]
@@ -79,6 +79,7 @@ mod exhaustion;
 mod fanout;
 mod gate;
 mod links;
+mod monitor;
 mod outbound;
 mod parts;
 mod publish;

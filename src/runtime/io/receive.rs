@@ -9,12 +9,13 @@ use bytes::Bytes;
 use super::parts::link::LinkKind;
 use super::parts::sockets::{Packed, Staged};
 use super::parts::sockets::{Slot, SlotRole, Unit};
-use super::{IoThread, LinkKey, SlotKey};
+use super::{IoThread, LinkKey, SlotKey, SubKey};
+use crate::proto::liveness::{Delivery as FanoutDelivery, FanoutInput};
 use crate::proto::sched::{Action, ReadTarget, RotationEndReason, SharedSocketId};
 use crate::proto::state::FailureReason;
 use crate::proto::wire;
-use crate::runtime::event::Delivery;
-use crate::runtime::records::{self, CloseReason, Lane, Rec, RejectReason};
+use crate::runtime::event::{Delivery, NodeEvent};
+use crate::runtime::records::{self, CloseReason, Fanout, Lane, Rec, RejectReason};
 use crate::runtime::socket::{share_last, Frame};
 
 /// Scheduler actions that share one reading of the clock.
@@ -502,5 +503,64 @@ impl IoThread {
         let links = &self.links;
         self.app
             .release(|k| links.get(k).and_then(|l| l.conn.as_ref()).map(|c| c.slot));
+    }
+
+    /// An empty record a dialled ROUTER received from its peer's routing id: a connection
+    /// notice of libzmq (`ROUTER_NOTIFY`), in order with the peer's records. The
+    /// first says the connection attached; any later one that the connection is gone
+    /// (MISSION L6: at once), whether it says so itself or is the attach of a reconnection
+    /// libzmq made after it (which never carries this link's records).
+    pub(super) fn on_router_notice(&mut self, k: LinkKey, now: Instant) {
+        let Some(c) = self.links[k].conn.as_mut() else {
+            return;
+        };
+        c.notices = c.notices.saturating_add(1);
+        tracing::debug!(link = %k, notices = c.notices, "connection notice");
+        if c.notices > 1 {
+            self.fail_link(k, FailureReason::TransportError, "disconnected", now);
+            return;
+        }
+        // Attached: the handshake is done and the socket knows the peer's routing id, so
+        // HELLO can go now if the monitor's word has not come yet (or a send right after it
+        // found the peer not yet known), and the monitor can go: the loop's next monitor
+        // phase reads what it holds and stops it (`IoThread::drain_monitor`).
+        let slot = c.slot;
+        self.send_hello(k);
+        self.sockets.ready.recheck_monitor(slot);
+    }
+
+    /// libzmq's notice (`ROUTER_NOTIFY`) for admitted inbound link `k`'s connection: the
+    /// connection is gone (MISSION L6: at once). Its attach notice came before its HELLO, so
+    /// any notice now is its loss, or the attach of a newer connection with the same routing
+    /// id, which libzmq lets in only once the old connection's pipe is gone.
+    pub(super) fn on_inbound_notice(&mut self, k: LinkKey, now: Instant) {
+        tracing::debug!(link = %k, "inbound connection notice: gone");
+        self.fail_gone_inbound(k, now);
+    }
+
+    pub(super) fn on_fanout(&mut self, i: SubKey, frames: Vec<Frame>, now: Instant) {
+        let decoded = records::decode_fanout(&frames, &self.fanout.subs[i].last_topic);
+        let input =
+            FanoutInput::from_decoded(decoded.as_ref().map(|f| matches!(f, Fanout::Beacon)));
+        let live = self.fanout.subs[i].live;
+        let verdict = self.liveness.table_mut().handle_fanout(live, input, now);
+        // A state change (ready) comes before the record that caused it.
+        self.drain_liveness_events(now);
+        if let (Ok(FanoutDelivery::Deliver), Ok(Fanout::Publish { topic, payload })) =
+            (verdict, decoded)
+        {
+            let s = &mut self.fanout.subs[i];
+            s.records += 1;
+            if s.last_topic != topic {
+                s.last_topic = topic.clone();
+            }
+            metrics::counter!("zmesh_fanout_records_received_total").increment(1);
+            self.app.push(NodeEvent::Delivery(Delivery {
+                source: self.fanout.subs[i].source.clone(),
+                channel: topic,
+                payload,
+            }));
+        }
+        self.drain_liveness_events(now);
     }
 }

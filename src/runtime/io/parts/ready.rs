@@ -251,6 +251,13 @@ impl Readiness {
         self.monitors.insert(k);
     }
 
+    /// Monitor `k` is drained at the loop's next monitor phase, events or not (and the loop
+    /// does not sleep before it): a dialled ROUTER whose connection attached stops its
+    /// monitor there, after acting on what the monitor held.
+    pub(crate) fn recheck_monitor(&mut self, k: SlotKey) {
+        self.monitors.insert(k);
+    }
+
     /// The slots whose monitors have events; none afterwards.
     pub(crate) fn take_monitors(&mut self) -> Vec<SlotKey> {
         self.monitors.take()

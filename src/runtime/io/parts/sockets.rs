@@ -10,7 +10,9 @@ use crate::proto::sched::{IdMap, SharedSocketId};
 use crate::proto::ConnId;
 use crate::runtime::keys::{LinkKey, SlotKey, SubKey, Table};
 use crate::runtime::records::Lane;
-use crate::runtime::socket::{Frame, FrameSocket, MonitorSocket, SocketRoom, Sockets};
+use crate::runtime::socket::{
+    Frame, FrameSocket, MonitorEvent, MonitorSocket, SocketRoom, Sockets,
+};
 
 /// What a socket is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -229,6 +231,21 @@ impl SocketSet {
             self.ready.drained(slot);
         }
         got
+    }
+
+    /// The events queued on a slot's monitor, read until it has none (its descriptor fires
+    /// again only for events after a check, so the monitor is marked for one).
+    pub(crate) fn monitor_events(&mut self, slot: SlotKey) -> Vec<(MonitorEvent, u32)> {
+        let mut events = Vec::new();
+        if let Some(m) = self.get(slot).and_then(|s| s.monitor.as_ref()) {
+            while let Ok(Some(frames)) = m.try_recv_frames() {
+                if let Some(ev) = MonitorEvent::decode_with_value(&frames) {
+                    events.push(ev);
+                }
+            }
+            self.ready.touch(Watch::Monitor(slot));
+        }
+        events
     }
 
     /// Keeps the monitor of a dialled socket of link `k` that was closed before it served a
