@@ -18,6 +18,7 @@ pub mod ops;
 pub mod sched;
 pub mod security;
 pub mod state;
+pub mod transport;
 pub mod wire;
 
 use std::fmt;

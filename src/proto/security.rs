@@ -348,6 +348,115 @@ impl ZapReply {
     }
 }
 
+/// The refusal a failed transport handshake (a monitor event's `value`) counts as on a bound
+/// socket (the publisher's included) of a node that runs CURVE (`curve`) or not.
+pub fn handshake_refusal(curve: bool, value: u32) -> (InputRefusal, String) {
+    match (curve, HandshakeFailure::of(value)) {
+        (true, HandshakeFailure::MechanismMismatch) => (
+            InputRefusal::SecurityFailure,
+            "a client without CURVE on a CURVE endpoint (mechanism mismatch)".into(),
+        ),
+        (true, HandshakeFailure::Cryptographic) => (
+            InputRefusal::SecurityFailure,
+            format!(
+                "the CURVE handshake failed: the client does not use this node's public key, \
+                 or does not hold its own (libzmq code {value:#x})"
+            ),
+        ),
+        _ => (
+            InputRefusal::HandshakeFailed,
+            format!(
+                "transport handshake failed (not ZMTP, a mechanism mismatch, or no handshake \
+                 within 15 s; libzmq code {value:#x})"
+            ),
+        ),
+    }
+}
+
+/// Where a ZAP request leads, as far as its verdict goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZapTarget {
+    /// No socket of this node has the request's domain.
+    Unknown,
+    /// The node's publisher.
+    Publisher,
+    /// A bound ROUTER, with the connections open on it that are not admitted there (this
+    /// one included: its ACCEPTED event comes before its ZAP request).
+    Router {
+        /// Open connections of the socket not admitted there.
+        unadmitted: usize,
+    },
+    /// A socket of the domain that is no longer a bound ROUTER (closed meanwhile).
+    Gone,
+}
+
+/// What the node knows when it answers one ZAP request.
+#[derive(Debug, Clone, Copy)]
+pub struct ZapFacts<'a> {
+    /// The request.
+    pub request: &'a ZapRequest,
+    /// Where its domain leads.
+    pub target: ZapTarget,
+    /// Whether the node runs CURVE.
+    pub curve: bool,
+    /// Whether the request's CURVE key (if it has one) is on the allow-list.
+    pub allowed: bool,
+    /// `max_unadmitted` of the node's configuration.
+    pub max_unadmitted: usize,
+}
+
+/// The verdict on one connection's ZAP request: under CURVE its key must be on the
+/// allow-list (the key becomes the connection's `User-Id`, the verified security identity
+/// admission reads); on a bound ROUTER the unadmitted cap must have room. With the reply,
+/// the refusal to count, if the connection is refused for a reason that counts as one.
+pub fn judge_zap(f: &ZapFacts<'_>) -> (ZapReply, Option<(InputRefusal, String)>) {
+    let reply = |status, text: String, user_id: String| ZapReply {
+        request_id: f.request.request_id.clone(),
+        status,
+        text,
+        user_id,
+    };
+    if f.target == ZapTarget::Unknown {
+        let r = reply(
+            ZapStatus::AuthFailure,
+            "unknown ZAP domain".into(),
+            String::new(),
+        );
+        return (r, None);
+    }
+    let mut user_id = String::new();
+    if f.curve {
+        let refused = match f.request.curve_key() {
+            Some(key) if f.allowed => {
+                user_id = key.to_z85();
+                None
+            }
+            Some(key) => Some(format!("client key {key} is not on the allow-list")),
+            None => Some(format!(
+                "mechanism {:?}: this endpoint admits CURVE clients only",
+                f.request.mechanism
+            )),
+        };
+        if let Some(detail) = refused {
+            let r = reply(ZapStatus::AuthFailure, detail.clone(), String::new());
+            return (r, Some((InputRefusal::SecurityFailure, detail)));
+        }
+    }
+    match f.target {
+        ZapTarget::Router { unadmitted } if unadmitted > f.max_unadmitted => {
+            let detail = format!(
+                "{} connections not admitted on this endpoint (max_unadmitted {}); refused in \
+                 the transport handshake",
+                unadmitted - 1,
+                f.max_unadmitted
+            );
+            let r = reply(ZapStatus::Refused, detail.clone(), String::new());
+            (r, Some((InputRefusal::UnadmittedCap, detail)))
+        }
+        _ => (reply(ZapStatus::Ok, "OK".into(), user_id), None),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -403,6 +512,112 @@ mod tests {
         let f = reply.encode();
         assert_eq!(f.len(), 7);
         assert_eq!((&f[1][..], &f[3][..]), (&b"1.0"[..], &b"400"[..]));
+    }
+
+    fn curve_request(key: Option<&PublicKey>) -> ZapRequest {
+        ZapRequest {
+            request_id: b"7".to_vec(),
+            domain: "zmesh-application".into(),
+            address: "127.0.0.1".into(),
+            mechanism: if key.is_some() {
+                Mechanism::Curve
+            } else {
+                Mechanism::Null
+            },
+            credentials: key.map(|k| vec![k.as_bytes().to_vec()]).unwrap_or_default(),
+        }
+    }
+
+    #[test]
+    fn f3_w3_zap_admits_listed_keys_and_refuses_the_rest_with_the_reason_counted() {
+        let key = PublicKey::from_slice(&[9u8; KEY_LEN]).unwrap();
+        let listed = curve_request(Some(&key));
+        let null = curve_request(None);
+        let facts = |request, target, curve, allowed| ZapFacts {
+            request,
+            target,
+            curve,
+            allowed,
+            max_unadmitted: 2,
+        };
+        let router = ZapTarget::Router { unadmitted: 1 };
+        // Listed: OK, with the key as the connection's User-Id; echoes the request id.
+        let (r, refused) = judge_zap(&facts(&listed, router, true, true));
+        assert_eq!((r.status, refused), (ZapStatus::Ok, None));
+        assert_eq!((r.user_id, r.request_id), (key.to_z85(), b"7".to_vec()));
+        // Unlisted and no CURVE at all: refused (400), counted as security failures, on
+        // the publisher as on a ROUTER.
+        for target in [router, ZapTarget::Publisher] {
+            let (r, refused) = judge_zap(&facts(&listed, target, true, false));
+            assert_eq!(r.status, ZapStatus::AuthFailure);
+            assert!(r.user_id.is_empty());
+            let (why, detail) = refused.unwrap();
+            assert_eq!(why, InputRefusal::SecurityFailure);
+            assert!(detail.contains("not on the allow-list"), "{detail}");
+            let (r, refused) = judge_zap(&facts(&null, target, true, false));
+            assert_eq!(r.status, ZapStatus::AuthFailure);
+            assert!(refused.unwrap().1.contains("CURVE clients only"));
+        }
+        // Without CURVE nothing is checked but the cap, and no User-Id is set.
+        let (r, refused) = judge_zap(&facts(&null, router, false, false));
+        assert_eq!(
+            (r.status, refused, r.user_id),
+            (ZapStatus::Ok, None, String::new())
+        );
+        // An unknown domain is refused and not counted (only libzmq of this node asks).
+        let (r, refused) = judge_zap(&facts(&listed, ZapTarget::Unknown, true, true));
+        assert_eq!((r.status, refused), (ZapStatus::AuthFailure, None));
+        // A socket closed meanwhile: nothing left to protect.
+        let (r, _) = judge_zap(&facts(&listed, ZapTarget::Gone, true, true));
+        assert_eq!(r.status, ZapStatus::Ok);
+    }
+
+    #[test]
+    fn w3_zap_refuses_beyond_the_unadmitted_cap_and_counts_it() {
+        let request = curve_request(None);
+        let at = |unadmitted| {
+            judge_zap(&ZapFacts {
+                request: &request,
+                target: ZapTarget::Router { unadmitted },
+                curve: false,
+                allowed: false,
+                max_unadmitted: 2,
+            })
+        };
+        assert_eq!(at(2).0.status, ZapStatus::Ok);
+        let (r, refused) = at(3);
+        assert_eq!(r.status, ZapStatus::Refused);
+        let (why, detail) = refused.unwrap();
+        assert_eq!(why, InputRefusal::UnadmittedCap);
+        assert!(detail.starts_with("2 connections not admitted"), "{detail}");
+        // The publisher has no cap.
+        let (r, _) = judge_zap(&ZapFacts {
+            request: &request,
+            target: ZapTarget::Publisher,
+            curve: false,
+            allowed: false,
+            max_unadmitted: 0,
+        });
+        assert_eq!(r.status, ZapStatus::Ok);
+    }
+
+    #[test]
+    fn w3_f3_a_failed_handshake_on_a_bound_socket_counts_as_security_only_under_curve() {
+        for (curve, value, want) in [
+            (true, ZMTP_MECHANISM_MISMATCH, InputRefusal::SecurityFailure),
+            (true, ZMTP_CRYPTOGRAPHIC, InputRefusal::SecurityFailure),
+            (true, 104, InputRefusal::HandshakeFailed),
+            (
+                false,
+                ZMTP_MECHANISM_MISMATCH,
+                InputRefusal::HandshakeFailed,
+            ),
+            (false, ZMTP_CRYPTOGRAPHIC, InputRefusal::HandshakeFailed),
+        ] {
+            let (why, detail) = handshake_refusal(curve, value);
+            assert_eq!(why, want, "curve {curve}, value {value:#x}");
+            assert!(detail.contains(&format!("{value:#x}")) || value == ZMTP_MECHANISM_MISMATCH);
+        }
     }
 
     #[test]

@@ -4,12 +4,14 @@
 //! - **ZAP.** Every bound ROUTER carries a ZAP domain of its own and lives in the context of
 //!   the node's ZAP handler, a ROUTER this thread answers
 //!   ([`crate::proto::security::ZapRequest`]): libzmq lets no connection carry a record before
-//!   the handler said yes.
+//!   the handler said yes. What it says is decided in `proto`
+//!   ([`crate::proto::security::judge_zap`]); this file gathers what the verdict needs and
+//!   records the refusals it counts.
 //! - **The unadmitted cap.** The bound sockets' monitors report each accepted connection and
 //!   each disconnect with the connection's descriptor; the connections open on a socket minus
 //!   those admitted there (a WELCOME sent, not failed since) are its unadmitted ones. At
 //!   `max_unadmitted` the handler refuses a new connection (status 500, which makes libzmq
-//!   close it at once; see [`ZapStatus::Refused`]): a peer that opens
+//!   close it at once; see [`ZapStatus::Refused`](crate::proto::security::ZapStatus::Refused)): a peer that opens
 //!   connections and says nothing holds at most that many per endpoint. libzmq cannot close
 //!   one accepted connection of a bound socket, so an unadmitted connection that stays silent
 //!   is bounded by this cap rather than by a deadline: libzmq's own handshake deadline
@@ -39,7 +41,8 @@ use super::parts::ready::Watch;
 use super::parts::sockets::{Slot, SlotRole};
 use super::{Gated, IoThread, LinkKey, SlotKey};
 use crate::proto::security::{
-    HandshakeFailure, InputRefusal, PublicKey, ZapReply, ZapRequest, ZapStatus,
+    handshake_refusal, judge_zap, InputRefusal, PublicKey, ZapFacts, ZapReply, ZapRequest,
+    ZapTarget,
 };
 use crate::proto::state::FailureReason;
 use crate::runtime::event::NodeEvent;
@@ -80,28 +83,9 @@ impl IoThread {
     }
 
     /// The refusal a failed transport handshake (a monitor event's `value`) counts as on any
-    /// bound socket, the publisher's included.
+    /// bound socket of this node, the publisher's included ([`handshake_refusal`]).
     pub(super) fn handshake_refusal(&self, value: u32) -> (InputRefusal, String) {
-        match (self.local.curve.is_some(), HandshakeFailure::of(value)) {
-            (true, HandshakeFailure::MechanismMismatch) => (
-                InputRefusal::SecurityFailure,
-                "a client without CURVE on a CURVE endpoint (mechanism mismatch)".into(),
-            ),
-            (true, HandshakeFailure::Cryptographic) => (
-                InputRefusal::SecurityFailure,
-                format!(
-                    "the CURVE handshake failed: the client does not use this node's public \
-                     key, or does not hold its own (libzmq code {value:#x})"
-                ),
-            ),
-            _ => (
-                InputRefusal::HandshakeFailed,
-                format!(
-                    "transport handshake failed (not ZMTP, a mechanism mismatch, or no \
-                     handshake within 15 s; libzmq code {value:#x})"
-                ),
-            ),
-        }
+        handshake_refusal(self.local.curve.is_some(), value)
     }
 
     /// Counts a refusal of input on the publisher's endpoint and keeps it for the snapshot.
@@ -217,71 +201,48 @@ impl IoThread {
         self.sockets.ready.touch(Watch::Zap);
     }
 
-    /// The verdict on one connection: under CURVE its key must be on the allow-list (the
-    /// key becomes the connection's `User-Id`, the verified security identity admission
-    /// reads); on a bound ROUTER the unadmitted cap must have room.
+    /// The verdict on one connection ([`judge_zap`]), with what it needs: for a bound ROUTER,
+    /// the connections open on it (its monitor is read first: the connection's ACCEPTED
+    /// event was published before its ZAP request, so the count includes this connection).
+    /// A refusal that counts is recorded.
     fn zap_verdict(&mut self, request: &ZapRequest, now: Instant) -> ZapReply {
-        let verdict = |status, text: String, user_id: String| ZapReply {
-            request_id: request.request_id.clone(),
-            status,
-            text,
-            user_id,
-        };
-        let Some(gated) = self.accepting.gate.gated(&request.domain) else {
-            return verdict(
-                ZapStatus::AuthFailure,
-                "unknown ZAP domain".into(),
-                String::new(),
-            );
-        };
-        let mut user_id = String::new();
-        if self.local.curve.is_some() {
-            let refused = match request.curve_key() {
-                Some(key) if self.accepting.gate.allows(&key) => {
-                    user_id = key.to_z85();
-                    None
+        let gated = self.accepting.gate.gated(&request.domain);
+        let target = match gated {
+            None => ZapTarget::Unknown,
+            Some(Gated::Publisher) => ZapTarget::Publisher,
+            Some(Gated::Bound(slot)) => {
+                let bound = matches!(
+                    self.sockets.get(slot),
+                    Some(Slot {
+                        role: SlotRole::Bound(_),
+                        ..
+                    })
+                );
+                if bound {
+                    for (event, value) in self.sockets.monitor_events(slot) {
+                        self.gate_monitor_event(slot, event, value, now);
+                    }
+                    ZapTarget::Router {
+                        unadmitted: self.unadmitted(slot),
+                    }
+                } else {
+                    ZapTarget::Gone
                 }
-                Some(key) => Some(format!("client key {key} is not on the allow-list")),
-                None => Some(format!(
-                    "mechanism {:?}: this endpoint admits CURVE clients only",
-                    request.mechanism
-                )),
-            };
-            if let Some(detail) = refused {
-                self.record_refusal_at(gated, InputRefusal::SecurityFailure, detail.clone(), now);
-                return verdict(ZapStatus::AuthFailure, detail, String::new());
             }
-        }
-        let slot = match gated {
-            Gated::Bound(slot) => slot,
-            Gated::Publisher => return verdict(ZapStatus::Ok, "OK".into(), user_id),
         };
-        if !matches!(
-            self.sockets.get(slot),
-            Some(Slot {
-                role: SlotRole::Bound(_),
-                ..
-            })
-        ) {
-            return verdict(ZapStatus::Ok, "OK".into(), user_id);
+        let (reply, refused) = judge_zap(&ZapFacts {
+            request,
+            target,
+            curve: self.local.curve.is_some(),
+            allowed: request
+                .curve_key()
+                .is_some_and(|key| self.accepting.gate.allows(&key)),
+            max_unadmitted: self.local.cfg.max_unadmitted,
+        });
+        if let (Some(gated), Some((reason, detail))) = (gated, refused) {
+            self.record_refusal_at(gated, reason, detail, now);
         }
-        // The connection's ACCEPTED event was published before its ZAP request: read it,
-        // so the count includes this connection.
-        for (event, value) in self.sockets.monitor_events(slot) {
-            self.gate_monitor_event(slot, event, value, now);
-        }
-        let unadmitted = self.unadmitted(slot);
-        if unadmitted > self.local.cfg.max_unadmitted {
-            let detail = format!(
-                "{} connections not admitted on this endpoint (max_unadmitted {}); refused in \
-                 the transport handshake",
-                unadmitted - 1,
-                self.local.cfg.max_unadmitted
-            );
-            self.record_refusal(slot, InputRefusal::UnadmittedCap, detail.clone(), now);
-            return verdict(ZapStatus::Refused, detail, String::new());
-        }
-        verdict(ZapStatus::Ok, "OK".into(), user_id)
+        reply
     }
 
     /// A new allow-list (or the error of an attempt to read one): in force at once for new

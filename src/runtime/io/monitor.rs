@@ -9,9 +9,8 @@ use super::parts::link::LinkKind;
 use super::parts::ready::Watch;
 use super::parts::sockets::SlotRole;
 use super::{IoThread, SlotKey, DRAIN_BEFORE_DISCONNECT};
-use crate::proto::security::HandshakeFailure;
 use crate::proto::state::FailureReason;
-use crate::runtime::socket::MonitorEvent;
+use crate::proto::transport::{judge_monitor_event, MonitorEvent, MonitorVerdict, Watched};
 
 impl IoThread {
     /// Reads and acts on the events queued on a slot's monitor; a dialled ROUTER's monitor
@@ -73,7 +72,8 @@ impl IoThread {
         self.act_on_monitor_events(slot, events, now);
     }
 
-    /// Acts on events read from a slot's monitor, in order.
+    /// Acts on events read from a slot's monitor, in order: a bound socket's go to its gate,
+    /// a dialled or SUB socket's as [`judge_monitor_event`] says.
     fn act_on_monitor_events(
         &mut self,
         slot: SlotKey,
@@ -84,45 +84,24 @@ impl IoThread {
             let Some(s) = self.sockets.get(slot) else {
                 return;
             };
-            if let SlotRole::Bound(_) = s.role {
-                self.gate_monitor_event(slot, ev, value, now);
-                continue;
-            }
-            let Some(s) = self.sockets.get(slot) else {
-                return;
+            let watched = match s.role {
+                SlotRole::Bound(_) => {
+                    self.gate_monitor_event(slot, ev, value, now);
+                    continue;
+                }
+                SlotRole::Dialled(_) => Watched::Dialled,
+                SlotRole::Sub(i) => Watched::Sub {
+                    connected: self.fanout.subs[i].connected,
+                },
             };
-            match (s.role, ev) {
-                (SlotRole::Dialled(k), MonitorEvent::HandshakeSucceeded) => self.send_hello(k),
-                // The peer refused this connection in its transport handshake (its ZAP
-                // handler): libzmq will not retry it; the link dials again after its backoff.
-                (SlotRole::Dialled(k), MonitorEvent::AuthFailed) => {
-                    let (reason, detail) = if value == 400 {
-                        (
-                            FailureReason::SecurityFailure,
-                            "the peer refused this node's credentials (ZAP 400: under CURVE, \
-                             this node's key is not on its allow-list)"
-                                .to_owned(),
-                        )
-                    } else {
-                        (
-                            FailureReason::TransportError,
-                            format!(
-                                "the peer refused the connection in its handshake (ZAP {value})"
-                            ),
-                        )
-                    };
+            let verdict = judge_monitor_event(watched, ev, value, self.local.curve.is_some());
+            match (s.role, verdict) {
+                (_, MonitorVerdict::Nothing) | (SlotRole::Bound(_), _) => {}
+                (SlotRole::Dialled(k), MonitorVerdict::SendHello) => self.send_hello(k),
+                (SlotRole::Dialled(k), MonitorVerdict::Fail { reason, detail }) => {
                     self.fail_link(k, reason, &detail, now);
                 }
-                // The transport handshake failed: under CURVE (or against a CURVE node)
-                // that is the keys; libzmq would only try again with the same keys.
-                (SlotRole::Dialled(k), MonitorEvent::HandshakeFailed) => {
-                    if let Some(detail) = self.handshake_security_detail(value) {
-                        self.fail_link(k, FailureReason::SecurityFailure, &detail, now);
-                    }
-                }
-                (SlotRole::Dialled(k), MonitorEvent::Disconnected) => {
-                    // Records that arrived before the disconnect come first: an orderly CLOSE
-                    // explains the disconnect better than the disconnect itself.
+                (SlotRole::Dialled(k), MonitorVerdict::Disconnected) => {
                     for _ in 0..DRAIN_BEFORE_DISCONNECT {
                         let Some(frames) = self.sockets.recv_one(slot) else {
                             break;
@@ -137,65 +116,16 @@ impl IoThread {
                         self.fail_link(k, FailureReason::TransportError, "disconnected", now);
                     }
                 }
-                (SlotRole::Sub(i), MonitorEvent::HandshakeSucceeded) => {
+                (SlotRole::Sub(i), MonitorVerdict::SubConnected) => {
                     self.fanout.subs[i].connected = true;
                 }
-                // A publisher that does not hold the key this node expects of it, or refuses
-                // this node (its allow-list): nothing of it is ever read.
-                (SlotRole::Sub(i), MonitorEvent::HandshakeFailed) => {
-                    if let Some(detail) = self.handshake_security_detail(value) {
-                        self.fail_sub(i, FailureReason::SecurityFailure, &detail, now);
-                    }
+                (SlotRole::Sub(i), MonitorVerdict::Fail { reason, detail }) => {
+                    self.fail_sub(i, reason, &detail, now);
                 }
-                (SlotRole::Sub(i), MonitorEvent::AuthFailed) => {
-                    let detail = format!(
-                        "the publisher refused this node's credentials (ZAP {value}): not on \
-                         its allow-list"
-                    );
-                    self.fail_sub(i, FailureReason::SecurityFailure, &detail, now);
-                }
-                // Before a handshake, a disconnect is a failed connect attempt that libzmq
-                // retries itself; after one, the publisher is gone (MISSION L6).
-                (SlotRole::Sub(i), MonitorEvent::Disconnected) if self.fanout.subs[i].connected => {
-                    self.fail_sub(
-                        i,
-                        FailureReason::TransportError,
-                        "publisher disconnected",
-                        now,
-                    );
-                }
-                _ => {}
+                // Verdicts for the other kind of socket: `judge_monitor_event` gives none.
+                (SlotRole::Dialled(_), MonitorVerdict::SubConnected)
+                | (SlotRole::Sub(_), MonitorVerdict::SendHello | MonitorVerdict::Disconnected) => {}
             }
-        }
-    }
-
-    /// What a failed transport handshake of a dialled or SUB socket (event value `value`)
-    /// says about security, if anything: a mechanism mismatch (one side CURVE, the other
-    /// not), failed CURVE cryptography, and under CURVE a connection the node at the other
-    /// end closed during the handshake (it does not hold the key expected of it, so it could
-    /// not open this node's HELLO). `None`: not a security failure; the link's own timers and
-    /// disconnect handling deal with it.
-    pub(super) fn handshake_security_detail(&self, value: u32) -> Option<String> {
-        match (HandshakeFailure::of(value), self.local.curve.is_some()) {
-            (HandshakeFailure::MechanismMismatch, true) => {
-                Some("the node at this endpoint does not run CURVE (mechanism mismatch)".into())
-            }
-            (HandshakeFailure::MechanismMismatch, false) => Some(
-                "the node at this endpoint runs CURVE and this node does not (mechanism \
-                 mismatch)"
-                    .into(),
-            ),
-            (HandshakeFailure::Cryptographic, _) => Some(format!(
-                "the CURVE handshake failed (libzmq code {value:#x}): the node at this endpoint \
-                 does not hold the key expected of it"
-            )),
-            (HandshakeFailure::Closed, true) => Some(
-                "closed during the CURVE handshake: the node at this endpoint does not hold the \
-                 key expected of it (or this node's key file pairs a public key with another \
-                 secret key)"
-                    .into(),
-            ),
-            _ => None,
         }
     }
 }

@@ -86,6 +86,7 @@ pub const MAX_SOCKETS: i32 = 32_768;
 pub const SOCKETS_PER_CONTEXT: usize = 32_000;
 /// Sockets placed in a context whose `ZMQ_MAX_SOCKETS` stayed at libzmq's default of 1023.
 const DEFAULT_ROOM: usize = 900;
+pub use crate::proto::transport::MonitorEvent;
 pub use crate::runtime::fds::{
     CONTEXT_HEADROOM, FDS_PER_CONTEXT, FDS_PER_DIALLED, FDS_PER_MONITORED,
 };
@@ -251,31 +252,6 @@ impl FrameSocket for zmq::Socket {
         }
         Ok(Some(frames))
     }
-}
-
-/// A libzmq socket event reported by a monitor, reduced to what zmesh acts on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MonitorEvent {
-    /// The ZMTP handshake completed: the pipe can carry records.
-    HandshakeSucceeded,
-    /// The connection closed or failed (disconnect, closed, handshake failure).
-    Disconnected,
-    /// A dial attempt failed and libzmq will not retry (reconnect is disabled).
-    ConnectFailed,
-    /// libzmq destroyed the closed socket (its connections are gone, its slot in the context
-    /// is free) and stopped its monitor: the last event a monitor reports. Only monitors of
-    /// [`Sockets::dialled`] sockets report it.
-    Stopped,
-    /// A bound socket accepted a connection (its transport handshake starts).
-    Accepted,
-    /// The transport handshake failed: not ZMTP, a mechanism mismatch, libzmq's handshake
-    /// deadline (a `Disconnected` follows).
-    HandshakeFailed,
-    /// The security handshake failed: the ZAP handler refused the client, or the server
-    /// refused this client's key (a `Disconnected` follows).
-    AuthFailed,
-    /// Anything else (connected, delayed, listening ...): informational.
-    Other(u16),
 }
 
 impl MonitorEvent {
