@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use super::parts::link::{backoff, note, routing_id, Conn, Link, LinkKind};
+use super::parts::link::{note, routing_id, Conn, Link, LinkKind};
 use super::parts::ready::Watch;
 
 use super::parts::sockets::{Slot, SlotRole, Unit};
@@ -267,24 +267,8 @@ impl IoThread {
             return;
         };
         self.close_conn(k, conn, reason, now);
-        let l = &mut self.links[k];
-        let stood_down = reason == FailureReason::StoodDown;
-        if !stood_down {
-            l.failures_in_row = l.failures_in_row.saturating_add(1);
-        }
-        let terminal = reason == FailureReason::NotRequired;
-        l.terminal |= terminal;
-        let recovery = if self.local.host == Host::Running
-            && !l.withdrawn
-            && !matches!(l.kind, LinkKind::Inbound { .. })
-        {
-            Recovery::Reconnect
-        } else {
-            Recovery::Hold
-        };
-        note(l.state.handle_failure(reason, detail, recovery, now));
-        let state = l.state.state();
-        l.retry_at = Some(now + backoff(l.failures_in_row));
+        let running = self.local.host == Host::Running;
+        let state = self.links[k].record_failure(reason, detail, running, now);
         let link = self.local.link_id(&self.links[k].kind);
         self.app.emit_state(link, state, Some(reason), detail);
         // A dial that stood down for this peer's own connection resumes when that one fails.
@@ -308,7 +292,7 @@ impl IoThread {
                 }
             }
         }
-        if !stood_down {
+        if reason != FailureReason::StoodDown {
             metrics::counter!("zmesh_link_failures_total", "reason" => reason.as_str())
                 .increment(1);
         }

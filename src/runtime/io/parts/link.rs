@@ -12,7 +12,7 @@ use crate::config::ServerConfig;
 use crate::proto::handshake::{Identity, Role};
 use crate::proto::liveness::{self, PEER_DEADLINE};
 use crate::proto::security::PublicKey;
-use crate::proto::state::LinkState;
+use crate::proto::state::{ConnState, FailureReason, LinkState, Recovery};
 use crate::proto::ConnId;
 use crate::runtime::event::Source;
 use crate::runtime::keys::SlotKey;
@@ -125,6 +125,34 @@ impl Link {
         let redial = self.retry_at.filter(|_| self.waits_to_redial());
         let close = self.closing.as_ref().map(|c| c.1 + CLOSE_CONFIRM_MAX);
         [handshake, redial, close].into_iter().flatten().min()
+    }
+
+    /// Records the failure of this link's connection (taken from it already) in its state:
+    /// a stand-down is no failure of the peer's (it does not count towards the backoff), a
+    /// `not_required` refusal is terminal for this configuration generation (T4), and only
+    /// a dialled link of a running node whose descriptor is not gone reconnects (an inbound
+    /// link waits for the peer to dial again). The next dial is not before the backoff of
+    /// the failures in a row. Returns the state the link is in now.
+    pub(crate) fn record_failure(
+        &mut self,
+        reason: FailureReason,
+        detail: &str,
+        running: bool,
+        now: Instant,
+    ) -> ConnState {
+        if reason != FailureReason::StoodDown {
+            self.failures_in_row = self.failures_in_row.saturating_add(1);
+        }
+        self.terminal |= reason == FailureReason::NotRequired;
+        let recovery =
+            if running && !self.withdrawn && !matches!(self.kind, LinkKind::Inbound { .. }) {
+                Recovery::Reconnect
+            } else {
+                Recovery::Hold
+            };
+        note(self.state.handle_failure(reason, detail, recovery, now));
+        self.retry_at = Some(now + backoff(self.failures_in_row));
+        self.state.state()
     }
 
     /// A discovered intent whose descriptor is gone and that holds nothing any more: no
@@ -294,6 +322,58 @@ mod tests {
             verified_key: None,
             notices: 0,
         }
+    }
+
+    /// The failure rules of a link: stand-downs do not count towards the backoff, NotRequired
+    /// is terminal, and only a dialled link of a running node whose descriptor is not gone
+    /// reconnects.
+    #[test]
+    fn f1_t4_a_failure_counts_recovers_and_backs_off_by_the_links_kind() {
+        let now = Instant::now();
+        let dial = LinkKind::MeshDial {
+            peer: 0,
+            lane: Lane::Application,
+        };
+        let inbound = LinkKind::Inbound {
+            rid: "b".to_owned(),
+            lane: Lane::Application,
+        };
+        let fresh = |kind: LinkKind| {
+            let mut l = link(kind);
+            note(l.state.handle_connecting(now));
+            l
+        };
+        let mut l = fresh(dial.clone());
+        let s = l.record_failure(FailureReason::TransportError, "cut", true, now);
+        assert_eq!(
+            (s, l.failures_in_row, l.terminal),
+            (ConnState::Reconnecting, 1, false)
+        );
+        assert_eq!(l.retry_at, Some(now + backoff(1)));
+        assert_eq!(
+            l.state.last_failure().map(|f| f.detail.as_str()),
+            Some("cut")
+        );
+        note(l.state.handle_connecting(now));
+        l.record_failure(FailureReason::StoodDown, "peer's dial", true, now);
+        assert_eq!(
+            l.failures_in_row, 1,
+            "a stand-down is not a failure of the peer"
+        );
+        note(l.state.handle_connecting(now));
+        l.record_failure(FailureReason::NotRequired, "no pair", true, now);
+        assert!(l.terminal && !l.waits_to_redial());
+        // No reconnect: a stopping node, a withdrawn descriptor, an inbound link.
+        let mut stopping = fresh(dial.clone());
+        let s = stopping.record_failure(FailureReason::TransportError, "cut", false, now);
+        assert_eq!(s, ConnState::NotConnected);
+        let mut withdrawn = fresh(dial);
+        withdrawn.withdrawn = true;
+        let s = withdrawn.record_failure(FailureReason::TransportError, "cut", true, now);
+        assert_eq!(s, ConnState::NotConnected);
+        let mut inbound = fresh(inbound);
+        let s = inbound.record_failure(FailureReason::TransportError, "cut", true, now);
+        assert_eq!(s, ConnState::NotConnected);
     }
 
     /// `routes_are` (the allocation-free check) agrees with `routes` on every link state a
