@@ -330,7 +330,8 @@ struct SocketState {
 struct Turn<U> {
     entry: RingEntry<U>,
     seq: u64,
-    started: Instant,
+    /// When the turn's time cap is reached ([`Deadline`]).
+    deadline: Deadline,
     actions: u64,
     delivered: usize,
     bytes: usize,
@@ -338,12 +339,46 @@ struct Turn<U> {
 
 struct Rotation {
     number: u64,
-    started: Instant,
+    /// When the rotation's time cap is reached ([`Deadline`]).
+    deadline: Deadline,
     actions: u64,
     turns: u64,
     delivered: u64,
     bytes: u64,
     records_read: u64,
+}
+
+/// The instant a time cap is reached, computed once when the turn or rotation begins, so a
+/// cap is judged with one comparison of instants per action rather than a subtraction.
+/// `reached(now)` is exactly `now.saturating_duration_since(started) >= cap`.
+#[derive(Clone, Copy)]
+enum Deadline {
+    /// A zero cap: reached at once.
+    Now,
+    /// Reached at this instant.
+    At(Instant),
+    /// `started + cap` is past what an `Instant` can hold: never reached.
+    Never,
+}
+
+impl Deadline {
+    fn after(started: Instant, cap: Duration) -> Deadline {
+        if cap.is_zero() {
+            return Deadline::Now;
+        }
+        match started.checked_add(cap) {
+            Some(at) => Deadline::At(at),
+            None => Deadline::Never,
+        }
+    }
+
+    fn reached(self, now: Instant) -> bool {
+        match self {
+            Deadline::Now => true,
+            Deadline::At(at) => now >= at,
+            Deadline::Never => false,
+        }
+    }
 }
 
 #[derive(Default, Clone, Copy)]
@@ -666,7 +701,7 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
                 self.rotations_begun += 1;
                 Rotation {
                     number: self.rotations_begun,
-                    started: now,
+                    deadline: Deadline::after(now, self.caps.rotation_time),
                     actions: 0,
                     turns: 0,
                     delivered: 0,
@@ -745,12 +780,18 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
     ///
     /// A peer's queue may then hold up to [`STAGING_RECORD_BOUND`] plus one read's records
     /// minus one: the bound stops the read phase after the read that crossed it.
-    pub fn handle_read_parts(
+    ///
+    /// `records` is any iterator of them (the shell decodes a PACK's records as they are
+    /// staged, with no list of its own); refused, it is handed back unconsumed.
+    pub fn handle_read_parts<I>(
         &mut self,
         read: ReadRequest<U>,
         owner: U,
-        records: Vec<(R, usize)>,
-    ) -> Result<(), Rejected<U, Vec<(R, usize)>>> {
+        records: I,
+    ) -> Result<(), Rejected<U, I>>
+    where
+        I: IntoIterator<Item = (R, usize)>,
+    {
         let reason = match self.units.get(&owner) {
             None => Some(RejectReason::UnknownUnit),
             Some(state) => {
@@ -768,18 +809,15 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
                 reason,
             });
         }
-        if let ReadTarget::Shared(socket) = read.target {
-            if let Some(socket_state) = self.sockets.get_mut(&socket) {
-                socket_state.stats.records_read += 1;
-                let len: usize = records.iter().map(|(_, len)| *len).sum();
-                socket_state.stats.bytes_read += len as u64;
-            }
-        }
         if let Some(rotation) = self.rotation.as_mut() {
             rotation.records_read += 1;
         }
-        for (record, len) in records {
-            self.push_record(owner, record, len);
+        let len = self.push_records(owner, records);
+        if let ReadTarget::Shared(socket) = read.target {
+            if let Some(socket_state) = self.sockets.get_mut(&socket) {
+                socket_state.stats.records_read += 1;
+                socket_state.stats.bytes_read += len as u64;
+            }
         }
         Ok(())
     }
@@ -876,6 +914,35 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
         self.refresh(RingEntry::Unit(owner));
     }
 
+    /// [`push_record`](Self::push_record) of several records in order, with one lookup of
+    /// the owner and one update of the active set; returns their bytes.
+    fn push_records(&mut self, owner: U, records: impl IntoIterator<Item = (R, usize)>) -> usize {
+        let byte_bound = self.caps.bytes;
+        let Some(state) = self.units.get_mut(&owner) else {
+            return 0;
+        };
+        let was_full = is_full(state, byte_bound);
+        let (mut n, mut bytes) = (0, 0usize);
+        for (record, len) in records {
+            state.queue.push_back((record, len));
+            state.queued_bytes = state.queued_bytes.saturating_add(len);
+            n += 1;
+            bytes = bytes.saturating_add(len);
+        }
+        state.stats.staged = state.queue.len();
+        state.stats.staged_bytes = state.queued_bytes;
+        state.stats.staged_peak = state.stats.staged_peak.max(state.queue.len());
+        let now_full = is_full(state, byte_bound);
+        if let (Source::Shared(socket), false, true) = (state.source, was_full, now_full) {
+            if let Some(socket_state) = self.sockets.get_mut(&socket) {
+                socket_state.full_peers += 1;
+            }
+        }
+        self.staged += n;
+        self.refresh(RingEntry::Unit(owner));
+        bytes
+    }
+
     fn pop_record(&mut self, unit: U) -> Option<(R, usize)> {
         let byte_bound = self.caps.bytes;
         let state = self.units.get_mut(&unit)?;
@@ -905,8 +972,7 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
     /// served in this rotation.
     fn drive(&mut self, rotation: &mut Rotation, now: Instant) -> Step<U, R> {
         loop {
-            let rotation_cap_hit = rotation.actions > 0
-                && now.saturating_duration_since(rotation.started) >= self.caps.rotation_time;
+            let rotation_cap_hit = rotation.actions > 0 && rotation.deadline.reached(now);
             let Some(mut turn) = self.turn.take() else {
                 if rotation_cap_hit {
                     return Step::End(RotationEndReason::TimeCap);
@@ -971,7 +1037,7 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
         Some(Turn {
             entry,
             seq: self.turns_begun,
-            started: now,
+            deadline: Deadline::after(now, self.caps.unit_time),
             actions: 0,
             delivered: 0,
             bytes: 0,
@@ -982,7 +1048,7 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
         CapHits {
             count: turn.delivered >= RECEIVE_COUNT_CAP,
             bytes: turn.delivered > 0 && turn.bytes >= self.caps.bytes,
-            time: now.saturating_duration_since(turn.started) >= self.caps.unit_time,
+            time: turn.deadline.reached(now),
         }
     }
 

@@ -24,7 +24,7 @@ use super::parts::link::{backoff, note};
 use super::parts::ready::Watch;
 use super::parts::sockets::{close_stopping_monitor, Slot, SlotRole};
 use super::{Host, IoThread, SubKey, BACKOFF_MAX};
-use crate::proto::security::InputRefusal;
+use crate::proto::security::{handshake_refusal, InputRefusal};
 use crate::proto::state::{ConnState, FailureReason, Recovery};
 use crate::runtime::error::NodeError;
 use crate::runtime::link::LinkId;
@@ -103,7 +103,7 @@ impl IoThread {
         }
         for (event, value) in events {
             if event == MonitorEvent::HandshakeFailed {
-                let (reason, detail) = self.handshake_refusal(value);
+                let (reason, detail) = handshake_refusal(self.local.curve.is_some(), value);
                 self.refuse_publisher_input(reason, detail, now);
             }
         }

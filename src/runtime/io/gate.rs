@@ -74,18 +74,12 @@ impl IoThread {
                 self.timers.start_sweep(slot, now);
             }
             MonitorEvent::HandshakeFailed => {
-                let (reason, detail) = self.handshake_refusal(value);
+                let (reason, detail) = handshake_refusal(self.local.curve.is_some(), value);
                 self.record_refusal(slot, reason, detail, now);
             }
             // The ZAP handler's own refusals are recorded when it decides.
             _ => {}
         }
-    }
-
-    /// The refusal a failed transport handshake (a monitor event's `value`) counts as on any
-    /// bound socket of this node, the publisher's included ([`handshake_refusal`]).
-    pub(super) fn handshake_refusal(&self, value: u32) -> (InputRefusal, String) {
-        handshake_refusal(self.local.curve.is_some(), value)
     }
 
     /// Counts a refusal of input on the publisher's endpoint and keeps it for the snapshot.

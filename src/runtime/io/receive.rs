@@ -145,19 +145,17 @@ impl IoThread {
                             let route = frames.remove(0);
                             (
                                 owner,
-                                Staged {
+                                Staged::Frames {
                                     route: Some(route),
                                     frames,
-                                    packed: None,
                                 },
                             )
                         }
                         _ => (
                             Unit::Socket(slot),
-                            Staged {
+                            Staged::Frames {
                                 route: None,
                                 frames,
-                                packed: None,
                             },
                         ),
                     };
@@ -198,9 +196,17 @@ impl IoThread {
     /// bytes, if the record is a valid PACK of a link's ready connection where `pack` is in
     /// effect. Anything else (a malformed PACK included) is staged whole, and fails its
     /// connection in its turn as any malformed record does.
-    fn unpack(&self, owner: Unit, staged: &Staged, len: usize) -> Option<Vec<(Staged, usize)>> {
+    fn unpack(
+        &self,
+        owner: Unit,
+        staged: &Staged,
+        len: usize,
+    ) -> Option<impl Iterator<Item = (Staged, usize)>> {
+        let Staged::Frames { frames, .. } = staged else {
+            return None;
+        };
         let (link, conn, frames) = match owner {
-            Unit::Peer(k, id) => (k, id, staged.frames.as_slice()),
+            Unit::Peer(k, id) => (k, id, frames.as_slice()),
             Unit::Socket(slot) => {
                 let Some(Slot {
                     role: SlotRole::Dialled(k),
@@ -212,7 +218,7 @@ impl IoThread {
                 let c = self.links.get(*k)?.conn.as_ref()?;
                 // A dialled ROUTER reads the bound peer's routing id first.
                 let skip = usize::from(c.route.is_some());
-                (*k, c.id, staged.frames.get(skip..)?)
+                (*k, c.id, frames.get(skip..)?)
             }
             Unit::Admission(_) => return None,
         };
@@ -236,47 +242,42 @@ impl IoThread {
             .map(|p| p.len() + PACKED_RECORD_OVERHEAD)
             .sum();
         let mut rest = len.saturating_sub(charged);
-        let parts = payloads
-            .into_iter()
-            .map(|payload| {
-                let bytes = payload.len() + PACKED_RECORD_OVERHEAD + std::mem::take(&mut rest);
-                let packed = Packed {
-                    link,
-                    conn,
-                    channel: channel.clone(),
-                    payload,
-                };
-                let staged = Staged {
-                    route: None,
-                    frames: Vec::new(),
-                    packed: Some(packed),
-                };
-                (staged, bytes)
-            })
-            .collect();
+        let parts = payloads.into_iter().map(move |payload| {
+            let bytes = payload.len() + PACKED_RECORD_OVERHEAD + std::mem::take(&mut rest);
+            let packed = Packed {
+                link,
+                conn,
+                channel: channel.clone(),
+                payload,
+            };
+            (Staged::Packed(packed), bytes)
+        });
         Some(parts)
     }
 
     /// Processes a record in its unit's turn.
     pub(super) fn on_staged(&mut self, unit: Unit, staged: Staged, now: Instant) {
-        if let Some(p) = staged.packed {
-            let current = self.links.get(p.link).and_then(|l| l.conn.as_ref());
-            if current.is_some_and(|c| c.id == p.conn) {
-                self.on_link_activity(p.link, now);
-                self.on_message(p.link, p.channel, p.payload, now);
+        let (route, frames) = match staged {
+            Staged::Packed(p) => {
+                let current = self.links.get(p.link).and_then(|l| l.conn.as_ref());
+                if current.is_some_and(|c| c.id == p.conn) {
+                    self.on_link_activity(p.link, now);
+                    self.on_message(p.link, p.channel, p.payload, now);
+                }
+                return;
             }
-            return;
-        }
-        match (unit, staged.route) {
-            (Unit::Socket(slot), _) => self.on_frames(slot, staged.frames, now),
+            Staged::Frames { route, frames } => (route, frames),
+        };
+        match (unit, route) {
+            (Unit::Socket(slot), _) => self.on_frames(slot, frames, now),
             (Unit::Peer(k, _), Some(_)) => {
                 // The routing id was looked up when the record was read: while the unit's
                 // connection is still the link's current one, the record is that link's.
                 if self.links_slot(unit).is_some() {
-                    if is_notice(&staged.frames) {
+                    if is_notice(&frames) {
                         self.on_inbound_notice(k, now);
                     } else {
-                        self.on_link_record(k, &staged.frames, now);
+                        self.on_link_record(k, &frames, now);
                     }
                 }
             }
@@ -289,7 +290,7 @@ impl IoThread {
                 else {
                     return;
                 };
-                self.on_bound(slot, lane, route, staged.frames, now);
+                self.on_bound(slot, lane, route, frames, now);
             }
             (_, None) => {}
         }

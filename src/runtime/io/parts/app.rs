@@ -148,7 +148,11 @@ impl AppQueue {
         if self.out.is_empty() {
             return;
         }
-        let batch = std::mem::take(&mut self.out);
+        // The next turn's batch starts at this one's size (up to 1 024 events): one
+        // allocation per batch rather than a doubling per power of two of a busy link's
+        // records, and never a large buffer held for a quiet turn.
+        let cap = self.out.len().min(1024);
+        let batch = std::mem::replace(&mut self.out, Vec::with_capacity(cap));
         let n = batch
             .iter()
             .filter(|e| matches!(e, NodeEvent::Delivery(_)))

@@ -1,8 +1,9 @@
 //! A link and its connection: a link is a configured peer lane, a configured server, or a
 //! peer's inbound connection, and holds at most one current physical connection ([`Conn`]).
 //! The link's own timings (handshake timeout, reconnect backoff, close confirmation) and the
-//! deadline they give are here; dialling, failing and closing are the thread's
-//! (`io/links.rs`).
+//! deadline they give are here, and so is what a failure does to the link
+//! ([`Link::record_failure`]: the count, terminal failures, recovery and backoff); dialling,
+//! closing and the effects of a failure on other parts are the thread's (`io/links.rs`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -287,14 +287,20 @@ pub(crate) fn send_routed(
     socket.send_frames(&refs)
 }
 
-/// A record read by the receive loop, waiting for its unit's turn.
-pub(crate) struct Staged {
-    /// The routing id split off a bound socket's record.
-    pub(crate) route: Option<Frame>,
-    pub(crate) frames: Vec<Frame>,
-    /// One MESSAGE of a PACK (then `frames` is empty): a PACK is staged as its records, so
-    /// the scheduler's caps count each (MISSION R2, WIRE.md §4.18).
-    pub(crate) packed: Option<Packed>,
+/// A record read by the receive loop, waiting for its unit's turn. An enum rather than a
+/// struct of both shapes: staged records move through the scheduler's queue and actions by
+/// value, and a PACK's records are the common case of a busy link.
+pub(crate) enum Staged {
+    /// A record as libzmq gave it.
+    Frames {
+        /// The routing id split off a bound socket's record.
+        route: Option<Frame>,
+        /// The record's frames.
+        frames: Vec<Frame>,
+    },
+    /// One MESSAGE of a PACK: a PACK is staged as its records, so the scheduler's caps count
+    /// each (MISSION R2, WIRE.md §4.18).
+    Packed(Packed),
 }
 
 /// One MESSAGE of a PACK, staged on its own.
