@@ -726,6 +726,40 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
         }
     }
 
+    /// The next record of `unit`'s turn, when that turn is under way and [`poll_action`]
+    /// would hand that record out next: exactly what a `poll_action(now)` returning
+    /// [`Action::Deliver`] for `unit` does (the record is counted toward the turn's caps and
+    /// the rotation's), without going round the ring. In every other case (another entry's
+    /// turn, a cap reached, nothing staged for `unit`) it changes nothing and returns
+    /// `None`: the shell then asks [`poll_action`], which ends the turn or reads.
+    ///
+    /// A shell that processes a run of staged records (the records of a PACK) calls this
+    /// after each [`Action::Deliver`] of `unit`, so a record costs one queue pop rather than
+    /// a pass through the rotation.
+    ///
+    /// [`poll_action`]: Self::poll_action
+    pub fn next_in_turn(&mut self, unit: U, now: Instant) -> Option<R> {
+        let (rotation, turn) = (self.rotation.as_ref()?, self.turn.as_ref()?);
+        // poll_action's checks of a turn that has acted, in its order (see `drive`).
+        if turn.entry != RingEntry::Unit(unit) || turn.actions == 0 {
+            return None;
+        }
+        let rotation_cap_hit = rotation.actions > 0 && rotation.deadline.reached(now);
+        if rotation_cap_hit || self.cap_hits(turn, now).any() {
+            return None;
+        }
+        let (record, len) = self.pop_record(unit)?;
+        if let (Some(rotation), Some(turn)) = (self.rotation.as_mut(), self.turn.as_mut()) {
+            turn.delivered += 1;
+            turn.bytes = turn.bytes.saturating_add(len);
+            turn.actions += 1;
+            rotation.delivered += 1;
+            rotation.bytes += len as u64;
+            rotation.actions += 1;
+        }
+        Some(record)
+    }
+
     /// Reports the record a [`ReadRequest`] produced: `owner` is the unit it belongs to (on a
     /// shared socket, the unit of its routing id) and `len` its size in bytes (all frames).
     ///

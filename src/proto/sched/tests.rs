@@ -19,6 +19,9 @@ struct Bench {
     /// Single-peer units whose reads take up to this many records at once, as one read of a
     /// PACK does ([`ReceiveScheduler::handle_read_parts`]).
     packs: HashMap<u32, usize>,
+    /// After each hand-out, take the unit's next records with
+    /// [`ReceiveScheduler::next_in_turn`] while it gives them, as the shell does.
+    runs: bool,
 }
 
 impl Bench {
@@ -32,6 +35,7 @@ impl Bench {
             next_seq: HashMap::new(),
             delivered: Vec::new(),
             packs: HashMap::new(),
+            runs: false,
         }
     }
 
@@ -84,6 +88,15 @@ impl Bench {
                 self.delivered
                     .push((self.sched.rotation_number(), unit, record.1));
                 self.now += self.cost;
+                while self.runs {
+                    let Some(record) = self.sched.next_in_turn(unit, self.now) else {
+                        break;
+                    };
+                    assert_eq!(record.0, unit, "a run is its unit's");
+                    self.delivered
+                        .push((self.sched.rotation_number(), unit, record.1));
+                    self.now += self.cost;
+                }
                 None
             }
             Action::Read(read) => {
@@ -745,6 +758,76 @@ fn r2_x4_packed_records_count_toward_the_caps_across_rotations() {
         b.delivered_in(end.rotation, 3),
         (11..=20).collect::<Vec<_>>()
     );
+}
+
+/// `next_in_turn` after each hand-out changes nothing the rotation does: the same records
+/// in the same rotations and order, the same rotation ends, the same cap hits, under count,
+/// byte and time caps, packs, and peers behind a shared socket.
+#[test]
+fn r2_x4_runs_of_next_in_turn_hand_out_exactly_what_poll_action_would() {
+    for seed in 1..=40u64 {
+        let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let caps = Caps::default()
+            .with_bytes(1 + (next() % 8000) as usize)
+            .with_unit_time(Duration::from_micros(next() % 60))
+            .with_rotation_time(Duration::from_micros(next() % 400));
+        let cost = Duration::from_micros(next() % 3);
+        let mut plain = Bench::new(caps, cost);
+        let mut runs = Bench::new(caps, cost);
+        runs.runs = true;
+        if seed % 2 == 0 {
+            plain.sched = ReceiveScheduler::with_caps(caps).with_readiness();
+            runs.sched = ReceiveScheduler::with_caps(caps).with_readiness();
+        }
+        let t0 = plain.now;
+        runs.now = t0;
+        for b in [&mut plain, &mut runs] {
+            for u in 1..=4 {
+                b.single(u);
+            }
+            b.packs.insert(1, 64);
+            b.packs.insert(2, 7);
+            let s = b.shared();
+            for u in 10..=12 {
+                b.peer(u, s);
+            }
+        }
+        let socket = *plain.shared.keys().next().unwrap_or(&SharedSocketId(1));
+        for _round in 0..40 {
+            for _ in 0..(next() % 4) {
+                let unit = (next() % 7) as u32;
+                let (n, len) = ((next() % 150) as usize, 1 + (next() % 300) as usize);
+                for b in [&mut plain, &mut runs] {
+                    if unit < 4 {
+                        b.send(unit + 1, n, len);
+                    } else {
+                        b.send_shared(socket, unit + 6, n, len);
+                    }
+                }
+            }
+            if seed % 2 == 0 {
+                plain.report_readable();
+                runs.report_readable();
+            }
+            let (a, b) = (plain.rotation(), runs.rotation());
+            assert_eq!(a, b, "seed {seed}: the same rotation end");
+        }
+        assert_eq!(plain.delivered, runs.delivered, "seed {seed}");
+        for u in [1, 2, 3, 4, 10, 11, 12] {
+            assert_eq!(
+                plain.sched.unit_stats(u),
+                runs.sched.unit_stats(u),
+                "seed {seed}"
+            );
+        }
+        assert!(!plain.delivered.is_empty());
+    }
 }
 
 /// One structural change or a few scheduling steps, for the ring model below.

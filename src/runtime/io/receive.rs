@@ -108,7 +108,19 @@ impl IoThread {
                     return end.reason == RotationEndReason::TimeCap
                         || self.receiving.sched.has_staged()
                 }
-                Action::Deliver { unit, record } => self.on_staged(unit, record, now),
+                Action::Deliver { unit, record } => {
+                    self.on_staged(unit, record, now);
+                    // The rest of the unit's staged records in this turn (a PACK's, say),
+                    // exactly as the scheduler would hand them out next, without a pass
+                    // through the rotation per record.
+                    loop {
+                        let now = clock.now();
+                        let Some(record) = self.receiving.sched.next_in_turn(unit, now) else {
+                            break;
+                        };
+                        self.on_staged(unit, record, now);
+                    }
+                }
                 Action::Read(req) => {
                     let slot = match req.target() {
                         ReadTarget::Unit(Unit::Socket(s)) => Some(s),
