@@ -801,7 +801,7 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
         if let Some(rotation) = self.rotation.as_mut() {
             rotation.records_read += 1;
         }
-        self.push_record(owner, record, len);
+        self.push_records(owner, [(record, len)]);
         Ok(())
     }
 
@@ -927,29 +927,8 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
         }
     }
 
-    fn push_record(&mut self, owner: U, record: R, len: usize) {
-        let byte_bound = self.caps.bytes;
-        let Some(state) = self.units.get_mut(&owner) else {
-            return;
-        };
-        let was_full = is_full(state, byte_bound);
-        state.queue.push_back((record, len));
-        state.queued_bytes = state.queued_bytes.saturating_add(len);
-        state.stats.staged = state.queue.len();
-        state.stats.staged_bytes = state.queued_bytes;
-        state.stats.staged_peak = state.stats.staged_peak.max(state.queue.len());
-        let now_full = is_full(state, byte_bound);
-        if let (Source::Shared(socket), false, true) = (state.source, was_full, now_full) {
-            if let Some(socket_state) = self.sockets.get_mut(&socket) {
-                socket_state.full_peers += 1;
-            }
-        }
-        self.staged += 1;
-        self.refresh(RingEntry::Unit(owner));
-    }
-
-    /// [`push_record`](Self::push_record) of several records in order, with one lookup of
-    /// the owner and one update of the active set; returns their bytes.
+    /// Stages `records` for `owner`, in order, with one lookup of the owner and one update of
+    /// the active set; returns their bytes.
     fn push_records(&mut self, owner: U, records: impl IntoIterator<Item = (R, usize)>) -> usize {
         let byte_bound = self.caps.bytes;
         let Some(state) = self.units.get_mut(&owner) else {

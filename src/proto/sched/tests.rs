@@ -576,19 +576,24 @@ impl Bench {
     }
 }
 
+/// A seeded xorshift64 generator for the randomised workloads below.
+fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+    let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    }
+}
+
 /// Readiness mode hands out the same records per unit in the same rotations and order as
 /// the default mode, when the shell reports every socket that has records; it skips the
 /// empty turns.
 #[test]
 fn readiness_mode_hands_out_the_same_records_per_unit_and_rotation() {
     for seed in 1..=20u64 {
-        let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        let mut next = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = xorshift(seed);
         // No time passes per action: the time caps would otherwise cut the two modes'
         // rotations at different records (empty turns cost actions in the default mode).
         let caps = Caps::default().with_bytes(4096);
@@ -766,13 +771,7 @@ fn r2_x4_packed_records_count_toward_the_caps_across_rotations() {
 #[test]
 fn r2_x4_runs_of_next_in_turn_hand_out_exactly_what_poll_action_would() {
     for seed in 1..=40u64 {
-        let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        let mut next = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = xorshift(seed);
         let caps = Caps::default()
             .with_bytes(1 + (next() % 8000) as usize)
             .with_unit_time(Duration::from_micros(next() % 60))

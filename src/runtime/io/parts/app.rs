@@ -20,6 +20,9 @@ use crate::runtime::link::LinkId;
 /// is not read until the queue drains (MISSION R5).
 pub const LINK_BACKLOG: usize = 1024;
 
+/// Events a new batch has room for from the start, at most (see [`AppQueue::flush`]).
+const BATCH_PRESIZE_MAX: usize = 1024;
+
 /// The application's queue (see the module docs). Its fields are its own.
 pub(crate) struct AppQueue {
     /// Where the batches go.
@@ -148,10 +151,10 @@ impl AppQueue {
         if self.out.is_empty() {
             return;
         }
-        // The next turn's batch starts at this one's size (up to 1 024 events): one
+        // The next turn's batch starts at this one's size (up to BATCH_PRESIZE_MAX): one
         // allocation per batch rather than a doubling per power of two of a busy link's
         // records, and never a large buffer held for a quiet turn.
-        let cap = self.out.len().min(1024);
+        let cap = self.out.len().min(BATCH_PRESIZE_MAX);
         let batch = std::mem::replace(&mut self.out, Vec::with_capacity(cap));
         let n = batch
             .iter()
