@@ -39,11 +39,46 @@ pub const SEND_QUEUE: usize = 1_000;
 /// Envelopes (one per channel) a queue keeps built, so a record costs no envelope of its own.
 const ENVELOPES_CACHED: usize = 8;
 
-/// One record waiting in a [`SendQueue`]: the MESSAGE envelope of its channel, shared by every
-/// record of that channel on the link, and the payload as the application gave it.
-pub(crate) struct Outgoing {
-    pub(crate) env: Bytes,
-    pub(crate) payload: Bytes,
+/// Consecutive records of one channel in a [`SendQueue`]: the MESSAGE envelope they share
+/// and how many payloads it covers. A queue keeps one envelope per run, not per record, so a
+/// record pushed behind another of its channel costs no reference count on the envelope
+/// (on either thread).
+struct Run {
+    env: Bytes,
+    len: usize,
+}
+
+/// The records the I/O thread took from a [`SendQueue`] for one burst
+/// ([`SendQueue::take`]): the payloads in order, and the channel runs they form. Reused from
+/// burst to burst.
+#[derive(Default)]
+pub(crate) struct Taken {
+    runs: Vec<Run>,
+    payloads: Vec<Bytes>,
+}
+
+impl Taken {
+    /// The runs, in order: each one's MESSAGE envelope and its payloads. Two runs next to
+    /// each other may share a channel (a queue does not merge every run it could).
+    pub(crate) fn runs(&self) -> impl Iterator<Item = (&Bytes, &[Bytes])> + '_ {
+        let mut start = 0;
+        self.runs.iter().map(move |run| {
+            let payloads = self
+                .payloads
+                .get(start..start + run.len)
+                .unwrap_or_default();
+            start += run.len;
+            (&run.env, payloads)
+        })
+    }
+
+    /// Each record taken, in order: its envelope and payload.
+    #[cfg(test)]
+    fn records(&self) -> Vec<(Bytes, Bytes)> {
+        self.runs()
+            .flat_map(|(env, ps)| ps.iter().map(|p| (env.clone(), p.clone())))
+            .collect()
+    }
 }
 
 /// Why a queue takes no more records.
@@ -89,7 +124,10 @@ pub(crate) struct SendQueue {
 }
 
 struct QueueState {
-    records: VecDeque<Outgoing>,
+    /// The payloads waiting, oldest first.
+    payloads: VecDeque<Bytes>,
+    /// The channel runs of `payloads`, in the same order; their lengths add up to its length.
+    runs: VecDeque<Run>,
     /// Records the I/O thread took and has not settled yet; they count against the bound.
     in_flight: usize,
     closed: Option<Closed>,
@@ -102,23 +140,41 @@ struct QueueState {
 
 impl QueueState {
     fn occupancy(&self) -> usize {
-        self.records.len() + self.in_flight
+        self.payloads.len() + self.in_flight
     }
 
-    /// The envelope of `channel`, built once per queue (up to [`ENVELOPES_CACHED`] channels).
-    fn envelope(&mut self, channel: &str) -> Result<Bytes, String> {
-        if let Some((_, env)) = self.envelopes.iter().find(|(c, _)| &**c == channel) {
-            return Ok(env.clone());
+    /// The index in `envelopes` of `channel`'s envelope, built once per queue (up to
+    /// [`ENVELOPES_CACHED`] channels).
+    fn envelope(&mut self, channel: &str) -> Result<usize, String> {
+        if let Some(i) = self.envelopes.iter().position(|(c, _)| &**c == channel) {
+            return Ok(i);
         }
         let env = Bytes::from(records::message_envelope(channel).map_err(|e| e.to_string())?);
-        let entry = (Box::from(channel), env.clone());
+        let entry = (Box::from(channel), env);
         if self.envelopes.len() < ENVELOPES_CACHED {
             self.envelopes.push(entry);
+            Ok(self.envelopes.len() - 1)
         } else {
-            self.envelopes[self.evict] = entry;
-            self.evict = (self.evict + 1) % ENVELOPES_CACHED;
+            let i = self.evict;
+            self.envelopes[i] = entry;
+            self.evict = (i + 1) % ENVELOPES_CACHED;
+            Ok(i)
         }
-        Ok(env)
+    }
+
+    /// Appends `n` records on the envelope at `envelopes[env]` to the runs: the last run
+    /// grows if it has that envelope, else a run begins.
+    fn extend_runs(&mut self, env: usize, n: usize) {
+        let Some((_, env)) = self.envelopes.get(env) else {
+            return;
+        };
+        match self.runs.back_mut() {
+            Some(run) if run.env == *env => run.len += n,
+            _ => self.runs.push_back(Run {
+                env: env.clone(),
+                len: n,
+            }),
+        }
     }
 }
 
@@ -130,7 +186,8 @@ impl SendQueue {
             conn,
             who,
             state: Mutex::new(QueueState {
-                records: VecDeque::new(),
+                payloads: VecDeque::new(),
+                runs: VecDeque::new(),
                 in_flight: 0,
                 closed: None,
                 scheduled: false,
@@ -182,16 +239,15 @@ impl SendQueue {
                 return pushed;
             }
         };
-        for payload in payloads.iter_mut() {
-            if s.occupancy() >= SEND_QUEUE {
-                pushed.stop = Some(Stop::Full);
-                break;
-            }
-            s.records.push_back(Outgoing {
-                env: env.clone(),
-                payload: std::mem::take(payload),
-            });
-            pushed.taken += 1;
+        let n = payloads.len().min(SEND_QUEUE.saturating_sub(s.occupancy()));
+        if n < payloads.len() {
+            pushed.stop = Some(Stop::Full);
+        }
+        if n > 0 {
+            s.extend_runs(env, n);
+            let taken = payloads.iter_mut().take(n).map(std::mem::take);
+            s.payloads.extend(taken);
+            pushed.taken = n;
         }
         if pushed.taken > 0 && !s.scheduled {
             s.scheduled = true;
@@ -217,33 +273,70 @@ impl SendQueue {
 
     /// I/O thread: moves up to `max` records from the front into `out` (they keep counting
     /// against the bound until [`SendQueue::settle`]).
-    pub(crate) fn take(&self, max: usize, out: &mut Vec<Outgoing>) {
+    pub(crate) fn take(&self, max: usize, out: &mut Taken) {
+        out.runs.clear();
+        out.payloads.clear();
         let mut s = self.lock();
-        let n = max.min(s.records.len());
-        out.extend(s.records.drain(..n));
+        let n = max.min(s.payloads.len());
+        out.payloads.extend(s.payloads.drain(..n));
         s.in_flight += n;
+        let mut left = n;
+        while left > 0 {
+            let Some(front) = s.runs.front_mut() else {
+                break;
+            };
+            if front.len <= left {
+                left -= front.len;
+                if let Some(run) = s.runs.pop_front() {
+                    out.runs.push(run);
+                }
+            } else {
+                front.len -= left;
+                out.runs.push(Run {
+                    env: front.env.clone(),
+                    len: left,
+                });
+                left = 0;
+            }
+        }
     }
 
     /// I/O thread: the first `sent` records of `out` (from [`SendQueue::take`]) went to the
     /// transport; the rest go back to the front, in order. Wakes the senders waiting for room
     /// if some was made. Returns true if records are still queued (the drain stays on its
     /// way); false clears it, so the next record pushed tells the I/O thread again.
-    pub(crate) fn settle(&self, out: &mut Vec<Outgoing>, sent: usize) -> bool {
+    pub(crate) fn settle(&self, out: &mut Taken, sent: usize) -> bool {
         let (more, made_room) = {
             let mut s = self.lock();
             // Full before this settle: some sender may be waiting.
             let was_full = s.occupancy() >= SEND_QUEUE;
             s.in_flight = 0;
-            for rec in out.drain(sent.min(out.len())..).rev() {
-                s.records.push_front(rec);
+            let sent = sent.min(out.payloads.len());
+            let mut unsent = out.payloads.len() - sent;
+            for payload in out.payloads.drain(sent..).rev() {
+                s.payloads.push_front(payload);
             }
-            let more = !s.records.is_empty();
+            // The unsent records' runs go back too, from the last: the first one back may
+            // continue the run now at the front (take split it there).
+            for run in out.runs.drain(..).rev() {
+                if unsent == 0 {
+                    break;
+                }
+                let len = run.len.min(unsent);
+                unsent -= len;
+                match s.runs.front_mut() {
+                    Some(front) if front.env == run.env => front.len += len,
+                    _ => s.runs.push_front(Run { env: run.env, len }),
+                }
+            }
+            let more = !s.payloads.is_empty();
             if !more {
                 s.scheduled = false;
             }
             (more, was_full && sent > 0)
         };
-        out.clear();
+        out.runs.clear();
+        out.payloads.clear();
         if made_room {
             self.room.notify_waiters();
         }
@@ -271,7 +364,8 @@ impl SendQueue {
                 s.closed = Some(why);
             }
             let n = s.occupancy();
-            s.records.clear();
+            s.payloads.clear();
+            s.runs.clear();
             s.in_flight = 0;
             n
         };
@@ -550,16 +644,19 @@ mod tests {
         assert!(!p.schedule, "a drain is already on its way");
         assert_eq!(p.stop, Some(Stop::Full));
         // Taken by the I/O thread but not settled: still counted.
-        let mut out = Vec::new();
+        let mut out = Taken::default();
         q.take(100, &mut out);
-        assert_eq!(out.len(), 100);
+        assert_eq!(out.records().len(), 100);
         let p = q.push("c", &mut payloads(1));
         assert_eq!((p.taken, p.stop), (0, Some(Stop::Full)));
         // 60 sent, 40 back at the front, in order.
         assert!(q.settle(&mut out, 60));
         assert_eq!(q.len(), SEND_QUEUE - 60);
         q.take(1, &mut out);
-        assert_eq!(out[0].payload, Bytes::from(60usize.to_be_bytes().to_vec()));
+        assert_eq!(
+            out.records()[0].1,
+            Bytes::from(60usize.to_be_bytes().to_vec())
+        );
     }
 
     /// Records leave in the order they were pushed, and a queue emptied by
@@ -569,9 +666,9 @@ mod tests {
         let q = queue();
         let p = q.push("c", &mut payloads(5));
         assert!(p.schedule);
-        let mut out = Vec::new();
+        let mut out = Taken::default();
         q.take(usize::MAX, &mut out);
-        let got: Vec<Bytes> = out.iter().map(|o| o.payload.clone()).collect();
+        let got: Vec<Bytes> = out.records().into_iter().map(|(_, p)| p).collect();
         assert_eq!(got, payloads(5));
         assert!(!q.settle(&mut out, 5));
         assert!(q.push("c", &mut payloads(1)).schedule);
@@ -583,16 +680,67 @@ mod tests {
         let q = queue();
         q.push("a", &mut payloads(2));
         q.push("b", &mut payloads(1));
-        let mut out = Vec::new();
+        let mut out = Taken::default();
         q.take(usize::MAX, &mut out);
-        assert_eq!(out[0].env.as_ptr(), out[1].env.as_ptr());
-        assert_ne!(out[0].env, out[2].env);
+        let out = out.records();
+        assert_eq!(out[0].0.as_ptr(), out[1].0.as_ptr());
+        assert_ne!(out[0].0, out[2].0);
         assert_eq!(
-            out[2].env,
+            out[2].0,
             Bytes::from(records::message_envelope("b").expect("valid"))
         );
         let p = q.push("", &mut payloads(1));
         assert!(matches!(p.stop, Some(Stop::Invalid(_))), "empty channel");
+    }
+
+    /// MISSION X4: the runs a burst is taken in keep channels apart and each record on its
+    /// own channel's envelope, however takes, partial settles and pushes in between split
+    /// them; the runs of one channel that meet again are one run (so they pack as one).
+    #[test]
+    fn x4_taken_runs_keep_channels_apart() {
+        let q = queue();
+        let env = |c: &str| Bytes::from(records::message_envelope(c).expect("valid"));
+        // What the queue should hold, record by record: (channel, payload).
+        let mut model: VecDeque<(&str, Bytes)> = VecDeque::new();
+        let mut next = 0;
+        let mut out = Taken::default();
+        let mut push = |q: &SendQueue, model: &mut VecDeque<(&'static str, Bytes)>, c, n| {
+            let mut ps = payloads_from(next, n);
+            next += n;
+            model.extend(ps.iter().map(|p| (c, p.clone())));
+            assert_eq!(q.push(c, &mut ps).taken, n);
+        };
+        push(&q, &mut model, "a", 3);
+        push(&q, &mut model, "a", 2);
+        push(&q, &mut model, "b", 1);
+        push(&q, &mut model, "a", 4);
+        let steps: [(usize, usize, &str, usize); 5] = [
+            (4, 1, "b", 2),
+            (6, 6, "a", 0),
+            (3, 0, "a", 1),
+            (20, 2, "c", 3),
+            (20, 20, "a", 0),
+        ];
+        for (take, sent, push_c, push_n) in steps {
+            q.take(take, &mut out);
+            let got = out.records();
+            let want: Vec<(Bytes, Bytes)> = model
+                .iter()
+                .take(take)
+                .map(|(c, p)| (env(c), p.clone()))
+                .collect();
+            assert_eq!(got, want, "take {take}");
+            for pair in out.runs().collect::<Vec<_>>().windows(2) {
+                assert_ne!(pair[0].0, pair[1].0, "neighbouring runs of one channel");
+            }
+            let sent = sent.min(got.len());
+            // Pushed while the burst is out: behind everything, sent or not.
+            push(&q, &mut model, push_c, push_n);
+            q.settle(&mut out, sent);
+            model.drain(..sent);
+            assert_eq!(q.len(), model.len());
+        }
+        assert!(model.is_empty());
     }
 
     /// Closing counts what was queued, taken or not,
@@ -620,7 +768,7 @@ mod tests {
             }
         });
         tokio::task::yield_now().await;
-        let mut out = Vec::new();
+        let mut out = Taken::default();
         q.take(1, &mut out);
         q.settle(&mut out, 1);
         assert_eq!(waiter.await.expect("waiter"), 1);

@@ -12,10 +12,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use bytes::Bytes;
+
 use super::{IoThread, LinkKey};
 use crate::proto::state::FailureReason;
 use crate::proto::wire::{Capabilities, Pack};
-use crate::runtime::outbound::{Closed, Outgoing, SendQueue, SEND_QUEUE};
+use crate::runtime::outbound::{Closed, SendQueue, Taken, SEND_QUEUE};
 use crate::runtime::socket::SocketSendError as SocketError;
 
 /// Records of one link sent in one go before another link (or the receive rotation) has its
@@ -185,7 +187,7 @@ impl IoThread {
     /// for a record alone, as MESSAGEs, the version-1 bytes. libzmq takes a message whole or
     /// not at all, so a refused PACK sent none of its records: they are not counted, and go
     /// back to the queue with the rest (`settle`).
-    fn send_records(&self, k: LinkKey, records: &[Outgoing]) -> (usize, Option<SocketError>) {
+    fn send_records(&self, k: LinkKey, records: &Taken) -> (usize, Option<SocketError>) {
         let Some(c) = self.links.get(k).and_then(|l| l.conn.as_ref()) else {
             return (0, Some(SocketError::Unreachable));
         };
@@ -193,32 +195,30 @@ impl IoThread {
         let route = c.route.as_deref();
         let (mut env, mut body) = (Vec::new(), Vec::new());
         let mut sent = 0;
-        let mut failed = None;
-        while let Some(rest) = records.get(sent..).filter(|r| !r.is_empty()) {
-            let run = if packs { pack_run(rest) } else { 1 };
-            let r = match rest.get(..run) {
-                Some(run @ [first, _, ..]) => {
-                    Pack::write_frames(
-                        &first.env,
-                        run.iter().map(|r| r.payload.as_ref()),
-                        &mut env,
-                        &mut body,
-                    );
-                    self.sockets.send_parts(c.slot, route, &[&env, &body])
+        for (run_env, payloads) in records.runs() {
+            let mut done = 0;
+            while let Some(rest) = payloads.get(done..).filter(|r| !r.is_empty()) {
+                let n = if packs { pack_run(rest) } else { 1 };
+                let r = match rest.get(..n) {
+                    Some(run @ [_, _, ..]) => {
+                        Pack::write_frames(
+                            run_env,
+                            run.iter().map(|p| p.as_ref()),
+                            &mut env,
+                            &mut body,
+                        );
+                        self.sockets.send_parts(c.slot, route, &[&env, &body])
+                    }
+                    _ => self.sockets.send_parts(c.slot, route, &[run_env, &rest[0]]),
+                };
+                if let Err(e) = r {
+                    return (sent, Some(e));
                 }
-                _ => {
-                    let rec = &rest[0];
-                    self.sockets
-                        .send_parts(c.slot, route, &[&rec.env, &rec.payload])
-                }
-            };
-            if let Err(e) = r {
-                failed = Some(e);
-                break;
+                done += n;
+                sent += n;
             }
-            sent += run;
         }
-        (sent, failed)
+        (sent, None)
     }
 
     /// Acts on how a burst ended: a link with records left stays listed (`true`); a failed
@@ -267,32 +267,29 @@ impl IoThread {
     }
 }
 
-/// How many records at the front of `records` (not empty) leave in one PACK: the longest run
-/// of records on the first one's channel (the same MESSAGE envelope) of at most [`Pack::MAX`]
-/// records and [`PACK_SEND_BYTES`] of payloads (within WIRE.md §4.18's bounds: each payload
-/// at most [`Pack::MAX_RECORD`] bytes, at most [`Pack::MAX_BYTES`] together). 1 means the
-/// first record leaves alone, as a MESSAGE (a lone record is never wrapped).
-fn pack_run(records: &[Outgoing]) -> usize {
-    pack_run_within(records, PACK_SEND_BYTES)
+/// How many payloads at the front of `payloads` (not empty; one channel run) leave in one
+/// PACK: the longest run of at most [`Pack::MAX`] records and [`PACK_SEND_BYTES`] of payloads
+/// (within WIRE.md §4.18's bounds: each payload at most [`Pack::MAX_RECORD`] bytes, at most
+/// [`Pack::MAX_BYTES`] together). 1 means the first record leaves alone, as a MESSAGE (a lone
+/// record is never wrapped).
+fn pack_run(payloads: &[Bytes]) -> usize {
+    pack_run_within(payloads, PACK_SEND_BYTES)
 }
 
 /// [`pack_run`] with a payload byte bound of `max_bytes` (at most [`Pack::MAX_BYTES`]).
-fn pack_run_within(records: &[Outgoing], max_bytes: usize) -> usize {
+fn pack_run_within(payloads: &[Bytes], max_bytes: usize) -> usize {
     let max_bytes = max_bytes.min(Pack::MAX_BYTES);
-    let Some(first) = records.first() else {
-        return 0;
-    };
     let mut bytes = 0usize;
     let mut run = 0;
-    for r in records.iter().take(Pack::MAX) {
-        let len = r.payload.len();
-        if r.env != first.env || len > Pack::MAX_RECORD || bytes + len > max_bytes {
+    for p in payloads.iter().take(Pack::MAX) {
+        let len = p.len();
+        if len > Pack::MAX_RECORD || bytes + len > max_bytes {
             break;
         }
         bytes += len;
         run += 1;
     }
-    run.max(1)
+    run.max(1).min(payloads.len())
 }
 
 #[cfg(test)]
@@ -302,41 +299,35 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::proto::wire::{Message, Name};
 
-    fn rec(channel: &str, len: usize) -> Outgoing {
-        let env = Message::encode_envelope(&Name::new(channel).unwrap());
-        Outgoing {
-            env: Bytes::from(env),
-            payload: Bytes::from(vec![7; len]),
-        }
+    fn recs(n: usize, len: usize) -> Vec<Bytes> {
+        (0..n).map(|_| Bytes::from(vec![7; len])).collect()
     }
 
-    /// MISSION X4: a run packs records of one channel only, at most 64 of them and this
-    /// node's 4 KiB of payloads (within the wire's 64 KiB); a record too long for a PACK, or
-    /// one alone, leaves as a MESSAGE.
+    /// MISSION X4: a run packs at most 64 records and this node's 4 KiB of payloads (within
+    /// the wire's 64 KiB); a record too long for a PACK, or one alone, leaves as a MESSAGE.
+    /// (A run is one channel's: the queue keeps channels apart, see
+    /// `runtime::outbound::tests::x4_taken_runs_keep_channels_apart`.)
     #[test]
     fn x4_pack_runs_keep_the_wire_bounds() {
-        let same: Vec<_> = (0..100).map(|_| rec("a", 64)).collect();
+        let same = recs(100, 64);
         assert_eq!(pack_run(&same), 64);
         assert_eq!(pack_run(&same[..1]), 1);
-        let mixed = vec![rec("a", 1), rec("a", 1), rec("b", 1), rec("a", 1)];
-        assert_eq!(pack_run(&mixed), 2);
-        assert_eq!(pack_run(&mixed[2..]), 1);
-        let kib: Vec<_> = (0..10).map(|_| rec("a", 1024)).collect();
-        assert_eq!(pack_run(&kib), 4, "4 KiB of payloads");
-        assert_eq!(pack_run(&[rec("a", 4096), rec("a", 1)]), 1);
-        let big: Vec<_> = (0..5).map(|_| rec("a", 30_000)).collect();
+        assert_eq!(pack_run(&same[..2]), 2);
+        assert_eq!(pack_run(&[]), 0);
+        assert_eq!(pack_run(&recs(10, 1024)), 4, "4 KiB of payloads");
+        let long_first = [recs(1, 4096), recs(1, 1)].concat();
+        assert_eq!(pack_run(&long_first), 1);
         assert_eq!(
-            pack_run_within(&big, usize::MAX),
+            pack_run_within(&recs(5, 30_000), usize::MAX),
             2,
             "a third would cross 64 KiB"
         );
-        let exact = vec![rec("a", 32_768), rec("a", 32_768), rec("a", 0)];
+        let exact = [recs(2, 32_768), recs(1, 0)].concat();
         assert_eq!(pack_run_within(&exact, Pack::MAX_BYTES), 3);
-        let long = vec![rec("a", 70_000), rec("a", 1)];
+        let long = [recs(1, 70_000), recs(1, 1)].concat();
         assert_eq!(pack_run_within(&long, usize::MAX), 1);
-        let after_long = vec![rec("a", 1), rec("a", 70_000)];
+        let after_long = [recs(1, 1), recs(1, 70_000)].concat();
         assert_eq!(pack_run_within(&after_long, usize::MAX), 1);
     }
 }

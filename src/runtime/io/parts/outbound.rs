@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::answers::AnswerQueue;
 use crate::runtime::keys::{Key, LinkKey};
-use crate::runtime::outbound::{LinkTable, Outgoing};
+use crate::runtime::outbound::{LinkTable, Taken};
 
 /// Records sent from send queues per loop turn, over every link.
 pub(crate) const SENDS_PER_TURN: usize = 2048;
@@ -102,7 +102,7 @@ pub(crate) struct SendTurns {
     /// Records the send queues may still send in this loop turn.
     pub(crate) budget: usize,
     /// A burst of records taken from a send queue (kept to reuse its allocation).
-    pub(crate) scratch: Vec<Outgoing>,
+    pub(crate) scratch: Taken,
 }
 
 impl SendTurns {
@@ -113,7 +113,7 @@ impl SendTurns {
             blocked: Vec::new(),
             listed: Vec::new(),
             budget: SENDS_PER_TURN,
-            scratch: Vec::new(),
+            scratch: Taken::default(),
         }
     }
 
