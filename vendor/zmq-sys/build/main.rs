@@ -8,6 +8,9 @@ use std::path::PathBuf;
 
 fn main() {
     println!("cargo:rerun-if-changed=build/main.rs");
+    // The libzmq source (vendor/zeromq-src, with zmesh's fix): the build script reads it
+    // through zeromq-src, so a change to it must rebuild libzmq.
+    println!("cargo:rerun-if-changed=../zeromq-src/vendor");
     println!("cargo:rerun-if-env-changed=PROFILE");
     let dep = |name: &str| {
         env::var_os(name).map(PathBuf::from).unwrap_or_else(|| {

@@ -722,6 +722,13 @@ impl Socket {
         )
     }
 
+    /// Set `ZMQ_XPUB_MANUAL` on an XPUB socket: libzmq applies no subscription by itself;
+    /// each one is handed to the application, and a `set_subscribe` / `set_unsubscribe` right
+    /// after receiving it applies to the connection that sent it. (Added by zmesh.)
+    pub fn set_xpub_manual(&self, value: bool) -> Result<()> {
+        <bool as sockopt::Setter>::set(self.sock, zmq_sys::ZMQ_XPUB_MANUAL as c_int, value)
+    }
+
     /// Get `ZMQ_ROUTER_NOTIFY` (see [`Socket::set_router_notify`]). (Added by zmesh.)
     pub fn get_router_notify(&self) -> Result<i32> {
         <i32 as sockopt::Getter>::get(self.sock, ZMQ_ROUTER_NOTIFY)
