@@ -1,11 +1,11 @@
-"""The builders of the capability files (WIRE.md §4.13-§4.19, §8.1): cancel.json, calls.json,
-credit.json, answers.json, replayed.json, pack.json and ids16.json, with the field-value
-builders of their kinds.
+"""The builders of the capability files (WIRE.md §4.13-§4.19, §7.5, §8.1): cancel.json,
+calls.json, credit.json, answers.json, replayed.json, pack.json, ids16.json and pubpack.json,
+with the field-value builders of their kinds.
 """
 
 from gen_wire import (
-    U64_MAX, batch, encode, header, hello, invalid, member, replace, reply, request, string,
-    u16, u64, u8, unencodable, valid, welcome,
+    BEACON_TOPIC, PUBPACK_MARKER, U64_MAX, batch, encode, header, hello, invalid, member,
+    replace, reply, request, string, u16, u64, u8, unencodable, valid, welcome,
 )
 
 
@@ -513,6 +513,116 @@ def ids16_file():
                        "ANSWERS with the same call ids; the record's JSON lists the call ids "
                        "in full, its base is their smallest and each offset the call id minus "
                        "it. Without the capability, kinds 13 and 14 are unknown.",
+        "valid": v,
+        "invalid": inv,
+        "unencodable": une,
+    }
+
+
+# ---- pubpack.json (capability `pubpack`, WIRE.md §7.5, §8.1) ----
+
+def pubpack(topic, generation, first_seq, payloads):
+    return {"kind": "pubpack", "topic": topic, "generation": str(generation),
+            "first_seq": str(first_seq), "payloads": list(payloads)}
+
+
+def pubpack_file():
+    three = pubpack("707269636573", 0x0102030405060708, 9, ["0102", "", "03"])
+    v = [
+        valid("pubpack", "Three PUBLISH records on topic prices, seqs 9, 10 and 11: payloads "
+              "01 02, empty, 03.", three),
+        valid("pubpack_two_empty", "Two empty payloads: frame 2 is empty.",
+              pubpack("74", 1, 1, ["", ""])),
+        valid("pubpack_64", "64 one-byte payloads 00..3F, seqs 1..64: the most records a "
+              "PUBPACK holds.", pubpack("74", 1, 1, ["%02x" % i for i in range(64)])),
+        valid("pubpack_last_seq_max", "Two records whose last seq is 2^64 - 1.",
+              pubpack("74", U64_MAX, U64_MAX - 1, ["00", "01"])),
+        valid("pubpack_topic_is_the_marker", "The marker's bytes are an ordinary topic.",
+              pubpack(PUBPACK_MARKER.hex(), 1, 5, ["", ""])),
+    ]
+    topic, env, body = encode(three)
+    # Offsets in frame 1: header 4, generation 4..12, first_seq 12..20, count 20..22,
+    # lengths 22, 24, 26.
+    fixed = env[:20]
+
+    def head(count):
+        return fixed + u16(count)
+
+    many = head(65) + u16(0) * 65
+    over = head(2) + u16(0xFFFF) + u16(2)
+    inv = [
+        invalid("pubpack_count_0", "No record.", "pubpack", [topic, head(0), b""],
+                "invalid_field"),
+        invalid("pubpack_count_1", "One record: a lone record is never wrapped.", "pubpack",
+                [topic, head(1) + u16(1), b"\x01"], "invalid_field"),
+        invalid("pubpack_count_65", "65 records: more than the 64 a PUBPACK holds.",
+                "pubpack", [topic, many, b""], "invalid_field"),
+        invalid("pubpack_truncated", "Frame 1 ends inside the last length.", "pubpack",
+                [topic, env[:-1], body], "truncated"),
+        invalid("pubpack_truncated_count", "Count 4 with three lengths.", "pubpack",
+                [topic, replace(env, 20, u16(4)), body], "truncated"),
+        invalid("pubpack_truncated_first_seq", "Frame 1 ends inside first_seq.", "pubpack",
+                [topic, env[:15], body], "truncated"),
+        invalid("pubpack_trailing_bytes", "One byte after the last length.", "pubpack",
+                [topic, env + b"\x00", body], "trailing_bytes"),
+        invalid("pubpack_missing_payloads", "Frame 2 is missing.", "pubpack", [topic, env],
+                "frame_count"),
+        invalid("pubpack_extra_frame", "A fourth frame.", "pubpack",
+                [topic, env, body, b""], "frame_count"),
+        invalid("pubpack_topic_empty", "An empty topic.", "pubpack", [b"", env, body],
+                "invalid_field"),
+        invalid("pubpack_topic_256_bytes", "A topic of 256 bytes.", "pubpack",
+                [b"\xab" * 256, env, body], "invalid_field"),
+        invalid("pubpack_generation_0", "Generation must be non-zero.", "pubpack",
+                [topic, replace(env, 4, u64(0)), body], "invalid_field"),
+        invalid("pubpack_last_seq_beyond_u64", "first_seq 2^64 - 1 with two records: the "
+                "second's seq does not fit.", "pubpack",
+                [topic, replace(env, 12, u64(U64_MAX)), body], "invalid_field"),
+        invalid("pubpack_lengths_short", "The lengths add up to 3, frame 2 holds 2 bytes.",
+                "pubpack", [topic, env, body[:-1]], "invalid_field"),
+        invalid("pubpack_lengths_long", "The lengths add up to 3, frame 2 holds 4 bytes.",
+                "pubpack", [topic, env, body + b"\x00"], "invalid_field"),
+        invalid("pubpack_over_64_kib", "Lengths 65535 and 2: more than 64 KiB of payloads "
+                "(and more than the empty frame 2 holds).", "pubpack", [topic, over, b""],
+                "invalid_field"),
+        invalid("pubpack_on_reserved_topic", "A well-formed PUBPACK envelope on the reserved "
+                "topic: the beacon rule comes first.", "beacon",
+                [BEACON_TOPIC, env, body], "reserved_topic"),
+        invalid("pubpack_order_truncated_before_frame_count", "Topic and a truncated "
+                "envelope, no payload frame: truncated (structure before frame count).",
+                "pubpack", [topic, env[:21]], "truncated"),
+        invalid("pubpack_order_frame_count_before_count", "Count 1 and no frame 2: "
+                "frame_count (before the count's value).", "pubpack",
+                [topic, head(1) + u16(1)], "frame_count"),
+        invalid("pubpack_order_topic_before_count", "An empty topic and count 1: "
+                "invalid_field for the topic, the first value in wire order.", "pubpack",
+                [b"", head(1) + u16(1), b"\x01"], "invalid_field"),
+    ]
+    une = [
+        unencodable("pubpack_lone_record", "A lone record cannot be wrapped.",
+                    pubpack("74", 1, 1, ["01"])),
+        unencodable("pubpack_65", "65 records cannot be packed.",
+                    pubpack("74", 1, 1, [""] * 65)),
+        unencodable("pubpack_reserved_topic", "Publishing on the exact beacon topic is an "
+                    "argument error (L4).", pubpack(BEACON_TOPIC.hex(), 1, 1, ["", ""])),
+        unencodable("pubpack_topic_empty", "Topic must be 1..=255 bytes.",
+                    pubpack("", 1, 1, ["", ""])),
+        unencodable("pubpack_generation_0", "Generation must be non-zero.",
+                    pubpack("74", 0, 1, ["", ""])),
+        unencodable("pubpack_last_seq_beyond_u64", "The last record's seq must fit in a "
+                    "u64.", pubpack("74", 1, U64_MAX, ["", ""])),
+    ]
+    return {
+        "format": "zmesh-spec-vectors",
+        "version": 1,
+        "decoder": "fanout",
+        "capabilities": ["pubpack"],
+        "description": "Messages of the fanout capability pubpack (WIRE.md §7.5, §8.1): decode "
+                       "with the fanout decoder of a subscriber that announced pubpack (it "
+                       "subscribed to the marker 01 5A 4C 46 31 00 70 75 62 70 61 63 6B). "
+                       "Each valid PUBPACK stands for one PUBLISH per payload on its topic, "
+                       "with seqs first_seq, first_seq + 1, ..., in order. Without the "
+                       "capability, kind 15 is unknown.",
         "valid": v,
         "invalid": inv,
         "unencodable": une,

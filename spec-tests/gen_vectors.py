@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes spec-tests/v1/records.json, fanout.json, cancel.json, calls.json, credit.json,
-answers.json, replayed.json, pack.json and ids16.json.
+answers.json, replayed.json, pack.json, ids16.json and pubpack.json.
 
 This is a second, independent encoder of zmesh wire format v1, written from WIRE.md (not from
 the Rust code), so the committed vectors cross-check the Rust codec rather than echo it. The
@@ -26,7 +26,8 @@ if HERE not in sys.path:
 sys.dont_write_bytecode = True
 
 from gen_capabilities import (  # noqa: E402
-    answers_file, calls_file, cancel_file, credit_file, ids16_file, pack_file, replayed_file,
+    answers_file, calls_file, cancel_file, credit_file, ids16_file, pack_file, pubpack_file,
+    replayed_file,
 )
 from gen_records import fanout_file, records_file  # noqa: E402
 
@@ -51,3 +52,4 @@ if __name__ == "__main__":
     write("replayed.json", replayed_file())
     write("pack.json", pack_file())
     write("ids16.json", ids16_file())
+    write("pubpack.json", pubpack_file())

@@ -29,7 +29,13 @@ KINDS = {
     # as u16 offsets from the smallest (WIRE.md §4.19).
     "calls16": 0x13,
     "answers16": 0x14,
+    # Frame 1 of a fanout message, known only on a publisher's socket where capability
+    # `pubpack` is in effect: several PUBLISH records of one topic (WIRE.md §7.5).
+    "pubpack": 0x15,
 }
+# The subscription prefix that announces capability `pubpack` (WIRE.md §7.5): the reserved
+# beacon topic, 00 and the capability's name.
+PUBPACK_MARKER = bytes.fromhex("015a4c4631") + b"\x00" + b"pubpack"
 ANSWER_WHAT = {"accept": 1, "reply": 2, "accept_reply": 3}
 # Bit 7 of a REPLY's code byte where capability `replayed` is in effect (WIRE.md §4.17).
 REPLAYED_MARK = 0x80
@@ -182,6 +188,13 @@ def encode(rec):
         return [bytes.fromhex(rec["topic"]),
                 header(k) + u64(rec["generation"]) + u64(rec["seq"]),
                 bytes.fromhex(rec["payload"])]
+    if k == "pubpack":
+        payloads = [bytes.fromhex(p) for p in rec["payloads"]]
+        env = (header(k) + u64(rec["generation"]) + u64(rec["first_seq"])
+               + u16(len(payloads)))
+        for p in payloads:
+            env += u16(len(p))
+        return [bytes.fromhex(rec["topic"]), env, b"".join(payloads)]
     raise ValueError(k)
 
 

@@ -18,8 +18,8 @@ use serde::Deserialize;
 
 use zmesh::proto::wire::{
     Accept, Answer, Answers, Batch, Calls, Capabilities, CloseReason, Detail, FanoutMessage, Hello,
-    Item, Kind, Label, Lane, Membership, Memberships, Message, Name, Pack, Record, Reject,
-    RejectReason, Reply, ReplyCode, Request, Role, Semantics, Welcome, WireError,
+    Item, Kind, Label, Lane, Membership, Memberships, Message, Name, Pack, PubPack, Record, Reject,
+    RejectReason, Reply, ReplyCode, Request, Role, Semantics, Welcome, WireError, BEACON_TOPIC,
 };
 
 // ---- the file format (spec-tests/README.md) ----
@@ -185,6 +185,12 @@ enum JsonRecord {
         generation: String,
         seq: String,
         payload: String,
+    },
+    Pubpack {
+        topic: String,
+        generation: String,
+        first_seq: String,
+        payloads: Vec<String>,
     },
 }
 
@@ -537,6 +543,19 @@ fn typed(j: &JsonRecord) -> Result<Typed, WireError> {
                 payload: bytes_of(payload),
             }))
         }
+        JsonRecord::Pubpack {
+            topic,
+            generation,
+            first_seq,
+            payloads,
+        } => {
+            return Ok(Typed::Fanout(FanoutMessage::PubPack(PubPack::new(
+                bytes_of(topic),
+                non_zero(generation, "generation")?,
+                u64_of(first_seq),
+                payloads.iter().map(|p| bytes_of(p)).collect(),
+            )?)))
+        }
     };
     Ok(Typed::Record(record))
 }
@@ -677,6 +696,7 @@ fn kind_name(kind: Kind) -> &'static str {
         Kind::Pack => "pack",
         Kind::Calls16 => "calls16",
         Kind::Answers16 => "answers16",
+        Kind::PubPack => "pubpack",
     }
 }
 
@@ -711,6 +731,7 @@ fn typed_kind(j: &JsonRecord) -> Option<Kind> {
         JsonRecord::Answers16 { .. } => Kind::Answers16,
         JsonRecord::Beacon => return None,
         JsonRecord::Publish { .. } => Kind::Publish,
+        JsonRecord::Pubpack { .. } => Kind::PubPack,
     })
 }
 
@@ -747,6 +768,7 @@ fn files() -> Vec<VectorFile> {
         load("replayed.json"),
         load("pack.json"),
         load("ids16.json"),
+        load("pubpack.json"),
     ]
 }
 
@@ -762,6 +784,7 @@ fn caps_of(file: &VectorFile) -> Capabilities {
             "replayed" => caps.union(Capabilities::REPLAYED),
             "pack" => caps.union(Capabilities::PACK),
             "ids16" => caps.union(Capabilities::IDS16),
+            "pubpack" => caps.union(Capabilities::PUBPACK),
             other => panic!("unknown capability {other:?}"),
         })
 }
@@ -777,7 +800,10 @@ fn decode(file: &VectorFile, frames: &[Vec<u8>]) -> Result<Typed, WireError> {
     match file.decoder {
         Decoder::Record => Record::decode_in(frames, caps_of(file), |f| Bytes::copy_from_slice(f))
             .map(Typed::Record),
-        Decoder::Fanout => FanoutMessage::decode(frames).map(Typed::Fanout),
+        Decoder::Fanout => {
+            FanoutMessage::decode_in(frames, caps_of(file), |f| Bytes::copy_from_slice(f))
+                .map(Typed::Fanout)
+        }
     }
 }
 
@@ -922,12 +948,50 @@ fn x4_ids16_kinds_are_unknown_without_the_capability() {
     assert_eq!(seen, BTreeSet::from([0x13, 0x14]));
 }
 
+/// WIRE.md §7.5: kind 15 exists only on a publisher's socket where `pubpack` is in effect.
+/// Decoded by a version-1 subscriber, each message of pubpack.json whose frame 1 has kind
+/// byte 15 (valid or not) is an unknown kind, unless an earlier rule of §6.3 (the reserved
+/// topic, a missing frame 1, a short or foreign header) decides first.
+#[test]
+fn x3_pubpack_kind_is_unknown_without_the_capability() {
+    let file = load("pubpack.json");
+    assert_eq!(
+        caps_of(&file),
+        Capabilities::PUBPACK,
+        "pubpack.json's capabilities"
+    );
+    let messages = file
+        .valid
+        .iter()
+        .map(|v| (&v.name, &v.frames))
+        .chain(file.invalid.iter().map(|v| (&v.name, &v.frames)));
+    let mut seen = 0;
+    for (name, hex_frames) in messages {
+        let frames = frames_of(name, hex_frames);
+        let header = frames.get(1).and_then(|f| f.get(..4));
+        if header != Some(&[0x5A, 0x4D, 0x01, 0x15][..])
+            || frames.first().map(Vec::as_slice) == Some(&BEACON_TOPIC[..])
+        {
+            continue;
+        }
+        seen += 1;
+        match FanoutMessage::decode(&frames) {
+            Ok(m) => panic!("{name}: decoded without pubpack as {m:?}"),
+            Err(e) => assert_eq!(e.class(), "unknown_kind", "{name}: {e}"),
+        }
+    }
+    assert!(seen >= 10, "only {seen} PUBPACK messages");
+}
+
 #[test]
 fn w2_valid_vectors_use_the_right_decoder() {
     // A record vector is never a fanout message and vice versa: the two files do not overlap.
     for file in files() {
         for v in &file.valid {
-            let is_fanout = matches!(v.record, JsonRecord::Beacon | JsonRecord::Publish { .. });
+            let is_fanout = matches!(
+                v.record,
+                JsonRecord::Beacon | JsonRecord::Publish { .. } | JsonRecord::Pubpack { .. }
+            );
             assert_eq!(is_fanout, file.decoder == Decoder::Fanout, "{}", v.name);
         }
     }
@@ -938,9 +1002,11 @@ fn w2_every_kind_has_vectors() {
     // Kind::ALL is every kind the decoder knows (checked against the kind byte space).
     let known: Vec<Kind> = (0..=255u8).filter_map(|b| Kind::try_from(b).ok()).collect();
     assert_eq!(known, Kind::ALL.to_vec());
-    // With every capability in effect, the extension kinds are known too, and nothing else.
+    // With every capability in effect (those of the handshake and the fanout one), the
+    // extension kinds are known too, and nothing else.
+    let every = Capabilities::SPOKEN.union(Capabilities::PUBPACK);
     let with_cancel: Vec<Kind> = (0..=255u8)
-        .filter_map(|b| Kind::from_byte_in(b, Capabilities::SPOKEN).ok())
+        .filter_map(|b| Kind::from_byte_in(b, every).ok())
         .collect();
     let mut all: Vec<Kind> = Kind::ALL.into_iter().chain(Kind::EXTENSIONS).collect();
     all.sort();

@@ -195,6 +195,12 @@ pub(crate) fn decode_fanout(frames: &[Frame], last_topic: &Bytes) -> Result<Fano
     Ok(match FanoutMessage::decode_with(frames, take)? {
         FanoutMessage::Beacon => Fanout::Beacon,
         FanoutMessage::Publish { topic, payload, .. } => Fanout::Publish { topic, payload },
+        // Decoded as version 1 (no capability): kind 15 is unknown there.
+        FanoutMessage::PubPack(_) => {
+            return Err(WireError::UnknownKind {
+                kind: wire::Kind::PubPack.into(),
+            })
+        }
     })
 }
 

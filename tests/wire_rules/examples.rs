@@ -463,9 +463,9 @@ fn call_examples() -> Vec<(&'static str, Expected)> {
     ]
 }
 
-/// The examples of WIRE.md §7: fanout messages.
+/// The examples of WIRE.md §7: fanout messages (and §7.5's marker, as bytes).
 fn fanout_examples() -> Vec<(&'static str, Expected)> {
-    use Expected::Fanout as F;
+    use Expected::{Bytes as B, Fanout as F};
     vec![
         ("beacon", F(FanoutMessage::Beacon)),
         (
@@ -486,6 +486,23 @@ fn fanout_examples() -> Vec<(&'static str, Expected)> {
                 payload: Bytes::from_static(b"42"),
             }),
         ),
+        (
+            "pubpack",
+            F(FanoutMessage::PubPack(
+                PubPack::new(
+                    Bytes::from_static(b"prices"),
+                    nz(0x0102_0304_0506_0708),
+                    9,
+                    vec![
+                        Bytes::from_static(&[1, 2]),
+                        Bytes::new(),
+                        Bytes::from_static(&[3]),
+                    ],
+                )
+                .expect("pubpack"),
+            )),
+        ),
+        ("pubpack_marker", B(Bytes::from_static(&PUBPACK_MARKER))),
     ]
 }
 

@@ -34,7 +34,12 @@ impl Capabilities {
     /// CALLS16 and ANSWERS16 records (WIRE.md §4.19): CALLS and ANSWERS with the call ids as
     /// u16 offsets from the smallest, two bytes per id instead of eight.
     pub const IDS16: Capabilities = Capabilities(64);
-    /// Every capability this implementation speaks, announced by default.
+    /// PUBPACK records (WIRE.md §7.5): several PUBLISH records of one topic in one fanout
+    /// message. A fanout capability: a subscriber announces it by subscribing to
+    /// [`super::PUBPACK_MARKER`], never in a handshake, so it is not in [`Self::SPOKEN`].
+    pub const PUBPACK: Capabilities = Capabilities(128);
+    /// Every capability this implementation speaks in a handshake, announced by default
+    /// (the fanout capability [`Self::PUBPACK`] is announced by a subscription instead).
     pub const SPOKEN: Capabilities = Capabilities(
         Capabilities::CANCEL.0
             | Capabilities::CALLS.0
@@ -45,8 +50,9 @@ impl Capabilities {
             | Capabilities::IDS16.0,
     );
 
-    /// Each capability with its name on the wire, in the order extension entries are sent.
-    const NAMES: [(Capabilities, &'static str); 7] = [
+    /// Each capability with its name on the wire (in an extension entry; for `pubpack`, in its
+    /// subscription marker), in the order extension entries are sent.
+    const NAMES: [(Capabilities, &'static str); 8] = [
         (Capabilities::CANCEL, "cancel"),
         (Capabilities::CALLS, "calls"),
         (Capabilities::CREDIT, "credit"),
@@ -54,6 +60,7 @@ impl Capabilities {
         (Capabilities::REPLAYED, "replayed"),
         (Capabilities::PACK, "pack"),
         (Capabilities::IDS16, "ids16"),
+        (Capabilities::PUBPACK, "pubpack"),
     ];
 
     /// Whether every capability of `other` is in this set.

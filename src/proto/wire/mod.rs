@@ -43,6 +43,7 @@ mod error;
 mod fanout;
 mod offsets;
 mod pack;
+mod pubpack;
 mod types;
 
 use std::fmt;
@@ -58,10 +59,12 @@ pub use self::caps::{is_extension_entry, Capabilities, EXTENSION_PREFIX, EXTENSI
 use self::codec::{put_count, put_str, put_u64, Reader};
 pub use self::error::WireError;
 pub use self::fanout::{
-    encode_beacon, encode_publish_envelope, FanoutMessage, PUBLISH_ENVELOPE_LEN,
+    encode_beacon, encode_publish_envelope, AppliedSubscriptions, FanoutMessage,
+    PUBLISH_ENVELOPE_LEN, PUBPACK_MARKER,
 };
 pub use self::offsets::IdForm;
 pub use self::pack::Pack;
+pub use self::pubpack::PubPack;
 pub use self::types::{
     BoundedStr, CloseReason, Detail, Label, Lane, Membership, Memberships, Name, RejectReason,
     ReplyCode, Role, Semantics,
@@ -134,6 +137,10 @@ pub enum Kind {
     /// 0x14: ANSWERS with the call ids as u16 offsets from the smallest. An extension kind:
     /// known only on a connection that negotiated [`Capabilities::IDS16`] (WIRE.md §4.19).
     Answers16 = 0x14,
+    /// 0x15: several PUBLISH records of one topic, frame 1 of a fanout message only. An
+    /// extension kind: known only on a publisher's socket where [`Capabilities::PUBPACK`] is
+    /// in effect (WIRE.md §7.5).
+    PubPack = 0x15,
 }
 
 impl Kind {
@@ -156,7 +163,7 @@ impl Kind {
 
     /// Every extension kind, in byte order: each is known only where its capability is in
     /// effect ([`Kind::capability`]).
-    pub const EXTENSIONS: [Kind; 7] = [
+    pub const EXTENSIONS: [Kind; 8] = [
         Kind::Cancel,
         Kind::Calls,
         Kind::Credit,
@@ -164,6 +171,7 @@ impl Kind {
         Kind::Pack,
         Kind::Calls16,
         Kind::Answers16,
+        Kind::PubPack,
     ];
 
     /// The capability a connection must have negotiated for this kind to be known on it
@@ -176,6 +184,7 @@ impl Kind {
             Kind::Answers => Capabilities::ANSWERS,
             Kind::Pack => Capabilities::PACK,
             Kind::Calls16 | Kind::Answers16 => Capabilities::IDS16,
+            Kind::PubPack => Capabilities::PUBPACK,
             _ => Capabilities::NONE,
         }
     }
@@ -216,6 +225,7 @@ impl Kind {
             Kind::Pack => "pack",
             Kind::Calls16 => "calls16",
             Kind::Answers16 => "answers16",
+            Kind::PubPack => "pubpack",
         }
     }
 }
@@ -724,10 +734,10 @@ fn decode_body<F: AsRef<[u8]>>(
                 items: non_zero(items, "items")?,
             })
         }
-        Kind::Publish => Err(WireError::invalid(
+        Kind::Publish | Kind::PubPack => Err(WireError::invalid(
             Some(kind),
             "kind",
-            "PUBLISH is only valid in frame 1 of a fanout message",
+            "PUBLISH and PUBPACK are only valid in frame 1 of a fanout message",
         )),
     }
 }

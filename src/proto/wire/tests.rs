@@ -765,7 +765,7 @@ fn rejects_non_publish_in_fanout() {
         WireError::InvalidField {
             kind: Some(Kind::Probe),
             field: "kind",
-            problem: "only PUBLISH is valid in frame 1 of a fanout message"
+            problem: "only PUBLISH (and PUBPACK) is valid in frame 1 of a fanout message"
         }
     );
 }
