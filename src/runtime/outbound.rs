@@ -8,7 +8,8 @@
 //!      +──> Command::SendQueued + one wake-up, only when no drain of that queue is on its way
 //!
 //!  Node::publish ──> PubSocket: the publisher (XPUB) socket itself, under a mutex (the I/O
-//!                    thread uses it for beacons and reads its subscriptions: beacon on join)
+//!                    thread uses it for beacons, reads and applies its subscriptions: beacon
+//!                    on join, and sends the records a burst of publishes held for a PUBPACK)
 //! ```
 //!
 //! A queue belongs to one physical connection: it is made when the connection becomes ready
@@ -16,17 +17,21 @@
 //! (the state change's detail and `zmesh_records_unsent_total`), never silently dropped.
 
 use std::collections::{HashMap, VecDeque};
+use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use bytes::Bytes;
 use tokio::sync::Notify;
 
+use super::command::WakeUp;
 use super::error::SendError;
 use super::keys::LinkKey;
 use super::records;
 use super::socket::FrameSocket;
-use crate::proto::wire::{BEACON_TOPIC, MAX_TOPIC_LEN};
+use crate::proto::wire::{
+    encode_beacon, AppliedSubscriptions, Capabilities, PubPack, BEACON_TOPIC, MAX_TOPIC_LEN,
+};
 use crate::proto::ConnId;
 
 /// Records one link's zmesh queue holds (besides libzmq's own pipe, [`HWM`] records deep):
@@ -464,29 +469,93 @@ impl LinkTable {
 /// I/O thread (beacons, the subscriptions of joining subscribers, and the close).
 ///
 /// A libzmq socket may be used from several threads one at a time, with a full memory barrier
-/// between them: the mutex is that barrier. The I/O thread watches its descriptor for
-/// subscriptions; a publish can consume that descriptor's signal, so the I/O thread also reads
-/// the subscriptions at every grid beacon (see `io::fanout`).
+/// between them: the mutex is that barrier.
+///
+/// **Subscriptions.** The socket runs with `ZMQ_XPUB_MANUAL` (WIRE.md §7.5): libzmq applies
+/// no subscription by itself; the I/O thread reads each one and, under the mutex, applies it
+/// to the connection that sent it and counts it ([`AppliedSubscriptions`]) before anything
+/// else is sent. So a subscriber receives nothing before its subscription is counted, and
+/// whether every subscriber speaks PUBPACK is known exactly when a record is sent.
+///
+/// **Packing.** While `pubpack` is in effect, records of one topic leave as PUBPACKs of at
+/// most [`PUBPACK_RECORDS`] records and [`PUBPACK_BYTES`] of payloads. A `publish_batch`
+/// packs its runs at once. Consecutive `publish` calls pack through a run held here: the
+/// first record after the I/O thread's last look at the publisher goes out at once as a
+/// PUBLISH and asks for a look (one wake-up); the records published before that look are
+/// held as a run of one topic, which leaves as a PUBPACK when it is full, when a record of
+/// another topic comes, at a beacon, at the close, or at the look, in the I/O thread's next
+/// loop turn. A record is never held longer than that. Every publish asks for a look, packing
+/// or not: a publish can consume the socket descriptor's signal of a subscription that
+/// arrives meanwhile, and the look reads the subscriptions too, so a subscriber that joins
+/// while the application publishes is served within a loop turn.
 pub(crate) struct PubSocket {
     state: Mutex<Option<PubState>>,
+    /// A look by the I/O thread is on its way ([`PubSocket::take_look`]).
+    look: AtomicBool,
+    wake: Arc<WakeUp>,
 }
+
+/// The most records a PUBPACK this node sends carries: the wire's bound (WIRE.md §7.5).
+pub(crate) const PUBPACK_RECORDS: usize = PubPack::MAX;
+
+/// The most payload bytes a PUBPACK this node sends carries (the wire allows 64 KiB): the
+/// bound of a PACK (WIRE.md §4.18), for the same reason. libzmq's high-water mark counts
+/// messages, so a subscriber's pipe full of PUBPACKs holds at most what it would hold of
+/// 4 KiB PUBLISHes; a record with a longer payload leaves alone as a PUBLISH.
+pub(crate) const PUBPACK_BYTES: usize = 4 * 1024;
 
 struct PubState {
     socket: zmq::Socket,
-    generation: u64,
-    /// The sequence number of the last record published.
+    generation: NonZeroU64,
+    /// The sequence number of the last record published (held records included).
     seq: u64,
+    /// What the applied subscriptions say: whether `pubpack` is in effect.
+    subscribers: AppliedSubscriptions,
+    /// Records published but not sent yet: one topic, consecutive seqs.
+    run: HeldRun,
+    /// Frames 1 and 2 of the PUBPACK being sent, reused.
+    env: Vec<u8>,
+    body: Vec<u8>,
+}
+
+/// Records of one topic held for a PUBPACK.
+#[derive(Default)]
+struct HeldRun {
+    topic: Vec<u8>,
+    first_seq: u64,
+    payloads: Vec<Bytes>,
+    bytes: usize,
+}
+
+impl HeldRun {
+    /// Whether a record with `payload` on `topic` can join the run.
+    fn takes(&self, topic: &[u8], payload: &Bytes) -> bool {
+        self.payloads.len() < PUBPACK_RECORDS
+            && self.bytes + payload.len() <= PUBPACK_BYTES
+            && self.topic == topic
+    }
+
+    fn is_full(&self) -> bool {
+        self.payloads.len() >= PUBPACK_RECORDS || self.bytes >= PUBPACK_BYTES
+    }
 }
 
 impl PubSocket {
-    /// The publisher of a node of lifecycle `generation`, over its bound PUB `socket`.
-    pub(crate) fn new(socket: zmq::Socket, generation: u64) -> PubSocket {
+    /// The publisher of a node of lifecycle `generation`, over its bound XPUB `socket` (in
+    /// manual mode); `wake` wakes the node's I/O thread for a look.
+    pub(crate) fn new(socket: zmq::Socket, generation: u64, wake: Arc<WakeUp>) -> PubSocket {
         PubSocket {
             state: Mutex::new(Some(PubState {
                 socket,
-                generation,
+                generation: NonZeroU64::new(generation).unwrap_or(NonZeroU64::MIN),
                 seq: 0,
+                subscribers: AppliedSubscriptions::default(),
+                run: HeldRun::default(),
+                env: Vec::new(),
+                body: Vec::new(),
             })),
+            look: AtomicBool::new(false),
+            wake,
         }
     }
 
@@ -494,9 +563,10 @@ impl PubSocket {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Publishes `payloads` on `topic` in order, one sequence number each: the topic and the
-    /// payload go to libzmq as they are, between them an envelope built on the stack. False
-    /// once the node stopped (nothing was published).
+    /// Publishes `payloads` on `topic` in order, one sequence number each: as PUBLISHes
+    /// (the topic and the payload go to libzmq as they are, between them an envelope built on
+    /// the stack) or, while `pubpack` is in effect, packed (see the type). False once the
+    /// node stopped (nothing was published).
     pub(crate) fn publish(&self, topic: &[u8], payloads: &[Bytes]) -> bool {
         let mut guard = self.lock();
         let Some(p) = guard.as_mut() else {
@@ -506,47 +576,90 @@ impl PubSocket {
         if topic.is_empty() || topic.len() > MAX_TOPIC_LEN || topic == BEACON_TOPIC {
             return true;
         }
-        for payload in payloads {
-            p.seq += 1;
-            let env = records::publish_envelope(p.generation, p.seq);
-            // PUB never blocks; at HWM libzmq drops for that subscriber (fanout loss rule).
-            let _ = p.socket.send_frames(&[topic, &env, payload]);
+        if !p.packs() {
+            // Nothing is held while `pubpack` is not in effect (a change of it sends the run
+            // first); a run held by an earlier call leaves first all the same.
+            p.flush();
+            for payload in payloads {
+                p.seq += 1;
+                p.send_publish(topic, p.seq, payload);
+            }
+        } else if let [payload] = payloads {
+            let looked = !self.look.load(Ordering::Acquire);
+            p.hold(topic, payload, looked);
+        } else {
+            for payload in payloads {
+                p.hold(topic, payload, false);
+            }
+            p.flush();
+        }
+        drop(guard);
+        if !self.look.swap(true, Ordering::AcqRel) {
+            self.wake.command_queued();
         }
         true
     }
 
-    /// Sends the two beacon frames (MISSION L4).
-    pub(crate) fn beacon(&self) {
-        let guard = self.lock();
-        let Some(p) = guard.as_ref() else {
-            return;
-        };
-        let frames = records::beacon();
-        let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
-        if let Err(e) = p.socket.send_frames(&refs) {
-            tracing::warn!(error = %e, "beacon not sent");
-        }
+    /// I/O thread: whether a publish asked for a look since the last one; the request is
+    /// taken. The look itself is [`PubSocket::subscriptions`].
+    pub(crate) fn take_look(&self) -> bool {
+        self.look.swap(false, Ordering::AcqRel)
     }
 
-    /// Reads up to `max` subscription messages waiting on the (XPUB) socket and sends one
-    /// beacon if one of them subscribes to a prefix of the beacon topic (a subscriber joined:
-    /// beacon on join, WIRE.md §7.1). The socket's last operation is a read that found
-    /// nothing or an event check, so the next subscription signals its descriptor again;
-    /// `more` says whether messages are still waiting.
+    /// Sends the two beacon frames (MISSION L4), after any held records.
+    pub(crate) fn beacon(&self) {
+        let mut guard = self.lock();
+        let Some(p) = guard.as_mut() else {
+            return;
+        };
+        p.flush();
+        p.send_beacon();
+    }
+
+    /// The I/O thread's look at the publisher: sends the records held, then reads up to
+    /// `max` subscription messages waiting on the (XPUB) socket, applying and counting each
+    /// right after reading it, and sends one beacon if one of them subscribes to a prefix of
+    /// the beacon topic (a subscriber joined: beacon on join, WIRE.md §7.1). The socket's
+    /// last operation is a read that found nothing or an event check, so the next
+    /// subscription signals its descriptor again; `more` says whether messages are still
+    /// waiting.
     pub(crate) fn subscriptions(&self, max: usize) -> Subscriptions {
-        let guard = self.lock();
-        let Some(p) = guard.as_ref() else {
+        let mut guard = self.lock();
+        let Some(p) = guard.as_mut() else {
             return Subscriptions::default();
         };
+        // Held records leave to the subscribers they were held for, before any subscription
+        // read now is applied.
+        p.flush();
+        let packed_before = p.packs();
         let mut read = Subscriptions {
             joined: false,
             more: true,
             not_subscriptions: 0,
+            packs: packed_before,
         };
         for _ in 0..max {
             match p.socket.try_recv_frames() {
-                Ok(Some(frames)) if !is_subscription(&frames) => read.not_subscriptions += 1,
-                Ok(Some(frames)) => read.joined |= subscribes_to_beacons(&frames),
+                Ok(Some(frames)) => match subscription(&frames) {
+                    Some((subscribe, prefix)) => {
+                        // Right after the read: libzmq applies it to the connection that sent
+                        // it (manual mode).
+                        let applied = if subscribe {
+                            p.socket.set_subscribe(prefix)
+                        } else {
+                            p.socket.set_unsubscribe(prefix)
+                        };
+                        if let Err(e) = applied {
+                            tracing::warn!(error = %e, "subscription not applied");
+                        }
+                        p.subscribers.handle_subscription(subscribe, prefix);
+                        read.joined |= subscribe && BEACON_TOPIC.starts_with(prefix);
+                    }
+                    None => {
+                        read.not_subscriptions += 1;
+                        p.subscribers.handle_other_message();
+                    }
+                },
                 Ok(None) => {
                     read.more = false;
                     break;
@@ -558,12 +671,12 @@ impl PubSocket {
                 }
             }
         }
+        read.packs = p.packs();
+        if read.packs != packed_before {
+            tracing::debug!(packs = read.packs, "fanout packing changed");
+        }
         if read.joined {
-            let frames = records::beacon();
-            let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
-            if let Err(e) = p.socket.send_frames(&refs) {
-                tracing::warn!(error = %e, "beacon not sent");
-            }
+            p.send_beacon();
             // The send may have consumed the signal of a subscription that came meanwhile.
             read.more |= p
                 .socket
@@ -573,9 +686,88 @@ impl PubSocket {
         read
     }
 
-    /// Takes the socket out (the node stops): publishing fails from now on.
+    /// Takes the socket out (the node stops), after sending the records held: publishing
+    /// fails from now on.
     pub(crate) fn close(&self) -> Option<zmq::Socket> {
-        self.lock().take().map(|p| p.socket)
+        let mut guard = self.lock();
+        if let Some(p) = guard.as_mut() {
+            p.flush();
+        }
+        guard.take().map(|p| p.socket)
+    }
+}
+
+impl PubState {
+    /// Whether `pubpack` is in effect on the socket.
+    fn packs(&self) -> bool {
+        self.subscribers.in_effect().contains(Capabilities::PUBPACK)
+    }
+
+    /// Takes one record on `topic` while `pubpack` is in effect: into the run if it fits
+    /// (sending the run once full), else after sending the run; with `now` and no run held,
+    /// it goes out at once as a PUBLISH instead.
+    fn hold(&mut self, topic: &[u8], payload: &Bytes, now: bool) {
+        self.seq += 1;
+        if !self.run.payloads.is_empty() && !self.run.takes(topic, payload) {
+            self.flush();
+        }
+        if payload.len() > PUBPACK_BYTES || (now && self.run.payloads.is_empty()) {
+            self.send_publish(topic, self.seq, payload);
+            return;
+        }
+        if self.run.payloads.is_empty() {
+            self.run.topic.clear();
+            self.run.topic.extend_from_slice(topic);
+            self.run.first_seq = self.seq;
+        }
+        self.run.bytes += payload.len();
+        self.run.payloads.push(payload.clone());
+        if self.run.is_full() {
+            self.flush();
+        }
+    }
+
+    /// Sends the run held: a PUBPACK, or a PUBLISH for a lone record.
+    fn flush(&mut self) {
+        match self.run.payloads.as_slice() {
+            [] => {}
+            [payload] => {
+                let payload = payload.clone();
+                let topic = std::mem::take(&mut self.run.topic);
+                self.send_publish(&topic, self.run.first_seq, &payload);
+                self.run.topic = topic;
+            }
+            payloads => {
+                PubPack::write_frames(
+                    self.generation,
+                    self.run.first_seq,
+                    payloads.iter().map(|p| p.as_ref()),
+                    &mut self.env,
+                    &mut self.body,
+                );
+                // PUB never blocks; at HWM libzmq drops for that subscriber (fanout loss rule).
+                let _ = self
+                    .socket
+                    .send_frames(&[&self.run.topic, &self.env, &self.body]);
+            }
+        }
+        self.run.payloads.clear();
+        self.run.bytes = 0;
+    }
+
+    /// Sends one PUBLISH.
+    fn send_publish(&self, topic: &[u8], seq: u64, payload: &[u8]) {
+        let env = records::publish_envelope(self.generation.get(), seq);
+        // PUB never blocks; at HWM libzmq drops for that subscriber (fanout loss rule).
+        let _ = self.socket.send_frames(&[topic, &env, payload]);
+    }
+
+    /// Sends the two beacon frames (MISSION L4).
+    fn send_beacon(&self) {
+        let [topic, payload] = encode_beacon();
+        if let Err(e) = self.socket.send_frames(&[topic, payload]) {
+            tracing::warn!(error = %e, "beacon not sent");
+        }
     }
 }
 
@@ -589,24 +781,21 @@ pub(crate) struct Subscriptions {
     /// Messages read that are neither a subscription nor a cancel (an XSUB peer may send
     /// anything): dropped, each a refusal of malformed input.
     pub(crate) not_subscriptions: usize,
+    /// Whether `pubpack` is in effect after what was read.
+    pub(crate) packs: bool,
 }
 
-/// Whether `frames`, read from an XPUB socket, are a subscription or its cancel: one frame
-/// whose first byte is 1 or 0, then the prefix (how libzmq hands both up, whichever ZMTP
-/// version the subscriber speaks).
-fn is_subscription(frames: &[super::socket::Frame]) -> bool {
-    matches!(frames, [f] if matches!(f.as_ref().first(), Some(0 | 1)))
-}
-
-/// Whether `frames`, read from an XPUB socket, subscribe to a prefix of the beacon topic (the
-/// empty prefix included): a subscriber that will receive beacons joined.
-fn subscribes_to_beacons(frames: &[super::socket::Frame]) -> bool {
+/// The subscription or cancel that `frames`, read from an XPUB socket, are: one frame whose
+/// first byte is 1 (subscribe) or 0 (cancel), then the prefix (how libzmq hands both up,
+/// whichever ZMTP version the subscriber speaks). `None` for anything else.
+fn subscription(frames: &[super::socket::Frame]) -> Option<(bool, &[u8])> {
     match frames {
         [f] => match f.as_ref().split_first() {
-            Some((1, prefix)) => BEACON_TOPIC.starts_with(prefix),
-            _ => false,
+            Some((1, prefix)) => Some((true, prefix)),
+            Some((0, prefix)) => Some((false, prefix)),
+            _ => None,
         },
-        _ => false,
+        _ => None,
     }
 }
 

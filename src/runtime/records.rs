@@ -178,13 +178,26 @@ pub(crate) fn decode(frames: &[Frame], caps: wire::Capabilities) -> Result<Rec, 
 /// A decoded fanout message.
 pub(crate) enum Fanout {
     Beacon,
-    Publish { topic: Bytes, payload: Bytes },
+    Publish {
+        topic: Bytes,
+        payload: Bytes,
+    },
+    /// A PUBPACK: its records' topic and payloads, in order (WIRE.md §7.5).
+    Pack {
+        topic: Bytes,
+        payloads: Vec<Bytes>,
+    },
 }
 
-/// Decodes one fanout message. A frame with the bytes of `last_topic` (the topic of this
-/// publisher's previous record, as a rule the same) is taken as a clone of it rather than
-/// copied; the payload frame is shared, not copied.
-pub(crate) fn decode_fanout(frames: &[Frame], last_topic: &Bytes) -> Result<Fanout, WireError> {
+/// Decodes one fanout message on a socket where the fanout capabilities `caps` are in effect.
+/// A frame with the bytes of `last_topic` (the topic of this publisher's previous record, as
+/// a rule the same) is taken as a clone of it rather than copied; the payload frame is
+/// shared, not copied.
+pub(crate) fn decode_fanout(
+    frames: &[Frame],
+    last_topic: &Bytes,
+    caps: wire::Capabilities,
+) -> Result<Fanout, WireError> {
     let take = |f: &Frame| {
         if f.as_ref() == last_topic.as_ref() {
             last_topic.clone()
@@ -192,14 +205,12 @@ pub(crate) fn decode_fanout(frames: &[Frame], last_topic: &Bytes) -> Result<Fano
             f.to_bytes()
         }
     };
-    Ok(match FanoutMessage::decode_with(frames, take)? {
+    Ok(match FanoutMessage::decode_in(frames, caps, take)? {
         FanoutMessage::Beacon => Fanout::Beacon,
         FanoutMessage::Publish { topic, payload, .. } => Fanout::Publish { topic, payload },
-        // Decoded as version 1 (no capability): kind 15 is unknown there.
-        FanoutMessage::PubPack(_) => {
-            return Err(WireError::UnknownKind {
-                kind: wire::Kind::PubPack.into(),
-            })
+        FanoutMessage::PubPack(p) => {
+            let (topic, payloads) = p.into_parts();
+            Fanout::Pack { topic, payloads }
         }
     })
 }
@@ -377,11 +388,6 @@ pub(crate) fn item(call_id: NonZeroU64, seq: u64, payload: Bytes) -> Vec<Vec<u8>
 /// payload, which go to the socket as they are).
 pub(crate) fn publish_envelope(generation: u64, seq: u64) -> [u8; wire::PUBLISH_ENVELOPE_LEN] {
     wire::encode_publish_envelope(nz(generation), seq)
-}
-
-/// The beacon's two frames.
-pub(crate) fn beacon() -> Vec<Vec<u8>> {
-    wire::encode_beacon().iter().map(|f| f.to_vec()).collect()
 }
 
 /// Display name of a lane.

@@ -19,6 +19,12 @@ pub enum FanoutInput {
     Beacon,
     /// A well-formed application record.
     Record,
+    /// A well-formed PUBPACK (WIRE.md §7.5) of `records` application records: one receipt,
+    /// after which each of its records is delivered.
+    Pack {
+        /// How many records it carries.
+        records: u16,
+    },
     /// Anything else.
     Malformed {
         /// The topic was the reserved beacon topic but the payload or frame count was wrong.
@@ -46,7 +52,7 @@ impl FanoutInput {
 #[must_use]
 pub enum Delivery {
     /// A valid application record: hand it to the application (and count it in application
-    /// metrics).
+    /// metrics); for a [`FanoutInput::Pack`], each of its records.
     Deliver,
     /// A beacon: liveness evidence only. Never delivered, dispatched, traced as an
     /// application message, counted in application metrics or acknowledged.
@@ -108,7 +114,7 @@ pub enum PublisherStatus {
 pub struct PublisherStats {
     /// Beacons consumed.
     pub beacons: u64,
-    /// Application records delivered.
+    /// Application records delivered (each record of a PUBPACK counts).
     pub records: u64,
     /// Protocol errors (each failed a socket).
     pub protocol_errors: u64,
@@ -195,6 +201,10 @@ impl PublisherWatch {
             }
             FanoutInput::Record => {
                 self.stats.records += 1;
+                Delivery::Deliver
+            }
+            FanoutInput::Pack { records } => {
+                self.stats.records += u64::from(records);
                 Delivery::Deliver
             }
             FanoutInput::Malformed { reserved_topic } => {
@@ -355,5 +365,30 @@ impl BeaconSchedule {
     /// Beacons handed out so far.
     pub fn sent(&self) -> u64 {
         self.sent
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// MISSION L5, X4: a well-formed PUBPACK is one valid receipt: it makes a waiting
+    /// publisher ready and moves the silence deadline to 15 s after it, and its records
+    /// count in the statistics one by one.
+    #[test]
+    fn l5_x4_a_pack_is_one_receipt_that_counts_its_records() {
+        let t0 = Instant::now();
+        let mut w = PublisherWatch::new(t0);
+        let t1 = t0 + Duration::from_secs(10);
+        let d = w.handle_input(FanoutInput::Pack { records: 5 }, t1);
+        assert_eq!(d, Delivery::Deliver);
+        assert_eq!(w.poll_event(), Some(PublisherEvent::BecameReady));
+        assert_eq!(w.last_receive_at(), Some(t1));
+        assert_eq!(w.poll_timeout(), Some(t1 + PEER_DEADLINE));
+        assert_eq!(w.stats().records, 5);
+        w.handle_timeout(t1 + PEER_DEADLINE - Duration::from_millis(1));
+        assert!(w.is_ready(), "the pack moved the deadline");
     }
 }

@@ -1,16 +1,23 @@
 //! Classic fanout: the publisher's records and beacons (MISSION L4), and one SUB socket per
 //! publisher with its own liveness watch (T3, L5): opened, judged, failed and reopened alone.
 //!
-//! The publisher's socket is an XPUB (PUB on the wire; subscribers see no difference) so
-//! that subscriptions reach the node: a subscription that covers the beacon topic is a
-//! subscriber joining, and it gets a beacon at once (WIRE.md §7.1), besides the 5 s grid of
-//! the beacon schedule, which joins do not move. The I/O thread watches the socket's
+//! The publisher's socket is an XPUB (PUB on the wire; subscribers see no difference) in
+//! manual mode, so that subscriptions reach the node and take effect only when the node
+//! applied them: the I/O thread reads each one, applies it to the connection that sent it
+//! and counts it ([`PubSocket`](crate::runtime::outbound::PubSocket)), which tells whether
+//! every subscriber speaks PUBPACK (WIRE.md §7.5). A subscription that covers the beacon
+//! topic is a subscriber joining, and it gets a beacon at once (WIRE.md §7.1), besides the 5 s
+//! grid of the beacon schedule, which joins do not move. The I/O thread watches the socket's
 //! descriptor and reads the subscriptions apart from the receive loop; they never become
 //! records, deliveries or record counts. The application publishes on the same socket from
 //! its own threads (under the socket's mutex), and such a send can consume the descriptor's
-//! signal of a subscription that arrives meanwhile: the subscriptions are therefore also read
-//! at every grid beacon, so such a join gets its beacon at the next tick at the latest (and a
-//! publisher that is publishing makes its subscribers ready with its records anyway).
+//! signal of a subscription that arrives meanwhile: a publish therefore asks the I/O thread
+//! for a look at the publisher in its next loop turn (which also sends records held for a
+//! PUBPACK), and the subscriptions are read at every grid beacon too.
+//!
+//! A subscription announces PUBPACK with a marker besides the empty prefix (WIRE.md §7.3,
+//! §7.5); a PUBPACK read from it is staged as its records, so the receive loop's caps count
+//! each, and is one receipt for the publisher's watch.
 //!
 //! What reaches the publisher that no subscriber sends is refused like input on the bound
 //! ROUTERs (`io::gate`): a message that is neither a subscription nor its cancel (an XSUB
@@ -20,14 +27,31 @@
 
 use std::time::Instant;
 
+use bytes::Bytes;
+
 use super::parts::link::{backoff, note};
 use super::parts::ready::Watch;
-use super::parts::sockets::{close_stopping_monitor, Slot, SlotRole};
+use super::parts::sockets::{close_stopping_monitor, Published, Slot, SlotRole, Staged, Unit};
 use super::{Host, IoThread, SubKey, BACKOFF_MAX};
+use crate::proto::liveness::{Delivery as FanoutDelivery, FanoutInput};
 use crate::proto::security::{handshake_refusal, InputRefusal};
 use crate::proto::state::{ConnState, FailureReason, Recovery};
+use crate::proto::wire::{self, PUBPACK_MARKER};
 use crate::runtime::error::NodeError;
+use crate::runtime::event::{Delivery, NodeEvent};
 use crate::runtime::link::LinkId;
+use crate::runtime::records::{self, Fanout};
+use crate::runtime::socket::Frame;
+
+/// The fanout capabilities every SUB socket of this node announces to its publisher, by
+/// subscribing to their markers besides the empty prefix (WIRE.md §7.3, §7.5), and so the
+/// capabilities its messages are decoded with.
+pub(super) const SUB_CAPABILITIES: wire::Capabilities = wire::Capabilities::PUBPACK;
+
+/// Bytes a record of a PUBPACK is charged toward the receive loop's byte cap besides its
+/// payload: its u16 length. The first record also carries the topic and the rest of the
+/// envelope, so the records of a PUBPACK are charged exactly the bytes read.
+const PUBLISHED_RECORD_OVERHEAD: usize = 2;
 use crate::runtime::socket::{
     guarded, set_curve_client, set_curve_server, MonitorEvent, MonitorSocket, CLOSE_LINGER_MS,
 };
@@ -58,9 +82,10 @@ impl IoThread {
         }
         let socket = m.socket;
         socket.set_linger(CLOSE_LINGER_MS).map_err(bind_err)?;
-        // Every subscription reaches the node, also a second one of the same prefix (every
-        // zmesh subscriber subscribes to ""): each join gets its beacon.
-        socket.set_xpub_verbose(true).map_err(bind_err)?;
+        // libzmq applies no subscription by itself: the node reads each one (also a second
+        // one of the same prefix, so each join gets its beacon) and applies it to the
+        // connection that sent it, counting it first (WIRE.md §7.5, `PubSocket`).
+        socket.set_xpub_manual(true).map_err(bind_err)?;
         guarded(|| socket.bind(ep)).map_err(bind_err)?;
         self.sockets
             .ready
@@ -126,7 +151,12 @@ impl IoThread {
             if let Some((pair, key)) = &curve {
                 set_curve_client(&m.socket, pair, key)?;
             }
+            // Everything, beacons included (WIRE.md §7.3), and the marker that announces
+            // PUBPACK (§7.5).
             m.socket.set_subscribe(b"")?;
+            if SUB_CAPABILITIES.contains(wire::Capabilities::PUBPACK) {
+                m.socket.set_subscribe(&PUBPACK_MARKER)?;
+            }
             m.socket.set_reconnect_ivl(100)?;
             m.socket.set_reconnect_ivl_max(1000)?;
             m.socket.connect(&endpoint)?;
@@ -236,5 +266,136 @@ impl IoThread {
         let state = s.state.state();
         self.app.emit_state(link, state, Some(reason), detail);
         metrics::counter!("zmesh_link_failures_total", "reason" => reason.as_str()).increment(1);
+    }
+
+    /// The records of a PUBPACK just read on subscription socket `owner`, each with its share
+    /// of the read's `len` bytes, if the message is a valid PUBPACK. Anything else (a
+    /// malformed PUBPACK included) is staged whole and judged in its turn as any message
+    /// (WIRE.md §7.3: a malformed one fails that publisher).
+    pub(super) fn unpack_published(
+        &self,
+        owner: Unit,
+        staged: &Staged,
+        len: usize,
+    ) -> Option<impl Iterator<Item = (Staged, usize)>> {
+        let (
+            Unit::Socket(slot),
+            Staged::Frames {
+                route: None,
+                frames,
+            },
+        ) = (owner, staged)
+        else {
+            return None;
+        };
+        let kind = frames.get(1)?.as_ref().get(3).copied()?;
+        if kind != u8::from(wire::Kind::PubPack) {
+            return None;
+        }
+        let Some(Slot {
+            role: SlotRole::Sub(sub),
+            ..
+        }) = self.sockets.get(slot)
+        else {
+            return None;
+        };
+        let s = self.fanout.subs.get(*sub)?;
+        let conn = s.conn_id?;
+        let Ok(Fanout::Pack { topic, payloads }) =
+            records::decode_fanout(frames, &s.last_topic, SUB_CAPABILITIES)
+        else {
+            return None;
+        };
+        let charged: usize = payloads
+            .iter()
+            .map(|p| p.len() + PUBLISHED_RECORD_OVERHEAD)
+            .sum();
+        let mut rest = len.saturating_sub(charged);
+        let mut receipt = u16::try_from(payloads.len()).unwrap_or(u16::MAX);
+        let sub = *sub;
+        let parts = payloads.into_iter().map(move |payload| {
+            let bytes = payload.len() + PUBLISHED_RECORD_OVERHEAD + std::mem::take(&mut rest);
+            let published = Published {
+                sub,
+                conn,
+                topic: topic.clone(),
+                payload,
+                receipt: std::mem::take(&mut receipt),
+            };
+            (Staged::Published(published), bytes)
+        });
+        Some(parts)
+    }
+
+    /// A record of a PUBPACK in its turn: the first is the PUBPACK's receipt for the
+    /// publisher's watch (WIRE.md §7.5: one valid receipt), and each is delivered while the
+    /// socket it came on is still the subscription's and the watch took the PUBPACK.
+    pub(super) fn on_published(&mut self, p: Published, now: Instant) {
+        let Some(s) = self.fanout.subs.get(p.sub) else {
+            return;
+        };
+        if s.conn_id != Some(p.conn) {
+            return;
+        }
+        if p.receipt > 0 {
+            let input = FanoutInput::Pack { records: p.receipt };
+            let verdict = self.liveness.table_mut().handle_fanout(s.live, input, now);
+            // A state change (ready) comes before the records that caused it.
+            self.drain_liveness_events(now);
+            if !matches!(verdict, Ok(FanoutDelivery::Deliver)) {
+                return;
+            }
+            // A verdict that failed the watch closed the socket: the rest finds no socket.
+        }
+        self.deliver_published(p.sub, p.topic, p.payload);
+    }
+
+    /// Hands one fanout record of subscription `i` to the application.
+    pub(super) fn deliver_published(&mut self, i: SubKey, topic: Bytes, payload: Bytes) {
+        let s = &mut self.fanout.subs[i];
+        s.records += 1;
+        if s.last_topic != topic {
+            s.last_topic = topic.clone();
+        }
+        metrics::counter!("zmesh_fanout_records_received_total").increment(1);
+        self.app.push(NodeEvent::Delivery(Delivery {
+            source: self.fanout.subs[i].source.clone(),
+            channel: topic,
+            payload,
+        }));
+    }
+
+    /// A message read from subscription `i`'s socket, in its turn (a PUBPACK's records come
+    /// as [`Staged::Published`] instead, [`Self::on_published`]): a beacon, a PUBLISH or a
+    /// PUBPACK judged by the publisher's watch and delivered, or a malformed message that
+    /// fails the publisher (WIRE.md §7.3).
+    pub(super) fn on_fanout(&mut self, i: SubKey, frames: Vec<Frame>, now: Instant) {
+        let decoded =
+            records::decode_fanout(&frames, &self.fanout.subs[i].last_topic, SUB_CAPABILITIES);
+        let input = match &decoded {
+            Ok(Fanout::Beacon) => FanoutInput::Beacon,
+            Ok(Fanout::Publish { .. }) => FanoutInput::Record,
+            Ok(Fanout::Pack { payloads, .. }) => FanoutInput::Pack {
+                records: u16::try_from(payloads.len()).unwrap_or(u16::MAX),
+            },
+            Err(e) => FanoutInput::from_decoded(Err(e)),
+        };
+        let live = self.fanout.subs[i].live;
+        let verdict = self.liveness.table_mut().handle_fanout(live, input, now);
+        // A state change (ready) comes before the record that caused it.
+        self.drain_liveness_events(now);
+        match (verdict, decoded) {
+            (Ok(FanoutDelivery::Deliver), Ok(Fanout::Publish { topic, payload })) => {
+                self.deliver_published(i, topic, payload);
+            }
+            (Ok(FanoutDelivery::Deliver), Ok(Fanout::Pack { topic, payloads })) => {
+                // Each as the PUBLISH it stands for, in order (WIRE.md §7.5).
+                for payload in payloads {
+                    self.deliver_published(i, topic.clone(), payload);
+                }
+            }
+            _ => {}
+        }
+        self.drain_liveness_events(now);
     }
 }

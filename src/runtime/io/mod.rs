@@ -304,7 +304,7 @@ impl IoThread {
         }
         if let Some(p) = &cfg.publisher {
             let (socket, endpoint, monitor) = io.bind_publisher(&p.endpoint)?;
-            let socket = Arc::new(PubSocket::new(socket, generation));
+            let socket = Arc::new(PubSocket::new(socket, generation, wake.clone()));
             let live = io.liveness.insert_beacon(now);
             io.fanout.publisher = Some(Publisher::new(socket, endpoint, live, monitor));
         }
@@ -389,6 +389,11 @@ impl IoThread {
             for slot in self.sockets.ready.take_monitors() {
                 self.drain_monitor(slot, now);
             }
+            // The wake-up is taken before the publisher's look (and the command queue) is:
+            // a publish that asks for a look after this wakes the loop again.
+            if self.sockets.ready.take_wake() {
+                self.handoff.wake.taken();
+            }
             self.read_publisher(now);
             if std::mem::take(&mut self.accepting.gate.zap_ready) {
                 self.handle_zap(now);
@@ -396,9 +401,6 @@ impl IoThread {
             // Commands before records: a command the application gave before it saw some
             // effect (e.g. a service registered before the peer was seen ready) is in force
             // before any record read after that effect.
-            if self.sockets.ready.take_wake() {
-                self.handoff.wake.taken();
-            }
             if !self.drain_commands(now) {
                 break;
             }

@@ -9,13 +9,12 @@ use bytes::Bytes;
 use super::parts::link::LinkKind;
 use super::parts::sockets::{Packed, Staged};
 use super::parts::sockets::{Slot, SlotRole, Unit};
-use super::{IoThread, LinkKey, SlotKey, SubKey};
-use crate::proto::liveness::{Delivery as FanoutDelivery, FanoutInput};
+use super::{IoThread, LinkKey, SlotKey};
 use crate::proto::sched::{Action, ReadTarget, RotationEndReason, SharedSocketId};
 use crate::proto::state::FailureReason;
 use crate::proto::wire;
-use crate::runtime::event::{Delivery, NodeEvent};
-use crate::runtime::records::{self, CloseReason, Fanout, Lane, Rec, RejectReason};
+use crate::runtime::event::Delivery;
+use crate::runtime::records::{self, CloseReason, Lane, Rec, RejectReason};
 use crate::runtime::socket::{share_last, Frame};
 
 /// Scheduler actions that share one reading of the clock.
@@ -182,6 +181,16 @@ impl IoThread {
                         }
                         None => (req, staged),
                     };
+                    // A PUBPACK likewise, as the PUBLISHes it stands for (WIRE.md §7.5).
+                    let (req, staged) = match self.unpack_published(owner, &staged, len) {
+                        Some(parts) => {
+                            match self.receiving.sched.handle_read_parts(req, owner, parts) {
+                                Ok(()) => continue,
+                                Err(rejected) => (rejected.into_parts().0, staged),
+                            }
+                        }
+                        None => (req, staged),
+                    };
                     if let Err(rejected) = self.receiving.sched.handle_read(req, owner, staged, len)
                     {
                         // The owner is not a unit (yet): account it to the socket's admission unit.
@@ -276,6 +285,10 @@ impl IoThread {
                     self.on_link_activity(p.link, now);
                     self.on_message(p.link, p.channel, p.payload, now);
                 }
+                return;
+            }
+            Staged::Published(p) => {
+                self.on_published(p, now);
                 return;
             }
             Staged::Frames { route, frames } => (route, frames),
@@ -549,31 +562,5 @@ impl IoThread {
     pub(super) fn on_inbound_notice(&mut self, k: LinkKey, now: Instant) {
         tracing::debug!(link = %k, "inbound connection notice: gone");
         self.fail_gone_inbound(k, now);
-    }
-
-    pub(super) fn on_fanout(&mut self, i: SubKey, frames: Vec<Frame>, now: Instant) {
-        let decoded = records::decode_fanout(&frames, &self.fanout.subs[i].last_topic);
-        let input =
-            FanoutInput::from_decoded(decoded.as_ref().map(|f| matches!(f, Fanout::Beacon)));
-        let live = self.fanout.subs[i].live;
-        let verdict = self.liveness.table_mut().handle_fanout(live, input, now);
-        // A state change (ready) comes before the record that caused it.
-        self.drain_liveness_events(now);
-        if let (Ok(FanoutDelivery::Deliver), Ok(Fanout::Publish { topic, payload })) =
-            (verdict, decoded)
-        {
-            let s = &mut self.fanout.subs[i];
-            s.records += 1;
-            if s.last_topic != topic {
-                s.last_topic = topic.clone();
-            }
-            metrics::counter!("zmesh_fanout_records_received_total").increment(1);
-            self.app.push(NodeEvent::Delivery(Delivery {
-                source: self.fanout.subs[i].source.clone(),
-                channel: topic,
-                payload,
-            }));
-        }
-        self.drain_liveness_events(now);
     }
 }

@@ -565,11 +565,13 @@ impl Node {
     /// Publishes a fanout record. The exact beacon topic is refused (MISSION L4); topics that
     /// merely share a prefix with it are fine.
     ///
-    /// The record goes straight to the node's PUB socket (no command to the I/O thread, no
-    /// wake-up): `Ok` means it was handed to the publisher with the next sequence number, not
-    /// that anyone received it. PUB never blocks: at the high-water mark libzmq drops records
-    /// for a slow subscriber (the fanout loss rule). Records published from one task keep
-    /// their order.
+    /// The record goes straight to the node's PUB socket (no command to the I/O thread): `Ok`
+    /// means it was handed to the publisher with the next sequence number, not that anyone
+    /// received it. PUB never blocks: at the high-water mark libzmq drops records for a slow
+    /// subscriber (the fanout loss rule). Records published from one task keep their order.
+    /// While every subscriber speaks PUBPACK (WIRE.md §7.5), records published in a burst may
+    /// be held for up to one turn of the I/O thread's loop and leave packed; the first record
+    /// after a quiet moment leaves at once, and wakes the I/O thread for that turn.
     pub fn publish(&self, topic: &[u8], payload: impl Into<Bytes>) -> Result<(), PublishError> {
         let publisher = self.check_publish(topic)?;
         if publisher.publish(topic, std::slice::from_ref(&payload.into())) {
@@ -580,7 +582,8 @@ impl Node {
     }
 
     /// Publishes several fanout records on `topic`, in order, as that many [`Node::publish`]s
-    /// would (with one lock of the PUB socket for all of them).
+    /// would (with one lock of the PUB socket for all of them, and, while every subscriber
+    /// speaks PUBPACK, in PUBPACKs of up to 64 records sent at once).
     ///
     /// The checks are those of `publish` and apply to the whole batch: a reserved or invalid
     /// topic, or a node without a publisher endpoint, refuses every record (and an empty batch

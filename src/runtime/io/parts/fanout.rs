@@ -112,7 +112,8 @@ impl Publisher {
         self.subscriptions = true;
     }
 
-    /// True if subscription messages may be waiting.
+    /// True if subscription messages may be waiting. (A publish that asks for a look wakes
+    /// the loop itself: [`PubSocket::publish`].)
     pub(crate) fn has_subscriptions(&self) -> bool {
         self.subscriptions
     }
@@ -141,14 +142,16 @@ impl Publisher {
         events
     }
 
-    /// Reads the subscription messages waiting on the socket (at most
-    /// [`SUBSCRIPTIONS_PER_TURN`] a turn) and, if one of them subscribes to the beacons,
-    /// sends one beacon at once: a subscriber that joins is ready in milliseconds instead of
-    /// at the next tick of the 5 s grid (WIRE.md §7.1). The schedule is not touched, and
-    /// nothing read here is a record.
+    /// The loop's look at the publisher, when its descriptor fired or a publish asked for
+    /// one: sends the records held for a PUBPACK, reads the subscription messages waiting on
+    /// the socket (at most [`SUBSCRIPTIONS_PER_TURN`] a turn), applying each, and, if one of
+    /// them subscribes to the beacons, sends one beacon at once: a subscriber that joins is
+    /// ready in milliseconds instead of at the next tick of the 5 s grid (WIRE.md §7.1). The
+    /// schedule is not touched, and nothing read here is a record.
     /// Returns how many messages read were not subscriptions.
     pub(crate) fn read_subscriptions(&mut self) -> usize {
-        if !self.subscriptions {
+        let asked = self.socket.take_look();
+        if !self.subscriptions && !asked {
             return 0;
         }
         let read = self.socket.subscriptions(SUBSCRIPTIONS_PER_TURN);

@@ -301,6 +301,23 @@ pub(crate) enum Staged {
     /// One MESSAGE of a PACK: a PACK is staged as its records, so the scheduler's caps count
     /// each (MISSION R2, WIRE.md §4.18).
     Packed(Packed),
+    /// One PUBLISH of a PUBPACK, staged on its own likewise (WIRE.md §7.5).
+    Published(Published),
+}
+
+/// One PUBLISH of a PUBPACK, staged on its own.
+pub(crate) struct Published {
+    /// The subscription the PUBPACK came on, and its socket's connection id then: the record
+    /// is that socket's only, so it changes nothing once the subscription has another socket.
+    pub(crate) sub: SubKey,
+    pub(crate) conn: ConnId,
+    /// The PUBPACK's topic, one buffer shared by its records.
+    pub(crate) topic: bytes::Bytes,
+    /// This record's payload: a slice of the PUBPACK's frame 2.
+    pub(crate) payload: bytes::Bytes,
+    /// On the PUBPACK's first record, how many records it carries: the publisher's watch
+    /// takes the PUBPACK as one receipt when the first is handed out; 0 on the others.
+    pub(crate) receipt: u16,
 }
 
 /// One MESSAGE of a PACK, staged on its own.
