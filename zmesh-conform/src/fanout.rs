@@ -1,12 +1,16 @@
 //! Fanout (§7): the runner subscribes to the target's publisher (beacon bytes, beacon on
-//! join, cadence, PUBLISH form and seq), or binds a publisher the target subscribes to (its
-//! subscription, its re-subscription after a malformed message and, with `--long`, after
-//! 15 s of silence).
+//! join, cadence, PUBLISH form and seq, and what a subscriber that announces `pubpack` gets
+//! beside a version-1 one), or binds a publisher the target subscribes to (its
+//! subscriptions, a PUBPACK where it announced `pubpack`, its re-subscription after a
+//! malformed message and, with `--long`, after 15 s of silence).
 
 use std::num::NonZeroU64;
 use std::time::{Duration, Instant};
 
-use zmesh::proto::wire::{FanoutMessage, BEACON_PAYLOAD, BEACON_TOPIC};
+use bytes::Bytes;
+use zmesh::proto::wire::{
+    Capabilities, FanoutMessage, PubPack, BEACON_PAYLOAD, BEACON_TOPIC, PUBPACK_MARKER,
+};
 
 use super::link::recv_within;
 use super::liveness::gap_ok;
@@ -23,16 +27,23 @@ pub fn subscribe(_t: &Target, ep: &str) -> Vec<Outcome> {
         "7.1/beacon-on-join",
         "7.1/beacon-interval",
         "7.2/publish-well-formed",
+        "7.5/pubpack-subscriber-well-formed",
     ];
     let ctx = zmq::Context::new();
-    let sub = match ctx.socket(zmq::SUB).and_then(|s| {
-        s.set_linger(0)?;
-        s.set_subscribe(b"")?;
-        s.connect(ep)?;
-        Ok(s)
-    }) {
-        Ok(s) => s,
-        Err(e) => {
+    let sub_to = |prefixes: &[&[u8]]| {
+        ctx.socket(zmq::SUB).and_then(|s| {
+            s.set_linger(0)?;
+            for p in prefixes {
+                s.set_subscribe(p)?;
+            }
+            s.connect(ep)?;
+            Ok(s)
+        })
+    };
+    // A version-1 subscriber, and beside it one that announces `pubpack` (§7.5).
+    let (sub, packing) = match (sub_to(&[b""]), sub_to(&[b"", &PUBPACK_MARKER])) {
+        (Ok(s), Ok(p)) => (s, p),
+        (Err(e), _) | (_, Err(e)) => {
             for id in ids {
                 r.skip(id, format!("cannot subscribe to {ep}: {e}"));
             }
@@ -42,7 +53,69 @@ pub fn subscribe(_t: &Target, ep: &str) -> Vec<Outcome> {
     let w = watch(&sub);
     beacon_checks(&w, &mut r);
     publish_well_formed(&w.publishes, &mut r);
+    pubpack_subscriber(&packing, &mut r);
     r.outcomes
+}
+
+/// 7.5/pubpack-subscriber-well-formed: what the subscriber that announced `pubpack` received
+/// meanwhile (read after the version-1 watch) off the reserved topic is well-formed PUBLISH
+/// and PUBPACK records of one generation, seq +1 per record (a PUBPACK's records counted one
+/// by one).
+fn pubpack_subscriber(sub: &zmq::Socket, r: &mut Report) {
+    let id = "7.5/pubpack-subscriber-well-formed";
+    let mut problems = Vec::new();
+    let mut last: Option<(NonZeroU64, u64)> = None;
+    let (mut records, mut packs) = (0usize, 0usize);
+    while let Some(frames) = recv_within(sub, Duration::from_millis(50)) {
+        // The reserved topic is 7.1/beacon-bytes' business.
+        if frames.first().is_some_and(|f| f[..] == BEACON_TOPIC) {
+            continue;
+        }
+        let decoded = FanoutMessage::decode_in(&frames, Capabilities::PUBPACK, |f| {
+            Bytes::copy_from_slice(f)
+        });
+        let seqs: Vec<(NonZeroU64, u64)> = match decoded {
+            Ok(FanoutMessage::Beacon) => continue,
+            Ok(FanoutMessage::Publish {
+                generation, seq, ..
+            }) => vec![(generation, seq)],
+            Ok(FanoutMessage::PubPack(p)) => {
+                packs += 1;
+                (p.first_seq()..)
+                    .take(p.payloads().len())
+                    .map(|seq| (p.generation(), seq))
+                    .collect()
+            }
+            Err(e) => {
+                problems.push(format!("{} ({e})", e.class()));
+                continue;
+            }
+        };
+        for (generation, seq) in seqs {
+            records += 1;
+            match last {
+                Some((g, _)) if g != generation => problems.push("the generation changed".into()),
+                Some((_, s)) if seq != s.wrapping_add(1) => {
+                    problems.push(format!("seq {seq} after {s}"))
+                }
+                _ => {}
+            }
+            last = Some((generation, seq));
+        }
+    }
+    if records == 0 && problems.is_empty() {
+        r.skip(id, "the target published no record in the window");
+    } else {
+        r.check(
+            id,
+            problems.is_empty(),
+            if problems.is_empty() {
+                format!("{records} record(s), {packs} of them in PUBPACKs, seq +1 each")
+            } else {
+                problems.join("; ")
+            },
+        );
+    }
 }
 
 /// What the runner saw of a publisher in its watch.
@@ -212,19 +285,92 @@ pub fn publish(t: &Target, ep: &str) -> Vec<Outcome> {
     let Some((prefix, _)) = subscription(FIRST_SUBSCRIPTION) else {
         r.fail("7.3/subscribes-to-beacons", "no subscription within 20 s");
         r.skip("7.3/reserved-topic-resubscribes", "no subscription");
+        r.skip("7.5/subscriber-announces-pubpack", "no subscription");
+        r.skip("7.5/pubpack-accepted", "no subscription");
         return r.outcomes;
     };
+    // The rest of that socket's subscriptions (the marker of `pubpack`, §7.5, if it speaks
+    // it), so that none of them is taken for a re-subscription below.
+    let mut prefixes = vec![prefix];
+    while let Some((p, _)) = subscription(Duration::from_millis(300)) {
+        prefixes.push(p);
+    }
     r.check(
         "7.3/subscribes-to-beacons",
-        BEACON_TOPIC.starts_with(&prefix),
-        format!("subscribed to {:?}", hex::encode(&prefix)),
+        prefixes.iter().any(|p| BEACON_TOPIC.starts_with(p)),
+        format!(
+            "subscribed to {:?}",
+            prefixes.iter().map(hex::encode).collect::<Vec<_>>()
+        ),
     );
-    // Beacons for a moment (the subscriber is ready), then a malformed message on the
-    // reserved topic: the subscriber must drop that socket and subscribe on a new one.
+    let announces = prefixes.iter().any(|p| p[..] == PUBPACK_MARKER);
+    if announces {
+        let others: Vec<&Vec<u8>> = prefixes
+            .iter()
+            .filter(|p| p[..] != PUBPACK_MARKER)
+            .collect();
+        r.check(
+            "7.5/subscriber-announces-pubpack",
+            others == [&Vec::<u8>::new()],
+            format!(
+                "the marker with {:?} (a subscriber that announces pubpack subscribes to \
+                 exactly the empty prefix and the marker)",
+                others.iter().map(hex::encode).collect::<Vec<_>>()
+            ),
+        );
+    } else {
+        r.skip(
+            "7.5/subscriber-announces-pubpack",
+            "the target does not announce pubpack (version 1)",
+        );
+    }
+    // Beacons for a moment (the subscriber is ready).
     for _ in 0..3 {
         let _ = xpub.send_multipart(beacon.iter(), zmq::DONTWAIT);
         let _ = recv_within(&xpub, Duration::from_millis(100));
     }
+    // Where it announced `pubpack`, a well-formed PUBPACK is records, not a protocol error:
+    // the subscriber keeps its socket (no new subscription).
+    if announces {
+        let pack = PubPack::new(
+            Bytes::from_static(b"conform"),
+            NonZeroU64::MIN,
+            1,
+            vec![
+                Bytes::from_static(b"a"),
+                Bytes::new(),
+                Bytes::from_static(b"c"),
+            ],
+        )
+        .map(|p| FanoutMessage::PubPack(p).encode());
+        if let Ok(Ok(frames)) = pack {
+            let _ = xpub.send_multipart(frames.iter(), zmq::DONTWAIT);
+        }
+        let sent = Instant::now();
+        match subscription(PUBPACK_WATCH) {
+            Some((_, at)) => r.fail(
+                "7.5/pubpack-accepted",
+                format!(
+                    "subscribed again {} ms after a well-formed PUBPACK",
+                    (at - sent).as_millis()
+                ),
+            ),
+            None => r.pass(
+                "7.5/pubpack-accepted",
+                format!(
+                    "kept its socket for {} ms after a PUBPACK of 3 records",
+                    PUBPACK_WATCH.as_millis()
+                ),
+            ),
+        }
+    } else {
+        r.skip(
+            "7.5/pubpack-accepted",
+            "the target does not announce pubpack",
+        );
+    }
+    // Then a malformed message on the reserved topic: the subscriber must drop that socket
+    // and subscribe on a new one.
     let bad = [BEACON_TOPIC.to_vec(), vec![0x5A, 0x46, 0x01, 0x02]];
     let _ = xpub.send_multipart(bad.iter(), zmq::DONTWAIT);
     let sent = Instant::now();
@@ -265,3 +411,8 @@ pub fn publish(t: &Target, ep: &str) -> Vec<Outcome> {
 
 /// Longest wait for the target's first subscription (it may be in a reconnect backoff).
 const FIRST_SUBSCRIPTION: Duration = Duration::from_secs(20);
+
+/// How long a subscriber that announced `pubpack` must keep its socket after a PUBPACK: a
+/// protocol error makes a subscriber drop it at once and subscribe again 100 ms later
+/// (§7.3).
+const PUBPACK_WATCH: Duration = Duration::from_millis(1_500);

@@ -124,6 +124,9 @@ pub const RULES: &[Rule] = &[
     must("7.3/subscribes-to-beacons", "the subscriber subscribes to a prefix of the beacon topic"),
     must("7.3/reserved-topic-resubscribes", "after a malformed message on the reserved topic the subscriber closes its socket and subscribes again on a new one"),
     long("7.3/silence-resubscribes", "after 15 s without beacon or record the subscriber subscribes again on a new socket"),
+    must("7.5/pubpack-subscriber-well-formed", "beside a version-1 subscriber, a subscriber that announced pubpack gets beacons and well-formed PUBLISH (or PUBPACK) records, one generation, seq +1 per record"),
+    must("7.5/subscriber-announces-pubpack", "a subscriber that subscribes to the pubpack marker subscribes to exactly the empty prefix besides it"),
+    must("7.5/pubpack-accepted", "a subscriber that announced pubpack takes a well-formed PUBPACK as records: it keeps its socket"),
     // §8.1 and §4.13, capabilities and CANCEL (the target accepts).
     must("8.1/version-1-hello-version-1-welcome", "a HELLO that offers no capability gets a WELCOME without extension entries (what a version-1 acceptor sends)"),
     must("8.1/welcome-announces-only-offered", "a HELLO offering cancel and an unknown capability is admitted, and its WELCOME announces no capability the HELLO did not offer (the unknown one never)"),
