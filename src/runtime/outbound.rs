@@ -23,9 +23,9 @@ use bytes::Bytes;
 use tokio::sync::Notify;
 
 use super::error::SendError;
-use super::keys::LinkKey;
 use super::records;
 use super::socket::FrameSocket;
+use crate::proto::node::keys::LinkKey;
 use crate::proto::wire::{BEACON_TOPIC, MAX_TOPIC_LEN};
 use crate::proto::ConnId;
 
@@ -613,7 +613,7 @@ fn subscribes_to_beacons(frames: &[super::socket::Frame]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::keys::Key;
+    use crate::proto::node::keys::Key;
 
     fn queue() -> SendQueue {
         SendQueue::new(LinkKey::from_index(0), ConnId(1), Arc::from("b"))

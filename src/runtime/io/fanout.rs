@@ -20,10 +20,10 @@
 
 use std::time::Instant;
 
-use super::parts::link::{backoff, note};
 use super::parts::ready::Watch;
 use super::parts::sockets::{close_stopping_monitor, Slot, SlotRole};
 use super::{Host, IoThread, SubKey, BACKOFF_MAX};
+use crate::proto::node::link::{backoff, note};
 use crate::proto::security::{handshake_refusal, InputRefusal};
 use crate::proto::state::{ConnState, FailureReason, Recovery};
 use crate::runtime::error::NodeError;

@@ -8,8 +8,8 @@
 
 use std::time::Instant;
 
-use super::parts::link::{note, routing_id, Conn, Link, LinkKind};
 use super::parts::ready::Watch;
+use crate::proto::node::link::{note, routing_id, Conn, Link, LinkKind};
 
 use super::parts::sockets::{Slot, SlotRole, Unit};
 use super::{
@@ -151,7 +151,6 @@ impl IoThread {
             source: None,
             live: None,
             last_peer_probe: None,
-            outq: None,
             held: Vec::new(),
             // Proven by the CURVE handshake before the first record can arrive.
             verified_key: server_key,
@@ -183,8 +182,11 @@ impl IoThread {
                 .get(*peer)
                 .and_then(|p| self.discovered.peer_fence(&p.rid)),
             LinkKind::ClientDial { server } => self
-                .discovered
-                .server_fence(&self.local.cfg.servers, *server),
+                .local
+                .cfg
+                .servers
+                .get(*server)
+                .and_then(|s| self.discovered.server_fence(s.rid.as_deref(), &s.endpoint)),
             LinkKind::Inbound { .. } => None,
         };
         match fence.and_then(|f| f.security_identity.as_deref()) {
@@ -332,10 +334,10 @@ impl IoThread {
                         // checked on the timer passes after that (overdue).
                         tracing::debug!(error = %e, "closing monitor not watched");
                     }
-                    let earlier = self.links[k].closing.replace((m, Instant::now()));
+                    self.links[k].closing = Some(Instant::now());
                     // Never the case (a link dials only once its last close is settled); if
                     // it were, that monitor must still wait for libzmq's confirmation.
-                    if let Some((earlier, _)) = earlier {
+                    if let Some(earlier) = self.sockets.closing.insert(k, m) {
                         self.sockets.overdue_closing.push(earlier);
                     }
                 }
@@ -360,7 +362,10 @@ impl IoThread {
     /// and terminates the contexts next): its monitor goes, and the link may be dialled again
     /// at its retry time.
     pub(super) fn confirm_close(&mut self, k: LinkKey) {
-        if let Some((m, _)) = self.links.get_mut(k).and_then(|l| l.closing.take()) {
+        if let Some(l) = self.links.get_mut(k) {
+            l.closing = None;
+        }
+        if let Some(m) = self.sockets.closing.remove(&k) {
             self.sockets.ready.deregister(&m);
         }
     }
@@ -368,7 +373,10 @@ impl IoThread {
     /// Link `k`'s closed socket was not confirmed closed within [`CLOSE_CONFIRM_MAX`](super::CLOSE_CONFIRM_MAX): the
     /// link may be dialled again, its old monitor is kept until libzmq confirms after all.
     pub(super) fn close_overdue(&mut self, k: LinkKey) {
-        if let Some((m, _)) = self.links.get_mut(k).and_then(|l| l.closing.take()) {
+        if let Some(l) = self.links.get_mut(k) {
+            l.closing = None;
+        }
+        if let Some(m) = self.sockets.closing.remove(&k) {
             tracing::debug!(link = %k, "close not confirmed in time; dialling anyway");
             self.sockets.overdue_closing.push(m);
         }
@@ -390,7 +398,7 @@ impl IoThread {
     }
 
     /// A step of the fallback after a disconnect event of bound socket `slot`
-    /// ([`SWEEP_DELAYS`](super::parts::timers::SWEEP_DELAYS)): every connection names its own
+    /// ([`SWEEP_DELAYS`](crate::proto::node::timers::SWEEP_DELAYS)): every connection names its own
     /// loss in band ([`IoThread::on_inbound_notice`]), except one whose pipe was full when it
     /// was lost (libzmq drops that notice). If more connections are admitted on the socket
     /// than its monitor counts open, a notice is missing (or still queued behind records),

@@ -6,11 +6,11 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::parts::link::LinkKind;
 use super::parts::sockets::{Packed, Staged};
 use super::parts::sockets::{Slot, SlotRole, Unit};
 use super::{IoThread, LinkKey, SlotKey, SubKey};
 use crate::proto::liveness::{Delivery as FanoutDelivery, FanoutInput};
+use crate::proto::node::link::LinkKind;
 use crate::proto::sched::{Action, ReadTarget, RotationEndReason, SharedSocketId};
 use crate::proto::state::FailureReason;
 use crate::proto::wire;

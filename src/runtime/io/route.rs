@@ -8,19 +8,27 @@ use std::num::NonZeroU64;
 use std::time::Instant;
 
 use super::parts::answers::Outgoing;
-use super::parts::link::Link;
-use super::parts::timers::TimerOwner;
 use super::{CallKey, IoThread, LinkKey, Tracked};
+use crate::config::ServerConfig;
+use crate::proto::node::link::Link;
+use crate::proto::node::link::ServerChannels;
+use crate::proto::node::timers::TimerOwner;
 use crate::proto::wire::{Capabilities, Lane};
 use crate::runtime::records;
 use crate::runtime::socket::SocketSendError;
+
+impl ServerChannels for [ServerConfig] {
+    fn channel(&self, server: usize) -> Option<&str> {
+        self.get(server).map(|s| s.channel.as_str())
+    }
+}
 
 impl IoThread {
     /// Derives again the deadline of every link and subscription handed out mutably since the
     /// last call, and what each such link contributes to the call routes.
     pub(super) fn sync_links(&mut self) {
         let (timers, routes) = (&mut self.timers, &mut self.routes);
-        let servers = &self.local.cfg.servers;
+        let servers = self.local.cfg.servers.as_slice();
         self.links.drain_touched(|k, l| {
             timers.set(TimerOwner::Link(k), l.next_deadline());
             if !l.routes_are(routes.of(k), servers) {

@@ -3,9 +3,9 @@
 
 use std::time::Instant;
 
-use super::parts::link::note;
 use super::parts::sockets::close_stopping_monitor;
 use super::IoThread;
+use crate::proto::node::link::note;
 use crate::proto::state::{FailureReason, Recovery};
 use crate::runtime::records::{self, CloseReason};
 use crate::runtime::socket::{Sockets, CLOSE_LINGER_MS};

@@ -11,10 +11,10 @@
 use std::collections::HashSet;
 use std::time::Instant;
 
-use super::parts::link::{Link, LinkKind};
 use super::parts::sockets::SlotRole;
 use super::{Host, IoThread, LinkKey};
 use crate::proto::handshake::Identity;
+use crate::proto::node::link::{Link, LinkKind};
 use crate::proto::state::Failure;
 use crate::runtime::link::LinkId;
 use crate::runtime::records::{self, Lane};

@@ -5,9 +5,9 @@
 
 use std::time::Instant;
 
-use super::parts::link::note;
 use super::{IoThread, LiveOwner, CLOSE_CONFIRM_MAX, HANDSHAKE_TIMEOUT};
 use crate::proto::liveness::{LivenessEvent, ProbeEvent, PublisherEvent, Transmit};
+use crate::proto::node::link::note;
 use crate::proto::state::{ConnState, FailureReason};
 use crate::runtime::link::LinkId;
 use crate::runtime::records::{self};
@@ -87,8 +87,7 @@ impl IoThread {
             }
             if self.links[k]
                 .closing
-                .as_ref()
-                .is_some_and(|c| now >= c.1 + CLOSE_CONFIRM_MAX)
+                .is_some_and(|t| now >= t + CLOSE_CONFIRM_MAX)
             {
                 self.close_overdue(k);
             }

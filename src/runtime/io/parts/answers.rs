@@ -13,11 +13,11 @@
 use std::collections::{HashMap, VecDeque};
 use std::num::NonZeroU64;
 
+use crate::proto::node::keys::LinkKey;
 use crate::proto::wire::{
     self, Answer, Answers, Capabilities, Pending, Record, ANSWERS_MAX_ENTRIES, ANSWERS_MAX_PAYLOAD,
 };
 use crate::proto::ConnId;
-use crate::runtime::keys::LinkKey;
 use crate::runtime::records;
 use crate::runtime::socket::SocketSendError;
 

@@ -21,11 +21,11 @@ use crate::proto::calls::batch;
 use crate::proto::calls::CallError;
 use crate::proto::calls::{ttl_on_wire, CallId, CallTable, Disposition, Unrouted};
 use crate::proto::contract;
+use crate::proto::node::keys::{CallKey, LinkKey};
 use crate::proto::ops;
 use crate::proto::wire;
 use crate::runtime::calls::{CallAnswer, CallOptions, StreamEvent, STREAM_BUFFER};
 use crate::runtime::command::CallReply;
-use crate::runtime::keys::{CallKey, LinkKey};
 use crate::runtime::operations::OpsShared;
 use crate::runtime::records;
 
@@ -520,7 +520,7 @@ mod tests {
     /// BATCH, and no call changes its place.
     #[test]
     fn k5_x4_grouped_calls_keep_their_order() {
-        let link = <LinkKey as crate::runtime::keys::Key>::from_index(0);
+        let link = <LinkKey as crate::proto::node::keys::Key>::from_index(0);
         let calls = || {
             vec![
                 call(1, "read"),

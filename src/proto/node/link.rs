@@ -5,21 +5,17 @@
 //! ([`Link::record_failure`]: the count, terminal failures, recovery and backoff); dialling,
 //! closing and the effects of a failure on other parts are the thread's (`io/links.rs`).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::routes::LinkRoutes;
-use crate::config::ServerConfig;
 use crate::proto::handshake::{Identity, Role};
 use crate::proto::liveness::{self, PEER_DEADLINE};
+use crate::proto::node::keys::SlotKey;
+use crate::proto::node::routes::LinkRoutes;
+use crate::proto::node::source::Source;
 use crate::proto::security::PublicKey;
 use crate::proto::state::{ConnState, FailureReason, LinkState, Recovery};
+use crate::proto::wire::Lane;
 use crate::proto::ConnId;
-use crate::runtime::event::Source;
-use crate::runtime::keys::SlotKey;
-use crate::runtime::outbound::SendQueue;
-use crate::runtime::records::Lane;
-use crate::runtime::socket::MonitorSocket;
 
 /// A dialled connection that is not ready this long after its socket was created is closed
 /// and dialled again (a connect that never completes, a peer that never answers HELLO).
@@ -48,6 +44,13 @@ pub(crate) enum LinkKind {
     Inbound { rid: String, lane: Lane },
 }
 
+/// The channel of each configured ClientServer server, by its index in the configuration (what
+/// [`LinkKind::ClientDial`] names).
+pub(crate) trait ServerChannels {
+    /// The channel of configured server `server`, if there is one.
+    fn channel(&self, server: usize) -> Option<&str>;
+}
+
 /// One physical connection of a link.
 pub(crate) struct Conn {
     pub(crate) id: ConnId,
@@ -67,8 +70,6 @@ pub(crate) struct Conn {
     pub(crate) live: Option<liveness::LinkKey>,
     /// The last probe id the peer sent on this connection (re-ACKed by disconnect sweeps).
     pub(crate) last_peer_probe: Option<u64>,
-    /// The queue of one-way records for this connection, once ready (see `io/outbound.rs`).
-    pub(crate) outq: Option<Arc<SendQueue>>,
     /// PROBEs and ACKs a full pipe refused, sent before anything else once it has room.
     pub(crate) held: Vec<Vec<Vec<u8>>>,
     /// The peer's CURVE public key, verified by the transport; `None` without
@@ -85,8 +86,9 @@ pub(crate) struct Link {
     pub(crate) conn: Option<Conn>,
     /// Reconnect not before this instant (dialled links).
     pub(crate) retry_at: Option<Instant>,
-    /// A closed socket whose close is not yet confirmed; no new dial until it is.
-    pub(crate) closing: Option<(MonitorSocket, Instant)>,
+    /// When this link closed a socket whose close is not yet confirmed; no new dial until it
+    /// is (the socket's monitor waits in the socket set, `SocketSet::closing`).
+    pub(crate) closing: Option<Instant>,
     pub(crate) failures_in_row: u32,
     /// NotRequired is terminal for this configuration generation (MISSION T4).
     pub(crate) terminal: bool,
@@ -124,7 +126,7 @@ impl Link {
             .filter(|c| !c.ready)
             .map(|c| c.opened_at + HANDSHAKE_TIMEOUT);
         let redial = self.retry_at.filter(|_| self.waits_to_redial());
-        let close = self.closing.as_ref().map(|c| c.1 + CLOSE_CONFIRM_MAX);
+        let close = self.closing.map(|t| t + CLOSE_CONFIRM_MAX);
         [handshake, redial, close].into_iter().flatten().min()
     }
 
@@ -164,11 +166,11 @@ impl Link {
         self.withdrawn && self.conn.is_none() && self.closing.is_none()
     }
 
-    /// What this link contributes to the call routes ([`Routes`](super::routes::Routes)):
+    /// What this link contributes to the call routes ([`Routes`](crate::proto::node::routes::Routes)):
     /// its ready connection with its peer's RID, the channels its peer serves if it is an
     /// Application lane, its configured channel if it dials a ClientServer server
-    /// (`servers`: the node's configured servers).
-    pub(crate) fn routes(&self, servers: &[ServerConfig]) -> LinkRoutes {
+    /// (`servers`: the channels of the node's configured servers).
+    pub(crate) fn routes<S: ServerChannels + ?Sized>(&self, servers: &S) -> LinkRoutes {
         let conn = self.conn.as_ref();
         let lane = conn
             .filter(|c| c.ready)
@@ -189,7 +191,11 @@ impl Link {
 
     /// Whether [`Link::routes`] would give `old` (compared without building it, so a link
     /// touched by every record it receives costs no allocation to check).
-    pub(crate) fn routes_are(&self, old: &LinkRoutes, servers: &[ServerConfig]) -> bool {
+    pub(crate) fn routes_are<S: ServerChannels + ?Sized>(
+        &self,
+        old: &LinkRoutes,
+        servers: &S,
+    ) -> bool {
         let conn = self.conn.as_ref();
         let lane = conn
             .filter(|c| c.ready)
@@ -221,9 +227,9 @@ impl Link {
     }
 
     /// The channel of the configured server this link dials, if it dials one.
-    fn client_channel<'a>(&self, servers: &'a [ServerConfig]) -> Option<&'a str> {
+    fn client_channel<'a, S: ServerChannels + ?Sized>(&self, servers: &'a S) -> Option<&'a str> {
         match &self.kind {
-            LinkKind::ClientDial { server } => servers.get(*server).map(|s| s.channel.as_str()),
+            LinkKind::ClientDial { server } => servers.channel(*server),
             _ => None,
         }
     }
@@ -280,9 +286,9 @@ fn served_channels(peer: &Identity) -> impl Iterator<Item = &str> {
 mod tests {
     use super::*;
     use crate::proto::handshake::Membership;
+    use crate::proto::node::keys::Key;
     use crate::proto::state::LinkKind as StateKind;
     use crate::proto::wire::Capabilities;
-    use crate::runtime::keys::Key;
 
     fn link(kind: LinkKind) -> Link {
         Link {
@@ -318,7 +324,6 @@ mod tests {
             source: None,
             live: None,
             last_peer_probe: None,
-            outq: None,
             held: Vec::new(),
             verified_key: None,
             notices: 0,
@@ -380,12 +385,18 @@ mod tests {
     /// `routes_are` (the allocation-free check) agrees with `routes` on every link state a
     /// route depends on: whatever a link turns into, the index is updated exactly when what
     /// it contributes changed.
+    /// The configured servers' channels, as a test gives them.
+    struct Channels(Vec<&'static str>);
+
+    impl ServerChannels for Channels {
+        fn channel(&self, server: usize) -> Option<&str> {
+            self.0.get(server).copied()
+        }
+    }
+
     #[test]
     fn routes_are_agrees_with_routes_for_every_state() {
-        let servers = vec![ServerConfig::new(
-            "pump".to_owned(),
-            "tcp://127.0.0.1:1".to_owned(),
-        )];
+        let servers = Channels(vec!["pump"]);
         let app = LinkKind::MeshDial {
             peer: 0,
             lane: Lane::Application,
