@@ -7,7 +7,6 @@ use bytes::Bytes;
 
 use super::socket::Frame;
 use crate::proto::handshake::{self, Expectation, Identity};
-use crate::proto::state::FailureReason;
 use crate::proto::wire::{self, FanoutMessage, Name, Record, WireError};
 
 pub(crate) use crate::proto::wire::{CloseReason, Lane, RejectReason};
@@ -384,33 +383,6 @@ pub(crate) fn lane_name(lane: Lane) -> &'static str {
         Lane::Application => "application",
         Lane::Completion => "completion",
         Lane::ClientServer => "client_server",
-    }
-}
-
-/// The failure a received REJECT records.
-pub(crate) fn reject_failure(r: RejectReason) -> FailureReason {
-    match r {
-        RejectReason::NotRequired => FailureReason::NotRequired,
-        RejectReason::IdentityMismatch => FailureReason::IdentityMismatch,
-        RejectReason::GenerationMismatch => FailureReason::GenerationMismatch,
-        RejectReason::SecurityFailure => FailureReason::SecurityFailure,
-        RejectReason::Draining => FailureReason::HostDraining,
-        RejectReason::Duplicate => FailureReason::Replaced,
-        RejectReason::UnsupportedVersion | RejectReason::LaneMismatch | RejectReason::Protocol => {
-            FailureReason::ProtocolError
-        }
-    }
-}
-
-/// The CLOSE reason sent when this node drops a connection for `f`.
-pub(crate) fn close_reason(f: FailureReason) -> CloseReason {
-    match f {
-        FailureReason::DeadlineExceeded => CloseReason::DeadlineExceeded,
-        FailureReason::Replaced | FailureReason::StoodDown => CloseReason::Replaced,
-        FailureReason::NotRequired => CloseReason::NotRequired,
-        FailureReason::HostDraining => CloseReason::Draining,
-        FailureReason::HostStopped => CloseReason::Shutdown,
-        _ => CloseReason::ProtocolError,
     }
 }
 

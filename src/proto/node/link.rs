@@ -14,7 +14,7 @@ use crate::proto::node::routes::LinkRoutes;
 use crate::proto::node::source::Source;
 use crate::proto::security::PublicKey;
 use crate::proto::state::{ConnState, FailureReason, LinkState, Recovery};
-use crate::proto::wire::Lane;
+use crate::proto::wire::{CloseReason, Lane, RejectReason};
 use crate::proto::ConnId;
 
 /// A dialled connection that is not ready this long after its socket was created is closed
@@ -282,6 +282,65 @@ fn served_channels(peer: &Identity) -> impl Iterator<Item = &str> {
         .map(|m| m.channel.as_str())
 }
 
+/// What a peer's REJECT or CLOSE does to the link that received it: the failure it records,
+/// and whether the link stands down (a dialled lane whose peer kept its own dial of that
+/// lane, MISSION T1: it is not dialled again while the peer's connection serves the lane).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PeerEnded {
+    /// The failure the link records.
+    pub(crate) reason: FailureReason,
+    /// The link stands down (yields the lane) instead of redialling.
+    pub(crate) stands_down: bool,
+}
+
+/// A REJECT with `reason` arrived on a link's connection (WIRE.md §5.1): `Duplicate` means the
+/// peer admitted this node's other dial of the lane, so this one stands down (MISSION T1);
+/// every other reason is the failure it names.
+pub(crate) fn judge_reject(reason: RejectReason) -> PeerEnded {
+    let failure = match reason {
+        RejectReason::Duplicate => FailureReason::StoodDown,
+        RejectReason::NotRequired => FailureReason::NotRequired,
+        RejectReason::IdentityMismatch => FailureReason::IdentityMismatch,
+        RejectReason::GenerationMismatch => FailureReason::GenerationMismatch,
+        RejectReason::SecurityFailure => FailureReason::SecurityFailure,
+        RejectReason::Draining => FailureReason::HostDraining,
+        RejectReason::UnsupportedVersion | RejectReason::LaneMismatch | RejectReason::Protocol => {
+            FailureReason::ProtocolError
+        }
+    };
+    PeerEnded {
+        reason: failure,
+        stands_down: reason == RejectReason::Duplicate,
+    }
+}
+
+/// A CLOSE with `reason` arrived on a link's connection (WIRE.md §5.1): `Replaced` on a lane
+/// this node dialled means the peer kept its own dial of the lane, so this one stands down
+/// (MISSION T1); anything else, and any CLOSE on an inbound connection, is an orderly close.
+pub(crate) fn judge_close(reason: CloseReason, inbound: bool) -> PeerEnded {
+    let stands_down = reason == CloseReason::Replaced && !inbound;
+    PeerEnded {
+        reason: if stands_down {
+            FailureReason::StoodDown
+        } else {
+            FailureReason::OrderlyClose
+        },
+        stands_down,
+    }
+}
+
+/// The CLOSE reason this node sends when it drops a connection for `f`.
+pub(crate) fn close_reason(f: FailureReason) -> CloseReason {
+    match f {
+        FailureReason::DeadlineExceeded => CloseReason::DeadlineExceeded,
+        FailureReason::Replaced | FailureReason::StoodDown => CloseReason::Replaced,
+        FailureReason::NotRequired => CloseReason::NotRequired,
+        FailureReason::HostDraining => CloseReason::Draining,
+        FailureReason::HostStopped => CloseReason::Shutdown,
+        _ => CloseReason::ProtocolError,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -440,5 +499,67 @@ mod tests {
         assert!(derived
             .iter()
             .any(|r| r.client.as_ref().is_some_and(|c| c.1.is_some())));
+    }
+
+    /// What a peer's REJECT or CLOSE means: only a `Duplicate` REJECT, and a `Replaced` CLOSE
+    /// on a dialled lane, make the link stand down (T1); every REJECT reason records its own
+    /// failure (F1), and the CLOSE this node sends for a stand-down is `Replaced`, which the
+    /// peer reads the same way.
+    #[test]
+    fn t1_f1_a_peers_reject_or_close_stands_down_only_for_a_kept_duplicate() {
+        let all = [
+            RejectReason::NotRequired,
+            RejectReason::IdentityMismatch,
+            RejectReason::GenerationMismatch,
+            RejectReason::SecurityFailure,
+            RejectReason::Draining,
+            RejectReason::Duplicate,
+            RejectReason::UnsupportedVersion,
+            RejectReason::LaneMismatch,
+            RejectReason::Protocol,
+        ];
+        for r in all {
+            let v = judge_reject(r);
+            assert_eq!(v.stands_down, r == RejectReason::Duplicate, "{r:?}");
+            assert_eq!(v.stands_down, v.reason == FailureReason::StoodDown, "{r:?}");
+        }
+        assert_eq!(
+            judge_reject(RejectReason::NotRequired).reason,
+            FailureReason::NotRequired
+        );
+        assert_eq!(
+            judge_reject(RejectReason::GenerationMismatch).reason,
+            FailureReason::GenerationMismatch
+        );
+        assert_eq!(
+            judge_reject(RejectReason::LaneMismatch).reason,
+            FailureReason::ProtocolError
+        );
+        let kept = judge_close(CloseReason::Replaced, false);
+        assert_eq!(
+            (kept.reason, kept.stands_down),
+            (FailureReason::StoodDown, true)
+        );
+        let inbound = judge_close(CloseReason::Replaced, true);
+        assert_eq!(
+            (inbound.reason, inbound.stands_down),
+            (FailureReason::OrderlyClose, false)
+        );
+        let orderly = judge_close(CloseReason::Shutdown, false);
+        assert_eq!(
+            (orderly.reason, orderly.stands_down),
+            (FailureReason::OrderlyClose, false)
+        );
+        // The two ends agree: the CLOSE sent for a stand-down makes the other dial stand down.
+        let sent = close_reason(FailureReason::StoodDown);
+        assert!(judge_close(sent, false).stands_down);
+        assert_eq!(
+            close_reason(FailureReason::HostStopped),
+            CloseReason::Shutdown
+        );
+        assert_eq!(
+            close_reason(FailureReason::DeadlineExceeded),
+            CloseReason::DeadlineExceeded
+        );
     }
 }

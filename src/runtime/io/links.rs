@@ -9,7 +9,7 @@
 use std::time::Instant;
 
 use super::parts::ready::Watch;
-use crate::proto::node::link::{note, routing_id, Conn, Link, LinkKind};
+use crate::proto::node::link::{close_reason, note, routing_id, Conn, Link, LinkKind};
 
 use super::parts::sockets::{Slot, SlotRole, Unit};
 use super::{
@@ -348,7 +348,7 @@ impl IoThread {
             // there. Tell the peer to close (it owns the socket), and forget the routing id so
             // that late records of this physical connection change nothing (MISSION L6).
             if reason != FailureReason::OrderlyClose && reason != FailureReason::TransportError {
-                let close = records::close(records::close_reason(reason));
+                let close = records::close(close_reason(reason));
                 let _ = self.sockets.send(conn.slot, Some(&route), &close);
             }
             if let Some(m) = self.accepting.inbound.get_mut(&conn.slot) {
