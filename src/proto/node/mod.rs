@@ -11,6 +11,10 @@
 //!   bound sockets' disconnect sweeps.
 //! - [`live`]: the liveness table with the owner of each entry (MISSION L8).
 //! - [`routes`]: where calls go, an index over the links' routes.
+//! - [`answers`]: the callee's answers on their way out, per link, packed into ANSWERS
+//!   records where the connection negotiated them.
+//! - [`caller`]: this node's calls (the call table, pending calls by the application's
+//!   token, the REQUESTs of a turn and the messages they leave in, the server round-robin).
 //! - [`gate`] and [`accepting`]: the bound sockets' gate (ZAP domains, open connections,
 //!   the allow-list, recent refusals), the inbound connections admitted and the ones refused.
 //! - [`source`]: who a delivered record came from, built once per connection.
@@ -18,6 +22,8 @@
 //!   links and subscriptions discovery made.
 
 pub(crate) mod accepting;
+pub(crate) mod answers;
+pub(crate) mod caller;
 pub(crate) mod discovered;
 pub(crate) mod gate;
 pub(crate) mod keys;

@@ -17,12 +17,12 @@
 use std::num::NonZeroU64;
 use std::time::Instant;
 
-use super::parts::answers::Outgoing;
 use super::parts::caller::{NewCall, Route, SendPolicy};
 use super::route::negotiated;
 use super::{CallKey, IoThread, LinkKey, Tracked};
 use crate::config::NodeConfig;
 use crate::proto::calls::Unrouted;
+use crate::proto::node::answers::Outgoing;
 use crate::proto::node::link::{Link, LinkKind};
 use crate::proto::state::FailureReason;
 use crate::proto::wire::{Capabilities, Lane};

@@ -41,17 +41,18 @@
 //! Four layers, each importing only the ones below it:
 //! - The node core's parts in [`crate::proto::node`], sans-IO: the typed keys and tables,
 //!   links with their own timings and failure rules, the timer table, the liveness table
-//!   with the owner of each entry, the call routes, the gate and the admission tables, and
-//!   discovery's additions.
+//!   with the owner of each entry, the call routes, the gate and the admission tables,
+//!   discovery's additions, this node's calls (`caller`) and the callee's answers on their
+//!   way out (`answers`).
 //! - [`parts`]: the parts that hold a socket, a channel or a task handle, each owning its
 //!   own behind a narrow interface and none of them importing the thread: the socket set with
 //!   the one send and receive primitive, the ZAP handler and the monitors of closes not yet
 //!   confirmed (`parts::sockets`); readiness (`parts::ready`: epoll over `ZMQ_FD`, the edge
-//!   rule); the caller (`parts::caller`: call table, reply channels, this turn's REQUESTs
-//!   and BATCHes) and the callee (`parts::callee`: contract checks, admission of calls,
-//!   execution queues, dispatch, running handlers); the answers on their way out
-//!   (`parts::answers`); the application queue (`parts::app`); the send queues and their
-//!   turns (`parts::outbound`); fanout (`parts::fanout`); descriptor exhaustion
+//!   rule); the caller (`parts::caller`: the core's calls with their reply channels, the
+//!   operations registry and the call gauges) and the callee (`parts::callee`: contract
+//!   checks, admission of calls, execution queues, dispatch, running handlers); the
+//!   application queue (`parts::app`); the send queues and their turns
+//!   (`parts::outbound`); fanout (`parts::fanout`); descriptor exhaustion
 //!   (`parts::exhaustion`); the hand-off from the async side (`parts::handoff`); the node
 //!   itself (`parts::local`: configuration, identity, key pair, where it is in its life);
 //!   the receive scheduler (`parts::receiving`).
@@ -109,6 +110,7 @@ use super::security::KeyPair;
 use super::socket::Sockets;
 use crate::config::NodeConfig;
 use crate::proto::handshake::Identity;
+use crate::proto::node::answers::AnswerQueue;
 use crate::proto::node::gate::{Gate, Gated};
 use crate::proto::node::keys;
 use crate::proto::node::link;
@@ -117,7 +119,6 @@ use crate::proto::sched::IdMap;
 use crate::proto::security::PublicKey;
 use link::{Link, LinkKind};
 pub use link::{BACKOFF_MAX, BACKOFF_MIN, CLOSE_CONFIRM_MAX, HANDSHAKE_TIMEOUT};
-use parts::answers::AnswerQueue;
 pub use parts::callee::GRACEFUL_STOP_BOUND;
 use parts::fanout::Publisher;
 use parts::{app, callee, caller, ready, sockets};

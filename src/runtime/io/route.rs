@@ -7,9 +7,9 @@
 use std::num::NonZeroU64;
 use std::time::Instant;
 
-use super::parts::answers::Outgoing;
 use super::{CallKey, IoThread, LinkKey, Tracked};
 use crate::config::ServerConfig;
+use crate::proto::node::answers::{Outgoing, Sent};
 use crate::proto::node::link::Link;
 use crate::proto::node::link::ServerChannels;
 use crate::proto::node::timers::TimerOwner;
@@ -141,7 +141,10 @@ impl IoThread {
         }
         let packs = caps.contains(Capabilities::ANSWERS);
         if !packs && !self.outbound.answers.is_waiting(route, conn) {
-            let frames = out.alone(self.local.me.generation, conn);
+            let frames = out.alone(
+                NonZeroU64::new(self.local.me.generation).unwrap_or(NonZeroU64::MIN),
+                conn,
+            );
             match self.send_frames_on_link(route, &frames) {
                 Ok(()) => return true,
                 Err(SocketSendError::Full) => {}
@@ -152,7 +155,7 @@ impl IoThread {
         true
     }
 
-    /// Sends the answers that wait, in order per link (see [`AnswerQueue`](super::parts::answers::AnswerQueue)); answers of a
+    /// Sends the answers that wait, in order per link (see [`AnswerQueue`](crate::proto::node::answers::AnswerQueue)); answers of a
     /// connection that is gone are dropped (their callers fail the calls on the loss).
     pub(super) fn flush_answers(&mut self) {
         if self.outbound.answers.is_empty() {
@@ -168,7 +171,11 @@ impl IoThread {
                 let conn = self.links.get(k).and_then(|l| l.conn.as_ref())?.id;
                 Some((conn, self.conn_caps(k)))
             },
-            |k, frames| self.send_frames_on_link(k, frames),
+            |k, frames| match self.send_frames_on_link(k, frames) {
+                Ok(()) => Sent::Taken,
+                Err(SocketSendError::Full) => Sent::Full,
+                Err(_) => Sent::Gone,
+            },
         );
         self.outbound.answers = queued;
     }

@@ -5,7 +5,6 @@
 //! the thread's state and loop (`io/mod.rs`) above them, and the glue that moves records
 //! between them on top.
 
-pub(crate) mod answers;
 pub(crate) mod app;
 pub(crate) mod callee;
 pub(crate) mod caller;

@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
-use super::answers::AnswerQueue;
+use crate::proto::node::answers::AnswerQueue;
 use crate::proto::node::keys::{Key, LinkKey};
 use crate::proto::sched::IdMap;
 use crate::proto::ConnId;
