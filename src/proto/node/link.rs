@@ -13,7 +13,7 @@ use crate::proto::node::keys::SlotKey;
 use crate::proto::node::routes::LinkRoutes;
 use crate::proto::node::source::Source;
 use crate::proto::security::PublicKey;
-use crate::proto::state::{ConnState, FailureReason, LinkState, Recovery};
+use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
 use crate::proto::wire::{CloseReason, Lane, RejectReason};
 use crate::proto::ConnId;
 
@@ -102,6 +102,24 @@ pub(crate) struct Link {
 }
 
 impl Link {
+    /// A new link of `kind` at `now`, not connected, due to be dialled at once if it is a
+    /// dialled one.
+    pub(crate) fn new(kind: LinkKind, now: Instant) -> Link {
+        Link {
+            kind,
+            state: LinkState::new(StateKind::Peer, 0, now),
+            conn: None,
+            retry_at: Some(now),
+            closing: None,
+            failures_in_row: 0,
+            terminal: false,
+            yielded: false,
+            records: 0,
+            last_receive: None,
+            withdrawn: false,
+        }
+    }
+
     /// Whether this link will be dialled again at `retry_at`: a dialled link without a
     /// connection, not stood down, whose old socket's close was confirmed. The poll timeout
     /// takes `retry_at` only for such links: an inbound link is never dialled, and a timer
@@ -346,22 +364,12 @@ mod tests {
     use super::*;
     use crate::proto::handshake::Membership;
     use crate::proto::node::keys::Key;
-    use crate::proto::state::LinkKind as StateKind;
     use crate::proto::wire::Capabilities;
 
     fn link(kind: LinkKind) -> Link {
         Link {
-            kind,
-            state: LinkState::new(StateKind::Peer, 0, Instant::now()),
-            conn: None,
             retry_at: None,
-            closing: None,
-            failures_in_row: 0,
-            terminal: false,
-            yielded: false,
-            records: 0,
-            last_receive: None,
-            withdrawn: false,
+            ..Link::new(kind, Instant::now())
         }
     }
 

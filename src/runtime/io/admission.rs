@@ -377,7 +377,7 @@ impl IoThread {
         let rid = peer.rid.clone();
         for m in &peer.memberships {
             if m.role == crate::proto::handshake::Role::Server {
-                self.caller.learn_server(&m.channel);
+                self.caller.calls_mut().learn_server(&m.channel);
             }
         }
         c.peer = Some(peer);

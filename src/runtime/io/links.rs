@@ -17,26 +17,14 @@ use super::{
     BOUND_ID_COMPLETION,
 };
 use crate::proto::security::PublicKey;
-use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
+use crate::proto::state::{ConnState, FailureReason, Recovery};
 use crate::runtime::outbound::Closed;
 use crate::runtime::records::{self, Lane};
 use crate::runtime::socket::set_curve_client;
 
 impl IoThread {
     pub(super) fn add_link(&mut self, kind: LinkKind, now: Instant) -> LinkKey {
-        self.links.push(Link {
-            kind,
-            state: LinkState::new(StateKind::Peer, 0, now),
-            conn: None,
-            retry_at: Some(now),
-            closing: None,
-            failures_in_row: 0,
-            terminal: false,
-            yielded: false,
-            records: 0,
-            last_receive: None,
-            withdrawn: false,
-        })
+        self.links.push(Link::new(kind, now))
     }
 
     /// The endpoint dialled link `k` dials (`None` for an inbound link).

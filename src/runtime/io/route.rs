@@ -86,7 +86,7 @@ impl IoThread {
     /// the callee finishes the call and its answers arrive late, as they would have without
     /// the record.
     fn send_cancels(&mut self) {
-        for (key, call_id) in self.caller.take_cancels() {
+        for (key, call_id) in self.caller.calls_mut().take_cancels() {
             let Some(link) = self.request_link(key) else {
                 continue;
             };

@@ -15,7 +15,7 @@ impl IoThread {
     pub(super) fn close_everything(&mut self) {
         let now = Instant::now();
         // This node's own calls still out end now, each saying whether it may have run.
-        self.caller.handle_shutdown(now);
+        self.caller.calls_mut().handle_shutdown(now);
         self.drain_calls(now);
         // Handlers still running serve nobody any more.
         self.callee.handle_stop();

@@ -62,7 +62,7 @@ impl IoThread {
                 Host::Draining => "draining",
                 Host::Stopped => "stopped",
             },
-            pending_calls: self.caller.pending(),
+            pending_calls: self.caller.calls().pending(),
             serving_calls: self.callee.in_flight(),
             links,
             omitted,
@@ -177,7 +177,7 @@ impl IoThread {
             pending_calls: l
                 .conn
                 .as_ref()
-                .map(|c| self.caller.pending_on((k, c.id)))
+                .map(|c| self.caller.calls().pending_on((k, c.id)))
                 .unwrap_or(0),
             ready_count: l.state.readies(),
             failure_count: l.state.failures(),

@@ -18,7 +18,7 @@ impl IoThread {
         self.sync_links();
         [
             self.liveness.table().poll_timeout(),
-            self.caller.poll_timeout(),
+            self.caller.calls().poll_timeout(),
             self.callee.poll_timeout(),
             self.timers.next(),
         ]
@@ -29,7 +29,7 @@ impl IoThread {
 
     pub(super) fn run_timers(&mut self, now: Instant) {
         // Call deadlines and serve-side ttl refusals and drain bound.
-        self.caller.handle_timeout(now);
+        self.caller.calls_mut().handle_timeout(now);
         self.callee.handle_timeout(now);
         self.drain_calls(now);
         // Every liveness machine of the node, from one table (MISSION L8). Coalesced: a

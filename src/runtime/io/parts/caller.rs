@@ -7,7 +7,6 @@
 //! end ([`Caller::deliver`] hands items before completions).
 
 use std::collections::HashMap;
-use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,7 +15,7 @@ use bytes::Bytes;
 use crate::proto::calls::{CallId, Unrouted};
 use crate::proto::node::caller::{CallStart, Calls, Finished};
 pub(crate) use crate::proto::node::caller::{Requests, Route, SendPolicy};
-use crate::proto::node::keys::{CallKey, LinkKey};
+use crate::proto::node::keys::CallKey;
 use crate::proto::ops;
 use crate::runtime::calls::{CallAnswer, CallOptions, StreamEvent, STREAM_BUFFER};
 use crate::runtime::command::CallReply;
@@ -67,19 +66,15 @@ impl Caller {
         }
     }
 
-    /// A peer announced a Server membership for `channel` ([`Calls::learn_server`]).
-    pub(crate) fn learn_server(&mut self, channel: &str) {
-        self.calls.learn_server(channel);
+    /// The core's calls, for what the shell only forwards: routing a call, the REQUESTs and
+    /// CANCELs of a turn, a lost connection, deadlines, the counts.
+    pub(crate) fn calls(&self) -> &Calls {
+        &self.calls
     }
 
-    /// Picks the connection for a call to any server of `channel` ([`Calls::pick`]).
-    pub(crate) fn pick(
-        &mut self,
-        channel: &str,
-        ready: &[(LinkKey, CallKey)],
-        configured: bool,
-    ) -> Result<(LinkKey, CallKey), Unrouted> {
-        self.calls.pick(channel, ready, configured)
+    /// The core's calls, to drive (see [`Caller::calls`]).
+    pub(crate) fn calls_mut(&mut self) -> &mut Calls {
+        &mut self.calls
     }
 
     /// Starts a call on `route` (or fails it at once as never sent, for the reason given;
@@ -117,30 +112,6 @@ impl Caller {
         }
     }
 
-    /// Where a CREDIT for the stream the application named `token` goes
-    /// ([`Calls::credit_target`]).
-    pub(crate) fn credit_target(&self, token: u64) -> Option<(CallKey, NonZeroU64)> {
-        self.calls.credit_target(token)
-    }
-
-    /// The CANCELs to send ([`Calls::take_cancels`]).
-    pub(crate) fn take_cancels(&mut self) -> Vec<(CallKey, NonZeroU64)> {
-        self.calls.take_cancels()
-    }
-
-    /// True if REQUESTs of this turn wait to be sent.
-    pub(crate) fn has_requests(&self) -> bool {
-        self.calls.has_requests()
-    }
-
-    /// The REQUESTs of this turn as messages ([`Calls::take_requests`]).
-    pub(crate) fn take_requests(
-        &mut self,
-        policy: impl Fn(LinkKey) -> SendPolicy,
-    ) -> Vec<Requests> {
-        self.calls.take_requests(policy)
-    }
-
     /// The message `requests` was handed to its socket (`sent`), or not.
     pub(crate) fn handle_sent(&mut self, requests: &Requests, sent: bool, now: Instant) {
         if requests.calls() > 1 && sent {
@@ -174,36 +145,6 @@ impl Caller {
                 .handle_reply(key, call_id, code, payload, replayed, now),
             _ => {}
         }
-    }
-
-    /// Connection `key` left ready: every call leased on it fails; returns how many.
-    pub(crate) fn handle_connection_lost(&mut self, key: CallKey, now: Instant) -> usize {
-        self.calls.handle_connection_lost(key, now)
-    }
-
-    /// The node stops: every call still out ends now, each saying whether it may have run.
-    pub(crate) fn handle_shutdown(&mut self, now: Instant) {
-        self.calls.handle_shutdown(now);
-    }
-
-    /// Applies the call deadlines due at `now`.
-    pub(crate) fn handle_timeout(&mut self, now: Instant) {
-        self.calls.handle_timeout(now);
-    }
-
-    /// The earliest call deadline.
-    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
-        self.calls.poll_timeout()
-    }
-
-    /// Calls pending (MISSION C5).
-    pub(crate) fn pending(&self) -> usize {
-        self.calls.pending()
-    }
-
-    /// Calls pending on connection `key`.
-    pub(crate) fn pending_on(&self, key: CallKey) -> usize {
-        self.calls.pending_on(key)
     }
 
     /// Hands finished calls and stream items to the application, and sets the call gauges.
