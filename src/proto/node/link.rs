@@ -138,14 +138,49 @@ impl Link {
     /// unconfirmed. What the timer pass acts on, and nothing else: a deadline nothing acts on
     /// would make every poll return at once.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        let handshake = self
-            .conn
+        [
+            self.handshake_deadline(),
+            self.redial_at(),
+            self.close_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// When a connection that is not ready yet has taken too long to become ready.
+    fn handshake_deadline(&self) -> Option<Instant> {
+        self.conn
             .as_ref()
             .filter(|c| !c.ready)
-            .map(|c| c.opened_at + HANDSHAKE_TIMEOUT);
-        let redial = self.retry_at.filter(|_| self.waits_to_redial());
-        let close = self.closing.map(|t| t + CLOSE_CONFIRM_MAX);
-        [handshake, redial, close].into_iter().flatten().min()
+            .map(|c| c.opened_at + HANDSHAKE_TIMEOUT)
+    }
+
+    /// When this link dials again, if it waits to.
+    fn redial_at(&self) -> Option<Instant> {
+        self.retry_at.filter(|_| self.waits_to_redial())
+    }
+
+    /// When an unconfirmed close stops holding back the next dial.
+    fn close_deadline(&self) -> Option<Instant> {
+        self.closing.map(|t| t + CLOSE_CONFIRM_MAX)
+    }
+
+    /// At `now` the connection, not ready yet, took longer than [`HANDSHAKE_TIMEOUT`]: it
+    /// fails and the link dials again.
+    pub(crate) fn is_handshake_overdue(&self, now: Instant) -> bool {
+        self.handshake_deadline().is_some_and(|t| now >= t)
+    }
+
+    /// At `now` the link is due to be dialled again ([`Link::waits_to_redial`]).
+    pub(crate) fn is_redial_due(&self, now: Instant) -> bool {
+        self.redial_at().is_some_and(|t| now >= t)
+    }
+
+    /// At `now` libzmq has not confirmed the close of the link's old socket within
+    /// [`CLOSE_CONFIRM_MAX`]: the link may dial again without waiting for it.
+    pub(crate) fn is_close_overdue(&self, now: Instant) -> bool {
+        self.close_deadline().is_some_and(|t| now >= t)
     }
 
     /// Records the failure of this link's connection (taken from it already) in its state:
@@ -569,5 +604,57 @@ mod tests {
             close_reason(FailureReason::DeadlineExceeded),
             CloseReason::DeadlineExceeded
         );
+    }
+
+    /// A link's timers come due exactly at the deadline they give the timer table (F3, F4):
+    /// a handshake not done within `HANDSHAKE_TIMEOUT`, a redial at its retry time (never
+    /// for a link that does not wait to redial), a close libzmq did not confirm within
+    /// `CLOSE_CONFIRM_MAX`; and the link's next deadline is the earliest of them.
+    #[test]
+    fn f3_f4_a_links_timers_come_due_at_the_deadline_it_gives() {
+        let dial = LinkKind::MeshDial {
+            peer: 0,
+            lane: Lane::Application,
+        };
+        let t0 = Instant::now();
+        let ms = Duration::from_millis(1);
+
+        let mut l = link(dial.clone());
+        let mut c = conn(1, false, None);
+        c.opened_at = t0;
+        l.conn = Some(c);
+        assert_eq!(l.next_deadline(), Some(t0 + HANDSHAKE_TIMEOUT));
+        assert!(!l.is_handshake_overdue(t0 + HANDSHAKE_TIMEOUT - ms));
+        assert!(l.is_handshake_overdue(t0 + HANDSHAKE_TIMEOUT));
+        if let Some(c) = l.conn.as_mut() {
+            c.ready = true;
+        }
+        assert!(!l.is_handshake_overdue(t0 + HANDSHAKE_TIMEOUT * 2));
+        assert_eq!(l.next_deadline(), None);
+
+        let mut l = link(dial.clone());
+        l.retry_at = Some(t0 + BACKOFF_MIN);
+        assert_eq!(l.next_deadline(), Some(t0 + BACKOFF_MIN));
+        assert!(!l.is_redial_due(t0 + BACKOFF_MIN - ms));
+        assert!(l.is_redial_due(t0 + BACKOFF_MIN));
+        l.closing = Some(t0);
+        assert!(
+            !l.is_redial_due(t0 + BACKOFF_MIN),
+            "no redial before the close settles"
+        );
+        assert_eq!(l.next_deadline(), Some(t0 + CLOSE_CONFIRM_MAX));
+        assert!(!l.is_close_overdue(t0 + CLOSE_CONFIRM_MAX - ms));
+        assert!(l.is_close_overdue(t0 + CLOSE_CONFIRM_MAX));
+
+        let mut inbound = link(LinkKind::Inbound {
+            rid: "b".to_owned(),
+            lane: Lane::Application,
+        });
+        inbound.retry_at = Some(t0);
+        assert!(
+            !inbound.is_redial_due(t0 + BACKOFF_MAX),
+            "an inbound link is never dialled"
+        );
+        assert_eq!(inbound.next_deadline(), None);
     }
 }

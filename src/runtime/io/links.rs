@@ -358,7 +358,7 @@ impl IoThread {
         }
     }
 
-    /// Link `k`'s closed socket was not confirmed closed within [`CLOSE_CONFIRM_MAX`](super::CLOSE_CONFIRM_MAX): the
+    /// Link `k`'s closed socket was not confirmed closed within [`CLOSE_CONFIRM_MAX`](crate::proto::node::link::CLOSE_CONFIRM_MAX): the
     /// link may be dialled again, its old monitor is kept until libzmq confirms after all.
     pub(super) fn close_overdue(&mut self, k: LinkKey) {
         if let Some(l) = self.links.get_mut(k) {

@@ -118,7 +118,7 @@ use crate::proto::node::live;
 use crate::proto::sched::IdMap;
 use crate::proto::security::PublicKey;
 use link::{Link, LinkKind};
-pub use link::{BACKOFF_MAX, BACKOFF_MIN, CLOSE_CONFIRM_MAX, HANDSHAKE_TIMEOUT};
+pub use link::{BACKOFF_MAX, BACKOFF_MIN};
 pub use parts::callee::GRACEFUL_STOP_BOUND;
 use parts::fanout::Publisher;
 use parts::{app, callee, caller, ready, sockets};

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use super::{IoThread, LiveOwner, CLOSE_CONFIRM_MAX, HANDSHAKE_TIMEOUT};
+use super::{IoThread, LiveOwner};
 use crate::proto::liveness::{LivenessEvent, ProbeEvent, PublisherEvent, Transmit};
 use crate::proto::node::link::note;
 use crate::proto::state::{ConnState, FailureReason};
@@ -68,11 +68,7 @@ impl IoThread {
         }
         // Handshake timeouts.
         for k in self.timers.due_links(now) {
-            let expired = self.links[k]
-                .conn
-                .as_ref()
-                .is_some_and(|c| !c.ready && now >= c.opened_at + HANDSHAKE_TIMEOUT);
-            if expired {
+            if self.links[k].is_handshake_overdue(now) {
                 self.fail_link(k, FailureReason::TransportError, "handshake timed out", now);
             }
         }
@@ -80,15 +76,10 @@ impl IoThread {
         // due.
         self.sync_links();
         for k in self.timers.due_links(now) {
-            let l = &self.links[k];
-            let due = l.waits_to_redial() && l.retry_at.is_some_and(|t| now >= t);
-            if due {
+            if self.links[k].is_redial_due(now) {
                 self.dial(k, now);
             }
-            if self.links[k]
-                .closing
-                .is_some_and(|t| now >= t + CLOSE_CONFIRM_MAX)
-            {
+            if self.links[k].is_close_overdue(now) {
                 self.close_overdue(k);
             }
         }
