@@ -13,50 +13,10 @@ use tokio::sync::{mpsc, watch};
 
 use crate::proto::discovery::lease::LostReason;
 use crate::proto::discovery::StoreOp;
+pub use crate::proto::node::source::Source;
 use crate::proto::state::{ConnState, FailureReason};
 use crate::runtime::link::LinkId;
 use crate::runtime::store::ReloadReason;
-
-/// Where a delivered record came from.
-///
-/// The names are `Arc<str>`: every record of a connection shares one allocation, so cloning a
-/// source (the runtime does once per delivery) is a reference count, not a copy. Compare with
-/// `&*rid == "node-b"`, build one with `"node-b".into()`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Source {
-    /// A RouteMesh peer, by RID.
-    Peer {
-        /// The peer's RID.
-        rid: Arc<str>,
-    },
-    /// A ClientServer client connected to this node's server endpoint.
-    Client {
-        /// The client's RID.
-        rid: Arc<str>,
-    },
-    /// A ClientServer server this node is a client of.
-    Server {
-        /// The server's RID.
-        rid: Arc<str>,
-    },
-    /// A fanout publisher, by endpoint.
-    Publisher {
-        /// The publisher's endpoint.
-        endpoint: Arc<str>,
-    },
-}
-
-impl std::fmt::Display for Source {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Source::Peer { rid } => write!(f, "peer {rid}"),
-            Source::Client { rid } => write!(f, "client {rid}"),
-            Source::Server { rid } => write!(f, "server {rid}"),
-            Source::Publisher { endpoint } => write!(f, "publisher {endpoint}"),
-        }
-    }
-}
 
 /// One application record delivered to this node. Probes, ACKs and beacons never appear here
 /// (MISSION L3, L5).

@@ -25,7 +25,6 @@ pub mod fds;
 mod hex64;
 pub mod idempotency;
 mod io;
-mod keys;
 mod link;
 mod node;
 pub mod operations;

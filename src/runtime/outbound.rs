@@ -26,9 +26,9 @@ use tokio::sync::Notify;
 
 use super::command::WakeUp;
 use super::error::SendError;
-use super::keys::LinkKey;
 use super::records;
 use super::socket::FrameSocket;
+use crate::proto::node::keys::LinkKey;
 use crate::proto::wire::{
     encode_beacon, AppliedSubscriptions, Capabilities, PubPack, BEACON_TOPIC, MAX_TOPIC_LEN,
 };
@@ -802,7 +802,7 @@ fn subscription(frames: &[super::socket::Frame]) -> Option<(bool, &[u8])> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::keys::Key;
+    use crate::proto::node::keys::Key;
 
     fn queue() -> SendQueue {
         SendQueue::new(LinkKey::from_index(0), ConnId(1), Arc::from("b"))

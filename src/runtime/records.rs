@@ -7,7 +7,6 @@ use bytes::Bytes;
 
 use super::socket::Frame;
 use crate::proto::handshake::{self, Expectation, Identity};
-use crate::proto::state::FailureReason;
 use crate::proto::wire::{self, FanoutMessage, Name, Record, WireError};
 
 pub(crate) use crate::proto::wire::{CloseReason, Lane, RejectReason};
@@ -292,77 +291,6 @@ pub(crate) fn message_envelope(channel: &str) -> Result<Vec<u8>, WireError> {
     Ok(wire::Message::encode_envelope(&name(channel)?))
 }
 
-/// REQUEST.
-pub(crate) fn request(
-    call_id: NonZeroU64,
-    ttl_ms: Option<NonZeroU64>,
-    semantics: wire::Semantics,
-    channel: &str,
-    method: &str,
-    idempotency_key: Option<&str>,
-    payload: Bytes,
-) -> Result<wire::Request, WireError> {
-    Ok(wire::Request {
-        call_id,
-        ttl_ms,
-        semantics,
-        channel: name(channel)?,
-        method: name(method)?,
-        idempotency_key: idempotency_key
-            .filter(|k| !k.is_empty())
-            .map(name)
-            .transpose()?,
-        payload,
-    })
-}
-
-/// The frames of one message carrying `requests`: a lone REQUEST for one, a BATCH for two or
-/// more (MISSION K5: a lone call is never wrapped).
-pub(crate) fn requests(requests: Vec<wire::Request>) -> Result<Vec<Vec<u8>>, WireError> {
-    lone_or(requests, |r| Ok(Record::Batch(wire::Batch::new(r)?)))
-}
-
-/// Calls that share channel, method, ttl and semantics as one message: a lone REQUEST, or
-/// one CALLS record (only where capability `calls` is in effect, WIRE.md §4.14), its ids as
-/// offsets where `offsets` (CALLS16: only where `ids16` is in effect too, §4.19).
-pub(crate) fn calls(
-    requests: Vec<wire::Request>,
-    offsets: bool,
-) -> Result<Vec<Vec<u8>>, WireError> {
-    lone_or(requests, |r| {
-        let calls = wire::Calls::new(r)?;
-        Ok(Record::Calls(if offsets {
-            calls.with_offsets()
-        } else {
-            calls
-        }))
-    })
-}
-
-/// A lone call as a REQUEST (a lone call is never wrapped), several as the record `many`
-/// makes of them.
-fn lone_or(
-    mut requests: Vec<wire::Request>,
-    many: impl FnOnce(Vec<wire::Request>) -> Result<Record, WireError>,
-) -> Result<Vec<Vec<u8>>, WireError> {
-    if requests.len() == 1 {
-        if let Some(r) = requests.pop() {
-            return Ok(Record::Request(r).encode());
-        }
-    }
-    Ok(many(requests)?.encode())
-}
-
-/// ACCEPT, naming this node's generation and the physical connection that took the call.
-pub(crate) fn accept(call_id: NonZeroU64, generation: u64, conn: u64) -> Vec<Vec<u8>> {
-    Record::Accept(wire::Accept {
-        call_id,
-        generation: nz(generation),
-        connection_id: conn,
-    })
-    .encode()
-}
-
 /// REPLY (encoded when it leaves: answers of one connection may travel together, WIRE.md
 /// §4.16), not replayed (see [`wire::Reply::replayed`]).
 pub(crate) fn reply(call_id: NonZeroU64, code: wire::ReplyCode, payload: Bytes) -> wire::Reply {
@@ -396,33 +324,6 @@ pub(crate) fn lane_name(lane: Lane) -> &'static str {
         Lane::Application => "application",
         Lane::Completion => "completion",
         Lane::ClientServer => "client_server",
-    }
-}
-
-/// The failure a received REJECT records.
-pub(crate) fn reject_failure(r: RejectReason) -> FailureReason {
-    match r {
-        RejectReason::NotRequired => FailureReason::NotRequired,
-        RejectReason::IdentityMismatch => FailureReason::IdentityMismatch,
-        RejectReason::GenerationMismatch => FailureReason::GenerationMismatch,
-        RejectReason::SecurityFailure => FailureReason::SecurityFailure,
-        RejectReason::Draining => FailureReason::HostDraining,
-        RejectReason::Duplicate => FailureReason::Replaced,
-        RejectReason::UnsupportedVersion | RejectReason::LaneMismatch | RejectReason::Protocol => {
-            FailureReason::ProtocolError
-        }
-    }
-}
-
-/// The CLOSE reason sent when this node drops a connection for `f`.
-pub(crate) fn close_reason(f: FailureReason) -> CloseReason {
-    match f {
-        FailureReason::DeadlineExceeded => CloseReason::DeadlineExceeded,
-        FailureReason::Replaced | FailureReason::StoodDown => CloseReason::Replaced,
-        FailureReason::NotRequired => CloseReason::NotRequired,
-        FailureReason::HostDraining => CloseReason::Draining,
-        FailureReason::HostStopped => CloseReason::Shutdown,
-        _ => CloseReason::ProtocolError,
     }
 }
 

@@ -116,7 +116,7 @@ pub enum KeyFileError {
     },
     /// libzmq could not make a key pair (it was built without CURVE).
     #[error("cannot make a CURVE key pair: {0}")]
-    Generate(crate::runtime::TransportError),
+    Generate(crate::runtime::error::TransportError),
 }
 
 /// A key file's contents, as TOML.
@@ -131,7 +131,7 @@ impl KeyPair {
     /// A fresh key pair from libzmq (libsodium's random generator).
     pub fn generate() -> Result<KeyPair, KeyFileError> {
         let pair = zmq::CurveKeyPair::new()
-            .map_err(|e| KeyFileError::Generate(crate::runtime::TransportError::new(e)))?;
+            .map_err(|e| KeyFileError::Generate(crate::runtime::error::TransportError::new(e)))?;
         Ok(KeyPair {
             public: PublicKey::from_bytes(pair.public_key),
             secret: pair.secret_key,

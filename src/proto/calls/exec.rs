@@ -290,6 +290,7 @@ impl<Q: Clone + Eq + Hash, I: Copy + Eq + Hash> ExecQueues<Q, I> {
     /// queue), nothing changes and `None` is returned (counted in
     /// [`ExecStats::stray_finishes`]); a waiting call that is over is reported with
     /// [`Self::handle_gone`].
+    #[must_use = "the shell acts on what this returns"]
     pub fn handle_finished(&mut self, queue: &Q, id: I) -> Option<I> {
         let is_running = self
             .queues
@@ -310,6 +311,7 @@ impl<Q: Clone + Eq + Hash, I: Copy + Eq + Hash> ExecQueues<Q, I> {
     /// call is treated as [`Self::handle_finished`]: the next waiting call of its queue is
     /// returned, now running. An unknown id (a parallel call, one already over) changes
     /// nothing.
+    #[must_use = "the shell acts on what this returns"]
     pub fn handle_gone(&mut self, id: I) -> Option<I> {
         let place = self.index.remove(&id)?;
         match place.waiting_at {

@@ -326,6 +326,7 @@ impl<K: Copy + Eq + Hash> ServeTable<K> {
     /// Only this call's own ttl is judged here (an expired one is `Refuse(Timeout)` and
     /// forgotten); other expired calls are refused by [`Self::handle_timeout`]. A passed drain
     /// bound applies first.
+    #[must_use = "the shell acts on what this returns"]
     pub fn handle_dispatch(&mut self, id: ServeId, now: Instant) -> Dispatch {
         self.apply_drain_bound(now);
         let Some(EntryState::Queued { deadline }) = self.entries.get(&id).map(|e| e.state) else {
@@ -378,6 +379,7 @@ impl<K: Copy + Eq + Hash> ServeTable<K> {
     /// A CREDIT of `items` for `call_id` arrived on connection `conn` (WIRE.md §4.15): the
     /// stream's window grows by that much. Returns the call, if it is in hand, so the shell
     /// sends the items that waited; a CREDIT for an unknown call changes nothing.
+    #[must_use = "the shell acts on what this returns"]
     pub fn handle_credit(&mut self, conn: K, call_id: NonZeroU64, items: u64) -> Option<ServeId> {
         let &id = self.index.get(&(conn, call_id))?;
         let e = self.entries.get_mut(&id)?;
@@ -390,6 +392,7 @@ impl<K: Copy + Eq + Hash> ServeTable<K> {
     /// The handler of call `id` produced an item at `now`: the ITEM's `seq` to send, or `None`
     /// when the call is no longer answered (ended by the drain, its caller gone, or not
     /// running): the handler should stop.
+    #[must_use = "the shell acts on what this returns"]
     pub fn handle_item(&mut self, id: ServeId, now: Instant) -> Option<u64> {
         self.handle_timeout(now);
         let entry = self.entries.get_mut(&id).filter(|e| !e.orphaned);
@@ -410,6 +413,7 @@ impl<K: Copy + Eq + Hash> ServeTable<K> {
     /// The handler of call `id` ended at `now` with `code`: the REPLY code to send, or `None`
     /// when there is nowhere to send it (caller's connection gone, already answered, unknown
     /// handle). A handler's `Timeout` is sent as `UnknownOutcome` (see the type docs).
+    #[must_use = "the shell acts on what this returns"]
     pub fn handle_done(&mut self, id: ServeId, code: ReplyCode, now: Instant) -> Option<ReplyCode> {
         self.handle_timeout(now);
         let Some(entry) = self.remove(id) else {
@@ -436,6 +440,7 @@ impl<K: Copy + Eq + Hash> ServeTable<K> {
     /// run: their callers already failed them as "may have run"); its running calls are
     /// returned so the shell can cancel their handlers, and their results will be dropped.
     /// A drain still waits for those handlers, up to its bound.
+    #[must_use = "the shell acts on what this returns"]
     pub fn handle_connection_lost(&mut self, conn: K, now: Instant) -> Vec<ServeId> {
         self.handle_timeout(now);
         let on_conn: Vec<ServeId> = self
@@ -463,6 +468,7 @@ impl<K: Copy + Eq + Hash> ServeTable<K> {
     /// waits (WIRE.md §4.13). A queued call is forgotten (it never runs); a running one is
     /// orphaned (its handler is to be signalled, its result dropped); an unknown one is
     /// ignored. Either way nothing more is sent for the call.
+    #[must_use = "the shell acts on what this returns"]
     pub fn handle_cancel(&mut self, conn: K, call_id: NonZeroU64, now: Instant) -> Cancelled {
         self.handle_timeout(now);
         let Some(&id) = self.index.get(&(conn, call_id)) else {

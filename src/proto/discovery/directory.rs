@@ -194,6 +194,7 @@ impl Directory {
     }
 
     /// The store's complete set replaces what was known; returns the difference as intents.
+    #[must_use = "the shell acts on what this returns"]
     pub fn handle_reload(&mut self, descriptors: Vec<Descriptor>) -> Vec<Intent> {
         let before = self.all_wants();
         self.known = descriptors
@@ -205,6 +206,7 @@ impl Directory {
     }
 
     /// One descriptor was put (new, or a new version of a known RID).
+    #[must_use = "the shell acts on what this returns"]
     pub fn handle_put(&mut self, d: Descriptor) -> Vec<Intent> {
         if d.rid == self.local.rid {
             return Vec::new();
@@ -225,6 +227,7 @@ impl Directory {
     /// replays the changes it missed one by one, and applying an old run's descriptor from
     /// that backlog would fence out the newer run already admitted (closing its ready
     /// connections), only for the next change to fence it back in.
+    #[must_use = "the shell acts on what this returns"]
     pub fn handle_changes(&mut self, changes: Vec<(String, Option<Descriptor>)>) -> Vec<Intent> {
         let mut seen = std::collections::HashSet::new();
         let mut last: Vec<(String, Option<Descriptor>)> = changes
@@ -244,6 +247,7 @@ impl Directory {
     }
 
     /// The descriptor of `rid` was removed or expired.
+    #[must_use = "the shell acts on what this returns"]
     pub fn handle_removed(&mut self, rid: &str) -> Vec<Intent> {
         match self.known.remove(rid) {
             Some(old) => diff(self.wants(&old), BTreeMap::new()),
@@ -424,7 +428,7 @@ mod tests {
     #[test]
     fn removal_and_reload_without_it_stop_dialling() {
         let mut dir = Directory::new(local(Role::Server));
-        dir.handle_reload(vec![desc("b", 1, Role::Server), desc("c", 2, Role::Server)]);
+        let _ = dir.handle_reload(vec![desc("b", 1, Role::Server), desc("c", 2, Role::Server)]);
         assert_eq!(rids(&dir.handle_removed("b")), ["gone b"]);
         assert!(dir.handle_removed("b").is_empty());
         assert_eq!(rids(&dir.handle_reload(Vec::new())), ["gone c"]);
@@ -539,7 +543,7 @@ mod tests {
     #[test]
     fn d1_f3_a_batch_of_changes_applies_the_last_change_per_rid() {
         let mut d = Directory::new(local(Role::Server));
-        d.handle_put(desc("b", 2, Role::Server));
+        let _ = d.handle_put(desc("b", 2, Role::Server));
         let backlog = vec![
             ("b".to_owned(), Some(desc("b", 3, Role::Server))),
             ("b".to_owned(), None),
@@ -547,7 +551,7 @@ mod tests {
             ("b".to_owned(), Some(desc("b", 4, Role::Server))),
         ];
         let mut reloaded = Directory::new(local(Role::Server));
-        reloaded.handle_put(desc("b", 2, Role::Server));
+        let _ = reloaded.handle_put(desc("b", 2, Role::Server));
         let expected =
             reloaded.handle_reload(vec![desc("b", 4, Role::Server), desc("c", 1, Role::Server)]);
         let got = d.handle_changes(backlog);

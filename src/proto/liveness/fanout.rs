@@ -188,6 +188,7 @@ impl PublisherWatch {
     }
 
     /// Judges one classified message received on this publisher's socket at `now`.
+    #[must_use = "the shell acts on what this returns"]
     pub fn handle_input(&mut self, input: FanoutInput, now: Instant) -> Delivery {
         self.handle_timeout(now);
         if self.status == PublisherStatus::Failed {

@@ -223,6 +223,7 @@ impl ProbeTracker {
     ///
     /// Only [`AckOutcome::Accepted`] changes state: it clears the pending id and moves the
     /// deadline to `now + 15 s`.
+    #[must_use = "the shell acts on what this returns"]
     pub fn handle_ack(&mut self, conn: ConnId, id: u64, now: Instant) -> AckOutcome {
         self.handle_timeout(now);
         let outcome = self.classify(conn, id);

@@ -5,20 +5,20 @@
 //!
 //! A connection that does not open with a well-formed HELLO is refused like one whose HELLO
 //! fails admission: one REJECT (`Protocol`, or `UnsupportedVersion` for another envelope
-//! version), then everything else it sends is ignored ([`Refused`](super::parts::accepting::Refused), WIRE.md §5.1).
+//! version), then everything else it sends is ignored ([`Refused`](crate::proto::node::accepting::Refused), WIRE.md §5.1).
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::parts::link::{note, Conn, LinkKind};
 use super::parts::sockets::Unit;
 use super::{Host, IoThread, LinkKey, SlotKey};
 use crate::proto::admission::{self, HelloFacts, HelloVerdict, OwnDial, Refusing, WelcomeFacts};
 use crate::proto::handshake::{Expectation, Identity};
+use crate::proto::node::link::{note, Conn, LinkKind};
+use crate::proto::node::source::Source;
 use crate::proto::sched::Source as SchedSource;
 use crate::proto::security::{InputRefusal, PublicKey};
 use crate::proto::state::{ConnState, FailureReason};
-use crate::runtime::event::Source;
 use crate::runtime::records::{self, Lane, Rec, RejectReason};
 use crate::runtime::socket::Frame;
 
@@ -59,10 +59,9 @@ impl IoThread {
                     ..Expectation::default()
                 };
                 // A descriptor of this server fences it (MISSION F3).
-                let expect = match self
-                    .discovered
-                    .server_fence(&self.local.cfg.servers, *server)
-                {
+                let fence =
+                    s.and_then(|s| self.discovered.server_fence(s.rid.as_deref(), &s.endpoint));
+                let expect = match fence {
                     Some(fence) => manual.fenced_by(fence),
                     None => manual,
                 };
@@ -310,7 +309,6 @@ impl IoThread {
             source: None,
             live: None,
             last_peer_probe: None,
-            outq: None,
             held: Vec::new(),
             verified_key: verified,
             notices: 0,
@@ -323,7 +321,7 @@ impl IoThread {
     }
 
     /// Refuses the unadmitted connection `route` of bound socket `slot`: one REJECT, and
-    /// nothing it sends afterwards is looked at (while [`Refused`](super::parts::accepting::Refused) remembers it).
+    /// nothing it sends afterwards is looked at (while [`Refused`](crate::proto::node::accepting::Refused) remembers it).
     fn refuse(&mut self, slot: SlotKey, route: &[u8], reason: RejectReason, detail: &str) {
         if self.accepting.refused.insert(slot, route) {
             let _ = self
@@ -379,7 +377,7 @@ impl IoThread {
         let rid = peer.rid.clone();
         for m in &peer.memberships {
             if m.role == crate::proto::handshake::Role::Server {
-                self.caller.learn_server(&m.channel);
+                self.caller.calls_mut().learn_server(&m.channel);
             }
         }
         c.peer = Some(peer);

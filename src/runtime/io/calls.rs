@@ -17,13 +17,13 @@
 use std::num::NonZeroU64;
 use std::time::Instant;
 
-use super::parts::answers::Outgoing;
 use super::parts::caller::{NewCall, Route, SendPolicy};
-use super::parts::link::{Link, LinkKind};
 use super::route::negotiated;
 use super::{CallKey, IoThread, LinkKey, Tracked};
 use crate::config::NodeConfig;
 use crate::proto::calls::Unrouted;
+use crate::proto::node::answers::Outgoing;
+use crate::proto::node::link::{Link, LinkKind};
 use crate::proto::state::FailureReason;
 use crate::proto::wire::{Capabilities, Lane};
 use crate::proto::ConnId;
@@ -52,7 +52,7 @@ impl IoThread {
         }
         self.sync_links();
         let (ready, configured) = self.routes.ready_for(channel);
-        self.caller.pick(channel, ready, configured)
+        self.caller.calls_mut().pick(channel, ready, configured)
     }
 
     /// Starts a call: routes it and hands it to the caller, which queues its REQUEST for
@@ -79,13 +79,13 @@ impl IoThread {
     }
 
     /// Sends the REQUESTs the caller queued in this loop turn (MISSION K5), as the messages
-    /// [`Caller::take_requests`](super::parts::caller::Caller::take_requests) makes of them.
+    /// [`Calls::take_requests`](crate::proto::node::caller::Calls::take_requests) makes of them.
     pub(super) fn flush_calls(&mut self, now: Instant) {
-        if !self.caller.has_requests() {
+        if !self.caller.calls().has_requests() {
             return;
         }
         let (links, cfg, me) = (&self.links, &self.local.cfg, self.local.me.capabilities);
-        let messages = self.caller.take_requests(|k| {
+        let messages = self.caller.calls_mut().take_requests(|k| {
             if !batches_calls(links, cfg, k) {
                 SendPolicy::Alone
             } else if negotiated(links, me, k).contains(Capabilities::CALLS) {
@@ -155,7 +155,7 @@ impl IoThread {
             _ => None,
         };
         if let Some(key) = key {
-            let lost = self.caller.handle_connection_lost(key, now);
+            let lost = self.caller.calls_mut().handle_connection_lost(key, now);
             if lost > 0 {
                 tracing::info!(calls = lost, "calls failed with their connection");
             }
@@ -175,7 +175,7 @@ impl IoThread {
     /// (WIRE.md §4.15). A CREDIT the link cannot take now waits, in order, like an answer:
     /// it is never dropped, since a stream whose window closed waits for nothing else.
     pub(super) fn grant_items(&mut self, token: u64, items: u64) {
-        let Some((key, call_id)) = self.caller.credit_target(token) else {
+        let Some((key, call_id)) = self.caller.calls().credit_target(token) else {
             return;
         };
         let Some(items) = NonZeroU64::new(items) else {

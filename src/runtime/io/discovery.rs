@@ -24,7 +24,7 @@
 //!   connection stays, ready for as long as liveness keeps it (a lease is not a liveness
 //!   signal, F5), until its deadline, a transport error or the peer's CLOSE ends it; it is
 //!   then not redialled. A withdrawn link that holds nothing any more leaves the snapshot
-//!   ([`Link::is_removed`](super::parts::link::Link::is_removed)); the same RID's descriptor coming
+//!   ([`Link::is_removed`](crate::proto::node::link::Link::is_removed)); the same RID's descriptor coming
 //!   back takes it up again. A manual intent is never withdrawn.
 
 use std::sync::Arc;
@@ -33,12 +33,12 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::parts::fanout::Sub;
-use super::parts::link::{note, LinkKind};
 use super::parts::sockets::SlotRole;
 use super::{IoThread, LinkKey, SubKey};
 use crate::config::{EndpointKind, PeerConfig, ServerConfig};
 use crate::proto::discovery::{Descriptor, Intent, MeshEndpoints};
 use crate::proto::handshake::Expectation;
+use crate::proto::node::link::{note, LinkKind};
 use crate::proto::security::PublicKey;
 use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
 use crate::runtime::event::DiscoveryEvent;
@@ -272,7 +272,9 @@ impl IoThread {
                     .get(*peer)
                     .is_some_and(|p| p.rid == rid),
                 LinkKind::ClientDial { server } => {
-                    self.discovered.server_rid(&self.local.cfg.servers, *server) == Some(rid)
+                    self.local.cfg.servers.get(*server).is_some_and(|s| {
+                        self.discovered.server_rid(s.rid.as_deref(), &s.endpoint) == Some(rid)
+                    })
                 }
                 LinkKind::Inbound { rid: r, .. } => r == rid,
             };

@@ -29,11 +29,11 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::parts::link::{backoff, note};
 use super::parts::ready::Watch;
 use super::parts::sockets::{close_stopping_monitor, Published, Slot, SlotRole, Staged, Unit};
 use super::{Host, IoThread, SubKey, BACKOFF_MAX};
 use crate::proto::liveness::{Delivery as FanoutDelivery, FanoutInput};
+use crate::proto::node::link::{backoff, note};
 use crate::proto::security::{handshake_refusal, InputRefusal};
 use crate::proto::state::{ConnState, FailureReason, Recovery};
 use crate::proto::wire::{self, PUBPACK_MARKER};
@@ -41,7 +41,10 @@ use crate::runtime::error::NodeError;
 use crate::runtime::event::{Delivery, NodeEvent};
 use crate::runtime::link::LinkId;
 use crate::runtime::records::{self, Fanout};
-use crate::runtime::socket::Frame;
+use crate::runtime::socket::{
+    guarded, set_curve_client, set_curve_server, Frame, MonitorEvent, MonitorSocket,
+    CLOSE_LINGER_MS,
+};
 
 /// The fanout capabilities every SUB socket of this node announces to its publisher, by
 /// subscribing to their markers besides the empty prefix (WIRE.md §7.3, §7.5), and so the
@@ -52,9 +55,6 @@ pub(super) const SUB_CAPABILITIES: wire::Capabilities = wire::Capabilities::PUBP
 /// payload: its u16 length. The first record also carries the topic and the rest of the
 /// envelope, so the records of a PUBPACK are charged exactly the bytes read.
 const PUBLISHED_RECORD_OVERHEAD: usize = 2;
-use crate::runtime::socket::{
-    guarded, set_curve_client, set_curve_server, MonitorEvent, MonitorSocket, CLOSE_LINGER_MS,
-};
 
 impl IoThread {
     /// Binds the node's publisher socket (an XPUB); returns it and the endpoint it is bound

@@ -30,16 +30,16 @@
 //!   handshake), is counted in
 //!   `zmesh_input_refused_total{reason}` (the reason is the only label, MISSION O2) and kept in
 //!   the snapshot's `recent_refusals` (the last
-//!   [`RECENT_REFUSALS`](super::parts::gate::RECENT_REFUSALS), with the endpoint).
+//!   [`RECENT_REFUSALS`](crate::proto::node::gate::RECENT_REFUSALS), with the endpoint).
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
-use super::parts::gate::Refusal;
-use super::parts::link::LinkKind;
 use super::parts::ready::Watch;
 use super::parts::sockets::{Slot, SlotRole};
 use super::{Gated, IoThread, LinkKey, SlotKey};
+use crate::proto::node::gate::Refusal;
+use crate::proto::node::link::LinkKind;
 use crate::proto::security::{
     handshake_refusal, judge_zap, InputRefusal, PublicKey, ZapFacts, ZapReply, ZapRequest,
     ZapTarget,
@@ -158,12 +158,7 @@ impl IoThread {
     /// Answers the ZAP requests waiting on the handler (at most [`ZAP_PER_TURN`]).
     pub(super) fn handle_zap(&mut self, now: Instant) {
         for _ in 0..ZAP_PER_TURN {
-            let frames = match self
-                .accepting
-                .gate
-                .handler()
-                .map(FrameSocket::try_recv_frames)
-            {
+            let frames = match self.sockets.zap.as_ref().map(FrameSocket::try_recv_frames) {
                 Some(Ok(Some(frames))) => frames,
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "ZAP handler receive failed");
@@ -186,7 +181,7 @@ impl IoThread {
             let mut out: Vec<Vec<u8>> = vec![route.as_ref().to_vec()];
             out.extend(reply.encode());
             let refs: Vec<&[u8]> = out.iter().map(Vec::as_slice).collect();
-            if let Some(zap) = self.accepting.gate.handler() {
+            if let Some(zap) = &self.sockets.zap {
                 if let Err(e) = zap.send_frames(&refs) {
                     tracing::warn!(error = %e, "ZAP reply not sent");
                 }

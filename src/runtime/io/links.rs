@@ -8,8 +8,8 @@
 
 use std::time::Instant;
 
-use super::parts::link::{note, routing_id, Conn, Link, LinkKind};
 use super::parts::ready::Watch;
+use crate::proto::node::link::{close_reason, note, routing_id, Conn, Link, LinkKind};
 
 use super::parts::sockets::{Slot, SlotRole, Unit};
 use super::{
@@ -17,26 +17,14 @@ use super::{
     BOUND_ID_COMPLETION,
 };
 use crate::proto::security::PublicKey;
-use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
+use crate::proto::state::{ConnState, FailureReason, Recovery};
 use crate::runtime::outbound::Closed;
 use crate::runtime::records::{self, Lane};
 use crate::runtime::socket::set_curve_client;
 
 impl IoThread {
     pub(super) fn add_link(&mut self, kind: LinkKind, now: Instant) -> LinkKey {
-        self.links.push(Link {
-            kind,
-            state: LinkState::new(StateKind::Peer, 0, now),
-            conn: None,
-            retry_at: Some(now),
-            closing: None,
-            failures_in_row: 0,
-            terminal: false,
-            yielded: false,
-            records: 0,
-            last_receive: None,
-            withdrawn: false,
-        })
+        self.links.push(Link::new(kind, now))
     }
 
     /// The endpoint dialled link `k` dials (`None` for an inbound link).
@@ -151,7 +139,6 @@ impl IoThread {
             source: None,
             live: None,
             last_peer_probe: None,
-            outq: None,
             held: Vec::new(),
             // Proven by the CURVE handshake before the first record can arrive.
             verified_key: server_key,
@@ -183,8 +170,11 @@ impl IoThread {
                 .get(*peer)
                 .and_then(|p| self.discovered.peer_fence(&p.rid)),
             LinkKind::ClientDial { server } => self
-                .discovered
-                .server_fence(&self.local.cfg.servers, *server),
+                .local
+                .cfg
+                .servers
+                .get(*server)
+                .and_then(|s| self.discovered.server_fence(s.rid.as_deref(), &s.endpoint)),
             LinkKind::Inbound { .. } => None,
         };
         match fence.and_then(|f| f.security_identity.as_deref()) {
@@ -332,10 +322,10 @@ impl IoThread {
                         // checked on the timer passes after that (overdue).
                         tracing::debug!(error = %e, "closing monitor not watched");
                     }
-                    let earlier = self.links[k].closing.replace((m, Instant::now()));
+                    self.links[k].closing = Some(Instant::now());
                     // Never the case (a link dials only once its last close is settled); if
                     // it were, that monitor must still wait for libzmq's confirmation.
-                    if let Some((earlier, _)) = earlier {
+                    if let Some(earlier) = self.sockets.closing.insert(k, m) {
                         self.sockets.overdue_closing.push(earlier);
                     }
                 }
@@ -346,7 +336,7 @@ impl IoThread {
             // there. Tell the peer to close (it owns the socket), and forget the routing id so
             // that late records of this physical connection change nothing (MISSION L6).
             if reason != FailureReason::OrderlyClose && reason != FailureReason::TransportError {
-                let close = records::close(records::close_reason(reason));
+                let close = records::close(close_reason(reason));
                 let _ = self.sockets.send(conn.slot, Some(&route), &close);
             }
             if let Some(m) = self.accepting.inbound.get_mut(&conn.slot) {
@@ -360,15 +350,21 @@ impl IoThread {
     /// and terminates the contexts next): its monitor goes, and the link may be dialled again
     /// at its retry time.
     pub(super) fn confirm_close(&mut self, k: LinkKey) {
-        if let Some((m, _)) = self.links.get_mut(k).and_then(|l| l.closing.take()) {
+        if let Some(l) = self.links.get_mut(k) {
+            l.closing = None;
+        }
+        if let Some(m) = self.sockets.closing.remove(&k) {
             self.sockets.ready.deregister(&m);
         }
     }
 
-    /// Link `k`'s closed socket was not confirmed closed within [`CLOSE_CONFIRM_MAX`](super::CLOSE_CONFIRM_MAX): the
+    /// Link `k`'s closed socket was not confirmed closed within [`CLOSE_CONFIRM_MAX`](crate::proto::node::link::CLOSE_CONFIRM_MAX): the
     /// link may be dialled again, its old monitor is kept until libzmq confirms after all.
     pub(super) fn close_overdue(&mut self, k: LinkKey) {
-        if let Some((m, _)) = self.links.get_mut(k).and_then(|l| l.closing.take()) {
+        if let Some(l) = self.links.get_mut(k) {
+            l.closing = None;
+        }
+        if let Some(m) = self.sockets.closing.remove(&k) {
             tracing::debug!(link = %k, "close not confirmed in time; dialling anyway");
             self.sockets.overdue_closing.push(m);
         }
@@ -390,7 +386,7 @@ impl IoThread {
     }
 
     /// A step of the fallback after a disconnect event of bound socket `slot`
-    /// ([`SWEEP_DELAYS`](super::parts::timers::SWEEP_DELAYS)): every connection names its own
+    /// ([`SWEEP_DELAYS`](crate::proto::node::timers::SWEEP_DELAYS)): every connection names its own
     /// loss in band ([`IoThread::on_inbound_notice`]), except one whose pipe was full when it
     /// was lost (libzmq drops that notice). If more connections are admitted on the socket
     /// than its monitor counts open, a notice is missing (or still queued behind records),

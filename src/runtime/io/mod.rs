@@ -28,7 +28,7 @@
 //! is taken out of ready at once (MISSION L6), and no other connection hears of it. libzmq
 //! drops the loss notice of a connection whose pipe was full at that moment; for that case a
 //! bound-side disconnect event starts a few checks over
-//! [`SWEEP_DELAYS`](parts::timers::SWEEP_DELAYS): if the socket then has more admitted
+//! [`SWEEP_DELAYS`](crate::proto::node::timers::SWEEP_DELAYS): if the socket then has more admitted
 //! connections than open ones, the loop *sweeps* it, sending each inbound connection a record
 //! that changes nothing with `ROUTER_MANDATORY`; a connection whose pipe is gone fails the
 //! send with `EHOSTUNREACH` and is taken out of ready.
@@ -38,22 +38,24 @@
 //! `Duplicate`, so each lane has exactly one current connection per peer (MISSION T1).
 //!
 //! # Layout
-//! Three layers, each importing only the ones below it:
-//! - [`parts`]: the state, each part owning its own behind a narrow interface and none of
-//!   them importing the thread: the typed keys and tables ([`crate::runtime::keys`]); the
-//!   socket set with the one send and receive primitive (`parts::sockets`); readiness
-//!   (`parts::ready`: epoll over `ZMQ_FD`, the edge rule); links and their own timings
-//!   (`parts::link`); the timer table (`parts::timers`); the liveness table with the owner of
-//!   each entry (`parts::live`); the caller (`parts::caller`: call table, reply channels,
-//!   this turn's REQUESTs and BATCHes) and the callee (`parts::callee`: contract checks,
-//!   admission of calls, execution queues, dispatch, running handlers); the answers on their
-//!   way out (`parts::answers`); the application queue (`parts::app`); the send turns
-//!   (`parts::outbound`); the gate and the admission tables (`parts::gate`,
-//!   `parts::accepting`); fanout (`parts::fanout`); discovery's additions
-//!   (`parts::discovered`); descriptor exhaustion (`parts::exhaustion`); the hand-off from
-//!   the async side (`parts::handoff`); the node itself (`parts::local`: configuration,
-//!   identity, key pair, where it is in its life); the receive scheduler (`parts::receiving`); the
-//!   call routes, indexed (`parts::routes`).
+//! Four layers, each importing only the ones below it:
+//! - The node core's parts in [`crate::proto::node`], sans-IO: the typed keys and tables,
+//!   links with their own timings and failure rules, the timer table, the liveness table
+//!   with the owner of each entry, the call routes, the gate and the admission tables,
+//!   discovery's additions, this node's calls (`caller`) and the callee's answers on their
+//!   way out (`answers`).
+//! - [`parts`]: the parts that hold a socket, a channel or a task handle, each owning its
+//!   own behind a narrow interface and none of them importing the thread: the socket set with
+//!   the one send and receive primitive, the ZAP handler and the monitors of closes not yet
+//!   confirmed (`parts::sockets`); readiness (`parts::ready`: epoll over `ZMQ_FD`, the edge
+//!   rule); the caller (`parts::caller`: the core's calls with their reply channels, the
+//!   operations registry and the call gauges) and the callee (`parts::callee`: contract
+//!   checks, admission of calls, execution queues, dispatch, running handlers); the
+//!   application queue (`parts::app`); the send queues and their turns
+//!   (`parts::outbound`); fanout (`parts::fanout`); descriptor exhaustion
+//!   (`parts::exhaustion`); the hand-off from the async side (`parts::handoff`); the node
+//!   itself (`parts::local`: configuration, identity, key pair, where it is in its life);
+//!   the receive scheduler (`parts::receiving`).
 //! - This file: the thread's state ([`IoThread`], which holds the parts), its construction
 //!   and the loop with its order.
 //! - The glue, `impl IoThread` blocks that move records between the parts and the sockets:
@@ -101,7 +103,6 @@ use crossbeam_channel::Receiver;
 use super::command::{Command, WakeUp};
 use super::error::NodeError;
 use super::event::EventSender;
-use super::keys;
 use super::operations::OpsShared;
 use super::outbound::{Closed, LinkTable, PubSocket};
 use super::records::Lane;
@@ -109,15 +110,18 @@ use super::security::KeyPair;
 use super::socket::Sockets;
 use crate::config::NodeConfig;
 use crate::proto::handshake::Identity;
+use crate::proto::node::answers::AnswerQueue;
+use crate::proto::node::gate::{Gate, Gated};
+use crate::proto::node::keys;
+use crate::proto::node::link;
+use crate::proto::node::live;
 use crate::proto::sched::IdMap;
 use crate::proto::security::PublicKey;
 use link::{Link, LinkKind};
-pub use link::{BACKOFF_MAX, BACKOFF_MIN, CLOSE_CONFIRM_MAX, HANDSHAKE_TIMEOUT};
-use parts::answers::AnswerQueue;
+pub use link::{BACKOFF_MAX, BACKOFF_MIN};
 pub use parts::callee::GRACEFUL_STOP_BOUND;
 use parts::fanout::Publisher;
-use parts::gate::Gated;
-use parts::{app, callee, caller, link, live, ready, sockets};
+use parts::{app, callee, caller, ready, sockets};
 use ready::{Readiness, Watch};
 
 use sockets::{Slot, SlotRole, SocketSet};
@@ -169,7 +173,7 @@ pub(crate) struct IoThread {
     /// backlogs while it is paused.
     app: app::AppQueue,
     /// Every link's and subscription's earliest deadline, and the disconnect sweeps.
-    timers: parts::timers::TimerTable,
+    timers: crate::proto::node::timers::TimerTable,
     /// The calls this node makes: call table, reply channels, REQUESTs of this turn.
     caller: caller::Caller,
     /// The calls this node serves: channels, serve table, execution queues, handlers.
@@ -178,17 +182,17 @@ pub(crate) struct IoThread {
     /// current connection; every mutable access marks the link for the timer table.
     links: Tracked<LinkKey, Link>,
     /// The bound sockets' gate, their inbound connections and the ones refused.
-    accepting: parts::accepting::Accepting,
+    accepting: crate::proto::node::accepting::Accepting,
     /// The publishers this node reads and its own publisher.
     fanout: parts::fanout::FanoutState,
     /// Automatic mode: links added by discovery and the descriptors' fences.
-    discovered: parts::discovered::Discovered,
+    discovered: crate::proto::node::discovered::Discovered,
     /// The one structure owning every liveness machine of this node (MISSION L8).
     liveness: live::Live,
     /// The fair receive scheduler and what its last rotation left.
     receiving: parts::receiving::Receiving,
     /// Where calls go: the links' routes, indexed (brought up to date by `sync_links`).
-    routes: parts::routes::Routes,
+    routes: crate::proto::node::routes::Routes,
 }
 
 /// What the I/O thread is given of the node's security at start.
@@ -214,21 +218,23 @@ impl IoThread {
         let now = Instant::now();
         let mut sockets = Sockets::new(generation);
         sockets.set_max_frame_size(Some(cfg.max_frame_size));
-        let mut gate = parts::gate::Gate::new(security.allow);
+        metrics::gauge!("zmesh_allow_list_keys").set(security.allow.len() as f64);
+        let gate = Gate::new(security.allow);
         let curve = security.curve;
+        let mut zap = None;
         // Bound ROUTERs always go through the gate (the unadmitted cap); under CURVE the
         // publisher too (the allow-list).
         let gated = cfg.route_mesh.is_some()
             || cfg.server.is_some()
             || (curve.is_some() && cfg.publisher.is_some());
         if gated {
-            let zap = sockets.zap_handler().map_err(|source| {
+            let handler = sockets.zap_handler().map_err(|source| {
                 NodeError::bind(
                     "the ZAP handler of the bound endpoints (inproc://zeromq.zap.01)",
                     source,
                 )
             })?;
-            gate.set_handler(zap);
+            zap = Some(handler);
         }
         let ready = Readiness::new().map_err(NodeError::poller)?;
         let wake = Arc::new(WakeUp::new(ready.waker().map_err(NodeError::poller)?));
@@ -260,24 +266,26 @@ impl IoThread {
                 turns: parts::outbound::SendTurns::new(),
                 answers: AnswerQueue::default(),
                 opened: parts::outbound::Opened::default(),
+                queues: parts::outbound::Queues::default(),
             },
             app: app::AppQueue::new(events, outstanding, cfg.delivery_high_water),
-            timers: parts::timers::TimerTable::new(),
+            timers: crate::proto::node::timers::TimerTable::new(),
             caller: caller::Caller::new(ops),
             callee: callee::Callee::new(),
             links: Tracked::default(),
-            accepting: parts::accepting::Accepting {
+            accepting: crate::proto::node::accepting::Accepting {
                 inbound: IdMap::default(),
-                refused: parts::accepting::Refused::default(),
+                refused: crate::proto::node::accepting::Refused::default(),
                 gate,
             },
             fanout: parts::fanout::FanoutState::default(),
-            discovered: parts::discovered::Discovered::default(),
+            discovered: crate::proto::node::discovered::Discovered::default(),
             liveness: live::Live::new(generation),
             receiving: parts::receiving::Receiving::new(),
-            routes: parts::routes::Routes::default(),
+            routes: crate::proto::node::routes::Routes::default(),
         };
-        if let Some(zap) = io.accepting.gate.handler() {
+        io.sockets.zap = zap;
+        if let Some(zap) = &io.sockets.zap {
             io.sockets
                 .ready
                 .register(zap, Watch::Zap)
@@ -395,7 +403,7 @@ impl IoThread {
                 self.handoff.wake.taken();
             }
             self.read_publisher(now);
-            if std::mem::take(&mut self.accepting.gate.zap_ready) {
+            if std::mem::take(&mut self.sockets.zap_ready) {
                 self.handle_zap(now);
             }
             // Commands before records: a command the application gave before it saw some
@@ -436,8 +444,8 @@ impl IoThread {
                         }
                     }
                     Watch::Zap => {
-                        if self.accepting.gate.handler().is_some_and(ready::has_input) {
-                            self.accepting.gate.zap_ready = true;
+                        if self.sockets.zap.as_ref().is_some_and(ready::has_input) {
+                            self.sockets.zap_ready = true;
                         }
                     }
                     Watch::Socket(k) => {
@@ -462,10 +470,10 @@ impl IoThread {
                         // Only libzmq's MONITOR_STOPPED confirms: other events still queued
                         // on the monitor belong to the closed connection and come before it.
                         let confirmed = self
-                            .links
-                            .get(k)
-                            .and_then(|l| l.closing.as_ref())
-                            .is_some_and(|(m, _)| m.close_confirmed());
+                            .sockets
+                            .closing
+                            .get(&k)
+                            .is_some_and(|m| m.close_confirmed());
                         if confirmed {
                             self.confirm_close(k);
                         }
@@ -480,7 +488,7 @@ impl IoThread {
     /// read, a monitor event, a wake-up.
     pub(super) fn has_input(&self) -> bool {
         self.sockets.ready.is_woken()
-            || self.accepting.gate.zap_ready
+            || self.sockets.zap_ready
             || self.sockets.ready.has_monitors()
             || self.has_readable()
             || self
@@ -506,8 +514,13 @@ impl Drop for IoThread {
         // instead of waiting for room in a queue nobody drains (a stop that ran
         // `close_everything` did all of this already).
         self.outbound.table.stop();
-        for l in &mut self.links {
-            if let Some(q) = l.conn.as_mut().and_then(|c| c.outq.take()) {
+        for k in self.links.keys() {
+            let conn = self
+                .links
+                .get(k)
+                .and_then(|l| l.conn.as_ref())
+                .map(|c| c.id);
+            if let Some(q) = conn.and_then(|c| self.outbound.queues.take(k, c)) {
                 q.close(Closed::Shutdown);
             }
         }

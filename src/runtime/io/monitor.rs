@@ -5,10 +5,10 @@
 
 use std::time::Instant;
 
-use super::parts::link::LinkKind;
 use super::parts::ready::Watch;
 use super::parts::sockets::SlotRole;
 use super::{IoThread, SlotKey, DRAIN_BEFORE_DISCONNECT};
+use crate::proto::node::link::LinkKind;
 use crate::proto::state::FailureReason;
 use crate::proto::transport::{judge_monitor_event, MonitorEvent, MonitorVerdict, Watched};
 

@@ -57,7 +57,7 @@ impl IoThread {
             .links
             .get(k)
             .and_then(|l| l.conn.as_ref())
-            .and_then(|c| c.outq.as_ref())
+            .and_then(|c| self.outbound.queues.get(k, c.id))
             .is_some_and(|o| Arc::ptr_eq(o, &q) && o.conn() == q.conn());
         if !current || self.outbound.turns.is_listed(k) {
             // A closed queue (its records were counted), or one already in the lists.

@@ -8,8 +8,8 @@
 
 use std::sync::Arc;
 
-use super::parts::link::LinkKind;
 use super::{IoThread, LinkKey};
+use crate::proto::node::link::LinkKind;
 use crate::proto::state::FailureReason;
 use crate::runtime::outbound::{Closed, SendQueue};
 use crate::runtime::records::Lane;
@@ -83,11 +83,11 @@ impl IoThread {
             Route::Server(channel) => channel.as_str(),
         };
         let who: Arc<str> = Arc::from(who);
-        let Some(c) = self.links.get_mut(k).and_then(|l| l.conn.as_mut()) else {
+        let Some(c) = self.links.get(k).and_then(|l| l.conn.as_ref()) else {
             return;
         };
         let q = Arc::new(SendQueue::new(k, c.id, who));
-        if let Some(old) = c.outq.replace(q) {
+        if let Some(old) = self.outbound.queues.open(k, q) {
             old.close(Closed::NotReady);
         }
         match &route {
@@ -108,9 +108,9 @@ impl IoThread {
         let route = self.route_of(k);
         let Some(q) = self
             .links
-            .get_mut(k)
-            .and_then(|l| l.conn.as_mut())
-            .and_then(|c| c.outq.take())
+            .get(k)
+            .and_then(|l| l.conn.as_ref())
+            .and_then(|c| self.outbound.queues.take(k, c.id))
         else {
             return 0;
         };
@@ -164,13 +164,17 @@ impl IoThread {
         self.links
             .get(k)
             .and_then(|l| l.conn.as_ref())
-            .is_some_and(|c| c.outq.is_some())
+            .is_some_and(|c| self.outbound.queues.get(k, c.id).is_some())
             && self.routes_to(k, route)
     }
 
     /// The send queue of link `k`'s ready connection.
     pub(super) fn ready_queue(&self, k: LinkKey) -> Option<Arc<SendQueue>> {
         let c = self.links.get(k)?.conn.as_ref()?;
-        c.outq.clone().filter(|_| c.ready)
+        self.outbound
+            .queues
+            .get(k, c.id)
+            .cloned()
+            .filter(|_| c.ready)
     }
 }

@@ -6,15 +6,15 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::parts::link::LinkKind;
 use super::parts::sockets::{Packed, Staged};
 use super::parts::sockets::{Slot, SlotRole, Unit};
 use super::{IoThread, LinkKey, SlotKey};
+use crate::proto::node::link::{judge_close, judge_reject, LinkKind, PeerEnded};
 use crate::proto::sched::{Action, ReadTarget, RotationEndReason, SharedSocketId};
 use crate::proto::state::FailureReason;
 use crate::proto::wire;
 use crate::runtime::event::Delivery;
-use crate::runtime::records::{self, CloseReason, Lane, Rec, RejectReason};
+use crate::runtime::records::{self, Lane, Rec};
 use crate::runtime::socket::{share_last, Frame};
 
 /// Scheduler actions that share one reading of the clock.
@@ -448,23 +448,11 @@ impl IoThread {
                 }
             }
             Rec::Reject { reason, detail } => {
-                if reason == RejectReason::Duplicate {
-                    // The peer's own dial of this lane is the current connection (T1).
-                    self.fail_link(k, FailureReason::StoodDown, &detail, now);
-                    self.links[k].yielded = true;
-                } else {
-                    self.fail_link(k, records::reject_failure(reason), &detail, now);
-                }
+                self.on_peer_ended(k, judge_reject(reason), &detail, now)
             }
             Rec::Close(reason) => {
                 let detail = format!("peer closed: {}", records::close_name(reason));
-                if reason == CloseReason::Replaced && !inbound {
-                    // The peer kept its own dial of this lane: ours stands down (T1).
-                    self.fail_link(k, FailureReason::StoodDown, &detail, now);
-                    self.links[k].yielded = true;
-                } else {
-                    self.fail_link(k, FailureReason::OrderlyClose, &detail, now);
-                }
+                self.on_peer_ended(k, judge_close(reason, inbound), &detail, now);
             }
             Rec::Message { channel, payload } if ready => {
                 self.on_message(k, Bytes::from(channel.into_bytes()), payload, now);
@@ -488,6 +476,15 @@ impl IoThread {
     }
 
     /// Counts a record received on link `k`'s connection.
+    /// The peer ended link `k`'s connection with a REJECT or CLOSE, judged as `verdict`.
+    fn on_peer_ended(&mut self, k: LinkKey, verdict: PeerEnded, detail: &str, now: Instant) {
+        self.fail_link(k, verdict.reason, detail, now);
+        if verdict.stands_down {
+            // The peer's own dial of this lane is the current connection (T1).
+            self.links[k].yielded = true;
+        }
+    }
+
     fn on_link_activity(&mut self, k: LinkKey, now: Instant) {
         let Some(l) = self.links.get_mut(k) else {
             return;

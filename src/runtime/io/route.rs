@@ -7,20 +7,28 @@
 use std::num::NonZeroU64;
 use std::time::Instant;
 
-use super::parts::answers::Outgoing;
-use super::parts::link::Link;
-use super::parts::timers::TimerOwner;
 use super::{CallKey, IoThread, LinkKey, Tracked};
+use crate::config::ServerConfig;
+use crate::proto::node::answers::{Outgoing, Sent};
+use crate::proto::node::link::Link;
+use crate::proto::node::link::ServerChannels;
+use crate::proto::node::timers::TimerOwner;
 use crate::proto::wire::{Capabilities, Lane};
 use crate::runtime::records;
 use crate::runtime::socket::SocketSendError;
+
+impl ServerChannels for [ServerConfig] {
+    fn channel(&self, server: usize) -> Option<&str> {
+        self.get(server).map(|s| s.channel.as_str())
+    }
+}
 
 impl IoThread {
     /// Derives again the deadline of every link and subscription handed out mutably since the
     /// last call, and what each such link contributes to the call routes.
     pub(super) fn sync_links(&mut self) {
         let (timers, routes) = (&mut self.timers, &mut self.routes);
-        let servers = &self.local.cfg.servers;
+        let servers = self.local.cfg.servers.as_slice();
         self.links.drain_touched(|k, l| {
             timers.set(TimerOwner::Link(k), l.next_deadline());
             if !l.routes_are(routes.of(k), servers) {
@@ -78,7 +86,7 @@ impl IoThread {
     /// the callee finishes the call and its answers arrive late, as they would have without
     /// the record.
     fn send_cancels(&mut self) {
-        for (key, call_id) in self.caller.take_cancels() {
+        for (key, call_id) in self.caller.calls_mut().take_cancels() {
             let Some(link) = self.request_link(key) else {
                 continue;
             };
@@ -133,7 +141,10 @@ impl IoThread {
         }
         let packs = caps.contains(Capabilities::ANSWERS);
         if !packs && !self.outbound.answers.is_waiting(route, conn) {
-            let frames = out.alone(self.local.me.generation, conn);
+            let frames = out.alone(
+                NonZeroU64::new(self.local.me.generation).unwrap_or(NonZeroU64::MIN),
+                conn,
+            );
             match self.send_frames_on_link(route, &frames) {
                 Ok(()) => return true,
                 Err(SocketSendError::Full) => {}
@@ -144,7 +155,7 @@ impl IoThread {
         true
     }
 
-    /// Sends the answers that wait, in order per link (see [`AnswerQueue`](super::parts::answers::AnswerQueue)); answers of a
+    /// Sends the answers that wait, in order per link (see [`AnswerQueue`](crate::proto::node::answers::AnswerQueue)); answers of a
     /// connection that is gone are dropped (their callers fail the calls on the loss).
     pub(super) fn flush_answers(&mut self) {
         if self.outbound.answers.is_empty() {
@@ -160,7 +171,11 @@ impl IoThread {
                 let conn = self.links.get(k).and_then(|l| l.conn.as_ref())?.id;
                 Some((conn, self.conn_caps(k)))
             },
-            |k, frames| self.send_frames_on_link(k, frames),
+            |k, frames| match self.send_frames_on_link(k, frames) {
+                Ok(()) => Sent::Taken,
+                Err(SocketSendError::Full) => Sent::Full,
+                Err(_) => Sent::Gone,
+            },
         );
         self.outbound.answers = queued;
     }

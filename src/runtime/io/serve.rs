@@ -6,10 +6,10 @@
 
 use std::time::Instant;
 
-use super::parts::answers::Outgoing;
 use super::parts::callee::From;
-use super::parts::link::Link;
 use super::{IoThread, LinkKey, Tracked};
+use crate::proto::node::answers::Outgoing;
+use crate::proto::node::link::Link;
 use crate::proto::wire::{self, Capabilities, Lane};
 use crate::runtime::command::{ServeDone, ServeItem, Served};
 use crate::runtime::security::Caller;

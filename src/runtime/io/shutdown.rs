@@ -3,9 +3,9 @@
 
 use std::time::Instant;
 
-use super::parts::link::note;
 use super::parts::sockets::close_stopping_monitor;
 use super::IoThread;
+use crate::proto::node::link::note;
 use crate::proto::state::{FailureReason, Recovery};
 use crate::runtime::records::{self, CloseReason};
 use crate::runtime::socket::{Sockets, CLOSE_LINGER_MS};
@@ -15,7 +15,7 @@ impl IoThread {
     pub(super) fn close_everything(&mut self) {
         let now = Instant::now();
         // This node's own calls still out end now, each saying whether it may have run.
-        self.caller.handle_shutdown(now);
+        self.caller.calls_mut().handle_shutdown(now);
         self.drain_calls(now);
         // Handlers still running serve nobody any more.
         self.callee.handle_stop();

@@ -11,10 +11,10 @@
 use std::collections::HashSet;
 use std::time::Instant;
 
-use super::parts::link::{Link, LinkKind};
 use super::parts::sockets::SlotRole;
 use super::{Host, IoThread, LinkKey};
 use crate::proto::handshake::Identity;
+use crate::proto::node::link::{Link, LinkKind};
 use crate::proto::state::Failure;
 use crate::runtime::link::LinkId;
 use crate::runtime::records::{self, Lane};
@@ -62,7 +62,7 @@ impl IoThread {
                 Host::Draining => "draining",
                 Host::Stopped => "stopped",
             },
-            pending_calls: self.caller.pending(),
+            pending_calls: self.caller.calls().pending(),
             serving_calls: self.callee.in_flight(),
             links,
             omitted,
@@ -177,7 +177,7 @@ impl IoThread {
             pending_calls: l
                 .conn
                 .as_ref()
-                .map(|c| self.caller.pending_on((k, c.id)))
+                .map(|c| self.caller.calls().pending_on((k, c.id)))
                 .unwrap_or(0),
             ready_count: l.state.readies(),
             failure_count: l.state.failures(),

@@ -5,9 +5,9 @@
 
 use std::time::Instant;
 
-use super::parts::link::note;
-use super::{IoThread, LiveOwner, CLOSE_CONFIRM_MAX, HANDSHAKE_TIMEOUT};
+use super::{IoThread, LiveOwner};
 use crate::proto::liveness::{LivenessEvent, ProbeEvent, PublisherEvent, Transmit};
+use crate::proto::node::link::note;
 use crate::proto::state::{ConnState, FailureReason};
 use crate::runtime::link::LinkId;
 use crate::runtime::records::{self};
@@ -18,7 +18,7 @@ impl IoThread {
         self.sync_links();
         [
             self.liveness.table().poll_timeout(),
-            self.caller.poll_timeout(),
+            self.caller.calls().poll_timeout(),
             self.callee.poll_timeout(),
             self.timers.next(),
         ]
@@ -29,7 +29,7 @@ impl IoThread {
 
     pub(super) fn run_timers(&mut self, now: Instant) {
         // Call deadlines and serve-side ttl refusals and drain bound.
-        self.caller.handle_timeout(now);
+        self.caller.calls_mut().handle_timeout(now);
         self.callee.handle_timeout(now);
         self.drain_calls(now);
         // Every liveness machine of the node, from one table (MISSION L8). Coalesced: a
@@ -68,11 +68,7 @@ impl IoThread {
         }
         // Handshake timeouts.
         for k in self.timers.due_links(now) {
-            let expired = self.links[k]
-                .conn
-                .as_ref()
-                .is_some_and(|c| !c.ready && now >= c.opened_at + HANDSHAKE_TIMEOUT);
-            if expired {
+            if self.links[k].is_handshake_overdue(now) {
                 self.fail_link(k, FailureReason::TransportError, "handshake timed out", now);
             }
         }
@@ -80,16 +76,10 @@ impl IoThread {
         // due.
         self.sync_links();
         for k in self.timers.due_links(now) {
-            let l = &self.links[k];
-            let due = l.waits_to_redial() && l.retry_at.is_some_and(|t| now >= t);
-            if due {
+            if self.links[k].is_redial_due(now) {
                 self.dial(k, now);
             }
-            if self.links[k]
-                .closing
-                .as_ref()
-                .is_some_and(|c| now >= c.1 + CLOSE_CONFIRM_MAX)
-            {
+            if self.links[k].is_close_overdue(now) {
                 self.close_overdue(k);
             }
         }

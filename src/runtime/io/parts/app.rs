@@ -11,9 +11,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use crate::proto::node::keys::{LinkKey, SlotKey};
 use crate::proto::state::{ConnState, FailureReason};
 use crate::runtime::event::{Delivery, EventSender, NodeEvent, StateChange};
-use crate::runtime::keys::{LinkKey, SlotKey};
 use crate::runtime::link::LinkId;
 
 /// Records a link holds while the application queue is paused; when full, the link's socket

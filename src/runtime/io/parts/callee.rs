@@ -44,12 +44,12 @@ use crate::proto::calls::{
     Admission, Arrival, Cancelled, Dispatch, ExecQueues, RemoteCode, ServeId, ServeTable,
 };
 use crate::proto::contract::{self, ExecutionKind};
+use crate::proto::node::keys::CallKey;
 use crate::proto::wire::{self, ReplyCode};
 use crate::runtime::calls::{CallerGone, Request, ServeError};
 use crate::runtime::command::{
     Dispatcher, InlineDispatch, InlineRun, ServeDone, ServeItem, ServeJob, Served,
 };
-use crate::runtime::keys::CallKey;
 use crate::runtime::records;
 use crate::runtime::security::{AuthRequest, Caller, Denied};
 use crate::runtime::service::{MethodPlan, INLINE_BUDGET};

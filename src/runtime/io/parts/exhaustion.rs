@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::link::{backoff, note};
+use crate::proto::node::link::{backoff, note};
 use crate::proto::state::{ConnState, FailureReason, LinkState, Recovery};
 use crate::runtime::fds::{Exhausted, Gauge};
 

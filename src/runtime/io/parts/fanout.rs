@@ -9,11 +9,11 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use crate::proto::liveness;
+use crate::proto::node::keys::{SlotKey, SubKey, Tracked};
 use crate::proto::security::PublicKey;
 use crate::proto::state::LinkState;
 use crate::proto::ConnId;
 use crate::runtime::event::Source;
-use crate::runtime::keys::{SlotKey, SubKey, Tracked};
 use crate::runtime::outbound::PubSocket;
 use crate::runtime::socket::{FrameSocket, MonitorEvent, MonitorSocket};
 

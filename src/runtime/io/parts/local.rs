@@ -2,9 +2,9 @@
 //! in every handshake, its CURVE key pair, where it is in its life, and the counter its
 //! connection ids come from.
 
-use super::link::LinkKind;
 use crate::config::NodeConfig;
 use crate::proto::handshake::Identity;
+use crate::proto::node::link::LinkKind;
 use crate::proto::ConnId;
 use crate::runtime::link::{LinkId, MeshLane};
 use crate::runtime::records::Lane;

@@ -5,9 +5,11 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
-use super::answers::AnswerQueue;
-use crate::runtime::keys::{Key, LinkKey};
-use crate::runtime::outbound::{LinkTable, Taken};
+use crate::proto::node::answers::AnswerQueue;
+use crate::proto::node::keys::{Key, LinkKey};
+use crate::proto::sched::IdMap;
+use crate::proto::ConnId;
+use crate::runtime::outbound::{LinkTable, SendQueue, Taken};
 
 /// Records sent from send queues per loop turn, over every link.
 pub(crate) const SENDS_PER_TURN: usize = 2048;
@@ -24,6 +26,36 @@ pub(crate) struct Outbound {
     pub(crate) answers: AnswerQueue,
     /// Which links opened a send queue for each route.
     pub(crate) opened: Opened,
+    /// Each link's send queue, for the connection it was opened for (see [`Queues`]).
+    pub(crate) queues: Queues,
+}
+
+/// The send queue of each link's connection: a queue belongs to the connection it was opened
+/// for ([`SendQueue::conn`]), so a queue left here by a connection that is gone is never
+/// handed out for the link's next one.
+#[derive(Default)]
+pub(crate) struct Queues {
+    by_link: IdMap<LinkKey, Arc<SendQueue>>,
+}
+
+impl Queues {
+    /// The queue of link `k`'s connection `conn`, if it has one.
+    pub(crate) fn get(&self, k: LinkKey, conn: ConnId) -> Option<&Arc<SendQueue>> {
+        self.by_link.get(&k).filter(|q| q.conn() == conn)
+    }
+
+    /// `q` becomes the queue of link `k`'s connection `q.conn()`; returns the queue that
+    /// connection had before, if any.
+    pub(crate) fn open(&mut self, k: LinkKey, q: Arc<SendQueue>) -> Option<Arc<SendQueue>> {
+        let conn = q.conn();
+        self.by_link.insert(k, q).filter(|old| old.conn() == conn)
+    }
+
+    /// Takes the queue of link `k`'s connection `conn`, if it has one.
+    pub(crate) fn take(&mut self, k: LinkKey, conn: ConnId) -> Option<Arc<SendQueue>> {
+        self.get(k, conn)?;
+        self.by_link.remove(&k)
+    }
 }
 
 /// The links that opened a send queue, per route (a peer's RID, a channel of configured

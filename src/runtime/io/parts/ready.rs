@@ -35,7 +35,7 @@ use std::time::Duration;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 
-use crate::runtime::keys::{Key, LinkKey, SlotKey};
+use crate::proto::node::keys::{Key, LinkKey, SlotKey};
 
 /// Events taken from the epoll set per wait; more stay queued for the next wait.
 const EVENTS_PER_WAIT: usize = 1024;

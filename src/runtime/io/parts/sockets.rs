@@ -4,11 +4,13 @@
 //! marks its socket for a `ZMQ_EVENTS` check (see [`super::ready`]). Binding, dialling and
 //! closing are the thread's (`io/slots.rs`, `io/links.rs`).
 
+use std::collections::HashMap;
+
 use super::exhaustion::Exhaustion;
 use super::ready::{Readiness, Watch};
+use crate::proto::node::keys::{LinkKey, SlotKey, SubKey, Table};
 use crate::proto::sched::{IdMap, SharedSocketId};
 use crate::proto::ConnId;
-use crate::runtime::keys::{LinkKey, SlotKey, SubKey, Table};
 use crate::runtime::records::Lane;
 use crate::runtime::socket::{
     Frame, FrameSocket, MonitorEvent, MonitorSocket, SocketRoom, Sockets,
@@ -42,13 +44,20 @@ pub(crate) struct SocketSet {
     /// under their link's [`Watch::Closing`]) until libzmq confirms, because a monitor dropped
     /// before libzmq's last event blocks the context's reaper (see `MonitorSocket`).
     ///
-    /// [`CLOSE_CONFIRM_MAX`]: super::link::CLOSE_CONFIRM_MAX
+    /// [`CLOSE_CONFIRM_MAX`]: crate::proto::node::link::CLOSE_CONFIRM_MAX
     pub(crate) overdue_closing: Vec<MonitorSocket>,
+    /// The monitor of each link's closed dialled socket, until libzmq confirms the close or
+    /// the link's [`CLOSE_CONFIRM_MAX`] passes (then it joins `overdue_closing`).
+    pub(crate) closing: HashMap<LinkKey, MonitorSocket>,
     /// CURVE: a bound socket's records keep their message properties (see
     /// [`SocketSet::recv_one`]).
     curve: bool,
     /// Running out of descriptors: the figures and the episode being logged.
     pub(crate) exhaustion: Exhaustion,
+    /// The ZAP handler of the bound endpoints (none when the node gates no socket).
+    pub(crate) zap: Option<zmq::Socket>,
+    /// The ZAP handler's descriptor fired or it was touched: read it.
+    pub(crate) zap_ready: bool,
 }
 
 pub(crate) struct Slot {
@@ -112,8 +121,11 @@ impl SocketSet {
             shared: IdMap::default(),
             ready,
             overdue_closing: Vec::new(),
+            closing: HashMap::new(),
             curve,
             exhaustion: Exhaustion::default(),
+            zap: None,
+            zap_ready: false,
         }
     }
 

@@ -1,6 +1,6 @@
-//! Typed handles of the I/O thread's tables: a [`LinkKey`] names a link, a [`SlotKey`] a
-//! socket's slot, a [`SubKey`] a fanout subscription, and a [`Table`] is indexed by its own key type only, so a link key can
-//! never index the slots (or the other way round). Keys are positions in their table:
+//! Typed handles of a node's tables: a [`LinkKey`] names a link, a [`SlotKey`] a socket's
+//! slot, a [`SubKey`] a fanout subscription, and a [`Table`] is indexed by its own key type
+//! only, so a link key can never index the slots (or the other way round). Keys are positions in their table:
 //! handles for lookups and diagnostics, never fences (a connection is fenced by its
 //! [`crate::proto::ConnId`] and the peer's identity).
 
@@ -43,17 +43,17 @@ macro_rules! key {
 }
 
 key!(
-    /// A link of the I/O thread: one configured or inbound lane to one peer, server or
+    /// A link of the node: one configured or inbound lane to one peer, server or
     /// client, whatever its connection of the moment. Links are never removed, so a key stays
     /// the same link for the node's life.
     LinkKey
 );
 key!(
-    /// A slot of the I/O thread's socket table. A slot is reused once its socket is gone.
+    /// A slot of the node's socket table. A slot is reused once its socket is gone.
     SlotKey
 );
 key!(
-    /// A fanout subscription of the I/O thread: one publisher endpoint this node reads.
+    /// A fanout subscription of the node: one publisher endpoint this node reads.
     /// Subscriptions are never removed while the node runs (a retired one keeps its key), so a
     /// key stays the same subscription for the node's life.
     SubKey

@@ -4,11 +4,10 @@
 
 use std::collections::HashMap;
 
-use crate::config::ServerConfig;
 use crate::proto::handshake::Expectation;
-use crate::runtime::keys::SubKey;
+use crate::proto::node::keys::SubKey;
 
-/// What discovery added to the I/O thread's links, and the fences of the descriptors.
+/// What discovery added to the node's links, and the fences of the descriptors.
 #[derive(Debug, Default)]
 pub(crate) struct Discovered {
     /// The current descriptor fence of each RID (MISSION F3).
@@ -31,27 +30,20 @@ impl Discovered {
         self.fences.get(rid)
     }
 
-    /// The descriptor fence of configured server `server` of `servers` (by its RID, or by
-    /// its endpoint when it was configured without one).
-    pub(crate) fn server_fence(
-        &self,
-        servers: &[ServerConfig],
-        server: usize,
-    ) -> Option<&Expectation> {
-        self.server_rid(servers, server)
+    /// The descriptor fence of a configured server with RID `rid` (if configured with one)
+    /// at `endpoint`: by its RID, or by its endpoint when it was configured without one.
+    pub(crate) fn server_fence(&self, rid: Option<&str>, endpoint: &str) -> Option<&Expectation> {
+        self.server_rid(rid, endpoint)
             .and_then(|rid| self.fences.get(rid))
     }
 
-    /// The RID behind configured server `server` of `servers`: configured, or the owner of
-    /// its endpoint.
+    /// The RID behind a configured server with RID `rid` (if configured with one) at
+    /// `endpoint`: configured, or the owner of its endpoint.
     pub(crate) fn server_rid<'a>(
         &'a self,
-        servers: &'a [ServerConfig],
-        server: usize,
+        rid: Option<&'a str>,
+        endpoint: &str,
     ) -> Option<&'a str> {
-        let s = servers.get(server)?;
-        s.rid
-            .as_deref()
-            .or_else(|| self.endpoint_owner.get(&s.endpoint).map(String::as_str))
+        rid.or_else(|| self.endpoint_owner.get(endpoint).map(String::as_str))
     }
 }

@@ -5,8 +5,8 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use super::gate::Gate;
+use crate::proto::node::keys::{LinkKey, SlotKey};
 use crate::proto::sched::IdMap;
-use crate::runtime::keys::{LinkKey, SlotKey};
 
 /// The bound sockets' side of admission: the gate (ZAP handler, open connections, recent
 /// refusals), the inbound connections admitted so far, and the ones sent a REJECT.
@@ -82,7 +82,7 @@ impl Refused {
 #[cfg(test)]
 mod tests {
     use super::Refused;
-    use crate::runtime::keys::{Key, SlotKey};
+    use crate::proto::node::keys::{Key, SlotKey};
 
     fn slot(i: usize) -> SlotKey {
         SlotKey::from_index(i)

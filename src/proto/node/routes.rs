@@ -6,14 +6,14 @@
 //! channel served by N RouteMesh peers, N scans of every link per call). The index holds what
 //! each link contributes ([`LinkRoutes`], derived from the link by the thread) and is brought
 //! up to date for exactly the links a turn touched (the link table is a
-//! [`Tracked`](crate::runtime::keys::Tracked) table) before every lookup, so it always
+//! [`Tracked`](crate::proto::node::keys::Tracked) table) before every lookup, so it always
 //! answers what the scan would have, in the same order (links by key).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use crate::proto::node::keys::{CallKey, Key, LinkKey};
+use crate::proto::wire::Lane;
 use crate::proto::ConnId;
-use crate::runtime::keys::{CallKey, Key, LinkKey};
-use crate::runtime::records::Lane;
 
 /// What one link contributes to the routes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

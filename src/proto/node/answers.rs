@@ -13,16 +13,25 @@
 use std::collections::{HashMap, VecDeque};
 use std::num::NonZeroU64;
 
+use crate::proto::node::keys::LinkKey;
 use crate::proto::wire::{
     self, Answer, Answers, Capabilities, Pending, Record, ANSWERS_MAX_ENTRIES, ANSWERS_MAX_PAYLOAD,
 };
 use crate::proto::ConnId;
-use crate::runtime::keys::LinkKey;
-use crate::runtime::records;
-use crate::runtime::socket::SocketSendError;
 
 /// One record's frames.
 type Frames = Vec<Vec<u8>>;
+
+/// What the transport did with a record [`AnswerQueue::flush`] handed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sent {
+    /// It took the record.
+    Taken,
+    /// The pipe is full: the record and those behind it wait for the next flush.
+    Full,
+    /// The connection is gone: what waits for it is dropped.
+    Gone,
+}
 
 /// One answer waiting to leave.
 pub(crate) enum Outgoing {
@@ -38,9 +47,14 @@ pub(crate) enum Outgoing {
 impl Outgoing {
     /// The frames of this answer sent on its own on connection `conn` of a node of
     /// `generation`.
-    pub(crate) fn alone(&self, generation: u64, conn: ConnId) -> Frames {
+    pub(crate) fn alone(&self, generation: NonZeroU64, conn: ConnId) -> Frames {
         match self {
-            Outgoing::Accept(call_id) => records::accept(*call_id, generation, conn.0),
+            Outgoing::Accept(call_id) => Record::Accept(wire::Accept {
+                call_id: *call_id,
+                generation,
+                connection_id: conn.0,
+            })
+            .encode(),
             Outgoing::Reply(r) => Record::Reply(r.clone()).encode(),
             Outgoing::Frames(f) => f.clone(),
         }
@@ -87,7 +101,7 @@ impl AnswerQueue {
         &mut self,
         generation: NonZeroU64,
         current: impl Fn(LinkKey) -> Option<(ConnId, Capabilities)>,
-        mut send: impl FnMut(LinkKey, &[Vec<u8>]) -> Result<(), SocketSendError>,
+        mut send: impl FnMut(LinkKey, &[Vec<u8>]) -> Sent,
     ) {
         let links: Vec<LinkKey> = self.queued.keys().copied().collect();
         for route in links {
@@ -103,14 +117,14 @@ impl AnswerQueue {
             while !queue.is_empty() {
                 let (frames, used) = next_record(&queue, generation, conn, caps);
                 match send(route, &frames) {
-                    Ok(()) => {
+                    Sent::Taken => {
                         queue.drain(..used);
                     }
-                    Err(SocketSendError::Full) => {
+                    Sent::Full => {
                         self.queued.insert(route, (conn, queue));
                         break;
                     }
-                    Err(_) => break,
+                    Sent::Gone => break,
                 }
             }
         }
@@ -139,7 +153,7 @@ fn next_record(
         }
     }
     match queue.front() {
-        Some(out) => (out.alone(generation.get(), conn), 1),
+        Some(out) => (out.alone(generation, conn), 1),
         None => (Vec::new(), 0),
     }
 }
@@ -168,11 +182,12 @@ mod tests {
     }
 
     fn reply(n: u64, len: usize) -> Outgoing {
-        Outgoing::Reply(records::reply(
-            id(n),
-            ReplyCode::Ok,
-            Bytes::from(vec![0; len]),
-        ))
+        Outgoing::Reply(wire::Reply {
+            call_id: id(n),
+            code: ReplyCode::Ok,
+            payload: Bytes::from(vec![0; len]),
+            replayed: false,
+        })
     }
 
     /// MISSION K5, X4: answers that waited together pack in order, an ACCEPT next to its
@@ -248,5 +263,52 @@ mod tests {
         let only_ids = Capabilities::IDS16;
         let (frames, _) = next_record(&q, id(5), ConnId(1), only_ids);
         assert_eq!(frames[0][3], 0x08, "ids16 alone packs nothing");
+    }
+
+    /// An answer is owed while its connection lasts (MISSION C3, X4): a full pipe keeps it,
+    /// in order, for the next flush; a connection that is gone, or replaced by another one
+    /// of the link, drops what waited for it.
+    #[test]
+    fn c3_x4_a_full_pipe_delays_answers_and_a_gone_connection_drops_them() {
+        let link = <LinkKey as crate::proto::node::keys::Key>::from_index(0);
+        let gen = id(1);
+        let mut q = AnswerQueue::default();
+        q.hold(link, ConnId(1), Outgoing::Accept(id(1)));
+        q.hold(link, ConnId(1), reply(1, 1));
+        let current = |_| Some((ConnId(1), Capabilities::NONE));
+        let mut seen = Vec::new();
+        q.flush(gen, current, |_, frames| {
+            seen.push(frames.to_vec());
+            Sent::Full
+        });
+        assert_eq!(seen.len(), 1, "nothing after a full pipe is tried");
+        assert!(q.is_waiting(link, ConnId(1)));
+        let mut sent = Vec::new();
+        q.flush(gen, current, |_, frames| {
+            sent.push(frames.to_vec());
+            Sent::Taken
+        });
+        assert_eq!(sent.len(), 2, "both, in order, once the pipe has room");
+        assert_eq!(sent[0], seen[0], "the ACCEPT first");
+        assert!(q.is_empty());
+
+        q.hold(link, ConnId(1), reply(2, 1));
+        q.flush(gen, current, |_, _| Sent::Gone);
+        assert!(q.is_empty(), "a gone connection drops what waited for it");
+        q.hold(link, ConnId(1), reply(3, 1));
+        let mut tried = false;
+        q.flush(
+            gen,
+            |_| Some((ConnId(2), Capabilities::NONE)),
+            |_, _| {
+                tried = true;
+                Sent::Taken
+            },
+        );
+        assert!(
+            !tried,
+            "answers of the old connection never reach the new one"
+        );
+        assert!(q.is_empty());
     }
 }

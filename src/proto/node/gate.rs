@@ -1,12 +1,12 @@
-//! The gate's state: the ZAP handler, the bound sockets by ZAP domain, the connections open
+//! The gate's state: the bound sockets by ZAP domain, the connections open
 //! on each, the allow-list (CURVE) and the recent refusals. What the gate decides and how it
 //! answers ZAP is the thread's (`io/gate.rs`, whose module docs describe the whole gate).
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::Instant;
 
+use crate::proto::node::keys::SlotKey;
 use crate::proto::security::{InputRefusal, PublicKey};
-use crate::runtime::keys::SlotKey;
 
 /// Refusals a snapshot lists, newest last.
 pub const RECENT_REFUSALS: usize = 64;
@@ -36,10 +36,6 @@ pub(crate) struct Refusal {
 
 /// The gate's state.
 pub(crate) struct Gate {
-    /// The ZAP handler (none when the node binds no ROUTER).
-    zap: Option<zmq::Socket>,
-    /// Its descriptor fired or it was touched: read it.
-    pub(crate) zap_ready: bool,
     /// The bound sockets by ZAP domain.
     domains: HashMap<String, Gated>,
     /// Connections open on each bound socket, by descriptor (monitor events).
@@ -54,12 +50,9 @@ pub(crate) struct Gate {
 }
 
 impl Gate {
-    /// A gate with no handler yet, admitting the CURVE clients of `allow`.
+    /// A gate admitting the CURVE clients of `allow`.
     pub(crate) fn new(allow: BTreeSet<PublicKey>) -> Gate {
-        metrics::gauge!("zmesh_allow_list_keys").set(allow.len() as f64);
         Gate {
-            zap: None,
-            zap_ready: false,
             domains: HashMap::new(),
             open: HashMap::new(),
             recent: VecDeque::new(),
@@ -77,16 +70,6 @@ impl Gate {
     /// Whether `key` is on the allow-list.
     pub(crate) fn allows(&self, key: &PublicKey) -> bool {
         self.allow.contains(key)
-    }
-
-    /// Installs the ZAP handler.
-    pub(crate) fn set_handler(&mut self, zap: zmq::Socket) {
-        self.zap = Some(zap);
-    }
-
-    /// The ZAP handler's socket, to watch.
-    pub(crate) fn handler(&self) -> Option<&zmq::Socket> {
-        self.zap.as_ref()
     }
 
     /// Bound socket `slot` answers to ZAP domain `domain`.

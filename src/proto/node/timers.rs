@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use crate::runtime::keys::{Key, LinkKey, SlotKey, SubKey};
+use crate::proto::node::keys::{Key, LinkKey, SlotKey, SubKey};
 
 /// Delays after a bound-side disconnect event at which the I/O thread checks whether a
 /// connection of the socket left without its notice (`IoThread::check_bound_disconnects`),
@@ -40,7 +40,7 @@ pub(crate) enum TimerOwner {
 /// (`IoThread::sync_links`, `io/timers.rs`): no change can be missed, and a turn costs one derivation per
 /// owner it touched, not a walk over every link.
 ///
-/// [`Tracked`]: crate::runtime::keys::Tracked
+/// [`Tracked`]: crate::proto::node::keys::Tracked
 pub(crate) struct TimerTable {
     /// Per link position: its entry in `order`, if it has a deadline.
     links: Vec<Option<Instant>>,

@@ -5,21 +5,17 @@
 //! ([`Link::record_failure`]: the count, terminal failures, recovery and backoff); dialling,
 //! closing and the effects of a failure on other parts are the thread's (`io/links.rs`).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::routes::LinkRoutes;
-use crate::config::ServerConfig;
 use crate::proto::handshake::{Identity, Role};
 use crate::proto::liveness::{self, PEER_DEADLINE};
+use crate::proto::node::keys::SlotKey;
+use crate::proto::node::routes::LinkRoutes;
+use crate::proto::node::source::Source;
 use crate::proto::security::PublicKey;
-use crate::proto::state::{ConnState, FailureReason, LinkState, Recovery};
+use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
+use crate::proto::wire::{CloseReason, Lane, RejectReason};
 use crate::proto::ConnId;
-use crate::runtime::event::Source;
-use crate::runtime::keys::SlotKey;
-use crate::runtime::outbound::SendQueue;
-use crate::runtime::records::Lane;
-use crate::runtime::socket::MonitorSocket;
 
 /// A dialled connection that is not ready this long after its socket was created is closed
 /// and dialled again (a connect that never completes, a peer that never answers HELLO).
@@ -48,6 +44,13 @@ pub(crate) enum LinkKind {
     Inbound { rid: String, lane: Lane },
 }
 
+/// The channel of each configured ClientServer server, by its index in the configuration (what
+/// [`LinkKind::ClientDial`] names).
+pub(crate) trait ServerChannels {
+    /// The channel of configured server `server`, if there is one.
+    fn channel(&self, server: usize) -> Option<&str>;
+}
+
 /// One physical connection of a link.
 pub(crate) struct Conn {
     pub(crate) id: ConnId,
@@ -67,8 +70,6 @@ pub(crate) struct Conn {
     pub(crate) live: Option<liveness::LinkKey>,
     /// The last probe id the peer sent on this connection (re-ACKed by disconnect sweeps).
     pub(crate) last_peer_probe: Option<u64>,
-    /// The queue of one-way records for this connection, once ready (see `io/outbound.rs`).
-    pub(crate) outq: Option<Arc<SendQueue>>,
     /// PROBEs and ACKs a full pipe refused, sent before anything else once it has room.
     pub(crate) held: Vec<Vec<Vec<u8>>>,
     /// The peer's CURVE public key, verified by the transport; `None` without
@@ -85,8 +86,9 @@ pub(crate) struct Link {
     pub(crate) conn: Option<Conn>,
     /// Reconnect not before this instant (dialled links).
     pub(crate) retry_at: Option<Instant>,
-    /// A closed socket whose close is not yet confirmed; no new dial until it is.
-    pub(crate) closing: Option<(MonitorSocket, Instant)>,
+    /// When this link closed a socket whose close is not yet confirmed; no new dial until it
+    /// is (the socket's monitor waits in the socket set, `SocketSet::closing`).
+    pub(crate) closing: Option<Instant>,
     pub(crate) failures_in_row: u32,
     /// NotRequired is terminal for this configuration generation (MISSION T4).
     pub(crate) terminal: bool,
@@ -100,6 +102,24 @@ pub(crate) struct Link {
 }
 
 impl Link {
+    /// A new link of `kind` at `now`, not connected, due to be dialled at once if it is a
+    /// dialled one.
+    pub(crate) fn new(kind: LinkKind, now: Instant) -> Link {
+        Link {
+            kind,
+            state: LinkState::new(StateKind::Peer, 0, now),
+            conn: None,
+            retry_at: Some(now),
+            closing: None,
+            failures_in_row: 0,
+            terminal: false,
+            yielded: false,
+            records: 0,
+            last_receive: None,
+            withdrawn: false,
+        }
+    }
+
     /// Whether this link will be dialled again at `retry_at`: a dialled link without a
     /// connection, not stood down, whose old socket's close was confirmed. The poll timeout
     /// takes `retry_at` only for such links: an inbound link is never dialled, and a timer
@@ -118,14 +138,49 @@ impl Link {
     /// unconfirmed. What the timer pass acts on, and nothing else: a deadline nothing acts on
     /// would make every poll return at once.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        let handshake = self
-            .conn
+        [
+            self.handshake_deadline(),
+            self.redial_at(),
+            self.close_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// When a connection that is not ready yet has taken too long to become ready.
+    fn handshake_deadline(&self) -> Option<Instant> {
+        self.conn
             .as_ref()
             .filter(|c| !c.ready)
-            .map(|c| c.opened_at + HANDSHAKE_TIMEOUT);
-        let redial = self.retry_at.filter(|_| self.waits_to_redial());
-        let close = self.closing.as_ref().map(|c| c.1 + CLOSE_CONFIRM_MAX);
-        [handshake, redial, close].into_iter().flatten().min()
+            .map(|c| c.opened_at + HANDSHAKE_TIMEOUT)
+    }
+
+    /// When this link dials again, if it waits to.
+    fn redial_at(&self) -> Option<Instant> {
+        self.retry_at.filter(|_| self.waits_to_redial())
+    }
+
+    /// When an unconfirmed close stops holding back the next dial.
+    fn close_deadline(&self) -> Option<Instant> {
+        self.closing.map(|t| t + CLOSE_CONFIRM_MAX)
+    }
+
+    /// At `now` the connection, not ready yet, took longer than [`HANDSHAKE_TIMEOUT`]: it
+    /// fails and the link dials again.
+    pub(crate) fn is_handshake_overdue(&self, now: Instant) -> bool {
+        self.handshake_deadline().is_some_and(|t| now >= t)
+    }
+
+    /// At `now` the link is due to be dialled again ([`Link::waits_to_redial`]).
+    pub(crate) fn is_redial_due(&self, now: Instant) -> bool {
+        self.redial_at().is_some_and(|t| now >= t)
+    }
+
+    /// At `now` libzmq has not confirmed the close of the link's old socket within
+    /// [`CLOSE_CONFIRM_MAX`]: the link may dial again without waiting for it.
+    pub(crate) fn is_close_overdue(&self, now: Instant) -> bool {
+        self.close_deadline().is_some_and(|t| now >= t)
     }
 
     /// Records the failure of this link's connection (taken from it already) in its state:
@@ -164,11 +219,11 @@ impl Link {
         self.withdrawn && self.conn.is_none() && self.closing.is_none()
     }
 
-    /// What this link contributes to the call routes ([`Routes`](super::routes::Routes)):
+    /// What this link contributes to the call routes ([`Routes`](crate::proto::node::routes::Routes)):
     /// its ready connection with its peer's RID, the channels its peer serves if it is an
     /// Application lane, its configured channel if it dials a ClientServer server
-    /// (`servers`: the node's configured servers).
-    pub(crate) fn routes(&self, servers: &[ServerConfig]) -> LinkRoutes {
+    /// (`servers`: the channels of the node's configured servers).
+    pub(crate) fn routes<S: ServerChannels + ?Sized>(&self, servers: &S) -> LinkRoutes {
         let conn = self.conn.as_ref();
         let lane = conn
             .filter(|c| c.ready)
@@ -189,7 +244,11 @@ impl Link {
 
     /// Whether [`Link::routes`] would give `old` (compared without building it, so a link
     /// touched by every record it receives costs no allocation to check).
-    pub(crate) fn routes_are(&self, old: &LinkRoutes, servers: &[ServerConfig]) -> bool {
+    pub(crate) fn routes_are<S: ServerChannels + ?Sized>(
+        &self,
+        old: &LinkRoutes,
+        servers: &S,
+    ) -> bool {
         let conn = self.conn.as_ref();
         let lane = conn
             .filter(|c| c.ready)
@@ -221,9 +280,9 @@ impl Link {
     }
 
     /// The channel of the configured server this link dials, if it dials one.
-    fn client_channel<'a>(&self, servers: &'a [ServerConfig]) -> Option<&'a str> {
+    fn client_channel<'a, S: ServerChannels + ?Sized>(&self, servers: &'a S) -> Option<&'a str> {
         match &self.kind {
-            LinkKind::ClientDial { server } => servers.get(*server).map(|s| s.channel.as_str()),
+            LinkKind::ClientDial { server } => servers.channel(*server),
             _ => None,
         }
     }
@@ -276,27 +335,76 @@ fn served_channels(peer: &Identity) -> impl Iterator<Item = &str> {
         .map(|m| m.channel.as_str())
 }
 
+/// What a peer's REJECT or CLOSE does to the link that received it: the failure it records,
+/// and whether the link stands down (a dialled lane whose peer kept its own dial of that
+/// lane, MISSION T1: it is not dialled again while the peer's connection serves the lane).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PeerEnded {
+    /// The failure the link records.
+    pub(crate) reason: FailureReason,
+    /// The link stands down (yields the lane) instead of redialling.
+    pub(crate) stands_down: bool,
+}
+
+/// A REJECT with `reason` arrived on a link's connection (WIRE.md §5.1): `Duplicate` means the
+/// peer admitted this node's other dial of the lane, so this one stands down (MISSION T1);
+/// every other reason is the failure it names.
+pub(crate) fn judge_reject(reason: RejectReason) -> PeerEnded {
+    let failure = match reason {
+        RejectReason::Duplicate => FailureReason::StoodDown,
+        RejectReason::NotRequired => FailureReason::NotRequired,
+        RejectReason::IdentityMismatch => FailureReason::IdentityMismatch,
+        RejectReason::GenerationMismatch => FailureReason::GenerationMismatch,
+        RejectReason::SecurityFailure => FailureReason::SecurityFailure,
+        RejectReason::Draining => FailureReason::HostDraining,
+        RejectReason::UnsupportedVersion | RejectReason::LaneMismatch | RejectReason::Protocol => {
+            FailureReason::ProtocolError
+        }
+    };
+    PeerEnded {
+        reason: failure,
+        stands_down: reason == RejectReason::Duplicate,
+    }
+}
+
+/// A CLOSE with `reason` arrived on a link's connection (WIRE.md §5.1): `Replaced` on a lane
+/// this node dialled means the peer kept its own dial of the lane, so this one stands down
+/// (MISSION T1); anything else, and any CLOSE on an inbound connection, is an orderly close.
+pub(crate) fn judge_close(reason: CloseReason, inbound: bool) -> PeerEnded {
+    let stands_down = reason == CloseReason::Replaced && !inbound;
+    PeerEnded {
+        reason: if stands_down {
+            FailureReason::StoodDown
+        } else {
+            FailureReason::OrderlyClose
+        },
+        stands_down,
+    }
+}
+
+/// The CLOSE reason this node sends when it drops a connection for `f`.
+pub(crate) fn close_reason(f: FailureReason) -> CloseReason {
+    match f {
+        FailureReason::DeadlineExceeded => CloseReason::DeadlineExceeded,
+        FailureReason::Replaced | FailureReason::StoodDown => CloseReason::Replaced,
+        FailureReason::NotRequired => CloseReason::NotRequired,
+        FailureReason::HostDraining => CloseReason::Draining,
+        FailureReason::HostStopped => CloseReason::Shutdown,
+        _ => CloseReason::ProtocolError,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::proto::handshake::Membership;
-    use crate::proto::state::LinkKind as StateKind;
+    use crate::proto::node::keys::Key;
     use crate::proto::wire::Capabilities;
-    use crate::runtime::keys::Key;
 
     fn link(kind: LinkKind) -> Link {
         Link {
-            kind,
-            state: LinkState::new(StateKind::Peer, 0, Instant::now()),
-            conn: None,
             retry_at: None,
-            closing: None,
-            failures_in_row: 0,
-            terminal: false,
-            yielded: false,
-            records: 0,
-            last_receive: None,
-            withdrawn: false,
+            ..Link::new(kind, Instant::now())
         }
     }
 
@@ -318,7 +426,6 @@ mod tests {
             source: None,
             live: None,
             last_peer_probe: None,
-            outq: None,
             held: Vec::new(),
             verified_key: None,
             notices: 0,
@@ -380,12 +487,18 @@ mod tests {
     /// `routes_are` (the allocation-free check) agrees with `routes` on every link state a
     /// route depends on: whatever a link turns into, the index is updated exactly when what
     /// it contributes changed.
+    /// The configured servers' channels, as a test gives them.
+    struct Channels(Vec<&'static str>);
+
+    impl ServerChannels for Channels {
+        fn channel(&self, server: usize) -> Option<&str> {
+            self.0.get(server).copied()
+        }
+    }
+
     #[test]
     fn routes_are_agrees_with_routes_for_every_state() {
-        let servers = vec![ServerConfig::new(
-            "pump".to_owned(),
-            "tcp://127.0.0.1:1".to_owned(),
-        )];
+        let servers = Channels(vec!["pump"]);
         let app = LinkKind::MeshDial {
             peer: 0,
             lane: Lane::Application,
@@ -429,5 +542,119 @@ mod tests {
         assert!(derived
             .iter()
             .any(|r| r.client.as_ref().is_some_and(|c| c.1.is_some())));
+    }
+
+    /// What a peer's REJECT or CLOSE means: only a `Duplicate` REJECT, and a `Replaced` CLOSE
+    /// on a dialled lane, make the link stand down (T1); every REJECT reason records its own
+    /// failure (F1), and the CLOSE this node sends for a stand-down is `Replaced`, which the
+    /// peer reads the same way.
+    #[test]
+    fn t1_f1_a_peers_reject_or_close_stands_down_only_for_a_kept_duplicate() {
+        let all = [
+            RejectReason::NotRequired,
+            RejectReason::IdentityMismatch,
+            RejectReason::GenerationMismatch,
+            RejectReason::SecurityFailure,
+            RejectReason::Draining,
+            RejectReason::Duplicate,
+            RejectReason::UnsupportedVersion,
+            RejectReason::LaneMismatch,
+            RejectReason::Protocol,
+        ];
+        for r in all {
+            let v = judge_reject(r);
+            assert_eq!(v.stands_down, r == RejectReason::Duplicate, "{r:?}");
+            assert_eq!(v.stands_down, v.reason == FailureReason::StoodDown, "{r:?}");
+        }
+        assert_eq!(
+            judge_reject(RejectReason::NotRequired).reason,
+            FailureReason::NotRequired
+        );
+        assert_eq!(
+            judge_reject(RejectReason::GenerationMismatch).reason,
+            FailureReason::GenerationMismatch
+        );
+        assert_eq!(
+            judge_reject(RejectReason::LaneMismatch).reason,
+            FailureReason::ProtocolError
+        );
+        let kept = judge_close(CloseReason::Replaced, false);
+        assert_eq!(
+            (kept.reason, kept.stands_down),
+            (FailureReason::StoodDown, true)
+        );
+        let inbound = judge_close(CloseReason::Replaced, true);
+        assert_eq!(
+            (inbound.reason, inbound.stands_down),
+            (FailureReason::OrderlyClose, false)
+        );
+        let orderly = judge_close(CloseReason::Shutdown, false);
+        assert_eq!(
+            (orderly.reason, orderly.stands_down),
+            (FailureReason::OrderlyClose, false)
+        );
+        // The two ends agree: the CLOSE sent for a stand-down makes the other dial stand down.
+        let sent = close_reason(FailureReason::StoodDown);
+        assert!(judge_close(sent, false).stands_down);
+        assert_eq!(
+            close_reason(FailureReason::HostStopped),
+            CloseReason::Shutdown
+        );
+        assert_eq!(
+            close_reason(FailureReason::DeadlineExceeded),
+            CloseReason::DeadlineExceeded
+        );
+    }
+
+    /// A link's timers come due exactly at the deadline they give the timer table (F3, F4):
+    /// a handshake not done within `HANDSHAKE_TIMEOUT`, a redial at its retry time (never
+    /// for a link that does not wait to redial), a close libzmq did not confirm within
+    /// `CLOSE_CONFIRM_MAX`; and the link's next deadline is the earliest of them.
+    #[test]
+    fn f3_f4_a_links_timers_come_due_at_the_deadline_it_gives() {
+        let dial = LinkKind::MeshDial {
+            peer: 0,
+            lane: Lane::Application,
+        };
+        let t0 = Instant::now();
+        let ms = Duration::from_millis(1);
+
+        let mut l = link(dial.clone());
+        let mut c = conn(1, false, None);
+        c.opened_at = t0;
+        l.conn = Some(c);
+        assert_eq!(l.next_deadline(), Some(t0 + HANDSHAKE_TIMEOUT));
+        assert!(!l.is_handshake_overdue(t0 + HANDSHAKE_TIMEOUT - ms));
+        assert!(l.is_handshake_overdue(t0 + HANDSHAKE_TIMEOUT));
+        if let Some(c) = l.conn.as_mut() {
+            c.ready = true;
+        }
+        assert!(!l.is_handshake_overdue(t0 + HANDSHAKE_TIMEOUT * 2));
+        assert_eq!(l.next_deadline(), None);
+
+        let mut l = link(dial.clone());
+        l.retry_at = Some(t0 + BACKOFF_MIN);
+        assert_eq!(l.next_deadline(), Some(t0 + BACKOFF_MIN));
+        assert!(!l.is_redial_due(t0 + BACKOFF_MIN - ms));
+        assert!(l.is_redial_due(t0 + BACKOFF_MIN));
+        l.closing = Some(t0);
+        assert!(
+            !l.is_redial_due(t0 + BACKOFF_MIN),
+            "no redial before the close settles"
+        );
+        assert_eq!(l.next_deadline(), Some(t0 + CLOSE_CONFIRM_MAX));
+        assert!(!l.is_close_overdue(t0 + CLOSE_CONFIRM_MAX - ms));
+        assert!(l.is_close_overdue(t0 + CLOSE_CONFIRM_MAX));
+
+        let mut inbound = link(LinkKind::Inbound {
+            rid: "b".to_owned(),
+            lane: Lane::Application,
+        });
+        inbound.retry_at = Some(t0);
+        assert!(
+            !inbound.is_redial_due(t0 + BACKOFF_MAX),
+            "an inbound link is never dialled"
+        );
+        assert_eq!(inbound.next_deadline(), None);
     }
 }

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use crate::proto::liveness::{self, Liveness};
+use crate::proto::node::keys::{LinkKey, SubKey};
 use crate::proto::ConnId;
-use crate::runtime::keys::{LinkKey, SubKey};
 
 /// Who owns a liveness entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
