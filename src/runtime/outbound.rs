@@ -20,6 +20,7 @@ use std::collections::{HashMap, VecDeque};
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::sync::Notify;
@@ -484,16 +485,27 @@ impl LinkTable {
 /// PUBLISH and asks for a look (one wake-up); the records published before that look are
 /// held as a run of one topic, which leaves as a PUBPACK when it is full, when a record of
 /// another topic comes, at a beacon, at the close, or at the look, in the I/O thread's next
-/// loop turn. A record is never held longer than that. Every publish asks for a look, packing
-/// or not: a publish can consume the socket descriptor's signal of a subscription that
-/// arrives meanwhile, and the look reads the subscriptions too, so a subscriber that joins
-/// while the application publishes is served within a loop turn.
+/// loop turn. A record is never held longer than that.
+///
+/// **Looks while not packing.** A publish can consume the socket descriptor's signal of a
+/// subscription that arrives meanwhile, and an unread subscription is not applied, so the
+/// subscriber would receive nothing until the grid beacon's read of the subscriptions. A
+/// publish therefore also asks for a look when none was asked for in the last
+/// [`LOOK_EVERY`]: a subscriber that joins while the application publishes is served within
+/// that and a loop turn, at the cost of one wake-up of the I/O thread per [`LOOK_EVERY`] of
+/// publishing rather than one per burst.
 pub(crate) struct PubSocket {
     state: Mutex<Option<PubState>>,
     /// A look by the I/O thread is on its way ([`PubSocket::take_look`]).
     look: AtomicBool,
     wake: Arc<WakeUp>,
 }
+
+/// How often, at most, publishing asks the I/O thread for a look while `pubpack` is not in
+/// effect (see [`PubSocket`]): the longest a subscription waits unread while the application
+/// publishes, besides a loop turn. A wake-up costs the I/O thread a few microseconds, so this
+/// is well under 1 % of a core.
+const LOOK_EVERY: Duration = Duration::from_millis(1);
 
 /// The most records a PUBPACK this node sends carries: the wire's bound (WIRE.md §7.5).
 pub(crate) const PUBPACK_RECORDS: usize = PubPack::MAX;
@@ -509,6 +521,8 @@ struct PubState {
     generation: NonZeroU64,
     /// The sequence number of the last record published (held records included).
     seq: u64,
+    /// When a publish last asked for a look while `pubpack` was not in effect.
+    asked_at: Option<Instant>,
     /// What the applied subscriptions say: whether `pubpack` is in effect.
     subscribers: AppliedSubscriptions,
     /// Records published but not sent yet: one topic, consecutive seqs.
@@ -549,6 +563,7 @@ impl PubSocket {
                 socket,
                 generation: NonZeroU64::new(generation).unwrap_or(NonZeroU64::MIN),
                 seq: 0,
+                asked_at: None,
                 subscribers: AppliedSubscriptions::default(),
                 run: HeldRun::default(),
                 env: Vec::new(),
@@ -576,7 +591,7 @@ impl PubSocket {
         if topic.is_empty() || topic.len() > MAX_TOPIC_LEN || topic == BEACON_TOPIC {
             return true;
         }
-        if !p.packs() {
+        let ask = if !p.packs() {
             // Nothing is held while `pubpack` is not in effect (a change of it sends the run
             // first); a run held by an earlier call leaves first all the same.
             p.flush();
@@ -584,17 +599,27 @@ impl PubSocket {
                 p.seq += 1;
                 p.send_publish(topic, p.seq, payload);
             }
+            let now = Instant::now();
+            let due = p
+                .asked_at
+                .is_none_or(|at| now.duration_since(at) >= LOOK_EVERY);
+            if due {
+                p.asked_at = Some(now);
+            }
+            due
         } else if let [payload] = payloads {
             let looked = !self.look.load(Ordering::Acquire);
             p.hold(topic, payload, looked);
+            true
         } else {
             for payload in payloads {
                 p.hold(topic, payload, false);
             }
             p.flush();
-        }
+            true
+        };
         drop(guard);
-        if !self.look.swap(true, Ordering::AcqRel) {
+        if ask && !self.look.swap(true, Ordering::AcqRel) {
             self.wake.command_queued();
         }
         true

@@ -11,9 +11,10 @@
 //! descriptor and reads the subscriptions apart from the receive loop; they never become
 //! records, deliveries or record counts. The application publishes on the same socket from
 //! its own threads (under the socket's mutex), and such a send can consume the descriptor's
-//! signal of a subscription that arrives meanwhile: a publish therefore asks the I/O thread
-//! for a look at the publisher in its next loop turn (which also sends records held for a
-//! PUBPACK), and the subscriptions are read at every grid beacon too.
+//! signal of a subscription that arrives meanwhile: publishing therefore asks the I/O thread
+//! for a look at the publisher in its next loop turn (at most once a millisecond, or, while
+//! packing, once per burst: the look also sends the records held for a PUBPACK), and the
+//! subscriptions are read at every grid beacon too.
 //!
 //! A subscription announces PUBPACK with a marker besides the empty prefix (WIRE.md §7.3,
 //! §7.5); a PUBPACK read from it is staged as its records, so the receive loop's caps count
