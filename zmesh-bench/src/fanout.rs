@@ -5,7 +5,8 @@
 //! fanout loss rule). So the publisher sends `messages` records as fast as it can, the
 //! receiver counts what arrives until nothing came for [`IDLE_END`], and the result is the
 //! delivery rate (records received / time from the first send to the last receive), with the
-//! delivered fraction beside it.
+//! delivered fraction beside it, and the CPU time of the whole process (every thread) per
+//! record sent, from the first send until the receiver stopped counting.
 
 use std::time::{Duration, Instant};
 
@@ -14,7 +15,7 @@ use bytes::Bytes;
 use zmesh::config::{Endpoint, NodeConfig};
 use zmesh::runtime::{Node, NodeEvent};
 
-use super::{bind_any, free_tcp, Plan, Series, SETUP_LIMIT};
+use super::{bind_any, free_tcp, process_cpu, Plan, Series, SETUP_LIMIT};
 
 const HWM: i32 = zmesh::runtime::socket::HWM;
 /// The receiver stops counting after this long without a record.
@@ -29,6 +30,16 @@ pub(crate) struct Fanout {
     pub raw_delivered: Series,
     pub zmesh_delivered: Series,
     pub batch_delivered: Series,
+    pub raw_cpu_us: Series,
+    pub zmesh_cpu_us: Series,
+    pub batch_cpu_us: Series,
+}
+
+/// One measurement: records/s delivered, records delivered, CPU us per record sent.
+struct Run {
+    rate: f64,
+    got: u64,
+    cpu_us: f64,
 }
 
 pub(crate) async fn throughput(plan: &Plan) -> Result<Fanout> {
@@ -39,29 +50,45 @@ pub(crate) async fn throughput(plan: &Plan) -> Result<Fanout> {
         raw_delivered: Series::default(),
         zmesh_delivered: Series::default(),
         batch_delivered: Series::default(),
+        raw_cpu_us: Series::default(),
+        zmesh_cpu_us: Series::default(),
+        batch_cpu_us: Series::default(),
     };
     for run in 0..plan.runs {
         let n = plan.messages;
-        let (r, r_got) = tokio::task::spawn_blocking(move || raw_fanout(n)).await??;
-        let (z, z_got) = zmesh_fanout(n, 1).await?;
-        let (b, b_got) = zmesh_fanout(n, plan.batch).await?;
+        let r = tokio::task::spawn_blocking(move || raw_fanout(n)).await??;
+        let z = zmesh_fanout(n, 1).await?;
+        let b = zmesh_fanout(n, plan.batch).await?;
         eprintln!(
-            "P3 run {}: raw {r:.0} msg/s ({r_got} of {n} delivered), zmesh publish {z:.0} msg/s \
-             ({z_got} of {n} delivered), zmesh publish_batch {b:.0} msg/s ({b_got} of {n} delivered)",
-            run + 1
+            "P3 run {}: raw {:.0} msg/s ({} of {n} delivered, {:.2} us CPU/msg), zmesh publish \
+             {:.0} msg/s ({} of {n} delivered, {:.2} us CPU/msg), zmesh publish_batch {:.0} \
+             msg/s ({} of {n} delivered, {:.2} us CPU/msg)",
+            run + 1,
+            r.rate,
+            r.got,
+            r.cpu_us,
+            z.rate,
+            z.got,
+            z.cpu_us,
+            b.rate,
+            b.got,
+            b.cpu_us
         );
-        f.raw.push(r);
-        f.zmesh.push(z);
-        f.batch.push(b);
-        f.raw_delivered.push(r_got as f64 / n as f64);
-        f.zmesh_delivered.push(z_got as f64 / n as f64);
-        f.batch_delivered.push(b_got as f64 / n as f64);
+        f.raw.push(r.rate);
+        f.zmesh.push(z.rate);
+        f.batch.push(b.rate);
+        f.raw_delivered.push(r.got as f64 / n as f64);
+        f.zmesh_delivered.push(z.got as f64 / n as f64);
+        f.batch_delivered.push(b.got as f64 / n as f64);
+        f.raw_cpu_us.push(r.cpu_us);
+        f.zmesh_cpu_us.push(z.cpu_us);
+        f.batch_cpu_us.push(b.cpu_us);
     }
     Ok(f)
 }
 
-/// Raw PUB -> SUB: (records/s delivered, records delivered).
-fn raw_fanout(n: u64) -> Result<(f64, u64)> {
+/// Raw PUB -> SUB.
+fn raw_fanout(n: u64) -> Result<Run> {
     let ctx = zmq::Context::new();
     let publ = ctx.socket(zmq::PUB)?;
     publ.set_sndhwm(HWM)?;
@@ -104,6 +131,7 @@ fn raw_fanout(n: u64) -> Result<(f64, u64)> {
         Ok((got, last))
     });
     let payload = [0xA5u8; PAYLOAD];
+    let cpu0 = process_cpu()?;
     let t0 = Instant::now();
     for _ in 0..n {
         publ.send(TOPIC, zmq::SNDMORE)?;
@@ -112,12 +140,27 @@ fn raw_fanout(n: u64) -> Result<(f64, u64)> {
     let (got, last) = receiver
         .join()
         .map_err(|_| anyhow::anyhow!("raw receiver panicked"))??;
-    Ok((got as f64 / last.duration_since(t0).as_secs_f64(), got))
+    Ok(Run::new(
+        n,
+        got,
+        last.duration_since(t0),
+        process_cpu()? - cpu0,
+    ))
 }
 
-/// zmesh publisher node -> subscriber node: (records/s delivered, records delivered), with
-/// `Node::publish` if `batch` is 1, else with `Node::publish_batch` of `batch` records.
-async fn zmesh_fanout(n: u64, batch: usize) -> Result<(f64, u64)> {
+impl Run {
+    fn new(sent: u64, got: u64, elapsed: Duration, cpu: Duration) -> Run {
+        Run {
+            rate: got as f64 / elapsed.as_secs_f64(),
+            got,
+            cpu_us: cpu.as_secs_f64() * 1e6 / sent as f64,
+        }
+    }
+}
+
+/// zmesh publisher node -> subscriber node, with `Node::publish` if `batch` is 1, else with
+/// `Node::publish_batch` of `batch` records.
+async fn zmesh_fanout(n: u64, batch: usize) -> Result<Run> {
     let ep = free_tcp()?;
     let mut p = NodeConfig::new("pub");
     p.publisher = Some(Endpoint::new(ep.clone()));
@@ -168,6 +211,7 @@ async fn zmesh_fanout(n: u64, batch: usize) -> Result<(f64, u64)> {
         (got, last)
     });
     let payload = Bytes::from(vec![0xA5u8; PAYLOAD]);
+    let cpu0 = process_cpu()?;
     let t0 = Instant::now();
     let publisher2 = publisher.clone();
     tokio::task::spawn_blocking(move || -> Result<()> {
@@ -187,7 +231,8 @@ async fn zmesh_fanout(n: u64, batch: usize) -> Result<(f64, u64)> {
     })
     .await??;
     let (got, last) = counter.await?;
+    let cpu = process_cpu()? - cpu0;
     publisher.shutdown().await?;
     subscriber.shutdown().await?;
-    Ok((got as f64 / last.duration_since(t0).as_secs_f64(), got))
+    Ok(Run::new(n, got, last.duration_since(t0), cpu))
 }

@@ -164,6 +164,8 @@ pub(super) async fn p3(plan: &Plan) -> Result<Vec<Metric>> {
             "messages": plan.messages,
             "raw_delivered_fraction": r.raw_delivered.to_json(),
             "zmesh_delivered_fraction": r.zmesh_delivered.to_json(),
+            "raw_cpu_us_per_msg": r.raw_cpu_us.to_json(),
+            "zmesh_cpu_us_per_msg": r.zmesh_cpu_us.to_json(),
         }),
     ));
     metrics.push(throughput_row(
@@ -176,6 +178,8 @@ pub(super) async fn p3(plan: &Plan) -> Result<Vec<Metric>> {
             "batch": plan.batch,
             "raw_delivered_fraction": r.raw_delivered.to_json(),
             "zmesh_delivered_fraction": r.batch_delivered.to_json(),
+            "raw_cpu_us_per_msg": r.raw_cpu_us.to_json(),
+            "zmesh_cpu_us_per_msg": r.batch_cpu_us.to_json(),
         }),
     ));
     Ok(metrics)
