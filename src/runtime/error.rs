@@ -54,7 +54,7 @@ pub enum NodeError {
     Stopped,
     /// A key file or the allow-list cannot be used (`[security]`).
     #[error("security: {0}")]
-    Security(#[from] crate::runtime::security::KeyFileError),
+    Security(#[from] KeyFileError),
 }
 
 impl NodeError {
@@ -139,7 +139,7 @@ pub enum AllowListError {
     /// `[security] allow_dir` or one of its files could not be read, or a file there holds no
     /// public key.
     #[error("cannot read the allow-list: {0}")]
-    Unreadable(#[from] crate::runtime::security::KeyFileError),
+    Unreadable(#[from] KeyFileError),
     /// The node's I/O thread is not running.
     #[error("the node's I/O thread is not running")]
     Stopped,
@@ -239,4 +239,29 @@ pub enum PublishError {
     /// The node is stopping or stopped.
     #[error("node is shut down")]
     Shutdown,
+}
+
+/// A key file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyFileError {
+    /// The file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The file is not a key pair as `zmesh keygen` writes it.
+    #[error("{path}: not a zmesh key file ({why})")]
+    Invalid {
+        /// The path.
+        path: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// libzmq could not make a key pair (it was built without CURVE).
+    #[error("cannot make a CURVE key pair: {0}")]
+    Generate(TransportError),
 }

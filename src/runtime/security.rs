@@ -21,6 +21,8 @@ use std::sync::Arc;
 
 use crate::proto::contract::Semantics;
 use crate::proto::security::{z85_decode, z85_encode, PublicKey, KEY_LEN};
+pub use crate::runtime::error::KeyFileError;
+use crate::runtime::error::TransportError;
 
 /// The caller of one call, as the connection it arrived on knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,31 +96,6 @@ impl std::fmt::Debug for KeyPair {
     }
 }
 
-/// A key file that cannot be used.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum KeyFileError {
-    /// The file could not be read or written.
-    #[error("{path}: {source}")]
-    Io {
-        /// The path.
-        path: String,
-        /// The cause.
-        source: std::io::Error,
-    },
-    /// The file is not a key pair as `zmesh keygen` writes it.
-    #[error("{path}: not a zmesh key file ({why})")]
-    Invalid {
-        /// The path.
-        path: String,
-        /// What is wrong.
-        why: String,
-    },
-    /// libzmq could not make a key pair (it was built without CURVE).
-    #[error("cannot make a CURVE key pair: {0}")]
-    Generate(crate::runtime::error::TransportError),
-}
-
 /// A key file's contents, as TOML.
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -130,8 +107,8 @@ struct KeyFile {
 impl KeyPair {
     /// A fresh key pair from libzmq (libsodium's random generator).
     pub fn generate() -> Result<KeyPair, KeyFileError> {
-        let pair = zmq::CurveKeyPair::new()
-            .map_err(|e| KeyFileError::Generate(crate::runtime::error::TransportError::new(e)))?;
+        let pair =
+            zmq::CurveKeyPair::new().map_err(|e| KeyFileError::Generate(TransportError::new(e)))?;
         Ok(KeyPair {
             public: PublicKey::from_bytes(pair.public_key),
             secret: pair.secret_key,

@@ -303,6 +303,29 @@ pub(crate) fn backoff(failures: u32) -> Duration {
     (BACKOFF_MIN * (1u32 << shift)).min(BACKOFF_MAX)
 }
 
+/// Records a `resource_exhausted` failure on a link's or a subscription's state (every time:
+/// the snapshot shows the latest figures and the count) and counts it for the backoff.
+/// Returns when to try again and whether this is the episode's first failure.
+pub(crate) fn record_exhausted(
+    state: &mut LinkState,
+    failures_in_row: &mut u32,
+    detail: &str,
+    now: Instant,
+) -> (Instant, bool) {
+    *failures_in_row = failures_in_row.saturating_add(1);
+    let first = !(state.state() == ConnState::Reconnecting
+        && state
+            .last_failure()
+            .is_some_and(|f| f.reason == FailureReason::ResourceExhausted));
+    note(state.handle_failure(
+        FailureReason::ResourceExhausted,
+        detail,
+        Recovery::Reconnect,
+        now,
+    ));
+    (now + backoff(*failures_in_row), first)
+}
+
 /// Logs a state transition the link state machine refused; the runtime's own bookkeeping
 /// decides what happens next, the refusal only signals a bug worth seeing in traces.
 pub(crate) fn note(r: Result<(), crate::proto::state::TransitionError>) {
@@ -656,5 +679,28 @@ mod tests {
             "an inbound link is never dialled"
         );
         assert_eq!(inbound.next_deadline(), None);
+    }
+
+    /// Running out of descriptors (`resource_exhausted`): every failure is recorded on the
+    /// link's state and counts toward the backoff, and only the first of an episode (the
+    /// link was not already reconnecting after the same cause) says so, for the one warning
+    /// of the episode.
+    #[test]
+    fn f1_an_exhausted_dial_backs_off_and_only_the_first_of_an_episode_says_so() {
+        let t0 = Instant::now();
+        let mut state = LinkState::new(StateKind::Peer, 0, t0);
+        let mut failures = 0;
+        let (retry, first) = record_exhausted(&mut state, &mut failures, "EMFILE", t0);
+        assert!(first);
+        assert_eq!((failures, retry), (1, t0 + backoff(1)));
+        assert_eq!(state.state(), ConnState::Reconnecting);
+        assert_eq!(
+            state.last_failure().map(|f| f.reason),
+            Some(FailureReason::ResourceExhausted)
+        );
+        let (retry, first) = record_exhausted(&mut state, &mut failures, "EMFILE", retry);
+        assert!(!first, "the same episode");
+        assert_eq!(failures, 2);
+        assert!(retry > t0 + backoff(1));
     }
 }

@@ -10,8 +10,9 @@
 
 use std::time::Instant;
 
-use super::parts::exhaustion::{record_exhausted, EPISODE_LOG_MIN};
+use super::parts::exhaustion::EPISODE_LOG_MIN;
 use super::{IoThread, LinkKey, SubKey};
+use crate::proto::node::link::record_exhausted;
 use crate::proto::state::{ConnState, FailureReason};
 use crate::runtime::fds::{self, Exhausted, Gauge};
 use crate::runtime::link::LinkId;
