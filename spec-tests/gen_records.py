@@ -544,13 +544,6 @@ def fanout_additions(v, inv, une):
                     "reserved topic is refused whatever the payload (L4).",
                     publish("015a4c4631", 1, 1, "5a460101")),
     ])
-    # Kind 15 (PUBPACK, WIRE.md §7.5) is known only where capability `pubpack` is in effect;
-    # fanout.json decodes as a version-1 subscriber, which never announced it.
-    two = bytes.fromhex("0102")
-    inv.append(invalid("publish_kind_15_without_pubpack", "A PUBPACK envelope (kind 15) "
-                       "where capability pubpack is not in effect: unknown_kind.", "publish",
-                       [pub[0], header("pubpack") + u64(1) + u64(9) + u16(2) + u16(1) + u16(1),
-                        two], "unknown_kind"))
 
 
 # ---- fanout.json ----
