@@ -46,7 +46,7 @@ impl Pack {
         let total = payloads
             .iter()
             .fold(0usize, |sum, p| sum.saturating_add(p.len()));
-        check_total(total)?;
+        check_total(Kind::Pack, total, TOO_LONG)?;
         Ok(Self { channel, payloads })
     }
 
@@ -91,10 +91,7 @@ impl Pack {
         put_count(env, payloads.clone().count());
         // The channel string exactly as the MESSAGE envelope says it.
         env.extend_from_slice(message_envelope.get(HEADER_LEN..).unwrap_or_default());
-        for p in payloads {
-            put_u16(env, u16::try_from(p.len()).unwrap_or(u16::MAX));
-            body.extend_from_slice(p);
-        }
+        put_payloads(env, body, payloads);
     }
 
     /// The record's two frames: the envelope, then the payloads back to back.
@@ -103,10 +100,11 @@ impl Pack {
         put_count(&mut env, self.payloads.len());
         put_str(&mut env, &self.channel);
         let mut body = Vec::new();
-        for p in &self.payloads {
-            put_u16(&mut env, u16::try_from(p.len()).unwrap_or(u16::MAX));
-            body.extend_from_slice(p);
-        }
+        put_payloads(
+            &mut env,
+            &mut body,
+            self.payloads.iter().map(|p| p.as_ref()),
+        );
         vec![env, body]
     }
 
@@ -121,12 +119,7 @@ impl Pack {
     ) -> Result<Record, WireError> {
         let count = usize::from(r.u16("count")?);
         let channel = r.string("channel")?;
-        // Bounded by the frame: each length is 2 bytes, and a short frame stops the reader
-        // with `truncated` before anything is reserved for it.
-        let mut lengths = Vec::new();
-        for _ in 0..count {
-            lengths.push(usize::from(r.u16("lengths")?));
-        }
+        let lengths = read_lengths(&mut r, count)?;
         r.finish()?;
         let [_, body] = frames else {
             return Err(WireError::FrameCount {
@@ -137,28 +130,15 @@ impl Pack {
         };
         check_count(count)?;
         let channel = Name::from_wire(channel, "channel")?;
-        let total = lengths.iter().fold(0usize, |sum, l| sum.saturating_add(*l));
-        if total != body.as_ref().len() {
-            return Err(WireError::invalid(
-                Some(Kind::Pack),
-                "lengths",
-                "the lengths of a PACK add up to the length of its frame 1",
-            ));
-        }
-        check_total(total)?;
+        check_lengths(
+            Kind::Pack,
+            &lengths,
+            body.as_ref().len(),
+            "the lengths of a PACK add up to the length of its frame 1",
+            TOO_LONG,
+        )?;
         // Every check passed: only now is frame 1 taken, once, and sliced.
-        let all = take(body);
-        let mut payloads = Vec::with_capacity(count);
-        let mut at = 0usize;
-        for len in lengths {
-            let end = at.saturating_add(len);
-            if end > all.len() {
-                // The lengths add up to the frame's length, checked above.
-                break;
-            }
-            payloads.push(all.slice(at..end));
-            at = end;
-        }
+        let payloads = slice_payloads(take(body), lengths);
         Ok(Record::Pack(Pack { channel, payloads }))
     }
 }
@@ -176,17 +156,78 @@ fn check_count(count: usize) -> Result<(), WireError> {
     }
 }
 
-/// The payload bytes of a PACK: at most 64 KiB.
-fn check_total(total: usize) -> Result<(), WireError> {
+/// Why a PACK is refused for its payload bytes.
+const TOO_LONG: &str = "the payloads of a PACK are at most 65536 bytes together";
+
+/// Writes one u16 length per payload into `env` and the payloads back to back into `body`:
+/// the lengths and the payload frame of a PACK and of a PUBPACK (WIRE.md §4.18, §7.5).
+pub(super) fn put_payloads<'a>(
+    env: &mut Vec<u8>,
+    body: &mut Vec<u8>,
+    payloads: impl Iterator<Item = &'a [u8]>,
+) {
+    for p in payloads {
+        put_u16(env, u16::try_from(p.len()).unwrap_or(u16::MAX));
+        body.extend_from_slice(p);
+    }
+}
+
+/// Reads `count` u16 lengths. Bounded by the frame: each length is 2 bytes, and a short
+/// frame stops the reader with `truncated` before anything is reserved for it.
+pub(super) fn read_lengths(r: &mut Reader<'_>, count: usize) -> Result<Vec<usize>, WireError> {
+    let mut lengths = Vec::new();
+    for _ in 0..count {
+        lengths.push(usize::from(r.u16("lengths")?));
+    }
+    Ok(lengths)
+}
+
+/// The lengths of a PACK or a PUBPACK (`kind`) against its payload frame of `frame_len`
+/// bytes: they add up to it (`mismatch` otherwise), and it holds at most 64 KiB
+/// (`too_long` otherwise). Fails with class `invalid_field`.
+pub(super) fn check_lengths(
+    kind: Kind,
+    lengths: &[usize],
+    frame_len: usize,
+    mismatch: &'static str,
+    too_long: &'static str,
+) -> Result<(), WireError> {
+    let total = lengths.iter().fold(0usize, |sum, l| sum.saturating_add(*l));
+    if total != frame_len {
+        return Err(WireError::invalid(Some(kind), "lengths", mismatch));
+    }
+    check_total(kind, total, too_long)
+}
+
+/// The payload bytes of a PACK or a PUBPACK (`kind`): at most 64 KiB (`too_long`
+/// otherwise). Fails with class `invalid_field`.
+pub(super) fn check_total(
+    kind: Kind,
+    total: usize,
+    too_long: &'static str,
+) -> Result<(), WireError> {
     if total <= Pack::MAX_BYTES {
         Ok(())
     } else {
-        Err(WireError::invalid(
-            Some(Kind::Pack),
-            "payloads",
-            "the payloads of a PACK are at most 65536 bytes together",
-        ))
+        Err(WireError::invalid(Some(kind), "payloads", too_long))
     }
+}
+
+/// The payloads of the payload frame `all`, each a slice of it, by `lengths` (checked
+/// against it by [`check_lengths`]).
+pub(super) fn slice_payloads(all: Bytes, lengths: Vec<usize>) -> Vec<Bytes> {
+    let mut payloads = Vec::with_capacity(lengths.len());
+    let mut at = 0usize;
+    for len in lengths {
+        let end = at.saturating_add(len);
+        if end > all.len() {
+            // The lengths add up to the frame's length, checked before.
+            break;
+        }
+        payloads.push(all.slice(at..end));
+        at = end;
+    }
+    payloads
 }
 
 #[cfg(test)]

@@ -7,8 +7,12 @@ use std::num::NonZeroU64;
 
 use bytes::Bytes;
 
-use super::codec::{put_count, put_u16, put_u64, Reader};
+use super::codec::{put_count, put_u64, Reader};
 use super::fanout::check_topic;
+use super::pack::{check_lengths, check_total, put_payloads, read_lengths, slice_payloads};
+
+/// Why a PUBPACK is refused for its payload bytes.
+const TOO_LONG: &str = "the payloads of a PUBPACK are at most 65536 bytes together";
 use super::{envelope, FanoutMessage, Kind, WireError};
 
 /// PUBPACK: 2..=64 PUBLISH records of one topic and one publisher generation, with
@@ -62,7 +66,7 @@ impl PubPack {
         let total = payloads
             .iter()
             .fold(0usize, |sum, p| sum.saturating_add(p.len()));
-        check_total(total)?;
+        check_total(Kind::PubPack, total, TOO_LONG)?;
         Ok(Self {
             topic,
             generation,
@@ -127,10 +131,7 @@ impl PubPack {
         put_u64(env, generation.get());
         put_u64(env, first_seq);
         put_count(env, payloads.clone().count());
-        for p in payloads {
-            put_u16(env, u16::try_from(p.len()).unwrap_or(u16::MAX));
-            body.extend_from_slice(p);
-        }
+        put_payloads(env, body, payloads);
     }
 
     /// The message's three frames: the topic, the envelope, the payloads back to back.
@@ -159,12 +160,7 @@ impl PubPack {
         let generation = r.u64("generation")?;
         let first_seq = r.u64("first_seq")?;
         let count = usize::from(r.u16("count")?);
-        // Bounded by the frame: each length is 2 bytes, and a short frame stops the reader
-        // with `truncated` before anything is reserved for it.
-        let mut lengths = Vec::new();
-        for _ in 0..count {
-            lengths.push(usize::from(r.u16("lengths")?));
-        }
+        let lengths = read_lengths(&mut r, count)?;
         r.finish()?;
         let [topic_frame, _, body] = frames else {
             return Err(WireError::FrameCount {
@@ -181,28 +177,15 @@ impl PubPack {
         ))?;
         check_count(count)?;
         check_seqs(first_seq, count)?;
-        let total = lengths.iter().fold(0usize, |sum, l| sum.saturating_add(*l));
-        if total != body.as_ref().len() {
-            return Err(WireError::invalid(
-                Some(Kind::PubPack),
-                "lengths",
-                "the lengths of a PUBPACK add up to the length of its frame 2",
-            ));
-        }
-        check_total(total)?;
+        check_lengths(
+            Kind::PubPack,
+            &lengths,
+            body.as_ref().len(),
+            "the lengths of a PUBPACK add up to the length of its frame 2",
+            TOO_LONG,
+        )?;
         // Every check passed: only now are the frames taken, once each, and frame 2 sliced.
-        let all = take(body);
-        let mut payloads = Vec::with_capacity(count);
-        let mut at = 0usize;
-        for len in lengths {
-            let end = at.saturating_add(len);
-            if end > all.len() {
-                // The lengths add up to the frame's length, checked above.
-                break;
-            }
-            payloads.push(all.slice(at..end));
-            at = end;
-        }
+        let payloads = slice_payloads(take(body), lengths);
         Ok(PubPack {
             topic: take(topic_frame),
             generation,
@@ -235,19 +218,6 @@ fn check_seqs(first_seq: u64, count: usize) -> Result<(), WireError> {
             Some(Kind::PubPack),
             "first_seq",
             "the last record's seq is beyond 2^64 - 1",
-        ))
-    }
-}
-
-/// The payload bytes of a PUBPACK: at most 64 KiB.
-fn check_total(total: usize) -> Result<(), WireError> {
-    if total <= PubPack::MAX_BYTES {
-        Ok(())
-    } else {
-        Err(WireError::invalid(
-            Some(Kind::PubPack),
-            "payloads",
-            "the payloads of a PUBPACK are at most 65536 bytes together",
         ))
     }
 }
