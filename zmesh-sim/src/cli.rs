@@ -5,7 +5,7 @@
 //! zmesh sim [--seeds N] [--first S] [--minutes M]      many seeds, each its own configuration
 //! zmesh sim --seed S [--nodes N] [--topology mesh|client-server|fanout] [--seconds T]
 //!           [--version1 P] [--no-faults] [--no-batches] [--no-receive-loop]
-//!           [--discovery | --no-discovery] [--streams | --no-streams] [--trace]
+//!           [--discovery | --no-discovery] [--streams | --no-streams] [--no-zombies] [--trace]
 //!                                                       one seed, replayed exactly
 //! ```
 //! A failing seed prints the command that replays it and the trace up to the violation; the
@@ -33,6 +33,7 @@ struct Args {
     receive_loop: bool,
     discovery: Option<bool>,
     streams: Option<bool>,
+    zombies: bool,
 }
 
 fn parse(args: Vec<String>) -> Result<Args, String> {
@@ -51,6 +52,7 @@ fn parse(args: Vec<String>) -> Result<Args, String> {
         receive_loop: true,
         discovery: None,
         streams: None,
+        zombies: true,
     };
     let mut it = args.into_iter();
     while let Some(flag) = it.next() {
@@ -94,6 +96,7 @@ fn parse(args: Vec<String>) -> Result<Args, String> {
             "--no-discovery" => a.discovery = Some(false),
             "--streams" => a.streams = Some(true),
             "--no-streams" => a.streams = Some(false),
+            "--no-zombies" => a.zombies = false,
             "--trace" => a.trace = true,
             "-h" | "--help" => {
                 let _ = outln!("{}", include_str!("usage.txt"));
@@ -122,6 +125,7 @@ fn config(a: &Args, seed: u64) -> Config {
     c.faults = a.faults;
     c.batches = c.batches && a.batches;
     c.receive_loop = c.receive_loop && a.receive_loop;
+    c.zombies = c.zombies && a.zombies;
     if let Some(d) = a.discovery {
         c.discovery = d;
     }

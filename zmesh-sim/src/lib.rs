@@ -17,11 +17,14 @@
 #![warn(missing_docs)]
 
 pub mod cli;
+mod failover;
 pub mod fanout;
 pub mod net;
 pub mod node;
 pub mod store;
 pub mod truth;
+mod workload;
+mod world_store;
 // Shared with the CLI: a closed stdout ends `zmesh sim` quietly.
 #[path = "../../zmesh-cli/src/stdout.rs"]
 mod stdout;
@@ -34,11 +37,12 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use zmesh::proto::wire::Lane;
 
+use failover::Zombie;
 use net::{End, Net, NodeIx};
 use node::{Phase, SimNode, Spec, StoreAnswer, StoreReq};
 use store::{SimStore, WatchEvent};
-use truth::{CallKind, Stats, Truth, Violation};
-use zmesh::proto::discovery::LEASE_TTL;
+use truth::{Stats, Truth, Violation};
+use world_store::FromStore;
 
 /// The shape of the simulated mesh.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +115,13 @@ pub struct Config {
     /// is in effect (WIRE.md §4.10, §4.15); a fifth of them are cancelled as calls are. Off,
     /// no stream is drawn, as before streams were modelled.
     pub streams: bool,
+    /// Where a RouteMesh or ClientServer run discovers, a third of the freezes are
+    /// failovers instead: the host's run pauses, a successor of its RID (a new generation)
+    /// starts while it is paused, and the paused run comes back beside it for a while (a
+    /// zombie: a process paused by the kernel, a VM migration or a long GC, whose
+    /// orchestrator started a replacement) until it learns from the store that it was
+    /// superseded, or is killed. Off, those freezes are drawn as before.
+    pub zombies: bool,
 }
 
 /// The RID of host `i`.
@@ -153,6 +164,8 @@ impl Config {
             discovery: rng.random_bool(0.5),
             // Drawn after discovery, for the same reason.
             streams: rng.random_bool(0.5),
+            // Not drawn: it takes effect only where discovery does, on the call topologies.
+            zombies: true,
         }
     }
 
@@ -167,10 +180,17 @@ impl Config {
         self.discovery
     }
 
+    /// Whether this run's faults include paused runs that come back beside their successor
+    /// ([`Config::zombies`]): only where the store fences runs (automatic mode) and a
+    /// handshake admits them (RouteMesh, ClientServer).
+    pub fn has_zombies(&self) -> bool {
+        self.zombies && self.discovery && self.topology != Topology::Fanout
+    }
+
     /// The command line that replays this configuration with `seed`.
     pub fn replay_line(&self, seed: u64) -> String {
         format!(
-            "cargo run --release -- sim --seed {seed} --nodes {} --topology {} --seconds {} --version1 {}{}{}{}{}{} --trace",
+            "cargo run --release -- sim --seed {seed} --nodes {} --topology {} --seconds {} --version1 {}{}{}{}{}{}{} --trace",
             self.nodes,
             self.topology.name(),
             self.duration.as_secs(),
@@ -187,7 +207,8 @@ impl Config {
                 " --streams"
             } else {
                 " --no-streams"
-            }
+            },
+            if self.zombies { "" } else { " --no-zombies" }
         )
     }
 }
@@ -296,6 +317,23 @@ enum Event {
     Kill {
         node: NodeIx,
     },
+    /// Host `node`'s run pauses; a successor of its RID starts after `standby`, and the
+    /// paused run comes back `back_after` later, beside it (`Config::zombies`).
+    Failover {
+        node: NodeIx,
+        standby: Duration,
+        back_after: Duration,
+    },
+    /// The paused run `run` of host `node` comes back.
+    ZombieBack {
+        node: NodeIx,
+        run: u64,
+    },
+    /// The paused run `run` of host `node`, back beside its successor, is killed.
+    ZombieKill {
+        node: NodeIx,
+        run: u64,
+    },
     Start {
         node: NodeIx,
     },
@@ -336,13 +374,6 @@ enum Event {
     },
 }
 
-/// What reaches a node from the store, held while its host is frozen.
-#[derive(Debug, Clone)]
-enum FromStore {
-    Answer(u64, StoreAnswer),
-    Watch(u64, Vec<WatchEvent>),
-}
-
 struct World {
     cfg: Config,
     rng: ChaCha8Rng,
@@ -380,6 +411,10 @@ struct World {
     blind_at: Vec<Duration>,
     /// What the store sent a frozen host, in order, delivered when it thaws.
     deferred: BTreeMap<NodeIx, VecDeque<FromStore>>,
+    /// The paused run beside its successor, if there is one now.
+    zombie: Option<Zombie>,
+    /// The zombie was handed something in this step.
+    zombie_touched: bool,
 }
 
 /// Runs one simulation.
@@ -474,6 +509,8 @@ impl World {
             store_dirty: false,
             blind_at: vec![Duration::ZERO; n],
             deferred: BTreeMap::new(),
+            zombie: None,
+            zombie_touched: false,
         }
     }
 
@@ -512,6 +549,7 @@ impl World {
                     .iter()
                     .find(|(_, i)| !self.net.is_frozen(*i))
                     .map(|(t, _)| *t),
+                self.zombie_wakeup(),
             ]
             .into_iter()
             .flatten()
@@ -573,8 +611,27 @@ impl World {
         }
         // Deliveries due now.
         let mut received = std::collections::BTreeSet::new();
+        let mut zombie_received = false;
         for d in self.net.take_due(now) {
             let peer = self.net_peer(&d);
+            if let Some(z) = self
+                .zombie
+                .as_mut()
+                .filter(|z| z.node.ix == d.to.node && z.node.run == d.to.run)
+            {
+                let mut ctx = Ctx {
+                    net: &mut self.net,
+                    truth: &mut self.truth,
+                    now,
+                    rng: &mut self.rng,
+                    trace: &mut self.trace,
+                    hosts: &self.hosts,
+                };
+                z.node.enqueue(&mut ctx, d.conn, peer, d.link, d.delivery);
+                self.zombie_touched = true;
+                zombie_received = true;
+                continue;
+            }
             let Some(Some(node)) = self.nodes.get_mut(d.to.node) else {
                 continue;
             };
@@ -599,6 +656,9 @@ impl World {
             for i in received {
                 self.ctx_node(i, |node, ctx| node.handle_receive(ctx));
             }
+            if zombie_received {
+                self.ctx_zombie(|node, ctx| node.handle_receive(ctx));
+            }
         }
         // Timers due now (a frozen host runs none).
         let due: Vec<NodeIx> = self
@@ -611,19 +671,30 @@ impl World {
         for i in due {
             self.ctx_node(i, |node, ctx| node.handle_timeout(ctx));
         }
+        if self.zombie_wakeup().is_some_and(|t| t <= now) {
+            self.ctx_zombie(|node, ctx| node.handle_timeout(ctx));
+        }
         // The liveness rule, checked for every node that moved (and every node on each
         // sweep): no ready link outlives its deadline.
         let touched = std::mem::take(&mut self.touched);
+        let zombie_touched = std::mem::take(&mut self.zombie_touched);
         if self.store.is_some() {
             for &i in &touched {
                 self.poll_store(i);
+            }
+            if zombie_touched {
+                self.poll_zombie_store();
             }
             self.poll_watches();
         }
         for &i in &touched {
             self.rewake(i);
         }
-        if std::mem::take(&mut self.sweep) {
+        let sweep = std::mem::take(&mut self.sweep);
+        if sweep || zombie_touched {
+            self.check_zombie_ready();
+        }
+        if sweep {
             for i in 0..self.n() {
                 self.check_ready(i);
             }
@@ -716,6 +787,14 @@ impl World {
         self.touched.insert(i);
     }
 
+    /// The current run of host `i`.
+    fn end_of(&self, i: NodeIx) -> End {
+        End {
+            node: i,
+            run: self.hosts.get(i).map_or(0, |h| h.0),
+        }
+    }
+
     fn up(&self, i: NodeIx) -> bool {
         self.nodes
             .get(i)
@@ -745,6 +824,21 @@ impl World {
                 self.ctx_node(node, |n, ctx| n.begin_stop(ctx));
                 let back = now + Duration::from_millis(self.rng.random_range(6_000..20_000));
                 self.at(back, Event::Start { node });
+            }
+            Event::Failover {
+                node,
+                standby,
+                back_after,
+            } => self.failover(node, standby, back_after),
+            Event::ZombieBack { node, run } => self.zombie_back(node, run),
+            Event::ZombieKill { node, run } => {
+                if self
+                    .zombie
+                    .as_ref()
+                    .is_some_and(|z| z.node.ix == node && z.node.run == run)
+                {
+                    self.kill_zombie("killed");
+                }
             }
             Event::Kill { node } => {
                 self.kill(node);
@@ -829,6 +923,7 @@ impl World {
                     "faults end: every partition heals, every host starts".into(),
                 );
                 self.faults_on = false;
+                self.kill_zombie("the faults end");
                 for a in 0..self.n() {
                     let frozen = self.net.is_frozen(a);
                     self.net.set_frozen(a, false, now);
@@ -924,226 +1019,6 @@ impl World {
         }
     }
 
-    /// Carries the store operations host `i`'s run asks for to the store.
-    fn poll_store(&mut self, i: NodeIx) {
-        let now = self.now;
-        let Some(Some(node)) = self.nodes.get_mut(i) else {
-            return;
-        };
-        let run = node.run;
-        let mut reqs = Vec::new();
-        let mut ctx = Ctx {
-            net: &mut self.net,
-            truth: &mut self.truth,
-            now,
-            rng: &mut self.rng,
-            trace: &mut self.trace,
-            hosts: &self.hosts,
-        };
-        // One operation in flight at a time, and a removal on an orderly stop.
-        for _ in 0..3 {
-            match node.poll_store_op(&mut ctx) {
-                Some(r) => reqs.push(r),
-                None => break,
-            }
-        }
-        for req in reqs {
-            self.at(
-                now + self.store_latency,
-                Event::StoreApply {
-                    node: i,
-                    run,
-                    req,
-                    issued: now,
-                },
-            );
-        }
-    }
-
-    /// The store applies one operation, if the issuing host reaches it, and answers; a host
-    /// cut off from it gets an error, at once or after the agent's bound.
-    fn store_apply(&mut self, node: NodeIx, run: u64, req: StoreReq, issued: Duration) {
-        let now = self.now;
-        let latency = self.store_latency;
-        let Some(store) = self.store.as_mut() else {
-            return;
-        };
-        self.store_dirty = true;
-        let answer = if store.reachable(node) {
-            let stretch = Duration::from_millis(self.rng.random_range(0..2_000));
-            match req {
-                StoreReq::Put(d) => {
-                    let lease = store.put(&d, (node, run), now, stretch);
-                    self.truth.on_published(&d.rid, d.generation);
-                    StoreAnswer::Put(Ok(lease))
-                }
-                StoreReq::Renew {
-                    rid,
-                    generation,
-                    lease,
-                } => {
-                    self.truth.stats.store_renewals += 1;
-                    StoreAnswer::Renew(Ok(store.renew(&rid, generation, lease, now, stretch)))
-                }
-                StoreReq::Remove { rid, lease } => {
-                    store.remove(&rid, lease);
-                    return;
-                }
-            }
-        } else {
-            self.truth.stats.store_errors += 1;
-            let error = "store unavailable: unreachable".to_owned();
-            match req {
-                StoreReq::Put(_) => StoreAnswer::Put(Err(error)),
-                StoreReq::Renew { .. } => StoreAnswer::Renew(Err(error)),
-                StoreReq::Remove { .. } => return,
-            }
-        };
-        // A refused connection answers within a round trip; a store that does not answer
-        // is given up after the agent's bound.
-        let refused = !matches!(
-            answer,
-            StoreAnswer::Put(Err(_)) | StoreAnswer::Renew(Err(_))
-        ) || self.rng.random_bool(0.5);
-        let at = if refused {
-            now + latency
-        } else {
-            issued + node::STORE_OP_BOUND
-        };
-        self.at(at, Event::StoreAnswer { node, run, answer });
-    }
-
-    /// What the store's watches have to say now leaves for their hosts.
-    fn poll_watches(&mut self) {
-        if !std::mem::take(&mut self.store_dirty) {
-            return;
-        }
-        let Some(store) = self.store.as_mut() else {
-            return;
-        };
-        let at = self.now + self.store_latency;
-        for ((node, run), events) in store.poll_watches() {
-            self.at(at, Event::Watch { node, run, events });
-        }
-    }
-
-    /// Something from the store reaches host `i`: handled now, or held in order while the
-    /// host is frozen (or while earlier items wait).
-    fn on_from_store(&mut self, i: NodeIx, item: FromStore) {
-        if self.net.is_frozen(i) || self.deferred.get(&i).is_some_and(|q| !q.is_empty()) {
-            self.deferred.entry(i).or_default().push_back(item);
-            return;
-        }
-        self.deliver_from_store(i, item);
-    }
-
-    fn deliver_from_store(&mut self, i: NodeIx, item: FromStore) {
-        let (run, _) = self.hosts.get(i).copied().unwrap_or((0, false));
-        match item {
-            FromStore::Answer(r, answer) if r == run => {
-                self.ctx_node(i, |n, ctx| n.handle_store_answer(ctx, answer));
-            }
-            FromStore::Watch(r, events) if r == run => {
-                self.ctx_node(i, |n, ctx| {
-                    for ev in events {
-                        n.handle_watch(ctx, ev);
-                    }
-                });
-            }
-            // For a run that is gone.
-            _ => {}
-        }
-    }
-
-    /// Host `i` thawed: what the store sent meanwhile arrives now, in order.
-    fn thawed(&mut self, i: NodeIx) {
-        if let Some(b) = self.blind_at.get_mut(i) {
-            *b = self.now;
-        }
-        let held = self.deferred.remove(&i).unwrap_or_default();
-        for item in held {
-            self.deliver_from_store(i, item);
-        }
-    }
-
-    /// The store expires the leases whose time came; a lease of a running node that could
-    /// reach the store, unfrozen, for the whole TTL before must never expire (MISSION D3:
-    /// the keeper renews on its own interval).
-    fn expire_leases(&mut self) {
-        let now = self.now;
-        let Some(store) = self.store.as_mut() else {
-            return;
-        };
-        let expired = store.expire(now);
-        let reachable: Vec<bool> = (0..self.nodes.len()).map(|h| store.reachable(h)).collect();
-        for e in expired {
-            self.store_dirty = true;
-            self.truth.stats.leases_expired += 1;
-            self.trace.push(
-                now,
-                format!("store: the lease of {} g{:x} expired", e.rid, e.generation),
-            );
-            let (host, run) = e.owner;
-            let running = self.hosts.get(host).is_some_and(|h| h.0 == run) && self.up(host);
-            let clear = reachable.get(host).copied().unwrap_or(false)
-                && !self.net.is_frozen(host)
-                && self
-                    .blind_at
-                    .get(host)
-                    .is_some_and(|b| *b + LEASE_TTL <= now);
-            if running && clear {
-                let detail = format!(
-                    "the lease of {} g{:x} (host {host}, running, reaching the store for the whole TTL) expired; last renewed at {:.3}s",
-                    e.rid,
-                    e.generation,
-                    e.renewed_at.as_secs_f64()
-                );
-                self.truth.violation("lease_kept_while_reachable", detail);
-            }
-        }
-    }
-
-    /// After the quiet minute the store is whole too: every running node holds its lease,
-    /// the store holds its current descriptor, and every running node's directory knows
-    /// every other running node's current run (MISSION D1, D3).
-    fn check_store_whole(&mut self) {
-        let Some(store) = self.store.as_ref() else {
-            return;
-        };
-        let running: Vec<(NodeIx, String, u64)> = self
-            .nodes
-            .iter()
-            .enumerate()
-            .filter_map(|(i, n)| n.as_ref().map(|n| (i, n)))
-            .filter(|(_, n)| n.phase() == Phase::Running)
-            .map(|(i, n)| (i, n.me.rid.clone(), n.me.generation))
-            .collect();
-        let mut bad = Vec::new();
-        for (i, rid, generation) in &running {
-            let Some(Some(node)) = self.nodes.get(*i) else {
-                continue;
-            };
-            if !node.lease_held() || store.generation_of(rid) != Some(*generation) {
-                bad.push(format!(
-                    "host {i}: lease held {}, the store holds {:x?} for its run g{generation:x}",
-                    node.lease_held(),
-                    store.generation_of(rid)
-                ));
-            }
-            for (j, other, g) in &running {
-                if j != i && node.known_generation(other) != Some(*g) {
-                    bad.push(format!(
-                        "host {i} knows {:x?} for {other}, which runs g{g:x}",
-                        node.known_generation(other)
-                    ));
-                }
-            }
-        }
-        for detail in bad {
-            self.truth.violation("quiet_store_is_whole", detail);
-        }
-    }
-
     fn start(&mut self, node: NodeIx) {
         if self.up(node) {
             return;
@@ -1184,8 +1059,14 @@ impl World {
     fn kill(&mut self, node: NodeIx) {
         self.trace
             .push(self.now, format!("fault: host {node} killed"));
+        if self.zombie.as_ref().is_some_and(|z| z.node.ix == node) {
+            self.kill_zombie("its host is killed");
+        }
         self.net.kill(node, self.now, &mut self.rng);
-        self.truth.on_kill(node);
+        self.truth.on_kill(End {
+            node,
+            run: self.hosts[node].0,
+        });
         if let Some(store) = self.store.as_mut() {
             store.unwatch((node, self.hosts[node].0));
         }
@@ -1222,6 +1103,14 @@ impl World {
                 one_way: self.rng.random_bool(0.4),
                 heal_after: Duration::from_millis(self.rng.random_range(1_000..40_000)),
             },
+            // Drawn only where zombies are on, so other runs draw what they always drew.
+            25..=39 if self.cfg.has_zombies() && self.rng.random_bool(1.0 / 3.0) => {
+                Event::Failover {
+                    node: a,
+                    standby: Duration::from_millis(self.rng.random_range(500..10_000)),
+                    back_after: Duration::from_millis(self.rng.random_range(1_000..40_000)),
+                }
+            }
             25..=39 => Event::Freeze {
                 node: a,
                 thaw_after: Duration::from_millis(self.rng.random_range(1_000..40_000)),
@@ -1243,214 +1132,5 @@ impl World {
             }
         };
         self.fire(e);
-    }
-
-    /// One unit of workload: a call of some semantics, a retry of a guarded call, or a
-    /// message.
-    fn work(&mut self) {
-        // Publishers publish now and then; every second one only beacons (an idle publisher
-        // is kept alive by its beacons alone).
-        let publishers: Vec<NodeIx> = (0..self.n())
-            .filter(|&i| self.specs[i].publishes && i % 2 == 0 && self.up(i))
-            .collect();
-        if !publishers.is_empty() && self.rng.random_bool(0.7) {
-            let who = publishers[self.rng.random_range(0..publishers.len())];
-            let uid = self.next_uid;
-            self.next_uid += 1;
-            let burst = self.rng.random_range(1..=20);
-            self.ctx_node(who, |node, ctx| {
-                for k in 0..burst {
-                    node.publish(ctx, uid * 100 + k);
-                }
-            });
-            return;
-        }
-        // Callers: every RouteMesh node; the clients of ClientServer (servers dial nobody).
-        let callers: Vec<NodeIx> = (0..self.n())
-            .filter(|&i| !self.specs[i].dials.is_empty())
-            .collect();
-        if callers.is_empty() {
-            return;
-        }
-        let who = callers[self.rng.random_range(0..callers.len())];
-        if !self.up(who) {
-            return;
-        }
-        if self.cfg.receive_loop && self.rng.random_bool(0.005) {
-            self.flood(who);
-            return;
-        }
-        if self.cfg.batches && self.rng.random_bool(0.08) {
-            self.burst(who);
-            return;
-        }
-        if self.cfg.streams && self.rng.random_bool(0.1) {
-            self.stream(who);
-            return;
-        }
-        let uid = self.next_uid;
-        self.next_uid += 1;
-        let pick = self.rng.random_range(0..100);
-        if pick < 20 {
-            self.truth.on_send(uid);
-            self.ctx_node(who, |node, ctx| {
-                node.send_message(ctx, uid);
-            });
-            return;
-        }
-        let kind = self.draw_kind(uid, pick);
-        let ttl = self.draw_ttl();
-        self.truth.on_call(uid, kind.clone(), who);
-        let at_once = self.draw_cancel(who, uid);
-        self.ctx_node(who, |node, ctx| {
-            node.start_call(ctx, uid, &kind, ttl, at_once);
-        });
-    }
-
-    /// A burst: 2 to 12 calls (now and then 65 to 100, which the caller cuts into several
-    /// records) that `who`'s application makes in one turn, so that they leave for one
-    /// server together, as BATCH and, where `calls` is in effect, CALLS records. In half of
-    /// the bursts every call shares semantics and ttl (one CALLS run where negotiated); in
-    /// the others each is drawn as a lone call is. Every call is still cancelled, retried and
-    /// checked on its own.
-    fn burst(&mut self, who: NodeIx) {
-        let n = if self.rng.random_bool(0.05) {
-            self.rng.random_range(65..=100)
-        } else {
-            self.rng.random_range(2..=12)
-        };
-        let uniform = self.rng.random_bool(0.5);
-        let mut shared = None;
-        let mut calls = Vec::with_capacity(n);
-        for _ in 0..n {
-            let uid = self.next_uid;
-            self.next_uid += 1;
-            let (kind, ttl) = match &shared {
-                Some((kind, ttl)) if uniform => (self.same_kind(kind, uid), *ttl),
-                _ => {
-                    let pick = self.rng.random_range(20..100);
-                    let kind = self.draw_kind(uid, pick);
-                    let ttl = self.draw_ttl();
-                    shared = Some((kind.clone(), ttl));
-                    (kind, ttl)
-                }
-            };
-            self.truth.on_call(uid, kind.clone(), who);
-            let at_once = self.draw_cancel(who, uid);
-            calls.push(node::Burst {
-                uid,
-                kind,
-                ttl,
-                cancel_at_once: at_once,
-            });
-        }
-        self.truth.stats.bursts += 1;
-        self.ctx_node(who, |node, ctx| node.start_calls(ctx, calls));
-    }
-
-    /// A stream call: its handler produces 1 to 40 items, in 5 % of the streams 1 100 to
-    /// 1 600 (more than one window, so that CREDIT matters where `credit` is in effect); in
-    /// a quarter of them the application is a slow consumer.
-    fn stream(&mut self, who: NodeIx) {
-        let uid = self.next_uid;
-        self.next_uid += 1;
-        let total = if self.rng.random_bool(0.05) {
-            self.rng.random_range(1_100..=1_600)
-        } else {
-            self.rng.random_range(1..=40)
-        };
-        self.truth.on_call(uid, CallKind::Query, who);
-        self.truth.on_stream(uid, total);
-        let ttl = self.draw_ttl();
-        let at_once = self.draw_cancel(who, uid);
-        // A quarter of the applications are slow consumers: one item per 0.5 to 20 ms.
-        let pace = self
-            .rng
-            .random_bool(0.25)
-            .then(|| Duration::from_micros(self.rng.random_range(500..=20_000)));
-        if pace.is_some() {
-            self.truth.stats.slow_streams += 1;
-        }
-        self.ctx_node(who, |node, ctx| {
-            node.start_stream(ctx, uid, ttl, at_once, pace);
-        });
-    }
-
-    /// A call of the same semantics as `kind` (a guarded one with a key of its own, drawn as
-    /// [`Self::draw_kind`] draws keys).
-    fn same_kind(&mut self, kind: &CallKind, uid: u64) -> CallKind {
-        match kind {
-            CallKind::Guarded(_) => self.draw_kind(uid, 99),
-            other => other.clone(),
-        }
-    }
-
-    /// The semantics `pick` (20..100) stands for; a guarded command gets a fresh key, or in
-    /// 40 % of the cases a retry of an earlier key (as a caller does after "may have run").
-    fn draw_kind(&mut self, uid: u64, pick: u32) -> CallKind {
-        match pick {
-            20..=39 => CallKind::Query,
-            40..=54 => CallKind::Idempotent,
-            55..=64 => CallKind::Command,
-            _ => {
-                if !self.keys.is_empty() && self.rng.random_bool(0.4) {
-                    let i = self.rng.random_range(0..self.keys.len());
-                    CallKind::Guarded(self.keys[i].0.clone())
-                } else {
-                    let k = format!("k{uid}");
-                    self.keys.push((k.clone(), uid));
-                    CallKind::Guarded(k)
-                }
-            }
-        }
-    }
-
-    /// A ttl of 50 ms to 5 s for 30 % of the calls.
-    fn draw_ttl(&mut self) -> Option<Duration> {
-        self.rng
-            .random_bool(0.3)
-            .then(|| Duration::from_millis(self.rng.random_range(50..5_000)))
-    }
-
-    /// Whether the application cancels call `uid` of `who`: a fifth of the calls, a quarter
-    /// of those in the turn they are made (true: before the REQUEST leaves), the others a
-    /// while later (scheduled here), often soon enough to find the call waiting in its
-    /// callee's queue.
-    fn draw_cancel(&mut self, who: NodeIx, uid: u64) -> bool {
-        let cancel = self.rng.random_bool(0.2);
-        let at_once = cancel && self.rng.random_bool(0.25);
-        if cancel && !at_once {
-            let within = if self.rng.random_bool(0.5) {
-                300
-            } else {
-                5_000
-            };
-            let later = Duration::from_millis(self.rng.random_range(0..within));
-            let run = self.hosts[who].0;
-            self.at(
-                self.now + later,
-                Event::Cancel {
-                    node: who,
-                    run,
-                    uid,
-                },
-            );
-        }
-        at_once
-    }
-
-    /// A flooding peer: `who` sends 100 to 300 one-way messages on one connection at once,
-    /// more than one rotation of the receiver's loop reads of one connection.
-    fn flood(&mut self, who: NodeIx) {
-        let n = self.rng.random_range(100..=300);
-        self.truth.stats.floods += 1;
-        for _ in 0..n {
-            let uid = self.next_uid;
-            self.next_uid += 1;
-            self.truth.on_send(uid);
-            self.ctx_node(who, |node, ctx| {
-                node.send_message(ctx, uid);
-            });
-        }
     }
 }

@@ -107,6 +107,9 @@ pub struct Net {
     held: BTreeSet<(NodeIx, NodeIx)>,
     /// Hosts that neither send, receive nor close (a frozen host, a half-open peer).
     frozen: BTreeSet<NodeIx>,
+    /// Runs that neither send, receive nor close while the rest of their host goes on: a
+    /// paused process beside which its successor runs (the zombie of a failover).
+    frozen_runs: BTreeSet<(NodeIx, u64)>,
     /// The last instant a hold touched each connection (for the liveness invariant).
     last_hold: BTreeMap<NetConn, Duration>,
     /// The first item of every non-empty pipe, by arrival: (instant, connection, forth).
@@ -129,6 +132,7 @@ impl Net {
             next: 1,
             held: BTreeSet::new(),
             frozen: BTreeSet::new(),
+            frozen_runs: BTreeSet::new(),
             last_hold: BTreeMap::new(),
             heads: BTreeSet::new(),
             indexed: BTreeMap::new(),
@@ -286,6 +290,44 @@ impl Net {
         }
     }
 
+    /// The run at `end` is killed: each of its connections closes from its side, as
+    /// [`Net::kill`] closes a whole host's.
+    pub fn kill_run(&mut self, end: End, now: Duration, rng: &mut ChaCha8Rng) {
+        let mine: Vec<NetConn> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.dialler == end || c.acceptor == end)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in mine {
+            self.close(id, end, now, rng);
+        }
+    }
+
+    /// The run at `end` pauses (or goes on), and nothing else of its host: while paused,
+    /// nothing it holds is delivered or sent, and no connection of it reports anything.
+    pub fn set_run_frozen(&mut self, end: End, frozen: bool, now: Duration) {
+        self.touch_holds(now);
+        if frozen {
+            self.frozen_runs.insert((end.node, end.run));
+        } else {
+            self.frozen_runs.remove(&(end.node, end.run));
+        }
+        self.touch_holds(now);
+    }
+
+    /// Whether the run at `end` is paused, by itself or with its host.
+    pub fn is_run_frozen(&self, end: End) -> bool {
+        self.frozen.contains(&end.node) || self.frozen_runs.contains(&(end.node, end.run))
+    }
+
+    /// Whether a hold or a freeze stands between the runs at `from` and `to` now.
+    fn blocked_ends(&self, from: End, to: End) -> bool {
+        self.blocked(from.node, to.node)
+            || self.frozen_runs.contains(&(from.node, from.run))
+            || self.frozen_runs.contains(&(to.node, to.run))
+    }
+
     /// Host `node` freezes (or comes back): while frozen, nothing it holds is delivered or
     /// sent, and no connection of it reports anything.
     pub fn set_frozen(&mut self, node: NodeIx, frozen: bool, now: Duration) {
@@ -322,8 +364,8 @@ impl Net {
     /// Records `now` as the last hold instant of every connection a hold touches.
     pub fn touch_holds(&mut self, now: Duration) {
         for (&id, c) in &self.conns {
-            let (a, b) = (c.dialler.node, c.acceptor.node);
-            if self.blocked(a, b) || self.blocked(b, a) {
+            let (a, b) = (c.dialler, c.acceptor);
+            if self.blocked_ends(a, b) || self.blocked_ends(b, a) {
                 self.last_hold.insert(id, now);
             }
         }
@@ -365,7 +407,7 @@ impl Net {
     fn first_unblocked(&self) -> Option<(Duration, NetConn, bool)> {
         self.heads.iter().copied().find(|&(_, id, forth)| {
             self.pipe_hosts(id, forth)
-                .is_some_and(|(from, to)| !self.blocked(from.node, to.node))
+                .is_some_and(|(from, to)| !self.blocked_ends(from, to))
         })
     }
 

@@ -897,8 +897,12 @@ impl SimNode {
             "{} {conn} ready: {} g{:x} on {:?}",
             self.me.rid, peer.rid, peer.generation, c.lane
         ));
+        let me = End {
+            node: self.ix,
+            run: self.run,
+        };
         ctx.truth
-            .on_ready(self.ix, &peer.rid, peer.generation, ctx.now);
+            .on_ready(me, &peer.rid, peer.generation, self.disc.is_some());
         c.ready = Some(Ready { peer, live });
         if c.dialled {
             if let Some(d) = self.dials.get_mut(&(c.peer_node, u8::from(c.lane))) {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use zmesh::proto::calls::{may_have_run, CallError, STREAM_WINDOW};
 
-use crate::net::{NetConn, NodeIx};
+use crate::net::{End, NetConn, NodeIx};
 
 /// The liveness deadline as WIRE.md states it, written down here rather than taken from the
 /// core, so that a core with another deadline is caught.
@@ -46,8 +46,8 @@ pub struct Violation {
 #[derive(Debug, Default)]
 struct CallTruth {
     kind: Option<CallKind>,
-    /// The host whose application started it.
-    caller: NodeIx,
+    /// The host whose application started it, and that application's run.
+    caller: (NodeIx, u64),
     /// The caller's process was killed before the call completed: nobody waits for it.
     caller_died: bool,
     completions: u32,
@@ -129,8 +129,9 @@ pub struct Truth {
     store: BTreeMap<(String, String), Option<u64>>,
     /// Which host and run each generation belongs to, and when it started.
     generations: BTreeMap<u64, (NodeIx, u64)>,
-    /// Per (host, peer RID): the latest run of that peer admitted ready.
-    admitted: BTreeMap<(NodeIx, String), u64>,
+    /// Per (host, run of the node on it, peer RID): the latest run of that peer admitted
+    /// ready.
+    admitted: BTreeMap<(NodeIx, u64, String), u64>,
     /// Fanout records published.
     published: BTreeSet<u64>,
     /// Messages the application sent, and those delivered.
@@ -140,11 +141,13 @@ pub struct Truth {
     serves: BTreeMap<String, bool>,
     /// Descriptors the store ever held: (RID, generation).
     descriptors: BTreeSet<(String, u64)>,
-    /// Per (host, peer RID): the generation of the descriptor the host's watch delivered
-    /// last, and the newest run of that peer any delivered descriptor was of (both reset
-    /// when a new run of the host starts, with an empty directory).
-    delivered_last: BTreeMap<(NodeIx, String), u64>,
-    delivered_newest: BTreeMap<(NodeIx, String), u64>,
+    /// Per (host, run of the node on it, peer RID): the generation of the descriptor that
+    /// run's watch delivered last, and the peer's current descriptor as that watch tells it
+    /// (`None`: it said the descriptor went away). A new run of the host starts with an
+    /// empty directory, and two runs of one host, a paused one beside its successor, each
+    /// have their own.
+    delivered_last: BTreeMap<(NodeIx, u64, String), u64>,
+    delivered_current: BTreeMap<(NodeIx, u64, String), Option<u64>>,
     /// Stream calls by uid.
     streams: BTreeMap<u64, StreamTruth>,
     /// The violations seen, in order.
@@ -253,6 +256,13 @@ pub struct Stats {
     pub slow_streams: u64,
     /// Items that waited in a slow consumer's buffer.
     pub slow_items: u64,
+    /// Runs paused while a successor of their RID started (failovers, `Config::zombies`).
+    pub zombies: u64,
+    /// Of those, the ones that came back beside their successor.
+    pub zombies_back: u64,
+    /// Paused runs that came back and ended when the store answered their renewal with
+    /// `Superseded` (or `Lost`).
+    pub zombies_superseded: u64,
 }
 
 impl Stats {
@@ -307,6 +317,9 @@ impl Stats {
             windows_closed,
             slow_streams,
             slow_items,
+            zombies,
+            zombies_back,
+            zombies_superseded,
         } = *o;
         self.calls += calls;
         self.ok += ok;
@@ -356,6 +369,9 @@ impl Stats {
         self.windows_closed += windows_closed;
         self.slow_streams += slow_streams;
         self.slow_items += slow_items;
+        self.zombies += zombies;
+        self.zombies_back += zombies_back;
+        self.zombies_superseded += zombies_superseded;
     }
 }
 
@@ -415,8 +431,6 @@ impl Truth {
     /// A run of host `node` started with `generation`.
     pub fn on_start(&mut self, node: NodeIx, run: u64, generation: u64) {
         self.generations.insert(generation, (node, run));
-        self.delivered_last.retain(|k, _| k.0 != node);
-        self.delivered_newest.retain(|k, _| k.0 != node);
     }
 
     /// Call `uid` is a stream whose handler produces `total` items, then its REPLY.
@@ -521,14 +535,27 @@ impl Truth {
         self.descriptors.insert((rid.to_owned(), generation));
     }
 
-    /// Host `node`'s watch delivered a descriptor of `rid` with `generation`.
-    pub fn on_delivered(&mut self, node: NodeIx, rid: &str, generation: u64) {
-        let key = (node, rid.to_owned());
-        self.delivered_last.insert(key.clone(), generation);
-        if let Some(&(_, run)) = self.generations.get(&generation) {
-            let newest = self.delivered_newest.entry(key).or_insert(0);
-            *newest = (*newest).max(run);
-        }
+    /// The watch of the run at `me` delivered a descriptor of `rid` with `generation`.
+    pub fn on_delivered(&mut self, me: End, rid: &str, generation: u64) {
+        let key = (me.node, me.run, rid.to_owned());
+        self.delivered_last.insert(key, generation);
+    }
+
+    /// The watch of the run at `me` says what `rid`'s current descriptor is: of the run of
+    /// `generation`, or none (`None`: it went away, or a reload did not list it).
+    pub fn on_current(&mut self, me: End, rid: &str, generation: Option<u64>) {
+        let key = (me.node, me.run, rid.to_owned());
+        self.delivered_current.insert(key, generation);
+    }
+
+    /// The RIDs whose current descriptor the watch of the run at `me` named last (a reload
+    /// that leaves one out says it is gone).
+    pub fn current_rids(&self, me: End) -> Vec<String> {
+        self.delivered_current
+            .iter()
+            .filter(|((n, r, _), g)| *n == me.node && *r == me.run && g.is_some())
+            .map(|((_, _, rid), _)| rid.clone())
+            .collect()
     }
 
     /// Host `node` (RID `me`) dials `rid` because discovery asked for it, fenced by
@@ -568,12 +595,16 @@ impl Truth {
         }
     }
 
-    /// Host `node`'s discovery closed a ready connection to `rid`'s run of `generation`:
-    /// only a descriptor of another run may do that (F3), never a descriptor that went away
-    /// or a store that cannot be reached (F5).
-    pub fn on_discovery_drop(&mut self, node: NodeIx, rid: &str, generation: u64) {
+    /// The discovery of the run at `me` closed a ready connection to `rid`'s run of
+    /// `generation`: only a descriptor of another run may do that (F3), never a descriptor
+    /// that went away or a store that cannot be reached (F5).
+    pub fn on_discovery_drop(&mut self, me: End, rid: &str, generation: u64) {
         self.stats.discovery_replacements += 1;
-        let last = self.delivered_last.get(&(node, rid.to_owned())).copied();
+        let node = me.node;
+        let last = self
+            .delivered_last
+            .get(&(node, me.run, rid.to_owned()))
+            .copied();
         if last.is_none_or(|g| g == generation) {
             let detail = format!(
                 "host {node} closed its ready link to {rid} g{generation:x}, but the last descriptor of {rid} its watch delivered is {last:x?}"
@@ -582,18 +613,18 @@ impl Truth {
         }
     }
 
-    /// The application of host `caller` started call `uid`.
-    pub fn on_call(&mut self, uid: u64, kind: CallKind, caller: NodeIx) {
+    /// The application of the run at `caller` started call `uid`.
+    pub fn on_call(&mut self, uid: u64, kind: CallKind, caller: End) {
         self.stats.calls += 1;
         let c = self.calls.entry(uid).or_default();
         c.kind = Some(kind);
-        c.caller = caller;
+        c.caller = (caller.node, caller.run);
     }
 
-    /// The process on host `node` was killed: its pending calls have nobody waiting.
-    pub fn on_kill(&mut self, node: NodeIx) {
+    /// The process of the run at `end` was killed: its pending calls have nobody waiting.
+    pub fn on_kill(&mut self, end: End) {
         for c in self.calls.values_mut() {
-            if c.caller == node && c.completions == 0 {
+            if c.caller == (end.node, end.run) && c.completions == 0 {
                 c.caller_died = true;
             }
         }
@@ -852,8 +883,17 @@ impl Truth {
         }
     }
 
-    /// Host `node` made a link to `peer_rid` ready with `generation`.
-    pub fn on_ready(&mut self, node: NodeIx, peer_rid: &str, generation: u64, _now: Duration) {
+    /// The run at `me` made a link to `peer_rid` ready with `generation`; `automatic`: the
+    /// node discovers through the store.
+    ///
+    /// Generations are compared for equality only (MISSION, Terms), so in automatic mode a
+    /// node tells one run of a RID from another by the descriptor its watch names current:
+    /// `store_fence_holds` requires the ready run to be that one whenever the watch names
+    /// one, and `no_older_generation` judges a ready only then (a watch that fell behind in
+    /// an outage, or that said the descriptor went away, names none). In manual mode,
+    /// where runs follow each other on a host, `no_older_generation` judges every ready.
+    pub fn on_ready(&mut self, me: End, peer_rid: &str, generation: u64, automatic: bool) {
+        let node = me.node;
         self.stats.readies += 1;
         let Some(&(_, run)) = self.generations.get(&generation) else {
             let detail = format!(
@@ -862,21 +902,22 @@ impl Truth {
             self.violation("no_older_generation", detail);
             return;
         };
-        let key = (node, peer_rid.to_owned());
+        let key = (node, me.run, peer_rid.to_owned());
+        let current = self.delivered_current.get(&key).copied().flatten();
+        let knows_runs = !automatic || current.is_some();
         let latest = self.admitted.get(&key).copied().unwrap_or(0);
-        if run < latest {
+        if run < latest && knows_runs {
             let detail = format!(
                 "host {node} made run {run} of {peer_rid} ready after it had admitted run {latest}"
             );
             self.violation("no_older_generation", detail);
         }
-        if let Some(&newest) = self.delivered_newest.get(&key) {
-            if run < newest {
-                let detail = format!(
-                    "host {node} made run {run} of {peer_rid} ready after the store showed it run {newest}"
-                );
-                self.violation("store_fence_holds", detail);
-            }
+        if let Some(fence) = current.filter(|g| *g != generation) {
+            let shown = self.generations.get(&fence).map_or(0, |r| r.1);
+            let detail = format!(
+                "host {node} made run {run} of {peer_rid} ready while its watch named run {shown} (g{fence:x}) current"
+            );
+            self.violation("store_fence_holds", detail);
         }
         self.admitted.insert(key, run.max(latest));
     }
@@ -1040,5 +1081,57 @@ impl Truth {
         for uid in missing {
             self.violation("exactly_once", format!("call u{uid} never completed"));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: End = End { node: 0, run: 1 };
+
+    /// Two runs of host 1 (RID n001): run 1 with generation 0x11, run 2 with 0x22.
+    fn two_runs() -> Truth {
+        let mut t = Truth::default();
+        t.on_start(1, 1, 0x11);
+        t.on_start(1, 2, 0x22);
+        t
+    }
+
+    #[test]
+    fn s1_f3_a_ready_run_other_than_the_watchs_current_one_breaks_the_fence() {
+        let mut t = two_runs();
+        t.on_current(A, "n001", Some(0x22));
+        t.on_ready(A, "n001", 0x22, true);
+        assert!(t.violations.is_empty(), "{:?}", t.violations);
+        // The older run while the watch names the newer: both invariants see it.
+        t.on_ready(A, "n001", 0x11, true);
+        let seen: Vec<&str> = t.violations.iter().map(|v| v.invariant).collect();
+        assert_eq!(seen, ["no_older_generation", "store_fence_holds"]);
+        // A newer run under the older fence breaks the fence too.
+        let mut t = two_runs();
+        t.on_current(A, "n001", Some(0x11));
+        t.on_ready(A, "n001", 0x22, true);
+        let seen: Vec<&str> = t.violations.iter().map(|v| v.invariant).collect();
+        assert_eq!(seen, ["store_fence_holds"]);
+    }
+
+    #[test]
+    fn s1_f3_without_a_current_descriptor_runs_are_not_told_apart() {
+        // Generations compare for equality only: once the watch says the descriptor went
+        // away, a node in automatic mode cannot tell an older run from a newer one.
+        let mut t = two_runs();
+        t.on_current(A, "n001", Some(0x22));
+        t.on_ready(A, "n001", 0x22, true);
+        t.on_current(A, "n001", None);
+        t.on_ready(A, "n001", 0x11, true);
+        assert!(t.violations.is_empty(), "{:?}", t.violations);
+        // In manual mode runs follow each other on a host: an older one is never admitted
+        // after a newer one.
+        let mut t = two_runs();
+        t.on_ready(A, "n001", 0x22, false);
+        t.on_ready(A, "n001", 0x11, false);
+        let seen: Vec<&str> = t.violations.iter().map(|v| v.invariant).collect();
+        assert_eq!(seen, ["no_older_generation"]);
     }
 }

@@ -236,16 +236,26 @@ impl SimNode {
         if self.phase != super::Phase::Running {
             return;
         }
+        let me = self.end();
         let Some(disc) = self.disc.as_mut() else {
             return;
         };
         let parse = |json: &str| Descriptor::from_json(json.as_bytes()).ok();
         let mut delivered = Vec::new();
+        // What the watch says each RID's current descriptor is, in order (the truth's
+        // record of the fence this run should hold).
+        let mut current: Vec<(String, Option<u64>)> = Vec::new();
         let intents = match ev {
             WatchEvent::Reload(all) => {
                 ctx.truth.stats.watch_reloads += 1;
                 let ds: Vec<Descriptor> = all.iter().filter_map(|j| parse(j)).collect();
                 delivered.extend(ds.iter().map(|d| (d.rid.clone(), d.generation)));
+                for rid in ctx.truth.current_rids(me) {
+                    if !ds.iter().any(|d| d.rid == rid) {
+                        current.push((rid, None));
+                    }
+                }
+                current.extend(ds.iter().map(|d| (d.rid.clone(), Some(d.generation))));
                 disc.dir.handle_reload(ds)
             }
             WatchEvent::Delta(changes) => {
@@ -256,10 +266,14 @@ impl SimNode {
                         Change::Put(json) => {
                             if let Some(d) = parse(&json) {
                                 delivered.push((d.rid.clone(), d.generation));
+                                current.push((d.rid.clone(), Some(d.generation)));
                                 batch.push((d.rid.clone(), Some(d)));
                             }
                         }
-                        Change::Removed(rid) => batch.push((rid, None)),
+                        Change::Removed(rid) => {
+                            current.push((rid.clone(), None));
+                            batch.push((rid, None));
+                        }
                     }
                 }
                 disc.dir.handle_changes(batch)
@@ -268,7 +282,12 @@ impl SimNode {
         };
         for (rid, generation) in delivered {
             if rid != self.me.rid {
-                ctx.truth.on_delivered(self.ix, &rid, generation);
+                ctx.truth.on_delivered(me, &rid, generation);
+            }
+        }
+        for (rid, generation) in current {
+            if rid != self.me.rid {
+                ctx.truth.on_current(me, &rid, generation);
             }
         }
         for intent in intents {
@@ -355,7 +374,7 @@ impl SimNode {
                 {
                     // The one way discovery takes a watch out of ready: a descriptor of
                     // another run (F3), judged by the truth as a ready link's close is.
-                    ctx.truth.on_discovery_drop(self.ix, &rid, old);
+                    ctx.truth.on_discovery_drop(me, &rid, old);
                 }
                 ctx.trace(format!(
                     "{} subscription to {rid} g{generation:x}: {found:?}",
@@ -415,7 +434,8 @@ impl SimNode {
         generation: u64,
         why: &str,
     ) {
-        ctx.truth.on_discovery_drop(self.ix, rid, generation);
+        let me = self.end();
+        ctx.truth.on_discovery_drop(me, rid, generation);
         ctx.trace(format!("{} {k} closed by discovery: {why}", self.me.rid));
         self.drop_conn(ctx, k, Some(CloseReason::Replaced));
     }
