@@ -5,7 +5,8 @@
 //! zmesh sim [--seeds N] [--first S] [--minutes M]      many seeds, each its own configuration
 //! zmesh sim --seed S [--nodes N] [--topology mesh|client-server|fanout] [--seconds T]
 //!           [--version1 P] [--no-faults] [--no-batches] [--no-receive-loop]
-//!           [--discovery | --no-discovery] [--streams | --no-streams] [--no-zombies] [--trace]
+//!           [--discovery | --no-discovery] [--streams | --no-streams]
+//!           [--no-zombies] [--zombie-puts] [--trace]
 //!                                                       one seed, replayed exactly
 //! ```
 //! A failing seed prints the command that replays it and the trace up to the violation; the
@@ -34,6 +35,7 @@ struct Args {
     discovery: Option<bool>,
     streams: Option<bool>,
     zombies: bool,
+    zombie_puts: bool,
 }
 
 fn parse(args: Vec<String>) -> Result<Args, String> {
@@ -53,6 +55,7 @@ fn parse(args: Vec<String>) -> Result<Args, String> {
         discovery: None,
         streams: None,
         zombies: true,
+        zombie_puts: false,
     };
     let mut it = args.into_iter();
     while let Some(flag) = it.next() {
@@ -97,6 +100,7 @@ fn parse(args: Vec<String>) -> Result<Args, String> {
             "--streams" => a.streams = Some(true),
             "--no-streams" => a.streams = Some(false),
             "--no-zombies" => a.zombies = false,
+            "--zombie-puts" => a.zombie_puts = true,
             "--trace" => a.trace = true,
             "-h" | "--help" => {
                 let _ = outln!("{}", include_str!("usage.txt"));
@@ -126,6 +130,7 @@ fn config(a: &Args, seed: u64) -> Config {
     c.batches = c.batches && a.batches;
     c.receive_loop = c.receive_loop && a.receive_loop;
     c.zombies = c.zombies && a.zombies;
+    c.zombie_puts = a.zombie_puts;
     if let Some(d) = a.discovery {
         c.discovery = d;
     }

@@ -11,7 +11,7 @@ use rand::Rng;
 use zmesh::proto::discovery::RenewOutcome;
 
 use crate::net::{End, NodeIx};
-use crate::node::{SimNode, StoreAnswer};
+use crate::node::{SimNode, StoreAnswer, StoreReq};
 use crate::world_store::{store_ops, FromStore};
 use crate::{Ctx, Event, World};
 
@@ -44,6 +44,15 @@ impl World {
             hosts: &self.hosts,
         };
         let reqs = store_ops(&mut z.node, &mut ctx);
+        let publishes = reqs.iter().any(|r| matches!(r, StoreReq::Put(_)));
+        if publishes && !self.cfg.zombie_puts {
+            // A run paused before its first put succeeded asks to publish when it comes
+            // back, and the store's put replaces its successor's descriptor (SIMULATION.md,
+            // "Open findings"): not drawn unless `Config::zombie_puts` asks for it.
+            self.truth.stats.zombies_would_publish += 1;
+            self.kill_zombie("it would publish itself over its successor");
+            return;
+        }
         self.send_store_ops(i, run, reqs);
     }
 

@@ -122,6 +122,11 @@ pub struct Config {
     /// orchestrator started a replacement) until it learns from the store that it was
     /// superseded, or is killed. Off, those freezes are drawn as before.
     pub zombies: bool,
+    /// A zombie whose first put had failed publishes its descriptor when it comes back, over
+    /// its successor's (SIMULATION.md, "Open findings": the store's put replaces any
+    /// descriptor of its RID, so the paused run takes the RID back and the successor is
+    /// superseded). Off (the default), such a zombie ends when it asks to publish.
+    pub zombie_puts: bool,
 }
 
 /// The RID of host `i`.
@@ -166,6 +171,7 @@ impl Config {
             streams: rng.random_bool(0.5),
             // Not drawn: it takes effect only where discovery does, on the call topologies.
             zombies: true,
+            zombie_puts: false,
         }
     }
 
@@ -190,7 +196,7 @@ impl Config {
     /// The command line that replays this configuration with `seed`.
     pub fn replay_line(&self, seed: u64) -> String {
         format!(
-            "cargo run --release -- sim --seed {seed} --nodes {} --topology {} --seconds {} --version1 {}{}{}{}{}{}{} --trace",
+            "cargo run --release -- sim --seed {seed} --nodes {} --topology {} --seconds {} --version1 {}{}{}{}{}{}{}{} --trace",
             self.nodes,
             self.topology.name(),
             self.duration.as_secs(),
@@ -208,7 +214,8 @@ impl Config {
             } else {
                 " --no-streams"
             },
-            if self.zombies { "" } else { " --no-zombies" }
+            if self.zombies { "" } else { " --no-zombies" },
+            if self.zombie_puts { " --zombie-puts" } else { "" }
         )
     }
 }

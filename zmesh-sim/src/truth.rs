@@ -263,6 +263,9 @@ pub struct Stats {
     /// Paused runs that came back and ended when the store answered their renewal with
     /// `Superseded` (or `Lost`).
     pub zombies_superseded: u64,
+    /// Paused runs that came back and asked to publish their descriptor (their first put
+    /// had failed), ended there unless `Config::zombie_puts` lets them publish.
+    pub zombies_would_publish: u64,
 }
 
 impl Stats {
@@ -320,6 +323,7 @@ impl Stats {
             zombies,
             zombies_back,
             zombies_superseded,
+            zombies_would_publish,
         } = *o;
         self.calls += calls;
         self.ok += ok;
@@ -372,6 +376,7 @@ impl Stats {
         self.zombies += zombies;
         self.zombies_back += zombies_back;
         self.zombies_superseded += zombies_superseded;
+        self.zombies_would_publish += zombies_would_publish;
     }
 }
 
