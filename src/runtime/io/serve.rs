@@ -6,9 +6,9 @@
 
 use std::time::Instant;
 
-use super::parts::callee::From;
 use super::{IoThread, LinkKey, Tracked};
 use crate::proto::node::answers::Outgoing;
+use crate::proto::node::callee::From;
 use crate::proto::node::link::Link;
 use crate::proto::wire::{self, Capabilities, Lane};
 use crate::runtime::command::{ServeDone, ServeItem, Served};

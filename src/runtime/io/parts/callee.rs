@@ -44,43 +44,22 @@ use crate::proto::calls::{
     Admission, Arrival, Cancelled, Dispatch, ExecQueues, RemoteCode, ServeId, ServeTable,
 };
 use crate::proto::contract::{self, ExecutionKind};
+use crate::proto::node::callee::{self as records, MethodPlan};
+use crate::proto::node::callee::{Answer, From};
 use crate::proto::node::keys::CallKey;
 use crate::proto::wire::{self, ReplyCode};
 use crate::runtime::calls::{CallerGone, Request, ServeError};
 use crate::runtime::command::{
     Dispatcher, InlineDispatch, InlineRun, ServeDone, ServeItem, ServeJob, Served,
 };
-use crate::runtime::records;
 use crate::runtime::security::{AuthRequest, Caller, Denied};
-use crate::runtime::service::{MethodPlan, INLINE_BUDGET};
+use crate::runtime::service::INLINE_BUDGET;
 
 /// Longest graceful stop: accepted calls still running then are answered `Unavailable`.
 pub const GRACEFUL_STOP_BOUND: Duration = Duration::from_secs(10);
 
 /// An execution queue: the channel, and the key under keyed execution.
 type QueueKey = (String, Option<String>);
-
-/// One answer the callee decided on: an ACCEPT-less REPLY, for the connection the call's
-/// answers travel on.
-pub(crate) struct Answer {
-    /// The call's connection.
-    pub(crate) key: CallKey,
-    /// The REPLY.
-    pub(crate) reply: wire::Reply,
-}
-
-/// Who sent a REQUEST, as the I/O thread knows it from the connection it came on.
-pub(crate) struct From {
-    /// The connection its answers travel on.
-    pub(crate) key: CallKey,
-    /// The caller's RID.
-    pub(crate) rid: String,
-    /// The caller's lifecycle generation.
-    pub(crate) generation: u64,
-    /// Whether the connection the REQUEST came on negotiated `credit`: a stream answered to
-    /// it sends only as far as its window (WIRE.md §4.15).
-    pub(crate) credit: bool,
-}
 
 /// A call [`Callee::handle_request`] took, not yet ACCEPTed on the wire: what it needs once
 /// its ACCEPT left.
