@@ -2,7 +2,7 @@
 //! the [`Callee`](super::parts::callee::Callee) with where its answers go and who sent it, sends the ACCEPTs and ITEMs
 //! the callee decides on as they are decided (the rest of its answers leave through
 //! [`route`](super::route)), and hands it the handlers' results. What happens to a call
-//! is the callee's decision (module [`super::parts::callee`]).
+//! is decided in the node core ([`crate::proto::node::callee`]), which the callee holds.
 
 use std::time::Instant;
 
