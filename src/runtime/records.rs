@@ -291,27 +291,6 @@ pub(crate) fn message_envelope(channel: &str) -> Result<Vec<u8>, WireError> {
     Ok(wire::Message::encode_envelope(&name(channel)?))
 }
 
-/// REPLY (encoded when it leaves: answers of one connection may travel together, WIRE.md
-/// §4.16), not replayed (see [`wire::Reply::replayed`]).
-pub(crate) fn reply(call_id: NonZeroU64, code: wire::ReplyCode, payload: Bytes) -> wire::Reply {
-    wire::Reply {
-        call_id,
-        code,
-        payload,
-        replayed: false,
-    }
-}
-
-/// ITEM: stream item `seq` of call `call_id`.
-pub(crate) fn item(call_id: NonZeroU64, seq: u64, payload: Bytes) -> Vec<Vec<u8>> {
-    Record::Item(wire::Item {
-        call_id,
-        seq,
-        payload,
-    })
-    .encode()
-}
-
 /// The envelope of a fanout application record (frame 1, between the topic and the
 /// payload, which go to the socket as they are).
 pub(crate) fn publish_envelope(generation: u64, seq: u64) -> [u8; wire::PUBLISH_ENVELOPE_LEN] {

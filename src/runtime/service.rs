@@ -78,6 +78,7 @@ use super::security::{AuthRequest, Authorizer, Denied};
 use crate::proto::calls::CallShape;
 use crate::proto::contract::{self, MethodContract, ServiceContract, Shape};
 pub use crate::proto::contract::{ContractError, ExecutionKind, NodeContract, Semantics};
+use crate::proto::node::callee::MethodPlan;
 
 /// How long an inline handler ([`Service::inline_method`]) may hold the I/O thread before
 /// its run is counted as an overrun. A fixed figure, not an option: every other connection's
@@ -433,17 +434,6 @@ pub(crate) struct ServedService {
     /// The methods that chose whether a cancel stops their handler
     /// ([`Method::abort_on_cancel`]).
     pub abort_choices: HashMap<String, bool>,
-}
-
-/// How the I/O thread treats one call of a served channel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct MethodPlan {
-    pub semantics: Option<Semantics>,
-    pub shape: CallShape,
-    pub execution: ExecutionKind,
-    pub conflate: bool,
-    /// Whether a cancel stops the running handler ([`contract::stops_on_cancel`]).
-    pub stops_on_cancel: bool,
 }
 
 /// The built-in method every served channel answers: the node's contract (MessagePack of a

@@ -13,6 +13,9 @@
 //! - [`routes`]: where calls go, an index over the links' routes.
 //! - [`answers`]: the callee's answers on their way out, per link, packed into ANSWERS
 //!   records where the connection negotiated them.
+//! - [`callee`]: the calls this node serves (the serve table, the execution queues, the
+//!   waiting calls, the dispatch decisions, the answers decided, the stream items waiting
+//!   for a window); the shell answers the questions about its served channels.
 //! - [`caller`]: this node's calls (the call table, pending calls by the application's
 //!   token, the REQUESTs of a turn and the messages they leave in, the server round-robin).
 //! - [`gate`] and [`accepting`]: the bound sockets' gate (ZAP domains, open connections,
@@ -23,6 +26,7 @@
 
 pub(crate) mod accepting;
 pub(crate) mod answers;
+pub(crate) mod callee;
 pub(crate) mod caller;
 pub(crate) mod discovered;
 pub(crate) mod gate;

@@ -52,7 +52,9 @@ impl IoThread {
                         // Graceful stop: refuse new calls, answer the accepted ones, then
                         // leave (MISSION C4, F6); the loop ends when the drain is done.
                         self.local.host = Host::Draining;
-                        self.callee.begin_drain(GRACEFUL_STOP_BOUND, now);
+                        self.callee
+                            .serving_mut()
+                            .begin_drain(GRACEFUL_STOP_BOUND, now);
                         self.drain_calls(now);
                     }
                 }

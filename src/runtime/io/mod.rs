@@ -42,15 +42,17 @@
 //! - The node core's parts in [`crate::proto::node`], sans-IO: the typed keys and tables,
 //!   links with their own timings and failure rules, the timer table, the liveness table
 //!   with the owner of each entry, the call routes, the gate and the admission tables,
-//!   discovery's additions, this node's calls (`caller`) and the callee's answers on their
-//!   way out (`answers`).
+//!   discovery's additions, this node's calls (`caller`), the calls it serves (`callee`:
+//!   admission, execution queues, dispatch decisions, stream windows) and the callee's
+//!   answers on their way out (`answers`).
 //! - [`parts`]: the parts that hold a socket, a channel or a task handle, each owning its
 //!   own behind a narrow interface and none of them importing the thread: the socket set with
 //!   the one send and receive primitive, the ZAP handler and the monitors of closes not yet
 //!   confirmed (`parts::sockets`); readiness (`parts::ready`: epoll over `ZMQ_FD`, the edge
 //!   rule); the caller (`parts::caller`: the core's calls with their reply channels, the
-//!   operations registry and the call gauges) and the callee (`parts::callee`: contract
-//!   checks, admission of calls, execution queues, dispatch, running handlers); the
+//!   operations registry and the call gauges) and the callee (`parts::callee`: the core's
+//!   served calls with the served channels, running handlers, inline runs and stream items'
+//!   reply channels); the
 //!   application queue (`parts::app`); the send queues and their turns
 //!   (`parts::outbound`); fanout (`parts::fanout`); descriptor exhaustion
 //!   (`parts::exhaustion`); the hand-off from the async side (`parts::handoff`); the node
@@ -351,7 +353,7 @@ impl IoThread {
             self.release_backlogs();
             self.flush_answers();
             self.app.flush();
-            if self.local.host == Host::Draining && self.callee.is_drained() {
+            if self.local.host == Host::Draining && self.callee.serving().is_drained() {
                 self.local.host = Host::Stopped;
             }
             if self.local.host == Host::Stopped {

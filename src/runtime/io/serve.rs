@@ -2,13 +2,13 @@
 //! the [`Callee`](super::parts::callee::Callee) with where its answers go and who sent it, sends the ACCEPTs and ITEMs
 //! the callee decides on as they are decided (the rest of its answers leave through
 //! [`route`](super::route)), and hands it the handlers' results. What happens to a call
-//! is the callee's decision (module [`super::parts::callee`]).
+//! is decided in the node core ([`crate::proto::node::callee`]), which the callee holds.
 
 use std::time::Instant;
 
-use super::parts::callee::From;
 use super::{IoThread, LinkKey, Tracked};
 use crate::proto::node::answers::Outgoing;
+use crate::proto::node::callee::From;
 use crate::proto::node::link::Link;
 use crate::proto::wire::{self, Capabilities, Lane};
 use crate::runtime::command::{ServeDone, ServeItem, Served};

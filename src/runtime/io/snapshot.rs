@@ -63,7 +63,7 @@ impl IoThread {
                 Host::Stopped => "stopped",
             },
             pending_calls: self.caller.calls().pending(),
-            serving_calls: self.callee.in_flight(),
+            serving_calls: self.callee.serving().in_flight(),
             links,
             omitted,
             links_ready,

@@ -19,7 +19,7 @@ impl IoThread {
         [
             self.liveness.table().poll_timeout(),
             self.caller.calls().poll_timeout(),
-            self.callee.poll_timeout(),
+            self.callee.serving().poll_timeout(),
             self.timers.next(),
         ]
         .into_iter()
@@ -30,7 +30,7 @@ impl IoThread {
     pub(super) fn run_timers(&mut self, now: Instant) {
         // Call deadlines and serve-side ttl refusals and drain bound.
         self.caller.calls_mut().handle_timeout(now);
-        self.callee.handle_timeout(now);
+        self.callee.serving_mut().handle_timeout(now);
         self.drain_calls(now);
         // Every liveness machine of the node, from one table (MISSION L8). Coalesced: a
         // wake-up for a due timer also starts every probe and beacon due within the next
