@@ -144,9 +144,20 @@ fn pack_frames(payloads: &[&[u8]], count: u16) -> Vec<Vec<u8>> {
     vec![env, body]
 }
 
+/// Records received on the server's link of client `rid`, by its snapshot.
+async fn records_received(srv: &Node, rid: &str) -> u64 {
+    let snap = srv.snapshot().await.expect("snapshot");
+    snap.links
+        .iter()
+        .filter(|l| l.peer.as_deref() == Some(rid))
+        .map(|l| l.records_received)
+        .sum()
+}
+
 /// MISSION X4, X3, W3: the records of the PACKs a client sends are delivered one by one, in
-/// order with its MESSAGEs, each with the client as source; then a PACK of count 1 (a lone
-/// record is never wrapped) fails that connection as a protocol error and delivers nothing.
+/// order with its MESSAGEs, each with the client as source, and each counts as a record
+/// received on the link; then a PACK of count 1 (a lone record is never wrapped) fails that
+/// connection as a protocol error and delivers nothing.
 #[tokio::test]
 async fn x4_packed_records_are_delivered_as_messages_and_a_bad_pack_fails_the_connection() {
     let (srv, mut events, ep) = server().await;
@@ -161,6 +172,10 @@ async fn x4_packed_records_are_delivered_as_messages_and_a_bad_pack_fails_the_co
             d.send_multipart(frames.iter(), 0).expect("send");
         }
     });
+    // The client's HELLO is in: the link exists and counts from here.
+    tx.send(message(b"m0").encode()).expect("message");
+    delivered(&mut events, "packer", b"m0").await;
+    let before = records_received(&srv, "packer").await;
     let first: [&[u8]; 3] = [b"p1", b"", b"p3"];
     tx.send(pack_frames(&first, 3)).expect("pack");
     tx.send(message(b"m4").encode()).expect("message");
@@ -186,6 +201,12 @@ async fn x4_packed_records_are_delivered_as_messages_and_a_bad_pack_fails_the_co
         got.push(d.payload.to_vec());
     }
     assert_eq!(got, want, "each record, in order");
+    let after = records_received(&srv, "packer").await;
+    assert_eq!(
+        after - before,
+        68,
+        "every record of a PACK counts as one received"
+    );
 
     tx.send(pack_frames(&[b"lone"], 1)).expect("lone");
     tx.send(message(b"after").encode()).expect("after");

@@ -266,7 +266,17 @@ impl ProbeTracker {
     /// extends the deadline (MISSION L2), because receiving from the peer does not prove the
     /// peer receives from us.
     pub fn handle_app_traffic(&mut self, now: Instant) {
-        self.stats.app_receives += 1;
+        self.handle_app_traffic_run(1, now);
+    }
+
+    /// Records that `frames` application frames arrived, the last at `now`: what as many
+    /// [`handle_app_traffic`](Self::handle_app_traffic) calls do, the last with `now`
+    /// (nothing if `frames` is 0). Diagnostics only, like them.
+    pub fn handle_app_traffic_run(&mut self, frames: u64, now: Instant) {
+        if frames == 0 {
+            return;
+        }
+        self.stats.app_receives += frames;
         self.last_app_receive_at = Some(now);
     }
 

@@ -352,8 +352,19 @@ impl Liveness {
     /// Records application traffic on the connection of entry `key` (diagnostics only; see
     /// [`ProbeTracker::handle_app_traffic`]).
     pub fn handle_app_traffic(&mut self, key: LinkKey, now: Instant) -> Result<(), LivenessError> {
+        self.handle_app_traffic_run(key, 1, now)
+    }
+
+    /// Records `frames` application frames on the connection of entry `key`, the last at
+    /// `now` (diagnostics only; see [`ProbeTracker::handle_app_traffic_run`]).
+    pub fn handle_app_traffic_run(
+        &mut self,
+        key: LinkKey,
+        frames: u64,
+        now: Instant,
+    ) -> Result<(), LivenessError> {
         match &mut self.slot_mut(key, EntryKind::Probe)?.machine {
-            Machine::Probe(tracker) => tracker.handle_app_traffic(now),
+            Machine::Probe(tracker) => tracker.handle_app_traffic_run(frames, now),
             _ => return Err(LivenessError::UnknownKey(key)),
         }
         Ok(())

@@ -141,6 +141,9 @@ pub const ROTATION_TIME_CAP: Duration = Duration::from_millis(10);
 pub const STAGING_RECORD_BOUND: usize = RECEIVE_COUNT_CAP;
 
 mod types;
+mod units;
+
+use units::{is_full, UnitState, Units};
 
 pub use types::{
     Action, AddUnitError, Caps, ReadRequest, ReadTarget, RejectReason, Rejected, RingEntry,
@@ -218,7 +221,7 @@ pub struct ReceiveScheduler<U, R> {
     next_block: u64,
     /// Places within a block handed out ([`Slot::seq`]).
     next_seq: u64,
-    units: IdMap<U, UnitState<R>>,
+    units: Units<U, R>,
     sockets: IdMap<SharedSocketId, SocketState>,
     next_socket: u64,
     rotation: Option<Rotation>,
@@ -305,18 +308,6 @@ impl Slot {
     }
 }
 
-struct UnitState<R> {
-    source: Source,
-    queue: VecDeque<(R, usize)>,
-    queued_bytes: usize,
-    served_in: u64,
-    stats: UnitStats,
-    /// Readiness mode: a single-peer unit's socket may have records.
-    readable: bool,
-    /// The unit's slot in the ring.
-    pos: Slot,
-}
-
 struct SocketState {
     full_peers: usize,
     served_in: u64,
@@ -329,6 +320,9 @@ struct SocketState {
 
 struct Turn<U> {
     entry: RingEntry<U>,
+    /// The position of the turn's unit in `units` (`None` for a read phase): the unit is
+    /// registered while its turn is under way, since removing it ends the turn.
+    unit: Option<usize>,
     seq: u64,
     /// When the turn's time cap is reached ([`Deadline`]).
     deadline: Deadline,
@@ -399,11 +393,6 @@ enum Step<U, R> {
     End(RotationEndReason),
 }
 
-fn is_full<R>(state: &UnitState<R>, byte_bound: usize) -> bool {
-    !state.queue.is_empty()
-        && (state.queue.len() >= STAGING_RECORD_BOUND || state.queued_bytes >= byte_bound)
-}
-
 impl<U: Copy + Eq + Hash, R> Default for ReceiveScheduler<U, R> {
     fn default() -> Self {
         Self::new()
@@ -424,7 +413,7 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
             cursor: Slot::default(),
             next_block: 0,
             next_seq: 0,
-            units: IdMap::default(),
+            units: Units::new(),
             sockets: IdMap::default(),
             next_socket: 0,
             rotation: None,
@@ -494,19 +483,36 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
         if !self.readiness {
             return;
         }
-        let (pos, active) = match entry {
-            RingEntry::Unit(unit) => match self.units.get(&unit) {
-                Some(state) => (
-                    state.pos,
-                    !state.queue.is_empty() || (state.source == Source::Single && state.readable),
-                ),
-                None => return,
-            },
-            RingEntry::ReadPhase(socket) => match self.sockets.get(&socket) {
-                Some(state) => (state.pos, state.readable),
-                None => return,
-            },
-        };
+        match entry {
+            RingEntry::Unit(unit) => {
+                if let Some(at) = self.units.position(&unit) {
+                    self.refresh_unit(at);
+                }
+            }
+            RingEntry::ReadPhase(socket) => {
+                if let Some(state) = self.sockets.get(&socket) {
+                    let (pos, active) = (state.pos, state.readable);
+                    self.set_active(pos, active);
+                }
+            }
+        }
+    }
+
+    /// [`refresh`](Self::refresh) of the unit at position `at` of `units`.
+    fn refresh_unit(&mut self, at: usize) {
+        if !self.readiness {
+            return;
+        }
+        if let Some(state) = self.units.at(at) {
+            let active =
+                !state.queue.is_empty() || (state.source == Source::Single && state.readable);
+            let pos = state.pos;
+            self.set_active(pos, active);
+        }
+    }
+
+    /// Puts the ring entry at `pos` in or out of the active set.
+    fn set_active(&mut self, pos: Slot, active: bool) {
         if active {
             self.active.insert(pos);
         } else {
@@ -748,7 +754,8 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
         if rotation_cap_hit || self.cap_hits(turn, now).any() {
             return None;
         }
-        let (record, len) = self.pop_record(unit)?;
+        let at = turn.unit?;
+        let (record, len) = self.pop_record(at)?;
         if let (Some(rotation), Some(turn)) = (self.rotation.as_mut(), self.turn.as_mut()) {
             turn.delivered += 1;
             turn.bytes = turn.bytes.saturating_add(len);
@@ -774,7 +781,11 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
         record: R,
         len: usize,
     ) -> Result<(), Rejected<U, R>> {
-        let Some(state) = self.units.get(&owner) else {
+        let Some((at, state)) = self
+            .units
+            .position(&owner)
+            .and_then(|at| Some((at, self.units.at(at)?)))
+        else {
             return Err(Rejected {
                 read,
                 record,
@@ -801,7 +812,7 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
         if let Some(rotation) = self.rotation.as_mut() {
             rotation.records_read += 1;
         }
-        self.push_records(owner, [(record, len)]);
+        self.push_records(at, [(record, len)]);
         Ok(())
     }
 
@@ -826,7 +837,8 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
     where
         I: IntoIterator<Item = (R, usize)>,
     {
-        let reason = match self.units.get(&owner) {
+        let at = self.units.position(&owner);
+        let reason = match at.and_then(|at| self.units.at(at)) {
             None => Some(RejectReason::UnknownUnit),
             Some(state) => {
                 let fits = match read.target {
@@ -836,17 +848,17 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
                 (!fits).then_some(RejectReason::WrongSocket)
             }
         };
-        if let Some(reason) = reason {
+        let (Some(at), None) = (at, reason) else {
             return Err(Rejected {
                 read,
                 record: records,
-                reason,
+                reason: reason.unwrap_or(RejectReason::UnknownUnit),
             });
-        }
+        };
         if let Some(rotation) = self.rotation.as_mut() {
             rotation.records_read += 1;
         }
-        let len = self.push_records(owner, records);
+        let len = self.push_records(at, records);
         if let ReadTarget::Shared(socket) = read.target {
             if let Some(socket_state) = self.sockets.get_mut(&socket) {
                 socket_state.stats.records_read += 1;
@@ -927,11 +939,11 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
         }
     }
 
-    /// Stages `records` for `owner`, in order, with one lookup of the owner and one update of
-    /// the active set; returns their bytes.
-    fn push_records(&mut self, owner: U, records: impl IntoIterator<Item = (R, usize)>) -> usize {
+    /// Stages `records` for the unit at position `at` of `units`, in order, with one update
+    /// of the active set; returns their bytes.
+    fn push_records(&mut self, at: usize, records: impl IntoIterator<Item = (R, usize)>) -> usize {
         let byte_bound = self.caps.bytes;
-        let Some(state) = self.units.get_mut(&owner) else {
+        let Some(state) = self.units.at_mut(at) else {
             return 0;
         };
         let was_full = is_full(state, byte_bound);
@@ -952,13 +964,14 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
             }
         }
         self.staged += n;
-        self.refresh(RingEntry::Unit(owner));
+        self.refresh_unit(at);
         bytes
     }
 
-    fn pop_record(&mut self, unit: U) -> Option<(R, usize)> {
+    /// Takes the next staged record of the unit at position `at` of `units`.
+    fn pop_record(&mut self, at: usize) -> Option<(R, usize)> {
         let byte_bound = self.caps.bytes;
-        let state = self.units.get_mut(&unit)?;
+        let state = self.units.at_mut(at)?;
         let was_full = is_full(state, byte_bound);
         let (record, len) = state.queue.pop_front()?;
         state.queued_bytes = state.queued_bytes.saturating_sub(len);
@@ -975,7 +988,7 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
         }
         self.staged = self.staged.saturating_sub(1);
         if emptied {
-            self.refresh(RingEntry::Unit(unit));
+            self.refresh_unit(at);
         }
         Some((record, len))
     }
@@ -1026,14 +1039,16 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
         } else {
             self.next_at_or_after(self.cursor)?
         };
-        match entry {
+        let unit_at = match entry {
             RingEntry::Unit(unit) => {
-                let state = self.units.get_mut(&unit)?;
+                let unit_at = self.units.position(&unit)?;
+                let state = self.units.at_mut(unit_at)?;
                 if state.served_in == rotation.number {
                     return None;
                 }
                 state.served_in = rotation.number;
                 state.stats.turns += 1;
+                Some(unit_at)
             }
             RingEntry::ReadPhase(socket) => {
                 let state = self.sockets.get_mut(&socket)?;
@@ -1042,13 +1057,15 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
                 }
                 state.served_in = rotation.number;
                 state.stats.phases += 1;
+                None
             }
-        }
+        };
         self.cursor = at.after();
         self.turns_begun += 1;
         rotation.turns += 1;
         Some(Turn {
             entry,
+            unit: unit_at,
             seq: self.turns_begun,
             deadline: Deadline::after(now, self.caps.unit_time),
             actions: 0,
@@ -1089,14 +1106,15 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
     fn next_action(&mut self, turn: &mut Turn<U>, rotation: &mut Rotation) -> Option<Action<U, R>> {
         match turn.entry {
             RingEntry::Unit(unit) => {
-                if let Some((record, len)) = self.pop_record(unit) {
+                let at = turn.unit?;
+                if let Some((record, len)) = self.pop_record(at) {
                     turn.delivered += 1;
                     turn.bytes = turn.bytes.saturating_add(len);
                     rotation.delivered += 1;
                     rotation.bytes += len as u64;
                     return Some(Action::Deliver { unit, record });
                 }
-                match self.units.get(&unit)?.source {
+                match self.units.at(at)?.source {
                     Source::Single => Some(Action::Read(ReadRequest {
                         target: ReadTarget::Unit(unit),
                         turn: turn.seq,

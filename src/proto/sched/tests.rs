@@ -771,62 +771,152 @@ fn r2_x4_packed_records_count_toward_the_caps_across_rotations() {
 #[test]
 fn r2_x4_runs_of_next_in_turn_hand_out_exactly_what_poll_action_would() {
     for seed in 1..=40u64 {
-        let mut next = xorshift(seed);
-        let caps = Caps::default()
-            .with_bytes(1 + (next() % 8000) as usize)
-            .with_unit_time(Duration::from_micros(next() % 60))
-            .with_rotation_time(Duration::from_micros(next() % 400));
-        let cost = Duration::from_micros(next() % 3);
-        let mut plain = Bench::new(caps, cost);
-        let mut runs = Bench::new(caps, cost);
-        runs.runs = true;
-        if seed % 2 == 0 {
-            plain.sched = ReceiveScheduler::with_caps(caps).with_readiness();
-            runs.sched = ReceiveScheduler::with_caps(caps).with_readiness();
+        runs_match_poll_action(seed, false);
+    }
+}
+
+/// The same, while units leave and others join between rotations, so that the positions of
+/// units that left are reused by later ones.
+#[test]
+fn r2_x4_runs_of_next_in_turn_match_poll_action_as_units_join_and_leave() {
+    for seed in 41..=80u64 {
+        runs_match_poll_action(seed, true);
+    }
+}
+
+/// Runs one seeded workload with and without `next_in_turn` runs and compares the two; with
+/// `churn`, a single-peer unit and a peer behind the shared socket are replaced now and then.
+fn runs_match_poll_action(seed: u64, churn: bool) {
+    let mut next = xorshift(seed);
+    let caps = Caps::default()
+        .with_bytes(1 + (next() % 8000) as usize)
+        .with_unit_time(Duration::from_micros(next() % 60))
+        .with_rotation_time(Duration::from_micros(next() % 400));
+    let cost = Duration::from_micros(next() % 3);
+    let mut plain = Bench::new(caps, cost);
+    let mut runs = Bench::new(caps, cost);
+    runs.runs = true;
+    if seed.is_multiple_of(2) {
+        plain.sched = ReceiveScheduler::with_caps(caps).with_readiness();
+        runs.sched = ReceiveScheduler::with_caps(caps).with_readiness();
+    }
+    let t0 = plain.now;
+    runs.now = t0;
+    let (mut singles, mut peers): (Vec<u32>, Vec<u32>) = (vec![1, 2, 3, 4], vec![10, 11, 12]);
+    let mut units: Vec<u32> = singles.iter().chain(&peers).copied().collect();
+    for b in [&mut plain, &mut runs] {
+        for &u in &singles {
+            b.single(u);
         }
-        let t0 = plain.now;
-        runs.now = t0;
-        for b in [&mut plain, &mut runs] {
-            for u in 1..=4 {
-                b.single(u);
-            }
-            b.packs.insert(1, 64);
-            b.packs.insert(2, 7);
-            let s = b.shared();
-            for u in 10..=12 {
-                b.peer(u, s);
-            }
+        b.packs.insert(1, 64);
+        b.packs.insert(2, 7);
+        let s = b.shared();
+        for &u in &peers {
+            b.peer(u, s);
         }
-        let socket = *plain.shared.keys().next().unwrap_or(&SharedSocketId(1));
-        for _round in 0..40 {
-            for _ in 0..(next() % 4) {
-                let unit = (next() % 7) as u32;
-                let (n, len) = ((next() % 150) as usize, 1 + (next() % 300) as usize);
-                for b in [&mut plain, &mut runs] {
-                    if unit < 4 {
-                        b.send(unit + 1, n, len);
-                    } else {
-                        b.send_shared(socket, unit + 6, n, len);
-                    }
+    }
+    let socket = *plain.shared.keys().next().unwrap_or(&SharedSocketId(1));
+    for round in 0..40u32 {
+        if churn && next().is_multiple_of(3) {
+            let (gone, joins) = (singles.remove((next() % 4) as usize), 100 + round);
+            let pack = 1 + (next() % 64) as usize;
+            for b in [&mut plain, &mut runs] {
+                assert!(b.sched.remove_unit(gone).is_some(), "seed {seed}");
+                b.single.remove(&gone);
+                b.single(joins);
+                b.packs.insert(joins, pack);
+            }
+            singles.push(joins);
+            units.push(joins);
+        }
+        if churn && next().is_multiple_of(4) {
+            let (gone, joins) = (peers.remove((next() % 3) as usize), 200 + round);
+            for b in [&mut plain, &mut runs] {
+                assert!(b.sched.remove_unit(gone).is_some(), "seed {seed}");
+                if let Some(fifo) = b.shared.get_mut(&socket) {
+                    // A connection's records leave with it.
+                    fifo.retain(|(owner, _, _)| *owner != gone);
+                }
+                b.peer(joins, socket);
+            }
+            peers.push(joins);
+            units.push(joins);
+        }
+        for _ in 0..(next() % 4) {
+            let pick = (next() % 7) as usize;
+            let (n, len) = ((next() % 150) as usize, 1 + (next() % 300) as usize);
+            for b in [&mut plain, &mut runs] {
+                if pick < 4 {
+                    b.send(singles[pick], n, len);
+                } else {
+                    b.send_shared(socket, peers[pick - 4], n, len);
                 }
             }
-            if seed % 2 == 0 {
-                plain.report_readable();
-                runs.report_readable();
-            }
-            let (a, b) = (plain.rotation(), runs.rotation());
-            assert_eq!(a, b, "seed {seed}: the same rotation end");
         }
-        assert_eq!(plain.delivered, runs.delivered, "seed {seed}");
-        for u in [1, 2, 3, 4, 10, 11, 12] {
-            assert_eq!(
-                plain.sched.unit_stats(u),
-                runs.sched.unit_stats(u),
-                "seed {seed}"
-            );
+        if seed.is_multiple_of(2) {
+            plain.report_readable();
+            runs.report_readable();
         }
-        assert!(!plain.delivered.is_empty());
+        let (a, b) = (plain.rotation(), runs.rotation());
+        assert_eq!(a, b, "seed {seed}: the same rotation end");
     }
+    assert_eq!(plain.delivered, runs.delivered, "seed {seed}");
+    for u in units {
+        assert_eq!(
+            plain.sched.unit_stats(u),
+            runs.sched.unit_stats(u),
+            "seed {seed}"
+        );
+    }
+    assert!(!plain.delivered.is_empty());
+}
+
+/// A unit removed while its turn is under way ends the turn; a unit registered after it
+/// takes its position in the scheduler's table and is handed its own records only, in its
+/// own turn.
+#[test]
+fn a_position_reused_after_a_removal_mid_turn_serves_only_its_new_unit() {
+    let mut b = Bench::new(Caps::default(), US);
+    b.single(1);
+    b.packs.insert(1, 10);
+    b.send(1, 10, 10);
+    b.single(2);
+    b.send(2, 3, 10);
+    while b.delivered.is_empty() {
+        assert_eq!(
+            b.step(),
+            None,
+            "unit 1's first record comes before the rotation ends"
+        );
+    }
+    assert_eq!(b.delivered, vec![(1, 1, 1)]);
+    let staged = b.sched.remove_unit(1).unwrap_or_default();
+    assert_eq!(staged.len(), 9, "the rest of the pack comes back");
+    assert_eq!(b.sched.units.position(&1), None);
+    b.single.remove(&1);
+    b.single(3);
+    assert_eq!(
+        b.sched.units.position(&3),
+        Some(0),
+        "unit 1's position, reused"
+    );
+    b.send(3, 2, 10);
+    assert_eq!(b.sched.next_in_turn(1, b.now), None, "unit 1's turn ended");
+    assert_eq!(b.sched.next_in_turn(3, b.now), None, "not unit 3's turn");
+    b.runs = true;
+    for _ in 0..2 {
+        b.rotation();
+    }
+    let of = |unit| {
+        b.delivered
+            .iter()
+            .filter(|(_, u, _)| *u == unit)
+            .map(|(_, _, seq)| *seq)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(of(1), vec![1]);
+    assert_eq!(of(2), vec![1, 2, 3]);
+    assert_eq!(of(3), vec![1, 2]);
 }
 
 /// One structural change or a few scheduling steps, for the ring model below.

@@ -9,10 +9,13 @@ use bytes::Bytes;
 use super::parts::sockets::{Packed, Staged};
 use super::parts::sockets::{Slot, SlotRole, Unit};
 use super::{IoThread, LinkKey, SlotKey};
+use crate::proto::liveness;
 use crate::proto::node::link::{judge_close, judge_reject, LinkKind, PeerEnded};
+use crate::proto::node::source::Source;
 use crate::proto::sched::{Action, ReadTarget, RotationEndReason, SharedSocketId};
 use crate::proto::state::FailureReason;
 use crate::proto::wire;
+use crate::proto::ConnId;
 use crate::runtime::event::Delivery;
 use crate::runtime::records::{self, Lane, Rec};
 use crate::runtime::socket::{share_last, Frame};
@@ -55,6 +58,32 @@ impl CoarseClock {
 /// length. The first record also carries the envelope's other bytes, so the records of a PACK
 /// are charged exactly the bytes read.
 const PACKED_RECORD_OVERHEAD: usize = 2;
+
+/// A run of MESSAGEs of one connection (the records of its PACKs) handed out one after the
+/// other in a unit's turn. Each record is delivered as it comes; what each also counts (the
+/// link's activity, the connection's application traffic for its liveness statistics, the
+/// received-records metric) is counted once for the run when it ends, with the instant of
+/// its last record, before any other record is processed: the same counts and instants as
+/// counting each record as it comes, since nothing reads them in between.
+struct MessageRun {
+    link: LinkKey,
+    conn: ConnId,
+    /// Records of the run: each is activity of the link.
+    records: u64,
+    /// The instant the run's last record was processed at.
+    last: Instant,
+    /// The connection was ready when the run began (a run's records change nothing that
+    /// could make it otherwise): its records are application traffic of its probe tracker
+    /// `live`, and deliveries from `source`.
+    ready: bool,
+    live: Option<liveness::LinkKey>,
+    source: Option<Source>,
+    /// Records delivered.
+    delivered: u64,
+    /// Deliveries the application queue takes before it may have to hold one back
+    /// (`AppQueue::room`).
+    room: usize,
+}
 
 /// Whether `frames` (after the routing id) is libzmq's notice that a connection of a ROUTER
 /// with `ROUTER_NOTIFY` attached or is gone: one empty frame, never one of a peer's records
@@ -107,19 +136,7 @@ impl IoThread {
                     return end.reason == RotationEndReason::TimeCap
                         || self.receiving.sched.has_staged()
                 }
-                Action::Deliver { unit, record } => {
-                    self.on_staged(unit, record, now);
-                    // The rest of the unit's staged records in this turn (a PACK's, say),
-                    // exactly as the scheduler would hand them out next, without a pass
-                    // through the rotation per record.
-                    loop {
-                        let now = clock.now();
-                        let Some(record) = self.receiving.sched.next_in_turn(unit, now) else {
-                            break;
-                        };
-                        self.on_staged(unit, record, now);
-                    }
-                }
+                Action::Deliver { unit, record } => self.on_turn(unit, record, now, &mut clock),
                 Action::Read(req) => {
                     let slot = match req.target() {
                         ReadTarget::Unit(Unit::Socket(s)) => Some(s),
@@ -276,22 +293,45 @@ impl IoThread {
         Some(parts)
     }
 
-    /// Processes a record in its unit's turn.
-    pub(super) fn on_staged(&mut self, unit: Unit, staged: Staged, now: Instant) {
+    /// A record the scheduler handed out for `unit`, and the rest of the unit's staged
+    /// records in this turn (a PACK's, say), exactly as the scheduler would hand them out
+    /// next, without a pass through the rotation per record.
+    fn on_turn(&mut self, unit: Unit, record: Staged, now: Instant, clock: &mut CoarseClock) {
+        let mut run = None;
+        self.on_staged(unit, record, now, &mut run);
+        loop {
+            let now = clock.now();
+            let Some(record) = self.receiving.sched.next_in_turn(unit, now) else {
+                break;
+            };
+            self.on_staged(unit, record, now, &mut run);
+        }
+        self.end_run(run);
+    }
+
+    /// Processes a record in its unit's turn. A MESSAGE of a PACK joins `run` (a run of
+    /// another connection ends first); any other record ends the run before it is processed.
+    fn on_staged(
+        &mut self,
+        unit: Unit,
+        staged: Staged,
+        now: Instant,
+        run: &mut Option<MessageRun>,
+    ) {
         let (route, frames) = match staged {
             Staged::Packed(p) => {
-                let current = self.links.get(p.link).and_then(|l| l.conn.as_ref());
-                if current.is_some_and(|c| c.id == p.conn) {
-                    self.on_link_activity(p.link, now);
-                    self.on_message(p.link, p.channel, p.payload, now);
-                }
+                self.on_packed(p, now, run);
                 return;
             }
             Staged::Published(p) => {
+                self.end_run(run.take());
                 self.on_published(p, now);
                 return;
             }
-            Staged::Frames { route, frames } => (route, frames),
+            Staged::Frames { route, frames } => {
+                self.end_run(run.take());
+                (route, frames)
+            }
         };
         match (unit, route) {
             (Unit::Socket(slot), _) => self.on_frames(slot, frames, now),
@@ -419,7 +459,7 @@ impl IoThread {
         if let Rec::Probe(id) = rec {
             c.last_peer_probe = Some(id);
         }
-        self.on_link_activity(k, now);
+        self.on_link_activity(k, 1, now);
         match rec {
             Rec::Probe(id) => {
                 // Echo the id; a received probe is not evidence for our own deadline (L2).
@@ -464,7 +504,7 @@ impl IoThread {
                 for (i, payload) in payloads.into_iter().enumerate() {
                     if i > 0 {
                         // The first was counted above, as every record is.
-                        self.on_link_activity(k, now);
+                        self.on_link_activity(k, 1, now);
                     }
                     self.on_message(k, channel.clone(), payload, now);
                 }
@@ -475,7 +515,6 @@ impl IoThread {
         }
     }
 
-    /// Counts a record received on link `k`'s connection.
     /// The peer ended link `k`'s connection with a REJECT or CLOSE, judged as `verdict`.
     fn on_peer_ended(&mut self, k: LinkKey, verdict: PeerEnded, detail: &str, now: Instant) {
         self.fail_link(k, verdict.reason, detail, now);
@@ -485,17 +524,95 @@ impl IoThread {
         }
     }
 
-    fn on_link_activity(&mut self, k: LinkKey, now: Instant) {
+    /// Counts `records` records received on link `k`'s connection, the last at `now`.
+    fn on_link_activity(&mut self, k: LinkKey, records: u64, now: Instant) {
+        if records == 0 {
+            return;
+        }
         let Some(l) = self.links.get_mut(k) else {
             return;
         };
-        l.records += 1;
+        l.records += records;
         l.last_receive = Some(now);
         l.state.handle_receive(now);
     }
 
-    /// A MESSAGE (alone or in a PACK) on link `k`'s ready connection: delivered to the
-    /// application with the connection's source.
+    /// One MESSAGE of a PACK, in its unit's turn: delivered if its connection is still the
+    /// link's current one and ready, and counted with the rest of `run` (which it begins if
+    /// `run` is another connection's, or none).
+    fn on_packed(&mut self, p: Packed, now: Instant, run: &mut Option<MessageRun>) {
+        if !run
+            .as_ref()
+            .is_some_and(|r| r.link == p.link && r.conn == p.conn)
+        {
+            self.end_run(run.take());
+            *run = self.begin_run(p.link, p.conn, now);
+        }
+        // Not the link's current connection any more: the record changes nothing.
+        let Some(r) = run.as_mut() else {
+            return;
+        };
+        r.records += 1;
+        r.last = now;
+        let Some(source) = &r.source else {
+            return;
+        };
+        let d = Delivery {
+            source: source.clone(),
+            channel: p.channel,
+            payload: p.payload,
+        };
+        r.delivered += 1;
+        if r.room > 0 {
+            r.room -= 1;
+            self.app.deliver_now(d);
+        } else {
+            self.app.deliver(p.link, d);
+            r.room = self.app.room(p.link);
+        }
+    }
+
+    /// A run of connection `conn` of link `k`, if that is the link's current connection.
+    fn begin_run(&self, k: LinkKey, conn: ConnId, now: Instant) -> Option<MessageRun> {
+        let c = self.links.get(k)?.conn.as_ref()?;
+        if c.id != conn {
+            return None;
+        }
+        Some(MessageRun {
+            link: k,
+            conn,
+            records: 0,
+            last: now,
+            ready: c.ready,
+            live: c.live,
+            source: c.ready.then(|| c.source.clone()).flatten(),
+            delivered: 0,
+            room: self.app.room(k),
+        })
+    }
+
+    /// Counts what `run`'s records count (see `MessageRun`), as `on_message`
+    /// counts it for a MESSAGE on its own.
+    fn end_run(&mut self, run: Option<MessageRun>) {
+        let Some(r) = run else {
+            return;
+        };
+        self.on_link_activity(r.link, r.records, r.last);
+        if let (true, Some(live)) = (r.ready, r.live) {
+            // Diagnostics only: application traffic never extends the deadline (L2).
+            let _ = self
+                .liveness
+                .table_mut()
+                .handle_app_traffic_run(live, r.records, r.last);
+        }
+        if r.delivered > 0 {
+            metrics::counter!("zmesh_app_records_received_total").increment(r.delivered);
+        }
+    }
+
+    /// A MESSAGE on link `k`'s ready connection, on its own or one of a PACK that reached
+    /// `on_link_record` whole: delivered to the application with the connection's source.
+    /// (The receive loop stages a PACK as its records, which `on_packed` takes.)
     fn on_message(&mut self, k: LinkKey, channel: Bytes, payload: Bytes, now: Instant) {
         let Some(c) = self.links.get(k).and_then(|l| l.conn.as_ref()) else {
             return;

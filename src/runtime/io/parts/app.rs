@@ -96,6 +96,27 @@ impl AppQueue {
         }
     }
 
+    /// How many application records of link `k` may go to the application now, one after
+    /// another, before [`AppQueue::deliver`] would hold the next in the backlog: none while
+    /// the link has a backlog, else what the pause threshold leaves, judged by one reading
+    /// of what the application holds. The application only ever takes deliveries, so that
+    /// reading can only overstate what it holds (as any reading of it may, an instant
+    /// later): records of a run delivered under this count are delivered exactly as
+    /// `deliver` would have delivered them had the application taken nothing during the run.
+    pub(crate) fn room(&self, k: LinkKey) -> usize {
+        if self.backlogs.contains_key(&k) {
+            return 0;
+        }
+        self.high_water
+            .saturating_sub(self.outstanding.load(Ordering::Relaxed) + self.out.len())
+    }
+
+    /// An application record of a link with [`AppQueue::room`] left: to the application now.
+    /// The caller counts the room down, one per record.
+    pub(crate) fn deliver_now(&mut self, d: Delivery) {
+        self.out.push(NodeEvent::Delivery(d));
+    }
+
     /// True when the application holds `high_water` deliveries or more.
     fn paused(&self) -> bool {
         self.outstanding.load(Ordering::Relaxed) + self.out.len() >= self.high_water
