@@ -13,7 +13,7 @@ use zmesh::proto::discovery::RenewOutcome;
 use crate::net::{End, NodeIx};
 use crate::node::{SimNode, StoreAnswer, StoreReq};
 use crate::world_store::{store_ops, FromStore};
-use crate::{Ctx, Event, World};
+use crate::{world_ctx, Ctx, Event, World};
 
 /// A run paused beside which a successor of its RID started (`Config::zombies`): at most
 /// one in a simulation at a time. It keeps its host's index and its own run number, so the
@@ -30,19 +30,11 @@ pub(crate) struct Zombie {
 impl World {
     /// Carries the store operations the zombie asks for to the store.
     pub(crate) fn poll_zombie_store(&mut self) {
-        let now = self.now;
         let Some(z) = self.zombie.as_mut().filter(|z| !z.paused) else {
             return;
         };
         let (i, run) = (z.node.ix, z.node.run);
-        let mut ctx = Ctx {
-            net: &mut self.net,
-            truth: &mut self.truth,
-            now,
-            rng: &mut self.rng,
-            trace: &mut self.trace,
-            hosts: &self.hosts,
-        };
+        let mut ctx = world_ctx!(self);
         let reqs = store_ops(&mut z.node, &mut ctx);
         let publishes = reqs.iter().any(|r| matches!(r, StoreReq::Put(_)));
         if publishes && !self.cfg.zombie_puts {
@@ -66,18 +58,10 @@ impl World {
     }
 
     pub(crate) fn ctx_zombie(&mut self, f: impl FnOnce(&mut SimNode, &mut Ctx<'_>)) {
-        let now = self.now;
         let Some(z) = self.zombie.as_mut() else {
             return;
         };
-        let mut ctx = Ctx {
-            net: &mut self.net,
-            truth: &mut self.truth,
-            now,
-            rng: &mut self.rng,
-            trace: &mut self.trace,
-            hosts: &self.hosts,
-        };
+        let mut ctx = world_ctx!(self);
         f(&mut z.node, &mut ctx);
         self.zombie_touched = true;
     }

@@ -220,6 +220,22 @@ impl Config {
     }
 }
 
+/// The [`Ctx`] of a `World` for one node's step, borrowing only the fields it names, so the
+/// node itself (in `nodes` or the zombie) can be borrowed beside it.
+macro_rules! world_ctx {
+    ($w:ident) => {
+        Ctx {
+            net: &mut $w.net,
+            truth: &mut $w.truth,
+            now: $w.now,
+            rng: &mut $w.rng,
+            trace: &mut $w.trace,
+            hosts: &$w.hosts,
+        }
+    };
+}
+pub(crate) use world_ctx;
+
 /// What the simulator hands a node for one step: the network, the truth, the clock, the RNG.
 pub struct Ctx<'a> {
     /// The network.
@@ -626,14 +642,7 @@ impl World {
                 .as_mut()
                 .filter(|z| z.node.ix == d.to.node && z.node.run == d.to.run)
             {
-                let mut ctx = Ctx {
-                    net: &mut self.net,
-                    truth: &mut self.truth,
-                    now,
-                    rng: &mut self.rng,
-                    trace: &mut self.trace,
-                    hosts: &self.hosts,
-                };
+                let mut ctx = world_ctx!(self);
                 z.node.enqueue(&mut ctx, d.conn, peer, d.link, d.delivery);
                 self.zombie_touched = true;
                 zombie_received = true;
@@ -645,14 +654,7 @@ impl World {
             if node.run != d.to.run {
                 continue;
             }
-            let mut ctx = Ctx {
-                net: &mut self.net,
-                truth: &mut self.truth,
-                now,
-                rng: &mut self.rng,
-                trace: &mut self.trace,
-                hosts: &self.hosts,
-            };
+            let mut ctx = world_ctx!(self);
             node.enqueue(&mut ctx, d.conn, peer, d.link, d.delivery);
             self.touched.insert(d.to.node);
             received.insert(d.to.node);
@@ -778,18 +780,10 @@ impl World {
     }
 
     fn ctx_node(&mut self, i: NodeIx, f: impl FnOnce(&mut SimNode, &mut Ctx<'_>)) {
-        let now = self.now;
         let Some(Some(node)) = self.nodes.get_mut(i) else {
             return;
         };
-        let mut ctx = Ctx {
-            net: &mut self.net,
-            truth: &mut self.truth,
-            now,
-            rng: &mut self.rng,
-            trace: &mut self.trace,
-            hosts: &self.hosts,
-        };
+        let mut ctx = world_ctx!(self);
         f(node, &mut ctx);
         self.touched.insert(i);
     }

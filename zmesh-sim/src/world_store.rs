@@ -11,7 +11,7 @@ use zmesh::proto::discovery::LEASE_TTL;
 use crate::net::NodeIx;
 use crate::node::{self, Phase, SimNode, StoreAnswer, StoreReq};
 use crate::store::WatchEvent;
-use crate::{Ctx, Event, World};
+use crate::{world_ctx, Ctx, Event, World};
 
 /// Up to three store operations a node asks for now (one in flight at a time, and a
 /// removal on an orderly stop).
@@ -45,19 +45,11 @@ impl FromStore {
 impl World {
     /// Carries the store operations host `i`'s run asks for to the store.
     pub(crate) fn poll_store(&mut self, i: NodeIx) {
-        let now = self.now;
         let Some(Some(node)) = self.nodes.get_mut(i) else {
             return;
         };
         let run = node.run;
-        let mut ctx = Ctx {
-            net: &mut self.net,
-            truth: &mut self.truth,
-            now,
-            rng: &mut self.rng,
-            trace: &mut self.trace,
-            hosts: &self.hosts,
-        };
+        let mut ctx = world_ctx!(self);
         let reqs = store_ops(node, &mut ctx);
         self.send_store_ops(i, run, reqs);
     }

@@ -229,21 +229,7 @@ fn s1_x1_cancellation_holds_on_mixed_meshes() {
 fn s1_d1_d3_f3_f5_discovery_through_the_store_holds_on_call_meshes() {
     // Automatic mode on every seed: descriptors published into the simulated store under
     // leases, peers learnt through the library's directory, store outages among the faults.
-    let mut total = zmesh_sim::truth::Stats::default();
-    for seed in 20_000..20_000 + DISCOVERY_SEEDS {
-        let mut cfg = Config::for_seed(seed, 2);
-        cfg.discovery = true;
-        cfg.streams = false;
-        cfg.topology = if seed % 2 == 0 {
-            Topology::RouteMesh
-        } else {
-            Topology::ClientServer
-        };
-        let r = run(seed, &cfg);
-        assert!(r.passed(), "{}", explain(&r));
-        total.add(&r.stats);
-    }
-    eprintln!("{total:?}");
+    let total = discovering_call_meshes(20_000..20_000 + DISCOVERY_SEEDS, 2);
     assert!(total.store_outages > 30, "{total:?}");
     assert!(total.leases_expired > 10, "{total:?}");
     assert!(total.discovery_dials > 1_000, "{total:?}");
@@ -327,6 +313,28 @@ fn s1_d1_a_seed_with_the_store_replays_exactly() {
     }
 }
 
+/// Runs `seeds` as RouteMesh (even seeds) and ClientServer (odd) meshes that discover
+/// through the store, `minutes` of faults each (failovers among them), without stream calls;
+/// every seed must hold every invariant. Returns their figures together.
+fn discovering_call_meshes(seeds: std::ops::Range<u64>, minutes: u64) -> zmesh_sim::truth::Stats {
+    let mut total = zmesh_sim::truth::Stats::default();
+    for seed in seeds {
+        let mut cfg = Config::for_seed(seed, minutes);
+        cfg.discovery = true;
+        cfg.streams = false;
+        cfg.topology = if seed % 2 == 0 {
+            Topology::RouteMesh
+        } else {
+            Topology::ClientServer
+        };
+        let r = run(seed, &cfg);
+        assert!(r.passed(), "{}", explain(&r));
+        total.add(&r.stats);
+    }
+    eprintln!("{total:?}");
+    total
+}
+
 /// Seeds of the automatic-mode set.
 const DISCOVERY_SEEDS: u64 = 60;
 
@@ -385,22 +393,7 @@ fn s1_f3_f4_a_paused_run_beside_its_successor_never_beats_the_fence() {
     // beside it until the store tells it it was superseded (or it is killed). Its peers may
     // admit it only while their watch names no run of that RID; with the descriptor of the
     // successor delivered, its HELLOs and WELCOMEs are refused (MISSION F3, F4).
-    let mut total = zmesh_sim::truth::Stats::default();
-    for seed in 40_000..40_000 + FAILOVER_SEEDS {
-        let mut cfg = Config::for_seed(seed, 3);
-        cfg.discovery = true;
-        cfg.zombies = true;
-        cfg.streams = false;
-        cfg.topology = if seed % 2 == 0 {
-            Topology::RouteMesh
-        } else {
-            Topology::ClientServer
-        };
-        let r = run(seed, &cfg);
-        assert!(r.passed(), "{}", explain(&r));
-        total.add(&r.stats);
-    }
-    eprintln!("{total:?}");
+    let total = discovering_call_meshes(40_000..40_000 + FAILOVER_SEEDS, 3);
     // Measured: 9 failovers, all 9 back beside their successor, 8 of them ended by the
     // store's answer; 169 fence refusals.
     assert!(total.zombies_back >= 5, "{total:?}");
