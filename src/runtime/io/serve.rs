@@ -155,5 +155,3 @@ fn caller_of(links: &Tracked<LinkKey, Link>, k: LinkKey) -> Caller {
         verified: verified.is_some(),
     }
 }
-
-impl IoThread {}

@@ -22,7 +22,7 @@ pub(crate) struct Outbound {
     /// Which links' send queues have records to drain, and this turn's budget.
     pub(crate) turns: SendTurns,
     /// The callee's ACCEPTs, REPLYs and ITEMs, per link, held for the end of the turn or
-    /// behind a full pipe (see [`super::answers`]).
+    /// behind a full pipe (see [`crate::proto::node::answers`]).
     pub(crate) answers: AnswerQueue,
     /// Which links opened a send queue for each route.
     pub(crate) opened: Opened,

@@ -48,6 +48,8 @@ pub(crate) struct SocketSet {
     pub(crate) overdue_closing: Vec<MonitorSocket>,
     /// The monitor of each link's closed dialled socket, until libzmq confirms the close or
     /// the link's [`CLOSE_CONFIRM_MAX`] passes (then it joins `overdue_closing`).
+    ///
+    /// [`CLOSE_CONFIRM_MAX`]: crate::proto::node::link::CLOSE_CONFIRM_MAX
     pub(crate) closing: HashMap<LinkKey, MonitorSocket>,
     /// CURVE: a bound socket's records keep their message properties (see
     /// [`SocketSet::recv_one`]).
