@@ -23,8 +23,11 @@
 //! - [`source`]: who a delivered record came from, built once per connection.
 //! - [`discovered`]: what automatic mode added (MISSION D1, F3): descriptor fences, and the
 //!   links and subscriptions discovery made.
+//! - [`admit`]: admission's decisions about the node's own peers (MISSION T1, F3): what it
+//!   expects of a node it dials or that dials it, and what an admitted HELLO stands down.
 
 pub(crate) mod accepting;
+pub(crate) mod admit;
 pub(crate) mod answers;
 pub(crate) mod callee;
 pub(crate) mod caller;

@@ -1,7 +1,9 @@
 //! Handshake and admission: HELLO from the dialler, admission (or REJECT) by the acceptor,
 //! WELCOME checked by the dialler, duplicate resolution between two nodes that dial each other
-//! (MISSION T1), NotRequired (T4), and the step to ready. The decisions are
-//! [`crate::proto::handshake`]'s; this file moves their records.
+//! (MISSION T1), NotRequired (T4), and the step to ready. The decisions are the core's
+//! ([`crate::proto::admission`], and [`crate::proto::node::admit`] for what this node expects
+//! of a peer and which of its dials stands down); this file gathers their inputs, moves
+//! their records and acts on what they decide.
 //!
 //! A connection that does not open with a well-formed HELLO is refused like one whose HELLO
 //! fails admission: one REJECT (`Protocol`, or `UnsupportedVersion` for another envelope
@@ -10,10 +12,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::parts::local::ConfigView;
 use super::parts::sockets::Unit;
 use super::{Host, IoThread, LinkKey, SlotKey};
-use crate::proto::admission::{self, HelloFacts, HelloVerdict, OwnDial, Refusing, WelcomeFacts};
+use crate::proto::admission::{self, Refusing, WelcomeFacts};
 use crate::proto::handshake::{Expectation, Identity};
+use crate::proto::node::admit::{Admission, Inbound, InboundDecision};
 use crate::proto::node::link::{note, Conn, LinkKind};
 use crate::proto::node::source::Source;
 use crate::proto::sched::Source as SchedSource;
@@ -44,58 +48,20 @@ impl IoThread {
         }
     }
 
+    /// What admission reads of this node: the configured peers and servers, the descriptor
+    /// fences, the links and this node's identity.
+    fn admission(&self) -> Admission<'_, ConfigView<'_>> {
+        Admission {
+            configured: self.local.configured(),
+            discovered: &self.discovered,
+            links: &self.links,
+            local: &self.local.me,
+        }
+    }
+
     /// A dialled link's lane and what it expects of the node it dials.
-    pub(super) fn dial_expectation(&self, k: LinkKey) -> Option<(Lane, Expectation)> {
-        match &self.links[k].kind {
-            LinkKind::MeshDial { peer, lane } => Some((*lane, self.expectation_for_peer(*peer))),
-            LinkKind::ClientDial { server } => {
-                let s = self.local.cfg.servers.get(*server);
-                let manual = Expectation {
-                    rid: s.and_then(|s| s.rid.clone()),
-                    // CURVE: the key expected at this endpoint is the server's identity.
-                    security_identity: s
-                        .and_then(|s| self.pinned_key(&s.endpoint))
-                        .map(|k| k.to_z85()),
-                    ..Expectation::default()
-                };
-                // A descriptor of this server fences it (MISSION F3).
-                let fence =
-                    s.and_then(|s| self.discovered.server_fence(s.rid.as_deref(), &s.endpoint));
-                let expect = match fence {
-                    Some(fence) => manual.fenced_by(fence),
-                    None => manual,
-                };
-                Some((Lane::ClientServer, expect))
-            }
-            LinkKind::Inbound { .. } => None,
-        }
-    }
-
-    pub(super) fn expectation_for_peer(&self, peer: usize) -> Expectation {
-        let Some(p) = self.local.cfg.peers.get(peer) else {
-            return Expectation::default();
-        };
-        let manual = Expectation {
-            rid: Some(p.rid.clone()),
-            generation: p.generation.filter(|g| *g != 0),
-            // CURVE: the key expected at the peer's endpoints is its identity (the
-            // configuration checked that a security_identity, if any, is that key).
-            security_identity: p
-                .security_identity
-                .clone()
-                .or_else(|| self.pinned_key(&p.application).map(|k| k.to_z85())),
-        };
-        // A descriptor of this peer fences it; a manual entry cannot weaken that (F3).
-        match self.discovered.peer_fence(&p.rid) {
-            Some(fence) => manual.fenced_by(fence),
-            None => manual,
-        }
-    }
-
-    /// CURVE: the key `[security.endpoint_keys]` pins for `endpoint`, if any.
-    pub(super) fn pinned_key(&self, endpoint: &str) -> Option<PublicKey> {
-        self.local.curve.as_ref()?;
-        self.local.cfg.security.endpoint_key(endpoint)
+    fn dial_expectation(&self, k: LinkKey) -> Option<(Lane, Expectation)> {
+        self.admission().dial_expectation(&self.links[k].kind)
     }
 
     pub(super) fn on_unknown_inbound(
@@ -173,8 +139,8 @@ impl IoThread {
         None
     }
 
-    /// Asks [`admission::judge_hello`] about a HELLO and acts on a refusal or a dial of ours
-    /// that stands down. Returns whether the connection is admitted.
+    /// Asks the core ([`Admission::judge_inbound`]) about a HELLO and acts on a refusal or a
+    /// dial of ours that stands down. Returns whether the connection is admitted.
     fn judge_inbound(
         &mut self,
         slot: SlotKey,
@@ -184,60 +150,21 @@ impl IoThread {
         verified: Option<PublicKey>,
         now: Instant,
     ) -> bool {
-        // What does this node expect of that RID? A configured peer's expectation, else the
-        // fence of its descriptor (automatic mode): a ClientServer client is held to its
-        // descriptor like a RouteMesh peer (MISSION F3).
-        let configured = self
-            .local
-            .cfg
-            .peers
-            .iter()
-            .position(|p| p.rid == hello.identity.rid);
-        let expect = match (lane, configured) {
-            (Lane::ClientServer, _) | (_, None) => self
-                .discovered
-                .peer_fence(&hello.identity.rid)
-                .cloned()
-                .unwrap_or_default(),
-            (_, Some(i)) => self.expectation_for_peer(i),
-        };
-        let theirs = Expectation {
-            rid: hello.expect.rid.clone(),
-            generation: hello.expect.generation,
-            security_identity: None,
-        };
-        // A dial withdrawn with its descriptor is not a contender: it will not dial again, so
-        // the peer's own dial is the only way back.
-        let own_dial = configured
-            .filter(|_| lane != Lane::ClientServer)
-            .and_then(|i| {
-                self.links
-                    .position(|l| l.kind == LinkKind::MeshDial { peer: i, lane })
-            })
-            .filter(|dk| !self.links[*dk].withdrawn);
-        let verified_z85 = verified.map(|key| key.to_z85());
-        let verdict = admission::judge_hello(&HelloFacts {
+        let decision = self.admission().judge_inbound(&Inbound {
             socket_lane: lane,
             hello_lane: hello.lane,
             peer: &hello.identity,
-            peer_expects: &theirs,
-            verified_key: verified_z85.as_deref(),
+            peer_expects: &hello.expect,
+            verified_key: verified,
             admitting: self.local.host == Host::Running,
-            local: &self.local.me,
-            expect: &expect,
-            own_dial: if own_dial.is_some() {
-                OwnDial::Dialling
-            } else {
-                OwnDial::None
-            },
         });
-        match verdict {
-            HelloVerdict::Refuse(r) => {
+        match decision {
+            InboundDecision::Refuse(r) => {
                 self.refuse_with(slot, route, r, now);
                 false
             }
-            HelloVerdict::Admit { yield_own_dial } => {
-                if let Some(dk) = own_dial.filter(|_| yield_own_dial) {
+            InboundDecision::Admit { stand_down } => {
+                if let Some(dk) = stand_down {
                     // Their dial wins: stand our own dial down.
                     if self.links[dk].conn.is_some() {
                         self.fail_link(

@@ -1,10 +1,13 @@
 //! The node itself as the I/O thread knows it: its configuration, the identity it presents
 //! in every handshake, its CURVE key pair, where it is in its life, and the counter its
-//! connection ids come from.
+//! connection ids come from; and the view of its configured peers and servers that admission
+//! reads ([`ConfigView`]).
 
 use crate::config::NodeConfig;
 use crate::proto::handshake::Identity;
+use crate::proto::node::admit::{Configured, PeerView, ServerView};
 use crate::proto::node::link::LinkKind;
+use crate::proto::security::PublicKey;
 use crate::proto::ConnId;
 use crate::runtime::link::{LinkId, MeshLane};
 use crate::runtime::records::Lane;
@@ -52,6 +55,14 @@ impl Local {
         let id = ConnId(self.next_conn);
         self.next_conn += 1;
         id
+    }
+
+    /// The configured peers and servers as admission reads them.
+    pub(crate) fn configured(&self) -> ConfigView<'_> {
+        ConfigView {
+            cfg: &self.cfg,
+            curve: self.curve.is_some(),
+        }
     }
 
     /// True once a stop began: no new work is taken.
@@ -105,5 +116,47 @@ impl Local {
             }
             _ => None,
         }
+    }
+}
+
+/// The configured peers and servers as admission reads them, with the keys
+/// `[security.endpoint_keys]` pins for their endpoints when the node runs CURVE.
+pub(crate) struct ConfigView<'a> {
+    cfg: &'a NodeConfig,
+    curve: bool,
+}
+
+impl ConfigView<'_> {
+    /// CURVE: the key `[security.endpoint_keys]` pins for `endpoint`, if any.
+    fn pinned_key(&self, endpoint: &str) -> Option<PublicKey> {
+        if !self.curve {
+            return None;
+        }
+        self.cfg.security.endpoint_key(endpoint)
+    }
+}
+
+impl Configured for ConfigView<'_> {
+    fn peer(&self, peer: usize) -> Option<PeerView<'_>> {
+        let p = self.cfg.peers.get(peer)?;
+        Some(PeerView {
+            rid: &p.rid,
+            generation: p.generation,
+            security_identity: p.security_identity.as_deref(),
+            pinned_key: self.pinned_key(&p.application),
+        })
+    }
+
+    fn peer_index(&self, rid: &str) -> Option<usize> {
+        self.cfg.peers.iter().position(|p| p.rid == rid)
+    }
+
+    fn server(&self, server: usize) -> Option<ServerView<'_>> {
+        let s = self.cfg.servers.get(server)?;
+        Some(ServerView {
+            rid: s.rid.as_deref(),
+            endpoint: &s.endpoint,
+            pinned_key: self.pinned_key(&s.endpoint),
+        })
     }
 }

@@ -1,0 +1,318 @@
+//! Admission's decisions about this node's own peers (MISSION T1, F3): what it expects of a
+//! node it dials, which expectation an inbound HELLO is held to, whether a dial of its own
+//! contends with that HELLO, and what follows from [`admission::judge_hello`]'s verdict. The
+//! configuration reaches it through [`Configured`], a view the shell builds, so the core
+//! never reads the configuration itself; sending HELLO, WELCOME or REJECT and closing a
+//! stood-down dial are the thread's (`io/admission.rs`).
+
+use crate::proto::admission::{self, HelloFacts, HelloVerdict, OwnDial, Refusing};
+use crate::proto::handshake::{Expectation, Identity};
+use crate::proto::node::discovered::Discovered;
+use crate::proto::node::keys::{LinkKey, Tracked};
+use crate::proto::node::link::{Link, LinkKind};
+use crate::proto::security::PublicKey;
+use crate::proto::wire::Lane;
+
+/// A configured RouteMesh peer, as admission reads it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PeerView<'a> {
+    /// The RID the peer must present.
+    pub(crate) rid: &'a str,
+    /// The generation the peer must present; `None` or 0 accepts any run.
+    pub(crate) generation: Option<u64>,
+    /// The security identity configured for the peer, if any.
+    pub(crate) security_identity: Option<&'a str>,
+    /// CURVE: the key pinned for the peer's Application endpoint (none without CURVE).
+    pub(crate) pinned_key: Option<PublicKey>,
+}
+
+/// A configured ClientServer server, as admission reads it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ServerView<'a> {
+    /// The RID the server must present, if configured with one.
+    pub(crate) rid: Option<&'a str>,
+    /// The server's endpoint (which names its descriptor when no RID is configured).
+    pub(crate) endpoint: &'a str,
+    /// CURVE: the key pinned for the endpoint (none without CURVE).
+    pub(crate) pinned_key: Option<PublicKey>,
+}
+
+/// The configured peers and servers, by their index in the configuration (what
+/// [`LinkKind::MeshDial`] and [`LinkKind::ClientDial`] name).
+pub(crate) trait Configured {
+    /// Configured peer `peer`, if there is one.
+    fn peer(&self, peer: usize) -> Option<PeerView<'_>>;
+    /// The index of the first configured peer with RID `rid`.
+    fn peer_index(&self, rid: &str) -> Option<usize>;
+    /// Configured server `server`, if there is one.
+    fn server(&self, server: usize) -> Option<ServerView<'_>>;
+}
+
+impl<T: Configured + ?Sized> Configured for &T {
+    fn peer(&self, peer: usize) -> Option<PeerView<'_>> {
+        (**self).peer(peer)
+    }
+
+    fn peer_index(&self, rid: &str) -> Option<usize> {
+        (**self).peer_index(rid)
+    }
+
+    fn server(&self, server: usize) -> Option<ServerView<'_>> {
+        (**self).server(server)
+    }
+}
+
+/// An inbound HELLO and what the acceptor knows beside it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Inbound<'a> {
+    /// The lane of the bound socket the connection arrived on.
+    pub(crate) socket_lane: Lane,
+    /// The lane the HELLO names.
+    pub(crate) hello_lane: Lane,
+    /// Who the HELLO says the dialler is.
+    pub(crate) peer: &'a Identity,
+    /// What the HELLO says the dialler expects of this node (its security identity unused).
+    pub(crate) peer_expects: &'a Expectation,
+    /// With CURVE, the key the connection proved.
+    pub(crate) verified_key: Option<PublicKey>,
+    /// Whether this node still admits connections (false once it is stopping).
+    pub(crate) admitting: bool,
+}
+
+/// What the acceptor does with an inbound HELLO, from [`Admission::judge_inbound`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum InboundDecision {
+    /// Refuse the connection.
+    Refuse(Refusing),
+    /// Admit it; `stand_down` is this node's own dial of the peer on the lane, which yields
+    /// to the peer's dial (duplicate resolution, MISSION T1).
+    Admit {
+        /// The dial of ours that stands down, if one does.
+        stand_down: Option<LinkKey>,
+    },
+}
+
+/// What admission reads of the node: the configuration's view, the descriptor fences and the
+/// links, with this node's identity.
+pub(crate) struct Admission<'a, C> {
+    /// The configured peers and servers (a view, or a reference to one).
+    pub(crate) configured: C,
+    /// The descriptor fences (automatic mode).
+    pub(crate) discovered: &'a Discovered,
+    /// The node's links.
+    pub(crate) links: &'a Tracked<LinkKey, Link>,
+    /// This node's identity.
+    pub(crate) local: &'a Identity,
+}
+
+impl<C: Configured> Admission<'_, C> {
+    /// A dialled link's lane and what it expects of the node it dials; `None` for an inbound
+    /// link.
+    pub(crate) fn dial_expectation(&self, kind: &LinkKind) -> Option<(Lane, Expectation)> {
+        match kind {
+            LinkKind::MeshDial { peer, lane } => Some((*lane, self.peer_expectation(*peer))),
+            LinkKind::ClientDial { server } => {
+                let s = self.configured.server(*server);
+                let manual = Expectation {
+                    rid: s.and_then(|s| s.rid.map(str::to_owned)),
+                    // CURVE: the key expected at this endpoint is the server's identity.
+                    security_identity: s.and_then(|s| s.pinned_key).map(|k| k.to_z85()),
+                    ..Expectation::default()
+                };
+                // A descriptor of this server fences it (MISSION F3).
+                let fence = s.and_then(|s| self.discovered.server_fence(s.rid, s.endpoint));
+                let expect = match fence {
+                    Some(fence) => manual.fenced_by(fence),
+                    None => manual,
+                };
+                Some((Lane::ClientServer, expect))
+            }
+            LinkKind::Inbound { .. } => None,
+        }
+    }
+
+    /// What this node expects of configured peer `peer`: its configured RID, generation and
+    /// security identity (or the key pinned at its endpoint), fenced by its descriptor.
+    pub(crate) fn peer_expectation(&self, peer: usize) -> Expectation {
+        let Some(p) = self.configured.peer(peer) else {
+            return Expectation::default();
+        };
+        let manual = Expectation {
+            rid: Some(p.rid.to_owned()),
+            generation: p.generation.filter(|g| *g != 0),
+            // CURVE: the key expected at the peer's endpoints is its identity (the
+            // configuration checked that a security_identity, if any, is that key).
+            security_identity: p
+                .security_identity
+                .map(str::to_owned)
+                .or_else(|| p.pinned_key.map(|k| k.to_z85())),
+        };
+        // A descriptor of this peer fences it; a manual entry cannot weaken that (F3).
+        match self.discovered.peer_fence(p.rid) {
+            Some(fence) => manual.fenced_by(fence),
+            None => manual,
+        }
+    }
+
+    /// Decides what the acceptor does with an inbound HELLO: the expectation it is held to,
+    /// whether a dial of ours contends with it, [`admission::judge_hello`]'s verdict, and
+    /// which of our dials stands down if the peer's wins.
+    pub(crate) fn judge_inbound(&self, hello: &Inbound<'_>) -> InboundDecision {
+        let lane = hello.socket_lane;
+        let rid = hello.peer.rid.as_str();
+        // What does this node expect of that RID? A configured peer's expectation, else the
+        // fence of its descriptor (automatic mode): a ClientServer client is held to its
+        // descriptor like a RouteMesh peer (MISSION F3).
+        let configured = self.configured.peer_index(rid);
+        let expect = match (lane, configured) {
+            (Lane::ClientServer, _) | (_, None) => {
+                self.discovered.peer_fence(rid).cloned().unwrap_or_default()
+            }
+            (_, Some(i)) => self.peer_expectation(i),
+        };
+        let theirs = Expectation {
+            rid: hello.peer_expects.rid.clone(),
+            generation: hello.peer_expects.generation,
+            security_identity: None,
+        };
+        // A dial withdrawn with its descriptor is not a contender: it will not dial again, so
+        // the peer's own dial is the only way back.
+        let own_dial = configured
+            .filter(|_| lane != Lane::ClientServer)
+            .and_then(|i| {
+                self.links
+                    .position(|l| l.kind == LinkKind::MeshDial { peer: i, lane })
+            })
+            .filter(|dk| !self.links[*dk].withdrawn);
+        let verified_z85 = hello.verified_key.map(|key| key.to_z85());
+        let verdict = admission::judge_hello(&HelloFacts {
+            socket_lane: lane,
+            hello_lane: hello.hello_lane,
+            peer: hello.peer,
+            peer_expects: &theirs,
+            verified_key: verified_z85.as_deref(),
+            admitting: hello.admitting,
+            local: self.local,
+            expect: &expect,
+            own_dial: if own_dial.is_some() {
+                OwnDial::Dialling
+            } else {
+                OwnDial::None
+            },
+        });
+        match verdict {
+            HelloVerdict::Refuse(r) => InboundDecision::Refuse(r),
+            HelloVerdict::Admit { yield_own_dial } => InboundDecision::Admit {
+                stand_down: own_dial.filter(|_| yield_own_dial),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+    use crate::proto::handshake::{Capabilities, Membership};
+    use crate::proto::wire::RejectReason;
+
+    /// Configured peers by RID and generation, no servers, no CURVE.
+    struct Peers(Vec<(&'static str, Option<u64>)>);
+
+    impl Configured for Peers {
+        fn peer(&self, peer: usize) -> Option<PeerView<'_>> {
+            let (rid, generation) = *self.0.get(peer)?;
+            Some(PeerView {
+                rid,
+                generation,
+                security_identity: None,
+                pinned_key: None,
+            })
+        }
+
+        fn peer_index(&self, rid: &str) -> Option<usize> {
+            self.0.iter().position(|(r, _)| *r == rid)
+        }
+
+        fn server(&self, _: usize) -> Option<ServerView<'_>> {
+            None
+        }
+    }
+
+    fn node(rid: &str, generation: u64) -> Identity {
+        Identity {
+            rid: rid.into(),
+            generation,
+            security_identity: String::new(),
+            memberships: vec![Membership::server("pump")],
+            capabilities: Capabilities::NONE,
+        }
+    }
+
+    /// Node b has peer a configured with generation 3 and dials it; a's descriptor fences
+    /// generation 8. The fence, not the manual entry, is what b's HELLO asks for and what a's
+    /// HELLO is held to; an admitted HELLO of a (the smaller RID) stands b's dial down, unless
+    /// that dial was withdrawn with a's descriptor and so contends no more.
+    #[test]
+    fn t1_f3_the_fence_beats_a_manual_entry_and_only_a_live_dial_of_ours_stands_down() {
+        let b = node("b", 1);
+        let peers = Peers(vec![("a", Some(3))]);
+        let mut discovered = Discovered::default();
+        let fence = Expectation {
+            rid: Some("a".into()),
+            generation: Some(8),
+            security_identity: None,
+        };
+        discovered.fences.insert("a".into(), fence.clone());
+        let dial = LinkKind::MeshDial {
+            peer: 0,
+            lane: Lane::Application,
+        };
+        let mut links = Tracked::default();
+        let dk = links.push(Link::new(dial.clone(), Instant::now()));
+        let anything = Expectation::default();
+        let judge = |links: &Tracked<LinkKey, Link>, generation: u64| {
+            let admission = Admission {
+                configured: &peers,
+                discovered: &discovered,
+                links,
+                local: &b,
+            };
+            let a = node("a", generation);
+            admission.judge_inbound(&Inbound {
+                socket_lane: Lane::Application,
+                hello_lane: Lane::Application,
+                peer: &a,
+                peer_expects: &anything,
+                verified_key: None,
+                admitting: true,
+            })
+        };
+        let admission = Admission {
+            configured: &peers,
+            discovered: &discovered,
+            links: &links,
+            local: &b,
+        };
+        assert_eq!(
+            admission.dial_expectation(&dial),
+            Some((Lane::Application, fence))
+        );
+        let InboundDecision::Refuse(r) = judge(&links, 3) else {
+            panic!("the run the manual entry names was admitted against the fence");
+        };
+        assert_eq!(r.reason, RejectReason::GenerationMismatch);
+        assert_eq!(
+            judge(&links, 8),
+            InboundDecision::Admit {
+                stand_down: Some(dk)
+            }
+        );
+        links[dk].withdrawn = true;
+        assert_eq!(
+            judge(&links, 8),
+            InboundDecision::Admit { stand_down: None }
+        );
+    }
+}
