@@ -17,17 +17,17 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rand::Rng;
-use zmesh::proto::admission::{self, HelloFacts, HelloVerdict, OwnDial, WelcomeFacts};
 use zmesh::proto::calls::{CallError, CallId, CallTable, Disposition, ServeId, ServeTable};
-use zmesh::proto::handshake::{self, Capabilities, Expectation, Identity, Membership};
+use zmesh::proto::handshake::{Capabilities, Identity, Membership};
 use zmesh::proto::liveness::{LinkKey, Liveness, LivenessEvent, PublisherEvent, Transmit};
-use zmesh::proto::wire::{self, CloseReason, Lane, Record, RejectReason, ReplyCode, Semantics};
+use zmesh::proto::wire::{self, CloseReason, Lane, Record, ReplyCode, Semantics};
 use zmesh::proto::ConnId;
 
 use crate::fanout::Fan;
 use crate::net::{Delivery, End, Link, NetConn, NodeIx};
 use crate::Ctx;
 
+mod admit;
 mod callee;
 mod caller;
 mod discovery;
@@ -623,31 +623,6 @@ impl SimNode {
         self.pump(ctx);
     }
 
-    fn on_connected(&mut self, ctx: &mut Ctx<'_>, conn: NetConn) {
-        let Some(c) = self.conns.get_mut(&conn) else {
-            return;
-        };
-        c.hello_sent = true;
-        c.opened_at = ctx.now;
-        let lane = c.lane;
-        let peer_node = c.peer_node;
-        // The dialler tells the acceptor which run it expects: the descriptor's fence in
-        // automatic mode, nothing in manual mode (no configured generation).
-        let expect = if self.disc.is_some() {
-            self.fence_for(&crate::rid_of(peer_node))
-        } else {
-            Expectation {
-                rid: None,
-                generation: None,
-                security_identity: None,
-            }
-        };
-        let Ok(hello) = handshake::hello_record(lane, &self.me, &expect, 0) else {
-            return;
-        };
-        self.send(ctx, conn, &Record::Hello(hello));
-    }
-
     fn on_frames(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -700,214 +675,6 @@ impl SimNode {
                     self.drop_conn(ctx, conn, Some(CloseReason::ProtocolError));
                 }
             },
-        }
-    }
-
-    fn on_unknown_inbound(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        conn: NetConn,
-        peer_node: NodeIx,
-        lane: Lane,
-        rec: Result<Record, wire::WireError>,
-    ) {
-        let refuse = |node: &mut SimNode, ctx: &mut Ctx<'_>, reason: RejectReason, detail: &str| {
-            let rej = Record::Reject(wire::Reject {
-                reason,
-                detail: wire::Detail::new(detail.chars().take(1000).collect::<String>())
-                    .unwrap_or_default(),
-            });
-            node.send(ctx, conn, &rej);
-            ctx.trace(format!("{} {conn} refused: {detail}", node.me.rid));
-            node.conns.insert(
-                conn,
-                Conn {
-                    lane,
-                    peer_node,
-                    dialled: false,
-                    id: ConnId(0),
-                    opened_at: ctx.now,
-                    hello_sent: false,
-                    ready: None,
-                    refused: true,
-                },
-            );
-        };
-        let hello = match rec {
-            Ok(Record::Hello(h)) => h,
-            Ok(other) => {
-                if let Some(r) = admission::refuse_before_hello(other.kind()) {
-                    refuse(self, ctx, r.reason, &r.detail);
-                }
-                return;
-            }
-            Err(e) => {
-                let r = admission::refuse_malformed(&e);
-                refuse(self, ctx, r.reason, &r.detail);
-                return;
-            }
-        };
-        let (hello_lane, peer, theirs) = handshake::from_hello(hello);
-        let own_dial = self
-            .dials
-            .get(&(peer_node, u8::from(lane)))
-            .filter(|d| !d.not_required)
-            .filter(|d| !d.withdrawn)
-            .map_or(OwnDial::None, |_| OwnDial::Dialling);
-        let expect = self.fence_for(&peer.rid);
-        let verdict = admission::judge_hello(&HelloFacts {
-            socket_lane: lane,
-            hello_lane,
-            peer: &peer,
-            peer_expects: &theirs,
-            verified_key: None,
-            admitting: self.phase == Phase::Running,
-            local: &self.me,
-            expect: &expect,
-            own_dial,
-        });
-        match verdict {
-            HelloVerdict::Refuse(r) => {
-                if r.reason == RejectReason::GenerationMismatch {
-                    ctx.truth.stats.fence_refusals += 1;
-                }
-                refuse(self, ctx, r.reason, &r.detail)
-            }
-            HelloVerdict::Admit { yield_own_dial } => {
-                if yield_own_dial {
-                    let dial_conn = self
-                        .dials
-                        .get(&(peer_node, u8::from(lane)))
-                        .and_then(|d| d.conn);
-                    if let Some(dc) = dial_conn {
-                        ctx.trace(format!(
-                            "{} {dc} stands down for the peer's dial",
-                            self.me.rid
-                        ));
-                        self.drop_conn(ctx, dc, Some(CloseReason::Replaced));
-                    }
-                    if let Some(d) = self.dials.get_mut(&(peer_node, u8::from(lane))) {
-                        d.yielded = true;
-                        d.retry_at = None;
-                    }
-                }
-                // A replacement connection of the same peer and lane: the old one is done.
-                let old: Vec<NetConn> = self
-                    .conns
-                    .iter()
-                    .filter(|(_, c)| {
-                        !c.dialled && !c.refused && c.peer_node == peer_node && c.lane == lane
-                    })
-                    .map(|(&k, _)| k)
-                    .collect();
-                for k in old {
-                    ctx.trace(format!("{} {k} replaced by {conn}", self.me.rid));
-                    self.drop_conn(ctx, k, Some(CloseReason::Replaced));
-                }
-                let Ok(welcome) = handshake::welcome_record(lane, &self.me, peer.capabilities)
-                else {
-                    return;
-                };
-                if !self.send(ctx, conn, &Record::Welcome(welcome)) {
-                    return;
-                }
-                let id = ConnId(self.next_conn_id);
-                self.next_conn_id += 1;
-                self.conns.insert(
-                    conn,
-                    Conn {
-                        lane,
-                        peer_node,
-                        dialled: false,
-                        id,
-                        opened_at: ctx.now,
-                        hello_sent: false,
-                        ready: None,
-                        refused: false,
-                    },
-                );
-                self.become_ready(ctx, conn, peer);
-            }
-        }
-    }
-
-    fn on_welcome(&mut self, ctx: &mut Ctx<'_>, conn: NetConn, w: wire::Welcome) {
-        let Some((lane, peer_node)) = self.conns.get(&conn).map(|c| (c.lane, c.peer_node)) else {
-            return;
-        };
-        let (welcome_lane, peer) = handshake::from_welcome(w);
-        let expect = if self.disc.is_some() {
-            self.fence_for(&crate::rid_of(peer_node))
-        } else {
-            Expectation::default()
-        };
-        let verdict = admission::judge_welcome(&WelcomeFacts {
-            lane,
-            welcome_lane,
-            peer: &peer,
-            verified_key: None,
-            local: &self.me,
-            expect: &expect,
-        });
-        match verdict {
-            Ok(()) => self.become_ready(ctx, conn, peer),
-            Err(refused) => {
-                if refused.reject == Some(RejectReason::GenerationMismatch) {
-                    ctx.truth.stats.fence_refusals += 1;
-                }
-                ctx.trace(format!(
-                    "{} {conn} welcome refused: {}",
-                    self.me.rid, refused.detail
-                ));
-                self.drop_conn(ctx, conn, None);
-            }
-        }
-    }
-
-    fn on_reject(&mut self, ctx: &mut Ctx<'_>, conn: NetConn, reason: RejectReason) {
-        ctx.trace(format!("{} {conn} rejected: {reason:?}", self.me.rid));
-        let key = self
-            .conns
-            .get(&conn)
-            .map(|c| (c.peer_node, u8::from(c.lane)));
-        self.drop_conn(ctx, conn, None);
-        if let Some(d) = key.and_then(|k| self.dials.get_mut(&k)) {
-            match reason {
-                RejectReason::NotRequired => {
-                    d.not_required = true;
-                    d.retry_at = None;
-                }
-                RejectReason::Duplicate => {
-                    d.yielded = true;
-                    d.retry_at = None;
-                }
-                _ => {}
-            }
-        }
-    }
-
-    fn become_ready(&mut self, ctx: &mut Ctx<'_>, conn: NetConn, peer: Identity) {
-        let now = self.at(ctx.now);
-        let Some(c) = self.conns.get_mut(&conn) else {
-            return;
-        };
-        let live = self.live.insert_connection(c.id, now);
-        self.live_conn.insert(live, conn);
-        ctx.trace(format!(
-            "{} {conn} ready: {} g{:x} on {:?}",
-            self.me.rid, peer.rid, peer.generation, c.lane
-        ));
-        let me = End {
-            node: self.ix,
-            run: self.run,
-        };
-        ctx.truth
-            .on_ready(me, &peer.rid, peer.generation, self.disc.is_some());
-        c.ready = Some(Ready { peer, live });
-        if c.dialled {
-            if let Some(d) = self.dials.get_mut(&(c.peer_node, u8::from(c.lane))) {
-                d.failures = 0;
-            }
         }
     }
 
