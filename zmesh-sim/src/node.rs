@@ -2,8 +2,9 @@
 //! wires them, over the simulated network instead of libzmq sockets.
 //!
 //! Every protocol decision is the library's own: admission and duplicate resolution
-//! ([`admission::judge_hello`], [`admission::judge_welcome`]), liveness ([`Liveness`]: probes,
-//! ACKs, the 15 s deadline with the coalescing window), capability negotiation in the
+//! ([`zmesh::proto::admission::judge_hello`], [`zmesh::proto::admission::judge_welcome`],
+//! applied in `node/admit.rs`), liveness ([`Liveness`]: probes, ACKs, the 15 s deadline with
+//! the coalescing window), capability negotiation in the
 //! handshake, the caller's call table ([`CallTable`]: leases, what a failure says, which
 //! cancels to tell the callee) and the callee's ([`ServeTable`]: ACCEPT before dispatch, ttl
 //! refusals, CANCEL, the graceful drain), and the wire codec for every record, decoded with
