@@ -92,6 +92,20 @@ pub(crate) enum InboundDecision {
     },
 }
 
+/// What a new descriptor fence does to one of its RID's links, from [`Admission::refence`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refenced {
+    /// Nothing: not connected, a ready connection of the fenced run, or an inbound
+    /// connection still in its handshake (admission holds it to the fence).
+    Keep,
+    /// A ready connection of another run: closed (MISSION F3: the descriptor names the
+    /// current run).
+    ReplacedRun,
+    /// A dial of ours still in its handshake, started under an older descriptor: closed, to
+    /// be dialled again under the new one.
+    StaleDial,
+}
+
 /// What admission reads of the node: the configuration's view, the descriptor fences and the
 /// links, with this node's identity.
 pub(crate) struct Admission<'a, C> {
@@ -152,6 +166,54 @@ impl<C: Configured> Admission<'_, C> {
             Some(fence) => manual.fenced_by(fence),
             None => manual,
         }
+    }
+
+    /// What the fence of `rid`'s descriptor does to each link of that RID (only the inbound
+    /// ones if `inbound_only`), in link order: nothing without a fence. A link is the RID's
+    /// when it is an inbound link of that RID, a dial of a configured peer with that RID, or
+    /// a dial of a configured server whose descriptor names that RID.
+    pub(crate) fn refence(&self, rid: &str, inbound_only: bool) -> Vec<(LinkKey, Refenced)> {
+        let Some(fence) = self.discovered.fences.get(rid) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for k in self.links.keys() {
+            let link = &self.links[k];
+            let ours = match &link.kind {
+                LinkKind::MeshDial { peer, .. } => {
+                    self.configured.peer(*peer).is_some_and(|p| p.rid == rid)
+                }
+                LinkKind::ClientDial { server } => self
+                    .configured
+                    .server(*server)
+                    .is_some_and(|s| self.discovered.server_rid(s.rid, s.endpoint) == Some(rid)),
+                LinkKind::Inbound { rid: r, .. } => r == rid,
+            };
+            let inbound = matches!(link.kind, LinkKind::Inbound { .. });
+            if !ours || (inbound_only && !inbound) {
+                continue;
+            }
+            let verdict = match link.conn.as_ref() {
+                Some(c) if c.ready => {
+                    let same_run = c.peer.as_ref().is_some_and(|p| {
+                        fence.generation.is_none_or(|g| g == p.generation)
+                            && fence
+                                .security_identity
+                                .as_ref()
+                                .is_none_or(|s| *s == p.security_identity)
+                    });
+                    if same_run {
+                        Refenced::Keep
+                    } else {
+                        Refenced::ReplacedRun
+                    }
+                }
+                Some(_) if !inbound => Refenced::StaleDial,
+                _ => Refenced::Keep,
+            };
+            out.push((k, verdict));
+        }
+        out
     }
 
     /// Decides what the acceptor does with an inbound HELLO: the expectation it is held to,
@@ -215,6 +277,7 @@ mod tests {
 
     use super::*;
     use crate::proto::handshake::{Capabilities, Membership};
+    use crate::proto::node::keys::Key;
     use crate::proto::wire::RejectReason;
 
     /// Configured peers by RID and generation, no servers, no CURVE.
@@ -313,6 +376,84 @@ mod tests {
         assert_eq!(
             judge(&links, 8),
             InboundDecision::Admit { stand_down: None }
+        );
+    }
+
+    /// A connection of `links` to `peer`'s run of `generation`, ready or in its handshake.
+    fn connected(peer: Identity, ready: bool) -> crate::proto::node::link::Conn {
+        crate::proto::node::link::Conn {
+            id: crate::proto::ConnId(1),
+            slot: crate::proto::node::keys::SlotKey::from_index(0),
+            route: None,
+            opened_at: Instant::now(),
+            hello_sent: true,
+            ready,
+            peer: ready.then_some(peer),
+            source: None,
+            live: None,
+            last_peer_probe: None,
+            held: Vec::new(),
+            verified_key: None,
+            notices: 0,
+        }
+    }
+
+    /// A descriptor of a's run 8 arrives while node b holds: a ready dial to run 8 (kept), a
+    /// ready inbound connection of run 3 (another run: closed), a dial still in its handshake
+    /// (started under the older descriptor: closed, to be dialled again), an inbound link of
+    /// another RID and a link not connected (untouched). Asked for the inbound links only,
+    /// the dials are not named; without a fence nothing is.
+    #[test]
+    fn f3_f4_a_new_fence_closes_other_runs_and_stale_dials_and_keeps_the_fenced_run() {
+        let b = node("b", 1);
+        let peers = Peers(vec![("a", None), ("a", None), ("a", None)]);
+        let mut discovered = Discovered::default();
+        let mut links = Tracked::default();
+        let now = Instant::now();
+        let dial = |peer, lane| LinkKind::MeshDial { peer, lane };
+        let inbound = |rid: &str| LinkKind::Inbound {
+            rid: rid.into(),
+            lane: Lane::Completion,
+        };
+        let kept = links.push(Link::new(dial(0, Lane::Application), now));
+        links[kept].conn = Some(connected(node("a", 8), true));
+        let replaced = links.push(Link::new(inbound("a"), now));
+        links[replaced].conn = Some(connected(node("a", 3), true));
+        let stale = links.push(Link::new(dial(1, Lane::Completion), now));
+        links[stale].conn = Some(connected(node("a", 3), false));
+        let other = links.push(Link::new(inbound("c"), now));
+        links[other].conn = Some(connected(node("c", 3), true));
+        let idle = links.push(Link::new(dial(2, Lane::Application), now));
+        let verdicts = |discovered: &Discovered, inbound_only| {
+            Admission {
+                configured: &peers,
+                discovered,
+                links: &links,
+                local: &b,
+            }
+            .refence("a", inbound_only)
+        };
+        assert_eq!(verdicts(&discovered, false), []);
+        discovered.fences.insert(
+            "a".into(),
+            Expectation {
+                rid: Some("a".into()),
+                generation: Some(8),
+                security_identity: None,
+            },
+        );
+        assert_eq!(
+            verdicts(&discovered, false),
+            [
+                (kept, Refenced::Keep),
+                (replaced, Refenced::ReplacedRun),
+                (stale, Refenced::StaleDial),
+                (idle, Refenced::Keep),
+            ]
+        );
+        assert_eq!(
+            verdicts(&discovered, true),
+            [(replaced, Refenced::ReplacedRun)]
         );
     }
 }

@@ -50,7 +50,7 @@ impl IoThread {
 
     /// What admission reads of this node: the configured peers and servers, the descriptor
     /// fences, the links and this node's identity.
-    fn admission(&self) -> Admission<'_, ConfigView<'_>> {
+    pub(super) fn admission(&self) -> Admission<'_, ConfigView<'_>> {
         Admission {
             configured: self.local.configured(),
             discovered: &self.discovered,

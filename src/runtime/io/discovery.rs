@@ -38,6 +38,7 @@ use super::{IoThread, LinkKey, SubKey};
 use crate::config::{EndpointKind, PeerConfig, ServerConfig};
 use crate::proto::discovery::{Descriptor, Intent, MeshEndpoints};
 use crate::proto::handshake::Expectation;
+use crate::proto::node::admit::Refenced;
 use crate::proto::node::link::{note, LinkKind};
 use crate::proto::security::PublicKey;
 use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
@@ -260,49 +261,16 @@ impl IoThread {
     /// an older fence) is closed, and a dialled link with no connection is reconfigured for
     /// the new generation and dialled as soon as the close of its last socket is confirmed.
     fn refence(&mut self, rid: &str, generation: u64, inbound_only: bool, now: Instant) {
-        let Some(fence) = self.discovered.fences.get(rid).cloned() else {
-            return;
-        };
-        for k in self.links.keys() {
-            let ours = match &self.links[k].kind {
-                LinkKind::MeshDial { peer, .. } => self
-                    .local
-                    .cfg
-                    .peers
-                    .get(*peer)
-                    .is_some_and(|p| p.rid == rid),
-                LinkKind::ClientDial { server } => {
-                    self.local.cfg.servers.get(*server).is_some_and(|s| {
-                        self.discovered.server_rid(s.rid.as_deref(), &s.endpoint) == Some(rid)
-                    })
-                }
-                LinkKind::Inbound { rid: r, .. } => r == rid,
-            };
-            if !ours {
-                continue;
-            }
-            let inbound = matches!(self.links[k].kind, LinkKind::Inbound { .. });
-            if inbound_only && !inbound {
-                continue;
-            }
-            let conn = self.links[k].conn.as_ref().map(|c| {
-                let same_run = c.peer.as_ref().is_some_and(|p| {
-                    fence.generation.is_none_or(|g| g == p.generation)
-                        && fence
-                            .security_identity
-                            .as_ref()
-                            .is_none_or(|s| *s == p.security_identity)
-                });
-                (c.ready, same_run)
-            });
-            match conn {
-                Some((true, true)) => {}
-                Some((true, false)) => {
+        let verdicts = self.admission().refence(rid, inbound_only);
+        for (k, verdict) in verdicts {
+            match verdict {
+                Refenced::Keep => {}
+                Refenced::ReplacedRun => {
                     let detail =
                         format!("a descriptor of generation {generation:016x} replaces this run");
                     self.fail_link(k, FailureReason::Reconfigured, &detail, now);
                 }
-                Some((false, _)) if !inbound => {
+                Refenced::StaleDial => {
                     self.fail_link(
                         k,
                         FailureReason::Reconfigured,
@@ -310,9 +278,9 @@ impl IoThread {
                         now,
                     );
                 }
-                _ => {}
             }
             let l = &mut self.links[k];
+            let inbound = matches!(l.kind, LinkKind::Inbound { .. });
             if !inbound && l.conn.is_none() && !l.terminal && !l.yielded {
                 // The new run is a new configuration generation of this link.
                 if l.state.handle_reconfigure(generation, now).is_ok() {
