@@ -277,7 +277,6 @@ mod tests {
 
     use super::*;
     use crate::proto::handshake::{Capabilities, Membership};
-    use crate::proto::node::keys::Key;
     use crate::proto::wire::RejectReason;
 
     /// Configured peers by RID and generation, no servers, no CURVE.
@@ -379,23 +378,9 @@ mod tests {
         );
     }
 
-    /// A connection of `links` to `peer`'s run of `generation`, ready or in its handshake.
+    /// A connection to `peer`, ready (its handshake named `peer`) or still in its handshake.
     fn connected(peer: Identity, ready: bool) -> crate::proto::node::link::Conn {
-        crate::proto::node::link::Conn {
-            id: crate::proto::ConnId(1),
-            slot: crate::proto::node::keys::SlotKey::from_index(0),
-            route: None,
-            opened_at: Instant::now(),
-            hello_sent: true,
-            ready,
-            peer: ready.then_some(peer),
-            source: None,
-            live: None,
-            last_peer_probe: None,
-            held: Vec::new(),
-            verified_key: None,
-            notices: 0,
-        }
+        crate::proto::node::link::Conn::for_test(1, ready, ready.then_some(peer))
     }
 
     /// A descriptor of a's run 8 arrives while node b holds: a ready dial to run 8 (kept), a

@@ -418,10 +418,33 @@ pub(crate) fn close_reason(f: FailureReason) -> CloseReason {
 }
 
 #[cfg(test)]
+impl Conn {
+    /// A connection for tests: connection id `id`, on slot 0 with no route, opened now, its
+    /// HELLO sent, `ready` or not, with `peer` as its handshake named it.
+    pub(crate) fn for_test(id: u64, ready: bool, peer: Option<Identity>) -> Conn {
+        use crate::proto::node::keys::Key;
+        Conn {
+            id: ConnId(id),
+            slot: SlotKey::from_index(0),
+            route: None,
+            opened_at: Instant::now(),
+            hello_sent: true,
+            ready,
+            peer,
+            source: None,
+            live: None,
+            last_peer_probe: None,
+            held: Vec::new(),
+            verified_key: None,
+            notices: 0,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::proto::handshake::Membership;
-    use crate::proto::node::keys::Key;
     use crate::proto::wire::Capabilities;
 
     fn link(kind: LinkKind) -> Link {
@@ -432,27 +455,17 @@ mod tests {
     }
 
     fn conn(id: u64, ready: bool, peer: Option<(&str, &[&str])>) -> Conn {
-        Conn {
-            id: ConnId(id),
-            slot: SlotKey::from_index(0),
-            route: None,
-            opened_at: Instant::now(),
-            hello_sent: true,
+        Conn::for_test(
+            id,
             ready,
-            peer: peer.map(|(rid, serves)| Identity {
+            peer.map(|(rid, serves)| Identity {
                 rid: rid.to_owned(),
                 generation: 1,
                 security_identity: rid.to_owned(),
                 memberships: serves.iter().map(|c| Membership::server(*c)).collect(),
                 capabilities: Capabilities::NONE,
             }),
-            source: None,
-            live: None,
-            last_peer_probe: None,
-            held: Vec::new(),
-            verified_key: None,
-            notices: 0,
-        }
+        )
     }
 
     /// The failure rules of a link: stand-downs do not count towards the backoff, NotRequired
