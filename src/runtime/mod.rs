@@ -38,6 +38,7 @@ pub mod socket;
 mod sqlite_file;
 pub mod store;
 pub mod telemetry;
+pub mod transport;
 
 pub use error::{
     AllowListError, BatchSendError, ExposeError, NodeError, NodeStopped, PublishError, SendError,
