@@ -32,7 +32,14 @@
 //!   routing id is the one it set ([`TransportSocket::set_routing_id`]) before it connected or
 //!   bound. A ROUTER that dials another ROUTER cannot send to it until their handshake is
 //!   done. An unknown routing id fails the send at once ([`SocketSendError::Unreachable`],
-//!   libzmq's `EHOSTUNREACH` under `ROUTER_MANDATORY`); nothing is queued.
+//!   libzmq's `EHOSTUNREACH` under `ROUTER_MANDATORY`); nothing is queued. On a bound
+//!   ROUTER, the id of a connection that ended is unknown at once, while the records it sent
+//!   are still readable.
+//! - **Dialled pipes.** A dialled socket's pipe is made when it connects and outlives its
+//!   connections: a DEALER queues records before its handshake and while disconnected, a
+//!   dialled ROUTER keeps routing to its peer's id; they leave on the next connection. A dial
+//!   that finds nobody, or a connection that ends, is dialled again after the reconnect
+//!   interval.
 //! - **Order.** Records on one connection arrive in the order they were sent, each once;
 //!   records of different connections have no order between them.
 //! - **High-water marks.** A ROUTER or DEALER whose pipe to the peer is full fails the send at
@@ -51,10 +58,12 @@
 //! - **Monitor events.** A dialled socket's monitor reports
 //!   [`SocketEvent::HandshakeSucceeded`] when its connection can carry records and
 //!   [`SocketEvent::Disconnected`] when it is lost; a dialled ROUTER or DEALER's monitor
-//!   reports [`SocketEvent::Stopped`] last, once the closed socket is gone. A bound socket's
-//!   monitor reports [`SocketEvent::Accepted`] and [`SocketEvent::Disconnected`] for each
-//!   connection, under one handle, and [`SocketEvent::HandshakeSucceeded`] for each
-//!   handshake; it does not say which routing id a connection has (the in-band notices do).
+//!   reports [`SocketEvent::Stopped`] last, once the closed socket is gone (its own close adds
+//!   no other event). A failed dial, and a lost connection after its
+//!   [`SocketEvent::Disconnected`], report [`SocketEvent::ConnectRetried`]. A bound socket's
+//!   monitor reports [`SocketEvent::Accepted`] and then [`SocketEvent::HandshakeSucceeded`]
+//!   for each connection, and [`SocketEvent::Disconnected`] under the accept's handle when it
+//!   ends; it does not say which routing id a connection has (the in-band notices do).
 
 use std::collections::HashSet;
 
