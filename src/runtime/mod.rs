@@ -38,6 +38,7 @@ pub mod socket;
 mod sqlite_file;
 pub mod store;
 pub mod telemetry;
+mod wake;
 
 pub use error::{
     AllowListError, BatchSendError, ExposeError, NodeError, NodeStopped, PublishError, SendError,
