@@ -102,7 +102,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
-use super::command::{Command, WakeUp};
+use super::command::Command;
 use super::error::NodeError;
 use super::event::EventSender;
 use super::operations::OpsShared;
@@ -111,6 +111,7 @@ use super::records::Lane;
 use super::security::KeyPair;
 use super::socket::Sockets;
 use super::transport::{TransportMonitor, TransportSocket};
+use super::wake::WakeUp;
 use crate::config::NodeConfig;
 use crate::proto::handshake::Identity;
 use crate::proto::node::answers::AnswerQueue;

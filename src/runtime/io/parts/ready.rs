@@ -46,7 +46,7 @@ const EVENTS_PER_WAIT: usize = 1024;
 /// One registered libzmq socket, named by what it is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Watch {
-    /// The async side's wake-up ([`crate::runtime::command::WakeUp`]).
+    /// The async side's wake-up ([`crate::runtime::wake::WakeUp`]).
     Wake,
     /// The socket of a slot.
     Socket(SlotKey),
