@@ -23,6 +23,9 @@
 //!        discovery descriptors, the intents a descriptor set implies, the owner lease
 //!        security  CURVE public keys (Z85), the ZAP codec, refusal reasons
 //!   runtime::store: descriptor stores (embedded SQLite, etcd v3) for automatic mode
+//!   runtime::transport: the socket operations of the I/O thread as traits; libzmq
+//!                       implements them (runtime::socket), and so does zmesh-sim's
+//!                       simulated network
 //!   typed + #[service]: a service as a Rust trait, its typed client and contract, on top of
 //!                    runtime::service and Node::call_raw
 //! ```

@@ -38,6 +38,7 @@ pub mod socket;
 mod sqlite_file;
 pub mod store;
 pub mod telemetry;
+pub mod transport;
 mod wake;
 
 pub use error::{

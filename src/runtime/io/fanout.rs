@@ -48,6 +48,7 @@ use crate::runtime::socket::{
     guarded, set_curve_client, set_curve_server, Frame, MonitorEvent, MonitorSocket,
     CLOSE_LINGER_MS,
 };
+use crate::runtime::transport::{SocketKind, SocketRole, Transport, TransportSocket};
 
 /// The fanout capabilities every SUB socket of this node announces to its publisher, by
 /// subscribing to their markers besides the empty prefix (WIRE.md §7.3, §7.5), and so the
@@ -150,21 +151,23 @@ impl IoThread {
                 return;
             }
         };
-        let opened = self.sockets.contexts.monitored(zmq::SUB).and_then(|m| {
-            if let Some((pair, key)) = &curve {
-                set_curve_client(&m.socket, pair, key)?;
-            }
-            // Everything, beacons included (WIRE.md §7.3), and the marker that announces
-            // PUBPACK (§7.5).
-            m.socket.set_subscribe(b"")?;
-            if SUB_CAPABILITIES.contains(wire::Capabilities::PUBPACK) {
-                m.socket.set_subscribe(&PUBPACK_MARKER)?;
-            }
-            m.socket.set_reconnect_ivl(100)?;
-            m.socket.set_reconnect_ivl_max(1000)?;
-            m.socket.connect(&endpoint)?;
-            Ok(m)
-        });
+        let opened = self
+            .sockets
+            .contexts
+            .socket(SocketKind::Sub, SocketRole::Dialled)
+            .and_then(|m| {
+                if let Some((pair, key)) = &curve {
+                    set_curve_client(m.socket.as_zmq(), pair, key)?;
+                }
+                // Everything, beacons included (WIRE.md §7.3), and the marker that announces
+                // PUBPACK (§7.5).
+                m.socket.subscribe(b"")?;
+                if SUB_CAPABILITIES.contains(wire::Capabilities::PUBPACK) {
+                    m.socket.subscribe(&PUBPACK_MARKER)?;
+                }
+                m.socket.connect(&endpoint)?;
+                Ok(m)
+            });
         match opened {
             Ok(m) => {
                 self.socket_opened(now);
