@@ -18,9 +18,13 @@
 //!   time (`EHOSTUNREACH` / `EAGAIN` with `DONTWAIT`), never a silent drop. This is the basis of
 //!   "a frame is never queued on a link that cannot send now" (MISSION C3).
 //! - `SNDHWM`/`RCVHWM` = [`HWM`]: bounded queues per pipe; a full pipe fails the send at once.
-//! - `RECONNECT_IVL = -1` on dialled ROUTER/DEALER sockets: libzmq must not silently re-dial
-//!   with the same routing id; zmesh closes the socket and dials a fresh one (fresh routing id,
-//!   fresh handshake) after its own backoff (MISSION F4). SUB sockets likewise.
+//! - `RECONNECT_IVL` = 100 ms, `RECONNECT_IVL_MAX` = 1 s on dialled ROUTER/DEALER and SUB
+//!   sockets: libzmq itself retries a dial whose peer is not there yet, so a link waits for
+//!   its peer to bind without redials of its own. A connection that was up is never resumed
+//!   that way: its loss fails the link at once (the monitor's disconnect, or a dialled
+//!   ROUTER's second in-band notice, which is also what a reconnection libzmq made on its own
+//!   looks like), and zmesh closes the socket and dials a fresh one (fresh routing id, fresh
+//!   handshake) after its own backoff (MISSION F4).
 //! - Every context [`Sockets`] opens for dialled sockets holds up to [`MAX_SOCKETS`] sockets
 //!   (libzmq's `ZMQ_MAX_SOCKETS`, 1023 by default; `vendor/zmq` adds the call), so one
 //!   context, with its two libzmq threads and five descriptors, serves some 10 000 dialled
