@@ -64,10 +64,18 @@
 //!   monitor reports [`SocketEvent::Accepted`] and then [`SocketEvent::HandshakeSucceeded`]
 //!   for each connection, and [`SocketEvent::Disconnected`] under the accept's handle when it
 //!   ends; it does not say which routing id a connection has (the in-band notices do).
+//! - **Security.** A socket made a CURVE server ([`TransportSocket::secure_server`]) before
+//!   it binds accepts only connections that complete a CurveZMQ handshake, in which the
+//!   client proves the key it presents; a CURVE client ([`TransportSocket::secure_client`])
+//!   completes a handshake only with a server that holds the secret key of the public key it
+//!   was given. An implementation that does not model security (the simulated network)
+//!   accepts both calls, records them, and connects as without them.
 
 use std::collections::HashSet;
 
+use crate::proto::security::PublicKey;
 use crate::proto::transport::MonitorEvent;
+use crate::runtime::security::KeyPair;
 
 /// A kind of socket zmesh uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -248,6 +256,17 @@ pub trait TransportSocket {
     /// Dials `endpoint`. The connection comes later (its monitor reports it); a dial to an
     /// endpoint nobody binds yet is retried.
     fn connect(&self, endpoint: &str) -> Result<(), Self::Error>;
+
+    /// Makes the socket a CURVE server with `pair`'s keys; before it binds. Every connection
+    /// must complete a CurveZMQ handshake in which the client proves it holds the secret key
+    /// of the public key it presents (the transport's admission then decides whether that key
+    /// is allowed).
+    fn secure_server(&self, pair: &KeyPair) -> Result<(), Self::Error>;
+
+    /// Makes the socket a CURVE client with `pair`'s keys that accepts only a server holding
+    /// the secret key of `server`; before it connects. A server with another key cannot
+    /// complete the handshake, so nothing it sends is ever read.
+    fn secure_client(&self, pair: &KeyPair, server: &PublicKey) -> Result<(), Self::Error>;
 
     /// A SUB socket's subscription to records whose first frame starts with `prefix`.
     fn subscribe(&self, prefix: &[u8]) -> Result<(), Self::Error>;

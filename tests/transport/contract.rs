@@ -15,6 +15,7 @@
 //! [`TransportSocket::close`], their monitor kept until it reported `Stopped` ([`close_dialled`]),
 //! as the node does.
 
+use zmesh::runtime::security::KeyPair;
 use zmesh::runtime::socket::HWM;
 use zmesh::runtime::transport::{
     Opened, RouterNotices, SocketEvent, SocketKind, SocketRole, SocketSendError, Transport,
@@ -99,6 +100,11 @@ macro_rules! transport_contract {
         #[test]
         fn f4_a_dial_to_nobody_is_retried_and_connects_once_bound() {
             contract::retried_dial(&mut $make);
+        }
+
+        #[test]
+        fn s1_a_curve_client_that_expects_the_servers_key_connects_and_carries_records() {
+            contract::secured(&mut $make);
         }
     };
 }
@@ -711,6 +717,37 @@ pub fn retried_dial<H: Harness>(h: &mut H) {
         recv(h, &b.socket, "B: d's queued record"),
         [&b"d"[..], b"queued"]
     );
+    close_dialled(h, d);
+    close_stopping::<H>(b);
+}
+
+/// A CURVE server and a CURVE client that expects the server's key: the handshake completes
+/// (nothing else before it: a client given another key would fail it) and records pass
+/// both ways.
+pub fn secured<H: Harness>(h: &mut H) {
+    let server = KeyPair::generate().expect("a key pair");
+    let client = KeyPair::generate().expect("a key pair");
+    let b = open(
+        h,
+        SocketKind::Router,
+        SocketRole::Bound { domain: "contract" },
+    );
+    b.socket.set_routing_id(b"B").expect("routing id");
+    b.socket.secure_server(&server).expect("a CURVE server");
+    let ep = b.socket.bind(&h.wildcard()).expect("bind");
+    let d = open(h, SocketKind::Router, SocketRole::Dialled);
+    d.socket.set_routing_id(b"d").expect("routing id");
+    d.socket
+        .secure_client(&client, &server.public)
+        .expect("a CURVE client");
+    d.socket.connect(&ep).expect("connect");
+    handshake(h, &d.monitor, "d's CURVE handshake", |_| false);
+    assert_eq!(recv(h, &b.socket, "B: d attached"), [&b"d"[..], b""]);
+    assert_eq!(recv(h, &d.socket, "d: B attached"), [&b"B"[..], b""]);
+    d.socket.send(&[b"B", b"up"]).expect("d -> B");
+    assert_eq!(recv(h, &b.socket, "B: d's record"), [&b"d"[..], b"up"]);
+    b.socket.send(&[b"d", b"down"]).expect("B -> d");
+    assert_eq!(recv(h, &d.socket, "d: B's record"), [&b"B"[..], b"down"]);
     close_dialled(h, d);
     close_stopping::<H>(b);
 }

@@ -48,7 +48,11 @@
 //!   virtual time, [`zmesh::runtime::socket::CLOSE_LINGER_MS`]). The peer hears of the end in
 //!   the next round (at once, as libzmq's peer of a closed TCP connection does).
 //!
-//! Not modelled: security mechanisms and ZAP (no handshake ever fails), `MAXMSGSIZE`,
+//! - **Security.** [`TransportSocket::secure_server`] and [`TransportSocket::secure_client`]
+//!   are accepted and recorded ([`SimSocket::curve`]); nothing else follows from them.
+//!
+//! Not modelled: security mechanisms and ZAP (no handshake ever fails, whatever keys the
+//! sockets were given), `MAXMSGSIZE`,
 //! libzmq's handshake deadline, latency (a record moves in the round after it was sent),
 //! kernel buffers (a pipe holds `SNDHWM + RCVHWM` records, libzmq's some more), and the
 //! hazard of a libzmq monitor dropped before its socket's last event (here it just goes).
@@ -59,6 +63,8 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use zmesh::proto::security::PublicKey;
+use zmesh::runtime::security::KeyPair;
 use zmesh::runtime::socket::{CLOSE_LINGER_MS, HWM};
 use zmesh::runtime::transport::{
     Opened, SocketEvent, SocketKind, SocketRole, SocketSendError, Transport, TransportMonitor,
@@ -117,6 +123,32 @@ pub struct SimTransport {
 pub struct SimSocket {
     world: Rc<RefCell<World>>,
     id: u64,
+}
+
+/// The CURVE role a simulated socket was given ([`SimSocket::curve`]): recorded, not
+/// enforced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SimCurve {
+    /// [`TransportSocket::secure_server`]: a CURVE server with this public key.
+    Server {
+        /// The socket's public key.
+        public: PublicKey,
+    },
+    /// [`TransportSocket::secure_client`]: a CURVE client with this public key, expecting
+    /// `server`'s.
+    Client {
+        /// The socket's public key.
+        public: PublicKey,
+        /// The key it expects of the server.
+        server: PublicKey,
+    },
+}
+
+impl SimSocket {
+    /// The CURVE role the socket was given, if any (the simulation does not enforce it).
+    pub fn curve(&self) -> Option<SimCurve> {
+        self.world.borrow().sockets.get(&self.id)?.curve
+    }
 }
 
 /// The monitor of a simulated socket: its events, from the round they were raised in.
@@ -241,6 +273,19 @@ impl TransportSocket for SimSocket {
         self.world.borrow_mut().connect(self.id, endpoint)
     }
 
+    fn secure_server(&self, pair: &KeyPair) -> Result<(), SimError> {
+        self.set_curve(SimCurve::Server {
+            public: pair.public,
+        })
+    }
+
+    fn secure_client(&self, pair: &KeyPair, server: &PublicKey) -> Result<(), SimError> {
+        self.set_curve(SimCurve::Client {
+            public: pair.public,
+            server: *server,
+        })
+    }
+
     fn subscribe(&self, prefix: &[u8]) -> Result<(), SimError> {
         self.world.borrow_mut().subscribe(self.id, prefix)
     }
@@ -266,6 +311,18 @@ impl TransportSocket for SimSocket {
             s.linger = true;
         }
         Ok(())
+    }
+}
+
+impl SimSocket {
+    fn set_curve(&self, curve: SimCurve) -> Result<(), SimError> {
+        match self.world.borrow_mut().sockets.get_mut(&self.id) {
+            Some(s) => {
+                s.curve = Some(curve);
+                Ok(())
+            }
+            None => Err(SimError::NotSupported("security on a closed socket")),
+        }
     }
 }
 
@@ -319,6 +376,8 @@ struct Sock {
     routing_id: Option<Vec<u8>>,
     /// Queued records leave before the close (bound sockets, or asked for).
     linger: bool,
+    /// The CURVE role it was given (recorded only).
+    curve: Option<SimCurve>,
     /// A SUB's prefixes.
     subscriptions: Vec<Vec<u8>>,
     /// Endpoints it bound (free again once it closes).
@@ -457,6 +516,7 @@ impl World {
                 role,
                 routing_id: None,
                 linger: role == Role::Bound,
+                curve: None,
                 subscriptions: Vec::new(),
                 endpoints: Vec::new(),
                 pipes: Vec::new(),

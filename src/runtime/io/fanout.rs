@@ -45,8 +45,7 @@ use crate::runtime::event::{Delivery, NodeEvent};
 use crate::runtime::link::LinkId;
 use crate::runtime::records::{self, Fanout};
 use crate::runtime::socket::{
-    guarded, set_curve_client, set_curve_server, Frame, MonitorEvent, MonitorSocket,
-    CLOSE_LINGER_MS,
+    guarded, set_curve_server, Frame, MonitorEvent, MonitorSocket, CLOSE_LINGER_MS,
 };
 use crate::runtime::transport::{SocketKind, SocketRole, Transport, TransportSocket};
 
@@ -157,7 +156,7 @@ impl IoThread {
             .socket(SocketKind::Sub, SocketRole::Dialled)
             .and_then(|m| {
                 if let Some((pair, key)) = &curve {
-                    set_curve_client(m.socket.as_zmq(), pair, key)?;
+                    m.socket.secure_client(pair, key)?;
                 }
                 // Everything, beacons included (WIRE.md §7.3), and the marker that announces
                 // PUBPACK (§7.5).

@@ -20,7 +20,7 @@ use crate::proto::security::PublicKey;
 use crate::proto::state::{ConnState, FailureReason, Recovery};
 use crate::runtime::outbound::Closed;
 use crate::runtime::records::{self, Lane};
-use crate::runtime::socket::{set_curve_client, SocketSendError};
+use crate::runtime::socket::SocketSendError;
 use crate::runtime::transport::{SocketKind, SocketRole, Transport, TransportSocket};
 
 impl IoThread {
@@ -90,7 +90,7 @@ impl IoThread {
             }
         };
         let curve = match (&self.local.curve, &server_key) {
-            (Some(pair), Some(key)) => set_curve_client(m.socket.as_zmq(), pair, key),
+            (Some(pair), Some(key)) => m.socket.secure_client(pair, key),
             _ => Ok(()),
         };
         let configured = curve

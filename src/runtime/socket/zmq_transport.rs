@@ -8,14 +8,16 @@ use super::{
     guarded, Frame, FrameSocket, MonitorEvent, MonitorSocket, SocketSendError, Sockets,
     CLOSE_LINGER_MS,
 };
+use crate::proto::security::PublicKey;
+use crate::runtime::security::KeyPair;
 use crate::runtime::transport::{
     Opened, SocketEvent, SocketKind, SocketRole, Transport, TransportMonitor, TransportSocket,
 };
 
 /// A libzmq socket made by [`Sockets`] for the transport: the node's bound ROUTERs, dialled
 /// ROUTERs and DEALERs, and SUB sockets. Its operations go through [`TransportSocket`]; what
-/// only libzmq has (CURVE keys, a monitor's stop, message properties) reaches the
-/// `zmq::Socket` through [`ZmqSocket::as_zmq`].
+/// only libzmq has (a monitor's stop, message properties) reaches the `zmq::Socket` through
+/// [`ZmqSocket::as_zmq`].
 pub struct ZmqSocket(zmq::Socket);
 
 impl ZmqSocket {
@@ -24,9 +26,8 @@ impl ZmqSocket {
         ZmqSocket(socket)
     }
 
-    /// The libzmq socket, for what only libzmq has: CURVE keys
-    /// ([`super::set_curve_server`], [`super::set_curve_client`]), a monitor's stop and a
-    /// close monitor ([`MonitorSocket::stop`], [`Sockets::close_monitor`]).
+    /// The libzmq socket, for what only libzmq has: a monitor's stop and a close monitor
+    /// ([`MonitorSocket::stop`], [`Sockets::close_monitor`]).
     pub fn as_zmq(&self) -> &zmq::Socket {
         &self.0
     }
@@ -66,6 +67,14 @@ impl TransportSocket for ZmqSocket {
 
     fn connect(&self, endpoint: &str) -> Result<(), zmq::Error> {
         self.0.connect(endpoint)
+    }
+
+    fn secure_server(&self, pair: &KeyPair) -> Result<(), zmq::Error> {
+        super::set_curve_server(&self.0, pair)
+    }
+
+    fn secure_client(&self, pair: &KeyPair, server: &PublicKey) -> Result<(), zmq::Error> {
+        super::set_curve_client(&self.0, pair, server)
     }
 
     fn subscribe(&self, prefix: &[u8]) -> Result<(), zmq::Error> {
