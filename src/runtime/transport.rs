@@ -64,6 +64,11 @@
 //!   monitor reports [`SocketEvent::Accepted`] and then [`SocketEvent::HandshakeSucceeded`]
 //!   for each connection, and [`SocketEvent::Disconnected`] under the accept's handle when it
 //!   ends; it does not say which routing id a connection has (the in-band notices do).
+//! - **Stopping a monitor.** A monitor stopped while its socket stays open
+//!   ([`Transport::stop_monitor`]) hands back the events raised before the stop and reports
+//!   nothing after it. A close watch attached to that socket later
+//!   ([`Transport::watch_close`]) reports [`SocketEvent::Stopped`] when the socket is closed
+//!   and gone, and nothing else: not the loss of its connection, nor a retried dial.
 //! - **Security.** A socket made a CURVE server ([`TransportSocket::secure_server`]) before
 //!   it binds accepts only connections that complete a CurveZMQ handshake, in which the
 //!   client proves the key it presents; a CURVE client ([`TransportSocket::secure_client`])
@@ -214,6 +219,10 @@ pub trait Transport {
         Readiness = <Self::Socket as TransportSocket>::Readiness,
         Error = <Self::Socket as TransportSocket>::Error,
     >;
+    /// What a socket whose monitor was stopped keeps, to have its close watched
+    /// ([`Transport::stop_monitor`], [`Transport::watch_close`]); libzmq: the room the socket
+    /// and its monitor take in their context.
+    type Room;
 
     /// A new socket of `kind` for `role`, with the options zmesh sets, and its monitor. It
     /// has no routing id, endpoint or subscription yet.
@@ -235,6 +244,32 @@ pub trait Transport {
     /// while its socket can still raise one stops a libzmq thread for good
     /// (`runtime::socket::MonitorSocket`).
     fn close_stopping_monitor(socket: Self::Socket, monitor: Self::Monitor) -> Vec<SocketEvent>;
+
+    /// Stops `monitor`, the monitor of `socket`, which stays open: the transport raises no
+    /// event for it any more (a dialled ROUTER learns of its connection's loss in band once
+    /// its handshake is done, [`RouterNotices`]). Returns the events raised before the stop,
+    /// in order, still to be acted on, and what the socket keeps to have its close watched
+    /// later ([`Transport::watch_close`]). If the transport refuses, the monitor runs on and
+    /// comes back with the error.
+    #[allow(clippy::type_complexity, clippy::result_large_err)]
+    fn stop_monitor(
+        socket: &Self::Socket,
+        monitor: Self::Monitor,
+    ) -> Result<
+        (Vec<SocketEvent>, Self::Room),
+        (<Self::Socket as TransportSocket>::Error, Self::Monitor),
+    >;
+
+    /// A monitor of `socket`, whose monitor was stopped ([`Transport::stop_monitor`] gave
+    /// `room`), that reports the socket's close alone ([`SocketEvent::Stopped`], once the
+    /// closed socket is gone): attached right before a dialled socket is closed, so that its
+    /// close is confirmed before a replacement is dialled (MISSION F3), as for a socket that
+    /// kept its monitor. On error `room` is given up and the close goes unconfirmed.
+    fn watch_close(
+        &self,
+        socket: &Self::Socket,
+        room: Self::Room,
+    ) -> Result<Self::Monitor, <Self::Socket as TransportSocket>::Error>;
 }
 
 /// One socket. Every operation returns at once; none blocks.
@@ -318,6 +353,18 @@ pub trait TransportMonitor {
     /// What a poller waits on for this monitor (edge-like, as
     /// [`TransportSocket::readiness`]).
     fn readiness(&self) -> Result<Self::Readiness, Self::Error>;
+
+    /// Reads every queued event and says whether one was [`SocketEvent::Stopped`]: the
+    /// confirmation that the closed socket is gone, after which the monitor reports nothing
+    /// and may be dropped. The other events, of the connection that was closed, are read and
+    /// ignored.
+    fn close_confirmed(&self) -> bool {
+        let mut stopped = false;
+        while let Some(event) = self.try_event() {
+            stopped |= event == SocketEvent::Stopped;
+        }
+        stopped
+    }
 }
 
 /// Tells a ROUTER's in-band connection notices apart (see the module's contract): the first

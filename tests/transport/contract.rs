@@ -103,6 +103,11 @@ macro_rules! transport_contract {
         }
 
         #[test]
+        fn f3_a_stopped_monitor_reports_nothing_more_and_a_close_watch_only_the_close() {
+            contract::stopped_monitor(&mut $make);
+        }
+
+        #[test]
         fn s1_a_curve_client_that_expects_the_servers_key_connects_and_carries_records() {
             contract::secured(&mut $make);
         }
@@ -750,4 +755,46 @@ pub fn secured<H: Harness>(h: &mut H) {
     assert_eq!(recv(h, &d.socket, "d: B's record"), [&b"B"[..], b"down"]);
     close_dialled(h, d);
     close_stopping::<H>(b);
+}
+
+/// A dialled ROUTER's monitor stopped once its connection attached, as the node does: the
+/// stop hands back what the monitor held (its handshake at most), the socket carries records
+/// on, and a close watch attached afterwards reports the socket's close and nothing else,
+/// though the connection is lost and redialled before the close.
+pub fn stopped_monitor<H: Harness>(h: &mut H) {
+    let (b, ep) = bound::<H>(h, SocketKind::Router, b"B");
+    let Opened { socket, monitor } = dialled::<H>(h, SocketKind::Router, b"d", &ep);
+    let mut on_d = RouterNotices::default();
+    let r = recv(h, &socket, "d: B's attach");
+    assert!(matches!(
+        on_d.classify(&r),
+        Some(SocketEvent::PeerConnected { .. })
+    ));
+    let (held, room) = match <H::T as Transport>::stop_monitor(&socket, monitor) {
+        Ok(stopped) => stopped,
+        Err((e, _)) => panic!("the monitor stops: {e}"),
+    };
+    assert!(
+        held.iter().all(|e| *e == SocketEvent::HandshakeSucceeded) && held.len() <= 1,
+        "a stopped monitor hands back what it held: {held:?}"
+    );
+    socket.send(&[b"B", b"after"]).expect("d -> B");
+    assert_eq!(recv(h, &b.socket, "B: d attached"), [&b"d"[..], b""]);
+    assert_eq!(recv(h, &b.socket, "B: d's record"), [&b"d"[..], b"after"]);
+    let watch = h
+        .transport()
+        .watch_close(&socket, room)
+        .expect("a close watch");
+    close_stopping::<H>(b);
+    let loss = recv(h, &socket, "d: B's loss");
+    assert!(matches!(
+        on_d.classify(&loss),
+        Some(SocketEvent::PeerDisconnected { .. })
+    ));
+    socket.close();
+    assert_eq!(
+        events_until(h, &watch, "d's close", |e| *e == SocketEvent::Stopped),
+        [SocketEvent::Stopped],
+        "a close watch reports the close alone, not the loss or the redial before it"
+    );
 }

@@ -42,7 +42,9 @@
 //!   fresh handle) and `ConnectRetried`, and tries again after 100 ms, doubling up to 1 s,
 //!   as zmesh's reconnect interval; so does a dialled socket whose connection ended (after
 //!   `Disconnected { conn }`). A dialled ROUTER or DEALER's monitor reports `Stopped` when it
-//!   is closed; closing a socket reports nothing else to its own monitor.
+//!   is closed; closing a socket reports nothing else to its own monitor. A stopped monitor
+//!   ([`Transport::stop_monitor`]) hands back what it held and gets nothing more; a close
+//!   watch ([`Transport::watch_close`]) gets the socket's `Stopped` alone.
 //! - **Closing.** A dialled socket drops what it still had queued; a bound one, or one
 //!   [`TransportSocket::linger_on_close`] was asked of, sends it first (for up to 200 ms of
 //!   virtual time, [`zmesh::runtime::socket::CLOSE_LINGER_MS`]). The peer hears of the end in
@@ -154,7 +156,10 @@ impl SimSocket {
 /// The monitor of a simulated socket: its events, from the round they were raised in.
 pub struct SimMonitor {
     world: Rc<RefCell<World>>,
+    /// The socket's id.
     id: u64,
+    /// Which of the socket's monitors this is (a close watch replaces a stopped one).
+    token: u64,
 }
 
 impl Default for SimNet {
@@ -217,16 +222,23 @@ impl SimNet {
     }
 }
 
+/// A stopped monitor leaves nothing for the socket to keep (`Room = ()`): a close watch is
+/// attached to the socket by its id.
 impl Transport for SimTransport {
     type Socket = SimSocket;
     type Monitor = SimMonitor;
+    type Room = ();
 
     fn socket(
         &mut self,
         kind: SocketKind,
         role: SocketRole<'_>,
     ) -> Result<Opened<SimSocket, SimMonitor>, SimError> {
-        let id = self.world.borrow_mut().open(kind, role);
+        let (id, token) = {
+            let mut w = self.world.borrow_mut();
+            let id = w.open(kind, role);
+            (id, w.watch(id, false))
+        };
         Ok(Opened {
             socket: SimSocket {
                 world: self.world.clone(),
@@ -235,18 +247,35 @@ impl Transport for SimTransport {
             monitor: SimMonitor {
                 world: self.world.clone(),
                 id,
+                token,
             },
         })
     }
 
+    fn stop_monitor(
+        _socket: &SimSocket,
+        monitor: SimMonitor,
+    ) -> Result<(Vec<SocketEvent>, ()), (SimError, SimMonitor)> {
+        let events = monitor.take_events();
+        drop(monitor);
+        Ok((events, ()))
+    }
+
+    fn watch_close(&self, socket: &SimSocket, _room: ()) -> Result<SimMonitor, SimError> {
+        let mut w = self.world.borrow_mut();
+        if !w.sockets.contains_key(&socket.id) {
+            return Err(SimError::NotSupported("a close watch on a closed socket"));
+        }
+        let token = w.watch(socket.id, true);
+        Ok(SimMonitor {
+            world: self.world.clone(),
+            id: socket.id,
+            token,
+        })
+    }
+
     fn close_stopping_monitor(socket: SimSocket, monitor: SimMonitor) -> Vec<SocketEvent> {
-        let events = monitor
-            .world
-            .borrow_mut()
-            .monitors
-            .remove(&monitor.id)
-            .map(Vec::from)
-            .unwrap_or_default();
+        let events = monitor.take_events();
         drop(monitor);
         drop(socket);
         events
@@ -340,7 +369,9 @@ impl TransportMonitor for SimMonitor {
         self.world
             .borrow_mut()
             .monitors
-            .get_mut(&self.id)?
+            .get_mut(&self.id)
+            .filter(|m| m.token == self.token)?
+            .events
             .pop_front()
     }
 
@@ -349,7 +380,7 @@ impl TransportMonitor for SimMonitor {
             .borrow()
             .monitors
             .get(&self.id)
-            .is_some_and(|q| !q.is_empty())
+            .is_some_and(|m| m.token == self.token && !m.events.is_empty())
     }
 
     fn readiness(&self) -> Result<SimReady, SimError> {
@@ -357,10 +388,34 @@ impl TransportMonitor for SimMonitor {
     }
 }
 
+impl SimMonitor {
+    /// Stops the monitor: the events queued, and none from now on.
+    fn take_events(&self) -> Vec<SocketEvent> {
+        let mut w = self.world.borrow_mut();
+        match w.monitors.get(&self.id) {
+            Some(m) if m.token == self.token => w
+                .monitors
+                .remove(&self.id)
+                .map(|m| Vec::from(m.events))
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        }
+    }
+}
+
 impl Drop for SimMonitor {
     fn drop(&mut self) {
-        self.world.borrow_mut().monitors.remove(&self.id);
+        drop(self.take_events());
     }
+}
+
+/// The monitor a socket has now.
+struct Watcher {
+    /// Its [`SimMonitor::token`].
+    token: u64,
+    /// A close watch: reports [`SocketEvent::Stopped`] alone.
+    close_only: bool,
+    events: VecDeque<SocketEvent>,
 }
 
 /// A socket's role as the simulation needs it.
@@ -462,7 +517,8 @@ struct World {
     now: Duration,
     hwm: usize,
     sockets: BTreeMap<u64, Sock>,
-    monitors: BTreeMap<u64, VecDeque<SocketEvent>>,
+    /// Each socket's monitor, by the socket's id, while it has one.
+    monitors: BTreeMap<u64, Watcher>,
     bound: BTreeMap<String, u64>,
     pipes: BTreeMap<u64, Pipe>,
     conns: BTreeMap<u32, Conn>,
@@ -470,6 +526,8 @@ struct World {
     next_conn: u32,
     next_port: u32,
     next_routing: u32,
+    /// The next monitor's token.
+    next_token: u64,
     dropped: u64,
 }
 
@@ -487,6 +545,7 @@ impl World {
             next_conn: 1,
             next_port: FIRST_PORT,
             next_routing: 1,
+            next_token: 1,
             dropped: 0,
         }
     }
@@ -525,13 +584,30 @@ impl World {
                 next_send: 0,
             },
         );
-        self.monitors.insert(id, VecDeque::new());
         id
     }
 
+    /// Attaches a monitor to socket `sock` (one that reports its close alone if
+    /// `close_only`); returns the monitor's token.
+    fn watch(&mut self, sock: u64, close_only: bool) -> u64 {
+        let token = self.next_token;
+        self.next_token += 1;
+        self.monitors.insert(
+            sock,
+            Watcher {
+                token,
+                close_only,
+                events: VecDeque::new(),
+            },
+        );
+        token
+    }
+
     fn emit(&mut self, sock: u64, event: SocketEvent) {
-        if let Some(q) = self.monitors.get_mut(&sock) {
-            q.push_back(event);
+        if let Some(m) = self.monitors.get_mut(&sock) {
+            if !m.close_only || event == SocketEvent::Stopped {
+                m.events.push_back(event);
+            }
         }
     }
 
@@ -718,7 +794,11 @@ impl World {
         for ep in &s.endpoints {
             self.bound.remove(ep);
         }
-        if s.role == Role::Dialled && matches!(s.kind, SocketKind::Router | SocketKind::Dealer) {
+        let watched = self.monitors.get(&sock).is_some_and(|m| m.close_only);
+        if watched
+            || (s.role == Role::Dialled
+                && matches!(s.kind, SocketKind::Router | SocketKind::Dealer))
+        {
             self.emit(sock, SocketEvent::Stopped);
         }
         let until = self.now + Duration::from_millis(CLOSE_LINGER_MS.unsigned_abs().into());

@@ -308,11 +308,7 @@ impl IoThread {
                 let redial = self.local.host != Host::Stopped;
                 if let (None, Some(room), true) = (slot.monitor.as_ref(), slot.room.take(), redial)
                 {
-                    match self
-                        .sockets
-                        .contexts
-                        .close_monitor(slot.socket.as_zmq(), room)
-                    {
+                    match self.sockets.contexts.watch_close(&slot.socket, room) {
                         Ok(m) => slot.monitor = Some(m),
                         Err(e) => tracing::debug!(error = %e, link = %k, "close not monitored"),
                     }

@@ -325,11 +325,7 @@ impl MonitorSocket {
     /// publishes nothing more and this monitor can be dropped safely. Other events (of the
     /// connection that was closed) are read and ignored.
     pub fn close_confirmed(&self) -> bool {
-        let mut stopped = false;
-        while let Ok(Some(frames)) = self.socket.try_recv_frames() {
-            stopped |= MonitorEvent::decode(&frames) == Some(MonitorEvent::Stopped);
-        }
-        stopped
+        transport::TransportMonitor::close_confirmed(self)
     }
 
     /// Stops the monitor of `watched`, the socket this PAIR reads the events of (a

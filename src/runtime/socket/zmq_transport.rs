@@ -5,7 +5,7 @@
 use std::os::unix::io::RawFd;
 
 use super::{
-    guarded, Frame, FrameSocket, MonitorEvent, MonitorSocket, SocketSendError, Sockets,
+    guarded, Frame, FrameSocket, MonitorEvent, MonitorSocket, SocketRoom, SocketSendError, Sockets,
     CLOSE_LINGER_MS,
 };
 use crate::proto::security::PublicKey;
@@ -15,9 +15,10 @@ use crate::runtime::transport::{
 };
 
 /// A libzmq socket made by [`Sockets`] for the transport: the node's bound ROUTERs, dialled
-/// ROUTERs and DEALERs, and SUB sockets. Its operations go through [`TransportSocket`]; what
-/// only libzmq has (a monitor's stop, message properties) reaches the `zmq::Socket` through
-/// [`ZmqSocket::as_zmq`].
+/// ROUTERs and DEALERs, and SUB sockets. Its operations go through [`TransportSocket`] and
+/// [`Transport`]; what only libzmq has reaches the `zmq::Socket` through
+/// [`ZmqSocket::as_zmq`], and a received frame's message properties through
+/// [`ZmqSocket::try_recv_record`].
 pub struct ZmqSocket(zmq::Socket);
 
 impl ZmqSocket {
@@ -26,8 +27,8 @@ impl ZmqSocket {
         ZmqSocket(socket)
     }
 
-    /// The libzmq socket, for what only libzmq has: a monitor's stop and a close monitor
-    /// ([`MonitorSocket::stop`], [`Sockets::close_monitor`]).
+    /// The libzmq socket, for what only libzmq has (the transport's own calls use it:
+    /// [`MonitorSocket::stop`], [`Sockets::close_monitor`]).
     pub fn as_zmq(&self) -> &zmq::Socket {
         &self.0
     }
@@ -140,6 +141,7 @@ impl TransportMonitor for MonitorSocket {
 impl Transport for Sockets {
     type Socket = ZmqSocket;
     type Monitor = MonitorSocket;
+    type Room = SocketRoom;
 
     fn socket(
         &mut self,
@@ -151,6 +153,27 @@ impl Transport for Sockets {
             socket: ZmqSocket(m.socket),
             monitor: m.monitor,
         })
+    }
+
+    fn stop_monitor(
+        socket: &ZmqSocket,
+        monitor: MonitorSocket,
+    ) -> Result<(Vec<SocketEvent>, SocketRoom), (zmq::Error, MonitorSocket)> {
+        // libzmq reports the stop itself (`MONITOR_STOPPED`, last): not an event of the
+        // socket, which stays open.
+        let (mut events, room) = monitor.stop_with_events(&socket.0)?;
+        if events.last() == Some(&SocketEvent::Stopped) {
+            events.pop();
+        }
+        Ok((events, room))
+    }
+
+    fn watch_close(
+        &self,
+        socket: &ZmqSocket,
+        room: SocketRoom,
+    ) -> Result<MonitorSocket, zmq::Error> {
+        self.close_monitor(&socket.0, room)
     }
 
     fn close_stopping_monitor(socket: ZmqSocket, monitor: MonitorSocket) -> Vec<SocketEvent> {

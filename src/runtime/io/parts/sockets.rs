@@ -13,7 +13,7 @@ use crate::proto::sched::{IdMap, SharedSocketId};
 use crate::proto::ConnId;
 use crate::runtime::records::Lane;
 use crate::runtime::socket::{
-    Frame, MonitorEvent, MonitorSocket, SocketRoom, SocketSendError, Sockets, ZmqSocket,
+    Frame, MonitorEvent, MonitorSocket, SocketSendError, Sockets, ZmqSocket,
 };
 use crate::runtime::transport::{Transport, TransportMonitor, TransportSocket};
 
@@ -69,7 +69,7 @@ pub(crate) struct Slot {
     pub(crate) monitor: Option<MonitorSocket>,
     /// The room in its context of a dialled ROUTER whose monitor was stopped once its
     /// handshake was done: a monitor is attached again in it for the close.
-    pub(crate) room: Option<SocketRoom>,
+    pub(crate) room: Option<<Sockets as Transport>::Room>,
     pub(crate) role: SlotRole,
     pub(crate) endpoint: String,
     /// The scheduler's handle of a bound socket shared by several peers (MISSION R3).
