@@ -209,6 +209,15 @@ impl SocketEvent {
     }
 }
 
+/// What a transport's operations fail with: an error that says whether it is the node
+/// running out of descriptors (or of the transport's own socket slots), which the node
+/// reports as a named failure with its figures (`runtime::fds`) and retries with its backoff.
+pub trait SocketError: std::error::Error + 'static {
+    /// Whether the operation failed for want of a file descriptor or a socket slot (libzmq:
+    /// `EMFILE`, which the socket layer also reports for the system's file table, `ENFILE`).
+    fn is_out_of_descriptors(&self) -> bool;
+}
+
 /// Makes sockets. One per node (libzmq: the node's contexts); its sockets may outlive
 /// borrows of it.
 pub trait Transport {
@@ -277,7 +286,7 @@ pub trait TransportSocket {
     /// A received frame.
     type Frame: AsRef<[u8]>;
     /// What an operation fails with.
-    type Error: std::error::Error + 'static;
+    type Error: SocketError;
     /// What a poller waits on for this socket (libzmq: its `ZMQ_FD`).
     type Readiness;
 
@@ -340,7 +349,7 @@ pub trait TransportSocket {
 /// The events of one socket, in the order the transport raised them.
 pub trait TransportMonitor {
     /// What an operation fails with.
-    type Error: std::error::Error + 'static;
+    type Error: SocketError;
     /// What a poller waits on for this monitor.
     type Readiness;
 

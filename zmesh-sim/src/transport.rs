@@ -69,8 +69,8 @@ use zmesh::proto::security::PublicKey;
 use zmesh::runtime::security::KeyPair;
 use zmesh::runtime::socket::{CLOSE_LINGER_MS, HWM};
 use zmesh::runtime::transport::{
-    Opened, SocketEvent, SocketKind, SocketRole, SocketSendError, Transport, TransportMonitor,
-    TransportSocket,
+    Opened, SocketError, SocketEvent, SocketKind, SocketRole, SocketSendError, Transport,
+    TransportMonitor, TransportSocket,
 };
 
 /// The first reconnect interval of a dialled socket (zmesh sets libzmq's `RECONNECT_IVL`).
@@ -102,6 +102,13 @@ impl std::fmt::Display for SimError {
 }
 
 impl std::error::Error for SimError {}
+
+/// The simulated network has no descriptors to run out of.
+impl SocketError for SimError {
+    fn is_out_of_descriptors(&self) -> bool {
+        false
+    }
+}
 
 /// What a poller waits on for a simulated socket or monitor: the socket's id (the simulated
 /// network has no descriptors; its caller asks [`TransportSocket::has_input`]).

@@ -11,7 +11,8 @@ use super::{
 use crate::proto::security::PublicKey;
 use crate::runtime::security::KeyPair;
 use crate::runtime::transport::{
-    Opened, SocketEvent, SocketKind, SocketRole, Transport, TransportMonitor, TransportSocket,
+    Opened, SocketError, SocketEvent, SocketKind, SocketRole, Transport, TransportMonitor,
+    TransportSocket,
 };
 
 /// A libzmq socket made by [`Sockets`] for the transport: the node's bound ROUTERs, dialled
@@ -103,6 +104,15 @@ impl TransportSocket for ZmqSocket {
 
     fn linger_on_close(&self) -> Result<(), zmq::Error> {
         self.0.set_linger(CLOSE_LINGER_MS)
+    }
+}
+
+/// `EMFILE`: the process's descriptors, or a context's socket slots; the socket layer reports
+/// the system's file table (`ENFILE`) and a context it could not open as `EMFILE` too
+/// ([`super::guarded`], [`Sockets`]).
+impl SocketError for zmq::Error {
+    fn is_out_of_descriptors(&self) -> bool {
+        *self == zmq::Error::EMFILE
     }
 }
 
@@ -242,6 +252,21 @@ impl MonitorEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Running out is `EMFILE` alone: what the socket layer reports for descriptors, a
+    /// context's slots and the system's file table; other errors are not.
+    #[test]
+    fn only_emfile_is_running_out_of_descriptors() {
+        assert!(zmq::Error::EMFILE.is_out_of_descriptors());
+        for other in [
+            zmq::Error::EINVAL,
+            zmq::Error::EFAULT,
+            zmq::Error::EADDRINUSE,
+            zmq::Error::EAGAIN,
+        ] {
+            assert!(!other.is_out_of_descriptors(), "{other:?}");
+        }
+    }
 
     /// Every libzmq event number decodes to the event and value the node judged before the
     /// transport existed: the event by its number, the value where the core reads it.
