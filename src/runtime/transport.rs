@@ -102,8 +102,7 @@ pub enum SocketKind {
 pub enum SocketRole<'a> {
     /// Binds an endpoint that peers dial; shared by the connections it accepts. Flushes what
     /// it queued for a short while when closed. `domain` names the socket to the transport's
-    /// admission of new connections (libzmq: the ZAP domain, used when the node runs a ZAP
-    /// handler).
+    /// admission of new connections ([`Transport::admission`]; libzmq: the ZAP domain).
     Bound {
         /// The name the transport's admission knows the socket by.
         domain: &'a str,
@@ -253,6 +252,16 @@ pub trait Transport {
     /// while its socket can still raise one stops a libzmq thread for good
     /// (`runtime::socket::MonitorSocket`).
     fn close_stopping_monitor(socket: Self::Socket, monitor: Self::Monitor) -> Vec<SocketEvent>;
+
+    /// The transport's admission of new connections to its bound sockets: a socket on which
+    /// the transport asks, for each connection a bound socket accepts, whether it may carry
+    /// records, and the node answers each request on the same socket (libzmq: the ZAP
+    /// handler, a ROUTER at `inproc://zeromq.zap.01`; its requests and replies are ZAP's,
+    /// [`crate::proto::security::ZapRequest`]). A request names the socket by the `domain` of
+    /// its [`SocketRole::Bound`]. Made once, before the bound sockets it admits for; until
+    /// then, and without it, bound sockets admit every connection. A transport that does not
+    /// model admission gives a socket on which no request ever arrives.
+    fn admission(&mut self) -> Result<Self::Socket, <Self::Socket as TransportSocket>::Error>;
 
     /// Stops `monitor`, the monitor of `socket`, which stays open: the transport raises no
     /// event for it any more (a dialled ROUTER learns of its connection's loss in band once

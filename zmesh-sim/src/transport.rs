@@ -259,6 +259,19 @@ impl Transport for SimTransport {
         })
     }
 
+    /// A ROUTER bound to no endpoint: the simulation does not model admission, so no
+    /// request ever arrives on it.
+    fn admission(&mut self) -> Result<SimSocket, SimError> {
+        let id = self
+            .world
+            .borrow_mut()
+            .open(SocketKind::Router, SocketRole::Bound { domain: "" });
+        Ok(SimSocket {
+            world: self.world.clone(),
+            id,
+        })
+    }
+
     fn stop_monitor(
         _socket: &SimSocket,
         monitor: SimMonitor,

@@ -165,6 +165,10 @@ impl Transport for Sockets {
         })
     }
 
+    fn admission(&mut self) -> Result<ZmqSocket, zmq::Error> {
+        self.zap_handler().map(ZmqSocket)
+    }
+
     fn stop_monitor(
         socket: &ZmqSocket,
         monitor: MonitorSocket,

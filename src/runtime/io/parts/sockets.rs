@@ -57,8 +57,9 @@ pub(crate) struct SocketSet {
     curve: bool,
     /// Running out of descriptors: the figures and the episode being logged.
     pub(crate) exhaustion: Exhaustion,
-    /// The ZAP handler of the bound endpoints (none when the node gates no socket).
-    pub(crate) zap: Option<zmq::Socket>,
+    /// The transport's admission of the bound endpoints' connections (libzmq: the ZAP
+    /// handler; none when the node gates no socket).
+    pub(crate) zap: Option<ZmqSocket>,
     /// The ZAP handler's descriptor fired or it was touched: read it.
     pub(crate) zap_ready: bool,
 }
