@@ -48,7 +48,9 @@
 //!   reaches a subscriber is still in order.
 //! - **Subscriptions.** A SUB receives the records whose first frame starts with one of the
 //!   prefixes it subscribed to; the empty prefix takes everything. A subscription takes
-//!   effect once it reached the publisher, after the connection's handshake.
+//!   effect once it reached the publisher, after the connection's handshake; at a
+//!   [`SocketKind::Publisher`], once the node read it and applied it
+//!   ([`TransportSocket::apply_subscription`]), and not before.
 //! - **Connection notices in band.** A ROUTER made for either role names each connection's
 //!   attach and loss in its record stream (`ROUTER_NOTIFY`): a record of the connection's
 //!   routing id and one empty frame, the attach before any record of the connection, the loss
@@ -94,6 +96,12 @@ pub enum SocketKind {
     Pub,
     /// Receives what it subscribed to from a publisher: a fanout subscription.
     Sub,
+    /// A [`SocketKind::Pub`] that hands each subscription to the node instead of applying
+    /// it: the node reads it ([`TransportSocket::try_recv`]: one frame, `1` or `0` for
+    /// subscribe or cancel, then the prefix) and applies it to the connection that sent it
+    /// ([`TransportSocket::apply_subscription`]): the node's publisher (libzmq: an XPUB in
+    /// manual mode).
+    Publisher,
 }
 
 /// What a socket is for; the options zmesh sets follow from it (`runtime::socket` lists
@@ -102,10 +110,11 @@ pub enum SocketKind {
 pub enum SocketRole<'a> {
     /// Binds an endpoint that peers dial; shared by the connections it accepts. Flushes what
     /// it queued for a short while when closed. `domain` names the socket to the transport's
-    /// admission of new connections ([`Transport::admission`]; libzmq: the ZAP domain).
+    /// admission of new connections ([`Transport::admission`]; libzmq: the ZAP domain); with
+    /// none, its connections are not put to the admission.
     Bound {
-        /// The name the transport's admission knows the socket by.
-        domain: &'a str,
+        /// The name the transport's admission knows the socket by, if it admits for it.
+        domain: Option<&'a str>,
     },
     /// Dials one endpoint and holds one connection to it. Drops what is queued when closed
     /// (a closed dialled socket's connection is dead or being replaced).
@@ -323,6 +332,11 @@ pub trait TransportSocket {
 
     /// A SUB socket's subscription to records whose first frame starts with `prefix`.
     fn subscribe(&self, prefix: &[u8]) -> Result<(), Self::Error>;
+
+    /// A [`SocketKind::Publisher`]'s application of the subscription it received last (or
+    /// its cancel, `subscribe` false) to the connection that sent it: from now on that
+    /// connection gets the records whose first frame starts with `prefix`.
+    fn apply_subscription(&self, subscribe: bool, prefix: &[u8]) -> Result<(), Self::Error>;
 
     /// Sends one record (every frame of it, a ROUTER's routing id first) without blocking;
     /// all of it is queued or none.

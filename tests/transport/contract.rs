@@ -108,6 +108,11 @@ macro_rules! transport_contract {
         }
 
         #[test]
+        fn t3_a_publisher_hands_subscriptions_over_and_applies_them_when_told() {
+            contract::publisher(&mut $make);
+        }
+
+        #[test]
         fn s1_a_curve_client_that_expects_the_servers_key_connects_and_carries_records() {
             contract::secured(&mut $make);
         }
@@ -180,7 +185,13 @@ fn open<H: Harness>(h: &mut H, kind: SocketKind, role: SocketRole<'_>) -> Pair<H
 
 /// A bound socket of `kind` with routing id `id`, and the endpoint it bound.
 fn bound<H: Harness>(h: &mut H, kind: SocketKind, id: &[u8]) -> (Pair<H>, String) {
-    let p = open(h, kind, SocketRole::Bound { domain: "contract" });
+    let p = open(
+        h,
+        kind,
+        SocketRole::Bound {
+            domain: Some("contract"),
+        },
+    );
     p.socket.set_routing_id(id).expect("routing id");
     let ep = p.socket.bind(&h.wildcard()).expect("bind");
     assert!(!ep.contains('*'), "the wildcard of {ep} is resolved");
@@ -707,7 +718,9 @@ pub fn retried_dial<H: Harness>(h: &mut H) {
     let b = open(
         h,
         SocketKind::Router,
-        SocketRole::Bound { domain: "contract" },
+        SocketRole::Bound {
+            domain: Some("contract"),
+        },
     );
     b.socket.set_routing_id(b"B").expect("routing id");
     assert_eq!(b.socket.bind(&ep).expect("bind"), ep);
@@ -735,7 +748,9 @@ pub fn secured<H: Harness>(h: &mut H) {
     let b = open(
         h,
         SocketKind::Router,
-        SocketRole::Bound { domain: "contract" },
+        SocketRole::Bound {
+            domain: Some("contract"),
+        },
     );
     b.socket.set_routing_id(b"B").expect("routing id");
     b.socket.secure_server(&server).expect("a CURVE server");
@@ -797,4 +812,29 @@ pub fn stopped_monitor<H: Harness>(h: &mut H) {
         [SocketEvent::Stopped],
         "a close watch reports the close alone, not the loss or the redial before it"
     );
+}
+
+/// A [`SocketKind::Publisher`] hands a SUB's subscription to its reader and does not apply
+/// it: a record sent before the node applied it does not reach the SUB, one sent after does.
+pub fn publisher<H: Harness>(h: &mut H) {
+    let (p, ep) = bound::<H>(h, SocketKind::Publisher, b"P");
+    let s = sub::<H>(h, &[b"a"], &ep);
+    let got = recv(h, &p.socket, "P: s's subscription");
+    assert_eq!(got, [&b"\x01a"[..]], "a subscription: 1, then the prefix");
+    p.socket
+        .send(&[b"a", b"before"])
+        .expect("a publisher's send");
+    p.socket
+        .apply_subscription(true, b"a")
+        .expect("the subscription applied");
+    p.socket
+        .send(&[b"a", b"after"])
+        .expect("a publisher's send");
+    assert_eq!(
+        recv(h, &s.socket, "s: the record sent after the apply"),
+        [&b"a"[..], b"after"],
+        "nothing sent before the apply reaches the subscriber"
+    );
+    close_stopping::<H>(s);
+    close_stopping::<H>(p);
 }

@@ -32,6 +32,9 @@
 //!   when it subscribes; they take effect at the publisher when they arrive. A PUB sends a
 //!   record to each connection whose subscriptions prefix its first frame, and drops it for a
 //!   connection whose pipe is full ([`SimNet::dropped`] counts those); a send never fails.
+//!   A [`SocketKind::Publisher`] hands each subscription to its reader instead (one frame,
+//!   `1` and the prefix) and applies it to the pipe it came on when told
+//!   ([`TransportSocket::apply_subscription`]).
 //! - **Connection notices.** Both ROUTER roles get an empty record from a connection's
 //!   routing id when its handshake is done (before its records) and when it ends (after
 //!   them); one that finds the pipe full is dropped.
@@ -265,7 +268,7 @@ impl Transport for SimTransport {
         let id = self
             .world
             .borrow_mut()
-            .open(SocketKind::Router, SocketRole::Bound { domain: "" });
+            .open(SocketKind::Router, SocketRole::Bound { domain: None });
         Ok(SimSocket {
             world: self.world.clone(),
             id,
@@ -337,6 +340,12 @@ impl TransportSocket for SimSocket {
 
     fn subscribe(&self, prefix: &[u8]) -> Result<(), SimError> {
         self.world.borrow_mut().subscribe(self.id, prefix)
+    }
+
+    fn apply_subscription(&self, subscribe: bool, prefix: &[u8]) -> Result<(), SimError> {
+        self.world
+            .borrow_mut()
+            .apply_subscription(self.id, subscribe, prefix)
     }
 
     fn send(&self, frames: &[&[u8]]) -> Result<(), SocketSendError<SimError>> {
@@ -461,6 +470,8 @@ struct Sock {
     pipes: Vec<u64>,
     /// A ROUTER's pipes by the peer's routing id.
     routes: BTreeMap<Vec<u8>, u64>,
+    /// A publisher's pipe it read from last: where a subscription is applied.
+    last_read: Option<u64>,
     /// Where the next read and the next DEALER send start in `pipes`.
     next_read: usize,
     next_send: usize,
@@ -600,6 +611,7 @@ impl World {
                 endpoints: Vec::new(),
                 pipes: Vec::new(),
                 routes: BTreeMap::new(),
+                last_read: None,
                 next_read: 0,
                 next_send: 0,
             },
@@ -739,7 +751,7 @@ impl World {
                 }
                 Err(SocketSendError::Full)
             }
-            SocketKind::Pub => {
+            SocketKind::Pub | SocketKind::Publisher => {
                 let topic = frames[0];
                 for p in &s.pipes {
                     let Some(pipe) = self.pipes.get_mut(p) else {
@@ -783,6 +795,7 @@ impl World {
                 let from = Bytes::from(pipe.peer_id.clone().unwrap_or_default());
                 record.insert(0, from);
             }
+            s.last_read = Some(id);
             s.next_read = (at + 1) % n;
             if pipe.ended && pipe.inq.is_empty() {
                 // The pipe after it moves into its place.
@@ -797,6 +810,32 @@ impl World {
             return Ok(Some(record));
         }
         Ok(None)
+    }
+
+    fn apply_subscription(
+        &mut self,
+        sock: u64,
+        subscribe: bool,
+        prefix: &[u8],
+    ) -> Result<(), SimError> {
+        let Some(s) = self.sockets.get(&sock) else {
+            return Err(SimError::NotSupported("a subscription on a closed socket"));
+        };
+        if s.kind != SocketKind::Publisher {
+            return Err(SimError::NotSupported(
+                "a subscription applied by a socket that is not a publisher",
+            ));
+        }
+        // The connection it came on may be gone: nothing to apply it to.
+        let Some(pipe) = s.last_read.and_then(|p| self.pipes.get_mut(&p)) else {
+            return Ok(());
+        };
+        if subscribe {
+            pipe.filter.push(prefix.to_vec());
+        } else if let Some(i) = pipe.filter.iter().position(|f| f == prefix) {
+            pipe.filter.remove(i);
+        }
+        Ok(())
     }
 
     fn has_input(&self, sock: u64) -> bool {
@@ -1028,7 +1067,7 @@ impl World {
                         d.routes.entry(acceptor_id.clone()).or_insert(dialler);
                     }
                     SocketKind::Sub => subscriptions = d.subscriptions.clone(),
-                    SocketKind::Dealer | SocketKind::Pub => {}
+                    SocketKind::Dealer | SocketKind::Pub | SocketKind::Publisher => {}
                 }
                 if let Some(p) = self.pipes.get_mut(&dialler) {
                     if d.kind == SocketKind::Router && p.inq.len() < hwm {
@@ -1147,12 +1186,13 @@ impl World {
         let Some(to_sock) = self.pipes.get(&to).map(|p| p.sock) else {
             return 0;
         };
-        let (open, sub_filter) = match self.sockets.get(&to_sock) {
+        let (open, sub_filter, publisher) = match self.sockets.get(&to_sock) {
             Some(s) => (
                 true,
                 (s.kind == SocketKind::Sub).then(|| s.subscriptions.clone()),
+                s.kind == SocketKind::Publisher,
             ),
-            None => (false, None),
+            None => (false, None, false),
         };
         let mut moved = 0;
         loop {
@@ -1175,6 +1215,12 @@ impl World {
                 continue;
             }
             match msg {
+                // The node reads it and applies it (`apply_subscription`).
+                Msg::Subscribe(prefix) if publisher => {
+                    let mut message = vec![1];
+                    message.extend_from_slice(&prefix);
+                    to_pipe.inq.push_back(vec![Bytes::from(message)]);
+                }
                 Msg::Subscribe(prefix) => to_pipe.filter.push(prefix),
                 Msg::Record(record) => {
                     let wanted = match (&sub_filter, record.first()) {

@@ -28,7 +28,12 @@ impl IoThread {
         let m = self
             .sockets
             .contexts
-            .socket(SocketKind::Router, SocketRole::Bound { domain: &domain })
+            .socket(
+                SocketKind::Router,
+                SocketRole::Bound {
+                    domain: Some(&domain),
+                },
+            )
             .map_err(bind_err)?;
         let socket = m.socket;
         socket.set_routing_id(bound_id).map_err(bind_err)?;

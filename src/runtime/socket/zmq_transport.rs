@@ -83,6 +83,16 @@ impl TransportSocket for ZmqSocket {
         self.0.set_subscribe(prefix)
     }
 
+    /// In manual mode, an XPUB's `ZMQ_SUBSCRIBE` and `ZMQ_UNSUBSCRIBE` apply to the pipe of
+    /// the subscription read last.
+    fn apply_subscription(&self, subscribe: bool, prefix: &[u8]) -> Result<(), zmq::Error> {
+        if subscribe {
+            self.0.set_subscribe(prefix)
+        } else {
+            self.0.set_unsubscribe(prefix)
+        }
+    }
+
     #[inline]
     fn send(&self, frames: &[&[u8]]) -> Result<(), SocketSendError> {
         self.0.send_frames(frames)
@@ -141,8 +151,10 @@ impl TransportMonitor for MonitorSocket {
 /// libzmq's sockets for the transport, with the options of `runtime::socket`'s module docs:
 ///
 /// - [`SocketRole::Bound`]: [`Sockets::bound`] (the ZAP handler's context and `domain` when
-///   the node has a ZAP handler, `ROUTER_NOTIFY` on a ROUTER, `ACCEPTED` events), and
-///   [`CLOSE_LINGER_MS`] of linger.
+///   the node has a ZAP handler and the role a domain, `ROUTER_NOTIFY` on a ROUTER,
+///   `ACCEPTED` events), and [`CLOSE_LINGER_MS`] of linger. [`SocketKind::Publisher`] is an
+///   XPUB in manual mode (`XPUB_MANUAL`); without a domain, as [`Sockets::publisher`] makes
+///   it: monitored, no `ACCEPTED` events, outside the ZAP handler's context.
 /// - [`SocketRole::Dialled`]: [`Sockets::dialled`] for a ROUTER or DEALER (`ROUTER_NOTIFY` on
 ///   a ROUTER, `MONITOR_STOPPED` confirms its close), [`Sockets::monitored`] for a SUB; a
 ///   reconnect interval of 100 ms backing off to 1 s.
