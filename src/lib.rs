@@ -22,6 +22,8 @@
 //!        calls     reply correlation, leases, deadlines, graceful stop
 //!        discovery descriptors, the intents a descriptor set implies, the owner lease
 //!        security  CURVE public keys (Z85), the ZAP codec, refusal reasons
+//!        node      the node core's parts (callee, admission) the I/O thread and the
+//!                  simulator both drive
 //!   runtime::store: descriptor stores (embedded SQLite, etcd v3) for automatic mode
 //!   typed + #[service]: a service as a Rust trait, its typed client and contract, on top of
 //!                    runtime::service and Node::call_raw
