@@ -1,18 +1,20 @@
 //! One simulated node run: zmesh's protocol state machines wired the way the I/O thread
 //! wires them, over the simulated network instead of libzmq sockets.
 //!
-//! Every protocol decision is the library's own: admission and duplicate resolution
-//! ([`zmesh::proto::admission::judge_hello`], [`zmesh::proto::admission::judge_welcome`],
-//! applied in `node/admit.rs`), liveness ([`Liveness`]: probes, ACKs, the 15 s deadline
-//! with the coalescing window), capability negotiation in the handshake, the caller's call
-//! table ([`CallTable`]: leases, what a failure says, which cancels to tell the callee) and
-//! the node core's callee ([`Serving`]: refusals, ACCEPT before dispatch, the execution
-//! queues, ttl refusals, CANCEL, the graceful drain, stream windows; driven in
-//! `node/callee.rs`), and the wire codec for every record, decoded with the capabilities in
-//! effect on its connection. What this file adds is the glue the shell has around them:
-//! which connection a record came on, where an answer goes, redialling after a failure,
-//! handlers that take time.
+//! Every protocol decision is the library's own: admission and duplicate resolution (the
+//! node core's [`Admission::judge_inbound`] for a HELLO, its expectations of what a dial
+//! reaches, [`zmesh::proto::admission::judge_welcome`] for a WELCOME; applied in
+//! `node/admit.rs`), liveness ([`Liveness`]: probes, ACKs, the 15 s deadline with the
+//! coalescing window), capability negotiation in the handshake, the caller's call table
+//! ([`CallTable`]: leases, what a failure says, which cancels to tell the callee) and the
+//! node core's callee ([`Serving`]: refusals, ACCEPT before dispatch, the execution queues,
+//! ttl refusals, CANCEL, the graceful drain, stream windows; driven in `node/callee.rs`),
+//! and the wire codec for every record, decoded with the capabilities in effect on its
+//! connection. What this file adds is the glue the shell has around them: which connection
+//! a record came on, where an answer goes, redialling after a failure, handlers that take
+//! time.
 //!
+//! [`Admission::judge_inbound`]: zmesh::proto::node::admit::Admission::judge_inbound
 //! [`Serving`]: zmesh::proto::node::callee::Serving
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -24,6 +26,7 @@ use rand::Rng;
 use zmesh::proto::calls::{CallError, CallId, CallTable, Disposition, ServeId};
 use zmesh::proto::handshake::{Capabilities, Identity, Membership};
 use zmesh::proto::liveness::{LinkKey, Liveness, LivenessEvent, PublisherEvent, Transmit};
+use zmesh::proto::node::discovered::Discovered;
 use zmesh::proto::wire::{self, CloseReason, Lane, Record};
 use zmesh::proto::ConnId;
 
@@ -95,8 +98,14 @@ struct Conn {
     refused: bool,
 }
 
-#[derive(Debug, Default)]
+/// A dial of this run: a host it dials on one lane, as its configuration (manual mode) or a
+/// descriptor (automatic mode) names it.
+#[derive(Debug)]
 struct Dial {
+    /// The RID it expects at the other end.
+    rid: String,
+    /// The endpoint it dials.
+    endpoint: String,
     conn: Option<NetConn>,
     retry_at: Option<Duration>,
     failures: u32,
@@ -106,6 +115,27 @@ struct Dial {
     not_required: bool,
     /// Its descriptor is gone: not dialled any more (a ready connection stays).
     withdrawn: bool,
+}
+
+impl Dial {
+    /// A dial of host `host` on `lane`, due at `at`.
+    fn new(host: NodeIx, lane: Lane, at: Duration) -> Dial {
+        let endpoint = match lane {
+            Lane::Application => discovery::mesh_endpoints(host).application,
+            Lane::Completion => discovery::mesh_endpoints(host).completion,
+            Lane::ClientServer => discovery::server_endpoint(host),
+        };
+        Dial {
+            rid: crate::rid_of(host),
+            endpoint,
+            conn: None,
+            retry_at: Some(at),
+            failures: 0,
+            yielded: false,
+            not_required: false,
+            withdrawn: false,
+        }
+    }
 }
 
 /// A running handler.
@@ -211,6 +241,8 @@ pub struct SimNode {
     /// they were decided, sent together when the node's step ends (WIRE.md §4.16), as the
     /// runtime sends them at the end of a loop turn, and the ITEMs decided behind them.
     outbox: Vec<(NetConn, Out)>,
+    /// The descriptor fences (automatic mode), as admission reads them.
+    discovered: Discovered,
     fan: Fan,
     /// The sockets and the receive scheduler, where the receive loop is modelled.
     rx: Option<receive::Receiver>,
@@ -256,10 +288,7 @@ impl SimNode {
             .map(|&(peer, lane)| {
                 (
                     (peer, u8::from(lane)),
-                    Dial {
-                        retry_at: Some(Duration::ZERO),
-                        ..Dial::default()
-                    },
+                    Dial::new(peer, lane, Duration::ZERO),
                 )
             })
             .collect();
@@ -291,6 +320,7 @@ impl SimNode {
             accepted: callee::AcceptedCalls::new(),
             handlers: BTreeMap::new(),
             outbox: Vec::new(),
+            discovered: Discovered::default(),
             fan,
             rx,
             disc: None,
