@@ -25,6 +25,9 @@
 //!        node      the node core's parts (callee, admission) the I/O thread and the
 //!                  simulator both drive
 //!   runtime::store: descriptor stores (embedded SQLite, etcd v3) for automatic mode
+//!   runtime::transport: the socket operations of the I/O thread as traits; libzmq
+//!                       implements them (runtime::socket), and so does zmesh-sim's
+//!                       simulated network
 //!   typed + #[service]: a service as a Rust trait, its typed client and contract, on top of
 //!                    runtime::service and Node::call_raw
 //! ```

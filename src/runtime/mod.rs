@@ -38,6 +38,8 @@ pub mod socket;
 mod sqlite_file;
 pub mod store;
 pub mod telemetry;
+pub mod transport;
+mod wake;
 
 pub use error::{
     AllowListError, BatchSendError, ExposeError, NodeError, NodeStopped, PublishError, SendError,

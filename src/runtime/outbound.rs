@@ -25,10 +25,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::Notify;
 
-use super::command::WakeUp;
 use super::error::SendError;
 use super::records;
 use super::socket::FrameSocket;
+use super::wake::WakeUp;
 use crate::proto::node::keys::LinkKey;
 use crate::proto::wire::{
     encode_beacon, AppliedSubscriptions, Capabilities, PubPack, BEACON_TOPIC, MAX_TOPIC_LEN,

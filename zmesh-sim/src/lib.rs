@@ -23,6 +23,7 @@ pub mod fanout;
 pub mod net;
 pub mod node;
 pub mod store;
+pub mod transport;
 pub mod truth;
 mod workload;
 mod world_store;

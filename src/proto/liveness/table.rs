@@ -475,6 +475,15 @@ impl Liveness {
         self.events.pop_front()
     }
 
+    /// The next event entry `key` raised, taken out of turn: what the shell polls right after
+    /// handing that entry an input (a fanout receipt), so that the entry's verdict is acted on
+    /// before the input's effect; the other entries' events keep their order.
+    #[must_use]
+    pub fn poll_event_of(&mut self, key: LinkKey) -> Option<LivenessEvent> {
+        let i = self.events.iter().position(|(k, _)| *k == key)?;
+        self.events.remove(i).map(|(_, ev)| ev)
+    }
+
     /// The earliest timer across all entries; `None` if no entry has one.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.heap.peek().map(|Reverse((at, _))| *at)
@@ -653,6 +662,37 @@ mod tests {
         }
         assert_eq!(silenced, keys.len());
         assert_eq!(table.poll_timeout(), None);
+    }
+
+    /// MISSION L5: the verdict of one publisher's receipt is taken right after it (the
+    /// shell acts on it before the record it judged), and the events other entries raised
+    /// before it stay queued in their order.
+    #[test]
+    fn l5_an_entrys_own_event_is_taken_out_of_turn_and_the_rest_keep_their_order() {
+        let t0 = Instant::now();
+        let mut table = Liveness::new(1);
+        let quiet = table.insert_publisher(t0);
+        let other = table.insert_publisher(t0 + Duration::from_millis(1));
+        let late = table.insert_publisher(t0 + Duration::from_secs(1));
+        table.handle_timeout(t0 + PEER_DEADLINE);
+        table.handle_timeout(t0 + PEER_DEADLINE + Duration::from_millis(1));
+        assert_eq!(table.poll_event_of(late), None);
+        assert_eq!(
+            table.handle_fanout(
+                late,
+                FanoutInput::Record,
+                t0 + PEER_DEADLINE + Duration::from_millis(1)
+            ),
+            Ok(Delivery::Deliver)
+        );
+        assert_eq!(
+            table.poll_event_of(late),
+            Some(LivenessEvent::Publisher(PublisherEvent::BecameReady))
+        );
+        assert_eq!(table.poll_event_of(late), None);
+        let rest: Vec<LinkKey> =
+            std::iter::from_fn(|| table.poll_event().map(|(k, _)| k)).collect();
+        assert_eq!(rest, vec![quiet, other]);
     }
 
     #[test]

@@ -33,7 +33,9 @@ use bytes::Bytes;
 use super::parts::ready::Watch;
 use super::parts::sockets::{close_stopping_monitor, Published, Slot, SlotRole, Staged, Unit};
 use super::{Host, IoThread, SubKey, BACKOFF_MAX};
-use crate::proto::liveness::{Delivery as FanoutDelivery, FanoutInput};
+use crate::proto::liveness::{
+    self, Delivery as FanoutDelivery, FanoutInput, LivenessEvent, PublisherEvent,
+};
 use crate::proto::node::link::{backoff, note};
 use crate::proto::security::{handshake_refusal, InputRefusal};
 use crate::proto::state::{ConnState, FailureReason, Recovery};
@@ -46,6 +48,7 @@ use crate::runtime::socket::{
     guarded, set_curve_client, set_curve_server, Frame, MonitorEvent, MonitorSocket,
     CLOSE_LINGER_MS,
 };
+use crate::runtime::transport::{SocketKind, SocketRole, Transport, TransportSocket};
 
 /// The fanout capabilities every SUB socket of this node announces to its publisher, by
 /// subscribing to their markers besides the empty prefix (WIRE.md §7.3, §7.5), and so the
@@ -148,21 +151,23 @@ impl IoThread {
                 return;
             }
         };
-        let opened = self.sockets.contexts.monitored(zmq::SUB).and_then(|m| {
-            if let Some((pair, key)) = &curve {
-                set_curve_client(&m.socket, pair, key)?;
-            }
-            // Everything, beacons included (WIRE.md §7.3), and the marker that announces
-            // PUBPACK (§7.5).
-            m.socket.set_subscribe(b"")?;
-            if SUB_CAPABILITIES.contains(wire::Capabilities::PUBPACK) {
-                m.socket.set_subscribe(&PUBPACK_MARKER)?;
-            }
-            m.socket.set_reconnect_ivl(100)?;
-            m.socket.set_reconnect_ivl_max(1000)?;
-            m.socket.connect(&endpoint)?;
-            Ok(m)
-        });
+        let opened = self
+            .sockets
+            .contexts
+            .socket(SocketKind::Sub, SocketRole::Dialled)
+            .and_then(|m| {
+                if let Some((pair, key)) = &curve {
+                    set_curve_client(m.socket.as_zmq(), pair, key)?;
+                }
+                // Everything, beacons included (WIRE.md §7.3), and the marker that announces
+                // PUBPACK (§7.5).
+                m.socket.subscribe(b"")?;
+                if SUB_CAPABILITIES.contains(wire::Capabilities::PUBPACK) {
+                    m.socket.subscribe(&PUBPACK_MARKER)?;
+                }
+                m.socket.connect(&endpoint)?;
+                Ok(m)
+            });
         match opened {
             Ok(m) => {
                 self.socket_opened(now);
@@ -340,9 +345,10 @@ impl IoThread {
         }
         if p.receipt > 0 {
             let input = FanoutInput::Pack { records: p.receipt };
-            let verdict = self.liveness.table_mut().handle_fanout(s.live, input, now);
+            let live = s.live;
+            let verdict = self.liveness.table_mut().handle_fanout(live, input, now);
             // A state change (ready) comes before the records that caused it.
-            self.drain_liveness_events(now);
+            self.take_publisher_events(p.sub, live, now);
             if !matches!(verdict, Ok(FanoutDelivery::Deliver)) {
                 return;
             }
@@ -384,7 +390,7 @@ impl IoThread {
         let live = self.fanout.subs[i].live;
         let verdict = self.liveness.table_mut().handle_fanout(live, input, now);
         // A state change (ready) comes before the record that caused it.
-        self.drain_liveness_events(now);
+        self.take_publisher_events(i, live, now);
         match (verdict, decoded) {
             (Ok(FanoutDelivery::Deliver), Ok(Fanout::Publish { topic, payload })) => {
                 self.deliver_published(i, topic, payload);
@@ -397,6 +403,44 @@ impl IoThread {
             }
             _ => {}
         }
-        self.drain_liveness_events(now);
+    }
+
+    /// Acts on what subscription `i`'s watch (`live`) said of the input it was just handed,
+    /// before that input's records are delivered.
+    fn take_publisher_events(&mut self, i: SubKey, live: liveness::LinkKey, now: Instant) {
+        while let Some(ev) = self.liveness.table_mut().poll_event_of(live) {
+            match ev {
+                LivenessEvent::Publisher(ev) => self.on_publisher_event(i, ev, now),
+                LivenessEvent::Probe(ev) => {
+                    tracing::debug!(?ev, "probe event of a publisher's watch")
+                }
+            }
+        }
+    }
+
+    /// The verdict of subscription `i`'s watch: ready at its first valid record or beacon;
+    /// failed (its socket closed, a new one opened) at 15 s of silence or a protocol error.
+    pub(super) fn on_publisher_event(&mut self, i: SubKey, ev: PublisherEvent, now: Instant) {
+        match ev {
+            PublisherEvent::BecameReady => {
+                let s = &mut self.fanout.subs[i];
+                s.failures_in_row = 0;
+                note(s.state.handle_ready(now));
+                let link = LinkId::Subscription {
+                    endpoint: s.endpoint.clone(),
+                };
+                self.app
+                    .emit_state(link, ConnState::Ready, None, "first record or beacon");
+            }
+            PublisherEvent::Silence { .. } => self.fail_sub(
+                i,
+                FailureReason::FanoutSilence,
+                "no record or beacon for 15 s",
+                now,
+            ),
+            PublisherEvent::ProtocolError(e) => {
+                self.fail_sub(i, FailureReason::ProtocolError, &format!("{e}"), now)
+            }
+        }
     }
 }

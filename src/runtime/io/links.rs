@@ -20,7 +20,8 @@ use crate::proto::security::PublicKey;
 use crate::proto::state::{ConnState, FailureReason, Recovery};
 use crate::runtime::outbound::Closed;
 use crate::runtime::records::{self, Lane};
-use crate::runtime::socket::set_curve_client;
+use crate::runtime::socket::{set_curve_client, SocketSendError};
+use crate::runtime::transport::{SocketKind, SocketRole, Transport, TransportSocket};
 
 impl IoThread {
     pub(super) fn add_link(&mut self, kind: LinkKind, now: Instant) -> LinkKey {
@@ -56,13 +57,13 @@ impl IoThread {
                     Lane::Completion => p.completion.clone(),
                     _ => p.application.clone(),
                 };
-                (ep, *lane, zmq::ROUTER)
+                (ep, *lane, SocketKind::Router)
             }
             LinkKind::ClientDial { server } => {
                 let Some(s) = self.local.cfg.servers.get(*server) else {
                     return;
                 };
-                (s.endpoint.clone(), Lane::ClientServer, zmq::DEALER)
+                (s.endpoint.clone(), Lane::ClientServer, SocketKind::Dealer)
             }
             LinkKind::Inbound { .. } => return,
         };
@@ -81,7 +82,7 @@ impl IoThread {
         let routing = routing_id(lane, self.local.me.generation, id);
         // Its monitor reports the socket's own close, confirmed before any replacement is
         // dialled (MISSION F3).
-        let m = match self.sockets.contexts.dialled(kind) {
+        let m = match self.sockets.contexts.socket(kind, SocketRole::Dialled) {
             Ok(m) => m,
             Err(e) => {
                 self.dial_failed(k, e, &endpoint, now);
@@ -89,13 +90,11 @@ impl IoThread {
             }
         };
         let curve = match (&self.local.curve, &server_key) {
-            (Some(pair), Some(key)) => set_curve_client(&m.socket, pair, key),
+            (Some(pair), Some(key)) => set_curve_client(m.socket.as_zmq(), pair, key),
             _ => Ok(()),
         };
         let configured = curve
-            .and_then(|()| m.socket.set_identity(&routing))
-            .and_then(|()| m.socket.set_reconnect_ivl(100))
-            .and_then(|()| m.socket.set_reconnect_ivl_max(1000))
+            .and_then(|()| m.socket.set_routing_id(&routing))
             .and_then(|()| m.socket.connect(&endpoint));
         if let Err(e) = configured {
             // The socket goes; its monitor waits for libzmq's confirmation like any other.
@@ -309,7 +308,11 @@ impl IoThread {
                 let redial = self.local.host != Host::Stopped;
                 if let (None, Some(room), true) = (slot.monitor.as_ref(), slot.room.take(), redial)
                 {
-                    match self.sockets.contexts.close_monitor(&slot.socket, room) {
+                    match self
+                        .sockets
+                        .contexts
+                        .close_monitor(slot.socket.as_zmq(), room)
+                    {
                         Ok(m) => slot.monitor = Some(m),
                         Err(e) => tracing::debug!(error = %e, link = %k, "close not monitored"),
                     }
@@ -329,7 +332,7 @@ impl IoThread {
                         self.sockets.overdue_closing.push(earlier);
                     }
                 }
-                drop(slot.socket);
+                slot.socket.close();
             }
         } else if let Some(route) = conn.route {
             // An inbound connection on a shared bound socket: libzmq cannot close one pipe
@@ -427,8 +430,8 @@ impl IoThread {
                 (None, None) => continue,
             };
             metrics::counter!("zmesh_disconnect_sweep_records_total").increment(1);
-            let gone = self.sockets.send(slot, Some(&route), &frames)
-                == Err(crate::runtime::socket::SocketSendError::Unreachable);
+            let gone =
+                self.sockets.send(slot, Some(&route), &frames) == Err(SocketSendError::Unreachable);
             if gone {
                 self.fail_gone_inbound(k, now);
             }

@@ -102,7 +102,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
-use super::command::{Command, WakeUp};
+use super::command::Command;
 use super::error::NodeError;
 use super::event::EventSender;
 use super::operations::OpsShared;
@@ -110,6 +110,8 @@ use super::outbound::{Closed, LinkTable, PubSocket};
 use super::records::Lane;
 use super::security::KeyPair;
 use super::socket::Sockets;
+use super::transport::{TransportMonitor, TransportSocket};
+use super::wake::WakeUp;
 use crate::config::NodeConfig;
 use crate::proto::handshake::Identity;
 use crate::proto::node::answers::AnswerQueue;
@@ -126,7 +128,7 @@ use parts::fanout::Publisher;
 use parts::{app, callee, caller, ready, sockets};
 use ready::{Readiness, Watch};
 
-use sockets::{Slot, SlotRole, SocketSet};
+use sockets::{Slot, SocketSet};
 
 /// Records read from a dialled socket after its disconnect event, before the disconnect is
 /// acted on (they arrived first; an orderly CLOSE among them is the better reason).
@@ -294,23 +296,11 @@ impl IoThread {
                 .map_err(NodeError::poller)?;
         }
         if let Some(rm) = &cfg.route_mesh {
-            io.bind(
-                zmq::ROUTER,
-                &rm.application,
-                SlotRole::Bound(Lane::Application),
-            )?;
-            io.bind(
-                zmq::ROUTER,
-                &rm.completion,
-                SlotRole::Bound(Lane::Completion),
-            )?;
+            io.bind(&rm.application, Lane::Application)?;
+            io.bind(&rm.completion, Lane::Completion)?;
         }
         if let Some(s) = &cfg.server {
-            io.bind(
-                zmq::ROUTER,
-                &s.endpoint,
-                SlotRole::Bound(Lane::ClientServer),
-            )?;
+            io.bind(&s.endpoint, Lane::ClientServer)?;
         }
         if let Some(p) = &cfg.publisher {
             let (socket, endpoint, monitor) = io.bind_publisher(&p.endpoint)?;
@@ -452,7 +442,7 @@ impl IoThread {
                     }
                     Watch::Socket(k) => {
                         let input = match self.sockets.get(k) {
-                            Some(s) => ready::has_input(&s.socket),
+                            Some(s) => s.socket.has_input(),
                             _ => continue,
                         };
                         self.sockets.ready.found_socket(k, input);
@@ -461,7 +451,7 @@ impl IoThread {
                         let input = match self.sockets.get(k) {
                             Some(Slot {
                                 monitor: Some(m), ..
-                            }) => ready::has_input(m),
+                            }) => m.has_event(),
                             _ => continue,
                         };
                         if input {

@@ -49,7 +49,7 @@ impl IoThread {
         };
         self.sockets.ready.deregister(&m);
         self.sockets.ready.forget_monitor(slot);
-        match m.stop(&s.socket) {
+        match m.stop(s.socket.as_zmq()) {
             Ok((events, room)) => {
                 s.room = Some(room);
                 self.act_on_monitor_events(slot, events, now);

@@ -9,6 +9,7 @@ use crate::proto::node::link::note;
 use crate::proto::state::{FailureReason, Recovery};
 use crate::runtime::records::{self, CloseReason};
 use crate::runtime::socket::{Sockets, CLOSE_LINGER_MS};
+use crate::runtime::transport::TransportSocket;
 
 impl IoThread {
     /// Orderly close of every ready connection, then every socket, monitor and timer goes.
@@ -52,7 +53,7 @@ impl IoThread {
         for k in self.sockets.slots.keys() {
             if let Some(slot) = self.take_slot(k) {
                 // Dialled sockets carrying our CLOSE need a moment to flush it.
-                let _ = slot.socket.set_linger(CLOSE_LINGER_MS);
+                let _ = slot.socket.linger_on_close();
                 close_stopping_monitor(slot);
             }
         }

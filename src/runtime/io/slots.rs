@@ -9,65 +9,44 @@ use super::{
 use crate::proto::sched::Source as SchedSource;
 use crate::runtime::error::NodeError;
 use crate::runtime::records::Lane;
-use crate::runtime::socket::{guarded, set_curve_server, CLOSE_LINGER_MS};
+use crate::runtime::socket::{set_curve_server, SocketSendError};
+use crate::runtime::transport::{SocketKind, SocketRole, Transport, TransportSocket};
 
 impl IoThread {
-    pub(super) fn bind(
-        &mut self,
-        kind: zmq::SocketType,
-        ep: &str,
-        role: SlotRole,
-    ) -> Result<SlotKey, NodeError> {
+    /// Binds lane `lane`'s ROUTER to `ep` (a wildcard endpoint is known by what the
+    /// transport bound) and places it in a slot.
+    pub(super) fn bind(&mut self, ep: &str, lane: Lane) -> Result<SlotKey, NodeError> {
         let bind_err = |source| NodeError::bind(ep, source);
-        let bound_id = match role {
-            SlotRole::Bound(Lane::Application) => Some(BOUND_ID_APPLICATION),
-            SlotRole::Bound(Lane::Completion) => Some(BOUND_ID_COMPLETION),
-            SlotRole::Bound(Lane::ClientServer) => Some(BOUND_ID_SERVER),
-            _ => None,
+        let bound_id = match lane {
+            Lane::Application => BOUND_ID_APPLICATION,
+            Lane::Completion => BOUND_ID_COMPLETION,
+            Lane::ClientServer => BOUND_ID_SERVER,
         };
         // A bound ROUTER's ZAP domain is its routing id: the ZAP handler knows by it which
         // socket a connection arrives on (gate).
-        let domain = bound_id.map(|id| String::from_utf8_lossy(id).into_owned());
-        let (socket, monitor) = match (&domain, role) {
-            (Some(domain), _) => {
-                let m = self
-                    .sockets
-                    .contexts
-                    .bound(kind, domain)
-                    .map_err(bind_err)?;
-                (m.socket, Some(m.monitor))
-            }
-            (None, _) => {
-                let m = self.sockets.contexts.monitored(kind).map_err(bind_err)?;
-                (m.socket, Some(m.monitor))
-            }
-        };
-        if let Some(id) = bound_id {
-            socket.set_identity(id).map_err(bind_err)?;
-        }
+        let domain = String::from_utf8_lossy(bound_id).into_owned();
+        let m = self
+            .sockets
+            .contexts
+            .socket(SocketKind::Router, SocketRole::Bound { domain: &domain })
+            .map_err(bind_err)?;
+        let socket = m.socket;
+        socket.set_routing_id(bound_id).map_err(bind_err)?;
         if let Some(pair) = &self.local.curve {
-            set_curve_server(&socket, pair).map_err(bind_err)?;
+            set_curve_server(socket.as_zmq(), pair).map_err(bind_err)?;
         }
-        socket.set_linger(CLOSE_LINGER_MS).map_err(bind_err)?;
-        guarded(|| socket.bind(ep)).map_err(bind_err)?;
-        // A wildcard (`tcp://127.0.0.1:*`, automatic mode) is known by what libzmq bound.
-        let endpoint = match socket.get_last_endpoint() {
-            Ok(Ok(bound)) if ep.contains('*') => bound,
-            _ => ep.to_owned(),
-        };
+        let endpoint = socket.bind(ep).map_err(bind_err)?;
         let slot = self
             .add_slot(Slot {
                 socket,
-                monitor,
+                monitor: Some(m.monitor),
                 room: None,
-                role,
+                role: SlotRole::Bound(lane),
                 endpoint,
                 shared: None,
             })
             .map_err(NodeError::poller)?;
-        if let Some(domain) = domain {
-            self.accepting.gate.add_domain(&domain, Gated::Bound(slot));
-        }
+        self.accepting.gate.add_domain(&domain, Gated::Bound(slot));
         Ok(slot)
     }
 
@@ -130,9 +109,9 @@ impl IoThread {
         &self,
         k: LinkKey,
         frames: &[Vec<u8>],
-    ) -> Result<(), crate::runtime::socket::SocketSendError> {
+    ) -> Result<(), SocketSendError> {
         let Some(c) = self.links.get(k).and_then(|l| l.conn.as_ref()) else {
-            return Err(crate::runtime::socket::SocketSendError::Unreachable);
+            return Err(SocketSendError::Unreachable);
         };
         self.sockets.send(c.slot, c.route.as_deref(), frames)
     }
@@ -141,7 +120,7 @@ impl IoThread {
         &mut self,
         k: LinkKey,
         frames: Vec<Vec<u8>>,
-    ) -> Result<(), crate::runtime::socket::SocketSendError> {
+    ) -> Result<(), SocketSendError> {
         self.send_frames_on_link(k, &frames)
     }
 }

@@ -6,10 +6,8 @@
 use std::time::Instant;
 
 use super::{IoThread, LiveOwner};
-use crate::proto::liveness::{LivenessEvent, ProbeEvent, PublisherEvent, Transmit};
-use crate::proto::node::link::note;
-use crate::proto::state::{ConnState, FailureReason};
-use crate::runtime::link::LinkId;
+use crate::proto::liveness::{LivenessEvent, ProbeEvent, Transmit};
+use crate::proto::state::FailureReason;
 use crate::runtime::records::{self};
 
 impl IoThread {
@@ -99,7 +97,7 @@ impl IoThread {
     }
 
     /// Acts on the liveness table's verdicts.
-    pub(super) fn drain_liveness_events(&mut self, now: Instant) {
+    fn drain_liveness_events(&mut self, now: Instant) {
         while let Some((key, ev)) = self.liveness.table_mut().poll_event() {
             match (self.liveness.owner(key), ev) {
                 (
@@ -113,35 +111,8 @@ impl IoThread {
                         now,
                     );
                 }
-                (
-                    Some(LiveOwner::Sub(i)),
-                    LivenessEvent::Publisher(PublisherEvent::BecameReady),
-                ) => {
-                    let s = &mut self.fanout.subs[i];
-                    s.failures_in_row = 0;
-                    note(s.state.handle_ready(now));
-                    let link = LinkId::Subscription {
-                        endpoint: s.endpoint.clone(),
-                    };
-                    self.app
-                        .emit_state(link, ConnState::Ready, None, "first record or beacon");
-                }
-                (
-                    Some(LiveOwner::Sub(i)),
-                    LivenessEvent::Publisher(PublisherEvent::Silence { .. }),
-                ) => {
-                    self.fail_sub(
-                        i,
-                        FailureReason::FanoutSilence,
-                        "no record or beacon for 15 s",
-                        now,
-                    );
-                }
-                (
-                    Some(LiveOwner::Sub(i)),
-                    LivenessEvent::Publisher(PublisherEvent::ProtocolError(e)),
-                ) => {
-                    self.fail_sub(i, FailureReason::ProtocolError, &format!("{e}"), now);
+                (Some(LiveOwner::Sub(i)), LivenessEvent::Publisher(ev)) => {
+                    self.on_publisher_event(i, ev, now);
                 }
                 (owner, ev) => tracing::debug!(?owner, ?ev, "liveness event without an owner"),
             }

@@ -17,7 +17,7 @@ use super::calls::{
     self as rcalls, CallControl, CallError, CallOptions, CallPort, CallStream, ItemSink,
     PendingCall, Request, ServeError,
 };
-use super::command::{CallReply, Command, WakeUp};
+use super::command::{CallReply, Command};
 use super::discovery::Agent;
 use super::error::{
     AllowListError, BatchSendError, NodeError, NodeStopped, PublishError, SendError,
@@ -32,6 +32,7 @@ use super::ready::{ReadyError, Target};
 use super::security::{curve_available, load_allow_list, KeyPair, ALLOW_DIR_POLL};
 use super::service::Service;
 use super::snapshot::Snapshot;
+use super::wake::WakeUp;
 use crate::config::{ConfigError, NodeConfig, SecurityConfig, SecurityMode};
 use crate::proto::contract::ServiceContract;
 use crate::proto::security::PublicKey;

@@ -1,8 +1,13 @@
-//! The socket layer: libzmq sockets behind a small trait of ours.
+//! The socket layer: the libzmq implementation of the transport ([`crate::runtime::transport`]).
 //!
-//! Everything the I/O thread needs from ZeroMQ goes through [`FrameSocket`] (send and receive
-//! whole multipart records, never blocking) and [`Sockets`] (create sockets with the options
-//! zmesh relies on, attach monitors). The options are set deliberately:
+//! [`Sockets`] is the [`Transport`](crate::runtime::transport::Transport): it makes sockets
+//! with the options zmesh relies on, spread over libzmq contexts, each with its monitor
+//! ([`MonitorSocket`]). A socket it makes for the node's links and subscriptions is a
+//! [`ZmqSocket`], the [`TransportSocket`](crate::runtime::transport::TransportSocket) over a
+//! `zmq::Socket`; [`FrameSocket`] is the primitive under it (send and receive whole multipart
+//! records, never blocking), implemented for any `zmq::Socket`, so that the sockets outside
+//! the transport's kinds (the publisher's XPUB, the ZAP handler, the monitors' PAIRs) use the
+//! same code. The options are set deliberately:
 //!
 //! - `LINGER = 0` on dialled sockets: a socket is closed only when its connection is dead or
 //!   being replaced; anything still queued belongs to a connection that is no longer current, and
@@ -13,9 +18,13 @@
 //!   time (`EHOSTUNREACH` / `EAGAIN` with `DONTWAIT`), never a silent drop. This is the basis of
 //!   "a frame is never queued on a link that cannot send now" (MISSION C3).
 //! - `SNDHWM`/`RCVHWM` = [`HWM`]: bounded queues per pipe; a full pipe fails the send at once.
-//! - `RECONNECT_IVL = -1` on dialled ROUTER/DEALER sockets: libzmq must not silently re-dial
-//!   with the same routing id; zmesh closes the socket and dials a fresh one (fresh routing id,
-//!   fresh handshake) after its own backoff (MISSION F4). SUB sockets likewise.
+//! - `RECONNECT_IVL` = 100 ms, `RECONNECT_IVL_MAX` = 1 s on dialled ROUTER/DEALER and SUB
+//!   sockets: libzmq itself retries a dial whose peer is not there yet, so a link waits for
+//!   its peer to bind without redials of its own. A connection that was up is never resumed
+//!   that way: its loss fails the link at once (the monitor's disconnect, or a dialled
+//!   ROUTER's second in-band notice, which is also what a reconnection libzmq made on its own
+//!   looks like), and zmesh closes the socket and dials a fresh one (fresh routing id, fresh
+//!   handshake) after its own backoff (MISSION F4).
 //! - Every context [`Sockets`] opens for dialled sockets holds up to [`MAX_SOCKETS`] sockets
 //!   (libzmq's `ZMQ_MAX_SOCKETS`, 1023 by default; `vendor/zmq` adds the call), so one
 //!   context, with its two libzmq threads and five descriptors, serves some 10 000 dialled
@@ -57,6 +66,12 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
+use crate::runtime::transport::{self, SocketEvent, SocketKind, SocketRole};
+
+mod zmq_transport;
+
+pub use zmq_transport::ZmqSocket;
+
 /// Payload frames at least this long reach the application without a copy; shorter ones are
 /// copied and libzmq's message is closed at once. Measured (P1, interleaved runs): sharing
 /// saves CPU at 1 KiB, but at 64 B it cost more CPU per record than the copy it saves,
@@ -96,19 +111,9 @@ pub const HANDSHAKE_IVL_MS: i32 = 15_000;
 /// The endpoint libzmq sends ZAP requests to, in the context of the socket being connected.
 pub const ZAP_ENDPOINT: &str = "inproc://zeromq.zap.01";
 
-/// Why a send did not happen. Either way nothing was queued.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum SocketSendError {
-    /// The pipe is full (HWM): the link cannot take the record now.
-    #[error("pipe full (high-water mark)")]
-    Full,
-    /// The peer (routing id) is not connected on this socket.
-    #[error("peer not connected")]
-    Unreachable,
-    /// The socket failed for another reason.
-    #[error("socket error: {0}")]
-    Other(zmq::Error),
-}
+/// Why a send on a libzmq socket did not happen (the transport's [`transport::SocketSendError`]
+/// with libzmq's error).
+pub type SocketSendError = transport::SocketSendError<zmq::Error>;
 
 /// One received frame, read in place: libzmq's own message, not a copy of it.
 ///
@@ -180,8 +185,10 @@ impl AsRef<[u8]> for OwnedMessage {
     }
 }
 
-/// The operations the receive loop performs on a socket. Implemented for `zmq::Socket`;
-/// in-memory implementations stand in for it in tests.
+/// Sending and receiving whole records on a libzmq socket without blocking: the primitive
+/// under [`ZmqSocket`]'s [`TransportSocket`](crate::runtime::transport::TransportSocket), and
+/// what the sockets outside the transport's kinds use (the publisher's XPUB, the ZAP handler,
+/// the monitors' PAIRs).
 pub trait FrameSocket {
     /// Sends one record (all frames) without blocking.
     fn send_frames(&self, frames: &[&[u8]]) -> Result<(), SocketSendError>;
@@ -254,39 +261,15 @@ impl FrameSocket for zmq::Socket {
     }
 }
 
-impl MonitorEvent {
-    /// Decodes a libzmq monitor message (frame 0: u16 event + u32 value in native byte order;
-    /// frame 1: the endpoint). Malformed monitor messages are `None`.
-    pub fn decode<F: AsRef<[u8]>>(frames: &[F]) -> Option<MonitorEvent> {
-        MonitorEvent::decode_with_value(frames).map(|(ev, _)| ev)
-    }
-
-    /// As [`MonitorEvent::decode`], with the event's value: the connection's file descriptor
-    /// for `Accepted` and `Disconnected` (libzmq's only handle on one connection of a bound
-    /// socket), an error code for handshake failures.
-    pub fn decode_with_value<F: AsRef<[u8]>>(frames: &[F]) -> Option<(MonitorEvent, u32)> {
-        let head = frames.first()?.as_ref();
-        let raw: [u8; 2] = head.get(0..2)?.try_into().ok()?;
-        let value: [u8; 4] = head.get(2..6)?.try_into().ok()?;
-        let ev = u16::from_ne_bytes(raw);
-        use zmq::SocketEvent as E;
-        let event = match ev {
-            x if x == E::HANDSHAKE_SUCCEEDED.to_raw() => MonitorEvent::HandshakeSucceeded,
-            x if x == E::DISCONNECTED.to_raw() || x == E::CLOSED.to_raw() => {
-                MonitorEvent::Disconnected
-            }
-            x if x == E::HANDSHAKE_FAILED_NO_DETAIL.to_raw()
-                || x == E::HANDSHAKE_FAILED_PROTOCOL.to_raw() =>
-            {
-                MonitorEvent::HandshakeFailed
-            }
-            x if x == E::HANDSHAKE_FAILED_AUTH.to_raw() => MonitorEvent::AuthFailed,
-            x if x == E::ACCEPTED.to_raw() => MonitorEvent::Accepted,
-            x if x == E::CONNECT_RETRIED.to_raw() => MonitorEvent::ConnectFailed,
-            x if x == E::MONITOR_STOPPED.to_raw() => MonitorEvent::Stopped,
-            other => MonitorEvent::Other(other),
-        };
-        Some((event, u32::from_ne_bytes(value)))
+/// Whether a libzmq socket has a message to read now, from its `ZMQ_EVENTS`. Reading the
+/// option processes the socket's pending commands; an error counts as nothing to read.
+pub(crate) fn has_input(socket: &zmq::Socket) -> bool {
+    match socket.get_events() {
+        Ok(ev) => ev.contains(zmq::POLLIN),
+        Err(e) => {
+            tracing::debug!(error = %e, "ZMQ_EVENTS not read");
+            false
+        }
     }
 }
 
@@ -358,14 +341,26 @@ impl MonitorSocket {
     /// keeps. If libzmq refuses, the monitor runs on and comes back with the error.
     #[allow(clippy::result_large_err)]
     pub fn stop(self, watched: &zmq::Socket) -> Result<Stopped, (zmq::Error, MonitorSocket)> {
+        let (events, room) = self.stop_with_events(watched)?;
+        let events = events
+            .iter()
+            .filter_map(SocketEvent::monitor_event)
+            .collect();
+        Ok((events, room))
+    }
+
+    /// As [`MonitorSocket::stop`], with the events as the transport names them.
+    #[allow(clippy::result_large_err)]
+    pub fn stop_with_events(
+        self,
+        watched: &zmq::Socket,
+    ) -> Result<(Vec<SocketEvent>, SocketRoom), (zmq::Error, MonitorSocket)> {
         if let Err(e) = watched.monitor_stop() {
             return Err((e, self));
         }
         let mut events = Vec::new();
-        while let Ok(Some(frames)) = self.socket.try_recv_frames() {
-            if let Some(ev) = MonitorEvent::decode_with_value(&frames) {
-                events.push(ev);
-            }
+        while let Some(ev) = transport::TransportMonitor::try_event(&self) {
+            events.push(ev);
         }
         let MonitorSocket { socket, room } = self;
         drop(socket);
@@ -506,9 +501,27 @@ impl Sockets {
     /// connection's pipe full (`HWM` records unread); the I/O thread's fallback for that is
     /// `IoThread::check_bound_disconnects`.
     pub fn bound(&mut self, kind: zmq::SocketType, domain: &str) -> Result<Monitored, zmq::Error> {
+        self.bound_with(kind, domain, &|_| Ok(()))
+    }
+
+    /// As [`Sockets::bound`], with `setup` applied to the socket before its monitor starts.
+    fn bound_with(
+        &mut self,
+        kind: zmq::SocketType,
+        domain: &str,
+        setup: Setup<'_>,
+    ) -> Result<Monitored, zmq::Error> {
         let events = monitored_events() | zmq::SocketEvent::ACCEPTED.to_raw();
-        let m = match &self.zap {
-            None => self.monitored_with(kind, events)?,
+        let gated = self.zap.is_some();
+        let setup = |s: &zmq::Socket| {
+            if gated {
+                s.set_zap_domain(domain)?;
+            }
+            set_notify(s, kind)?;
+            setup(s)
+        };
+        match &self.zap {
+            None => self.monitored_with(kind, events, &setup),
             Some(zap) => {
                 zap.used.fetch_add(3, Ordering::Relaxed);
                 let lease = Lease {
@@ -516,16 +529,9 @@ impl Sockets {
                     n: 3,
                 };
                 let ctx = zap.ctx.clone();
-                let m = self.monitored_in(&ctx, lease, kind, events)?;
-                m.socket.set_zap_domain(domain)?;
-                m
+                self.monitored_in(&ctx, lease, kind, events, &setup)
             }
-        };
-        if kind == zmq::ROUTER {
-            m.socket
-                .set_router_notify(zmq::ROUTER_NOTIFY_CONNECT | zmq::ROUTER_NOTIFY_DISCONNECT)?;
         }
-        Ok(m)
     }
 
     /// The publisher's XPUB, monitored: its failed transport handshakes (garbage, another
@@ -593,7 +599,7 @@ impl Sockets {
 
     /// A socket with a monitor for the handshake and disconnect events.
     pub fn monitored(&mut self, kind: zmq::SocketType) -> Result<Monitored, zmq::Error> {
-        self.monitored_with(kind, monitored_events())
+        self.monitored_with(kind, monitored_events(), &|_| Ok(()))
     }
 
     /// A monitored socket whose monitor also reports the socket's own close
@@ -613,15 +619,48 @@ impl Sockets {
     /// descriptors at steady state instead of four. (`IMMEDIATE` stays 0: with 1, libzmq
     /// drops the disconnect notice when it re-dials; measured.)
     pub fn dialled(&mut self, kind: zmq::SocketType) -> Result<Monitored, zmq::Error> {
-        let m = self.monitored_with(
+        self.dialled_with(kind, &|_| Ok(()))
+    }
+
+    /// As [`Sockets::dialled`], with `setup` applied to the socket before its monitor starts.
+    fn dialled_with(
+        &mut self,
+        kind: zmq::SocketType,
+        setup: Setup<'_>,
+    ) -> Result<Monitored, zmq::Error> {
+        self.monitored_with(
             kind,
             monitored_events() | zmq::SocketEvent::MONITOR_STOPPED.to_raw(),
-        )?;
-        if kind == zmq::ROUTER {
-            m.socket
-                .set_router_notify(zmq::ROUTER_NOTIFY_CONNECT | zmq::ROUTER_NOTIFY_DISCONNECT)?;
+            &|s| {
+                set_notify(s, kind)?;
+                setup(s)
+            },
+        )
+    }
+
+    /// The [`Transport`](crate::runtime::transport::Transport)'s socket of `kind` for `role`
+    /// (see the trait's implementation for [`Sockets`]).
+    fn for_role(
+        &mut self,
+        kind: SocketKind,
+        role: SocketRole<'_>,
+    ) -> Result<Monitored, zmq::Error> {
+        let zkind = match kind {
+            SocketKind::Router => zmq::ROUTER,
+            SocketKind::Dealer => zmq::DEALER,
+            SocketKind::Pub => zmq::PUB,
+            SocketKind::Sub => zmq::SUB,
+        };
+        match (role, kind) {
+            (SocketRole::Bound { domain }, _) => {
+                self.bound_with(zkind, domain, &|s| s.set_linger(CLOSE_LINGER_MS))
+            }
+            // A SUB socket's close is confirmed by nobody: no MONITOR_STOPPED.
+            (SocketRole::Dialled, SocketKind::Sub) => {
+                self.monitored_with(zkind, monitored_events(), &set_reconnect)
+            }
+            (SocketRole::Dialled, _) => self.dialled_with(zkind, &set_reconnect),
         }
-        Ok(m)
     }
 
     /// Attaches a monitor to `watched`, a dialled socket whose monitor was stopped, that
@@ -652,6 +691,7 @@ impl Sockets {
         &mut self,
         kind: zmq::SocketType,
         events: u16,
+        setup: Setup<'_>,
     ) -> Result<Monitored, zmq::Error> {
         // Three sockets of the context: the socket, the PAIR that `zmq_socket_monitor`
         // creates inside libzmq to publish the events, and our PAIR that reads them. (Counting
@@ -668,7 +708,7 @@ impl Sockets {
                 Ok(c) => c,
                 Err(e) => break Err(e),
             };
-            match self.monitored_in(&ctx, lease, kind, events) {
+            match self.monitored_in(&ctx, lease, kind, events, setup) {
                 Err(zmq::Error::EMFILE) if passed.len() < EMFILE_PASSES => {
                     passed.push(self.contexts.remove(i));
                 }
@@ -752,17 +792,20 @@ impl Sockets {
         }
     }
 
-    /// A monitored socket in `ctx`, holding `lease`. On any error the lease is dropped (after
-    /// the sockets made so far) and its room given back.
+    /// A monitored socket in `ctx`, holding `lease`, with `setup` applied after the common
+    /// options and before the monitor starts (so a failure leaves no monitor behind). On any
+    /// error the lease is dropped (after the sockets made so far) and its room given back.
     fn monitored_in(
         &self,
         ctx: &zmq::Context,
         lease: Lease,
         kind: zmq::SocketType,
         events: u16,
+        setup: Setup<'_>,
     ) -> Result<Monitored, zmq::Error> {
         let socket = guarded(|| ctx.socket(kind))?;
         apply_common(&socket, kind, self.max_frame_size)?;
+        setup(&socket)?;
         let ep = self.monitor_endpoint();
         // Our PAIR connects first (libzmq completes an inproc connect at the bind), so that
         // once the socket's monitor exists it always has its reader: a socket whose monitor
@@ -791,6 +834,24 @@ impl Sockets {
 /// by the system's figures. (The panic's message is still printed by the panic hook.)
 pub fn guarded<T>(f: impl FnOnce() -> Result<T, zmq::Error>) -> Result<T, zmq::Error> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(Err(zmq::Error::EMFILE))
+}
+
+/// Options of one role, set on a new socket after the common ones (`apply_common`).
+type Setup<'a> = &'a dyn Fn(&zmq::Socket) -> Result<(), zmq::Error>;
+
+/// A ROUTER names its connections' attach and loss in band (see [`Sockets::dialled`],
+/// [`Sockets::bound`]); other kinds have nothing to set.
+fn set_notify(s: &zmq::Socket, kind: zmq::SocketType) -> Result<(), zmq::Error> {
+    if kind == zmq::ROUTER {
+        s.set_router_notify(zmq::ROUTER_NOTIFY_CONNECT | zmq::ROUTER_NOTIFY_DISCONNECT)?;
+    }
+    Ok(())
+}
+
+/// A dialled socket's reconnect interval: 100 ms, backing off to 1 s.
+fn set_reconnect(s: &zmq::Socket) -> Result<(), zmq::Error> {
+    s.set_reconnect_ivl(100)?;
+    s.set_reconnect_ivl_max(1000)
 }
 
 /// The events every monitor reports.

@@ -15,7 +15,8 @@ use crate::proto::state::LinkState;
 use crate::proto::ConnId;
 use crate::runtime::event::Source;
 use crate::runtime::outbound::PubSocket;
-use crate::runtime::socket::{FrameSocket, MonitorEvent, MonitorSocket};
+use crate::runtime::socket::{MonitorEvent, MonitorSocket};
+use crate::runtime::transport::TransportMonitor;
 
 pub(crate) struct Sub {
     pub(crate) endpoint: String,
@@ -133,10 +134,8 @@ impl Publisher {
         self.monitor_events = false;
         let mut events = Vec::new();
         if let Some(m) = &self.monitor {
-            while let Ok(Some(frames)) = m.try_recv_frames() {
-                if let Some(ev) = MonitorEvent::decode_with_value(&frames) {
-                    events.push(ev);
-                }
+            while let Some(ev) = m.try_event() {
+                events.extend(ev.monitor_event());
             }
         }
         events

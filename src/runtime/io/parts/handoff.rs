@@ -7,7 +7,8 @@ use std::sync::Arc;
 use crossbeam_channel::Receiver;
 use tokio::sync::oneshot;
 
-use crate::runtime::command::{Command, WakeUp};
+use crate::runtime::command::Command;
+use crate::runtime::wake::WakeUp;
 
 /// What the async side hands the I/O thread: its commands, the wake-up it rings after
 /// queueing one, and the reply a stop waits for once the node is down.

@@ -30,12 +30,15 @@
 
 use std::cell::RefCell;
 use std::io;
+use std::os::unix::io::RawFd;
 use std::time::Duration;
 
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 
 use crate::proto::node::keys::{Key, LinkKey, SlotKey};
+use crate::runtime::socket::{MonitorSocket, ZmqSocket};
+use crate::runtime::transport::{TransportMonitor, TransportSocket};
 
 /// Events taken from the epoll set per wait; more stay queued for the next wait.
 const EVENTS_PER_WAIT: usize = 1024;
@@ -43,7 +46,7 @@ const EVENTS_PER_WAIT: usize = 1024;
 /// One registered libzmq socket, named by what it is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Watch {
-    /// The async side's wake-up ([`crate::runtime::command::WakeUp`]).
+    /// The async side's wake-up ([`crate::runtime::wake::WakeUp`]).
     Wake,
     /// The socket of a slot.
     Socket(SlotKey),
@@ -296,8 +299,8 @@ impl Readiness {
 
     /// Registers a socket's `ZMQ_FD` under `w` and marks it to be checked (whatever
     /// happened on the socket before, such as a connect, is then looked at).
-    pub(crate) fn register(&self, socket: &zmq::Socket, w: Watch) -> io::Result<()> {
-        let fd = socket.get_fd().map_err(io::Error::from)?;
+    pub(crate) fn register(&self, socket: &impl Descriptor, w: Watch) -> io::Result<()> {
+        let fd = socket.descriptor()?;
         self.poll
             .registry()
             .register(&mut SourceFd(&fd), w.token(), Interest::READABLE)?;
@@ -311,10 +314,9 @@ impl Readiness {
     }
 
     /// Takes a socket's `ZMQ_FD` out of the epoll set; call it before the socket is closed.
-    pub(crate) fn deregister(&self, socket: &zmq::Socket) {
+    pub(crate) fn deregister(&self, socket: &impl Descriptor) {
         let res = socket
-            .get_fd()
-            .map_err(io::Error::from)
+            .descriptor()
             .and_then(|fd| self.poll.registry().deregister(&mut SourceFd(&fd)));
         if let Err(e) = res {
             tracing::debug!(error = %e, "socket not deregistered from the epoll set");
@@ -363,15 +365,29 @@ impl Readiness {
     }
 }
 
-/// Whether a socket has a record to read now, from its `ZMQ_EVENTS`. Reading the option
-/// processes the socket's pending commands; an error counts as nothing to read.
-pub(crate) fn has_input(socket: &zmq::Socket) -> bool {
-    match socket.get_events() {
-        Ok(ev) => ev.contains(zmq::POLLIN),
-        Err(e) => {
-            tracing::debug!(error = %e, "ZMQ_EVENTS not read");
-            false
-        }
+pub(crate) use crate::runtime::socket::has_input;
+
+/// What the epoll set watches of a libzmq socket: its `ZMQ_FD`.
+pub(crate) trait Descriptor {
+    /// The descriptor.
+    fn descriptor(&self) -> io::Result<RawFd>;
+}
+
+impl Descriptor for zmq::Socket {
+    fn descriptor(&self) -> io::Result<RawFd> {
+        self.get_fd().map_err(io::Error::from)
+    }
+}
+
+impl Descriptor for ZmqSocket {
+    fn descriptor(&self) -> io::Result<RawFd> {
+        TransportSocket::readiness(self).map_err(io::Error::from)
+    }
+}
+
+impl Descriptor for MonitorSocket {
+    fn descriptor(&self) -> io::Result<RawFd> {
+        TransportMonitor::readiness(self).map_err(io::Error::from)
     }
 }
 

@@ -13,8 +13,9 @@ use crate::proto::sched::{IdMap, SharedSocketId};
 use crate::proto::ConnId;
 use crate::runtime::records::Lane;
 use crate::runtime::socket::{
-    Frame, FrameSocket, MonitorEvent, MonitorSocket, SocketRoom, Sockets,
+    Frame, MonitorEvent, MonitorSocket, SocketRoom, SocketSendError, Sockets, ZmqSocket,
 };
+use crate::runtime::transport::{Transport, TransportMonitor, TransportSocket};
 
 /// What a socket is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +64,8 @@ pub(crate) struct SocketSet {
 }
 
 pub(crate) struct Slot {
-    pub(crate) socket: zmq::Socket,
+    /// The socket, the transport's (`<Sockets as Transport>::Socket`).
+    pub(crate) socket: ZmqSocket,
     pub(crate) monitor: Option<MonitorSocket>,
     /// The room in its context of a dialled ROUTER whose monitor was stopped once its
     /// handshake was done: a monitor is attached again in it for the close.
@@ -88,17 +90,9 @@ pub(crate) fn close_stopping_monitor(slot: Slot) {
         room,
         ..
     } = slot;
-    match monitor.map(|m| m.stop(&socket)) {
-        Some(Ok((_, monitor_room))) => {
-            drop(socket);
-            drop(monitor_room);
-        }
-        Some(Err((e, m))) => {
-            tracing::debug!(error = %e, "monitor not stopped before its socket closed");
-            drop(socket);
-            drop(m);
-        }
-        None => drop(socket),
+    match monitor {
+        Some(m) => drop(Sockets::close_stopping_monitor(socket, m)),
+        None => socket.close(),
     }
     drop(room);
 }
@@ -184,14 +178,14 @@ impl SocketSet {
         slot: SlotKey,
         route: Option<&[u8]>,
         frames: &[Vec<u8>],
-    ) -> Result<(), crate::runtime::socket::SocketSendError> {
+    ) -> Result<(), SocketSendError> {
         match self.get(slot) {
             Some(s) => {
                 let r = send_routed(&s.socket, route, frames);
                 self.ready.touch(Watch::Socket(slot));
                 r
             }
-            _ => Err(crate::runtime::socket::SocketSendError::Unreachable),
+            _ => Err(SocketSendError::Unreachable),
         }
     }
 
@@ -204,19 +198,19 @@ impl SocketSet {
         slot: SlotKey,
         route: Option<&[u8]>,
         parts: &[&[u8]],
-    ) -> Result<(), crate::runtime::socket::SocketSendError> {
+    ) -> Result<(), SocketSendError> {
         let Some(s) = self.get(slot) else {
-            return Err(crate::runtime::socket::SocketSendError::Unreachable);
+            return Err(SocketSendError::Unreachable);
         };
         let r = match (route, parts) {
-            (Some(route), [a, b]) => s.socket.send_frames(&[route, a, b]),
+            (Some(route), [a, b]) => s.socket.send(&[route, a, b]),
             (Some(route), _) => {
                 let mut all = Vec::with_capacity(parts.len() + 1);
                 all.push(route);
                 all.extend_from_slice(parts);
-                s.socket.send_frames(&all)
+                s.socket.send(&all)
             }
-            (None, _) => s.socket.send_frames(parts),
+            (None, _) => s.socket.send(parts),
         };
         self.ready.touch(Watch::Socket(slot));
         r
@@ -229,8 +223,11 @@ impl SocketSet {
         // CURVE: a bound socket's records keep their message properties until the receive
         // loop knows whether they come from an admitted connection (`receive`): a HELLO's
         // carries the client's verified key.
-        let share = !self.curve || !matches!(s.role, SlotRole::Bound(_));
-        let got = s.socket.try_recv_record(share);
+        let got = if !self.curve || !matches!(s.role, SlotRole::Bound(_)) {
+            s.socket.try_recv()
+        } else {
+            s.socket.try_recv_record(false)
+        };
         match &got {
             Ok(Some(_)) | Err(_) => self.ready.touch(Watch::Socket(slot)),
             // EAGAIN: libzmq processed the socket's commands and found nothing; the socket's
@@ -252,10 +249,8 @@ impl SocketSet {
     pub(crate) fn monitor_events(&mut self, slot: SlotKey) -> Vec<(MonitorEvent, u32)> {
         let mut events = Vec::new();
         if let Some(m) = self.get(slot).and_then(|s| s.monitor.as_ref()) {
-            while let Ok(Some(frames)) = m.try_recv_frames() {
-                if let Some(ev) = MonitorEvent::decode_with_value(&frames) {
-                    events.push(ev);
-                }
+            while let Some(ev) = m.try_event() {
+                events.extend(ev.monitor_event());
             }
             self.ready.touch(Watch::Monitor(slot));
         }
@@ -289,16 +284,16 @@ impl SocketSet {
 
 /// Sends a record, prefixed by a routing id when the socket is a ROUTER.
 pub(crate) fn send_routed(
-    socket: &zmq::Socket,
+    socket: &ZmqSocket,
     route: Option<&[u8]>,
     frames: &[Vec<u8>],
-) -> Result<(), crate::runtime::socket::SocketSendError> {
+) -> Result<(), SocketSendError> {
     let mut refs: Vec<&[u8]> = Vec::with_capacity(frames.len() + 1);
     if let Some(r) = route {
         refs.push(r);
     }
     refs.extend(frames.iter().map(Vec::as_slice));
-    socket.send_frames(&refs)
+    socket.send(&refs)
 }
 
 /// A record read by the receive loop, waiting for its unit's turn. An enum rather than a
