@@ -22,6 +22,8 @@
 //!        calls     reply correlation, leases, deadlines, graceful stop
 //!        discovery descriptors, the intents a descriptor set implies, the owner lease
 //!        security  CURVE public keys (Z85), the ZAP codec, refusal reasons
+//!        node      the node core's parts (callee, admission) the I/O thread and the
+//!                  simulator both drive
 //!   runtime::store: descriptor stores (embedded SQLite, etcd v3) for automatic mode
 //!   runtime::transport: the socket operations of the I/O thread as traits; libzmq
 //!                       implements them (runtime::socket), and so does zmesh-sim's

@@ -14,7 +14,7 @@ pub mod contract;
 pub mod discovery;
 pub mod handshake;
 pub mod liveness;
-pub(crate) mod node;
+pub mod node;
 pub mod ops;
 pub mod sched;
 pub mod security;

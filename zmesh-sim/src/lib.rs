@@ -2,14 +2,15 @@
 //!
 //! One thread, virtual time, one seeded RNG: N nodes (RouteMesh peers dialling each other on
 //! both lanes, or ClientServer clients dialling servers) run zmesh's sans-IO protocol state
-//! machines ([`zmesh::proto`]) over a simulated network ([`net`]) that delays, holds and
-//! cuts connections, while a workload makes calls of every semantics (streams among them)
-//! and sends messages and a fault schedule partitions, freezes, kills, restarts and stops
-//! nodes (and, in automatic mode, where nodes find each other through a simulated descriptor
-//! store ([`store`]), cuts them off that store). After every step the invariants of
-//! [`truth`] are checked against the simulator's ground truth. The same
-//! seed gives the same run, event for event, so a failing seed replays exactly
-//! (`zmesh sim --seed S ... --trace`; [`cli`] is that command).
+//! machines ([`zmesh::proto`]; for the calls a node serves and for admission, the node core's
+//! parts the I/O thread drives, [`zmesh::proto::node`]) over a simulated network ([`net`])
+//! that delays, holds and cuts connections, while a workload makes calls of every semantics
+//! (streams among them) and sends messages and a fault schedule partitions, freezes, kills,
+//! restarts and stops nodes (and, in automatic mode, where nodes find each other through a
+//! simulated descriptor store ([`store`]), cuts them off that store). After every step the
+//! invariants of [`truth`] are checked against the simulator's ground truth. The same seed
+//! gives the same run, event for event, so a failing seed replays exactly (`zmesh sim --seed
+//! S ... --trace`; [`cli`] is that command).
 //!
 //! SIMULATION.md at the repository root says what is simulated, what is not, the invariants,
 //! the seeds run and the deliberately wrong variants of the core the invariants caught.

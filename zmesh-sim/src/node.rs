@@ -1,16 +1,21 @@
 //! One simulated node run: zmesh's protocol state machines wired the way the I/O thread
 //! wires them, over the simulated network instead of libzmq sockets.
 //!
-//! Every protocol decision is the library's own: admission and duplicate resolution
-//! ([`zmesh::proto::admission::judge_hello`], [`zmesh::proto::admission::judge_welcome`],
-//! applied in `node/admit.rs`), liveness ([`Liveness`]: probes, ACKs, the 15 s deadline with
-//! the coalescing window), capability negotiation in the
-//! handshake, the caller's call table ([`CallTable`]: leases, what a failure says, which
-//! cancels to tell the callee) and the callee's ([`ServeTable`]: ACCEPT before dispatch, ttl
-//! refusals, CANCEL, the graceful drain), and the wire codec for every record, decoded with
-//! the capabilities in effect on its connection. What this file adds is the glue the shell
-//! has around them: which connection a record came on, where an answer goes, redialling after
-//! a failure, handlers that take time.
+//! Every protocol decision is the library's own: admission and duplicate resolution (the
+//! node core's [`Admission::judge_inbound`] for a HELLO, its expectations of what a dial
+//! reaches, [`zmesh::proto::admission::judge_welcome`] for a WELCOME; applied in
+//! `node/admit.rs`), liveness ([`Liveness`]: probes, ACKs, the 15 s deadline with the
+//! coalescing window), capability negotiation in the handshake, the caller's call table
+//! ([`CallTable`]: leases, what a failure says, which cancels to tell the callee) and the
+//! node core's callee ([`Serving`]: refusals, ACCEPT before dispatch, the execution queues,
+//! ttl refusals, CANCEL, the graceful drain, stream windows; driven in `node/callee.rs`),
+//! and the wire codec for every record, decoded with the capabilities in effect on its
+//! connection. What this file adds is the glue the shell has around them: which connection
+//! a record came on, where an answer goes, redialling after a failure, handlers that take
+//! time.
+//!
+//! [`Admission::judge_inbound`]: zmesh::proto::node::admit::Admission::judge_inbound
+//! [`Serving`]: zmesh::proto::node::callee::Serving
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::num::NonZeroU64;
@@ -18,10 +23,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rand::Rng;
-use zmesh::proto::calls::{CallError, CallId, CallTable, Disposition, ServeId, ServeTable};
+use zmesh::proto::calls::{CallError, CallId, CallTable, Disposition, ServeId};
 use zmesh::proto::handshake::{Capabilities, Identity, Membership};
 use zmesh::proto::liveness::{LinkKey, Liveness, LivenessEvent, PublisherEvent, Transmit};
-use zmesh::proto::wire::{self, CloseReason, Lane, Record, ReplyCode, Semantics};
+use zmesh::proto::node::discovered::Discovered;
+use zmesh::proto::wire::{self, CloseReason, Lane, Record};
 use zmesh::proto::ConnId;
 
 use crate::fanout::Fan;
@@ -92,8 +98,14 @@ struct Conn {
     refused: bool,
 }
 
-#[derive(Debug, Default)]
+/// A dial of this run: a host it dials on one lane, as its configuration (manual mode) or a
+/// descriptor (automatic mode) names it.
+#[derive(Debug)]
 struct Dial {
+    /// The RID it expects at the other end.
+    rid: String,
+    /// The endpoint it dials.
+    endpoint: String,
     conn: Option<NetConn>,
     retry_at: Option<Duration>,
     failures: u32,
@@ -105,13 +117,36 @@ struct Dial {
     withdrawn: bool,
 }
 
+impl Dial {
+    /// A dial of host `host` on `lane`, due at `at`.
+    fn new(host: NodeIx, lane: Lane, at: Duration) -> Dial {
+        let endpoint = match lane {
+            Lane::Application => discovery::mesh_endpoints(host).application,
+            Lane::Completion => discovery::mesh_endpoints(host).completion,
+            Lane::ClientServer => discovery::server_endpoint(host),
+        };
+        Dial {
+            rid: crate::rid_of(host),
+            endpoint,
+            conn: None,
+            retry_at: Some(at),
+            failures: 0,
+            yielded: false,
+            not_required: false,
+            withdrawn: false,
+        }
+    }
+}
+
 /// A running handler.
 #[derive(Debug)]
 struct Handler {
     ends_at: Duration,
     uid: u64,
+    /// The idempotency key of a guarded command, recorded done when it finishes.
     key: Option<String>,
-    semantics: Semantics,
+    /// It is stopped when its caller no longer waits (its method's plan).
+    stops: bool,
     /// The connection its answers travel on, and the call's wire id there.
     conn: NetConn,
     call_id: NonZeroU64,
@@ -120,38 +155,27 @@ struct Handler {
 }
 
 /// A stream handler's progress: it produces `total` items, one every `gap` (all at once
-/// when `gap` is zero), each sent as soon as the call's window allows, then its REPLY.
+/// when `gap` is zero), each handed to the core, which sends it as soon as the call's window
+/// allows, then its REPLY.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Stream {
     total: u64,
     sent: u64,
     gap: Duration,
     next_at: Duration,
-    /// `credit` is in effect on its connection: the table holds its window.
+    /// `credit` is in effect on its connection: the core holds its window.
     window: bool,
+    /// Its last item waits in the core for the window to open, and the handler with it.
+    held: bool,
 }
 
-/// An accepted call waiting for its turn (the execution queue's wait).
-#[derive(Debug)]
-struct Waiting {
-    dispatch_at: Duration,
-    /// The connection its answers travel on.
-    conn: NetConn,
-    /// When its REQUEST arrived.
-    arrived: Duration,
-    req: wire::Request,
-    /// What the calls of its BATCH or CALLS record share, if it came in one.
-    group: Option<Group>,
-}
-
-/// What the calls of one BATCH or CALLS record share at the callee: they wait in the
-/// execution queue together, and half of their handlers take the same time, so that their
-/// REPLYs, like their ACCEPTs, are decided in one step and leave packed where `answers` is
-/// in effect.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Group {
-    wait: Duration,
-    took: Duration,
+/// An ACCEPT, REPLY or ITEM waiting to leave at the end of the step.
+#[derive(Debug, Clone)]
+enum Out {
+    /// A record, packed with the answers around it where it can be.
+    Record(Record),
+    /// An ITEM's frames, as the core encoded them.
+    Frames(Vec<Vec<u8>>),
 }
 
 /// A call this run's application made: the simulator's name for it, and the connection its
@@ -207,14 +231,18 @@ pub struct SimNode {
     /// Calls completed by a REPLY on a connection where `replayed` is in effect (WIRE.md
     /// §4.17), with the REPLY's replayed mark, until the completion is judged.
     replayed: BTreeMap<CallId, bool>,
-    serve: ServeTable<NetConn>,
-    waiting: BTreeMap<ServeId, Waiting>,
+    /// The calls this run serves, as the node core keeps and decides them.
+    serving: callee::Core,
+    /// Calls accepted here whose handlers have not started and that are not answered: what
+    /// holds a place in an execution queue, by the simulator's own count.
+    accepted: callee::AcceptedCalls,
     handlers: BTreeMap<ServeId, Handler>,
     /// Answers (ACCEPT, REPLY) toward connections that negotiated `answers`, in the order
     /// they were decided, sent together when the node's step ends (WIRE.md §4.16), as the
-    /// runtime sends them at the end of a loop turn.
-    outbox: Vec<(NetConn, Record)>,
-    drain_done: bool,
+    /// runtime sends them at the end of a loop turn, and the ITEMs decided behind them.
+    outbox: Vec<(NetConn, Out)>,
+    /// The descriptor fences (automatic mode), as admission reads them.
+    discovered: Discovered,
     fan: Fan,
     /// The sockets and the receive scheduler, where the receive loop is modelled.
     rx: Option<receive::Receiver>,
@@ -260,10 +288,7 @@ impl SimNode {
             .map(|&(peer, lane)| {
                 (
                     (peer, u8::from(lane)),
-                    Dial {
-                        retry_at: Some(Duration::ZERO),
-                        ..Dial::default()
-                    },
+                    Dial::new(peer, lane, Duration::ZERO),
                 )
             })
             .collect();
@@ -291,11 +316,11 @@ impl SimNode {
             calls: CallTable::new(),
             call_uid: BTreeMap::new(),
             replayed: BTreeMap::new(),
-            serve: ServeTable::new(),
-            waiting: BTreeMap::new(),
+            serving: callee::Core::default(),
+            accepted: callee::AcceptedCalls::new(),
             handlers: BTreeMap::new(),
             outbox: Vec::new(),
-            drain_done: false,
+            discovered: Discovered::default(),
             fan,
             rx,
             disc: None,
@@ -341,18 +366,15 @@ impl SimNode {
         let rel = |i: Option<Instant>| i.map(|i| i.saturating_duration_since(self.base));
         take(rel(self.live.poll_timeout()));
         take(rel(self.calls.poll_timeout()));
-        take(rel(self.serve.poll_timeout()));
-        for (&sid, h) in &self.handlers {
+        take(rel(self.serving.poll_timeout()));
+        for h in self.handlers.values() {
             take(Some(h.ends_at));
             if let Some(st) = &h.stream {
                 // A closed window waits for CREDIT, not for the clock.
-                if st.sent < st.total && self.serve.may_send_item(sid) {
+                if st.sent < st.total && !st.held {
                     take(Some(st.next_at));
                 }
             }
-        }
-        for w in self.waiting.values() {
-            take(Some(w.dispatch_at));
         }
         for c in self.slow.values() {
             if !c.queue.is_empty() {
@@ -381,9 +403,9 @@ impl SimNode {
     pub fn has_timers(&self) -> bool {
         self.live.poll_timeout().is_some()
             || self.calls.poll_timeout().is_some()
-            || self.serve.poll_timeout().is_some()
+            || self.serving.poll_timeout().is_some()
+            || self.serving.in_flight() > 0
             || !self.handlers.is_empty()
-            || !self.waiting.is_empty()
             || self
                 .disc
                 .as_ref()
@@ -399,17 +421,30 @@ impl SimNode {
     /// end of this step, packed with the other answers of the step ([`Self::flush_answers`]).
     ///
     /// A REPLY's replayed mark is cleared toward a connection without `replayed`, as the
-    /// runtime does (WIRE.md §4.17).
-    fn send_answer(&mut self, ctx: &mut Ctx<'_>, conn: NetConn, mut rec: Record) {
+    /// runtime does (WIRE.md §4.17). Returns whether it was sent or will be.
+    fn send_answer(&mut self, ctx: &mut Ctx<'_>, conn: NetConn, mut rec: Record) -> bool {
         let caps = self.caps_on(conn);
         if let Record::Reply(r) = &mut rec {
             r.replayed &= caps.contains(Capabilities::REPLAYED);
         }
         if caps.contains(Capabilities::ANSWERS) {
-            self.outbox.push((conn, rec));
+            self.outbox.push((conn, Out::Record(rec)));
+            true
         } else {
-            self.send(ctx, conn, &rec);
+            self.send(ctx, conn, &rec)
         }
+    }
+
+    /// Sends an ITEM's `frames` on `conn`: behind the answers of this step that still wait
+    /// for that connection (so it never overtakes its call's ACCEPT), else at once. Returns
+    /// whether it was sent or will be.
+    fn send_item(&mut self, ctx: &mut Ctx<'_>, conn: NetConn, frames: Vec<Vec<u8>>) -> bool {
+        if self.outbox.iter().any(|(c, _)| *c == conn) {
+            self.outbox.push((conn, Out::Frames(frames)));
+            return true;
+        }
+        let end = self.end();
+        ctx.net.send(conn, end, frames, ctx.now, ctx.rng)
     }
 
     /// Sends the answers of this step, per connection in order, each run that stands for
@@ -424,7 +459,7 @@ impl SimNode {
             let Some(conn_id) = self.conns.get(&conn).map(|c| c.id.0) else {
                 continue;
             };
-            let queue: Vec<&Record> = out
+            let queue: Vec<&Out> = out
                 .iter()
                 .filter(|(c, _)| *c == conn)
                 .map(|(_, r)| r)
@@ -434,8 +469,8 @@ impl SimNode {
             let mut at = 0;
             while at < queue.len() {
                 let pending = queue[at..].iter().map(|r| match r {
-                    Record::Accept(a) => wire::Pending::Accept(a.call_id),
-                    Record::Reply(r) => wire::Pending::Reply(r),
+                    Out::Record(Record::Accept(a)) => wire::Pending::Accept(a.call_id),
+                    Out::Record(Record::Reply(r)) => wire::Pending::Reply(r),
                     _ => wire::Pending::Other,
                 });
                 let (entries, used) = wire::pack_front(
@@ -453,8 +488,15 @@ impl SimNode {
                         at += used;
                     }
                     Err(_) => {
-                        let rec = queue[at].clone();
-                        self.send(ctx, conn, &rec);
+                        match queue[at].clone() {
+                            Out::Record(rec) => {
+                                self.send(ctx, conn, &rec);
+                            }
+                            Out::Frames(frames) => {
+                                let end = self.end();
+                                ctx.net.send(conn, end, frames, ctx.now, ctx.rng);
+                            }
+                        }
                         at += 1;
                     }
                 }
@@ -475,10 +517,9 @@ impl SimNode {
         }
         self.live.handle_timeout_coalesced(self.at(now));
         self.calls.handle_timeout(self.at(now));
-        self.serve.handle_timeout(self.at(now));
+        self.serving.handle_timeout(self.at(now));
         // Handlers whose ttl passed are signalled before any of them finishes at this instant.
-        self.signal_overdue(ctx);
-        self.dispatch_due(ctx);
+        self.serve_outputs(ctx);
         self.send_items(ctx);
         self.consume_slow(ctx);
         let due: Vec<ServeId> = self
@@ -706,10 +747,7 @@ impl SimNode {
             }
             Record::Request(r) => self.on_request(ctx, conn, lane, peer_node, r, None),
             Record::Batch(b) => {
-                let group = Some(Group::draw(ctx));
-                for r in b.into_requests() {
-                    self.on_request(ctx, conn, lane, peer_node, r, group);
-                }
+                self.on_batch(ctx, conn, lane, peer_node, b.into_requests());
             }
             Record::Accept(a) => {
                 if let Some(cid) = self.call_for(a.call_id) {
@@ -733,10 +771,7 @@ impl SimNode {
                 self.calls.handle_item(cid, conn, i.seq, i.payload, now);
             }
             Record::Calls(c) => {
-                let group = Some(Group::draw(ctx));
-                for r in c.into_requests() {
-                    self.on_request(ctx, conn, lane, peer_node, r, group);
-                }
+                self.on_batch(ctx, conn, lane, peer_node, c.into_requests());
             }
             Record::Cancel { call_id } => self.on_cancel(ctx, conn, lane, peer_node, call_id),
             // Each record an ANSWERS stands for, as if it had arrived alone (WIRE.md §4.16).
@@ -815,13 +850,7 @@ impl SimNode {
             }
         }
         // Waiting calls of a caller that is gone never run; running handlers are told.
-        self.waiting.retain(|_, w| w.conn != conn);
-        for sid in self.serve.handle_connection_lost(conn, now) {
-            if let Some(h) = self.handlers.get(&sid) {
-                ctx.truth.on_caller_gone(h.uid, self.ix);
-            }
-            self.signal(ctx, sid);
-        }
+        self.serve_connection_lost(ctx, conn);
         if c.dialled {
             let rng_ms = ctx.rng.random_range(0..100);
             if let Some(d) = self.dials.get_mut(&(c.peer_node, u8::from(c.lane))) {
@@ -932,22 +961,8 @@ impl SimNode {
             }
             self.complete(ctx, uid, result, replayed);
         }
-        self.signal_overdue(ctx);
-        while let Some(r) = self.serve.poll_transmit() {
-            self.handlers.remove(&r.id);
-            self.waiting.remove(&r.id);
-            let reply = Record::Reply(wire::Reply {
-                call_id: r.call_id,
-                code: r.code,
-                payload: Bytes::from_static(r.message.as_bytes()),
-                replayed: false,
-            });
-            self.send_answer(ctx, r.conn, reply);
-        }
-        if self.serve.poll_drained().is_some() {
-            self.drain_done = true;
-        }
-        if self.phase == Phase::Draining && self.drain_done {
+        self.serve_outputs(ctx);
+        if self.phase == Phase::Draining && self.serving.is_drained() {
             self.stop(ctx);
         }
     }
@@ -983,7 +998,7 @@ impl SimNode {
         self.stop_discovery();
         let now = self.at(ctx.now);
         self.calls.handle_shutdown(now);
-        self.serve.begin_drain(DRAIN_BOUND, now);
+        self.serving.begin_drain(DRAIN_BOUND, now);
         self.pump(ctx);
         self.flush_answers(ctx);
     }
@@ -1001,13 +1016,7 @@ impl SimNode {
             self.drop_conn(ctx, k, Some(CloseReason::Shutdown));
         }
         // Handlers whose callers are gone are abandoned with the node.
-        let now = self.at(ctx.now);
-        self.waiting.clear();
-        let left: Vec<ServeId> = self.handlers.keys().copied().collect();
-        for sid in left {
-            self.handlers.remove(&sid);
-            let _ = self.serve.handle_done(sid, ReplyCode::Unavailable, now);
-        }
+        self.abandon_handlers(ctx);
         self.live.clear();
         self.live_conn.clear();
         ctx.trace(format!("{} stopped", self.me.rid));

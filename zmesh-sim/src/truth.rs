@@ -201,6 +201,11 @@ pub struct Stats {
     pub cancels_to_nothing: u64,
     /// Query handlers stopped because nobody waited any more.
     pub queries_stopped: u64,
+    /// Calls a callee refused `Busy`: their queue's mailbox was full.
+    pub busy: u64,
+    /// Waiting calls a newer call of the same setpoint took the place of (answered
+    /// `Superseded`).
+    pub superseded: u64,
     /// ANSWERS records sent (WIRE.md §4.16).
     pub answers_packed: u64,
     /// The ACCEPTs and REPLYs those ANSWERS records stood for.
@@ -293,6 +298,8 @@ impl Stats {
             cancels_to_running,
             cancels_to_nothing,
             queries_stopped,
+            busy,
+            superseded,
             answers_packed,
             answers_in_packs,
             bursts,
@@ -346,6 +353,8 @@ impl Stats {
         self.cancels_to_running += cancels_to_running;
         self.cancels_to_nothing += cancels_to_nothing;
         self.queries_stopped += queries_stopped;
+        self.busy += busy;
+        self.superseded += superseded;
         self.answers_packed += answers_packed;
         self.answers_in_packs += answers_in_packs;
         self.bursts += bursts;

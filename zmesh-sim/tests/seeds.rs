@@ -159,12 +159,14 @@ fn s1_t3_fanout_without_faults_never_goes_silent_and_delivers_in_order() {
 #[test]
 fn s1_two_hundred_nodes_run() {
     let mut cfg = Config::for_seed(3, 1);
-    // The run as it was kept (no bursts of calls, no receive loop, no streams), now with
-    // every node publishing its descriptor and dialling what the store says.
+    // The run as it was kept (no bursts of calls, no receive loop, no streams, no
+    // failovers: a successor run would publish a descriptor of its own), now with every node
+    // publishing its descriptor and dialling what the store says.
     cfg.batches = false;
     cfg.receive_loop = false;
     cfg.discovery = true;
     cfg.streams = false;
+    cfg.zombies = false;
     cfg.nodes = 200;
     cfg.topology = Topology::ClientServer;
     cfg.duration = Duration::from_secs(30);
@@ -396,9 +398,9 @@ fn s1_f3_f4_a_paused_run_beside_its_successor_never_beats_the_fence() {
 #[test]
 fn s1_a_run_without_zombies_draws_what_it_drew_before_them() {
     // `--no-zombies` replays the faults of a discovering call mesh as they were drawn
-    // before failovers existed: no run pauses beside a successor. Seed 40 004 draws a
+    // before failovers existed: no run pauses beside a successor. Seed 40 001 draws a
     // failover with them on, so the switch is what keeps it out.
-    let seed = 40_004;
+    let seed = 40_001;
     let mut cfg = Config::for_seed(seed, 2);
     cfg.discovery = true;
     cfg.streams = false;

@@ -1,9 +1,10 @@
 //! Admission's decisions about this node's own peers (MISSION T1, F3): what it expects of a
 //! node it dials, which expectation an inbound HELLO is held to, whether a dial of its own
 //! contends with that HELLO, and what follows from [`admission::judge_hello`]'s verdict. The
-//! configuration reaches it through [`Configured`], a view the shell builds, so the core
-//! never reads the configuration itself; sending HELLO, WELCOME or REJECT and closing a
-//! stood-down dial are the thread's (`io/admission.rs`).
+//! configuration reaches it through [`Configured`], a view the shell builds, and the node's
+//! own dials through [`OwnDials`], so the core never reads the configuration or the shell's
+//! link table itself; sending HELLO, WELCOME or REJECT and closing a stood-down dial are the
+//! shell's (the I/O thread's `io/admission.rs`, or a simulated node's glue).
 
 use crate::proto::admission::{self, HelloFacts, HelloVerdict, OwnDial, Refusing};
 use crate::proto::handshake::{Expectation, Identity};
@@ -15,31 +16,31 @@ use crate::proto::wire::Lane;
 
 /// A configured RouteMesh peer, as admission reads it.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct PeerView<'a> {
+pub struct PeerView<'a> {
     /// The RID the peer must present.
-    pub(crate) rid: &'a str,
+    pub rid: &'a str,
     /// The generation the peer must present; `None` or 0 accepts any run.
-    pub(crate) generation: Option<u64>,
+    pub generation: Option<u64>,
     /// The security identity configured for the peer, if any.
-    pub(crate) security_identity: Option<&'a str>,
+    pub security_identity: Option<&'a str>,
     /// CURVE: the key pinned for the peer's Application endpoint (none without CURVE).
-    pub(crate) pinned_key: Option<PublicKey>,
+    pub pinned_key: Option<PublicKey>,
 }
 
 /// A configured ClientServer server, as admission reads it.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct ServerView<'a> {
+pub struct ServerView<'a> {
     /// The RID the server must present, if configured with one.
-    pub(crate) rid: Option<&'a str>,
+    pub rid: Option<&'a str>,
     /// The server's endpoint (which names its descriptor when no RID is configured).
-    pub(crate) endpoint: &'a str,
+    pub endpoint: &'a str,
     /// CURVE: the key pinned for the endpoint (none without CURVE).
-    pub(crate) pinned_key: Option<PublicKey>,
+    pub pinned_key: Option<PublicKey>,
 }
 
-/// The configured peers and servers, by their index in the configuration (what
-/// [`LinkKind::MeshDial`] and [`LinkKind::ClientDial`] name).
-pub(crate) trait Configured {
+/// The configured peers and servers, by their index in the configuration (the index a dial
+/// of a peer or server names; peers and servers that discovery added count as configured).
+pub trait Configured {
     /// Configured peer `peer`, if there is one.
     fn peer(&self, peer: usize) -> Option<PeerView<'_>>;
     /// The index of the first configured peer with RID `rid`.
@@ -62,33 +63,66 @@ impl<T: Configured + ?Sized> Configured for &T {
     }
 }
 
-/// An inbound HELLO and what the acceptor knows beside it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Inbound<'a> {
-    /// The lane of the bound socket the connection arrived on.
-    pub(crate) socket_lane: Lane,
-    /// The lane the HELLO names.
-    pub(crate) hello_lane: Lane,
-    /// Who the HELLO says the dialler is.
-    pub(crate) peer: &'a Identity,
-    /// What the HELLO says the dialler expects of this node (its security identity unused).
-    pub(crate) peer_expects: &'a Expectation,
-    /// With CURVE, the key the connection proved.
-    pub(crate) verified_key: Option<PublicKey>,
-    /// Whether this node still admits connections (false once it is stopping).
-    pub(crate) admitting: bool,
+/// One of the node's own dials of a configured peer, as admission reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DialView<D> {
+    /// What names the dial (the shell's link).
+    pub dial: D,
+    /// The peer's descriptor is gone, so the dial will not dial again (automatic mode).
+    pub withdrawn: bool,
 }
 
-/// What the acceptor does with an inbound HELLO, from [`Admission::judge_inbound`].
+/// The node's own dials of its configured peers, by the peer's index in the configuration
+/// and the lane: what duplicate resolution reads of them (MISSION T1).
+pub trait OwnDials {
+    /// What names one dial (the shell's link key).
+    type Dial: Copy;
+
+    /// The node's dial of configured peer `peer` on mesh lane `lane`, if it has one.
+    fn mesh_dial(&self, peer: usize, lane: Lane) -> Option<DialView<Self::Dial>>;
+}
+
+/// The shell's link table: a peer's dial is its `MeshDial` link.
+impl OwnDials for Tracked<LinkKey, Link> {
+    type Dial = LinkKey;
+
+    fn mesh_dial(&self, peer: usize, lane: Lane) -> Option<DialView<LinkKey>> {
+        let k = self.position(|l| l.kind == LinkKind::MeshDial { peer, lane })?;
+        Some(DialView {
+            dial: k,
+            withdrawn: self[k].withdrawn,
+        })
+    }
+}
+
+/// An inbound HELLO and what the acceptor knows beside it.
+#[derive(Debug, Clone, Copy)]
+pub struct Inbound<'a> {
+    /// The lane of the bound socket the connection arrived on.
+    pub socket_lane: Lane,
+    /// The lane the HELLO names.
+    pub hello_lane: Lane,
+    /// Who the HELLO says the dialler is.
+    pub peer: &'a Identity,
+    /// What the HELLO says the dialler expects of this node (its security identity unused).
+    pub peer_expects: &'a Expectation,
+    /// With CURVE, the key the connection proved.
+    pub verified_key: Option<PublicKey>,
+    /// Whether this node still admits connections (false once it is stopping).
+    pub admitting: bool,
+}
+
+/// What the acceptor does with an inbound HELLO, from [`Admission::judge_inbound`]; `D`
+/// names one of the node's dials ([`OwnDials::Dial`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum InboundDecision {
+pub enum InboundDecision<D> {
     /// Refuse the connection.
     Refuse(Refusing),
     /// Admit it; `stand_down` is this node's own dial of the peer on the lane, which yields
     /// to the peer's dial (duplicate resolution, MISSION T1).
     Admit {
         /// The dial of ours that stands down, if one does.
-        stand_down: Option<LinkKey>,
+        stand_down: Option<D>,
     },
 }
 
@@ -107,47 +141,52 @@ pub(crate) enum Refenced {
 }
 
 /// What admission reads of the node: the configuration's view, the descriptor fences and the
-/// links, with this node's identity.
-pub(crate) struct Admission<'a, C> {
+/// node's own dials (the shell's link table, `L`), with this node's identity.
+pub struct Admission<'a, C, L> {
     /// The configured peers and servers (a view, or a reference to one).
-    pub(crate) configured: C,
+    pub configured: C,
     /// The descriptor fences (automatic mode).
-    pub(crate) discovered: &'a Discovered,
-    /// The node's links.
-    pub(crate) links: &'a Tracked<LinkKey, Link>,
+    pub discovered: &'a Discovered,
+    /// The node's links, or whatever else answers for its own dials ([`OwnDials`]).
+    pub links: &'a L,
     /// This node's identity.
-    pub(crate) local: &'a Identity,
+    pub local: &'a Identity,
 }
 
-impl<C: Configured> Admission<'_, C> {
+impl<C: Configured, L> Admission<'_, C, L> {
     /// A dialled link's lane and what it expects of the node it dials; `None` for an inbound
     /// link.
     pub(crate) fn dial_expectation(&self, kind: &LinkKind) -> Option<(Lane, Expectation)> {
         match kind {
             LinkKind::MeshDial { peer, lane } => Some((*lane, self.peer_expectation(*peer))),
             LinkKind::ClientDial { server } => {
-                let s = self.configured.server(*server);
-                let manual = Expectation {
-                    rid: s.and_then(|s| s.rid.map(str::to_owned)),
-                    // CURVE: the key expected at this endpoint is the server's identity.
-                    security_identity: s.and_then(|s| s.pinned_key).map(|k| k.to_z85()),
-                    ..Expectation::default()
-                };
-                // A descriptor of this server fences it (MISSION F3).
-                let fence = s.and_then(|s| self.discovered.server_fence(s.rid, s.endpoint));
-                let expect = match fence {
-                    Some(fence) => manual.fenced_by(fence),
-                    None => manual,
-                };
-                Some((Lane::ClientServer, expect))
+                Some((Lane::ClientServer, self.server_expectation(*server)))
             }
             LinkKind::Inbound { .. } => None,
         }
     }
 
+    /// What this node expects of configured server `server`: its configured RID (if any)
+    /// and the key pinned at its endpoint, fenced by its descriptor.
+    pub fn server_expectation(&self, server: usize) -> Expectation {
+        let s = self.configured.server(server);
+        let manual = Expectation {
+            rid: s.and_then(|s| s.rid.map(str::to_owned)),
+            // CURVE: the key expected at this endpoint is the server's identity.
+            security_identity: s.and_then(|s| s.pinned_key).map(|k| k.to_z85()),
+            ..Expectation::default()
+        };
+        // A descriptor of this server fences it (MISSION F3).
+        let fence = s.and_then(|s| self.discovered.server_fence(s.rid, s.endpoint));
+        match fence {
+            Some(fence) => manual.fenced_by(fence),
+            None => manual,
+        }
+    }
+
     /// What this node expects of configured peer `peer`: its configured RID, generation and
     /// security identity (or the key pinned at its endpoint), fenced by its descriptor.
-    pub(crate) fn peer_expectation(&self, peer: usize) -> Expectation {
+    pub fn peer_expectation(&self, peer: usize) -> Expectation {
         let Some(p) = self.configured.peer(peer) else {
             return Expectation::default();
         };
@@ -167,7 +206,9 @@ impl<C: Configured> Admission<'_, C> {
             None => manual,
         }
     }
+}
 
+impl<C: Configured> Admission<'_, C, Tracked<LinkKey, Link>> {
     /// What the fence of `rid`'s descriptor does to each link of that RID (only the inbound
     /// ones if `inbound_only`), in link order: nothing without a fence. A link is the RID's
     /// when it is an inbound link of that RID, a dial of a configured peer with that RID, or
@@ -215,11 +256,13 @@ impl<C: Configured> Admission<'_, C> {
         }
         out
     }
+}
 
+impl<C: Configured, L: OwnDials> Admission<'_, C, L> {
     /// Decides what the acceptor does with an inbound HELLO: the expectation it is held to,
     /// whether a dial of ours contends with it, [`admission::judge_hello`]'s verdict, and
     /// which of our dials stands down if the peer's wins.
-    pub(crate) fn judge_inbound(&self, hello: &Inbound<'_>) -> InboundDecision {
+    pub fn judge_inbound(&self, hello: &Inbound<'_>) -> InboundDecision<L::Dial> {
         let lane = hello.socket_lane;
         let rid = hello.peer.rid.as_str();
         // What does this node expect of that RID? A configured peer's expectation, else the
@@ -241,11 +284,9 @@ impl<C: Configured> Admission<'_, C> {
         // the peer's own dial is the only way back.
         let own_dial = configured
             .filter(|_| lane != Lane::ClientServer)
-            .and_then(|i| {
-                self.links
-                    .position(|l| l.kind == LinkKind::MeshDial { peer: i, lane })
-            })
-            .filter(|dk| !self.links[*dk].withdrawn);
+            .and_then(|i| self.links.mesh_dial(i, lane))
+            .filter(|d| !d.withdrawn)
+            .map(|d| d.dial);
         let verified_z85 = hello.verified_key.map(|key| key.to_z85());
         let verdict = admission::judge_hello(&HelloFacts {
             socket_lane: lane,

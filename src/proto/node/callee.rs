@@ -5,9 +5,10 @@
 //! side: the served channels (asked through [`ServedChannel`] while a REQUEST is admitted),
 //! the handlers running on tasks, and each stream item's reply channel.
 //!
-//! [`Serving`] is generic over the shell's job `J` (what runs one accepted call) and the
-//! shell's side `R` of a stream item (what tells its handler whether the item left), so it
-//! never names a runtime type.
+//! [`Serving`] is generic over the shell's job `J` (what runs one accepted call), the
+//! shell's side `R` of a stream item (what tells its handler whether the item left) and the
+//! key `K` of the connection a call's answers travel on (the shell's link and connection, a
+//! simulated connection), so it never names a runtime type.
 //!
 //! The sans-IO machines decide the steps: [`ServeTable`] (admission, ttl after the queue
 //! wait, graceful drain), [`ExecQueues`] (serial, keyed or parallel execution, the mailbox,
@@ -47,6 +48,7 @@
 //! queue, in the order they were decided.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
 use std::num::NonZeroU64;
 use std::time::{Duration, Instant};
 
@@ -57,12 +59,11 @@ use crate::proto::calls::{
     Admission, Arrival, CallShape, Cancelled, Dispatch, ExecQueues, ServeId, ServeTable,
 };
 use crate::proto::contract::{self, ExecutionKind, Semantics};
-use crate::proto::node::keys::CallKey;
 use crate::proto::wire::{self, Record, ReplyCode};
 
 /// How the callee treats one call of a served channel: what its method declared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct MethodPlan {
+pub struct MethodPlan {
     /// The method's declared semantics (`None`: undeclared).
     pub semantics: Option<Semantics>,
     /// Unary or stream.
@@ -75,32 +76,33 @@ pub(crate) struct MethodPlan {
     pub stops_on_cancel: bool,
 }
 
-/// Who sent a REQUEST, as the I/O thread knows it from the connection it came on.
-pub(crate) struct From {
+/// Who sent a REQUEST, as the shell knows it from the connection it came on.
+pub struct From<K> {
     /// The connection its answers travel on.
-    pub(crate) key: CallKey,
+    pub key: K,
     /// The caller's RID.
-    pub(crate) rid: String,
+    pub rid: String,
     /// The caller's lifecycle generation.
-    pub(crate) generation: u64,
+    pub generation: u64,
     /// Whether the connection the REQUEST came on negotiated `credit`: a stream answered to
     /// it sends only as far as its window (WIRE.md §4.15).
-    pub(crate) credit: bool,
+    pub credit: bool,
 }
 
 /// A refusal the shell decided while a REQUEST was admitted (the channel's authorizer, the
 /// key function): the call did not run.
-pub(crate) struct Refusal {
+pub struct Refusal {
     /// The REPLY's code.
-    pub(crate) code: ReplyCode,
+    pub code: ReplyCode,
     /// Why, as the REPLY says it.
-    pub(crate) message: String,
+    pub message: String,
 }
 
 /// One served channel as the shell answers for it while [`Serving::handle_request`] admits a
 /// call: the questions only the runtime's types can answer (its contract, authorizer and key
 /// function, and the shape of a job). The core asks them in the order of the module docs.
-pub(crate) trait ServedChannel {
+/// `K` is the key of the connection a call's answers travel on.
+pub trait ServedChannel<K> {
     /// A call as the shell's handlers see it, before it is accepted (what a key function
     /// reads).
     type Call;
@@ -123,7 +125,7 @@ pub(crate) trait ServedChannel {
     ) -> Result<(), Refusal>;
 
     /// The call `req` from `from` arrived at `now`, as the handlers will see it.
-    fn open(&self, from: From, req: &wire::Request, now: Instant) -> Self::Call;
+    fn open(&self, from: From<K>, req: &wire::Request, now: Instant) -> Self::Call;
 
     /// The key of `call`'s queue under keyed execution (`None`: the channel has no key
     /// function, and its calls run serially); `Err` refuses it with that message.
@@ -139,27 +141,27 @@ type QueueKey = (String, Option<String>);
 /// One answer the callee decided on: an ACCEPT-less REPLY, for the connection the call's
 /// answers travel on.
 #[must_use]
-pub(crate) struct Answer {
+pub struct Answer<K> {
     /// The call's connection.
-    pub(crate) key: CallKey,
+    pub key: K,
     /// The REPLY.
-    pub(crate) reply: wire::Reply,
+    pub reply: wire::Reply,
 }
 
 /// A call [`Serving::handle_request`] took, not yet ACCEPTed on the wire: what it needs once
 /// its ACCEPT left.
 #[must_use]
-pub(crate) struct Accepting<J> {
-    key: CallKey,
+pub struct Accepting<J, K> {
+    key: K,
     id: ServeId,
     job: J,
     call_id: NonZeroU64,
     arrival: Arrival<ServeId>,
 }
 
-impl<J> Accepting<J> {
+impl<J, K> Accepting<J, K> {
     /// The caller's id of the call, for its ACCEPT.
-    pub(crate) fn call_id(&self) -> NonZeroU64 {
+    pub fn call_id(&self) -> NonZeroU64 {
         self.call_id
     }
 }
@@ -167,11 +169,11 @@ impl<J> Accepting<J> {
 /// A stream item whose ITEM the shell is to send now (numbered by the serve table); report
 /// with [`Serving::handle_item_sent`].
 #[must_use]
-pub(crate) struct ItemToSend<R> {
+pub struct ItemToSend<R, K> {
     /// The call's connection.
-    pub(crate) key: CallKey,
+    pub key: K,
     /// The ITEM record's frames.
-    pub(crate) frames: Vec<Vec<u8>>,
+    pub frames: Vec<Vec<u8>>,
     id: ServeId,
     call_id: NonZeroU64,
     seq: u64,
@@ -180,9 +182,9 @@ pub(crate) struct ItemToSend<R> {
 
 /// What becomes of a stream item the shell handed in.
 #[must_use]
-pub(crate) enum Streamed<R> {
+pub enum Streamed<R, K> {
     /// Its ITEM leaves now.
-    Send(ItemToSend<R>),
+    Send(ItemToSend<R, K>),
     /// The stream is over (its call answered, cut, cancelled, its caller gone): nothing is
     /// sent, and the shell tells the handler through `R`.
     Over(R),
@@ -190,7 +192,7 @@ pub(crate) enum Streamed<R> {
 
 /// How an ITEM's send ended, from [`Serving::handle_item_sent`].
 #[must_use]
-pub(crate) enum ItemSent<R> {
+pub enum ItemSent<R> {
     /// It was handed to the transport: the handler hears so through `R`.
     Sent(R),
     /// It could not be sent; the call ended `UnknownOutcome` with `message`, which the
@@ -205,7 +207,7 @@ pub(crate) enum ItemSent<R> {
 
 /// Why a running handler's caller no longer waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Cause {
+pub enum Cause {
     /// The connection its answer would travel on left ready.
     CallerGone,
     /// The caller sent a CANCEL.
@@ -218,7 +220,7 @@ pub(crate) enum Cause {
 
 impl Cause {
     /// Its name as the metrics label it.
-    pub(crate) fn label(self) -> &'static str {
+    pub fn label(self) -> &'static str {
         match self {
             Cause::CallerGone => "caller_gone",
             Cause::Cancel => "cancel",
@@ -231,7 +233,7 @@ impl Cause {
 /// What happened that the shell acts on or counts, from [`Serving::poll_event`].
 #[must_use]
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Event {
+pub enum Event {
     /// Nobody waits any more for the handlers of `calls` that still run, for `cause`: the
     /// shell signals each (and stops those it may).
     CallersGone {
@@ -252,9 +254,9 @@ pub(crate) enum Event {
 
 /// The callee's state (see the module docs). Its fields are its own: the shell talks to it
 /// through the `handle_*` methods and takes its outputs from the `poll_*` ones.
-pub(crate) struct Serving<J, R> {
+pub struct Serving<J, R, K> {
     /// Calls this node serves (MISSION C4, C6).
-    table: ServeTable<CallKey>,
+    table: ServeTable<K>,
     /// The execution queues of served calls (MISSION K4).
     exec: ExecQueues<QueueKey, ServeId>,
     /// Accepted calls waiting in an execution queue, with their jobs.
@@ -262,14 +264,14 @@ pub(crate) struct Serving<J, R> {
     /// Calls whose turn came and whose ttl allowed them, for the shell to run, in order.
     runs: VecDeque<(ServeId, J)>,
     /// Answers decided and not yet taken by the shell, in order.
-    answers: VecDeque<Answer>,
+    answers: VecDeque<Answer<K>>,
     /// What the shell acts on or counts, in order.
     events: VecDeque<Event>,
     /// Stream items waiting for their call's window to open, in order (WIRE.md §4.15).
     held: HashMap<ServeId, VecDeque<(Bytes, R)>>,
 }
 
-impl<J, R> Default for Serving<J, R> {
+impl<J, R, K: Copy + Eq + Hash> Default for Serving<J, R, K> {
     fn default() -> Self {
         Serving {
             table: ServeTable::new(),
@@ -283,7 +285,7 @@ impl<J, R> Default for Serving<J, R> {
     }
 }
 
-impl<J, R> Serving<J, R> {
+impl<J, R, K: Copy + Eq + Hash> Serving<J, R, K> {
     /// A BATCH for connection `key` (MISSION K5): an envelope, never a transaction. Each call
     /// goes through the path of a lone REQUEST (the shell hands them to
     /// [`Serving::handle_request`] one by one), so each is refused, ACCEPTed, deadlined and
@@ -291,11 +293,7 @@ impl<J, R> Serving<J, R> {
     /// every call of it is answered `InvalidParams` (did not run), none is dropped. Returns
     /// the requests to handle one by one (none when the BATCH was refused whole).
     #[must_use]
-    pub(crate) fn handle_batch(
-        &mut self,
-        key: CallKey,
-        requests: Vec<wire::Request>,
-    ) -> Vec<wire::Request> {
+    pub fn handle_batch(&mut self, key: K, requests: Vec<wire::Request>) -> Vec<wire::Request> {
         if requests.len() <= MAX_INCOMING_BATCH_CALLS {
             return requests;
         }
@@ -323,13 +321,13 @@ impl<J, R> Serving<J, R> {
     /// answered already (refused; its REPLY waits in [`Serving::poll_answer`]), or a
     /// duplicate of a call in hand (nothing to send).
     #[must_use]
-    pub(crate) fn handle_request<S: ServedChannel<Job = J>>(
+    pub fn handle_request<S: ServedChannel<K, Job = J>>(
         &mut self,
         served: Option<&S>,
-        from: From,
+        from: From<K>,
         req: wire::Request,
         now: Instant,
-    ) -> Option<Accepting<J>> {
+    ) -> Option<Accepting<J, K>> {
         let call_id = req.call_id;
         let (key, credit) = (from.key, from.credit);
         let channel = req.channel.as_str();
@@ -415,7 +413,7 @@ impl<J, R> Serving<J, R> {
     /// be (its answer path is gone: the call is forgotten with the rest of that
     /// connection's calls). Once sent, the call runs now, waits in its queue, or takes the
     /// place of a waiting call of the same conflating method.
-    pub(crate) fn handle_accept_sent(&mut self, accepting: Accepting<J>, sent: bool, now: Instant) {
+    pub fn handle_accept_sent(&mut self, accepting: Accepting<J, K>, sent: bool, now: Instant) {
         let Accepting {
             key,
             id,
@@ -449,7 +447,7 @@ impl<J, R> Serving<J, R> {
     /// The connection `key` that calls' answers travel on is gone: its waiting calls will
     /// never run and leave their queues (so they do not hold mailbox places), and the
     /// handlers still running for it are told their caller is gone ([`Event::CallersGone`]).
-    pub(crate) fn handle_connection_lost(&mut self, key: CallKey, now: Instant) {
+    pub fn handle_connection_lost(&mut self, key: K, now: Instant) {
         let running = self.table.handle_connection_lost(key, now);
         if !running.is_empty() {
             self.events.push_back(Event::CallersGone {
@@ -464,7 +462,7 @@ impl<J, R> Serving<J, R> {
     /// §4.13): a queued call leaves its queue and never runs; a running handler is signalled,
     /// and stopped where its method allows; an unknown or finished call is ignored. Nothing
     /// more is sent for the call.
-    pub(crate) fn handle_cancel(&mut self, key: CallKey, call_id: NonZeroU64, now: Instant) {
+    pub fn handle_cancel(&mut self, key: K, call_id: NonZeroU64, now: Instant) {
         match self.table.handle_cancel(key, call_id, now) {
             Cancelled::Unknown => self.events.push_back(Event::CancelIgnored),
             Cancelled::Queued(_) => {
@@ -482,7 +480,7 @@ impl<J, R> Serving<J, R> {
     /// idempotency guard answered with an earlier call's outcome): its one REPLY (unless the
     /// serve table already answered it, e.g. a stream ended by a drain), then the next call
     /// of its queue, which is the next [`Serving::poll_run`].
-    pub(crate) fn handle_done(
+    pub fn handle_done(
         &mut self,
         id: ServeId,
         code: ReplyCode,
@@ -510,26 +508,26 @@ impl<J, R> Serving<J, R> {
     /// shell runs it (on a task, or in place) and reports its end with
     /// [`Serving::handle_done`].
     #[must_use]
-    pub(crate) fn poll_run(&mut self) -> Option<(ServeId, J)> {
+    pub fn poll_run(&mut self) -> Option<(ServeId, J)> {
         self.runs.pop_front()
     }
 
     /// The next thing that happened for the shell to act on or count.
     #[must_use]
-    pub(crate) fn poll_event(&mut self) -> Option<Event> {
+    pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
 
     /// A running call whose ttl passed (the serve table reports each once): the shell
     /// signals its handler, and where it stopped it, reports [`Serving::handle_abandon`].
     #[must_use]
-    pub(crate) fn poll_overdue(&mut self) -> Option<ServeId> {
+    pub fn poll_overdue(&mut self) -> Option<ServeId> {
         self.table.poll_overdue()
     }
 
     /// The handler of overdue call `id` was stopped: the call is abandoned (its caller fails
     /// it on its own deadline, an instant later).
-    pub(crate) fn handle_abandon(&mut self, id: ServeId) {
+    pub fn handle_abandon(&mut self, id: ServeId) {
         self.table.handle_abandon(id);
     }
 
@@ -539,13 +537,13 @@ impl<J, R> Serving<J, R> {
     /// leaves): that is the stream's backpressure. Items go in order, so one that comes
     /// while others wait waits too.
     #[must_use]
-    pub(crate) fn handle_item(
+    pub fn handle_item(
         &mut self,
         id: ServeId,
         payload: Bytes,
         reply: R,
         now: Instant,
-    ) -> Option<Streamed<R>> {
+    ) -> Option<Streamed<R, K>> {
         // Nothing waits (the common case): no map lookup before the window check.
         let waiting = !self.held.is_empty() && self.held.get(&id).is_some_and(|q| !q.is_empty());
         if !waiting && self.table.may_send_item(id) {
@@ -563,13 +561,13 @@ impl<J, R> Serving<J, R> {
     /// (WIRE.md §4.15): its window grows, and the items that waited for it leave, in order,
     /// as far as it goes.
     #[must_use]
-    pub(crate) fn handle_credit(
+    pub fn handle_credit(
         &mut self,
-        key: CallKey,
+        key: K,
         call_id: NonZeroU64,
         items: u64,
         now: Instant,
-    ) -> Vec<Streamed<R>> {
+    ) -> Vec<Streamed<R, K>> {
         let Some(id) = self.table.handle_credit(key, call_id, items) else {
             return Vec::new();
         };
@@ -592,9 +590,9 @@ impl<J, R> Serving<J, R> {
     /// the stream cannot go on: the call ends at once with REPLY `UnknownOutcome` (the caller
     /// must not take a shortened stream for a complete one), and the handler's later result
     /// is dropped.
-    pub(crate) fn handle_item_sent(
+    pub fn handle_item_sent(
         &mut self,
-        item: ItemToSend<R>,
+        item: ItemToSend<R, K>,
         sent: bool,
         now: Instant,
     ) -> ItemSent<R> {
@@ -626,7 +624,7 @@ impl<J, R> Serving<J, R> {
     /// caller gone): each one's reply, for the shell to tell its handler that the stream is
     /// over.
     #[must_use]
-    pub(crate) fn release_held(&mut self) -> Vec<R> {
+    pub fn release_held(&mut self) -> Vec<R> {
         let mut over = Vec::new();
         if self.held.is_empty() {
             return over;
@@ -644,28 +642,28 @@ impl<J, R> Serving<J, R> {
 
     /// Begins the graceful stop: no new calls, the accepted ones answered within `bound`
     /// (MISSION C4, F6).
-    pub(crate) fn begin_drain(&mut self, bound: Duration, now: Instant) {
+    pub fn begin_drain(&mut self, bound: Duration, now: Instant) {
         self.table.begin_drain(bound, now);
     }
 
     /// Applies the serve table's timers due at `now` (ttl refusals, the drain bound).
-    pub(crate) fn handle_timeout(&mut self, now: Instant) {
+    pub fn handle_timeout(&mut self, now: Instant) {
         self.table.handle_timeout(now);
     }
 
     /// The serve table's next timer.
-    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+    pub fn poll_timeout(&self) -> Option<Instant> {
         self.table.poll_timeout()
     }
 
     /// True once a drain is over.
-    pub(crate) fn is_drained(&self) -> bool {
+    pub fn is_drained(&self) -> bool {
         self.table.is_drained()
     }
 
     /// Calls accepted and not yet answered, handlers still running for a lost connection
     /// included.
-    pub(crate) fn in_flight(&self) -> usize {
+    pub fn in_flight(&self) -> usize {
         self.table.in_flight()
     }
 
@@ -674,7 +672,7 @@ impl<J, R> Serving<J, R> {
     /// caller no longer waits, [`Event::CallersGone`], and the next call of its queue moves
     /// up as it is taken).
     #[must_use]
-    pub(crate) fn poll_answer(&mut self, now: Instant) -> Option<Answer> {
+    pub fn poll_answer(&mut self, now: Instant) -> Option<Answer<K>> {
         if let Some(a) = self.answers.pop_front() {
             return Some(a);
         }
@@ -697,11 +695,11 @@ impl<J, R> Serving<J, R> {
     /// Queues a REPLY refusing a call that did not run.
     fn refuse(
         &mut self,
-        key: CallKey,
+        key: K,
         call_id: NonZeroU64,
         code: ReplyCode,
         message: String,
-    ) -> Option<Accepting<J>> {
+    ) -> Option<Accepting<J, K>> {
         self.answers.push_back(Answer {
             key,
             reply: reply(call_id, code, Bytes::from(message.into_bytes())),
@@ -781,7 +779,7 @@ impl<J, R> Serving<J, R> {
     }
 
     /// Queues a REPLY for a call identified by the serve table's `(connection, call_id)`.
-    fn reply_to(&mut self, call: Option<(CallKey, NonZeroU64)>, code: ReplyCode, msg: &str) {
+    fn reply_to(&mut self, call: Option<(K, NonZeroU64)>, code: ReplyCode, msg: &str) {
         let Some((key, call_id)) = call else { return };
         self.answers.push_back(Answer {
             key,
@@ -790,7 +788,7 @@ impl<J, R> Serving<J, R> {
     }
 
     /// Item `payload` of call `id`, to send now: numbered, or refused when its call is over.
-    fn item_now(&mut self, id: ServeId, payload: Bytes, reply: R, now: Instant) -> Streamed<R> {
+    fn item_now(&mut self, id: ServeId, payload: Bytes, reply: R, now: Instant) -> Streamed<R, K> {
         let call = self.table.call_of(id);
         let seq = call.and_then(|_| self.table.handle_item(id, now));
         let (Some((key, call_id)), Some(seq)) = (call, seq) else {

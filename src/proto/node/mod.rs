@@ -1,37 +1,44 @@
-//! The node core's parts: the state one node keeps about its links, sockets, subscriptions,
-//! timers and calls, each part owning its own behind a narrow interface, none of them
-//! touching a socket, a clock or a task (the determinism contract of [`crate::proto`]). The
-//! runtime's I/O thread holds them and moves records between them and its sockets.
+//! The node core: the parts of a node's protocol state and decisions, each owning its own
+//! behind a narrow interface, none of them touching a socket, a clock or a task (the
+//! determinism contract of [`crate::proto`]). A shell holds them and moves records between
+//! them and its connections: the runtime's I/O thread over libzmq sockets, and the simulator
+//! (the workspace crate `zmesh-sim`) over its simulated network, which so checks these
+//! decisions themselves rather than a copy of them.
 //!
-//! - [`keys`]: the typed handles of the node's tables (links, socket slots, subscriptions,
-//!   calls) and the tables they index, one of them tracking what a turn touched.
-//! - [`link`]: a link (a configured peer lane or server, or a peer's inbound connection)
-//!   with its current connection, its own timings and what a failure does to it.
-//! - [`timers`]: the timer table, every owner's earliest deadline in one order, and the
-//!   bound sockets' disconnect sweeps.
-//! - [`live`]: the liveness table with the owner of each entry (MISSION L8).
-//! - [`routes`]: where calls go, an index over the links' routes.
-//! - [`answers`]: the callee's answers on their way out, per link, packed into ANSWERS
-//!   records where the connection negotiated them.
+//! Public, for any shell:
+//!
 //! - [`callee`]: the calls this node serves (the serve table, the execution queues, the
 //!   waiting calls, the dispatch decisions, the answers decided, the stream items waiting
 //!   for a window); the shell answers the questions about its served channels.
-//! - [`caller`]: this node's calls (the call table, pending calls by the application's
-//!   token, the REQUESTs of a turn and the messages they leave in, the server round-robin).
-//! - [`gate`] and [`accepting`]: the bound sockets' gate (ZAP domains, open connections,
-//!   the allow-list, recent refusals), the inbound connections admitted and the ones refused.
-//! - [`source`]: who a delivered record came from, built once per connection.
-//! - [`discovered`]: what automatic mode added (MISSION D1, F3): descriptor fences, and the
-//!   links and subscriptions discovery made.
 //! - [`admit`]: admission's decisions about the node's own peers (MISSION T1, F3): what it
 //!   expects of a node it dials or that dials it, and what an admitted HELLO stands down.
+//! - [`discovered`]: what automatic mode added (MISSION D1, F3): descriptor fences, and the
+//!   links and subscriptions discovery made.
+//!
+//! The I/O thread's own parts (crate-private):
+//!
+//! - `keys`: the typed handles of the node's tables (links, socket slots, subscriptions,
+//!   calls) and the tables they index, one of them tracking what a turn touched.
+//! - `link`: a link (a configured peer lane or server, or a peer's inbound connection)
+//!   with its current connection, its own timings and what a failure does to it.
+//! - `timers`: the timer table, every owner's earliest deadline in one order, and the
+//!   bound sockets' disconnect sweeps.
+//! - `live`: the liveness table with the owner of each entry (MISSION L8).
+//! - `routes`: where calls go, an index over the links' routes.
+//! - `answers`: the callee's answers on their way out, per link, packed into ANSWERS
+//!   records where the connection negotiated them.
+//! - `caller`: this node's calls (the call table, pending calls by the application's
+//!   token, the REQUESTs of a turn and the messages they leave in, the server round-robin).
+//! - `gate` and `accepting`: the bound sockets' gate (ZAP domains, open connections,
+//!   the allow-list, recent refusals), the inbound connections admitted and the ones refused.
+//! - `source`: who a delivered record came from, built once per connection.
 
 pub(crate) mod accepting;
-pub(crate) mod admit;
+pub mod admit;
 pub(crate) mod answers;
-pub(crate) mod callee;
+pub mod callee;
 pub(crate) mod caller;
-pub(crate) mod discovered;
+pub mod discovered;
 pub(crate) mod gate;
 pub(crate) mod keys;
 pub(crate) mod link;

@@ -14,11 +14,11 @@ use std::time::Instant;
 
 use super::parts::local::ConfigView;
 use super::parts::sockets::Unit;
-use super::{Host, IoThread, LinkKey, SlotKey};
+use super::{Host, IoThread, LinkKey, SlotKey, Tracked};
 use crate::proto::admission::{self, Refusing, WelcomeFacts};
 use crate::proto::handshake::{Expectation, Identity};
 use crate::proto::node::admit::{Admission, Inbound, InboundDecision};
-use crate::proto::node::link::{note, Conn, LinkKind};
+use crate::proto::node::link::{note, Conn, Link, LinkKind};
 use crate::proto::node::source::Source;
 use crate::proto::sched::Source as SchedSource;
 use crate::proto::security::{InputRefusal, PublicKey};
@@ -50,7 +50,7 @@ impl IoThread {
 
     /// What admission reads of this node: the configured peers and servers, the descriptor
     /// fences, the links and this node's identity.
-    pub(super) fn admission(&self) -> Admission<'_, ConfigView<'_>> {
+    pub(super) fn admission(&self) -> Admission<'_, ConfigView<'_>, Tracked<LinkKey, Link>> {
         Admission {
             configured: self.local.configured(),
             discovered: &self.discovered,

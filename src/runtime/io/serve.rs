@@ -9,6 +9,7 @@ use std::time::Instant;
 use super::{IoThread, LinkKey, Tracked};
 use crate::proto::node::answers::Outgoing;
 use crate::proto::node::callee::From;
+use crate::proto::node::keys::CallKey;
 use crate::proto::node::link::Link;
 use crate::proto::wire::{self, Capabilities, Lane};
 use crate::runtime::command::{ServeDone, ServeItem, Served};
@@ -20,7 +21,7 @@ impl IoThread {
     /// answers travel on), and the caller's RID and generation. `None` when there is no way
     /// to answer (a REQUEST on a Completion lane, or the caller's Completion lane is not
     /// ready): the caller fails such calls when its lanes fail.
-    fn request_route(&mut self, k: LinkKey) -> Option<From> {
+    fn request_route(&mut self, k: LinkKey) -> Option<From<CallKey>> {
         let l = self.links.get(k)?;
         let c = l.conn.as_ref()?;
         let (rid, generation) = c

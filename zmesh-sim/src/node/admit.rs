@@ -1,17 +1,79 @@
-//! Admission in a simulated node run, as io/admission.rs runs it: a dialled
-//! connection sends HELLO once connected; an unknown inbound connection's first record is
-//! judged by `proto::admission::judge_hello` (REJECT, or WELCOME and ready, standing our own
-//! dial down when theirs wins); a WELCOME is judged by `judge_welcome`; a REJECT ends the
-//! dial (and says whether it comes back).
+//! Admission in a simulated node run, as io/admission.rs runs it, through the library's node
+//! core ([`Admission`], `zmesh::proto::node::admit`): a dialled connection sends HELLO once
+//! connected, with what the core expects of the peer or server it dials; an unknown inbound
+//! connection's first record is judged by [`Admission::judge_inbound`] (REJECT, or WELCOME
+//! and ready, standing our own dial down when theirs wins); a WELCOME is judged by
+//! `proto::admission::judge_welcome` against the same expectation; a REJECT ends the dial
+//! (and says whether it comes back).
+//!
+//! The core reads this run's configuration through [`Configured`]: its peers are the hosts it
+//! dials on the mesh lanes and its servers the hosts it dials on a ClientServer lane, each by
+//! its host index; it reads the run's own dials through [`OwnDials`].
 
-use zmesh::proto::admission::{self, HelloFacts, HelloVerdict, OwnDial, WelcomeFacts};
+use std::collections::BTreeMap;
+
+use zmesh::proto::admission::{self, WelcomeFacts};
 use zmesh::proto::handshake::{self, Expectation, Identity};
+use zmesh::proto::node::admit::{
+    Admission, Configured, DialView, Inbound, InboundDecision, OwnDials, PeerView, ServerView,
+};
 use zmesh::proto::wire::{self, CloseReason, Lane, Record, RejectReason};
 use zmesh::proto::ConnId;
 
-use super::{Conn, Phase, Ready, SimNode};
+use super::{Conn, Dial, Phase, Ready, SimNode};
 use crate::net::{End, NetConn, NodeIx};
 use crate::Ctx;
+
+/// A run's dials, as admission reads them: its configured peers and servers, and its own
+/// dials of them.
+#[derive(Clone, Copy)]
+struct Dials<'a>(&'a BTreeMap<(NodeIx, u8), Dial>);
+
+impl Dials<'_> {
+    /// The dial of host `host` on one of the mesh lanes.
+    fn mesh(&self, host: usize) -> Option<&Dial> {
+        [Lane::Application, Lane::Completion]
+            .into_iter()
+            .find_map(|lane| self.0.get(&(host, u8::from(lane))))
+    }
+}
+
+impl Configured for Dials<'_> {
+    fn peer(&self, peer: usize) -> Option<PeerView<'_>> {
+        self.mesh(peer).map(|d| PeerView {
+            rid: &d.rid,
+            generation: None,
+            security_identity: None,
+            pinned_key: None,
+        })
+    }
+
+    fn peer_index(&self, rid: &str) -> Option<usize> {
+        crate::host_of_rid(rid).filter(|&h| self.mesh(h).is_some_and(|d| d.rid == rid))
+    }
+
+    fn server(&self, server: usize) -> Option<ServerView<'_>> {
+        self.0
+            .get(&(server, u8::from(Lane::ClientServer)))
+            .map(|d| ServerView {
+                rid: Some(&d.rid),
+                endpoint: &d.endpoint,
+                pinned_key: None,
+            })
+    }
+}
+
+impl OwnDials for Dials<'_> {
+    type Dial = (NodeIx, u8);
+
+    fn mesh_dial(&self, peer: usize, lane: Lane) -> Option<DialView<(NodeIx, u8)>> {
+        let key = (peer, u8::from(lane));
+        self.0.get(&key).map(|d| DialView {
+            dial: key,
+            withdrawn: d.withdrawn,
+        })
+    }
+}
 
 impl SimNode {
     pub(super) fn on_connected(&mut self, ctx: &mut Ctx<'_>, conn: NetConn) {
@@ -22,17 +84,9 @@ impl SimNode {
         c.opened_at = ctx.now;
         let lane = c.lane;
         let peer_node = c.peer_node;
-        // The dialler tells the acceptor which run it expects: the descriptor's fence in
-        // automatic mode, nothing in manual mode (no configured generation).
-        let expect = if self.disc.is_some() {
-            self.fence_for(&crate::rid_of(peer_node))
-        } else {
-            Expectation {
-                rid: None,
-                generation: None,
-                security_identity: None,
-            }
-        };
+        // The dialler tells the acceptor which run it expects: the core's expectation of the
+        // peer or server it dials (its RID, fenced by its descriptor in automatic mode).
+        let expect = self.dial_expectation(peer_node, lane);
         let Ok(hello) = handshake::hello_record(lane, &self.me, &expect, 0) else {
             return;
         };
@@ -84,37 +138,31 @@ impl SimNode {
             }
         };
         let (hello_lane, peer, theirs) = handshake::from_hello(hello);
-        let own_dial = self
-            .dials
-            .get(&(peer_node, u8::from(lane)))
-            .filter(|d| !d.not_required)
-            .filter(|d| !d.withdrawn)
-            .map_or(OwnDial::None, |_| OwnDial::Dialling);
-        let expect = self.fence_for(&peer.rid);
-        let verdict = admission::judge_hello(&HelloFacts {
+        let dials = Dials(&self.dials);
+        let decision = Admission {
+            configured: dials,
+            discovered: &self.discovered,
+            links: &dials,
+            local: &self.me,
+        }
+        .judge_inbound(&Inbound {
             socket_lane: lane,
             hello_lane,
             peer: &peer,
             peer_expects: &theirs,
             verified_key: None,
             admitting: self.phase == Phase::Running,
-            local: &self.me,
-            expect: &expect,
-            own_dial,
         });
-        match verdict {
-            HelloVerdict::Refuse(r) => {
+        match decision {
+            InboundDecision::Refuse(r) => {
                 if r.reason == RejectReason::GenerationMismatch {
                     ctx.truth.stats.fence_refusals += 1;
                 }
                 refuse(self, ctx, r.reason, &r.detail)
             }
-            HelloVerdict::Admit { yield_own_dial } => {
-                if yield_own_dial {
-                    let dial_conn = self
-                        .dials
-                        .get(&(peer_node, u8::from(lane)))
-                        .and_then(|d| d.conn);
+            InboundDecision::Admit { stand_down } => {
+                if let Some(key) = stand_down {
+                    let dial_conn = self.dials.get(&key).and_then(|d| d.conn);
                     if let Some(dc) = dial_conn {
                         ctx.trace(format!(
                             "{} {dc} stands down for the peer's dial",
@@ -122,7 +170,7 @@ impl SimNode {
                         ));
                         self.drop_conn(ctx, dc, Some(CloseReason::Replaced));
                     }
-                    if let Some(d) = self.dials.get_mut(&(peer_node, u8::from(lane))) {
+                    if let Some(d) = self.dials.get_mut(&key) {
                         d.yielded = true;
                         d.retry_at = None;
                     }
@@ -172,11 +220,7 @@ impl SimNode {
             return;
         };
         let (welcome_lane, peer) = handshake::from_welcome(w);
-        let expect = if self.disc.is_some() {
-            self.fence_for(&crate::rid_of(peer_node))
-        } else {
-            Expectation::default()
-        };
+        let expect = self.dial_expectation(peer_node, lane);
         let verdict = admission::judge_welcome(&WelcomeFacts {
             lane,
             welcome_lane,
@@ -219,6 +263,22 @@ impl SimNode {
                 }
                 _ => {}
             }
+        }
+    }
+
+    /// What this run expects of host `host` it dials on `lane`, as the core decides it: of
+    /// a peer on a mesh lane, of a server on a ClientServer lane.
+    fn dial_expectation(&self, host: NodeIx, lane: Lane) -> Expectation {
+        let dials = Dials(&self.dials);
+        let admission = Admission {
+            configured: dials,
+            discovered: &self.discovered,
+            links: &dials,
+            local: &self.me,
+        };
+        match lane {
+            Lane::Application | Lane::Completion => admission.peer_expectation(host),
+            Lane::ClientServer => admission.server_expectation(host),
         }
     }
 

@@ -11,6 +11,7 @@ use zmesh::proto::calls::CallId;
 use zmesh::proto::handshake::Capabilities;
 use zmesh::proto::wire::{self, Lane, Record, Semantics};
 
+use super::callee::{COMMAND_METHOD, QUERY_METHOD, SET_METHOD};
 use super::{name, Burst, Outgoing, Phase, SimNode, CHANNEL};
 use crate::net::NetConn;
 use crate::truth::CallKind;
@@ -33,7 +34,7 @@ impl SimNode {
         ttl: Option<Duration>,
         cancel_at_once: bool,
     ) {
-        self.start_call_of(ctx, uid, kind, ttl, cancel_at_once, "op");
+        self.start_call_of(ctx, uid, kind, ttl, cancel_at_once, method_of(kind));
     }
 
     /// Starts call `uid` of `method`.
@@ -119,7 +120,7 @@ impl SimNode {
             }
             if self.calls.is_pending(cid) {
                 leaving.push((b.uid, cid));
-                requests.push(request_of(cid, b.uid, &b.kind, b.ttl, "op"));
+                requests.push(request_of(cid, b.uid, &b.kind, b.ttl, method_of(&b.kind)));
             }
         }
         let caps = self.caps_on(request_conn);
@@ -247,6 +248,15 @@ impl SimNode {
             payload: crate::truth::message_of(uid),
         });
         self.send(ctx, conn, &msg)
+    }
+}
+
+/// The method a unary call of `kind` calls: the one whose declared semantics are the call's.
+fn method_of(kind: &CallKind) -> &'static str {
+    match kind {
+        CallKind::Query => QUERY_METHOD,
+        CallKind::Idempotent => SET_METHOD,
+        CallKind::Command | CallKind::Guarded(_) => COMMAND_METHOD,
     }
 }
 

@@ -13,7 +13,6 @@
 //!   stopping the dial while a ready connection stays (F5: a lease is no liveness signal);
 //! - intents are ignored once the node is stopping, as `on_discovery` ignores them.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use zmesh::proto::discovery::{
@@ -61,15 +60,14 @@ pub enum StoreAnswer {
     Renew(Result<RenewOutcome, String>),
 }
 
-/// A node run's discovery agent and the fences its directory set.
+/// A node run's discovery agent (the fences its directory sets are the node's, where
+/// admission reads them).
 #[derive(Debug)]
 pub(crate) struct Disc {
     keeper: LeaseKeeper,
     dir: Directory,
     descriptor: Descriptor,
     lease: Option<u64>,
-    /// The descriptor fence of each RID (MISSION F3).
-    fences: BTreeMap<String, Expectation>,
     /// The lease to remove on an orderly stop, until the removal is asked for.
     remove: Option<u64>,
 }
@@ -121,7 +119,6 @@ impl Disc {
             dir: Directory::new(local),
             descriptor,
             lease: None,
-            fences: BTreeMap::new(),
             remove: None,
         }
     }
@@ -129,11 +126,6 @@ impl Disc {
     /// When the keeper next wants to run.
     pub(crate) fn poll_timeout(&self) -> Option<std::time::Instant> {
         self.keeper.poll_timeout()
-    }
-
-    /// The fence this run holds for `rid`, if a descriptor set one.
-    pub(crate) fn fence(&self, rid: &str) -> Option<&Expectation> {
-        self.fences.get(rid)
     }
 }
 
@@ -299,24 +291,18 @@ impl SimNode {
         ctx.trace(format!("{} intent {intent:?}", self.me.rid));
         match intent {
             Intent::Fence { rid, fence } => {
-                if let Some(d) = self.disc.as_mut() {
-                    d.fences.insert(rid.clone(), fence);
-                }
+                self.discovered.fences.insert(rid.clone(), fence);
                 self.refence(ctx, &rid, true);
             }
             Intent::FenceGone { rid } => {
-                if let Some(d) = self.disc.as_mut() {
-                    d.fences.remove(&rid);
-                }
+                self.discovered.fences.remove(&rid);
             }
             Intent::Peer {
                 rid,
                 endpoints,
                 fence,
             } => {
-                if let Some(d) = self.disc.as_mut() {
-                    d.fences.insert(rid.clone(), fence);
-                }
+                self.discovered.fences.insert(rid.clone(), fence);
                 let hosts = [
                     (host_of(&endpoints.application), Lane::Application),
                     (host_of(&endpoints.completion), Lane::Completion),
@@ -334,9 +320,7 @@ impl SimNode {
                 fence,
                 ..
             } => {
-                if let Some(d) = self.disc.as_mut() {
-                    d.fences.insert(rid.clone(), fence);
-                }
+                self.discovered.fences.insert(rid.clone(), fence);
                 if let Some(h) = host_of(&endpoint) {
                     self.discover_dial(ctx, h, Lane::ClientServer);
                 }
@@ -396,10 +380,7 @@ impl SimNode {
         let d = self
             .dials
             .entry((h, u8::from(lane)))
-            .or_insert_with(|| Dial {
-                retry_at: Some(ctx.now),
-                ..Dial::default()
-            });
+            .or_insert_with(|| Dial::new(h, lane, ctx.now));
         d.withdrawn = false;
         if d.conn.is_none() && d.retry_at.is_none() && !d.yielded && !d.not_required {
             d.retry_at = Some(ctx.now);
@@ -444,12 +425,7 @@ impl SimNode {
     /// current fence: a ready connection of another run is closed, a dial in progress is
     /// closed and dialled again under the new fence.
     fn refence(&mut self, ctx: &mut Ctx<'_>, rid: &str, inbound_only: bool) {
-        let Some(generation) = self
-            .disc
-            .as_ref()
-            .and_then(|d| d.fences.get(rid))
-            .and_then(|f| f.generation)
-        else {
+        let Some(generation) = self.discovered.peer_fence(rid).and_then(|f| f.generation) else {
             return;
         };
         let host = crate::host_of_rid(rid);
@@ -501,11 +477,7 @@ impl SimNode {
     /// The fence this run holds for the peer at host `h`, or for `rid`; no expectation at
     /// all without discovery (manual mode without configured generations).
     pub(super) fn fence_for(&self, rid: &str) -> Expectation {
-        self.disc
-            .as_ref()
-            .and_then(|d| d.fence(rid))
-            .cloned()
-            .unwrap_or_default()
+        self.discovered.peer_fence(rid).cloned().unwrap_or_default()
     }
 }
 

@@ -1,9 +1,11 @@
-//! Stream calls (WIRE.md §4.10, §4.15): a callee whose handler sends ITEMs and then its
-//! terminal REPLY, within the window the library's [`ServeTable`] keeps where `credit` is in
-//! effect, and a caller whose application takes each item the library's [`CallTable`] hands
-//! out and grants [`CREDIT_STEP`] more every [`CREDIT_STEP`] items it took, as the runtime's
-//! stream receiver does (src/runtime/calls.rs). A stream is a query: cancelling it stops its
-//! handler ([`SimNode::signal`]), so nothing more is sent for it.
+//! Stream calls (WIRE.md §4.10, §4.15): a callee whose handler produces items that the
+//! library's node core ([`Serving`]) numbers and sends as ITEMs within the window it keeps
+//! where `credit` is in effect (an item that finds the window closed waits in the core, and
+//! its handler with it, until a CREDIT opens it), then its terminal REPLY; and a caller whose
+//! application takes each item the library's [`CallTable`] hands out and grants
+//! [`CREDIT_STEP`] more every [`CREDIT_STEP`] items it took, as the runtime's stream receiver
+//! does (src/runtime/calls.rs). A stream is a query: cancelling it stops its handler
+//! (node/callee.rs), so nothing more is sent for it.
 //!
 //! A slow consumer (a quarter of the streams) takes one item per drawn pace: what the table
 //! handed out waits in the application's buffer, CREDIT follows what it took, not what
@@ -12,7 +14,7 @@
 //! stream buffer, `STREAM_BUFFER`, holds as many: a caller that granted credit for items it
 //! had not taken would overrun it).
 //!
-//! [`ServeTable`]: zmesh::proto::calls::ServeTable
+//! [`Serving`]: zmesh::proto::node::callee::Serving
 //! [`CallTable`]: zmesh::proto::calls::CallTable
 
 use std::collections::VecDeque;
@@ -24,20 +26,13 @@ use zmesh::proto::calls::{
     CallError, CallId, Completion, ServeId, StreamItem, CREDIT_STEP, STREAM_WINDOW,
 };
 use zmesh::proto::handshake::Capabilities;
-use zmesh::proto::wire::{self, Lane, Record};
+use zmesh::proto::wire::{Lane, Record};
 
+use super::callee::STREAM_METHOD;
 use super::{Outgoing, SimNode};
 use crate::net::{NetConn, NodeIx};
 use crate::truth::CallKind;
 use crate::Ctx;
-
-/// The simulator's stream method.
-pub(super) const STREAM_METHOD: &str = "stream";
-
-/// Whether `r` calls the stream method.
-pub(super) fn is_stream(r: &wire::Request) -> bool {
-    r.method.as_str() == STREAM_METHOD
-}
 
 /// The application of a stream call that takes one item per `pace`.
 #[derive(Debug)]
@@ -185,8 +180,8 @@ impl SimNode {
         }
     }
 
-    /// A CREDIT for `call_id` arrived on `conn`: the stream's window grows, and what waited
-    /// for it leaves.
+    /// A CREDIT for `call_id` arrived on `conn`: the stream's window grows, and the item
+    /// that waited for it leaves (its handler goes on).
     pub(super) fn on_credit(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -196,65 +191,60 @@ impl SimNode {
         call_id: NonZeroU64,
         items: u64,
     ) {
+        let now = self.at(ctx.now);
         // The call's answers travel on the caller's Completion lane (RouteMesh).
         let Some(answer) = self.answer_conn(conn, lane, peer_node) else {
             return;
         };
-        let Some(sid) = self.serve.handle_credit(answer, call_id, items) else {
-            return;
-        };
-        if let Some(h) = self.handlers.get_mut(&sid) {
+        if let Some(h) = self
+            .handlers
+            .values()
+            .find(|h| h.conn == answer && h.call_id == call_id)
+        {
             ctx.truth.on_credit_arrived(h.uid, items);
-            if let Some(st) = h.stream.as_mut() {
-                st.next_at = st.next_at.min(ctx.now);
-            }
+        }
+        for s in self.serving.handle_credit(answer, call_id, items, now) {
+            self.streamed(ctx, s);
         }
         self.send_items(ctx);
+        self.serve_outputs(ctx);
     }
 
-    /// Every stream handler whose next item is due sends what its window allows; one that
+    /// Every stream handler whose next item is due produces it and hands it to the core,
+    /// which sends it or holds it (and the handler with it) until the window opens; one that
     /// produced its last item ends now (its REPLY follows its items).
     pub(super) fn send_items(&mut self, ctx: &mut Ctx<'_>) {
         let now = self.at(ctx.now);
         let due: Vec<ServeId> = self
             .handlers
             .iter()
-            .filter(|(_, h)| h.stream.is_some_and(|st| st.next_at <= ctx.now))
+            .filter(|(_, h)| h.stream.is_some_and(|st| !st.held && st.next_at <= ctx.now))
             .map(|(&sid, _)| sid)
             .collect();
         for sid in due {
-            while let Some(h) = self.handlers.get(&sid) {
-                let Some(st) = h.stream else {
+            while let Some(h) = self.handlers.get_mut(&sid) {
+                let uid = h.uid;
+                let Some(st) = h.stream.as_mut() else {
                     break;
                 };
-                let (uid, conn, call_id) = (h.uid, h.conn, h.call_id);
+                if st.held || st.next_at > ctx.now {
+                    break;
+                }
                 if st.sent >= st.total {
-                    if let Some(h) = self.handlers.get_mut(&sid) {
-                        h.ends_at = ctx.now;
-                    }
+                    h.ends_at = ctx.now;
                     break;
                 }
-                if !self.serve.may_send_item(sid) {
-                    ctx.truth.stats.windows_closed += 1;
-                    break;
-                }
-                let Some(seq) = self.serve.handle_item(sid, now) else {
-                    break;
-                };
-                let item = Record::Item(wire::Item {
-                    call_id,
-                    seq,
-                    payload: Bytes::from(format!("item:{uid}:{seq}")),
-                });
-                self.send(ctx, conn, &item);
-                ctx.truth.on_item_sent(uid, st.window);
-                if let Some(s) = self.handlers.get_mut(&sid).and_then(|h| h.stream.as_mut()) {
-                    s.sent += 1;
-                    if !s.gap.is_zero() {
-                        s.next_at = ctx.now + s.gap;
-                        if s.sent < s.total {
-                            break;
+                let payload = Bytes::from(format!("item:{uid}:{}", st.sent));
+                match self.serving.handle_item(sid, payload, sid, now) {
+                    Some(s) => self.streamed(ctx, s),
+                    None => {
+                        if let Some(st) =
+                            self.handlers.get_mut(&sid).and_then(|h| h.stream.as_mut())
+                        {
+                            st.held = true;
                         }
+                        ctx.truth.stats.windows_closed += 1;
+                        break;
                     }
                 }
             }

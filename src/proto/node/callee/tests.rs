@@ -2,12 +2,12 @@
 //! of the tests' own and a manual clock.
 
 use super::*;
-use crate::proto::node::keys::{Key, LinkKey};
+use crate::proto::node::keys::{CallKey, Key, LinkKey};
 use crate::proto::wire::{Name, Semantics as Pin};
 use crate::proto::ConnId;
 
 /// The core as the tests drive it: a job is the caller's call id, an item's reply is `()`.
-type Core = Serving<u64, ()>;
+type Core = Serving<u64, (), CallKey>;
 
 /// A served channel "c": method "set" (an idempotent command, conflating where
 /// `conflate`), "get" (a query) and "fire" (a non-repeatable command); nothing else.
@@ -30,7 +30,7 @@ impl Chan {
     }
 }
 
-impl ServedChannel for Chan {
+impl ServedChannel<CallKey> for Chan {
     type Call = u64;
     type Job = u64;
 
@@ -64,7 +64,7 @@ impl ServedChannel for Chan {
         })
     }
 
-    fn open(&self, _: From, req: &wire::Request, _: Instant) -> u64 {
+    fn open(&self, _: From<CallKey>, req: &wire::Request, _: Instant) -> u64 {
         req.call_id.get()
     }
 
@@ -87,7 +87,7 @@ fn conn(n: u64) -> CallKey {
     (LinkKey::from_index(0), ConnId(n))
 }
 
-fn from(n: u64) -> From {
+fn from(n: u64) -> From<CallKey> {
     From {
         key: conn(n),
         rid: String::new(),

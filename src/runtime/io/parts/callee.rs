@@ -40,10 +40,10 @@ pub const GRACEFUL_STOP_BOUND: Duration = Duration::from_secs(10);
 type ItemReply = oneshot::Sender<Result<(), ServeError>>;
 
 /// A call the core took, not yet ACCEPTed on the wire.
-pub(crate) type Accepting = callee::Accepting<ServeJob>;
+pub(crate) type Accepting = callee::Accepting<ServeJob, CallKey>;
 
 /// A stream item whose ITEM the I/O thread is to send now.
-pub(crate) type ItemToSend = callee::ItemToSend<ItemReply>;
+pub(crate) type ItemToSend = callee::ItemToSend<ItemReply, CallKey>;
 
 /// The callee's state (see the module docs). Its fields are its own: the I/O thread talks to
 /// it through its methods, and to the core through [`Callee::serving`] where the shell adds
@@ -52,7 +52,7 @@ pub(crate) struct Callee {
     /// The channels this node serves.
     served: HashMap<String, Served>,
     /// The calls this node serves, as the core keeps them.
-    serving: Serving<ServeJob, ItemReply>,
+    serving: Serving<ServeJob, ItemReply, CallKey>,
     /// Handlers running on tasks, signalled or stopped when their caller is gone.
     handlers: Handlers,
     /// Channels whose inline handler overran its budget (logged once each).
@@ -71,14 +71,14 @@ impl Callee {
     }
 
     /// The core's calls, for what the shell only forwards: the drain, the timers, the counts.
-    pub(crate) fn serving(&self) -> &Serving<ServeJob, ItemReply> {
+    pub(crate) fn serving(&self) -> &Serving<ServeJob, ItemReply, CallKey> {
         &self.serving
     }
 
     /// The core's calls, to drive (see [`Callee::serving`]). Only inputs that leave no output
     /// for the shell go this way: [`Serving::begin_drain`] and [`Serving::handle_timeout`]
     /// (their answers come out of [`Callee::poll_answer`]).
-    pub(crate) fn serving_mut(&mut self) -> &mut Serving<ServeJob, ItemReply> {
+    pub(crate) fn serving_mut(&mut self) -> &mut Serving<ServeJob, ItemReply, CallKey> {
         &mut self.serving
     }
 
@@ -102,7 +102,7 @@ impl Callee {
     /// was taken: send its ACCEPT now, then report with [`Callee::handle_accept_sent`].
     pub(crate) fn handle_request(
         &mut self,
-        from: From,
+        from: From<CallKey>,
         req: wire::Request,
         who: impl Fn() -> Caller,
         now: Instant,
@@ -204,7 +204,7 @@ impl Callee {
     /// the handlers of running calls whose ttl passed are signalled, and the stream items
     /// that waited for a window of a call that is over are told the stream is over.
     #[must_use]
-    pub(crate) fn poll_answer(&mut self, now: Instant) -> Option<Answer> {
+    pub(crate) fn poll_answer(&mut self, now: Instant) -> Option<Answer<CallKey>> {
         self.signal_overdue();
         for reply in self.serving.release_held() {
             let _ = reply.send(Err(stream_over()));
@@ -331,7 +331,7 @@ struct Channel<'a, W> {
     who: W,
 }
 
-impl<W: Fn() -> Caller> ServedChannel for Channel<'_, W> {
+impl<W: Fn() -> Caller> ServedChannel<CallKey> for Channel<'_, W> {
     type Call = Request;
     type Job = ServeJob;
 
@@ -373,7 +373,7 @@ impl<W: Fn() -> Caller> ServedChannel for Channel<'_, W> {
         Err(Refusal { code, message })
     }
 
-    fn open(&self, from: From, req: &wire::Request, now: Instant) -> Request {
+    fn open(&self, from: From<CallKey>, req: &wire::Request, now: Instant) -> Request {
         Request::new(
             req.channel.as_str().to_owned(),
             req.method.as_str().to_owned(),
@@ -432,7 +432,7 @@ fn split(result: Result<Bytes, ServeError>) -> (ReplyCode, Bytes) {
 }
 
 /// The ITEM of a stream item to send, or `None` once its handler was told the stream is over.
-fn stream(s: Streamed<ItemReply>) -> Option<ItemToSend> {
+fn stream(s: Streamed<ItemReply, CallKey>) -> Option<ItemToSend> {
     match s {
         Streamed::Send(item) => Some(item),
         Streamed::Over(reply) => {
