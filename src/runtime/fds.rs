@@ -220,6 +220,15 @@ pub fn classify(e: zmq::Error, connections: usize, base: u64) -> Option<Exhauste
     if e != zmq::Error::EMFILE {
         return None;
     }
+    classify_exhausted(connections, base)
+}
+
+/// Which resource ran out, for an operation that failed for want of a descriptor or a socket
+/// slot (a transport error that says so,
+/// [`SocketError::is_out_of_descriptors`](crate::runtime::transport::SocketError::is_out_of_descriptors)):
+/// as [`classify`] after its check of the error; `None` only where the descriptor limit
+/// cannot be read.
+pub fn classify_exhausted(connections: usize, base: u64) -> Option<Exhausted> {
     let open = open_count();
     if system_table_full() {
         return Some(Exhausted::SystemTable { open });

@@ -27,7 +27,8 @@ use tokio::sync::Notify;
 
 use super::error::SendError;
 use super::records;
-use super::socket::FrameSocket;
+use super::socket::ZmqSocket;
+use super::transport::TransportSocket;
 use super::wake::WakeUp;
 use crate::proto::node::keys::LinkKey;
 use crate::proto::wire::{
@@ -517,7 +518,7 @@ pub(crate) const PUBPACK_RECORDS: usize = PubPack::MAX;
 pub(crate) const PUBPACK_BYTES: usize = 4 * 1024;
 
 struct PubState {
-    socket: zmq::Socket,
+    socket: ZmqSocket,
     generation: NonZeroU64,
     /// The sequence number of the last record published (held records included).
     seq: u64,
@@ -557,7 +558,7 @@ impl HeldRun {
 impl PubSocket {
     /// The publisher of a node of lifecycle `generation`, over its bound XPUB `socket` (in
     /// manual mode); `wake` wakes the node's I/O thread for a look.
-    pub(crate) fn new(socket: zmq::Socket, generation: u64, wake: Arc<WakeUp>) -> PubSocket {
+    pub(crate) fn new(socket: ZmqSocket, generation: u64, wake: Arc<WakeUp>) -> PubSocket {
         PubSocket {
             state: Mutex::new(Some(PubState {
                 socket,
@@ -664,16 +665,12 @@ impl PubSocket {
             packs: packed_before,
         };
         for _ in 0..max {
-            match p.socket.try_recv_frames() {
+            match p.socket.try_recv() {
                 Ok(Some(frames)) => match subscription(&frames) {
                     Some((subscribe, prefix)) => {
                         // Right after the read: libzmq applies it to the connection that sent
                         // it (manual mode).
-                        let applied = if subscribe {
-                            p.socket.set_subscribe(prefix)
-                        } else {
-                            p.socket.set_unsubscribe(prefix)
-                        };
+                        let applied = p.socket.apply_subscription(subscribe, prefix);
                         if let Err(e) = applied {
                             tracing::warn!(error = %e, "subscription not applied");
                         }
@@ -703,17 +700,14 @@ impl PubSocket {
         if read.joined {
             p.send_beacon();
             // The send may have consumed the signal of a subscription that came meanwhile.
-            read.more |= p
-                .socket
-                .get_events()
-                .is_ok_and(|ev| ev.contains(zmq::POLLIN));
+            read.more |= p.socket.has_input();
         }
         read
     }
 
     /// Takes the socket out (the node stops), after sending the records held: publishing
     /// fails from now on.
-    pub(crate) fn close(&self) -> Option<zmq::Socket> {
+    pub(crate) fn close(&self) -> Option<ZmqSocket> {
         let mut guard = self.lock();
         if let Some(p) = guard.as_mut() {
             p.flush();
@@ -771,9 +765,7 @@ impl PubState {
                     &mut self.body,
                 );
                 // PUB never blocks; at HWM libzmq drops for that subscriber (fanout loss rule).
-                let _ = self
-                    .socket
-                    .send_frames(&[&self.run.topic, &self.env, &self.body]);
+                let _ = self.socket.send(&[&self.run.topic, &self.env, &self.body]);
             }
         }
         self.run.payloads.clear();
@@ -784,13 +776,13 @@ impl PubState {
     fn send_publish(&self, topic: &[u8], seq: u64, payload: &[u8]) {
         let env = records::publish_envelope(self.generation.get(), seq);
         // PUB never blocks; at HWM libzmq drops for that subscriber (fanout loss rule).
-        let _ = self.socket.send_frames(&[topic, &env, payload]);
+        let _ = self.socket.send(&[topic, &env, payload]);
     }
 
     /// Sends the two beacon frames (MISSION L4).
     fn send_beacon(&self) {
         let [topic, payload] = encode_beacon();
-        if let Err(e) = self.socket.send_frames(&[topic, payload]) {
+        if let Err(e) = self.socket.send(&[topic, payload]) {
             tracing::warn!(error = %e, "beacon not sent");
         }
     }

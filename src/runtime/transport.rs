@@ -48,7 +48,9 @@
 //!   reaches a subscriber is still in order.
 //! - **Subscriptions.** A SUB receives the records whose first frame starts with one of the
 //!   prefixes it subscribed to; the empty prefix takes everything. A subscription takes
-//!   effect once it reached the publisher, after the connection's handshake.
+//!   effect once it reached the publisher, after the connection's handshake; at a
+//!   [`SocketKind::Publisher`], once the node read it and applied it
+//!   ([`TransportSocket::apply_subscription`]), and not before.
 //! - **Connection notices in band.** A ROUTER made for either role names each connection's
 //!   attach and loss in its record stream (`ROUTER_NOTIFY`): a record of the connection's
 //!   routing id and one empty frame, the attach before any record of the connection, the loss
@@ -64,10 +66,23 @@
 //!   monitor reports [`SocketEvent::Accepted`] and then [`SocketEvent::HandshakeSucceeded`]
 //!   for each connection, and [`SocketEvent::Disconnected`] under the accept's handle when it
 //!   ends; it does not say which routing id a connection has (the in-band notices do).
+//! - **Stopping a monitor.** A monitor stopped while its socket stays open
+//!   ([`Transport::stop_monitor`]) hands back the events raised before the stop and reports
+//!   nothing after it. A close watch attached to that socket later
+//!   ([`Transport::watch_close`]) reports [`SocketEvent::Stopped`] when the socket is closed
+//!   and gone, and nothing else: not the loss of its connection, nor a retried dial.
+//! - **Security.** A socket made a CURVE server ([`TransportSocket::secure_server`]) before
+//!   it binds accepts only connections that complete a CurveZMQ handshake, in which the
+//!   client proves the key it presents; a CURVE client ([`TransportSocket::secure_client`])
+//!   completes a handshake only with a server that holds the secret key of the public key it
+//!   was given. An implementation that does not model security (the simulated network)
+//!   accepts both calls, records them, and connects as without them.
 
 use std::collections::HashSet;
 
+use crate::proto::security::PublicKey;
 use crate::proto::transport::MonitorEvent;
+use crate::runtime::security::KeyPair;
 
 /// A kind of socket zmesh uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -81,6 +96,12 @@ pub enum SocketKind {
     Pub,
     /// Receives what it subscribed to from a publisher: a fanout subscription.
     Sub,
+    /// A [`SocketKind::Pub`] that hands each subscription to the node instead of applying
+    /// it: the node reads it ([`TransportSocket::try_recv`]: one frame, `1` or `0` for
+    /// subscribe or cancel, then the prefix) and applies it to the connection that sent it
+    /// ([`TransportSocket::apply_subscription`]): the node's publisher (libzmq: an XPUB in
+    /// manual mode).
+    Publisher,
 }
 
 /// What a socket is for; the options zmesh sets follow from it (`runtime::socket` lists
@@ -89,11 +110,11 @@ pub enum SocketKind {
 pub enum SocketRole<'a> {
     /// Binds an endpoint that peers dial; shared by the connections it accepts. Flushes what
     /// it queued for a short while when closed. `domain` names the socket to the transport's
-    /// admission of new connections (libzmq: the ZAP domain, used when the node runs a ZAP
-    /// handler).
+    /// admission of new connections ([`Transport::admission`]; libzmq: the ZAP domain); with
+    /// none, its connections are not put to the admission.
     Bound {
-        /// The name the transport's admission knows the socket by.
-        domain: &'a str,
+        /// The name the transport's admission knows the socket by, if it admits for it.
+        domain: Option<&'a str>,
     },
     /// Dials one endpoint and holds one connection to it. Drops what is queued when closed
     /// (a closed dialled socket's connection is dead or being replaced).
@@ -196,6 +217,15 @@ impl SocketEvent {
     }
 }
 
+/// What a transport's operations fail with: an error that says whether it is the node
+/// running out of descriptors (or of the transport's own socket slots), which the node
+/// reports as a named failure with its figures (`runtime::fds`) and retries with its backoff.
+pub trait SocketError: std::error::Error + 'static {
+    /// Whether the operation failed for want of a file descriptor or a socket slot (libzmq:
+    /// `EMFILE`, which the socket layer also reports for the system's file table, `ENFILE`).
+    fn is_out_of_descriptors(&self) -> bool;
+}
+
 /// Makes sockets. One per node (libzmq: the node's contexts); its sockets may outlive
 /// borrows of it.
 pub trait Transport {
@@ -206,6 +236,10 @@ pub trait Transport {
         Readiness = <Self::Socket as TransportSocket>::Readiness,
         Error = <Self::Socket as TransportSocket>::Error,
     >;
+    /// What a socket whose monitor was stopped keeps, to have its close watched
+    /// ([`Transport::stop_monitor`], [`Transport::watch_close`]); libzmq: the room the socket
+    /// and its monitor take in their context.
+    type Room;
 
     /// A new socket of `kind` for `role`, with the options zmesh sets, and its monitor. It
     /// has no routing id, endpoint or subscription yet.
@@ -227,6 +261,42 @@ pub trait Transport {
     /// while its socket can still raise one stops a libzmq thread for good
     /// (`runtime::socket::MonitorSocket`).
     fn close_stopping_monitor(socket: Self::Socket, monitor: Self::Monitor) -> Vec<SocketEvent>;
+
+    /// The transport's admission of new connections to its bound sockets: a socket on which
+    /// the transport asks, for each connection a bound socket accepts, whether it may carry
+    /// records, and the node answers each request on the same socket (libzmq: the ZAP
+    /// handler, a ROUTER at `inproc://zeromq.zap.01`; its requests and replies are ZAP's,
+    /// [`crate::proto::security::ZapRequest`]). A request names the socket by the `domain` of
+    /// its [`SocketRole::Bound`]. Made once, before the bound sockets it admits for; until
+    /// then, and without it, bound sockets admit every connection. A transport that does not
+    /// model admission gives a socket on which no request ever arrives.
+    fn admission(&mut self) -> Result<Self::Socket, <Self::Socket as TransportSocket>::Error>;
+
+    /// Stops `monitor`, the monitor of `socket`, which stays open: the transport raises no
+    /// event for it any more (a dialled ROUTER learns of its connection's loss in band once
+    /// its handshake is done, [`RouterNotices`]). Returns the events raised before the stop,
+    /// in order, still to be acted on, and what the socket keeps to have its close watched
+    /// later ([`Transport::watch_close`]). If the transport refuses, the monitor runs on and
+    /// comes back with the error.
+    #[allow(clippy::type_complexity, clippy::result_large_err)]
+    fn stop_monitor(
+        socket: &Self::Socket,
+        monitor: Self::Monitor,
+    ) -> Result<
+        (Vec<SocketEvent>, Self::Room),
+        (<Self::Socket as TransportSocket>::Error, Self::Monitor),
+    >;
+
+    /// A monitor of `socket`, whose monitor was stopped ([`Transport::stop_monitor`] gave
+    /// `room`), that reports the socket's close alone ([`SocketEvent::Stopped`], once the
+    /// closed socket is gone): attached right before a dialled socket is closed, so that its
+    /// close is confirmed before a replacement is dialled (MISSION F3), as for a socket that
+    /// kept its monitor. On error `room` is given up and the close goes unconfirmed.
+    fn watch_close(
+        &self,
+        socket: &Self::Socket,
+        room: Self::Room,
+    ) -> Result<Self::Monitor, <Self::Socket as TransportSocket>::Error>;
 }
 
 /// One socket. Every operation returns at once; none blocks.
@@ -234,7 +304,7 @@ pub trait TransportSocket {
     /// A received frame.
     type Frame: AsRef<[u8]>;
     /// What an operation fails with.
-    type Error: std::error::Error + 'static;
+    type Error: SocketError;
     /// What a poller waits on for this socket (libzmq: its `ZMQ_FD`).
     type Readiness;
 
@@ -249,8 +319,24 @@ pub trait TransportSocket {
     /// endpoint nobody binds yet is retried.
     fn connect(&self, endpoint: &str) -> Result<(), Self::Error>;
 
+    /// Makes the socket a CURVE server with `pair`'s keys; before it binds. Every connection
+    /// must complete a CurveZMQ handshake in which the client proves it holds the secret key
+    /// of the public key it presents (the transport's admission then decides whether that key
+    /// is allowed).
+    fn secure_server(&self, pair: &KeyPair) -> Result<(), Self::Error>;
+
+    /// Makes the socket a CURVE client with `pair`'s keys that accepts only a server holding
+    /// the secret key of `server`; before it connects. A server with another key cannot
+    /// complete the handshake, so nothing it sends is ever read.
+    fn secure_client(&self, pair: &KeyPair, server: &PublicKey) -> Result<(), Self::Error>;
+
     /// A SUB socket's subscription to records whose first frame starts with `prefix`.
     fn subscribe(&self, prefix: &[u8]) -> Result<(), Self::Error>;
+
+    /// A [`SocketKind::Publisher`]'s application of the subscription it received last (or
+    /// its cancel, `subscribe` false) to the connection that sent it: from now on that
+    /// connection gets the records whose first frame starts with `prefix`.
+    fn apply_subscription(&self, subscribe: bool, prefix: &[u8]) -> Result<(), Self::Error>;
 
     /// Sends one record (every frame of it, a ROUTER's routing id first) without blocking;
     /// all of it is queued or none.
@@ -286,7 +372,7 @@ pub trait TransportSocket {
 /// The events of one socket, in the order the transport raised them.
 pub trait TransportMonitor {
     /// What an operation fails with.
-    type Error: std::error::Error + 'static;
+    type Error: SocketError;
     /// What a poller waits on for this monitor.
     type Readiness;
 
@@ -299,6 +385,18 @@ pub trait TransportMonitor {
     /// What a poller waits on for this monitor (edge-like, as
     /// [`TransportSocket::readiness`]).
     fn readiness(&self) -> Result<Self::Readiness, Self::Error>;
+
+    /// Reads every queued event and says whether one was [`SocketEvent::Stopped`]: the
+    /// confirmation that the closed socket is gone, after which the monitor reports nothing
+    /// and may be dropped. The other events, of the connection that was closed, are read and
+    /// ignored.
+    fn close_confirmed(&self) -> bool {
+        let mut stopped = false;
+        while let Some(event) = self.try_event() {
+            stopped |= event == SocketEvent::Stopped;
+        }
+        stopped
+    }
 }
 
 /// Tells a ROUTER's in-band connection notices apart (see the module's contract): the first

@@ -15,6 +15,7 @@
 //! [`TransportSocket::close`], their monitor kept until it reported `Stopped` ([`close_dialled`]),
 //! as the node does.
 
+use zmesh::runtime::security::KeyPair;
 use zmesh::runtime::socket::HWM;
 use zmesh::runtime::transport::{
     Opened, RouterNotices, SocketEvent, SocketKind, SocketRole, SocketSendError, Transport,
@@ -100,6 +101,21 @@ macro_rules! transport_contract {
         fn f4_a_dial_to_nobody_is_retried_and_connects_once_bound() {
             contract::retried_dial(&mut $make);
         }
+
+        #[test]
+        fn f3_a_stopped_monitor_reports_nothing_more_and_a_close_watch_only_the_close() {
+            contract::stopped_monitor(&mut $make);
+        }
+
+        #[test]
+        fn t3_a_publisher_hands_subscriptions_over_and_applies_them_when_told() {
+            contract::publisher(&mut $make);
+        }
+
+        #[test]
+        fn s1_a_curve_client_that_expects_the_servers_key_connects_and_carries_records() {
+            contract::secured(&mut $make);
+        }
     };
 }
 
@@ -169,7 +185,13 @@ fn open<H: Harness>(h: &mut H, kind: SocketKind, role: SocketRole<'_>) -> Pair<H
 
 /// A bound socket of `kind` with routing id `id`, and the endpoint it bound.
 fn bound<H: Harness>(h: &mut H, kind: SocketKind, id: &[u8]) -> (Pair<H>, String) {
-    let p = open(h, kind, SocketRole::Bound { domain: "contract" });
+    let p = open(
+        h,
+        kind,
+        SocketRole::Bound {
+            domain: Some("contract"),
+        },
+    );
     p.socket.set_routing_id(id).expect("routing id");
     let ep = p.socket.bind(&h.wildcard()).expect("bind");
     assert!(!ep.contains('*'), "the wildcard of {ep} is resolved");
@@ -696,7 +718,9 @@ pub fn retried_dial<H: Harness>(h: &mut H) {
     let b = open(
         h,
         SocketKind::Router,
-        SocketRole::Bound { domain: "contract" },
+        SocketRole::Bound {
+            domain: Some("contract"),
+        },
     );
     b.socket.set_routing_id(b"B").expect("routing id");
     assert_eq!(b.socket.bind(&ep).expect("bind"), ep);
@@ -713,4 +737,104 @@ pub fn retried_dial<H: Harness>(h: &mut H) {
     );
     close_dialled(h, d);
     close_stopping::<H>(b);
+}
+
+/// A CURVE server and a CURVE client that expects the server's key: the handshake completes
+/// (nothing else before it: a client given another key would fail it) and records pass
+/// both ways.
+pub fn secured<H: Harness>(h: &mut H) {
+    let server = KeyPair::generate().expect("a key pair");
+    let client = KeyPair::generate().expect("a key pair");
+    let b = open(
+        h,
+        SocketKind::Router,
+        SocketRole::Bound {
+            domain: Some("contract"),
+        },
+    );
+    b.socket.set_routing_id(b"B").expect("routing id");
+    b.socket.secure_server(&server).expect("a CURVE server");
+    let ep = b.socket.bind(&h.wildcard()).expect("bind");
+    let d = open(h, SocketKind::Router, SocketRole::Dialled);
+    d.socket.set_routing_id(b"d").expect("routing id");
+    d.socket
+        .secure_client(&client, &server.public)
+        .expect("a CURVE client");
+    d.socket.connect(&ep).expect("connect");
+    handshake(h, &d.monitor, "d's CURVE handshake", |_| false);
+    assert_eq!(recv(h, &b.socket, "B: d attached"), [&b"d"[..], b""]);
+    assert_eq!(recv(h, &d.socket, "d: B attached"), [&b"B"[..], b""]);
+    d.socket.send(&[b"B", b"up"]).expect("d -> B");
+    assert_eq!(recv(h, &b.socket, "B: d's record"), [&b"d"[..], b"up"]);
+    b.socket.send(&[b"d", b"down"]).expect("B -> d");
+    assert_eq!(recv(h, &d.socket, "d: B's record"), [&b"B"[..], b"down"]);
+    close_dialled(h, d);
+    close_stopping::<H>(b);
+}
+
+/// A dialled ROUTER's monitor stopped once its connection attached, as the node does: the
+/// stop hands back what the monitor held (its handshake at most), the socket carries records
+/// on, and a close watch attached afterwards reports the socket's close and nothing else,
+/// though the connection is lost and redialled before the close.
+pub fn stopped_monitor<H: Harness>(h: &mut H) {
+    let (b, ep) = bound::<H>(h, SocketKind::Router, b"B");
+    let Opened { socket, monitor } = dialled::<H>(h, SocketKind::Router, b"d", &ep);
+    let mut on_d = RouterNotices::default();
+    let r = recv(h, &socket, "d: B's attach");
+    assert!(matches!(
+        on_d.classify(&r),
+        Some(SocketEvent::PeerConnected { .. })
+    ));
+    let (held, room) = match <H::T as Transport>::stop_monitor(&socket, monitor) {
+        Ok(stopped) => stopped,
+        Err((e, _)) => panic!("the monitor stops: {e}"),
+    };
+    assert!(
+        held.iter().all(|e| *e == SocketEvent::HandshakeSucceeded) && held.len() <= 1,
+        "a stopped monitor hands back what it held: {held:?}"
+    );
+    socket.send(&[b"B", b"after"]).expect("d -> B");
+    assert_eq!(recv(h, &b.socket, "B: d attached"), [&b"d"[..], b""]);
+    assert_eq!(recv(h, &b.socket, "B: d's record"), [&b"d"[..], b"after"]);
+    let watch = h
+        .transport()
+        .watch_close(&socket, room)
+        .expect("a close watch");
+    close_stopping::<H>(b);
+    let loss = recv(h, &socket, "d: B's loss");
+    assert!(matches!(
+        on_d.classify(&loss),
+        Some(SocketEvent::PeerDisconnected { .. })
+    ));
+    socket.close();
+    assert_eq!(
+        events_until(h, &watch, "d's close", |e| *e == SocketEvent::Stopped),
+        [SocketEvent::Stopped],
+        "a close watch reports the close alone, not the loss or the redial before it"
+    );
+}
+
+/// A [`SocketKind::Publisher`] hands a SUB's subscription to its reader and does not apply
+/// it: a record sent before the node applied it does not reach the SUB, one sent after does.
+pub fn publisher<H: Harness>(h: &mut H) {
+    let (p, ep) = bound::<H>(h, SocketKind::Publisher, b"P");
+    let s = sub::<H>(h, &[b"a"], &ep);
+    let got = recv(h, &p.socket, "P: s's subscription");
+    assert_eq!(got, [&b"\x01a"[..]], "a subscription: 1, then the prefix");
+    p.socket
+        .send(&[b"a", b"before"])
+        .expect("a publisher's send");
+    p.socket
+        .apply_subscription(true, b"a")
+        .expect("the subscription applied");
+    p.socket
+        .send(&[b"a", b"after"])
+        .expect("a publisher's send");
+    assert_eq!(
+        recv(h, &s.socket, "s: the record sent after the apply"),
+        [&b"a"[..], b"after"],
+        "nothing sent before the apply reaches the subscriber"
+    );
+    close_stopping::<H>(s);
+    close_stopping::<H>(p);
 }

@@ -32,6 +32,9 @@
 //!   when it subscribes; they take effect at the publisher when they arrive. A PUB sends a
 //!   record to each connection whose subscriptions prefix its first frame, and drops it for a
 //!   connection whose pipe is full ([`SimNet::dropped`] counts those); a send never fails.
+//!   A [`SocketKind::Publisher`] hands each subscription to its reader instead (one frame,
+//!   `1` and the prefix) and applies it to the pipe it came on when told
+//!   ([`TransportSocket::apply_subscription`]).
 //! - **Connection notices.** Both ROUTER roles get an empty record from a connection's
 //!   routing id when its handshake is done (before its records) and when it ends (after
 //!   them); one that finds the pipe full is dropped.
@@ -42,13 +45,19 @@
 //!   fresh handle) and `ConnectRetried`, and tries again after 100 ms, doubling up to 1 s,
 //!   as zmesh's reconnect interval; so does a dialled socket whose connection ended (after
 //!   `Disconnected { conn }`). A dialled ROUTER or DEALER's monitor reports `Stopped` when it
-//!   is closed; closing a socket reports nothing else to its own monitor.
+//!   is closed; closing a socket reports nothing else to its own monitor. A stopped monitor
+//!   ([`Transport::stop_monitor`]) hands back what it held and gets nothing more; a close
+//!   watch ([`Transport::watch_close`]) gets the socket's `Stopped` alone.
 //! - **Closing.** A dialled socket drops what it still had queued; a bound one, or one
 //!   [`TransportSocket::linger_on_close`] was asked of, sends it first (for up to 200 ms of
 //!   virtual time, [`zmesh::runtime::socket::CLOSE_LINGER_MS`]). The peer hears of the end in
 //!   the next round (at once, as libzmq's peer of a closed TCP connection does).
 //!
-//! Not modelled: security mechanisms and ZAP (no handshake ever fails), `MAXMSGSIZE`,
+//! - **Security.** [`TransportSocket::secure_server`] and [`TransportSocket::secure_client`]
+//!   are accepted and recorded ([`SimSocket::curve`]); nothing else follows from them.
+//!
+//! Not modelled: security mechanisms and ZAP (no handshake ever fails, whatever keys the
+//! sockets were given), `MAXMSGSIZE`,
 //! libzmq's handshake deadline, latency (a record moves in the round after it was sent),
 //! kernel buffers (a pipe holds `SNDHWM + RCVHWM` records, libzmq's some more), and the
 //! hazard of a libzmq monitor dropped before its socket's last event (here it just goes).
@@ -59,10 +68,12 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use zmesh::proto::security::PublicKey;
+use zmesh::runtime::security::KeyPair;
 use zmesh::runtime::socket::{CLOSE_LINGER_MS, HWM};
 use zmesh::runtime::transport::{
-    Opened, SocketEvent, SocketKind, SocketRole, SocketSendError, Transport, TransportMonitor,
-    TransportSocket,
+    Opened, SocketError, SocketEvent, SocketKind, SocketRole, SocketSendError, Transport,
+    TransportMonitor, TransportSocket,
 };
 
 /// The first reconnect interval of a dialled socket (zmesh sets libzmq's `RECONNECT_IVL`).
@@ -95,6 +106,13 @@ impl std::fmt::Display for SimError {
 
 impl std::error::Error for SimError {}
 
+/// The simulated network has no descriptors to run out of.
+impl SocketError for SimError {
+    fn is_out_of_descriptors(&self) -> bool {
+        false
+    }
+}
+
 /// What a poller waits on for a simulated socket or monitor: the socket's id (the simulated
 /// network has no descriptors; its caller asks [`TransportSocket::has_input`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -119,10 +137,39 @@ pub struct SimSocket {
     id: u64,
 }
 
+/// The CURVE role a simulated socket was given ([`SimSocket::curve`]): recorded, not
+/// enforced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SimCurve {
+    /// [`TransportSocket::secure_server`]: a CURVE server with this public key.
+    Server {
+        /// The socket's public key.
+        public: PublicKey,
+    },
+    /// [`TransportSocket::secure_client`]: a CURVE client with this public key, expecting
+    /// `server`'s.
+    Client {
+        /// The socket's public key.
+        public: PublicKey,
+        /// The key it expects of the server.
+        server: PublicKey,
+    },
+}
+
+impl SimSocket {
+    /// The CURVE role the socket was given, if any (the simulation does not enforce it).
+    pub fn curve(&self) -> Option<SimCurve> {
+        self.world.borrow().sockets.get(&self.id)?.curve
+    }
+}
+
 /// The monitor of a simulated socket: its events, from the round they were raised in.
 pub struct SimMonitor {
     world: Rc<RefCell<World>>,
+    /// The socket's id.
     id: u64,
+    /// Which of the socket's monitors this is (a close watch replaces a stopped one).
+    token: u64,
 }
 
 impl Default for SimNet {
@@ -185,16 +232,23 @@ impl SimNet {
     }
 }
 
+/// A stopped monitor leaves nothing for the socket to keep (`Room = ()`): a close watch is
+/// attached to the socket by its id.
 impl Transport for SimTransport {
     type Socket = SimSocket;
     type Monitor = SimMonitor;
+    type Room = ();
 
     fn socket(
         &mut self,
         kind: SocketKind,
         role: SocketRole<'_>,
     ) -> Result<Opened<SimSocket, SimMonitor>, SimError> {
-        let id = self.world.borrow_mut().open(kind, role);
+        let (id, token) = {
+            let mut w = self.world.borrow_mut();
+            let id = w.open(kind, role);
+            (id, w.watch(id, false))
+        };
         Ok(Opened {
             socket: SimSocket {
                 world: self.world.clone(),
@@ -203,18 +257,48 @@ impl Transport for SimTransport {
             monitor: SimMonitor {
                 world: self.world.clone(),
                 id,
+                token,
             },
         })
     }
 
-    fn close_stopping_monitor(socket: SimSocket, monitor: SimMonitor) -> Vec<SocketEvent> {
-        let events = monitor
+    /// A ROUTER bound to no endpoint: the simulation does not model admission, so no
+    /// request ever arrives on it.
+    fn admission(&mut self) -> Result<SimSocket, SimError> {
+        let id = self
             .world
             .borrow_mut()
-            .monitors
-            .remove(&monitor.id)
-            .map(Vec::from)
-            .unwrap_or_default();
+            .open(SocketKind::Router, SocketRole::Bound { domain: None });
+        Ok(SimSocket {
+            world: self.world.clone(),
+            id,
+        })
+    }
+
+    fn stop_monitor(
+        _socket: &SimSocket,
+        monitor: SimMonitor,
+    ) -> Result<(Vec<SocketEvent>, ()), (SimError, SimMonitor)> {
+        let events = monitor.take_events();
+        drop(monitor);
+        Ok((events, ()))
+    }
+
+    fn watch_close(&self, socket: &SimSocket, _room: ()) -> Result<SimMonitor, SimError> {
+        let mut w = self.world.borrow_mut();
+        if !w.sockets.contains_key(&socket.id) {
+            return Err(SimError::NotSupported("a close watch on a closed socket"));
+        }
+        let token = w.watch(socket.id, true);
+        Ok(SimMonitor {
+            world: self.world.clone(),
+            id: socket.id,
+            token,
+        })
+    }
+
+    fn close_stopping_monitor(socket: SimSocket, monitor: SimMonitor) -> Vec<SocketEvent> {
+        let events = monitor.take_events();
         drop(monitor);
         drop(socket);
         events
@@ -241,8 +325,27 @@ impl TransportSocket for SimSocket {
         self.world.borrow_mut().connect(self.id, endpoint)
     }
 
+    fn secure_server(&self, pair: &KeyPair) -> Result<(), SimError> {
+        self.set_curve(SimCurve::Server {
+            public: pair.public,
+        })
+    }
+
+    fn secure_client(&self, pair: &KeyPair, server: &PublicKey) -> Result<(), SimError> {
+        self.set_curve(SimCurve::Client {
+            public: pair.public,
+            server: *server,
+        })
+    }
+
     fn subscribe(&self, prefix: &[u8]) -> Result<(), SimError> {
         self.world.borrow_mut().subscribe(self.id, prefix)
+    }
+
+    fn apply_subscription(&self, subscribe: bool, prefix: &[u8]) -> Result<(), SimError> {
+        self.world
+            .borrow_mut()
+            .apply_subscription(self.id, subscribe, prefix)
     }
 
     fn send(&self, frames: &[&[u8]]) -> Result<(), SocketSendError<SimError>> {
@@ -269,6 +372,18 @@ impl TransportSocket for SimSocket {
     }
 }
 
+impl SimSocket {
+    fn set_curve(&self, curve: SimCurve) -> Result<(), SimError> {
+        match self.world.borrow_mut().sockets.get_mut(&self.id) {
+            Some(s) => {
+                s.curve = Some(curve);
+                Ok(())
+            }
+            None => Err(SimError::NotSupported("security on a closed socket")),
+        }
+    }
+}
+
 impl Drop for SimSocket {
     fn drop(&mut self) {
         self.world.borrow_mut().close(self.id);
@@ -283,7 +398,9 @@ impl TransportMonitor for SimMonitor {
         self.world
             .borrow_mut()
             .monitors
-            .get_mut(&self.id)?
+            .get_mut(&self.id)
+            .filter(|m| m.token == self.token)?
+            .events
             .pop_front()
     }
 
@@ -292,7 +409,7 @@ impl TransportMonitor for SimMonitor {
             .borrow()
             .monitors
             .get(&self.id)
-            .is_some_and(|q| !q.is_empty())
+            .is_some_and(|m| m.token == self.token && !m.events.is_empty())
     }
 
     fn readiness(&self) -> Result<SimReady, SimError> {
@@ -300,10 +417,34 @@ impl TransportMonitor for SimMonitor {
     }
 }
 
+impl SimMonitor {
+    /// Stops the monitor: the events queued, and none from now on.
+    fn take_events(&self) -> Vec<SocketEvent> {
+        let mut w = self.world.borrow_mut();
+        match w.monitors.get(&self.id) {
+            Some(m) if m.token == self.token => w
+                .monitors
+                .remove(&self.id)
+                .map(|m| Vec::from(m.events))
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        }
+    }
+}
+
 impl Drop for SimMonitor {
     fn drop(&mut self) {
-        self.world.borrow_mut().monitors.remove(&self.id);
+        drop(self.take_events());
     }
+}
+
+/// The monitor a socket has now.
+struct Watcher {
+    /// Its [`SimMonitor::token`].
+    token: u64,
+    /// A close watch: reports [`SocketEvent::Stopped`] alone.
+    close_only: bool,
+    events: VecDeque<SocketEvent>,
 }
 
 /// A socket's role as the simulation needs it.
@@ -319,6 +460,8 @@ struct Sock {
     routing_id: Option<Vec<u8>>,
     /// Queued records leave before the close (bound sockets, or asked for).
     linger: bool,
+    /// The CURVE role it was given (recorded only).
+    curve: Option<SimCurve>,
     /// A SUB's prefixes.
     subscriptions: Vec<Vec<u8>>,
     /// Endpoints it bound (free again once it closes).
@@ -327,6 +470,8 @@ struct Sock {
     pipes: Vec<u64>,
     /// A ROUTER's pipes by the peer's routing id.
     routes: BTreeMap<Vec<u8>, u64>,
+    /// A publisher's pipe it read from last: where a subscription is applied.
+    last_read: Option<u64>,
     /// Where the next read and the next DEALER send start in `pipes`.
     next_read: usize,
     next_send: usize,
@@ -403,7 +548,8 @@ struct World {
     now: Duration,
     hwm: usize,
     sockets: BTreeMap<u64, Sock>,
-    monitors: BTreeMap<u64, VecDeque<SocketEvent>>,
+    /// Each socket's monitor, by the socket's id, while it has one.
+    monitors: BTreeMap<u64, Watcher>,
     bound: BTreeMap<String, u64>,
     pipes: BTreeMap<u64, Pipe>,
     conns: BTreeMap<u32, Conn>,
@@ -411,6 +557,8 @@ struct World {
     next_conn: u32,
     next_port: u32,
     next_routing: u32,
+    /// The next monitor's token.
+    next_token: u64,
     dropped: u64,
 }
 
@@ -428,6 +576,7 @@ impl World {
             next_conn: 1,
             next_port: FIRST_PORT,
             next_routing: 1,
+            next_token: 1,
             dropped: 0,
         }
     }
@@ -457,21 +606,40 @@ impl World {
                 role,
                 routing_id: None,
                 linger: role == Role::Bound,
+                curve: None,
                 subscriptions: Vec::new(),
                 endpoints: Vec::new(),
                 pipes: Vec::new(),
                 routes: BTreeMap::new(),
+                last_read: None,
                 next_read: 0,
                 next_send: 0,
             },
         );
-        self.monitors.insert(id, VecDeque::new());
         id
     }
 
+    /// Attaches a monitor to socket `sock` (one that reports its close alone if
+    /// `close_only`); returns the monitor's token.
+    fn watch(&mut self, sock: u64, close_only: bool) -> u64 {
+        let token = self.next_token;
+        self.next_token += 1;
+        self.monitors.insert(
+            sock,
+            Watcher {
+                token,
+                close_only,
+                events: VecDeque::new(),
+            },
+        );
+        token
+    }
+
     fn emit(&mut self, sock: u64, event: SocketEvent) {
-        if let Some(q) = self.monitors.get_mut(&sock) {
-            q.push_back(event);
+        if let Some(m) = self.monitors.get_mut(&sock) {
+            if !m.close_only || event == SocketEvent::Stopped {
+                m.events.push_back(event);
+            }
         }
     }
 
@@ -583,7 +751,7 @@ impl World {
                 }
                 Err(SocketSendError::Full)
             }
-            SocketKind::Pub => {
+            SocketKind::Pub | SocketKind::Publisher => {
                 let topic = frames[0];
                 for p in &s.pipes {
                     let Some(pipe) = self.pipes.get_mut(p) else {
@@ -627,6 +795,7 @@ impl World {
                 let from = Bytes::from(pipe.peer_id.clone().unwrap_or_default());
                 record.insert(0, from);
             }
+            s.last_read = Some(id);
             s.next_read = (at + 1) % n;
             if pipe.ended && pipe.inq.is_empty() {
                 // The pipe after it moves into its place.
@@ -641,6 +810,32 @@ impl World {
             return Ok(Some(record));
         }
         Ok(None)
+    }
+
+    fn apply_subscription(
+        &mut self,
+        sock: u64,
+        subscribe: bool,
+        prefix: &[u8],
+    ) -> Result<(), SimError> {
+        let Some(s) = self.sockets.get(&sock) else {
+            return Err(SimError::NotSupported("a subscription on a closed socket"));
+        };
+        if s.kind != SocketKind::Publisher {
+            return Err(SimError::NotSupported(
+                "a subscription applied by a socket that is not a publisher",
+            ));
+        }
+        // The connection it came on may be gone: nothing to apply it to.
+        let Some(pipe) = s.last_read.and_then(|p| self.pipes.get_mut(&p)) else {
+            return Ok(());
+        };
+        if subscribe {
+            pipe.filter.push(prefix.to_vec());
+        } else if let Some(i) = pipe.filter.iter().position(|f| f == prefix) {
+            pipe.filter.remove(i);
+        }
+        Ok(())
     }
 
     fn has_input(&self, sock: u64) -> bool {
@@ -658,7 +853,11 @@ impl World {
         for ep in &s.endpoints {
             self.bound.remove(ep);
         }
-        if s.role == Role::Dialled && matches!(s.kind, SocketKind::Router | SocketKind::Dealer) {
+        let watched = self.monitors.get(&sock).is_some_and(|m| m.close_only);
+        if watched
+            || (s.role == Role::Dialled
+                && matches!(s.kind, SocketKind::Router | SocketKind::Dealer))
+        {
             self.emit(sock, SocketEvent::Stopped);
         }
         let until = self.now + Duration::from_millis(CLOSE_LINGER_MS.unsigned_abs().into());
@@ -868,7 +1067,7 @@ impl World {
                         d.routes.entry(acceptor_id.clone()).or_insert(dialler);
                     }
                     SocketKind::Sub => subscriptions = d.subscriptions.clone(),
-                    SocketKind::Dealer | SocketKind::Pub => {}
+                    SocketKind::Dealer | SocketKind::Pub | SocketKind::Publisher => {}
                 }
                 if let Some(p) = self.pipes.get_mut(&dialler) {
                     if d.kind == SocketKind::Router && p.inq.len() < hwm {
@@ -987,12 +1186,13 @@ impl World {
         let Some(to_sock) = self.pipes.get(&to).map(|p| p.sock) else {
             return 0;
         };
-        let (open, sub_filter) = match self.sockets.get(&to_sock) {
+        let (open, sub_filter, publisher) = match self.sockets.get(&to_sock) {
             Some(s) => (
                 true,
                 (s.kind == SocketKind::Sub).then(|| s.subscriptions.clone()),
+                s.kind == SocketKind::Publisher,
             ),
-            None => (false, None),
+            None => (false, None, false),
         };
         let mut moved = 0;
         loop {
@@ -1015,6 +1215,12 @@ impl World {
                 continue;
             }
             match msg {
+                // The node reads it and applies it (`apply_subscription`).
+                Msg::Subscribe(prefix) if publisher => {
+                    let mut message = vec![1];
+                    message.extend_from_slice(&prefix);
+                    to_pipe.inq.push_back(vec![Bytes::from(message)]);
+                }
                 Msg::Subscribe(prefix) => to_pipe.filter.push(prefix),
                 Msg::Record(record) => {
                     let wanted = match (&sub_filter, record.first()) {

@@ -19,6 +19,7 @@ use crate::runtime::link::LinkId;
 use crate::runtime::socket::{
     FDS_PER_CONTEXT, FDS_PER_DIALLED, FDS_PER_MONITORED, SOCKETS_PER_CONTEXT,
 };
+use crate::runtime::transport::SocketError;
 
 impl IoThread {
     /// Connections the node has open (sockets with a peer): dialled and inbound
@@ -35,8 +36,8 @@ impl IoThread {
 
     /// What opening a socket failing with `e` says about resources, the figures read at
     /// most once per [`Gauge::TTL`]; `None` for an error that is not running out.
-    fn exhausted(&mut self, e: zmq::Error, now: Instant) -> Option<Exhausted> {
-        if e != zmq::Error::EMFILE {
+    fn exhausted(&mut self, e: &impl SocketError, now: Instant) -> Option<Exhausted> {
+        if !e.is_out_of_descriptors() {
             return None;
         }
         if let Some((at, cause)) = &self.sockets.exhaustion.last {
@@ -44,7 +45,7 @@ impl IoThread {
                 return Some(cause.clone());
             }
         }
-        let cause = fds::classify(e, self.open_connections(), self.sockets.exhaustion.base)?;
+        let cause = fds::classify_exhausted(self.open_connections(), self.sockets.exhaustion.base)?;
         self.sockets.exhaustion.last = Some((now, cause.clone()));
         Some(cause)
     }
@@ -95,8 +96,14 @@ impl IoThread {
     /// Dialled link `k` could not open or set up its socket for `endpoint`: running out is
     /// a named failure of the link ([`FailureReason::ResourceExhausted`]), retried with the
     /// normal backoff; any other error is logged and retried after [`super::BACKOFF_MAX`].
-    pub(super) fn dial_failed(&mut self, k: LinkKey, e: zmq::Error, endpoint: &str, now: Instant) {
-        let Some(cause) = self.exhausted(e, now) else {
+    pub(super) fn dial_failed(
+        &mut self,
+        k: LinkKey,
+        e: impl SocketError,
+        endpoint: &str,
+        now: Instant,
+    ) {
+        let Some(cause) = self.exhausted(&e, now) else {
             self.links[k].retry_at = Some(now + super::BACKOFF_MAX);
             tracing::warn!(error = %e, endpoint, "cannot open dialled socket");
             return;
@@ -113,9 +120,9 @@ impl IoThread {
     }
 
     /// Subscription `i` could not open its SUB socket: as [`IoThread::dial_failed`].
-    pub(super) fn sub_open_failed(&mut self, i: SubKey, e: zmq::Error, now: Instant) {
+    pub(super) fn sub_open_failed(&mut self, i: SubKey, e: impl SocketError, now: Instant) {
         let endpoint = self.fanout.subs[i].endpoint.clone();
-        let Some(cause) = self.exhausted(e, now) else {
+        let Some(cause) = self.exhausted(&e, now) else {
             // Not again at once: the poll timeout takes this instant.
             self.fanout.subs[i].retry_at = now + super::BACKOFF_MAX;
             tracing::warn!(error = %e, endpoint, "cannot open SUB socket");

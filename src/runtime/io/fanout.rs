@@ -44,10 +44,7 @@ use crate::runtime::error::NodeError;
 use crate::runtime::event::{Delivery, NodeEvent};
 use crate::runtime::link::LinkId;
 use crate::runtime::records::{self, Fanout};
-use crate::runtime::socket::{
-    guarded, set_curve_client, set_curve_server, Frame, MonitorEvent, MonitorSocket,
-    CLOSE_LINGER_MS,
-};
+use crate::runtime::socket::{Frame, MonitorEvent, MonitorSocket, ZmqSocket};
 use crate::runtime::transport::{SocketKind, SocketRole, Transport, TransportSocket};
 
 /// The fanout capabilities every SUB socket of this node announces to its publisher, by
@@ -61,36 +58,38 @@ pub(super) const SUB_CAPABILITIES: wire::Capabilities = wire::Capabilities::PUBP
 const PUBLISHED_RECORD_OVERHEAD: usize = 2;
 
 impl IoThread {
-    /// Binds the node's publisher socket (an XPUB); returns it and the endpoint it is bound
-    /// to (what libzmq bound, for a wildcard). The async side publishes on it without the I/O
+    /// Binds the node's publisher socket (a [`SocketKind::Publisher`]); returns it and the
+    /// endpoint it is bound to (what the transport bound, for a wildcard). The async side publishes on it without the I/O
     /// thread (see [`PubSocket`](crate::runtime::outbound::PubSocket)); the I/O thread watches its descriptor for subscriptions
     /// (beacon on join) and sends the beacons.
     pub(super) fn bind_publisher(
         &mut self,
         ep: &str,
-    ) -> Result<(zmq::Socket, String, MonitorSocket), NodeError> {
+    ) -> Result<(ZmqSocket, String, MonitorSocket), NodeError> {
         let bind_err = |source| NodeError::bind(ep, source);
-        // Under CURVE the publisher is a CURVE server in the ZAP handler's context, with a
-        // domain of its own: a subscriber must be on the allow-list (gate).
+        // Under CURVE the publisher is a CURVE server that the transport's admission sees,
+        // with a domain of its own: a subscriber must be on the allow-list (gate).
         let domain = self
             .local
             .curve
             .is_some()
             .then_some(super::PUBLISHER_DOMAIN);
-        let m = self.sockets.contexts.publisher(domain).map_err(bind_err)?;
+        // The transport applies no subscription by itself: the node reads each one (also a
+        // second one of the same prefix, so each join gets its beacon) and applies it to the
+        // connection that sent it, counting it first (WIRE.md §7.5, `PubSocket`).
+        let m = self
+            .sockets
+            .contexts
+            .socket(SocketKind::Publisher, SocketRole::Bound { domain })
+            .map_err(bind_err)?;
         if let Some(pair) = &self.local.curve {
-            set_curve_server(&m.socket, pair).map_err(bind_err)?;
+            m.socket.secure_server(pair).map_err(bind_err)?;
             self.accepting
                 .gate
                 .add_domain(super::PUBLISHER_DOMAIN, super::Gated::Publisher);
         }
         let socket = m.socket;
-        socket.set_linger(CLOSE_LINGER_MS).map_err(bind_err)?;
-        // libzmq applies no subscription by itself: the node reads each one (also a second
-        // one of the same prefix, so each join gets its beacon) and applies it to the
-        // connection that sent it, counting it first (WIRE.md §7.5, `PubSocket`).
-        socket.set_xpub_manual(true).map_err(bind_err)?;
-        guarded(|| socket.bind(ep)).map_err(bind_err)?;
+        let endpoint = socket.bind(ep).map_err(bind_err)?;
         self.sockets
             .ready
             .register(&socket, Watch::Publisher)
@@ -99,10 +98,6 @@ impl IoThread {
             .ready
             .register(&m.monitor, Watch::PublisherMonitor)
             .map_err(NodeError::poller)?;
-        let endpoint = match socket.get_last_endpoint() {
-            Ok(Ok(bound)) if ep.contains('*') => bound,
-            _ => ep.to_owned(),
-        };
         Ok((socket, endpoint, m.monitor))
     }
 
@@ -157,7 +152,7 @@ impl IoThread {
             .socket(SocketKind::Sub, SocketRole::Dialled)
             .and_then(|m| {
                 if let Some((pair, key)) = &curve {
-                    set_curve_client(m.socket.as_zmq(), pair, key)?;
+                    m.socket.secure_client(pair, key)?;
                 }
                 // Everything, beacons included (WIRE.md §7.3), and the marker that announces
                 // PUBPACK (§7.5).

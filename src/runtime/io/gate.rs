@@ -48,7 +48,8 @@ use crate::proto::state::FailureReason;
 use crate::runtime::event::NodeEvent;
 use crate::runtime::security::SecurityEvent;
 use crate::runtime::snapshot::RefusalSnapshot;
-use crate::runtime::socket::{FrameSocket, MonitorEvent};
+use crate::runtime::socket::MonitorEvent;
+use crate::runtime::transport::TransportSocket;
 
 /// ZAP requests answered per loop turn, so a connection storm cannot starve the loop.
 const ZAP_PER_TURN: usize = 256;
@@ -158,7 +159,7 @@ impl IoThread {
     /// Answers the ZAP requests waiting on the handler (at most [`ZAP_PER_TURN`]).
     pub(super) fn handle_zap(&mut self, now: Instant) {
         for _ in 0..ZAP_PER_TURN {
-            let frames = match self.sockets.zap.as_ref().map(FrameSocket::try_recv_frames) {
+            let frames = match self.sockets.zap.as_ref().map(TransportSocket::try_recv) {
                 Some(Ok(Some(frames))) => frames,
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "ZAP handler receive failed");
@@ -182,7 +183,7 @@ impl IoThread {
             out.extend(reply.encode());
             let refs: Vec<&[u8]> = out.iter().map(Vec::as_slice).collect();
             if let Some(zap) = &self.sockets.zap {
-                if let Err(e) = zap.send_frames(&refs) {
+                if let Err(e) = zap.send(&refs) {
                     tracing::warn!(error = %e, "ZAP reply not sent");
                 }
             }

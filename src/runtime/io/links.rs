@@ -20,7 +20,7 @@ use crate::proto::security::PublicKey;
 use crate::proto::state::{ConnState, FailureReason, Recovery};
 use crate::runtime::outbound::Closed;
 use crate::runtime::records::{self, Lane};
-use crate::runtime::socket::{set_curve_client, SocketSendError};
+use crate::runtime::socket::SocketSendError;
 use crate::runtime::transport::{SocketKind, SocketRole, Transport, TransportSocket};
 
 impl IoThread {
@@ -90,7 +90,7 @@ impl IoThread {
             }
         };
         let curve = match (&self.local.curve, &server_key) {
-            (Some(pair), Some(key)) => set_curve_client(m.socket.as_zmq(), pair, key),
+            (Some(pair), Some(key)) => m.socket.secure_client(pair, key),
             _ => Ok(()),
         };
         let configured = curve
@@ -308,11 +308,7 @@ impl IoThread {
                 let redial = self.local.host != Host::Stopped;
                 if let (None, Some(room), true) = (slot.monitor.as_ref(), slot.room.take(), redial)
                 {
-                    match self
-                        .sockets
-                        .contexts
-                        .close_monitor(slot.socket.as_zmq(), room)
-                    {
+                    match self.sockets.contexts.watch_close(&slot.socket, room) {
                         Ok(m) => slot.monitor = Some(m),
                         Err(e) => tracing::debug!(error = %e, link = %k, "close not monitored"),
                     }

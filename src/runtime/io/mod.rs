@@ -110,7 +110,7 @@ use super::outbound::{Closed, LinkTable, PubSocket};
 use super::records::Lane;
 use super::security::KeyPair;
 use super::socket::Sockets;
-use super::transport::{TransportMonitor, TransportSocket};
+use super::transport::{Transport, TransportMonitor, TransportSocket};
 use super::wake::WakeUp;
 use crate::config::NodeConfig;
 use crate::proto::handshake::Identity;
@@ -232,7 +232,7 @@ impl IoThread {
             || cfg.server.is_some()
             || (curve.is_some() && cfg.publisher.is_some());
         if gated {
-            let handler = sockets.zap_handler().map_err(|source| {
+            let handler = sockets.admission().map_err(|source| {
                 NodeError::bind(
                     "the ZAP handler of the bound endpoints (inproc://zeromq.zap.01)",
                     source,
@@ -436,7 +436,7 @@ impl IoThread {
                         }
                     }
                     Watch::Zap => {
-                        if self.sockets.zap.as_ref().is_some_and(ready::has_input) {
+                        if self.sockets.zap.as_ref().is_some_and(|z| z.has_input()) {
                             self.sockets.zap_ready = true;
                         }
                     }

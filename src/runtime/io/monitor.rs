@@ -11,6 +11,8 @@ use super::{IoThread, SlotKey, DRAIN_BEFORE_DISCONNECT};
 use crate::proto::node::link::LinkKind;
 use crate::proto::state::FailureReason;
 use crate::proto::transport::{judge_monitor_event, MonitorEvent, MonitorVerdict, Watched};
+use crate::runtime::socket::Sockets;
+use crate::runtime::transport::{SocketEvent, Transport};
 
 impl IoThread {
     /// Reads and acts on the events queued on a slot's monitor; a dialled ROUTER's monitor
@@ -49,9 +51,13 @@ impl IoThread {
         };
         self.sockets.ready.deregister(&m);
         self.sockets.ready.forget_monitor(slot);
-        match m.stop(s.socket.as_zmq()) {
+        match Sockets::stop_monitor(&s.socket, m) {
             Ok((events, room)) => {
                 s.room = Some(room);
+                let events = events
+                    .iter()
+                    .filter_map(SocketEvent::monitor_event)
+                    .collect();
                 self.act_on_monitor_events(slot, events, now);
             }
             Err((e, m)) => {

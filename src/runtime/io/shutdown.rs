@@ -8,8 +8,8 @@ use super::IoThread;
 use crate::proto::node::link::note;
 use crate::proto::state::{FailureReason, Recovery};
 use crate::runtime::records::{self, CloseReason};
-use crate::runtime::socket::{Sockets, CLOSE_LINGER_MS};
-use crate::runtime::transport::TransportSocket;
+use crate::runtime::socket::Sockets;
+use crate::runtime::transport::{Transport, TransportSocket};
 
 impl IoThread {
     /// Orderly close of every ready connection, then every socket, monitor and timer goes.
@@ -68,20 +68,12 @@ impl IoThread {
             if let Some(socket) = p.socket.close() {
                 self.sockets.ready.deregister(&socket);
                 // Records published just before the stop get the linger to leave.
-                let _ = socket.set_linger(CLOSE_LINGER_MS);
+                let _ = socket.linger_on_close();
                 // Its monitor stops first: a monitor closed before its socket can leave a
                 // libzmq thread waiting to send it the socket's last events.
-                match monitor.map(|m| m.stop(&socket)) {
-                    Some(Err((e, m))) => {
-                        tracing::debug!(error = %e, "publisher monitor not stopped");
-                        drop(socket);
-                        drop(m);
-                    }
-                    Some(Ok((_, room))) => {
-                        drop(socket);
-                        drop(room);
-                    }
-                    None => drop(socket),
+                match monitor {
+                    Some(m) => drop(Sockets::close_stopping_monitor(socket, m)),
+                    None => socket.close(),
                 }
             }
         }

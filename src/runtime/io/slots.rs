@@ -9,7 +9,7 @@ use super::{
 use crate::proto::sched::Source as SchedSource;
 use crate::runtime::error::NodeError;
 use crate::runtime::records::Lane;
-use crate::runtime::socket::{set_curve_server, SocketSendError};
+use crate::runtime::socket::SocketSendError;
 use crate::runtime::transport::{SocketKind, SocketRole, Transport, TransportSocket};
 
 impl IoThread {
@@ -28,12 +28,17 @@ impl IoThread {
         let m = self
             .sockets
             .contexts
-            .socket(SocketKind::Router, SocketRole::Bound { domain: &domain })
+            .socket(
+                SocketKind::Router,
+                SocketRole::Bound {
+                    domain: Some(&domain),
+                },
+            )
             .map_err(bind_err)?;
         let socket = m.socket;
         socket.set_routing_id(bound_id).map_err(bind_err)?;
         if let Some(pair) = &self.local.curve {
-            set_curve_server(socket.as_zmq(), pair).map_err(bind_err)?;
+            socket.secure_server(pair).map_err(bind_err)?;
         }
         let endpoint = socket.bind(ep).map_err(bind_err)?;
         let slot = self

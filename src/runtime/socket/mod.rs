@@ -2,12 +2,12 @@
 //!
 //! [`Sockets`] is the [`Transport`](crate::runtime::transport::Transport): it makes sockets
 //! with the options zmesh relies on, spread over libzmq contexts, each with its monitor
-//! ([`MonitorSocket`]). A socket it makes for the node's links and subscriptions is a
-//! [`ZmqSocket`], the [`TransportSocket`](crate::runtime::transport::TransportSocket) over a
-//! `zmq::Socket`; [`FrameSocket`] is the primitive under it (send and receive whole multipart
-//! records, never blocking), implemented for any `zmq::Socket`, so that the sockets outside
-//! the transport's kinds (the publisher's XPUB, the ZAP handler, the monitors' PAIRs) use the
-//! same code. The options are set deliberately:
+//! ([`MonitorSocket`]). A socket it makes for the node (its links, subscriptions, publisher
+//! and ZAP handler) is a [`ZmqSocket`], the
+//! [`TransportSocket`](crate::runtime::transport::TransportSocket) over a `zmq::Socket`;
+//! [`FrameSocket`] is the primitive under it (send and receive whole multipart records, never
+//! blocking), implemented for any `zmq::Socket`, so that the sockets outside the transport's
+//! kinds (the monitors' PAIRs) use the same code. The options are set deliberately:
 //!
 //! - `LINGER = 0` on dialled sockets: a socket is closed only when its connection is dead or
 //!   being replaced; anything still queued belongs to a connection that is no longer current, and
@@ -187,8 +187,7 @@ impl AsRef<[u8]> for OwnedMessage {
 
 /// Sending and receiving whole records on a libzmq socket without blocking: the primitive
 /// under [`ZmqSocket`]'s [`TransportSocket`](crate::runtime::transport::TransportSocket), and
-/// what the sockets outside the transport's kinds use (the publisher's XPUB, the ZAP handler,
-/// the monitors' PAIRs).
+/// what the sockets outside the transport's kinds use (the monitors' PAIRs).
 pub trait FrameSocket {
     /// Sends one record (all frames) without blocking.
     fn send_frames(&self, frames: &[&[u8]]) -> Result<(), SocketSendError>;
@@ -325,11 +324,7 @@ impl MonitorSocket {
     /// publishes nothing more and this monitor can be dropped safely. Other events (of the
     /// connection that was closed) are read and ignored.
     pub fn close_confirmed(&self) -> bool {
-        let mut stopped = false;
-        while let Ok(Some(frames)) = self.socket.try_recv_frames() {
-            stopped |= MonitorEvent::decode(&frames) == Some(MonitorEvent::Stopped);
-        }
-        stopped
+        transport::TransportMonitor::close_confirmed(self)
     }
 
     /// Stops the monitor of `watched`, the socket this PAIR reads the events of (a
@@ -650,11 +645,37 @@ impl Sockets {
             SocketKind::Dealer => zmq::DEALER,
             SocketKind::Pub => zmq::PUB,
             SocketKind::Sub => zmq::SUB,
+            SocketKind::Publisher => zmq::XPUB,
+        };
+        // libzmq applies no subscription by itself on the publisher: the node reads each and
+        // applies it to the connection that sent it.
+        let bound = |s: &zmq::Socket| {
+            s.set_linger(CLOSE_LINGER_MS)?;
+            if kind == SocketKind::Publisher {
+                s.set_xpub_manual(true)?;
+            }
+            Ok(())
         };
         match (role, kind) {
-            (SocketRole::Bound { domain }, _) => {
-                self.bound_with(zkind, domain, &|s| s.set_linger(CLOSE_LINGER_MS))
+            (
+                SocketRole::Bound {
+                    domain: Some(domain),
+                },
+                _,
+            ) => self.bound_with(zkind, domain, &bound),
+            // As `publisher(None)`: failed handshakes reported, no accepts counted.
+            (SocketRole::Bound { domain: None }, SocketKind::Publisher) => {
+                self.monitored_with(zkind, monitored_events(), &bound)
             }
+            // As `bound` without a ZAP handler.
+            (SocketRole::Bound { domain: None }, _) => self.monitored_with(
+                zkind,
+                monitored_events() | zmq::SocketEvent::ACCEPTED.to_raw(),
+                &|s| {
+                    set_notify(s, zkind)?;
+                    bound(s)
+                },
+            ),
             // A SUB socket's close is confirmed by nobody: no MONITOR_STOPPED.
             (SocketRole::Dialled, SocketKind::Sub) => {
                 self.monitored_with(zkind, monitored_events(), &set_reconnect)

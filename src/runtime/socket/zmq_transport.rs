@@ -5,17 +5,21 @@
 use std::os::unix::io::RawFd;
 
 use super::{
-    guarded, Frame, FrameSocket, MonitorEvent, MonitorSocket, SocketSendError, Sockets,
+    guarded, Frame, FrameSocket, MonitorEvent, MonitorSocket, SocketRoom, SocketSendError, Sockets,
     CLOSE_LINGER_MS,
 };
+use crate::proto::security::PublicKey;
+use crate::runtime::security::KeyPair;
 use crate::runtime::transport::{
-    Opened, SocketEvent, SocketKind, SocketRole, Transport, TransportMonitor, TransportSocket,
+    Opened, SocketError, SocketEvent, SocketKind, SocketRole, Transport, TransportMonitor,
+    TransportSocket,
 };
 
 /// A libzmq socket made by [`Sockets`] for the transport: the node's bound ROUTERs, dialled
-/// ROUTERs and DEALERs, and SUB sockets. Its operations go through [`TransportSocket`]; what
-/// only libzmq has (CURVE keys, a monitor's stop, message properties) reaches the
-/// `zmq::Socket` through [`ZmqSocket::as_zmq`].
+/// ROUTERs and DEALERs, and SUB sockets. Its operations go through [`TransportSocket`] and
+/// [`Transport`]; what only libzmq has reaches the `zmq::Socket` through
+/// [`ZmqSocket::as_zmq`], and a received frame's message properties through
+/// [`ZmqSocket::try_recv_record`].
 pub struct ZmqSocket(zmq::Socket);
 
 impl ZmqSocket {
@@ -24,9 +28,8 @@ impl ZmqSocket {
         ZmqSocket(socket)
     }
 
-    /// The libzmq socket, for what only libzmq has: CURVE keys
-    /// ([`super::set_curve_server`], [`super::set_curve_client`]), a monitor's stop and a
-    /// close monitor ([`MonitorSocket::stop`], [`Sockets::close_monitor`]).
+    /// The libzmq socket, for what only libzmq has (the transport's own calls use it:
+    /// [`MonitorSocket::stop`], [`Sockets::close_monitor`]).
     pub fn as_zmq(&self) -> &zmq::Socket {
         &self.0
     }
@@ -68,8 +71,26 @@ impl TransportSocket for ZmqSocket {
         self.0.connect(endpoint)
     }
 
+    fn secure_server(&self, pair: &KeyPair) -> Result<(), zmq::Error> {
+        super::set_curve_server(&self.0, pair)
+    }
+
+    fn secure_client(&self, pair: &KeyPair, server: &PublicKey) -> Result<(), zmq::Error> {
+        super::set_curve_client(&self.0, pair, server)
+    }
+
     fn subscribe(&self, prefix: &[u8]) -> Result<(), zmq::Error> {
         self.0.set_subscribe(prefix)
+    }
+
+    /// In manual mode, an XPUB's `ZMQ_SUBSCRIBE` and `ZMQ_UNSUBSCRIBE` apply to the pipe of
+    /// the subscription read last.
+    fn apply_subscription(&self, subscribe: bool, prefix: &[u8]) -> Result<(), zmq::Error> {
+        if subscribe {
+            self.0.set_subscribe(prefix)
+        } else {
+            self.0.set_unsubscribe(prefix)
+        }
     }
 
     #[inline]
@@ -93,6 +114,15 @@ impl TransportSocket for ZmqSocket {
 
     fn linger_on_close(&self) -> Result<(), zmq::Error> {
         self.0.set_linger(CLOSE_LINGER_MS)
+    }
+}
+
+/// `EMFILE`: the process's descriptors, or a context's socket slots; the socket layer reports
+/// the system's file table (`ENFILE`) and a context it could not open as `EMFILE` too
+/// ([`super::guarded`], [`Sockets`]).
+impl SocketError for zmq::Error {
+    fn is_out_of_descriptors(&self) -> bool {
+        *self == zmq::Error::EMFILE
     }
 }
 
@@ -121,8 +151,10 @@ impl TransportMonitor for MonitorSocket {
 /// libzmq's sockets for the transport, with the options of `runtime::socket`'s module docs:
 ///
 /// - [`SocketRole::Bound`]: [`Sockets::bound`] (the ZAP handler's context and `domain` when
-///   the node has a ZAP handler, `ROUTER_NOTIFY` on a ROUTER, `ACCEPTED` events), and
-///   [`CLOSE_LINGER_MS`] of linger.
+///   the node has a ZAP handler and the role a domain, `ROUTER_NOTIFY` on a ROUTER,
+///   `ACCEPTED` events), and [`CLOSE_LINGER_MS`] of linger. [`SocketKind::Publisher`] is an
+///   XPUB in manual mode (`XPUB_MANUAL`); without a domain, as [`Sockets::publisher`] makes
+///   it: monitored, no `ACCEPTED` events, outside the ZAP handler's context.
 /// - [`SocketRole::Dialled`]: [`Sockets::dialled`] for a ROUTER or DEALER (`ROUTER_NOTIFY` on
 ///   a ROUTER, `MONITOR_STOPPED` confirms its close), [`Sockets::monitored`] for a SUB; a
 ///   reconnect interval of 100 ms backing off to 1 s.
@@ -131,6 +163,7 @@ impl TransportMonitor for MonitorSocket {
 impl Transport for Sockets {
     type Socket = ZmqSocket;
     type Monitor = MonitorSocket;
+    type Room = SocketRoom;
 
     fn socket(
         &mut self,
@@ -142,6 +175,31 @@ impl Transport for Sockets {
             socket: ZmqSocket(m.socket),
             monitor: m.monitor,
         })
+    }
+
+    fn admission(&mut self) -> Result<ZmqSocket, zmq::Error> {
+        self.zap_handler().map(ZmqSocket)
+    }
+
+    fn stop_monitor(
+        socket: &ZmqSocket,
+        monitor: MonitorSocket,
+    ) -> Result<(Vec<SocketEvent>, SocketRoom), (zmq::Error, MonitorSocket)> {
+        // libzmq reports the stop itself (`MONITOR_STOPPED`, last): not an event of the
+        // socket, which stays open.
+        let (mut events, room) = monitor.stop_with_events(&socket.0)?;
+        if events.last() == Some(&SocketEvent::Stopped) {
+            events.pop();
+        }
+        Ok((events, room))
+    }
+
+    fn watch_close(
+        &self,
+        socket: &ZmqSocket,
+        room: SocketRoom,
+    ) -> Result<MonitorSocket, zmq::Error> {
+        self.close_monitor(&socket.0, room)
     }
 
     fn close_stopping_monitor(socket: ZmqSocket, monitor: MonitorSocket) -> Vec<SocketEvent> {
@@ -210,6 +268,21 @@ impl MonitorEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Running out is `EMFILE` alone: what the socket layer reports for descriptors, a
+    /// context's slots and the system's file table; other errors are not.
+    #[test]
+    fn only_emfile_is_running_out_of_descriptors() {
+        assert!(zmq::Error::EMFILE.is_out_of_descriptors());
+        for other in [
+            zmq::Error::EINVAL,
+            zmq::Error::EFAULT,
+            zmq::Error::EADDRINUSE,
+            zmq::Error::EAGAIN,
+        ] {
+            assert!(!other.is_out_of_descriptors(), "{other:?}");
+        }
+    }
 
     /// Every libzmq event number decodes to the event and value the node judged before the
     /// transport existed: the event by its number, the value where the core reads it.

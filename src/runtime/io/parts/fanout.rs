@@ -121,7 +121,7 @@ impl Publisher {
 
     /// The monitor's descriptor fired: look at its events.
     pub(crate) fn monitor_waiting(&mut self) {
-        self.monitor_events = self.monitor.as_deref().is_some_and(super::ready::has_input);
+        self.monitor_events = self.monitor.as_ref().is_some_and(|m| m.has_event());
     }
 
     /// True if monitor events may be waiting.

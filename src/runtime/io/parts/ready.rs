@@ -365,18 +365,11 @@ impl Readiness {
     }
 }
 
-pub(crate) use crate::runtime::socket::has_input;
-
-/// What the epoll set watches of a libzmq socket: its `ZMQ_FD`.
+/// What the epoll set watches of a transport's socket or monitor: its readiness (libzmq: its
+/// `ZMQ_FD`).
 pub(crate) trait Descriptor {
     /// The descriptor.
     fn descriptor(&self) -> io::Result<RawFd>;
-}
-
-impl Descriptor for zmq::Socket {
-    fn descriptor(&self) -> io::Result<RawFd> {
-        self.get_fd().map_err(io::Error::from)
-    }
 }
 
 impl Descriptor for ZmqSocket {
@@ -442,32 +435,32 @@ mod tests {
     #[test]
     fn a_record_behind_a_send_is_seen_by_the_check() {
         let ctx = zmq::Context::new();
-        let a = ctx.socket(zmq::PAIR).unwrap();
+        let a = ZmqSocket::from_zmq(ctx.socket(zmq::PAIR).unwrap());
         let b = ctx.socket(zmq::PAIR).unwrap();
-        a.bind("inproc://ready-test").unwrap();
+        a.as_zmq().bind("inproc://ready-test").unwrap();
         b.connect("inproc://ready-test").unwrap();
         let mut r = Readiness::new().unwrap();
         r.register(&a, Watch::Socket(slot(0))).unwrap();
         for w in r.take_checks() {
             assert_eq!(w, Watch::Socket(slot(0)));
-            assert!(!has_input(&a));
+            assert!(!a.has_input());
         }
         b.send("one", 0).unwrap();
         r.wait(Some(Duration::from_secs(5))).unwrap();
         assert_eq!(r.take_checks(), vec![Watch::Socket(slot(0))]);
         // A send on `a` processes its commands before the check: the signal is gone, but the
         // socket was touched, so the check still runs and finds the record.
-        a.send("x", 0).unwrap();
+        a.as_zmq().send("x", 0).unwrap();
         r.touch(Watch::Socket(slot(0)));
         assert_eq!(r.take_checks(), vec![Watch::Socket(slot(0))]);
-        assert!(has_input(&a));
-        assert_eq!(a.recv_bytes(0).unwrap(), b"one");
-        assert!(!has_input(&a));
+        assert!(a.has_input());
+        assert_eq!(a.as_zmq().recv_bytes(0).unwrap(), b"one");
+        assert!(!a.has_input());
         // The next record signals the descriptor again.
         b.send("two", 0).unwrap();
         r.wait(Some(Duration::from_secs(5))).unwrap();
         assert_eq!(r.take_checks(), vec![Watch::Socket(slot(0))]);
-        assert!(has_input(&a));
+        assert!(a.has_input());
         r.deregister(&a);
     }
 }

@@ -13,7 +13,7 @@ use crate::proto::sched::{IdMap, SharedSocketId};
 use crate::proto::ConnId;
 use crate::runtime::records::Lane;
 use crate::runtime::socket::{
-    Frame, MonitorEvent, MonitorSocket, SocketRoom, SocketSendError, Sockets, ZmqSocket,
+    Frame, MonitorEvent, MonitorSocket, SocketSendError, Sockets, ZmqSocket,
 };
 use crate::runtime::transport::{Transport, TransportMonitor, TransportSocket};
 
@@ -57,8 +57,9 @@ pub(crate) struct SocketSet {
     curve: bool,
     /// Running out of descriptors: the figures and the episode being logged.
     pub(crate) exhaustion: Exhaustion,
-    /// The ZAP handler of the bound endpoints (none when the node gates no socket).
-    pub(crate) zap: Option<zmq::Socket>,
+    /// The transport's admission of the bound endpoints' connections (libzmq: the ZAP
+    /// handler; none when the node gates no socket).
+    pub(crate) zap: Option<ZmqSocket>,
     /// The ZAP handler's descriptor fired or it was touched: read it.
     pub(crate) zap_ready: bool,
 }
@@ -69,7 +70,7 @@ pub(crate) struct Slot {
     pub(crate) monitor: Option<MonitorSocket>,
     /// The room in its context of a dialled ROUTER whose monitor was stopped once its
     /// handshake was done: a monitor is attached again in it for the close.
-    pub(crate) room: Option<SocketRoom>,
+    pub(crate) room: Option<<Sockets as Transport>::Room>,
     pub(crate) role: SlotRole,
     pub(crate) endpoint: String,
     /// The scheduler's handle of a bound socket shared by several peers (MISSION R3).
