@@ -138,20 +138,16 @@ impl SimNode {
             }
         };
         let (hello_lane, peer, theirs) = handshake::from_hello(hello);
-        let dials = Dials(&self.dials);
-        let decision = Admission {
-            configured: dials,
-            discovered: &self.discovered,
-            links: &dials,
-            local: &self.me,
-        }
-        .judge_inbound(&Inbound {
-            socket_lane: lane,
-            hello_lane,
-            peer: &peer,
-            peer_expects: &theirs,
-            verified_key: None,
-            admitting: self.phase == Phase::Running,
+        let admitting = self.phase == Phase::Running;
+        let decision = self.with_admission(|a| {
+            a.judge_inbound(&Inbound {
+                socket_lane: lane,
+                hello_lane,
+                peer: &peer,
+                peer_expects: &theirs,
+                verified_key: None,
+                admitting,
+            })
         });
         match decision {
             InboundDecision::Refuse(r) => {
@@ -269,17 +265,21 @@ impl SimNode {
     /// What this run expects of host `host` it dials on `lane`, as the core decides it: of
     /// a peer on a mesh lane, of a server on a ClientServer lane.
     fn dial_expectation(&self, host: NodeIx, lane: Lane) -> Expectation {
+        self.with_admission(|a| match lane {
+            Lane::Application | Lane::Completion => a.peer_expectation(host),
+            Lane::ClientServer => a.server_expectation(host),
+        })
+    }
+
+    /// Runs `f` with the node core's admission over this run's dials and descriptor fences.
+    fn with_admission<T>(&self, f: impl FnOnce(&Admission<'_, Dials<'_>, Dials<'_>>) -> T) -> T {
         let dials = Dials(&self.dials);
-        let admission = Admission {
+        f(&Admission {
             configured: dials,
             discovered: &self.discovered,
             links: &dials,
             local: &self.me,
-        };
-        match lane {
-            Lane::Application | Lane::Completion => admission.peer_expectation(host),
-            Lane::ClientServer => admission.server_expectation(host),
-        }
+        })
     }
 
     pub(super) fn become_ready(&mut self, ctx: &mut Ctx<'_>, conn: NetConn, peer: Identity) {
