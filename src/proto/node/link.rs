@@ -80,6 +80,32 @@ pub(crate) struct Conn {
     pub(crate) notices: u8,
 }
 
+/// What a connection notice of libzmq (`ROUTER_NOTIFY`) a dialled ROUTER received in band
+/// means ([`Conn::handle_router_notice`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RouterNotice {
+    /// The first: the connection attached (its handshake is done and the socket knows the
+    /// peer's routing id), so HELLO can go.
+    Attached,
+    /// Any later one: the connection is gone (MISSION L6: at once), whether the notice says
+    /// so itself or is the attach of a reconnection libzmq made after it (which never
+    /// carries this link's records).
+    Gone,
+}
+
+impl Conn {
+    /// A connection notice this dialled ROUTER's connection received in band, in order with
+    /// the peer's records (see [`RouterNotice`]).
+    pub(crate) fn handle_router_notice(&mut self) -> RouterNotice {
+        self.notices = self.notices.saturating_add(1);
+        if self.notices > 1 {
+            RouterNotice::Gone
+        } else {
+            RouterNotice::Attached
+        }
+    }
+}
+
 pub(crate) struct Link {
     pub(crate) kind: LinkKind,
     pub(crate) state: LinkState,
@@ -285,6 +311,17 @@ impl Link {
             LinkKind::ClientDial { server } => servers.channel(*server),
             _ => None,
         }
+    }
+
+    /// Counts `records` records received on this link's connection, the last at `now`: its
+    /// activity, and a receipt for its state.
+    pub(crate) fn handle_receipt(&mut self, records: u64, now: Instant) {
+        if records == 0 {
+            return;
+        }
+        self.records += records;
+        self.last_receive = Some(now);
+        self.state.handle_receive(now);
     }
 
     /// The lane this link serves.
@@ -692,6 +729,31 @@ mod tests {
             "an inbound link is never dialled"
         );
         assert_eq!(inbound.next_deadline(), None);
+    }
+
+    /// A dialled ROUTER's first in-band notice is its connection's attach, any later one
+    /// its loss (L6).
+    #[test]
+    fn l6_a_routers_second_notice_is_its_connections_loss() {
+        let mut c = conn(1, false, None);
+        assert_eq!(c.handle_router_notice(), RouterNotice::Attached);
+        assert_eq!(c.handle_router_notice(), RouterNotice::Gone);
+        c.notices = u8::MAX;
+        assert_eq!(c.handle_router_notice(), RouterNotice::Gone);
+    }
+
+    /// Records received count as the link's activity, with the instant of the last; none
+    /// count nothing.
+    #[test]
+    fn l2_received_records_are_the_links_activity() {
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_millis(5);
+        let mut l = link(LinkKind::ClientDial { server: 0 });
+        l.handle_receipt(0, later);
+        assert_eq!((l.records, l.last_receive), (0, None));
+        l.handle_receipt(3, t0);
+        l.handle_receipt(1, later);
+        assert_eq!((l.records, l.last_receive), (4, Some(later)));
     }
 
     /// Running out of descriptors (`resource_exhausted`): every failure is recorded on the

@@ -32,6 +32,9 @@
 //! - `gate` and `accepting`: the bound sockets' gate (ZAP domains, open connections,
 //!   the allow-list, recent refusals), the inbound connections admitted and the ones refused.
 //! - `source`: who a delivered record came from, built once per connection.
+//! - `received`: the receive path's decisions: where a record read goes (a link, a
+//!   connection notice, admission), what a link's record is for in its connection's state,
+//!   how a PACK's or PUBPACK's records are charged to the caps, and a run of MESSAGEs.
 
 pub(crate) mod accepting;
 pub mod admit;
@@ -43,6 +46,7 @@ pub(crate) mod gate;
 pub(crate) mod keys;
 pub(crate) mod link;
 pub(crate) mod live;
+pub(crate) mod received;
 pub(crate) mod routes;
 pub(crate) mod source;
 pub(crate) mod timers;
