@@ -35,6 +35,7 @@
 //! - `received`: the receive path's decisions: where a record read goes (a link, a
 //!   connection notice, admission), what a link's record is for in its connection's state,
 //!   how a PACK's or PUBPACK's records are charged to the caps, and a run of MESSAGEs.
+//! - `sub`: a fanout subscription and what opening, refusing, failing and readying it does.
 
 pub(crate) mod accepting;
 pub mod admit;
@@ -49,4 +50,5 @@ pub(crate) mod live;
 pub(crate) mod received;
 pub(crate) mod routes;
 pub(crate) mod source;
+pub(crate) mod sub;
 pub(crate) mod timers;
