@@ -106,6 +106,16 @@ impl Conn {
     }
 }
 
+/// Where a link's one-way records are published for the application's sends, if it carries
+/// any ([`Link::send_route`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SendRoute<'a> {
+    /// By the peer's (or client's) RID.
+    Peer(&'a str),
+    /// Among the ready servers of a channel.
+    Server(&'a str),
+}
+
 pub(crate) struct Link {
     pub(crate) kind: LinkKind,
     pub(crate) state: LinkState,
@@ -322,6 +332,29 @@ impl Link {
         self.records += records;
         self.last_receive = Some(now);
         self.state.handle_receive(now);
+    }
+
+    /// Where this link's one-way records are published (`servers`: the channels of the
+    /// node's configured servers): a RouteMesh peer's Application lane (dialled or
+    /// accepted) and a ClientServer client of ours by the peer's RID once its handshake
+    /// named it, a server we dial by its configured channel. Borrowed, so that asking it of
+    /// every link costs no allocation.
+    pub(crate) fn send_route<'a, S: ServerChannels + ?Sized>(
+        &'a self,
+        servers: &'a S,
+    ) -> Option<SendRoute<'a>> {
+        match &self.kind {
+            LinkKind::MeshDial {
+                lane: Lane::Application,
+                ..
+            }
+            | LinkKind::Inbound {
+                lane: Lane::Application | Lane::ClientServer,
+                ..
+            } => Some(SendRoute::Peer(&self.conn.as_ref()?.peer.as_ref()?.rid)),
+            LinkKind::ClientDial { server } => servers.channel(*server).map(SendRoute::Server),
+            _ => None,
+        }
     }
 
     /// The lane this link serves.
@@ -754,6 +787,52 @@ mod tests {
         l.handle_receipt(3, t0);
         l.handle_receipt(1, later);
         assert_eq!((l.records, l.last_receive), (4, Some(later)));
+    }
+
+    /// Which links' one-way records are published, and under which route: an Application
+    /// lane (dialled or accepted) and an accepted ClientServer client by the RID its
+    /// handshake named, a dialled server by its configured channel; a Completion lane never.
+    #[test]
+    fn a_links_send_route_is_its_peers_rid_or_its_servers_channel() {
+        let servers = Channels(vec!["pump"]);
+        let named = |kind: LinkKind| {
+            let mut l = link(kind);
+            l.conn = Some(conn(1, true, Some(("b", &[]))));
+            l
+        };
+        let app = LinkKind::MeshDial {
+            peer: 0,
+            lane: Lane::Application,
+        };
+        assert_eq!(link(app.clone()).send_route(&servers), None, "no peer yet");
+        assert_eq!(named(app).send_route(&servers), Some(SendRoute::Peer("b")));
+        for lane in [Lane::Application, Lane::ClientServer] {
+            let inbound = LinkKind::Inbound {
+                rid: "b".to_owned(),
+                lane,
+            };
+            assert_eq!(
+                named(inbound).send_route(&servers),
+                Some(SendRoute::Peer("b"))
+            );
+        }
+        let completion = [
+            LinkKind::MeshDial {
+                peer: 0,
+                lane: Lane::Completion,
+            },
+            LinkKind::Inbound {
+                rid: "b".to_owned(),
+                lane: Lane::Completion,
+            },
+        ];
+        for kind in completion {
+            assert_eq!(named(kind).send_route(&servers), None);
+        }
+        let client = link(LinkKind::ClientDial { server: 0 });
+        assert_eq!(client.send_route(&servers), Some(SendRoute::Server("pump")));
+        let unknown = link(LinkKind::ClientDial { server: 1 });
+        assert_eq!(unknown.send_route(&servers), None);
     }
 
     /// Running out of descriptors (`resource_exhausted`): every failure is recorded on the
