@@ -39,9 +39,10 @@ use crate::config::{EndpointKind, PeerConfig, ServerConfig};
 use crate::proto::discovery::{Descriptor, Intent, MeshEndpoints};
 use crate::proto::handshake::Expectation;
 use crate::proto::node::admit::Refenced;
-use crate::proto::node::link::{note, LinkKind};
+use crate::proto::node::link::LinkKind;
+use crate::proto::node::links::{Withdrawal, WITHDRAWN};
 use crate::proto::security::PublicKey;
-use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
+use crate::proto::state::{FailureReason, LinkKind as StateKind, LinkState};
 use crate::runtime::event::DiscoveryEvent;
 use crate::runtime::event::{NodeEvent, Source};
 use crate::runtime::records::Lane;
@@ -279,20 +280,8 @@ impl IoThread {
                     );
                 }
             }
-            let l = &mut self.links[k];
-            let inbound = matches!(l.kind, LinkKind::Inbound { .. });
-            if !inbound && l.conn.is_none() && !l.terminal && !l.yielded {
-                // The new run is a new configuration generation of this link.
-                if l.state.handle_reconfigure(generation, now).is_ok() {
-                    l.retry_at = Some(now);
-                    let link = self.local.link_id(&self.links[k].kind);
-                    self.app.emit_state(
-                        link,
-                        ConnState::Configured,
-                        None,
-                        &format!("descriptor generation {generation:016x}"),
-                    );
-                }
+            if let Some(event) = self.links[k].refenced(generation, now) {
+                self.emit_link_state(k, event);
             }
         }
     }
@@ -300,32 +289,10 @@ impl IoThread {
     /// Stops dialling link `k` (its descriptor is gone): a dial in progress is closed, a link
     /// waiting to redial goes `not_connected`; a ready connection stays.
     fn withdraw(&mut self, k: LinkKey, now: Instant) {
-        if self.links[k].withdrawn {
-            return;
-        }
-        self.links[k].withdrawn = true;
-        const DETAIL: &str = "descriptor gone: not dialled any more";
-        match self.links[k].conn.as_ref().map(|c| c.ready) {
-            Some(true) => {}
-            Some(false) => self.fail_link(k, FailureReason::Reconfigured, DETAIL, now),
-            None => {
-                let l = &mut self.links[k];
-                if l.state.state() != ConnState::NotConnected {
-                    note(l.state.handle_failure(
-                        FailureReason::Reconfigured,
-                        DETAIL,
-                        Recovery::Hold,
-                        now,
-                    ));
-                    let link = self.local.link_id(&self.links[k].kind);
-                    self.app.emit_state(
-                        link,
-                        ConnState::NotConnected,
-                        Some(FailureReason::Reconfigured),
-                        DETAIL,
-                    );
-                }
-            }
+        match self.links[k].withdraw(now) {
+            Withdrawal::Nothing => {}
+            Withdrawal::Close => self.fail_link(k, FailureReason::Reconfigured, WITHDRAWN, now),
+            Withdrawal::Report(event) => self.emit_link_state(k, event),
         }
     }
 
