@@ -1,8 +1,10 @@
 //! Links and dialling: a link is a configured peer lane, a configured server, or a peer's
 //! inbound connection; it holds at most one current physical connection. Dialling, failing a
 //! connection at once (MISSION F1, L6), closing it and waiting for libzmq to confirm the close
-//! before a replacement is dialled (F3), reconnect backoff, and the bound-socket sweeps that
-//! detect a vanished inbound connection whose notice libzmq dropped. What the sockets'
+//! before a replacement is dialled (F3), and the bound-socket sweeps that detect a vanished
+//! inbound connection whose notice libzmq dropped. What a dial uses, what a failure does to
+//! the links and what a sweep sends are the node core's decisions
+//! ([`crate::proto::node::links`]); this file makes and closes the sockets. What the sockets'
 //! monitors say is acted on above this, in `io/monitor.rs`; the in-band notices of a
 //! connection's loss in `io/receive.rs`.
 
