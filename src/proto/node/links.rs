@@ -13,10 +13,12 @@ use crate::proto::node::admit::{Configured, OwnDials};
 use crate::proto::node::discovered::Discovered;
 use crate::proto::node::gate::Gate;
 use crate::proto::node::keys::{LinkKey, SlotKey, Tracked};
-use crate::proto::node::link::{note, routing_id, Conn, Link, LinkKind, BACKOFF_MAX, BACKOFF_MIN};
+use crate::proto::node::link::{
+    close_reason, note, routing_id, Conn, Link, LinkKind, BACKOFF_MAX, BACKOFF_MIN,
+};
 use crate::proto::security::PublicKey;
 use crate::proto::state::{ConnState, FailureReason, Recovery};
-use crate::proto::wire::Lane;
+use crate::proto::wire::{CloseReason, Lane};
 use crate::proto::ConnId;
 
 /// The routing id of the bound Application ROUTER, which a dialled Application lane addresses.
@@ -422,6 +424,17 @@ fn lane_held_elsewhere<C: Configured + ?Sized>(
             && (l.state.is_ready() || l.conn.is_some())
             && mesh_lane(configured, &l.kind) == Some(lane)
     })
+}
+
+/// The CLOSE this node sends an inbound connection of a shared bound socket that it drops for
+/// `reason`: libzmq cannot close one pipe there, so the peer, which owns the socket, is told
+/// to. None when the peer closed it in order or the transport lost it (nobody to tell).
+pub(crate) fn inbound_close(reason: FailureReason) -> Option<CloseReason> {
+    let gone = matches!(
+        reason,
+        FailureReason::OrderlyClose | FailureReason::TransportError
+    );
+    (!gone).then(|| close_reason(reason))
 }
 
 /// The record a disconnect sweep sends an inbound connection: one that changes nothing at
@@ -865,6 +878,26 @@ mod tests {
             t0,
         );
         assert_eq!(inbound.refenced(0x2a, t1), None, "never dialled");
+    }
+
+    /// An inbound connection dropped for a failure of ours is told why with a CLOSE (L6), one
+    /// the peer closed or the transport lost is not.
+    #[test]
+    fn l6_an_inbound_connection_dropped_by_us_is_told_to_close() {
+        assert_eq!(inbound_close(FailureReason::OrderlyClose), None);
+        assert_eq!(inbound_close(FailureReason::TransportError), None);
+        assert_eq!(
+            inbound_close(FailureReason::StoodDown),
+            Some(CloseReason::Replaced)
+        );
+        assert_eq!(
+            inbound_close(FailureReason::DeadlineExceeded),
+            Some(CloseReason::DeadlineExceeded)
+        );
+        assert_eq!(
+            inbound_close(FailureReason::Reconfigured),
+            Some(CloseReason::ProtocolError)
+        );
     }
 
     /// A sweep repeats our ACK of the peer's last probe, else resends our pending probe, and

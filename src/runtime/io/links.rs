@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use super::parts::ready::Watch;
 use crate::config::NodeConfig;
-use crate::proto::node::link::{close_reason, Conn, Link, LinkKind};
+use crate::proto::node::link::{Conn, Link, LinkKind};
 use crate::proto::node::links::{self, DialPlan, DialSocket, DialTargets, StateEvent, SweepRecord};
 
 use super::parts::sockets::{Slot, SlotRole, Unit};
@@ -236,9 +236,10 @@ impl IoThread {
             // An inbound connection on a shared bound socket: libzmq cannot close one pipe
             // there. Tell the peer to close (it owns the socket), and forget the routing id so
             // that late records of this physical connection change nothing (MISSION L6).
-            if reason != FailureReason::OrderlyClose && reason != FailureReason::TransportError {
-                let close = records::close(close_reason(reason));
-                let _ = self.sockets.send(conn.slot, Some(&route), &close);
+            if let Some(close) = links::inbound_close(reason) {
+                let _ = self
+                    .sockets
+                    .send(conn.slot, Some(&route), &records::close(close));
             }
             if let Some(m) = self.accepting.inbound.get_mut(&conn.slot) {
                 m.remove(route.as_slice());
