@@ -116,16 +116,8 @@ pub(crate) fn plan_dial<T: DialTargets + ?Sized>(
     discovered: &Discovered,
     curve: Option<&Gate>,
 ) -> DialPlan {
-    let (endpoint, lane, socket) = match kind {
-        LinkKind::MeshDial { peer, lane } => match targets.peer_endpoint(*peer, *lane) {
-            Some(ep) => (ep, *lane, DialSocket::Router),
-            None => return DialPlan::Nothing,
-        },
-        LinkKind::ClientDial { server } => match targets.server(*server) {
-            Some((_, ep)) => (ep, Lane::ClientServer, DialSocket::Dealer),
-            None => return DialPlan::Nothing,
-        },
-        LinkKind::Inbound { .. } => return DialPlan::Nothing,
+    let Some((endpoint, lane, socket)) = dial_target(kind, targets) else {
+        return DialPlan::Nothing;
     };
     // CURVE: the key the node at this endpoint must hold; no key, no dial.
     let server_key = match curve {
@@ -141,6 +133,23 @@ pub(crate) fn plan_dial<T: DialTargets + ?Sized>(
         socket,
         server_key,
     })
+}
+
+/// The endpoint, lane and socket a link of `kind` dials: `None` for an inbound link, or a dial
+/// of a configuration entry that is not there.
+pub(crate) fn dial_target<'a, T: DialTargets + ?Sized>(
+    kind: &LinkKind,
+    targets: &'a T,
+) -> Option<(&'a str, Lane, DialSocket)> {
+    match kind {
+        LinkKind::MeshDial { peer, lane } => targets
+            .peer_endpoint(*peer, *lane)
+            .map(|ep| (ep, *lane, DialSocket::Router)),
+        LinkKind::ClientDial { server } => targets
+            .server(*server)
+            .map(|(_, ep)| (ep, Lane::ClientServer, DialSocket::Dealer)),
+        LinkKind::Inbound { .. } => None,
+    }
 }
 
 /// The CURVE key a dial of a link of `kind` expects of the node at `endpoint`: the configured

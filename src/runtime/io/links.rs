@@ -55,14 +55,7 @@ impl IoThread {
 
     /// The endpoint dialled link `k` dials (`None` for an inbound link).
     pub(super) fn link_endpoint(&self, k: LinkKey) -> Option<String> {
-        match &self.links[k].kind {
-            LinkKind::MeshDial { peer, lane } => self.local.cfg.peer_endpoint(*peer, *lane),
-            LinkKind::ClientDial { server } => {
-                DialTargets::server(&self.local.cfg, *server).map(|(_, ep)| ep)
-            }
-            LinkKind::Inbound { .. } => None,
-        }
-        .map(str::to_owned)
+        links::dial_target(&self.links[k].kind, &self.local.cfg).map(|(ep, ..)| ep.to_owned())
     }
 
     /// Dials link `k` as the node core plans it ([`links::plan_dial`]).
