@@ -126,7 +126,11 @@ pub(crate) struct SendQueue {
     /// The peer's RID or the server's channel, for errors.
     who: Arc<str>,
     state: Mutex<QueueState>,
-    /// Senders waiting for room, and for the close.
+    /// Senders waiting for room, and for the close. Room is handed to one waiter at a
+    /// time (`notify_one`): a waiter that pushed and left room hands it to the next, so a
+    /// settle wakes as many senders as its room serves, not every sender (a burst of
+    /// senders on one full queue would otherwise all wake, and all but a few wait again, at
+    /// every drain). A close wakes them all.
     room: Notify,
 }
 
@@ -143,6 +147,8 @@ struct QueueState {
     envelopes: Vec<(Box<str>, Bytes)>,
     /// The cache entry replaced next when a new channel does not fit.
     evict: usize,
+    /// Senders in [`SendQueue::wait_for_room`] (one that was woken counts until it returns).
+    waiting: usize,
 }
 
 impl QueueState {
@@ -200,6 +206,7 @@ impl SendQueue {
                 scheduled: false,
                 envelopes: Vec::new(),
                 evict: 0,
+                waiting: 0,
             }),
             room: Notify::new(),
         }
@@ -260,6 +267,12 @@ impl SendQueue {
             s.scheduled = true;
             pushed.schedule = true;
         }
+        // Room is left and another sender waits for it: hand it on (see `room`).
+        let hand_on = s.waiting > 0 && s.occupancy() < SEND_QUEUE;
+        drop(s);
+        if hand_on {
+            self.room.notify_one();
+        }
         pushed
     }
 
@@ -270,11 +283,14 @@ impl SendQueue {
         tokio::pin!(notified);
         notified.as_mut().enable();
         {
-            let s = self.lock();
+            let mut s = self.lock();
             if s.closed.is_some() || s.occupancy() < SEND_QUEUE {
                 return;
             }
+            s.waiting += 1;
         }
+        // Counted out however the wait ends (woken, or the sender's future dropped).
+        let _counted = Waiting(self);
         notified.await;
     }
 
@@ -340,12 +356,12 @@ impl SendQueue {
             if !more {
                 s.scheduled = false;
             }
-            (more, was_full && sent > 0)
+            (more, was_full && sent > 0 && s.waiting > 0)
         };
         out.runs.clear();
         out.payloads.clear();
         if made_room {
-            self.room.notify_waiters();
+            self.room.notify_one();
         }
         more
     }
@@ -384,6 +400,16 @@ impl SendQueue {
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.lock().occupancy()
+    }
+}
+
+/// A sender counted in [`QueueState::waiting`] while it waits for room.
+struct Waiting<'a>(&'a SendQueue);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut s = self.0.lock();
+        s.waiting = s.waiting.saturating_sub(1);
     }
 }
 
@@ -958,6 +984,88 @@ mod tests {
         assert_eq!(q.close(Closed::NotReady), 7);
         let p = q.push("c", &mut payloads(1));
         assert_eq!((p.taken, p.stop), (0, Some(Stop::Closed(Closed::NotReady))));
+    }
+
+    /// Room made by a drain is handed to waiting senders one at a time: a settle that frees
+    /// three places wakes senders until the queue is full again, not every waiting sender;
+    /// the others keep waiting, and none is lost.
+    #[tokio::test(flavor = "current_thread")]
+    async fn room_is_handed_on_one_waiter_at_a_time_and_none_is_lost() {
+        let q = Arc::new(queue());
+        q.push("c", &mut payloads(SEND_QUEUE));
+        let wakes = Arc::new(AtomicUsize::new(0));
+        let done = Arc::new(AtomicUsize::new(0));
+        let waiters: Vec<_> = (0..8)
+            .map(|_| {
+                let (q, wakes, done) = (q.clone(), wakes.clone(), done.clone());
+                tokio::spawn(async move {
+                    loop {
+                        q.wait_for_room().await;
+                        wakes.fetch_add(1, Ordering::SeqCst);
+                        if q.push("c", &mut payloads(1)).taken == 1 {
+                            done.fetch_add(1, Ordering::SeqCst);
+                            return;
+                        }
+                    }
+                })
+            })
+            .collect();
+        let settle_all = |n: usize| {
+            let mut out = Taken::default();
+            q.take(n, &mut out);
+            q.settle(&mut out, n);
+        };
+        let run = || async {
+            for _ in 0..64 {
+                tokio::task::yield_now().await;
+            }
+        };
+        run().await;
+        assert_eq!(done.load(Ordering::SeqCst), 0, "no room yet");
+        settle_all(3);
+        run().await;
+        assert_eq!(done.load(Ordering::SeqCst), 3);
+        assert_eq!(q.len(), SEND_QUEUE);
+        assert_eq!(
+            wakes.load(Ordering::SeqCst),
+            3,
+            "only the senders the room served woke"
+        );
+        settle_all(5);
+        for w in waiters {
+            w.await.expect("waiter");
+        }
+        assert_eq!(done.load(Ordering::SeqCst), 8);
+        assert_eq!(wakes.load(Ordering::SeqCst), 8);
+    }
+
+    /// A sender that was handed room and went away before using it (its future dropped)
+    /// passes the room on to the next waiting sender.
+    #[tokio::test(flavor = "current_thread")]
+    async fn room_handed_to_a_sender_that_left_goes_to_the_next() {
+        let q = Arc::new(queue());
+        q.push("c", &mut payloads(SEND_QUEUE));
+        let spawn_waiter = || {
+            let q = q.clone();
+            tokio::spawn(async move {
+                q.wait_for_room().await;
+                q.push("c", &mut payloads(1)).taken
+            })
+        };
+        let first = spawn_waiter();
+        tokio::task::yield_now().await;
+        let second = spawn_waiter();
+        tokio::task::yield_now().await;
+        let mut out = Taken::default();
+        q.take(1, &mut out);
+        q.settle(&mut out, 1);
+        first.abort();
+        assert!(first.await.is_err(), "the first sender was aborted");
+        for _ in 0..64 {
+            tokio::task::yield_now().await;
+        }
+        assert!(second.is_finished(), "the room went to the second sender");
+        assert_eq!(second.await.expect("second sender"), 1);
     }
 
     /// A sender waiting for room wakes when the I/O thread makes some, and when the queue
