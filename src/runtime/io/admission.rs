@@ -211,11 +211,7 @@ impl IoThread {
             tracing::debug!(error = %e, "welcome not sent");
             return;
         }
-        self.accepting
-            .inbound
-            .entry(slot)
-            .or_default()
-            .insert(route.clone(), k);
+        self.accepting.admitted(slot, route.clone(), k);
         if let Some(sid) = self.sockets.shared_id(slot) {
             if let Err(e) = self
                 .receiving
@@ -250,7 +246,7 @@ impl IoThread {
     /// Refuses the unadmitted connection `route` of bound socket `slot`: one REJECT, and
     /// nothing it sends afterwards is looked at (while [`Refused`](crate::proto::node::accepting::Refused) remembers it).
     fn refuse(&mut self, slot: SlotKey, route: &[u8], reason: RejectReason, detail: &str) {
-        if self.accepting.refused.insert(slot, route) {
+        if self.accepting.refuse(slot, route) {
             let _ = self
                 .sockets
                 .send(slot, Some(route), &records::reject(reason, detail));
