@@ -32,6 +32,7 @@
 //! - `gate` and `accepting`: the bound sockets' gate (ZAP domains, open connections,
 //!   the allow-list, recent refusals), the inbound connections admitted and the ones refused.
 //! - `source`: who a delivered record came from, built once per connection.
+//! - `monitor`: what a dialled or SUB socket's monitor event asks of the shell.
 //! - `ready`: a link's step to ready (an admitted inbound connection, a handshake done).
 
 pub(crate) mod accepting;
@@ -44,6 +45,7 @@ pub(crate) mod gate;
 pub(crate) mod keys;
 pub(crate) mod link;
 pub(crate) mod live;
+pub(crate) mod monitor;
 pub(crate) mod ready;
 pub(crate) mod routes;
 pub(crate) mod source;
