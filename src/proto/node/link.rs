@@ -80,6 +80,42 @@ pub(crate) struct Conn {
     pub(crate) notices: u8,
 }
 
+/// What a connection notice of libzmq (`ROUTER_NOTIFY`) a dialled ROUTER received in band
+/// means ([`Conn::handle_router_notice`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RouterNotice {
+    /// The first: the connection attached (its handshake is done and the socket knows the
+    /// peer's routing id), so HELLO can go.
+    Attached,
+    /// Any later one: the connection is gone (MISSION L6: at once), whether the notice says
+    /// so itself or is the attach of a reconnection libzmq made after it (which never
+    /// carries this link's records).
+    Gone,
+}
+
+impl Conn {
+    /// A connection notice this dialled ROUTER's connection received in band, in order with
+    /// the peer's records (see [`RouterNotice`]).
+    pub(crate) fn handle_router_notice(&mut self) -> RouterNotice {
+        self.notices = self.notices.saturating_add(1);
+        if self.notices > 1 {
+            RouterNotice::Gone
+        } else {
+            RouterNotice::Attached
+        }
+    }
+}
+
+/// Where a link's one-way records are published for the application's sends, if it carries
+/// any ([`Link::send_route`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SendRoute<'a> {
+    /// By the peer's (or client's) RID.
+    Peer(&'a str),
+    /// Among the ready servers of a channel.
+    Server(&'a str),
+}
+
 pub(crate) struct Link {
     pub(crate) kind: LinkKind,
     pub(crate) state: LinkState,
@@ -283,6 +319,40 @@ impl Link {
     fn client_channel<'a, S: ServerChannels + ?Sized>(&self, servers: &'a S) -> Option<&'a str> {
         match &self.kind {
             LinkKind::ClientDial { server } => servers.channel(*server),
+            _ => None,
+        }
+    }
+
+    /// Counts `records` records received on this link's connection, the last at `now`: its
+    /// activity, and a receipt for its state.
+    pub(crate) fn handle_receipt(&mut self, records: u64, now: Instant) {
+        if records == 0 {
+            return;
+        }
+        self.records += records;
+        self.last_receive = Some(now);
+        self.state.handle_receive(now);
+    }
+
+    /// Where this link's one-way records are published (`servers`: the channels of the
+    /// node's configured servers): a RouteMesh peer's Application lane (dialled or
+    /// accepted) and a ClientServer client of ours by the peer's RID once its handshake
+    /// named it, a server we dial by its configured channel. Borrowed, so that asking it of
+    /// every link costs no allocation.
+    pub(crate) fn send_route<'a, S: ServerChannels + ?Sized>(
+        &'a self,
+        servers: &'a S,
+    ) -> Option<SendRoute<'a>> {
+        match &self.kind {
+            LinkKind::MeshDial {
+                lane: Lane::Application,
+                ..
+            }
+            | LinkKind::Inbound {
+                lane: Lane::Application | Lane::ClientServer,
+                ..
+            } => Some(SendRoute::Peer(&self.conn.as_ref()?.peer.as_ref()?.rid)),
+            LinkKind::ClientDial { server } => servers.channel(*server).map(SendRoute::Server),
             _ => None,
         }
     }
@@ -692,6 +762,77 @@ mod tests {
             "an inbound link is never dialled"
         );
         assert_eq!(inbound.next_deadline(), None);
+    }
+
+    /// A dialled ROUTER's first in-band notice is its connection's attach, any later one
+    /// its loss (L6).
+    #[test]
+    fn l6_a_routers_second_notice_is_its_connections_loss() {
+        let mut c = conn(1, false, None);
+        assert_eq!(c.handle_router_notice(), RouterNotice::Attached);
+        assert_eq!(c.handle_router_notice(), RouterNotice::Gone);
+        c.notices = u8::MAX;
+        assert_eq!(c.handle_router_notice(), RouterNotice::Gone);
+    }
+
+    /// Records received count as the link's activity, with the instant of the last; none
+    /// count nothing.
+    #[test]
+    fn l2_received_records_are_the_links_activity() {
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_millis(5);
+        let mut l = link(LinkKind::ClientDial { server: 0 });
+        l.handle_receipt(0, later);
+        assert_eq!((l.records, l.last_receive), (0, None));
+        l.handle_receipt(3, t0);
+        l.handle_receipt(1, later);
+        assert_eq!((l.records, l.last_receive), (4, Some(later)));
+    }
+
+    /// Which links' one-way records are published, and under which route: an Application
+    /// lane (dialled or accepted) and an accepted ClientServer client by the RID its
+    /// handshake named, a dialled server by its configured channel; a Completion lane never.
+    #[test]
+    fn a_links_send_route_is_its_peers_rid_or_its_servers_channel() {
+        let servers = Channels(vec!["pump"]);
+        let named = |kind: LinkKind| {
+            let mut l = link(kind);
+            l.conn = Some(conn(1, true, Some(("b", &[]))));
+            l
+        };
+        let app = LinkKind::MeshDial {
+            peer: 0,
+            lane: Lane::Application,
+        };
+        assert_eq!(link(app.clone()).send_route(&servers), None, "no peer yet");
+        assert_eq!(named(app).send_route(&servers), Some(SendRoute::Peer("b")));
+        for lane in [Lane::Application, Lane::ClientServer] {
+            let inbound = LinkKind::Inbound {
+                rid: "b".to_owned(),
+                lane,
+            };
+            assert_eq!(
+                named(inbound).send_route(&servers),
+                Some(SendRoute::Peer("b"))
+            );
+        }
+        let completion = [
+            LinkKind::MeshDial {
+                peer: 0,
+                lane: Lane::Completion,
+            },
+            LinkKind::Inbound {
+                rid: "b".to_owned(),
+                lane: Lane::Completion,
+            },
+        ];
+        for kind in completion {
+            assert_eq!(named(kind).send_route(&servers), None);
+        }
+        let client = link(LinkKind::ClientDial { server: 0 });
+        assert_eq!(client.send_route(&servers), Some(SendRoute::Server("pump")));
+        let unknown = link(LinkKind::ClientDial { server: 1 });
+        assert_eq!(unknown.send_route(&servers), None);
     }
 
     /// Running out of descriptors (`resource_exhausted`): every failure is recorded on the

@@ -34,6 +34,10 @@
 //! - `source`: who a delivered record came from, built once per connection.
 //! - `monitor`: what a dialled or SUB socket's monitor event asks of the shell.
 //! - `ready`: a link's step to ready (an admitted inbound connection, a handshake done).
+//! - `received`: the receive path's decisions: where a record read goes (a link, a
+//!   connection notice, admission), what a link's record is for in its connection's state,
+//!   how a PACK's or PUBPACK's records are charged to the caps, and a run of MESSAGEs.
+//! - `sub`: a fanout subscription and what opening, refusing, failing and readying it does.
 
 pub(crate) mod accepting;
 pub mod admit;
@@ -47,6 +51,8 @@ pub(crate) mod link;
 pub(crate) mod live;
 pub(crate) mod monitor;
 pub(crate) mod ready;
+pub(crate) mod received;
 pub(crate) mod routes;
 pub(crate) mod source;
+pub(crate) mod sub;
 pub(crate) mod timers;

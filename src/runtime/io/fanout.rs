@@ -1,5 +1,8 @@
 //! Classic fanout: the publisher's records and beacons (MISSION L4), and one SUB socket per
 //! publisher with its own liveness watch (T3, L5): opened, judged, failed and reopened alone.
+//! What opening, refusing, failing or readying a subscription does to it, and the verdict of
+//! its watch's events, are the node core's ([`crate::proto::node::sub`]); this file opens and
+//! closes the sockets, reads and delivers, and tells the application.
 //!
 //! The publisher's socket is an XPUB (PUB on the wire; subscribers see no difference) in
 //! manual mode, so that subscriptions reach the node and take effect only when the node
@@ -32,13 +35,14 @@ use bytes::Bytes;
 
 use super::parts::ready::Watch;
 use super::parts::sockets::{close_stopping_monitor, Published, Slot, SlotRole, Staged, Unit};
-use super::{Host, IoThread, SubKey, BACKOFF_MAX};
+use super::{Host, IoThread, SubKey};
 use crate::proto::liveness::{
     self, Delivery as FanoutDelivery, FanoutInput, LivenessEvent, PublisherEvent,
 };
-use crate::proto::node::link::{backoff, note};
+use crate::proto::node::received::{self, Charges};
+use crate::proto::node::sub::{judge_publisher_event, PublisherVerdict, SubSecurity};
 use crate::proto::security::{handshake_refusal, InputRefusal};
-use crate::proto::state::{ConnState, FailureReason, Recovery};
+use crate::proto::state::{ConnState, FailureReason};
 use crate::proto::wire::{self, PUBPACK_MARKER};
 use crate::runtime::error::NodeError;
 use crate::runtime::event::{Delivery, NodeEvent};
@@ -51,11 +55,6 @@ use crate::runtime::transport::{SocketKind, SocketRole, Transport, TransportSock
 /// subscribing to their markers besides the empty prefix (WIRE.md §7.3, §7.5), and so the
 /// capabilities its messages are decoded with.
 pub(super) const SUB_CAPABILITIES: wire::Capabilities = wire::Capabilities::PUBPACK;
-
-/// Bytes a record of a PUBPACK is charged toward the receive loop's byte cap besides its
-/// payload: its u16 length. The first record also carries the topic and the rest of the
-/// envelope, so the records of a PUBPACK are charged exactly the bytes read.
-const PUBLISHED_RECORD_OVERHEAD: usize = 2;
 
 impl IoThread {
     /// Binds the node's publisher socket (a [`SocketKind::Publisher`]); returns it and the
@@ -135,16 +134,15 @@ impl IoThread {
 
     pub(super) fn open_sub(&mut self, i: SubKey, now: Instant) {
         let endpoint = self.fanout.subs[i].endpoint.clone();
-        let key = self.fanout.subs[i]
-            .key
-            .filter(|k| !self.fanout.subs[i].key_from_descriptor || self.accepting.gate.allows(k));
-        let curve = match (&self.local.curve, key) {
-            (None, _) => None,
-            (Some(pair), Some(key)) => Some((pair.clone(), key)),
-            (Some(_), None) => {
+        let gate = &self.accepting.gate;
+        let security = self.fanout.subs[i].security(self.local.curve.is_some(), |k| gate.allows(k));
+        let curve = match (&self.local.curve, security) {
+            (Some(pair), SubSecurity::Curve(key)) => Some((pair.clone(), key)),
+            (_, SubSecurity::Refused) => {
                 self.refuse_sub(i, &endpoint, now);
                 return;
             }
+            _ => None,
         };
         let opened = self
             .sockets
@@ -177,7 +175,7 @@ impl IoThread {
                 let slot = match added {
                     Ok(slot) => slot,
                     Err(e) => {
-                        self.fanout.subs[i].retry_at = now + BACKOFF_MAX;
+                        self.fanout.subs[i].handle_unwatched(now);
                         tracing::warn!(error = %e, endpoint, "cannot watch SUB socket");
                         return;
                     }
@@ -188,11 +186,7 @@ impl IoThread {
                     .liveness
                     .table_mut()
                     .reset_publisher(self.fanout.subs[i].live, now);
-                let s = &mut self.fanout.subs[i];
-                s.slot = Some(slot);
-                s.conn_id = Some(id);
-                s.connected = false;
-                note(s.state.handle_connecting(now));
+                self.fanout.subs[i].handle_opened(slot, id, now);
                 self.app.emit_state(
                     LinkId::Subscription { endpoint },
                     ConnState::Connecting,
@@ -207,25 +201,9 @@ impl IoThread {
     /// Subscription `i` has no CURVE key to expect of its publisher: it is not opened; it
     /// shows `not_connected` with `security_failure` and is looked at again after a while.
     fn refuse_sub(&mut self, i: SubKey, endpoint: &str, now: Instant) {
-        let detail = format!(
-            "no CURVE key known for publisher {endpoint} (none in [security.endpoint_keys], \
-             and no descriptor key on this node's allow-list)"
-        );
-        let s = &mut self.fanout.subs[i];
-        s.retry_at = now + BACKOFF_MAX;
-        let already = s.state.state() == ConnState::NotConnected
-            && s.state
-                .last_failure()
-                .is_some_and(|f| f.reason == FailureReason::SecurityFailure);
-        if already {
+        let Some(detail) = self.fanout.subs[i].handle_refused(now) else {
             return;
-        }
-        note(s.state.handle_failure(
-            FailureReason::SecurityFailure,
-            detail.as_str(),
-            Recovery::Hold,
-            now,
-        ));
+        };
         self.app.emit_state(
             LinkId::Subscription {
                 endpoint: endpoint.to_owned(),
@@ -245,26 +223,17 @@ impl IoThread {
         detail: &str,
         now: Instant,
     ) {
-        let Some(slot) = self.fanout.subs[i].slot.take() else {
+        let running = self.local.host == Host::Running;
+        let s = &mut self.fanout.subs[i];
+        let Some((slot, state)) = s.handle_failure(reason, detail, running, now) else {
             return;
+        };
+        let link = LinkId::Subscription {
+            endpoint: s.endpoint.clone(),
         };
         if let Some(slot) = self.take_slot(slot) {
             close_stopping_monitor(slot);
         }
-        let s = &mut self.fanout.subs[i];
-        s.conn_id = None;
-        s.failures_in_row = s.failures_in_row.saturating_add(1);
-        s.retry_at = now + backoff(s.failures_in_row);
-        let recovery = if self.local.host == Host::Running && !s.retired {
-            Recovery::Reconnect
-        } else {
-            Recovery::Hold
-        };
-        note(s.state.handle_failure(reason, detail, recovery, now));
-        let link = LinkId::Subscription {
-            endpoint: s.endpoint.clone(),
-        };
-        let state = s.state.state();
         self.app.emit_state(link, state, Some(reason), detail);
         metrics::counter!("zmesh_link_failures_total", "reason" => reason.as_str()).increment(1);
     }
@@ -289,8 +258,7 @@ impl IoThread {
         else {
             return None;
         };
-        let kind = frames.get(1)?.as_ref().get(3).copied()?;
-        if kind != u8::from(wire::Kind::PubPack) {
+        if !received::is_kind(frames.get(1)?.as_ref(), wire::Kind::PubPack) {
             return None;
         }
         let Some(Slot {
@@ -307,15 +275,11 @@ impl IoThread {
         else {
             return None;
         };
-        let charged: usize = payloads
-            .iter()
-            .map(|p| p.len() + PUBLISHED_RECORD_OVERHEAD)
-            .sum();
-        let mut rest = len.saturating_sub(charged);
+        let mut charges = Charges::new(len, payloads.iter().map(Bytes::len));
         let mut receipt = u16::try_from(payloads.len()).unwrap_or(u16::MAX);
         let sub = *sub;
         let parts = payloads.into_iter().map(move |payload| {
-            let bytes = payload.len() + PUBLISHED_RECORD_OVERHEAD + std::mem::take(&mut rest);
+            let bytes = charges.next(payload.len());
             let published = Published {
                 sub,
                 conn,
@@ -335,7 +299,7 @@ impl IoThread {
         let Some(s) = self.fanout.subs.get(p.sub) else {
             return;
         };
-        if s.conn_id != Some(p.conn) {
+        if !s.is_current(p.conn) {
             return;
         }
         if p.receipt > 0 {
@@ -354,11 +318,7 @@ impl IoThread {
 
     /// Hands one fanout record of subscription `i` to the application.
     pub(super) fn deliver_published(&mut self, i: SubKey, topic: Bytes, payload: Bytes) {
-        let s = &mut self.fanout.subs[i];
-        s.records += 1;
-        if s.last_topic != topic {
-            s.last_topic = topic.clone();
-        }
+        self.fanout.subs[i].handle_delivered(&topic);
         metrics::counter!("zmesh_fanout_records_received_total").increment(1);
         self.app.push(NodeEvent::Delivery(Delivery {
             source: self.fanout.subs[i].source.clone(),
@@ -416,26 +376,17 @@ impl IoThread {
     /// The verdict of subscription `i`'s watch: ready at its first valid record or beacon;
     /// failed (its socket closed, a new one opened) at 15 s of silence or a protocol error.
     pub(super) fn on_publisher_event(&mut self, i: SubKey, ev: PublisherEvent, now: Instant) {
-        match ev {
-            PublisherEvent::BecameReady => {
+        match judge_publisher_event(ev) {
+            PublisherVerdict::Ready => {
                 let s = &mut self.fanout.subs[i];
-                s.failures_in_row = 0;
-                note(s.state.handle_ready(now));
+                s.handle_ready(now);
                 let link = LinkId::Subscription {
                     endpoint: s.endpoint.clone(),
                 };
                 self.app
                     .emit_state(link, ConnState::Ready, None, "first record or beacon");
             }
-            PublisherEvent::Silence { .. } => self.fail_sub(
-                i,
-                FailureReason::FanoutSilence,
-                "no record or beacon for 15 s",
-                now,
-            ),
-            PublisherEvent::ProtocolError(e) => {
-                self.fail_sub(i, FailureReason::ProtocolError, &format!("{e}"), now)
-            }
+            PublisherVerdict::Fail(reason, detail) => self.fail_sub(i, reason, &detail, now),
         }
     }
 }

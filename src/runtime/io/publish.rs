@@ -3,16 +3,17 @@
 //! Application lane, a ClientServer client of ours, a server we dial), published in the
 //! [`LinkTable`](crate::runtime::outbound::LinkTable) under its route (the peer's RID, or
 //! the channel of configured servers), and unpublished and closed when the connection
-//! leaves ready, the records still in it counted in that failure. Draining the queues is
+//! leaves ready, the records still in it counted in that failure. Which links carry one-way
+//! records, and under which route, is the node core's
+//! ([`Link::send_route`](crate::proto::node::link::Link::send_route)). Draining the queues is
 //! `io/outbound.rs`'s.
 
 use std::sync::Arc;
 
 use super::{IoThread, LinkKey};
-use crate::proto::node::link::LinkKind;
+use crate::proto::node::link::SendRoute;
 use crate::proto::state::FailureReason;
 use crate::runtime::outbound::{Closed, SendQueue};
-use crate::runtime::records::Lane;
 
 /// Where a link's one-way records are published in the link table.
 enum Route {
@@ -22,55 +23,34 @@ enum Route {
     Server(String),
 }
 
-impl IoThread {
-    /// Where link `k`'s one-way records are published, if it carries any.
-    fn route_of(&self, k: LinkKey) -> Option<Route> {
-        let l = self.links.get(k)?;
-        match &l.kind {
-            LinkKind::MeshDial {
-                lane: Lane::Application,
-                ..
-            }
-            | LinkKind::Inbound {
-                lane: Lane::Application | Lane::ClientServer,
-                ..
-            } => {
-                let rid = l.conn.as_ref()?.peer.as_ref()?.rid.clone();
-                Some(Route::Peer(rid))
-            }
-            LinkKind::ClientDial { server } => Some(Route::Server(
-                self.local.cfg.servers.get(*server)?.channel.clone(),
-            )),
-            _ => None,
+impl Route {
+    /// The route as the node core names it, borrowed.
+    fn as_send_route(&self) -> SendRoute<'_> {
+        match self {
+            Route::Peer(rid) => SendRoute::Peer(rid),
+            Route::Server(channel) => SendRoute::Server(channel),
         }
+    }
+}
+
+impl IoThread {
+    /// Where link `k`'s one-way records are published, if it carries any
+    /// ([`Link::send_route`](crate::proto::node::link::Link::send_route)).
+    fn route_of(&self, k: LinkKey) -> Option<Route> {
+        let route = self.links.get(k)?.send_route(&self.local.cfg.servers[..])?;
+        Some(match route {
+            SendRoute::Peer(rid) => Route::Peer(rid.to_owned()),
+            SendRoute::Server(channel) => Route::Server(channel.to_owned()),
+        })
     }
 
     /// Whether link `k` sends for `route` (what [`Self::route_of`] says, compared in place:
     /// [`Self::publish_route`] asks it of every link, and a copy of each name would cost an
     /// allocation per link per reconnect).
     fn routes_to(&self, k: LinkKey, route: &Route) -> bool {
-        let Some(l) = self.links.get(k) else {
-            return false;
-        };
-        match (&l.kind, route) {
-            (
-                LinkKind::MeshDial {
-                    lane: Lane::Application,
-                    ..
-                }
-                | LinkKind::Inbound {
-                    lane: Lane::Application | Lane::ClientServer,
-                    ..
-                },
-                Route::Peer(rid),
-            ) => (l.conn.as_ref())
-                .and_then(|c| c.peer.as_ref())
-                .is_some_and(|p| p.rid == **rid),
-            (LinkKind::ClientDial { server }, Route::Server(channel)) => {
-                (self.local.cfg.servers.get(*server)).is_some_and(|s| s.channel == **channel)
-            }
-            _ => false,
-        }
+        self.links.get(k).is_some_and(|l| {
+            l.send_route(&self.local.cfg.servers[..]) == Some(route.as_send_route())
+        })
     }
 
     /// Link `k`'s connection became ready: it gets a send queue, published in the table.

@@ -1,6 +1,9 @@
 //! Receiving: one rotation of the fair receive loop under the scheduler's caps (MISSION
 //! R1-R3), routing a record to its link, subscription or admission, the records of a ready
-//! link, and the application backlog held while its queue is paused (R5).
+//! link, and the application backlog held while its queue is paused (R5). What a record is
+//! and where it goes, what a link's record is for, how a PACK is charged to the caps and what
+//! a run of MESSAGEs counts are the node core's ([`crate::proto::node::received`]); this file
+//! reads, looks up and hands over.
 
 use std::time::Instant;
 
@@ -9,13 +12,14 @@ use bytes::Bytes;
 use super::parts::sockets::{Packed, Staged};
 use super::parts::sockets::{Slot, SlotRole, Unit};
 use super::{IoThread, LinkKey, SlotKey};
-use crate::proto::liveness;
-use crate::proto::node::link::{judge_close, judge_reject, LinkKind, PeerEnded};
-use crate::proto::node::source::Source;
+use crate::proto::node::link::{judge_close, judge_reject, LinkKind, PeerEnded, RouterNotice};
+use crate::proto::node::received::{
+    self, classify_bound, classify_dialled, record_use, BoundRecord, Charges, DialledRecord,
+    MessageRun, Placement, RecordUse,
+};
 use crate::proto::sched::{Action, ReadTarget, RotationEndReason, SharedSocketId};
 use crate::proto::state::FailureReason;
 use crate::proto::wire;
-use crate::proto::ConnId;
 use crate::runtime::event::Delivery;
 use crate::runtime::records::{self, Lane, Rec};
 use crate::runtime::socket::{share_last, Frame};
@@ -52,44 +56,6 @@ impl CoarseClock {
             }
         }
     }
-}
-
-/// Bytes a record of a PACK is charged toward the byte cap besides its payload: its u16
-/// length. The first record also carries the envelope's other bytes, so the records of a PACK
-/// are charged exactly the bytes read.
-const PACKED_RECORD_OVERHEAD: usize = 2;
-
-/// A run of MESSAGEs of one connection (the records of its PACKs) handed out one after the
-/// other in a unit's turn. Each record is delivered as it comes; what each also counts (the
-/// link's activity, the connection's application traffic for its liveness statistics, the
-/// received-records metric) is counted once for the run when it ends, with the instant of
-/// its last record, before any other record is processed: the same counts and instants as
-/// counting each record as it comes, since nothing reads them in between.
-struct MessageRun {
-    link: LinkKey,
-    conn: ConnId,
-    /// Records of the run: each is activity of the link.
-    records: u64,
-    /// The instant the run's last record was processed at.
-    last: Instant,
-    /// The connection was ready when the run began (a run's records change nothing that
-    /// could make it otherwise): its records are application traffic of its probe tracker
-    /// `live`, and deliveries from `source`.
-    ready: bool,
-    live: Option<liveness::LinkKey>,
-    source: Option<Source>,
-    /// Records delivered.
-    delivered: u64,
-    /// Deliveries the application queue takes before it may have to hold one back
-    /// (`AppQueue::room`).
-    room: usize,
-}
-
-/// Whether `frames` (after the routing id) is libzmq's notice that a connection of a ROUTER
-/// with `ROUTER_NOTIFY` attached or is gone: one empty frame, never one of a peer's records
-/// (each has an envelope).
-fn is_notice(frames: &[Frame]) -> bool {
-    matches!(frames, [only] if only.as_ref().is_empty())
 }
 
 impl IoThread {
@@ -260,12 +226,11 @@ impl IoThread {
             }
             Unit::Admission(_) => return None,
         };
-        let kind = frames.first()?.as_ref().get(3).copied()?;
-        if kind != u8::from(wire::Kind::Pack) {
+        if !received::is_kind(frames.first()?.as_ref(), wire::Kind::Pack) {
             return None;
         }
-        let c = self.links.get(link)?.conn.as_ref()?;
-        if c.id != conn || !c.ready || !self.conn_caps(link).contains(wire::Capabilities::PACK) {
+        let current = self.links.get(link)?.conn.as_ref();
+        if !received::unpacks(current, conn, self.conn_caps(link)) {
             return None;
         }
         let Ok(wire::Record::Pack(p)) =
@@ -275,13 +240,9 @@ impl IoThread {
         };
         let (channel, payloads) = p.into_parts();
         let channel = Bytes::from(channel.into_string().into_bytes());
-        let charged: usize = payloads
-            .iter()
-            .map(|p| p.len() + PACKED_RECORD_OVERHEAD)
-            .sum();
-        let mut rest = len.saturating_sub(charged);
+        let mut charges = Charges::new(len, payloads.iter().map(Bytes::len));
         let parts = payloads.into_iter().map(move |payload| {
-            let bytes = payload.len() + PACKED_RECORD_OVERHEAD + std::mem::take(&mut rest);
+            let bytes = charges.next(payload.len());
             let packed = Packed {
                 link,
                 conn,
@@ -339,7 +300,7 @@ impl IoThread {
                 // The routing id was looked up when the record was read: while the unit's
                 // connection is still the link's current one, the record is that link's.
                 if self.links_slot(unit).is_some() {
-                    if is_notice(&frames) {
+                    if received::is_notice(&frames) {
                         self.on_inbound_notice(k, now);
                     } else {
                         self.on_link_record(k, &frames, now);
@@ -376,21 +337,12 @@ impl IoThread {
             SlotRole::Sub(i) => self.on_fanout(i, frames, now),
             SlotRole::Dialled(k) => {
                 // A dialled ROUTER sees the bound peer's routing id first; a DEALER does not.
-                if self.links[k]
-                    .conn
-                    .as_ref()
-                    .is_some_and(|c| c.route.is_some())
-                {
-                    if frames.is_empty() {
-                        return;
-                    }
-                    frames.remove(0);
-                    if is_notice(&frames) {
-                        self.on_router_notice(k, now);
-                        return;
-                    }
+                let routed = (self.links[k].conn.as_ref()).is_some_and(|c| c.route.is_some());
+                match classify_dialled(routed, &frames) {
+                    DialledRecord::Record { skip } => self.on_link_record(k, &frames[skip..], now),
+                    DialledRecord::Notice => self.on_router_notice(k, now),
+                    DialledRecord::Nothing => {}
                 }
-                self.on_link_record(k, &frames, now);
             }
             SlotRole::Bound(lane) => {
                 if frames.is_empty() {
@@ -424,10 +376,10 @@ impl IoThread {
             .get(&slot)
             .and_then(|m| m.get(route.as_ref()))
             .copied();
-        match (known, is_notice(&frames)) {
-            (Some(k), true) => self.on_inbound_notice(k, now),
-            (Some(k), false) => self.on_link_record(k, &frames, now),
-            (None, true) => {
+        match classify_bound(known, &frames) {
+            BoundRecord::Gone(k) => self.on_inbound_notice(k, now),
+            BoundRecord::Link(k) => self.on_link_record(k, &frames, now),
+            BoundRecord::UnadmittedNotice => {
                 // A refused connection's attach came before the HELLO that was refused, so
                 // this notice is its departure: its id need not be remembered any more.
                 if self.accepting.refused.forget(slot, route.as_ref()) {
@@ -436,7 +388,7 @@ impl IoThread {
                     tracing::trace!("connection notice from an unadmitted connection");
                 }
             }
-            (None, false) => self.on_unknown_inbound(slot, lane, route, &mut frames, now),
+            BoundRecord::Unadmitted => self.on_unknown_inbound(slot, lane, route, &mut frames, now),
         }
     }
 
@@ -460,12 +412,15 @@ impl IoThread {
             c.last_peer_probe = Some(id);
         }
         self.on_link_activity(k, 1, now);
-        match rec {
-            Rec::Probe(id) => {
+        match (record_use(rec.kind(), ready, inbound), rec) {
+            (RecordUse::Ignored, other) => {
+                tracing::debug!(kind = other.kind_name(), "record not handled in this state");
+            }
+            (_, Rec::Probe(id)) => {
                 // Echo the id; a received probe is not evidence for our own deadline (L2).
                 self.send_liveness(k, records::ack(id));
             }
-            Rec::Ack(id) => {
+            (_, Rec::Ack(id)) => {
                 if let Some(live) = live {
                     // The ACK travelled on this physical connection: it is evidence only for
                     // this connection's tracker (L2).
@@ -473,31 +428,31 @@ impl IoThread {
                     tracing::trace!(conn = %conn_id, ?outcome, "ack");
                 }
             }
-            Rec::Welcome(w) if !ready && !inbound => self.on_welcome(k, w, now),
-            Rec::Request(req) if ready => self.on_request(k, req, now),
-            Rec::Batch(requests) if ready => self.on_batch(k, requests, now),
-            Rec::Cancel(call_id) if ready => self.on_cancel(k, call_id, now),
-            Rec::Credit { call_id, items } if ready => self.on_credit(k, call_id, items.get(), now),
-            rec @ (Rec::Accept { .. } | Rec::Reply { .. } | Rec::Item { .. }) if ready => {
+            (_, Rec::Welcome(w)) => self.on_welcome(k, w, now),
+            (_, Rec::Request(req)) => self.on_request(k, req, now),
+            (_, Rec::Batch(requests)) => self.on_batch(k, requests, now),
+            (_, Rec::Cancel(call_id)) => self.on_cancel(k, call_id, now),
+            (_, Rec::Credit { call_id, items }) => self.on_credit(k, call_id, items.get(), now),
+            (_, rec @ (Rec::Accept { .. } | Rec::Reply { .. } | Rec::Item { .. })) => {
                 self.on_call_answer(k, rec, now)
             }
-            Rec::Answers(answers) if ready => {
+            (_, Rec::Answers(answers)) => {
                 // Each as if it had arrived alone, in order (WIRE.md §4.16).
                 for rec in answers {
                     self.on_call_answer(k, rec, now);
                 }
             }
-            Rec::Reject { reason, detail } => {
+            (_, Rec::Reject { reason, detail }) => {
                 self.on_peer_ended(k, judge_reject(reason), &detail, now)
             }
-            Rec::Close(reason) => {
+            (_, Rec::Close(reason)) => {
                 let detail = format!("peer closed: {}", records::close_name(reason));
                 self.on_peer_ended(k, judge_close(reason, inbound), &detail, now);
             }
-            Rec::Message { channel, payload } if ready => {
+            (_, Rec::Message { channel, payload }) => {
                 self.on_message(k, Bytes::from(channel.into_bytes()), payload, now);
             }
-            Rec::Pack { channel, payloads } if ready => {
+            (_, Rec::Pack { channel, payloads }) => {
                 // Each as the MESSAGE it stands for, in order (WIRE.md §4.18). A PACK the
                 // receive loop read is staged as its records instead (`unpack`); this is
                 // the path of one that reached here whole.
@@ -509,7 +464,7 @@ impl IoThread {
                     self.on_message(k, channel.clone(), payload, now);
                 }
             }
-            other => {
+            (_, other @ Rec::Hello(_)) => {
                 tracing::debug!(kind = other.kind_name(), "record not handled in this state");
             }
         }
@@ -526,35 +481,29 @@ impl IoThread {
 
     /// Counts `records` records received on link `k`'s connection, the last at `now`.
     fn on_link_activity(&mut self, k: LinkKey, records: u64, now: Instant) {
+        // None changes nothing, and is not to mark the link for the timer table.
         if records == 0 {
             return;
         }
-        let Some(l) = self.links.get_mut(k) else {
-            return;
-        };
-        l.records += records;
-        l.last_receive = Some(now);
-        l.state.handle_receive(now);
+        if let Some(l) = self.links.get_mut(k) {
+            l.handle_receipt(records, now);
+        }
     }
 
     /// One MESSAGE of a PACK, in its unit's turn: delivered if its connection is still the
     /// link's current one and ready, and counted with the rest of `run` (which it begins if
     /// `run` is another connection's, or none).
     fn on_packed(&mut self, p: Packed, now: Instant, run: &mut Option<MessageRun>) {
-        if !run
-            .as_ref()
-            .is_some_and(|r| r.link == p.link && r.conn == p.conn)
-        {
+        if !run.as_ref().is_some_and(|r| r.continues(p.link, p.conn)) {
             self.end_run(run.take());
-            *run = self.begin_run(p.link, p.conn, now);
+            let current = self.links.get(p.link).and_then(|l| l.conn.as_ref());
+            *run = MessageRun::begin(p.link, p.conn, current, || self.app.room(p.link), now);
         }
         // Not the link's current connection any more: the record changes nothing.
         let Some(r) = run.as_mut() else {
             return;
         };
-        r.records += 1;
-        r.last = now;
-        let Some(source) = &r.source else {
+        let Some((source, placement)) = r.handle_record(now) else {
             return;
         };
         let d = Delivery {
@@ -562,51 +511,31 @@ impl IoThread {
             channel: p.channel,
             payload: p.payload,
         };
-        r.delivered += 1;
-        if r.room > 0 {
-            r.room -= 1;
-            self.app.deliver_now(d);
-        } else {
-            self.app.deliver(p.link, d);
-            r.room = self.app.room(p.link);
+        match placement {
+            Placement::Now => self.app.deliver_now(d),
+            Placement::Queue => {
+                self.app.deliver(p.link, d);
+                r.set_room(self.app.room(p.link));
+            }
         }
     }
 
-    /// A run of connection `conn` of link `k`, if that is the link's current connection.
-    fn begin_run(&self, k: LinkKey, conn: ConnId, now: Instant) -> Option<MessageRun> {
-        let c = self.links.get(k)?.conn.as_ref()?;
-        if c.id != conn {
-            return None;
-        }
-        Some(MessageRun {
-            link: k,
-            conn,
-            records: 0,
-            last: now,
-            ready: c.ready,
-            live: c.live,
-            source: c.ready.then(|| c.source.clone()).flatten(),
-            delivered: 0,
-            room: self.app.room(k),
-        })
-    }
-
-    /// Counts what `run`'s records count (see `MessageRun`), as `on_message`
-    /// counts it for a MESSAGE on its own.
+    /// Counts what `run`'s records count (see [`MessageRun`]), as `on_message` counts it for
+    /// a MESSAGE on its own.
     fn end_run(&mut self, run: Option<MessageRun>) {
-        let Some(r) = run else {
+        let Some(end) = run.map(MessageRun::end) else {
             return;
         };
-        self.on_link_activity(r.link, r.records, r.last);
-        if let (true, Some(live)) = (r.ready, r.live) {
+        self.on_link_activity(end.link, end.records, end.last);
+        if let Some(live) = end.traffic_of {
             // Diagnostics only: application traffic never extends the deadline (L2).
             let _ = self
                 .liveness
                 .table_mut()
-                .handle_app_traffic_run(live, r.records, r.last);
+                .handle_app_traffic_run(live, end.records, end.last);
         }
-        if r.delivered > 0 {
-            metrics::counter!("zmesh_app_records_received_total").increment(r.delivered);
+        if end.delivered > 0 {
+            metrics::counter!("zmesh_app_records_received_total").increment(end.delivered);
         }
     }
 
@@ -654,9 +583,9 @@ impl IoThread {
         let Some(c) = self.links[k].conn.as_mut() else {
             return;
         };
-        c.notices = c.notices.saturating_add(1);
+        let notice = c.handle_router_notice();
         tracing::debug!(link = %k, notices = c.notices, "connection notice");
-        if c.notices > 1 {
+        if notice == RouterNotice::Gone {
             self.fail_link(k, FailureReason::TransportError, "disconnected", now);
             return;
         }

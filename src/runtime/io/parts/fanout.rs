@@ -1,50 +1,17 @@
 //! The fanout topology's state as one part: the subscriptions this node holds (one SUB socket
 //! per publisher, MISSION T3, L5) and its own publisher with its XPUB socket, beacon schedule
-//! and monitor. Opening, judging and reopening subscriptions, and beacons, are the thread's
-//! (`io/fanout.rs`, whose module docs describe the topology).
+//! and monitor. A subscription's state and what happens to it are the node core's
+//! ([`crate::proto::node::sub`]); its sockets, and beacons, are the thread's (`io/fanout.rs`,
+//! whose module docs describe the topology).
 
 use std::sync::Arc;
-use std::time::Instant;
-
-use bytes::Bytes;
 
 use crate::proto::liveness;
-use crate::proto::node::keys::{SlotKey, SubKey, Tracked};
-use crate::proto::security::PublicKey;
-use crate::proto::state::LinkState;
-use crate::proto::ConnId;
-use crate::runtime::event::Source;
+use crate::proto::node::keys::{SubKey, Tracked};
+pub(crate) use crate::proto::node::sub::Sub;
 use crate::runtime::outbound::PubSocket;
 use crate::runtime::socket::{MonitorEvent, MonitorSocket};
 use crate::runtime::transport::TransportMonitor;
-
-pub(crate) struct Sub {
-    pub(crate) endpoint: String,
-    /// The source of this publisher's deliveries, built once (a reference count per record).
-    pub(crate) source: Source,
-    /// The topic of the last record delivered: the next record's topic, when it is the same,
-    /// is a clone of it instead of a fresh copy.
-    pub(crate) last_topic: Bytes,
-    pub(crate) slot: Option<SlotKey>,
-    pub(crate) conn_id: Option<ConnId>,
-    /// This publisher's watch in the node's liveness table.
-    pub(crate) live: liveness::LinkKey,
-    pub(crate) state: LinkState,
-    pub(crate) records: u64,
-    /// The current socket completed a ZMTP handshake with the publisher.
-    pub(crate) connected: bool,
-    /// Open a new socket not before this instant.
-    pub(crate) retry_at: Instant,
-    pub(crate) failures_in_row: u32,
-    /// Automatic mode: the publisher's descriptor is gone, so no new socket is opened (a
-    /// ready one stays until it fails; see `io::discovery`).
-    pub(crate) retired: bool,
-    /// CURVE: the key the publisher must hold (`[security.endpoint_keys]`, or its
-    /// descriptor's security identity); a publisher with another key is never read.
-    pub(crate) key: Option<PublicKey>,
-    /// `key` is the publisher descriptor's: used only while it is on the allow-list.
-    pub(crate) key_from_descriptor: bool,
-}
 
 /// The fanout topology's state: the publishers this node reads and its own publisher.
 #[derive(Default)]
@@ -53,13 +20,6 @@ pub(crate) struct FanoutState {
     pub(crate) subs: Tracked<SubKey, Sub>,
     /// This node's publisher, if it has a publisher endpoint.
     pub(crate) publisher: Option<Publisher>,
-}
-
-impl Sub {
-    /// When this subscription opens a new socket: only while it has none and is not retired.
-    pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        (self.slot.is_none() && !self.retired).then_some(self.retry_at)
-    }
 }
 
 pub(crate) struct Publisher {
