@@ -21,6 +21,9 @@
 //!   calls) and the tables they index, one of them tracking what a turn touched.
 //! - `link`: a link (a configured peer lane or server, or a peer's inbound connection)
 //!   with its current connection, its own timings and what a failure does to it.
+//! - `links`: the decisions about links beyond one link's timings: what a dial uses and the
+//!   link's bookkeeping after it, what a failure does to the other links, withdrawal and
+//!   refencing, what a disconnect sweep sends.
 //! - `timers`: the timer table, every owner's earliest deadline in one order, and the
 //!   bound sockets' disconnect sweeps.
 //! - `live`: the liveness table with the owner of each entry (MISSION L8).
@@ -48,6 +51,7 @@ pub mod discovered;
 pub(crate) mod gate;
 pub(crate) mod keys;
 pub(crate) mod link;
+pub(crate) mod links;
 pub(crate) mod live;
 pub(crate) mod monitor;
 pub(crate) mod ready;

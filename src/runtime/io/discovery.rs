@@ -1,5 +1,8 @@
-//! Automatic mode in the I/O thread (MISSION D1, F3, F4, T3, T4): applying the discovery
-//! agent's [`Intent`]s to links, and the descriptor fences that admission checks.
+//! Automatic mode in the I/O thread (MISSION D1, F3, F4, T3, T4): carrying out what the node
+//! core decides for each of the discovery agent's [`Intent`]s
+//! ([`Discovered::apply`](crate::proto::node::discovered::Discovered::apply): configuration
+//! entries, links and subscriptions added, resumed, withdrawn, refenced), and the descriptor
+//! this node publishes.
 //!
 //! A discovered RouteMesh peer or ClientServer server becomes a configured entry like a
 //! manual one (appended to the node's peer and server lists, dialled the same way); a
@@ -35,16 +38,45 @@ use bytes::Bytes;
 use super::parts::fanout::Sub;
 use super::parts::sockets::SlotRole;
 use super::{IoThread, LinkKey, SubKey};
-use crate::config::{EndpointKind, PeerConfig, ServerConfig};
+use crate::config::{EndpointKind, NodeConfig, PeerConfig, ServerConfig};
 use crate::proto::discovery::{Descriptor, Intent, MeshEndpoints};
-use crate::proto::handshake::Expectation;
 use crate::proto::node::admit::Refenced;
-use crate::proto::node::link::{note, LinkKind};
+use crate::proto::node::discovered::{DiscoveryOp, Entries, ServerEntry};
+use crate::proto::node::keys::Tracked;
+use crate::proto::node::link::{Link, LinkKind};
+use crate::proto::node::links::{Withdrawal, WITHDRAWN};
 use crate::proto::security::PublicKey;
-use crate::proto::state::{ConnState, FailureReason, LinkKind as StateKind, LinkState, Recovery};
+use crate::proto::state::{FailureReason, LinkKind as StateKind, LinkState};
 use crate::runtime::event::DiscoveryEvent;
 use crate::runtime::event::{NodeEvent, Source};
 use crate::runtime::records::Lane;
+
+/// The configuration as discovery reads it (its own additions included).
+impl Entries for NodeConfig {
+    fn peer_index(&self, rid: &str) -> Option<usize> {
+        self.peers.iter().position(|p| p.rid == rid)
+    }
+
+    fn peers(&self) -> usize {
+        self.peers.len()
+    }
+
+    fn server(&self, server: usize) -> Option<ServerEntry<'_>> {
+        self.servers.get(server).map(|s| ServerEntry {
+            channel: &s.channel,
+            rid: s.rid.as_deref(),
+            endpoint: &s.endpoint,
+        })
+    }
+
+    fn servers(&self) -> usize {
+        self.servers.len()
+    }
+
+    fn endpoint_key(&self, endpoint: &str) -> Option<PublicKey> {
+        self.security.endpoint_key(endpoint)
+    }
+}
 
 impl IoThread {
     /// The descriptor this node publishes: its identity and the endpoints it bound, each as
@@ -92,7 +124,8 @@ impl IoThread {
     }
 
     /// Applies what the discovery agent learnt: its events first (they explain the state
-    /// changes that follow), then its intents, in order.
+    /// changes that follow), then its intents, in order, each as the node core decides
+    /// ([`Discovered::apply`](crate::proto::node::discovered::Discovered::apply)).
     pub(super) fn on_discovery(
         &mut self,
         intents: Vec<Intent>,
@@ -107,153 +140,98 @@ impl IoThread {
             return;
         }
         for intent in intents {
-            match intent {
-                Intent::Fence { rid, fence } => {
-                    let generation = fence.generation.unwrap_or(0);
-                    self.discovered.fences.insert(rid.clone(), fence);
-                    // Inbound connections of another run go now; dialled links follow their
-                    // own intents (Peer, Server), which come next.
-                    self.refence(&rid, generation, true, now);
-                }
-                Intent::FenceGone { rid } => {
-                    self.discovered.fences.remove(&rid);
-                }
-                Intent::Peer {
-                    rid,
-                    endpoints,
-                    fence,
-                } => self.discover_peer(rid, endpoints, fence, now),
-                Intent::PeerGone { rid } => {
-                    if let Some(&i) = self.discovered.peers.get(&rid) {
-                        for lane in [Lane::Application, Lane::Completion] {
-                            if let Some(k) = self
-                                .links
-                                .position(|l| l.kind == LinkKind::MeshDial { peer: i, lane })
-                            {
-                                self.withdraw(k, now);
-                            }
-                        }
-                    }
-                }
-                Intent::Server {
-                    rid,
-                    channel,
-                    endpoint,
-                    fence,
-                } => self.discover_server(rid, channel, endpoint, fence, now),
-                Intent::ServerGone { rid, channel } => {
-                    if let Some(&i) = self.discovered.servers.get(&(rid, channel)) {
-                        let kind = LinkKind::ClientDial { server: i };
-                        if let Some(k) = self.links.position(|l| l.kind == kind) {
-                            self.withdraw(k, now);
-                        }
-                    }
-                }
-                Intent::Publisher {
-                    rid,
-                    endpoint,
-                    generation,
-                    security_identity,
-                } => self.discover_publisher(rid, endpoint, generation, &security_identity, now),
-                Intent::PublisherGone { rid, endpoint } => {
-                    if let Some(&(i, _)) = self.discovered.subs.get(&(rid, endpoint)) {
-                        self.retire_sub(i, now);
-                    }
-                }
+            let next_sub = self.fanout.subs.next_key();
+            for op in self.discovered.apply(intent, &self.local.cfg, next_sub) {
+                self.discovery_op(op, now);
             }
         }
     }
 
-    fn discover_peer(
-        &mut self,
-        rid: String,
-        endpoints: MeshEndpoints,
-        fence: Expectation,
-        now: Instant,
-    ) {
-        let generation = fence.generation.unwrap_or(0);
-        self.discovered.fences.insert(rid.clone(), fence);
-        let Some(i) = self.local.cfg.peers.iter().position(|p| p.rid == rid) else {
-            self.local.cfg.peers.push(PeerConfig {
-                rid: rid.clone(),
+    /// Carries out one operation of a discovery intent.
+    fn discovery_op(&mut self, op: DiscoveryOp, now: Instant) {
+        let link =
+            |links: &Tracked<LinkKey, Link>, kind: &LinkKind| links.position(|l| l.kind == *kind);
+        match op {
+            DiscoveryOp::AddPeer { rid, endpoints } => self.local.cfg.peers.push(PeerConfig {
+                rid,
                 application: endpoints.application,
                 completion: endpoints.completion,
                 generation: None,
                 security_identity: None,
                 batch_calls: true,
-            });
-            let i = self.local.cfg.peers.len() - 1;
-            self.discovered.peers.insert(rid.clone(), i);
-            for lane in [Lane::Application, Lane::Completion] {
-                self.add_link(LinkKind::MeshDial { peer: i, lane }, now);
+            }),
+            DiscoveryOp::SetPeerEndpoints { peer, endpoints } => {
+                if let Some(p) = self.local.cfg.peers.get_mut(peer) {
+                    p.application = endpoints.application;
+                    p.completion = endpoints.completion;
+                }
             }
-            // An inbound connection of this RID that came first is fenced too.
-            self.refence(&rid, generation, false, now);
-            return;
-        };
-        if self.discovered.peers.get(&rid) == Some(&i) {
-            // Discovery's own entry follows the descriptor; a manual one keeps its endpoints.
-            let p = &mut self.local.cfg.peers[i];
-            p.application = endpoints.application;
-            p.completion = endpoints.completion;
-        }
-        for lane in [Lane::Application, Lane::Completion] {
-            if let Some(k) = self
-                .links
-                .position(|l| l.kind == LinkKind::MeshDial { peer: i, lane })
-            {
-                self.links[k].withdrawn = false;
-            }
-        }
-        self.refence(&rid, generation, false, now);
-    }
-
-    fn discover_server(
-        &mut self,
-        rid: String,
-        channel: String,
-        endpoint: String,
-        fence: Expectation,
-        now: Instant,
-    ) {
-        let generation = fence.generation.unwrap_or(0);
-        self.discovered.fences.insert(rid.clone(), fence);
-        self.discovered
-            .endpoint_owner
-            .insert(endpoint.clone(), rid.clone());
-        let key = (rid.clone(), channel.clone());
-        // A manual entry for this server (by RID, or by endpoint without one) is fenced
-        // instead of dialled twice.
-        let manual = self.local.cfg.servers.iter().enumerate().any(|(i, s)| {
-            !self.discovered.servers.values().any(|d| *d == i)
-                && s.channel == channel
-                && (s.rid.as_deref() == Some(rid.as_str())
-                    || (s.rid.is_none() && s.endpoint == endpoint))
-        });
-        match self.discovered.servers.get(&key).copied() {
-            Some(i) => {
-                if let Some(s) = self.local.cfg.servers.get_mut(i) {
+            DiscoveryOp::AddServer {
+                rid,
+                channel,
+                endpoint,
+            } => self.local.cfg.servers.push(ServerConfig {
+                channel,
+                endpoint,
+                rid: Some(rid),
+                batch_calls: true,
+            }),
+            DiscoveryOp::SetServerEndpoint { server, endpoint } => {
+                if let Some(s) = self.local.cfg.servers.get_mut(server) {
                     s.endpoint = endpoint;
                 }
-                let kind = LinkKind::ClientDial { server: i };
-                if let Some(k) = self.links.position(|l| l.kind == kind) {
+            }
+            DiscoveryOp::AddLink(kind) => {
+                self.add_link(kind, now);
+            }
+            DiscoveryOp::Resume(kind) => {
+                if let Some(k) = link(&self.links, &kind) {
                     self.links[k].withdrawn = false;
                 }
             }
-            None if !manual => {
-                self.local.cfg.servers.push(ServerConfig {
-                    channel,
-                    endpoint,
-                    rid: Some(rid.clone()),
-                    batch_calls: true,
-                });
-                let i = self.local.cfg.servers.len() - 1;
-                self.discovered.servers.insert(key, i);
-                self.add_link(LinkKind::ClientDial { server: i }, now);
+            DiscoveryOp::Withdraw(kind) => {
+                if let Some(k) = link(&self.links, &kind) {
+                    self.withdraw(k, now);
+                }
             }
-            None => {}
+            DiscoveryOp::Refence {
+                rid,
+                generation,
+                inbound_only,
+            } => self.refence(&rid, generation, inbound_only, now),
+            DiscoveryOp::Subscribe {
+                endpoint,
+                key,
+                key_from_descriptor,
+            } => {
+                let i = self.add_sub(&endpoint, key, now);
+                self.fanout.subs[i].key_from_descriptor = key_from_descriptor;
+            }
+            DiscoveryOp::Resubscribe {
+                sub,
+                key,
+                key_from_descriptor,
+                new_run,
+            } => {
+                let s = &mut self.fanout.subs[sub];
+                s.retired = false;
+                s.key = key;
+                s.key_from_descriptor = key_from_descriptor;
+                if let Some(generation) = new_run {
+                    // A new run of the publisher: a new socket (WIRE.md §7.3).
+                    self.fail_sub(
+                        sub,
+                        FailureReason::Reconfigured,
+                        &format!("publisher generation {generation:016x}"),
+                        now,
+                    );
+                    self.fanout.subs[sub].retry_at = now;
+                } else if s.slot.is_none() {
+                    s.retry_at = now;
+                }
+            }
+            DiscoveryOp::Unsubscribe(sub) => self.retire_sub(sub, now),
         }
-        self.refence(&rid, generation, false, now);
     }
 
     /// Holds every link of `rid` (only its inbound links if `inbound_only`) to its current
@@ -279,97 +257,18 @@ impl IoThread {
                     );
                 }
             }
-            let l = &mut self.links[k];
-            let inbound = matches!(l.kind, LinkKind::Inbound { .. });
-            if !inbound && l.conn.is_none() && !l.terminal && !l.yielded {
-                // The new run is a new configuration generation of this link.
-                if l.state.handle_reconfigure(generation, now).is_ok() {
-                    l.retry_at = Some(now);
-                    let link = self.local.link_id(&self.links[k].kind);
-                    self.app.emit_state(
-                        link,
-                        ConnState::Configured,
-                        None,
-                        &format!("descriptor generation {generation:016x}"),
-                    );
-                }
+            if let Some(event) = self.links[k].refenced(generation, now) {
+                self.emit_link_state(k, event);
             }
         }
     }
 
-    /// Stops dialling link `k` (its descriptor is gone): a dial in progress is closed, a link
-    /// waiting to redial goes `not_connected`; a ready connection stays.
+    /// Stops dialling link `k` (its descriptor is gone): as [`Link::withdraw`] decides.
     fn withdraw(&mut self, k: LinkKey, now: Instant) {
-        if self.links[k].withdrawn {
-            return;
-        }
-        self.links[k].withdrawn = true;
-        const DETAIL: &str = "descriptor gone: not dialled any more";
-        match self.links[k].conn.as_ref().map(|c| c.ready) {
-            Some(true) => {}
-            Some(false) => self.fail_link(k, FailureReason::Reconfigured, DETAIL, now),
-            None => {
-                let l = &mut self.links[k];
-                if l.state.state() != ConnState::NotConnected {
-                    note(l.state.handle_failure(
-                        FailureReason::Reconfigured,
-                        DETAIL,
-                        Recovery::Hold,
-                        now,
-                    ));
-                    let link = self.local.link_id(&self.links[k].kind);
-                    self.app.emit_state(
-                        link,
-                        ConnState::NotConnected,
-                        Some(FailureReason::Reconfigured),
-                        DETAIL,
-                    );
-                }
-            }
-        }
-    }
-
-    fn discover_publisher(
-        &mut self,
-        rid: String,
-        endpoint: String,
-        generation: u64,
-        security_identity: &str,
-        now: Instant,
-    ) {
-        // CURVE: the publisher must hold the key its descriptor names (opened only while that
-        // key is on this node's allow-list: the store is not trusted with keys); a configured
-        // key for that endpoint wins.
-        let pinned = self.local.cfg.security.endpoint_key(&endpoint);
-        let public_key = pinned.or_else(|| security_identity.parse().ok());
-        let from_descriptor = pinned.is_none();
-        let key = (rid, endpoint.clone());
-        match self.discovered.subs.get(&key).copied() {
-            Some((i, g)) => {
-                self.fanout.subs[i].retired = false;
-                self.fanout.subs[i].key = public_key;
-                self.fanout.subs[i].key_from_descriptor = from_descriptor;
-                if g != generation {
-                    // A new run of the publisher: a new socket (WIRE.md §7.3).
-                    if let Some(e) = self.discovered.subs.get_mut(&key) {
-                        e.1 = generation;
-                    }
-                    self.fail_sub(
-                        i,
-                        FailureReason::Reconfigured,
-                        &format!("publisher generation {generation:016x}"),
-                        now,
-                    );
-                    self.fanout.subs[i].retry_at = now;
-                } else if self.fanout.subs[i].slot.is_none() {
-                    self.fanout.subs[i].retry_at = now;
-                }
-            }
-            None => {
-                let i = self.add_sub(&endpoint, public_key, now);
-                self.fanout.subs[i].key_from_descriptor = from_descriptor;
-                self.discovered.subs.insert(key, (i, generation));
-            }
+        match self.links[k].withdraw(now) {
+            Withdrawal::Nothing => {}
+            Withdrawal::Close => self.fail_link(k, FailureReason::Reconfigured, WITHDRAWN, now),
+            Withdrawal::Report(event) => self.emit_link_state(k, event),
         }
     }
 

@@ -1,27 +1,52 @@
 //! Links and dialling: a link is a configured peer lane, a configured server, or a peer's
 //! inbound connection; it holds at most one current physical connection. Dialling, failing a
 //! connection at once (MISSION F1, L6), closing it and waiting for libzmq to confirm the close
-//! before a replacement is dialled (F3), reconnect backoff, and the bound-socket sweeps that
-//! detect a vanished inbound connection whose notice libzmq dropped. What the sockets'
+//! before a replacement is dialled (F3), and the bound-socket sweeps that detect a vanished
+//! inbound connection whose notice libzmq dropped. What a dial uses, what a failure does to
+//! the links and what a sweep sends are the node core's decisions
+//! ([`crate::proto::node::links`]); this file makes and closes the sockets. What the sockets'
 //! monitors say is acted on above this, in `io/monitor.rs`; the in-band notices of a
 //! connection's loss in `io/receive.rs`.
 
 use std::time::Instant;
 
 use super::parts::ready::Watch;
-use crate::proto::node::link::{close_reason, note, routing_id, Conn, Link, LinkKind};
+use crate::config::NodeConfig;
+use crate::proto::node::link::{Conn, Link, LinkKind};
+use crate::proto::node::links::{self, DialPlan, DialSocket, DialTargets, StateEvent, SweepRecord};
 
 use super::parts::sockets::{Slot, SlotRole, Unit};
-use super::{
-    Host, IoThread, LinkKey, SlotKey, BACKOFF_MAX, BACKOFF_MIN, BOUND_ID_APPLICATION,
-    BOUND_ID_COMPLETION,
-};
+use super::{Host, IoThread, LinkKey, SlotKey};
 use crate::proto::security::PublicKey;
-use crate::proto::state::{ConnState, FailureReason, Recovery};
+use crate::proto::state::FailureReason;
 use crate::runtime::outbound::Closed;
 use crate::runtime::records::{self, Lane};
 use crate::runtime::socket::SocketSendError;
 use crate::runtime::transport::{SocketKind, SocketRole, Transport, TransportSocket};
+
+/// The configuration as a dial reads it (peers and servers discovery appended included).
+impl DialTargets for NodeConfig {
+    fn peer_endpoint(&self, peer: usize, lane: Lane) -> Option<&str> {
+        self.peers.get(peer).map(|p| match lane {
+            Lane::Completion => p.completion.as_str(),
+            _ => p.application.as_str(),
+        })
+    }
+
+    fn peer_rid(&self, peer: usize) -> Option<&str> {
+        self.peers.get(peer).map(|p| p.rid.as_str())
+    }
+
+    fn server(&self, server: usize) -> Option<(Option<&str>, &str)> {
+        self.servers
+            .get(server)
+            .map(|s| (s.rid.as_deref(), s.endpoint.as_str()))
+    }
+
+    fn endpoint_key(&self, endpoint: &str) -> Option<PublicKey> {
+        self.security.endpoint_key(endpoint)
+    }
+}
 
 impl IoThread {
     pub(super) fn add_link(&mut self, kind: LinkKind, now: Instant) -> LinkKey {
@@ -30,56 +55,33 @@ impl IoThread {
 
     /// The endpoint dialled link `k` dials (`None` for an inbound link).
     pub(super) fn link_endpoint(&self, k: LinkKey) -> Option<String> {
-        match &self.links[k].kind {
-            LinkKind::MeshDial { peer, lane } => {
-                self.local.cfg.peers.get(*peer).map(|p| match lane {
-                    Lane::Completion => p.completion.clone(),
-                    _ => p.application.clone(),
-                })
-            }
-            LinkKind::ClientDial { server } => self
-                .local
-                .cfg
-                .servers
-                .get(*server)
-                .map(|s| s.endpoint.clone()),
-            LinkKind::Inbound { .. } => None,
-        }
+        links::dial_target(&self.links[k].kind, &self.local.cfg).map(|(ep, ..)| ep.to_owned())
     }
 
+    /// Dials link `k` as the node core plans it ([`links::plan_dial`]).
     pub(super) fn dial(&mut self, k: LinkKey, now: Instant) {
-        let (endpoint, lane, kind) = match &self.links[k].kind {
-            LinkKind::MeshDial { peer, lane } => {
-                let Some(p) = self.local.cfg.peers.get(*peer) else {
-                    return;
-                };
-                let ep = match lane {
-                    Lane::Completion => p.completion.clone(),
-                    _ => p.application.clone(),
-                };
-                (ep, *lane, SocketKind::Router)
+        let curve = self.local.curve.as_ref().map(|_| &self.accepting.gate);
+        let plan = links::plan_dial(
+            &self.links[k].kind,
+            &self.local.cfg,
+            &self.discovered,
+            curve,
+        );
+        let dial = match plan {
+            DialPlan::Nothing => return,
+            DialPlan::Refuse(detail) => {
+                self.refuse_dial(k, &detail, now);
+                return;
             }
-            LinkKind::ClientDial { server } => {
-                let Some(s) = self.local.cfg.servers.get(*server) else {
-                    return;
-                };
-                (s.endpoint.clone(), Lane::ClientServer, SocketKind::Dealer)
-            }
-            LinkKind::Inbound { .. } => return,
-        };
-        // CURVE: the key the node at this endpoint must hold; no key, no dial.
-        let server_key = match &self.local.curve {
-            None => None,
-            Some(_) => match self.dial_key(k, &endpoint) {
-                Ok(key) => Some(key),
-                Err(detail) => {
-                    self.refuse_dial(k, &detail, now);
-                    return;
-                }
-            },
+            DialPlan::Dial(dial) => dial,
         };
         let id = self.local.fresh_conn_id();
-        let routing = routing_id(lane, self.local.me.generation, id);
+        let routing = dial.routing_id(self.local.me.generation, id);
+        let kind = match dial.socket {
+            DialSocket::Router => SocketKind::Router,
+            DialSocket::Dealer => SocketKind::Dealer,
+        };
+        let endpoint = dial.endpoint.clone();
         // Its monitor reports the socket's own close, confirmed before any replacement is
         // dialled (MISSION F3).
         let m = match self.sockets.contexts.socket(kind, SocketRole::Dialled) {
@@ -89,7 +91,7 @@ impl IoThread {
                 return;
             }
         };
-        let curve = match (&self.local.curve, &server_key) {
+        let curve = match (&self.local.curve, &dial.server_key) {
             (Some(pair), Some(key)) => m.socket.secure_client(pair, key),
             _ => Ok(()),
         };
@@ -115,116 +117,29 @@ impl IoThread {
         let slot = match added {
             Ok(slot) => slot,
             Err(e) => {
-                self.links[k].retry_at = Some(now + BACKOFF_MAX);
+                self.links[k].unwatched(now);
                 tracing::warn!(error = %e, endpoint, "cannot watch dialled socket");
                 return;
             }
         };
-        let route = match lane {
-            Lane::Application => Some(BOUND_ID_APPLICATION.to_vec()),
-            Lane::Completion => Some(BOUND_ID_COMPLETION.to_vec()),
-            Lane::ClientServer => None,
-        };
-        let l = &mut self.links[k];
-        l.retry_at = None;
-        l.conn = Some(Conn {
-            id,
-            slot,
-            route,
-            opened_at: now,
-            hello_sent: false,
-            ready: false,
-            peer: None,
-            source: None,
-            live: None,
-            last_peer_probe: None,
-            held: Vec::new(),
-            // Proven by the CURVE handshake before the first record can arrive.
-            verified_key: server_key,
-            notices: 0,
-        });
-        note(l.state.handle_connecting(now));
+        let event = self.links[k].dialled(dial, id, slot, now);
+        self.emit_link_state(k, event);
+    }
+
+    /// Hands link `k`'s state change to the application.
+    pub(super) fn emit_link_state(&mut self, k: LinkKey, event: StateEvent) {
         let link = self.local.link_id(&self.links[k].kind);
-        self.app.emit_state(
-            link,
-            ConnState::Connecting,
-            None,
-            &format!("dialling as {id}"),
-        );
+        self.app
+            .emit_state(link, event.state, event.reason, &event.detail);
     }
 
-    /// The CURVE key dialled link `k` expects of the node at `endpoint`: the configured one
-    /// (`[security.endpoint_keys]`), else the one of the peer's descriptor (automatic mode).
-    /// A descriptor with another key fences the peer all the same (F3): the WELCOME of the
-    /// node that holds the configured key then fails admission (`security_failure`).
-    fn dial_key(&self, k: LinkKey, endpoint: &str) -> Result<PublicKey, String> {
-        if let Some(key) = self.local.cfg.security.endpoint_key(endpoint) {
-            return Ok(key);
-        }
-        let fence = match &self.links[k].kind {
-            LinkKind::MeshDial { peer, .. } => self
-                .local
-                .cfg
-                .peers
-                .get(*peer)
-                .and_then(|p| self.discovered.peer_fence(&p.rid)),
-            LinkKind::ClientDial { server } => self
-                .local
-                .cfg
-                .servers
-                .get(*server)
-                .and_then(|s| self.discovered.server_fence(s.rid.as_deref(), &s.endpoint)),
-            LinkKind::Inbound { .. } => None,
-        };
-        match fence.and_then(|f| f.security_identity.as_deref()) {
-            Some(identity) => {
-                let key: PublicKey = identity.parse().map_err(|_| {
-                    format!(
-                        "the descriptor's security identity {identity:?} is not a CURVE public \
-                         key: the node at {endpoint} does not run CURVE"
-                    )
-                })?;
-                // The store is not trusted with keys: a discovered node is dialled only if
-                // its key is one this node admits.
-                if !self.accepting.gate.allows(&key) {
-                    return Err(format!(
-                        "the descriptor's key {key} for {endpoint} is not on this node's \
-                         allow-list"
-                    ));
-                }
-                Ok(key)
-            }
-            None => Err(format!(
-                "no CURVE key known for {endpoint} ([security.endpoint_keys] or a descriptor)"
-            )),
-        }
-    }
-
-    /// Link `k` cannot be dialled under CURVE (no key to expect): it shows
-    /// `not_connected` with `security_failure` and is not dialled again until a descriptor
-    /// brings a new configuration generation.
+    /// Link `k` cannot be dialled under CURVE ([`Link::refuse_dial`]).
     fn refuse_dial(&mut self, k: LinkKey, detail: &str, now: Instant) {
-        let l = &mut self.links[k];
-        l.retry_at = None;
-        let already = l.state.state() == ConnState::NotConnected
-            && l.state
-                .last_failure()
-                .is_some_and(|f| f.reason == FailureReason::SecurityFailure && f.detail == detail);
-        if already {
+        let Some(event) = self.links[k].refuse_dial(detail, now) else {
             return;
-        }
-        note(
-            l.state
-                .handle_failure(FailureReason::SecurityFailure, detail, Recovery::Hold, now),
-        );
+        };
         tracing::warn!(detail, "not dialled");
-        let link = self.local.link_id(&self.links[k].kind);
-        self.app.emit_state(
-            link,
-            ConnState::NotConnected,
-            Some(FailureReason::SecurityFailure),
-            detail,
-        );
+        self.emit_link_state(k, event);
         metrics::counter!("zmesh_link_failures_total", "reason" => FailureReason::SecurityFailure.as_str())
             .increment(1);
     }
@@ -245,43 +160,23 @@ impl IoThread {
         // One-way records still in its zmesh queue are counted and named in this failure,
         // never silently gone.
         let unsent = self.close_send_queue(k, Closed::NotReady, reason);
-        let with_unsent;
-        let detail = if unsent > 0 {
-            with_unsent = format!("{detail}; {unsent} queued records not sent");
-            with_unsent.as_str()
-        } else {
-            detail
-        };
-        let Some(conn) = self.links[k].conn.take() else {
+        let running = self.local.host == Host::Running;
+        let configured = self.local.configured();
+        let failure = (reason, detail);
+        let Some(failed) = links::fail(
+            &mut self.links,
+            &configured,
+            k,
+            failure,
+            unsent,
+            running,
+            now,
+        ) else {
             return;
         };
-        self.close_conn(k, conn, reason, now);
-        let running = self.local.host == Host::Running;
-        let state = self.links[k].record_failure(reason, detail, running, now);
-        let link = self.local.link_id(&self.links[k].kind);
-        self.app.emit_state(link, state, Some(reason), detail);
-        // A dial that stood down for this peer's own connection resumes when that one fails.
-        if let LinkKind::Inbound { rid, lane } = &self.links[k].kind {
-            let (rid, lane) = (rid.clone(), *lane);
-            if let Some(dk) = self
-                .local
-                .cfg
-                .peers
-                .iter()
-                .position(|p| p.rid == rid)
-                .and_then(|i| {
-                    self.links
-                        .position(|l| l.kind == LinkKind::MeshDial { peer: i, lane })
-                })
-            {
-                let d = &mut self.links[dk];
-                if d.yielded {
-                    d.yielded = false;
-                    d.retry_at = Some(now + BACKOFF_MIN);
-                }
-            }
-        }
-        if reason != FailureReason::StoodDown {
+        self.close_conn(k, failed.conn, reason, now);
+        self.emit_link_state(k, failed.event);
+        if failed.counted {
             metrics::counter!("zmesh_link_failures_total", "reason" => reason.as_str())
                 .increment(1);
         }
@@ -334,9 +229,10 @@ impl IoThread {
             // An inbound connection on a shared bound socket: libzmq cannot close one pipe
             // there. Tell the peer to close (it owns the socket), and forget the routing id so
             // that late records of this physical connection change nothing (MISSION L6).
-            if reason != FailureReason::OrderlyClose && reason != FailureReason::TransportError {
-                let close = records::close(close_reason(reason));
-                let _ = self.sockets.send(conn.slot, Some(&route), &close);
+            if let Some(close) = links::inbound_close(reason) {
+                let _ = self
+                    .sockets
+                    .send(conn.slot, Some(&route), &records::close(close));
             }
             if let Some(m) = self.accepting.inbound.get_mut(&conn.slot) {
                 m.remove(route.as_slice());
@@ -370,18 +266,10 @@ impl IoThread {
     }
 
     /// Inbound link `k`'s connection is gone: it fails, or stands down if it was the
-    /// peer's duplicate dial of a lane our own dial holds (T1).
+    /// peer's duplicate dial of a lane our own dial holds (T1, [`links::gone_inbound`]).
     pub(super) fn fail_gone_inbound(&mut self, k: LinkKey, now: Instant) {
-        if self.lane_held_elsewhere(k) {
-            self.fail_link(
-                k,
-                FailureReason::StoodDown,
-                "the peer stood this dial down for another connection of the lane",
-                now,
-            );
-        } else {
-            self.fail_link(k, FailureReason::TransportError, "peer disconnected", now);
-        }
+        let (reason, detail) = links::gone_inbound(&self.links, &self.local.configured(), k);
+        self.fail_link(k, reason, detail, now);
     }
 
     /// A step of the fallback after a disconnect event of bound socket `slot`
@@ -402,9 +290,8 @@ impl IoThread {
 
     /// Checks every inbound connection of a bound socket for a vanished pipe: a record sent
     /// with `ROUTER_MANDATORY` to a routing id whose pipe is gone fails with `EHOSTUNREACH`.
-    /// The record is one that changes nothing at the peer (L2): a repeat of our ACK of its
-    /// last probe (a duplicate), or our own pending probe id (a resend). Each record sent is
-    /// counted in `zmesh_disconnect_sweep_records_total`.
+    /// The record is one that changes nothing at the peer ([`links::sweep_record`]). Each
+    /// record sent is counted in `zmesh_disconnect_sweep_records_total`.
     fn sweep(&mut self, slot: SlotKey, now: Instant) {
         let victims: Vec<(Vec<u8>, LinkKey)> = self
             .accepting
@@ -420,10 +307,10 @@ impl IoThread {
                 .live
                 .and_then(|key| self.liveness.table().probe(key))
                 .and_then(|t| t.pending_id());
-            let frames = match (c.last_peer_probe, pending) {
-                (Some(id), _) => records::ack(id),
-                (None, Some(id)) => records::probe(id),
-                (None, None) => continue,
+            let frames = match links::sweep_record(c, pending) {
+                Some(SweepRecord::Ack(id)) => records::ack(id),
+                Some(SweepRecord::Probe(id)) => records::probe(id),
+                None => continue,
             };
             metrics::counter!("zmesh_disconnect_sweep_records_total").increment(1);
             let gone =
@@ -432,18 +319,5 @@ impl IoThread {
                 self.fail_gone_inbound(k, now);
             }
         }
-    }
-
-    /// Whether the RouteMesh peer and lane of link `k` are ready, or connecting, on another
-    /// link: the connection of `k` was then a duplicate of the pair (T1).
-    fn lane_held_elsewhere(&self, k: LinkKey) -> bool {
-        let Some(lane) = self.local.mesh_lane(&self.links[k].kind) else {
-            return false;
-        };
-        self.links.iter().any(|(other, l)| {
-            other != k
-                && (l.state.is_ready() || l.conn.is_some())
-                && self.local.mesh_lane(&l.kind) == Some(lane)
-        })
     }
 }

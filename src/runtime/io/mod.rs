@@ -121,8 +121,8 @@ use crate::proto::node::link;
 use crate::proto::node::live;
 use crate::proto::sched::IdMap;
 use crate::proto::security::PublicKey;
+pub use link::BACKOFF_MAX;
 use link::{Link, LinkKind};
-pub use link::{BACKOFF_MAX, BACKOFF_MIN};
 pub use parts::callee::GRACEFUL_STOP_BOUND;
 use parts::fanout::Publisher;
 use parts::{app, callee, caller, ready, sockets};
@@ -139,9 +139,7 @@ const PAUSED_POLL_MS: i64 = 10;
 /// Bound on one drain of commands per loop turn, so commands cannot starve the receive loop.
 const COMMANDS_PER_TURN: usize = 1024;
 
-const BOUND_ID_APPLICATION: &[u8] = b"zmesh-application";
-const BOUND_ID_COMPLETION: &[u8] = b"zmesh-completion";
-const BOUND_ID_SERVER: &[u8] = b"zmesh-server";
+use crate::proto::node::links::{BOUND_ID_APPLICATION, BOUND_ID_COMPLETION, BOUND_ID_SERVER};
 /// The publisher's ZAP domain (CURVE: its subscribers must be on the allow-list).
 const PUBLISHER_DOMAIN: &str = "zmesh-publisher";
 
