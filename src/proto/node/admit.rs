@@ -1,18 +1,23 @@
 //! Admission's decisions about this node's own peers (MISSION T1, F3): what it expects of a
-//! node it dials, which expectation an inbound HELLO is held to, whether a dial of its own
-//! contends with that HELLO, and what follows from [`admission::judge_hello`]'s verdict. The
-//! configuration reaches it through [`Configured`], a view the shell builds, and the node's
+//! node it dials, what an unadmitted connection's first record leads to
+//! ([`Admission::judge_first_record`]: the key it proved, a record other than HELLO, a HELLO),
+//! which expectation an inbound HELLO is held to, whether a dial of its own contends with
+//! that HELLO, what follows from [`admission::judge_hello`]'s verdict, and what a WELCOME
+//! leads to (`Admission::judge_welcome`, crate-private: it reads the I/O thread's link
+//! kinds). The configuration reaches it through [`Configured`], a view the shell builds, and the node's
 //! own dials through [`OwnDials`], so the core never reads the configuration or the shell's
 //! link table itself; sending HELLO, WELCOME or REJECT and closing a stood-down dial are the
 //! shell's (the I/O thread's `io/admission.rs`, or a simulated node's glue).
 
-use crate::proto::admission::{self, HelloFacts, HelloVerdict, OwnDial, Refusing};
+use crate::proto::admission::{
+    self, HelloFacts, HelloVerdict, OwnDial, Refusing, WelcomeFacts, WelcomeRefused,
+};
 use crate::proto::handshake::{Expectation, Identity};
 use crate::proto::node::discovered::Discovered;
 use crate::proto::node::keys::{LinkKey, Tracked};
 use crate::proto::node::link::{Link, LinkKind};
-use crate::proto::security::PublicKey;
-use crate::proto::wire::Lane;
+use crate::proto::security::{InputRefusal, PublicKey};
+use crate::proto::wire::{Kind, Lane, RejectReason, WireError};
 
 /// A configured RouteMesh peer, as admission reads it.
 #[derive(Debug, Clone, Copy)]
@@ -124,6 +129,64 @@ pub enum InboundDecision<D> {
         /// The dial of ours that stands down, if one does.
         stand_down: Option<D>,
     },
+}
+
+/// What the acceptor knows of an unadmitted connection's credentials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Credentials<'a> {
+    /// The node does not run CURVE: the connection proved nothing.
+    Plain,
+    /// The node runs CURVE: the `User-Id` its ZAP handler gave the connection (the key it
+    /// proved, in Z85), if the record's frames carried one.
+    Curve(Option<&'a str>),
+}
+
+/// An unadmitted connection's first record, as the acceptor reads it.
+#[derive(Debug, Clone, Copy)]
+pub enum FirstRecord<'a> {
+    /// A HELLO.
+    Hello {
+        /// The lane the HELLO names.
+        lane: Lane,
+        /// Who the HELLO says the dialler is.
+        peer: &'a Identity,
+        /// What the HELLO says the dialler expects of this node.
+        expects: &'a Expectation,
+    },
+    /// A well-formed record of another kind.
+    Other(Kind),
+    /// A record that does not decode.
+    Malformed(&'a WireError),
+}
+
+/// What the acceptor does with an unadmitted connection's first record, from
+/// [`Admission::judge_first_record`]; `D` names one of the node's dials ([`OwnDials::Dial`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FirstVerdict<D> {
+    /// Refuse the connection (one REJECT, nothing it sends is looked at afterwards).
+    Refuse(Refusing),
+    /// A record other than HELLO: from a connection that is not (or no longer) admitted, it
+    /// changes nothing (MISSION L6) and counts as stale; it is refused unless it is a REJECT
+    /// or CLOSE ([`admission::refuse_before_hello`]).
+    Stale(Option<Refusing>),
+    /// Admit the connection.
+    Admit {
+        /// This node's own dial that stands down for it, if one does (MISSION T1).
+        stand_down: Option<D>,
+        /// With CURVE, the key the connection proved.
+        verified_key: Option<PublicKey>,
+    },
+}
+
+/// What the dialler does with a WELCOME, from [`Admission::judge_welcome`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum WelcomeDecision {
+    /// The link is not one of this node's dials: the WELCOME changes nothing.
+    Ignore,
+    /// The acceptor is who this node expects: the connection is admitted and ready.
+    Ready,
+    /// It is not: the connection fails, after telling the acceptor why.
+    Refuse(WelcomeRefused),
 }
 
 /// What a new descriptor fence does to one of its RID's links, from [`Admission::refence`].
@@ -258,7 +321,105 @@ impl<C: Configured> Admission<'_, C, Tracked<LinkKey, Link>> {
     }
 }
 
+impl<C: Configured, L> Admission<'_, C, L> {
+    /// Decides what the dialler does with the WELCOME of dialled link `kind`'s connection
+    /// (whose transport proved `verified_key`, with CURVE): the WELCOME must name the lane,
+    /// and the acceptor must be who this node expects of that peer or server
+    /// ([`admission::judge_welcome`]).
+    pub(crate) fn judge_welcome(
+        &self,
+        kind: &LinkKind,
+        verified_key: Option<PublicKey>,
+        welcome_lane: Lane,
+        peer: &Identity,
+    ) -> WelcomeDecision {
+        let Some((lane, expect)) = self.dial_expectation(kind) else {
+            return WelcomeDecision::Ignore;
+        };
+        let verified_z85 = verified_key.map(|key| key.to_z85());
+        let verdict = admission::judge_welcome(&WelcomeFacts {
+            lane,
+            welcome_lane,
+            peer,
+            verified_key: verified_z85.as_deref(),
+            local: self.local,
+            expect: &expect,
+        });
+        match verdict {
+            Ok(()) => WelcomeDecision::Ready,
+            Err(refused) => WelcomeDecision::Refuse(refused),
+        }
+    }
+}
+
+/// The key an unadmitted connection proved: `Ok(None)` without CURVE, a refusal
+/// (`security_failure`) if a CURVE connection holds no verified key (never the case: the ZAP
+/// handler answers every CURVE client's key as its `User-Id`).
+pub fn verified_key(credentials: Credentials<'_>) -> Result<Option<PublicKey>, Refusing> {
+    let id = match credentials {
+        Credentials::Plain => return Ok(None),
+        Credentials::Curve(id) => id,
+    };
+    match id.map(str::parse::<PublicKey>) {
+        Some(Ok(key)) => Ok(Some(key)),
+        _ => {
+            let reason = InputRefusal::SecurityFailure;
+            Err(Refusing {
+                reason: RejectReason::SecurityFailure,
+                detail: format!("no verified CURVE key on this connection ({id:?})"),
+                counted: Some(reason),
+            })
+        }
+    }
+}
+
 impl<C: Configured, L: OwnDials> Admission<'_, C, L> {
+    /// Decides what the acceptor does with the first record of an unadmitted connection on a
+    /// bound socket of lane `socket_lane`: under CURVE the connection must hold a verified
+    /// key ([`verified_key`]); a record that does not decode is refused
+    /// ([`admission::refuse_malformed`]), one of another kind is stale, and a HELLO is
+    /// judged by [`Admission::judge_inbound`] (`admitting`: the node still admits).
+    pub fn judge_first_record(
+        &self,
+        socket_lane: Lane,
+        credentials: Credentials<'_>,
+        first: FirstRecord<'_>,
+        admitting: bool,
+    ) -> FirstVerdict<L::Dial> {
+        let verified = match verified_key(credentials) {
+            Ok(key) => key,
+            Err(r) => return FirstVerdict::Refuse(r),
+        };
+        let (hello_lane, peer, peer_expects) = match first {
+            FirstRecord::Hello {
+                lane,
+                peer,
+                expects,
+            } => (lane, peer, expects),
+            FirstRecord::Other(kind) => {
+                return FirstVerdict::Stale(admission::refuse_before_hello(kind))
+            }
+            FirstRecord::Malformed(e) => {
+                return FirstVerdict::Refuse(admission::refuse_malformed(e))
+            }
+        };
+        let decision = self.judge_inbound(&Inbound {
+            socket_lane,
+            hello_lane,
+            peer,
+            peer_expects,
+            verified_key: verified,
+            admitting,
+        });
+        match decision {
+            InboundDecision::Refuse(r) => FirstVerdict::Refuse(r),
+            InboundDecision::Admit { stand_down } => FirstVerdict::Admit {
+                stand_down,
+                verified_key: verified,
+            },
+        }
+    }
+
     /// Decides what the acceptor does with an inbound HELLO: the expectation it is held to,
     /// whether a dial of ours contends with it, [`admission::judge_hello`]'s verdict, and
     /// which of our dials stands down if the peer's wins.
@@ -416,6 +577,184 @@ mod tests {
         assert_eq!(
             judge(&links, 8),
             InboundDecision::Admit { stand_down: None }
+        );
+    }
+
+    /// MISSION W1, W3, T1: an unadmitted connection's first record. Under CURVE a connection
+    /// without a verified key is refused before its record is read (counted as a security
+    /// failure); a record that does not decode is refused (`UnsupportedVersion` for another
+    /// envelope version, counted as malformed); another record is stale, refused unless it is
+    /// a REJECT or CLOSE; a HELLO is judged, and admitted with the key the connection proved
+    /// and the dial of ours it stands down.
+    #[test]
+    fn w1_w3_t1_an_unadmitted_connections_first_record_is_refused_stale_or_admitted() {
+        let b = node("b", 1);
+        let peers = Peers(vec![("a", None)]);
+        let discovered = Discovered::default();
+        let mut links = Tracked::default();
+        let dial = LinkKind::MeshDial {
+            peer: 0,
+            lane: Lane::Application,
+        };
+        let dk = links.push(Link::new(dial, Instant::now()));
+        let admission = Admission {
+            configured: &peers,
+            discovered: &discovered,
+            links: &links,
+            local: &b,
+        };
+        let key = PublicKey::from_bytes([5; crate::proto::security::KEY_LEN]);
+        let z85 = key.to_z85();
+        let plain = node("a", 2);
+        let curved = Identity {
+            security_identity: z85.clone(),
+            ..node("a", 2)
+        };
+        let anything = Expectation::default();
+        let hello = |peer| FirstRecord::Hello {
+            lane: Lane::Application,
+            peer,
+            expects: &anything,
+        };
+        let judge = |credentials, first| {
+            admission.judge_first_record(Lane::Application, credentials, first, true)
+        };
+        let refused = |v: FirstVerdict<LinkKey>| match v {
+            FirstVerdict::Refuse(r) => (r.reason, r.counted),
+            other => panic!("{other:?}"),
+        };
+        let security = (
+            RejectReason::SecurityFailure,
+            Some(InputRefusal::SecurityFailure),
+        );
+        assert_eq!(
+            refused(judge(Credentials::Curve(None), hello(&curved))),
+            security
+        );
+        let FirstVerdict::Refuse(r) = judge(Credentials::Curve(Some("junk")), hello(&curved))
+        else {
+            panic!("a connection without a verified key was admitted");
+        };
+        assert_eq!(
+            r.detail,
+            "no verified CURVE key on this connection (Some(\"junk\"))"
+        );
+        assert_eq!(
+            judge(Credentials::Curve(Some(&z85)), hello(&curved)),
+            FirstVerdict::Admit {
+                stand_down: Some(dk),
+                verified_key: Some(key),
+            }
+        );
+        assert_eq!(
+            refused(judge(Credentials::Curve(Some(&z85)), hello(&plain))),
+            security,
+            "a HELLO that claims another identity than the key"
+        );
+        assert_eq!(
+            judge(Credentials::Plain, hello(&plain)),
+            FirstVerdict::Admit {
+                stand_down: Some(dk),
+                verified_key: None,
+            }
+        );
+        let stopping = admission.judge_first_record(
+            Lane::Application,
+            Credentials::Plain,
+            hello(&plain),
+            false,
+        );
+        assert_eq!(refused(stopping).0, RejectReason::Draining);
+        let version = WireError::UnsupportedVersion { version: 9 };
+        assert_eq!(
+            refused(judge(Credentials::Plain, FirstRecord::Malformed(&version))),
+            (
+                RejectReason::UnsupportedVersion,
+                Some(InputRefusal::Malformed)
+            )
+        );
+        let FirstVerdict::Stale(Some(r)) =
+            judge(Credentials::Plain, FirstRecord::Other(Kind::Probe))
+        else {
+            panic!("a PROBE before HELLO was not refused");
+        };
+        assert_eq!(
+            (r.reason, r.counted),
+            (RejectReason::Protocol, Some(InputRefusal::UnexpectedRecord))
+        );
+        for kind in [Kind::Reject, Kind::Close] {
+            assert_eq!(
+                judge(Credentials::Plain, FirstRecord::Other(kind)),
+                FirstVerdict::Stale(None),
+                "{kind:?} is not answered"
+            );
+        }
+    }
+
+    /// MISSION F3, W1: a WELCOME on one of our dials makes it ready if it names the lane and
+    /// the acceptor is who we expect (the fence of its descriptor); a WELCOME naming another
+    /// lane fails the dial without a REJECT, another run fails it with one, and under CURVE
+    /// the acceptor must claim the key the connection proved. A WELCOME on an inbound link
+    /// changes nothing.
+    #[test]
+    fn f3_w1_a_welcome_is_held_to_the_dials_expectation() {
+        let b = node("b", 1);
+        let peers = Peers(vec![("a", None)]);
+        let mut discovered = Discovered::default();
+        discovered.fences.insert(
+            "a".into(),
+            Expectation {
+                rid: Some("a".into()),
+                generation: Some(8),
+                security_identity: None,
+            },
+        );
+        let links: Tracked<LinkKey, Link> = Tracked::default();
+        let admission = Admission {
+            configured: &peers,
+            discovered: &discovered,
+            links: &links,
+            local: &b,
+        };
+        let dial = LinkKind::MeshDial {
+            peer: 0,
+            lane: Lane::Application,
+        };
+        let run8 = node("a", 8);
+        let judge = |kind: &LinkKind, key, lane, peer: &Identity| {
+            admission.judge_welcome(kind, key, lane, peer)
+        };
+        assert_eq!(
+            judge(&dial, None, Lane::Application, &run8),
+            WelcomeDecision::Ready
+        );
+        let refused = |d: WelcomeDecision| match d {
+            WelcomeDecision::Refuse(r) => (r.failure, r.reject),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            refused(judge(&dial, None, Lane::Completion, &run8)),
+            (crate::proto::state::FailureReason::ProtocolError, None)
+        );
+        assert_eq!(
+            refused(judge(&dial, None, Lane::Application, &node("a", 3))).1,
+            Some(RejectReason::GenerationMismatch)
+        );
+        let key = PublicKey::from_bytes([5; crate::proto::security::KEY_LEN]);
+        assert_eq!(
+            refused(judge(&dial, Some(key), Lane::Application, &run8)),
+            (
+                crate::proto::state::FailureReason::SecurityFailure,
+                Some(RejectReason::SecurityFailure)
+            )
+        );
+        let inbound = LinkKind::Inbound {
+            rid: "a".into(),
+            lane: Lane::Application,
+        };
+        assert_eq!(
+            judge(&inbound, None, Lane::Application, &run8),
+            WelcomeDecision::Ignore
         );
     }
 

@@ -1,6 +1,8 @@
 //! The gate's state: the bound sockets by ZAP domain, the connections open
-//! on each, the allow-list (CURVE) and the recent refusals. What the gate decides and how it
-//! answers ZAP is the thread's (`io/gate.rs`, whose module docs describe the whole gate).
+//! on each, the allow-list (CURVE) and the recent refusals. What the gate decides over it is
+//! [`Accepting`](crate::proto::node::accepting::Accepting)'s; reading and answering the ZAP
+//! handler and counting refusals is the thread's (`io/gate.rs`, whose module docs describe
+//! the whole gate).
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::Instant;

@@ -35,6 +35,8 @@
 //! - `gate` and `accepting`: the bound sockets' gate (ZAP domains, open connections,
 //!   the allow-list, recent refusals), the inbound connections admitted and the ones refused.
 //! - `source`: who a delivered record came from, built once per connection.
+//! - `monitor`: what a dialled or SUB socket's monitor event asks of the shell.
+//! - `ready`: a link's step to ready (an admitted inbound connection, a handshake done).
 //! - `received`: the receive path's decisions: where a record read goes (a link, a
 //!   connection notice, admission), what a link's record is for in its connection's state,
 //!   how a PACK's or PUBPACK's records are charged to the caps, and a run of MESSAGEs.
@@ -51,6 +53,8 @@ pub(crate) mod keys;
 pub(crate) mod link;
 pub(crate) mod links;
 pub(crate) mod live;
+pub(crate) mod monitor;
+pub(crate) mod ready;
 pub(crate) mod received;
 pub(crate) mod routes;
 pub(crate) mod source;

@@ -1,25 +1,27 @@
 //! Handshake and admission: HELLO from the dialler, admission (or REJECT) by the acceptor,
 //! WELCOME checked by the dialler, duplicate resolution between two nodes that dial each other
 //! (MISSION T1), NotRequired (T4), and the step to ready. The decisions are the core's
-//! ([`crate::proto::admission`], and [`crate::proto::node::admit`] for what this node expects
-//! of a peer and which of its dials stands down); this file gathers their inputs, moves
-//! their records and acts on what they decide.
+//! ([`crate::proto::admission`]; [`crate::proto::node::admit`] for what this node expects of
+//! a peer, what an unadmitted connection's first record and a WELCOME lead to and which of
+//! its dials stands down; `proto::node::ready` for what an admitted connection and a done
+//! handshake do to their link); this file reads their inputs off the frames (the record, the
+//! CURVE `User-Id`), sends their records and hands the rest to the other parts.
 //!
 //! A connection that does not open with a well-formed HELLO is refused like one whose HELLO
 //! fails admission: one REJECT (`Protocol`, or `UnsupportedVersion` for another envelope
 //! version), then everything else it sends is ignored ([`Refused`](crate::proto::node::accepting::Refused), WIRE.md §5.1).
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use super::parts::local::ConfigView;
 use super::parts::sockets::Unit;
 use super::{Host, IoThread, LinkKey, SlotKey, Tracked};
-use crate::proto::admission::{self, Refusing, WelcomeFacts};
+use crate::proto::admission::Refusing;
 use crate::proto::handshake::{Expectation, Identity};
-use crate::proto::node::admit::{Admission, Inbound, InboundDecision};
+use crate::proto::node::admit::{
+    Admission, Credentials, FirstRecord, FirstVerdict, WelcomeDecision,
+};
 use crate::proto::node::link::{note, Conn, Link, LinkKind};
-use crate::proto::node::source::Source;
 use crate::proto::sched::Source as SchedSource;
 use crate::proto::security::{InputRefusal, PublicKey};
 use crate::proto::state::{ConnState, FailureReason};
@@ -64,6 +66,9 @@ impl IoThread {
         self.admission().dial_expectation(&self.links[k].kind)
     }
 
+    /// The first record of an unadmitted connection `route` of bound socket `slot`, as the
+    /// core judges it ([`Admission::judge_first_record`]): refused (one REJECT), stale, or
+    /// admitted, standing a dial of ours down if the peer's wins.
     pub(super) fn on_unknown_inbound(
         &mut self,
         slot: SlotKey,
@@ -77,93 +82,47 @@ impl IoThread {
             return;
         }
         let route = route.as_ref().to_vec();
-        let Some(verified) = self.verified_key(slot, &route, frames, now) else {
-            return;
+        // With CURVE, the key the connection proved, as the ZAP handler answered it: the
+        // User-Id of the record's frames, read unshared for this (`recv_one`).
+        let user_id = match self.local.curve {
+            Some(_) => frames.first_mut().and_then(Frame::user_id),
+            None => None,
         };
-        let hello = match records::decode(&*frames, crate::proto::wire::Capabilities::NONE) {
-            Ok(Rec::Hello(h)) => h,
-            Ok(rec) => {
-                // A record from a physical connection that is not (or no longer) admitted:
-                // it changes nothing (MISSION L6).
+        let credentials = match self.local.curve {
+            Some(_) => Credentials::Curve(user_id.as_deref()),
+            None => Credentials::Plain,
+        };
+        let rec = records::decode(&*frames, crate::proto::wire::Capabilities::NONE);
+        let first = match &rec {
+            Ok(Rec::Hello(h)) => FirstRecord::Hello {
+                lane: h.lane,
+                peer: &h.identity,
+                expects: &h.expect,
+            },
+            Ok(rec) => FirstRecord::Other(rec.kind()),
+            Err(e) => FirstRecord::Malformed(e),
+        };
+        let admitting = self.local.host == Host::Running;
+        let verdict = self
+            .admission()
+            .judge_first_record(lane, credentials, first, admitting);
+        match verdict {
+            FirstVerdict::Refuse(r) => {
+                if let (Err(e), Some(InputRefusal::Malformed)) = (&rec, r.counted) {
+                    tracing::debug!(error = %e, "malformed record from an unadmitted connection");
+                }
+                self.refuse_with(slot, &route, r, now);
+            }
+            FirstVerdict::Stale(r) => {
                 metrics::counter!("zmesh_stale_records_total").increment(1);
-                if let Some(r) = admission::refuse_before_hello(rec.kind()) {
+                if let Some(r) = r {
                     self.refuse_with(slot, &route, r, now);
                 }
-                return;
             }
-            Err(e) => {
-                tracing::debug!(error = %e, "malformed record from an unadmitted connection");
-                self.refuse_with(slot, &route, admission::refuse_malformed(&e), now);
-                return;
-            }
-        };
-        if self.judge_inbound(slot, lane, &route, &hello, verified, now) {
-            self.admit_inbound(slot, lane, route, hello.identity, verified, now);
-        }
-    }
-
-    /// With CURVE, the key the connection proved, as the ZAP handler answered it (the User-Id
-    /// of the record's frames, read unshared for this: `recv_one`): `Some(None)` without
-    /// CURVE, `None` if the connection holds no verified key (it is refused).
-    fn verified_key(
-        &mut self,
-        slot: SlotKey,
-        route: &[u8],
-        frames: &mut [Frame],
-        now: Instant,
-    ) -> Option<Option<PublicKey>> {
-        if self.local.curve.is_none() {
-            return Some(None);
-        }
-        let Some(id) = frames.first_mut().and_then(Frame::user_id) else {
-            return self.no_verified_key(slot, route, None, now);
-        };
-        match id.parse() {
-            Ok(key) => Some(Some(key)),
-            Err(_) => self.no_verified_key(slot, route, Some(&id), now),
-        }
-    }
-
-    /// Refuses a CURVE connection whose key the ZAP handler did not answer (never the case:
-    /// it answers every CURVE client's key).
-    fn no_verified_key(
-        &mut self,
-        slot: SlotKey,
-        route: &[u8],
-        id: Option<&str>,
-        now: Instant,
-    ) -> Option<Option<PublicKey>> {
-        let detail = format!("no verified CURVE key on this connection ({id:?})");
-        self.record_refusal(slot, InputRefusal::SecurityFailure, detail.clone(), now);
-        self.refuse(slot, route, RejectReason::SecurityFailure, &detail);
-        None
-    }
-
-    /// Asks the core ([`Admission::judge_inbound`]) about a HELLO and acts on a refusal or a
-    /// dial of ours that stands down. Returns whether the connection is admitted.
-    fn judge_inbound(
-        &mut self,
-        slot: SlotKey,
-        lane: Lane,
-        route: &[u8],
-        hello: &records::HelloRec,
-        verified: Option<PublicKey>,
-        now: Instant,
-    ) -> bool {
-        let decision = self.admission().judge_inbound(&Inbound {
-            socket_lane: lane,
-            hello_lane: hello.lane,
-            peer: &hello.identity,
-            peer_expects: &hello.expect,
-            verified_key: verified,
-            admitting: self.local.host == Host::Running,
-        });
-        match decision {
-            InboundDecision::Refuse(r) => {
-                self.refuse_with(slot, route, r, now);
-                false
-            }
-            InboundDecision::Admit { stand_down } => {
+            FirstVerdict::Admit {
+                stand_down,
+                verified_key,
+            } => {
                 if let Some(dk) = stand_down {
                     // Their dial wins: stand our own dial down.
                     if self.links[dk].conn.is_some() {
@@ -176,7 +135,9 @@ impl IoThread {
                     }
                     self.links[dk].yielded = true;
                 }
-                true
+                if let Ok(Rec::Hello(hello)) = rec {
+                    self.admit_inbound(slot, lane, route, hello.identity, verified_key, now);
+                }
             }
         }
     }
@@ -211,11 +172,7 @@ impl IoThread {
             tracing::debug!(error = %e, "welcome not sent");
             return;
         }
-        self.accepting
-            .inbound
-            .entry(slot)
-            .or_default()
-            .insert(route.clone(), k);
+        self.accepting.admitted(slot, route.clone(), k);
         if let Some(sid) = self.sockets.shared_id(slot) {
             if let Err(e) = self
                 .receiving
@@ -225,32 +182,15 @@ impl IoThread {
                 tracing::debug!(error = ?e, "scheduler unit not added");
             }
         }
-        self.links[k].conn = Some(Conn {
-            id,
-            slot,
-            route: Some(route),
-            opened_at: now,
-            hello_sent: true,
-            ready: false,
-            peer: None,
-            source: None,
-            live: None,
-            last_peer_probe: None,
-            held: Vec::new(),
-            verified_key: verified,
-            notices: 0,
-        });
-        if self.links[k].state.state() != ConnState::Connecting {
-            note(self.links[k].state.handle_connecting(now));
-        }
-        note(self.links[k].state.handle_admitted(now));
+        let conn = Conn::admitted(id, slot, route, verified, now);
+        self.links[k].handle_admitted_inbound(conn, now);
         self.become_ready(k, peer, now);
     }
 
     /// Refuses the unadmitted connection `route` of bound socket `slot`: one REJECT, and
     /// nothing it sends afterwards is looked at (while [`Refused`](crate::proto::node::accepting::Refused) remembers it).
     fn refuse(&mut self, slot: SlotKey, route: &[u8], reason: RejectReason, detail: &str) {
-        if self.accepting.refused.insert(slot, route) {
+        if self.accepting.refuse(slot, route) {
             let _ = self
                 .sockets
                 .send(slot, Some(route), &records::reject(reason, detail));
@@ -281,68 +221,42 @@ impl IoThread {
         }
     }
 
+    /// The handshake of link `k`'s connection is done with `peer`: the link makes it ready
+    /// ([`Link::handle_ready`]) with its liveness entry, the caller learns the channels the
+    /// peer serves, its send queue opens and the application hears of it.
     pub(super) fn become_ready(&mut self, k: LinkKey, peer: Identity, now: Instant) {
-        // A ready connection has no handshake timeout any more.
-        let l = &mut self.links[k];
-        let Some(c) = l.conn.as_mut() else {
+        let Some(id) = self.links[k].conn.as_ref().map(|c| c.id) else {
             return;
         };
-        c.ready = true;
-        let rid: Arc<str> = Arc::from(peer.rid.as_str());
-        c.source = Some(match &l.kind {
-            LinkKind::MeshDial { .. } => Source::Peer { rid },
-            LinkKind::Inbound {
-                lane: Lane::ClientServer,
-                ..
-            } => Source::Client { rid },
-            LinkKind::Inbound { .. } => Source::Peer { rid },
-            LinkKind::ClientDial { .. } => Source::Server { rid },
-        });
-        let id = c.id;
-        // The 15 s deadline runs from ready (WIRE.md §5.2).
-        c.live = Some(self.liveness.insert_connection(k, id, now));
-        let rid = peer.rid.clone();
-        for m in &peer.memberships {
-            if m.role == crate::proto::handshake::Role::Server {
-                self.caller.calls_mut().learn_server(&m.channel);
-            }
+        let live = self.liveness.insert_connection(k, id, now);
+        let Some(ready) = self.links[k].handle_ready(peer, live, now) else {
+            return;
+        };
+        for channel in &ready.servers {
+            self.caller.calls_mut().learn_server(channel);
         }
-        c.peer = Some(peer);
-        let l = &mut self.links[k];
-        l.failures_in_row = 0;
-        note(l.state.handle_ready(now));
         // One-way records may go to it from now on (before the application hears of it).
         self.open_send_queue(k);
         let link = self.local.link_id(&self.links[k].kind);
-        self.app.emit_state(
-            link,
-            ConnState::Ready,
-            None,
-            &format!("{rid} ready on {id}"),
-        );
+        self.app
+            .emit_state(link, ConnState::Ready, None, &ready.detail);
     }
 
-    /// The acceptor admitted us: verify it is who we expect, then the lane is ready.
+    /// The acceptor admitted us: the core checks it is who we expect
+    /// ([`Admission::judge_welcome`]), then the lane is ready.
     pub(super) fn on_welcome(&mut self, k: LinkKey, w: records::WelcomeRec, now: Instant) {
-        let Some((lane, expect)) = self.dial_expectation(k) else {
-            return;
-        };
-        let verified = self.links[k].conn.as_ref().and_then(|c| c.verified_key);
-        let verified_z85 = verified.map(|key| key.to_z85());
-        let verdict = admission::judge_welcome(&WelcomeFacts {
-            lane,
-            welcome_lane: w.lane,
-            peer: &w.identity,
-            verified_key: verified_z85.as_deref(),
-            local: &self.local.me,
-            expect: &expect,
-        });
-        match verdict {
-            Ok(()) => {
+        let l = &self.links[k];
+        let verified = l.conn.as_ref().and_then(|c| c.verified_key);
+        let decision = self
+            .admission()
+            .judge_welcome(&l.kind, verified, w.lane, &w.identity);
+        match decision {
+            WelcomeDecision::Ignore => {}
+            WelcomeDecision::Ready => {
                 note(self.links[k].state.handle_admitted(now));
                 self.become_ready(k, w.identity, now);
             }
-            Err(refused) => {
+            WelcomeDecision::Refuse(refused) => {
                 // Tell the acceptor why, then close our side.
                 if let Some(reason) = refused.reject {
                     let _ = self.send_on_link(k, records::reject(reason, &refused.detail));

@@ -5,8 +5,9 @@
 //!   the node's ZAP handler, a ROUTER this thread answers
 //!   ([`crate::proto::security::ZapRequest`]): libzmq lets no connection carry a record before
 //!   the handler said yes. What it says is decided in `proto`
-//!   ([`crate::proto::security::judge_zap`]); this file gathers what the verdict needs and
-//!   records the refusals it counts.
+//!   ([`crate::proto::security::judge_zap`], over the gate's state in
+//!   [`crate::proto::node::accepting`]); this file reads the requests, answers them and
+//!   records the refusals the verdict counts.
 //! - **The unadmitted cap.** The bound sockets' monitors report each accepted connection and
 //!   each disconnect with the connection's descriptor; the connections open on a socket minus
 //!   those admitted there (a WELCOME sent, not failed since) are its unadmitted ones. At
@@ -32,18 +33,15 @@
 //!   the snapshot's `recent_refusals` (the last
 //!   [`RECENT_REFUSALS`](crate::proto::node::gate::RECENT_REFUSALS), with the endpoint).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::time::Instant;
 
 use super::parts::ready::Watch;
 use super::parts::sockets::{Slot, SlotRole};
-use super::{Gated, IoThread, LinkKey, SlotKey};
+use super::{Gated, IoThread, SlotKey};
+use crate::proto::node::accepting::GateEvent;
 use crate::proto::node::gate::Refusal;
-use crate::proto::node::link::LinkKind;
-use crate::proto::security::{
-    handshake_refusal, judge_zap, InputRefusal, PublicKey, ZapFacts, ZapReply, ZapRequest,
-    ZapTarget,
-};
+use crate::proto::security::{InputRefusal, PublicKey, ZapReply, ZapRequest};
 use crate::proto::state::FailureReason;
 use crate::runtime::event::NodeEvent;
 use crate::runtime::security::SecurityEvent;
@@ -55,8 +53,10 @@ use crate::runtime::transport::TransportSocket;
 const ZAP_PER_TURN: usize = 256;
 
 impl IoThread {
-    /// A bound socket's monitor event: the connections open on it (a disconnect starts the
-    /// sweep checks, [`IoThread::check_bound_disconnects`]), and refused handshakes.
+    /// A bound socket's monitor event, as the gate takes it
+    /// ([`Accepting::handle_monitor_event`](crate::proto::node::accepting::Accepting::handle_monitor_event)):
+    /// a disconnect starts the sweep checks ([`IoThread::check_bound_disconnects`]), a
+    /// refused handshake is recorded.
     pub(super) fn gate_monitor_event(
         &mut self,
         slot: SlotKey,
@@ -64,22 +64,14 @@ impl IoThread {
         value: u32,
         now: Instant,
     ) {
-        match event {
-            MonitorEvent::Accepted => {
-                self.accepting.gate.opened(slot, value);
-            }
-            // The connection is named by its notice (`on_inbound_notice`); the sweep
-            // is the fallback for a notice libzmq dropped.
-            MonitorEvent::Disconnected => {
-                self.accepting.gate.closed(slot, value);
-                self.timers.start_sweep(slot, now);
-            }
-            MonitorEvent::HandshakeFailed => {
-                let (reason, detail) = handshake_refusal(self.local.curve.is_some(), value);
-                self.record_refusal(slot, reason, detail, now);
-            }
-            // The ZAP handler's own refusals are recorded when it decides.
-            _ => {}
+        let curve = self.local.curve.is_some();
+        match self
+            .accepting
+            .handle_monitor_event(slot, event, value, curve)
+        {
+            GateEvent::Nothing => {}
+            GateEvent::Sweep => self.timers.start_sweep(slot, now),
+            GateEvent::Refused(reason, detail) => self.record_refusal(slot, reason, detail, now),
         }
     }
 
@@ -91,13 +83,6 @@ impl IoThread {
         now: Instant,
     ) {
         self.record_refusal_at(Gated::Publisher, reason, detail, now);
-    }
-
-    /// Connections open on bound socket `slot` that are not admitted there.
-    pub(super) fn unadmitted(&self, slot: SlotKey) -> usize {
-        let open = self.accepting.gate.open_on(slot);
-        let admitted = self.accepting.inbound.get(&slot).map_or(0, HashMap::len);
-        open.saturating_sub(admitted)
     }
 
     /// Counts a refusal of an unadmitted connection of bound socket `slot` and keeps it for
@@ -191,54 +176,44 @@ impl IoThread {
         self.sockets.ready.touch(Watch::Zap);
     }
 
-    /// The verdict on one connection ([`judge_zap`]), with what it needs: for a bound ROUTER,
-    /// the connections open on it (its monitor is read first: the connection's ACCEPTED
-    /// event was published before its ZAP request, so the count includes this connection).
-    /// A refusal that counts is recorded.
+    /// The verdict on one connection, as the gate judges it
+    /// ([`Accepting::judge_zap`](crate::proto::node::accepting::Accepting::judge_zap)): for a
+    /// bound ROUTER its monitor is read first (the connection's ACCEPTED event was published
+    /// before its ZAP request, so the count includes this connection). A refusal that counts
+    /// is recorded.
     fn zap_verdict(&mut self, request: &ZapRequest, now: Instant) -> ZapReply {
         let gated = self.accepting.gate.gated(&request.domain);
-        let target = match gated {
-            None => ZapTarget::Unknown,
-            Some(Gated::Publisher) => ZapTarget::Publisher,
-            Some(Gated::Bound(slot)) => {
-                let bound = matches!(
-                    self.sockets.get(slot),
-                    Some(Slot {
-                        role: SlotRole::Bound(_),
-                        ..
-                    })
-                );
-                if bound {
-                    for (event, value) in self.sockets.monitor_events(slot) {
-                        self.gate_monitor_event(slot, event, value, now);
-                    }
-                    ZapTarget::Router {
-                        unadmitted: self.unadmitted(slot),
-                    }
-                } else {
-                    ZapTarget::Gone
+        let mut still_bound = false;
+        if let Some(Gated::Bound(slot)) = gated {
+            still_bound = matches!(
+                self.sockets.get(slot),
+                Some(Slot {
+                    role: SlotRole::Bound(_),
+                    ..
+                })
+            );
+            if still_bound {
+                for (event, value) in self.sockets.monitor_events(slot) {
+                    self.gate_monitor_event(slot, event, value, now);
                 }
             }
-        };
-        let (reply, refused) = judge_zap(&ZapFacts {
+        }
+        let (reply, refused) = self.accepting.judge_zap(
             request,
-            target,
-            curve: self.local.curve.is_some(),
-            allowed: request
-                .curve_key()
-                .is_some_and(|key| self.accepting.gate.allows(&key)),
-            max_unadmitted: self.local.cfg.max_unadmitted,
-        });
-        if let (Some(gated), Some((reason, detail))) = (gated, refused) {
+            gated,
+            still_bound,
+            self.local.curve.is_some(),
+            self.local.cfg.max_unadmitted,
+        );
+        if let Some((gated, reason, detail)) = refused {
             self.record_refusal_at(gated, reason, detail, now);
         }
         reply
     }
 
     /// A new allow-list (or the error of an attempt to read one): in force at once for new
-    /// connections; admitted inbound connections whose key is no longer on it are closed
-    /// (`security_failure`: libzmq cannot close one connection of a bound socket, so the
-    /// peer is told to close it, and nothing it sends on it is read any more).
+    /// connections; what it does to the links is the gate's
+    /// ([`Accepting::allow_list_effects`](crate::proto::node::accepting::Accepting::allow_list_effects)).
     pub(super) fn on_allow_list(
         &mut self,
         loaded: Result<BTreeSet<PublicKey>, String>,
@@ -270,56 +245,24 @@ impl IoThread {
                 keys: n,
                 trigger,
             }));
-        // Dialled links refused for want of an allowed key try again (a descriptor's key
-        // may be on the list now; dial_key decides).
-        for l in &mut self.links {
-            let refused = l.conn.is_none()
-                && l.retry_at.is_none()
-                && l.waits_to_redial()
-                && l.state.state() == crate::proto::state::ConnState::NotConnected
-                && l.state
-                    .last_failure()
-                    .is_some_and(|f| f.reason == FailureReason::SecurityFailure);
-            if refused {
-                l.retry_at = Some(now);
-            }
+        let effects = self.accepting.allow_list_effects(&self.links, |k| {
+            self.link_endpoint(k)
+                .is_some_and(|ep| self.local.cfg.security.endpoint_key(&ep).is_some())
+        });
+        for k in effects.redial {
+            self.links[k].retry_at = Some(now);
         }
-        // Connections to nodes whose key left the list: inbound ones, and dialled ones whose
-        // key came from a descriptor (a key pinned in endpoint_keys is the operator's word).
-        let removed: Vec<LinkKey> = (self.links.keys())
-            .filter(|&k| {
-                let l = &self.links[k];
-                let Some(key) = l.conn.as_ref().and_then(|c| c.verified_key) else {
-                    return false;
-                };
-                let pinned = self
-                    .link_endpoint(k)
-                    .is_some_and(|ep| self.local.cfg.security.endpoint_key(&ep).is_some());
-                !self.accepting.gate.allows(&key)
-                    && (matches!(l.kind, LinkKind::Inbound { .. }) || !pinned)
-            })
-            .collect();
-        for k in removed {
-            if !matches!(self.links[k].kind, LinkKind::Inbound { .. }) {
-                self.fail_link(
-                    k,
-                    FailureReason::SecurityFailure,
-                    "the descriptor's key was removed from this node's allow-list",
-                    now,
+        for removed in effects.removed {
+            if let Some((reason, detail)) = removed.reject {
+                let _ = self.send_on_link(
+                    removed.link,
+                    crate::runtime::records::reject(reason, detail),
                 );
-                continue;
             }
-            // The dialer learns why (it treats a REJECT on an admitted connection like any
-            // REJECT), then the connection closes as every failed inbound one does.
-            let reject = crate::runtime::records::reject(
-                crate::runtime::records::RejectReason::SecurityFailure,
-                "this node's key was removed from the peer's allow-list",
-            );
-            let _ = self.send_on_link(k, reject);
             self.fail_link(
-                k,
+                removed.link,
                 FailureReason::SecurityFailure,
-                "its key was removed from the allow-list",
+                removed.detail,
                 now,
             );
         }

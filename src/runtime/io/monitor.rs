@@ -1,16 +1,17 @@
 //! Monitor events: what libzmq's socket monitors say about the connections of dialled, bound
 //! and SUB sockets (handshakes done or failed, refusals in the peer's ZAP handler,
-//! disconnects), acted on in order, and the stop of a dialled ROUTER's monitor once its
-//! connection's loss reaches it in band.
+//! disconnects), acted on in order as the core says ([`monitor_op`], and the gate for a bound
+//! socket), and the stop of a dialled ROUTER's monitor once its connection's loss reaches it
+//! in band.
 
 use std::time::Instant;
 
 use super::parts::ready::Watch;
 use super::parts::sockets::SlotRole;
 use super::{IoThread, SlotKey, DRAIN_BEFORE_DISCONNECT};
-use crate::proto::node::link::LinkKind;
+use crate::proto::node::monitor::{monitor_op, MonitorOp, Watching};
 use crate::proto::state::FailureReason;
-use crate::proto::transport::{judge_monitor_event, MonitorEvent, MonitorVerdict, Watched};
+use crate::proto::transport::MonitorEvent;
 use crate::runtime::socket::Sockets;
 use crate::runtime::transport::{SocketEvent, Transport};
 
@@ -22,8 +23,9 @@ impl IoThread {
         self.stop_monitor(slot, now);
     }
 
-    /// A dialled ROUTER whose handshake is done (HELLO sent) needs its monitor no longer:
-    /// the loss of its connection reaches it in band (`ROUTER_NOTIFY`, see
+    /// A dialled ROUTER whose handshake is done (HELLO sent,
+    /// [`Link::monitor_done_on`](crate::proto::node::link::Link::monitor_done_on)) needs its
+    /// monitor no longer: the loss of its connection reaches it in band (`ROUTER_NOTIFY`, see
     /// [`IoThread::on_router_notice`]), so the monitor is stopped and its two descriptors go.
     /// Events libzmq raised before the stop (a disconnect among them) are acted on here.
     fn stop_monitor(&mut self, slot: SlotKey, now: Instant) {
@@ -33,14 +35,7 @@ impl IoThread {
         let SlotRole::Dialled(k) = s.role else {
             return;
         };
-        // A RouteMesh lane: a ROUTER with ROUTER_NOTIFY (a ClientServer DEALER keeps its).
-        let done = s.monitor.is_some()
-            && matches!(self.links[k].kind, LinkKind::MeshDial { .. })
-            && self.links[k]
-                .conn
-                .as_ref()
-                .is_some_and(|c| c.slot == slot && c.hello_sent);
-        if !done {
+        if s.monitor.is_none() || !self.links[k].monitor_done_on(slot) {
             return;
         }
         let Some(Some(s)) = self.sockets.slots.get_mut(slot) else {
@@ -79,58 +74,54 @@ impl IoThread {
     }
 
     /// Acts on events read from a slot's monitor, in order: a bound socket's go to its gate,
-    /// a dialled or SUB socket's as [`judge_monitor_event`] says.
+    /// a dialled or SUB socket's as [`monitor_op`] says.
     fn act_on_monitor_events(
         &mut self,
         slot: SlotKey,
         events: Vec<(MonitorEvent, u32)>,
         now: Instant,
     ) {
+        let curve = self.local.curve.is_some();
         for (ev, value) in events {
             let Some(s) = self.sockets.get(slot) else {
                 return;
             };
-            let watched = match s.role {
+            let watching = match s.role {
                 SlotRole::Bound(_) => {
                     self.gate_monitor_event(slot, ev, value, now);
                     continue;
                 }
-                SlotRole::Dialled(_) => Watched::Dialled,
-                SlotRole::Sub(i) => Watched::Sub {
-                    connected: self.fanout.subs[i].connected,
+                SlotRole::Dialled(k) => Watching::Dialled(k),
+                SlotRole::Sub(sub) => Watching::Sub {
+                    sub,
+                    connected: self.fanout.subs[sub].connected,
                 },
             };
-            let verdict = judge_monitor_event(watched, ev, value, self.local.curve.is_some());
-            match (s.role, verdict) {
-                (_, MonitorVerdict::Nothing) | (SlotRole::Bound(_), _) => {}
-                (SlotRole::Dialled(k), MonitorVerdict::SendHello) => self.send_hello(k),
-                (SlotRole::Dialled(k), MonitorVerdict::Fail { reason, detail }) => {
-                    self.fail_link(k, reason, &detail, now);
-                }
-                (SlotRole::Dialled(k), MonitorVerdict::Disconnected) => {
+            match monitor_op(watching, ev, value, curve) {
+                MonitorOp::Nothing => {}
+                MonitorOp::SendHello(k) => self.send_hello(k),
+                MonitorOp::FailLink {
+                    link,
+                    reason,
+                    detail,
+                } => self.fail_link(link, reason, &detail, now),
+                MonitorOp::Disconnected(k) => {
                     for _ in 0..DRAIN_BEFORE_DISCONNECT {
                         let Some(frames) = self.sockets.recv_one(slot) else {
                             break;
                         };
                         self.on_frames(slot, frames, now);
                     }
-                    let still = self.links[k]
-                        .conn
-                        .as_ref()
-                        .is_some_and(|c| c.slot == slot && c.hello_sent);
-                    if still {
+                    if self.links[k].hello_sent_on(slot) {
                         self.fail_link(k, FailureReason::TransportError, "disconnected", now);
                     }
                 }
-                (SlotRole::Sub(i), MonitorVerdict::SubConnected) => {
-                    self.fanout.subs[i].connected = true;
-                }
-                (SlotRole::Sub(i), MonitorVerdict::Fail { reason, detail }) => {
-                    self.fail_sub(i, reason, &detail, now);
-                }
-                // Verdicts for the other kind of socket: `judge_monitor_event` gives none.
-                (SlotRole::Dialled(_), MonitorVerdict::SubConnected)
-                | (SlotRole::Sub(_), MonitorVerdict::SendHello | MonitorVerdict::Disconnected) => {}
+                MonitorOp::SubConnected(sub) => self.fanout.subs[sub].connected = true,
+                MonitorOp::FailSub {
+                    sub,
+                    reason,
+                    detail,
+                } => self.fail_sub(sub, reason, &detail, now),
             }
         }
     }
