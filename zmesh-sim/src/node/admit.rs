@@ -28,7 +28,7 @@ use crate::Ctx;
 /// A run's dials, as admission reads them: its configured peers and servers, and its own
 /// dials of them.
 #[derive(Clone, Copy)]
-struct Dials<'a>(&'a BTreeMap<(NodeIx, u8), Dial>);
+pub(super) struct Dials<'a>(pub(super) &'a BTreeMap<(NodeIx, u8), Dial>);
 
 impl Dials<'_> {
     /// The dial of host `host` on one of the mesh lanes.
