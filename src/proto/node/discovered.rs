@@ -1,15 +1,17 @@
 //! What automatic mode added to the node (MISSION D1, F3): the descriptor fences and the
 //! links and subscriptions discovery made, by RID, and what each of the discovery agent's
-//! intents does to them (`Discovered::apply`: a list of `DiscoveryOp`s). Carrying the
-//! operations out (the configuration entries, links and SUB sockets) is the shell's (the I/O
-//! thread's `io/discovery.rs`); admission reads the fences ([`crate::proto::node::admit`]).
+//! intents does to them ([`Discovered::apply`]: a list of [`DiscoveryOp`]s, naming links by
+//! their [`LinkKind`] and subscriptions by their [`SubKey`]). Carrying the operations out
+//! (the configuration entries, links and SUB sockets) is the shell's (the I/O thread's
+//! `io/discovery.rs`, or a simulated node's glue); admission reads the fences
+//! ([`crate::proto::node::admit`]).
 
 use std::collections::HashMap;
 
 use crate::proto::discovery::{Intent, MeshEndpoints};
 use crate::proto::handshake::Expectation;
-use crate::proto::node::keys::SubKey;
-use crate::proto::node::link::LinkKind;
+pub use crate::proto::node::keys::SubKey;
+pub use crate::proto::node::link::LinkKind;
 use crate::proto::security::PublicKey;
 use crate::proto::wire::Lane;
 
@@ -57,18 +59,18 @@ fn mesh_dials(peer: usize) -> [LinkKind; 2] {
 
 /// A configured ClientServer server, as discovery reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ServerEntry<'a> {
+pub struct ServerEntry<'a> {
     /// The channel it serves.
-    pub(crate) channel: &'a str,
+    pub channel: &'a str,
     /// The RID it must present, if configured with one.
-    pub(crate) rid: Option<&'a str>,
+    pub rid: Option<&'a str>,
     /// Its endpoint.
-    pub(crate) endpoint: &'a str,
+    pub endpoint: &'a str,
 }
 
 /// The node's configured peers and servers (discovery's additions included), as
 /// [`Discovered::apply`] reads them, and the keys pinned for endpoints.
-pub(crate) trait Entries {
+pub trait Entries {
     /// The index of the first configured peer with RID `rid`.
     fn peer_index(&self, rid: &str) -> Option<usize>;
     /// How many peers are configured (the index of the next one added).
@@ -83,7 +85,7 @@ pub(crate) trait Entries {
 
 /// What the shell does for a discovery intent, in order, from [`Discovered::apply`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum DiscoveryOp {
+pub enum DiscoveryOp {
     /// Append RouteMesh peer `rid` at `endpoints` to the configuration (it becomes the peer
     /// of the next index).
     AddPeer {
@@ -120,8 +122,7 @@ pub(crate) enum DiscoveryOp {
     AddLink(LinkKind),
     /// The link of this kind, if there is one, is dialled again (its descriptor is back).
     Resume(LinkKind),
-    /// The link of this kind, if there is one, is withdrawn
-    /// ([`Link::withdraw`](crate::proto::node::link::Link::withdraw)).
+    /// The link of this kind, if there is one, is withdrawn (the link's `withdraw`).
     Withdraw(LinkKind),
     /// Hold the links of `rid` (only the inbound ones if `inbound_only`) to its new fence of
     /// `generation` ([`Admission::refence`](crate::proto::node::admit::Admission)).
@@ -173,7 +174,7 @@ impl Discovered {
     /// taken up again (its links resume), a gone one is withdrawn. Every descriptor fences
     /// its RID; a fence alone holds only the RID's inbound links to it, the RID's own intents
     /// hold its dials.
-    pub(crate) fn apply<E: Entries + ?Sized>(
+    pub fn apply<E: Entries + ?Sized>(
         &mut self,
         intent: Intent,
         entries: &E,

@@ -19,10 +19,10 @@ pub(crate) trait Key: Copy {
 }
 
 macro_rules! key {
-    ($(#[$doc:meta])* $name:ident) => {
+    ($(#[$doc:meta])* $vis:vis $name:ident) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub(crate) struct $name(usize);
+        $vis struct $name(usize);
 
         impl Key for $name {
             fn from_index(i: usize) -> Self {
@@ -46,18 +46,32 @@ key!(
     /// A link of the node: one configured or inbound lane to one peer, server or
     /// client, whatever its connection of the moment. Links are never removed, so a key stays
     /// the same link for the node's life.
-    LinkKey
+    pub(crate) LinkKey
 );
 key!(
     /// A slot of the node's socket table. A slot is reused once its socket is gone.
-    SlotKey
+    pub(crate) SlotKey
 );
 key!(
     /// A fanout subscription of the node: one publisher endpoint this node reads.
     /// Subscriptions are never removed while the node runs (a retired one keeps its key), so a
-    /// key stays the same subscription for the node's life.
-    SubKey
+    /// key stays the same subscription for the node's life. Public: discovery's operations
+    /// ([`crate::proto::node::discovered::DiscoveryOp`]) name subscriptions by it.
+    pub SubKey
 );
+
+impl SubKey {
+    /// The subscription at position `i` of a shell's subscription table (the shell numbers
+    /// its subscriptions from 0 in the order it opens them).
+    pub fn at(i: usize) -> SubKey {
+        SubKey(i)
+    }
+
+    /// This subscription's position in the shell's subscription table.
+    pub fn position(self) -> usize {
+        self.0
+    }
+}
 
 /// A vector indexed by its own key type `K`.
 pub(crate) struct Table<K, T> {

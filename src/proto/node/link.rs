@@ -33,15 +33,29 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// is for a reaper that is far behind.
 pub const CLOSE_CONFIRM_MAX: Duration = Duration::from_secs(1);
 
-/// Where a link's records go.
+/// Where a link's records go. Public: discovery's operations
+/// ([`crate::proto::node::discovered::DiscoveryOp`]) name links by it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum LinkKind {
+pub enum LinkKind {
     /// A RouteMesh lane this node dials (index into config.peers).
-    MeshDial { peer: usize, lane: Lane },
+    MeshDial {
+        /// The peer's index in the configuration.
+        peer: usize,
+        /// The lane dialled.
+        lane: Lane,
+    },
     /// A ClientServer server this node dials (index into config.servers).
-    ClientDial { server: usize },
+    ClientDial {
+        /// The server's index in the configuration.
+        server: usize,
+    },
     /// A connection accepted on a bound socket, keyed by peer RID and lane.
-    Inbound { rid: String, lane: Lane },
+    Inbound {
+        /// The peer's RID.
+        rid: String,
+        /// The lane it connected on.
+        lane: Lane,
+    },
 }
 
 /// The channel of each configured ClientServer server, by its index in the configuration (what

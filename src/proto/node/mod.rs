@@ -12,8 +12,10 @@
 //!   for a window); the shell answers the questions about its served channels.
 //! - [`admit`]: admission's decisions about the node's own peers (MISSION T1, F3): what it
 //!   expects of a node it dials or that dials it, and what an admitted HELLO stands down.
-//! - [`discovered`]: what automatic mode added (MISSION D1, F3): descriptor fences, and the
-//!   links and subscriptions discovery made.
+//! - [`discovered`]: what automatic mode added (MISSION D1, F3): descriptor fences, the
+//!   links and subscriptions discovery made, and what each discovery intent does (a list of
+//!   operations naming links by their `LinkKind` and subscriptions by their `SubKey`, both
+//!   public for that, re-exported there); the shell answers for its configuration entries.
 //!
 //! The I/O thread's own parts (crate-private):
 //!

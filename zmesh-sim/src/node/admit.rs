@@ -1,10 +1,10 @@
 //! Admission in a simulated node run, as io/admission.rs runs it, through the library's node
 //! core ([`Admission`], `zmesh::proto::node::admit`): a dialled connection sends HELLO once
 //! connected, with what the core expects of the peer or server it dials; an unknown inbound
-//! connection's first record is judged by [`Admission::judge_inbound`] (REJECT, or WELCOME
-//! and ready, standing our own dial down when theirs wins); a WELCOME is judged by
-//! `proto::admission::judge_welcome` against the same expectation; a REJECT ends the dial
-//! (and says whether it comes back).
+//! connection's first record is judged by [`Admission::judge_first_record`] (without CURVE:
+//! a REJECT, stale, or WELCOME and ready, standing our own dial down when theirs wins); a
+//! WELCOME is judged by `proto::admission::judge_welcome` against the same expectation; a
+//! REJECT ends the dial (and says whether it comes back).
 //!
 //! The core reads this run's configuration through [`Configured`]: its peers are the hosts it
 //! dials on the mesh lanes and its servers the hosts it dials on a ClientServer lane, each by
@@ -15,7 +15,8 @@ use std::collections::BTreeMap;
 use zmesh::proto::admission::{self, WelcomeFacts};
 use zmesh::proto::handshake::{self, Expectation, Identity};
 use zmesh::proto::node::admit::{
-    Admission, Configured, DialView, Inbound, InboundDecision, OwnDials, PeerView, ServerView,
+    Admission, Configured, Credentials, DialView, FirstRecord, FirstVerdict, OwnDials, PeerView,
+    ServerView,
 };
 use zmesh::proto::wire::{self, CloseReason, Lane, Record, RejectReason};
 use zmesh::proto::ConnId;
@@ -27,7 +28,7 @@ use crate::Ctx;
 /// A run's dials, as admission reads them: its configured peers and servers, and its own
 /// dials of them.
 #[derive(Clone, Copy)]
-struct Dials<'a>(&'a BTreeMap<(NodeIx, u8), Dial>);
+pub(super) struct Dials<'a>(pub(super) &'a BTreeMap<(NodeIx, u8), Dial>);
 
 impl Dials<'_> {
     /// The dial of host `host` on one of the mesh lanes.
@@ -123,40 +124,42 @@ impl SimNode {
                 },
             );
         };
+        // The first record as the core reads it: a HELLO's identity and expectation, another
+        // kind, or a record that does not decode.
         let hello = match rec {
-            Ok(Record::Hello(h)) => h,
-            Ok(other) => {
-                if let Some(r) = admission::refuse_before_hello(other.kind()) {
-                    refuse(self, ctx, r.reason, &r.detail);
-                }
-                return;
-            }
-            Err(e) => {
-                let r = admission::refuse_malformed(&e);
-                refuse(self, ctx, r.reason, &r.detail);
-                return;
-            }
+            Ok(Record::Hello(h)) => Ok(handshake::from_hello(h)),
+            other => Err(other),
         };
-        let (hello_lane, peer, theirs) = handshake::from_hello(hello);
+        let first = match &hello {
+            Ok((hello_lane, peer, theirs)) => FirstRecord::Hello {
+                lane: *hello_lane,
+                peer,
+                expects: theirs,
+            },
+            Err(Ok(other)) => FirstRecord::Other(other.kind()),
+            Err(Err(e)) => FirstRecord::Malformed(e),
+        };
         let admitting = self.phase == Phase::Running;
-        let decision = self.with_admission(|a| {
-            a.judge_inbound(&Inbound {
-                socket_lane: lane,
-                hello_lane,
-                peer: &peer,
-                peer_expects: &theirs,
-                verified_key: None,
-                admitting,
-            })
-        });
-        match decision {
-            InboundDecision::Refuse(r) => {
+        // The simulator runs no CURVE: the connection proved no key.
+        let verdict = self
+            .with_admission(|a| a.judge_first_record(lane, Credentials::Plain, first, admitting));
+        match verdict {
+            FirstVerdict::Refuse(r) => {
                 if r.reason == RejectReason::GenerationMismatch {
                     ctx.truth.stats.fence_refusals += 1;
                 }
                 refuse(self, ctx, r.reason, &r.detail)
             }
-            InboundDecision::Admit { stand_down } => {
+            FirstVerdict::Stale(r) => {
+                if let Some(r) = r {
+                    refuse(self, ctx, r.reason, &r.detail);
+                }
+            }
+            FirstVerdict::Admit { stand_down, .. } => {
+                // Admitted on its first record: a HELLO, whose dialler is the peer.
+                let Ok((_, peer, _)) = hello else {
+                    return;
+                };
                 if let Some(key) = stand_down {
                     let dial_conn = self.dials.get(&key).and_then(|d| d.conn);
                     if let Some(dc) = dial_conn {

@@ -7,12 +7,16 @@
 //!   and when, and judges the answers; the simulator carries each operation to the store and
 //!   back ([`SimNode::poll_store_op`], [`SimNode::handle_store_answer`]);
 //! - the watch feeds the library's [`Directory`] (reload, put, removed), whose [`Intent`]s the
-//!   glue applies as the I/O thread does: a fence per RID held by admission (HELLO and
-//!   WELCOME are judged with it), dials for the peers and servers it names, a new fence
-//!   closing the connections of another run (and a dial in progress), a descriptor gone
-//!   stopping the dial while a ready connection stays (F5: a lease is no liveness signal);
+//!   node core's `Discovered::apply` turns into operations, as the I/O thread applies them: a
+//!   fence per RID held by admission (HELLO and WELCOME are judged with it), dials for the
+//!   peers and servers it names (added, or taken up again), subscriptions to the publishers
+//!   it names; the glue carries the operations out: a new fence closing the connections of
+//!   another run (and a dial in progress), a descriptor gone stopping the dial while a ready
+//!   connection stays (F5: a lease is no liveness signal), a subscription opened, replaced or
+//!   retired by the simulator's fanout model;
 //! - intents are ignored once the node is stopping, as `on_discovery` ignores them.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use zmesh::proto::discovery::{
@@ -22,8 +26,12 @@ use zmesh::proto::discovery::{
 use zmesh::proto::handshake::Expectation;
 use zmesh::proto::wire::{CloseReason, Lane};
 
-use super::{Dial, SimNode};
-use crate::fanout::Discovered;
+use zmesh::proto::node::discovered::{self, DiscoveryOp, LinkKind, ServerEntry, SubKey};
+use zmesh::proto::security::PublicKey;
+
+use super::admit::Dials;
+use super::{Dial, SimNode, CHANNEL};
+use crate::fanout::Discovered as FanFound;
 use crate::net::{NetConn, NodeIx};
 use crate::store::{Change, WatchEvent};
 use crate::Ctx;
@@ -70,6 +78,56 @@ pub(crate) struct Disc {
     lease: Option<u64>,
     /// The lease to remove on an orderly stop, until the removal is asked for.
     remove: Option<u64>,
+    /// The host of each subscription discovery opened, by its position ([`SubKey`]).
+    subs: Vec<NodeIx>,
+}
+
+/// This run's configuration as the node core's discovery reads it
+/// ([`discovered::Entries`]): the simulator indexes its configured peers and servers by host
+/// (a sparse list), so the entry a descriptor adds is its host's, `host`; automatic mode
+/// has no manual entries and pins no keys.
+struct Entries<'a> {
+    dials: &'a BTreeMap<(NodeIx, u8), Dial>,
+    /// The host of the intent's entry, if its address names one.
+    host: Option<NodeIx>,
+}
+
+impl discovered::Entries for Entries<'_> {
+    fn peer_index(&self, rid: &str) -> Option<usize> {
+        zmesh::proto::node::admit::Configured::peer_index(&Dials(self.dials), rid)
+    }
+
+    fn peers(&self) -> usize {
+        self.host.unwrap_or(usize::MAX)
+    }
+
+    fn server(&self, server: usize) -> Option<ServerEntry<'_>> {
+        self.dials
+            .get(&(server, u8::from(Lane::ClientServer)))
+            .map(|d| ServerEntry {
+                channel: CHANNEL,
+                rid: Some(&d.rid),
+                endpoint: &d.endpoint,
+            })
+    }
+
+    fn servers(&self) -> usize {
+        self.host.unwrap_or(usize::MAX)
+    }
+
+    fn endpoint_key(&self, _: &str) -> Option<PublicKey> {
+        None
+    }
+}
+
+/// The host and lane a dialled link of the simulator's configuration names (an inbound
+/// link is no dial).
+fn dialled(kind: &LinkKind) -> Option<(NodeIx, Lane)> {
+    match *kind {
+        LinkKind::MeshDial { peer, lane } => Some((peer, lane)),
+        LinkKind::ClientDial { server } => Some((server, Lane::ClientServer)),
+        LinkKind::Inbound { .. } => None,
+    }
 }
 
 /// The endpoints the simulator gives host `i`: one address per host, one port per purpose.
@@ -120,6 +178,7 @@ impl Disc {
             descriptor,
             lease: None,
             remove: None,
+            subs: Vec::new(),
         }
     }
 
@@ -287,91 +346,117 @@ impl SimNode {
         }
     }
 
+    /// Applies `intent` as the I/O thread does: the node core decides what it does
+    /// ([`zmesh::proto::node::discovered::Discovered::apply`]: the fences, and the operations
+    /// in order), the glue carries the operations out on the simulated links and
+    /// subscriptions.
     fn apply_intent(&mut self, ctx: &mut Ctx<'_>, intent: Intent) {
         ctx.trace(format!("{} intent {intent:?}", self.me.rid));
-        match intent {
-            Intent::Fence { rid, fence } => {
-                self.discovered.fences.insert(rid.clone(), fence);
-                self.refence(ctx, &rid, true);
-            }
-            Intent::FenceGone { rid } => {
-                self.discovered.fences.remove(&rid);
-            }
-            Intent::Peer {
-                rid,
-                endpoints,
-                fence,
-            } => {
-                self.discovered.fences.insert(rid.clone(), fence);
-                let hosts = [
-                    (host_of(&endpoints.application), Lane::Application),
-                    (host_of(&endpoints.completion), Lane::Completion),
-                ];
-                for (host, lane) in hosts {
-                    if let Some(h) = host {
-                        self.discover_dial(ctx, h, lane);
-                    }
-                }
-                self.refence(ctx, &rid, false);
-            }
-            Intent::Server {
-                rid,
-                endpoint,
-                fence,
-                ..
-            } => {
-                self.discovered.fences.insert(rid.clone(), fence);
-                if let Some(h) = host_of(&endpoint) {
-                    self.discover_dial(ctx, h, Lane::ClientServer);
-                }
-                self.refence(ctx, &rid, false);
-            }
-            Intent::PeerGone { rid } => {
-                if let Some(h) = crate::host_of_rid(&rid) {
-                    self.withdraw(ctx, h, Lane::Application);
-                    self.withdraw(ctx, h, Lane::Completion);
-                }
-            }
-            Intent::ServerGone { rid, .. } => {
-                if let Some(h) = crate::host_of_rid(&rid) {
-                    self.withdraw(ctx, h, Lane::ClientServer);
-                }
-            }
+        // The host the intent's entry is (the simulator's configuration is indexed by host),
+        // and a publisher's generation, which its subscription is opened for.
+        let host = match &intent {
+            Intent::Peer { endpoints, .. } => host_of(&endpoints.application),
+            Intent::Server { endpoint, .. } => host_of(endpoint),
+            Intent::Fence { rid, .. }
+            | Intent::FenceGone { rid }
+            | Intent::PeerGone { rid }
+            | Intent::ServerGone { rid, .. }
+            | Intent::Publisher { rid, .. }
+            | Intent::PublisherGone { rid, .. } => crate::host_of_rid(rid),
+        };
+        let publisher = match &intent {
             Intent::Publisher {
+                rid, generation, ..
+            } => Some((rid.clone(), *generation)),
+            _ => None,
+        };
+        let Some(disc) = self.disc.as_ref() else {
+            return;
+        };
+        let next_sub = SubKey::at(disc.subs.len());
+        let entries = Entries {
+            dials: &self.dials,
+            host,
+        };
+        let ops = self.discovered.apply(intent, &entries, next_sub);
+        for op in ops {
+            self.carry_out(ctx, op, publisher.as_ref());
+        }
+    }
+
+    /// Carries out one of the core's operations for a discovery intent (`publisher`: the
+    /// RID and generation of a Publisher intent's descriptor). The simulator's entries keep
+    /// the endpoints of their host's address plan, so an entry added or following its
+    /// descriptor needs nothing beyond its links.
+    fn carry_out(&mut self, ctx: &mut Ctx<'_>, op: DiscoveryOp, publisher: Option<&(String, u64)>) {
+        match op {
+            DiscoveryOp::AddPeer { .. }
+            | DiscoveryOp::SetPeerEndpoints { .. }
+            | DiscoveryOp::AddServer { .. }
+            | DiscoveryOp::SetServerEndpoint { .. } => {}
+            DiscoveryOp::AddLink(kind) | DiscoveryOp::Resume(kind) => {
+                if let Some((h, lane)) = dialled(&kind) {
+                    self.discover_dial(ctx, h, lane);
+                }
+            }
+            DiscoveryOp::Withdraw(kind) => {
+                if let Some((h, lane)) = dialled(&kind) {
+                    self.withdraw(ctx, h, lane);
+                }
+            }
+            DiscoveryOp::Refence {
                 rid,
-                endpoint,
                 generation,
-                ..
-            } => {
+                inbound_only,
+            } => self.refence(ctx, &rid, generation, inbound_only),
+            DiscoveryOp::Subscribe { endpoint, .. } => {
                 let Some(h) = host_of(&endpoint) else {
                     return;
                 };
-                ctx.truth.on_discovery_subscribe(self.ix, &rid, generation);
-                let me = self.end();
-                let found = self
-                    .fan
-                    .discover(ctx, me, &mut self.live, self.base, h, generation);
-                if let Discovered::Replaced {
-                    old,
-                    was_ready: true,
-                } = found
-                {
-                    // The one way discovery takes a watch out of ready: a descriptor of
-                    // another run (F3), judged by the truth as a ready link's close is.
-                    ctx.truth.on_discovery_drop(me, &rid, old);
+                if let Some(disc) = self.disc.as_mut() {
+                    disc.subs.push(h);
                 }
-                ctx.trace(format!(
-                    "{} subscription to {rid} g{generation:x}: {found:?}",
-                    self.me.rid
-                ));
+                if let Some((rid, generation)) = publisher {
+                    self.subscribe(ctx, h, rid, *generation);
+                }
             }
-            Intent::PublisherGone { endpoint, .. } => {
-                if let Some(h) = host_of(&endpoint) {
+            DiscoveryOp::Resubscribe { sub, .. } => {
+                let h = self.disc.as_ref().and_then(|d| d.subs.get(sub.position()));
+                if let (Some(&h), Some((rid, generation))) = (h, publisher) {
+                    self.subscribe(ctx, h, rid, *generation);
+                }
+            }
+            DiscoveryOp::Unsubscribe(sub) => {
+                let h = self.disc.as_ref().and_then(|d| d.subs.get(sub.position()));
+                if let Some(&h) = h {
                     let me = self.end();
                     self.fan.retire(ctx, me, &self.live, h);
                 }
             }
         }
+    }
+
+    /// Subscribes to (or takes up again) the publisher at host `h`, of `rid`'s run of
+    /// `generation`: a subscription of another run is replaced.
+    fn subscribe(&mut self, ctx: &mut Ctx<'_>, h: NodeIx, rid: &str, generation: u64) {
+        ctx.truth.on_discovery_subscribe(self.ix, rid, generation);
+        let me = self.end();
+        let found = self
+            .fan
+            .discover(ctx, me, &mut self.live, self.base, h, generation);
+        if let FanFound::Replaced {
+            old,
+            was_ready: true,
+        } = found
+        {
+            // The one way discovery takes a watch out of ready: a descriptor of another run
+            // (F3), judged by the truth as a ready link's close is.
+            ctx.truth.on_discovery_drop(me, rid, old);
+        }
+        ctx.trace(format!(
+            "{} subscription to {rid} g{generation:x}: {found:?}",
+            self.me.rid
+        ));
     }
 
     /// Dials host `h` on `lane` because a descriptor asks for it, or takes a withdrawn dial
@@ -422,12 +507,12 @@ impl SimNode {
     }
 
     /// Holds every connection of `rid` (only the inbound ones if `inbound_only`) to its
-    /// current fence: a ready connection of another run is closed, a dial in progress is
-    /// closed and dialled again under the new fence.
-    fn refence(&mut self, ctx: &mut Ctx<'_>, rid: &str, inbound_only: bool) {
-        let Some(generation) = self.discovered.peer_fence(rid).and_then(|f| f.generation) else {
+    /// new fence of `generation` (0: none, nothing to hold): a ready connection of another
+    /// run is closed, a dial in progress is closed and dialled again under the new fence.
+    fn refence(&mut self, ctx: &mut Ctx<'_>, rid: &str, generation: u64, inbound_only: bool) {
+        if generation == 0 {
             return;
-        };
+        }
         let host = crate::host_of_rid(rid);
         let mine: Vec<(NetConn, Option<u64>, bool)> = self
             .conns
