@@ -94,6 +94,35 @@ pub(crate) struct Conn {
     pub(crate) notices: u8,
 }
 
+impl Conn {
+    /// Connection `id` on slot `slot`, opened at `now`, sending with `route`: its HELLO not
+    /// sent, not ready, nothing received yet; `verified_key` is the CURVE key the transport
+    /// proved, if any.
+    pub(crate) fn new(
+        id: ConnId,
+        slot: SlotKey,
+        route: Option<Vec<u8>>,
+        verified_key: Option<PublicKey>,
+        now: Instant,
+    ) -> Conn {
+        Conn {
+            id,
+            slot,
+            route,
+            opened_at: now,
+            hello_sent: false,
+            ready: false,
+            peer: None,
+            source: None,
+            live: None,
+            last_peer_probe: None,
+            held: Vec::new(),
+            verified_key,
+            notices: 0,
+        }
+    }
+}
+
 /// What a connection notice of libzmq (`ROUTER_NOTIFY`) a dialled ROUTER received in band
 /// means ([`Conn::handle_router_notice`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -507,21 +536,17 @@ impl Conn {
     /// HELLO sent, `ready` or not, with `peer` as its handshake named it.
     pub(crate) fn for_test(id: u64, ready: bool, peer: Option<Identity>) -> Conn {
         use crate::proto::node::keys::Key;
-        Conn {
-            id: ConnId(id),
-            slot: SlotKey::from_index(0),
-            route: None,
-            opened_at: Instant::now(),
-            hello_sent: true,
-            ready,
-            peer,
-            source: None,
-            live: None,
-            last_peer_probe: None,
-            held: Vec::new(),
-            verified_key: None,
-            notices: 0,
-        }
+        let mut c = Conn::new(
+            ConnId(id),
+            SlotKey::from_index(0),
+            None,
+            None,
+            Instant::now(),
+        );
+        c.hello_sent = true;
+        c.ready = ready;
+        c.peer = peer;
+        c
     }
 }
 

@@ -210,22 +210,9 @@ impl Link {
         now: Instant,
     ) -> StateEvent {
         self.retry_at = None;
-        self.conn = Some(Conn {
-            id,
-            slot,
-            route: dial.route(),
-            opened_at: now,
-            hello_sent: false,
-            ready: false,
-            peer: None,
-            source: None,
-            live: None,
-            last_peer_probe: None,
-            held: Vec::new(),
-            // Proven by the CURVE handshake before the first record can arrive.
-            verified_key: dial.server_key,
-            notices: 0,
-        });
+        // The server's key is proven by the CURVE handshake before the first record can
+        // arrive.
+        self.conn = Some(Conn::new(id, slot, dial.route(), dial.server_key, now));
         note(self.state.handle_connecting(now));
         StateEvent {
             state: ConnState::Connecting,

@@ -42,21 +42,9 @@ impl Conn {
         verified_key: Option<PublicKey>,
         now: Instant,
     ) -> Conn {
-        Conn {
-            id,
-            slot,
-            route: Some(route),
-            opened_at: now,
-            hello_sent: true,
-            ready: false,
-            peer: None,
-            source: None,
-            live: None,
-            last_peer_probe: None,
-            held: Vec::new(),
-            verified_key,
-            notices: 0,
-        }
+        let mut conn = Conn::new(id, slot, Some(route), verified_key, now);
+        conn.hello_sent = true;
+        conn
     }
 }
 
