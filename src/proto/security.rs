@@ -458,6 +458,25 @@ pub fn judge_zap(f: &ZapFacts<'_>) -> (ZapReply, Option<(InputRefusal, String)>)
 }
 
 #[cfg(test)]
+impl ZapRequest {
+    /// A request for tests: id `request_id`, for ZAP domain `domain`, from 127.0.0.1, with
+    /// CURVE and `key` as its credential, or NULL without one.
+    pub(crate) fn for_test(request_id: &[u8], domain: &str, key: Option<&PublicKey>) -> ZapRequest {
+        ZapRequest {
+            request_id: request_id.to_vec(),
+            domain: domain.into(),
+            address: "127.0.0.1".into(),
+            mechanism: if key.is_some() {
+                Mechanism::Curve
+            } else {
+                Mechanism::Null
+            },
+            credentials: key.map(|k| vec![k.as_bytes().to_vec()]).unwrap_or_default(),
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -515,17 +534,7 @@ mod tests {
     }
 
     fn curve_request(key: Option<&PublicKey>) -> ZapRequest {
-        ZapRequest {
-            request_id: b"7".to_vec(),
-            domain: "zmesh-application".into(),
-            address: "127.0.0.1".into(),
-            mechanism: if key.is_some() {
-                Mechanism::Curve
-            } else {
-                Mechanism::Null
-            },
-            credentials: key.map(|k| vec![k.as_bytes().to_vec()]).unwrap_or_default(),
-        }
+        ZapRequest::for_test(b"7", "zmesh-application", key)
     }
 
     #[test]

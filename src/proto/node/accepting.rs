@@ -275,7 +275,7 @@ mod tests {
     use super::*;
     use crate::proto::node::keys::Key;
     use crate::proto::node::link::Conn;
-    use crate::proto::security::{Mechanism, PublicKey, ZapStatus, KEY_LEN, ZMTP_CRYPTOGRAPHIC};
+    use crate::proto::security::{PublicKey, ZapStatus, KEY_LEN, ZMTP_CRYPTOGRAPHIC};
     use crate::proto::state::Recovery;
     use crate::proto::wire::Lane;
 
@@ -300,17 +300,7 @@ mod tests {
     }
 
     fn zap(domain: &str, key: Option<PublicKey>) -> ZapRequest {
-        ZapRequest {
-            request_id: b"1".to_vec(),
-            domain: domain.into(),
-            address: "127.0.0.1".into(),
-            mechanism: if key.is_some() {
-                Mechanism::Curve
-            } else {
-                Mechanism::Null
-            },
-            credentials: key.map(|k| vec![k.as_bytes().to_vec()]).unwrap_or_default(),
-        }
+        ZapRequest::for_test(b"1", domain, key.as_ref())
     }
 
     /// MISSION W3: the monitor's ACCEPTED and DISCONNECTED events count a bound socket's open
