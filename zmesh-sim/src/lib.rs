@@ -362,8 +362,11 @@ enum Event {
     Start {
         node: NodeIx,
     },
+    /// Host `node` begins a graceful stop (and starts again later); `racing`: another host
+    /// restarts at the same instant, so its new run dials the stopping node while it drains.
     Stop {
         node: NodeIx,
+        racing: Option<NodeIx>,
     },
     Reset,
     Sweep,
@@ -821,12 +824,23 @@ impl World {
                 }
             }
             Event::Start { node } => self.start(node),
-            Event::Stop { node } => {
+            Event::Stop { node, racing } => {
                 self.trace
                     .push(now, format!("fault: graceful stop of host {node}"));
-                self.ctx_node(node, |n, ctx| n.begin_stop(ctx));
+                self.begin_stop(node);
                 let back = now + Duration::from_millis(self.rng.random_range(6_000..20_000));
                 self.at(back, Event::Start { node });
+                if let Some(b) = racing {
+                    // A rolling restart of two hosts at once: b's process is replaced while
+                    // `node` drains, and b's new run dials it.
+                    self.trace.push(
+                        now,
+                        format!("fault: host {b} restarts while host {node} drains"),
+                    );
+                    self.kill(b);
+                    let back = now + Duration::from_millis(self.rng.random_range(50..500));
+                    self.at(back, Event::Start { node: b });
+                }
             }
             Event::Failover {
                 node,
@@ -975,7 +989,7 @@ impl World {
                 self.check_store_whole();
                 self.trace.push(now, "graceful stop of every host".into());
                 for i in 0..self.n() {
-                    self.ctx_node(i, |n, ctx| n.begin_stop(ctx));
+                    self.begin_stop(i);
                 }
             }
             Event::StoreApply {
@@ -1020,6 +1034,16 @@ impl World {
                 self.store_dirty = true;
             }
         }
+    }
+
+    /// Host `node`'s running node begins its graceful stop (the truth records it: from now
+    /// on that run admits no new connection).
+    fn begin_stop(&mut self, node: NodeIx) {
+        if self.up(node) {
+            let end = self.end_of(node);
+            self.truth.on_stop_began(end);
+        }
+        self.ctx_node(node, |n, ctx| n.begin_stop(ctx));
     }
 
     fn start(&mut self, node: NodeIx) {
@@ -1120,7 +1144,11 @@ impl World {
                 then_kill: self.rng.random_bool(0.5),
             },
             40..=59 => Event::Kill { node: a },
-            60..=79 => Event::Stop { node: a },
+            // A third of the graceful stops race a restart of another host.
+            60..=79 => Event::Stop {
+                node: a,
+                racing: self.rng.random_bool(1.0 / 3.0).then_some(b),
+            },
             _ => {
                 // A middlebox resets connections of one host.
                 let conns: Vec<net::NetConn> = self.net.conns_of(a);

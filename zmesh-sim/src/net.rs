@@ -468,6 +468,13 @@ impl Net {
         }
     }
 
+    /// Whether `conn` is still open at both ends (a send from either end would be queued).
+    pub fn is_open(&self, conn: NetConn) -> bool {
+        self.conns
+            .get(&conn)
+            .is_some_and(|c| !c.closed[0] && !c.closed[1])
+    }
+
     /// Messages queued from end `from` of `conn` and not yet delivered (what a sender's
     /// high-water mark counts).
     pub fn backlog(&self, conn: NetConn, from: End) -> usize {

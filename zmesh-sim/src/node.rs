@@ -414,7 +414,11 @@ impl SimNode {
 
     fn send(&mut self, ctx: &mut Ctx<'_>, conn: NetConn, rec: &Record) -> bool {
         let end = self.end();
-        ctx.net.send(conn, end, rec.encode(), ctx.now, ctx.rng)
+        let sent = ctx.net.send(conn, end, rec.encode(), ctx.now, ctx.rng);
+        if sent {
+            ctx.truth.on_wire(end, conn, rec);
+        }
+        sent
     }
 
     /// Sends an ACCEPT or REPLY: at once toward a connection without `answers`, else at the
@@ -680,7 +684,21 @@ impl SimNode {
         let caps = self.caps_on(conn);
         let rec = Record::decode_in(&frames, caps, |f| Bytes::copy_from_slice(f));
         match known {
-            None => self.on_unknown_inbound(ctx, conn, peer_node, lane, rec),
+            None => {
+                // What the acceptor reads first on a connection it does not know, as the
+                // truth judges it: a record other than HELLO is a stale one (WIRE.md §5.1).
+                let me = self.end();
+                let stale = rec.as_ref().ok().map(Record::kind);
+                let stale = stale.filter(|k| *k != wire::Kind::Hello);
+                if let Some(kind) = stale {
+                    let open = ctx.net.is_open(conn);
+                    ctx.truth.on_stale_first(me, conn, kind, open);
+                }
+                self.on_unknown_inbound(ctx, conn, peer_node, lane, rec);
+                if stale.is_some() {
+                    ctx.truth.check_stale_answered(me, conn);
+                }
+            }
             Some((_, _, true)) => {}
             Some((false, true, _)) => match rec {
                 Ok(Record::Welcome(w)) => self.on_welcome(ctx, conn, w),
@@ -738,7 +756,8 @@ impl SimNode {
             }
             Record::Message(m) => {
                 let _ = self.live.handle_app_traffic(live, now);
-                ctx.truth.on_app_message(self.ix, &m.payload, ctx.now);
+                let me = self.end();
+                ctx.truth.on_app_message(me, conn, &m.payload, ctx.now);
             }
             Record::Close { reason } => {
                 ctx.trace(format!("{} {conn} CLOSE {reason:?}", self.me.rid));
@@ -813,12 +832,23 @@ impl SimNode {
             .map(|(&k, _)| k)
     }
 
-    /// Drops `conn` from this side: CLOSE first if named, then the transport closes it.
+    /// Drops `conn` from this side: CLOSE first if named, then the transport closes it. A
+    /// connection this run accepted is only forgotten while the run goes on: a bound socket
+    /// cannot close one accepted connection (libzmq), so the peer closes it on the CLOSE, and
+    /// what it sent before that arrives as an unknown connection's records (WIRE.md §5.1,
+    /// "Protocol errors before admission"), as the I/O thread's `fail_link` forgets the
+    /// routing id. A run that stops closes its bound sockets, and with them every connection.
     fn drop_conn(&mut self, ctx: &mut Ctx<'_>, conn: NetConn, close: Option<CloseReason>) {
         if let Some(reason) = close {
             if self.conns.get(&conn).is_some_and(|c| c.ready.is_some()) {
                 self.send(ctx, conn, &Record::Close { reason });
             }
+        }
+        let accepted = self.conns.get(&conn).is_some_and(|c| !c.dialled);
+        if accepted && self.phase != Phase::Stopped {
+            ctx.trace(format!("{} {conn} forgotten", self.me.rid));
+            self.release_conn(ctx, conn, false, false);
+            return;
         }
         let end = self.end();
         ctx.net.close(conn, end, ctx.now, ctx.rng);
@@ -827,14 +857,24 @@ impl SimNode {
 
     /// `conn` is gone: everything that leaned on it learns so, and its dial redials.
     fn lose_conn(&mut self, ctx: &mut Ctx<'_>, conn: NetConn, orderly: bool) {
+        self.release_conn(ctx, conn, orderly, true);
+    }
+
+    /// This run lets go of `conn` (closing its transport if `close`; an accepted connection
+    /// that is only forgotten stays open, and what still waits in its socket or arrives
+    /// later is read as an unknown connection's): everything that leaned on it learns so,
+    /// and its dial redials.
+    fn release_conn(&mut self, ctx: &mut Ctx<'_>, conn: NetConn, orderly: bool, close: bool) {
         let now = self.at(ctx.now);
         let Some(c) = self.conns.remove(&conn) else {
             return;
         };
-        let end = self.end();
-        ctx.net.close(conn, end, ctx.now, ctx.rng);
-        if let Some(rx) = self.rx.as_mut() {
-            rx.forget(conn);
+        if close {
+            let end = self.end();
+            ctx.net.close(conn, end, ctx.now, ctx.rng);
+            if let Some(rx) = self.rx.as_mut() {
+                rx.forget(conn);
+            }
         }
         if let Some(r) = &c.ready {
             self.live.remove(r.live);
@@ -1036,6 +1076,17 @@ impl SimNode {
                     r.peer.rid.clone(),
                     last.saturating_duration_since(self.base),
                 ))
+            })
+            .collect()
+    }
+
+    /// Every ready connection with its peer's RID and generation.
+    pub fn ready_runs(&self) -> Vec<(NetConn, String, u64)> {
+        self.conns
+            .iter()
+            .filter_map(|(&k, c)| {
+                let r = c.ready.as_ref()?;
+                Some((k, r.peer.rid.clone(), r.peer.generation))
             })
             .collect()
     }

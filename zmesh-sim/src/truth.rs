@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use zmesh::proto::calls::{may_have_run, CallError, STREAM_WINDOW};
+use zmesh::proto::wire::{Kind, Record, RejectReason};
 
 use crate::net::{End, NetConn, NodeIx};
 
@@ -117,6 +118,25 @@ struct StreamTruth {
     done: bool,
 }
 
+/// A connection whose first record its acceptor read was not a HELLO (WIRE.md §5.1).
+#[derive(Debug, Clone, Copy)]
+struct StaleConn {
+    /// The kind of that record.
+    kind: Kind,
+    /// The connection was open at both ends when it was read (a REJECT could leave).
+    open: bool,
+    /// The acceptor sent its one REJECT.
+    refused: bool,
+}
+
+impl StaleConn {
+    /// Whether the record is one the acceptor answers with REJECT Protocol: any but a
+    /// REJECT or CLOSE, which get no answer.
+    fn answered(&self) -> bool {
+        !matches!(self.kind, Kind::Reject | Kind::Close)
+    }
+}
+
 /// Everything the simulator knows for certain.
 #[derive(Debug, Default)]
 pub struct Truth {
@@ -150,6 +170,11 @@ pub struct Truth {
     delivered_current: BTreeMap<(NodeIx, u64, String), Option<u64>>,
     /// Stream calls by uid.
     streams: BTreeMap<u64, StreamTruth>,
+    /// Per (host, run, connection): a connection whose first record that run read was not
+    /// a HELLO.
+    stale: BTreeMap<(NodeIx, u64, NetConn), StaleConn>,
+    /// The runs (host, run) whose graceful stop began.
+    stopping: BTreeSet<(NodeIx, u64)>,
     /// The violations seen, in order.
     pub violations: Vec<Violation>,
     /// Statistics.
@@ -271,6 +296,11 @@ pub struct Stats {
     /// Paused runs that came back and asked to publish their descriptor (their first put
     /// had failed), ended there unless `Config::zombie_puts` lets them publish.
     pub zombies_would_publish: u64,
+    /// First records of a connection unknown to its acceptor that were not a HELLO (late
+    /// records of a connection the acceptor dropped and forgot).
+    pub stale_first_records: u64,
+    /// HELLOs a stopping node refused `Draining`.
+    pub draining_refusals: u64,
 }
 
 impl Stats {
@@ -331,6 +361,8 @@ impl Stats {
             zombies_back,
             zombies_superseded,
             zombies_would_publish,
+            stale_first_records,
+            draining_refusals,
         } = *o;
         self.calls += calls;
         self.ok += ok;
@@ -386,6 +418,8 @@ impl Stats {
         self.zombies_back += zombies_back;
         self.zombies_superseded += zombies_superseded;
         self.zombies_would_publish += zombies_would_publish;
+        self.stale_first_records += stale_first_records;
+        self.draining_refusals += draining_refusals;
     }
 }
 
@@ -936,6 +970,114 @@ impl Truth {
         self.admitted.insert(key, run.max(latest));
     }
 
+    /// The run at `me` read `kind`, not a HELLO, as the first record of `conn`, a connection
+    /// it does not know (`open`: still open at both ends). It must answer with one REJECT
+    /// Protocol at once, or with nothing for a REJECT or CLOSE; it sends nothing more on
+    /// that connection, never makes it ready and hands nothing of it to its application
+    /// (WIRE.md §5.1, "Protocol errors before admission"; MISSION W3, L6).
+    pub fn on_stale_first(&mut self, me: End, conn: NetConn, kind: Kind, open: bool) {
+        self.stats.stale_first_records += 1;
+        let key = (me.node, me.run, conn);
+        let first = StaleConn {
+            kind,
+            open,
+            refused: false,
+        };
+        match self.stale.get(&key) {
+            // A REJECT or CLOSE ends its connection, but what still arrives is judged too.
+            Some(s) if s.answered() => {}
+            _ => {
+                self.stale.insert(key, first);
+            }
+        }
+    }
+
+    /// The run at `me` has judged the stale first record of `conn`: if it needed an answer
+    /// and the connection was open, the REJECT left.
+    pub fn check_stale_answered(&mut self, me: End, conn: NetConn) {
+        let Some(s) = self.stale.get(&(me.node, me.run, conn)).copied() else {
+            return;
+        };
+        if s.answered() && s.open && !s.refused {
+            let detail = format!(
+                "host {} read {:?} as the first record of {conn}, an unknown connection, and did not refuse it",
+                me.node, s.kind
+            );
+            self.violation("stale_records_refused", detail);
+        }
+    }
+
+    /// The run at `me` put `rec` on the wire on `conn`.
+    pub fn on_wire(&mut self, me: End, conn: NetConn, rec: &Record) {
+        if self.stale.is_empty() {
+            return;
+        }
+        let Some(s) = self.stale.get_mut(&(me.node, me.run, conn)) else {
+            return;
+        };
+        let protocol = matches!(rec, Record::Reject(r) if r.reason == RejectReason::Protocol);
+        if protocol && s.answered() && !s.refused {
+            s.refused = true;
+            return;
+        }
+        let detail = format!(
+            "host {} sent {:?} on {conn}, whose first record was {:?} (refused already: {})",
+            me.node,
+            rec.kind(),
+            s.kind,
+            s.refused
+        );
+        self.violation("stale_records_refused", detail);
+    }
+
+    /// The run at `me` made `conn` ready (`dialled`: a connection it dialled). A connection
+    /// whose first record was stale never is; a run whose graceful stop began admits no new
+    /// connection (WIRE.md §5.1: a stopping acceptor answers a HELLO with REJECT Draining;
+    /// MISSION F6, C4).
+    pub fn on_conn_ready(&mut self, me: End, conn: NetConn, dialled: bool) {
+        let node = me.node;
+        if self.stale.contains_key(&(node, me.run, conn)) {
+            let detail =
+                format!("host {node} made {conn} ready, whose first record was not a HELLO");
+            self.violation("stale_records_refused", detail);
+        }
+        if !dialled && self.stopping.contains(&(node, me.run)) {
+            let detail = format!(
+                "host {node} (run {}) admitted {conn} after its graceful stop began",
+                me.run
+            );
+            self.violation("no_admission_while_draining", detail);
+        }
+    }
+
+    /// The run at `end` begins its graceful stop.
+    pub fn on_stop_began(&mut self, end: End) {
+        self.stopping.insert((end.node, end.run));
+    }
+
+    /// The watch of the run at `me` delivered something, and the run applied it; `ready`
+    /// are its ready connections with their peer's RID and generation. None may be of
+    /// another run than the one the watch names current for that RID: a descriptor of a
+    /// new run closes the connections of the run it replaces at once (MISSION F3).
+    pub fn check_current_runs(&mut self, me: End, ready: &[(NetConn, String, u64)]) {
+        for (conn, rid, generation) in ready {
+            let key = (me.node, me.run, rid.clone());
+            let Some(current) = self.delivered_current.get(&key).copied().flatten() else {
+                continue;
+            };
+            if current != *generation {
+                let run = |g: u64| self.generations.get(&g).map_or(0, |r| r.1);
+                let detail = format!(
+                    "host {} kept {conn} to run {} of {rid} (g{generation:x}) ready after its watch named run {} (g{current:x}) current",
+                    me.node,
+                    run(*generation),
+                    run(current)
+                );
+                self.violation("replaced_run_leaves_ready", detail);
+            }
+        }
+    }
+
     /// Host `node` took `conn` out of ready.
     pub fn on_leave_ready(&mut self, _node: NodeIx, _conn: NetConn, _now: Duration) {}
 
@@ -985,9 +1127,16 @@ impl Truth {
         }
     }
 
-    /// An application on host `node` received a MESSAGE with `payload`.
-    pub fn on_app_message(&mut self, node: NodeIx, payload: &[u8], _now: Duration) {
+    /// The application of the run at `me` received a MESSAGE with `payload` from `conn`.
+    pub fn on_app_message(&mut self, me: End, conn: NetConn, payload: &[u8], _now: Duration) {
+        let node = me.node;
         self.stats.messages += 1;
+        if self.stale.contains_key(&(node, me.run, conn)) {
+            let detail = format!(
+                "host {node}'s application got a MESSAGE from {conn}, whose first record was not a HELLO"
+            );
+            self.violation("stale_records_refused", detail);
+        }
         match tagged(payload, b"msg:") {
             Some(uid) if self.sent.contains(&uid) => {
                 if !self.delivered.insert(uid) {
@@ -1128,6 +1277,96 @@ mod tests {
         t.on_ready(A, "n001", 0x22, true);
         let seen: Vec<&str> = t.violations.iter().map(|v| v.invariant).collect();
         assert_eq!(seen, ["store_fence_holds"]);
+    }
+
+    /// A REJECT Protocol of the acceptor, as the simulated glue sends one.
+    fn reject(reason: RejectReason) -> Record {
+        Record::Reject(zmesh::proto::wire::Reject {
+            reason,
+            detail: zmesh::proto::wire::Detail::default(),
+        })
+    }
+
+    fn seen(t: &Truth) -> Vec<&'static str> {
+        t.violations.iter().map(|v| v.invariant).collect()
+    }
+
+    #[test]
+    fn s1_w3_l6_a_stale_first_record_is_refused_once_and_its_connection_never_counts() {
+        let k = NetConn(7);
+        // Refused with one REJECT Protocol: the rule holds.
+        let mut t = Truth::default();
+        t.on_stale_first(A, k, Kind::Probe, true);
+        t.on_wire(A, k, &reject(RejectReason::Protocol));
+        t.check_stale_answered(A, k);
+        assert!(t.violations.is_empty(), "{:?}", t.violations);
+        // Anything more on it, its readiness or a MESSAGE from it to the application: not.
+        t.on_wire(A, k, &reject(RejectReason::Protocol));
+        t.on_conn_ready(A, k, false);
+        t.on_app_message(A, k, &message_of(1), Duration::ZERO);
+        assert_eq!(
+            seen(&t),
+            [
+                "stale_records_refused",
+                "stale_records_refused",
+                "stale_records_refused",
+                "only_application_records_reach_the_application"
+            ]
+        );
+        // Not refused while the connection was open; another reason than Protocol.
+        let mut t = Truth::default();
+        t.on_stale_first(A, k, Kind::Message, true);
+        t.check_stale_answered(A, k);
+        t.on_stale_first(A, NetConn(8), Kind::Request, true);
+        t.on_wire(A, NetConn(8), &reject(RejectReason::Draining));
+        assert_eq!(seen(&t), ["stale_records_refused", "stale_records_refused"]);
+        // A REJECT or CLOSE gets no answer; a connection already closed cannot get one.
+        let mut t = Truth::default();
+        t.on_stale_first(A, k, Kind::Close, true);
+        t.check_stale_answered(A, k);
+        t.on_stale_first(A, NetConn(8), Kind::Probe, false);
+        t.check_stale_answered(A, NetConn(8));
+        assert!(t.violations.is_empty(), "{:?}", t.violations);
+        t.on_wire(A, k, &reject(RejectReason::Protocol));
+        assert_eq!(seen(&t), ["stale_records_refused"]);
+    }
+
+    #[test]
+    fn s1_f6_c4_a_run_whose_graceful_stop_began_admits_no_connection() {
+        let mut t = Truth::default();
+        t.on_conn_ready(A, NetConn(1), false);
+        t.on_stop_began(A);
+        // Its own dial answered late may still become ready; an accepted connection not.
+        t.on_conn_ready(A, NetConn(2), true);
+        assert!(t.violations.is_empty(), "{:?}", t.violations);
+        t.on_conn_ready(A, NetConn(3), false);
+        assert_eq!(seen(&t), ["no_admission_while_draining"]);
+        // The host's next run admits again.
+        t.on_conn_ready(End { node: 0, run: 2 }, NetConn(4), false);
+        assert_eq!(t.violations.len(), 1);
+    }
+
+    #[test]
+    fn s1_f3_a_connection_of_a_replaced_run_leaves_ready_with_the_descriptor() {
+        let mut t = two_runs();
+        let old = (NetConn(1), "n001".to_owned(), 0x11);
+        let new = (NetConn(2), "n001".to_owned(), 0x22);
+        // No current descriptor: nothing to tell runs apart by.
+        t.check_current_runs(A, std::slice::from_ref(&old));
+        t.on_current(A, "n001", Some(0x11));
+        t.check_current_runs(A, std::slice::from_ref(&old));
+        assert!(t.violations.is_empty(), "{:?}", t.violations);
+        // The watch names run 2: only its connection may stay ready.
+        t.on_current(A, "n001", Some(0x22));
+        t.check_current_runs(A, std::slice::from_ref(&new));
+        assert!(t.violations.is_empty(), "{:?}", t.violations);
+        t.check_current_runs(A, &[new, old]);
+        assert_eq!(seen(&t), ["replaced_run_leaves_ready"]);
+        // Gone from the store: a ready connection stays (MISSION F5).
+        let mut t = two_runs();
+        t.on_current(A, "n001", None);
+        t.check_current_runs(A, &[(NetConn(1), "n001".to_owned(), 0x11)]);
+        assert!(t.violations.is_empty(), "{:?}", t.violations);
     }
 
     #[test]

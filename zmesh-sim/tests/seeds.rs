@@ -64,6 +64,12 @@ fn s1_default_seeds_hold_every_invariant() {
     assert!(replayed > 1_000, "only {replayed} replayed guarded calls");
     assert!(fanout > 100_000, "only {fanout} fanout records");
     assert!(silences > 50, "only {silences} publisher silences");
+    // Late records of connections their acceptors forgot arrive as stale first records
+    // (`stale_records_refused`), graceful stops race new dials (`no_admission_while_draining`),
+    // new runs' descriptors replace ready connections (`replaced_run_leaves_ready`).
+    assert!(total.stale_first_records > 100, "{total:?}");
+    assert!(total.draining_refusals > 20, "{total:?}");
+    assert!(total.discovery_replacements > 50, "{total:?}");
 }
 
 #[test]
@@ -398,9 +404,9 @@ fn s1_f3_f4_a_paused_run_beside_its_successor_never_beats_the_fence() {
 #[test]
 fn s1_a_run_without_zombies_draws_what_it_drew_before_them() {
     // `--no-zombies` replays the faults of a discovering call mesh as they were drawn
-    // before failovers existed: no run pauses beside a successor. Seed 40 001 draws a
+    // before failovers existed: no run pauses beside a successor. Seed 40 002 draws a
     // failover with them on, so the switch is what keeps it out.
-    let seed = 40_001;
+    let seed = 40_002;
     let mut cfg = Config::for_seed(seed, 2);
     cfg.discovery = true;
     cfg.streams = false;

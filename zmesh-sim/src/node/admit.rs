@@ -145,8 +145,10 @@ impl SimNode {
             .with_admission(|a| a.judge_first_record(lane, Credentials::Plain, first, admitting));
         match verdict {
             FirstVerdict::Refuse(r) => {
-                if r.reason == RejectReason::GenerationMismatch {
-                    ctx.truth.stats.fence_refusals += 1;
+                match r.reason {
+                    RejectReason::GenerationMismatch => ctx.truth.stats.fence_refusals += 1,
+                    RejectReason::Draining => ctx.truth.stats.draining_refusals += 1,
+                    _ => {}
                 }
                 refuse(self, ctx, r.reason, &r.detail)
             }
@@ -302,6 +304,7 @@ impl SimNode {
         };
         ctx.truth
             .on_ready(me, &peer.rid, peer.generation, self.disc.is_some());
+        ctx.truth.on_conn_ready(me, conn, c.dialled);
         c.ready = Some(Ready { peer, live });
         if c.dialled {
             if let Some(d) = self.dials.get_mut(&(c.peer_node, u8::from(c.lane))) {

@@ -344,6 +344,9 @@ impl SimNode {
         for intent in intents {
             self.apply_intent(ctx, intent);
         }
+        // No connection of a run the watch no longer names current outlives this event.
+        let ready = self.ready_runs();
+        ctx.truth.check_current_runs(me, &ready);
     }
 
     /// Applies `intent` as the I/O thread does: the node core decides what it does
