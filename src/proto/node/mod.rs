@@ -19,6 +19,9 @@
 //!
 //! The I/O thread's own parts (crate-private):
 //!
+//! - `core`: the node core, the node-wide parts below in one value (the links, the timer
+//!   table, the admission tables, discovery's additions, the liveness table, the routes)
+//!   with the decisions that span them.
 //! - `keys`: the typed handles of the node's tables (links, socket slots, subscriptions,
 //!   calls) and the tables they index, one of them tracking what a turn touched.
 //! - `link`: a link (a configured peer lane or server, or a peer's inbound connection)
@@ -49,6 +52,7 @@ pub mod admit;
 pub(crate) mod answers;
 pub mod callee;
 pub(crate) mod caller;
+pub(crate) mod core;
 pub mod discovered;
 pub(crate) mod gate;
 pub(crate) mod keys;

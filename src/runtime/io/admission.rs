@@ -21,7 +21,7 @@ use crate::proto::handshake::{Expectation, Identity};
 use crate::proto::node::admit::{
     Admission, Credentials, FirstRecord, FirstVerdict, WelcomeDecision,
 };
-use crate::proto::node::link::{note, Conn, Link, LinkKind};
+use crate::proto::node::link::{note, Conn, Link};
 use crate::proto::sched::Source as SchedSource;
 use crate::proto::security::{InputRefusal, PublicKey};
 use crate::proto::state::{ConnState, FailureReason};
@@ -32,7 +32,11 @@ impl IoThread {
     pub(super) fn send_hello(&mut self, k: LinkKey) {
         // Once per connection: a dialled ROUTER learns that its handshake is done both from
         // its monitor and in band (`on_router_notice`), in either order.
-        if self.links[k].conn.as_ref().is_none_or(|c| c.hello_sent) {
+        if self.core.links[k]
+            .conn
+            .as_ref()
+            .is_none_or(|c| c.hello_sent)
+        {
             return;
         }
         let Some((lane, expect)) = self.dial_expectation(k) else {
@@ -45,7 +49,7 @@ impl IoThread {
                 return;
             }
         };
-        if let Some(c) = self.links[k].conn.as_mut() {
+        if let Some(c) = self.core.links[k].conn.as_mut() {
             c.hello_sent = sent.is_ok();
         }
     }
@@ -55,15 +59,15 @@ impl IoThread {
     pub(super) fn admission(&self) -> Admission<'_, ConfigView<'_>, Tracked<LinkKey, Link>> {
         Admission {
             configured: self.local.configured(),
-            discovered: &self.discovered,
-            links: &self.links,
+            discovered: &self.core.discovered,
+            links: &self.core.links,
             local: &self.local.me,
         }
     }
 
     /// A dialled link's lane and what it expects of the node it dials.
     fn dial_expectation(&self, k: LinkKey) -> Option<(Lane, Expectation)> {
-        self.admission().dial_expectation(&self.links[k].kind)
+        self.admission().dial_expectation(&self.core.links[k].kind)
     }
 
     /// The first record of an unadmitted connection `route` of bound socket `slot`, as the
@@ -77,7 +81,7 @@ impl IoThread {
         frames: &mut [Frame],
         now: Instant,
     ) {
-        if self.accepting.refused.contains(slot, route.as_ref()) {
+        if self.core.accepting.refused.contains(slot, route.as_ref()) {
             // Refused already: the rest of what this connection sends is ignored.
             return;
         }
@@ -125,7 +129,7 @@ impl IoThread {
             } => {
                 if let Some(dk) = stand_down {
                     // Their dial wins: stand our own dial down.
-                    if self.links[dk].conn.is_some() {
+                    if self.core.links[dk].conn.is_some() {
                         self.fail_link(
                             dk,
                             FailureReason::StoodDown,
@@ -133,7 +137,7 @@ impl IoThread {
                             now,
                         );
                     }
-                    self.links[dk].yielded = true;
+                    self.core.links[dk].yielded = true;
                 }
                 if let Ok(Rec::Hello(hello)) = rec {
                     self.admit_inbound(slot, lane, route, hello.identity, verified_key, now);
@@ -153,10 +157,10 @@ impl IoThread {
         verified: Option<PublicKey>,
         now: Instant,
     ) {
-        let k = self.inbound_link(&peer.rid, lane, now);
+        let k = self.core.inbound_link(&peer.rid, lane, now);
         // A replacement connection of the same peer and lane (F3): the dialler closed the old
         // one before dialling this one, so the old one is done.
-        if self.links[k].conn.is_some() {
+        if self.core.links[k].conn.is_some() {
             self.fail_link(
                 k,
                 FailureReason::Replaced,
@@ -172,7 +176,7 @@ impl IoThread {
             tracing::debug!(error = %e, "welcome not sent");
             return;
         }
-        self.accepting.admitted(slot, route.clone(), k);
+        self.core.accepting.admitted(slot, route.clone(), k);
         if let Some(sid) = self.sockets.shared_id(slot) {
             if let Err(e) = self
                 .receiving
@@ -183,14 +187,14 @@ impl IoThread {
             }
         }
         let conn = Conn::admitted(id, slot, route, verified, now);
-        self.links[k].handle_admitted_inbound(conn, now);
+        self.core.links[k].handle_admitted_inbound(conn, now);
         self.become_ready(k, peer, now);
     }
 
     /// Refuses the unadmitted connection `route` of bound socket `slot`: one REJECT, and
     /// nothing it sends afterwards is looked at (while [`Refused`](crate::proto::node::accepting::Refused) remembers it).
     fn refuse(&mut self, slot: SlotKey, route: &[u8], reason: RejectReason, detail: &str) {
-        if self.accepting.refuse(slot, route) {
+        if self.core.accepting.refuse(slot, route) {
             let _ = self
                 .sockets
                 .send(slot, Some(route), &records::reject(reason, detail));
@@ -206,30 +210,15 @@ impl IoThread {
         self.refuse(slot, route, r.reason, &r.detail);
     }
 
-    pub(super) fn inbound_link(&mut self, rid: &str, lane: Lane, now: Instant) -> LinkKey {
-        let kind = LinkKind::Inbound {
-            rid: rid.to_owned(),
-            lane,
-        };
-        match self.links.position(|l| l.kind == kind) {
-            Some(k) => k,
-            None => {
-                let k = self.add_link(kind, now);
-                self.links[k].retry_at = None;
-                k
-            }
-        }
-    }
-
     /// The handshake of link `k`'s connection is done with `peer`: the link makes it ready
     /// ([`Link::handle_ready`]) with its liveness entry, the caller learns the channels the
     /// peer serves, its send queue opens and the application hears of it.
     pub(super) fn become_ready(&mut self, k: LinkKey, peer: Identity, now: Instant) {
-        let Some(id) = self.links[k].conn.as_ref().map(|c| c.id) else {
+        let Some(id) = self.core.links[k].conn.as_ref().map(|c| c.id) else {
             return;
         };
-        let live = self.liveness.insert_connection(k, id, now);
-        let Some(ready) = self.links[k].handle_ready(peer, live, now) else {
+        let live = self.core.liveness.insert_connection(k, id, now);
+        let Some(ready) = self.core.links[k].handle_ready(peer, live, now) else {
             return;
         };
         for channel in &ready.servers {
@@ -237,7 +226,7 @@ impl IoThread {
         }
         // One-way records may go to it from now on (before the application hears of it).
         self.open_send_queue(k);
-        let link = self.local.link_id(&self.links[k].kind);
+        let link = self.local.link_id(&self.core.links[k].kind);
         self.app
             .emit_state(link, ConnState::Ready, None, &ready.detail);
     }
@@ -245,7 +234,7 @@ impl IoThread {
     /// The acceptor admitted us: the core checks it is who we expect
     /// ([`Admission::judge_welcome`]), then the lane is ready.
     pub(super) fn on_welcome(&mut self, k: LinkKey, w: records::WelcomeRec, now: Instant) {
-        let l = &self.links[k];
+        let l = &self.core.links[k];
         let verified = l.conn.as_ref().and_then(|c| c.verified_key);
         let decision = self
             .admission()
@@ -253,7 +242,7 @@ impl IoThread {
         match decision {
             WelcomeDecision::Ignore => {}
             WelcomeDecision::Ready => {
-                note(self.links[k].state.handle_admitted(now));
+                note(self.core.links[k].state.handle_admitted(now));
                 self.become_ready(k, w.identity, now);
             }
             WelcomeDecision::Refuse(refused) => {

@@ -141,7 +141,11 @@ impl IoThread {
         }
         for intent in intents {
             let next_sub = self.fanout.subs.next_key();
-            for op in self.discovered.apply(intent, &self.local.cfg, next_sub) {
+            for op in self
+                .core
+                .discovered
+                .apply(intent, &self.local.cfg, next_sub)
+            {
                 self.discovery_op(op, now);
             }
         }
@@ -182,15 +186,15 @@ impl IoThread {
                 }
             }
             DiscoveryOp::AddLink(kind) => {
-                self.add_link(kind, now);
+                self.core.add_link(kind, now);
             }
             DiscoveryOp::Resume(kind) => {
-                if let Some(k) = link(&self.links, &kind) {
-                    self.links[k].withdrawn = false;
+                if let Some(k) = link(&self.core.links, &kind) {
+                    self.core.links[k].withdrawn = false;
                 }
             }
             DiscoveryOp::Withdraw(kind) => {
-                if let Some(k) = link(&self.links, &kind) {
+                if let Some(k) = link(&self.core.links, &kind) {
                     self.withdraw(k, now);
                 }
             }
@@ -257,7 +261,7 @@ impl IoThread {
                     );
                 }
             }
-            if let Some(event) = self.links[k].refenced(generation, now) {
+            if let Some(event) = self.core.links[k].refenced(generation, now) {
                 self.emit_link_state(k, event);
             }
         }
@@ -265,7 +269,7 @@ impl IoThread {
 
     /// Stops dialling link `k` (its descriptor is gone): as [`Link::withdraw`] decides.
     fn withdraw(&mut self, k: LinkKey, now: Instant) {
-        match self.links[k].withdraw(now) {
+        match self.core.links[k].withdraw(now) {
             Withdrawal::Nothing => {}
             Withdrawal::Close => self.fail_link(k, FailureReason::Reconfigured, WITHDRAWN, now),
             Withdrawal::Report(event) => self.emit_link_state(k, event),
@@ -298,7 +302,7 @@ impl IoThread {
         now: Instant,
     ) -> SubKey {
         let i = self.fanout.subs.next_key();
-        let live = self.liveness.insert_subscription(i, now);
+        let live = self.core.liveness.insert_subscription(i, now);
         let pushed = self.fanout.subs.push(Sub {
             endpoint: endpoint.to_owned(),
             source: Source::Publisher {

@@ -66,11 +66,12 @@ impl IoThread {
     ) {
         let curve = self.local.curve.is_some();
         match self
+            .core
             .accepting
             .handle_monitor_event(slot, event, value, curve)
         {
             GateEvent::Nothing => {}
-            GateEvent::Sweep => self.timers.start_sweep(slot, now),
+            GateEvent::Sweep => self.core.timers.start_sweep(slot, now),
             GateEvent::Refused(reason, detail) => self.record_refusal(slot, reason, detail, now),
         }
     }
@@ -119,7 +120,7 @@ impl IoThread {
                 .unwrap_or_default(),
         };
         tracing::debug!(endpoint, reason = reason.as_str(), detail, "refused");
-        self.accepting.gate.remember(Refusal {
+        self.core.accepting.gate.remember(Refusal {
             at: now,
             endpoint,
             reason,
@@ -129,7 +130,8 @@ impl IoThread {
 
     /// The recent refusals, oldest first, for a snapshot.
     pub(super) fn recent_refusals(&self, now: Instant) -> Vec<RefusalSnapshot> {
-        self.accepting
+        self.core
+            .accepting
             .gate
             .refusals()
             .map(|r| RefusalSnapshot {
@@ -182,7 +184,7 @@ impl IoThread {
     /// before its ZAP request, so the count includes this connection). A refusal that counts
     /// is recorded.
     fn zap_verdict(&mut self, request: &ZapRequest, now: Instant) -> ZapReply {
-        let gated = self.accepting.gate.gated(&request.domain);
+        let gated = self.core.accepting.gate.gated(&request.domain);
         let mut still_bound = false;
         if let Some(Gated::Bound(slot)) = gated {
             still_bound = matches!(
@@ -198,7 +200,7 @@ impl IoThread {
                 }
             }
         }
-        let (reply, refused) = self.accepting.judge_zap(
+        let (reply, refused) = self.core.accepting.judge_zap(
             request,
             gated,
             still_bound,
@@ -228,7 +230,7 @@ impl IoThread {
                     detail,
                     "allow-list not reloaded; the previous one stays"
                 );
-                self.accepting.gate.allow_error = Some(detail.clone());
+                self.core.accepting.gate.allow_error = Some(detail.clone());
                 self.app
                     .push(NodeEvent::Security(SecurityEvent::AllowListError {
                         detail: detail.clone(),
@@ -237,7 +239,7 @@ impl IoThread {
                 return Err(detail);
             }
         };
-        let n = self.accepting.gate.reload(keys);
+        let n = self.core.accepting.gate.reload(keys);
         metrics::gauge!("zmesh_allow_list_keys").set(n as f64);
         tracing::info!(trigger, keys = n, "allow-list loaded");
         self.app
@@ -245,12 +247,15 @@ impl IoThread {
                 keys: n,
                 trigger,
             }));
-        let effects = self.accepting.allow_list_effects(&self.links, |k| {
-            self.link_endpoint(k)
-                .is_some_and(|ep| self.local.cfg.security.endpoint_key(&ep).is_some())
-        });
+        let effects = self
+            .core
+            .accepting
+            .allow_list_effects(&self.core.links, |k| {
+                self.link_endpoint(k)
+                    .is_some_and(|ep| self.local.cfg.security.endpoint_key(&ep).is_some())
+            });
         for k in effects.redial {
-            self.links[k].retry_at = Some(now);
+            self.core.links[k].retry_at = Some(now);
         }
         for removed in effects.removed {
             if let Some((reason, detail)) = removed.reject {

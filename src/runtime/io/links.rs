@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use super::parts::ready::Watch;
 use crate::config::NodeConfig;
-use crate::proto::node::link::{Conn, Link, LinkKind};
+use crate::proto::node::link::Conn;
 use crate::proto::node::links::{self, DialPlan, DialSocket, DialTargets, StateEvent, SweepRecord};
 
 use super::parts::sockets::{Slot, SlotRole, Unit};
@@ -49,22 +49,18 @@ impl DialTargets for NodeConfig {
 }
 
 impl IoThread {
-    pub(super) fn add_link(&mut self, kind: LinkKind, now: Instant) -> LinkKey {
-        self.links.push(Link::new(kind, now))
-    }
-
     /// The endpoint dialled link `k` dials (`None` for an inbound link).
     pub(super) fn link_endpoint(&self, k: LinkKey) -> Option<String> {
-        links::dial_target(&self.links[k].kind, &self.local.cfg).map(|(ep, ..)| ep.to_owned())
+        links::dial_target(&self.core.links[k].kind, &self.local.cfg).map(|(ep, ..)| ep.to_owned())
     }
 
     /// Dials link `k` as the node core plans it ([`links::plan_dial`]).
     pub(super) fn dial(&mut self, k: LinkKey, now: Instant) {
-        let curve = self.local.curve.as_ref().map(|_| &self.accepting.gate);
+        let curve = self.local.curve.as_ref().map(|_| &self.core.accepting.gate);
         let plan = links::plan_dial(
-            &self.links[k].kind,
+            &self.core.links[k].kind,
             &self.local.cfg,
-            &self.discovered,
+            &self.core.discovered,
             curve,
         );
         let dial = match plan {
@@ -117,25 +113,25 @@ impl IoThread {
         let slot = match added {
             Ok(slot) => slot,
             Err(e) => {
-                self.links[k].unwatched(now);
+                self.core.links[k].unwatched(now);
                 tracing::warn!(error = %e, endpoint, "cannot watch dialled socket");
                 return;
             }
         };
-        let event = self.links[k].dialled(dial, id, slot, now);
+        let event = self.core.links[k].dialled(dial, id, slot, now);
         self.emit_link_state(k, event);
     }
 
     /// Hands link `k`'s state change to the application.
     pub(super) fn emit_link_state(&mut self, k: LinkKey, event: StateEvent) {
-        let link = self.local.link_id(&self.links[k].kind);
+        let link = self.local.link_id(&self.core.links[k].kind);
         self.app
             .emit_state(link, event.state, event.reason, &event.detail);
     }
 
     /// Link `k` cannot be dialled under CURVE ([`Link::refuse_dial`]).
     fn refuse_dial(&mut self, k: LinkKey, detail: &str, now: Instant) {
-        let Some(event) = self.links[k].refuse_dial(detail, now) else {
+        let Some(event) = self.core.links[k].refuse_dial(detail, now) else {
             return;
         };
         tracing::warn!(detail, "not dialled");
@@ -152,7 +148,7 @@ impl IoThread {
         detail: &str,
         now: Instant,
     ) {
-        let Some(conn_id) = self.links[k].conn.as_ref().map(|c| c.id) else {
+        let Some(conn_id) = self.core.links[k].conn.as_ref().map(|c| c.id) else {
             return;
         };
         // Calls leased on this connection fail at once, as "may have run" (MISSION C2).
@@ -164,7 +160,7 @@ impl IoThread {
         let configured = self.local.configured();
         let failure = (reason, detail);
         let Some(failed) = links::fail(
-            &mut self.links,
+            &mut self.core.links,
             &configured,
             k,
             failure,
@@ -190,7 +186,7 @@ impl IoThread {
         _now: Instant,
     ) {
         if let Some(live) = conn.live {
-            self.liveness.remove(live);
+            self.core.liveness.remove(live);
         }
         let dialled =
             matches!(self.sockets.get(conn.slot), Some(s) if s.role == SlotRole::Dialled(k));
@@ -216,7 +212,7 @@ impl IoThread {
                         // checked on the timer passes after that (overdue).
                         tracing::debug!(error = %e, "closing monitor not watched");
                     }
-                    self.links[k].closing = Some(Instant::now());
+                    self.core.links[k].closing = Some(Instant::now());
                     // Never the case (a link dials only once its last close is settled); if
                     // it were, that monitor must still wait for libzmq's confirmation.
                     if let Some(earlier) = self.sockets.closing.insert(k, m) {
@@ -234,7 +230,7 @@ impl IoThread {
                     .sockets
                     .send(conn.slot, Some(&route), &records::close(close));
             }
-            if let Some(m) = self.accepting.inbound.get_mut(&conn.slot) {
+            if let Some(m) = self.core.accepting.inbound.get_mut(&conn.slot) {
                 m.remove(route.as_slice());
             }
             self.receiving.sched.remove_unit(Unit::Peer(k, conn.id));
@@ -245,7 +241,7 @@ impl IoThread {
     /// and terminates the contexts next): its monitor goes, and the link may be dialled again
     /// at its retry time.
     pub(super) fn confirm_close(&mut self, k: LinkKey) {
-        if let Some(l) = self.links.get_mut(k) {
+        if let Some(l) = self.core.links.get_mut(k) {
             l.closing = None;
         }
         if let Some(m) = self.sockets.closing.remove(&k) {
@@ -256,7 +252,7 @@ impl IoThread {
     /// Link `k`'s closed socket was not confirmed closed within [`CLOSE_CONFIRM_MAX`](crate::proto::node::link::CLOSE_CONFIRM_MAX): the
     /// link may be dialled again, its old monitor is kept until libzmq confirms after all.
     pub(super) fn close_overdue(&mut self, k: LinkKey) {
-        if let Some(l) = self.links.get_mut(k) {
+        if let Some(l) = self.core.links.get_mut(k) {
             l.closing = None;
         }
         if let Some(m) = self.sockets.closing.remove(&k) {
@@ -268,7 +264,7 @@ impl IoThread {
     /// Inbound link `k`'s connection is gone: it fails, or stands down if it was the
     /// peer's duplicate dial of a lane our own dial holds (T1, [`links::gone_inbound`]).
     pub(super) fn fail_gone_inbound(&mut self, k: LinkKey, now: Instant) {
-        let (reason, detail) = links::gone_inbound(&self.links, &self.local.configured(), k);
+        let (reason, detail) = links::gone_inbound(&self.core.links, &self.local.configured(), k);
         self.fail_link(k, reason, detail, now);
     }
 
@@ -282,8 +278,13 @@ impl IoThread {
     /// peer's next connection of the lane replaces the link at its HELLO, and failing that,
     /// the link's 15 s deadline (L2) takes it out of ready.
     pub(super) fn check_bound_disconnects(&mut self, slot: SlotKey, now: Instant) {
-        let admitted = self.accepting.inbound.get(&slot).map_or(0, |m| m.len());
-        if admitted > self.accepting.gate.open_on(slot) {
+        let admitted = self
+            .core
+            .accepting
+            .inbound
+            .get(&slot)
+            .map_or(0, |m| m.len());
+        if admitted > self.core.accepting.gate.open_on(slot) {
             self.sweep(slot, now);
         }
     }
@@ -294,18 +295,19 @@ impl IoThread {
     /// record sent is counted in `zmesh_disconnect_sweep_records_total`.
     fn sweep(&mut self, slot: SlotKey, now: Instant) {
         let victims: Vec<(Vec<u8>, LinkKey)> = self
+            .core
             .accepting
             .inbound
             .get(&slot)
             .map(|m| m.iter().map(|(r, k)| (r.clone(), *k)).collect())
             .unwrap_or_default();
         for (route, k) in victims {
-            let Some(c) = self.links[k].conn.as_ref() else {
+            let Some(c) = self.core.links[k].conn.as_ref() else {
                 continue;
             };
             let pending = c
                 .live
-                .and_then(|key| self.liveness.table().probe(key))
+                .and_then(|key| self.core.liveness.table().probe(key))
                 .and_then(|t| t.pending_id());
             let frames = match links::sweep_record(c, pending) {
                 Some(SweepRecord::Ack(id)) => records::ack(id),

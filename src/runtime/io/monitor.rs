@@ -35,7 +35,7 @@ impl IoThread {
         let SlotRole::Dialled(k) = s.role else {
             return;
         };
-        if s.monitor.is_none() || !self.links[k].monitor_done_on(slot) {
+        if s.monitor.is_none() || !self.core.links[k].monitor_done_on(slot) {
             return;
         }
         let Some(Some(s)) = self.sockets.slots.get_mut(slot) else {
@@ -112,7 +112,7 @@ impl IoThread {
                         };
                         self.on_frames(slot, frames, now);
                     }
-                    if self.links[k].hello_sent_on(slot) {
+                    if self.core.links[k].hello_sent_on(slot) {
                         self.fail_link(k, FailureReason::TransportError, "disconnected", now);
                     }
                 }
