@@ -1,20 +1,39 @@
 //! The node core: the node-wide parts of a node's protocol state in one value, the links
 //! with their connections, the timer table, the bound sockets' admission tables, discovery's
-//! additions, the liveness table and the call routes. A shell holds one [`NodeCore`] and
-//! hands it what its sockets and its clock say.
+//! additions, the liveness table and the call routes ([`NodeCore`]), and the handshake's
+//! decisions with the order of their consequences, over what the core asks of its shell
+//! ([`Shell`]).
+//!
+//! Admission, in order: a dialled connection sends its HELLO once ([`send_hello`]); the
+//! acceptor judges an unadmitted connection's first record ([`handle_first_record`]: one
+//! REJECT, nothing, or admission: a dial of ours the peer's dial wins over stands down, a
+//! connection the new one replaces fails, then WELCOME, the inbound table, the receive
+//! unit and the link); the dialler judges the WELCOME ([`handle_welcome`]); and a connection
+//! whose handshake is done becomes ready (its liveness entry, the channels its peer serves,
+//! its send queue, then the application hears of it). The judgements themselves are
+//! [`crate::proto::node::admit`]'s.
 
+use std::fmt;
 use std::time::Instant;
 
 use super::accepting::Accepting;
+use super::admit::{
+    Admission, Configured, Credentials, FirstRecord, FirstVerdict, WelcomeDecision,
+};
 use super::discovered::Discovered;
 use super::gate::Gate;
-use super::keys::{CallKey, LinkKey, Tracked};
-use super::link::{Link, LinkKind};
+use super::keys::{CallKey, LinkKey, SlotKey, Tracked};
+use super::link::{note, Conn, Link, LinkKind};
 use super::live::Live;
 use super::routes::Routes;
 use super::timers::TimerTable;
+use crate::proto::admission::Refusing;
+use crate::proto::handshake::{self, Expectation, Identity};
 use crate::proto::sched::IdMap;
-use crate::proto::wire::Lane;
+use crate::proto::security::{InputRefusal, PublicKey};
+use crate::proto::state::{ConnState, FailureReason};
+use crate::proto::wire::{self, Kind, Lane, Record, RejectReason, WireError};
+use crate::proto::ConnId;
 
 /// The node-wide parts of the node core.
 pub(crate) struct NodeCore {
@@ -102,4 +121,319 @@ impl NodeCore {
         let c = self.links.get(key.0)?.conn.as_ref()?;
         (c.id == key.1 && c.ready).then_some(key.0)
     }
+}
+
+impl NodeCore {
+    /// Whether the records of the unadmitted connection `route` of bound socket `slot` are
+    /// ignored: it was refused already (one REJECT, then nothing it sends is looked at).
+    pub(crate) fn ignores_unadmitted(&self, slot: SlotKey, route: &[u8]) -> bool {
+        self.accepting.refused.contains(slot, route)
+    }
+}
+
+/// What the node core asks of its shell: where it reads the core and the node's own
+/// identity and configuration, and the consequences of its decisions that reach beyond it
+/// (sockets, the receive scheduler, the caller, the send queues, the application, the
+/// counters). Failing a link and opening its send queue read the core themselves.
+pub(crate) trait Shell {
+    /// The configured peers and servers as admission reads them.
+    type Configured<'a>: Configured
+    where
+        Self: 'a;
+    /// Why a send failed.
+    type SendError: fmt::Display;
+
+    /// The node core.
+    fn core(&self) -> &NodeCore;
+    /// The node core, to change.
+    fn core_mut(&mut self) -> &mut NodeCore;
+    /// The configured peers and servers.
+    fn configured(&self) -> Self::Configured<'_>;
+    /// The identity this node presents in its handshakes.
+    fn me(&self) -> &Identity;
+    /// Whether the node takes new work (admits new connections).
+    fn admitting(&self) -> bool;
+    /// A connection id never handed out before by this node.
+    fn fresh_conn_id(&mut self) -> ConnId;
+
+    /// Sends `frames` on link `k`'s current connection.
+    fn send_on_link(&mut self, k: LinkKey, frames: Vec<Vec<u8>>) -> Result<(), Self::SendError>;
+    /// Sends `frames` to connection `route` of bound socket `slot`.
+    fn send_to(
+        &mut self,
+        slot: SlotKey,
+        route: &[u8],
+        frames: &[Vec<u8>],
+    ) -> Result<(), Self::SendError>;
+    /// Connection `conn` of link `k`, admitted on bound socket `slot`, gets its turn in the
+    /// receive rotation.
+    fn add_peer_unit(&mut self, slot: SlotKey, k: LinkKey, conn: ConnId);
+    /// Counts and remembers an input refusal on bound socket `slot`.
+    fn record_refusal(&mut self, slot: SlotKey, why: InputRefusal, detail: String, now: Instant);
+    /// Counts a record from a connection that is not (or no longer) admitted.
+    fn count_stale_record(&mut self);
+    /// A ready peer serves `channels`: this node's calls may go to them.
+    fn learn_servers(&mut self, channels: &[String]);
+    /// Link `k`'s connection became ready: one-way records may go to it.
+    fn open_send_queue(&mut self, k: LinkKey);
+    /// Tells the application that link `k` is in `state` now.
+    fn emit_state(
+        &mut self,
+        k: LinkKey,
+        state: ConnState,
+        reason: Option<FailureReason>,
+        detail: &str,
+    );
+    /// Takes link `k`'s current connection out of ready at once and closes it.
+    fn fail_link(&mut self, k: LinkKey, reason: FailureReason, detail: &str, now: Instant);
+}
+
+/// What admission reads of the node behind `node`: its configured peers and servers, the
+/// descriptor fences, its links and its identity.
+pub(crate) fn admission<S: Shell>(
+    node: &S,
+) -> Admission<'_, S::Configured<'_>, Tracked<LinkKey, Link>> {
+    let core = node.core();
+    Admission {
+        configured: node.configured(),
+        discovered: &core.discovered,
+        links: &core.links,
+        local: node.me(),
+    }
+}
+
+/// Sends dialled link `k`'s HELLO, once per connection: a dialled ROUTER learns that its
+/// handshake is done both from its monitor and in band, in either order.
+pub(crate) fn send_hello<S: Shell>(node: &mut S, k: LinkKey) {
+    let links = &node.core().links;
+    if links[k].conn.as_ref().is_none_or(|c| c.hello_sent) {
+        return;
+    }
+    let Some((lane, expect)) = admission(node).dial_expectation(&links[k].kind) else {
+        return;
+    };
+    let sent = match hello(lane, node.me(), &expect, 0) {
+        Ok(frames) => node.send_on_link(k, frames),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot encode HELLO");
+            return;
+        }
+    };
+    if let Some(c) = node.core_mut().links[k].conn.as_mut() {
+        c.hello_sent = sent.is_ok();
+    }
+}
+
+/// An unadmitted connection's first record, as the shell decoded it.
+pub(crate) enum First {
+    /// A HELLO: its lane, who it says the dialler is and what the dialler expects.
+    Hello {
+        /// The lane the HELLO names.
+        lane: Lane,
+        /// Who the HELLO says the dialler is.
+        peer: Identity,
+        /// What the dialler expects of this node.
+        expects: Expectation,
+    },
+    /// A well-formed record of another kind.
+    Other(Kind),
+    /// A record that does not decode.
+    Malformed(WireError),
+}
+
+/// The first record of the unadmitted connection `route` of bound socket `slot` (of lane
+/// `lane`, the connection holding `credentials`), as admission judges it
+/// ([`Admission::judge_first_record`]): refused (one REJECT), stale, or admitted, standing
+/// a dial of ours down if the peer's wins.
+pub(crate) fn handle_first_record<S: Shell>(
+    node: &mut S,
+    slot: SlotKey,
+    lane: Lane,
+    route: Vec<u8>,
+    credentials: Credentials<'_>,
+    first: First,
+    now: Instant,
+) {
+    let record = match &first {
+        First::Hello {
+            lane,
+            peer,
+            expects,
+        } => FirstRecord::Hello {
+            lane: *lane,
+            peer,
+            expects,
+        },
+        First::Other(kind) => FirstRecord::Other(*kind),
+        First::Malformed(e) => FirstRecord::Malformed(e),
+    };
+    let admitting = node.admitting();
+    let verdict = admission(node).judge_first_record(lane, credentials, record, admitting);
+    match verdict {
+        FirstVerdict::Refuse(r) => {
+            if let (First::Malformed(e), Some(InputRefusal::Malformed)) = (&first, r.counted) {
+                tracing::debug!(error = %e, "malformed record from an unadmitted connection");
+            }
+            refuse_with(node, slot, &route, r, now);
+        }
+        FirstVerdict::Stale(r) => {
+            node.count_stale_record();
+            if let Some(r) = r {
+                refuse_with(node, slot, &route, r, now);
+            }
+        }
+        FirstVerdict::Admit {
+            stand_down,
+            verified_key,
+        } => {
+            if let Some(dk) = stand_down {
+                // Their dial wins: stand our own dial down.
+                if node.core().links[dk].conn.is_some() {
+                    node.fail_link(
+                        dk,
+                        FailureReason::StoodDown,
+                        "peer's own dial is current",
+                        now,
+                    );
+                }
+                node.core_mut().links[dk].yielded = true;
+            }
+            if let First::Hello { peer, .. } = first {
+                admit_inbound(node, slot, lane, route, peer, verified_key, now);
+            }
+        }
+    }
+}
+
+/// Makes an admitted connection the peer's current one on `lane`: WELCOME, its link and
+/// receive unit, then ready.
+fn admit_inbound<S: Shell>(
+    node: &mut S,
+    slot: SlotKey,
+    lane: Lane,
+    route: Vec<u8>,
+    peer: Identity,
+    verified: Option<PublicKey>,
+    now: Instant,
+) {
+    let k = node.core_mut().inbound_link(&peer.rid, lane, now);
+    // A replacement connection of the same peer and lane (F3): the dialler closed the old
+    // one before dialling this one, so the old one is done.
+    if node.core().links[k].conn.is_some() {
+        node.fail_link(
+            k,
+            FailureReason::Replaced,
+            "replaced by a newer admitted connection",
+            now,
+        );
+    }
+    let id = node.fresh_conn_id();
+    let Ok(welcome) = welcome(lane, node.me(), peer.capabilities) else {
+        return;
+    };
+    if let Err(e) = node.send_to(slot, &route, &welcome) {
+        tracing::debug!(error = %e, "welcome not sent");
+        return;
+    }
+    node.core_mut().accepting.admitted(slot, route.clone(), k);
+    node.add_peer_unit(slot, k, id);
+    let conn = Conn::admitted(id, slot, route, verified, now);
+    node.core_mut().links[k].handle_admitted_inbound(conn, now);
+    become_ready(node, k, peer, now);
+}
+
+/// Refuses the unadmitted connection `route` of bound socket `slot`: one REJECT, and
+/// nothing it sends afterwards is looked at (while the refusals remember it).
+fn refuse<S: Shell>(node: &mut S, slot: SlotKey, route: &[u8], reason: RejectReason, detail: &str) {
+    if node.core_mut().accepting.refuse(slot, route) {
+        let _ = node.send_to(slot, route, &reject(reason, detail));
+    }
+}
+
+/// Refuses as admission decided: the input refusal counted if it is one, then [`refuse`].
+fn refuse_with<S: Shell>(node: &mut S, slot: SlotKey, route: &[u8], r: Refusing, now: Instant) {
+    if let Some(why) = r.counted {
+        node.record_refusal(slot, why, r.detail.clone(), now);
+    }
+    refuse(node, slot, route, r.reason, &r.detail);
+}
+
+/// The handshake of link `k`'s connection is done with `peer`: the link makes it ready
+/// ([`Link::handle_ready`]) with its liveness entry, the caller learns the channels the
+/// peer serves, its send queue opens and the application hears of it.
+fn become_ready<S: Shell>(node: &mut S, k: LinkKey, peer: Identity, now: Instant) {
+    let core = node.core_mut();
+    let Some(id) = core.links[k].conn.as_ref().map(|c| c.id) else {
+        return;
+    };
+    let live = core.liveness.insert_connection(k, id, now);
+    let Some(ready) = core.links[k].handle_ready(peer, live, now) else {
+        return;
+    };
+    node.learn_servers(&ready.servers);
+    // One-way records may go to it from now on (before the application hears of it).
+    node.open_send_queue(k);
+    node.emit_state(k, ConnState::Ready, None, &ready.detail);
+}
+
+/// The acceptor admitted link `k`'s connection with a WELCOME on `lane` from `peer`: the
+/// dialler checks it is who it expects ([`Admission::judge_welcome`]), then the link is
+/// ready; if it is not, the acceptor is told why and the connection fails.
+pub(crate) fn handle_welcome<S: Shell>(
+    node: &mut S,
+    k: LinkKey,
+    lane: Lane,
+    peer: Identity,
+    now: Instant,
+) {
+    let l = &node.core().links[k];
+    let verified = l.conn.as_ref().and_then(|c| c.verified_key);
+    let decision = admission(node).judge_welcome(&l.kind, verified, lane, &peer);
+    match decision {
+        WelcomeDecision::Ignore => {}
+        WelcomeDecision::Ready => {
+            note(node.core_mut().links[k].state.handle_admitted(now));
+            become_ready(node, k, peer, now);
+        }
+        WelcomeDecision::Refuse(refused) => {
+            // Tell the acceptor why, then close our side.
+            if let Some(reason) = refused.reject {
+                let _ = node.send_on_link(k, reject(reason, &refused.detail));
+            }
+            node.fail_link(k, refused.failure, &refused.detail, now);
+        }
+    }
+}
+
+/// HELLO from a dialler.
+fn hello(
+    lane: Lane,
+    me: &Identity,
+    expect: &Expectation,
+    config_generation: u64,
+) -> Result<Vec<Vec<u8>>, WireError> {
+    let hello = handshake::hello_record(lane, me, expect, config_generation)?;
+    Ok(Record::Hello(hello).encode())
+}
+
+/// WELCOME from an acceptor, answering a HELLO that offered the capabilities `offered`.
+fn welcome(
+    lane: Lane,
+    me: &Identity,
+    offered: handshake::Capabilities,
+) -> Result<Vec<Vec<u8>>, WireError> {
+    Ok(Record::Welcome(handshake::welcome_record(lane, me, offered)?).encode())
+}
+
+/// REJECT with a reason and detail (cut to the wire's bound).
+pub(crate) fn reject(reason: RejectReason, detail: &str) -> Vec<Vec<u8>> {
+    let mut d = detail.to_owned();
+    while d.len() > 1024 {
+        d.pop();
+    }
+    Record::Reject(wire::Reject {
+        reason,
+        detail: wire::Detail::new(d).unwrap_or_default(),
+    })
+    .encode()
 }

@@ -20,8 +20,11 @@
 //! The I/O thread's own parts (crate-private):
 //!
 //! - `core`: the node core, the node-wide parts below in one value (the links, the timer
-//!   table, the admission tables, discovery's additions, the liveness table, the routes)
-//!   with the decisions that span them.
+//!   table, the admission tables, discovery's additions, the liveness table, the routes),
+//!   and the handshake's decisions in their order (HELLO, an unadmitted connection's first
+//!   record, WELCOME, the step to ready) over `Shell`, what the core asks of its shell
+//!   (sends, the receive unit, counters, the caller, the send queue, the application, a
+//!   link's failure).
 //! - `keys`: the typed handles of the node's tables (links, socket slots, subscriptions,
 //!   calls) and the tables they index, one of them tracking what a turn touched.
 //! - `link`: a link (a configured peer lane or server, or a peer's inbound connection)

@@ -41,6 +41,7 @@ use super::{IoThread, LinkKey, SubKey};
 use crate::config::{EndpointKind, NodeConfig, PeerConfig, ServerConfig};
 use crate::proto::discovery::{Descriptor, Intent, MeshEndpoints};
 use crate::proto::node::admit::Refenced;
+use crate::proto::node::core;
 use crate::proto::node::discovered::{DiscoveryOp, Entries, ServerEntry};
 use crate::proto::node::keys::Tracked;
 use crate::proto::node::link::{Link, LinkKind};
@@ -243,7 +244,7 @@ impl IoThread {
     /// an older fence) is closed, and a dialled link with no connection is reconfigured for
     /// the new generation and dialled as soon as the close of its last socket is confirmed.
     fn refence(&mut self, rid: &str, generation: u64, inbound_only: bool, now: Instant) {
-        let verdicts = self.admission().refence(rid, inbound_only);
+        let verdicts = core::admission(self).refence(rid, inbound_only);
         for (k, verdict) in verdicts {
             match verdict {
                 Refenced::Keep => {}

@@ -261,7 +261,7 @@ impl IoThread {
             if let Some((reason, detail)) = removed.reject {
                 let _ = self.send_on_link(
                     removed.link,
-                    crate::runtime::records::reject(reason, detail),
+                    crate::proto::node::core::reject(reason, detail),
                 );
             }
             self.fail_link(

@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use super::parts::ready::Watch;
 use crate::config::NodeConfig;
+use crate::proto::node::core::Shell;
 use crate::proto::node::link::Conn;
 use crate::proto::node::links::{self, DialPlan, DialSocket, DialTargets, StateEvent, SweepRecord};
 
@@ -124,9 +125,7 @@ impl IoThread {
 
     /// Hands link `k`'s state change to the application.
     pub(super) fn emit_link_state(&mut self, k: LinkKey, event: StateEvent) {
-        let link = self.local.link_id(&self.core.links[k].kind);
-        self.app
-            .emit_state(link, event.state, event.reason, &event.detail);
+        Shell::emit_state(self, k, event.state, event.reason, &event.detail);
     }
 
     /// Link `k` cannot be dialled under CURVE ([`Link::refuse_dial`]).

@@ -9,6 +9,7 @@ use std::time::Instant;
 use super::parts::ready::Watch;
 use super::parts::sockets::SlotRole;
 use super::{IoThread, SlotKey, DRAIN_BEFORE_DISCONNECT};
+use crate::proto::node::core;
 use crate::proto::node::monitor::{monitor_op, MonitorOp, Watching};
 use crate::proto::state::FailureReason;
 use crate::proto::transport::MonitorEvent;
@@ -99,7 +100,7 @@ impl IoThread {
             };
             match monitor_op(watching, ev, value, curve) {
                 MonitorOp::Nothing => {}
-                MonitorOp::SendHello(k) => self.send_hello(k),
+                MonitorOp::SendHello(k) => core::send_hello(self, k),
                 MonitorOp::FailLink {
                     link,
                     reason,

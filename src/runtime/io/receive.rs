@@ -12,6 +12,7 @@ use bytes::Bytes;
 use super::parts::sockets::{Packed, Staged};
 use super::parts::sockets::{Slot, SlotRole, Unit};
 use super::{IoThread, LinkKey, SlotKey};
+use crate::proto::node::core;
 use crate::proto::node::link::{judge_close, judge_reject, LinkKind, PeerEnded, RouterNotice};
 use crate::proto::node::received::{
     self, classify_bound, classify_dialled, record_use, BoundRecord, Charges, DialledRecord,
@@ -437,7 +438,7 @@ impl IoThread {
                     tracing::trace!(conn = %conn_id, ?outcome, "ack");
                 }
             }
-            (_, Rec::Welcome(w)) => self.on_welcome(k, w, now),
+            (_, Rec::Welcome(w)) => core::handle_welcome(self, k, w.lane, w.identity, now),
             (_, Rec::Request(req)) => self.on_request(k, req, now),
             (_, Rec::Batch(requests)) => self.on_batch(k, requests, now),
             (_, Rec::Cancel(call_id)) => self.on_cancel(k, call_id, now),
@@ -593,7 +594,7 @@ impl IoThread {
         // found the peer not yet known), and the monitor can go: the loop's next monitor
         // phase reads what it holds and stops it (`IoThread::drain_monitor`).
         let slot = c.slot;
-        self.send_hello(k);
+        core::send_hello(self, k);
         self.sockets.ready.recheck_monitor(slot);
     }
 
