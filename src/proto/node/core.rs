@@ -12,6 +12,11 @@
 //! whose handshake is done becomes ready (its liveness entry, the channels its peer serves,
 //! its send queue, then the application hears of it). The judgements themselves are
 //! [`crate::proto::node::admit`]'s.
+//!
+//! A link's failure, in order ([`fail_link`]): the calls leased on its connection fail, its
+//! send queue closes, the link records the failure ([`links::fail`]), the connection closes
+//! ([`close_conn`]: its liveness entry, then its dialled socket, or a CLOSE to the peer and
+//! its routing id forgotten), the application hears of it and the failure is counted.
 
 use std::fmt;
 use std::time::Instant;
@@ -24,6 +29,7 @@ use super::discovered::Discovered;
 use super::gate::Gate;
 use super::keys::{CallKey, LinkKey, SlotKey, Tracked};
 use super::link::{note, Conn, Link, LinkKind};
+use super::links;
 use super::live::Live;
 use super::routes::Routes;
 use super::timers::TimerTable;
@@ -133,8 +139,9 @@ impl NodeCore {
 
 /// What the node core asks of its shell: where it reads the core and the node's own
 /// identity and configuration, and the consequences of its decisions that reach beyond it
-/// (sockets, the receive scheduler, the caller, the send queues, the application, the
-/// counters). Failing a link and opening its send queue read the core themselves.
+/// (sockets, the receive scheduler, the calls, the send queues, the application, the
+/// counters). Opening and closing a link's send queue and failing its calls read the core
+/// themselves.
 pub(crate) trait Shell {
     /// The configured peers and servers as admission reads them.
     type Configured<'a>: Configured
@@ -149,6 +156,8 @@ pub(crate) trait Shell {
     fn core_mut(&mut self) -> &mut NodeCore;
     /// The configured peers and servers.
     fn configured(&self) -> Self::Configured<'_>;
+    /// The node core, to change, beside the configured peers and servers.
+    fn core_with_configured(&mut self) -> (&mut NodeCore, Self::Configured<'_>);
     /// The identity this node presents in its handshakes.
     fn me(&self) -> &Identity;
     /// Whether the node takes new work (admits new connections).
@@ -184,8 +193,18 @@ pub(crate) trait Shell {
         reason: Option<FailureReason>,
         detail: &str,
     );
-    /// Takes link `k`'s current connection out of ready at once and closes it.
-    fn fail_link(&mut self, k: LinkKey, reason: FailureReason, detail: &str, now: Instant);
+    /// Counts a link's failure for `reason`.
+    fn count_link_failure(&mut self, reason: FailureReason);
+    /// Fails the calls leased on connection `conn` of link `k`, lost for `reason`, as "may
+    /// have run" (MISSION C2), and whatever was served on it.
+    fn fail_calls(&mut self, k: LinkKey, conn: ConnId, reason: FailureReason, now: Instant);
+    /// Link `k`'s connection leaves ready: its send queue is closed. Returns how many
+    /// one-way records were still in it (not sent), counted under `reason`.
+    fn close_send_queue(&mut self, k: LinkKey, reason: FailureReason) -> usize;
+    /// Closes link `k`'s dialled socket `slot`, if `slot` is that socket: true if it was.
+    fn close_dialled(&mut self, k: LinkKey, slot: SlotKey) -> bool;
+    /// Connection `conn` of link `k` has no turn in the receive rotation any more.
+    fn remove_peer_unit(&mut self, k: LinkKey, conn: ConnId);
 }
 
 /// What admission reads of the node behind `node`: its configured peers and servers, the
@@ -289,7 +308,8 @@ pub(crate) fn handle_first_record<S: Shell>(
             if let Some(dk) = stand_down {
                 // Their dial wins: stand our own dial down.
                 if node.core().links[dk].conn.is_some() {
-                    node.fail_link(
+                    fail_link(
+                        node,
                         dk,
                         FailureReason::StoodDown,
                         "peer's own dial is current",
@@ -320,7 +340,8 @@ fn admit_inbound<S: Shell>(
     // A replacement connection of the same peer and lane (F3): the dialler closed the old
     // one before dialling this one, so the old one is done.
     if node.core().links[k].conn.is_some() {
-        node.fail_link(
+        fail_link(
+            node,
             k,
             FailureReason::Replaced,
             "replaced by a newer admitted connection",
@@ -400,8 +421,81 @@ pub(crate) fn handle_welcome<S: Shell>(
             if let Some(reason) = refused.reject {
                 let _ = node.send_on_link(k, reject(reason, &refused.detail));
             }
-            node.fail_link(k, refused.failure, &refused.detail, now);
+            fail_link(node, k, refused.failure, &refused.detail, now);
         }
+    }
+}
+
+/// Takes link `k`'s current connection out of ready at once and closes it (MISSION F1,
+/// L6): the calls leased on it fail, its send queue closes (the records still in it named in
+/// the failure), the link records the failure ([`links::fail`]), the connection closes
+/// ([`close_conn`]) and the application hears of it.
+pub(crate) fn fail_link<S: Shell>(
+    node: &mut S,
+    k: LinkKey,
+    reason: FailureReason,
+    detail: &str,
+    now: Instant,
+) {
+    let Some(conn_id) = node.core().links[k].conn.as_ref().map(|c| c.id) else {
+        return;
+    };
+    // Calls leased on this connection fail at once, as "may have run" (MISSION C2).
+    node.fail_calls(k, conn_id, reason, now);
+    // One-way records still in its zmesh queue are counted and named in this failure,
+    // never silently gone.
+    let unsent = node.close_send_queue(k, reason);
+    let running = node.admitting();
+    let failed = {
+        let (core, configured) = node.core_with_configured();
+        let failure = (reason, detail);
+        links::fail(
+            &mut core.links,
+            &configured,
+            k,
+            failure,
+            unsent,
+            running,
+            now,
+        )
+    };
+    let Some(failed) = failed else {
+        return;
+    };
+    close_conn(node, k, failed.conn, reason, now);
+    let event = failed.event;
+    node.emit_state(k, event.state, event.reason, &event.detail);
+    if failed.counted {
+        node.count_link_failure(reason);
+    }
+}
+
+/// Closes connection `conn`, which link `k` held until it failed for `reason`: its
+/// liveness entry goes, then its dialled socket closes, or (an inbound connection on a
+/// shared bound socket, whose one pipe libzmq cannot close) the peer is told to close
+/// ([`links::inbound_close`]) and the routing id is forgotten, so that late records of this
+/// physical connection change nothing (MISSION L6).
+pub(crate) fn close_conn<S: Shell>(
+    node: &mut S,
+    k: LinkKey,
+    conn: Conn,
+    reason: FailureReason,
+    _now: Instant,
+) {
+    if let Some(live) = conn.live {
+        node.core_mut().liveness.remove(live);
+    }
+    if node.close_dialled(k, conn.slot) {
+        return;
+    }
+    if let Some(route) = conn.route {
+        if let Some(reason) = links::inbound_close(reason) {
+            let _ = node.send_to(conn.slot, &route, &Record::Close { reason }.encode());
+        }
+        if let Some(m) = node.core_mut().accepting.inbound.get_mut(&conn.slot) {
+            m.remove(route.as_slice());
+        }
+        node.remove_peer_unit(k, conn.id);
     }
 }
 

@@ -21,6 +21,7 @@ use crate::proto::sched::Source as SchedSource;
 use crate::proto::security::InputRefusal;
 use crate::proto::state::{ConnState, FailureReason};
 use crate::proto::ConnId;
+use crate::runtime::outbound::Closed;
 use crate::runtime::records::{self, Lane, Rec};
 use crate::runtime::socket::{Frame, SocketSendError};
 
@@ -78,6 +79,10 @@ impl Shell for IoThread {
 
     fn configured(&self) -> ConfigView<'_> {
         self.local.configured()
+    }
+
+    fn core_with_configured(&mut self) -> (&mut NodeCore, ConfigView<'_>) {
+        (&mut self.core, self.local.configured())
     }
 
     fn me(&self) -> &Identity {
@@ -146,7 +151,23 @@ impl Shell for IoThread {
         self.app.emit_state(link, state, reason, detail);
     }
 
-    fn fail_link(&mut self, k: LinkKey, reason: FailureReason, detail: &str, now: Instant) {
-        IoThread::fail_link(self, k, reason, detail, now);
+    fn count_link_failure(&mut self, reason: FailureReason) {
+        metrics::counter!("zmesh_link_failures_total", "reason" => reason.as_str()).increment(1);
+    }
+
+    fn fail_calls(&mut self, k: LinkKey, conn: ConnId, reason: FailureReason, now: Instant) {
+        self.calls_connection_lost(k, conn, reason, now);
+    }
+
+    fn close_send_queue(&mut self, k: LinkKey, reason: FailureReason) -> usize {
+        IoThread::close_send_queue(self, k, Closed::NotReady, reason)
+    }
+
+    fn close_dialled(&mut self, k: LinkKey, slot: SlotKey) -> bool {
+        IoThread::close_dialled(self, k, slot)
+    }
+
+    fn remove_peer_unit(&mut self, k: LinkKey, conn: ConnId) {
+        self.receiving.sched.remove_unit(Unit::Peer(k, conn));
     }
 }

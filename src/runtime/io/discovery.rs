@@ -251,10 +251,11 @@ impl IoThread {
                 Refenced::ReplacedRun => {
                     let detail =
                         format!("a descriptor of generation {generation:016x} replaces this run");
-                    self.fail_link(k, FailureReason::Reconfigured, &detail, now);
+                    core::fail_link(self, k, FailureReason::Reconfigured, &detail, now);
                 }
                 Refenced::StaleDial => {
-                    self.fail_link(
+                    core::fail_link(
+                        self,
                         k,
                         FailureReason::Reconfigured,
                         "dial started under an older descriptor",
@@ -272,7 +273,9 @@ impl IoThread {
     fn withdraw(&mut self, k: LinkKey, now: Instant) {
         match self.core.links[k].withdraw(now) {
             Withdrawal::Nothing => {}
-            Withdrawal::Close => self.fail_link(k, FailureReason::Reconfigured, WITHDRAWN, now),
+            Withdrawal::Close => {
+                core::fail_link(self, k, FailureReason::Reconfigured, WITHDRAWN, now)
+            }
             Withdrawal::Report(event) => self.emit_link_state(k, event),
         }
     }

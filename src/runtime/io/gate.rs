@@ -40,6 +40,7 @@ use super::parts::ready::Watch;
 use super::parts::sockets::{Slot, SlotRole};
 use super::{Gated, IoThread, SlotKey};
 use crate::proto::node::accepting::GateEvent;
+use crate::proto::node::core;
 use crate::proto::node::gate::Refusal;
 use crate::proto::security::{InputRefusal, PublicKey, ZapReply, ZapRequest};
 use crate::proto::state::FailureReason;
@@ -259,12 +260,10 @@ impl IoThread {
         }
         for removed in effects.removed {
             if let Some((reason, detail)) = removed.reject {
-                let _ = self.send_on_link(
-                    removed.link,
-                    crate::proto::node::core::reject(reason, detail),
-                );
+                let _ = self.send_on_link(removed.link, core::reject(reason, detail));
             }
-            self.fail_link(
+            core::fail_link(
+                self,
                 removed.link,
                 FailureReason::SecurityFailure,
                 removed.detail,

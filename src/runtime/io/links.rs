@@ -1,26 +1,24 @@
 //! Links and dialling: a link is a configured peer lane, a configured server, or a peer's
-//! inbound connection; it holds at most one current physical connection. Dialling, failing a
-//! connection at once (MISSION F1, L6), closing it and waiting for libzmq to confirm the close
-//! before a replacement is dialled (F3), and the bound-socket sweeps that detect a vanished
-//! inbound connection whose notice libzmq dropped. What a dial uses, what a failure does to
-//! the links and what a sweep sends are the node core's decisions
-//! ([`crate::proto::node::links`]); this file makes and closes the sockets. What the sockets'
-//! monitors say is acted on above this, in `io/monitor.rs`; the in-band notices of a
-//! connection's loss in `io/receive.rs`.
-
+//! inbound connection; it holds at most one current physical connection. Dialling, closing
+//! a dialled socket and waiting for libzmq to confirm the close before a replacement is
+//! dialled (F3), and the bound-socket sweeps that detect a vanished inbound connection whose
+//! notice libzmq dropped. What a dial uses, what a failure does to the links and what a
+//! sweep sends are the node core's decisions ([`crate::proto::node::links`]), and so is
+//! failing a connection at once (MISSION F1, L6) with the order of its consequences
+//! ([`crate::proto::node::core::fail_link`]); this file makes and closes the sockets. What
+//! the sockets' monitors say is acted on above this, in `io/monitor.rs`; the in-band
+//! notices of a connection's loss in `io/receive.rs`.
 use std::time::Instant;
 
 use super::parts::ready::Watch;
 use crate::config::NodeConfig;
-use crate::proto::node::core::Shell;
-use crate::proto::node::link::Conn;
+use crate::proto::node::core::{self, Shell};
 use crate::proto::node::links::{self, DialPlan, DialSocket, DialTargets, StateEvent, SweepRecord};
 
-use super::parts::sockets::{Slot, SlotRole, Unit};
+use super::parts::sockets::{Slot, SlotRole};
 use super::{Host, IoThread, LinkKey, SlotKey};
 use crate::proto::security::PublicKey;
 use crate::proto::state::FailureReason;
-use crate::runtime::outbound::Closed;
 use crate::runtime::records::{self, Lane};
 use crate::runtime::socket::SocketSendError;
 use crate::runtime::transport::{SocketKind, SocketRole, Transport, TransportSocket};
@@ -139,101 +137,43 @@ impl IoThread {
             .increment(1);
     }
 
-    /// Takes a link's current connection out of ready at once and closes it (MISSION F1, L6).
-    pub(super) fn fail_link(
-        &mut self,
-        k: LinkKey,
-        reason: FailureReason,
-        detail: &str,
-        now: Instant,
-    ) {
-        let Some(conn_id) = self.core.links[k].conn.as_ref().map(|c| c.id) else {
-            return;
-        };
-        // Calls leased on this connection fail at once, as "may have run" (MISSION C2).
-        self.calls_connection_lost(k, conn_id, reason, now);
-        // One-way records still in its zmesh queue are counted and named in this failure,
-        // never silently gone.
-        let unsent = self.close_send_queue(k, Closed::NotReady, reason);
-        let running = self.local.host == Host::Running;
-        let configured = self.local.configured();
-        let failure = (reason, detail);
-        let Some(failed) = links::fail(
-            &mut self.core.links,
-            &configured,
-            k,
-            failure,
-            unsent,
-            running,
-            now,
-        ) else {
-            return;
-        };
-        self.close_conn(k, failed.conn, reason, now);
-        self.emit_link_state(k, failed.event);
-        if failed.counted {
-            metrics::counter!("zmesh_link_failures_total", "reason" => reason.as_str())
-                .increment(1);
+    /// Closes link `k`'s dialled socket `slot` if `slot` is that (true), keeping its
+    /// monitor until libzmq confirms the close; false if `slot` is not link `k`'s own socket.
+    pub(super) fn close_dialled(&mut self, k: LinkKey, slot: SlotKey) -> bool {
+        let dialled = matches!(self.sockets.get(slot), Some(s) if s.role == SlotRole::Dialled(k));
+        if !dialled {
+            return false;
         }
-    }
-
-    pub(super) fn close_conn(
-        &mut self,
-        k: LinkKey,
-        conn: Conn,
-        reason: FailureReason,
-        _now: Instant,
-    ) {
-        if let Some(live) = conn.live {
-            self.core.liveness.remove(live);
-        }
-        let dialled =
-            matches!(self.sockets.get(conn.slot), Some(s) if s.role == SlotRole::Dialled(k));
-        if dialled {
-            if let Some(mut slot) = self.take_slot(conn.slot) {
-                // A socket whose monitor was stopped after its handshake gets one again for
-                // its close; if it cannot (no descriptors), the close goes
-                // unconfirmed and the link dials again after its backoff alone. A node that
-                // stops dials nothing again: no confirmation is needed then.
-                let redial = self.local.host != Host::Stopped;
-                if let (None, Some(room), true) = (slot.monitor.as_ref(), slot.room.take(), redial)
-                {
-                    match self.sockets.contexts.watch_close(&slot.socket, room) {
-                        Ok(m) => slot.monitor = Some(m),
-                        Err(e) => tracing::debug!(error = %e, link = %k, "close not monitored"),
-                    }
+        if let Some(mut slot) = self.take_slot(slot) {
+            // A socket whose monitor was stopped after its handshake gets one again for
+            // its close; if it cannot (no descriptors), the close goes
+            // unconfirmed and the link dials again after its backoff alone. A node that
+            // stops dials nothing again: no confirmation is needed then.
+            let redial = self.local.host != Host::Stopped;
+            if let (None, Some(room), true) = (slot.monitor.as_ref(), slot.room.take(), redial) {
+                match self.sockets.contexts.watch_close(&slot.socket, room) {
+                    Ok(m) => slot.monitor = Some(m),
+                    Err(e) => tracing::debug!(error = %e, link = %k, "close not monitored"),
                 }
-                // Closing our own dialled socket: keep its monitor until libzmq confirms the
-                // close, and dial no replacement before that (MISSION F3).
-                if let Some(m) = slot.monitor {
-                    if let Err(e) = self.sockets.ready.register(&m, Watch::Closing(k)) {
-                        // Unwatched, the link dials again at the time bound, and the monitor is
-                        // checked on the timer passes after that (overdue).
-                        tracing::debug!(error = %e, "closing monitor not watched");
-                    }
-                    self.core.links[k].closing = Some(Instant::now());
-                    // Never the case (a link dials only once its last close is settled); if
-                    // it were, that monitor must still wait for libzmq's confirmation.
-                    if let Some(earlier) = self.sockets.closing.insert(k, m) {
-                        self.sockets.overdue_closing.push(earlier);
-                    }
+            }
+            // Closing our own dialled socket: keep its monitor until libzmq confirms the
+            // close, and dial no replacement before that (MISSION F3).
+            if let Some(m) = slot.monitor {
+                if let Err(e) = self.sockets.ready.register(&m, Watch::Closing(k)) {
+                    // Unwatched, the link dials again at the time bound, and the monitor is
+                    // checked on the timer passes after that (overdue).
+                    tracing::debug!(error = %e, "closing monitor not watched");
                 }
-                slot.socket.close();
+                self.core.links[k].closing = Some(Instant::now());
+                // Never the case (a link dials only once its last close is settled); if
+                // it were, that monitor must still wait for libzmq's confirmation.
+                if let Some(earlier) = self.sockets.closing.insert(k, m) {
+                    self.sockets.overdue_closing.push(earlier);
+                }
             }
-        } else if let Some(route) = conn.route {
-            // An inbound connection on a shared bound socket: libzmq cannot close one pipe
-            // there. Tell the peer to close (it owns the socket), and forget the routing id so
-            // that late records of this physical connection change nothing (MISSION L6).
-            if let Some(close) = links::inbound_close(reason) {
-                let _ = self
-                    .sockets
-                    .send(conn.slot, Some(&route), &records::close(close));
-            }
-            if let Some(m) = self.core.accepting.inbound.get_mut(&conn.slot) {
-                m.remove(route.as_slice());
-            }
-            self.receiving.sched.remove_unit(Unit::Peer(k, conn.id));
+            slot.socket.close();
         }
+        true
     }
 
     /// libzmq confirmed the close of link `k`'s closed socket (or the node is shutting down
@@ -264,7 +204,7 @@ impl IoThread {
     /// peer's duplicate dial of a lane our own dial holds (T1, [`links::gone_inbound`]).
     pub(super) fn fail_gone_inbound(&mut self, k: LinkKey, now: Instant) {
         let (reason, detail) = links::gone_inbound(&self.core.links, &self.local.configured(), k);
-        self.fail_link(k, reason, detail, now);
+        core::fail_link(self, k, reason, detail, now);
     }
 
     /// A step of the fallback after a disconnect event of bound socket `slot`

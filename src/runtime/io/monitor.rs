@@ -105,7 +105,7 @@ impl IoThread {
                     link,
                     reason,
                     detail,
-                } => self.fail_link(link, reason, &detail, now),
+                } => core::fail_link(self, link, reason, &detail, now),
                 MonitorOp::Disconnected(k) => {
                     for _ in 0..DRAIN_BEFORE_DISCONNECT {
                         let Some(frames) = self.sockets.recv_one(slot) else {
@@ -114,7 +114,13 @@ impl IoThread {
                         self.on_frames(slot, frames, now);
                     }
                     if self.core.links[k].hello_sent_on(slot) {
-                        self.fail_link(k, FailureReason::TransportError, "disconnected", now);
+                        core::fail_link(
+                            self,
+                            k,
+                            FailureReason::TransportError,
+                            "disconnected",
+                            now,
+                        );
                     }
                 }
                 MonitorOp::SubConnected(sub) => self.fanout.subs[sub].connected = true,

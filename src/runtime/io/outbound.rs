@@ -15,6 +15,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::{IoThread, LinkKey};
+use crate::proto::node::core;
 use crate::proto::state::FailureReason;
 use crate::proto::wire::{Capabilities, Pack};
 use crate::runtime::outbound::{Closed, SendQueue, Taken, SEND_QUEUE};
@@ -233,7 +234,7 @@ impl IoThread {
                 // The pipe is gone (a ROUTER with ROUTER_MANDATORY says so at once): the
                 // connection is over.
                 let detail = format!("send failed: {e}");
-                self.fail_link(k, FailureReason::TransportError, &detail, now);
+                core::fail_link(self, k, FailureReason::TransportError, &detail, now);
                 None
             }
         }

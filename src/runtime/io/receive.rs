@@ -403,7 +403,7 @@ impl IoThread {
             Ok(r) => r,
             Err(e) => {
                 // Malformed input: a protocol error for this connection only (MISSION W3).
-                self.fail_link(k, FailureReason::ProtocolError, &e.to_string(), now);
+                core::fail_link(self, k, FailureReason::ProtocolError, &e.to_string(), now);
                 return;
             }
         };
@@ -482,7 +482,7 @@ impl IoThread {
 
     /// The peer ended link `k`'s connection with a REJECT or CLOSE, judged as `verdict`.
     fn on_peer_ended(&mut self, k: LinkKey, verdict: PeerEnded, detail: &str, now: Instant) {
-        self.fail_link(k, verdict.reason, detail, now);
+        core::fail_link(self, k, verdict.reason, detail, now);
         if verdict.stands_down {
             // The peer's own dial of this lane is the current connection (T1).
             self.core.links[k].yielded = true;
@@ -586,7 +586,7 @@ impl IoThread {
         let notice = c.handle_router_notice();
         tracing::debug!(link = %k, notices = c.notices, "connection notice");
         if notice == RouterNotice::Gone {
-            self.fail_link(k, FailureReason::TransportError, "disconnected", now);
+            core::fail_link(self, k, FailureReason::TransportError, "disconnected", now);
             return;
         }
         // Attached: the handshake is done and the socket knows the peer's routing id, so

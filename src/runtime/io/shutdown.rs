@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use super::parts::sockets::close_stopping_monitor;
 use super::IoThread;
+use crate::proto::node::core;
 use crate::proto::node::link::note;
 use crate::proto::state::{FailureReason, Recovery};
 use crate::runtime::records::{self, CloseReason};
@@ -39,7 +40,7 @@ impl IoThread {
                 let _ = self.send_on_link(k, records::close(CloseReason::Shutdown));
             }
             if let Some(conn) = self.core.links[k].conn.take() {
-                self.close_conn(k, conn, FailureReason::HostStopped, now);
+                core::close_conn(self, k, conn, FailureReason::HostStopped, now);
             }
             // Dropped before libzmq confirmed the close: a monitor dropped that early can
             // keep the context's reaper waiting to send it MONITOR_STOPPED, until the context

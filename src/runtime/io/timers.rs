@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use super::{IoThread, LiveOwner};
 use crate::proto::liveness::{LivenessEvent, ProbeEvent, Transmit};
+use crate::proto::node::core;
 use crate::proto::state::FailureReason;
 use crate::runtime::records::{self};
 
@@ -67,7 +68,13 @@ impl IoThread {
         // Handshake timeouts.
         for k in self.core.timers.due_links(now) {
             if self.core.links[k].is_handshake_overdue(now) {
-                self.fail_link(k, FailureReason::TransportError, "handshake timed out", now);
+                core::fail_link(
+                    self,
+                    k,
+                    FailureReason::TransportError,
+                    "handshake timed out",
+                    now,
+                );
             }
         }
         // Reconnects and overdue close confirmations, also of links the timeouts above made
@@ -104,7 +111,8 @@ impl IoThread {
                     Some(LiveOwner::Link(k)),
                     LivenessEvent::Probe(ProbeEvent::DeadlineExceeded { .. }),
                 ) => {
-                    self.fail_link(
+                    core::fail_link(
+                        self,
                         k,
                         FailureReason::DeadlineExceeded,
                         "no valid ACK for 15 s",
