@@ -16,7 +16,10 @@
 //! A link's failure, in order ([`fail_link`]): the calls leased on its connection fail, its
 //! send queue closes, the link records the failure ([`links::fail`]), the connection closes
 //! ([`close_conn`]: its liveness entry, then its dialled socket, or a CLOSE to the peer and
-//! its routing id forgotten), the application hears of it and the failure is counted.
+//! its routing id forgotten), the application hears of it and the failure is counted. A
+//! peer's REJECT or CLOSE and an inbound connection's loss fail a link as well
+//! ([`handle_peer_ended`], [`fail_gone_inbound`]), and so may a bound socket's disconnect
+//! sweep ([`check_bound_disconnects`]).
 
 use std::fmt;
 use std::time::Instant;
@@ -28,8 +31,8 @@ use super::admit::{
 use super::discovered::Discovered;
 use super::gate::Gate;
 use super::keys::{CallKey, LinkKey, SlotKey, Tracked};
-use super::link::{note, Conn, Link, LinkKind};
-use super::links;
+use super::link::{note, Conn, Link, LinkKind, PeerEnded};
+use super::links::{self, SweepRecord};
 use super::live::Live;
 use super::routes::Routes;
 use super::timers::TimerTable;
@@ -148,7 +151,7 @@ pub(crate) trait Shell {
     where
         Self: 'a;
     /// Why a send failed.
-    type SendError: fmt::Display;
+    type SendError: SendFailure;
 
     /// The node core.
     fn core(&self) -> &NodeCore;
@@ -174,13 +177,21 @@ pub(crate) trait Shell {
         route: &[u8],
         frames: &[Vec<u8>],
     ) -> Result<(), Self::SendError>;
+    /// Sends the disconnect sweep's record `record` to connection `route` of bound socket
+    /// `slot`, with `ROUTER_MANDATORY` (a connection whose pipe is gone is unreachable).
+    fn send_sweep_record(
+        &mut self,
+        slot: SlotKey,
+        route: &[u8],
+        record: SweepRecord,
+    ) -> Result<(), Self::SendError>;
     /// Connection `conn` of link `k`, admitted on bound socket `slot`, gets its turn in the
     /// receive rotation.
     fn add_peer_unit(&mut self, slot: SlotKey, k: LinkKey, conn: ConnId);
     /// Counts and remembers an input refusal on bound socket `slot`.
     fn record_refusal(&mut self, slot: SlotKey, why: InputRefusal, detail: String, now: Instant);
-    /// Counts a record from a connection that is not (or no longer) admitted.
-    fn count_stale_record(&mut self);
+    /// Counts what `what` names.
+    fn count(&mut self, what: Count);
     /// A ready peer serves `channels`: this node's calls may go to them.
     fn learn_servers(&mut self, channels: &[String]);
     /// Link `k`'s connection became ready: one-way records may go to it.
@@ -193,8 +204,6 @@ pub(crate) trait Shell {
         reason: Option<FailureReason>,
         detail: &str,
     );
-    /// Counts a link's failure for `reason`.
-    fn count_link_failure(&mut self, reason: FailureReason);
     /// Fails the calls leased on connection `conn` of link `k`, lost for `reason`, as "may
     /// have run" (MISSION C2), and whatever was served on it.
     fn fail_calls(&mut self, k: LinkKey, conn: ConnId, reason: FailureReason, now: Instant);
@@ -205,6 +214,23 @@ pub(crate) trait Shell {
     fn close_dialled(&mut self, k: LinkKey, slot: SlotKey) -> bool;
     /// Connection `conn` of link `k` has no turn in the receive rotation any more.
     fn remove_peer_unit(&mut self, k: LinkKey, conn: ConnId);
+}
+
+/// Why a send of the shell failed, as far as the core reads it.
+pub(crate) trait SendFailure: fmt::Display {
+    /// The connection is not there (its pipe is gone).
+    fn unreachable(&self) -> bool;
+}
+
+/// What the core has its shell count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Count {
+    /// A record from a connection that is not (or no longer) admitted.
+    StaleRecord,
+    /// A link's failure, for its reason (not counted: standing down).
+    LinkFailure(FailureReason),
+    /// A record a disconnect sweep sent.
+    SweepRecord,
 }
 
 /// What admission reads of the node behind `node`: its configured peers and servers, the
@@ -296,7 +322,7 @@ pub(crate) fn handle_first_record<S: Shell>(
             refuse_with(node, slot, &route, r, now);
         }
         FirstVerdict::Stale(r) => {
-            node.count_stale_record();
+            node.count(Count::StaleRecord);
             if let Some(r) = r {
                 refuse_with(node, slot, &route, r, now);
             }
@@ -466,7 +492,7 @@ pub(crate) fn fail_link<S: Shell>(
     let event = failed.event;
     node.emit_state(k, event.state, event.reason, &event.detail);
     if failed.counted {
-        node.count_link_failure(reason);
+        node.count(Count::LinkFailure(reason));
     }
 }
 
@@ -496,6 +522,75 @@ pub(crate) fn close_conn<S: Shell>(
             m.remove(route.as_slice());
         }
         node.remove_peer_unit(k, conn.id);
+    }
+}
+
+/// The peer ended link `k`'s connection with a REJECT or CLOSE, judged as `verdict`: the
+/// link fails, and stands down if the peer's own dial of the lane is current (T1).
+pub(crate) fn handle_peer_ended<S: Shell>(
+    node: &mut S,
+    k: LinkKey,
+    verdict: PeerEnded,
+    detail: &str,
+    now: Instant,
+) {
+    fail_link(node, k, verdict.reason, detail, now);
+    if verdict.stands_down {
+        // The peer's own dial of this lane is the current connection (T1).
+        node.core_mut().links[k].yielded = true;
+    }
+}
+
+/// Inbound link `k`'s connection is gone: it fails, or stands down if it was the peer's
+/// duplicate dial of a lane our own dial holds (T1, [`links::gone_inbound`]).
+pub(crate) fn fail_gone_inbound<S: Shell>(node: &mut S, k: LinkKey, now: Instant) {
+    let (reason, detail) = links::gone_inbound(&node.core().links, &node.configured(), k);
+    fail_link(node, k, reason, detail, now);
+}
+
+/// A step of the fallback after a disconnect event of bound socket `slot`
+/// ([`SWEEP_DELAYS`](crate::proto::node::timers::SWEEP_DELAYS)): every connection names its
+/// own loss in band (its notice: [`fail_gone_inbound`]), except one whose pipe was full when
+/// it was lost (libzmq drops that notice). If more connections are admitted on the socket
+/// than its monitor counts open, a notice is missing (or still queued behind records), and
+/// the socket is swept ([`sweep`]); otherwise nothing is sent. An unadmitted connection open
+/// at the time hides a missing notice from the count: the peer's next connection of the lane
+/// replaces the link at its HELLO, and failing that, the link's 15 s deadline (L2) takes it
+/// out of ready.
+pub(crate) fn check_bound_disconnects<S: Shell>(node: &mut S, slot: SlotKey, now: Instant) {
+    let accepting = &node.core().accepting;
+    let admitted = accepting.inbound.get(&slot).map_or(0, |m| m.len());
+    if admitted > accepting.gate.open_on(slot) {
+        sweep(node, slot, now);
+    }
+}
+
+/// Checks every inbound connection of a bound socket for a vanished pipe: a record sent
+/// with `ROUTER_MANDATORY` to a routing id whose pipe is gone fails as unreachable. The
+/// record is one that changes nothing at the peer ([`links::sweep_record`]); each one sent
+/// is counted ([`Count::SweepRecord`]).
+fn sweep<S: Shell>(node: &mut S, slot: SlotKey, now: Instant) {
+    let core = node.core();
+    let victims: Vec<(Vec<u8>, LinkKey)> = (core.accepting.inbound.get(&slot))
+        .map(|m| m.iter().map(|(r, k)| (r.clone(), *k)).collect())
+        .unwrap_or_default();
+    for (route, k) in victims {
+        let core = node.core();
+        let Some(c) = core.links[k].conn.as_ref() else {
+            continue;
+        };
+        let pending = c
+            .live
+            .and_then(|key| core.liveness.table().probe(key))
+            .and_then(|t| t.pending_id());
+        let Some(record) = links::sweep_record(c, pending) else {
+            continue;
+        };
+        node.count(Count::SweepRecord);
+        let sent = node.send_sweep_record(slot, &route, record);
+        if sent.is_err_and(|e| e.unreachable()) {
+            fail_gone_inbound(node, k, now);
+        }
     }
 }
 

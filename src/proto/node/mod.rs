@@ -22,8 +22,8 @@
 //! - `core`: the node core, the node-wide parts below in one value (the links, the timer
 //!   table, the admission tables, discovery's additions, the liveness table, the routes),
 //!   and, in their order, the handshake's decisions (HELLO, an unadmitted connection's
-//!   first record, WELCOME, the step to ready) and a link's failure with its connection's
-//!   close, over `Shell`, what the core asks of its shell (sends, the receive units, the
+//!   first record, WELCOME, the step to ready), a link's failure with its connection's
+//!   close, and the bound sockets' disconnect sweeps, over `Shell`, what the core asks of its shell (sends, the receive units, the
 //!   counters, the calls, the send queues, the application, closing a dialled socket).
 //! - `keys`: the typed handles of the node's tables (links, socket slots, subscriptions,
 //!   calls) and the tables they index, one of them tracking what a turn touched.

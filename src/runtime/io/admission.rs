@@ -16,7 +16,8 @@ use super::parts::sockets::Unit;
 use super::{Host, IoThread, LinkKey, SlotKey};
 use crate::proto::handshake::Identity;
 use crate::proto::node::admit::Credentials;
-use crate::proto::node::core::{self, First, NodeCore, Shell};
+use crate::proto::node::core::{self, Count, First, NodeCore, SendFailure, Shell};
+use crate::proto::node::links::SweepRecord;
 use crate::proto::sched::Source as SchedSource;
 use crate::proto::security::InputRefusal;
 use crate::proto::state::{ConnState, FailureReason};
@@ -65,6 +66,12 @@ impl IoThread {
     }
 }
 
+impl SendFailure for SocketSendError {
+    fn unreachable(&self) -> bool {
+        matches!(self, SocketSendError::Unreachable)
+    }
+}
+
 impl Shell for IoThread {
     type Configured<'a> = ConfigView<'a>;
     type SendError = SocketSendError;
@@ -110,6 +117,19 @@ impl Shell for IoThread {
         self.sockets.send(slot, Some(route), frames)
     }
 
+    fn send_sweep_record(
+        &mut self,
+        slot: SlotKey,
+        route: &[u8],
+        record: SweepRecord,
+    ) -> Result<(), SocketSendError> {
+        let frames = match record {
+            SweepRecord::Ack(id) => records::ack(id),
+            SweepRecord::Probe(id) => records::probe(id),
+        };
+        self.sockets.send(slot, Some(route), &frames)
+    }
+
     fn add_peer_unit(&mut self, slot: SlotKey, k: LinkKey, conn: ConnId) {
         if let Some(sid) = self.sockets.shared_id(slot) {
             if let Err(e) = self
@@ -126,8 +146,17 @@ impl Shell for IoThread {
         IoThread::record_refusal(self, slot, why, detail, now);
     }
 
-    fn count_stale_record(&mut self) {
-        metrics::counter!("zmesh_stale_records_total").increment(1);
+    fn count(&mut self, what: Count) {
+        match what {
+            Count::StaleRecord => metrics::counter!("zmesh_stale_records_total").increment(1),
+            Count::LinkFailure(reason) => {
+                metrics::counter!("zmesh_link_failures_total", "reason" => reason.as_str())
+                    .increment(1)
+            }
+            Count::SweepRecord => {
+                metrics::counter!("zmesh_disconnect_sweep_records_total").increment(1)
+            }
+        }
     }
 
     fn learn_servers(&mut self, channels: &[String]) {
@@ -149,10 +178,6 @@ impl Shell for IoThread {
     ) {
         let link = self.local.link_id(&self.core.links[k].kind);
         self.app.emit_state(link, state, reason, detail);
-    }
-
-    fn count_link_failure(&mut self, reason: FailureReason) {
-        metrics::counter!("zmesh_link_failures_total", "reason" => reason.as_str()).increment(1);
     }
 
     fn fail_calls(&mut self, k: LinkKey, conn: ConnId, reason: FailureReason, now: Instant) {

@@ -56,7 +56,7 @@ const ZAP_PER_TURN: usize = 256;
 impl IoThread {
     /// A bound socket's monitor event, as the gate takes it
     /// ([`Accepting::handle_monitor_event`](crate::proto::node::accepting::Accepting::handle_monitor_event)):
-    /// a disconnect starts the sweep checks ([`IoThread::check_bound_disconnects`]), a
+    /// a disconnect starts the sweep checks ([`core::check_bound_disconnects`]), a
     /// refused handshake is recorded.
     pub(super) fn gate_monitor_event(
         &mut self,

@@ -1,26 +1,26 @@
 //! Links and dialling: a link is a configured peer lane, a configured server, or a peer's
 //! inbound connection; it holds at most one current physical connection. Dialling, closing
 //! a dialled socket and waiting for libzmq to confirm the close before a replacement is
-//! dialled (F3), and the bound-socket sweeps that detect a vanished inbound connection whose
-//! notice libzmq dropped. What a dial uses, what a failure does to the links and what a
-//! sweep sends are the node core's decisions ([`crate::proto::node::links`]), and so is
+//! dialled (F3). What a dial uses, what a failure does to the links and what a disconnect
+//! sweep sends are the node core's decisions ([`crate::proto::node::links`]), and so are
 //! failing a connection at once (MISSION F1, L6) with the order of its consequences
-//! ([`crate::proto::node::core::fail_link`]); this file makes and closes the sockets. What
-//! the sockets' monitors say is acted on above this, in `io/monitor.rs`; the in-band
-//! notices of a connection's loss in `io/receive.rs`.
+//! ([`crate::proto::node::core::fail_link`]) and the bound-socket sweeps that detect a
+//! vanished inbound connection whose notice libzmq dropped
+//! ([`crate::proto::node::core::check_bound_disconnects`]); this file makes and closes the
+//! sockets. What the sockets' monitors say is acted on above this, in `io/monitor.rs`; the
+//! in-band notices of a connection's loss in `io/receive.rs`.
 use std::time::Instant;
 
 use super::parts::ready::Watch;
 use crate::config::NodeConfig;
-use crate::proto::node::core::{self, Shell};
-use crate::proto::node::links::{self, DialPlan, DialSocket, DialTargets, StateEvent, SweepRecord};
+use crate::proto::node::core::Shell;
+use crate::proto::node::links::{self, DialPlan, DialSocket, DialTargets, StateEvent};
 
 use super::parts::sockets::{Slot, SlotRole};
 use super::{Host, IoThread, LinkKey, SlotKey};
 use crate::proto::security::PublicKey;
 use crate::proto::state::FailureReason;
-use crate::runtime::records::{self, Lane};
-use crate::runtime::socket::SocketSendError;
+use crate::runtime::records::Lane;
 use crate::runtime::transport::{SocketKind, SocketRole, Transport, TransportSocket};
 
 /// The configuration as a dial reads it (peers and servers discovery appended included).
@@ -197,68 +197,6 @@ impl IoThread {
         if let Some(m) = self.sockets.closing.remove(&k) {
             tracing::debug!(link = %k, "close not confirmed in time; dialling anyway");
             self.sockets.overdue_closing.push(m);
-        }
-    }
-
-    /// Inbound link `k`'s connection is gone: it fails, or stands down if it was the
-    /// peer's duplicate dial of a lane our own dial holds (T1, [`links::gone_inbound`]).
-    pub(super) fn fail_gone_inbound(&mut self, k: LinkKey, now: Instant) {
-        let (reason, detail) = links::gone_inbound(&self.core.links, &self.local.configured(), k);
-        core::fail_link(self, k, reason, detail, now);
-    }
-
-    /// A step of the fallback after a disconnect event of bound socket `slot`
-    /// ([`SWEEP_DELAYS`](crate::proto::node::timers::SWEEP_DELAYS)): every connection names its own
-    /// loss in band ([`IoThread::on_inbound_notice`]), except one whose pipe was full when it
-    /// was lost (libzmq drops that notice). If more connections are admitted on the socket
-    /// than its monitor counts open, a notice is missing (or still queued behind records),
-    /// and the socket is swept ([`IoThread::sweep`]); otherwise nothing is sent. An
-    /// unadmitted connection open at the time hides a missing notice from the count: the
-    /// peer's next connection of the lane replaces the link at its HELLO, and failing that,
-    /// the link's 15 s deadline (L2) takes it out of ready.
-    pub(super) fn check_bound_disconnects(&mut self, slot: SlotKey, now: Instant) {
-        let admitted = self
-            .core
-            .accepting
-            .inbound
-            .get(&slot)
-            .map_or(0, |m| m.len());
-        if admitted > self.core.accepting.gate.open_on(slot) {
-            self.sweep(slot, now);
-        }
-    }
-
-    /// Checks every inbound connection of a bound socket for a vanished pipe: a record sent
-    /// with `ROUTER_MANDATORY` to a routing id whose pipe is gone fails with `EHOSTUNREACH`.
-    /// The record is one that changes nothing at the peer ([`links::sweep_record`]). Each
-    /// record sent is counted in `zmesh_disconnect_sweep_records_total`.
-    fn sweep(&mut self, slot: SlotKey, now: Instant) {
-        let victims: Vec<(Vec<u8>, LinkKey)> = self
-            .core
-            .accepting
-            .inbound
-            .get(&slot)
-            .map(|m| m.iter().map(|(r, k)| (r.clone(), *k)).collect())
-            .unwrap_or_default();
-        for (route, k) in victims {
-            let Some(c) = self.core.links[k].conn.as_ref() else {
-                continue;
-            };
-            let pending = c
-                .live
-                .and_then(|key| self.core.liveness.table().probe(key))
-                .and_then(|t| t.pending_id());
-            let frames = match links::sweep_record(c, pending) {
-                Some(SweepRecord::Ack(id)) => records::ack(id),
-                Some(SweepRecord::Probe(id)) => records::probe(id),
-                None => continue,
-            };
-            metrics::counter!("zmesh_disconnect_sweep_records_total").increment(1);
-            let gone =
-                self.sockets.send(slot, Some(&route), &frames) == Err(SocketSendError::Unreachable);
-            if gone {
-                self.fail_gone_inbound(k, now);
-            }
         }
     }
 }

@@ -13,7 +13,7 @@ use super::parts::sockets::{Packed, Staged};
 use super::parts::sockets::{Slot, SlotRole, Unit};
 use super::{IoThread, LinkKey, SlotKey};
 use crate::proto::node::core;
-use crate::proto::node::link::{judge_close, judge_reject, LinkKind, PeerEnded, RouterNotice};
+use crate::proto::node::link::{judge_close, judge_reject, LinkKind, RouterNotice};
 use crate::proto::node::received::{
     self, classify_bound, classify_dialled, record_use, BoundRecord, Charges, DialledRecord,
     MessageRun, Placement, RecordUse,
@@ -453,11 +453,11 @@ impl IoThread {
                 }
             }
             (_, Rec::Reject { reason, detail }) => {
-                self.on_peer_ended(k, judge_reject(reason), &detail, now)
+                core::handle_peer_ended(self, k, judge_reject(reason), &detail, now)
             }
             (_, Rec::Close(reason)) => {
                 let detail = format!("peer closed: {}", records::close_name(reason));
-                self.on_peer_ended(k, judge_close(reason, inbound), &detail, now);
+                core::handle_peer_ended(self, k, judge_close(reason, inbound), &detail, now);
             }
             (_, Rec::Message { channel, payload }) => {
                 self.on_message(k, Bytes::from(channel.into_bytes()), payload, now);
@@ -477,15 +477,6 @@ impl IoThread {
             (_, other @ Rec::Hello(_)) => {
                 tracing::debug!(kind = other.kind_name(), "record not handled in this state");
             }
-        }
-    }
-
-    /// The peer ended link `k`'s connection with a REJECT or CLOSE, judged as `verdict`.
-    fn on_peer_ended(&mut self, k: LinkKey, verdict: PeerEnded, detail: &str, now: Instant) {
-        core::fail_link(self, k, verdict.reason, detail, now);
-        if verdict.stands_down {
-            // The peer's own dial of this lane is the current connection (T1).
-            self.core.links[k].yielded = true;
         }
     }
 
@@ -604,6 +595,6 @@ impl IoThread {
     /// id, which libzmq lets in only once the old connection's pipe is gone.
     pub(super) fn on_inbound_notice(&mut self, k: LinkKey, now: Instant) {
         tracing::debug!(link = %k, "inbound connection notice: gone");
-        self.fail_gone_inbound(k, now);
+        core::fail_gone_inbound(self, k, now);
     }
 }

@@ -99,7 +99,7 @@ impl IoThread {
         }
         // The fallback after bound-socket disconnects, for a notice libzmq dropped.
         for slot in self.core.timers.take_due_sweeps(now) {
-            self.check_bound_disconnects(slot, now);
+            core::check_bound_disconnects(self, slot, now);
         }
     }
 
