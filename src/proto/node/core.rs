@@ -19,12 +19,12 @@
 //! its routing id forgotten), the application hears of it and the failure is counted. A
 //! peer's REJECT or CLOSE and an inbound connection's loss fail a link as well
 //! ([`handle_peer_ended`], [`fail_gone_inbound`]), and so may a bound socket's disconnect
-//! sweep ([`check_bound_disconnects`]).
+//! sweep ([`check_bound_disconnects`]) and a new allow-list ([`handle_allow_list_effects`]).
 
 use std::fmt;
 use std::time::Instant;
 
-use super::accepting::Accepting;
+use super::accepting::{Accepting, AllowListEffects};
 use super::admit::{
     Admission, Configured, Credentials, FirstRecord, FirstVerdict, WelcomeDecision,
 };
@@ -591,6 +591,31 @@ fn sweep<S: Shell>(node: &mut S, slot: SlotKey, now: Instant) {
         if sent.is_err_and(|e| e.unreachable()) {
             fail_gone_inbound(node, k, now);
         }
+    }
+}
+
+/// What a new allow-list does ([`Accepting::allow_list_effects`]): the dialled links
+/// refused for want of an allowed key dial again now; each connection of a node whose key
+/// left the list is told why if it is inbound (one REJECT), then fails as a security failure.
+pub(crate) fn handle_allow_list_effects<S: Shell>(
+    node: &mut S,
+    effects: AllowListEffects,
+    now: Instant,
+) {
+    for k in effects.redial {
+        node.core_mut().links[k].retry_at = Some(now);
+    }
+    for removed in effects.removed {
+        if let Some((reason, detail)) = removed.reject {
+            let _ = node.send_on_link(removed.link, reject(reason, detail));
+        }
+        fail_link(
+            node,
+            removed.link,
+            FailureReason::SecurityFailure,
+            removed.detail,
+            now,
+        );
     }
 }
 

@@ -43,7 +43,6 @@ use crate::proto::node::accepting::GateEvent;
 use crate::proto::node::core;
 use crate::proto::node::gate::Refusal;
 use crate::proto::security::{InputRefusal, PublicKey, ZapReply, ZapRequest};
-use crate::proto::state::FailureReason;
 use crate::runtime::event::NodeEvent;
 use crate::runtime::security::SecurityEvent;
 use crate::runtime::snapshot::RefusalSnapshot;
@@ -216,7 +215,8 @@ impl IoThread {
 
     /// A new allow-list (or the error of an attempt to read one): in force at once for new
     /// connections; what it does to the links is the gate's
-    /// ([`Accepting::allow_list_effects`](crate::proto::node::accepting::Accepting::allow_list_effects)).
+    /// ([`Accepting::allow_list_effects`](crate::proto::node::accepting::Accepting::allow_list_effects)),
+    /// carried out by the core ([`core::handle_allow_list_effects`]).
     pub(super) fn on_allow_list(
         &mut self,
         loaded: Result<BTreeSet<PublicKey>, String>,
@@ -255,21 +255,7 @@ impl IoThread {
                 self.link_endpoint(k)
                     .is_some_and(|ep| self.local.cfg.security.endpoint_key(&ep).is_some())
             });
-        for k in effects.redial {
-            self.core.links[k].retry_at = Some(now);
-        }
-        for removed in effects.removed {
-            if let Some((reason, detail)) = removed.reject {
-                let _ = self.send_on_link(removed.link, core::reject(reason, detail));
-            }
-            core::fail_link(
-                self,
-                removed.link,
-                FailureReason::SecurityFailure,
-                removed.detail,
-                now,
-            );
-        }
+        core::handle_allow_list_effects(self, effects, now);
         Ok(n)
     }
 }
