@@ -130,9 +130,7 @@ impl NodeCore {
         let c = self.links.get(key.0)?.conn.as_ref()?;
         (c.id == key.1 && c.ready).then_some(key.0)
     }
-}
 
-impl NodeCore {
     /// Whether the records of the unadmitted connection `route` of bound socket `slot` are
     /// ignored: it was refused already (one REJECT, then nothing it sends is looked at).
     pub(crate) fn ignores_unadmitted(&self, slot: SlotKey, route: &[u8]) -> bool {
@@ -143,8 +141,9 @@ impl NodeCore {
 /// What the node core asks of its shell: where it reads the core and the node's own
 /// identity and configuration, and the consequences of its decisions that reach beyond it
 /// (sockets, the receive scheduler, the calls, the send queues, the application, the
-/// counters). Opening and closing a link's send queue and failing its calls read the core
-/// themselves.
+/// counters). The core is reached through the shell, not beside it: some of these effects
+/// read or note core state themselves (the send queues and the calls read the links,
+/// closing a dialled socket notes the link's close, a refusal is remembered by the gate).
 pub(crate) trait Shell {
     /// The configured peers and servers as admission reads them.
     type Configured<'a>: Configured
@@ -227,7 +226,7 @@ pub(crate) trait SendFailure: fmt::Display {
 pub(crate) enum Count {
     /// A record from a connection that is not (or no longer) admitted.
     StaleRecord,
-    /// A link's failure, for its reason (not counted: standing down).
+    /// A link's failure, for its reason (a stand-down is not counted).
     LinkFailure(FailureReason),
     /// A record a disconnect sweep sent.
     SweepRecord,
