@@ -19,20 +19,22 @@
 //! its routing id forgotten), the application hears of it and the failure is counted. A
 //! peer's REJECT or CLOSE and an inbound connection's loss fail a link as well
 //! ([`handle_peer_ended`], [`fail_gone_inbound`]), and so may a bound socket's disconnect
-//! sweep ([`check_bound_disconnects`]) and a new allow-list ([`handle_allow_list_effects`]).
+//! sweep ([`check_bound_disconnects`]), a new allow-list ([`handle_allow_list_effects`]),
+//! and discovery: a peer's new fence ([`refence`]) or its withdrawn descriptor
+//! ([`withdraw`]).
 
 use std::fmt;
 use std::time::Instant;
 
 use super::accepting::{Accepting, AllowListEffects};
 use super::admit::{
-    Admission, Configured, Credentials, FirstRecord, FirstVerdict, WelcomeDecision,
+    Admission, Configured, Credentials, FirstRecord, FirstVerdict, Refenced, WelcomeDecision,
 };
 use super::discovered::Discovered;
 use super::gate::Gate;
 use super::keys::{CallKey, LinkKey, SlotKey, Tracked};
 use super::link::{note, Conn, Link, LinkKind, PeerEnded};
-use super::links::{self, SweepRecord};
+use super::links::{self, SweepRecord, Withdrawal, WITHDRAWN};
 use super::live::Live;
 use super::routes::Routes;
 use super::timers::TimerTable;
@@ -618,6 +620,51 @@ pub(crate) fn handle_allow_list_effects<S: Shell>(
     }
 }
 
+/// Holds every link of `rid` (only its inbound links if `inbound_only`) to its current
+/// fence: a ready connection of another run is closed, a dial in progress (started under
+/// an older fence) is closed, and a dialled link with no connection is reconfigured for
+/// the new generation and dialled as soon as the close of its last socket is confirmed.
+pub(crate) fn refence<S: Shell>(
+    node: &mut S,
+    rid: &str,
+    generation: u64,
+    inbound_only: bool,
+    now: Instant,
+) {
+    let verdicts = admission(node).refence(rid, inbound_only);
+    for (k, verdict) in verdicts {
+        match verdict {
+            Refenced::Keep => {}
+            Refenced::ReplacedRun => {
+                let detail =
+                    format!("a descriptor of generation {generation:016x} replaces this run");
+                fail_link(node, k, FailureReason::Reconfigured, &detail, now);
+            }
+            Refenced::StaleDial => {
+                fail_link(
+                    node,
+                    k,
+                    FailureReason::Reconfigured,
+                    "dial started under an older descriptor",
+                    now,
+                );
+            }
+        }
+        if let Some(event) = node.core_mut().links[k].refenced(generation, now) {
+            node.emit_state(k, event.state, event.reason, &event.detail);
+        }
+    }
+}
+
+/// Stops dialling link `k` (its descriptor is gone): as [`Link::withdraw`] decides.
+pub(crate) fn withdraw<S: Shell>(node: &mut S, k: LinkKey, now: Instant) {
+    match node.core_mut().links[k].withdraw(now) {
+        Withdrawal::Nothing => {}
+        Withdrawal::Close => fail_link(node, k, FailureReason::Reconfigured, WITHDRAWN, now),
+        Withdrawal::Report(event) => node.emit_state(k, event.state, event.reason, &event.detail),
+    }
+}
+
 /// HELLO from a dialler.
 fn hello(
     lane: Lane,
@@ -977,5 +1024,36 @@ mod tests {
         );
         assert!(b.core.links[k].conn.is_none());
         assert!(b.core.accepting.inbound[&slot].is_empty());
+    }
+
+    /// A dial in progress whose descriptor is withdrawn closes (reconfigured, counted, its
+    /// dialled socket closed); withdrawing it again changes nothing.
+    #[test]
+    fn a_withdrawn_dial_in_progress_closes_once() {
+        let mut b = shell("b", vec!["a"]);
+        let now = Instant::now();
+        let dial = LinkKind::MeshDial {
+            peer: 0,
+            lane: Lane::Application,
+        };
+        let dk = b.core.add_link(dial, now);
+        let dial_slot = SlotKey::from_index(3);
+        b.core.links[dk].conn = Some(Conn::new(ConnId(1), dial_slot, None, None, now));
+        b.dialled.push((dk, dial_slot));
+        withdraw(&mut b, dk, now);
+        let reason = FailureReason::Reconfigured;
+        assert_eq!(
+            b.effects[..3],
+            [
+                Effect::FailCalls(dk, ConnId(1), reason),
+                Effect::CloseSendQueue(dk, reason),
+                Effect::CloseDialled(dk, dial_slot),
+            ]
+        );
+        assert!(matches!(b.effects[3], Effect::EmitState(l, _, Some(r)) if l == dk && r == reason));
+        assert_eq!(b.effects[4..], [Effect::Count(Count::LinkFailure(reason))]);
+        b.effects.clear();
+        withdraw(&mut b, dk, now);
+        assert_eq!(b.effects, []);
     }
 }
