@@ -222,44 +222,6 @@ fn name(s: &str) -> Result<Name, WireError> {
     Name::new(s.to_owned())
 }
 
-/// HELLO from a dialler.
-pub(crate) fn hello(
-    lane: Lane,
-    me: &Identity,
-    expect: &Expectation,
-    config_generation: u64,
-) -> Result<Vec<Vec<u8>>, WireError> {
-    Ok(Record::Hello(handshake::hello_record(
-        lane,
-        me,
-        expect,
-        config_generation,
-    )?)
-    .encode())
-}
-
-/// WELCOME from an acceptor, answering a HELLO that offered the capabilities `offered`.
-pub(crate) fn welcome(
-    lane: Lane,
-    me: &Identity,
-    offered: handshake::Capabilities,
-) -> Result<Vec<Vec<u8>>, WireError> {
-    Ok(Record::Welcome(handshake::welcome_record(lane, me, offered)?).encode())
-}
-
-/// REJECT with a reason and detail (cut to the wire's bound).
-pub(crate) fn reject(reason: RejectReason, detail: &str) -> Vec<Vec<u8>> {
-    let mut d = detail.to_owned();
-    while d.len() > 1024 {
-        d.pop();
-    }
-    Record::Reject(wire::Reject {
-        reason,
-        detail: wire::Detail::new(d).unwrap_or_default(),
-    })
-    .encode()
-}
-
 /// PROBE.
 pub(crate) fn probe(id: u64) -> Vec<Vec<u8>> {
     vec![wire::encode_probe(nz(id)).to_vec()]

@@ -6,8 +6,10 @@
 //! leads to (`Admission::judge_welcome`, crate-private: it reads the I/O thread's link
 //! kinds). The configuration reaches it through [`Configured`], a view the shell builds, and the node's
 //! own dials through [`OwnDials`], so the core never reads the configuration or the shell's
-//! link table itself; sending HELLO, WELCOME or REJECT and closing a stood-down dial are the
-//! shell's (the I/O thread's `io/admission.rs`, or a simulated node's glue).
+//! link table itself; the order of what follows from these decisions (HELLO, WELCOME or
+//! REJECT, a stood-down dial closed, the step to ready) is the node core's handshake
+//! (`proto::node::core`, crate-private), the sending and closing its shell's (the I/O
+//! thread's `io/admission.rs`), or a simulated node's glue.
 
 use crate::proto::admission::{
     self, HelloFacts, HelloVerdict, OwnDial, Refusing, WelcomeFacts, WelcomeRefused,

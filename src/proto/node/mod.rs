@@ -19,6 +19,12 @@
 //!
 //! The I/O thread's own parts (crate-private):
 //!
+//! - `core`: the node core, the node-wide parts below in one value (the links, the timer
+//!   table, the admission tables, discovery's additions, the liveness table, the routes),
+//!   and, in their order, the handshake's decisions (HELLO, an unadmitted connection's
+//!   first record, WELCOME, the step to ready), a link's failure with its connection's
+//!   close, and the bound sockets' disconnect sweeps, over `Shell`, what the core asks of its shell (sends, the receive units, the
+//!   counters, the calls, the send queues, the application, closing a dialled socket).
 //! - `keys`: the typed handles of the node's tables (links, socket slots, subscriptions,
 //!   calls) and the tables they index, one of them tracking what a turn touched.
 //! - `link`: a link (a configured peer lane or server, or a peer's inbound connection)
@@ -49,6 +55,7 @@ pub mod admit;
 pub(crate) mod answers;
 pub mod callee;
 pub(crate) mod caller;
+pub(crate) mod core;
 pub mod discovered;
 pub(crate) mod gate;
 pub(crate) mod keys;

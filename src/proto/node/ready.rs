@@ -2,9 +2,10 @@
 //! admitted inbound connection becomes its link's current one ([`Link::handle_admitted_inbound`]),
 //! and a connection whose handshake is done becomes ready ([`Link::handle_ready`]: who its
 //! records come from, its liveness entry, the peer's identity, the failure count, the state),
-//! telling the shell what the other parts learn of it ([`Ready`]). Sending the WELCOME,
-//! adding the scheduler unit, the liveness entry itself, opening the send queue and telling
-//! the application are the shell's (`io/admission.rs`).
+//! telling the shell what the other parts learn of it ([`Ready`]). The liveness entry and
+//! the order of the rest (the WELCOME, the scheduler unit, the send queue, telling the
+//! application) are the node core's handshake ([`crate::proto::node::core`]); doing them
+//! is its shell's (`io/admission.rs`).
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -1,11 +1,9 @@
-//! Handshake and admission: HELLO from the dialler, admission (or REJECT) by the acceptor,
-//! WELCOME checked by the dialler, duplicate resolution between two nodes that dial each other
-//! (MISSION T1), NotRequired (T4), and the step to ready. The decisions are the core's
-//! ([`crate::proto::admission`]; [`crate::proto::node::admit`] for what this node expects of
-//! a peer, what an unadmitted connection's first record and a WELCOME lead to and which of
-//! its dials stands down; `proto::node::ready` for what an admitted connection and a done
-//! handshake do to their link); this file reads their inputs off the frames (the record, the
-//! CURVE `User-Id`), sends their records and hands the rest to the other parts.
+//! Handshake and admission, the shell's side: the decisions and their order are the node
+//! core's ([`crate::proto::node::core`]: HELLO, the first record of an unadmitted
+//! connection, WELCOME, the step to ready; [`crate::proto::node::admit`] for the judgements).
+//! This file reads their inputs off the frames (the record, the CURVE `User-Id`) and is the
+//! core's [`Shell`]: it sends the core's records on the sockets and hands the rest to the
+//! other parts.
 //!
 //! A connection that does not open with a well-formed HELLO is refused like one whose HELLO
 //! fails admission: one REJECT (`Protocol`, or `UnsupportedVersion` for another envelope
@@ -15,60 +13,23 @@ use std::time::Instant;
 
 use super::parts::local::ConfigView;
 use super::parts::sockets::Unit;
-use super::{Host, IoThread, LinkKey, SlotKey, Tracked};
-use crate::proto::admission::Refusing;
-use crate::proto::handshake::{Expectation, Identity};
-use crate::proto::node::admit::{
-    Admission, Credentials, FirstRecord, FirstVerdict, WelcomeDecision,
-};
-use crate::proto::node::link::{note, Conn, Link, LinkKind};
+use super::{Host, IoThread, LinkKey, SlotKey};
+use crate::proto::handshake::Identity;
+use crate::proto::node::admit::Credentials;
+use crate::proto::node::core::{self, Count, First, NodeCore, SendFailure, Shell};
+use crate::proto::node::links::SweepRecord;
 use crate::proto::sched::Source as SchedSource;
-use crate::proto::security::{InputRefusal, PublicKey};
+use crate::proto::security::InputRefusal;
 use crate::proto::state::{ConnState, FailureReason};
-use crate::runtime::records::{self, Lane, Rec, RejectReason};
-use crate::runtime::socket::Frame;
+use crate::proto::ConnId;
+use crate::runtime::outbound::Closed;
+use crate::runtime::records::{self, Lane, Rec};
+use crate::runtime::socket::{Frame, SocketSendError};
 
 impl IoThread {
-    pub(super) fn send_hello(&mut self, k: LinkKey) {
-        // Once per connection: a dialled ROUTER learns that its handshake is done both from
-        // its monitor and in band (`on_router_notice`), in either order.
-        if self.links[k].conn.as_ref().is_none_or(|c| c.hello_sent) {
-            return;
-        }
-        let Some((lane, expect)) = self.dial_expectation(k) else {
-            return;
-        };
-        let sent = match records::hello(lane, &self.local.me, &expect, 0) {
-            Ok(frames) => self.send_on_link(k, frames),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot encode HELLO");
-                return;
-            }
-        };
-        if let Some(c) = self.links[k].conn.as_mut() {
-            c.hello_sent = sent.is_ok();
-        }
-    }
-
-    /// What admission reads of this node: the configured peers and servers, the descriptor
-    /// fences, the links and this node's identity.
-    pub(super) fn admission(&self) -> Admission<'_, ConfigView<'_>, Tracked<LinkKey, Link>> {
-        Admission {
-            configured: self.local.configured(),
-            discovered: &self.discovered,
-            links: &self.links,
-            local: &self.local.me,
-        }
-    }
-
-    /// A dialled link's lane and what it expects of the node it dials.
-    fn dial_expectation(&self, k: LinkKey) -> Option<(Lane, Expectation)> {
-        self.admission().dial_expectation(&self.links[k].kind)
-    }
-
-    /// The first record of an unadmitted connection `route` of bound socket `slot`, as the
-    /// core judges it ([`Admission::judge_first_record`]): refused (one REJECT), stale, or
-    /// admitted, standing a dial of ours down if the peer's wins.
+    /// The first record of an unadmitted connection `route` of bound socket `slot`, unless
+    /// the core ignores the connection: decoded, with the key the connection proved, for the
+    /// core to judge ([`core::handle_first_record`]).
     pub(super) fn on_unknown_inbound(
         &mut self,
         slot: SlotKey,
@@ -77,7 +38,7 @@ impl IoThread {
         frames: &mut [Frame],
         now: Instant,
     ) {
-        if self.accepting.refused.contains(slot, route.as_ref()) {
+        if self.core.ignores_unadmitted(slot, route.as_ref()) {
             // Refused already: the rest of what this connection sends is ignored.
             return;
         }
@@ -92,177 +53,146 @@ impl IoThread {
             Some(_) => Credentials::Curve(user_id.as_deref()),
             None => Credentials::Plain,
         };
-        let rec = records::decode(&*frames, crate::proto::wire::Capabilities::NONE);
-        let first = match &rec {
-            Ok(Rec::Hello(h)) => FirstRecord::Hello {
+        let first = match records::decode(&*frames, crate::proto::wire::Capabilities::NONE) {
+            Ok(Rec::Hello(h)) => First::Hello {
                 lane: h.lane,
-                peer: &h.identity,
-                expects: &h.expect,
+                peer: h.identity,
+                expects: h.expect,
             },
-            Ok(rec) => FirstRecord::Other(rec.kind()),
-            Err(e) => FirstRecord::Malformed(e),
+            Ok(rec) => First::Other(rec.kind()),
+            Err(e) => First::Malformed(e),
         };
-        let admitting = self.local.host == Host::Running;
-        let verdict = self
-            .admission()
-            .judge_first_record(lane, credentials, first, admitting);
-        match verdict {
-            FirstVerdict::Refuse(r) => {
-                if let (Err(e), Some(InputRefusal::Malformed)) = (&rec, r.counted) {
-                    tracing::debug!(error = %e, "malformed record from an unadmitted connection");
-                }
-                self.refuse_with(slot, &route, r, now);
-            }
-            FirstVerdict::Stale(r) => {
-                metrics::counter!("zmesh_stale_records_total").increment(1);
-                if let Some(r) = r {
-                    self.refuse_with(slot, &route, r, now);
-                }
-            }
-            FirstVerdict::Admit {
-                stand_down,
-                verified_key,
-            } => {
-                if let Some(dk) = stand_down {
-                    // Their dial wins: stand our own dial down.
-                    if self.links[dk].conn.is_some() {
-                        self.fail_link(
-                            dk,
-                            FailureReason::StoodDown,
-                            "peer's own dial is current",
-                            now,
-                        );
-                    }
-                    self.links[dk].yielded = true;
-                }
-                if let Ok(Rec::Hello(hello)) = rec {
-                    self.admit_inbound(slot, lane, route, hello.identity, verified_key, now);
-                }
-            }
-        }
+        core::handle_first_record(self, slot, lane, route, credentials, first, now);
+    }
+}
+
+impl SendFailure for SocketSendError {
+    fn unreachable(&self) -> bool {
+        matches!(self, SocketSendError::Unreachable)
+    }
+}
+
+impl Shell for IoThread {
+    type Configured<'a> = ConfigView<'a>;
+    type SendError = SocketSendError;
+
+    fn core(&self) -> &NodeCore {
+        &self.core
     }
 
-    /// Makes an admitted connection the peer's current one on `lane`: WELCOME, its link and
-    /// scheduler unit, then ready.
-    fn admit_inbound(
+    fn core_mut(&mut self) -> &mut NodeCore {
+        &mut self.core
+    }
+
+    fn configured(&self) -> ConfigView<'_> {
+        self.local.configured()
+    }
+
+    fn core_with_configured(&mut self) -> (&mut NodeCore, ConfigView<'_>) {
+        (&mut self.core, self.local.configured())
+    }
+
+    fn me(&self) -> &Identity {
+        &self.local.me
+    }
+
+    fn admitting(&self) -> bool {
+        self.local.host == Host::Running
+    }
+
+    fn fresh_conn_id(&mut self) -> ConnId {
+        self.local.fresh_conn_id()
+    }
+
+    fn send_on_link(&mut self, k: LinkKey, frames: Vec<Vec<u8>>) -> Result<(), SocketSendError> {
+        IoThread::send_on_link(self, k, frames)
+    }
+
+    fn send_to(
         &mut self,
         slot: SlotKey,
-        lane: Lane,
-        route: Vec<u8>,
-        peer: Identity,
-        verified: Option<PublicKey>,
-        now: Instant,
-    ) {
-        let k = self.inbound_link(&peer.rid, lane, now);
-        // A replacement connection of the same peer and lane (F3): the dialler closed the old
-        // one before dialling this one, so the old one is done.
-        if self.links[k].conn.is_some() {
-            self.fail_link(
-                k,
-                FailureReason::Replaced,
-                "replaced by a newer admitted connection",
-                now,
-            );
-        }
-        let id = self.local.fresh_conn_id();
-        let Ok(welcome) = records::welcome(lane, &self.local.me, peer.capabilities) else {
-            return;
+        route: &[u8],
+        frames: &[Vec<u8>],
+    ) -> Result<(), SocketSendError> {
+        self.sockets.send(slot, Some(route), frames)
+    }
+
+    fn send_sweep_record(
+        &mut self,
+        slot: SlotKey,
+        route: &[u8],
+        record: SweepRecord,
+    ) -> Result<(), SocketSendError> {
+        let frames = match record {
+            SweepRecord::Ack(id) => records::ack(id),
+            SweepRecord::Probe(id) => records::probe(id),
         };
-        if let Err(e) = self.sockets.send(slot, Some(&route), &welcome) {
-            tracing::debug!(error = %e, "welcome not sent");
-            return;
-        }
-        self.accepting.admitted(slot, route.clone(), k);
+        self.sockets.send(slot, Some(route), &frames)
+    }
+
+    fn add_peer_unit(&mut self, slot: SlotKey, k: LinkKey, conn: ConnId) {
         if let Some(sid) = self.sockets.shared_id(slot) {
             if let Err(e) = self
                 .receiving
                 .sched
-                .add_unit(Unit::Peer(k, id), SchedSource::Shared(sid))
+                .add_unit(Unit::Peer(k, conn), SchedSource::Shared(sid))
             {
                 tracing::debug!(error = ?e, "scheduler unit not added");
             }
         }
-        let conn = Conn::admitted(id, slot, route, verified, now);
-        self.links[k].handle_admitted_inbound(conn, now);
-        self.become_ready(k, peer, now);
     }
 
-    /// Refuses the unadmitted connection `route` of bound socket `slot`: one REJECT, and
-    /// nothing it sends afterwards is looked at (while [`Refused`](crate::proto::node::accepting::Refused) remembers it).
-    fn refuse(&mut self, slot: SlotKey, route: &[u8], reason: RejectReason, detail: &str) {
-        if self.accepting.refuse(slot, route) {
-            let _ = self
-                .sockets
-                .send(slot, Some(route), &records::reject(reason, detail));
-        }
+    fn record_refusal(&mut self, slot: SlotKey, why: InputRefusal, detail: String, now: Instant) {
+        IoThread::record_refusal(self, slot, why, detail, now);
     }
 
-    /// Refuses as [`admission`] decided: the input refusal counted if it is one, then
-    /// [`Self::refuse`].
-    fn refuse_with(&mut self, slot: SlotKey, route: &[u8], r: Refusing, now: Instant) {
-        if let Some(why) = r.counted {
-            self.record_refusal(slot, why, r.detail.clone(), now);
-        }
-        self.refuse(slot, route, r.reason, &r.detail);
-    }
-
-    pub(super) fn inbound_link(&mut self, rid: &str, lane: Lane, now: Instant) -> LinkKey {
-        let kind = LinkKind::Inbound {
-            rid: rid.to_owned(),
-            lane,
-        };
-        match self.links.position(|l| l.kind == kind) {
-            Some(k) => k,
-            None => {
-                let k = self.add_link(kind, now);
-                self.links[k].retry_at = None;
-                k
+    fn count(&mut self, what: Count) {
+        match what {
+            Count::StaleRecord => metrics::counter!("zmesh_stale_records_total").increment(1),
+            Count::LinkFailure(reason) => {
+                metrics::counter!("zmesh_link_failures_total", "reason" => reason.as_str())
+                    .increment(1)
+            }
+            Count::SweepRecord => {
+                metrics::counter!("zmesh_disconnect_sweep_records_total").increment(1)
             }
         }
     }
 
-    /// The handshake of link `k`'s connection is done with `peer`: the link makes it ready
-    /// ([`Link::handle_ready`]) with its liveness entry, the caller learns the channels the
-    /// peer serves, its send queue opens and the application hears of it.
-    pub(super) fn become_ready(&mut self, k: LinkKey, peer: Identity, now: Instant) {
-        let Some(id) = self.links[k].conn.as_ref().map(|c| c.id) else {
-            return;
-        };
-        let live = self.liveness.insert_connection(k, id, now);
-        let Some(ready) = self.links[k].handle_ready(peer, live, now) else {
-            return;
-        };
-        for channel in &ready.servers {
+    fn learn_servers(&mut self, channels: &[String]) {
+        for channel in channels {
             self.caller.calls_mut().learn_server(channel);
         }
-        // One-way records may go to it from now on (before the application hears of it).
-        self.open_send_queue(k);
-        let link = self.local.link_id(&self.links[k].kind);
-        self.app
-            .emit_state(link, ConnState::Ready, None, &ready.detail);
     }
 
-    /// The acceptor admitted us: the core checks it is who we expect
-    /// ([`Admission::judge_welcome`]), then the lane is ready.
-    pub(super) fn on_welcome(&mut self, k: LinkKey, w: records::WelcomeRec, now: Instant) {
-        let l = &self.links[k];
-        let verified = l.conn.as_ref().and_then(|c| c.verified_key);
-        let decision = self
-            .admission()
-            .judge_welcome(&l.kind, verified, w.lane, &w.identity);
-        match decision {
-            WelcomeDecision::Ignore => {}
-            WelcomeDecision::Ready => {
-                note(self.links[k].state.handle_admitted(now));
-                self.become_ready(k, w.identity, now);
-            }
-            WelcomeDecision::Refuse(refused) => {
-                // Tell the acceptor why, then close our side.
-                if let Some(reason) = refused.reject {
-                    let _ = self.send_on_link(k, records::reject(reason, &refused.detail));
-                }
-                self.fail_link(k, refused.failure, &refused.detail, now);
-            }
-        }
+    fn open_send_queue(&mut self, k: LinkKey) {
+        IoThread::open_send_queue(self, k);
+    }
+
+    fn emit_state(
+        &mut self,
+        k: LinkKey,
+        state: ConnState,
+        reason: Option<FailureReason>,
+        detail: &str,
+    ) {
+        let link = self.local.link_id(&self.core.links[k].kind);
+        self.app.emit_state(link, state, reason, detail);
+    }
+
+    fn fail_calls(&mut self, k: LinkKey, conn: ConnId, reason: FailureReason, now: Instant) {
+        self.calls_connection_lost(k, conn, reason, now);
+    }
+
+    fn close_send_queue(&mut self, k: LinkKey, reason: FailureReason) -> usize {
+        IoThread::close_send_queue(self, k, Closed::NotReady, reason)
+    }
+
+    fn close_dialled(&mut self, k: LinkKey, slot: SlotKey) -> bool {
+        IoThread::close_dialled(self, k, slot)
+    }
+
+    fn remove_peer_unit(&mut self, k: LinkKey, conn: ConnId) {
+        self.receiving.sched.remove_unit(Unit::Peer(k, conn));
     }
 }

@@ -51,7 +51,7 @@ impl IoThread {
             return self.mesh_route(rid).ok_or(Unrouted::NoReadyPeer);
         }
         self.sync_links();
-        let (ready, configured) = self.routes.ready_for(channel);
+        let (ready, configured) = self.core.routes.ready_for(channel);
         self.caller.calls_mut().pick(channel, ready, configured)
     }
 
@@ -67,7 +67,7 @@ impl IoThread {
                 .map(|(send, key)| Route {
                     send,
                     key,
-                    target: self.links[send]
+                    target: self.core.links[send]
                         .conn
                         .as_ref()
                         .and_then(|c| c.peer.as_ref())
@@ -84,7 +84,11 @@ impl IoThread {
         if !self.caller.calls().has_requests() {
             return;
         }
-        let (links, cfg, me) = (&self.links, &self.local.cfg, self.local.me.capabilities);
+        let (links, cfg, me) = (
+            &self.core.links,
+            &self.local.cfg,
+            self.local.me.capabilities,
+        );
         let messages = self.caller.calls_mut().take_requests(|k| {
             if !batches_calls(links, cfg, k) {
                 SendPolicy::Alone
@@ -107,22 +111,10 @@ impl IoThread {
         self.drain_calls(now);
     }
 
-    /// The call key of answers arriving on link `k`: the connection itself, if it is a
-    /// Completion lane or a ClientServer connection (answers never travel on the Application
-    /// lane).
-    fn answer_key(&self, k: LinkKey) -> Option<CallKey> {
-        let l = self.links.get(k)?;
-        let c = l.conn.as_ref()?;
-        match l.lane()? {
-            Lane::ClientServer | Lane::Completion => Some((k, c.id)),
-            Lane::Application => None,
-        }
-    }
-
     /// ACCEPT, ITEM or REPLY for one of our calls, arriving on link `k`.
     pub(super) fn on_call_answer(&mut self, k: LinkKey, rec: records::Rec, now: Instant) {
-        tracing::debug!(kind = rec.kind_name(), key = ?self.answer_key(k), "call answer");
-        let Some(key) = self.answer_key(k) else {
+        tracing::debug!(kind = rec.kind_name(), key = ?self.core.answer_key(k), "call answer");
+        let Some(key) = self.core.answer_key(k) else {
             metrics::counter!("zmesh_call_answers_ignored_total").increment(1);
             return;
         };
@@ -143,7 +135,9 @@ impl IoThread {
         reason: FailureReason,
         now: Instant,
     ) {
-        let Some(l) = self.links.get(k) else { return };
+        let Some(l) = self.core.links.get(k) else {
+            return;
+        };
         let key = match l.lane() {
             Some(Lane::Completion | Lane::ClientServer) => Some((k, conn)),
             Some(Lane::Application) if reason != FailureReason::OrderlyClose => l

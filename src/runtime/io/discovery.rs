@@ -1,8 +1,9 @@
 //! Automatic mode in the I/O thread (MISSION D1, F3, F4, T3, T4): carrying out what the node
 //! core decides for each of the discovery agent's [`Intent`]s
 //! ([`Discovered::apply`](crate::proto::node::discovered::Discovered::apply): configuration
-//! entries, links and subscriptions added, resumed, withdrawn, refenced), and the descriptor
-//! this node publishes.
+//! entries, links and subscriptions added, resumed, withdrawn, refenced; what withdrawing or
+//! refencing does to a link is the core's too, [`core::withdraw`], [`core::refence`]), and
+//! the descriptor this node publishes.
 //!
 //! A discovered RouteMesh peer or ClientServer server becomes a configured entry like a
 //! manual one (appended to the node's peer and server lists, dialled the same way); a
@@ -40,11 +41,10 @@ use super::parts::sockets::SlotRole;
 use super::{IoThread, LinkKey, SubKey};
 use crate::config::{EndpointKind, NodeConfig, PeerConfig, ServerConfig};
 use crate::proto::discovery::{Descriptor, Intent, MeshEndpoints};
-use crate::proto::node::admit::Refenced;
+use crate::proto::node::core;
 use crate::proto::node::discovered::{DiscoveryOp, Entries, ServerEntry};
 use crate::proto::node::keys::Tracked;
 use crate::proto::node::link::{Link, LinkKind};
-use crate::proto::node::links::{Withdrawal, WITHDRAWN};
 use crate::proto::security::PublicKey;
 use crate::proto::state::{FailureReason, LinkKind as StateKind, LinkState};
 use crate::runtime::event::DiscoveryEvent;
@@ -141,7 +141,11 @@ impl IoThread {
         }
         for intent in intents {
             let next_sub = self.fanout.subs.next_key();
-            for op in self.discovered.apply(intent, &self.local.cfg, next_sub) {
+            for op in self
+                .core
+                .discovered
+                .apply(intent, &self.local.cfg, next_sub)
+            {
                 self.discovery_op(op, now);
             }
         }
@@ -182,23 +186,23 @@ impl IoThread {
                 }
             }
             DiscoveryOp::AddLink(kind) => {
-                self.add_link(kind, now);
+                self.core.add_link(kind, now);
             }
             DiscoveryOp::Resume(kind) => {
-                if let Some(k) = link(&self.links, &kind) {
-                    self.links[k].withdrawn = false;
+                if let Some(k) = link(&self.core.links, &kind) {
+                    self.core.links[k].withdrawn = false;
                 }
             }
             DiscoveryOp::Withdraw(kind) => {
-                if let Some(k) = link(&self.links, &kind) {
-                    self.withdraw(k, now);
+                if let Some(k) = link(&self.core.links, &kind) {
+                    core::withdraw(self, k, now);
                 }
             }
             DiscoveryOp::Refence {
                 rid,
                 generation,
                 inbound_only,
-            } => self.refence(&rid, generation, inbound_only, now),
+            } => core::refence(self, &rid, generation, inbound_only, now),
             DiscoveryOp::Subscribe {
                 endpoint,
                 key,
@@ -234,44 +238,6 @@ impl IoThread {
         }
     }
 
-    /// Holds every link of `rid` (only its inbound links if `inbound_only`) to its current
-    /// fence: a ready connection of another run is closed, a dial in progress (started under
-    /// an older fence) is closed, and a dialled link with no connection is reconfigured for
-    /// the new generation and dialled as soon as the close of its last socket is confirmed.
-    fn refence(&mut self, rid: &str, generation: u64, inbound_only: bool, now: Instant) {
-        let verdicts = self.admission().refence(rid, inbound_only);
-        for (k, verdict) in verdicts {
-            match verdict {
-                Refenced::Keep => {}
-                Refenced::ReplacedRun => {
-                    let detail =
-                        format!("a descriptor of generation {generation:016x} replaces this run");
-                    self.fail_link(k, FailureReason::Reconfigured, &detail, now);
-                }
-                Refenced::StaleDial => {
-                    self.fail_link(
-                        k,
-                        FailureReason::Reconfigured,
-                        "dial started under an older descriptor",
-                        now,
-                    );
-                }
-            }
-            if let Some(event) = self.links[k].refenced(generation, now) {
-                self.emit_link_state(k, event);
-            }
-        }
-    }
-
-    /// Stops dialling link `k` (its descriptor is gone): as [`Link::withdraw`] decides.
-    fn withdraw(&mut self, k: LinkKey, now: Instant) {
-        match self.links[k].withdraw(now) {
-            Withdrawal::Nothing => {}
-            Withdrawal::Close => self.fail_link(k, FailureReason::Reconfigured, WITHDRAWN, now),
-            Withdrawal::Report(event) => self.emit_link_state(k, event),
-        }
-    }
-
     /// Stops subscribing to publisher `i`: a socket that never became ready is closed now; a
     /// ready one stays until the transport fails it, and is not reopened.
     fn retire_sub(&mut self, i: SubKey, now: Instant) {
@@ -298,7 +264,7 @@ impl IoThread {
         now: Instant,
     ) -> SubKey {
         let i = self.fanout.subs.next_key();
-        let live = self.liveness.insert_subscription(i, now);
+        let live = self.core.liveness.insert_subscription(i, now);
         let pushed = self.fanout.subs.push(Sub {
             endpoint: endpoint.to_owned(),
             source: Source::Publisher {

@@ -25,7 +25,11 @@ impl IoThread {
     /// Connections the node has open (sockets with a peer): dialled and inbound
     /// connections, and subscriptions with a socket.
     pub(super) fn open_connections(&self) -> usize {
-        self.links.values().filter(|l| l.conn.is_some()).count()
+        self.core
+            .links
+            .values()
+            .filter(|l| l.conn.is_some())
+            .count()
             + self
                 .fanout
                 .subs
@@ -104,15 +108,15 @@ impl IoThread {
         now: Instant,
     ) {
         let Some(cause) = self.exhausted(&e, now) else {
-            self.links[k].retry_at = Some(now + super::BACKOFF_MAX);
+            self.core.links[k].retry_at = Some(now + super::BACKOFF_MAX);
             tracing::warn!(error = %e, endpoint, "cannot open dialled socket");
             return;
         };
-        let link = self.local.link_id(&self.links[k].kind);
+        let link = self.local.link_id(&self.core.links[k].kind);
         tracing::debug!(link = %link, "socket not opened: {cause}");
         self.note_exhausted(&link.to_string(), &cause, now);
         let detail = cause.to_string();
-        let l = &mut self.links[k];
+        let l = &mut self.core.links[k];
         let (retry_at, first) =
             record_exhausted(&mut l.state, &mut l.failures_in_row, &detail, now);
         l.retry_at = Some(retry_at);

@@ -83,7 +83,8 @@ impl IoThread {
             .map_err(bind_err)?;
         if let Some(pair) = &self.local.curve {
             m.socket.secure_server(pair).map_err(bind_err)?;
-            self.accepting
+            self.core
+                .accepting
                 .gate
                 .add_domain(super::PUBLISHER_DOMAIN, super::Gated::Publisher);
         }
@@ -134,7 +135,7 @@ impl IoThread {
 
     pub(super) fn open_sub(&mut self, i: SubKey, now: Instant) {
         let endpoint = self.fanout.subs[i].endpoint.clone();
-        let gate = &self.accepting.gate;
+        let gate = &self.core.accepting.gate;
         let security = self.fanout.subs[i].security(self.local.curve.is_some(), |k| gate.allows(k));
         let curve = match (&self.local.curve, security) {
             (Some(pair), SubSecurity::Curve(key)) => Some((pair.clone(), key)),
@@ -183,6 +184,7 @@ impl IoThread {
                 let id = self.local.fresh_conn_id();
                 // A new socket starts a new watch: silence is counted from now (L5).
                 let _ = self
+                    .core
                     .liveness
                     .table_mut()
                     .reset_publisher(self.fanout.subs[i].live, now);
@@ -305,7 +307,11 @@ impl IoThread {
         if p.receipt > 0 {
             let input = FanoutInput::Pack { records: p.receipt };
             let live = s.live;
-            let verdict = self.liveness.table_mut().handle_fanout(live, input, now);
+            let verdict = self
+                .core
+                .liveness
+                .table_mut()
+                .handle_fanout(live, input, now);
             // A state change (ready) comes before the records that caused it.
             self.take_publisher_events(p.sub, live, now);
             if !matches!(verdict, Ok(FanoutDelivery::Deliver)) {
@@ -343,7 +349,11 @@ impl IoThread {
             Err(e) => FanoutInput::from_decoded(Err(e)),
         };
         let live = self.fanout.subs[i].live;
-        let verdict = self.liveness.table_mut().handle_fanout(live, input, now);
+        let verdict = self
+            .core
+            .liveness
+            .table_mut()
+            .handle_fanout(live, input, now);
         // A state change (ready) comes before the record that caused it.
         self.take_publisher_events(i, live, now);
         match (verdict, decoded) {
@@ -363,7 +373,7 @@ impl IoThread {
     /// Acts on what subscription `i`'s watch (`live`) said of the input it was just handed,
     /// before that input's records are delivered.
     fn take_publisher_events(&mut self, i: SubKey, live: liveness::LinkKey, now: Instant) {
-        while let Some(ev) = self.liveness.table_mut().poll_event_of(live) {
+        while let Some(ev) = self.core.liveness.table_mut().poll_event_of(live) {
             match ev {
                 LivenessEvent::Publisher(ev) => self.on_publisher_event(i, ev, now),
                 LivenessEvent::Probe(ev) => {

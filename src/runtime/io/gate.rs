@@ -40,9 +40,9 @@ use super::parts::ready::Watch;
 use super::parts::sockets::{Slot, SlotRole};
 use super::{Gated, IoThread, SlotKey};
 use crate::proto::node::accepting::GateEvent;
+use crate::proto::node::core;
 use crate::proto::node::gate::Refusal;
 use crate::proto::security::{InputRefusal, PublicKey, ZapReply, ZapRequest};
-use crate::proto::state::FailureReason;
 use crate::runtime::event::NodeEvent;
 use crate::runtime::security::SecurityEvent;
 use crate::runtime::snapshot::RefusalSnapshot;
@@ -55,7 +55,7 @@ const ZAP_PER_TURN: usize = 256;
 impl IoThread {
     /// A bound socket's monitor event, as the gate takes it
     /// ([`Accepting::handle_monitor_event`](crate::proto::node::accepting::Accepting::handle_monitor_event)):
-    /// a disconnect starts the sweep checks ([`IoThread::check_bound_disconnects`]), a
+    /// a disconnect starts the sweep checks ([`core::check_bound_disconnects`]), a
     /// refused handshake is recorded.
     pub(super) fn gate_monitor_event(
         &mut self,
@@ -66,11 +66,12 @@ impl IoThread {
     ) {
         let curve = self.local.curve.is_some();
         match self
+            .core
             .accepting
             .handle_monitor_event(slot, event, value, curve)
         {
             GateEvent::Nothing => {}
-            GateEvent::Sweep => self.timers.start_sweep(slot, now),
+            GateEvent::Sweep => self.core.timers.start_sweep(slot, now),
             GateEvent::Refused(reason, detail) => self.record_refusal(slot, reason, detail, now),
         }
     }
@@ -119,7 +120,7 @@ impl IoThread {
                 .unwrap_or_default(),
         };
         tracing::debug!(endpoint, reason = reason.as_str(), detail, "refused");
-        self.accepting.gate.remember(Refusal {
+        self.core.accepting.gate.remember(Refusal {
             at: now,
             endpoint,
             reason,
@@ -129,7 +130,8 @@ impl IoThread {
 
     /// The recent refusals, oldest first, for a snapshot.
     pub(super) fn recent_refusals(&self, now: Instant) -> Vec<RefusalSnapshot> {
-        self.accepting
+        self.core
+            .accepting
             .gate
             .refusals()
             .map(|r| RefusalSnapshot {
@@ -182,7 +184,7 @@ impl IoThread {
     /// before its ZAP request, so the count includes this connection). A refusal that counts
     /// is recorded.
     fn zap_verdict(&mut self, request: &ZapRequest, now: Instant) -> ZapReply {
-        let gated = self.accepting.gate.gated(&request.domain);
+        let gated = self.core.accepting.gate.gated(&request.domain);
         let mut still_bound = false;
         if let Some(Gated::Bound(slot)) = gated {
             still_bound = matches!(
@@ -198,7 +200,7 @@ impl IoThread {
                 }
             }
         }
-        let (reply, refused) = self.accepting.judge_zap(
+        let (reply, refused) = self.core.accepting.judge_zap(
             request,
             gated,
             still_bound,
@@ -213,7 +215,8 @@ impl IoThread {
 
     /// A new allow-list (or the error of an attempt to read one): in force at once for new
     /// connections; what it does to the links is the gate's
-    /// ([`Accepting::allow_list_effects`](crate::proto::node::accepting::Accepting::allow_list_effects)).
+    /// ([`Accepting::allow_list_effects`](crate::proto::node::accepting::Accepting::allow_list_effects)),
+    /// carried out by the core ([`core::handle_allow_list_effects`]).
     pub(super) fn on_allow_list(
         &mut self,
         loaded: Result<BTreeSet<PublicKey>, String>,
@@ -228,7 +231,7 @@ impl IoThread {
                     detail,
                     "allow-list not reloaded; the previous one stays"
                 );
-                self.accepting.gate.allow_error = Some(detail.clone());
+                self.core.accepting.gate.allow_error = Some(detail.clone());
                 self.app
                     .push(NodeEvent::Security(SecurityEvent::AllowListError {
                         detail: detail.clone(),
@@ -237,7 +240,7 @@ impl IoThread {
                 return Err(detail);
             }
         };
-        let n = self.accepting.gate.reload(keys);
+        let n = self.core.accepting.gate.reload(keys);
         metrics::gauge!("zmesh_allow_list_keys").set(n as f64);
         tracing::info!(trigger, keys = n, "allow-list loaded");
         self.app
@@ -245,27 +248,14 @@ impl IoThread {
                 keys: n,
                 trigger,
             }));
-        let effects = self.accepting.allow_list_effects(&self.links, |k| {
-            self.link_endpoint(k)
-                .is_some_and(|ep| self.local.cfg.security.endpoint_key(&ep).is_some())
-        });
-        for k in effects.redial {
-            self.links[k].retry_at = Some(now);
-        }
-        for removed in effects.removed {
-            if let Some((reason, detail)) = removed.reject {
-                let _ = self.send_on_link(
-                    removed.link,
-                    crate::runtime::records::reject(reason, detail),
-                );
-            }
-            self.fail_link(
-                removed.link,
-                FailureReason::SecurityFailure,
-                removed.detail,
-                now,
-            );
-        }
+        let effects = self
+            .core
+            .accepting
+            .allow_list_effects(&self.core.links, |k| {
+                self.link_endpoint(k)
+                    .is_some_and(|ep| self.local.cfg.security.endpoint_key(&ep).is_some())
+            });
+        core::handle_allow_list_effects(self, effects, now);
         Ok(n)
     }
 }

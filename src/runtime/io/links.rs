@@ -1,27 +1,26 @@
 //! Links and dialling: a link is a configured peer lane, a configured server, or a peer's
-//! inbound connection; it holds at most one current physical connection. Dialling, failing a
-//! connection at once (MISSION F1, L6), closing it and waiting for libzmq to confirm the close
-//! before a replacement is dialled (F3), and the bound-socket sweeps that detect a vanished
-//! inbound connection whose notice libzmq dropped. What a dial uses, what a failure does to
-//! the links and what a sweep sends are the node core's decisions
-//! ([`crate::proto::node::links`]); this file makes and closes the sockets. What the sockets'
-//! monitors say is acted on above this, in `io/monitor.rs`; the in-band notices of a
-//! connection's loss in `io/receive.rs`.
-
+//! inbound connection; it holds at most one current physical connection. Dialling, closing
+//! a dialled socket and waiting for libzmq to confirm the close before a replacement is
+//! dialled (F3). What a dial uses, what a failure does to the links and what a disconnect
+//! sweep sends are the node core's decisions ([`crate::proto::node::links`]), and so are
+//! failing a connection at once (MISSION F1, L6) with the order of its consequences
+//! ([`crate::proto::node::core::fail_link`]) and the bound-socket sweeps that detect a
+//! vanished inbound connection whose notice libzmq dropped
+//! ([`crate::proto::node::core::check_bound_disconnects`]); this file makes and closes the
+//! sockets. What the sockets' monitors say is acted on above this, in `io/monitor.rs`; the
+//! in-band notices of a connection's loss in `io/receive.rs`.
 use std::time::Instant;
 
 use super::parts::ready::Watch;
 use crate::config::NodeConfig;
-use crate::proto::node::link::{Conn, Link, LinkKind};
-use crate::proto::node::links::{self, DialPlan, DialSocket, DialTargets, StateEvent, SweepRecord};
+use crate::proto::node::core::Shell;
+use crate::proto::node::links::{self, DialPlan, DialSocket, DialTargets, StateEvent};
 
-use super::parts::sockets::{Slot, SlotRole, Unit};
+use super::parts::sockets::{Slot, SlotRole};
 use super::{Host, IoThread, LinkKey, SlotKey};
 use crate::proto::security::PublicKey;
 use crate::proto::state::FailureReason;
-use crate::runtime::outbound::Closed;
-use crate::runtime::records::{self, Lane};
-use crate::runtime::socket::SocketSendError;
+use crate::runtime::records::Lane;
 use crate::runtime::transport::{SocketKind, SocketRole, Transport, TransportSocket};
 
 /// The configuration as a dial reads it (peers and servers discovery appended included).
@@ -49,22 +48,18 @@ impl DialTargets for NodeConfig {
 }
 
 impl IoThread {
-    pub(super) fn add_link(&mut self, kind: LinkKind, now: Instant) -> LinkKey {
-        self.links.push(Link::new(kind, now))
-    }
-
     /// The endpoint dialled link `k` dials (`None` for an inbound link).
     pub(super) fn link_endpoint(&self, k: LinkKey) -> Option<String> {
-        links::dial_target(&self.links[k].kind, &self.local.cfg).map(|(ep, ..)| ep.to_owned())
+        links::dial_target(&self.core.links[k].kind, &self.local.cfg).map(|(ep, ..)| ep.to_owned())
     }
 
     /// Dials link `k` as the node core plans it ([`links::plan_dial`]).
     pub(super) fn dial(&mut self, k: LinkKey, now: Instant) {
-        let curve = self.local.curve.as_ref().map(|_| &self.accepting.gate);
+        let curve = self.local.curve.as_ref().map(|_| &self.core.accepting.gate);
         let plan = links::plan_dial(
-            &self.links[k].kind,
+            &self.core.links[k].kind,
             &self.local.cfg,
-            &self.discovered,
+            &self.core.discovered,
             curve,
         );
         let dial = match plan {
@@ -117,25 +112,23 @@ impl IoThread {
         let slot = match added {
             Ok(slot) => slot,
             Err(e) => {
-                self.links[k].unwatched(now);
+                self.core.links[k].unwatched(now);
                 tracing::warn!(error = %e, endpoint, "cannot watch dialled socket");
                 return;
             }
         };
-        let event = self.links[k].dialled(dial, id, slot, now);
+        let event = self.core.links[k].dialled(dial, id, slot, now);
         self.emit_link_state(k, event);
     }
 
     /// Hands link `k`'s state change to the application.
     pub(super) fn emit_link_state(&mut self, k: LinkKey, event: StateEvent) {
-        let link = self.local.link_id(&self.links[k].kind);
-        self.app
-            .emit_state(link, event.state, event.reason, &event.detail);
+        Shell::emit_state(self, k, event.state, event.reason, &event.detail);
     }
 
     /// Link `k` cannot be dialled under CURVE ([`Link::refuse_dial`]).
     fn refuse_dial(&mut self, k: LinkKey, detail: &str, now: Instant) {
-        let Some(event) = self.links[k].refuse_dial(detail, now) else {
+        let Some(event) = self.core.links[k].refuse_dial(detail, now) else {
             return;
         };
         tracing::warn!(detail, "not dialled");
@@ -144,108 +137,50 @@ impl IoThread {
             .increment(1);
     }
 
-    /// Takes a link's current connection out of ready at once and closes it (MISSION F1, L6).
-    pub(super) fn fail_link(
-        &mut self,
-        k: LinkKey,
-        reason: FailureReason,
-        detail: &str,
-        now: Instant,
-    ) {
-        let Some(conn_id) = self.links[k].conn.as_ref().map(|c| c.id) else {
-            return;
-        };
-        // Calls leased on this connection fail at once, as "may have run" (MISSION C2).
-        self.calls_connection_lost(k, conn_id, reason, now);
-        // One-way records still in its zmesh queue are counted and named in this failure,
-        // never silently gone.
-        let unsent = self.close_send_queue(k, Closed::NotReady, reason);
-        let running = self.local.host == Host::Running;
-        let configured = self.local.configured();
-        let failure = (reason, detail);
-        let Some(failed) = links::fail(
-            &mut self.links,
-            &configured,
-            k,
-            failure,
-            unsent,
-            running,
-            now,
-        ) else {
-            return;
-        };
-        self.close_conn(k, failed.conn, reason, now);
-        self.emit_link_state(k, failed.event);
-        if failed.counted {
-            metrics::counter!("zmesh_link_failures_total", "reason" => reason.as_str())
-                .increment(1);
+    /// Closes link `k`'s dialled socket `slot` if `slot` is that (true), keeping its
+    /// monitor until libzmq confirms the close; false if `slot` is not link `k`'s own socket.
+    pub(super) fn close_dialled(&mut self, k: LinkKey, slot: SlotKey) -> bool {
+        let dialled = matches!(self.sockets.get(slot), Some(s) if s.role == SlotRole::Dialled(k));
+        if !dialled {
+            return false;
         }
-    }
-
-    pub(super) fn close_conn(
-        &mut self,
-        k: LinkKey,
-        conn: Conn,
-        reason: FailureReason,
-        _now: Instant,
-    ) {
-        if let Some(live) = conn.live {
-            self.liveness.remove(live);
-        }
-        let dialled =
-            matches!(self.sockets.get(conn.slot), Some(s) if s.role == SlotRole::Dialled(k));
-        if dialled {
-            if let Some(mut slot) = self.take_slot(conn.slot) {
-                // A socket whose monitor was stopped after its handshake gets one again for
-                // its close; if it cannot (no descriptors), the close goes
-                // unconfirmed and the link dials again after its backoff alone. A node that
-                // stops dials nothing again: no confirmation is needed then.
-                let redial = self.local.host != Host::Stopped;
-                if let (None, Some(room), true) = (slot.monitor.as_ref(), slot.room.take(), redial)
-                {
-                    match self.sockets.contexts.watch_close(&slot.socket, room) {
-                        Ok(m) => slot.monitor = Some(m),
-                        Err(e) => tracing::debug!(error = %e, link = %k, "close not monitored"),
-                    }
+        if let Some(mut slot) = self.take_slot(slot) {
+            // A socket whose monitor was stopped after its handshake gets one again for
+            // its close; if it cannot (no descriptors), the close goes
+            // unconfirmed and the link dials again after its backoff alone. A node that
+            // stops dials nothing again: no confirmation is needed then.
+            let redial = self.local.host != Host::Stopped;
+            if let (None, Some(room), true) = (slot.monitor.as_ref(), slot.room.take(), redial) {
+                match self.sockets.contexts.watch_close(&slot.socket, room) {
+                    Ok(m) => slot.monitor = Some(m),
+                    Err(e) => tracing::debug!(error = %e, link = %k, "close not monitored"),
                 }
-                // Closing our own dialled socket: keep its monitor until libzmq confirms the
-                // close, and dial no replacement before that (MISSION F3).
-                if let Some(m) = slot.monitor {
-                    if let Err(e) = self.sockets.ready.register(&m, Watch::Closing(k)) {
-                        // Unwatched, the link dials again at the time bound, and the monitor is
-                        // checked on the timer passes after that (overdue).
-                        tracing::debug!(error = %e, "closing monitor not watched");
-                    }
-                    self.links[k].closing = Some(Instant::now());
-                    // Never the case (a link dials only once its last close is settled); if
-                    // it were, that monitor must still wait for libzmq's confirmation.
-                    if let Some(earlier) = self.sockets.closing.insert(k, m) {
-                        self.sockets.overdue_closing.push(earlier);
-                    }
+            }
+            // Closing our own dialled socket: keep its monitor until libzmq confirms the
+            // close, and dial no replacement before that (MISSION F3).
+            if let Some(m) = slot.monitor {
+                if let Err(e) = self.sockets.ready.register(&m, Watch::Closing(k)) {
+                    // Unwatched, the link dials again at the time bound, and the monitor is
+                    // checked on the timer passes after that (overdue).
+                    tracing::debug!(error = %e, "closing monitor not watched");
                 }
-                slot.socket.close();
+                self.core.links[k].closing = Some(Instant::now());
+                // Never the case (a link dials only once its last close is settled); if
+                // it were, that monitor must still wait for libzmq's confirmation.
+                if let Some(earlier) = self.sockets.closing.insert(k, m) {
+                    self.sockets.overdue_closing.push(earlier);
+                }
             }
-        } else if let Some(route) = conn.route {
-            // An inbound connection on a shared bound socket: libzmq cannot close one pipe
-            // there. Tell the peer to close (it owns the socket), and forget the routing id so
-            // that late records of this physical connection change nothing (MISSION L6).
-            if let Some(close) = links::inbound_close(reason) {
-                let _ = self
-                    .sockets
-                    .send(conn.slot, Some(&route), &records::close(close));
-            }
-            if let Some(m) = self.accepting.inbound.get_mut(&conn.slot) {
-                m.remove(route.as_slice());
-            }
-            self.receiving.sched.remove_unit(Unit::Peer(k, conn.id));
+            slot.socket.close();
         }
+        true
     }
 
     /// libzmq confirmed the close of link `k`'s closed socket (or the node is shutting down
     /// and terminates the contexts next): its monitor goes, and the link may be dialled again
     /// at its retry time.
     pub(super) fn confirm_close(&mut self, k: LinkKey) {
-        if let Some(l) = self.links.get_mut(k) {
+        if let Some(l) = self.core.links.get_mut(k) {
             l.closing = None;
         }
         if let Some(m) = self.sockets.closing.remove(&k) {
@@ -256,68 +191,12 @@ impl IoThread {
     /// Link `k`'s closed socket was not confirmed closed within [`CLOSE_CONFIRM_MAX`](crate::proto::node::link::CLOSE_CONFIRM_MAX): the
     /// link may be dialled again, its old monitor is kept until libzmq confirms after all.
     pub(super) fn close_overdue(&mut self, k: LinkKey) {
-        if let Some(l) = self.links.get_mut(k) {
+        if let Some(l) = self.core.links.get_mut(k) {
             l.closing = None;
         }
         if let Some(m) = self.sockets.closing.remove(&k) {
             tracing::debug!(link = %k, "close not confirmed in time; dialling anyway");
             self.sockets.overdue_closing.push(m);
-        }
-    }
-
-    /// Inbound link `k`'s connection is gone: it fails, or stands down if it was the
-    /// peer's duplicate dial of a lane our own dial holds (T1, [`links::gone_inbound`]).
-    pub(super) fn fail_gone_inbound(&mut self, k: LinkKey, now: Instant) {
-        let (reason, detail) = links::gone_inbound(&self.links, &self.local.configured(), k);
-        self.fail_link(k, reason, detail, now);
-    }
-
-    /// A step of the fallback after a disconnect event of bound socket `slot`
-    /// ([`SWEEP_DELAYS`](crate::proto::node::timers::SWEEP_DELAYS)): every connection names its own
-    /// loss in band ([`IoThread::on_inbound_notice`]), except one whose pipe was full when it
-    /// was lost (libzmq drops that notice). If more connections are admitted on the socket
-    /// than its monitor counts open, a notice is missing (or still queued behind records),
-    /// and the socket is swept ([`IoThread::sweep`]); otherwise nothing is sent. An
-    /// unadmitted connection open at the time hides a missing notice from the count: the
-    /// peer's next connection of the lane replaces the link at its HELLO, and failing that,
-    /// the link's 15 s deadline (L2) takes it out of ready.
-    pub(super) fn check_bound_disconnects(&mut self, slot: SlotKey, now: Instant) {
-        let admitted = self.accepting.inbound.get(&slot).map_or(0, |m| m.len());
-        if admitted > self.accepting.gate.open_on(slot) {
-            self.sweep(slot, now);
-        }
-    }
-
-    /// Checks every inbound connection of a bound socket for a vanished pipe: a record sent
-    /// with `ROUTER_MANDATORY` to a routing id whose pipe is gone fails with `EHOSTUNREACH`.
-    /// The record is one that changes nothing at the peer ([`links::sweep_record`]). Each
-    /// record sent is counted in `zmesh_disconnect_sweep_records_total`.
-    fn sweep(&mut self, slot: SlotKey, now: Instant) {
-        let victims: Vec<(Vec<u8>, LinkKey)> = self
-            .accepting
-            .inbound
-            .get(&slot)
-            .map(|m| m.iter().map(|(r, k)| (r.clone(), *k)).collect())
-            .unwrap_or_default();
-        for (route, k) in victims {
-            let Some(c) = self.links[k].conn.as_ref() else {
-                continue;
-            };
-            let pending = c
-                .live
-                .and_then(|key| self.liveness.table().probe(key))
-                .and_then(|t| t.pending_id());
-            let frames = match links::sweep_record(c, pending) {
-                Some(SweepRecord::Ack(id)) => records::ack(id),
-                Some(SweepRecord::Probe(id)) => records::probe(id),
-                None => continue,
-            };
-            metrics::counter!("zmesh_disconnect_sweep_records_total").increment(1);
-            let gone =
-                self.sockets.send(slot, Some(&route), &frames) == Err(SocketSendError::Unreachable);
-            if gone {
-                self.fail_gone_inbound(k, now);
-            }
         }
     }
 }

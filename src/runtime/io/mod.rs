@@ -44,7 +44,11 @@
 //!   with the owner of each entry, the call routes, the gate and the admission tables,
 //!   discovery's additions, this node's calls (`caller`), the calls it serves (`callee`:
 //!   admission, execution queues, dispatch decisions, stream windows) and the callee's
-//!   answers on their way out (`answers`).
+//!   answers on their way out (`answers`). The node-wide ones (the links, the timer table,
+//!   the admission tables, discovery's additions, the liveness table, the routes) are held
+//!   as one `NodeCore` (`proto::node::core`), the thread's field `core`, with the
+//!   handshake's decisions, a link's failure and the disconnect sweeps in their order; the
+//!   thread is that core's `Shell`.
 //! - [`parts`]: the parts that hold a socket, a channel or a task handle, each owning its
 //!   own behind a narrow interface and none of them importing the thread: the socket set with
 //!   the one send and receive primitive, the ZAP handler and the monitors of closes not yet
@@ -61,9 +65,10 @@
 //! - This file: the thread's state ([`IoThread`], which holds the parts), its construction
 //!   and the loop with its order.
 //! - The glue, `impl IoThread` blocks that move records between the parts and the sockets:
-//!   [`slots`] (binding, placing sockets), [`links`] (dialling, failing and closing
-//!   connections, sweeps), [`monitor`] (the sockets' monitor events), [`admission`] (HELLO, REJECT, WELCOME, duplicate
-//!   resolution, ready), [`gate`] (ZAP, the unadmitted cap, the allow-list), [`receive`]
+//!   [`slots`] (binding, placing sockets), [`links`] (dialling, closing dialled
+//!   sockets), [`monitor`] (the sockets' monitor events), [`admission`] (the core's
+//!   `Shell`: decoding an unadmitted connection's first record, the effects of the core's
+//!   handshake, of its failing a link and of its disconnect sweeps), [`gate`] (ZAP, the unadmitted cap, the allow-list), [`receive`]
 //!   (the fair receive rotation, routing records, connection notices, fanout records), [`fanout`] (beacons, one SUB socket per
 //!   publisher), [`timers`] (what runs when deadlines come due), [`commands`] (the async
 //!   side's commands), [`outbound`] (draining the send queues in bursts), [`publish`]
@@ -115,14 +120,14 @@ use super::wake::WakeUp;
 use crate::config::NodeConfig;
 use crate::proto::handshake::Identity;
 use crate::proto::node::answers::AnswerQueue;
+use crate::proto::node::core::NodeCore;
 use crate::proto::node::gate::{Gate, Gated};
 use crate::proto::node::keys;
 use crate::proto::node::link;
 use crate::proto::node::live;
-use crate::proto::sched::IdMap;
 use crate::proto::security::PublicKey;
+use link::LinkKind;
 pub use link::BACKOFF_MAX;
-use link::{Link, LinkKind};
 pub use parts::callee::GRACEFUL_STOP_BOUND;
 use parts::fanout::Publisher;
 use parts::{app, callee, caller, ready, sockets};
@@ -174,27 +179,17 @@ pub(crate) struct IoThread {
     /// The application's queue: this turn's events, the deliveries it holds, the link
     /// backlogs while it is paused.
     app: app::AppQueue,
-    /// Every link's and subscription's earliest deadline, and the disconnect sweeps.
-    timers: crate::proto::node::timers::TimerTable,
     /// The calls this node makes: call table, reply channels, REQUESTs of this turn.
     caller: caller::Caller,
     /// The calls this node serves: channels, serve table, execution queues, handlers.
     callee: callee::Callee,
-    /// Every configured peer lane, configured server and inbound connection, with its
-    /// current connection; every mutable access marks the link for the timer table.
-    links: Tracked<LinkKey, Link>,
-    /// The bound sockets' gate, their inbound connections and the ones refused.
-    accepting: crate::proto::node::accepting::Accepting,
     /// The publishers this node reads and its own publisher.
     fanout: parts::fanout::FanoutState,
-    /// Automatic mode: links added by discovery and the descriptors' fences.
-    discovered: crate::proto::node::discovered::Discovered,
-    /// The one structure owning every liveness machine of this node (MISSION L8).
-    liveness: live::Live,
     /// The fair receive scheduler and what its last rotation left.
     receiving: parts::receiving::Receiving,
-    /// Where calls go: the links' routes, indexed (brought up to date by `sync_links`).
-    routes: crate::proto::node::routes::Routes,
+    /// The node core's node-wide parts: the links, the timer table, the bound sockets'
+    /// admission tables, discovery's additions, the liveness table and the call routes.
+    core: NodeCore,
 }
 
 /// What the I/O thread is given of the node's security at start.
@@ -271,20 +266,11 @@ impl IoThread {
                 queues: parts::outbound::Queues::default(),
             },
             app: app::AppQueue::new(events, outstanding, cfg.delivery_high_water),
-            timers: crate::proto::node::timers::TimerTable::new(),
             caller: caller::Caller::new(ops),
             callee: callee::Callee::new(),
-            links: Tracked::default(),
-            accepting: crate::proto::node::accepting::Accepting {
-                inbound: IdMap::default(),
-                refused: crate::proto::node::accepting::Refused::default(),
-                gate,
-            },
             fanout: parts::fanout::FanoutState::default(),
-            discovered: crate::proto::node::discovered::Discovered::default(),
-            liveness: live::Live::new(generation),
             receiving: parts::receiving::Receiving::new(),
-            routes: crate::proto::node::routes::Routes::default(),
+            core: NodeCore::new(gate, generation),
         };
         io.sockets.zap = zap;
         if let Some(zap) = &io.sockets.zap {
@@ -303,16 +289,16 @@ impl IoThread {
         if let Some(p) = &cfg.publisher {
             let (socket, endpoint, monitor) = io.bind_publisher(&p.endpoint)?;
             let socket = Arc::new(PubSocket::new(socket, generation, wake.clone()));
-            let live = io.liveness.insert_beacon(now);
+            let live = io.core.liveness.insert_beacon(now);
             io.fanout.publisher = Some(Publisher::new(socket, endpoint, live, monitor));
         }
         for (i, _) in cfg.peers.iter().enumerate() {
             for lane in [Lane::Application, Lane::Completion] {
-                io.add_link(LinkKind::MeshDial { peer: i, lane }, now);
+                io.core.add_link(LinkKind::MeshDial { peer: i, lane }, now);
             }
         }
         for (i, _) in cfg.servers.iter().enumerate() {
-            io.add_link(LinkKind::ClientDial { server: i }, now);
+            io.core.add_link(LinkKind::ClientDial { server: i }, now);
         }
         for s in &cfg.subscriptions {
             let key = cfg.security.endpoint_key(&s.endpoint);
@@ -504,8 +490,9 @@ impl Drop for IoThread {
         // instead of waiting for room in a queue nobody drains (a stop that ran
         // `close_everything` did all of this already).
         self.outbound.table.stop();
-        for k in self.links.keys() {
+        for k in self.core.links.keys() {
             let conn = self
+                .core
                 .links
                 .get(k)
                 .and_then(|l| l.conn.as_ref())

@@ -9,6 +9,7 @@ use std::time::Instant;
 use super::parts::ready::Watch;
 use super::parts::sockets::SlotRole;
 use super::{IoThread, SlotKey, DRAIN_BEFORE_DISCONNECT};
+use crate::proto::node::core;
 use crate::proto::node::monitor::{monitor_op, MonitorOp, Watching};
 use crate::proto::state::FailureReason;
 use crate::proto::transport::MonitorEvent;
@@ -35,7 +36,7 @@ impl IoThread {
         let SlotRole::Dialled(k) = s.role else {
             return;
         };
-        if s.monitor.is_none() || !self.links[k].monitor_done_on(slot) {
+        if s.monitor.is_none() || !self.core.links[k].monitor_done_on(slot) {
             return;
         }
         let Some(Some(s)) = self.sockets.slots.get_mut(slot) else {
@@ -99,12 +100,12 @@ impl IoThread {
             };
             match monitor_op(watching, ev, value, curve) {
                 MonitorOp::Nothing => {}
-                MonitorOp::SendHello(k) => self.send_hello(k),
+                MonitorOp::SendHello(k) => core::send_hello(self, k),
                 MonitorOp::FailLink {
                     link,
                     reason,
                     detail,
-                } => self.fail_link(link, reason, &detail, now),
+                } => core::fail_link(self, link, reason, &detail, now),
                 MonitorOp::Disconnected(k) => {
                     for _ in 0..DRAIN_BEFORE_DISCONNECT {
                         let Some(frames) = self.sockets.recv_one(slot) else {
@@ -112,8 +113,14 @@ impl IoThread {
                         };
                         self.on_frames(slot, frames, now);
                     }
-                    if self.links[k].hello_sent_on(slot) {
-                        self.fail_link(k, FailureReason::TransportError, "disconnected", now);
+                    if self.core.links[k].hello_sent_on(slot) {
+                        core::fail_link(
+                            self,
+                            k,
+                            FailureReason::TransportError,
+                            "disconnected",
+                            now,
+                        );
                     }
                 }
                 MonitorOp::SubConnected(sub) => self.fanout.subs[sub].connected = true,

@@ -15,6 +15,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::{IoThread, LinkKey};
+use crate::proto::node::core;
 use crate::proto::state::FailureReason;
 use crate::proto::wire::{Capabilities, Pack};
 use crate::runtime::outbound::{Closed, SendQueue, Taken, SEND_QUEUE};
@@ -54,6 +55,7 @@ impl IoThread {
     pub(super) fn on_send_queued(&mut self, q: Arc<SendQueue>, now: Instant) {
         let k = q.link();
         let current = self
+            .core
             .links
             .get(k)
             .and_then(|l| l.conn.as_ref())
@@ -100,7 +102,7 @@ impl IoThread {
     /// room, the link being tried again every loop turn meanwhile. At most [`HELD_LIVENESS`]
     /// are held per connection, the oldest dropped (a newer PROBE or ACK supersedes it).
     pub(super) fn send_liveness(&mut self, k: LinkKey, frames: Vec<Vec<u8>>) {
-        let held = match self.links.get(k).and_then(|l| l.conn.as_ref()) {
+        let held = match self.core.links.get(k).and_then(|l| l.conn.as_ref()) {
             Some(c) => !c.held.is_empty(),
             None => return,
         };
@@ -114,7 +116,7 @@ impl IoThread {
                 Ok(()) => return,
             }
         }
-        if let Some(c) = self.links.get_mut(k).and_then(|l| l.conn.as_mut()) {
+        if let Some(c) = self.core.links.get_mut(k).and_then(|l| l.conn.as_mut()) {
             if c.held.len() >= HELD_LIVENESS {
                 c.held.remove(0);
             }
@@ -128,7 +130,7 @@ impl IoThread {
     /// Sends link `k`'s held liveness records, in order, while the pipe takes them; true if
     /// none is left.
     fn flush_held(&mut self, k: LinkKey) -> bool {
-        let Some(c) = self.links.get_mut(k).and_then(|l| l.conn.as_mut()) else {
+        let Some(c) = self.core.links.get_mut(k).and_then(|l| l.conn.as_mut()) else {
             return true;
         };
         if c.held.is_empty() {
@@ -145,7 +147,7 @@ impl IoThread {
         }
         let left: Vec<_> = held.into_iter().skip(sent).collect();
         let done = left.is_empty();
-        if let Some(c) = self.links.get_mut(k).and_then(|l| l.conn.as_mut()) {
+        if let Some(c) = self.core.links.get_mut(k).and_then(|l| l.conn.as_mut()) {
             c.held = left;
         }
         done
@@ -188,7 +190,7 @@ impl IoThread {
     /// not at all, so a refused PACK sent none of its records: they are not counted, and go
     /// back to the queue with the rest (`settle`).
     fn send_records(&self, k: LinkKey, records: &Taken) -> (usize, Option<SocketError>) {
-        let Some(c) = self.links.get(k).and_then(|l| l.conn.as_ref()) else {
+        let Some(c) = self.core.links.get(k).and_then(|l| l.conn.as_ref()) else {
             return (0, Some(SocketError::Unreachable));
         };
         let packs = self.conn_caps(k).contains(Capabilities::PACK);
@@ -232,7 +234,7 @@ impl IoThread {
                 // The pipe is gone (a ROUTER with ROUTER_MANDATORY says so at once): the
                 // connection is over.
                 let detail = format!("send failed: {e}");
-                self.fail_link(k, FailureReason::TransportError, &detail, now);
+                core::fail_link(self, k, FailureReason::TransportError, &detail, now);
                 None
             }
         }
@@ -245,7 +247,7 @@ impl IoThread {
     pub(super) fn flush_send_queues_at_stop(&mut self) -> Vec<(LinkKey, usize)> {
         self.outbound.table.stop();
         let mut unsent = Vec::new();
-        for k in self.links.keys() {
+        for k in self.core.links.keys() {
             let Some(q) = self.ready_queue(k) else {
                 continue;
             };

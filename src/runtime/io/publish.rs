@@ -37,7 +37,11 @@ impl IoThread {
     /// Where link `k`'s one-way records are published, if it carries any
     /// ([`Link::send_route`](crate::proto::node::link::Link::send_route)).
     fn route_of(&self, k: LinkKey) -> Option<Route> {
-        let route = self.links.get(k)?.send_route(&self.local.cfg.servers[..])?;
+        let route = self
+            .core
+            .links
+            .get(k)?
+            .send_route(&self.local.cfg.servers[..])?;
         Some(match route {
             SendRoute::Peer(rid) => Route::Peer(rid.to_owned()),
             SendRoute::Server(channel) => Route::Server(channel.to_owned()),
@@ -48,7 +52,7 @@ impl IoThread {
     /// [`Self::publish_route`] asks it of every link, and a copy of each name would cost an
     /// allocation per link per reconnect).
     fn routes_to(&self, k: LinkKey, route: &Route) -> bool {
-        self.links.get(k).is_some_and(|l| {
+        self.core.links.get(k).is_some_and(|l| {
             l.send_route(&self.local.cfg.servers[..]) == Some(route.as_send_route())
         })
     }
@@ -63,7 +67,7 @@ impl IoThread {
             Route::Server(channel) => channel.as_str(),
         };
         let who: Arc<str> = Arc::from(who);
-        let Some(c) = self.links.get(k).and_then(|l| l.conn.as_ref()) else {
+        let Some(c) = self.core.links.get(k).and_then(|l| l.conn.as_ref()) else {
             return;
         };
         let q = Arc::new(SendQueue::new(k, c.id, who));
@@ -87,6 +91,7 @@ impl IoThread {
     ) -> usize {
         let route = self.route_of(k);
         let Some(q) = self
+            .core
             .links
             .get(k)
             .and_then(|l| l.conn.as_ref())
@@ -141,7 +146,8 @@ impl IoThread {
 
     /// Whether link `k` still has a queue (ready or not) for `route`: it stays listed.
     fn has_queue_for(&self, k: LinkKey, route: &Route) -> bool {
-        self.links
+        self.core
+            .links
             .get(k)
             .and_then(|l| l.conn.as_ref())
             .is_some_and(|c| self.outbound.queues.get(k, c.id).is_some())
@@ -150,7 +156,7 @@ impl IoThread {
 
     /// The send queue of link `k`'s ready connection.
     pub(super) fn ready_queue(&self, k: LinkKey) -> Option<Arc<SendQueue>> {
-        let c = self.links.get(k)?.conn.as_ref()?;
+        let c = self.core.links.get(k)?.conn.as_ref()?;
         self.outbound
             .queues
             .get(k, c.id)

@@ -12,7 +12,8 @@ use bytes::Bytes;
 use super::parts::sockets::{Packed, Staged};
 use super::parts::sockets::{Slot, SlotRole, Unit};
 use super::{IoThread, LinkKey, SlotKey};
-use crate::proto::node::link::{judge_close, judge_reject, LinkKind, PeerEnded, RouterNotice};
+use crate::proto::node::core;
+use crate::proto::node::link::{judge_close, judge_reject, LinkKind, RouterNotice};
 use crate::proto::node::received::{
     self, classify_bound, classify_dialled, record_use, BoundRecord, Charges, DialledRecord,
     MessageRun, Placement, RecordUse,
@@ -123,12 +124,16 @@ impl IoThread {
                     let (owner, staged) = match req.target() {
                         ReadTarget::Shared(_) if !frames.is_empty() => {
                             let owner = self
+                                .core
                                 .accepting
                                 .inbound
                                 .get(&slot)
                                 .and_then(|m| m.get(frames[0].as_ref()))
                                 .and_then(|k| {
-                                    self.links[*k].conn.as_ref().map(|c| Unit::Peer(*k, c.id))
+                                    self.core.links[*k]
+                                        .conn
+                                        .as_ref()
+                                        .map(|c| Unit::Peer(*k, c.id))
                                 })
                                 .unwrap_or(Unit::Admission(slot));
                             // Read unshared under CURVE (`recv_one`): an admitted
@@ -219,7 +224,7 @@ impl IoThread {
                 else {
                     return None;
                 };
-                let c = self.links.get(*k)?.conn.as_ref()?;
+                let c = self.core.links.get(*k)?.conn.as_ref()?;
                 // A dialled ROUTER reads the bound peer's routing id first.
                 let skip = usize::from(c.route.is_some());
                 (*k, c.id, frames.get(skip..)?)
@@ -229,7 +234,7 @@ impl IoThread {
         if !received::is_kind(frames.first()?.as_ref(), wire::Kind::Pack) {
             return None;
         }
-        let current = self.links.get(link)?.conn.as_ref();
+        let current = self.core.links.get(link)?.conn.as_ref();
         if !received::unpacks(current, conn, self.conn_caps(link)) {
             return None;
         }
@@ -325,7 +330,7 @@ impl IoThread {
     /// The bound socket of an inbound peer unit, if its connection is still current.
     pub(super) fn links_slot(&self, unit: Unit) -> Option<SlotKey> {
         let Unit::Peer(k, id) = unit else { return None };
-        let c = self.links.get(k)?.conn.as_ref()?;
+        let c = self.core.links.get(k)?.conn.as_ref()?;
         (c.id == id).then_some(c.slot)
     }
 
@@ -337,7 +342,7 @@ impl IoThread {
             SlotRole::Sub(i) => self.on_fanout(i, frames, now),
             SlotRole::Dialled(k) => {
                 // A dialled ROUTER sees the bound peer's routing id first; a DEALER does not.
-                let routed = (self.links[k].conn.as_ref()).is_some_and(|c| c.route.is_some());
+                let routed = (self.core.links[k].conn.as_ref()).is_some_and(|c| c.route.is_some());
                 match classify_dialled(routed, &frames) {
                     DialledRecord::Record { skip } => self.on_link_record(k, &frames[skip..], now),
                     DialledRecord::Notice => self.on_router_notice(k, now),
@@ -371,6 +376,7 @@ impl IoThread {
         now: Instant,
     ) {
         let known = self
+            .core
             .accepting
             .inbound
             .get(&slot)
@@ -382,7 +388,7 @@ impl IoThread {
             BoundRecord::UnadmittedNotice => {
                 // A refused connection's attach came before the HELLO that was refused, so
                 // this notice is its departure: its id need not be remembered any more.
-                if self.accepting.refused.forget(slot, route.as_ref()) {
+                if self.core.accepting.refused.forget(slot, route.as_ref()) {
                     tracing::trace!("a refused connection left");
                 } else {
                     tracing::trace!("connection notice from an unadmitted connection");
@@ -397,12 +403,12 @@ impl IoThread {
             Ok(r) => r,
             Err(e) => {
                 // Malformed input: a protocol error for this connection only (MISSION W3).
-                self.fail_link(k, FailureReason::ProtocolError, &e.to_string(), now);
+                core::fail_link(self, k, FailureReason::ProtocolError, &e.to_string(), now);
                 return;
             }
         };
-        let inbound = matches!(self.links[k].kind, LinkKind::Inbound { .. });
-        let Some(c) = self.links[k].conn.as_mut() else {
+        let inbound = matches!(self.core.links[k].kind, LinkKind::Inbound { .. });
+        let Some(c) = self.core.links[k].conn.as_mut() else {
             return;
         };
         let (ready, conn_id, live) = (c.ready, c.id, c.live);
@@ -411,7 +417,7 @@ impl IoThread {
         if let Rec::Probe(id) = rec {
             c.last_peer_probe = Some(id);
         }
-        self.on_link_activity(k, 1, now);
+        self.core.on_link_activity(k, 1, now);
         match (record_use(rec.kind(), ready, inbound), rec) {
             (RecordUse::Ignored, other) => {
                 tracing::debug!(kind = other.kind_name(), "record not handled in this state");
@@ -424,11 +430,15 @@ impl IoThread {
                 if let Some(live) = live {
                     // The ACK travelled on this physical connection: it is evidence only for
                     // this connection's tracker (L2).
-                    let outcome = self.liveness.table_mut().handle_ack(live, conn_id, id, now);
+                    let outcome = self
+                        .core
+                        .liveness
+                        .table_mut()
+                        .handle_ack(live, conn_id, id, now);
                     tracing::trace!(conn = %conn_id, ?outcome, "ack");
                 }
             }
-            (_, Rec::Welcome(w)) => self.on_welcome(k, w, now),
+            (_, Rec::Welcome(w)) => core::handle_welcome(self, k, w.lane, w.identity, now),
             (_, Rec::Request(req)) => self.on_request(k, req, now),
             (_, Rec::Batch(requests)) => self.on_batch(k, requests, now),
             (_, Rec::Cancel(call_id)) => self.on_cancel(k, call_id, now),
@@ -443,11 +453,11 @@ impl IoThread {
                 }
             }
             (_, Rec::Reject { reason, detail }) => {
-                self.on_peer_ended(k, judge_reject(reason), &detail, now)
+                core::handle_peer_ended(self, k, judge_reject(reason), &detail, now)
             }
             (_, Rec::Close(reason)) => {
                 let detail = format!("peer closed: {}", records::close_name(reason));
-                self.on_peer_ended(k, judge_close(reason, inbound), &detail, now);
+                core::handle_peer_ended(self, k, judge_close(reason, inbound), &detail, now);
             }
             (_, Rec::Message { channel, payload }) => {
                 self.on_message(k, Bytes::from(channel.into_bytes()), payload, now);
@@ -459,7 +469,7 @@ impl IoThread {
                 for (i, payload) in payloads.into_iter().enumerate() {
                     if i > 0 {
                         // The first was counted above, as every record is.
-                        self.on_link_activity(k, 1, now);
+                        self.core.on_link_activity(k, 1, now);
                     }
                     self.on_message(k, channel.clone(), payload, now);
                 }
@@ -470,33 +480,13 @@ impl IoThread {
         }
     }
 
-    /// The peer ended link `k`'s connection with a REJECT or CLOSE, judged as `verdict`.
-    fn on_peer_ended(&mut self, k: LinkKey, verdict: PeerEnded, detail: &str, now: Instant) {
-        self.fail_link(k, verdict.reason, detail, now);
-        if verdict.stands_down {
-            // The peer's own dial of this lane is the current connection (T1).
-            self.links[k].yielded = true;
-        }
-    }
-
-    /// Counts `records` records received on link `k`'s connection, the last at `now`.
-    fn on_link_activity(&mut self, k: LinkKey, records: u64, now: Instant) {
-        // None changes nothing, and is not to mark the link for the timer table.
-        if records == 0 {
-            return;
-        }
-        if let Some(l) = self.links.get_mut(k) {
-            l.handle_receipt(records, now);
-        }
-    }
-
     /// One MESSAGE of a PACK, in its unit's turn: delivered if its connection is still the
     /// link's current one and ready, and counted with the rest of `run` (which it begins if
     /// `run` is another connection's, or none).
     fn on_packed(&mut self, p: Packed, now: Instant, run: &mut Option<MessageRun>) {
         if !run.as_ref().is_some_and(|r| r.continues(p.link, p.conn)) {
             self.end_run(run.take());
-            let current = self.links.get(p.link).and_then(|l| l.conn.as_ref());
+            let current = self.core.links.get(p.link).and_then(|l| l.conn.as_ref());
             *run = MessageRun::begin(p.link, p.conn, current, || self.app.room(p.link), now);
         }
         // Not the link's current connection any more: the record changes nothing.
@@ -526,13 +516,14 @@ impl IoThread {
         let Some(end) = run.map(MessageRun::end) else {
             return;
         };
-        self.on_link_activity(end.link, end.records, end.last);
+        self.core.on_link_activity(end.link, end.records, end.last);
         if let Some(live) = end.traffic_of {
             // Diagnostics only: application traffic never extends the deadline (L2).
-            let _ = self
-                .liveness
-                .table_mut()
-                .handle_app_traffic_run(live, end.records, end.last);
+            let _ =
+                self.core
+                    .liveness
+                    .table_mut()
+                    .handle_app_traffic_run(live, end.records, end.last);
         }
         if end.delivered > 0 {
             metrics::counter!("zmesh_app_records_received_total").increment(end.delivered);
@@ -543,7 +534,7 @@ impl IoThread {
     /// `on_link_record` whole: delivered to the application with the connection's source.
     /// (The receive loop stages a PACK as its records, which `on_packed` takes.)
     fn on_message(&mut self, k: LinkKey, channel: Bytes, payload: Bytes, now: Instant) {
-        let Some(c) = self.links.get(k).and_then(|l| l.conn.as_ref()) else {
+        let Some(c) = self.core.links.get(k).and_then(|l| l.conn.as_ref()) else {
             return;
         };
         if !c.ready {
@@ -552,7 +543,7 @@ impl IoThread {
         let (live, source) = (c.live, c.source.clone());
         if let Some(live) = live {
             // Diagnostics only: application traffic never extends the deadline (L2).
-            let _ = self.liveness.table_mut().handle_app_traffic(live, now);
+            let _ = self.core.liveness.table_mut().handle_app_traffic(live, now);
         }
         let Some(source) = source else {
             return;
@@ -569,7 +560,7 @@ impl IoThread {
     /// Moves held records to the application while its queue has room, and recomputes which
     /// sockets a full backlog holds back (see [`super::parts::app::AppQueue::release`]).
     pub(super) fn release_backlogs(&mut self) {
-        let links = &self.links;
+        let links = &self.core.links;
         self.app
             .release(|k| links.get(k).and_then(|l| l.conn.as_ref()).map(|c| c.slot));
     }
@@ -580,13 +571,13 @@ impl IoThread {
     /// (MISSION L6: at once), whether it says so itself or is the attach of a reconnection
     /// libzmq made after it (which never carries this link's records).
     pub(super) fn on_router_notice(&mut self, k: LinkKey, now: Instant) {
-        let Some(c) = self.links[k].conn.as_mut() else {
+        let Some(c) = self.core.links[k].conn.as_mut() else {
             return;
         };
         let notice = c.handle_router_notice();
         tracing::debug!(link = %k, notices = c.notices, "connection notice");
         if notice == RouterNotice::Gone {
-            self.fail_link(k, FailureReason::TransportError, "disconnected", now);
+            core::fail_link(self, k, FailureReason::TransportError, "disconnected", now);
             return;
         }
         // Attached: the handshake is done and the socket knows the peer's routing id, so
@@ -594,7 +585,7 @@ impl IoThread {
         // found the peer not yet known), and the monitor can go: the loop's next monitor
         // phase reads what it holds and stops it (`IoThread::drain_monitor`).
         let slot = c.slot;
-        self.send_hello(k);
+        core::send_hello(self, k);
         self.sockets.ready.recheck_monitor(slot);
     }
 
@@ -604,6 +595,6 @@ impl IoThread {
     /// id, which libzmq lets in only once the old connection's pipe is gone.
     pub(super) fn on_inbound_notice(&mut self, k: LinkKey, now: Instant) {
         tracing::debug!(link = %k, "inbound connection notice: gone");
-        self.fail_gone_inbound(k, now);
+        core::fail_gone_inbound(self, k, now);
     }
 }

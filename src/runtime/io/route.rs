@@ -27,9 +27,9 @@ impl IoThread {
     /// Derives again the deadline of every link and subscription handed out mutably since the
     /// last call, and what each such link contributes to the call routes.
     pub(super) fn sync_links(&mut self) {
-        let (timers, routes) = (&mut self.timers, &mut self.routes);
+        let (timers, routes) = (&mut self.core.timers, &mut self.core.routes);
         let servers = self.local.cfg.servers.as_slice();
-        self.links.drain_touched(|k, l| {
+        self.core.links.drain_touched(|k, l| {
             timers.set(TimerOwner::Link(k), l.next_deadline());
             if !l.routes_are(routes.of(k), servers) {
                 routes.update(k, l.routes(servers));
@@ -43,25 +43,19 @@ impl IoThread {
     /// The ready connection of `rid`'s RouteMesh lane `lane`.
     pub(super) fn lane_of(&mut self, rid: &str, lane: Lane) -> Option<CallKey> {
         self.sync_links();
-        self.routes.lane_of(rid, lane)
-    }
-
-    /// Where answers to calls keyed `key` are sent: that connection, if it is still current.
-    pub(super) fn answer_route(&self, key: CallKey) -> Option<LinkKey> {
-        let c = self.links.get(key.0)?.conn.as_ref()?;
-        (c.id == key.1 && c.ready).then_some(key.0)
+        self.core.routes.lane_of(rid, lane)
     }
 
     /// The capabilities in effect on link `k`'s ready connection: those both ends announced
     /// in its handshake (none before it is ready).
     pub(super) fn conn_caps(&self, k: LinkKey) -> Capabilities {
-        negotiated(&self.links, self.local.me.capabilities, k)
+        negotiated(&self.core.links, self.local.me.capabilities, k)
     }
 
     /// The link the REQUESTs of calls keyed `key` go out on: the ClientServer connection
     /// itself, or the Application lane to the peer behind a RouteMesh Completion lane.
     pub(super) fn request_link(&mut self, key: CallKey) -> Option<LinkKey> {
-        let l = self.links.get(key.0)?;
+        let l = self.core.links.get(key.0)?;
         match l.lane()? {
             Lane::ClientServer => Some(key.0),
             Lane::Completion => {
@@ -113,7 +107,7 @@ impl IoThread {
     /// Sends an ACCEPT or REPLY for the calls of connection `key` on its route; false when
     /// the route is gone.
     pub(super) fn send_answer_on(&mut self, key: CallKey, out: Outgoing) -> bool {
-        match self.answer_route(key) {
+        match self.core.answer_route(key) {
             Some(route) => self.send_answer(route, out),
             None => false,
         }
@@ -128,6 +122,7 @@ impl IoThread {
     /// not negotiate `replayed`, so such a peer receives the version-1 code byte.
     pub(super) fn send_answer(&mut self, route: LinkKey, mut out: Outgoing) -> bool {
         let Some(conn) = self
+            .core
             .links
             .get(route)
             .and_then(|l| l.conn.as_ref())
@@ -168,7 +163,7 @@ impl IoThread {
         queued.flush(
             generation,
             |k| {
-                let conn = self.links.get(k).and_then(|l| l.conn.as_ref())?.id;
+                let conn = self.core.links.get(k).and_then(|l| l.conn.as_ref())?.id;
                 Some((conn, self.conn_caps(k)))
             },
             |k, frames| match self.send_frames_on_link(k, frames) {

@@ -22,7 +22,7 @@ impl IoThread {
     /// to answer (a REQUEST on a Completion lane, or the caller's Completion lane is not
     /// ready): the caller fails such calls when its lanes fail.
     fn request_route(&mut self, k: LinkKey) -> Option<From<CallKey>> {
-        let l = self.links.get(k)?;
+        let l = self.core.links.get(k)?;
         let c = l.conn.as_ref()?;
         let (rid, generation) = c
             .peer
@@ -35,7 +35,7 @@ impl IoThread {
             Lane::Application => self.lane_of(&rid, Lane::Completion)?,
             Lane::Completion => return None,
         };
-        self.answer_route(key)?;
+        self.core.answer_route(key)?;
         Some(From {
             key,
             rid,
@@ -47,7 +47,7 @@ impl IoThread {
     /// Who calls on link `k`, as its connection knows it (see
     /// [`crate::runtime::security::Caller`]).
     pub(super) fn caller_of(&self, k: LinkKey) -> Caller {
-        caller_of(&self.links, k)
+        caller_of(&self.core.links, k)
     }
 
     /// A BATCH arriving on link `k` (MISSION K5): each call goes to the callee on its own,
@@ -71,7 +71,7 @@ impl IoThread {
             return;
         };
         let key = from.key;
-        let links = &self.links;
+        let links = &self.core.links;
         let taken = self
             .callee
             .handle_request(from, req, || caller_of(links, k), now);
@@ -124,7 +124,7 @@ impl IoThread {
     /// An ITEM behind answers that still wait on that route (its call's ACCEPT among them)
     /// waits with them, so it never overtakes them.
     fn send_item(&mut self, item: super::parts::callee::ItemToSend, now: Instant) {
-        let route = self.answer_route(item.key);
+        let route = self.core.answer_route(item.key);
         let sent = route.is_some_and(|r| {
             if self.outbound.answers.is_waiting(r, item.key.1) {
                 self.send_answer(r, Outgoing::Frames(item.frames.clone()))

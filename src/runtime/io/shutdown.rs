@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use super::parts::sockets::close_stopping_monitor;
 use super::IoThread;
+use crate::proto::node::core;
 use crate::proto::node::link::note;
 use crate::proto::state::{FailureReason, Recovery};
 use crate::runtime::records::{self, CloseReason};
@@ -24,28 +25,28 @@ impl IoThread {
         // pipes take them; what is left is counted and named.
         for (k, unsent) in self.flush_send_queues_at_stop() {
             let detail = format!("node stopped; {unsent} queued records not sent");
-            let l = &mut self.links[k];
+            let l = &mut self.core.links[k];
             note(
                 l.state
                     .handle_failure(FailureReason::HostStopped, &detail, Recovery::Hold, now),
             );
             let state = l.state.state();
-            let link = self.local.link_id(&self.links[k].kind);
+            let link = self.local.link_id(&self.core.links[k].kind);
             self.app
                 .emit_state(link, state, Some(FailureReason::HostStopped), &detail);
         }
-        for k in self.links.keys() {
-            if self.links[k].conn.as_ref().is_some_and(|c| c.ready) {
+        for k in self.core.links.keys() {
+            if self.core.links[k].conn.as_ref().is_some_and(|c| c.ready) {
                 let _ = self.send_on_link(k, records::close(CloseReason::Shutdown));
             }
-            if let Some(conn) = self.links[k].conn.take() {
-                self.close_conn(k, conn, FailureReason::HostStopped, now);
+            if let Some(conn) = self.core.links[k].conn.take() {
+                core::close_conn(self, k, conn, FailureReason::HostStopped, now);
             }
             // Dropped before libzmq confirmed the close: a monitor dropped that early can
             // keep the context's reaper waiting to send it MONITOR_STOPPED, until the context
             // is terminated, which the end of this function does.
             self.confirm_close(k);
-            self.links[k].retry_at = None;
+            self.core.links[k].retry_at = None;
         }
         for m in std::mem::take(&mut self.sockets.overdue_closing) {
             self.sockets.ready.deregister(&m);
@@ -57,8 +58,8 @@ impl IoThread {
                 close_stopping_monitor(slot);
             }
         }
-        self.timers.clear();
-        self.accepting.inbound.clear();
+        self.core.timers.clear();
+        self.core.accepting.inbound.clear();
         self.fanout.subs.clear();
         if let Some(mut p) = self.fanout.publisher.take() {
             let monitor = p.monitor.take();
@@ -77,7 +78,7 @@ impl IoThread {
                 }
             }
         }
-        self.liveness.clear();
+        self.core.liveness.clear();
         // Dropping the contexts terminates them once their last socket is closed: after this,
         // libzmq has released every socket, connection and listening port of the node.
         self.sockets.contexts = Sockets::new(0);

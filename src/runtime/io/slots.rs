@@ -51,7 +51,10 @@ impl IoThread {
                 shared: None,
             })
             .map_err(NodeError::poller)?;
-        self.accepting.gate.add_domain(&domain, Gated::Bound(slot));
+        self.core
+            .accepting
+            .gate
+            .add_domain(&domain, Gated::Bound(slot));
         Ok(slot)
     }
 
@@ -105,8 +108,8 @@ impl IoThread {
             }
             None => drop(self.receiving.sched.remove_unit(Unit::Socket(key))),
         }
-        self.accepting.inbound.remove(&key);
-        self.timers.forget_sweeps(key);
+        self.core.accepting.inbound.remove(&key);
+        self.core.timers.forget_sweeps(key);
         self.sockets.remove(key)
     }
 
@@ -115,7 +118,7 @@ impl IoThread {
         k: LinkKey,
         frames: &[Vec<u8>],
     ) -> Result<(), SocketSendError> {
-        let Some(c) = self.links.get(k).and_then(|l| l.conn.as_ref()) else {
+        let Some(c) = self.core.links.get(k).and_then(|l| l.conn.as_ref()) else {
             return Err(SocketSendError::Unreachable);
         };
         self.sockets.send(c.slot, c.route.as_deref(), frames)

@@ -26,12 +26,13 @@ impl IoThread {
     pub(super) fn snapshot(&self, now: Instant) -> Snapshot {
         let mut links = Vec::new();
         let ready_lanes: HashSet<(&str, Lane)> = self
+            .core
             .links
             .iter()
             .filter(|(_, l)| l.state.is_ready())
             .filter_map(|(_, l)| self.local.mesh_lane(&l.kind))
             .collect();
-        for (k, l) in self.links.iter() {
+        for (k, l) in self.core.links.iter() {
             // A discovered intent whose descriptor is gone, once its last connection ended.
             if l.is_removed() {
                 continue;
@@ -80,9 +81,9 @@ impl IoThread {
                     "none"
                 },
                 public_key: self.local.curve.as_ref().map(|p| p.public.to_z85()),
-                allowed_keys: self.accepting.gate.allowed_keys(),
-                allow_list_reloads: self.accepting.gate.allow_reloads,
-                allow_list_error: self.accepting.gate.allow_error.clone(),
+                allowed_keys: self.core.accepting.gate.allowed_keys(),
+                allow_list_reloads: self.core.accepting.gate.allow_reloads,
+                allow_list_error: self.core.accepting.gate.allow_error.clone(),
             },
         }
     }
@@ -159,7 +160,7 @@ impl IoThread {
                 .map(Identity::served_channels),
         };
         LinkSnapshot {
-            id: self.local.link_id(&self.links[k].kind),
+            id: self.local.link_id(&self.core.links[k].kind),
             topology,
             role,
             peer,
@@ -204,6 +205,7 @@ impl IoThread {
             .filter(|s| !(s.retired && s.slot.is_none()))
         {
             let last = self
+                .core
                 .liveness
                 .table()
                 .publisher(s.live)

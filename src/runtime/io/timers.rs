@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use super::{IoThread, LiveOwner};
 use crate::proto::liveness::{LivenessEvent, ProbeEvent, Transmit};
+use crate::proto::node::core;
 use crate::proto::state::FailureReason;
 use crate::runtime::records::{self};
 
@@ -15,10 +16,10 @@ impl IoThread {
     pub(super) fn poll_timeout(&mut self) -> Option<Instant> {
         self.sync_links();
         [
-            self.liveness.table().poll_timeout(),
+            self.core.liveness.table().poll_timeout(),
             self.caller.calls().poll_timeout(),
             self.callee.serving().poll_timeout(),
-            self.timers.next(),
+            self.core.timers.next(),
         ]
         .into_iter()
         .flatten()
@@ -35,11 +36,11 @@ impl IoThread {
         // `COALESCE_WINDOW` (never late, at most that early; deadlines never early), so that
         // thousands of connections' probe cycles a few milliseconds apart cost one wake-up
         // per window instead of one each, and their ACKs come back together.
-        self.liveness.table_mut().handle_timeout_coalesced(now);
-        while let Some(t) = self.liveness.table_mut().poll_transmit(now) {
+        self.core.liveness.table_mut().handle_timeout_coalesced(now);
+        while let Some(t) = self.core.liveness.table_mut().poll_transmit(now) {
             match t {
                 Transmit::Probe { key, id, .. } => {
-                    if let Some(LiveOwner::Link(k)) = self.liveness.owner(key) {
+                    if let Some(LiveOwner::Link(k)) = self.core.liveness.owner(key) {
                         self.send_liveness(k, records::probe(id));
                     }
                 }
@@ -61,50 +62,57 @@ impl IoThread {
         // Only the links and subscriptions whose deadline is due are looked at (an idle node
         // has none set at all).
         self.sync_links();
-        if !self.timers.due(now) {
+        if !self.core.timers.due(now) {
             return;
         }
         // Handshake timeouts.
-        for k in self.timers.due_links(now) {
-            if self.links[k].is_handshake_overdue(now) {
-                self.fail_link(k, FailureReason::TransportError, "handshake timed out", now);
+        for k in self.core.timers.due_links(now) {
+            if self.core.links[k].is_handshake_overdue(now) {
+                core::fail_link(
+                    self,
+                    k,
+                    FailureReason::TransportError,
+                    "handshake timed out",
+                    now,
+                );
             }
         }
         // Reconnects and overdue close confirmations, also of links the timeouts above made
         // due.
         self.sync_links();
-        for k in self.timers.due_links(now) {
-            if self.links[k].is_redial_due(now) {
+        for k in self.core.timers.due_links(now) {
+            if self.core.links[k].is_redial_due(now) {
                 self.dial(k, now);
             }
-            if self.links[k].is_close_overdue(now) {
+            if self.core.links[k].is_close_overdue(now) {
                 self.close_overdue(k);
             }
         }
         self.sockets.settle_overdue_closing();
         // Fanout subscriptions without a socket get a new one (MISSION L5).
         self.sync_links();
-        for i in self.timers.due_subs(now) {
+        for i in self.core.timers.due_subs(now) {
             let s = &self.fanout.subs[i];
             if s.slot.is_none() && !s.retired && now >= s.retry_at {
                 self.open_sub(i, now);
             }
         }
         // The fallback after bound-socket disconnects, for a notice libzmq dropped.
-        for slot in self.timers.take_due_sweeps(now) {
-            self.check_bound_disconnects(slot, now);
+        for slot in self.core.timers.take_due_sweeps(now) {
+            core::check_bound_disconnects(self, slot, now);
         }
     }
 
     /// Acts on the liveness table's verdicts.
     fn drain_liveness_events(&mut self, now: Instant) {
-        while let Some((key, ev)) = self.liveness.table_mut().poll_event() {
-            match (self.liveness.owner(key), ev) {
+        while let Some((key, ev)) = self.core.liveness.table_mut().poll_event() {
+            match (self.core.liveness.owner(key), ev) {
                 (
                     Some(LiveOwner::Link(k)),
                     LivenessEvent::Probe(ProbeEvent::DeadlineExceeded { .. }),
                 ) => {
-                    self.fail_link(
+                    core::fail_link(
+                        self,
                         k,
                         FailureReason::DeadlineExceeded,
                         "no valid ACK for 15 s",

@@ -1,0 +1,1059 @@
+//! The node core: the node-wide parts of a node's protocol state in one value, the links
+//! with their connections, the timer table, the bound sockets' admission tables, discovery's
+//! additions, the liveness table and the call routes ([`NodeCore`]), and the handshake's
+//! decisions with the order of their consequences, over what the core asks of its shell
+//! ([`Shell`]).
+//!
+//! Admission, in order: a dialled connection sends its HELLO once ([`send_hello`]); the
+//! acceptor judges an unadmitted connection's first record ([`handle_first_record`]: one
+//! REJECT, nothing, or admission: a dial of ours the peer's dial wins over stands down, a
+//! connection the new one replaces fails, then WELCOME, the inbound table, the receive
+//! unit and the link); the dialler judges the WELCOME ([`handle_welcome`]); and a connection
+//! whose handshake is done becomes ready (its liveness entry, the channels its peer serves,
+//! its send queue, then the application hears of it). The judgements themselves are
+//! [`crate::proto::node::admit`]'s.
+//!
+//! A link's failure, in order ([`fail_link`]): the calls leased on its connection fail, its
+//! send queue closes, the link records the failure ([`links::fail`]), the connection closes
+//! ([`close_conn`]: its liveness entry, then its dialled socket, or a CLOSE to the peer and
+//! its routing id forgotten), the application hears of it and the failure is counted. A
+//! peer's REJECT or CLOSE and an inbound connection's loss fail a link as well
+//! ([`handle_peer_ended`], [`fail_gone_inbound`]), and so may a bound socket's disconnect
+//! sweep ([`check_bound_disconnects`]), a new allow-list ([`handle_allow_list_effects`]),
+//! and discovery: a peer's new fence ([`refence`]) or its withdrawn descriptor
+//! ([`withdraw`]).
+
+use std::fmt;
+use std::time::Instant;
+
+use super::accepting::{Accepting, AllowListEffects};
+use super::admit::{
+    Admission, Configured, Credentials, FirstRecord, FirstVerdict, Refenced, WelcomeDecision,
+};
+use super::discovered::Discovered;
+use super::gate::Gate;
+use super::keys::{CallKey, LinkKey, SlotKey, Tracked};
+use super::link::{note, Conn, Link, LinkKind, PeerEnded};
+use super::links::{self, SweepRecord, Withdrawal, WITHDRAWN};
+use super::live::Live;
+use super::routes::Routes;
+use super::timers::TimerTable;
+use crate::proto::admission::Refusing;
+use crate::proto::handshake::{self, Expectation, Identity};
+use crate::proto::sched::IdMap;
+use crate::proto::security::{InputRefusal, PublicKey};
+use crate::proto::state::{ConnState, FailureReason};
+use crate::proto::wire::{self, Kind, Lane, Record, RejectReason, WireError};
+use crate::proto::ConnId;
+
+/// The node-wide parts of the node core.
+pub(crate) struct NodeCore {
+    /// Every configured peer lane, configured server and inbound connection, with its
+    /// current connection; every mutable access marks the link for the timer table.
+    pub(crate) links: Tracked<LinkKey, Link>,
+    /// Every link's and subscription's earliest deadline, and the disconnect sweeps.
+    pub(crate) timers: TimerTable,
+    /// The bound sockets' gate, their inbound connections and the ones refused.
+    pub(crate) accepting: Accepting,
+    /// Automatic mode: links added by discovery and the descriptors' fences.
+    pub(crate) discovered: Discovered,
+    /// The one structure owning every liveness machine of this node (MISSION L8).
+    pub(crate) liveness: Live,
+    /// Where calls go: the links' routes, indexed (brought up to date by the shell's
+    /// `sync_links`).
+    pub(crate) routes: Routes,
+}
+
+impl NodeCore {
+    /// A node core with no links, the bound sockets' gate `gate`, and liveness ids seeded
+    /// from the node's `generation`.
+    pub(crate) fn new(gate: Gate, generation: u64) -> NodeCore {
+        NodeCore {
+            links: Tracked::default(),
+            timers: TimerTable::new(),
+            accepting: Accepting {
+                inbound: IdMap::default(),
+                refused: super::accepting::Refused::default(),
+                gate,
+            },
+            discovered: Discovered::default(),
+            liveness: Live::new(generation),
+            routes: Routes::default(),
+        }
+    }
+
+    /// Adds a link of `kind` (its first dial due at once).
+    pub(crate) fn add_link(&mut self, kind: LinkKind, now: Instant) -> LinkKey {
+        self.links.push(Link::new(kind, now))
+    }
+
+    /// The inbound link of `rid`'s connections on `lane`, added (with no redial of its own)
+    /// if there is none yet.
+    pub(crate) fn inbound_link(&mut self, rid: &str, lane: Lane, now: Instant) -> LinkKey {
+        let kind = LinkKind::Inbound {
+            rid: rid.to_owned(),
+            lane,
+        };
+        match self.links.position(|l| l.kind == kind) {
+            Some(k) => k,
+            None => {
+                let k = self.add_link(kind, now);
+                self.links[k].retry_at = None;
+                k
+            }
+        }
+    }
+
+    /// The call key of answers arriving on link `k`: the connection itself, if it is a
+    /// Completion lane or a ClientServer connection (answers never travel on the Application
+    /// lane).
+    pub(crate) fn answer_key(&self, k: LinkKey) -> Option<CallKey> {
+        let l = self.links.get(k)?;
+        let c = l.conn.as_ref()?;
+        match l.lane()? {
+            Lane::ClientServer | Lane::Completion => Some((k, c.id)),
+            Lane::Application => None,
+        }
+    }
+
+    /// Counts `records` records received on link `k`'s connection, the last at `now`.
+    pub(crate) fn on_link_activity(&mut self, k: LinkKey, records: u64, now: Instant) {
+        // None changes nothing, and is not to mark the link for the timer table.
+        if records == 0 {
+            return;
+        }
+        if let Some(l) = self.links.get_mut(k) {
+            l.handle_receipt(records, now);
+        }
+    }
+
+    /// Where answers to calls keyed `key` are sent: that connection, if it is still current.
+    pub(crate) fn answer_route(&self, key: CallKey) -> Option<LinkKey> {
+        let c = self.links.get(key.0)?.conn.as_ref()?;
+        (c.id == key.1 && c.ready).then_some(key.0)
+    }
+
+    /// Whether the records of the unadmitted connection `route` of bound socket `slot` are
+    /// ignored: it was refused already (one REJECT, then nothing it sends is looked at).
+    pub(crate) fn ignores_unadmitted(&self, slot: SlotKey, route: &[u8]) -> bool {
+        self.accepting.refused.contains(slot, route)
+    }
+}
+
+/// What the node core asks of its shell: where it reads the core and the node's own
+/// identity and configuration, and the consequences of its decisions that reach beyond it
+/// (sockets, the receive scheduler, the calls, the send queues, the application, the
+/// counters). The core is reached through the shell, not beside it: some of these effects
+/// read or note core state themselves (the send queues and the calls read the links,
+/// closing a dialled socket notes the link's close, a refusal is remembered by the gate).
+pub(crate) trait Shell {
+    /// The configured peers and servers as admission reads them.
+    type Configured<'a>: Configured
+    where
+        Self: 'a;
+    /// Why a send failed.
+    type SendError: SendFailure;
+
+    /// The node core.
+    fn core(&self) -> &NodeCore;
+    /// The node core, to change.
+    fn core_mut(&mut self) -> &mut NodeCore;
+    /// The configured peers and servers.
+    fn configured(&self) -> Self::Configured<'_>;
+    /// The node core, to change, beside the configured peers and servers.
+    fn core_with_configured(&mut self) -> (&mut NodeCore, Self::Configured<'_>);
+    /// The identity this node presents in its handshakes.
+    fn me(&self) -> &Identity;
+    /// Whether the node takes new work (admits new connections).
+    fn admitting(&self) -> bool;
+    /// A connection id never handed out before by this node.
+    fn fresh_conn_id(&mut self) -> ConnId;
+
+    /// Sends `frames` on link `k`'s current connection.
+    fn send_on_link(&mut self, k: LinkKey, frames: Vec<Vec<u8>>) -> Result<(), Self::SendError>;
+    /// Sends `frames` to connection `route` of bound socket `slot`.
+    fn send_to(
+        &mut self,
+        slot: SlotKey,
+        route: &[u8],
+        frames: &[Vec<u8>],
+    ) -> Result<(), Self::SendError>;
+    /// Sends the disconnect sweep's record `record` to connection `route` of bound socket
+    /// `slot`, with `ROUTER_MANDATORY` (a connection whose pipe is gone is unreachable).
+    fn send_sweep_record(
+        &mut self,
+        slot: SlotKey,
+        route: &[u8],
+        record: SweepRecord,
+    ) -> Result<(), Self::SendError>;
+    /// Connection `conn` of link `k`, admitted on bound socket `slot`, gets its turn in the
+    /// receive rotation.
+    fn add_peer_unit(&mut self, slot: SlotKey, k: LinkKey, conn: ConnId);
+    /// Counts and remembers an input refusal on bound socket `slot`.
+    fn record_refusal(&mut self, slot: SlotKey, why: InputRefusal, detail: String, now: Instant);
+    /// Counts what `what` names.
+    fn count(&mut self, what: Count);
+    /// A ready peer serves `channels`: this node's calls may go to them.
+    fn learn_servers(&mut self, channels: &[String]);
+    /// Link `k`'s connection became ready: one-way records may go to it.
+    fn open_send_queue(&mut self, k: LinkKey);
+    /// Tells the application that link `k` is in `state` now.
+    fn emit_state(
+        &mut self,
+        k: LinkKey,
+        state: ConnState,
+        reason: Option<FailureReason>,
+        detail: &str,
+    );
+    /// Fails the calls leased on connection `conn` of link `k`, lost for `reason`, as "may
+    /// have run" (MISSION C2), and whatever was served on it.
+    fn fail_calls(&mut self, k: LinkKey, conn: ConnId, reason: FailureReason, now: Instant);
+    /// Link `k`'s connection leaves ready: its send queue is closed. Returns how many
+    /// one-way records were still in it (not sent), counted under `reason`.
+    fn close_send_queue(&mut self, k: LinkKey, reason: FailureReason) -> usize;
+    /// Closes link `k`'s dialled socket `slot`, if `slot` is that socket: true if it was.
+    fn close_dialled(&mut self, k: LinkKey, slot: SlotKey) -> bool;
+    /// Connection `conn` of link `k` has no turn in the receive rotation any more.
+    fn remove_peer_unit(&mut self, k: LinkKey, conn: ConnId);
+}
+
+/// Why a send of the shell failed, as far as the core reads it.
+pub(crate) trait SendFailure: fmt::Display {
+    /// The connection is not there (its pipe is gone).
+    fn unreachable(&self) -> bool;
+}
+
+/// What the core has its shell count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Count {
+    /// A record from a connection that is not (or no longer) admitted.
+    StaleRecord,
+    /// A link's failure, for its reason (a stand-down is not counted).
+    LinkFailure(FailureReason),
+    /// A record a disconnect sweep sent.
+    SweepRecord,
+}
+
+/// What admission reads of the node behind `node`: its configured peers and servers, the
+/// descriptor fences, its links and its identity.
+pub(crate) fn admission<S: Shell>(
+    node: &S,
+) -> Admission<'_, S::Configured<'_>, Tracked<LinkKey, Link>> {
+    let core = node.core();
+    Admission {
+        configured: node.configured(),
+        discovered: &core.discovered,
+        links: &core.links,
+        local: node.me(),
+    }
+}
+
+/// Sends dialled link `k`'s HELLO, once per connection: a dialled ROUTER learns that its
+/// handshake is done both from its monitor and in band, in either order.
+pub(crate) fn send_hello<S: Shell>(node: &mut S, k: LinkKey) {
+    let links = &node.core().links;
+    if links[k].conn.as_ref().is_none_or(|c| c.hello_sent) {
+        return;
+    }
+    let Some((lane, expect)) = admission(node).dial_expectation(&links[k].kind) else {
+        return;
+    };
+    let sent = match hello(lane, node.me(), &expect, 0) {
+        Ok(frames) => node.send_on_link(k, frames),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot encode HELLO");
+            return;
+        }
+    };
+    if let Some(c) = node.core_mut().links[k].conn.as_mut() {
+        c.hello_sent = sent.is_ok();
+    }
+}
+
+/// An unadmitted connection's first record, as the shell decoded it.
+pub(crate) enum First {
+    /// A HELLO: its lane, who it says the dialler is and what the dialler expects.
+    Hello {
+        /// The lane the HELLO names.
+        lane: Lane,
+        /// Who the HELLO says the dialler is.
+        peer: Identity,
+        /// What the dialler expects of this node.
+        expects: Expectation,
+    },
+    /// A well-formed record of another kind.
+    Other(Kind),
+    /// A record that does not decode.
+    Malformed(WireError),
+}
+
+/// The first record of the unadmitted connection `route` of bound socket `slot` (of lane
+/// `lane`, the connection holding `credentials`), as admission judges it
+/// ([`Admission::judge_first_record`]): refused (one REJECT), stale, or admitted, standing
+/// a dial of ours down if the peer's wins.
+pub(crate) fn handle_first_record<S: Shell>(
+    node: &mut S,
+    slot: SlotKey,
+    lane: Lane,
+    route: Vec<u8>,
+    credentials: Credentials<'_>,
+    first: First,
+    now: Instant,
+) {
+    let record = match &first {
+        First::Hello {
+            lane,
+            peer,
+            expects,
+        } => FirstRecord::Hello {
+            lane: *lane,
+            peer,
+            expects,
+        },
+        First::Other(kind) => FirstRecord::Other(*kind),
+        First::Malformed(e) => FirstRecord::Malformed(e),
+    };
+    let admitting = node.admitting();
+    let verdict = admission(node).judge_first_record(lane, credentials, record, admitting);
+    match verdict {
+        FirstVerdict::Refuse(r) => {
+            if let (First::Malformed(e), Some(InputRefusal::Malformed)) = (&first, r.counted) {
+                tracing::debug!(error = %e, "malformed record from an unadmitted connection");
+            }
+            refuse_with(node, slot, &route, r, now);
+        }
+        FirstVerdict::Stale(r) => {
+            node.count(Count::StaleRecord);
+            if let Some(r) = r {
+                refuse_with(node, slot, &route, r, now);
+            }
+        }
+        FirstVerdict::Admit {
+            stand_down,
+            verified_key,
+        } => {
+            if let Some(dk) = stand_down {
+                // Their dial wins: stand our own dial down.
+                if node.core().links[dk].conn.is_some() {
+                    fail_link(
+                        node,
+                        dk,
+                        FailureReason::StoodDown,
+                        "peer's own dial is current",
+                        now,
+                    );
+                }
+                node.core_mut().links[dk].yielded = true;
+            }
+            if let First::Hello { peer, .. } = first {
+                admit_inbound(node, slot, lane, route, peer, verified_key, now);
+            }
+        }
+    }
+}
+
+/// Makes an admitted connection the peer's current one on `lane`: WELCOME, its link and
+/// receive unit, then ready.
+fn admit_inbound<S: Shell>(
+    node: &mut S,
+    slot: SlotKey,
+    lane: Lane,
+    route: Vec<u8>,
+    peer: Identity,
+    verified: Option<PublicKey>,
+    now: Instant,
+) {
+    let k = node.core_mut().inbound_link(&peer.rid, lane, now);
+    // A replacement connection of the same peer and lane (F3): the dialler closed the old
+    // one before dialling this one, so the old one is done.
+    if node.core().links[k].conn.is_some() {
+        fail_link(
+            node,
+            k,
+            FailureReason::Replaced,
+            "replaced by a newer admitted connection",
+            now,
+        );
+    }
+    let id = node.fresh_conn_id();
+    let Ok(welcome) = welcome(lane, node.me(), peer.capabilities) else {
+        return;
+    };
+    if let Err(e) = node.send_to(slot, &route, &welcome) {
+        tracing::debug!(error = %e, "welcome not sent");
+        return;
+    }
+    node.core_mut().accepting.admitted(slot, route.clone(), k);
+    node.add_peer_unit(slot, k, id);
+    let conn = Conn::admitted(id, slot, route, verified, now);
+    node.core_mut().links[k].handle_admitted_inbound(conn, now);
+    become_ready(node, k, peer, now);
+}
+
+/// Refuses the unadmitted connection `route` of bound socket `slot`: one REJECT, and
+/// nothing it sends afterwards is looked at (while the refusals remember it).
+fn refuse<S: Shell>(node: &mut S, slot: SlotKey, route: &[u8], reason: RejectReason, detail: &str) {
+    if node.core_mut().accepting.refuse(slot, route) {
+        let _ = node.send_to(slot, route, &reject(reason, detail));
+    }
+}
+
+/// Refuses as admission decided: the input refusal counted if it is one, then [`refuse`].
+fn refuse_with<S: Shell>(node: &mut S, slot: SlotKey, route: &[u8], r: Refusing, now: Instant) {
+    if let Some(why) = r.counted {
+        node.record_refusal(slot, why, r.detail.clone(), now);
+    }
+    refuse(node, slot, route, r.reason, &r.detail);
+}
+
+/// The handshake of link `k`'s connection is done with `peer`: the link makes it ready
+/// ([`Link::handle_ready`]) with its liveness entry, the caller learns the channels the
+/// peer serves, its send queue opens and the application hears of it.
+fn become_ready<S: Shell>(node: &mut S, k: LinkKey, peer: Identity, now: Instant) {
+    let core = node.core_mut();
+    let Some(id) = core.links[k].conn.as_ref().map(|c| c.id) else {
+        return;
+    };
+    let live = core.liveness.insert_connection(k, id, now);
+    let Some(ready) = core.links[k].handle_ready(peer, live, now) else {
+        return;
+    };
+    node.learn_servers(&ready.servers);
+    // One-way records may go to it from now on (before the application hears of it).
+    node.open_send_queue(k);
+    node.emit_state(k, ConnState::Ready, None, &ready.detail);
+}
+
+/// The acceptor admitted link `k`'s connection with a WELCOME on `lane` from `peer`: the
+/// dialler checks it is who it expects ([`Admission::judge_welcome`]), then the link is
+/// ready; if it is not, the acceptor is told why and the connection fails.
+pub(crate) fn handle_welcome<S: Shell>(
+    node: &mut S,
+    k: LinkKey,
+    lane: Lane,
+    peer: Identity,
+    now: Instant,
+) {
+    let l = &node.core().links[k];
+    let verified = l.conn.as_ref().and_then(|c| c.verified_key);
+    let decision = admission(node).judge_welcome(&l.kind, verified, lane, &peer);
+    match decision {
+        WelcomeDecision::Ignore => {}
+        WelcomeDecision::Ready => {
+            note(node.core_mut().links[k].state.handle_admitted(now));
+            become_ready(node, k, peer, now);
+        }
+        WelcomeDecision::Refuse(refused) => {
+            // Tell the acceptor why, then close our side.
+            if let Some(reason) = refused.reject {
+                let _ = node.send_on_link(k, reject(reason, &refused.detail));
+            }
+            fail_link(node, k, refused.failure, &refused.detail, now);
+        }
+    }
+}
+
+/// Takes link `k`'s current connection out of ready at once and closes it (MISSION F1,
+/// L6): the calls leased on it fail, its send queue closes (the records still in it named in
+/// the failure), the link records the failure ([`links::fail`]), the connection closes
+/// ([`close_conn`]) and the application hears of it.
+pub(crate) fn fail_link<S: Shell>(
+    node: &mut S,
+    k: LinkKey,
+    reason: FailureReason,
+    detail: &str,
+    now: Instant,
+) {
+    let Some(conn_id) = node.core().links[k].conn.as_ref().map(|c| c.id) else {
+        return;
+    };
+    // Calls leased on this connection fail at once, as "may have run" (MISSION C2).
+    node.fail_calls(k, conn_id, reason, now);
+    // One-way records still in its zmesh queue are counted and named in this failure,
+    // never silently gone.
+    let unsent = node.close_send_queue(k, reason);
+    let running = node.admitting();
+    let failed = {
+        let (core, configured) = node.core_with_configured();
+        let failure = (reason, detail);
+        links::fail(
+            &mut core.links,
+            &configured,
+            k,
+            failure,
+            unsent,
+            running,
+            now,
+        )
+    };
+    let Some(failed) = failed else {
+        return;
+    };
+    close_conn(node, k, failed.conn, reason, now);
+    let event = failed.event;
+    node.emit_state(k, event.state, event.reason, &event.detail);
+    if failed.counted {
+        node.count(Count::LinkFailure(reason));
+    }
+}
+
+/// Closes connection `conn`, which link `k` held until it failed for `reason`: its
+/// liveness entry goes, then its dialled socket closes, or (an inbound connection on a
+/// shared bound socket, whose one pipe libzmq cannot close) the peer is told to close
+/// ([`links::inbound_close`]) and the routing id is forgotten, so that late records of this
+/// physical connection change nothing (MISSION L6).
+pub(crate) fn close_conn<S: Shell>(
+    node: &mut S,
+    k: LinkKey,
+    conn: Conn,
+    reason: FailureReason,
+    _now: Instant,
+) {
+    if let Some(live) = conn.live {
+        node.core_mut().liveness.remove(live);
+    }
+    if node.close_dialled(k, conn.slot) {
+        return;
+    }
+    if let Some(route) = conn.route {
+        if let Some(reason) = links::inbound_close(reason) {
+            let _ = node.send_to(conn.slot, &route, &Record::Close { reason }.encode());
+        }
+        if let Some(m) = node.core_mut().accepting.inbound.get_mut(&conn.slot) {
+            m.remove(route.as_slice());
+        }
+        node.remove_peer_unit(k, conn.id);
+    }
+}
+
+/// The peer ended link `k`'s connection with a REJECT or CLOSE, judged as `verdict`: the
+/// link fails, and stands down if the peer's own dial of the lane is current (T1).
+pub(crate) fn handle_peer_ended<S: Shell>(
+    node: &mut S,
+    k: LinkKey,
+    verdict: PeerEnded,
+    detail: &str,
+    now: Instant,
+) {
+    fail_link(node, k, verdict.reason, detail, now);
+    if verdict.stands_down {
+        // The peer's own dial of this lane is the current connection (T1).
+        node.core_mut().links[k].yielded = true;
+    }
+}
+
+/// Inbound link `k`'s connection is gone: it fails, or stands down if it was the peer's
+/// duplicate dial of a lane our own dial holds (T1, [`links::gone_inbound`]).
+pub(crate) fn fail_gone_inbound<S: Shell>(node: &mut S, k: LinkKey, now: Instant) {
+    let (reason, detail) = links::gone_inbound(&node.core().links, &node.configured(), k);
+    fail_link(node, k, reason, detail, now);
+}
+
+/// A step of the fallback after a disconnect event of bound socket `slot`
+/// ([`SWEEP_DELAYS`](crate::proto::node::timers::SWEEP_DELAYS)): every connection names its
+/// own loss in band (its notice: [`fail_gone_inbound`]), except one whose pipe was full when
+/// it was lost (libzmq drops that notice). If more connections are admitted on the socket
+/// than its monitor counts open, a notice is missing (or still queued behind records), and
+/// the socket is swept ([`sweep`]); otherwise nothing is sent. An unadmitted connection open
+/// at the time hides a missing notice from the count: the peer's next connection of the lane
+/// replaces the link at its HELLO, and failing that, the link's 15 s deadline (L2) takes it
+/// out of ready.
+pub(crate) fn check_bound_disconnects<S: Shell>(node: &mut S, slot: SlotKey, now: Instant) {
+    let accepting = &node.core().accepting;
+    let admitted = accepting.inbound.get(&slot).map_or(0, |m| m.len());
+    if admitted > accepting.gate.open_on(slot) {
+        sweep(node, slot, now);
+    }
+}
+
+/// Checks every inbound connection of a bound socket for a vanished pipe: a record sent
+/// with `ROUTER_MANDATORY` to a routing id whose pipe is gone fails as unreachable. The
+/// record is one that changes nothing at the peer ([`links::sweep_record`]); each one sent
+/// is counted ([`Count::SweepRecord`]).
+fn sweep<S: Shell>(node: &mut S, slot: SlotKey, now: Instant) {
+    let core = node.core();
+    let victims: Vec<(Vec<u8>, LinkKey)> = (core.accepting.inbound.get(&slot))
+        .map(|m| m.iter().map(|(r, k)| (r.clone(), *k)).collect())
+        .unwrap_or_default();
+    for (route, k) in victims {
+        let core = node.core();
+        let Some(c) = core.links[k].conn.as_ref() else {
+            continue;
+        };
+        let pending = c
+            .live
+            .and_then(|key| core.liveness.table().probe(key))
+            .and_then(|t| t.pending_id());
+        let Some(record) = links::sweep_record(c, pending) else {
+            continue;
+        };
+        node.count(Count::SweepRecord);
+        let sent = node.send_sweep_record(slot, &route, record);
+        if sent.is_err_and(|e| e.unreachable()) {
+            fail_gone_inbound(node, k, now);
+        }
+    }
+}
+
+/// What a new allow-list does ([`Accepting::allow_list_effects`]): the dialled links
+/// refused for want of an allowed key dial again now; each connection of a node whose key
+/// left the list is told why if it is inbound (one REJECT), then fails as a security failure.
+pub(crate) fn handle_allow_list_effects<S: Shell>(
+    node: &mut S,
+    effects: AllowListEffects,
+    now: Instant,
+) {
+    for k in effects.redial {
+        node.core_mut().links[k].retry_at = Some(now);
+    }
+    for removed in effects.removed {
+        if let Some((reason, detail)) = removed.reject {
+            let _ = node.send_on_link(removed.link, reject(reason, detail));
+        }
+        fail_link(
+            node,
+            removed.link,
+            FailureReason::SecurityFailure,
+            removed.detail,
+            now,
+        );
+    }
+}
+
+/// Holds every link of `rid` (only its inbound links if `inbound_only`) to its current
+/// fence: a ready connection of another run is closed, a dial in progress (started under
+/// an older fence) is closed, and a dialled link with no connection is reconfigured for
+/// the new generation and dialled as soon as the close of its last socket is confirmed.
+pub(crate) fn refence<S: Shell>(
+    node: &mut S,
+    rid: &str,
+    generation: u64,
+    inbound_only: bool,
+    now: Instant,
+) {
+    let verdicts = admission(node).refence(rid, inbound_only);
+    for (k, verdict) in verdicts {
+        match verdict {
+            Refenced::Keep => {}
+            Refenced::ReplacedRun => {
+                let detail =
+                    format!("a descriptor of generation {generation:016x} replaces this run");
+                fail_link(node, k, FailureReason::Reconfigured, &detail, now);
+            }
+            Refenced::StaleDial => {
+                fail_link(
+                    node,
+                    k,
+                    FailureReason::Reconfigured,
+                    "dial started under an older descriptor",
+                    now,
+                );
+            }
+        }
+        if let Some(event) = node.core_mut().links[k].refenced(generation, now) {
+            node.emit_state(k, event.state, event.reason, &event.detail);
+        }
+    }
+}
+
+/// Stops dialling link `k` (its descriptor is gone): as [`Link::withdraw`] decides.
+pub(crate) fn withdraw<S: Shell>(node: &mut S, k: LinkKey, now: Instant) {
+    match node.core_mut().links[k].withdraw(now) {
+        Withdrawal::Nothing => {}
+        Withdrawal::Close => fail_link(node, k, FailureReason::Reconfigured, WITHDRAWN, now),
+        Withdrawal::Report(event) => node.emit_state(k, event.state, event.reason, &event.detail),
+    }
+}
+
+/// HELLO from a dialler.
+fn hello(
+    lane: Lane,
+    me: &Identity,
+    expect: &Expectation,
+    config_generation: u64,
+) -> Result<Vec<Vec<u8>>, WireError> {
+    let hello = handshake::hello_record(lane, me, expect, config_generation)?;
+    Ok(Record::Hello(hello).encode())
+}
+
+/// WELCOME from an acceptor, answering a HELLO that offered the capabilities `offered`.
+fn welcome(
+    lane: Lane,
+    me: &Identity,
+    offered: handshake::Capabilities,
+) -> Result<Vec<Vec<u8>>, WireError> {
+    Ok(Record::Welcome(handshake::welcome_record(lane, me, offered)?).encode())
+}
+
+/// REJECT with a reason and detail (cut to the wire's bound).
+pub(crate) fn reject(reason: RejectReason, detail: &str) -> Vec<Vec<u8>> {
+    let mut d = detail.to_owned();
+    while d.len() > 1024 {
+        d.pop();
+    }
+    Record::Reject(wire::Reject {
+        reason,
+        detail: wire::Detail::new(d).unwrap_or_default(),
+    })
+    .encode()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::handshake::{Capabilities, Membership};
+    use crate::proto::node::admit::{PeerView, ServerView};
+    use crate::proto::node::keys::Key;
+
+    /// Configured peers by RID, no servers, no CURVE.
+    struct Peers(Vec<&'static str>);
+
+    impl Configured for Peers {
+        fn peer(&self, peer: usize) -> Option<PeerView<'_>> {
+            Some(PeerView {
+                rid: self.0.get(peer)?,
+                generation: None,
+                security_identity: None,
+                pinned_key: None,
+            })
+        }
+
+        fn peer_index(&self, rid: &str) -> Option<usize> {
+            self.0.iter().position(|r| *r == rid)
+        }
+
+        fn server(&self, _: usize) -> Option<ServerView<'_>> {
+            None
+        }
+    }
+
+    /// What the core asked of the shell, in order (records by their kind).
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    enum Effect {
+        SendOnLink(LinkKey, Kind),
+        SendTo(SlotKey, Vec<u8>, Kind),
+        AddPeerUnit(SlotKey, LinkKey, ConnId),
+        RecordRefusal(SlotKey, InputRefusal),
+        Count(Count),
+        LearnServers(Vec<String>),
+        OpenSendQueue(LinkKey),
+        EmitState(LinkKey, ConnState, Option<FailureReason>),
+        FailCalls(LinkKey, ConnId, FailureReason),
+        CloseSendQueue(LinkKey, FailureReason),
+        CloseDialled(LinkKey, SlotKey),
+        RemovePeerUnit(LinkKey, ConnId),
+    }
+
+    /// A shell that records what it is asked; `dialled` are the slots of dialled sockets.
+    struct Recording {
+        core: NodeCore,
+        peers: Peers,
+        me: Identity,
+        next_conn: u64,
+        dialled: Vec<(LinkKey, SlotKey)>,
+        effects: Vec<Effect>,
+    }
+
+    #[derive(Debug)]
+    struct Unreachable;
+
+    impl fmt::Display for Unreachable {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("unreachable")
+        }
+    }
+
+    impl SendFailure for Unreachable {
+        fn unreachable(&self) -> bool {
+            true
+        }
+    }
+
+    fn kind(frames: &[Vec<u8>]) -> Kind {
+        Record::decode(frames).map_or(Kind::Hello, |r| r.kind())
+    }
+
+    impl Shell for Recording {
+        type Configured<'a> = &'a Peers;
+        type SendError = Unreachable;
+
+        fn core(&self) -> &NodeCore {
+            &self.core
+        }
+        fn core_mut(&mut self) -> &mut NodeCore {
+            &mut self.core
+        }
+        fn configured(&self) -> &Peers {
+            &self.peers
+        }
+        fn core_with_configured(&mut self) -> (&mut NodeCore, &Peers) {
+            (&mut self.core, &self.peers)
+        }
+        fn me(&self) -> &Identity {
+            &self.me
+        }
+        fn admitting(&self) -> bool {
+            true
+        }
+        fn fresh_conn_id(&mut self) -> ConnId {
+            self.next_conn += 1;
+            ConnId(self.next_conn)
+        }
+        fn send_on_link(&mut self, k: LinkKey, frames: Vec<Vec<u8>>) -> Result<(), Unreachable> {
+            self.effects.push(Effect::SendOnLink(k, kind(&frames)));
+            Ok(())
+        }
+        fn send_to(
+            &mut self,
+            slot: SlotKey,
+            route: &[u8],
+            frames: &[Vec<u8>],
+        ) -> Result<(), Unreachable> {
+            self.effects
+                .push(Effect::SendTo(slot, route.to_vec(), kind(frames)));
+            Ok(())
+        }
+        fn send_sweep_record(
+            &mut self,
+            _: SlotKey,
+            _: &[u8],
+            _: SweepRecord,
+        ) -> Result<(), Unreachable> {
+            Err(Unreachable)
+        }
+        fn add_peer_unit(&mut self, slot: SlotKey, k: LinkKey, conn: ConnId) {
+            self.effects.push(Effect::AddPeerUnit(slot, k, conn));
+        }
+        fn record_refusal(&mut self, slot: SlotKey, why: InputRefusal, _: String, _: Instant) {
+            self.effects.push(Effect::RecordRefusal(slot, why));
+        }
+        fn count(&mut self, what: Count) {
+            self.effects.push(Effect::Count(what));
+        }
+        fn learn_servers(&mut self, channels: &[String]) {
+            self.effects.push(Effect::LearnServers(channels.to_vec()));
+        }
+        fn open_send_queue(&mut self, k: LinkKey) {
+            self.effects.push(Effect::OpenSendQueue(k));
+        }
+        fn emit_state(
+            &mut self,
+            k: LinkKey,
+            state: ConnState,
+            reason: Option<FailureReason>,
+            _: &str,
+        ) {
+            self.effects.push(Effect::EmitState(k, state, reason));
+        }
+        fn fail_calls(&mut self, k: LinkKey, conn: ConnId, reason: FailureReason, _: Instant) {
+            self.effects.push(Effect::FailCalls(k, conn, reason));
+        }
+        fn close_send_queue(&mut self, k: LinkKey, reason: FailureReason) -> usize {
+            self.effects.push(Effect::CloseSendQueue(k, reason));
+            0
+        }
+        fn close_dialled(&mut self, k: LinkKey, slot: SlotKey) -> bool {
+            let dialled = self.dialled.contains(&(k, slot));
+            if dialled {
+                self.effects.push(Effect::CloseDialled(k, slot));
+            }
+            dialled
+        }
+        fn remove_peer_unit(&mut self, k: LinkKey, conn: ConnId) {
+            self.effects.push(Effect::RemovePeerUnit(k, conn));
+        }
+    }
+
+    fn node(rid: &str) -> Identity {
+        Identity {
+            rid: rid.into(),
+            generation: 1,
+            security_identity: String::new(),
+            memberships: vec![Membership::server("pump")],
+            capabilities: Capabilities::NONE,
+        }
+    }
+
+    fn shell(rid: &str, peers: Vec<&'static str>) -> Recording {
+        Recording {
+            core: NodeCore::new(Gate::new(Default::default()), 1),
+            peers: Peers(peers),
+            me: node(rid),
+            next_conn: 100,
+            dialled: Vec::new(),
+            effects: Vec::new(),
+        }
+    }
+
+    fn hello_from(rid: &str) -> First {
+        First::Hello {
+            lane: Lane::Application,
+            peer: node(rid),
+            expects: Expectation::default(),
+        }
+    }
+
+    /// A record that does not decode from an unadmitted connection: the refusal is counted,
+    /// then one REJECT goes to it, and nothing it sends afterwards is looked at (WIRE.md §5.1).
+    #[test]
+    fn a_malformed_first_record_is_refused_once_then_ignored() {
+        let mut b = shell("b", vec!["a"]);
+        let (slot, route, now) = (SlotKey::from_index(1), vec![7u8; 5], Instant::now());
+        assert!(!b.core.ignores_unadmitted(slot, &route));
+        let garbage = Record::decode(&[b"not a record".to_vec()]);
+        let first = First::Malformed(garbage.expect_err("garbage does not decode"));
+        handle_first_record(
+            &mut b,
+            slot,
+            Lane::Application,
+            route.clone(),
+            Credentials::Plain,
+            first,
+            now,
+        );
+        assert_eq!(
+            b.effects,
+            [
+                Effect::RecordRefusal(slot, InputRefusal::Malformed),
+                Effect::SendTo(slot, route.clone(), Kind::Reject),
+            ]
+        );
+        assert!(b.core.ignores_unadmitted(slot, &route));
+        assert_eq!(b.core.links.keys().count(), 0);
+    }
+
+    /// Node b dials a; a's own dial reaches b first and wins (the smaller RID's dial is kept,
+    /// T1): b's dial fails as stood down (its calls, its queue, its socket, then the
+    /// application hears; not counted as a failure) and yields, and only then is a's
+    /// connection welcomed, given its receive unit and made ready (channels, send queue, the
+    /// application last).
+    #[test]
+    fn t1_an_admitted_hello_stands_our_dial_down_before_its_welcome() {
+        let mut b = shell("b", vec!["a"]);
+        let now = Instant::now();
+        let dial = LinkKind::MeshDial {
+            peer: 0,
+            lane: Lane::Application,
+        };
+        let dk = b.core.add_link(dial, now);
+        let dial_slot = SlotKey::from_index(3);
+        b.core.links[dk].conn = Some(Conn::new(ConnId(1), dial_slot, None, None, now));
+        b.dialled.push((dk, dial_slot));
+        let (slot, route) = (SlotKey::from_index(1), vec![9u8; 5]);
+        handle_first_record(
+            &mut b,
+            slot,
+            Lane::Application,
+            route.clone(),
+            Credentials::Plain,
+            hello_from("a"),
+            now,
+        );
+        let k = b
+            .core
+            .links
+            .position(|l| matches!(&l.kind, LinkKind::Inbound { rid, .. } if rid == "a"))
+            .expect("a's inbound link");
+        let reason = FailureReason::StoodDown;
+        let failed = b.effects.iter().find_map(|e| match e {
+            Effect::EmitState(l, state, _) if *l == dk => Some(*state),
+            _ => None,
+        });
+        let failed = failed.expect("the stood-down dial's state");
+        assert_eq!(
+            b.effects,
+            [
+                Effect::FailCalls(dk, ConnId(1), reason),
+                Effect::CloseSendQueue(dk, reason),
+                Effect::CloseDialled(dk, dial_slot),
+                Effect::EmitState(dk, failed, Some(reason)),
+                Effect::SendTo(slot, route.clone(), Kind::Welcome),
+                Effect::AddPeerUnit(slot, k, ConnId(101)),
+                Effect::LearnServers(vec!["pump".into()]),
+                Effect::OpenSendQueue(k),
+                Effect::EmitState(k, ConnState::Ready, None),
+            ]
+        );
+        assert!(b.core.links[dk].yielded && b.core.links[dk].conn.is_none());
+        assert!(b.core.links[k].conn.as_ref().is_some_and(|c| c.ready));
+        assert_eq!(b.core.accepting.inbound[&slot].get(&route), Some(&k));
+    }
+
+    /// An inbound connection that a sweep finds unreachable fails at once as the peer's
+    /// disconnect: a CLOSE is not sent to a pipe that is gone, its routing id and receive
+    /// unit go, and the failure is counted.
+    #[test]
+    fn l6_a_swept_connection_found_gone_fails_once() {
+        let mut b = shell("b", vec![]);
+        let now = Instant::now();
+        let (slot, route) = (SlotKey::from_index(1), vec![9u8; 5]);
+        handle_first_record(
+            &mut b,
+            slot,
+            Lane::Application,
+            route.clone(),
+            Credentials::Plain,
+            hello_from("a"),
+            now,
+        );
+        let k = b.core.accepting.inbound[&slot][&route];
+        // The peer's last probe: the sweep repeats its ACK, which changes nothing there.
+        if let Some(c) = b.core.links[k].conn.as_mut() {
+            c.last_peer_probe = Some(5);
+        }
+        b.effects.clear();
+        // The socket's monitor counts no open connection: one admitted is missing its notice.
+        check_bound_disconnects(&mut b, slot, now);
+        let reason = FailureReason::TransportError;
+        let counted = b
+            .effects
+            .iter()
+            .filter(|e| **e == Effect::Count(Count::SweepRecord));
+        assert_eq!(counted.count(), 1, "{:?}", b.effects);
+        assert!(b
+            .effects
+            .contains(&Effect::FailCalls(k, ConnId(101), reason)));
+        assert!(b.effects.contains(&Effect::RemovePeerUnit(k, ConnId(101))));
+        assert!(!b
+            .effects
+            .iter()
+            .any(|e| matches!(e, Effect::SendTo(_, _, Kind::Close))));
+        assert_eq!(
+            b.effects.last(),
+            Some(&Effect::Count(Count::LinkFailure(reason)))
+        );
+        assert!(b.core.links[k].conn.is_none());
+        assert!(b.core.accepting.inbound[&slot].is_empty());
+    }
+
+    /// A dial in progress whose descriptor is withdrawn closes (reconfigured, counted, its
+    /// dialled socket closed); withdrawing it again changes nothing.
+    #[test]
+    fn a_withdrawn_dial_in_progress_closes_once() {
+        let mut b = shell("b", vec!["a"]);
+        let now = Instant::now();
+        let dial = LinkKind::MeshDial {
+            peer: 0,
+            lane: Lane::Application,
+        };
+        let dk = b.core.add_link(dial, now);
+        let dial_slot = SlotKey::from_index(3);
+        b.core.links[dk].conn = Some(Conn::new(ConnId(1), dial_slot, None, None, now));
+        b.dialled.push((dk, dial_slot));
+        withdraw(&mut b, dk, now);
+        let reason = FailureReason::Reconfigured;
+        assert_eq!(
+            b.effects[..3],
+            [
+                Effect::FailCalls(dk, ConnId(1), reason),
+                Effect::CloseSendQueue(dk, reason),
+                Effect::CloseDialled(dk, dial_slot),
+            ]
+        );
+        assert!(matches!(b.effects[3], Effect::EmitState(l, _, Some(r)) if l == dk && r == reason));
+        assert_eq!(b.effects[4..], [Effect::Count(Count::LinkFailure(reason))]);
+        b.effects.clear();
+        withdraw(&mut b, dk, now);
+        assert_eq!(b.effects, []);
+    }
+}
