@@ -29,6 +29,12 @@
 //! deadline is due, a handshake that overran its timeout fails the link, due redials dial
 //! and overdue close confirmations stop holding the next dial back, subscriptions due to be
 //! opened again are, and the due disconnect sweeps run.
+//!
+//! A dialled or SUB socket's monitor event ([`handle_monitor_event`], as
+//! [`monitor_op`] reads it): a dialled connection's transport handshake sends its HELLO, a
+//! refusal fails its link, and its disconnect fails the link as a transport error once the
+//! records that arrived before it are read, if the connection is still the link's current
+//! one on that socket; a SUB socket's events go to its subscription.
 
 use std::fmt;
 use std::time::Instant;
@@ -43,6 +49,7 @@ use super::keys::{CallKey, LinkKey, SlotKey, SubKey, Tracked};
 use super::link::{note, Conn, Link, LinkKind, PeerEnded};
 use super::links::{self, SweepRecord, Withdrawal, WITHDRAWN};
 use super::live::{Live, LiveOwner};
+use super::monitor::{monitor_op, MonitorOp, Watching};
 use super::routes::Routes;
 use super::timers::TimerTable;
 use crate::proto::admission::Refusing;
@@ -51,6 +58,7 @@ use crate::proto::liveness::{self, LivenessEvent, ProbeEvent, PublisherEvent, Tr
 use crate::proto::sched::IdMap;
 use crate::proto::security::{InputRefusal, PublicKey};
 use crate::proto::state::{ConnState, FailureReason};
+use crate::proto::transport::MonitorEvent;
 use crate::proto::wire::{self, Kind, Lane, Record, RejectReason, WireError};
 use crate::proto::ConnId;
 
@@ -242,6 +250,16 @@ pub(crate) trait Shell {
     fn settle_overdue_closing(&mut self);
     /// Opens subscription `sub`'s socket again, if it has none and is due to.
     fn open_due_sub(&mut self, sub: SubKey, now: Instant);
+
+    /// Whether the node runs CURVE.
+    fn runs_curve(&self) -> bool;
+    /// Reads and handles the records still queued on socket `slot`, before its disconnect
+    /// is acted on (they arrived first; an orderly CLOSE among them is the better reason).
+    fn drain_before_disconnect(&mut self, slot: SlotKey, now: Instant);
+    /// Subscription `sub`'s transport handshake is done.
+    fn sub_connected(&mut self, sub: SubKey);
+    /// Subscription `sub` fails for `reason`.
+    fn fail_sub(&mut self, sub: SubKey, reason: FailureReason, detail: &str, now: Instant);
 }
 
 /// Why a send of the shell failed, as far as the core reads it.
@@ -779,6 +797,38 @@ fn handle_liveness_events<S: Shell>(node: &mut S, now: Instant) {
     }
 }
 
+/// Acts on event `event` (with its `value`) of the monitor of socket `slot`, a dialled or
+/// SUB socket (`watching`), as [`monitor_op`] says (see the module docs).
+pub(crate) fn handle_monitor_event<S: Shell>(
+    node: &mut S,
+    slot: SlotKey,
+    watching: Watching,
+    (event, value): (MonitorEvent, u32),
+    now: Instant,
+) {
+    match monitor_op(watching, event, value, node.runs_curve()) {
+        MonitorOp::Nothing => {}
+        MonitorOp::SendHello(k) => send_hello(node, k),
+        MonitorOp::FailLink {
+            link,
+            reason,
+            detail,
+        } => fail_link(node, link, reason, &detail, now),
+        MonitorOp::Disconnected(k) => {
+            node.drain_before_disconnect(slot, now);
+            if node.core().links[k].hello_sent_on(slot) {
+                fail_link(node, k, FailureReason::TransportError, "disconnected", now);
+            }
+        }
+        MonitorOp::SubConnected(sub) => node.sub_connected(sub),
+        MonitorOp::FailSub {
+            sub,
+            reason,
+            detail,
+        } => node.fail_sub(sub, reason, &detail, now),
+    }
+}
+
 /// HELLO from a dialler.
 fn hello(
     lane: Lane,
@@ -862,6 +912,7 @@ mod tests {
         Dial(LinkKey),
         CloseOverdue(LinkKey),
         OpenDueSub(SubKey),
+        DrainBeforeDisconnect(SlotKey),
     }
 
     /// A shell that records what it is asked; `dialled` are the slots of dialled sockets.
@@ -1008,6 +1059,14 @@ mod tests {
         fn open_due_sub(&mut self, sub: SubKey, _: Instant) {
             self.effects.push(Effect::OpenDueSub(sub));
         }
+        fn runs_curve(&self) -> bool {
+            false
+        }
+        fn drain_before_disconnect(&mut self, slot: SlotKey, _: Instant) {
+            self.effects.push(Effect::DrainBeforeDisconnect(slot));
+        }
+        fn sub_connected(&mut self, _: SubKey) {}
+        fn fail_sub(&mut self, _: SubKey, _: FailureReason, _: &str, _: Instant) {}
     }
 
     fn node(rid: &str) -> Identity {
@@ -1280,5 +1339,63 @@ mod tests {
             Some(&Effect::Count(Count::LinkFailure(reason)))
         );
         assert!(t >= now + liveness::PEER_DEADLINE);
+    }
+
+    /// A dialled connection's transport handshake sends its HELLO once; its disconnect is
+    /// acted on only after the records queued before it are read, and fails the link as a
+    /// transport error (MISSION L6); a late disconnect event of that socket does not fail
+    /// the link's next connection.
+    #[test]
+    fn l6_a_dialled_disconnect_drains_then_fails_the_link_once() {
+        let mut b = shell("b", vec!["a"]);
+        let now = Instant::now();
+        let dial = LinkKind::MeshDial {
+            peer: 0,
+            lane: Lane::Application,
+        };
+        let dk = b.core.add_link(dial, now);
+        let slot = SlotKey::from_index(3);
+        b.core.links[dk].conn = Some(Conn::new(ConnId(1), slot, None, None, now));
+        b.dialled.push((dk, slot));
+        let watching = Watching::Dialled(dk);
+        handle_monitor_event(
+            &mut b,
+            slot,
+            watching,
+            (MonitorEvent::HandshakeSucceeded, 0),
+            now,
+        );
+        handle_monitor_event(
+            &mut b,
+            slot,
+            watching,
+            (MonitorEvent::HandshakeSucceeded, 0),
+            now,
+        );
+        assert_eq!(b.effects, [Effect::SendOnLink(dk, Kind::Hello)]);
+        b.effects.clear();
+        handle_monitor_event(&mut b, slot, watching, (MonitorEvent::Disconnected, 0), now);
+        let reason = FailureReason::TransportError;
+        assert_eq!(
+            b.effects[..4],
+            [
+                Effect::DrainBeforeDisconnect(slot),
+                Effect::FailCalls(dk, ConnId(1), reason),
+                Effect::CloseSendQueue(dk, reason),
+                Effect::CloseDialled(dk, slot),
+            ]
+        );
+        assert_eq!(
+            b.effects.last(),
+            Some(&Effect::Count(Count::LinkFailure(reason)))
+        );
+        // The link's next connection, on a socket of its own: a late disconnect event of
+        // the old socket is not its.
+        let next = SlotKey::from_index(4);
+        b.core.links[dk].conn = Some(Conn::new(ConnId(2), next, None, None, now));
+        b.effects.clear();
+        handle_monitor_event(&mut b, slot, watching, (MonitorEvent::Disconnected, 0), now);
+        assert_eq!(b.effects, [Effect::DrainBeforeDisconnect(slot)]);
+        assert!(b.core.links[dk].conn.is_some());
     }
 }

@@ -229,4 +229,20 @@ impl Shell for IoThread {
     fn open_due_sub(&mut self, sub: SubKey, now: Instant) {
         IoThread::open_due_sub(self, sub, now);
     }
+
+    fn runs_curve(&self) -> bool {
+        self.local.curve.is_some()
+    }
+
+    fn drain_before_disconnect(&mut self, slot: SlotKey, now: Instant) {
+        IoThread::drain_before_disconnect(self, slot, now);
+    }
+
+    fn sub_connected(&mut self, sub: SubKey) {
+        IoThread::sub_connected(self, sub);
+    }
+
+    fn fail_sub(&mut self, sub: SubKey, reason: FailureReason, detail: &str, now: Instant) {
+        IoThread::fail_sub(self, sub, reason, detail, now);
+    }
 }

@@ -47,8 +47,9 @@
 //!   answers on their way out (`answers`). The node-wide ones (the links, the timer table,
 //!   the admission tables, discovery's additions, the liveness table, the routes) are held
 //!   as one `NodeCore` (`proto::node::core`), the thread's field `core`, with the
-//!   handshake's decisions, a link's failure, the disconnect sweeps and what its timers do
-//!   when due, in their order; the thread is that core's `Shell`.
+//!   handshake's decisions, a link's failure, the disconnect sweeps, what its timers do
+//!   when due and what a dialled or SUB socket's monitor event does, in their order; the
+//!   thread is that core's `Shell`.
 //! - [`parts`]: the parts that hold a socket, a channel or a task handle, each owning its
 //!   own behind a narrow interface and none of them importing the thread: the socket set with
 //!   the one send and receive primitive, the ZAP handler and the monitors of closes not yet
@@ -66,7 +67,7 @@
 //!   and the loop with its order.
 //! - The glue, `impl IoThread` blocks that move records between the parts and the sockets:
 //!   [`slots`] (binding, placing sockets), [`links`] (dialling, closing dialled
-//!   sockets), [`monitor`] (the sockets' monitor events), [`admission`] (the core's
+//!   sockets), [`monitor`] (reading the sockets' monitor events), [`admission`] (the core's
 //!   `Shell`: decoding an unadmitted connection's first record, the effects of the core's
 //!   handshake, of its failing a link, of its disconnect sweeps and of its timers), [`gate`] (ZAP, the unadmitted cap, the allow-list), [`receive`]
 //!   (the fair receive rotation, routing records, connection notices, fanout records), [`fanout`] (beacons, one SUB socket per
