@@ -22,6 +22,19 @@
 //! sweep ([`check_bound_disconnects`]), a new allow-list ([`handle_allow_list_effects`]),
 //! and discovery: a peer's new fence ([`refence`]) or its withdrawn descriptor
 //! ([`withdraw`]).
+//!
+//! When deadlines come due ([`handle_timeout`]), in order: the liveness table's probes and
+//! beacons go out, its verdicts are acted on (a probe deadline fails the link, a
+//! publisher's event goes to its subscription), then, if a link's or subscription's
+//! deadline is due, a handshake that overran its timeout fails the link, due redials dial
+//! and overdue close confirmations stop holding the next dial back, subscriptions due to be
+//! opened again are, and the due disconnect sweeps run.
+//!
+//! A dialled or SUB socket's monitor event ([`handle_monitor_event`], as
+//! [`monitor_op`] reads it): a dialled connection's transport handshake sends its HELLO, a
+//! refusal fails its link, and its disconnect fails the link as a transport error once the
+//! records that arrived before it are read, if the connection is still the link's current
+//! one on that socket; a SUB socket's events go to its subscription.
 
 use std::fmt;
 use std::time::Instant;
@@ -32,17 +45,20 @@ use super::admit::{
 };
 use super::discovered::Discovered;
 use super::gate::Gate;
-use super::keys::{CallKey, LinkKey, SlotKey, Tracked};
+use super::keys::{CallKey, LinkKey, SlotKey, SubKey, Tracked};
 use super::link::{note, Conn, Link, LinkKind, PeerEnded};
 use super::links::{self, SweepRecord, Withdrawal, WITHDRAWN};
-use super::live::Live;
+use super::live::{Live, LiveOwner};
+use super::monitor::{monitor_op, MonitorOp, Watching};
 use super::routes::Routes;
 use super::timers::TimerTable;
 use crate::proto::admission::Refusing;
 use crate::proto::handshake::{self, Expectation, Identity};
+use crate::proto::liveness::{self, LivenessEvent, ProbeEvent, PublisherEvent, Transmit};
 use crate::proto::sched::IdMap;
 use crate::proto::security::{InputRefusal, PublicKey};
 use crate::proto::state::{ConnState, FailureReason};
+use crate::proto::transport::MonitorEvent;
 use crate::proto::wire::{self, Kind, Lane, Record, RejectReason, WireError};
 use crate::proto::ConnId;
 
@@ -215,6 +231,35 @@ pub(crate) trait Shell {
     fn close_dialled(&mut self, k: LinkKey, slot: SlotKey) -> bool;
     /// Connection `conn` of link `k` has no turn in the receive rotation any more.
     fn remove_peer_unit(&mut self, k: LinkKey, conn: ConnId);
+
+    /// Brings the timer table (and the call routes) up to date with every link and
+    /// subscription changed since the last time.
+    fn sync_timers(&mut self);
+    /// Sends a PROBE carrying `id` on link `k`'s connection.
+    fn send_probe(&mut self, k: LinkKey, id: u64);
+    /// Sends the publisher's beacon, if liveness entry `key` is the publisher's.
+    fn send_beacon(&mut self, key: liveness::LinkKey);
+    /// Acts on the liveness table's event `ev` about subscription `sub`'s publisher.
+    fn on_publisher_event(&mut self, sub: SubKey, ev: PublisherEvent, now: Instant);
+    /// Dials link `k`, as the link's kind and the configuration plan it.
+    fn dial(&mut self, k: LinkKey, now: Instant);
+    /// The close of link `k`'s old socket was not confirmed in time: the link may dial
+    /// again without waiting for it.
+    fn close_overdue(&mut self, k: LinkKey);
+    /// Lets go of the monitors of closes confirmed after their time.
+    fn settle_overdue_closing(&mut self);
+    /// Opens subscription `sub`'s socket again, if it has none and is due to.
+    fn open_due_sub(&mut self, sub: SubKey, now: Instant);
+
+    /// Whether the node runs CURVE.
+    fn runs_curve(&self) -> bool;
+    /// Reads and handles the records still queued on socket `slot`, before its disconnect
+    /// is acted on (they arrived first; an orderly CLOSE among them is the better reason).
+    fn drain_before_disconnect(&mut self, slot: SlotKey, now: Instant);
+    /// Subscription `sub`'s transport handshake is done.
+    fn sub_connected(&mut self, sub: SubKey);
+    /// Subscription `sub` fails for `reason`.
+    fn fail_sub(&mut self, sub: SubKey, reason: FailureReason, detail: &str, now: Instant);
 }
 
 /// Why a send of the shell failed, as far as the core reads it.
@@ -665,6 +710,125 @@ pub(crate) fn withdraw<S: Shell>(node: &mut S, k: LinkKey, now: Instant) {
     }
 }
 
+/// Runs what is due at `now` (see the module docs): the liveness table's timers
+/// (coalesced: a wake-up for a due timer also starts every probe and beacon due within the
+/// next [`liveness::COALESCE_WINDOW`], never late, at most that early; deadlines never
+/// early, so that thousands of connections' probe cycles a few milliseconds apart cost one
+/// wake-up per window instead of one each, and their ACKs come back together), then only
+/// the links and subscriptions whose deadline is due (an idle node has none set at all).
+pub(crate) fn handle_timeout<S: Shell>(node: &mut S, now: Instant) {
+    // Every liveness machine of the node, from one table (MISSION L8).
+    node.core_mut()
+        .liveness
+        .table_mut()
+        .handle_timeout_coalesced(now);
+    while let Some(t) = node.core_mut().liveness.table_mut().poll_transmit(now) {
+        match t {
+            Transmit::Probe { key, id, .. } => {
+                if let Some(LiveOwner::Link(k)) = node.core().liveness.owner(key) {
+                    node.send_probe(k, id);
+                }
+            }
+            Transmit::Beacon { key } => node.send_beacon(key),
+        }
+    }
+    handle_liveness_events(node, now);
+    node.sync_timers();
+    if !node.core().timers.due(now) {
+        return;
+    }
+    // Handshake timeouts.
+    for k in node.core().timers.due_links(now) {
+        if node.core().links[k].is_handshake_overdue(now) {
+            fail_link(
+                node,
+                k,
+                FailureReason::TransportError,
+                "handshake timed out",
+                now,
+            );
+        }
+    }
+    // Reconnects and overdue close confirmations, also of links the timeouts above made
+    // due.
+    node.sync_timers();
+    for k in node.core().timers.due_links(now) {
+        if node.core().links[k].is_redial_due(now) {
+            node.dial(k, now);
+        }
+        if node.core().links[k].is_close_overdue(now) {
+            node.close_overdue(k);
+        }
+    }
+    node.settle_overdue_closing();
+    // Fanout subscriptions without a socket get a new one (MISSION L5).
+    node.sync_timers();
+    for sub in node.core().timers.due_subs(now) {
+        node.open_due_sub(sub, now);
+    }
+    // The fallback after bound-socket disconnects, for a notice libzmq dropped.
+    for slot in node.core_mut().timers.take_due_sweeps(now) {
+        check_bound_disconnects(node, slot, now);
+    }
+}
+
+/// Acts on the liveness table's verdicts: a connection's probe deadline fails its link, a
+/// publisher's event goes to its subscription.
+fn handle_liveness_events<S: Shell>(node: &mut S, now: Instant) {
+    while let Some((key, ev)) = node.core_mut().liveness.table_mut().poll_event() {
+        match (node.core().liveness.owner(key), ev) {
+            (
+                Some(LiveOwner::Link(k)),
+                LivenessEvent::Probe(ProbeEvent::DeadlineExceeded { .. }),
+            ) => {
+                fail_link(
+                    node,
+                    k,
+                    FailureReason::DeadlineExceeded,
+                    "no valid ACK for 15 s",
+                    now,
+                );
+            }
+            (Some(LiveOwner::Sub(i)), LivenessEvent::Publisher(ev)) => {
+                node.on_publisher_event(i, ev, now);
+            }
+            (owner, ev) => tracing::debug!(?owner, ?ev, "liveness event without an owner"),
+        }
+    }
+}
+
+/// Acts on event `event` (with its `value`) of the monitor of socket `slot`, a dialled or
+/// SUB socket (`watching`), as [`monitor_op`] says (see the module docs).
+pub(crate) fn handle_monitor_event<S: Shell>(
+    node: &mut S,
+    slot: SlotKey,
+    watching: Watching,
+    (event, value): (MonitorEvent, u32),
+    now: Instant,
+) {
+    match monitor_op(watching, event, value, node.runs_curve()) {
+        MonitorOp::Nothing => {}
+        MonitorOp::SendHello(k) => send_hello(node, k),
+        MonitorOp::FailLink {
+            link,
+            reason,
+            detail,
+        } => fail_link(node, link, reason, &detail, now),
+        MonitorOp::Disconnected(k) => {
+            node.drain_before_disconnect(slot, now);
+            if node.core().links[k].hello_sent_on(slot) {
+                fail_link(node, k, FailureReason::TransportError, "disconnected", now);
+            }
+        }
+        MonitorOp::SubConnected(sub) => node.sub_connected(sub),
+        MonitorOp::FailSub {
+            sub,
+            reason,
+            detail,
+        } => node.fail_sub(sub, reason, &detail, now),
+    }
+}
+
 /// HELLO from a dialler.
 fn hello(
     lane: Lane,
@@ -704,6 +868,8 @@ mod tests {
     use crate::proto::handshake::{Capabilities, Membership};
     use crate::proto::node::admit::{PeerView, ServerView};
     use crate::proto::node::keys::Key;
+    use crate::proto::node::link::HANDSHAKE_TIMEOUT;
+    use crate::proto::node::timers::TimerOwner;
 
     /// Configured peers by RID, no servers, no CURVE.
     struct Peers(Vec<&'static str>);
@@ -742,6 +908,11 @@ mod tests {
         CloseSendQueue(LinkKey, FailureReason),
         CloseDialled(LinkKey, SlotKey),
         RemovePeerUnit(LinkKey, ConnId),
+        SendProbe(LinkKey),
+        Dial(LinkKey),
+        CloseOverdue(LinkKey),
+        OpenDueSub(SubKey),
+        DrainBeforeDisconnect(SlotKey),
     }
 
     /// A shell that records what it is asked; `dialled` are the slots of dialled sockets.
@@ -862,6 +1033,40 @@ mod tests {
         fn remove_peer_unit(&mut self, k: LinkKey, conn: ConnId) {
             self.effects.push(Effect::RemovePeerUnit(k, conn));
         }
+        fn sync_timers(&mut self) {
+            let timers = &mut self.core.timers;
+            (self.core.links)
+                .drain_touched(|k, l| timers.set(TimerOwner::Link(k), l.next_deadline()));
+        }
+        fn send_probe(&mut self, k: LinkKey, _: u64) {
+            self.effects.push(Effect::SendProbe(k));
+        }
+        fn send_beacon(&mut self, _: liveness::LinkKey) {}
+        fn on_publisher_event(&mut self, _: SubKey, _: PublisherEvent, _: Instant) {}
+        fn dial(&mut self, k: LinkKey, now: Instant) {
+            // As a dial would: the link waits for its connection, opened now.
+            self.effects.push(Effect::Dial(k));
+            self.core.links[k].retry_at = None;
+            let slot = SlotKey::from_index(10 + k.index());
+            let id = self.fresh_conn_id();
+            self.core.links[k].conn = Some(Conn::new(id, slot, None, None, now));
+            self.dialled.push((k, slot));
+        }
+        fn close_overdue(&mut self, k: LinkKey) {
+            self.effects.push(Effect::CloseOverdue(k));
+        }
+        fn settle_overdue_closing(&mut self) {}
+        fn open_due_sub(&mut self, sub: SubKey, _: Instant) {
+            self.effects.push(Effect::OpenDueSub(sub));
+        }
+        fn runs_curve(&self) -> bool {
+            false
+        }
+        fn drain_before_disconnect(&mut self, slot: SlotKey, _: Instant) {
+            self.effects.push(Effect::DrainBeforeDisconnect(slot));
+        }
+        fn sub_connected(&mut self, _: SubKey) {}
+        fn fail_sub(&mut self, _: SubKey, _: FailureReason, _: &str, _: Instant) {}
     }
 
     fn node(rid: &str) -> Identity {
@@ -1055,5 +1260,142 @@ mod tests {
         b.effects.clear();
         withdraw(&mut b, dk, now);
         assert_eq!(b.effects, []);
+    }
+
+    /// A new dialled link's first dial is due at once: the timer pass dials it, and nothing
+    /// else. The connection it opened, still not ready when its handshake timeout passes,
+    /// fails as a transport error (its calls, its queue, its socket, the application, then
+    /// counted); the timers pass before that changes nothing.
+    #[test]
+    fn a_due_dial_dials_and_an_overrun_handshake_fails_the_link() {
+        let mut b = shell("b", vec!["a"]);
+        let now = Instant::now();
+        let dial = LinkKind::MeshDial {
+            peer: 0,
+            lane: Lane::Application,
+        };
+        let dk = b.core.add_link(dial, now);
+        handle_timeout(&mut b, now);
+        assert_eq!(b.effects, [Effect::Dial(dk)]);
+        b.effects.clear();
+        let conn = b.core.links[dk].conn.as_ref().map(|c| (c.id, c.slot));
+        let (id, slot) = conn.expect("the dial's connection");
+        let almost = now + HANDSHAKE_TIMEOUT - std::time::Duration::from_millis(1);
+        handle_timeout(&mut b, almost);
+        assert_eq!(b.effects, []);
+        handle_timeout(&mut b, now + HANDSHAKE_TIMEOUT);
+        let reason = FailureReason::TransportError;
+        assert_eq!(
+            b.effects[..3],
+            [
+                Effect::FailCalls(dk, id, reason),
+                Effect::CloseSendQueue(dk, reason),
+                Effect::CloseDialled(dk, slot),
+            ]
+        );
+        assert!(matches!(b.effects[3], Effect::EmitState(l, _, Some(r)) if l == dk && r == reason));
+        assert_eq!(b.effects[4..], [Effect::Count(Count::LinkFailure(reason))]);
+        assert!(b.core.links[dk].conn.is_none());
+    }
+
+    /// A ready connection is probed when its probe is due, and one whose peer never
+    /// answers fails once its deadline passes (MISSION L2), as a deadline exceeded.
+    #[test]
+    fn l2_an_unanswered_probe_fails_the_link_at_its_deadline() {
+        let mut b = shell("b", vec![]);
+        let now = Instant::now();
+        let (slot, route) = (SlotKey::from_index(1), vec![9u8; 5]);
+        handle_first_record(
+            &mut b,
+            slot,
+            Lane::Application,
+            route,
+            Credentials::Plain,
+            hello_from("a"),
+            now,
+        );
+        let k = b.core.accepting.inbound[&slot].values().next().copied();
+        let k = k.expect("a's inbound link");
+        b.effects.clear();
+        let mut t = now;
+        let mut probes = 0;
+        while b.core.links[k].conn.is_some() {
+            let next = b.core.liveness.table().poll_timeout();
+            t = next.expect("a ready connection has a liveness deadline");
+            assert!(t < now + std::time::Duration::from_secs(60), "never failed");
+            handle_timeout(&mut b, t);
+            probes += b
+                .effects
+                .iter()
+                .filter(|e| **e == Effect::SendProbe(k))
+                .count();
+            b.effects.retain(|e| *e != Effect::SendProbe(k));
+        }
+        assert!(probes >= 1, "no probe sent before the deadline");
+        let reason = FailureReason::DeadlineExceeded;
+        assert_eq!(b.effects[0], Effect::FailCalls(k, ConnId(101), reason));
+        assert_eq!(
+            b.effects.last(),
+            Some(&Effect::Count(Count::LinkFailure(reason)))
+        );
+        assert!(t >= now + liveness::PEER_DEADLINE);
+    }
+
+    /// A dialled connection's transport handshake sends its HELLO once; its disconnect is
+    /// acted on only after the records queued before it are read, and fails the link as a
+    /// transport error (MISSION L6); a late disconnect event of that socket does not fail
+    /// the link's next connection.
+    #[test]
+    fn l6_a_dialled_disconnect_drains_then_fails_the_link_once() {
+        let mut b = shell("b", vec!["a"]);
+        let now = Instant::now();
+        let dial = LinkKind::MeshDial {
+            peer: 0,
+            lane: Lane::Application,
+        };
+        let dk = b.core.add_link(dial, now);
+        let slot = SlotKey::from_index(3);
+        b.core.links[dk].conn = Some(Conn::new(ConnId(1), slot, None, None, now));
+        b.dialled.push((dk, slot));
+        let watching = Watching::Dialled(dk);
+        handle_monitor_event(
+            &mut b,
+            slot,
+            watching,
+            (MonitorEvent::HandshakeSucceeded, 0),
+            now,
+        );
+        handle_monitor_event(
+            &mut b,
+            slot,
+            watching,
+            (MonitorEvent::HandshakeSucceeded, 0),
+            now,
+        );
+        assert_eq!(b.effects, [Effect::SendOnLink(dk, Kind::Hello)]);
+        b.effects.clear();
+        handle_monitor_event(&mut b, slot, watching, (MonitorEvent::Disconnected, 0), now);
+        let reason = FailureReason::TransportError;
+        assert_eq!(
+            b.effects[..4],
+            [
+                Effect::DrainBeforeDisconnect(slot),
+                Effect::FailCalls(dk, ConnId(1), reason),
+                Effect::CloseSendQueue(dk, reason),
+                Effect::CloseDialled(dk, slot),
+            ]
+        );
+        assert_eq!(
+            b.effects.last(),
+            Some(&Effect::Count(Count::LinkFailure(reason)))
+        );
+        // The link's next connection, on a socket of its own: a late disconnect event of
+        // the old socket is not its.
+        let next = SlotKey::from_index(4);
+        b.core.links[dk].conn = Some(Conn::new(ConnId(2), next, None, None, now));
+        b.effects.clear();
+        handle_monitor_event(&mut b, slot, watching, (MonitorEvent::Disconnected, 0), now);
+        assert_eq!(b.effects, [Effect::DrainBeforeDisconnect(slot)]);
+        assert!(b.core.links[dk].conn.is_some());
     }
 }

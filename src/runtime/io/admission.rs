@@ -3,7 +3,8 @@
 //! connection, WELCOME, the step to ready; [`crate::proto::node::admit`] for the judgements).
 //! This file reads their inputs off the frames (the record, the CURVE `User-Id`) and is the
 //! core's [`Shell`]: it sends the core's records on the sockets and hands the rest to the
-//! other parts.
+//! other parts (the probes, beacons, dials and SUB re-opens of the core's timers among
+//! them).
 //!
 //! A connection that does not open with a well-formed HELLO is refused like one whose HELLO
 //! fails admission: one REJECT (`Protocol`, or `UnsupportedVersion` for another envelope
@@ -13,8 +14,9 @@ use std::time::Instant;
 
 use super::parts::local::ConfigView;
 use super::parts::sockets::Unit;
-use super::{Host, IoThread, LinkKey, SlotKey};
+use super::{Host, IoThread, LinkKey, SlotKey, SubKey};
 use crate::proto::handshake::Identity;
+use crate::proto::liveness::{self, PublisherEvent};
 use crate::proto::node::admit::Credentials;
 use crate::proto::node::core::{self, Count, First, NodeCore, SendFailure, Shell};
 use crate::proto::node::links::SweepRecord;
@@ -194,5 +196,53 @@ impl Shell for IoThread {
 
     fn remove_peer_unit(&mut self, k: LinkKey, conn: ConnId) {
         self.receiving.sched.remove_unit(Unit::Peer(k, conn));
+    }
+
+    fn sync_timers(&mut self) {
+        self.sync_links();
+    }
+
+    fn send_probe(&mut self, k: LinkKey, id: u64) {
+        self.send_liveness(k, records::probe(id));
+    }
+
+    fn send_beacon(&mut self, key: liveness::LinkKey) {
+        IoThread::send_beacon(self, key);
+    }
+
+    fn on_publisher_event(&mut self, sub: SubKey, ev: PublisherEvent, now: Instant) {
+        IoThread::on_publisher_event(self, sub, ev, now);
+    }
+
+    fn dial(&mut self, k: LinkKey, now: Instant) {
+        IoThread::dial(self, k, now);
+    }
+
+    fn close_overdue(&mut self, k: LinkKey) {
+        IoThread::close_overdue(self, k);
+    }
+
+    fn settle_overdue_closing(&mut self) {
+        self.sockets.settle_overdue_closing();
+    }
+
+    fn open_due_sub(&mut self, sub: SubKey, now: Instant) {
+        IoThread::open_due_sub(self, sub, now);
+    }
+
+    fn runs_curve(&self) -> bool {
+        self.local.curve.is_some()
+    }
+
+    fn drain_before_disconnect(&mut self, slot: SlotKey, now: Instant) {
+        IoThread::drain_before_disconnect(self, slot, now);
+    }
+
+    fn sub_connected(&mut self, sub: SubKey) {
+        IoThread::sub_connected(self, sub);
+    }
+
+    fn fail_sub(&mut self, sub: SubKey, reason: FailureReason, detail: &str, now: Instant) {
+        IoThread::fail_sub(self, sub, reason, detail, now);
     }
 }

@@ -47,7 +47,8 @@
 //!   answers on their way out (`answers`). The node-wide ones (the links, the timer table,
 //!   the admission tables, discovery's additions, the liveness table, the routes) are held
 //!   as one `NodeCore` (`proto::node::core`), the thread's field `core`, with the
-//!   handshake's decisions, a link's failure and the disconnect sweeps in their order; the
+//!   handshake's decisions, a link's failure, the disconnect sweeps, what its timers do
+//!   when due and what a dialled or SUB socket's monitor event does, in their order; the
 //!   thread is that core's `Shell`.
 //! - [`parts`]: the parts that hold a socket, a channel or a task handle, each owning its
 //!   own behind a narrow interface and none of them importing the thread: the socket set with
@@ -66,11 +67,11 @@
 //!   and the loop with its order.
 //! - The glue, `impl IoThread` blocks that move records between the parts and the sockets:
 //!   [`slots`] (binding, placing sockets), [`links`] (dialling, closing dialled
-//!   sockets), [`monitor`] (the sockets' monitor events), [`admission`] (the core's
+//!   sockets), [`monitor`] (reading the sockets' monitor events), [`admission`] (the core's
 //!   `Shell`: decoding an unadmitted connection's first record, the effects of the core's
-//!   handshake, of its failing a link and of its disconnect sweeps), [`gate`] (ZAP, the unadmitted cap, the allow-list), [`receive`]
+//!   handshake, of its failing a link, of its disconnect sweeps and of its timers), [`gate`] (ZAP, the unadmitted cap, the allow-list), [`receive`]
 //!   (the fair receive rotation, routing records, connection notices, fanout records), [`fanout`] (beacons, one SUB socket per
-//!   publisher), [`timers`] (what runs when deadlines come due), [`commands`] (the async
+//!   publisher), [`timers`] (the earliest deadline; call deadlines, then the core's timers), [`commands`] (the async
 //!   side's commands), [`outbound`] (draining the send queues in bursts), [`publish`]
 //!   (opening, publishing and closing the send queues, below `links` and `outbound`), [`calls`]
 //!   (routing calls to ready servers, REQUESTs, leases failing with their connection),
@@ -124,7 +125,6 @@ use crate::proto::node::core::NodeCore;
 use crate::proto::node::gate::{Gate, Gated};
 use crate::proto::node::keys;
 use crate::proto::node::link;
-use crate::proto::node::live;
 use crate::proto::security::PublicKey;
 use link::LinkKind;
 pub use link::BACKOFF_MAX;
@@ -150,7 +150,6 @@ const PUBLISHER_DOMAIN: &str = "zmesh-publisher";
 
 use keys::Tracked;
 pub(crate) use keys::{CallKey, LinkKey, SlotKey, SubKey};
-use live::LiveOwner;
 use parts::local::Host;
 
 /// What the async side shares with the I/O thread.

@@ -1,8 +1,9 @@
 //! Monitor events: what libzmq's socket monitors say about the connections of dialled, bound
 //! and SUB sockets (handshakes done or failed, refusals in the peer's ZAP handler,
-//! disconnects), acted on in order as the core says ([`monitor_op`], and the gate for a bound
-//! socket), and the stop of a dialled ROUTER's monitor once its connection's loss reaches it
-//! in band.
+//! disconnects), acted on in order as the core says ([`core::handle_monitor_event`] for a
+//! dialled or SUB socket, the gate for a bound socket), with the records read before a
+//! disconnect is acted on, and the stop of a dialled ROUTER's monitor once its connection's
+//! loss reaches it in band.
 
 use std::time::Instant;
 
@@ -10,8 +11,8 @@ use super::parts::ready::Watch;
 use super::parts::sockets::SlotRole;
 use super::{IoThread, SlotKey, DRAIN_BEFORE_DISCONNECT};
 use crate::proto::node::core;
-use crate::proto::node::monitor::{monitor_op, MonitorOp, Watching};
-use crate::proto::state::FailureReason;
+use crate::proto::node::keys::SubKey;
+use crate::proto::node::monitor::Watching;
 use crate::proto::transport::MonitorEvent;
 use crate::runtime::socket::Sockets;
 use crate::runtime::transport::{SocketEvent, Transport};
@@ -75,14 +76,13 @@ impl IoThread {
     }
 
     /// Acts on events read from a slot's monitor, in order: a bound socket's go to its gate,
-    /// a dialled or SUB socket's as [`monitor_op`] says.
+    /// a dialled or SUB socket's to the node core ([`core::handle_monitor_event`]).
     fn act_on_monitor_events(
         &mut self,
         slot: SlotKey,
         events: Vec<(MonitorEvent, u32)>,
         now: Instant,
     ) {
-        let curve = self.local.curve.is_some();
         for (ev, value) in events {
             let Some(s) = self.sockets.get(slot) else {
                 return;
@@ -98,38 +98,23 @@ impl IoThread {
                     connected: self.fanout.subs[sub].connected,
                 },
             };
-            match monitor_op(watching, ev, value, curve) {
-                MonitorOp::Nothing => {}
-                MonitorOp::SendHello(k) => core::send_hello(self, k),
-                MonitorOp::FailLink {
-                    link,
-                    reason,
-                    detail,
-                } => core::fail_link(self, link, reason, &detail, now),
-                MonitorOp::Disconnected(k) => {
-                    for _ in 0..DRAIN_BEFORE_DISCONNECT {
-                        let Some(frames) = self.sockets.recv_one(slot) else {
-                            break;
-                        };
-                        self.on_frames(slot, frames, now);
-                    }
-                    if self.core.links[k].hello_sent_on(slot) {
-                        core::fail_link(
-                            self,
-                            k,
-                            FailureReason::TransportError,
-                            "disconnected",
-                            now,
-                        );
-                    }
-                }
-                MonitorOp::SubConnected(sub) => self.fanout.subs[sub].connected = true,
-                MonitorOp::FailSub {
-                    sub,
-                    reason,
-                    detail,
-                } => self.fail_sub(sub, reason, &detail, now),
-            }
+            core::handle_monitor_event(self, slot, watching, (ev, value), now);
         }
+    }
+
+    /// Reads and handles up to [`DRAIN_BEFORE_DISCONNECT`] records still queued on socket
+    /// `slot`, before its disconnect is acted on.
+    pub(super) fn drain_before_disconnect(&mut self, slot: SlotKey, now: Instant) {
+        for _ in 0..DRAIN_BEFORE_DISCONNECT {
+            let Some(frames) = self.sockets.recv_one(slot) else {
+                break;
+            };
+            self.on_frames(slot, frames, now);
+        }
+    }
+
+    /// Subscription `sub`'s transport handshake is done.
+    pub(super) fn sub_connected(&mut self, sub: SubKey) {
+        self.fanout.subs[sub].connected = true;
     }
 }
