@@ -68,6 +68,7 @@ use bytes::Bytes;
 
 use crate::runtime::transport::{self, SocketEvent, SocketKind, SocketRole};
 
+mod send_buffers;
 mod zmq_transport;
 
 pub use zmq_transport::ZmqSocket;
@@ -189,7 +190,8 @@ impl AsRef<[u8]> for OwnedMessage {
 /// under [`ZmqSocket`]'s [`TransportSocket`](crate::runtime::transport::TransportSocket), and
 /// what the sockets outside the transport's kinds use (the monitors' PAIRs).
 pub trait FrameSocket {
-    /// Sends one record (all frames) without blocking.
+    /// Sends one record (all frames) without blocking. libzmq's implementation sends a frame
+    /// of 1 to 4 KiB from a recycled buffer (`send_buffers`), any other by copy.
     fn send_frames(&self, frames: &[&[u8]]) -> Result<(), SocketSendError>;
     /// Receives one whole record without blocking; `Ok(None)` when nothing is queued. The
     /// last frame of a record of two frames or more is [`Frame::Shared`] if it is at least
@@ -221,7 +223,7 @@ impl FrameSocket for zmq::Socket {
         let last = frames.len().saturating_sub(1);
         for (i, f) in frames.iter().enumerate() {
             let flags = zmq::DONTWAIT | if i < last { zmq::SNDMORE } else { 0 };
-            if let Err(e) = self.send(*f, flags) {
+            if let Err(e) = self.send(send_buffers::message(f), flags) {
                 // libzmq makes multipart sends atomic: a failure on the first frame queues
                 // nothing, and later frames of an accepted message cannot fail with these.
                 return Err(match e {
