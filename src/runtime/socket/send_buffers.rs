@@ -6,7 +6,7 @@
 //! A one-way burst sends its PACKs (about 4 KiB each) by the hundred, so the allocator's
 //! heap grows by a burst's worth and, as libzmq frees them, shrinks again past its trim
 //! threshold: every burst then touched fresh pages (BENCHMARKS.md, "Send buffers handed
-//! back"). Here such a frame is copied into a buffer of [`BUFFER_CAPACITY`] bytes taken from
+//! back, receive buffers reused"). Here such a frame is copied into a buffer of [`BUFFER_CAPACITY`] bytes taken from
 //! the pool and handed to libzmq without another copy ([`zmq::Message::from_owner`]); when
 //! libzmq lets go of it, on its own thread, the buffer goes back to the pool, which keeps at
 //! most [`KEPT`] of them (4 MiB) and frees the rest.
