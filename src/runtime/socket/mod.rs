@@ -49,6 +49,13 @@
 //! - `HANDSHAKE_IVL` = [`HANDSHAKE_IVL_MS`] on every socket: a connection whose transport
 //!   handshake (ZMTP greeting, security mechanism, ZAP) has not completed by then is closed by
 //!   libzmq, on the accepting side too.
+//! - `ZMQ_ZERO_COPY_RECV` = 0 on every context [`Sockets`] opens: libzmq reads a
+//!   connection into one buffer it reuses and copies each message out (one allocation of the
+//!   message's size). With zero-copy receive (libzmq's default) messages point into the
+//!   buffer they were read into, and every read while one of them is still held (the receive
+//!   pipe, a payload shared with the application) allocates a fresh buffer of about 18 KiB;
+//!   P1 at 1 KiB spent 12-15 % more CPU per record that way, and a third more page faults
+//!   (BENCHMARKS.md, "Send buffers handed back, receive buffers reused").
 //! - Bound ROUTERs ([`Sockets::bound`]) live in the context of the node's ZAP handler
 //!   ([`Sockets::zap_handler`]) and carry a ZAP domain, so every connection they accept is
 //!   put to the I/O thread before it may carry a record (the unadmitted-connection cap, the
@@ -68,15 +75,15 @@ use bytes::Bytes;
 
 use crate::runtime::transport::{self, SocketEvent, SocketKind, SocketRole};
 
+mod send_buffers;
 mod zmq_transport;
 
 pub use zmq_transport::ZmqSocket;
 
 /// Payload frames at least this long reach the application without a copy; shorter ones are
-/// copied and libzmq's message is closed at once. Measured (P1, interleaved runs): sharing
-/// saves CPU at 1 KiB, but at 64 B it cost more CPU per record than the copy it saves,
-/// because a held message keeps libzmq's receive buffer referenced, so libzmq takes a fresh
-/// buffer instead of reusing a warm one, and the buffer is released from the application's
+/// copied and libzmq's message is closed at once. Measured (P1, interleaved runs, when libzmq
+/// still received into shared buffers): sharing saves CPU at 1 KiB, but at 64 B it cost more
+/// CPU per record than the copy it saves, the message being released from the application's
 /// thread.
 pub const SHARE_MIN: usize = 512;
 /// Send and receive high-water mark per pipe (records).
@@ -120,9 +127,9 @@ pub type SocketSendError = transport::SocketSendError<zmq::Error>;
 /// The last frame of a multi-frame record is the payload of every record kind that has one,
 /// so [`FrameSocket::try_recv_frames`] makes it [`Frame::Shared`] when it is at least
 /// [`SHARE_MIN`] bytes long: decoding then hands the payload to the application as a `Bytes`
-/// that still owns libzmq's message, without a copy. Such a payload keeps libzmq's receive
-/// buffer alive while it lives: it may point into a buffer of a few KiB that holds the frames
-/// around it too.
+/// that still owns libzmq's message, without a copy. Such a payload keeps that message alive
+/// while it lives: its own allocation, as libzmq copies every received message out of its
+/// read buffer (`ZMQ_ZERO_COPY_RECV` off, see the module docs).
 #[derive(Debug)]
 pub enum Frame {
     /// A message read from the socket, its bytes read where libzmq put them.
@@ -189,7 +196,8 @@ impl AsRef<[u8]> for OwnedMessage {
 /// under [`ZmqSocket`]'s [`TransportSocket`](crate::runtime::transport::TransportSocket), and
 /// what the sockets outside the transport's kinds use (the monitors' PAIRs).
 pub trait FrameSocket {
-    /// Sends one record (all frames) without blocking.
+    /// Sends one record (all frames) without blocking. libzmq's implementation sends a frame
+    /// of 1 to 4 KiB from a recycled buffer (`send_buffers`), any other by copy.
     fn send_frames(&self, frames: &[&[u8]]) -> Result<(), SocketSendError>;
     /// Receives one whole record without blocking; `Ok(None)` when nothing is queued. The
     /// last frame of a record of two frames or more is [`Frame::Shared`] if it is at least
@@ -221,7 +229,7 @@ impl FrameSocket for zmq::Socket {
         let last = frames.len().saturating_sub(1);
         for (i, f) in frames.iter().enumerate() {
             let flags = zmq::DONTWAIT | if i < last { zmq::SNDMORE } else { 0 };
-            if let Err(e) = self.send(*f, flags) {
+            if let Err(e) = self.send(send_buffers::message(f), flags) {
                 // libzmq makes multipart sends atomic: a failure on the first frame queues
                 // nothing, and later frames of an accepted message cannot fail with these.
                 return Err(match e {
@@ -792,6 +800,9 @@ impl Sockets {
             None
         } else {
             let ctx = zmq::Context::new();
+            if let Err(e) = ctx.set_zero_copy_recv(false) {
+                tracing::debug!(error = %e, "ZMQ_ZERO_COPY_RECV not turned off");
+            }
             if large && ctx.set_max_sockets(MAX_SOCKETS).is_ok() {
                 Some((ctx, self.per_context))
             } else {

@@ -39,6 +39,24 @@ fn shares_long_payload_frames_and_copies_short_ones() {
     }
 }
 
+/// Every context the socket layer opens, the ZAP handler's and those of dialled sockets,
+/// copies received messages out of libzmq's read buffer (`ZMQ_ZERO_COPY_RECV` off), where a
+/// context opened directly keeps libzmq's default.
+#[test]
+fn contexts_receive_without_zero_copy() {
+    assert!(zmq::Context::new().get_zero_copy_recv().expect("get"));
+    let mut s = Sockets::new(1);
+    let _zap = s.zap_handler().expect("zap handler");
+    let dialled = s.dialled(zmq::DEALER).expect("socket");
+    let zap = s.zap.as_ref().map(|r| &r.ctx).into_iter();
+    let contexts: Vec<_> = zap.chain(s.contexts.iter().map(|r| &r.ctx)).collect();
+    assert_eq!(contexts.len(), 2);
+    for ctx in contexts {
+        assert!(!ctx.get_zero_copy_recv().expect("get"));
+    }
+    close(dialled);
+}
+
 /// Closes a monitored socket, its monitor right after it (sooner than the I/O thread,
 /// which keeps a closed socket's monitor for a while: libzmq's reaper then frees their
 /// slots late).

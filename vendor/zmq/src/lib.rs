@@ -425,6 +425,10 @@ pub const ROUTER_NOTIFY_CONNECT: i32 = 1;
 /// [`Socket::set_router_notify`]: notify when a peer's connection is lost. (Added by zmesh.)
 pub const ROUTER_NOTIFY_DISCONNECT: i32 = 2;
 
+/// libzmq's draft context option `ZMQ_ZERO_COPY_RECV` (zmq.h), which zmq-sys does not
+/// list: see [`Context::set_zero_copy_recv`]. (Added by zmesh.)
+const ZMQ_ZERO_COPY_RECV: c_int = 10;
+
 #[derive(Clone)]
 pub struct Context {
     raw: Arc<RawContext>,
@@ -462,6 +466,24 @@ impl Context {
             zmq_sys::zmq_ctx_set(self.raw.ctx, zmq_sys::ZMQ_MAX_SOCKETS as _, value as i32)
         });
         Ok(())
+    }
+
+    /// Set `ZMQ_ZERO_COPY_RECV` (a draft context option, on by default): with `false`, a
+    /// socket made in this context afterwards reads from its connections into one buffer it
+    /// reuses and copies each message out of it, instead of pointing messages into the buffer
+    /// it read them into (and allocating a fresh one for every read while any of them is
+    /// still held). (Added by zmesh.)
+    pub fn set_zero_copy_recv(&self, value: bool) -> Result<()> {
+        zmq_try!(unsafe {
+            zmq_sys::zmq_ctx_set(self.raw.ctx, ZMQ_ZERO_COPY_RECV, i32::from(value))
+        });
+        Ok(())
+    }
+
+    /// Get `ZMQ_ZERO_COPY_RECV` (see [`Context::set_zero_copy_recv`]). (Added by zmesh.)
+    pub fn get_zero_copy_recv(&self) -> Result<bool> {
+        let value = zmq_try!(unsafe { zmq_sys::zmq_ctx_get(self.raw.ctx, ZMQ_ZERO_COPY_RECV) });
+        Ok(value != 0)
     }
 
     /// Create a new socket.

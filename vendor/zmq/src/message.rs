@@ -223,6 +223,55 @@ impl From<Box<[u8]>> for Message {
     }
 }
 
+/// Frees the owner [`Message::from_owner`] boxed, once libzmq is done with its bytes.
+/// (Added by zmesh.)
+unsafe extern "C" fn drop_msg_data_owner<T>(_data: *mut c_void, hint: *mut c_void) {
+    drop(Box::from_raw(hint as *mut T));
+}
+
+impl Message {
+    /// Construct a message that carries the bytes `owner` holds without copying them.
+    /// `owner` is dropped once libzmq is done with the message, on whichever thread that
+    /// happens (an I/O thread of libzmq, for a message it sent): what happens to its memory
+    /// then is the owner's `Drop`, e.g. a buffer given back to a pool for the next message.
+    /// The bytes are read through `owner.as_ref()` once, here; `owner` is not touched again
+    /// until it is dropped. A `Drop` of `T` that panics aborts the process (it runs from C).
+    /// (Added by zmesh.)
+    pub fn from_owner<T>(owner: T) -> Message
+    where
+        T: AsRef<[u8]> + Send + 'static,
+    {
+        let owner = Box::new(owner);
+        let (data, len) = {
+            let bytes: &[u8] = (*owner).as_ref();
+            (bytes.as_ptr(), bytes.len())
+        };
+        if len == 0 {
+            return Message::new();
+        }
+        let hint = Box::into_raw(owner);
+        let mut msg = zmq_sys::zmq_msg_t::default();
+        // SAFETY: `data` points at `len` bytes owned by the boxed `T` behind `hint`, which
+        // stays where it is and unchanged until libzmq calls `drop_msg_data_owner::<T>` with
+        // that very hint; libzmq reads a message's data and never writes it.
+        let rc = unsafe {
+            zmq_sys::zmq_msg_init_data(
+                &mut msg,
+                data as *mut c_void,
+                len,
+                Some(drop_msg_data_owner::<T>),
+                hint as *mut c_void,
+            )
+        };
+        if rc == -1 {
+            // libzmq took nothing: the owner is still ours to drop.
+            drop(unsafe { Box::from_raw(hint) });
+            panic!("{}", errno_to_error())
+        }
+        Message { msg }
+    }
+}
+
 impl<'a> From<&'a str> for Message {
     /// Construct a message from a string slice by copying the UTF-8 data.
     fn from(msg: &str) -> Self {
