@@ -36,7 +36,6 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::parts::fanout::Sub;
 use super::parts::sockets::SlotRole;
 use super::{IoThread, LinkKey, SubKey};
 use crate::config::{EndpointKind, NodeConfig, PeerConfig, ServerConfig};
@@ -45,6 +44,7 @@ use crate::proto::node::core;
 use crate::proto::node::discovered::{DiscoveryOp, Entries, ServerEntry};
 use crate::proto::node::keys::Tracked;
 use crate::proto::node::link::{Link, LinkKind};
+use crate::proto::node::sub::Sub;
 use crate::proto::security::PublicKey;
 use crate::proto::state::{FailureReason, LinkKind as StateKind, LinkState};
 use crate::runtime::event::DiscoveryEvent;
@@ -140,7 +140,7 @@ impl IoThread {
             return;
         }
         for intent in intents {
-            let next_sub = self.fanout.subs.next_key();
+            let next_sub = self.core.subs.next_key();
             for op in self
                 .core
                 .discovered
@@ -209,7 +209,7 @@ impl IoThread {
                 key_from_descriptor,
             } => {
                 let i = self.add_sub(&endpoint, key, now);
-                self.fanout.subs[i].key_from_descriptor = key_from_descriptor;
+                self.core.subs[i].key_from_descriptor = key_from_descriptor;
             }
             DiscoveryOp::Resubscribe {
                 sub,
@@ -217,7 +217,7 @@ impl IoThread {
                 key_from_descriptor,
                 new_run,
             } => {
-                let s = &mut self.fanout.subs[sub];
+                let s = &mut self.core.subs[sub];
                 s.retired = false;
                 s.key = key;
                 s.key_from_descriptor = key_from_descriptor;
@@ -229,7 +229,7 @@ impl IoThread {
                         &format!("publisher generation {generation:016x}"),
                         now,
                     );
-                    self.fanout.subs[sub].retry_at = now;
+                    self.core.subs[sub].retry_at = now;
                 } else if s.slot.is_none() {
                     s.retry_at = now;
                 }
@@ -241,11 +241,11 @@ impl IoThread {
     /// Stops subscribing to publisher `i`: a socket that never became ready is closed now; a
     /// ready one stays until the transport fails it, and is not reopened.
     fn retire_sub(&mut self, i: SubKey, now: Instant) {
-        if self.fanout.subs[i].retired {
+        if self.core.subs[i].retired {
             return;
         }
-        self.fanout.subs[i].retired = true;
-        if self.fanout.subs[i].slot.is_some() && !self.fanout.subs[i].state.is_ready() {
+        self.core.subs[i].retired = true;
+        if self.core.subs[i].slot.is_some() && !self.core.subs[i].state.is_ready() {
             self.fail_sub(
                 i,
                 FailureReason::Reconfigured,
@@ -263,9 +263,9 @@ impl IoThread {
         key: Option<PublicKey>,
         now: Instant,
     ) -> SubKey {
-        let i = self.fanout.subs.next_key();
+        let i = self.core.subs.next_key();
         let live = self.core.liveness.insert_subscription(i, now);
-        let pushed = self.fanout.subs.push(Sub {
+        let pushed = self.core.subs.push(Sub {
             endpoint: endpoint.to_owned(),
             source: Source::Publisher {
                 endpoint: Arc::from(endpoint),

@@ -134,9 +134,9 @@ impl IoThread {
     }
 
     pub(super) fn open_sub(&mut self, i: SubKey, now: Instant) {
-        let endpoint = self.fanout.subs[i].endpoint.clone();
+        let endpoint = self.core.subs[i].endpoint.clone();
         let gate = &self.core.accepting.gate;
-        let security = self.fanout.subs[i].security(self.local.curve.is_some(), |k| gate.allows(k));
+        let security = self.core.subs[i].security(self.local.curve.is_some(), |k| gate.allows(k));
         let curve = match (&self.local.curve, security) {
             (Some(pair), SubSecurity::Curve(key)) => Some((pair.clone(), key)),
             (_, SubSecurity::Refused) => {
@@ -176,7 +176,7 @@ impl IoThread {
                 let slot = match added {
                     Ok(slot) => slot,
                     Err(e) => {
-                        self.fanout.subs[i].handle_unwatched(now);
+                        self.core.subs[i].handle_unwatched(now);
                         tracing::warn!(error = %e, endpoint, "cannot watch SUB socket");
                         return;
                     }
@@ -187,8 +187,8 @@ impl IoThread {
                     .core
                     .liveness
                     .table_mut()
-                    .reset_publisher(self.fanout.subs[i].live, now);
-                self.fanout.subs[i].handle_opened(slot, id, now);
+                    .reset_publisher(self.core.subs[i].live, now);
+                self.core.subs[i].handle_opened(slot, id, now);
                 self.app.emit_state(
                     LinkId::Subscription { endpoint },
                     ConnState::Connecting,
@@ -203,7 +203,7 @@ impl IoThread {
     /// Subscription `i` has no CURVE key to expect of its publisher: it is not opened; it
     /// shows `not_connected` with `security_failure` and is looked at again after a while.
     fn refuse_sub(&mut self, i: SubKey, endpoint: &str, now: Instant) {
-        let Some(detail) = self.fanout.subs[i].handle_refused(now) else {
+        let Some(detail) = self.core.subs[i].handle_refused(now) else {
             return;
         };
         self.app.emit_state(
@@ -226,7 +226,7 @@ impl IoThread {
         now: Instant,
     ) {
         let running = self.local.host == Host::Running;
-        let s = &mut self.fanout.subs[i];
+        let s = &mut self.core.subs[i];
         let Some((slot, state)) = s.handle_failure(reason, detail, running, now) else {
             return;
         };
@@ -270,7 +270,7 @@ impl IoThread {
         else {
             return None;
         };
-        let s = self.fanout.subs.get(*sub)?;
+        let s = self.core.subs.get(*sub)?;
         let conn = s.conn_id?;
         let Ok(Fanout::Pack { topic, payloads }) =
             records::decode_fanout(frames, &s.last_topic, SUB_CAPABILITIES)
@@ -298,7 +298,7 @@ impl IoThread {
     /// publisher's watch (WIRE.md §7.5: one valid receipt), and each is delivered while the
     /// socket it came on is still the subscription's and the watch took the PUBPACK.
     pub(super) fn on_published(&mut self, p: Published, now: Instant) {
-        let Some(s) = self.fanout.subs.get(p.sub) else {
+        let Some(s) = self.core.subs.get(p.sub) else {
             return;
         };
         if !s.is_current(p.conn) {
@@ -324,10 +324,10 @@ impl IoThread {
 
     /// Hands one fanout record of subscription `i` to the application.
     pub(super) fn deliver_published(&mut self, i: SubKey, topic: Bytes, payload: Bytes) {
-        self.fanout.subs[i].handle_delivered(&topic);
+        self.core.subs[i].handle_delivered(&topic);
         metrics::counter!("zmesh_fanout_records_received_total").increment(1);
         self.app.push(NodeEvent::Delivery(Delivery {
-            source: self.fanout.subs[i].source.clone(),
+            source: self.core.subs[i].source.clone(),
             channel: topic,
             payload,
         }));
@@ -339,7 +339,7 @@ impl IoThread {
     /// fails the publisher (WIRE.md §7.3).
     pub(super) fn on_fanout(&mut self, i: SubKey, frames: Vec<Frame>, now: Instant) {
         let decoded =
-            records::decode_fanout(&frames, &self.fanout.subs[i].last_topic, SUB_CAPABILITIES);
+            records::decode_fanout(&frames, &self.core.subs[i].last_topic, SUB_CAPABILITIES);
         let input = match &decoded {
             Ok(Fanout::Beacon) => FanoutInput::Beacon,
             Ok(Fanout::Publish { .. }) => FanoutInput::Record,
@@ -348,7 +348,7 @@ impl IoThread {
             },
             Err(e) => FanoutInput::from_decoded(Err(e)),
         };
-        let live = self.fanout.subs[i].live;
+        let live = self.core.subs[i].live;
         let verdict = self
             .core
             .liveness
@@ -388,7 +388,7 @@ impl IoThread {
     pub(super) fn on_publisher_event(&mut self, i: SubKey, ev: PublisherEvent, now: Instant) {
         match judge_publisher_event(ev) {
             PublisherVerdict::Ready => {
-                let s = &mut self.fanout.subs[i];
+                let s = &mut self.core.subs[i];
                 s.handle_ready(now);
                 let link = LinkId::Subscription {
                     endpoint: s.endpoint.clone(),

@@ -51,6 +51,7 @@ use super::links::{self, SweepRecord, Withdrawal, WITHDRAWN};
 use super::live::{Live, LiveOwner};
 use super::monitor::{monitor_op, MonitorOp, Watching};
 use super::routes::Routes;
+use super::sub::Sub;
 use super::timers::TimerTable;
 use crate::proto::admission::Refusing;
 use crate::proto::handshake::{self, Expectation, Identity};
@@ -78,6 +79,9 @@ pub(crate) struct NodeCore {
     /// Where calls go: the links' routes, indexed (brought up to date by the shell's
     /// `sync_links`).
     pub(crate) routes: Routes,
+    /// One subscription per publisher endpoint, each with its own SUB socket (MISSION T3,
+    /// L5); every mutable access marks it for the timer table.
+    pub(crate) subs: Tracked<SubKey, Sub>,
 }
 
 impl NodeCore {
@@ -95,6 +99,7 @@ impl NodeCore {
             discovered: Discovered::default(),
             liveness: Live::new(generation),
             routes: Routes::default(),
+            subs: Tracked::default(),
         }
     }
 
