@@ -223,7 +223,8 @@ impl IoThread {
                 s.key_from_descriptor = key_from_descriptor;
                 if let Some(generation) = new_run {
                     // A new run of the publisher: a new socket (WIRE.md §7.3).
-                    self.fail_sub(
+                    core::fanout::fail_sub(
+                        self,
                         sub,
                         FailureReason::Reconfigured,
                         &format!("publisher generation {generation:016x}"),
@@ -246,7 +247,8 @@ impl IoThread {
         }
         self.core.subs[i].retired = true;
         if self.core.subs[i].slot.is_some() && !self.core.subs[i].state.is_ready() {
-            self.fail_sub(
+            core::fanout::fail_sub(
+                self,
                 i,
                 FailureReason::Reconfigured,
                 "descriptor gone: not subscribed any more",

@@ -36,6 +36,8 @@
 //! records that arrived before it are read, if the connection is still the link's current
 //! one on that socket; a SUB socket's events go to its subscription.
 
+pub(crate) mod fanout;
+
 use std::fmt;
 use std::time::Instant;
 
