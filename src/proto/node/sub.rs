@@ -16,7 +16,7 @@ use crate::proto::node::keys::{SlotKey, SubKey};
 use crate::proto::node::link::{backoff, note, BACKOFF_MAX};
 use crate::proto::node::source::Source;
 use crate::proto::security::PublicKey;
-use crate::proto::state::{ConnState, FailureReason, LinkState, Recovery};
+use crate::proto::state::{ConnState, FailureReason, LinkKind, LinkState, Recovery};
 use crate::proto::ConnId;
 
 /// A fanout message as the shell decoded it off a subscription's socket.
@@ -121,6 +121,35 @@ pub(crate) fn judge_publisher_event(ev: PublisherEvent) -> PublisherVerdict {
 }
 
 impl Sub {
+    /// A subscription to the publisher at `endpoint`, watched by liveness entry `live`, which
+    /// under CURVE must hold `key` (configured, not a descriptor's): no socket yet, its first
+    /// one due at `now`.
+    pub(crate) fn new(
+        endpoint: &str,
+        key: Option<PublicKey>,
+        live: liveness::LinkKey,
+        now: Instant,
+    ) -> Sub {
+        Sub {
+            endpoint: endpoint.to_owned(),
+            source: Source::Publisher {
+                endpoint: endpoint.into(),
+            },
+            last_topic: Bytes::new(),
+            slot: None,
+            conn_id: None,
+            live,
+            state: LinkState::new(LinkKind::Publisher, 0, now),
+            records: 0,
+            connected: false,
+            retry_at: now,
+            failures_in_row: 0,
+            retired: false,
+            key,
+            key_from_descriptor: false,
+        }
+    }
+
     /// When this subscription opens a new socket: only while it has none and is not retired.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
         (self.slot.is_none() && !self.retired).then_some(self.retry_at)
@@ -243,27 +272,10 @@ mod tests {
     use super::*;
     use crate::proto::liveness::FanoutProtocolError;
     use crate::proto::node::keys::Key;
-    use crate::proto::state::LinkKind;
 
     fn sub(now: Instant) -> Sub {
-        Sub {
-            endpoint: "tcp://p:1".to_owned(),
-            source: Source::Publisher {
-                endpoint: "tcp://p:1".into(),
-            },
-            last_topic: Bytes::new(),
-            slot: None,
-            conn_id: None,
-            live: liveness::Liveness::new(1).insert_publisher(now),
-            state: LinkState::new(LinkKind::Publisher, 0, now),
-            records: 0,
-            connected: false,
-            retry_at: now,
-            failures_in_row: 0,
-            retired: false,
-            key: None,
-            key_from_descriptor: false,
-        }
+        let live = liveness::Liveness::new(1).insert_publisher(now);
+        Sub::new("tcp://p:1", None, live, now)
     }
 
     /// A subscription's socket opens connecting, fails with a growing backoff (reconnecting

@@ -31,10 +31,7 @@
 //!   ([`Link::is_removed`](crate::proto::node::link::Link::is_removed)); the same RID's descriptor coming
 //!   back takes it up again. A manual intent is never withdrawn.
 
-use std::sync::Arc;
 use std::time::Instant;
-
-use bytes::Bytes;
 
 use super::parts::sockets::SlotRole;
 use super::{IoThread, LinkKey, SubKey};
@@ -44,11 +41,10 @@ use crate::proto::node::core;
 use crate::proto::node::discovered::{DiscoveryOp, Entries, ServerEntry};
 use crate::proto::node::keys::Tracked;
 use crate::proto::node::link::{Link, LinkKind};
-use crate::proto::node::sub::Sub;
 use crate::proto::security::PublicKey;
-use crate::proto::state::{FailureReason, LinkKind as StateKind, LinkState};
+use crate::proto::state::FailureReason;
 use crate::runtime::event::DiscoveryEvent;
-use crate::runtime::event::{NodeEvent, Source};
+use crate::runtime::event::NodeEvent;
 use crate::runtime::records::Lane;
 
 /// The configuration as discovery reads it (its own additions included).
@@ -265,27 +261,6 @@ impl IoThread {
         key: Option<PublicKey>,
         now: Instant,
     ) -> SubKey {
-        let i = self.core.subs.next_key();
-        let live = self.core.liveness.insert_subscription(i, now);
-        let pushed = self.core.subs.push(Sub {
-            endpoint: endpoint.to_owned(),
-            source: Source::Publisher {
-                endpoint: Arc::from(endpoint),
-            },
-            last_topic: Bytes::new(),
-            slot: None,
-            conn_id: None,
-            live,
-            state: LinkState::new(StateKind::Publisher, 0, now),
-            records: 0,
-            connected: false,
-            retry_at: now,
-            failures_in_row: 0,
-            retired: false,
-            key,
-            key_from_descriptor: false,
-        });
-        debug_assert_eq!(pushed, i);
-        i
+        core::fanout::add_sub(&mut self.core, endpoint, key, now)
     }
 }

@@ -879,7 +879,7 @@ mod tests {
     use crate::proto::node::timers::TimerOwner;
 
     /// Configured peers by RID, no servers, no CURVE.
-    struct Peers(Vec<&'static str>);
+    pub(super) struct Peers(Vec<&'static str>);
 
     impl Configured for Peers {
         fn peer(&self, peer: usize) -> Option<PeerView<'_>> {
@@ -902,7 +902,7 @@ mod tests {
 
     /// What the core asked of the shell, in order (records by their kind).
     #[derive(Debug, Clone, PartialEq, Eq)]
-    enum Effect {
+    pub(super) enum Effect {
         SendOnLink(LinkKey, Kind),
         SendTo(SlotKey, Vec<u8>, Kind),
         AddPeerUnit(SlotKey, LinkKey, ConnId),
@@ -920,20 +920,23 @@ mod tests {
         CloseOverdue(LinkKey),
         OpenDueSub(SubKey),
         DrainBeforeDisconnect(SlotKey),
+        Fanout(super::fanout::tests::FanoutEffect),
     }
 
-    /// A shell that records what it is asked; `dialled` are the slots of dialled sockets.
-    struct Recording {
-        core: NodeCore,
+    /// A shell that records what it is asked; `dialled` are the slots of dialled sockets;
+    /// `curve`: whether the node runs CURVE.
+    pub(super) struct Recording {
+        pub(super) core: NodeCore,
         peers: Peers,
         me: Identity,
         next_conn: u64,
         dialled: Vec<(LinkKey, SlotKey)>,
-        effects: Vec<Effect>,
+        pub(super) effects: Vec<Effect>,
+        pub(super) curve: bool,
     }
 
     #[derive(Debug)]
-    struct Unreachable;
+    pub(super) struct Unreachable;
 
     impl fmt::Display for Unreachable {
         fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -1044,12 +1047,16 @@ mod tests {
             let timers = &mut self.core.timers;
             (self.core.links)
                 .drain_touched(|k, l| timers.set(TimerOwner::Link(k), l.next_deadline()));
+            (self.core.subs)
+                .drain_touched(|k, s| timers.set(TimerOwner::Sub(k), s.next_deadline()));
         }
         fn send_probe(&mut self, k: LinkKey, _: u64) {
             self.effects.push(Effect::SendProbe(k));
         }
         fn send_beacon(&mut self, _: liveness::LinkKey) {}
-        fn on_publisher_event(&mut self, _: SubKey, _: PublisherEvent, _: Instant) {}
+        fn on_publisher_event(&mut self, sub: SubKey, ev: PublisherEvent, now: Instant) {
+            super::fanout::on_publisher_event(self, sub, ev, now);
+        }
         fn dial(&mut self, k: LinkKey, now: Instant) {
             // As a dial would: the link waits for its connection, opened now.
             self.effects.push(Effect::Dial(k));
@@ -1067,13 +1074,17 @@ mod tests {
             self.effects.push(Effect::OpenDueSub(sub));
         }
         fn runs_curve(&self) -> bool {
-            false
+            self.curve
         }
         fn drain_before_disconnect(&mut self, slot: SlotKey, _: Instant) {
             self.effects.push(Effect::DrainBeforeDisconnect(slot));
         }
-        fn sub_connected(&mut self, _: SubKey) {}
-        fn fail_sub(&mut self, _: SubKey, _: FailureReason, _: &str, _: Instant) {}
+        fn sub_connected(&mut self, sub: SubKey) {
+            self.core.subs[sub].connected = true;
+        }
+        fn fail_sub(&mut self, sub: SubKey, reason: FailureReason, detail: &str, now: Instant) {
+            super::fanout::fail_sub(self, sub, reason, detail, now);
+        }
     }
 
     fn node(rid: &str) -> Identity {
@@ -1086,7 +1097,7 @@ mod tests {
         }
     }
 
-    fn shell(rid: &str, peers: Vec<&'static str>) -> Recording {
+    pub(super) fn shell(rid: &str, peers: Vec<&'static str>) -> Recording {
         Recording {
             core: NodeCore::new(Gate::new(Default::default()), 1),
             peers: Peers(peers),
@@ -1094,6 +1105,7 @@ mod tests {
             next_conn: 100,
             dialled: Vec::new(),
             effects: Vec::new(),
+            curve: false,
         }
     }
 
