@@ -444,13 +444,13 @@ pub(super) mod tests {
         );
     }
 
-    /// A publisher silent for 15 s fails alone (MISSION L5, F1): at its deadline, not a
+    /// A publisher silent for 15 s fails alone (MISSION L5, F2): at its deadline, not a
     /// millisecond before, only its socket is closed, it goes reconnecting for
     /// `fanout_silence` and the failure is counted; the publisher that kept beaconing stays
     /// ready on its socket. After the backoff the timer pass asks for a new socket for the
     /// silent one only, which starts a new watch.
     #[test]
-    fn l5_a_silent_publisher_fails_at_15s_and_only_its_socket_is_reopened() {
+    fn l5_f2_a_silent_publisher_fails_at_15s_and_only_its_socket_is_reopened() {
         let t0 = Instant::now();
         let (mut b, subs) = subscribed(2, t0);
         let (silent, talking) = (subs[0], subs[1]);
@@ -494,11 +494,11 @@ pub(super) mod tests {
     }
 
     /// A malformed fanout message (here on the reserved beacon topic) is a protocol error
-    /// against its publisher alone (MISSION L5, F1): nothing is delivered, its socket is
+    /// against its publisher alone (MISSION L5, F2): nothing is delivered, its socket is
     /// closed, it goes reconnecting for `protocol_error` and the failure is counted; the
     /// other publisher keeps its socket and stays ready.
     #[test]
-    fn l5_f1_a_malformed_fanout_message_fails_that_publisher_only() {
+    fn l5_f2_a_malformed_fanout_message_fails_that_publisher_only() {
         let t0 = Instant::now();
         let (mut b, subs) = subscribed(2, t0);
         let (bad, good) = (subs[0], subs[1]);
@@ -525,12 +525,12 @@ pub(super) mod tests {
     }
 
     /// A PUBPACK is one receipt for its publisher's watch and its records are delivered in
-    /// order (WIRE.md §7.5), whether read whole or staged as its records: staged, the first
+    /// order (MISSION X4, L5; WIRE.md §7.5), whether read whole or staged as its records: staged, the first
     /// record carries the receipt for all three and each is charged a share of the read;
     /// the watch counts the three records at the first one, ready comes before the first
     /// delivery, and the rest are delivered as they come.
     #[test]
-    fn wire_7_5_a_pubpack_is_one_receipt_and_its_records_are_delivered_in_order() {
+    fn x4_l5_a_pubpack_is_one_receipt_and_its_records_are_delivered_in_order() {
         let t0 = Instant::now();
         let (mut b, subs) = subscribed(2, t0);
         let (staged, whole) = (subs[0], subs[1]);
@@ -585,11 +585,11 @@ pub(super) mod tests {
     }
 
     /// A PUBPACK's records staged from a socket the subscription no longer has are not
-    /// delivered and change nothing (the socket failed and a new one was opened meanwhile);
+    /// delivered and change nothing (MISSION L6) (the socket failed and a new one was opened meanwhile);
     /// nor are the rest of a PUBPACK whose receipt came after the silence deadline: that
     /// receipt fails the publisher (MISSION L5) and closes the socket they came on.
     #[test]
-    fn a_record_of_a_replaced_sub_connection_is_not_delivered() {
+    fn l6_a_record_of_a_replaced_sub_connection_is_not_delivered() {
         let t0 = Instant::now();
         let (mut b, subs) = subscribed(1, t0);
         let p = subs[0];
@@ -644,7 +644,7 @@ pub(super) mod tests {
     /// and not asked about again before the longest backoff; a configured key secures the
     /// socket with it, and a failure of a subscription without a socket changes nothing.
     #[test]
-    fn a_subscription_without_a_key_to_expect_is_refused_once_under_curve() {
+    fn t3_under_curve_a_publisher_without_a_key_to_expect_is_not_opened() {
         let t0 = Instant::now();
         let mut b = shell("b", vec![]);
         b.curve = true;

@@ -1,8 +1,9 @@
 //! The node core: the node-wide parts of a node's protocol state in one value, the links
 //! with their connections, the timer table, the bound sockets' admission tables, discovery's
-//! additions, the liveness table and the call routes ([`NodeCore`]), and the handshake's
-//! decisions with the order of their consequences, over what the core asks of its shell
-//! ([`Shell`]).
+//! additions, the liveness table, the call routes and the fanout subscriptions
+//! ([`NodeCore`]), and the handshake's decisions with the order of their consequences, over
+//! what the core asks of its shell ([`Shell`]). Classic fanout's decisions are in
+//! [`fanout`], over its own [`fanout::FanoutShell`].
 //!
 //! Admission, in order: a dialled connection sends its HELLO once ([`send_hello`]); the
 //! acceptor judges an unadmitted connection's first record ([`handle_first_record`]: one
