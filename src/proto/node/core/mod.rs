@@ -247,7 +247,8 @@ pub(crate) trait Shell {
     fn send_probe(&mut self, k: LinkKey, id: u64);
     /// Sends the publisher's beacon, if liveness entry `key` is the publisher's.
     fn send_beacon(&mut self, key: liveness::LinkKey);
-    /// Acts on the liveness table's event `ev` about subscription `sub`'s publisher.
+    /// Acts on the liveness table's event `ev` about subscription `sub`'s publisher (as
+    /// [`fanout::on_publisher_event`] decides).
     fn on_publisher_event(&mut self, sub: SubKey, ev: PublisherEvent, now: Instant);
     /// Dials link `k`, as the link's kind and the configuration plan it.
     fn dial(&mut self, k: LinkKey, now: Instant);
@@ -266,7 +267,7 @@ pub(crate) trait Shell {
     fn drain_before_disconnect(&mut self, slot: SlotKey, now: Instant);
     /// Subscription `sub`'s transport handshake is done.
     fn sub_connected(&mut self, sub: SubKey);
-    /// Subscription `sub` fails for `reason`.
+    /// Subscription `sub` fails for `reason` (as [`fanout::fail_sub`] decides).
     fn fail_sub(&mut self, sub: SubKey, reason: FailureReason, detail: &str, now: Instant);
 }
 
