@@ -174,19 +174,8 @@ pub(crate) fn decode(frames: &[Frame], caps: wire::Capabilities) -> Result<Rec, 
     })
 }
 
-/// A decoded fanout message.
-pub(crate) enum Fanout {
-    Beacon,
-    Publish {
-        topic: Bytes,
-        payload: Bytes,
-    },
-    /// A PUBPACK: its records' topic and payloads, in order (WIRE.md §7.5).
-    Pack {
-        topic: Bytes,
-        payloads: Vec<Bytes>,
-    },
-}
+/// A decoded fanout message (the node core's type: it judges and delivers them).
+pub(crate) use crate::proto::node::sub::Fanout;
 
 /// Decodes one fanout message on a socket where the fanout capabilities `caps` are in effect.
 /// A frame with the bytes of `last_topic` (the topic of this publisher's previous record, as

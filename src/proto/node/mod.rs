@@ -20,11 +20,16 @@
 //! The I/O thread's own parts (crate-private):
 //!
 //! - `core`: the node core, the node-wide parts below in one value (the links, the timer
-//!   table, the admission tables, discovery's additions, the liveness table, the routes),
-//!   and, in their order, the handshake's decisions (HELLO, an unadmitted connection's
-//!   first record, WELCOME, the step to ready), a link's failure with its connection's
-//!   close, and the bound sockets' disconnect sweeps, over `Shell`, what the core asks of its shell (sends, the receive units, the
-//!   counters, the calls, the send queues, the application, closing a dialled socket).
+//!   table, the admission tables, discovery's additions, the liveness table, the routes,
+//!   the fanout subscriptions), and, in their order, the handshake's decisions (HELLO, an
+//!   unadmitted connection's first record, WELCOME, the step to ready), a link's failure
+//!   with its connection's close, and the bound sockets' disconnect sweeps, over `Shell`,
+//!   what the core asks of its shell (sends, the receive units, the counters, the calls,
+//!   the send queues, the application, closing a dialled socket). Its file `core/fanout.rs`
+//!   holds classic fanout's decisions (a message read from a subscription, judged by its
+//!   watch and delivered; a PUBPACK's records; the watch's verdicts; a subscription's
+//!   failure, refusal and opening) over `FanoutShell` (delivering a record, a
+//!   subscription's state, closing a SUB socket).
 //! - `keys`: the typed handles of the node's tables (links, socket slots, subscriptions,
 //!   calls) and the tables they index, one of them tracking what a turn touched.
 //! - `link`: a link (a configured peer lane or server, or a peer's inbound connection)
@@ -48,7 +53,8 @@
 //! - `received`: the receive path's decisions: where a record read goes (a link, a
 //!   connection notice, admission), what a link's record is for in its connection's state,
 //!   how a PACK's or PUBPACK's records are charged to the caps, and a run of MESSAGEs.
-//! - `sub`: a fanout subscription and what opening, refusing, failing and readying it does.
+//! - `sub`: a fanout subscription and what opening, refusing, failing and readying it does
+//!   to its state, and what is read from it (a decoded message, a PUBPACK's staged record).
 
 pub(crate) mod accepting;
 pub mod admit;

@@ -1,7 +1,10 @@
 //! A fanout subscription: one publisher this node reads with a SUB socket of its own and its
 //! own watch (MISSION T3, L5), and what opening, refusing, failing and readying it does to
-//! its state (its socket's connection, its retry time, its failures in a row). The socket
-//! itself, and announcing the state to the application, are the shell's.
+//! its state (its socket's connection, its retry time, its failures in a row); and what is
+//! read from it: a decoded message ([`Fanout`]) and a PUBPACK's record staged on its own
+//! ([`Published`]). The order of the consequences is the node core's
+//! (`core::fanout`); the socket itself, and announcing the state to the application, are
+//! the shell's.
 
 use std::borrow::Cow;
 use std::time::Instant;
@@ -9,12 +12,49 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use crate::proto::liveness::{self, PublisherEvent};
-use crate::proto::node::keys::SlotKey;
+use crate::proto::node::keys::{SlotKey, SubKey};
 use crate::proto::node::link::{backoff, note, BACKOFF_MAX};
 use crate::proto::node::source::Source;
 use crate::proto::security::PublicKey;
-use crate::proto::state::{ConnState, FailureReason, LinkState, Recovery};
+use crate::proto::state::{ConnState, FailureReason, LinkKind, LinkState, Recovery};
 use crate::proto::ConnId;
+
+/// A fanout message as the shell decoded it off a subscription's socket.
+pub(crate) enum Fanout {
+    /// The liveness beacon (MISSION L4): never delivered.
+    Beacon,
+    /// A PUBLISH: its topic and payload.
+    Publish {
+        /// The record's topic.
+        topic: Bytes,
+        /// The record's payload.
+        payload: Bytes,
+    },
+    /// A PUBPACK: its records' topic and payloads, in order (WIRE.md §7.5).
+    Pack {
+        /// The topic of every record of the PUBPACK.
+        topic: Bytes,
+        /// The records' payloads, in order.
+        payloads: Vec<Bytes>,
+    },
+}
+
+/// One PUBLISH of a PUBPACK, staged on its own (WIRE.md §7.5), so that the receive loop's
+/// caps count each record.
+pub(crate) struct Published {
+    /// The subscription the PUBPACK came on.
+    pub(crate) sub: SubKey,
+    /// The subscription's socket's connection id then: the record is that socket's only, so
+    /// it changes nothing once the subscription has another socket.
+    pub(crate) conn: ConnId,
+    /// The PUBPACK's topic, one buffer shared by its records.
+    pub(crate) topic: Bytes,
+    /// This record's payload: a slice of the PUBPACK's frame 2.
+    pub(crate) payload: Bytes,
+    /// On the PUBPACK's first record, how many records it carries: the publisher's watch
+    /// takes the PUBPACK as one receipt when the first is handed out; 0 on the others.
+    pub(crate) receipt: u16,
+}
 
 /// One publisher this node subscribes to (see the module docs).
 pub(crate) struct Sub {
@@ -81,9 +121,44 @@ pub(crate) fn judge_publisher_event(ev: PublisherEvent) -> PublisherVerdict {
 }
 
 impl Sub {
+    /// A subscription to the publisher at `endpoint`, watched by liveness entry `live`, which
+    /// under CURVE must hold `key` (configured, not a descriptor's): no socket yet, its first
+    /// one due at `now`.
+    pub(crate) fn new(
+        endpoint: &str,
+        key: Option<PublicKey>,
+        live: liveness::LinkKey,
+        now: Instant,
+    ) -> Sub {
+        Sub {
+            endpoint: endpoint.to_owned(),
+            source: Source::Publisher {
+                endpoint: endpoint.into(),
+            },
+            last_topic: Bytes::new(),
+            slot: None,
+            conn_id: None,
+            live,
+            state: LinkState::new(LinkKind::Publisher, 0, now),
+            records: 0,
+            connected: false,
+            retry_at: now,
+            failures_in_row: 0,
+            retired: false,
+            key,
+            key_from_descriptor: false,
+        }
+    }
+
     /// When this subscription opens a new socket: only while it has none and is not retired.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
         (self.slot.is_none() && !self.retired).then_some(self.retry_at)
+    }
+
+    /// Whether a new socket is to be opened at `now`: it has none, is not retired, and its
+    /// retry time has come (MISSION L5).
+    pub(crate) fn is_open_due(&self, now: Instant) -> bool {
+        self.next_deadline().is_some_and(|at| now >= at)
     }
 
     /// How its next socket is secured, on a node that runs CURVE (`curve`) or not: with the
@@ -197,27 +272,10 @@ mod tests {
     use super::*;
     use crate::proto::liveness::FanoutProtocolError;
     use crate::proto::node::keys::Key;
-    use crate::proto::state::LinkKind;
 
     fn sub(now: Instant) -> Sub {
-        Sub {
-            endpoint: "tcp://p:1".to_owned(),
-            source: Source::Publisher {
-                endpoint: "tcp://p:1".into(),
-            },
-            last_topic: Bytes::new(),
-            slot: None,
-            conn_id: None,
-            live: liveness::Liveness::new(1).insert_publisher(now),
-            state: LinkState::new(LinkKind::Publisher, 0, now),
-            records: 0,
-            connected: false,
-            retry_at: now,
-            failures_in_row: 0,
-            retired: false,
-            key: None,
-            key_from_descriptor: false,
-        }
+        let live = liveness::Liveness::new(1).insert_publisher(now);
+        Sub::new("tcp://p:1", None, live, now)
     }
 
     /// A subscription's socket opens connecting, fails with a growing backoff (reconnecting

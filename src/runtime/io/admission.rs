@@ -211,7 +211,7 @@ impl Shell for IoThread {
     }
 
     fn on_publisher_event(&mut self, sub: SubKey, ev: PublisherEvent, now: Instant) {
-        IoThread::on_publisher_event(self, sub, ev, now);
+        core::fanout::on_publisher_event(self, sub, ev, now);
     }
 
     fn dial(&mut self, k: LinkKey, now: Instant) {
@@ -243,6 +243,6 @@ impl Shell for IoThread {
     }
 
     fn fail_sub(&mut self, sub: SubKey, reason: FailureReason, detail: &str, now: Instant) {
-        IoThread::fail_sub(self, sub, reason, detail, now);
+        core::fanout::fail_sub(self, sub, reason, detail, now);
     }
 }

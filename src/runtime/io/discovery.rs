@@ -31,12 +31,8 @@
 //!   ([`Link::is_removed`](crate::proto::node::link::Link::is_removed)); the same RID's descriptor coming
 //!   back takes it up again. A manual intent is never withdrawn.
 
-use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
-
-use super::parts::fanout::Sub;
 use super::parts::sockets::SlotRole;
 use super::{IoThread, LinkKey, SubKey};
 use crate::config::{EndpointKind, NodeConfig, PeerConfig, ServerConfig};
@@ -46,9 +42,9 @@ use crate::proto::node::discovered::{DiscoveryOp, Entries, ServerEntry};
 use crate::proto::node::keys::Tracked;
 use crate::proto::node::link::{Link, LinkKind};
 use crate::proto::security::PublicKey;
-use crate::proto::state::{FailureReason, LinkKind as StateKind, LinkState};
+use crate::proto::state::FailureReason;
 use crate::runtime::event::DiscoveryEvent;
-use crate::runtime::event::{NodeEvent, Source};
+use crate::runtime::event::NodeEvent;
 use crate::runtime::records::Lane;
 
 /// The configuration as discovery reads it (its own additions included).
@@ -140,7 +136,7 @@ impl IoThread {
             return;
         }
         for intent in intents {
-            let next_sub = self.fanout.subs.next_key();
+            let next_sub = self.core.subs.next_key();
             for op in self
                 .core
                 .discovered
@@ -209,7 +205,7 @@ impl IoThread {
                 key_from_descriptor,
             } => {
                 let i = self.add_sub(&endpoint, key, now);
-                self.fanout.subs[i].key_from_descriptor = key_from_descriptor;
+                self.core.subs[i].key_from_descriptor = key_from_descriptor;
             }
             DiscoveryOp::Resubscribe {
                 sub,
@@ -217,19 +213,20 @@ impl IoThread {
                 key_from_descriptor,
                 new_run,
             } => {
-                let s = &mut self.fanout.subs[sub];
+                let s = &mut self.core.subs[sub];
                 s.retired = false;
                 s.key = key;
                 s.key_from_descriptor = key_from_descriptor;
                 if let Some(generation) = new_run {
                     // A new run of the publisher: a new socket (WIRE.md §7.3).
-                    self.fail_sub(
+                    core::fanout::fail_sub(
+                        self,
                         sub,
                         FailureReason::Reconfigured,
                         &format!("publisher generation {generation:016x}"),
                         now,
                     );
-                    self.fanout.subs[sub].retry_at = now;
+                    self.core.subs[sub].retry_at = now;
                 } else if s.slot.is_none() {
                     s.retry_at = now;
                 }
@@ -241,12 +238,13 @@ impl IoThread {
     /// Stops subscribing to publisher `i`: a socket that never became ready is closed now; a
     /// ready one stays until the transport fails it, and is not reopened.
     fn retire_sub(&mut self, i: SubKey, now: Instant) {
-        if self.fanout.subs[i].retired {
+        if self.core.subs[i].retired {
             return;
         }
-        self.fanout.subs[i].retired = true;
-        if self.fanout.subs[i].slot.is_some() && !self.fanout.subs[i].state.is_ready() {
-            self.fail_sub(
+        self.core.subs[i].retired = true;
+        if self.core.subs[i].slot.is_some() && !self.core.subs[i].state.is_ready() {
+            core::fanout::fail_sub(
+                self,
                 i,
                 FailureReason::Reconfigured,
                 "descriptor gone: not subscribed any more",
@@ -263,27 +261,6 @@ impl IoThread {
         key: Option<PublicKey>,
         now: Instant,
     ) -> SubKey {
-        let i = self.fanout.subs.next_key();
-        let live = self.core.liveness.insert_subscription(i, now);
-        let pushed = self.fanout.subs.push(Sub {
-            endpoint: endpoint.to_owned(),
-            source: Source::Publisher {
-                endpoint: Arc::from(endpoint),
-            },
-            last_topic: Bytes::new(),
-            slot: None,
-            conn_id: None,
-            live,
-            state: LinkState::new(StateKind::Publisher, 0, now),
-            records: 0,
-            connected: false,
-            retry_at: now,
-            failures_in_row: 0,
-            retired: false,
-            key,
-            key_from_descriptor: false,
-        });
-        debug_assert_eq!(pushed, i);
-        i
+        core::fanout::add_sub(&mut self.core, endpoint, key, now)
     }
 }

@@ -30,12 +30,7 @@ impl IoThread {
             .values()
             .filter(|l| l.conn.is_some())
             .count()
-            + self
-                .fanout
-                .subs
-                .values()
-                .filter(|s| s.slot.is_some())
-                .count()
+            + self.core.subs.values().filter(|s| s.slot.is_some()).count()
     }
 
     /// What opening a socket failing with `e` says about resources, the figures read at
@@ -125,10 +120,10 @@ impl IoThread {
 
     /// Subscription `i` could not open its SUB socket: as [`IoThread::dial_failed`].
     pub(super) fn sub_open_failed(&mut self, i: SubKey, e: impl SocketError, now: Instant) {
-        let endpoint = self.fanout.subs[i].endpoint.clone();
+        let endpoint = self.core.subs[i].endpoint.clone();
         let Some(cause) = self.exhausted(&e, now) else {
             // Not again at once: the poll timeout takes this instant.
-            self.fanout.subs[i].retry_at = now + super::BACKOFF_MAX;
+            self.core.subs[i].retry_at = now + super::BACKOFF_MAX;
             tracing::warn!(error = %e, endpoint, "cannot open SUB socket");
             return;
         };
@@ -136,7 +131,7 @@ impl IoThread {
         tracing::debug!(link = %link, "socket not opened: {cause}");
         self.note_exhausted(&link.to_string(), &cause, now);
         let detail = cause.to_string();
-        let s = &mut self.fanout.subs[i];
+        let s = &mut self.core.subs[i];
         let (retry_at, first) =
             record_exhausted(&mut s.state, &mut s.failures_in_row, &detail, now);
         s.retry_at = retry_at;

@@ -1,8 +1,13 @@
-//! Classic fanout: the publisher's records and beacons (MISSION L4), and one SUB socket per
-//! publisher with its own liveness watch (T3, L5): opened, judged, failed and reopened alone.
-//! What opening, refusing, failing or readying a subscription does to it, and the verdict of
-//! its watch's events, are the node core's ([`crate::proto::node::sub`]); this file opens and
-//! closes the sockets, reads and delivers, and tells the application.
+//! Classic fanout, the shell's side: the publisher's records and beacons (MISSION L4), and
+//! one SUB socket per publisher with its own liveness watch (T3, L5): opened, judged, failed
+//! and reopened alone. The decisions are the node core's ([`crate::proto::node::core::fanout`]
+//! over the subscriptions table `NodeCore::subs`): what a message read from a subscription is
+//! and whether it is delivered, a PUBPACK's records, the watch's verdicts, a subscription's
+//! failure, its refusal, and its bookkeeping once a socket is open. This file binds the
+//! publisher and reads its subscriptions; creates, secures, subscribes and connects the SUB
+//! sockets (as the core says they are secured) and places them; decodes what they read for
+//! the core; and is the core's [`FanoutShell`]: it hands records and states to the
+//! application and closes the SUB sockets the core lets go of.
 //!
 //! The publisher's socket is an XPUB (PUB on the wire; subscribers see no difference) in
 //! manual mode, so that subscriptions reach the node and take effect only when the node
@@ -34,13 +39,11 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::parts::ready::Watch;
-use super::parts::sockets::{close_stopping_monitor, Published, Slot, SlotRole, Staged, Unit};
-use super::{Host, IoThread, SubKey};
-use crate::proto::liveness::{
-    self, Delivery as FanoutDelivery, FanoutInput, LivenessEvent, PublisherEvent,
-};
-use crate::proto::node::received::{self, Charges};
-use crate::proto::node::sub::{judge_publisher_event, PublisherVerdict, SubSecurity};
+use super::parts::sockets::{close_stopping_monitor, Slot, SlotRole, Staged, Unit};
+use super::{IoThread, SlotKey, SubKey};
+use crate::proto::node::core::fanout::{self, FanoutShell};
+use crate::proto::node::received;
+use crate::proto::node::sub::{Published, SubSecurity};
 use crate::proto::security::{handshake_refusal, InputRefusal};
 use crate::proto::state::{ConnState, FailureReason};
 use crate::proto::wire::{self, PUBPACK_MARKER};
@@ -133,18 +136,17 @@ impl IoThread {
         }
     }
 
+    /// Opens subscription `i`'s socket, secured as the core says ([`fanout::open_security`]:
+    /// a subscription it refuses is not opened), subscribed to everything and connected, and
+    /// hands it to the core once it is watched ([`fanout::on_sub_opened`]).
     pub(super) fn open_sub(&mut self, i: SubKey, now: Instant) {
-        let endpoint = self.fanout.subs[i].endpoint.clone();
-        let gate = &self.core.accepting.gate;
-        let security = self.fanout.subs[i].security(self.local.curve.is_some(), |k| gate.allows(k));
+        let security = fanout::open_security(self, i, now);
         let curve = match (&self.local.curve, security) {
+            (_, SubSecurity::Refused) => return,
             (Some(pair), SubSecurity::Curve(key)) => Some((pair.clone(), key)),
-            (_, SubSecurity::Refused) => {
-                self.refuse_sub(i, &endpoint, now);
-                return;
-            }
             _ => None,
         };
+        let endpoint = self.core.subs[i].endpoint.clone();
         let opened = self
             .sockets
             .contexts
@@ -173,77 +175,23 @@ impl IoThread {
                     endpoint: endpoint.clone(),
                     shared: None,
                 });
-                let slot = match added {
-                    Ok(slot) => slot,
+                match added {
+                    Ok(slot) => fanout::on_sub_opened(self, i, slot, now),
                     Err(e) => {
-                        self.fanout.subs[i].handle_unwatched(now);
+                        self.core.subs[i].handle_unwatched(now);
                         tracing::warn!(error = %e, endpoint, "cannot watch SUB socket");
-                        return;
                     }
-                };
-                let id = self.local.fresh_conn_id();
-                // A new socket starts a new watch: silence is counted from now (L5).
-                let _ = self
-                    .core
-                    .liveness
-                    .table_mut()
-                    .reset_publisher(self.fanout.subs[i].live, now);
-                self.fanout.subs[i].handle_opened(slot, id, now);
-                self.app.emit_state(
-                    LinkId::Subscription { endpoint },
-                    ConnState::Connecting,
-                    None,
-                    &format!("subscribed as {id}"),
-                );
+                }
             }
             Err(e) => self.sub_open_failed(i, e, now),
         }
     }
 
-    /// Subscription `i` has no CURVE key to expect of its publisher: it is not opened; it
-    /// shows `not_connected` with `security_failure` and is looked at again after a while.
-    fn refuse_sub(&mut self, i: SubKey, endpoint: &str, now: Instant) {
-        let Some(detail) = self.fanout.subs[i].handle_refused(now) else {
-            return;
-        };
-        self.app.emit_state(
-            LinkId::Subscription {
-                endpoint: endpoint.to_owned(),
-            },
-            ConnState::NotConnected,
-            Some(FailureReason::SecurityFailure),
-            &detail,
-        );
-    }
-
-    /// Takes one publisher out of ready, closes only its socket; a new socket is opened on the
-    /// next timer pass (MISSION L5).
-    pub(super) fn fail_sub(
-        &mut self,
-        i: SubKey,
-        reason: FailureReason,
-        detail: &str,
-        now: Instant,
-    ) {
-        let running = self.local.host == Host::Running;
-        let s = &mut self.fanout.subs[i];
-        let Some((slot, state)) = s.handle_failure(reason, detail, running, now) else {
-            return;
-        };
-        let link = LinkId::Subscription {
-            endpoint: s.endpoint.clone(),
-        };
-        if let Some(slot) = self.take_slot(slot) {
-            close_stopping_monitor(slot);
-        }
-        self.app.emit_state(link, state, Some(reason), detail);
-        metrics::counter!("zmesh_link_failures_total", "reason" => reason.as_str()).increment(1);
-    }
-
     /// The records of a PUBPACK just read on subscription socket `owner`, each with its share
-    /// of the read's `len` bytes, if the message is a valid PUBPACK. Anything else (a
-    /// malformed PUBPACK included) is staged whole and judged in its turn as any message
-    /// (WIRE.md §7.3: a malformed one fails that publisher).
+    /// of the read's `len` bytes ([`fanout::published_records`]), if the message is a valid
+    /// PUBPACK of a subscription with a socket. Anything else (a malformed PUBPACK included)
+    /// is staged whole and judged in its turn as any message (WIRE.md §7.3: a malformed one
+    /// fails that publisher).
     pub(super) fn unpack_published(
         &self,
         owner: Unit,
@@ -270,133 +218,60 @@ impl IoThread {
         else {
             return None;
         };
-        let s = self.fanout.subs.get(*sub)?;
+        let s = self.core.subs.get(*sub)?;
         let conn = s.conn_id?;
         let Ok(Fanout::Pack { topic, payloads }) =
             records::decode_fanout(frames, &s.last_topic, SUB_CAPABILITIES)
         else {
             return None;
         };
-        let mut charges = Charges::new(len, payloads.iter().map(Bytes::len));
-        let mut receipt = u16::try_from(payloads.len()).unwrap_or(u16::MAX);
-        let sub = *sub;
-        let parts = payloads.into_iter().map(move |payload| {
-            let bytes = charges.next(payload.len());
-            let published = Published {
-                sub,
-                conn,
-                topic: topic.clone(),
-                payload,
-                receipt: std::mem::take(&mut receipt),
-            };
-            (Staged::Published(published), bytes)
-        });
-        Some(parts)
+        let parts = fanout::published_records(*sub, conn, topic, payloads, len);
+        Some(parts.map(|(published, bytes)| (Staged::Published(published), bytes)))
     }
 
-    /// A record of a PUBPACK in its turn: the first is the PUBPACK's receipt for the
-    /// publisher's watch (WIRE.md §7.5: one valid receipt), and each is delivered while the
-    /// socket it came on is still the subscription's and the watch took the PUBPACK.
+    /// A record of a PUBPACK in its turn, for the core to judge and deliver
+    /// ([`fanout::on_published`]).
     pub(super) fn on_published(&mut self, p: Published, now: Instant) {
-        let Some(s) = self.fanout.subs.get(p.sub) else {
-            return;
-        };
-        if !s.is_current(p.conn) {
-            return;
-        }
-        if p.receipt > 0 {
-            let input = FanoutInput::Pack { records: p.receipt };
-            let live = s.live;
-            let verdict = self
-                .core
-                .liveness
-                .table_mut()
-                .handle_fanout(live, input, now);
-            // A state change (ready) comes before the records that caused it.
-            self.take_publisher_events(p.sub, live, now);
-            if !matches!(verdict, Ok(FanoutDelivery::Deliver)) {
-                return;
-            }
-            // A verdict that failed the watch closed the socket: the rest finds no socket.
-        }
-        self.deliver_published(p.sub, p.topic, p.payload);
+        fanout::on_published(self, p, now);
     }
 
-    /// Hands one fanout record of subscription `i` to the application.
-    pub(super) fn deliver_published(&mut self, i: SubKey, topic: Bytes, payload: Bytes) {
-        self.fanout.subs[i].handle_delivered(&topic);
+    /// A message read from subscription `i`'s socket, in its turn (a PUBPACK's records come
+    /// as [`Staged::Published`] instead, [`fanout::on_published`]): decoded, for the core to
+    /// judge and deliver ([`fanout::on_fanout`]).
+    pub(super) fn on_fanout(&mut self, i: SubKey, frames: Vec<Frame>, now: Instant) {
+        let decoded =
+            records::decode_fanout(&frames, &self.core.subs[i].last_topic, SUB_CAPABILITIES);
+        fanout::on_fanout(self, i, decoded, now);
+    }
+}
+
+/// Fanout's effects: the application's deliveries and states, and the SUB sockets.
+impl FanoutShell for IoThread {
+    fn deliver_published(&mut self, sub: SubKey, topic: Bytes, payload: Bytes) {
         metrics::counter!("zmesh_fanout_records_received_total").increment(1);
         self.app.push(NodeEvent::Delivery(Delivery {
-            source: self.fanout.subs[i].source.clone(),
+            source: self.core.subs[sub].source.clone(),
             channel: topic,
             payload,
         }));
     }
 
-    /// A message read from subscription `i`'s socket, in its turn (a PUBPACK's records come
-    /// as [`Staged::Published`] instead, [`Self::on_published`]): a beacon, a PUBLISH or a
-    /// PUBPACK judged by the publisher's watch and delivered, or a malformed message that
-    /// fails the publisher (WIRE.md §7.3).
-    pub(super) fn on_fanout(&mut self, i: SubKey, frames: Vec<Frame>, now: Instant) {
-        let decoded =
-            records::decode_fanout(&frames, &self.fanout.subs[i].last_topic, SUB_CAPABILITIES);
-        let input = match &decoded {
-            Ok(Fanout::Beacon) => FanoutInput::Beacon,
-            Ok(Fanout::Publish { .. }) => FanoutInput::Record,
-            Ok(Fanout::Pack { payloads, .. }) => FanoutInput::Pack {
-                records: u16::try_from(payloads.len()).unwrap_or(u16::MAX),
-            },
-            Err(e) => FanoutInput::from_decoded(Err(e)),
+    fn close_sub_socket(&mut self, slot: SlotKey) {
+        if let Some(slot) = self.take_slot(slot) {
+            close_stopping_monitor(slot);
+        }
+    }
+
+    fn emit_sub_state(
+        &mut self,
+        sub: SubKey,
+        state: ConnState,
+        reason: Option<FailureReason>,
+        detail: &str,
+    ) {
+        let link = LinkId::Subscription {
+            endpoint: self.core.subs[sub].endpoint.clone(),
         };
-        let live = self.fanout.subs[i].live;
-        let verdict = self
-            .core
-            .liveness
-            .table_mut()
-            .handle_fanout(live, input, now);
-        // A state change (ready) comes before the record that caused it.
-        self.take_publisher_events(i, live, now);
-        match (verdict, decoded) {
-            (Ok(FanoutDelivery::Deliver), Ok(Fanout::Publish { topic, payload })) => {
-                self.deliver_published(i, topic, payload);
-            }
-            (Ok(FanoutDelivery::Deliver), Ok(Fanout::Pack { topic, payloads })) => {
-                // Each as the PUBLISH it stands for, in order (WIRE.md §7.5).
-                for payload in payloads {
-                    self.deliver_published(i, topic.clone(), payload);
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// Acts on what subscription `i`'s watch (`live`) said of the input it was just handed,
-    /// before that input's records are delivered.
-    fn take_publisher_events(&mut self, i: SubKey, live: liveness::LinkKey, now: Instant) {
-        while let Some(ev) = self.core.liveness.table_mut().poll_event_of(live) {
-            match ev {
-                LivenessEvent::Publisher(ev) => self.on_publisher_event(i, ev, now),
-                LivenessEvent::Probe(ev) => {
-                    tracing::debug!(?ev, "probe event of a publisher's watch")
-                }
-            }
-        }
-    }
-
-    /// The verdict of subscription `i`'s watch: ready at its first valid record or beacon;
-    /// failed (its socket closed, a new one opened) at 15 s of silence or a protocol error.
-    pub(super) fn on_publisher_event(&mut self, i: SubKey, ev: PublisherEvent, now: Instant) {
-        match judge_publisher_event(ev) {
-            PublisherVerdict::Ready => {
-                let s = &mut self.fanout.subs[i];
-                s.handle_ready(now);
-                let link = LinkId::Subscription {
-                    endpoint: s.endpoint.clone(),
-                };
-                self.app
-                    .emit_state(link, ConnState::Ready, None, "first record or beacon");
-            }
-            PublisherVerdict::Fail(reason, detail) => self.fail_sub(i, reason, &detail, now),
-        }
+        self.app.emit_state(link, state, reason, detail);
     }
 }

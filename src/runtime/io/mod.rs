@@ -45,11 +45,14 @@
 //!   discovery's additions, this node's calls (`caller`), the calls it serves (`callee`:
 //!   admission, execution queues, dispatch decisions, stream windows) and the callee's
 //!   answers on their way out (`answers`). The node-wide ones (the links, the timer table,
-//!   the admission tables, discovery's additions, the liveness table, the routes) are held
-//!   as one `NodeCore` (`proto::node::core`), the thread's field `core`, with the
-//!   handshake's decisions, a link's failure, the disconnect sweeps, what its timers do
-//!   when due and what a dialled or SUB socket's monitor event does, in their order; the
-//!   thread is that core's `Shell`.
+//!   the admission tables, discovery's additions, the liveness table, the routes, the fanout
+//!   subscriptions) are held as one `NodeCore` (`proto::node::core`), the thread's field
+//!   `core`, with the handshake's decisions, a link's failure, the disconnect sweeps, what
+//!   its timers do when due and what a dialled or SUB socket's monitor event does, in their
+//!   order, and classic fanout's (`core::fanout`: what a message read from a subscription
+//!   is and whether it is delivered, a PUBPACK's records, the watch's verdicts, a
+//!   subscription's failure, refusal and opening); the thread is that core's `Shell` and
+//!   `FanoutShell`.
 //! - [`parts`]: the parts that hold a socket, a channel or a task handle, each owning its
 //!   own behind a narrow interface and none of them importing the thread: the socket set with
 //!   the one send and receive primitive, the ZAP handler and the monitors of closes not yet
@@ -59,7 +62,7 @@
 //!   served calls with the served channels, running handlers, inline runs and stream items'
 //!   reply channels); the
 //!   application queue (`parts::app`); the send queues and their turns
-//!   (`parts::outbound`); fanout (`parts::fanout`); descriptor exhaustion
+//!   (`parts::outbound`); the node's own publisher (`parts::fanout`); descriptor exhaustion
 //!   (`parts::exhaustion`); the hand-off from the async side (`parts::handoff`); the node
 //!   itself (`parts::local`: configuration, identity, key pair, where it is in its life);
 //!   the receive scheduler (`parts::receiving`).
@@ -70,8 +73,9 @@
 //!   sockets), [`monitor`] (reading the sockets' monitor events), [`admission`] (the core's
 //!   `Shell`: decoding an unadmitted connection's first record, the effects of the core's
 //!   handshake, of its failing a link, of its disconnect sweeps and of its timers), [`gate`] (ZAP, the unadmitted cap, the allow-list), [`receive`]
-//!   (the fair receive rotation, routing records, connection notices, fanout records), [`fanout`] (beacons, one SUB socket per
-//!   publisher), [`timers`] (the earliest deadline; call deadlines, then the core's timers), [`commands`] (the async
+//!   (the fair receive rotation, routing records, connection notices, fanout records), [`fanout`] (the publisher: binding it,
+//!   reading its subscriptions; the SUB sockets: creating, securing, connecting and reading
+//!   them for the core, whose `FanoutShell` it is: deliveries, states, closing a SUB socket), [`timers`] (the earliest deadline; call deadlines, then the core's timers), [`commands`] (the async
 //!   side's commands), [`outbound`] (draining the send queues in bursts), [`publish`]
 //!   (opening, publishing and closing the send queues, below `links` and `outbound`), [`calls`]
 //!   (routing calls to ready servers, REQUESTs, leases failing with their connection),

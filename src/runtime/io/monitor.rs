@@ -95,7 +95,7 @@ impl IoThread {
                 SlotRole::Dialled(k) => Watching::Dialled(k),
                 SlotRole::Sub(sub) => Watching::Sub {
                     sub,
-                    connected: self.fanout.subs[sub].connected,
+                    connected: self.core.subs[sub].connected,
                 },
             };
             core::handle_monitor_event(self, slot, watching, (ev, value), now);
@@ -115,6 +115,6 @@ impl IoThread {
 
     /// Subscription `sub`'s transport handshake is done.
     pub(super) fn sub_connected(&mut self, sub: SubKey) {
-        self.fanout.subs[sub].connected = true;
+        self.core.subs[sub].connected = true;
     }
 }

@@ -35,7 +35,7 @@ impl IoThread {
                 routes.update(k, l.routes(servers));
             }
         });
-        self.fanout
+        self.core
             .subs
             .drain_touched(|k, s| timers.set(TimerOwner::Sub(k), s.next_deadline()));
     }

@@ -60,7 +60,7 @@ impl IoThread {
         }
         self.core.timers.clear();
         self.core.accepting.inbound.clear();
-        self.fanout.subs.clear();
+        self.core.subs.clear();
         if let Some(mut p) = self.fanout.publisher.take() {
             let monitor = p.monitor.take();
             if let Some(m) = &monitor {

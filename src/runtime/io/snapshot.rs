@@ -199,7 +199,7 @@ impl IoThread {
         let age = |t: Instant| now.saturating_duration_since(t).as_millis() as u64;
         // A discovered publisher whose descriptor is gone, once its socket is closed.
         for s in self
-            .fanout
+            .core
             .subs
             .values()
             .filter(|s| !(s.retired && s.slot.is_none()))

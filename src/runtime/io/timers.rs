@@ -39,8 +39,7 @@ impl IoThread {
     /// Opens subscription `i`'s socket again if it has none, is not retired and its retry
     /// time has come (MISSION L5).
     pub(super) fn open_due_sub(&mut self, i: SubKey, now: Instant) {
-        let s = &self.fanout.subs[i];
-        if s.slot.is_none() && !s.retired && now >= s.retry_at {
+        if self.core.subs[i].is_open_due(now) {
             self.open_sub(i, now);
         }
     }

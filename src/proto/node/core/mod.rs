@@ -1,8 +1,9 @@
 //! The node core: the node-wide parts of a node's protocol state in one value, the links
 //! with their connections, the timer table, the bound sockets' admission tables, discovery's
-//! additions, the liveness table and the call routes ([`NodeCore`]), and the handshake's
-//! decisions with the order of their consequences, over what the core asks of its shell
-//! ([`Shell`]).
+//! additions, the liveness table, the call routes and the fanout subscriptions
+//! ([`NodeCore`]), and the handshake's decisions with the order of their consequences, over
+//! what the core asks of its shell ([`Shell`]). Classic fanout's decisions are in
+//! [`fanout`], over its own [`fanout::FanoutShell`].
 //!
 //! Admission, in order: a dialled connection sends its HELLO once ([`send_hello`]); the
 //! acceptor judges an unadmitted connection's first record ([`handle_first_record`]: one
@@ -36,6 +37,8 @@
 //! records that arrived before it are read, if the connection is still the link's current
 //! one on that socket; a SUB socket's events go to its subscription.
 
+pub(crate) mod fanout;
+
 use std::fmt;
 use std::time::Instant;
 
@@ -51,6 +54,7 @@ use super::links::{self, SweepRecord, Withdrawal, WITHDRAWN};
 use super::live::{Live, LiveOwner};
 use super::monitor::{monitor_op, MonitorOp, Watching};
 use super::routes::Routes;
+use super::sub::Sub;
 use super::timers::TimerTable;
 use crate::proto::admission::Refusing;
 use crate::proto::handshake::{self, Expectation, Identity};
@@ -78,6 +82,9 @@ pub(crate) struct NodeCore {
     /// Where calls go: the links' routes, indexed (brought up to date by the shell's
     /// `sync_links`).
     pub(crate) routes: Routes,
+    /// One subscription per publisher endpoint, each with its own SUB socket (MISSION T3,
+    /// L5); every mutable access marks it for the timer table.
+    pub(crate) subs: Tracked<SubKey, Sub>,
 }
 
 impl NodeCore {
@@ -95,6 +102,7 @@ impl NodeCore {
             discovered: Discovered::default(),
             liveness: Live::new(generation),
             routes: Routes::default(),
+            subs: Tracked::default(),
         }
     }
 
@@ -239,7 +247,8 @@ pub(crate) trait Shell {
     fn send_probe(&mut self, k: LinkKey, id: u64);
     /// Sends the publisher's beacon, if liveness entry `key` is the publisher's.
     fn send_beacon(&mut self, key: liveness::LinkKey);
-    /// Acts on the liveness table's event `ev` about subscription `sub`'s publisher.
+    /// Acts on the liveness table's event `ev` about subscription `sub`'s publisher (as
+    /// [`fanout::on_publisher_event`] decides).
     fn on_publisher_event(&mut self, sub: SubKey, ev: PublisherEvent, now: Instant);
     /// Dials link `k`, as the link's kind and the configuration plan it.
     fn dial(&mut self, k: LinkKey, now: Instant);
@@ -258,7 +267,7 @@ pub(crate) trait Shell {
     fn drain_before_disconnect(&mut self, slot: SlotKey, now: Instant);
     /// Subscription `sub`'s transport handshake is done.
     fn sub_connected(&mut self, sub: SubKey);
-    /// Subscription `sub` fails for `reason`.
+    /// Subscription `sub` fails for `reason` (as [`fanout::fail_sub`] decides).
     fn fail_sub(&mut self, sub: SubKey, reason: FailureReason, detail: &str, now: Instant);
 }
 
@@ -872,7 +881,7 @@ mod tests {
     use crate::proto::node::timers::TimerOwner;
 
     /// Configured peers by RID, no servers, no CURVE.
-    struct Peers(Vec<&'static str>);
+    pub(super) struct Peers(Vec<&'static str>);
 
     impl Configured for Peers {
         fn peer(&self, peer: usize) -> Option<PeerView<'_>> {
@@ -895,7 +904,7 @@ mod tests {
 
     /// What the core asked of the shell, in order (records by their kind).
     #[derive(Debug, Clone, PartialEq, Eq)]
-    enum Effect {
+    pub(super) enum Effect {
         SendOnLink(LinkKey, Kind),
         SendTo(SlotKey, Vec<u8>, Kind),
         AddPeerUnit(SlotKey, LinkKey, ConnId),
@@ -913,20 +922,23 @@ mod tests {
         CloseOverdue(LinkKey),
         OpenDueSub(SubKey),
         DrainBeforeDisconnect(SlotKey),
+        Fanout(super::fanout::tests::FanoutEffect),
     }
 
-    /// A shell that records what it is asked; `dialled` are the slots of dialled sockets.
-    struct Recording {
-        core: NodeCore,
+    /// A shell that records what it is asked; `dialled` are the slots of dialled sockets;
+    /// `curve`: whether the node runs CURVE.
+    pub(super) struct Recording {
+        pub(super) core: NodeCore,
         peers: Peers,
         me: Identity,
         next_conn: u64,
         dialled: Vec<(LinkKey, SlotKey)>,
-        effects: Vec<Effect>,
+        pub(super) effects: Vec<Effect>,
+        pub(super) curve: bool,
     }
 
     #[derive(Debug)]
-    struct Unreachable;
+    pub(super) struct Unreachable;
 
     impl fmt::Display for Unreachable {
         fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -1037,12 +1049,16 @@ mod tests {
             let timers = &mut self.core.timers;
             (self.core.links)
                 .drain_touched(|k, l| timers.set(TimerOwner::Link(k), l.next_deadline()));
+            (self.core.subs)
+                .drain_touched(|k, s| timers.set(TimerOwner::Sub(k), s.next_deadline()));
         }
         fn send_probe(&mut self, k: LinkKey, _: u64) {
             self.effects.push(Effect::SendProbe(k));
         }
         fn send_beacon(&mut self, _: liveness::LinkKey) {}
-        fn on_publisher_event(&mut self, _: SubKey, _: PublisherEvent, _: Instant) {}
+        fn on_publisher_event(&mut self, sub: SubKey, ev: PublisherEvent, now: Instant) {
+            super::fanout::on_publisher_event(self, sub, ev, now);
+        }
         fn dial(&mut self, k: LinkKey, now: Instant) {
             // As a dial would: the link waits for its connection, opened now.
             self.effects.push(Effect::Dial(k));
@@ -1060,13 +1076,17 @@ mod tests {
             self.effects.push(Effect::OpenDueSub(sub));
         }
         fn runs_curve(&self) -> bool {
-            false
+            self.curve
         }
         fn drain_before_disconnect(&mut self, slot: SlotKey, _: Instant) {
             self.effects.push(Effect::DrainBeforeDisconnect(slot));
         }
-        fn sub_connected(&mut self, _: SubKey) {}
-        fn fail_sub(&mut self, _: SubKey, _: FailureReason, _: &str, _: Instant) {}
+        fn sub_connected(&mut self, sub: SubKey) {
+            self.core.subs[sub].connected = true;
+        }
+        fn fail_sub(&mut self, sub: SubKey, reason: FailureReason, detail: &str, now: Instant) {
+            super::fanout::fail_sub(self, sub, reason, detail, now);
+        }
     }
 
     fn node(rid: &str) -> Identity {
@@ -1079,7 +1099,7 @@ mod tests {
         }
     }
 
-    fn shell(rid: &str, peers: Vec<&'static str>) -> Recording {
+    pub(super) fn shell(rid: &str, peers: Vec<&'static str>) -> Recording {
         Recording {
             core: NodeCore::new(Gate::new(Default::default()), 1),
             peers: Peers(peers),
@@ -1087,6 +1107,7 @@ mod tests {
             next_conn: 100,
             dialled: Vec::new(),
             effects: Vec::new(),
+            curve: false,
         }
     }
 

@@ -1,27 +1,24 @@
-//! The fanout topology's state as one part: the subscriptions this node holds (one SUB socket
-//! per publisher, MISSION T3, L5) and its own publisher with its XPUB socket, beacon schedule
-//! and monitor. A subscription's state and what happens to it are the node core's
-//! ([`crate::proto::node::sub`]); its sockets, and beacons, are the thread's (`io/fanout.rs`,
-//! whose module docs describe the topology).
+//! The fanout topology's part of the thread: its own publisher with its XPUB socket, beacon
+//! schedule and monitor. The subscriptions this node holds (one SUB socket per publisher,
+//! MISSION T3, L5) are the node core's table (`NodeCore::subs`, [`crate::proto::node::sub`]);
+//! their sockets, and beacons, are the thread's (`io/fanout.rs`, whose module docs describe
+//! the topology).
 
 use std::sync::Arc;
 
 use crate::proto::liveness;
-use crate::proto::node::keys::{SubKey, Tracked};
-pub(crate) use crate::proto::node::sub::Sub;
 use crate::runtime::outbound::PubSocket;
 use crate::runtime::socket::{MonitorEvent, MonitorSocket};
 use crate::runtime::transport::TransportMonitor;
 
-/// The fanout topology's state: the publishers this node reads and its own publisher.
+/// The fanout topology's part of the thread: its own publisher.
 #[derive(Default)]
 pub(crate) struct FanoutState {
-    /// One subscription per publisher endpoint, each with its own SUB socket (MISSION L5).
-    pub(crate) subs: Tracked<SubKey, Sub>,
     /// This node's publisher, if it has a publisher endpoint.
     pub(crate) publisher: Option<Publisher>,
 }
 
+/// This node's publisher: its socket, its beacon schedule and what may be waiting on it.
 pub(crate) struct Publisher {
     /// The publisher (XPUB) socket, shared with the async side, which publishes on it
     /// directly.

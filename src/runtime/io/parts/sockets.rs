@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use super::exhaustion::Exhaustion;
 use super::ready::{Readiness, Watch};
 use crate::proto::node::keys::{LinkKey, SlotKey, SubKey, Table};
+use crate::proto::node::sub::Published;
 use crate::proto::sched::{IdMap, SharedSocketId};
 use crate::proto::ConnId;
 use crate::runtime::records::Lane;
@@ -313,21 +314,6 @@ pub(crate) enum Staged {
     Packed(Packed),
     /// One PUBLISH of a PUBPACK, staged on its own likewise (WIRE.md §7.5).
     Published(Published),
-}
-
-/// One PUBLISH of a PUBPACK, staged on its own.
-pub(crate) struct Published {
-    /// The subscription the PUBPACK came on, and its socket's connection id then: the record
-    /// is that socket's only, so it changes nothing once the subscription has another socket.
-    pub(crate) sub: SubKey,
-    pub(crate) conn: ConnId,
-    /// The PUBPACK's topic, one buffer shared by its records.
-    pub(crate) topic: bytes::Bytes,
-    /// This record's payload: a slice of the PUBPACK's frame 2.
-    pub(crate) payload: bytes::Bytes,
-    /// On the PUBPACK's first record, how many records it carries: the publisher's watch
-    /// takes the PUBPACK as one receipt when the first is handed out; 0 on the others.
-    pub(crate) receipt: u16,
 }
 
 /// One MESSAGE of a PACK, staged on its own.
