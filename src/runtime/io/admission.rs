@@ -15,7 +15,7 @@ use std::time::Instant;
 use super::parts::local::ConfigView;
 use super::parts::sockets::Unit;
 use super::{Host, IoThread, LinkKey, SlotKey, SubKey};
-use crate::proto::handshake::Identity;
+use crate::proto::handshake::{self, Identity};
 use crate::proto::liveness::{self, PublisherEvent};
 use crate::proto::node::admit::Credentials;
 use crate::proto::node::core::{self, Count, First, NodeCore, SendFailure, Shell};
@@ -23,9 +23,10 @@ use crate::proto::node::links::SweepRecord;
 use crate::proto::sched::Source as SchedSource;
 use crate::proto::security::InputRefusal;
 use crate::proto::state::{ConnState, FailureReason};
+use crate::proto::wire::{Capabilities, Record};
 use crate::proto::ConnId;
 use crate::runtime::outbound::Closed;
-use crate::runtime::records::{self, Lane, Rec};
+use crate::runtime::records::{self, Lane};
 use crate::runtime::socket::{Frame, SocketSendError};
 
 impl IoThread {
@@ -55,12 +56,16 @@ impl IoThread {
             Some(_) => Credentials::Curve(user_id.as_deref()),
             None => Credentials::Plain,
         };
-        let first = match records::decode(&*frames, crate::proto::wire::Capabilities::NONE) {
-            Ok(Rec::Hello(h)) => First::Hello {
-                lane: h.lane,
-                peer: h.identity,
-                expects: h.expect,
-            },
+        // No capabilities are in effect before the handshake.
+        let first = match Record::decode_in(&*frames, Capabilities::NONE, Frame::to_bytes) {
+            Ok(Record::Hello(h)) => {
+                let (lane, peer, expects) = handshake::from_hello(h);
+                First::Hello {
+                    lane,
+                    peer,
+                    expects,
+                }
+            }
             Ok(rec) => First::Other(rec.kind()),
             Err(e) => First::Malformed(e),
         };

@@ -5,6 +5,7 @@
 //! a run of MESSAGEs counts are the node core's ([`crate::proto::node::received`]); this file
 //! reads, looks up and hands over.
 
+use std::num::NonZeroU64;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -12,17 +13,17 @@ use bytes::Bytes;
 use super::parts::sockets::{Packed, Staged};
 use super::parts::sockets::{Slot, SlotRole, Unit};
 use super::{IoThread, LinkKey, SlotKey};
-use crate::proto::node::core;
-use crate::proto::node::link::{judge_close, judge_reject, LinkKind, RouterNotice};
+use crate::proto::node::core::{self, Answer, ReceiveShell};
+use crate::proto::node::link::RouterNotice;
 use crate::proto::node::received::{
-    self, classify_bound, classify_dialled, record_use, BoundRecord, Charges, DialledRecord,
-    MessageRun, Placement, RecordUse,
+    self, classify_bound, classify_dialled, BoundRecord, Charges, DialledRecord, MessageRun,
+    Placement,
 };
 use crate::proto::sched::{Action, ReadTarget, RotationEndReason, SharedSocketId};
 use crate::proto::state::FailureReason;
 use crate::proto::wire;
 use crate::runtime::event::Delivery;
-use crate::runtime::records::{self, Lane, Rec};
+use crate::runtime::records::{self, Lane};
 use crate::runtime::socket::{share_last, Frame};
 
 /// Scheduler actions that share one reading of the clock.
@@ -308,7 +309,7 @@ impl IoThread {
                     if received::is_notice(&frames) {
                         self.on_inbound_notice(k, now);
                     } else {
-                        self.on_link_record(k, &frames, now);
+                        core::handle_link_record(self, k, &frames, now);
                     }
                 }
             }
@@ -344,7 +345,9 @@ impl IoThread {
                 // A dialled ROUTER sees the bound peer's routing id first; a DEALER does not.
                 let routed = (self.core.links[k].conn.as_ref()).is_some_and(|c| c.route.is_some());
                 match classify_dialled(routed, &frames) {
-                    DialledRecord::Record { skip } => self.on_link_record(k, &frames[skip..], now),
+                    DialledRecord::Record { skip } => {
+                        core::handle_link_record(self, k, &frames[skip..], now)
+                    }
                     DialledRecord::Notice => self.on_router_notice(k, now),
                     DialledRecord::Nothing => {}
                 }
@@ -384,7 +387,7 @@ impl IoThread {
             .copied();
         match classify_bound(known, &frames) {
             BoundRecord::Gone(k) => self.on_inbound_notice(k, now),
-            BoundRecord::Link(k) => self.on_link_record(k, &frames, now),
+            BoundRecord::Link(k) => core::handle_link_record(self, k, &frames, now),
             BoundRecord::UnadmittedNotice => {
                 // A refused connection's attach came before the HELLO that was refused, so
                 // this notice is its departure: its id need not be remembered any more.
@@ -395,88 +398,6 @@ impl IoThread {
                 }
             }
             BoundRecord::Unadmitted => self.on_unknown_inbound(slot, lane, route, &mut frames, now),
-        }
-    }
-
-    pub(super) fn on_link_record(&mut self, k: LinkKey, frames: &[Frame], now: Instant) {
-        let rec = match records::decode(frames, self.conn_caps(k)) {
-            Ok(r) => r,
-            Err(e) => {
-                // Malformed input: a protocol error for this connection only (MISSION W3).
-                core::fail_link(self, k, FailureReason::ProtocolError, &e.to_string(), now);
-                return;
-            }
-        };
-        let inbound = matches!(self.core.links[k].kind, LinkKind::Inbound { .. });
-        let Some(c) = self.core.links[k].conn.as_mut() else {
-            return;
-        };
-        let (ready, conn_id, live) = (c.ready, c.id, c.live);
-        // One span per physical connection: identities go to traces, never to metric labels.
-        let _span = tracing::debug_span!("conn", id = %conn_id, kind = rec.kind_name()).entered();
-        if let Rec::Probe(id) = rec {
-            c.last_peer_probe = Some(id);
-        }
-        self.core.on_link_activity(k, 1, now);
-        match (record_use(rec.kind(), ready, inbound), rec) {
-            (RecordUse::Ignored, other) => {
-                tracing::debug!(kind = other.kind_name(), "record not handled in this state");
-            }
-            (_, Rec::Probe(id)) => {
-                // Echo the id; a received probe is not evidence for our own deadline (L2).
-                self.send_liveness(k, records::ack(id));
-            }
-            (_, Rec::Ack(id)) => {
-                if let Some(live) = live {
-                    // The ACK travelled on this physical connection: it is evidence only for
-                    // this connection's tracker (L2).
-                    let outcome = self
-                        .core
-                        .liveness
-                        .table_mut()
-                        .handle_ack(live, conn_id, id, now);
-                    tracing::trace!(conn = %conn_id, ?outcome, "ack");
-                }
-            }
-            (_, Rec::Welcome(w)) => core::handle_welcome(self, k, w.lane, w.identity, now),
-            (_, Rec::Request(req)) => self.on_request(k, req, now),
-            (_, Rec::Batch(requests)) => self.on_batch(k, requests, now),
-            (_, Rec::Cancel(call_id)) => self.on_cancel(k, call_id, now),
-            (_, Rec::Credit { call_id, items }) => self.on_credit(k, call_id, items.get(), now),
-            (_, rec @ (Rec::Accept { .. } | Rec::Reply { .. } | Rec::Item { .. })) => {
-                self.on_call_answer(k, rec, now)
-            }
-            (_, Rec::Answers(answers)) => {
-                // Each as if it had arrived alone, in order (WIRE.md §4.16).
-                for rec in answers {
-                    self.on_call_answer(k, rec, now);
-                }
-            }
-            (_, Rec::Reject { reason, detail }) => {
-                core::handle_peer_ended(self, k, judge_reject(reason), &detail, now)
-            }
-            (_, Rec::Close(reason)) => {
-                let detail = format!("peer closed: {}", records::close_name(reason));
-                core::handle_peer_ended(self, k, judge_close(reason, inbound), &detail, now);
-            }
-            (_, Rec::Message { channel, payload }) => {
-                self.on_message(k, Bytes::from(channel.into_bytes()), payload, now);
-            }
-            (_, Rec::Pack { channel, payloads }) => {
-                // Each as the MESSAGE it stands for, in order (WIRE.md §4.18). A PACK the
-                // receive loop read is staged as its records instead (`unpack`); this is
-                // the path of one that reached here whole.
-                for (i, payload) in payloads.into_iter().enumerate() {
-                    if i > 0 {
-                        // The first was counted above, as every record is.
-                        self.core.on_link_activity(k, 1, now);
-                    }
-                    self.on_message(k, channel.clone(), payload, now);
-                }
-            }
-            (_, other @ Rec::Hello(_)) => {
-                tracing::debug!(kind = other.kind_name(), "record not handled in this state");
-            }
         }
     }
 
@@ -531,7 +452,7 @@ impl IoThread {
     }
 
     /// A MESSAGE on link `k`'s ready connection, on its own or one of a PACK that reached
-    /// `on_link_record` whole: delivered to the application with the connection's source.
+    /// [`core::handle_link_record`] whole: delivered to the application with the connection's source.
     /// (The receive loop stages a PACK as its records, which `on_packed` takes.)
     fn on_message(&mut self, k: LinkKey, channel: Bytes, payload: Bytes, now: Instant) {
         let Some(c) = self.core.links.get(k).and_then(|l| l.conn.as_ref()) else {
@@ -596,5 +517,41 @@ impl IoThread {
     pub(super) fn on_inbound_notice(&mut self, k: LinkKey, now: Instant) {
         tracing::debug!(link = %k, "inbound connection notice: gone");
         core::fail_gone_inbound(self, k, now);
+    }
+}
+
+impl ReceiveShell for IoThread {
+    type Frame = Frame;
+
+    fn payload(frame: &Frame) -> Bytes {
+        frame.to_bytes()
+    }
+
+    fn send_ack(&mut self, k: LinkKey, id: u64) {
+        self.send_liveness(k, records::ack(id));
+    }
+
+    fn serve_request(&mut self, k: LinkKey, request: wire::Request, now: Instant) {
+        self.on_request(k, request, now);
+    }
+
+    fn serve_batch(&mut self, k: LinkKey, requests: Vec<wire::Request>, now: Instant) {
+        self.on_batch(k, requests, now);
+    }
+
+    fn serve_cancel(&mut self, k: LinkKey, call_id: NonZeroU64, now: Instant) {
+        self.on_cancel(k, call_id, now);
+    }
+
+    fn serve_credit(&mut self, k: LinkKey, call_id: NonZeroU64, items: u64, now: Instant) {
+        self.on_credit(k, call_id, items, now);
+    }
+
+    fn handle_answer(&mut self, k: LinkKey, answer: Answer, now: Instant) {
+        self.on_call_answer(k, answer, now);
+    }
+
+    fn deliver_message(&mut self, k: LinkKey, channel: Bytes, payload: Bytes, now: Instant) {
+        self.on_message(k, channel, payload, now);
     }
 }

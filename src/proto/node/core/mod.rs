@@ -36,6 +36,8 @@
 //! records that arrived before it are read, if the connection is still the link's current
 //! one on that socket; a SUB socket's events go to its subscription.
 
+mod receive;
+
 use std::fmt;
 use std::time::Instant;
 
@@ -61,6 +63,7 @@ use crate::proto::state::{ConnState, FailureReason};
 use crate::proto::transport::MonitorEvent;
 use crate::proto::wire::{self, Kind, Lane, Record, RejectReason, WireError};
 use crate::proto::ConnId;
+pub(crate) use receive::{handle_link_record, negotiated, Answer, ReceiveShell};
 
 /// The node-wide parts of the node core.
 pub(crate) struct NodeCore {
@@ -863,7 +866,7 @@ pub(crate) fn reject(reason: RejectReason, detail: &str) -> Vec<Vec<u8>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::proto::handshake::{Capabilities, Membership};
     use crate::proto::node::admit::{PeerView, ServerView};
@@ -872,7 +875,7 @@ mod tests {
     use crate::proto::node::timers::TimerOwner;
 
     /// Configured peers by RID, no servers, no CURVE.
-    struct Peers(Vec<&'static str>);
+    pub(super) struct Peers(Vec<&'static str>);
 
     impl Configured for Peers {
         fn peer(&self, peer: usize) -> Option<PeerView<'_>> {
@@ -895,7 +898,7 @@ mod tests {
 
     /// What the core asked of the shell, in order (records by their kind).
     #[derive(Debug, Clone, PartialEq, Eq)]
-    enum Effect {
+    pub(super) enum Effect {
         SendOnLink(LinkKey, Kind),
         SendTo(SlotKey, Vec<u8>, Kind),
         AddPeerUnit(SlotKey, LinkKey, ConnId),
@@ -913,20 +916,22 @@ mod tests {
         CloseOverdue(LinkKey),
         OpenDueSub(SubKey),
         DrainBeforeDisconnect(SlotKey),
+        /// What the receive path asked of its shell beyond `Shell`.
+        Received(super::receive::tests::Received),
     }
 
     /// A shell that records what it is asked; `dialled` are the slots of dialled sockets.
-    struct Recording {
-        core: NodeCore,
+    pub(super) struct Recording {
+        pub(super) core: NodeCore,
         peers: Peers,
-        me: Identity,
+        pub(super) me: Identity,
         next_conn: u64,
-        dialled: Vec<(LinkKey, SlotKey)>,
-        effects: Vec<Effect>,
+        pub(super) dialled: Vec<(LinkKey, SlotKey)>,
+        pub(super) effects: Vec<Effect>,
     }
 
     #[derive(Debug)]
-    struct Unreachable;
+    pub(super) struct Unreachable;
 
     impl fmt::Display for Unreachable {
         fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -1069,7 +1074,7 @@ mod tests {
         fn fail_sub(&mut self, _: SubKey, _: FailureReason, _: &str, _: Instant) {}
     }
 
-    fn node(rid: &str) -> Identity {
+    pub(super) fn node(rid: &str) -> Identity {
         Identity {
             rid: rid.into(),
             generation: 1,
@@ -1079,7 +1084,7 @@ mod tests {
         }
     }
 
-    fn shell(rid: &str, peers: Vec<&'static str>) -> Recording {
+    pub(super) fn shell(rid: &str, peers: Vec<&'static str>) -> Recording {
         Recording {
             core: NodeCore::new(Gate::new(Default::default()), 1),
             peers: Peers(peers),
@@ -1090,7 +1095,7 @@ mod tests {
         }
     }
 
-    fn hello_from(rid: &str) -> First {
+    pub(super) fn hello_from(rid: &str) -> First {
         First::Hello {
             lane: Lane::Application,
             peer: node(rid),

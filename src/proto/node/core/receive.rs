@@ -1,0 +1,550 @@
+//! The receive path's decisions over the node core: what a record of a link does in its
+//! connection's state ([`handle_link_record`]), over what the receive path asks of its shell
+//! beyond [`Shell`] ([`ReceiveShell`]: the frame type it reads, the ACKs it sends, the calls
+//! it serves, the answers it hands to the call table, the messages it delivers).
+//!
+//! A link's record ([`handle_link_record`]): decoded with the capabilities its connection
+//! negotiated ([`negotiated`]); a record that does not decode is a protocol error of that
+//! connection only (MISSION W3). Otherwise, in order: a PROBE's id is the connection's last
+//! peer probe, the record is the link's activity, and then it does what
+//! [`record_use`] says it is for in its connection's state: a PROBE is echoed with an ACK and
+//! is no evidence for this node's own deadline, an ACK is evidence for its own connection's
+//! probe tracker only (L2), a WELCOME is the handshake's ([`handle_welcome`]), calls go to
+//! the shell to serve and answers to its call table (an ANSWERS' each in order), a REJECT or
+//! CLOSE ends the link with the reason judged ([`handle_peer_ended`]), and MESSAGEs (a PACK's
+//! each in order, each counted as activity) go to the application; anything else changes
+//! nothing but the link's activity.
+
+use std::num::NonZeroU64;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::{fail_link, handle_peer_ended, handle_welcome, Shell};
+use crate::proto::handshake;
+use crate::proto::node::keys::{LinkKey, Tracked};
+use crate::proto::node::link::{judge_close, judge_reject, Link, LinkKind};
+use crate::proto::node::received::{record_use, RecordUse};
+use crate::proto::state::FailureReason;
+use crate::proto::wire::{self, Capabilities, CloseReason, Kind, Record};
+
+/// What the receive path asks of its shell beyond [`Shell`]: the frames it reads, and the
+/// consequences of a link's records that reach beyond the core (the liveness records it
+/// sends, the calls it serves, its call table, the application).
+pub(crate) trait ReceiveShell: Shell {
+    /// A frame as the shell reads it off a socket.
+    type Frame: AsRef<[u8]>;
+
+    /// `frame`'s bytes as a payload the application may keep (shared with the frame where
+    /// the shell can, not copied).
+    fn payload(frame: &Self::Frame) -> Bytes;
+    /// Sends an ACK of the peer's probe `id` on link `k`'s connection.
+    fn send_ack(&mut self, k: LinkKey, id: u64);
+    /// Serves a REQUEST that arrived on link `k`.
+    fn serve_request(&mut self, k: LinkKey, request: wire::Request, now: Instant);
+    /// Serves the calls of a BATCH or CALLS that arrived on link `k` (MISSION K5).
+    fn serve_batch(&mut self, k: LinkKey, requests: Vec<wire::Request>, now: Instant);
+    /// The caller no longer waits for call `call_id` it sent on link `k` (a CANCEL).
+    fn serve_cancel(&mut self, k: LinkKey, call_id: NonZeroU64, now: Instant);
+    /// Stream call `call_id`, sent on link `k`, may send `items` more (a CREDIT).
+    fn serve_credit(&mut self, k: LinkKey, call_id: NonZeroU64, items: u64, now: Instant);
+    /// An answer to one of this node's calls arrived on link `k`.
+    fn handle_answer(&mut self, k: LinkKey, answer: Answer, now: Instant);
+    /// A MESSAGE on `channel` arrived on link `k`: the application's, if its connection is
+    /// ready.
+    fn deliver_message(&mut self, k: LinkKey, channel: Bytes, payload: Bytes, now: Instant);
+}
+
+/// An answer to one of this node's calls, alone or one of an ANSWERS.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    /// The callee took the call.
+    Accept(wire::Accept),
+    /// The call's outcome.
+    Reply(wire::Reply),
+    /// One item of a stream call.
+    Item(wire::Item),
+}
+
+impl Answer {
+    /// The kind of the record it is.
+    pub(crate) fn kind(&self) -> Kind {
+        match self {
+            Answer::Accept(_) => Kind::Accept,
+            Answer::Reply(_) => Kind::Reply,
+            Answer::Item(_) => Kind::Item,
+        }
+    }
+}
+
+/// The capabilities in effect on link `k`'s ready connection in `links`: those its peer
+/// announced that this node (`me`) announced too; none before it is ready.
+pub(crate) fn negotiated(
+    links: &Tracked<LinkKey, Link>,
+    me: Capabilities,
+    k: LinkKey,
+) -> Capabilities {
+    links
+        .get(k)
+        .and_then(|l| l.conn.as_ref())
+        .filter(|c| c.ready)
+        .and_then(|c| c.peer.as_ref())
+        .map_or(Capabilities::NONE, |p| p.capabilities.intersection(me))
+}
+
+/// A record read from link `k`'s current connection (the routing frames split off): what
+/// it does in the connection's state (see the module docs).
+pub(crate) fn handle_link_record<S: ReceiveShell>(
+    node: &mut S,
+    k: LinkKey,
+    frames: &[S::Frame],
+    now: Instant,
+) {
+    let caps = negotiated(&node.core().links, node.me().capabilities, k);
+    let rec = match Record::decode_in(frames, caps, S::payload) {
+        Ok(r) => r,
+        Err(e) => {
+            // Malformed input: a protocol error for this connection only (MISSION W3).
+            fail_link(node, k, FailureReason::ProtocolError, &e.to_string(), now);
+            return;
+        }
+    };
+    let core = node.core_mut();
+    let inbound = matches!(core.links[k].kind, LinkKind::Inbound { .. });
+    let Some(c) = core.links[k].conn.as_mut() else {
+        return;
+    };
+    let (ready, conn_id, live) = (c.ready, c.id, c.live);
+    let kind = rec.kind();
+    // One span per physical connection: identities go to traces, never to metric labels.
+    let _span = tracing::debug_span!("conn", id = %conn_id, kind = kind.name()).entered();
+    if let Record::Probe { id } = rec {
+        c.last_peer_probe = Some(id.get());
+    }
+    core.on_link_activity(k, 1, now);
+    match (record_use(kind, ready, inbound), rec) {
+        (RecordUse::Ignored, _) => {
+            tracing::debug!(kind = kind.name(), "record not handled in this state");
+        }
+        (_, Record::Probe { id }) => {
+            // Echo the id; a received probe is not evidence for our own deadline (L2).
+            node.send_ack(k, id.get());
+        }
+        (_, Record::Ack { id }) => {
+            if let Some(live) = live {
+                // The ACK travelled on this physical connection: it is evidence only for
+                // this connection's tracker (L2).
+                let outcome =
+                    (node.core_mut().liveness.table_mut()).handle_ack(live, conn_id, id.get(), now);
+                tracing::trace!(conn = %conn_id, ?outcome, "ack");
+            }
+        }
+        (_, Record::Welcome(w)) => {
+            let (lane, peer) = handshake::from_welcome(w);
+            handle_welcome(node, k, lane, peer, now);
+        }
+        (_, Record::Request(req)) => node.serve_request(k, req, now),
+        (_, Record::Batch(b)) => node.serve_batch(k, b.into_requests(), now),
+        // A CALLS record is served as the BATCH of the same calls (WIRE.md §4.14).
+        (_, Record::Calls(c)) => node.serve_batch(k, c.into_requests(), now),
+        (_, Record::Cancel { call_id }) => node.serve_cancel(k, call_id, now),
+        (_, Record::Credit { call_id, items }) => node.serve_credit(k, call_id, items.get(), now),
+        (_, Record::Accept(a)) => node.handle_answer(k, Answer::Accept(a), now),
+        (_, Record::Reply(r)) => node.handle_answer(k, Answer::Reply(r), now),
+        (_, Record::Item(i)) => node.handle_answer(k, Answer::Item(i), now),
+        (_, Record::Answers(answers)) => {
+            // Each as if it had arrived alone, in order (WIRE.md §4.16).
+            for rec in answers.into_records() {
+                match rec {
+                    Record::Accept(a) => node.handle_answer(k, Answer::Accept(a), now),
+                    Record::Reply(r) => node.handle_answer(k, Answer::Reply(r), now),
+                    _ => {}
+                }
+            }
+        }
+        (_, Record::Reject(r)) => {
+            handle_peer_ended(node, k, judge_reject(r.reason), r.detail.as_str(), now)
+        }
+        (_, Record::Close { reason }) => {
+            let detail = format!("peer closed: {}", close_name(reason));
+            handle_peer_ended(node, k, judge_close(reason, inbound), &detail, now);
+        }
+        (_, Record::Message(m)) => {
+            let channel = Bytes::from(m.channel.into_string().into_bytes());
+            node.deliver_message(k, channel, m.payload, now);
+        }
+        (_, Record::Pack(p)) => {
+            // Each as the MESSAGE it stands for, in order (WIRE.md §4.18). A PACK the
+            // receive loop read is staged as its records instead (the shell's unpacking);
+            // this is the path of one that reached here whole.
+            let (channel, payloads) = p.into_parts();
+            let channel = Bytes::from(channel.into_string().into_bytes());
+            for (i, payload) in payloads.into_iter().enumerate() {
+                if i > 0 {
+                    // The first was counted above, as every record is.
+                    node.core_mut().on_link_activity(k, 1, now);
+                }
+                node.deliver_message(k, channel.clone(), payload, now);
+            }
+        }
+        (_, Record::Hello(_)) => {
+            tracing::debug!(kind = kind.name(), "record not handled in this state");
+        }
+    }
+}
+
+/// Display name of a close reason, as a CLOSE's failure detail names it.
+fn close_name(r: CloseReason) -> &'static str {
+    match r {
+        CloseReason::Shutdown => "shutdown",
+        CloseReason::Draining => "draining",
+        CloseReason::Replaced => "replaced",
+        CloseReason::DeadlineExceeded => "deadline_exceeded",
+        CloseReason::ProtocolError => "protocol_error",
+        CloseReason::NotRequired => "not_required",
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::super::tests::{hello_from, shell, Effect, Recording};
+    use super::super::{handle_first_record, handle_timeout, hello, reject, welcome, Count};
+    use super::*;
+    use crate::proto::handshake::Expectation;
+    use crate::proto::node::admit::Credentials;
+    use crate::proto::node::keys::{Key, SlotKey};
+    use crate::proto::node::link::Conn;
+    use crate::proto::wire::Lane;
+    use crate::proto::ConnId;
+
+    /// What the receive path asked of the recording shell beyond `Shell`.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub(crate) enum Received {
+        /// An ACK of the peer's probe id.
+        SendAck(LinkKey, u64),
+        /// A call to serve, by the kind of the record that carried it.
+        Serve(LinkKey, Kind),
+        /// An answer for the call table, by its kind.
+        Answer(LinkKey, Kind),
+        /// A MESSAGE for the application: its channel and payload.
+        Deliver(LinkKey, Vec<u8>, Vec<u8>),
+    }
+
+    impl Recording {
+        fn received(&mut self, r: Received) {
+            self.effects.push(Effect::Received(r));
+        }
+    }
+
+    impl ReceiveShell for Recording {
+        type Frame = Vec<u8>;
+
+        fn payload(frame: &Vec<u8>) -> Bytes {
+            Bytes::copy_from_slice(frame)
+        }
+        fn send_ack(&mut self, k: LinkKey, id: u64) {
+            self.received(Received::SendAck(k, id));
+        }
+        fn serve_request(&mut self, k: LinkKey, _: wire::Request, _: Instant) {
+            self.received(Received::Serve(k, Kind::Request));
+        }
+        fn serve_batch(&mut self, k: LinkKey, _: Vec<wire::Request>, _: Instant) {
+            self.received(Received::Serve(k, Kind::Batch));
+        }
+        fn serve_cancel(&mut self, k: LinkKey, _: NonZeroU64, _: Instant) {
+            self.received(Received::Serve(k, Kind::Cancel));
+        }
+        fn serve_credit(&mut self, k: LinkKey, _: NonZeroU64, _: u64, _: Instant) {
+            self.received(Received::Serve(k, Kind::Credit));
+        }
+        fn handle_answer(&mut self, k: LinkKey, answer: Answer, _: Instant) {
+            self.received(Received::Answer(k, answer.kind()));
+        }
+        fn deliver_message(&mut self, k: LinkKey, channel: Bytes, payload: Bytes, _: Instant) {
+            self.received(Received::Deliver(k, channel.to_vec(), payload.to_vec()));
+        }
+    }
+
+    fn nz(v: u64) -> NonZeroU64 {
+        NonZeroU64::new(v).unwrap_or(NonZeroU64::MIN)
+    }
+
+    /// Node b with `rid`'s inbound Application connection admitted on bound socket 1 as
+    /// routing id `route` and ready: its link.
+    fn admitted(b: &mut Recording, rid: &str, route: &[u8], now: Instant) -> LinkKey {
+        let slot = SlotKey::from_index(1);
+        let hello = hello_from(rid);
+        let lane = Lane::Application;
+        handle_first_record(
+            b,
+            slot,
+            lane,
+            route.to_vec(),
+            Credentials::Plain,
+            hello,
+            now,
+        );
+        let k = b.core.accepting.inbound[&slot][route];
+        assert!(b.core.links[k].conn.as_ref().is_some_and(|c| c.ready));
+        b.effects.clear();
+        k
+    }
+
+    /// Node b's dialled Application link to a, its connection `id` on socket `slot` open
+    /// and not ready (HELLO sent, no WELCOME yet).
+    fn dialling(b: &mut Recording, id: u64, slot: SlotKey, now: Instant) -> LinkKey {
+        let dial = LinkKind::MeshDial {
+            peer: 0,
+            lane: Lane::Application,
+        };
+        let k = b.core.add_link(dial, now);
+        let mut conn = Conn::new(ConnId(id), slot, None, None, now);
+        conn.hello_sent = true;
+        b.core.links[k].conn = Some(conn);
+        b.dialled.push((k, slot));
+        k
+    }
+
+    /// The pending probe id of link `k`'s connection, once the timers sent its probe.
+    fn probed(b: &mut Recording, k: LinkKey) -> u64 {
+        let live = b.core.links[k].conn.as_ref().and_then(|c| c.live);
+        let live = live.expect("a ready connection's probe tracker");
+        while b
+            .core
+            .liveness
+            .table()
+            .probe(live)
+            .and_then(|t| t.pending_id())
+            .is_none()
+        {
+            let at = b.core.liveness.table().poll_timeout();
+            handle_timeout(b, at.expect("a probe tracker has a deadline"));
+        }
+        b.effects.retain(|e| *e != Effect::SendProbe(k));
+        let pending = b
+            .core
+            .liveness
+            .table()
+            .probe(live)
+            .and_then(|t| t.pending_id());
+        pending.unwrap_or_default()
+    }
+
+    fn acks_accepted(b: &Recording, k: LinkKey) -> u64 {
+        let live = b.core.links[k].conn.as_ref().and_then(|c| c.live);
+        let tracker = live.and_then(|l| b.core.liveness.table().probe(l));
+        tracker.map_or(0, |t| t.stats().acks_accepted)
+    }
+
+    /// A PROBE is echoed with an ACK of its id and remembered as the connection's last
+    /// peer probe, and is no evidence for this node's own deadline (MISSION L2).
+    #[test]
+    fn l2_a_probe_is_echoed_and_is_no_evidence() {
+        let mut b = shell("b", vec![]);
+        let now = Instant::now();
+        let k = admitted(&mut b, "a", b"ra", now);
+        let pending = probed(&mut b, k);
+        let probe = Record::Probe { id: nz(7) }.encode();
+        handle_link_record(&mut b, k, &probe, now);
+        assert_eq!(b.effects, [Effect::Received(Received::SendAck(k, 7))]);
+        let c = b.core.links[k].conn.as_ref();
+        assert_eq!(c.and_then(|c| c.last_peer_probe), Some(7));
+        assert_eq!(acks_accepted(&b, k), 0);
+        let live = c
+            .and_then(|c| c.live)
+            .and_then(|l| b.core.liveness.table().probe(l));
+        assert_eq!(live.and_then(|t| t.pending_id()), Some(pending));
+    }
+
+    /// An ACK is evidence for the probe tracker of the connection it travelled on only
+    /// (MISSION L2): once a newer connection replaced the one probed, an ACK of the old
+    /// connection's probe id is no evidence for the new one; the new one's own id is.
+    #[test]
+    fn l2_an_ack_on_a_replaced_connection_is_no_evidence_for_the_new_one() {
+        let mut b = shell("b", vec![]);
+        let now = Instant::now();
+        let k = admitted(&mut b, "a", b"old", now);
+        let old = probed(&mut b, k);
+        let at = b.core.liveness.table().poll_timeout().unwrap_or(now);
+        let again = admitted(&mut b, "a", b"new", at);
+        assert_eq!(again, k, "the same link, its connection replaced");
+        handle_link_record(&mut b, k, &Record::Ack { id: nz(old) }.encode(), at);
+        assert_eq!(b.effects, []);
+        assert_eq!(acks_accepted(&b, k), 0);
+        let new = probed(&mut b, k);
+        assert_ne!(new, old);
+        handle_link_record(&mut b, k, &Record::Ack { id: nz(new) }.encode(), at);
+        assert_eq!(acks_accepted(&b, k), 1);
+        assert_eq!(b.effects, []);
+    }
+
+    /// A record that does not decode fails its own link as a protocol error (MISSION W3):
+    /// its calls, its queue, a CLOSE to the peer, the application, the count; another
+    /// peer's link stays ready. An extension record its connection did not negotiate (a
+    /// PACK here) does not decode either.
+    #[test]
+    fn w3_a_malformed_record_fails_only_its_link_as_a_protocol_error() {
+        for frames in [
+            vec![b"not a record".to_vec()],
+            Record::Pack(
+                wire::Pack::new(wire::Name::new("ch").unwrap(), vec![Bytes::new(); 2]).unwrap(),
+            )
+            .encode(),
+        ] {
+            let mut b = shell("b", vec![]);
+            let now = Instant::now();
+            let ka = admitted(&mut b, "a", b"ra", now);
+            let kc = admitted(&mut b, "c", b"rc", now);
+            handle_link_record(&mut b, ka, &frames, now);
+            let reason = FailureReason::ProtocolError;
+            let slot = SlotKey::from_index(1);
+            assert_eq!(
+                b.effects[..3],
+                [
+                    Effect::FailCalls(ka, ConnId(101), reason),
+                    Effect::CloseSendQueue(ka, reason),
+                    Effect::SendTo(slot, b"ra".to_vec(), Kind::Close),
+                ]
+            );
+            assert!(b.effects.contains(&Effect::RemovePeerUnit(ka, ConnId(101))));
+            assert_eq!(
+                b.effects.last(),
+                Some(&Effect::Count(Count::LinkFailure(reason)))
+            );
+            let of_c = |e: &Effect| matches!(e, Effect::FailCalls(l, ..) | Effect::EmitState(l, ..) if *l == kc);
+            assert!(!b.effects.iter().any(of_c));
+            assert!(b.core.links[ka].conn.is_none());
+            assert!(b.core.links[kc].conn.as_ref().is_some_and(|c| c.ready));
+        }
+    }
+
+    /// A CLOSE ends the link with the reason judged: an inbound connection's peer shutting
+    /// down is an orderly close; a dialled connection the peer replaced stands down (its
+    /// own dial of the lane is current, MISSION T1), which is not counted as a failure.
+    #[test]
+    fn t1_a_close_ends_the_link_with_the_judged_reason() {
+        let mut b = shell("b", vec!["a"]);
+        let now = Instant::now();
+        let k = admitted(&mut b, "a", b"ra", now);
+        let close = Record::Close {
+            reason: CloseReason::Shutdown,
+        };
+        handle_link_record(&mut b, k, &close.encode(), now);
+        let orderly = FailureReason::OrderlyClose;
+        assert_eq!(b.effects[0], Effect::FailCalls(k, ConnId(101), orderly));
+        assert!(b
+            .effects
+            .iter()
+            .any(|e| matches!(e, Effect::EmitState(l, _, Some(r)) if *l == k && *r == orderly)));
+        assert!(!b.core.links[k].yielded && b.core.links[k].conn.is_none());
+
+        let slot = SlotKey::from_index(3);
+        let dk = dialling(&mut b, 1, slot, now);
+        b.effects.clear();
+        let close = Record::Close {
+            reason: CloseReason::Replaced,
+        };
+        handle_link_record(&mut b, dk, &close.encode(), now);
+        let stood = FailureReason::StoodDown;
+        assert_eq!(
+            b.effects[..3],
+            [
+                Effect::FailCalls(dk, ConnId(1), stood),
+                Effect::CloseSendQueue(dk, stood),
+                Effect::CloseDialled(dk, slot),
+            ]
+        );
+        assert!(!b
+            .effects
+            .contains(&Effect::Count(Count::LinkFailure(stood))));
+        assert!(b.core.links[dk].yielded && b.core.links[dk].conn.is_none());
+    }
+
+    /// A REJECT of a dialled connection ends its link with the REJECT's reason judged.
+    #[test]
+    fn t1_a_reject_ends_the_link_with_its_reason() {
+        let mut b = shell("b", vec!["a"]);
+        let now = Instant::now();
+        let slot = SlotKey::from_index(3);
+        let dk = dialling(&mut b, 1, slot, now);
+        let reject = reject(wire::RejectReason::IdentityMismatch, "not you");
+        handle_link_record(&mut b, dk, &reject, now);
+        let reason = FailureReason::IdentityMismatch;
+        assert_eq!(b.effects[0], Effect::FailCalls(dk, ConnId(1), reason));
+        assert_eq!(
+            b.effects.last(),
+            Some(&Effect::Count(Count::LinkFailure(reason)))
+        );
+        assert!(!b.core.links[dk].yielded && b.core.links[dk].conn.is_none());
+    }
+
+    /// A record that is not for its connection's state changes nothing but the link's
+    /// activity: calls, answers and messages before the connection is ready, a WELCOME on
+    /// an inbound connection or once ready, a HELLO on an admitted connection.
+    #[test]
+    fn a_record_not_for_its_state_changes_nothing() {
+        let mut b = shell("b", vec!["a"]);
+        let now = Instant::now();
+        let dk = dialling(&mut b, 1, SlotKey::from_index(3), now);
+        let k = admitted(&mut b, "c", b"rc", now);
+        let message = Record::Message(wire::Message {
+            channel: wire::Name::new("ch").unwrap(),
+            payload: Bytes::from_static(b"x"),
+        });
+        let reply = Record::Reply(wire::Reply {
+            call_id: nz(1),
+            code: wire::ReplyCode::Ok,
+            payload: Bytes::new(),
+            replayed: false,
+        });
+        for rec in [message, reply] {
+            handle_link_record(&mut b, dk, &rec.encode(), now);
+        }
+        let lane = Lane::Application;
+        let welcome = welcome(lane, &b.me, Capabilities::NONE).unwrap();
+        handle_link_record(&mut b, k, &welcome, now);
+        let hello = hello(lane, &b.me, &Expectation::default(), 0).unwrap();
+        handle_link_record(&mut b, k, &hello, now);
+        assert_eq!(b.effects, []);
+        assert!(b.core.links[dk].conn.as_ref().is_some_and(|c| !c.ready));
+        assert!(b.core.links[k].conn.as_ref().is_some_and(|c| c.ready));
+    }
+
+    /// A ready connection's calls go to the shell to serve, its answers to the call table
+    /// and its MESSAGEs to the application, each once, in order.
+    #[test]
+    fn a_ready_connections_calls_answers_and_messages_are_handed_on() {
+        let mut b = shell("b", vec![]);
+        let now = Instant::now();
+        let k = admitted(&mut b, "a", b"ra", now);
+        let request = Record::Request(wire::Request {
+            call_id: nz(4),
+            ttl_ms: None,
+            semantics: wire::Semantics::Query,
+            channel: wire::Name::new("pump").unwrap(),
+            method: wire::Name::new("m").unwrap(),
+            idempotency_key: None,
+            payload: Bytes::new(),
+        });
+        let accept = Record::Accept(wire::Accept {
+            call_id: nz(9),
+            generation: nz(1),
+            connection_id: 0,
+        });
+        let message = Record::Message(wire::Message {
+            channel: wire::Name::new("ch").unwrap(),
+            payload: Bytes::from_static(b"x"),
+        });
+        for rec in [request, accept, message] {
+            handle_link_record(&mut b, k, &rec.encode(), now);
+        }
+        assert_eq!(
+            b.effects,
+            [
+                Effect::Received(Received::Serve(k, Kind::Request)),
+                Effect::Received(Received::Answer(k, Kind::Accept)),
+                Effect::Received(Received::Deliver(k, b"ch".to_vec(), b"x".to_vec())),
+            ]
+        );
+    }
+}
