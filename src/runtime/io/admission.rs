@@ -30,9 +30,9 @@ use crate::runtime::records::{self, Lane};
 use crate::runtime::socket::{Frame, SocketSendError};
 
 impl IoThread {
-    /// The first record of an unadmitted connection `route` of bound socket `slot`, unless
-    /// the core ignores the connection: decoded, with the key the connection proved, for the
-    /// core to judge ([`core::handle_first_record`]).
+    /// The first record of an unadmitted connection `route` of bound socket `slot`
+    /// ([`core::handle_bound_record`] decided it is one): decoded, with the key the
+    /// connection proved, for the core to judge ([`core::handle_first_record`]).
     pub(super) fn on_unknown_inbound(
         &mut self,
         slot: SlotKey,
@@ -41,10 +41,6 @@ impl IoThread {
         frames: &mut [Frame],
         now: Instant,
     ) {
-        if self.core.ignores_unadmitted(slot, route.as_ref()) {
-            // Refused already: the rest of what this connection sends is ignored.
-            return;
-        }
         let route = route.as_ref().to_vec();
         // With CURVE, the key the connection proved, as the ZAP handler answered it: the
         // User-Id of the record's frames, read unshared for this (`recv_one`).

@@ -1,9 +1,17 @@
 //! Receiving: one rotation of the fair receive loop under the scheduler's caps (MISSION
-//! R1-R3), routing a record to its link, subscription or admission, the records of a ready
-//! link, and the application backlog held while its queue is paused (R5). What a record is
-//! and where it goes, what a link's record is for, how a PACK is charged to the caps and what
-//! a run of MESSAGEs counts are the node core's ([`crate::proto::node::received`]); this file
-//! reads, looks up and hands over.
+//! R1-R3): reading the sockets the scheduler names, staging a PACK's or PUBPACK's records
+//! one by one, handing each record in its unit's turn to its subscription or to the node
+//! core, and the application backlog held while its queue is paused (R5).
+//!
+//! Where a record goes and what it means (a link's record, a connection notice of libzmq,
+//! an unadmitted connection's first record, a replaced connection's late record) and what
+//! a link's record does in its connection's state are the node core's
+//! ([`core::handle_dialled_record`], [`core::handle_bound_record`],
+//! [`core::handle_peer_record`]; [`crate::proto::node::received`] for the classifications,
+//! how a PACK is charged to the caps and what a run of MESSAGEs counts). This file reads,
+//! looks up the socket's slot and hands over, and is the core's [`ReceiveShell`]: how a
+//! frame becomes a payload, and the effects of a link's records (the ACK it sends, the calls
+//! it serves, the answers for the call table, the messages for the application).
 
 use std::num::NonZeroU64;
 use std::time::Instant;
@@ -14,13 +22,8 @@ use super::parts::sockets::{Packed, Staged};
 use super::parts::sockets::{Slot, SlotRole, Unit};
 use super::{IoThread, LinkKey, SlotKey};
 use crate::proto::node::core::{self, Answer, ReceiveShell};
-use crate::proto::node::link::RouterNotice;
-use crate::proto::node::received::{
-    self, classify_bound, classify_dialled, BoundRecord, Charges, DialledRecord, MessageRun,
-    Placement,
-};
+use crate::proto::node::received::{self, Charges, MessageRun, Placement};
 use crate::proto::sched::{Action, ReadTarget, RotationEndReason, SharedSocketId};
-use crate::proto::state::FailureReason;
 use crate::proto::wire;
 use crate::runtime::event::Delivery;
 use crate::runtime::records::{self, Lane};
@@ -302,17 +305,8 @@ impl IoThread {
         };
         match (unit, route) {
             (Unit::Socket(slot), _) => self.on_frames(slot, frames, now),
-            (Unit::Peer(k, _), Some(_)) => {
-                // The routing id was looked up when the record was read: while the unit's
-                // connection is still the link's current one, the record is that link's.
-                if self.links_slot(unit).is_some() {
-                    if received::is_notice(&frames) {
-                        self.on_inbound_notice(k, now);
-                    } else {
-                        core::handle_link_record(self, k, &frames, now);
-                    }
-                }
-            }
+            // The routing id was looked up when the record was read.
+            (Unit::Peer(k, conn), Some(_)) => core::handle_peer_record(self, k, conn, &frames, now),
             (Unit::Admission(slot), Some(route)) => {
                 let Some(Some(SlotRole::Bound(lane))) = self
                     .sockets
@@ -322,82 +316,28 @@ impl IoThread {
                 else {
                     return;
                 };
-                self.on_bound(slot, lane, route, frames, now);
+                core::handle_bound_record(self, slot, lane, route, frames, now);
             }
             (_, None) => {}
         }
     }
 
-    /// The bound socket of an inbound peer unit, if its connection is still current.
-    pub(super) fn links_slot(&self, unit: Unit) -> Option<SlotKey> {
-        let Unit::Peer(k, id) = unit else { return None };
-        let c = self.core.links.get(k)?.conn.as_ref()?;
-        (c.id == id).then_some(c.slot)
-    }
-
+    /// A record read from socket `slot`, for its subscription, or for the core as a
+    /// dialled or bound socket's record.
     pub(super) fn on_frames(&mut self, slot: SlotKey, mut frames: Vec<Frame>, now: Instant) {
         let Some(s) = self.sockets.get(slot) else {
             return;
         };
         match s.role {
             SlotRole::Sub(i) => self.on_fanout(i, frames, now),
-            SlotRole::Dialled(k) => {
-                // A dialled ROUTER sees the bound peer's routing id first; a DEALER does not.
-                let routed = (self.core.links[k].conn.as_ref()).is_some_and(|c| c.route.is_some());
-                match classify_dialled(routed, &frames) {
-                    DialledRecord::Record { skip } => {
-                        core::handle_link_record(self, k, &frames[skip..], now)
-                    }
-                    DialledRecord::Notice => self.on_router_notice(k, now),
-                    DialledRecord::Nothing => {}
-                }
-            }
+            SlotRole::Dialled(k) => core::handle_dialled_record(self, k, &frames, now),
             SlotRole::Bound(lane) => {
                 if frames.is_empty() {
                     return;
                 }
                 let route = frames.remove(0);
-                self.on_bound(slot, lane, route, frames, now);
+                core::handle_bound_record(self, slot, lane, route, frames, now);
             }
-        }
-    }
-
-    /// A record read from a bound socket, with its routing id already split off. The routing
-    /// id names one physical connection: records of a replaced connection find no link and
-    /// change nothing (MISSION L6). An empty record is libzmq's notice of the connection's
-    /// attach or loss (`ROUTER_NOTIFY`, [`crate::runtime::socket::Sockets::bound`]): for an
-    /// admitted connection it means the connection is gone
-    /// ([`IoThread::on_inbound_notice`]); for a refused one, that it left (its id is
-    /// forgotten); for any other it changes nothing (an attach comes before the HELLO, and is
-    /// no first record to refuse).
-    pub(super) fn on_bound(
-        &mut self,
-        slot: SlotKey,
-        lane: Lane,
-        route: Frame,
-        mut frames: Vec<Frame>,
-        now: Instant,
-    ) {
-        let known = self
-            .core
-            .accepting
-            .inbound
-            .get(&slot)
-            .and_then(|m| m.get(route.as_ref()))
-            .copied();
-        match classify_bound(known, &frames) {
-            BoundRecord::Gone(k) => self.on_inbound_notice(k, now),
-            BoundRecord::Link(k) => core::handle_link_record(self, k, &frames, now),
-            BoundRecord::UnadmittedNotice => {
-                // A refused connection's attach came before the HELLO that was refused, so
-                // this notice is its departure: its id need not be remembered any more.
-                if self.core.accepting.refused.forget(slot, route.as_ref()) {
-                    tracing::trace!("a refused connection left");
-                } else {
-                    tracing::trace!("connection notice from an unadmitted connection");
-                }
-            }
-            BoundRecord::Unadmitted => self.on_unknown_inbound(slot, lane, route, &mut frames, now),
         }
     }
 
@@ -485,39 +425,6 @@ impl IoThread {
         self.app
             .release(|k| links.get(k).and_then(|l| l.conn.as_ref()).map(|c| c.slot));
     }
-
-    /// An empty record a dialled ROUTER received from its peer's routing id: a connection
-    /// notice of libzmq (`ROUTER_NOTIFY`), in order with the peer's records. The
-    /// first says the connection attached; any later one that the connection is gone
-    /// (MISSION L6: at once), whether it says so itself or is the attach of a reconnection
-    /// libzmq made after it (which never carries this link's records).
-    pub(super) fn on_router_notice(&mut self, k: LinkKey, now: Instant) {
-        let Some(c) = self.core.links[k].conn.as_mut() else {
-            return;
-        };
-        let notice = c.handle_router_notice();
-        tracing::debug!(link = %k, notices = c.notices, "connection notice");
-        if notice == RouterNotice::Gone {
-            core::fail_link(self, k, FailureReason::TransportError, "disconnected", now);
-            return;
-        }
-        // Attached: the handshake is done and the socket knows the peer's routing id, so
-        // HELLO can go now if the monitor's word has not come yet (or a send right after it
-        // found the peer not yet known), and the monitor can go: the loop's next monitor
-        // phase reads what it holds and stops it (`IoThread::drain_monitor`).
-        let slot = c.slot;
-        core::send_hello(self, k);
-        self.sockets.ready.recheck_monitor(slot);
-    }
-
-    /// libzmq's notice (`ROUTER_NOTIFY`) for admitted inbound link `k`'s connection: the
-    /// connection is gone (MISSION L6: at once). Its attach notice came before its HELLO, so
-    /// any notice now is its loss, or the attach of a newer connection with the same routing
-    /// id, which libzmq lets in only once the old connection's pipe is gone.
-    pub(super) fn on_inbound_notice(&mut self, k: LinkKey, now: Instant) {
-        tracing::debug!(link = %k, "inbound connection notice: gone");
-        core::fail_gone_inbound(self, k, now);
-    }
 }
 
 impl ReceiveShell for IoThread {
@@ -553,5 +460,22 @@ impl ReceiveShell for IoThread {
 
     fn deliver_message(&mut self, k: LinkKey, channel: Bytes, payload: Bytes, now: Instant) {
         self.on_message(k, channel, payload, now);
+    }
+
+    fn first_record(
+        &mut self,
+        slot: SlotKey,
+        lane: Lane,
+        route: Frame,
+        frames: &mut [Frame],
+        now: Instant,
+    ) {
+        self.on_unknown_inbound(slot, lane, route, frames, now);
+    }
+
+    fn monitor_done(&mut self, slot: SlotKey) {
+        // The loop's next monitor phase reads what the monitor holds and stops it
+        // (`IoThread::drain_monitor`).
+        self.sockets.ready.recheck_monitor(slot);
     }
 }

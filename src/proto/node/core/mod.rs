@@ -63,7 +63,10 @@ use crate::proto::state::{ConnState, FailureReason};
 use crate::proto::transport::MonitorEvent;
 use crate::proto::wire::{self, Kind, Lane, Record, RejectReason, WireError};
 use crate::proto::ConnId;
-pub(crate) use receive::{handle_link_record, negotiated, Answer, ReceiveShell};
+pub(crate) use receive::{
+    handle_bound_record, handle_dialled_record, handle_peer_record, negotiated, Answer,
+    ReceiveShell,
+};
 
 /// The node-wide parts of the node core.
 pub(crate) struct NodeCore {

@@ -20,13 +20,16 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::{fail_link, handle_peer_ended, handle_welcome, Shell};
+use super::{fail_gone_inbound, fail_link, handle_peer_ended, handle_welcome, send_hello, Shell};
 use crate::proto::handshake;
-use crate::proto::node::keys::{LinkKey, Tracked};
-use crate::proto::node::link::{judge_close, judge_reject, Link, LinkKind};
-use crate::proto::node::received::{record_use, RecordUse};
+use crate::proto::node::keys::{LinkKey, SlotKey, Tracked};
+use crate::proto::node::link::{judge_close, judge_reject, Link, LinkKind, RouterNotice};
+use crate::proto::node::received::{
+    classify_bound, classify_dialled, is_notice, record_use, BoundRecord, DialledRecord, RecordUse,
+};
 use crate::proto::state::FailureReason;
-use crate::proto::wire::{self, Capabilities, CloseReason, Kind, Record};
+use crate::proto::wire::{self, Capabilities, CloseReason, Kind, Lane, Record};
+use crate::proto::ConnId;
 
 /// What the receive path asks of its shell beyond [`Shell`]: the frames it reads, and the
 /// consequences of a link's records that reach beyond the core (the liveness records it
@@ -53,6 +56,20 @@ pub(crate) trait ReceiveShell: Shell {
     /// A MESSAGE on `channel` arrived on link `k`: the application's, if its connection is
     /// ready.
     fn deliver_message(&mut self, k: LinkKey, channel: Bytes, payload: Bytes, now: Instant);
+    /// The first record `frames` of the unadmitted connection `route` of bound socket `slot`
+    /// (of lane `lane`), for admission: the shell reads what the transport knows of the
+    /// connection (its CURVE key) and hands it on ([`super::handle_first_record`]).
+    fn first_record(
+        &mut self,
+        slot: SlotKey,
+        lane: Lane,
+        route: Self::Frame,
+        frames: &mut [Self::Frame],
+        now: Instant,
+    );
+    /// Dialled socket `slot`'s connection attached and its HELLO went: its monitor is read
+    /// once more and stopped (the connection's loss comes in band from now on).
+    fn monitor_done(&mut self, slot: SlotKey);
 }
 
 /// An answer to one of this node's calls, alone or one of an ANSWERS.
@@ -90,6 +107,125 @@ pub(crate) fn negotiated(
         .filter(|c| c.ready)
         .and_then(|c| c.peer.as_ref())
         .map_or(Capabilities::NONE, |p| p.capabilities.intersection(me))
+}
+
+/// A record read from dialled socket of link `k`: the link's record, or a connection
+/// notice of a dialled ROUTER ([`handle_router_notice`]), as [`classify_dialled`] reads it
+/// (a dialled ROUTER reads the bound peer's routing id first, a DEALER does not).
+pub(crate) fn handle_dialled_record<S: ReceiveShell>(
+    node: &mut S,
+    k: LinkKey,
+    frames: &[S::Frame],
+    now: Instant,
+) {
+    let routed = (node.core().links[k].conn.as_ref()).is_some_and(|c| c.route.is_some());
+    match classify_dialled(routed, frames) {
+        DialledRecord::Record { skip } => handle_link_record(node, k, &frames[skip..], now),
+        DialledRecord::Notice => handle_router_notice(node, k, now),
+        DialledRecord::Nothing => {}
+    }
+}
+
+/// A record read from bound socket `slot` (of lane `lane`), its routing id `route` split
+/// off. The routing id names one physical connection: records of a replaced connection
+/// find no link and change nothing (MISSION L6). An empty record is libzmq's notice of the
+/// connection's attach or loss (`ROUTER_NOTIFY`): for an admitted connection it means the
+/// connection is gone ([`handle_inbound_notice`]); for a refused one, that it left (its id
+/// is forgotten); for any other it changes nothing (an attach comes before the HELLO, and
+/// is no first record to refuse). Any other record of a connection not admitted is its
+/// first record, for admission, unless the connection was refused already (then nothing it
+/// sends is looked at).
+pub(crate) fn handle_bound_record<S: ReceiveShell>(
+    node: &mut S,
+    slot: SlotKey,
+    lane: Lane,
+    route: S::Frame,
+    mut frames: Vec<S::Frame>,
+    now: Instant,
+) {
+    let core = node.core();
+    let known = (core.accepting.inbound.get(&slot))
+        .and_then(|m| m.get(route.as_ref()))
+        .copied();
+    match classify_bound(known, &frames) {
+        BoundRecord::Gone(k) => handle_inbound_notice(node, k, now),
+        BoundRecord::Link(k) => handle_link_record(node, k, &frames, now),
+        BoundRecord::UnadmittedNotice => {
+            // A refused connection's attach came before the HELLO that was refused, so
+            // this notice is its departure: its id need not be remembered any more.
+            if node
+                .core_mut()
+                .accepting
+                .refused
+                .forget(slot, route.as_ref())
+            {
+                tracing::trace!("a refused connection left");
+            } else {
+                tracing::trace!("connection notice from an unadmitted connection");
+            }
+        }
+        BoundRecord::Unadmitted => {
+            if node.core().ignores_unadmitted(slot, route.as_ref()) {
+                // Refused already: the rest of what this connection sends is ignored.
+                return;
+            }
+            node.first_record(slot, lane, route, &mut frames, now);
+        }
+    }
+}
+
+/// A record of connection `conn` of inbound link `k`, read from its shared bound socket
+/// with its routing id looked up then: the link's while `conn` is still the link's current
+/// connection (else it changes nothing, MISSION L6), an empty one libzmq's notice that the
+/// connection is gone ([`handle_inbound_notice`]).
+pub(crate) fn handle_peer_record<S: ReceiveShell>(
+    node: &mut S,
+    k: LinkKey,
+    conn: ConnId,
+    frames: &[S::Frame],
+    now: Instant,
+) {
+    let current = (node.core().links.get(k)).and_then(|l| l.conn.as_ref());
+    if current.is_none_or(|c| c.id != conn) {
+        return;
+    }
+    if is_notice(frames) {
+        handle_inbound_notice(node, k, now);
+    } else {
+        handle_link_record(node, k, frames, now);
+    }
+}
+
+/// An empty record a dialled ROUTER of link `k` received from its peer's routing id: a
+/// connection notice of libzmq (`ROUTER_NOTIFY`), in order with the peer's records
+/// ([`Conn::handle_router_notice`](crate::proto::node::link::Conn::handle_router_notice)). The first says the connection attached; any later one
+/// that the connection is gone (MISSION L6: at once), whether it says so itself or is the
+/// attach of a reconnection libzmq made after it (which never carries this link's records).
+pub(crate) fn handle_router_notice<S: ReceiveShell>(node: &mut S, k: LinkKey, now: Instant) {
+    let Some(c) = node.core_mut().links[k].conn.as_mut() else {
+        return;
+    };
+    let notice = c.handle_router_notice();
+    tracing::debug!(link = %k, notices = c.notices, "connection notice");
+    if notice == RouterNotice::Gone {
+        fail_link(node, k, FailureReason::TransportError, "disconnected", now);
+        return;
+    }
+    // Attached: the handshake is done and the socket knows the peer's routing id, so
+    // HELLO can go now if the monitor's word has not come yet (or a send right after it
+    // found the peer not yet known), and the monitor can go.
+    let slot = c.slot;
+    send_hello(node, k);
+    node.monitor_done(slot);
+}
+
+/// libzmq's notice (`ROUTER_NOTIFY`) for admitted inbound link `k`'s connection: the
+/// connection is gone (MISSION L6: at once). Its attach notice came before its HELLO, so
+/// any notice now is its loss, or the attach of a newer connection with the same routing
+/// id, which libzmq lets in only once the old connection's pipe is gone.
+pub(crate) fn handle_inbound_notice<S: Shell>(node: &mut S, k: LinkKey, now: Instant) {
+    tracing::debug!(link = %k, "inbound connection notice: gone");
+    fail_gone_inbound(node, k, now);
 }
 
 /// A record read from link `k`'s current connection (the routing frames split off): what
@@ -228,6 +364,10 @@ pub(super) mod tests {
         Answer(LinkKey, Kind),
         /// A MESSAGE for the application: its channel and payload.
         Deliver(LinkKey, Vec<u8>, Vec<u8>),
+        /// An unadmitted connection's first record, for admission.
+        FirstRecord(SlotKey, Vec<u8>),
+        /// A dialled socket's monitor can go.
+        MonitorDone(SlotKey),
     }
 
     impl Recording {
@@ -262,6 +402,19 @@ pub(super) mod tests {
         }
         fn deliver_message(&mut self, k: LinkKey, channel: Bytes, payload: Bytes, _: Instant) {
             self.received(Received::Deliver(k, channel.to_vec(), payload.to_vec()));
+        }
+        fn first_record(
+            &mut self,
+            slot: SlotKey,
+            _: Lane,
+            route: Vec<u8>,
+            _: &mut [Vec<u8>],
+            _: Instant,
+        ) {
+            self.received(Received::FirstRecord(slot, route));
+        }
+        fn monitor_done(&mut self, slot: SlotKey) {
+            self.received(Received::MonitorDone(slot));
         }
     }
 
@@ -546,5 +699,161 @@ pub(super) mod tests {
                 Effect::Received(Received::Deliver(k, b"ch".to_vec(), b"x".to_vec())),
             ]
         );
+    }
+
+    /// A dialled ROUTER's first connection notice is its attach: HELLO goes (once) and the
+    /// monitor can go. Any later notice is the connection's loss and fails the link at once
+    /// as a transport error (MISSION L6); a read with not even a routing id is nothing.
+    #[test]
+    fn l6_a_router_notice_after_the_attach_fails_the_link_at_once() {
+        let mut b = shell("b", vec!["a"]);
+        let now = Instant::now();
+        let slot = SlotKey::from_index(3);
+        let dk = dialling(&mut b, 1, slot, now);
+        if let Some(c) = b.core.links[dk].conn.as_mut() {
+            (c.hello_sent, c.route) = (false, Some(b"peer".to_vec()));
+        }
+        handle_dialled_record(&mut b, dk, &[], now);
+        assert_eq!(b.effects, []);
+        let notice = [b"peer".to_vec(), Vec::new()];
+        handle_dialled_record(&mut b, dk, &notice, now);
+        assert_eq!(
+            b.effects,
+            [
+                Effect::SendOnLink(dk, Kind::Hello),
+                Effect::Received(Received::MonitorDone(slot)),
+            ]
+        );
+        b.effects.clear();
+        handle_dialled_record(&mut b, dk, &notice, now);
+        let reason = FailureReason::TransportError;
+        assert_eq!(
+            b.effects[..3],
+            [
+                Effect::FailCalls(dk, ConnId(1), reason),
+                Effect::CloseSendQueue(dk, reason),
+                Effect::CloseDialled(dk, slot),
+            ]
+        );
+        assert_eq!(
+            b.effects.last(),
+            Some(&Effect::Count(Count::LinkFailure(reason)))
+        );
+        assert!(b.core.links[dk].conn.is_none());
+    }
+
+    /// A dialled ROUTER's record starts after the peer's routing id; a DEALER's is whole
+    /// (and an empty record of a DEALER is a malformed record, not a notice).
+    #[test]
+    fn a_dialled_record_is_read_after_the_routing_id_of_a_router_only() {
+        let mut b = shell("b", vec!["a"]);
+        let now = Instant::now();
+        let slot = SlotKey::from_index(3);
+        let dk = dialling(&mut b, 1, slot, now);
+        let mut probe = vec![b"peer".to_vec()];
+        probe.extend(Record::Probe { id: nz(3) }.encode());
+        if let Some(c) = b.core.links[dk].conn.as_mut() {
+            c.route = Some(b"peer".to_vec());
+        }
+        handle_dialled_record(&mut b, dk, &probe, now);
+        assert_eq!(b.effects, [Effect::Received(Received::SendAck(dk, 3))]);
+        b.effects.clear();
+        if let Some(c) = b.core.links[dk].conn.as_mut() {
+            c.route = None;
+        }
+        handle_dialled_record(&mut b, dk, &probe[1..], now);
+        assert_eq!(b.effects, [Effect::Received(Received::SendAck(dk, 3))]);
+        b.effects.clear();
+        handle_dialled_record(&mut b, dk, &[Vec::new()], now);
+        let reason = FailureReason::ProtocolError;
+        assert_eq!(b.effects[0], Effect::FailCalls(dk, ConnId(1), reason));
+    }
+
+    /// On a bound socket, an admitted connection's record goes to its link and its notice
+    /// fails the link at once as the peer's disconnect (MISSION L6); once a newer
+    /// connection replaced it, the old routing id names no link: its records are an
+    /// unadmitted connection's, for admission, and never its old link's.
+    #[test]
+    fn l6_a_bound_notice_fails_its_link_and_a_replaced_routing_id_names_no_link() {
+        let mut b = shell("b", vec![]);
+        let now = Instant::now();
+        let slot = SlotKey::from_index(1);
+        let lane = Lane::Application;
+        let k = admitted(&mut b, "a", b"old", now);
+        let probe = Record::Probe { id: nz(5) }.encode();
+        handle_bound_record(&mut b, slot, lane, b"old".to_vec(), probe.clone(), now);
+        assert_eq!(b.effects, [Effect::Received(Received::SendAck(k, 5))]);
+        assert_eq!(admitted(&mut b, "a", b"new", now), k);
+        handle_bound_record(&mut b, slot, lane, b"old".to_vec(), probe, now);
+        let first = Received::FirstRecord(slot, b"old".to_vec());
+        assert_eq!(b.effects, [Effect::Received(first)]);
+        b.effects.clear();
+        handle_bound_record(&mut b, slot, lane, b"old".to_vec(), vec![Vec::new()], now);
+        assert_eq!(b.effects, [], "an unadmitted connection's notice");
+        handle_bound_record(&mut b, slot, lane, b"new".to_vec(), vec![Vec::new()], now);
+        let reason = FailureReason::TransportError;
+        assert_eq!(b.effects[0], Effect::FailCalls(k, ConnId(102), reason));
+        assert!(b.effects.contains(&Effect::RemovePeerUnit(k, ConnId(102))));
+        assert_eq!(
+            b.effects.last(),
+            Some(&Effect::Count(Count::LinkFailure(reason)))
+        );
+        assert!(b.core.links[k].conn.is_none());
+        assert!(b.core.accepting.inbound[&slot].is_empty());
+    }
+
+    /// A refused connection's records are not looked at (WIRE.md §5.1); its notice is its
+    /// departure, after which its routing id is forgotten.
+    #[test]
+    fn a_refused_connection_is_ignored_until_its_notice() {
+        let mut b = shell("b", vec![]);
+        let now = Instant::now();
+        let (slot, route, lane) = (SlotKey::from_index(1), b"r".to_vec(), Lane::Application);
+        let garbage = vec![b"not a record".to_vec()];
+        let first = Record::decode(&garbage).expect_err("garbage does not decode");
+        let first = super::super::First::Malformed(first);
+        handle_first_record(
+            &mut b,
+            slot,
+            lane,
+            route.clone(),
+            Credentials::Plain,
+            first,
+            now,
+        );
+        b.effects.clear();
+        handle_bound_record(&mut b, slot, lane, route.clone(), garbage.clone(), now);
+        assert_eq!(b.effects, []);
+        assert!(b.core.ignores_unadmitted(slot, &route));
+        handle_bound_record(&mut b, slot, lane, route.clone(), vec![Vec::new()], now);
+        assert_eq!(b.effects, []);
+        assert!(!b.core.ignores_unadmitted(slot, &route));
+        handle_bound_record(&mut b, slot, lane, route.clone(), garbage, now);
+        assert_eq!(
+            b.effects,
+            [Effect::Received(Received::FirstRecord(slot, route))]
+        );
+    }
+
+    /// A record read for an inbound connection's receive unit is its link's only while that
+    /// connection is the link's current one (MISSION L6); its notice fails the link.
+    #[test]
+    fn l6_a_peer_units_record_counts_only_for_its_current_connection() {
+        let mut b = shell("b", vec![]);
+        let now = Instant::now();
+        let k = admitted(&mut b, "a", b"old", now);
+        let old = ConnId(101);
+        assert_eq!(admitted(&mut b, "a", b"new", now), k);
+        let probe = Record::Probe { id: nz(5) }.encode();
+        handle_peer_record(&mut b, k, old, &probe, now);
+        handle_peer_record(&mut b, k, old, &[Vec::new()], now);
+        assert_eq!(b.effects, []);
+        let new = ConnId(102);
+        handle_peer_record(&mut b, k, new, &probe, now);
+        assert_eq!(b.effects, [Effect::Received(Received::SendAck(k, 5))]);
+        handle_peer_record(&mut b, k, new, &[Vec::new()], now);
+        let reason = FailureReason::TransportError;
+        assert_eq!(b.effects[1], Effect::FailCalls(k, new, reason));
+        assert!(b.core.links[k].conn.is_none());
     }
 }
