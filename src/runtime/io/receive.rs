@@ -4,14 +4,17 @@
 //! core, and the application backlog held while its queue is paused (R5).
 //!
 //! Where a record goes and what it means (a link's record, a connection notice of libzmq,
-//! an unadmitted connection's first record, a replaced connection's late record) and what
-//! a link's record does in its connection's state are the node core's
-//! ([`core::handle_dialled_record`], [`core::handle_bound_record`],
-//! [`core::handle_peer_record`]; [`crate::proto::node::received`] for the classifications,
-//! how a PACK is charged to the caps and what a run of MESSAGEs counts). This file reads,
-//! looks up the socket's slot and hands over, and is the core's [`ReceiveShell`]: how a
-//! frame becomes a payload, and the effects of a link's records (the ACK it sends, the calls
-//! it serves, the answers for the call table, the messages for the application).
+//! an unadmitted connection's first record, a replaced connection's late record), what a
+//! link's record does in its connection's state, and what a PACK's records staged one by
+//! one deliver and count are the node core's ([`core::handle_dialled_record`],
+//! [`core::handle_bound_record`], [`core::handle_peer_record`], [`core::handle_packed`],
+//! [`core::handle_run_end`]; [`crate::proto::node::received`] for the classifications,
+//! whether a PACK is staged as its records and how they are charged to the caps). This file
+//! reads, looks up the socket's slot and hands over, and is the core's [`ReceiveShell`]: how
+//! a frame becomes a payload, and the effects of a link's records (the ACK it sends, the
+//! calls it serves, the answers for the call table, the application's queue and its
+//! backlogs, the received-records counter, an unadmitted connection's CURVE key, a dialled
+//! socket's monitor).
 
 use std::num::NonZeroU64;
 use std::time::Instant;
@@ -22,7 +25,8 @@ use super::parts::sockets::{Packed, Staged};
 use super::parts::sockets::{Slot, SlotRole, Unit};
 use super::{IoThread, LinkKey, SlotKey};
 use crate::proto::node::core::{self, Answer, ReceiveShell};
-use crate::proto::node::received::{self, Charges, MessageRun, Placement};
+use crate::proto::node::received::{self, Charges, MessageRun};
+use crate::proto::node::source::Source;
 use crate::proto::sched::{Action, ReadTarget, RotationEndReason, SharedSocketId};
 use crate::proto::wire;
 use crate::runtime::event::Delivery;
@@ -276,7 +280,7 @@ impl IoThread {
             };
             self.on_staged(unit, record, now, &mut run);
         }
-        self.end_run(run);
+        core::handle_run_end(self, run);
     }
 
     /// Processes a record in its unit's turn. A MESSAGE of a PACK joins `run` (a run of
@@ -290,16 +294,16 @@ impl IoThread {
     ) {
         let (route, frames) = match staged {
             Staged::Packed(p) => {
-                self.on_packed(p, now, run);
+                core::handle_packed(self, p.link, p.conn, p.channel, p.payload, now, run);
                 return;
             }
             Staged::Published(p) => {
-                self.end_run(run.take());
+                core::handle_run_end(self, run.take());
                 self.on_published(p, now);
                 return;
             }
             Staged::Frames { route, frames } => {
-                self.end_run(run.take());
+                core::handle_run_end(self, run.take());
                 (route, frames)
             }
         };
@@ -339,83 +343,6 @@ impl IoThread {
                 core::handle_bound_record(self, slot, lane, route, frames, now);
             }
         }
-    }
-
-    /// One MESSAGE of a PACK, in its unit's turn: delivered if its connection is still the
-    /// link's current one and ready, and counted with the rest of `run` (which it begins if
-    /// `run` is another connection's, or none).
-    fn on_packed(&mut self, p: Packed, now: Instant, run: &mut Option<MessageRun>) {
-        if !run.as_ref().is_some_and(|r| r.continues(p.link, p.conn)) {
-            self.end_run(run.take());
-            let current = self.core.links.get(p.link).and_then(|l| l.conn.as_ref());
-            *run = MessageRun::begin(p.link, p.conn, current, || self.app.room(p.link), now);
-        }
-        // Not the link's current connection any more: the record changes nothing.
-        let Some(r) = run.as_mut() else {
-            return;
-        };
-        let Some((source, placement)) = r.handle_record(now) else {
-            return;
-        };
-        let d = Delivery {
-            source: source.clone(),
-            channel: p.channel,
-            payload: p.payload,
-        };
-        match placement {
-            Placement::Now => self.app.deliver_now(d),
-            Placement::Queue => {
-                self.app.deliver(p.link, d);
-                r.set_room(self.app.room(p.link));
-            }
-        }
-    }
-
-    /// Counts what `run`'s records count (see [`MessageRun`]), as `on_message` counts it for
-    /// a MESSAGE on its own.
-    fn end_run(&mut self, run: Option<MessageRun>) {
-        let Some(end) = run.map(MessageRun::end) else {
-            return;
-        };
-        self.core.on_link_activity(end.link, end.records, end.last);
-        if let Some(live) = end.traffic_of {
-            // Diagnostics only: application traffic never extends the deadline (L2).
-            let _ =
-                self.core
-                    .liveness
-                    .table_mut()
-                    .handle_app_traffic_run(live, end.records, end.last);
-        }
-        if end.delivered > 0 {
-            metrics::counter!("zmesh_app_records_received_total").increment(end.delivered);
-        }
-    }
-
-    /// A MESSAGE on link `k`'s ready connection, on its own or one of a PACK that reached
-    /// [`core::handle_link_record`] whole: delivered to the application with the connection's source.
-    /// (The receive loop stages a PACK as its records, which `on_packed` takes.)
-    fn on_message(&mut self, k: LinkKey, channel: Bytes, payload: Bytes, now: Instant) {
-        let Some(c) = self.core.links.get(k).and_then(|l| l.conn.as_ref()) else {
-            return;
-        };
-        if !c.ready {
-            return;
-        }
-        let (live, source) = (c.live, c.source.clone());
-        if let Some(live) = live {
-            // Diagnostics only: application traffic never extends the deadline (L2).
-            let _ = self.core.liveness.table_mut().handle_app_traffic(live, now);
-        }
-        let Some(source) = source else {
-            return;
-        };
-        metrics::counter!("zmesh_app_records_received_total").increment(1);
-        let d = Delivery {
-            source,
-            channel,
-            payload,
-        };
-        self.app.deliver(k, d);
     }
 
     /// Moves held records to the application while its queue has room, and recomputes which
@@ -458,8 +385,29 @@ impl ReceiveShell for IoThread {
         self.on_call_answer(k, answer, now);
     }
 
-    fn deliver_message(&mut self, k: LinkKey, channel: Bytes, payload: Bytes, now: Instant) {
-        self.on_message(k, channel, payload, now);
+    fn app_room(&self, k: LinkKey) -> usize {
+        self.app.room(k)
+    }
+
+    fn deliver_now(&mut self, source: Source, channel: Bytes, payload: Bytes) {
+        self.app.deliver_now(Delivery {
+            source,
+            channel,
+            payload,
+        });
+    }
+
+    fn deliver(&mut self, k: LinkKey, source: Source, channel: Bytes, payload: Bytes) {
+        let d = Delivery {
+            source,
+            channel,
+            payload,
+        };
+        self.app.deliver(k, d);
+    }
+
+    fn count_delivered(&mut self, records: u64) {
+        metrics::counter!("zmesh_app_records_received_total").increment(records);
     }
 
     fn first_record(

@@ -2,7 +2,7 @@
 //! with their connections, the timer table, the bound sockets' admission tables, discovery's
 //! additions, the liveness table and the call routes ([`NodeCore`]), and the handshake's
 //! decisions with the order of their consequences, over what the core asks of its shell
-//! ([`Shell`]).
+//! ([`Shell`]). The receive path's decisions are in [`receive`], over [`ReceiveShell`].
 //!
 //! Admission, in order: a dialled connection sends its HELLO once ([`send_hello`]); the
 //! acceptor judges an unadmitted connection's first record ([`handle_first_record`]: one
@@ -64,8 +64,8 @@ use crate::proto::transport::MonitorEvent;
 use crate::proto::wire::{self, Kind, Lane, Record, RejectReason, WireError};
 use crate::proto::ConnId;
 pub(crate) use receive::{
-    handle_bound_record, handle_dialled_record, handle_peer_record, negotiated, Answer,
-    ReceiveShell,
+    handle_bound_record, handle_dialled_record, handle_packed, handle_peer_record, handle_run_end,
+    negotiated, Answer, ReceiveShell,
 };
 
 /// The node-wide parts of the node core.

@@ -1,19 +1,42 @@
-//! The receive path's decisions over the node core: what a record of a link does in its
-//! connection's state ([`handle_link_record`]), over what the receive path asks of its shell
-//! beyond [`Shell`] ([`ReceiveShell`]: the frame type it reads, the ACKs it sends, the calls
-//! it serves, the answers it hands to the call table, the messages it delivers).
+//! The receive path's decisions over the node core, over what it asks of its shell beyond
+//! [`Shell`] ([`ReceiveShell`]: the frame type it reads and how a frame becomes a payload,
+//! the ACKs it sends, the calls it serves, the answers it hands to the call table, the
+//! application's queue, reading an unadmitted connection's first record, a dialled
+//! socket's monitor). The shell reads the sockets, looks up a socket's slot, splits off a
+//! bound socket's routing id and hands the frames here.
+//!
+//! Where a record goes ([`crate::proto::node::received`] classifies it): a dialled
+//! socket's record is its link's, after a dialled ROUTER's routing id
+//! ([`handle_dialled_record`]); a dialled ROUTER's empty record is libzmq's connection
+//! notice, the first its attach (HELLO goes, the monitor can go), any later one its loss,
+//! which fails the link at once (MISSION L6, [`handle_router_notice`]). A bound socket's
+//! record ([`handle_bound_record`]) is the link's its routing id was admitted as, or that
+//! connection's loss if it is a notice ([`handle_inbound_notice`], L6); a refused
+//! connection's record is not looked at and its notice forgets it; any other record of a
+//! connection not admitted is its first record, for admission. A record for an inbound
+//! connection's receive unit is its link's only while that connection is the link's
+//! current one ([`handle_peer_record`]): a replaced connection's late records change
+//! nothing.
 //!
 //! A link's record ([`handle_link_record`]): decoded with the capabilities its connection
 //! negotiated ([`negotiated`]); a record that does not decode is a protocol error of that
 //! connection only (MISSION W3). Otherwise, in order: a PROBE's id is the connection's last
-//! peer probe, the record is the link's activity, and then it does what
-//! [`record_use`] says it is for in its connection's state: a PROBE is echoed with an ACK and
-//! is no evidence for this node's own deadline, an ACK is evidence for its own connection's
+//! peer probe, the record is the link's activity, and then it does what [`record_use`]
+//! says it is for in its connection's state: a PROBE is echoed with an ACK and is no
+//! evidence for this node's own deadline, an ACK is evidence for its own connection's
 //! probe tracker only (L2), a WELCOME is the handshake's ([`handle_welcome`]), calls go to
 //! the shell to serve and answers to its call table (an ANSWERS' each in order), a REJECT or
-//! CLOSE ends the link with the reason judged ([`handle_peer_ended`]), and MESSAGEs (a PACK's
-//! each in order, each counted as activity) go to the application; anything else changes
-//! nothing but the link's activity.
+//! CLOSE ends the link with the reason judged ([`handle_peer_ended`]), and a MESSAGE (a
+//! PACK's each in order, each counted as activity) is delivered if its connection is ready,
+//! with the connection's source, counted, and application traffic of its probe tracker
+//! (diagnostics only, never evidence, L2); anything else changes nothing but the link's
+//! activity.
+//!
+//! The records of a PACK the receive loop staged one by one ([`handle_packed`]) are a run
+//! of their connection ([`MessageRun`]): each is delivered as it comes, straight into the
+//! application's queue while it has room and through the link's backlog after, and what
+//! they count is counted once when the run ends ([`handle_run_end`]), before any other
+//! record is processed.
 
 use std::num::NonZeroU64;
 use std::time::Instant;
@@ -25,8 +48,10 @@ use crate::proto::handshake;
 use crate::proto::node::keys::{LinkKey, SlotKey, Tracked};
 use crate::proto::node::link::{judge_close, judge_reject, Link, LinkKind, RouterNotice};
 use crate::proto::node::received::{
-    classify_bound, classify_dialled, is_notice, record_use, BoundRecord, DialledRecord, RecordUse,
+    classify_bound, classify_dialled, is_notice, record_use, BoundRecord, DialledRecord,
+    MessageRun, Placement, RecordUse,
 };
+use crate::proto::node::source::Source;
 use crate::proto::state::FailureReason;
 use crate::proto::wire::{self, Capabilities, CloseReason, Kind, Lane, Record};
 use crate::proto::ConnId;
@@ -53,9 +78,18 @@ pub(crate) trait ReceiveShell: Shell {
     fn serve_credit(&mut self, k: LinkKey, call_id: NonZeroU64, items: u64, now: Instant);
     /// An answer to one of this node's calls arrived on link `k`.
     fn handle_answer(&mut self, k: LinkKey, answer: Answer, now: Instant);
-    /// A MESSAGE on `channel` arrived on link `k`: the application's, if its connection is
-    /// ready.
-    fn deliver_message(&mut self, k: LinkKey, channel: Bytes, payload: Bytes, now: Instant);
+    /// How many deliveries the application queue takes now, for link `k`, before it may
+    /// have to hold one back (none while the link's backlog holds records).
+    fn app_room(&self, k: LinkKey) -> usize;
+    /// Hands the application a record on `channel` from `source` straight into its queue,
+    /// which has room for it ([`ReceiveShell::app_room`]).
+    fn deliver_now(&mut self, source: Source, channel: Bytes, payload: Bytes);
+    /// Hands the application a record on `channel` from `source`, of link `k`: into its
+    /// queue, or into the link's backlog while the queue is paused or the backlog holds
+    /// records (the order within a link is kept).
+    fn deliver(&mut self, k: LinkKey, source: Source, channel: Bytes, payload: Bytes);
+    /// Counts `records` records delivered to the application.
+    fn count_delivered(&mut self, records: u64);
     /// The first record `frames` of the unadmitted connection `route` of bound socket `slot`
     /// (of lane `lane`), for admission: the shell reads what the transport knows of the
     /// connection (its CURVE key) and hands it on ([`super::handle_first_record`]).
@@ -307,7 +341,7 @@ pub(crate) fn handle_link_record<S: ReceiveShell>(
         }
         (_, Record::Message(m)) => {
             let channel = Bytes::from(m.channel.into_string().into_bytes());
-            node.deliver_message(k, channel, m.payload, now);
+            handle_message(node, k, channel, m.payload, now);
         }
         (_, Record::Pack(p)) => {
             // Each as the MESSAGE it stands for, in order (WIRE.md §4.18). A PACK the
@@ -320,12 +354,95 @@ pub(crate) fn handle_link_record<S: ReceiveShell>(
                     // The first was counted above, as every record is.
                     node.core_mut().on_link_activity(k, 1, now);
                 }
-                node.deliver_message(k, channel.clone(), payload, now);
+                handle_message(node, k, channel.clone(), payload, now);
             }
         }
         (_, Record::Hello(_)) => {
             tracing::debug!(kind = kind.name(), "record not handled in this state");
         }
+    }
+}
+
+/// A MESSAGE on `channel` on link `k`'s connection, on its own or one of a PACK that
+/// reached [`handle_link_record`] whole (the receive loop stages a PACK as its records,
+/// [`handle_packed`]): delivered if the connection is ready, with its source, and counted.
+/// It is application traffic of the connection's probe tracker: diagnostics only, never
+/// evidence for the deadline (MISSION L2).
+fn handle_message<S: ReceiveShell>(
+    node: &mut S,
+    k: LinkKey,
+    channel: Bytes,
+    payload: Bytes,
+    now: Instant,
+) {
+    let core = node.core_mut();
+    let Some(c) = core.links.get(k).and_then(|l| l.conn.as_ref()) else {
+        return;
+    };
+    if !c.ready {
+        return;
+    }
+    let (live, source) = (c.live, c.source.clone());
+    if let Some(live) = live {
+        // Diagnostics only: application traffic never extends the deadline (L2).
+        let _ = core.liveness.table_mut().handle_app_traffic(live, now);
+    }
+    let Some(source) = source else {
+        return;
+    };
+    node.count_delivered(1);
+    node.deliver(k, source, channel, payload);
+}
+
+/// One MESSAGE of a PACK of connection `conn` of link `link`, staged as its own record, in
+/// its unit's turn: delivered if that connection is still the link's current one and ready,
+/// and counted with the rest of `run` ([`MessageRun`]), which it begins if `run` is another
+/// connection's, or none (that run ends first, [`handle_run_end`]). A record of a
+/// connection that is no longer current changes nothing (MISSION L6).
+pub(crate) fn handle_packed<S: ReceiveShell>(
+    node: &mut S,
+    link: LinkKey,
+    conn: ConnId,
+    channel: Bytes,
+    payload: Bytes,
+    now: Instant,
+    run: &mut Option<MessageRun>,
+) {
+    if !run.as_ref().is_some_and(|r| r.continues(link, conn)) {
+        handle_run_end(node, run.take());
+        let current = node.core().links.get(link).and_then(|l| l.conn.as_ref());
+        *run = MessageRun::begin(link, conn, current, || node.app_room(link), now);
+    }
+    let Some(r) = run.as_mut() else {
+        return;
+    };
+    let Some((source, placement)) = r.handle_record(now) else {
+        return;
+    };
+    match placement {
+        Placement::Now => node.deliver_now(source.clone(), channel, payload),
+        Placement::Queue => {
+            node.deliver(link, source.clone(), channel, payload);
+            r.set_room(node.app_room(link));
+        }
+    }
+}
+
+/// Ends `run`, if there is one: what its records count ([`MessageRun::end`]), once: the
+/// link's activity, the connection's application traffic (diagnostics only, L2) and the
+/// records delivered.
+pub(crate) fn handle_run_end<S: ReceiveShell>(node: &mut S, run: Option<MessageRun>) {
+    let Some(end) = run.map(MessageRun::end) else {
+        return;
+    };
+    let core = node.core_mut();
+    core.on_link_activity(end.link, end.records, end.last);
+    if let Some(live) = end.traffic_of {
+        // Diagnostics only: application traffic never extends the deadline (L2).
+        let _ = (core.liveness.table_mut()).handle_app_traffic_run(live, end.records, end.last);
+    }
+    if end.delivered > 0 {
+        node.count_delivered(end.delivered);
     }
 }
 
@@ -362,8 +479,13 @@ pub(super) mod tests {
         Serve(LinkKey, Kind),
         /// An answer for the call table, by its kind.
         Answer(LinkKey, Kind),
-        /// A MESSAGE for the application: its channel and payload.
-        Deliver(LinkKey, Vec<u8>, Vec<u8>),
+        /// A record for the application, through link `k`'s backlog: source, channel and
+        /// payload.
+        Deliver(LinkKey, Source, Vec<u8>, Vec<u8>),
+        /// A record straight into the application's queue.
+        DeliverNow(Source, Vec<u8>, Vec<u8>),
+        /// Records delivered, counted.
+        CountDelivered(u64),
         /// An unadmitted connection's first record, for admission.
         FirstRecord(SlotKey, Vec<u8>),
         /// A dialled socket's monitor can go.
@@ -400,8 +522,19 @@ pub(super) mod tests {
         fn handle_answer(&mut self, k: LinkKey, answer: Answer, _: Instant) {
             self.received(Received::Answer(k, answer.kind()));
         }
-        fn deliver_message(&mut self, k: LinkKey, channel: Bytes, payload: Bytes, _: Instant) {
-            self.received(Received::Deliver(k, channel.to_vec(), payload.to_vec()));
+        fn app_room(&self, _: LinkKey) -> usize {
+            1
+        }
+        fn deliver_now(&mut self, source: Source, channel: Bytes, payload: Bytes) {
+            let (channel, payload) = (channel.to_vec(), payload.to_vec());
+            self.received(Received::DeliverNow(source, channel, payload));
+        }
+        fn deliver(&mut self, k: LinkKey, source: Source, channel: Bytes, payload: Bytes) {
+            let (channel, payload) = (channel.to_vec(), payload.to_vec());
+            self.received(Received::Deliver(k, source, channel, payload));
+        }
+        fn count_delivered(&mut self, records: u64) {
+            self.received(Received::CountDelivered(records));
         }
         fn first_record(
             &mut self,
@@ -481,6 +614,10 @@ pub(super) mod tests {
             .probe(live)
             .and_then(|t| t.pending_id());
         pending.unwrap_or_default()
+    }
+
+    fn from_a() -> Source {
+        Source::Peer { rid: "a".into() }
     }
 
     fn acks_accepted(b: &Recording, k: LinkKey) -> u64 {
@@ -696,7 +833,13 @@ pub(super) mod tests {
             [
                 Effect::Received(Received::Serve(k, Kind::Request)),
                 Effect::Received(Received::Answer(k, Kind::Accept)),
-                Effect::Received(Received::Deliver(k, b"ch".to_vec(), b"x".to_vec())),
+                Effect::Received(Received::CountDelivered(1)),
+                Effect::Received(Received::Deliver(
+                    k,
+                    from_a(),
+                    b"ch".to_vec(),
+                    b"x".to_vec()
+                )),
             ]
         );
     }
@@ -855,5 +998,103 @@ pub(super) mod tests {
         let reason = FailureReason::TransportError;
         assert_eq!(b.effects[1], Effect::FailCalls(k, new, reason));
         assert!(b.core.links[k].conn.is_none());
+    }
+
+    fn app_receives(b: &Recording, k: LinkKey) -> u64 {
+        let live = b.core.links[k].conn.as_ref().and_then(|c| c.live);
+        let tracker = live.and_then(|l| b.core.liveness.table().probe(l));
+        tracker.map_or(0, |t| t.stats().app_receives)
+    }
+
+    /// A MESSAGE of a ready connection is counted and delivered through its link's backlog,
+    /// with the connection's source; it is application traffic of the connection's probe
+    /// tracker, diagnostics only: no evidence, the pending probe stays pending (MISSION L2).
+    #[test]
+    fn l2_a_message_is_delivered_and_is_no_evidence() {
+        let mut b = shell("b", vec![]);
+        let now = Instant::now();
+        let k = admitted(&mut b, "a", b"ra", now);
+        let pending = probed(&mut b, k);
+        let message = Record::Message(wire::Message {
+            channel: wire::Name::new("ch").unwrap(),
+            payload: Bytes::from_static(b"x"),
+        });
+        handle_link_record(&mut b, k, &message.encode(), now);
+        assert_eq!(
+            b.effects,
+            [
+                Effect::Received(Received::CountDelivered(1)),
+                Effect::Received(Received::Deliver(
+                    k,
+                    from_a(),
+                    b"ch".to_vec(),
+                    b"x".to_vec()
+                )),
+            ]
+        );
+        assert_eq!((app_receives(&b, k), acks_accepted(&b, k)), (1, 0));
+        let live = b.core.links[k].conn.as_ref().and_then(|c| c.live);
+        let tracker = live.and_then(|l| b.core.liveness.table().probe(l));
+        assert_eq!(tracker.and_then(|t| t.pending_id()), Some(pending));
+    }
+
+    /// A PACK's records staged one by one are delivered as the application queue has room
+    /// (straight in while it has, through the backlog after) and counted once, at the end
+    /// of their run (R5): the link's activity, the application traffic and the deliveries.
+    /// A record of another connection ends the run first; one of a connection that is no
+    /// longer the link's current one changes nothing (MISSION L6).
+    #[test]
+    fn r5_l6_a_runs_records_are_delivered_with_room_and_counted_once() {
+        let mut b = shell("b", vec![]);
+        let now = Instant::now();
+        let k = admitted(&mut b, "a", b"old", now);
+        let records = b.core.links[k].records;
+        let mut run = None;
+        let pack = |b: &mut Recording, conn, run: &mut Option<MessageRun>, p: &'static [u8]| {
+            let (ch, p) = (Bytes::from_static(b"ch"), Bytes::from_static(p));
+            handle_packed(b, k, ConnId(conn), ch, p, now, run);
+        };
+        for p in [b"1", b"2", b"3"] {
+            pack(&mut b, 101, &mut run, p);
+        }
+        let (ch, a) = (b"ch".to_vec(), from_a());
+        assert_eq!(
+            b.effects,
+            [
+                Effect::Received(Received::DeliverNow(a.clone(), ch.clone(), b"1".to_vec())),
+                Effect::Received(Received::Deliver(k, a.clone(), ch.clone(), b"2".to_vec())),
+                Effect::Received(Received::DeliverNow(a.clone(), ch.clone(), b"3".to_vec())),
+            ]
+        );
+        assert_eq!((b.core.links[k].records, app_receives(&b, k)), (records, 0));
+        b.effects.clear();
+        // Any other record (the replacing connection's HELLO here) ends the run first.
+        handle_run_end(&mut b, run.take());
+        assert_eq!(b.effects, [Effect::Received(Received::CountDelivered(3))]);
+        assert_eq!(
+            (b.core.links[k].records, app_receives(&b, k)),
+            (records + 3, 3)
+        );
+        assert_eq!(admitted(&mut b, "a", b"new", now), k);
+        // The old connection's record: no run begins, nothing is delivered or counted.
+        pack(&mut b, 101, &mut run, b"4");
+        handle_run_end(&mut b, run.take());
+        assert_eq!(b.effects, []);
+        assert_eq!(b.core.links[k].records, records + 3);
+        pack(&mut b, 102, &mut run, b"5");
+        // Another connection's record ends the run first (and begins none, here).
+        pack(&mut b, 101, &mut run, b"6");
+        assert!(run.is_none());
+        assert_eq!(
+            b.effects,
+            [
+                Effect::Received(Received::DeliverNow(a, ch, b"5".to_vec())),
+                Effect::Received(Received::CountDelivered(1)),
+            ]
+        );
+        assert_eq!(
+            (b.core.links[k].records, app_receives(&b, k)),
+            (records + 4, 1)
+        );
     }
 }
