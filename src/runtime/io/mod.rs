@@ -48,8 +48,10 @@
 //!   the admission tables, discovery's additions, the liveness table, the routes) are held
 //!   as one `NodeCore` (`proto::node::core`), the thread's field `core`, with the
 //!   handshake's decisions, a link's failure, the disconnect sweeps, what its timers do
-//!   when due and what a dialled or SUB socket's monitor event does, in their order; the
-//!   thread is that core's `Shell`.
+//!   when due, what a dialled or SUB socket's monitor event does and the receive path's
+//!   decisions (where a record read goes, what a link's record does in its connection's
+//!   state, a PACK's records as a run), in their order; the thread is that core's `Shell`
+//!   and `ReceiveShell`.
 //! - [`parts`]: the parts that hold a socket, a channel or a task handle, each owning its
 //!   own behind a narrow interface and none of them importing the thread: the socket set with
 //!   the one send and receive primitive, the ZAP handler and the monitors of closes not yet
@@ -70,7 +72,9 @@
 //!   sockets), [`monitor`] (reading the sockets' monitor events), [`admission`] (the core's
 //!   `Shell`: decoding an unadmitted connection's first record, the effects of the core's
 //!   handshake, of its failing a link, of its disconnect sweeps and of its timers), [`gate`] (ZAP, the unadmitted cap, the allow-list), [`receive`]
-//!   (the fair receive rotation, routing records, connection notices, fanout records), [`fanout`] (beacons, one SUB socket per
+//!   (the fair receive rotation: reading, staging a PACK's records, handing each record to
+//!   its subscription or to the core; the core's `ReceiveShell`: the effects of a link's
+//!   records), [`fanout`] (beacons, one SUB socket per
 //!   publisher), [`timers`] (the earliest deadline; call deadlines, then the core's timers), [`commands`] (the async
 //!   side's commands), [`outbound`] (draining the send queues in bursts), [`publish`]
 //!   (opening, publishing and closing the send queues, below `links` and `outbound`), [`calls`]
