@@ -3,7 +3,8 @@
 //! additions, the liveness table, the call routes and the fanout subscriptions
 //! ([`NodeCore`]), and the handshake's decisions with the order of their consequences, over
 //! what the core asks of its shell ([`Shell`]). Classic fanout's decisions are in
-//! [`fanout`], over its own [`fanout::FanoutShell`].
+//! [`fanout`], over its own [`fanout::FanoutShell`]; the receive path's are in [`receive`],
+//! over [`ReceiveShell`].
 //!
 //! Admission, in order: a dialled connection sends its HELLO once ([`send_hello`]); the
 //! acceptor judges an unadmitted connection's first record ([`handle_first_record`]: one
@@ -38,6 +39,7 @@
 //! one on that socket; a SUB socket's events go to its subscription.
 
 pub(crate) mod fanout;
+mod receive;
 
 use std::fmt;
 use std::time::Instant;
@@ -65,6 +67,10 @@ use crate::proto::state::{ConnState, FailureReason};
 use crate::proto::transport::MonitorEvent;
 use crate::proto::wire::{self, Kind, Lane, Record, RejectReason, WireError};
 use crate::proto::ConnId;
+pub(crate) use receive::{
+    handle_bound_record, handle_dialled_record, handle_packed, handle_peer_record, handle_run_end,
+    negotiated, Answer, ReceiveShell,
+};
 
 /// The node-wide parts of the node core.
 pub(crate) struct NodeCore {
@@ -872,7 +878,7 @@ pub(crate) fn reject(reason: RejectReason, detail: &str) -> Vec<Vec<u8>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::proto::handshake::{Capabilities, Membership};
     use crate::proto::node::admit::{PeerView, ServerView};
@@ -923,6 +929,8 @@ mod tests {
         OpenDueSub(SubKey),
         DrainBeforeDisconnect(SlotKey),
         Fanout(super::fanout::tests::FanoutEffect),
+        /// What the receive path asked of its shell beyond `Shell`.
+        Received(super::receive::tests::Received),
     }
 
     /// A shell that records what it is asked; `dialled` are the slots of dialled sockets;
@@ -930,9 +938,9 @@ mod tests {
     pub(super) struct Recording {
         pub(super) core: NodeCore,
         peers: Peers,
-        me: Identity,
+        pub(super) me: Identity,
         next_conn: u64,
-        dialled: Vec<(LinkKey, SlotKey)>,
+        pub(super) dialled: Vec<(LinkKey, SlotKey)>,
         pub(super) effects: Vec<Effect>,
         pub(super) curve: bool,
     }
@@ -1089,7 +1097,7 @@ mod tests {
         }
     }
 
-    fn node(rid: &str) -> Identity {
+    pub(super) fn node(rid: &str) -> Identity {
         Identity {
             rid: rid.into(),
             generation: 1,
@@ -1111,7 +1119,7 @@ mod tests {
         }
     }
 
-    fn hello_from(rid: &str) -> First {
+    pub(super) fn hello_from(rid: &str) -> First {
         First::Hello {
             lane: Lane::Application,
             peer: node(rid),
