@@ -38,6 +38,7 @@
 //! records that arrived before it are read, if the connection is still the link's current
 //! one on that socket; a SUB socket's events go to its subscription.
 
+pub(crate) mod calls;
 pub(crate) mod fanout;
 mod receive;
 
@@ -177,7 +178,7 @@ impl NodeCore {
 /// read or note core state themselves (the send queues and the calls read the links,
 /// closing a dialled socket notes the link's close, a refusal is remembered by the gate).
 pub(crate) trait Shell {
-    /// The configured peers and servers as admission reads them.
+    /// The configured peers and servers as admission and the calls' send policy read them.
     type Configured<'a>: Configured
     where
         Self: 'a;
@@ -884,7 +885,6 @@ pub(super) mod tests {
     use crate::proto::node::admit::{PeerView, ServerView};
     use crate::proto::node::keys::Key;
     use crate::proto::node::link::HANDSHAKE_TIMEOUT;
-    use crate::proto::node::timers::TimerOwner;
 
     /// Configured peers by RID, no servers, no CURVE.
     pub(super) struct Peers(Vec<&'static str>);
@@ -931,12 +931,15 @@ pub(super) mod tests {
         Fanout(super::fanout::tests::FanoutEffect),
         /// What the receive path asked of its shell beyond `Shell`.
         Received(super::receive::tests::Received),
+        /// What the calls' decisions asked of their shell beyond `Shell`.
+        Calls(super::calls::tests::CallEffect),
     }
 
     /// A shell that records what it is asked; `dialled` are the slots of dialled sockets;
-    /// `curve`: whether the node runs CURVE.
+    /// `curve`: whether the node runs CURVE; `calls`: this node's call table.
     pub(super) struct Recording {
         pub(super) core: NodeCore,
+        pub(super) calls: crate::proto::node::caller::Calls,
         peers: Peers,
         pub(super) me: Identity,
         next_conn: u64,
@@ -1054,11 +1057,8 @@ pub(super) mod tests {
             self.effects.push(Effect::RemovePeerUnit(k, conn));
         }
         fn sync_timers(&mut self) {
-            let timers = &mut self.core.timers;
-            (self.core.links)
-                .drain_touched(|k, l| timers.set(TimerOwner::Link(k), l.next_deadline()));
-            (self.core.subs)
-                .drain_touched(|k, s| timers.set(TimerOwner::Sub(k), s.next_deadline()));
+            // As the I/O thread's: the timer table and the call routes (no servers).
+            self.core.sync_touched(&self.peers);
         }
         fn send_probe(&mut self, k: LinkKey, _: u64) {
             self.effects.push(Effect::SendProbe(k));
@@ -1110,6 +1110,7 @@ pub(super) mod tests {
     pub(super) fn shell(rid: &str, peers: Vec<&'static str>) -> Recording {
         Recording {
             core: NodeCore::new(Gate::new(Default::default()), 1),
+            calls: Default::default(),
             peers: Peers(peers),
             me: node(rid),
             next_conn: 100,
