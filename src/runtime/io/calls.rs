@@ -21,10 +21,12 @@ use super::parts::caller::{NewCall, Route};
 use super::{CallKey, IoThread, LinkKey};
 use crate::proto::calls::Unrouted;
 use crate::proto::node::answers::Outgoing;
+use crate::proto::node::callee::From;
 use crate::proto::node::caller::Calls;
 use crate::proto::node::core::calls::{self as core_calls, CallShell};
 use crate::proto::node::core::{Answer, NodeCore};
 use crate::proto::state::FailureReason;
+use crate::proto::wire;
 use crate::proto::ConnId;
 use crate::runtime::records;
 
@@ -135,6 +137,35 @@ impl CallShell for IoThread {
     /// dropped, since a stream whose window closed waits for nothing else.
     fn send_credit(&mut self, link: LinkKey, call_id: NonZeroU64, items: NonZeroU64) {
         self.send_answer(link, Outgoing::Frames(records::credit(call_id, items)));
+    }
+
+    fn callee_request(
+        &mut self,
+        k: LinkKey,
+        from: From<CallKey>,
+        request: wire::Request,
+        now: Instant,
+    ) {
+        self.serve_request_from(k, from, request, now);
+    }
+
+    fn callee_batch(
+        &mut self,
+        k: LinkKey,
+        key: CallKey,
+        requests: Vec<wire::Request>,
+        now: Instant,
+    ) {
+        self.serve_batch_on(k, key, requests, now);
+    }
+
+    fn callee_cancel(&mut self, key: CallKey, call_id: NonZeroU64, now: Instant) {
+        self.callee.handle_cancel(key, call_id, now);
+        self.drain_calls(now);
+    }
+
+    fn callee_credit(&mut self, key: CallKey, call_id: NonZeroU64, items: u64, now: Instant) {
+        self.serve_credit_on(key, call_id, items, now);
     }
 
     fn drain_calls(&mut self, now: Instant) {

@@ -156,7 +156,6 @@ use crate::proto::node::links::{BOUND_ID_APPLICATION, BOUND_ID_COMPLETION, BOUND
 /// The publisher's ZAP domain (CURVE: its subscribers must be on the allow-list).
 const PUBLISHER_DOMAIN: &str = "zmesh-publisher";
 
-use keys::Tracked;
 pub(crate) use keys::{CallKey, LinkKey, SlotKey, SubKey};
 use parts::local::Host;
 

@@ -2,7 +2,7 @@
 //! io/serve.rs): the sending of what the caller and callee parts and the node core
 //! ([`crate::proto::node::core::calls`]) decided on: CANCELs, ACCEPTs, REPLYs and the
 //! answers packed at the end of a turn. The route index kept in step with the links and
-//! the capabilities in effect on a connection are the core's; `sync_links`, `lane_of` and
+//! the capabilities in effect on a connection are the core's; `sync_links` and
 //! `conn_caps` here hand the other glue files to them. Nothing here calls back up into the
 //! glue that uses it.
 
@@ -14,7 +14,7 @@ use crate::config::ServerConfig;
 use crate::proto::node::answers::{Outgoing, Sent};
 use crate::proto::node::core::calls as core_calls;
 use crate::proto::node::link::ServerChannels;
-use crate::proto::wire::{Capabilities, Lane};
+use crate::proto::wire::Capabilities;
 use crate::runtime::records;
 use crate::runtime::socket::SocketSendError;
 
@@ -30,12 +30,6 @@ impl IoThread {
     /// ([`NodeCore::sync_touched`](crate::proto::node::core::NodeCore::sync_touched)).
     pub(super) fn sync_links(&mut self) {
         self.core.sync_touched(self.local.cfg.servers.as_slice());
-    }
-
-    /// The ready connection of `rid`'s RouteMesh lane `lane`
-    /// ([`core_calls::lane_of`]).
-    pub(super) fn lane_of(&mut self, rid: &str, lane: Lane) -> Option<CallKey> {
-        core_calls::lane_of(self, rid, lane)
     }
 
     /// The capabilities in effect on link `k`'s ready connection: those both ends announced

@@ -23,6 +23,11 @@
 //! - Where the REQUESTs of a call key went ([`request_link`]), and so where a CANCEL
 //!   ([`cancel_link`]) or a CREDIT ([`credit_link`], [`grant_items`]) goes: only where
 //!   that connection negotiated the record.
+//! - Where a REQUEST's answers go and who sent it ([`request_route`], [`caller_of`]): a
+//!   REQUEST on an Application lane is answered on the caller's Completion lane, one on a
+//!   ClientServer connection on that connection, one on a Completion lane not at all; a
+//!   REQUEST, BATCH, CANCEL or CREDIT with no way to answer changes nothing
+//!   ([`handle_request`], [`handle_batch`], [`handle_cancel`], [`handle_credit`]).
 
 use std::num::NonZeroU64;
 use std::time::Instant;
@@ -30,12 +35,13 @@ use std::time::Instant;
 use super::{negotiated, Answer, NodeCore, Shell};
 use crate::proto::calls::Unrouted;
 use crate::proto::node::admit::Configured;
+use crate::proto::node::callee::From;
 use crate::proto::node::caller::{Calls, SendPolicy};
 use crate::proto::node::keys::{CallKey, LinkKey, Tracked};
 use crate::proto::node::link::{Link, LinkKind, ServerChannels};
 use crate::proto::node::timers::TimerOwner;
 use crate::proto::state::FailureReason;
-use crate::proto::wire::{Capabilities, Lane};
+use crate::proto::wire::{self, Capabilities, Lane};
 use crate::proto::ConnId;
 
 /// What the calls' decisions ask of their shell beyond [`Shell`]: this node's call table
@@ -54,6 +60,28 @@ pub(crate) trait CallShell: Shell {
     /// Sends a CREDIT of `items` for call `call_id` on link `link`, in order behind the
     /// answers waiting there (never dropped).
     fn send_credit(&mut self, link: LinkKey, call_id: NonZeroU64, items: NonZeroU64);
+    /// Hands the callee a REQUEST that arrived on link `k`, answered as `from` says.
+    fn callee_request(
+        &mut self,
+        k: LinkKey,
+        from: From<CallKey>,
+        request: wire::Request,
+        now: Instant,
+    );
+    /// Hands the callee a BATCH that arrived on link `k`, answered on `key` (each call of
+    /// it the callee lets through is then a REQUEST of link `k`).
+    fn callee_batch(
+        &mut self,
+        k: LinkKey,
+        key: CallKey,
+        requests: Vec<wire::Request>,
+        now: Instant,
+    );
+    /// Tells the callee the caller behind `key` no longer waits for call `call_id`.
+    fn callee_cancel(&mut self, key: CallKey, call_id: NonZeroU64, now: Instant);
+    /// Tells the callee stream call `call_id` of the caller behind `key` may send `items`
+    /// more.
+    fn callee_credit(&mut self, key: CallKey, call_id: NonZeroU64, items: u64, now: Instant);
     /// A calls input is handled: finished calls go to the application, the CANCELs and the
     /// callee's answers out.
     fn drain_calls(&mut self, now: Instant);
@@ -262,6 +290,115 @@ pub(crate) fn grant_items<S: CallShell>(node: &mut S, token: u64, items: u64) {
     }
 }
 
+/// Where the answers to REQUESTs arriving on link `k` go: the calls' key (the connection
+/// answers travel on), and the caller's RID and generation. `None` when there is no way
+/// to answer (a REQUEST on a Completion lane, or the caller's Completion lane is not
+/// ready): the caller fails such calls when its lanes fail.
+pub(crate) fn request_route<S: Shell>(node: &mut S, k: LinkKey) -> Option<From<CallKey>> {
+    let l = node.core().links.get(k)?;
+    let c = l.conn.as_ref()?;
+    let (rid, generation) = c
+        .peer
+        .as_ref()
+        .map(|p| (p.rid.clone(), p.generation))
+        .unwrap_or_default();
+    let key = match l.lane()? {
+        Lane::ClientServer => (k, c.id),
+        // A RouteMesh call is answered on the caller's Completion lane.
+        Lane::Application => lane_of(node, &rid, Lane::Completion)?,
+        Lane::Completion => return None,
+    };
+    node.core().answer_route(key)?;
+    Some(From {
+        key,
+        rid,
+        generation,
+        credit: conn_caps(node, k).contains(Capabilities::CREDIT),
+    })
+}
+
+/// A REQUEST arriving on link `k`: to the callee with where its answers go; with no way
+/// to answer it changes nothing (the caller fails the call when its lanes fail).
+pub(crate) fn handle_request<S: CallShell>(
+    node: &mut S,
+    k: LinkKey,
+    request: wire::Request,
+    now: Instant,
+) {
+    if let Some(from) = request_route(node, k) {
+        node.callee_request(k, from, request, now);
+    }
+}
+
+/// A BATCH arriving on link `k` (MISSION K5): to the callee with where its answers go;
+/// with no way to answer it changes nothing.
+pub(crate) fn handle_batch<S: CallShell>(
+    node: &mut S,
+    k: LinkKey,
+    requests: Vec<wire::Request>,
+    now: Instant,
+) {
+    if let Some(from) = request_route(node, k) {
+        node.callee_batch(k, from.key, requests, now);
+    }
+}
+
+/// A CANCEL arriving on link `k` (WIRE.md §4.13): the caller no longer waits for call
+/// `call_id`, which it sent on this link; with no way to answer it changes nothing.
+pub(crate) fn handle_cancel<S: CallShell>(
+    node: &mut S,
+    k: LinkKey,
+    call_id: NonZeroU64,
+    now: Instant,
+) {
+    if let Some(from) = request_route(node, k) {
+        node.callee_cancel(from.key, call_id, now);
+    }
+}
+
+/// A CREDIT arriving on link `k` (WIRE.md §4.15): stream call `call_id`, which the caller
+/// sent on this link, may send `items` more; with no way to answer it changes nothing.
+pub(crate) fn handle_credit<S: CallShell>(
+    node: &mut S,
+    k: LinkKey,
+    call_id: NonZeroU64,
+    items: u64,
+    now: Instant,
+) {
+    if let Some(from) = request_route(node, k) {
+        node.callee_credit(from.key, call_id, items, now);
+    }
+}
+
+/// Who calls on link `k`, as its connection knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CallerId {
+    /// The caller's RID (from its HELLO; never verified on its own).
+    pub(crate) rid: String,
+    /// Under CURVE the Z85 text of its transport-verified key; otherwise the identity its
+    /// HELLO claimed.
+    pub(crate) security_identity: String,
+    /// Whether the transport verified `security_identity`.
+    pub(crate) verified: bool,
+}
+
+/// Who calls on link `k` of `links`, as its connection knows it (nobody's RID, an empty
+/// identity, not verified, for a link with no connection).
+pub(crate) fn caller_of(links: &Tracked<LinkKey, Link>, k: LinkKey) -> CallerId {
+    let c = links.get(k).and_then(|l| l.conn.as_ref());
+    let peer = c.and_then(|c| c.peer.as_ref());
+    let verified = c.and_then(|c| c.verified_key);
+    CallerId {
+        rid: peer.map(|p| p.rid.clone()).unwrap_or_default(),
+        security_identity: match (verified, peer) {
+            (Some(key), _) => key.to_z85(),
+            (None, Some(p)) => p.security_identity.clone(),
+            (None, None) => String::new(),
+        },
+        verified: verified.is_some(),
+    }
+}
+
 #[cfg(test)]
 pub(super) mod tests {
     use super::super::tests::{node, shell, Effect, Peers, Recording};
@@ -271,7 +408,7 @@ pub(super) mod tests {
     use crate::proto::node::caller::{CallStart, Route};
     use crate::proto::node::keys::{Key, SlotKey};
     use crate::proto::node::link::Conn;
-    use crate::proto::wire::{self, Kind};
+    use crate::proto::wire::Kind;
 
     /// What the calls' decisions asked of the recording shell beyond `Shell`.
     #[derive(Debug, Clone, PartialEq, Eq)]
@@ -284,6 +421,15 @@ pub(super) mod tests {
         IgnoredAnswer,
         /// A CREDIT of items for a call, on a link.
         SendCredit(LinkKey, u64, u64),
+        /// A REQUEST to the callee: the link it came on, where its answers go, the caller's
+        /// RID and whether its connection negotiated `credit`.
+        CalleeRequest(LinkKey, CallKey, String, bool),
+        /// A BATCH of so many calls to the callee, answered on a key.
+        CalleeBatch(LinkKey, CallKey, usize),
+        /// A CANCEL to the callee.
+        CalleeCancel(CallKey, u64),
+        /// A CREDIT to the callee.
+        CalleeCredit(CallKey, u64, u64),
         /// The calls input is drained.
         Drain,
     }
@@ -315,6 +461,29 @@ pub(super) mod tests {
         }
         fn send_credit(&mut self, link: LinkKey, call_id: NonZeroU64, items: NonZeroU64) {
             self.call_effect(CallEffect::SendCredit(link, call_id.get(), items.get()));
+        }
+        fn callee_request(
+            &mut self,
+            k: LinkKey,
+            from: From<CallKey>,
+            _: wire::Request,
+            _: Instant,
+        ) {
+            self.call_effect(CallEffect::CalleeRequest(
+                k,
+                from.key,
+                from.rid,
+                from.credit,
+            ));
+        }
+        fn callee_batch(&mut self, k: LinkKey, key: CallKey, r: Vec<wire::Request>, _: Instant) {
+            self.call_effect(CallEffect::CalleeBatch(k, key, r.len()));
+        }
+        fn callee_cancel(&mut self, key: CallKey, call_id: NonZeroU64, _: Instant) {
+            self.call_effect(CallEffect::CalleeCancel(key, call_id.get()));
+        }
+        fn callee_credit(&mut self, key: CallKey, call_id: NonZeroU64, items: u64, _: Instant) {
+            self.call_effect(CallEffect::CalleeCredit(key, call_id.get(), items));
         }
         fn drain_calls(&mut self, _: Instant) {
             self.call_effect(CallEffect::Drain);
@@ -360,6 +529,18 @@ pub(super) mod tests {
         let app = ready(b, dial(0, Lane::Application), "a", caps, 1);
         let completion = ready(b, dial(0, Lane::Completion), "a", caps, 2);
         (app, completion)
+    }
+
+    fn request() -> wire::Request {
+        wire::Request {
+            call_id: NonZeroU64::MIN,
+            ttl_ms: None,
+            semantics: wire::Semantics::Query,
+            channel: wire::Name::new("pump").expect("a valid name"),
+            method: wire::Name::new("go").expect("a valid name"),
+            idempotency_key: None,
+            payload: Default::default(),
+        }
     }
 
     /// A call to a named peer goes on its Application lane, keyed on its Completion lane;
@@ -600,6 +781,47 @@ pub(super) mod tests {
         );
     }
 
+    /// A REQUEST on a peer's Application lane is answered on its Completion lane, with its
+    /// RID and whether the Application lane negotiated `credit`; one on a ClientServer
+    /// connection on that connection; one on a Completion lane, or whose caller has no
+    /// ready Completion lane, reaches no callee. CANCELs, CREDITs and BATCHes take the same
+    /// route (T1, T2).
+    #[test]
+    fn t1_t2_a_request_is_answered_on_the_callers_completion_lane() {
+        let mut b = b_with(Capabilities::CREDIT);
+        let (app, completion) = lanes_of_a(&mut b, Capabilities::CREDIT);
+        let inbound = LinkKind::Inbound {
+            rid: "s".into(),
+            lane: Lane::ClientServer,
+        };
+        let client = ready(&mut b, inbound, "s", Capabilities::NONE, 7);
+        let now = Instant::now();
+        let id = NonZeroU64::MIN;
+        handle_request(&mut b, app, request(), now);
+        handle_request(&mut b, client, request(), now);
+        handle_request(&mut b, completion, request(), now);
+        handle_batch(&mut b, app, vec![request(), request()], now);
+        handle_cancel(&mut b, app, id, now);
+        handle_credit(&mut b, client, id, 3, now);
+        handle_cancel(&mut b, completion, id, now);
+        let (c, s) = ((completion, ConnId(2)), (client, ConnId(7)));
+        let calls = |e| Effect::Calls(e);
+        assert_eq!(
+            b.effects,
+            [
+                calls(CallEffect::CalleeRequest(app, c, "a".into(), true)),
+                calls(CallEffect::CalleeRequest(client, s, "s".into(), false)),
+                calls(CallEffect::CalleeBatch(app, c, 2)),
+                calls(CallEffect::CalleeCancel(c, 1)),
+                calls(CallEffect::CalleeCredit(s, 1, 3)),
+            ]
+        );
+        b.effects.clear();
+        b.core.links[completion].conn = None;
+        handle_request(&mut b, app, request(), now);
+        assert!(b.effects.is_empty());
+    }
+
     /// A CREDIT for a stream call goes on the link its REQUEST went out on (the peer's
     /// Application lane) only where that connection negotiated `credit`; none for no items
     /// (X3). A CANCEL goes the same way where CANCEL was negotiated (X1).
@@ -638,5 +860,31 @@ pub(super) mod tests {
         let kc = ready(&mut b, dial(1, Lane::Completion), "c", caps, 4);
         assert_eq!(cancel_link(&mut b, (kc, ConnId(4))), Some(k));
         assert_eq!(request_link(&mut b, (k, ConnId(3))), None);
+    }
+
+    /// Who calls on a link: its peer's RID and the identity its HELLO claimed, not
+    /// verified without CURVE; nobody on a link with no connection.
+    #[test]
+    fn the_caller_of_a_link_is_its_peer_as_its_connection_knows_it() {
+        let mut b = b_with(Capabilities::NONE);
+        let (app, _) = lanes_of_a(&mut b, Capabilities::NONE);
+        if let Some(p) = b.core.links[app]
+            .conn
+            .as_mut()
+            .and_then(|c| c.peer.as_mut())
+        {
+            p.security_identity = "claimed".into();
+        }
+        let who = caller_of(&b.core.links, app);
+        assert_eq!(
+            who,
+            CallerId {
+                rid: "a".into(),
+                security_identity: "claimed".into(),
+                verified: false,
+            }
+        );
+        b.core.links[app].conn = None;
+        assert_eq!(caller_of(&b.core.links, app).rid, "");
     }
 }
