@@ -85,27 +85,18 @@ impl IoThread {
 
     /// Sends an answer on `route`, in order behind any answer still waiting there: at the
     /// end of the turn where the connection packs answers, else now (a full pipe keeps it
-    /// for a later turn). Returns false when the connection is gone (the caller fails the
-    /// call when it sees that).
-    ///
-    /// A REPLY's replayed mark (WIRE.md §4.17) is cleared here toward a connection that did
-    /// not negotiate `replayed`, so such a peer receives the version-1 code byte.
+    /// for a later turn), a REPLY's replayed mark (WIRE.md §4.17) kept only where
+    /// negotiated, as the core's [`answer_form`](core_calls::answer_form) says. Returns
+    /// false when the connection is gone (the caller fails the call when it sees that).
     pub(super) fn send_answer(&mut self, route: LinkKey, mut out: Outgoing) -> bool {
-        let Some(conn) = self
-            .core
-            .links
-            .get(route)
-            .and_then(|l| l.conn.as_ref())
-            .map(|c| c.id)
-        else {
+        let Some(form) = core_calls::answer_form(self, route) else {
             return false;
         };
-        let caps = self.conn_caps(route);
+        let conn = form.conn;
         if let Outgoing::Reply(r) = &mut out {
-            r.replayed &= caps.contains(Capabilities::REPLAYED);
+            r.replayed &= form.replayed;
         }
-        let packs = caps.contains(Capabilities::ANSWERS);
-        if !packs && !self.outbound.answers.is_waiting(route, conn) {
+        if !form.packs && !self.outbound.answers.is_waiting(route, conn) {
             let frames = out.alone(
                 NonZeroU64::new(self.local.me.generation).unwrap_or(NonZeroU64::MIN),
                 conn,

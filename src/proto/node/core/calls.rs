@@ -22,7 +22,9 @@
 //!   on an Application lane).
 //! - Where the REQUESTs of a call key went ([`request_link`]), and so where a CANCEL
 //!   ([`cancel_link`]) or a CREDIT ([`credit_link`], [`grant_items`]) goes: only where
-//!   that connection negotiated the record.
+//!   that connection negotiated the record; how an answer leaves on its route
+//!   ([`answer_form`]: packed into ANSWERS, a REPLY's replayed mark kept, only where
+//!   negotiated).
 //! - Where a REQUEST's answers go and who sent it ([`request_route`], [`caller_of`]): a
 //!   REQUEST on an Application lane is answered on the caller's Completion lane, one on a
 //!   ClientServer connection on that connection, one on a Completion lane not at all; a
@@ -288,6 +290,33 @@ pub(crate) fn grant_items<S: CallShell>(node: &mut S, token: u64, items: u64) {
     if let Some(link) = credit_link(node, key) {
         node.send_credit(link, call_id, items);
     }
+}
+
+/// How an answer leaves on link `route`: the connection it goes to, and what that
+/// connection negotiated of the answers' forms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AnswerForm {
+    /// The connection the answer goes to.
+    pub(crate) conn: ConnId,
+    /// It waits to be packed with the turn's other answers into ANSWERS records (the
+    /// connection negotiated `answers`); otherwise it leaves at once unless answers wait
+    /// before it.
+    pub(crate) packs: bool,
+    /// A REPLY keeps its replayed mark (the connection negotiated `replayed`, WIRE.md
+    /// §4.17); otherwise the peer receives the version-1 code byte.
+    pub(crate) replayed: bool,
+}
+
+/// How an answer leaves on link `route` ([`AnswerForm`]); `None` when the link has no
+/// connection (the caller fails the call when it sees that).
+pub(crate) fn answer_form<S: Shell>(node: &S, route: LinkKey) -> Option<AnswerForm> {
+    let conn = node.core().links.get(route)?.conn.as_ref()?.id;
+    let caps = conn_caps(node, route);
+    Some(AnswerForm {
+        conn,
+        packs: caps.contains(Capabilities::ANSWERS),
+        replayed: caps.contains(Capabilities::REPLAYED),
+    })
 }
 
 /// Where the answers to REQUESTs arriving on link `k` go: the calls' key (the connection
@@ -860,6 +889,30 @@ pub(super) mod tests {
         let kc = ready(&mut b, dial(1, Lane::Completion), "c", caps, 4);
         assert_eq!(cancel_link(&mut b, (kc, ConnId(4))), Some(k));
         assert_eq!(request_link(&mut b, (k, ConnId(3))), None);
+    }
+
+    /// An answer waits to be packed into ANSWERS only on a connection that negotiated
+    /// `answers`, and a REPLY keeps its replayed mark only where `replayed` was negotiated
+    /// (K5, X3); a link with no connection takes no answer.
+    #[test]
+    fn k5_x3_an_answer_is_packed_and_keeps_its_replayed_mark_only_where_negotiated() {
+        let both = Capabilities::ANSWERS.union(Capabilities::REPLAYED);
+        let mut b = b_with(both);
+        let (_, v1) = lanes_of_a(&mut b, Capabilities::NONE);
+        let packs = ready(&mut b, dial(1, Lane::Completion), "c", both, 4);
+        let form = |conn, packs, replayed| {
+            Some(AnswerForm {
+                conn: ConnId(conn),
+                packs,
+                replayed,
+            })
+        };
+        assert_eq!(answer_form(&b, v1), form(2, false, false));
+        assert_eq!(answer_form(&b, packs), form(4, true, true));
+        b.me.capabilities = Capabilities::ANSWERS;
+        assert_eq!(answer_form(&b, packs), form(4, true, false));
+        b.core.links[packs].conn = None;
+        assert_eq!(answer_form(&b, packs), None);
     }
 
     /// Who calls on a link: its peer's RID and the identity its HELLO claimed, not
