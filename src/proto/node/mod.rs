@@ -35,7 +35,14 @@
 //!   connection notices, a refused or unadmitted connection, a replaced connection's late
 //!   record), what a link's record does in its connection's state (decoded with the
 //!   capabilities it negotiated; a malformed one a protocol error of that link only), and
-//!   a PACK's records delivered and counted as a run.
+//!   a PACK's records delivered and counted as a run. Its file `core/calls.rs` holds the
+//!   calls' decisions over `CallShell` (the call table beside the core, the hand-offs to
+//!   the caller's and callee's parts): where a call goes (a named peer's two ready lanes,
+//!   or a ready server round-robin), how a turn's REQUESTs share a message (MISSION K5),
+//!   which calls a lost connection fails (MISSION C2), whether an answer has a call key,
+//!   where a REQUEST's answers go and who sent it, where a CANCEL or CREDIT goes and how
+//!   an answer leaves its route (only in the forms its connection negotiated), and the
+//!   timer table's and the routes' sync with the links.
 //! - `keys`: the typed handles of the node's tables (links, socket slots, subscriptions,
 //!   calls) and the tables they index, one of them tracking what a turn touched.
 //! - `link`: a link (a configured peer lane or server, or a peer's inbound connection)

@@ -53,8 +53,11 @@
 //!   record does in its connection's state, a PACK's records as a run), in their order, and
 //!   classic fanout's (`core::fanout`: what a message read from a subscription is and
 //!   whether it is delivered, a PUBPACK's records, the watch's verdicts, a subscription's
-//!   failure, refusal and opening); the thread is that core's `Shell`, `ReceiveShell` and
-//!   `FanoutShell`.
+//!   failure, refusal and opening) and the calls' (`core::calls`: where a call goes, how a
+//!   turn's REQUESTs share a message, which calls a lost connection fails, whether an
+//!   answer has a call key, where a REQUEST's answers go and who sent it, where a CANCEL or
+//!   CREDIT goes and how an answer leaves); the thread is that core's `Shell`,
+//!   `ReceiveShell`, `FanoutShell` and `CallShell`.
 //! - [`parts`]: the parts that hold a socket, a channel or a task handle, each owning its
 //!   own behind a narrow interface and none of them importing the thread: the socket set with
 //!   the one send and receive primitive, the ZAP handler and the monitors of closes not yet
@@ -82,10 +85,12 @@
 //!   them for the core, whose `FanoutShell` it is: deliveries, states, closing a SUB socket), [`timers`] (the earliest deadline; call deadlines, then the core's timers), [`commands`] (the async
 //!   side's commands), [`outbound`] (draining the send queues in bursts), [`publish`]
 //!   (opening, publishing and closing the send queues, below `links` and `outbound`), [`calls`]
-//!   (routing calls to ready servers, REQUESTs, leases failing with their connection),
-//!   [`serve`] (handing REQUESTs to the callee), [`route`] (below both: the call route
-//!   index, a connection's capabilities, and sending the CANCELs and answers the caller and
-//!   callee decided on), [`exhaustion`],
+//!   (the core's `CallShell`: starting calls, sending a turn's REQUESTs, handing answers
+//!   and lost connections to the caller and callee parts), [`serve`] (handing the
+//!   REQUESTs, BATCHes, CANCELs and CREDITs the core routed to the callee, sending its
+//!   ACCEPTs and ITEMs), [`route`] (below both: sending the CANCELs and answers the
+//!   caller, callee and core decided on; `sync_links` and `conn_caps`, hand-offs to the
+//!   core for the other glue), [`exhaustion`],
 //!   [`discovery`] (automatic mode: intents and fences, MISSION D1, F3, T3), [`snapshot`]
 //!   and [`shutdown`].
 

@@ -4,7 +4,7 @@
 //! ([`NodeCore`]), and the handshake's decisions with the order of their consequences, over
 //! what the core asks of its shell ([`Shell`]). Classic fanout's decisions are in
 //! [`fanout`], over its own [`fanout::FanoutShell`]; the receive path's are in [`receive`],
-//! over [`ReceiveShell`].
+//! over [`ReceiveShell`]; the calls' are in [`calls`], over [`calls::CallShell`].
 //!
 //! Admission, in order: a dialled connection sends its HELLO once ([`send_hello`]); the
 //! acceptor judges an unadmitted connection's first record ([`handle_first_record`]: one
@@ -86,8 +86,8 @@ pub(crate) struct NodeCore {
     pub(crate) discovered: Discovered,
     /// The one structure owning every liveness machine of this node (MISSION L8).
     pub(crate) liveness: Live,
-    /// Where calls go: the links' routes, indexed (brought up to date by the shell's
-    /// `sync_links`).
+    /// Where calls go: the links' routes, indexed (brought up to date by
+    /// [`NodeCore::sync_touched`], which the shell's `sync_timers` runs).
     pub(crate) routes: Routes,
     /// One subscription per publisher endpoint, each with its own SUB socket (MISSION T3,
     /// L5); every mutable access marks it for the timer table.
