@@ -247,6 +247,7 @@ impl IoThread {
 
 /// Fanout's effects: the application's deliveries and states, and the SUB sockets.
 impl FanoutShell for IoThread {
+    #[inline]
     fn deliver_published(&mut self, sub: SubKey, topic: Bytes, payload: Bytes) {
         metrics::counter!("zmesh_fanout_records_received_total").increment(1);
         self.app.push(NodeEvent::Delivery(Delivery {
