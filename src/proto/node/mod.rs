@@ -29,7 +29,11 @@
 //!   holds classic fanout's decisions (a message read from a subscription, judged by its
 //!   watch and delivered; a PUBPACK's records; the watch's verdicts; a subscription's
 //!   failure, refusal and opening) over `FanoutShell` (delivering a record, a
-//!   subscription's state, closing a SUB socket).
+//!   subscription's state, closing a SUB socket). Its file `core/gate.rs` holds the bound
+//!   sockets' gate's decisions in order (a ZAP request's verdict, after its socket's
+//!   monitor is read; a bound socket's monitor events; the publisher's refused input; a
+//!   refusal counted under its reason and remembered) over `GateShell` (whether a socket is
+//!   still bound, reading its monitor, the cap, an endpoint, the refusal counter).
 //! - `keys`: the typed handles of the node's tables (links, socket slots, subscriptions,
 //!   calls) and the tables they index, one of them tracking what a turn touched.
 //! - `link`: a link (a configured peer lane or server, or a peer's inbound connection)

@@ -51,8 +51,10 @@
 //!   its timers do when due and what a dialled or SUB socket's monitor event does, in their
 //!   order, and classic fanout's (`core::fanout`: what a message read from a subscription
 //!   is and whether it is delivered, a PUBPACK's records, the watch's verdicts, a
-//!   subscription's failure, refusal and opening); the thread is that core's `Shell` and
-//!   `FanoutShell`.
+//!   subscription's failure, refusal and opening) and the gate's (`core::gate`: a ZAP
+//!   request's verdict after its socket's monitor is read, a bound socket's monitor
+//!   events, the publisher's refused input, a refusal counted and remembered); the thread
+//!   is that core's `Shell`, `FanoutShell` and `GateShell`.
 //! - [`parts`]: the parts that hold a socket, a channel or a task handle, each owning its
 //!   own behind a narrow interface and none of them importing the thread: the socket set with
 //!   the one send and receive primitive, the ZAP handler and the monitors of closes not yet
@@ -72,7 +74,9 @@
 //!   [`slots`] (binding, placing sockets), [`links`] (dialling, closing dialled
 //!   sockets), [`monitor`] (reading the sockets' monitor events), [`admission`] (the core's
 //!   `Shell`: decoding an unadmitted connection's first record, the effects of the core's
-//!   handshake, of its failing a link, of its disconnect sweeps and of its timers), [`gate`] (ZAP, the unadmitted cap, the allow-list), [`receive`]
+//!   handshake, of its failing a link, of its disconnect sweeps and of its timers), [`gate`] (reading and answering the ZAP
+//!   handler, the core's `GateShell`: a bound socket's monitor, its endpoint, the refusal
+//!   counter; loading the allow-list), [`receive`]
 //!   (the fair receive rotation, routing records, connection notices, fanout records), [`fanout`] (the publisher: binding it,
 //!   reading its subscriptions; the SUB sockets: creating, securing, connecting and reading
 //!   them for the core, whose `FanoutShell` it is: deliveries, states, closing a SUB socket), [`timers`] (the earliest deadline; call deadlines, then the core's timers), [`commands`] (the async

@@ -3,7 +3,8 @@
 //! additions, the liveness table, the call routes and the fanout subscriptions
 //! ([`NodeCore`]), and the handshake's decisions with the order of their consequences, over
 //! what the core asks of its shell ([`Shell`]). Classic fanout's decisions are in
-//! [`fanout`], over its own [`fanout::FanoutShell`].
+//! [`fanout`], over its own [`fanout::FanoutShell`]; the bound sockets' gate's (ZAP verdicts,
+//! refusals) in [`gate`], over [`gate::GateShell`].
 //!
 //! Admission, in order: a dialled connection sends its HELLO once ([`send_hello`]); the
 //! acceptor judges an unadmitted connection's first record ([`handle_first_record`]: one
@@ -38,6 +39,7 @@
 //! one on that socket; a SUB socket's events go to its subscription.
 
 pub(crate) mod fanout;
+pub(crate) mod gate;
 
 use std::fmt;
 use std::time::Instant;
@@ -923,6 +925,7 @@ mod tests {
         OpenDueSub(SubKey),
         DrainBeforeDisconnect(SlotKey),
         Fanout(super::fanout::tests::FanoutEffect),
+        Gate(super::gate::tests::GateEffect),
     }
 
     /// A shell that records what it is asked; `dialled` are the slots of dialled sockets;
