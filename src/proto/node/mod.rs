@@ -33,7 +33,10 @@
 //!   sockets' gate's decisions in order (a ZAP request's verdict, after its socket's
 //!   monitor is read; a bound socket's monitor events; the publisher's refused input; a
 //!   refusal counted under its reason and remembered) over `GateShell` (whether a socket is
-//!   still bound, reading its monitor, the cap, an endpoint, the refusal counter).
+//!   still bound, reading its monitor, the cap, an endpoint, the refusal counter). Its file
+//!   `core/snapshot.rs` decides which links and subscriptions a snapshot lists, in which
+//!   order and with what of each (history of a lane and removed intents left out, the count
+//!   limit), as a listing the shell maps into its snapshot.
 //! - `keys`: the typed handles of the node's tables (links, socket slots, subscriptions,
 //!   calls) and the tables they index, one of them tracking what a turn touched.
 //! - `link`: a link (a configured peer lane or server, or a peer's inbound connection)

@@ -53,8 +53,9 @@
 //!   is and whether it is delivered, a PUBPACK's records, the watch's verdicts, a
 //!   subscription's failure, refusal and opening) and the gate's (`core::gate`: a ZAP
 //!   request's verdict after its socket's monitor is read, a bound socket's monitor
-//!   events, the publisher's refused input, a refusal counted and remembered); the thread
-//!   is that core's `Shell`, `FanoutShell` and `GateShell`.
+//!   events, the publisher's refused input, a refusal counted and remembered), and which
+//!   links and subscriptions a snapshot lists (`core::snapshot`); the thread is that
+//!   core's `Shell`, `FanoutShell` and `GateShell`.
 //! - [`parts`]: the parts that hold a socket, a channel or a task handle, each owning its
 //!   own behind a narrow interface and none of them importing the thread: the socket set with
 //!   the one send and receive primitive, the ZAP handler and the monitors of closes not yet
@@ -87,7 +88,8 @@
 //!   index, a connection's capabilities, and sending the CANCELs and answers the caller and
 //!   callee decided on), [`exhaustion`],
 //!   [`discovery`] (automatic mode: intents and fences, MISSION D1, F3, T3), [`snapshot`]
-//!   and [`shutdown`].
+//!   (the core's listing mapped into the snapshot, with where each link sits in the
+//!   configuration and its pending calls) and [`shutdown`].
 
 mod admission;
 mod calls;

@@ -4,7 +4,7 @@
 //! ([`NodeCore`]), and the handshake's decisions with the order of their consequences, over
 //! what the core asks of its shell ([`Shell`]). Classic fanout's decisions are in
 //! [`fanout`], over its own [`fanout::FanoutShell`]; the bound sockets' gate's (ZAP verdicts,
-//! refusals) in [`gate`], over [`gate::GateShell`].
+//! refusals) in [`gate`], over [`gate::GateShell`]; what a snapshot lists in [`snapshot`].
 //!
 //! Admission, in order: a dialled connection sends its HELLO once ([`send_hello`]); the
 //! acceptor judges an unadmitted connection's first record ([`handle_first_record`]: one
@@ -40,6 +40,7 @@
 
 pub(crate) mod fanout;
 pub(crate) mod gate;
+pub(crate) mod snapshot;
 
 use std::fmt;
 use std::time::Instant;
