@@ -36,7 +36,10 @@
 //!   still bound, reading its monitor, the cap, an endpoint, the refusal counter). Its file
 //!   `core/snapshot.rs` decides which links and subscriptions a snapshot lists, in which
 //!   order and with what of each (history of a lane and removed intents left out, the count
-//!   limit), as a listing the shell maps into its snapshot.
+//!   limit), as a listing the shell maps into its snapshot. Its file `core/exhaustion.rs`
+//!   decides what running out of descriptors does: a link's or subscription's
+//!   `resource_exhausted` failure (a state event on the episode's first only), another
+//!   socket error's retry, and when an episode's one warning is logged.
 //! - `keys`: the typed handles of the node's tables (links, socket slots, subscriptions,
 //!   calls) and the tables they index, one of them tracking what a turn touched.
 //! - `link`: a link (a configured peer lane or server, or a peer's inbound connection)

@@ -54,8 +54,10 @@
 //!   subscription's failure, refusal and opening) and the gate's (`core::gate`: a ZAP
 //!   request's verdict after its socket's monitor is read, a bound socket's monitor
 //!   events, the publisher's refused input, a refusal counted and remembered), and which
-//!   links and subscriptions a snapshot lists (`core::snapshot`); the thread is that
-//!   core's `Shell`, `FanoutShell` and `GateShell`.
+//!   links and subscriptions a snapshot lists (`core::snapshot`), and what running out of
+//!   descriptors does (`core::exhaustion`: the failure of a link or subscription that cannot
+//!   open a socket, which one emits a state event, when an episode's warning is logged);
+//!   the thread is that core's `Shell`, `FanoutShell` and `GateShell`.
 //! - [`parts`]: the parts that hold a socket, a channel or a task handle, each owning its
 //!   own behind a narrow interface and none of them importing the thread: the socket set with
 //!   the one send and receive primitive, the ZAP handler and the monitors of closes not yet
@@ -66,7 +68,8 @@
 //!   reply channels); the
 //!   application queue (`parts::app`); the send queues and their turns
 //!   (`parts::outbound`); the node's own publisher (`parts::fanout`); descriptor exhaustion
-//!   (`parts::exhaustion`); the hand-off from the async side (`parts::handoff`); the node
+//!   (`parts::exhaustion`: the OS's figures and the core's episode); the hand-off from the
+//!   async side (`parts::handoff`); the node
 //!   itself (`parts::local`: configuration, identity, key pair, where it is in its life);
 //!   the receive scheduler (`parts::receiving`).
 //! - This file: the thread's state ([`IoThread`], which holds the parts), its construction
@@ -86,7 +89,8 @@
 //!   (routing calls to ready servers, REQUESTs, leases failing with their connection),
 //!   [`serve`] (handing REQUESTs to the callee), [`route`] (below both: the call route
 //!   index, a connection's capabilities, and sending the CANCELs and answers the caller and
-//!   callee decided on), [`exhaustion`],
+//!   callee decided on), [`exhaustion`] (working out the cause of a socket not opened from
+//!   the OS's descriptor figures, logging the core's episode),
 //!   [`discovery`] (automatic mode: intents and fences, MISSION D1, F3, T3), [`snapshot`]
 //!   (the core's listing mapped into the snapshot, with where each link sits in the
 //!   configuration and its pending calls) and [`shutdown`].
@@ -137,7 +141,6 @@ use crate::proto::node::keys;
 use crate::proto::node::link;
 use crate::proto::security::PublicKey;
 use link::LinkKind;
-pub use link::BACKOFF_MAX;
 pub use parts::callee::GRACEFUL_STOP_BOUND;
 use parts::fanout::Publisher;
 use parts::{app, callee, caller, ready, sockets};

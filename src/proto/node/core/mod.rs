@@ -4,7 +4,8 @@
 //! ([`NodeCore`]), and the handshake's decisions with the order of their consequences, over
 //! what the core asks of its shell ([`Shell`]). Classic fanout's decisions are in
 //! [`fanout`], over its own [`fanout::FanoutShell`]; the bound sockets' gate's (ZAP verdicts,
-//! refusals) in [`gate`], over [`gate::GateShell`]; what a snapshot lists in [`snapshot`].
+//! refusals) in [`gate`], over [`gate::GateShell`]; what a snapshot lists in [`snapshot`];
+//! what running out of descriptors does in [`exhaustion`].
 //!
 //! Admission, in order: a dialled connection sends its HELLO once ([`send_hello`]); the
 //! acceptor judges an unadmitted connection's first record ([`handle_first_record`]: one
@@ -38,6 +39,7 @@
 //! records that arrived before it are read, if the connection is still the link's current
 //! one on that socket; a SUB socket's events go to its subscription.
 
+pub(crate) mod exhaustion;
 pub(crate) mod fanout;
 pub(crate) mod gate;
 pub(crate) mod snapshot;
