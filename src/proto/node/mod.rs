@@ -29,17 +29,23 @@
 //!   holds classic fanout's decisions (a message read from a subscription, judged by its
 //!   watch and delivered; a PUBPACK's records; the watch's verdicts; a subscription's
 //!   failure, refusal and opening) over `FanoutShell` (delivering a record, a
-//!   subscription's state, closing a SUB socket). Its file `core/gate.rs` holds the bound
-//!   sockets' gate's decisions in order (a ZAP request's verdict, after its socket's
-//!   monitor is read; a bound socket's monitor events; the publisher's refused input; a
-//!   refusal counted under its reason and remembered) over `GateShell` (whether a socket is
-//!   still bound, reading its monitor, the cap, an endpoint, the refusal counter). Its file
-//!   `core/snapshot.rs` decides which links and subscriptions a snapshot lists, in which
-//!   order and with what of each (history of a lane and removed intents left out, the count
-//!   limit), as a listing the shell maps into its snapshot. Its file `core/exhaustion.rs`
-//!   decides what running out of descriptors does: a link's or subscription's
-//!   `resource_exhausted` failure (a state event on the episode's first only), another
-//!   socket error's retry, and when an episode's one warning is logged.
+//!   subscription's state, closing a SUB socket). Its file `core/receive.rs` holds the
+//!   receive path's decisions over `ReceiveShell` (the frames it reads, the ACKs, calls
+//!   served, answers, deliveries): where a record read goes (a link's record, libzmq's
+//!   connection notices, a refused or unadmitted connection, a replaced connection's late
+//!   record), what a link's record does in its connection's state (decoded with the
+//!   capabilities it negotiated; a malformed one a protocol error of that link only), and
+//!   a PACK's records delivered and counted as a run. Its file `core/gate.rs`
+//!   holds the bound sockets' gate's decisions in order (a ZAP request's verdict, after its
+//!   socket's monitor is read; a bound socket's monitor events; the publisher's refused
+//!   input; a refusal counted under its reason and remembered) over `GateShell` (whether a
+//!   socket is still bound, reading its monitor, the cap, an endpoint, the refusal counter).
+//!   Its file `core/snapshot.rs` decides which links and subscriptions a snapshot lists, in
+//!   which order and with what of each (history of a lane and removed intents left out, the
+//!   count limit), as a listing the shell maps into its snapshot. Its file
+//!   `core/exhaustion.rs` decides what running out of descriptors does: a link's or
+//!   subscription's `resource_exhausted` failure (a state event on the episode's first
+//!   only), another socket error's retry, and when an episode's one warning is logged.
 //! - `keys`: the typed handles of the node's tables (links, socket slots, subscriptions,
 //!   calls) and the tables they index, one of them tracking what a turn touched.
 //! - `link`: a link (a configured peer lane or server, or a peer's inbound connection)
@@ -60,9 +66,10 @@
 //! - `source`: who a delivered record came from, built once per connection.
 //! - `monitor`: what a dialled or SUB socket's monitor event asks of the shell.
 //! - `ready`: a link's step to ready (an admitted inbound connection, a handshake done).
-//! - `received`: the receive path's decisions: where a record read goes (a link, a
+//! - `received`: the receive path's classifications: where a record read goes (a link, a
 //!   connection notice, admission), what a link's record is for in its connection's state,
-//!   how a PACK's or PUBPACK's records are charged to the caps, and a run of MESSAGEs.
+//!   whether a PACK is staged as its records and how a PACK's or PUBPACK's records are
+//!   charged to the caps, and what a run of MESSAGEs counts (`core::receive` acts on them).
 //! - `sub`: a fanout subscription and what opening, refusing, failing and readying it does
 //!   to its state, and what is read from it (a decoded message, a PUBPACK's staged record).
 

@@ -15,7 +15,7 @@ use std::time::Instant;
 use super::parts::local::ConfigView;
 use super::parts::sockets::Unit;
 use super::{Host, IoThread, LinkKey, SlotKey, SubKey};
-use crate::proto::handshake::Identity;
+use crate::proto::handshake::{self, Identity};
 use crate::proto::liveness::{self, PublisherEvent};
 use crate::proto::node::admit::Credentials;
 use crate::proto::node::core::{self, Count, First, NodeCore, SendFailure, Shell};
@@ -24,15 +24,16 @@ use crate::proto::node::links::SweepRecord;
 use crate::proto::sched::Source as SchedSource;
 use crate::proto::security::InputRefusal;
 use crate::proto::state::{ConnState, FailureReason};
+use crate::proto::wire::{Capabilities, Record};
 use crate::proto::ConnId;
 use crate::runtime::outbound::Closed;
-use crate::runtime::records::{self, Lane, Rec};
+use crate::runtime::records::{self, Lane};
 use crate::runtime::socket::{Frame, SocketSendError};
 
 impl IoThread {
-    /// The first record of an unadmitted connection `route` of bound socket `slot`, unless
-    /// the core ignores the connection: decoded, with the key the connection proved, for the
-    /// core to judge ([`core::handle_first_record`]).
+    /// The first record of an unadmitted connection `route` of bound socket `slot`
+    /// ([`core::handle_bound_record`] decided it is one): decoded, with the key the
+    /// connection proved, for the core to judge ([`core::handle_first_record`]).
     pub(super) fn on_unknown_inbound(
         &mut self,
         slot: SlotKey,
@@ -41,10 +42,6 @@ impl IoThread {
         frames: &mut [Frame],
         now: Instant,
     ) {
-        if self.core.ignores_unadmitted(slot, route.as_ref()) {
-            // Refused already: the rest of what this connection sends is ignored.
-            return;
-        }
         let route = route.as_ref().to_vec();
         // With CURVE, the key the connection proved, as the ZAP handler answered it: the
         // User-Id of the record's frames, read unshared for this (`recv_one`).
@@ -56,12 +53,16 @@ impl IoThread {
             Some(_) => Credentials::Curve(user_id.as_deref()),
             None => Credentials::Plain,
         };
-        let first = match records::decode(&*frames, crate::proto::wire::Capabilities::NONE) {
-            Ok(Rec::Hello(h)) => First::Hello {
-                lane: h.lane,
-                peer: h.identity,
-                expects: h.expect,
-            },
+        // No capabilities are in effect before the handshake.
+        let first = match Record::decode_in(&*frames, Capabilities::NONE, Frame::to_bytes) {
+            Ok(Record::Hello(h)) => {
+                let (lane, peer, expects) = handshake::from_hello(h);
+                First::Hello {
+                    lane,
+                    peer,
+                    expects,
+                }
+            }
             Ok(rec) => First::Other(rec.kind()),
             Err(e) => First::Malformed(e),
         };

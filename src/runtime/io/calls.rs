@@ -23,6 +23,7 @@ use super::{CallKey, IoThread, LinkKey, Tracked};
 use crate::config::NodeConfig;
 use crate::proto::calls::Unrouted;
 use crate::proto::node::answers::Outgoing;
+use crate::proto::node::core::Answer;
 use crate::proto::node::link::{Link, LinkKind};
 use crate::proto::state::FailureReason;
 use crate::proto::wire::{Capabilities, Lane};
@@ -112,13 +113,14 @@ impl IoThread {
     }
 
     /// ACCEPT, ITEM or REPLY for one of our calls, arriving on link `k`.
-    pub(super) fn on_call_answer(&mut self, k: LinkKey, rec: records::Rec, now: Instant) {
-        tracing::debug!(kind = rec.kind_name(), key = ?self.core.answer_key(k), "call answer");
+    pub(super) fn on_call_answer(&mut self, k: LinkKey, answer: Answer, now: Instant) {
+        let kind = answer.kind().name();
+        tracing::debug!(kind, key = ?self.core.answer_key(k), "call answer");
         let Some(key) = self.core.answer_key(k) else {
             metrics::counter!("zmesh_call_answers_ignored_total").increment(1);
             return;
         };
-        self.caller.handle_answer(key, rec, now);
+        self.caller.handle_answer(key, answer, now);
         self.drain_calls(now);
     }
 

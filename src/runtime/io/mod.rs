@@ -48,16 +48,18 @@
 //!   the admission tables, discovery's additions, the liveness table, the routes, the fanout
 //!   subscriptions) are held as one `NodeCore` (`proto::node::core`), the thread's field
 //!   `core`, with the handshake's decisions, a link's failure, the disconnect sweeps, what
-//!   its timers do when due and what a dialled or SUB socket's monitor event does, in their
-//!   order, and classic fanout's (`core::fanout`: what a message read from a subscription
-//!   is and whether it is delivered, a PUBPACK's records, the watch's verdicts, a
-//!   subscription's failure, refusal and opening) and the gate's (`core::gate`: a ZAP
-//!   request's verdict after its socket's monitor is read, a bound socket's monitor
-//!   events, the publisher's refused input, a refusal counted and remembered), and which
-//!   links and subscriptions a snapshot lists (`core::snapshot`), and what running out of
-//!   descriptors does (`core::exhaustion`: the failure of a link or subscription that cannot
-//!   open a socket, which one emits a state event, when an episode's warning is logged);
-//!   the thread is that core's `Shell`, `FanoutShell` and `GateShell`.
+//!   its timers do when due, what a dialled or SUB socket's monitor event does and the
+//!   receive path's decisions (`core::receive`: where a record read goes, what a link's
+//!   record does in its connection's state, a PACK's records as a run), in their order,
+//!   classic fanout's (`core::fanout`: what a message read from a subscription is and
+//!   whether it is delivered, a PUBPACK's records, the watch's verdicts, a subscription's
+//!   failure, refusal and opening), the gate's (`core::gate`: a ZAP request's verdict after
+//!   its socket's monitor is read, a bound socket's monitor events, the publisher's refused
+//!   input, a refusal counted and remembered), which links and subscriptions a snapshot
+//!   lists (`core::snapshot`), and what running out of descriptors does
+//!   (`core::exhaustion`: the failure of a link or subscription that cannot open a socket,
+//!   which one emits a state event, when an episode's warning is logged); the thread is
+//!   that core's `Shell`, `ReceiveShell`, `FanoutShell` and `GateShell`.
 //! - [`parts`]: the parts that hold a socket, a channel or a task handle, each owning its
 //!   own behind a narrow interface and none of them importing the thread: the socket set with
 //!   the one send and receive primitive, the ZAP handler and the monitors of closes not yet
@@ -78,10 +80,12 @@
 //!   [`slots`] (binding, placing sockets), [`links`] (dialling, closing dialled
 //!   sockets), [`monitor`] (reading the sockets' monitor events), [`admission`] (the core's
 //!   `Shell`: decoding an unadmitted connection's first record, the effects of the core's
-//!   handshake, of its failing a link, of its disconnect sweeps and of its timers), [`gate`] (reading and answering the ZAP
-//!   handler, the core's `GateShell`: a bound socket's monitor, its endpoint, the refusal
-//!   counter; loading the allow-list), [`receive`]
-//!   (the fair receive rotation, routing records, connection notices, fanout records), [`fanout`] (the publisher: binding it,
+//!   handshake, of its failing a link, of its disconnect sweeps and of its timers), [`gate`]
+//!   (reading and answering the ZAP handler, the core's `GateShell`: a bound socket's
+//!   monitor, its endpoint, the refusal counter; loading the allow-list), [`receive`]
+//!   (the fair receive rotation: reading, staging a PACK's records, handing each record to
+//!   its subscription or to the core; the core's `ReceiveShell`: the effects of a link's
+//!   records), [`fanout`] (the publisher: binding it,
 //!   reading its subscriptions; the SUB sockets: creating, securing, connecting and reading
 //!   them for the core, whose `FanoutShell` it is: deliveries, states, closing a SUB socket), [`timers`] (the earliest deadline; call deadlines, then the core's timers), [`commands`] (the async
 //!   side's commands), [`outbound`] (draining the send queues in bursts), [`publish`]

@@ -28,7 +28,7 @@ impl IoThread {
     /// A dialled ROUTER whose handshake is done (HELLO sent,
     /// [`Link::monitor_done_on`](crate::proto::node::link::Link::monitor_done_on)) needs its
     /// monitor no longer: the loss of its connection reaches it in band (`ROUTER_NOTIFY`, see
-    /// [`IoThread::on_router_notice`]), so the monitor is stopped and its two descriptors go.
+    /// [`core::handle_dialled_record`]), so the monitor is stopped and its two descriptors go.
     /// Events libzmq raised before the stop (a disconnect among them) are acted on here.
     fn stop_monitor(&mut self, slot: SlotKey, now: Instant) {
         let Some(s) = self.sockets.get(slot) else {

@@ -1,10 +1,22 @@
 //! Receiving: one rotation of the fair receive loop under the scheduler's caps (MISSION
-//! R1-R3), routing a record to its link, subscription or admission, the records of a ready
-//! link, and the application backlog held while its queue is paused (R5). What a record is
-//! and where it goes, what a link's record is for, how a PACK is charged to the caps and what
-//! a run of MESSAGEs counts are the node core's ([`crate::proto::node::received`]); this file
-//! reads, looks up and hands over.
+//! R1-R3): reading the sockets the scheduler names, staging a PACK's or PUBPACK's records
+//! one by one, handing each record in its unit's turn to its subscription or to the node
+//! core, and the application backlog held while its queue is paused (R5).
+//!
+//! Where a record goes and what it means (a link's record, a connection notice of libzmq,
+//! an unadmitted connection's first record, a replaced connection's late record), what a
+//! link's record does in its connection's state, and what a PACK's records staged one by
+//! one deliver and count are the node core's ([`core::handle_dialled_record`],
+//! [`core::handle_bound_record`], [`core::handle_peer_record`], [`core::handle_packed`],
+//! [`core::handle_run_end`]; [`crate::proto::node::received`] for the classifications,
+//! whether a PACK is staged as its records and how they are charged to the caps). This file
+//! reads, looks up the socket's slot and hands over, and is the core's [`ReceiveShell`]: how
+//! a frame becomes a payload, and the effects of a link's records (the ACK it sends, the
+//! calls it serves, the answers for the call table, the application's queue and its
+//! backlogs, the received-records counter, an unadmitted connection's CURVE key, a dialled
+//! socket's monitor).
 
+use std::num::NonZeroU64;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -12,17 +24,13 @@ use bytes::Bytes;
 use super::parts::sockets::{Packed, Staged};
 use super::parts::sockets::{Slot, SlotRole, Unit};
 use super::{IoThread, LinkKey, SlotKey};
-use crate::proto::node::core;
-use crate::proto::node::link::{judge_close, judge_reject, LinkKind, RouterNotice};
-use crate::proto::node::received::{
-    self, classify_bound, classify_dialled, record_use, BoundRecord, Charges, DialledRecord,
-    MessageRun, Placement, RecordUse,
-};
+use crate::proto::node::core::{self, Answer, ReceiveShell};
+use crate::proto::node::received::{self, Charges, MessageRun};
+use crate::proto::node::source::Source;
 use crate::proto::sched::{Action, ReadTarget, RotationEndReason, SharedSocketId};
-use crate::proto::state::FailureReason;
 use crate::proto::wire;
 use crate::runtime::event::Delivery;
-use crate::runtime::records::{self, Lane, Rec};
+use crate::runtime::records::{self, Lane};
 use crate::runtime::socket::{share_last, Frame};
 
 /// Scheduler actions that share one reading of the clock.
@@ -272,7 +280,7 @@ impl IoThread {
             };
             self.on_staged(unit, record, now, &mut run);
         }
-        self.end_run(run);
+        core::handle_run_end(self, run);
     }
 
     /// Processes a record in its unit's turn. A MESSAGE of a PACK joins `run` (a run of
@@ -286,32 +294,23 @@ impl IoThread {
     ) {
         let (route, frames) = match staged {
             Staged::Packed(p) => {
-                self.on_packed(p, now, run);
+                core::handle_packed(self, p.link, p.conn, p.channel, p.payload, now, run);
                 return;
             }
             Staged::Published(p) => {
-                self.end_run(run.take());
+                core::handle_run_end(self, run.take());
                 self.on_published(p, now);
                 return;
             }
             Staged::Frames { route, frames } => {
-                self.end_run(run.take());
+                core::handle_run_end(self, run.take());
                 (route, frames)
             }
         };
         match (unit, route) {
             (Unit::Socket(slot), _) => self.on_frames(slot, frames, now),
-            (Unit::Peer(k, _), Some(_)) => {
-                // The routing id was looked up when the record was read: while the unit's
-                // connection is still the link's current one, the record is that link's.
-                if self.links_slot(unit).is_some() {
-                    if received::is_notice(&frames) {
-                        self.on_inbound_notice(k, now);
-                    } else {
-                        self.on_link_record(k, &frames, now);
-                    }
-                }
-            }
+            // The routing id was looked up when the record was read.
+            (Unit::Peer(k, conn), Some(_)) => core::handle_peer_record(self, k, conn, &frames, now),
             (Unit::Admission(slot), Some(route)) => {
                 let Some(Some(SlotRole::Bound(lane))) = self
                     .sockets
@@ -321,240 +320,29 @@ impl IoThread {
                 else {
                     return;
                 };
-                self.on_bound(slot, lane, route, frames, now);
+                core::handle_bound_record(self, slot, lane, route, frames, now);
             }
             (_, None) => {}
         }
     }
 
-    /// The bound socket of an inbound peer unit, if its connection is still current.
-    pub(super) fn links_slot(&self, unit: Unit) -> Option<SlotKey> {
-        let Unit::Peer(k, id) = unit else { return None };
-        let c = self.core.links.get(k)?.conn.as_ref()?;
-        (c.id == id).then_some(c.slot)
-    }
-
+    /// A record read from socket `slot`, for its subscription, or for the core as a
+    /// dialled or bound socket's record.
     pub(super) fn on_frames(&mut self, slot: SlotKey, mut frames: Vec<Frame>, now: Instant) {
         let Some(s) = self.sockets.get(slot) else {
             return;
         };
         match s.role {
             SlotRole::Sub(i) => self.on_fanout(i, frames, now),
-            SlotRole::Dialled(k) => {
-                // A dialled ROUTER sees the bound peer's routing id first; a DEALER does not.
-                let routed = (self.core.links[k].conn.as_ref()).is_some_and(|c| c.route.is_some());
-                match classify_dialled(routed, &frames) {
-                    DialledRecord::Record { skip } => self.on_link_record(k, &frames[skip..], now),
-                    DialledRecord::Notice => self.on_router_notice(k, now),
-                    DialledRecord::Nothing => {}
-                }
-            }
+            SlotRole::Dialled(k) => core::handle_dialled_record(self, k, &frames, now),
             SlotRole::Bound(lane) => {
                 if frames.is_empty() {
                     return;
                 }
                 let route = frames.remove(0);
-                self.on_bound(slot, lane, route, frames, now);
+                core::handle_bound_record(self, slot, lane, route, frames, now);
             }
         }
-    }
-
-    /// A record read from a bound socket, with its routing id already split off. The routing
-    /// id names one physical connection: records of a replaced connection find no link and
-    /// change nothing (MISSION L6). An empty record is libzmq's notice of the connection's
-    /// attach or loss (`ROUTER_NOTIFY`, [`crate::runtime::socket::Sockets::bound`]): for an
-    /// admitted connection it means the connection is gone
-    /// ([`IoThread::on_inbound_notice`]); for a refused one, that it left (its id is
-    /// forgotten); for any other it changes nothing (an attach comes before the HELLO, and is
-    /// no first record to refuse).
-    pub(super) fn on_bound(
-        &mut self,
-        slot: SlotKey,
-        lane: Lane,
-        route: Frame,
-        mut frames: Vec<Frame>,
-        now: Instant,
-    ) {
-        let known = self
-            .core
-            .accepting
-            .inbound
-            .get(&slot)
-            .and_then(|m| m.get(route.as_ref()))
-            .copied();
-        match classify_bound(known, &frames) {
-            BoundRecord::Gone(k) => self.on_inbound_notice(k, now),
-            BoundRecord::Link(k) => self.on_link_record(k, &frames, now),
-            BoundRecord::UnadmittedNotice => {
-                // A refused connection's attach came before the HELLO that was refused, so
-                // this notice is its departure: its id need not be remembered any more.
-                if self.core.accepting.refused.forget(slot, route.as_ref()) {
-                    tracing::trace!("a refused connection left");
-                } else {
-                    tracing::trace!("connection notice from an unadmitted connection");
-                }
-            }
-            BoundRecord::Unadmitted => self.on_unknown_inbound(slot, lane, route, &mut frames, now),
-        }
-    }
-
-    pub(super) fn on_link_record(&mut self, k: LinkKey, frames: &[Frame], now: Instant) {
-        let rec = match records::decode(frames, self.conn_caps(k)) {
-            Ok(r) => r,
-            Err(e) => {
-                // Malformed input: a protocol error for this connection only (MISSION W3).
-                core::fail_link(self, k, FailureReason::ProtocolError, &e.to_string(), now);
-                return;
-            }
-        };
-        let inbound = matches!(self.core.links[k].kind, LinkKind::Inbound { .. });
-        let Some(c) = self.core.links[k].conn.as_mut() else {
-            return;
-        };
-        let (ready, conn_id, live) = (c.ready, c.id, c.live);
-        // One span per physical connection: identities go to traces, never to metric labels.
-        let _span = tracing::debug_span!("conn", id = %conn_id, kind = rec.kind_name()).entered();
-        if let Rec::Probe(id) = rec {
-            c.last_peer_probe = Some(id);
-        }
-        self.core.on_link_activity(k, 1, now);
-        match (record_use(rec.kind(), ready, inbound), rec) {
-            (RecordUse::Ignored, other) => {
-                tracing::debug!(kind = other.kind_name(), "record not handled in this state");
-            }
-            (_, Rec::Probe(id)) => {
-                // Echo the id; a received probe is not evidence for our own deadline (L2).
-                self.send_liveness(k, records::ack(id));
-            }
-            (_, Rec::Ack(id)) => {
-                if let Some(live) = live {
-                    // The ACK travelled on this physical connection: it is evidence only for
-                    // this connection's tracker (L2).
-                    let outcome = self
-                        .core
-                        .liveness
-                        .table_mut()
-                        .handle_ack(live, conn_id, id, now);
-                    tracing::trace!(conn = %conn_id, ?outcome, "ack");
-                }
-            }
-            (_, Rec::Welcome(w)) => core::handle_welcome(self, k, w.lane, w.identity, now),
-            (_, Rec::Request(req)) => self.on_request(k, req, now),
-            (_, Rec::Batch(requests)) => self.on_batch(k, requests, now),
-            (_, Rec::Cancel(call_id)) => self.on_cancel(k, call_id, now),
-            (_, Rec::Credit { call_id, items }) => self.on_credit(k, call_id, items.get(), now),
-            (_, rec @ (Rec::Accept { .. } | Rec::Reply { .. } | Rec::Item { .. })) => {
-                self.on_call_answer(k, rec, now)
-            }
-            (_, Rec::Answers(answers)) => {
-                // Each as if it had arrived alone, in order (WIRE.md §4.16).
-                for rec in answers {
-                    self.on_call_answer(k, rec, now);
-                }
-            }
-            (_, Rec::Reject { reason, detail }) => {
-                core::handle_peer_ended(self, k, judge_reject(reason), &detail, now)
-            }
-            (_, Rec::Close(reason)) => {
-                let detail = format!("peer closed: {}", records::close_name(reason));
-                core::handle_peer_ended(self, k, judge_close(reason, inbound), &detail, now);
-            }
-            (_, Rec::Message { channel, payload }) => {
-                self.on_message(k, Bytes::from(channel.into_bytes()), payload, now);
-            }
-            (_, Rec::Pack { channel, payloads }) => {
-                // Each as the MESSAGE it stands for, in order (WIRE.md §4.18). A PACK the
-                // receive loop read is staged as its records instead (`unpack`); this is
-                // the path of one that reached here whole.
-                for (i, payload) in payloads.into_iter().enumerate() {
-                    if i > 0 {
-                        // The first was counted above, as every record is.
-                        self.core.on_link_activity(k, 1, now);
-                    }
-                    self.on_message(k, channel.clone(), payload, now);
-                }
-            }
-            (_, other @ Rec::Hello(_)) => {
-                tracing::debug!(kind = other.kind_name(), "record not handled in this state");
-            }
-        }
-    }
-
-    /// One MESSAGE of a PACK, in its unit's turn: delivered if its connection is still the
-    /// link's current one and ready, and counted with the rest of `run` (which it begins if
-    /// `run` is another connection's, or none).
-    fn on_packed(&mut self, p: Packed, now: Instant, run: &mut Option<MessageRun>) {
-        if !run.as_ref().is_some_and(|r| r.continues(p.link, p.conn)) {
-            self.end_run(run.take());
-            let current = self.core.links.get(p.link).and_then(|l| l.conn.as_ref());
-            *run = MessageRun::begin(p.link, p.conn, current, || self.app.room(p.link), now);
-        }
-        // Not the link's current connection any more: the record changes nothing.
-        let Some(r) = run.as_mut() else {
-            return;
-        };
-        let Some((source, placement)) = r.handle_record(now) else {
-            return;
-        };
-        let d = Delivery {
-            source: source.clone(),
-            channel: p.channel,
-            payload: p.payload,
-        };
-        match placement {
-            Placement::Now => self.app.deliver_now(d),
-            Placement::Queue => {
-                self.app.deliver(p.link, d);
-                r.set_room(self.app.room(p.link));
-            }
-        }
-    }
-
-    /// Counts what `run`'s records count (see [`MessageRun`]), as `on_message` counts it for
-    /// a MESSAGE on its own.
-    fn end_run(&mut self, run: Option<MessageRun>) {
-        let Some(end) = run.map(MessageRun::end) else {
-            return;
-        };
-        self.core.on_link_activity(end.link, end.records, end.last);
-        if let Some(live) = end.traffic_of {
-            // Diagnostics only: application traffic never extends the deadline (L2).
-            let _ =
-                self.core
-                    .liveness
-                    .table_mut()
-                    .handle_app_traffic_run(live, end.records, end.last);
-        }
-        if end.delivered > 0 {
-            metrics::counter!("zmesh_app_records_received_total").increment(end.delivered);
-        }
-    }
-
-    /// A MESSAGE on link `k`'s ready connection, on its own or one of a PACK that reached
-    /// `on_link_record` whole: delivered to the application with the connection's source.
-    /// (The receive loop stages a PACK as its records, which `on_packed` takes.)
-    fn on_message(&mut self, k: LinkKey, channel: Bytes, payload: Bytes, now: Instant) {
-        let Some(c) = self.core.links.get(k).and_then(|l| l.conn.as_ref()) else {
-            return;
-        };
-        if !c.ready {
-            return;
-        }
-        let (live, source) = (c.live, c.source.clone());
-        if let Some(live) = live {
-            // Diagnostics only: application traffic never extends the deadline (L2).
-            let _ = self.core.liveness.table_mut().handle_app_traffic(live, now);
-        }
-        let Some(source) = source else {
-            return;
-        };
-        metrics::counter!("zmesh_app_records_received_total").increment(1);
-        let d = Delivery {
-            source,
-            channel,
-            payload,
-        };
-        self.app.deliver(k, d);
     }
 
     /// Moves held records to the application while its queue has room, and recomputes which
@@ -564,37 +352,78 @@ impl IoThread {
         self.app
             .release(|k| links.get(k).and_then(|l| l.conn.as_ref()).map(|c| c.slot));
     }
+}
 
-    /// An empty record a dialled ROUTER received from its peer's routing id: a connection
-    /// notice of libzmq (`ROUTER_NOTIFY`), in order with the peer's records. The
-    /// first says the connection attached; any later one that the connection is gone
-    /// (MISSION L6: at once), whether it says so itself or is the attach of a reconnection
-    /// libzmq made after it (which never carries this link's records).
-    pub(super) fn on_router_notice(&mut self, k: LinkKey, now: Instant) {
-        let Some(c) = self.core.links[k].conn.as_mut() else {
-            return;
-        };
-        let notice = c.handle_router_notice();
-        tracing::debug!(link = %k, notices = c.notices, "connection notice");
-        if notice == RouterNotice::Gone {
-            core::fail_link(self, k, FailureReason::TransportError, "disconnected", now);
-            return;
-        }
-        // Attached: the handshake is done and the socket knows the peer's routing id, so
-        // HELLO can go now if the monitor's word has not come yet (or a send right after it
-        // found the peer not yet known), and the monitor can go: the loop's next monitor
-        // phase reads what it holds and stops it (`IoThread::drain_monitor`).
-        let slot = c.slot;
-        core::send_hello(self, k);
-        self.sockets.ready.recheck_monitor(slot);
+impl ReceiveShell for IoThread {
+    type Frame = Frame;
+
+    fn payload(frame: &Frame) -> Bytes {
+        frame.to_bytes()
     }
 
-    /// libzmq's notice (`ROUTER_NOTIFY`) for admitted inbound link `k`'s connection: the
-    /// connection is gone (MISSION L6: at once). Its attach notice came before its HELLO, so
-    /// any notice now is its loss, or the attach of a newer connection with the same routing
-    /// id, which libzmq lets in only once the old connection's pipe is gone.
-    pub(super) fn on_inbound_notice(&mut self, k: LinkKey, now: Instant) {
-        tracing::debug!(link = %k, "inbound connection notice: gone");
-        core::fail_gone_inbound(self, k, now);
+    fn send_ack(&mut self, k: LinkKey, id: u64) {
+        self.send_liveness(k, records::ack(id));
+    }
+
+    fn serve_request(&mut self, k: LinkKey, request: wire::Request, now: Instant) {
+        self.on_request(k, request, now);
+    }
+
+    fn serve_batch(&mut self, k: LinkKey, requests: Vec<wire::Request>, now: Instant) {
+        self.on_batch(k, requests, now);
+    }
+
+    fn serve_cancel(&mut self, k: LinkKey, call_id: NonZeroU64, now: Instant) {
+        self.on_cancel(k, call_id, now);
+    }
+
+    fn serve_credit(&mut self, k: LinkKey, call_id: NonZeroU64, items: u64, now: Instant) {
+        self.on_credit(k, call_id, items, now);
+    }
+
+    fn handle_answer(&mut self, k: LinkKey, answer: Answer, now: Instant) {
+        self.on_call_answer(k, answer, now);
+    }
+
+    fn app_room(&self, k: LinkKey) -> usize {
+        self.app.room(k)
+    }
+
+    fn deliver_now(&mut self, source: Source, channel: Bytes, payload: Bytes) {
+        self.app.deliver_now(Delivery {
+            source,
+            channel,
+            payload,
+        });
+    }
+
+    fn deliver(&mut self, k: LinkKey, source: Source, channel: Bytes, payload: Bytes) {
+        let d = Delivery {
+            source,
+            channel,
+            payload,
+        };
+        self.app.deliver(k, d);
+    }
+
+    fn count_delivered(&mut self, records: u64) {
+        metrics::counter!("zmesh_app_records_received_total").increment(records);
+    }
+
+    fn first_record(
+        &mut self,
+        slot: SlotKey,
+        lane: Lane,
+        route: Frame,
+        frames: &mut [Frame],
+        now: Instant,
+    ) {
+        self.on_unknown_inbound(slot, lane, route, frames, now);
+    }
+
+    fn monitor_done(&mut self, slot: SlotKey) {
+        // The loop's next monitor phase reads what the monitor holds and stops it
+        // (`IoThread::drain_monitor`).
+        self.sockets.ready.recheck_monitor(slot);
     }
 }

@@ -7,10 +7,10 @@
 use std::num::NonZeroU64;
 use std::time::Instant;
 
-use super::{CallKey, IoThread, LinkKey, Tracked};
+use super::{CallKey, IoThread, LinkKey};
 use crate::config::ServerConfig;
 use crate::proto::node::answers::{Outgoing, Sent};
-use crate::proto::node::link::Link;
+pub(super) use crate::proto::node::core::negotiated;
 use crate::proto::node::link::ServerChannels;
 use crate::proto::node::timers::TimerOwner;
 use crate::proto::wire::{Capabilities, Lane};
@@ -174,19 +174,4 @@ impl IoThread {
         );
         self.outbound.answers = queued;
     }
-}
-
-/// The capabilities in effect on link `k`'s ready connection in `links`: those its peer
-/// announced that this node (`me`) announced too; none before it is ready.
-pub(super) fn negotiated(
-    links: &Tracked<LinkKey, Link>,
-    me: Capabilities,
-    k: LinkKey,
-) -> Capabilities {
-    links
-        .get(k)
-        .and_then(|l| l.conn.as_ref())
-        .filter(|c| c.ready)
-        .and_then(|c| c.peer.as_ref())
-        .map_or(Capabilities::NONE, |p| p.capabilities.intersection(me))
 }

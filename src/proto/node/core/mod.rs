@@ -3,9 +3,10 @@
 //! additions, the liveness table, the call routes and the fanout subscriptions
 //! ([`NodeCore`]), and the handshake's decisions with the order of their consequences, over
 //! what the core asks of its shell ([`Shell`]). Classic fanout's decisions are in
-//! [`fanout`], over its own [`fanout::FanoutShell`]; the bound sockets' gate's (ZAP verdicts,
-//! refusals) in [`gate`], over [`gate::GateShell`]; what a snapshot lists in [`snapshot`];
-//! what running out of descriptors does in [`exhaustion`].
+//! [`fanout`], over its own [`fanout::FanoutShell`]; the receive path's are in [`receive`],
+//! over [`ReceiveShell`]; the bound sockets' gate's (ZAP verdicts, refusals) in [`gate`],
+//! over [`gate::GateShell`]; what a snapshot lists in [`snapshot`]; what running out of
+//! descriptors does in [`exhaustion`].
 //!
 //! Admission, in order: a dialled connection sends its HELLO once ([`send_hello`]); the
 //! acceptor judges an unadmitted connection's first record ([`handle_first_record`]: one
@@ -42,6 +43,7 @@
 pub(crate) mod exhaustion;
 pub(crate) mod fanout;
 pub(crate) mod gate;
+mod receive;
 pub(crate) mod snapshot;
 
 use std::fmt;
@@ -70,6 +72,10 @@ use crate::proto::state::{ConnState, FailureReason};
 use crate::proto::transport::MonitorEvent;
 use crate::proto::wire::{self, Kind, Lane, Record, RejectReason, WireError};
 use crate::proto::ConnId;
+pub(crate) use receive::{
+    handle_bound_record, handle_dialled_record, handle_packed, handle_peer_record, handle_run_end,
+    negotiated, Answer, ReceiveShell,
+};
 
 /// The node-wide parts of the node core.
 pub(crate) struct NodeCore {
@@ -877,7 +883,7 @@ pub(crate) fn reject(reason: RejectReason, detail: &str) -> Vec<Vec<u8>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::proto::handshake::{Capabilities, Membership};
     use crate::proto::node::admit::{PeerView, ServerView};
@@ -929,6 +935,8 @@ mod tests {
         DrainBeforeDisconnect(SlotKey),
         Fanout(super::fanout::tests::FanoutEffect),
         Gate(super::gate::tests::GateEffect),
+        /// What the receive path asked of its shell beyond `Shell`.
+        Received(super::receive::tests::Received),
     }
 
     /// A shell that records what it is asked; `dialled` are the slots of dialled sockets;
@@ -936,9 +944,9 @@ mod tests {
     pub(super) struct Recording {
         pub(super) core: NodeCore,
         peers: Peers,
-        me: Identity,
+        pub(super) me: Identity,
         next_conn: u64,
-        dialled: Vec<(LinkKey, SlotKey)>,
+        pub(super) dialled: Vec<(LinkKey, SlotKey)>,
         pub(super) effects: Vec<Effect>,
         pub(super) curve: bool,
     }
@@ -1095,7 +1103,7 @@ mod tests {
         }
     }
 
-    fn node(rid: &str) -> Identity {
+    pub(super) fn node(rid: &str) -> Identity {
         Identity {
             rid: rid.into(),
             generation: 1,
@@ -1117,7 +1125,7 @@ mod tests {
         }
     }
 
-    fn hello_from(rid: &str) -> First {
+    pub(super) fn hello_from(rid: &str) -> First {
         First::Hello {
             lane: Lane::Application,
             peer: node(rid),

@@ -15,12 +15,12 @@ use bytes::Bytes;
 use crate::proto::calls::{CallId, Unrouted};
 use crate::proto::node::caller::{CallStart, Calls, Finished};
 pub(crate) use crate::proto::node::caller::{Requests, Route, SendPolicy};
+use crate::proto::node::core::Answer;
 use crate::proto::node::keys::CallKey;
 use crate::proto::ops;
 use crate::runtime::calls::{CallAnswer, CallOptions, StreamEvent, STREAM_BUFFER};
 use crate::runtime::command::CallReply;
 use crate::runtime::operations::OpsShared;
-use crate::runtime::records;
 
 /// Longest time the call gauges go without being set again while their values stay the same.
 const GAUGE_REFRESH: Duration = Duration::from_secs(1);
@@ -127,23 +127,15 @@ impl Caller {
     }
 
     /// ACCEPT, ITEM or REPLY for one of this node's calls, arriving on connection `key`.
-    pub(crate) fn handle_answer(&mut self, key: CallKey, rec: records::Rec, now: Instant) {
-        match rec {
-            records::Rec::Accept { call_id } => self.calls.handle_accept(key, call_id, now),
-            records::Rec::Item {
-                call_id,
-                seq,
-                payload,
-            } => self.calls.handle_item(key, call_id, seq, payload, now),
-            records::Rec::Reply {
-                call_id,
-                code,
-                payload,
-                replayed,
-            } => self
+    pub(crate) fn handle_answer(&mut self, key: CallKey, answer: Answer, now: Instant) {
+        match answer {
+            Answer::Accept(a) => self.calls.handle_accept(key, a.call_id, now),
+            Answer::Item(i) => self
                 .calls
-                .handle_reply(key, call_id, code, payload, replayed, now),
-            _ => {}
+                .handle_item(key, i.call_id, i.seq, i.payload, now),
+            Answer::Reply(r) => {
+                (self.calls).handle_reply(key, r.call_id, r.code, r.payload, r.replayed, now)
+            }
         }
     }
 
