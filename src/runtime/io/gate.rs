@@ -31,10 +31,9 @@
 //! - **Refusals.** Every refusal of an unadmitted connection (garbage, a first record that is
 //!   not a HELLO, a failed transport handshake, the cap), and of input on the publisher's
 //!   endpoint ([`gate::refuse_publisher_input`]: a message that is not a subscription, a
-//!   failed transport handshake), is recorded by the core ([`gate::record_refusal`]), counted
-//!   here in
-//!   `zmesh_input_refused_total{reason}` (the reason is the only label, MISSION O2) and kept in
-//!   the snapshot's `recent_refusals` (the last
+//!   failed transport handshake), is recorded by the core ([`gate::record_refusal`]): counted
+//!   here in `zmesh_input_refused_total{reason}` (the reason is the only label, MISSION
+//!   O2), then kept in the snapshot's `recent_refusals` (the last
 //!   [`RECENT_REFUSALS`](crate::proto::node::gate::RECENT_REFUSALS), with the endpoint).
 
 use std::collections::BTreeSet;
