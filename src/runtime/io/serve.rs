@@ -44,12 +44,6 @@ impl IoThread {
         })
     }
 
-    /// Who calls on link `k`, as its connection knows it (see
-    /// [`crate::runtime::security::Caller`]).
-    pub(super) fn caller_of(&self, k: LinkKey) -> Caller {
-        caller_of(&self.core.links, k)
-    }
-
     /// A BATCH arriving on link `k` (MISSION K5): each call goes to the callee on its own,
     /// unless the BATCH is over the receiver's limit (then every call of it is refused).
     pub(super) fn on_batch(&mut self, k: LinkKey, requests: Vec<wire::Request>, now: Instant) {
