@@ -98,7 +98,8 @@ pub struct BenchArgs {
     #[arg(long)]
     flood_secs: Option<u64>,
     /// Only these measurements, comma-separated: p1,p2,p3,p4,p5,p6,k5,c1,p7,p7churn
-    /// [default: all].
+    /// [default: all]; `p1batch` (never in the default) runs zmesh's P1 64 B `send_batch` row
+    /// alone, without raw libzmq, to profile it.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -283,11 +284,14 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     let want = |id: &str| args.only.is_empty() || args.only.iter().any(|o| o == id);
     for o in &args.only {
         if ![
-            "p1", "p2", "p3", "p4", "p5", "p6", "k5", "c1", "p7", "p7churn",
+            "p1", "p1batch", "p2", "p3", "p4", "p5", "p6", "k5", "c1", "p7", "p7churn",
         ]
         .contains(&o.as_str())
         {
-            bail!("--only: unknown measurement {o:?} (use p1,p2,p3,p4,p5,p6,k5,c1,p7,p7churn)");
+            bail!(
+                "--only: unknown measurement {o:?} (use \
+                 p1,p1batch,p2,p3,p4,p5,p6,k5,c1,p7,p7churn)"
+            );
         }
     }
     let machine = machine_info();
@@ -306,6 +310,9 @@ pub async fn run(args: BenchArgs) -> Result<()> {
 
     if want("p1") {
         metrics.extend(rows::p1(&plan).await?);
+    }
+    if args.only.iter().any(|o| o == "p1batch") {
+        metrics.extend(rows::p1batch(&plan).await?);
     }
     if want("p2") {
         metrics.extend(rows::p2(&plan).await?);
