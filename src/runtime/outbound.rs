@@ -301,7 +301,15 @@ impl SendQueue {
         out.payloads.clear();
         let mut s = self.lock();
         let n = max.min(s.payloads.len());
-        out.payloads.extend(s.payloads.drain(..n));
+        // Moved out of the queue's two slices (a copy loop of known length, where extending
+        // from `drain` pushes one by one), then the emptied places dropped.
+        let (front, back) = s.payloads.as_mut_slices();
+        let from_back = n.saturating_sub(front.len());
+        out.payloads
+            .extend(front.iter_mut().take(n).map(std::mem::take));
+        out.payloads
+            .extend(back.iter_mut().take(from_back).map(std::mem::take));
+        s.payloads.drain(..n);
         s.in_flight += n;
         let mut left = n;
         while left > 0 {

@@ -12,6 +12,7 @@
 //! | K5 | bytes on the wire, calls/s and latency of 300 concurrent small calls, `batch_calls` off and on | - | a RouteMesh pair through counting TCP proxies |
 //! | C1 | P1 (1 KiB, `send_batch`) and P2 with CURVE on both sides | DEALER -> ROUTER with CURVE | a pair in `[security] mode = "curve"` |
 //! | P7 | one node with 1 000 / 5 000 / 10 000 connections (a fifth fanout), then 10 000 RouteMesh lanes it dials, then 10 000 it accepts: time to all ready, idle CPU, descriptors and memory per connection | - | a `zmesh node` child process (see `scale`) |
+//! | P1 `send_batch` alone (`--only p1batch`, not in the default set) | P1's 64 B `send_batch` row only, for profiling (`valgrind --tool=callgrind --separate-threads=yes zmesh bench --only p1batch --messages 50000 --runs 1`) | - | as P1 |
 //! | P7 churn (`--only p7churn`) | one node with 100 / 1 000 / 4 000 inbound RouteMesh connections on its Application endpoint while 10 others of it reconnect, 20 per second for 5 s: records sent to the staying connections and node CPU, per reconnect (flat in N) | - | a `zmesh node` child process (see `churn`) |
 //!
 //! Every measurement is repeated `--runs` times (raw and zmesh interleaved); the table shows
@@ -98,7 +99,8 @@ pub struct BenchArgs {
     #[arg(long)]
     flood_secs: Option<u64>,
     /// Only these measurements, comma-separated: p1,p2,p3,p4,p5,p6,k5,c1,p7,p7churn
-    /// [default: all].
+    /// [default: all]; `p1batch` (never in the default) runs zmesh's P1 64 B `send_batch` row
+    /// alone, without raw libzmq, to profile it.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -283,11 +285,14 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     let want = |id: &str| args.only.is_empty() || args.only.iter().any(|o| o == id);
     for o in &args.only {
         if ![
-            "p1", "p2", "p3", "p4", "p5", "p6", "k5", "c1", "p7", "p7churn",
+            "p1", "p1batch", "p2", "p3", "p4", "p5", "p6", "k5", "c1", "p7", "p7churn",
         ]
         .contains(&o.as_str())
         {
-            bail!("--only: unknown measurement {o:?} (use p1,p2,p3,p4,p5,p6,k5,c1,p7,p7churn)");
+            bail!(
+                "--only: unknown measurement {o:?} (use \
+                 p1,p1batch,p2,p3,p4,p5,p6,k5,c1,p7,p7churn)"
+            );
         }
     }
     let machine = machine_info();
@@ -306,6 +311,9 @@ pub async fn run(args: BenchArgs) -> Result<()> {
 
     if want("p1") {
         metrics.extend(rows::p1(&plan).await?);
+    }
+    if args.only.iter().any(|o| o == "p1batch") {
+        metrics.extend(rows::p1batch(&plan).await?);
     }
     if want("p2") {
         metrics.extend(rows::p2(&plan).await?);

@@ -54,6 +54,25 @@ pub(super) async fn p1(plan: &Plan) -> Result<Vec<Metric>> {
     Ok(metrics)
 }
 
+/// P1's 64 B `send_batch` row alone (`--only p1batch`), without raw libzmq: for profiling.
+pub(super) async fn p1batch(plan: &Plan) -> Result<Vec<Metric>> {
+    let o = throughput::oneway_batch_only(plan, 64).await?;
+    Ok(vec![Metric {
+        key: "p1_oneway_64b_batch_only",
+        label: "P1 one-way 64 B, send_batch (alone)",
+        unit: "msg/s",
+        raw: None,
+        zmesh: o.batch,
+        target: Target::Reference,
+        extra: json!({
+            "messages": plan.messages,
+            "senders": plan.senders,
+            "batch": plan.batch,
+            "zmesh_cpu_us_per_msg": o.batch_cpu_us.to_json(),
+        }),
+    }])
+}
+
 /// P2 rows: call round trip p50/p99 with a task handler, and with an inline one.
 pub(super) async fn p2(plan: &Plan) -> Result<Vec<Metric>> {
     let mut metrics = Vec::new();

@@ -97,6 +97,25 @@ pub(crate) async fn oneway(plan: &Plan, size: usize) -> Result<OneWay> {
     Ok(o)
 }
 
+/// zmesh's 64 B `send_batch` row of P1 alone, `plan.runs` times, without raw libzmq or the
+/// other rows: a small run to profile (`--only p1batch --messages 20000` under callgrind).
+pub(crate) async fn oneway_batch_only(plan: &Plan, size: usize) -> Result<OneWay> {
+    let mut o = OneWay::default();
+    for run in 0..plan.runs {
+        let b = zmesh_oneway(size, plan.messages, plan.senders, plan.batch, None).await?;
+        eprintln!(
+            "P1 {size} B run {} (send_batch only): zmesh send_batch {:.0} msg/s ({:.2} us \
+             CPU/msg)",
+            run + 1,
+            b.rate,
+            b.cpu_us
+        );
+        o.batch.push(b.rate);
+        o.batch_cpu_us.push(b.cpu_us);
+    }
+    Ok(o)
+}
+
 /// A DEALER sends `n` records of `size` bytes to a ROUTER as fast as libzmq takes them; the
 /// ROUTER counts them. Clock: first send to last receive.
 fn raw_oneway(size: usize, n: u64, curve: Option<Curve>) -> Result<Run> {

@@ -5,8 +5,9 @@
 //! state ([`Accepting::judge_zap`]), whether a refused connection is sent its REJECT
 //! ([`Accepting::refuse`]) and what a new allow-list does to the links
 //! ([`Accepting::allow_list_effects`]). Admission of a HELLO is [`crate::proto::node::admit`]'s;
-//! reading the ZAP handler and the monitors, sending REJECTs and counting refusals are the
-//! shell's (`io/gate.rs`, `io/admission.rs`).
+//! what follows from a verdict, in order, is the node core's
+//! ([`crate::proto::node::core::gate`]); reading the ZAP handler and the monitors, sending
+//! REJECTs and counting refusals are the shell's (`io/gate.rs`, `io/admission.rs`).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 

@@ -1,8 +1,9 @@
 //! The gate's state: the bound sockets by ZAP domain, the connections open
 //! on each, the allow-list (CURVE) and the recent refusals. What the gate decides over it is
-//! [`Accepting`](crate::proto::node::accepting::Accepting)'s; reading and answering the ZAP
-//! handler and counting refusals is the thread's (`io/gate.rs`, whose module docs describe
-//! the whole gate).
+//! [`Accepting`](crate::proto::node::accepting::Accepting)'s, in the order the node core
+//! gives ([`crate::proto::node::core::gate`]); reading and answering the ZAP handler and
+//! counting refusals is the thread's (`io/gate.rs`, whose module docs describe the whole
+//! gate).
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::Instant;

@@ -392,7 +392,7 @@ pub(crate) fn gone_inbound<C: Configured + ?Sized>(
 }
 
 /// The peer RID and lane of a RouteMesh link of kind `kind`, dialled or inbound.
-fn mesh_lane<'a, C: Configured + ?Sized>(
+pub(crate) fn mesh_lane<'a, C: Configured + ?Sized>(
     configured: &'a C,
     kind: &'a LinkKind,
 ) -> Option<(&'a str, Lane)> {

@@ -35,9 +35,20 @@
 //!   connection notices, a refused or unadmitted connection, a replaced connection's late
 //!   record), what a link's record does in its connection's state (decoded with the
 //!   capabilities it negotiated; a malformed one a protocol error of that link only), and
-//!   a PACK's records delivered and counted as a run. Its file `core/calls.rs` holds the
-//!   calls' decisions over `CallShell` (the call table beside the core, the hand-offs to
-//!   the caller's and callee's parts): where a call goes (a named peer's two ready lanes,
+//!   a PACK's records delivered and counted as a run. Its file `core/gate.rs`
+//!   holds the bound sockets' gate's decisions in order (a ZAP request's verdict, after its
+//!   socket's monitor is read; a bound socket's monitor events; the publisher's refused
+//!   input; a refusal counted under its reason and remembered) over `GateShell` (whether a
+//!   socket is still bound, reading its monitor, the cap, an endpoint, the refusal counter).
+//!   Its file `core/snapshot.rs` decides which links and subscriptions a snapshot lists, in
+//!   which order and with what of each (history of a lane and removed intents left out, the
+//!   count limit), as a listing the shell maps into its snapshot. Its file
+//!   `core/exhaustion.rs` decides what running out of descriptors does: a link's or
+//!   subscription's `resource_exhausted` failure (a state event on the episode's first
+//!   only), another socket error's retry, and when an episode's one warning is logged.
+//!   Its file `core/calls.rs` holds the calls' decisions over `CallShell` (the call table
+//!   beside the core, the hand-offs to the caller's and callee's parts): where a call goes
+//!   (a named peer's two ready lanes,
 //!   or a ready server round-robin), how a turn's REQUESTs share a message (MISSION K5),
 //!   which calls a lost connection fails (MISSION C2), whether an answer has a call key,
 //!   where a REQUEST's answers go and who sent it, where a CANCEL or CREDIT goes and how

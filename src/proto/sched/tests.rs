@@ -22,6 +22,12 @@ struct Bench {
     /// After each hand-out, take the unit's next records with
     /// [`ReceiveScheduler::next_in_turn`] while it gives them, as the shell does.
     runs: bool,
+    /// In runs, the calls one reading of the clock serves (the shell's coarse clock; 1: a
+    /// reading per call).
+    coarse: usize,
+    /// In runs, take what one reading serves with [`ReceiveScheduler::next_in_turn_many`]
+    /// (records whose sequence number is a multiple of 7 refused: one `next_in_turn` each).
+    many: bool,
 }
 
 impl Bench {
@@ -36,6 +42,8 @@ impl Bench {
             delivered: Vec::new(),
             packs: HashMap::new(),
             runs: false,
+            coarse: 1,
+            many: false,
         }
     }
 
@@ -88,8 +96,35 @@ impl Bench {
                 self.delivered
                     .push((self.sched.rotation_number(), unit, record.1));
                 self.now += self.cost;
+                let (mut reading, mut left) = (self.now, 0);
+                let mut taken = Vec::new();
                 while self.runs {
-                    let Some(record) = self.sched.next_in_turn(unit, self.now) else {
+                    if left == 0 {
+                        (reading, left) = (self.now, self.coarse.max(1));
+                    }
+                    left -= 1;
+                    if self.many {
+                        let n = self.sched.next_in_turn_many(
+                            unit,
+                            reading,
+                            left + 1,
+                            |r| r.1 % 7 != 0,
+                            &mut taken,
+                        );
+                        if n > 0 {
+                            assert_eq!(n, taken.len());
+                            left -= n - 1;
+                            for record in taken.drain(..) {
+                                assert_eq!(record.0, unit, "a run is its unit's");
+                                assert_ne!(record.1 % 7, 0, "refused records are left");
+                                self.delivered
+                                    .push((self.sched.rotation_number(), unit, record.1));
+                                self.now += self.cost;
+                            }
+                            continue;
+                        }
+                    }
+                    let Some(record) = self.sched.next_in_turn(unit, reading) else {
                         break;
                     };
                     assert_eq!(record.0, unit, "a run is its unit's");
@@ -784,9 +819,27 @@ fn r2_x4_runs_of_next_in_turn_match_poll_action_as_units_join_and_leave() {
     }
 }
 
+/// `next_in_turn_many` hands out exactly what the `next_in_turn` calls it stands for would
+/// (the same `now` for the calls one reading of the clock serves, 1 to 8 of them), stopping
+/// at a record it is told to leave: the same records in the same rotations, the same rotation
+/// ends, the same unit statistics, with units joining and leaving.
+#[test]
+fn r2_x4_next_in_turn_many_matches_the_calls_it_stands_for() {
+    for seed in 81..=160u64 {
+        let coarse = 1 + (seed % 8) as usize;
+        runs_match(seed, seed.is_multiple_of(3), Some(coarse));
+    }
+}
+
 /// Runs one seeded workload with and without `next_in_turn` runs and compares the two; with
 /// `churn`, a single-peer unit and a peer behind the shared socket are replaced now and then.
 fn runs_match_poll_action(seed: u64, churn: bool) {
+    runs_match(seed, churn, None);
+}
+
+/// [`runs_match_poll_action`]; with `coarse`, compares runs of `next_in_turn` calls under a
+/// clock read once per `coarse` calls with the same runs taken by `next_in_turn_many`.
+fn runs_match(seed: u64, churn: bool, coarse: Option<usize>) {
     let mut next = xorshift(seed);
     let caps = Caps::default()
         .with_bytes(1 + (next() % 8000) as usize)
@@ -796,6 +849,10 @@ fn runs_match_poll_action(seed: u64, churn: bool) {
     let mut plain = Bench::new(caps, cost);
     let mut runs = Bench::new(caps, cost);
     runs.runs = true;
+    if let Some(k) = coarse {
+        (plain.runs, plain.coarse) = (true, k);
+        (runs.coarse, runs.many) = (k, true);
+    }
     if seed.is_multiple_of(2) {
         plain.sched = ReceiveScheduler::with_caps(caps).with_readiness();
         runs.sched = ReceiveScheduler::with_caps(caps).with_readiness();

@@ -173,9 +173,10 @@ pub(super) fn put_payloads<'a>(
 }
 
 /// Reads `count` u16 lengths. Bounded by the frame: each length is 2 bytes, and a short
-/// frame stops the reader with `truncated` before anything is reserved for it.
+/// frame stops the reader with `truncated` before anything is reserved for it beyond the
+/// lengths of a valid PACK or PUBPACK ([`Pack::MAX`], reserved at once rather than grown to).
 pub(super) fn read_lengths(r: &mut Reader<'_>, count: usize) -> Result<Vec<usize>, WireError> {
-    let mut lengths = Vec::new();
+    let mut lengths = Vec::with_capacity(count.min(Pack::MAX));
     for _ in 0..count {
         lengths.push(usize::from(r.u16("lengths")?));
     }

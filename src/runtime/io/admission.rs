@@ -19,6 +19,7 @@ use crate::proto::handshake::{self, Identity};
 use crate::proto::liveness::{self, PublisherEvent};
 use crate::proto::node::admit::Credentials;
 use crate::proto::node::core::{self, Count, First, NodeCore, SendFailure, Shell};
+use crate::proto::node::gate::Gated;
 use crate::proto::node::links::SweepRecord;
 use crate::proto::sched::Source as SchedSource;
 use crate::proto::security::InputRefusal;
@@ -146,7 +147,7 @@ impl Shell for IoThread {
     }
 
     fn record_refusal(&mut self, slot: SlotKey, why: InputRefusal, detail: String, now: Instant) {
-        IoThread::record_refusal(self, slot, why, detail, now);
+        core::gate::record_refusal(self, Gated::Bound(slot), why, detail, now);
     }
 
     fn count(&mut self, what: Count) {

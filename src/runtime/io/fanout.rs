@@ -42,16 +42,16 @@ use super::parts::ready::Watch;
 use super::parts::sockets::{close_stopping_monitor, Slot, SlotRole, Staged, Unit};
 use super::{IoThread, SlotKey, SubKey};
 use crate::proto::node::core::fanout::{self, FanoutShell};
+use crate::proto::node::core::gate;
 use crate::proto::node::received;
 use crate::proto::node::sub::{Published, SubSecurity};
-use crate::proto::security::{handshake_refusal, InputRefusal};
 use crate::proto::state::{ConnState, FailureReason};
 use crate::proto::wire::{self, PUBPACK_MARKER};
 use crate::runtime::error::NodeError;
 use crate::runtime::event::{Delivery, NodeEvent};
 use crate::runtime::link::LinkId;
 use crate::runtime::records::{self, Fanout};
-use crate::runtime::socket::{Frame, MonitorEvent, MonitorSocket, ZmqSocket};
+use crate::runtime::socket::{Frame, MonitorSocket, ZmqSocket};
 use crate::runtime::transport::{SocketKind, SocketRole, Transport, TransportSocket};
 
 /// The fanout capabilities every SUB socket of this node announces to its publisher, by
@@ -120,20 +120,7 @@ impl IoThread {
         } else {
             Vec::new()
         };
-        for _ in 0..garbage {
-            self.refuse_publisher_input(
-                InputRefusal::Malformed,
-                "a message to the publisher that is neither a subscription nor its cancel"
-                    .to_owned(),
-                now,
-            );
-        }
-        for (event, value) in events {
-            if event == MonitorEvent::HandshakeFailed {
-                let (reason, detail) = handshake_refusal(self.local.curve.is_some(), value);
-                self.refuse_publisher_input(reason, detail, now);
-            }
-        }
+        gate::refuse_publisher_input(self, garbage, &events, now);
     }
 
     /// Opens subscription `i`'s socket, secured as the core says ([`fanout::open_security`]:
@@ -247,6 +234,7 @@ impl IoThread {
 
 /// Fanout's effects: the application's deliveries and states, and the SUB sockets.
 impl FanoutShell for IoThread {
+    #[inline]
     fn deliver_published(&mut self, sub: SubKey, topic: Bytes, payload: Bytes) {
         metrics::counter!("zmesh_fanout_records_received_total").increment(1);
         self.app.push(NodeEvent::Delivery(Delivery {

@@ -1,13 +1,16 @@
 //! The gate of the bound sockets: who may hold a connection to this node before
-//! it was admitted, and what became of those that were refused.
+//! it was admitted, and what became of those that were refused. What the gate decides is
+//! the node core's ([`crate::proto::node::core::gate`], over [`GateShell`]); this file reads
+//! the ZAP handler's requests and sends the replies the core gives it, and carries out the
+//! hand-offs the core asks for: reading a bound socket's monitor, and counting and logging a
+//! refusal.
 //!
 //! - **ZAP.** Every bound ROUTER carries a ZAP domain of its own and lives in the context of
 //!   the node's ZAP handler, a ROUTER this thread answers
 //!   ([`crate::proto::security::ZapRequest`]): libzmq lets no connection carry a record before
 //!   the handler said yes. What it says is decided in `proto`
 //!   ([`crate::proto::security::judge_zap`], over the gate's state in
-//!   [`crate::proto::node::accepting`]); this file reads the requests, answers them and
-//!   records the refusals the verdict counts.
+//!   [`crate::proto::node::accepting`], in the order [`gate::zap_verdict`] gives).
 //! - **The unadmitted cap.** The bound sockets' monitors report each accepted connection and
 //!   each disconnect with the connection's descriptor; the connections open on a socket minus
 //!   those admitted there (a WELCOME sent, not failed since) are its unadmitted ones. At
@@ -27,10 +30,10 @@
 //!   any ZAP request; its monitor event is recorded as `security_failure` too.
 //! - **Refusals.** Every refusal of an unadmitted connection (garbage, a first record that is
 //!   not a HELLO, a failed transport handshake, the cap), and of input on the publisher's
-//!   endpoint (`io::fanout`: a message that is not a subscription, a failed transport
-//!   handshake), is counted in
-//!   `zmesh_input_refused_total{reason}` (the reason is the only label, MISSION O2) and kept in
-//!   the snapshot's `recent_refusals` (the last
+//!   endpoint ([`gate::refuse_publisher_input`]: a message that is not a subscription, a
+//!   failed transport handshake), is recorded by the core ([`gate::record_refusal`]): counted
+//!   here in `zmesh_input_refused_total{reason}` (the reason is the only label, MISSION
+//!   O2), then kept in the snapshot's `recent_refusals` (the last
 //!   [`RECENT_REFUSALS`](crate::proto::node::gate::RECENT_REFUSALS), with the endpoint).
 
 use std::collections::BTreeSet;
@@ -39,10 +42,9 @@ use std::time::Instant;
 use super::parts::ready::Watch;
 use super::parts::sockets::{Slot, SlotRole};
 use super::{Gated, IoThread, SlotKey};
-use crate::proto::node::accepting::GateEvent;
 use crate::proto::node::core;
-use crate::proto::node::gate::Refusal;
-use crate::proto::security::{InputRefusal, PublicKey, ZapReply, ZapRequest};
+use crate::proto::node::core::gate::{self, GateShell};
+use crate::proto::security::{InputRefusal, PublicKey};
 use crate::runtime::event::NodeEvent;
 use crate::runtime::security::SecurityEvent;
 use crate::runtime::snapshot::RefusalSnapshot;
@@ -53,10 +55,8 @@ use crate::runtime::transport::TransportSocket;
 const ZAP_PER_TURN: usize = 256;
 
 impl IoThread {
-    /// A bound socket's monitor event, as the gate takes it
-    /// ([`Accepting::handle_monitor_event`](crate::proto::node::accepting::Accepting::handle_monitor_event)):
-    /// a disconnect starts the sweep checks ([`core::check_bound_disconnects`]), a
-    /// refused handshake is recorded.
+    /// A bound socket's monitor event, as the core's gate takes it
+    /// ([`gate::on_monitor_event`]).
     pub(super) fn gate_monitor_event(
         &mut self,
         slot: SlotKey,
@@ -64,68 +64,7 @@ impl IoThread {
         value: u32,
         now: Instant,
     ) {
-        let curve = self.local.curve.is_some();
-        match self
-            .core
-            .accepting
-            .handle_monitor_event(slot, event, value, curve)
-        {
-            GateEvent::Nothing => {}
-            GateEvent::Sweep => self.core.timers.start_sweep(slot, now),
-            GateEvent::Refused(reason, detail) => self.record_refusal(slot, reason, detail, now),
-        }
-    }
-
-    /// Counts a refusal of input on the publisher's endpoint and keeps it for the snapshot.
-    pub(super) fn refuse_publisher_input(
-        &mut self,
-        reason: InputRefusal,
-        detail: String,
-        now: Instant,
-    ) {
-        self.record_refusal_at(Gated::Publisher, reason, detail, now);
-    }
-
-    /// Counts a refusal of an unadmitted connection of bound socket `slot` and keeps it for
-    /// the snapshot.
-    pub(super) fn record_refusal(
-        &mut self,
-        slot: SlotKey,
-        reason: InputRefusal,
-        detail: String,
-        now: Instant,
-    ) {
-        self.record_refusal_at(Gated::Bound(slot), reason, detail, now);
-    }
-
-    /// As [`IoThread::record_refusal`], for a bound socket or the publisher.
-    fn record_refusal_at(
-        &mut self,
-        gated: Gated,
-        reason: InputRefusal,
-        detail: String,
-        now: Instant,
-    ) {
-        metrics::counter!("zmesh_input_refused_total", "reason" => reason.as_str()).increment(1);
-        let endpoint = match gated {
-            Gated::Bound(slot) => self
-                .sockets
-                .get(slot)
-                .map_or_else(String::new, |s| s.endpoint.clone()),
-            Gated::Publisher => self
-                .fanout
-                .publisher
-                .as_ref()
-                .map(|p| p.endpoint.clone())
-                .unwrap_or_default(),
-        };
-        tracing::debug!(endpoint, reason = reason.as_str(), detail, "refused");
-        self.core.accepting.gate.remember(Refusal {
-            at: now,
-            endpoint,
-            reason,
-            detail,
-        });
+        gate::on_monitor_event(self, slot, event, value, now);
     }
 
     /// The recent refusals, oldest first, for a snapshot.
@@ -143,7 +82,8 @@ impl IoThread {
             .collect()
     }
 
-    /// Answers the ZAP requests waiting on the handler (at most [`ZAP_PER_TURN`]).
+    /// Answers the ZAP requests waiting on the handler (at most [`ZAP_PER_TURN`]), each as
+    /// the core's gate decides ([`gate::handle_zap_request`]).
     pub(super) fn handle_zap(&mut self, now: Instant) {
         for _ in 0..ZAP_PER_TURN {
             let frames = match self.sockets.zap.as_ref().map(TransportSocket::try_recv) {
@@ -154,20 +94,9 @@ impl IoThread {
                 }
                 _ => break,
             };
-            let Some((route, rest)) = frames.split_first() else {
+            let Some(out) = gate::handle_zap_request(self, &frames, now) else {
                 continue;
             };
-            let request = match ZapRequest::parse(rest) {
-                Ok(r) => r,
-                Err(e) => {
-                    // Only libzmq writes here (inproc, this node's contexts).
-                    tracing::warn!(error = %e, "malformed ZAP request ignored");
-                    continue;
-                }
-            };
-            let reply = self.zap_verdict(&request, now);
-            let mut out: Vec<Vec<u8>> = vec![route.as_ref().to_vec()];
-            out.extend(reply.encode());
             let refs: Vec<&[u8]> = out.iter().map(Vec::as_slice).collect();
             if let Some(zap) = &self.sockets.zap {
                 if let Err(e) = zap.send(&refs) {
@@ -176,41 +105,6 @@ impl IoThread {
             }
         }
         self.sockets.ready.touch(Watch::Zap);
-    }
-
-    /// The verdict on one connection, as the gate judges it
-    /// ([`Accepting::judge_zap`](crate::proto::node::accepting::Accepting::judge_zap)): for a
-    /// bound ROUTER its monitor is read first (the connection's ACCEPTED event was published
-    /// before its ZAP request, so the count includes this connection). A refusal that counts
-    /// is recorded.
-    fn zap_verdict(&mut self, request: &ZapRequest, now: Instant) -> ZapReply {
-        let gated = self.core.accepting.gate.gated(&request.domain);
-        let mut still_bound = false;
-        if let Some(Gated::Bound(slot)) = gated {
-            still_bound = matches!(
-                self.sockets.get(slot),
-                Some(Slot {
-                    role: SlotRole::Bound(_),
-                    ..
-                })
-            );
-            if still_bound {
-                for (event, value) in self.sockets.monitor_events(slot) {
-                    self.gate_monitor_event(slot, event, value, now);
-                }
-            }
-        }
-        let (reply, refused) = self.core.accepting.judge_zap(
-            request,
-            gated,
-            still_bound,
-            self.local.curve.is_some(),
-            self.local.cfg.max_unadmitted,
-        );
-        if let Some((gated, reason, detail)) = refused {
-            self.record_refusal_at(gated, reason, detail, now);
-        }
-        reply
     }
 
     /// A new allow-list (or the error of an attempt to read one): in force at once for new
@@ -257,5 +151,45 @@ impl IoThread {
             });
         core::handle_allow_list_effects(self, effects, now);
         Ok(n)
+    }
+}
+
+impl GateShell for IoThread {
+    fn still_bound(&self, slot: SlotKey) -> bool {
+        matches!(
+            self.sockets.get(slot),
+            Some(Slot {
+                role: SlotRole::Bound(_),
+                ..
+            })
+        )
+    }
+
+    fn read_monitor(&mut self, slot: SlotKey) -> Vec<(MonitorEvent, u32)> {
+        self.sockets.monitor_events(slot)
+    }
+
+    fn max_unadmitted(&self) -> usize {
+        self.local.cfg.max_unadmitted
+    }
+
+    fn gated_endpoint(&self, gated: Gated) -> String {
+        match gated {
+            Gated::Bound(slot) => self
+                .sockets
+                .get(slot)
+                .map_or_else(String::new, |s| s.endpoint.clone()),
+            Gated::Publisher => self
+                .fanout
+                .publisher
+                .as_ref()
+                .map(|p| p.endpoint.clone())
+                .unwrap_or_default(),
+        }
+    }
+
+    fn count_refusal(&mut self, endpoint: &str, reason: InputRefusal, detail: &str) {
+        metrics::counter!("zmesh_input_refused_total", "reason" => reason.as_str()).increment(1);
+        tracing::debug!(endpoint, reason = reason.as_str(), detail, "refused");
     }
 }

@@ -50,14 +50,19 @@
 //!   `core`, with the handshake's decisions, a link's failure, the disconnect sweeps, what
 //!   its timers do when due, what a dialled or SUB socket's monitor event does and the
 //!   receive path's decisions (`core::receive`: where a record read goes, what a link's
-//!   record does in its connection's state, a PACK's records as a run), in their order, and
+//!   record does in its connection's state, a PACK's records as a run), in their order,
 //!   classic fanout's (`core::fanout`: what a message read from a subscription is and
 //!   whether it is delivered, a PUBPACK's records, the watch's verdicts, a subscription's
-//!   failure, refusal and opening) and the calls' (`core::calls`: where a call goes, how a
-//!   turn's REQUESTs share a message, which calls a lost connection fails, whether an
-//!   answer has a call key, where a REQUEST's answers go and who sent it, where a CANCEL or
-//!   CREDIT goes and how an answer leaves); the thread is that core's `Shell`,
-//!   `ReceiveShell`, `FanoutShell` and `CallShell`.
+//!   failure, refusal and opening), the gate's (`core::gate`: a ZAP request's verdict after
+//!   its socket's monitor is read, a bound socket's monitor events, the publisher's refused
+//!   input, a refusal counted and remembered), which links and subscriptions a snapshot
+//!   lists (`core::snapshot`), what running out of descriptors does (`core::exhaustion`:
+//!   the failure of a link or subscription that cannot open a socket, which one emits a
+//!   state event, when an episode's warning is logged), and the calls' (`core::calls`:
+//!   where a call goes, how a turn's REQUESTs share a message, which calls a lost
+//!   connection fails, whether an answer has a call key, where a REQUEST's answers go and
+//!   who sent it, where a CANCEL or CREDIT goes and how an answer leaves); the thread is
+//!   that core's `Shell`, `ReceiveShell`, `FanoutShell`, `GateShell` and `CallShell`.
 //! - [`parts`]: the parts that hold a socket, a channel or a task handle, each owning its
 //!   own behind a narrow interface and none of them importing the thread: the socket set with
 //!   the one send and receive primitive, the ZAP handler and the monitors of closes not yet
@@ -68,7 +73,8 @@
 //!   reply channels); the
 //!   application queue (`parts::app`); the send queues and their turns
 //!   (`parts::outbound`); the node's own publisher (`parts::fanout`); descriptor exhaustion
-//!   (`parts::exhaustion`); the hand-off from the async side (`parts::handoff`); the node
+//!   (`parts::exhaustion`: the OS's figures and the core's episode); the hand-off from the
+//!   async side (`parts::handoff`); the node
 //!   itself (`parts::local`: configuration, identity, key pair, where it is in its life);
 //!   the receive scheduler (`parts::receiving`).
 //! - This file: the thread's state ([`IoThread`], which holds the parts), its construction
@@ -77,7 +83,9 @@
 //!   [`slots`] (binding, placing sockets), [`links`] (dialling, closing dialled
 //!   sockets), [`monitor`] (reading the sockets' monitor events), [`admission`] (the core's
 //!   `Shell`: decoding an unadmitted connection's first record, the effects of the core's
-//!   handshake, of its failing a link, of its disconnect sweeps and of its timers), [`gate`] (ZAP, the unadmitted cap, the allow-list), [`receive`]
+//!   handshake, of its failing a link, of its disconnect sweeps and of its timers), [`gate`]
+//!   (reading and answering the ZAP handler, the core's `GateShell`: a bound socket's
+//!   monitor, its endpoint, the refusal counter; loading the allow-list), [`receive`]
 //!   (the fair receive rotation: reading, staging a PACK's records, handing each record to
 //!   its subscription or to the core; the core's `ReceiveShell`: the effects of a link's
 //!   records), [`fanout`] (the publisher: binding it,
@@ -90,9 +98,11 @@
 //!   REQUESTs, BATCHes, CANCELs and CREDITs the core routed to the callee, sending its
 //!   ACCEPTs and ITEMs), [`route`] (below both: sending the CANCELs and answers the
 //!   caller, callee and core decided on; `sync_links` and `conn_caps`, hand-offs to the
-//!   core for the other glue), [`exhaustion`],
+//!   core for the other glue), [`exhaustion`] (working out the cause of a socket not opened
+//!   from the OS's descriptor figures, logging the core's episode),
 //!   [`discovery`] (automatic mode: intents and fences, MISSION D1, F3, T3), [`snapshot`]
-//!   and [`shutdown`].
+//!   (the core's listing mapped into the snapshot, with where each link sits in the
+//!   configuration and its pending calls) and [`shutdown`].
 
 mod admission;
 mod calls;
@@ -140,7 +150,6 @@ use crate::proto::node::keys;
 use crate::proto::node::link;
 use crate::proto::security::PublicKey;
 use link::LinkKind;
-pub use link::BACKOFF_MAX;
 pub use parts::callee::GRACEFUL_STOP_BOUND;
 use parts::fanout::Publisher;
 use parts::{app, callee, caller, ready, sockets};

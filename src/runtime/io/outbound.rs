@@ -167,10 +167,12 @@ impl IoThread {
             return Burst::More;
         }
         let mut buf = std::mem::take(&mut self.outbound.turns.scratch);
+        let mut pack = std::mem::take(&mut self.outbound.turns.pack);
         q.take(max, &mut buf);
-        let (sent, failed) = self.send_records(k, &buf);
+        let (sent, failed) = self.send_records(k, &buf, &mut pack);
         let more = q.settle(&mut buf, sent);
         self.outbound.turns.scratch = buf;
+        self.outbound.turns.pack = pack;
         self.outbound.turns.budget -= sent.min(self.outbound.turns.budget);
         if sent > 0 {
             metrics::counter!("zmesh_app_records_sent_total").increment(sent as u64);
@@ -188,14 +190,20 @@ impl IoThread {
     /// of two or more records on one channel leaves as PACKs ([`pack_run`]); otherwise, and
     /// for a record alone, as MESSAGEs, the version-1 bytes. libzmq takes a message whole or
     /// not at all, so a refused PACK sent none of its records: they are not counted, and go
-    /// back to the queue with the rest (`settle`).
-    fn send_records(&self, k: LinkKey, records: &Taken) -> (usize, Option<SocketError>) {
+    /// back to the queue with the rest (`settle`). A PACK's two frames are written into
+    /// `pack`, whose buffers are reused.
+    fn send_records(
+        &self,
+        k: LinkKey,
+        records: &Taken,
+        pack: &mut (Vec<u8>, Vec<u8>),
+    ) -> (usize, Option<SocketError>) {
         let Some(c) = self.core.links.get(k).and_then(|l| l.conn.as_ref()) else {
             return (0, Some(SocketError::Unreachable));
         };
         let packs = self.conn_caps(k).contains(Capabilities::PACK);
         let route = c.route.as_deref();
-        let (mut env, mut body) = (Vec::new(), Vec::new());
+        let (env, body) = pack;
         let mut sent = 0;
         for (run_env, payloads) in records.runs() {
             let mut done = 0;
@@ -203,13 +211,9 @@ impl IoThread {
                 let n = if packs { pack_run(rest) } else { 1 };
                 let r = match rest.get(..n) {
                     Some(run @ [_, _, ..]) => {
-                        Pack::write_frames(
-                            run_env,
-                            run.iter().map(|p| p.as_ref()),
-                            &mut env,
-                            &mut body,
-                        );
-                        self.sockets.send_parts(c.slot, route, &[&env, &body])
+                        Pack::write_frames(run_env, run.iter().map(|p| p.as_ref()), env, body);
+                        self.sockets
+                            .send_parts(c.slot, route, &[env.as_slice(), body.as_slice()])
                     }
                     _ => self.sockets.send_parts(c.slot, route, &[run_env, &rest[0]]),
                 };

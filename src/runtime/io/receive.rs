@@ -51,6 +51,19 @@ struct CoarseClock {
 }
 
 impl CoarseClock {
+    /// Actions the last reading still serves after the one [`CoarseClock::now`] returned it
+    /// for.
+    fn left(&self) -> usize {
+        self.left as usize
+    }
+
+    /// `n` more actions (at most [`CoarseClock::left`]) took the last reading.
+    fn used(&mut self, n: usize) {
+        self.left = self
+            .left
+            .saturating_sub(u32::try_from(n).unwrap_or(u32::MAX));
+    }
+
     fn now(&mut self) -> Instant {
         match self.at {
             Some(at) if self.left > 0 => {
@@ -270,16 +283,39 @@ impl IoThread {
     /// A record the scheduler handed out for `unit`, and the rest of the unit's staged
     /// records in this turn (a PACK's, say), exactly as the scheduler would hand them out
     /// next, without a pass through the rotation per record.
+    ///
+    /// The records of a PACK that one reading of the clock serves leave the scheduler together
+    /// ([`next_in_turn_many`](crate::proto::sched::ReceiveScheduler::next_in_turn_many)): the
+    /// calls of `next_in_turn` they stand for would have had that reading, and delivering a
+    /// PACK's record changes nothing in the scheduler, so the same records go, judged by the
+    /// same caps. Any other record leaves alone, through `next_in_turn`, as it is processed
+    /// (its processing may end the turn).
     fn on_turn(&mut self, unit: Unit, record: Staged, now: Instant, clock: &mut CoarseClock) {
         let mut run = None;
         self.on_staged(unit, record, now, &mut run);
+        let mut taken = std::mem::take(&mut self.receiving.taken);
         loop {
             let now = clock.now();
+            let n = self.receiving.sched.next_in_turn_many(
+                unit,
+                now,
+                clock.left() + 1,
+                |r| matches!(r, Staged::Packed(_)),
+                &mut taken,
+            );
+            if n > 0 {
+                clock.used(n - 1);
+                for record in taken.drain(..) {
+                    self.on_staged(unit, record, now, &mut run);
+                }
+                continue;
+            }
             let Some(record) = self.receiving.sched.next_in_turn(unit, now) else {
                 break;
             };
             self.on_staged(unit, record, now, &mut run);
         }
+        self.receiving.taken = taken;
         core::handle_run_end(self, run);
     }
 

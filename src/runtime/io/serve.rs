@@ -29,12 +29,6 @@ impl From<CallerId> for Caller {
 }
 
 impl IoThread {
-    /// Who calls on link `k`, as its connection knows it (see
-    /// [`crate::runtime::security::Caller`]).
-    pub(super) fn caller_of(&self, k: LinkKey) -> Caller {
-        core_calls::caller_of(&self.core.links, k).into()
-    }
-
     /// A BATCH arriving on link `k` (MISSION K5), as the core routes it.
     pub(super) fn on_batch(&mut self, k: LinkKey, requests: Vec<wire::Request>, now: Instant) {
         core_calls::handle_batch(self, k, requests, now);

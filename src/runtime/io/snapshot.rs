@@ -1,19 +1,15 @@
-//! The node's snapshot (MISSION O1): every link and subscription with its state, last failure
-//! and counters, count-limited.
-//!
-//! A RouteMesh lane is listed by the links that serve it or try to. Two kinds of link are not
-//! listed, because they are history of a lane and not a failure of it: a dial that stood down
-//! for the peer's own connection (duplicate resolution, MISSION T1; it dials again only if
-//! that connection fails, and is listed again from then on), and any link without a
-//! connection whose peer and lane are ready on another link (the inbound link of a dial the
-//! peer stood down).
+//! The node's snapshot (MISSION O1): which links and subscriptions it lists and what it shows
+//! of them is the node core's ([`crate::proto::node::core::snapshot`]); this file maps that
+//! listing into [`Snapshot`] values, with what only the thread knows: where a link sits in
+//! the configuration (topology, role, peer, endpoint, the channels it serves), the calls
+//! pending on it, and the node's own state, sockets, descriptors and security.
 
-use std::collections::HashSet;
 use std::time::Instant;
 
 use super::parts::sockets::SlotRole;
-use super::{Host, IoThread, LinkKey};
+use super::{Host, IoThread};
 use crate::proto::handshake::Identity;
+use crate::proto::node::core::snapshot::{self, Listed, Row};
 use crate::proto::node::link::{Link, LinkKind};
 use crate::proto::state::Failure;
 use crate::runtime::link::LinkId;
@@ -23,38 +19,15 @@ use crate::runtime::snapshot::{
 };
 
 impl IoThread {
+    /// The node's snapshot at `now`.
     pub(super) fn snapshot(&self, now: Instant) -> Snapshot {
-        let mut links = Vec::new();
-        let ready_lanes: HashSet<(&str, Lane)> = self
-            .core
-            .links
-            .iter()
-            .filter(|(_, l)| l.state.is_ready())
-            .filter_map(|(_, l)| self.local.mesh_lane(&l.kind))
-            .collect();
-        for (k, l) in self.core.links.iter() {
-            // A discovered intent whose descriptor is gone, once its last connection ended.
-            if l.is_removed() {
-                continue;
-            }
-            let served_elsewhere = l.conn.is_none()
-                && !l.state.is_ready()
-                && self
-                    .local
-                    .mesh_lane(&l.kind)
-                    .is_some_and(|lane| ready_lanes.contains(&lane));
-            if served_elsewhere || (l.yielded && l.conn.is_none()) {
-                continue;
-            }
-            links.push(self.link_row(k, l, now));
-        }
-        self.sub_rows(now, &mut links);
-        let links_ready = links
-            .iter()
-            .filter(|l| l.state == crate::proto::state::ConnState::Ready)
-            .count();
-        let omitted = links.len().saturating_sub(SNAPSHOT_LIMIT);
-        links.truncate(SNAPSHOT_LIMIT);
+        let listing = snapshot::listing(
+            &self.core,
+            &self.local.configured(),
+            self.local.curve.is_some(),
+            SNAPSHOT_LIMIT,
+        );
+        let links = listing.rows.iter().map(|r| self.row(r, now)).collect();
         Snapshot {
             rid: self.local.me.rid.clone(),
             generation: self.local.me.generation,
@@ -66,8 +39,8 @@ impl IoThread {
             pending_calls: self.caller.calls().pending(),
             serving_calls: self.callee.serving().in_flight(),
             links,
-            omitted,
-            links_ready,
+            omitted: listing.omitted,
+            links_ready: listing.ready,
             recent_refusals: self.recent_refusals(now),
             zmq_contexts: self.sockets.contexts.contexts(),
             zmq_sockets: self.sockets.contexts.open_sockets(),
@@ -137,101 +110,56 @@ impl IoThread {
         }
     }
 
-    /// The snapshot row of link `k`.
-    fn link_row(&self, k: LinkKey, l: &Link, now: Instant) -> LinkSnapshot {
+    /// The snapshot row of `row`, as the core lists it.
+    fn row(&self, row: &Row<'_>, now: Instant) -> LinkSnapshot {
         let age = |t: Instant| now.saturating_duration_since(t).as_millis() as u64;
-        let (topology, role, peer, endpoint) = self.link_place(l);
-        let peer_generation = l
-            .conn
-            .as_ref()
-            .and_then(|c| c.peer.as_ref())
-            .map(|p| p.generation);
-        let serves = match &l.kind {
-            LinkKind::ClientDial { server } => self
-                .local
-                .cfg
-                .servers
-                .get(*server)
-                .map(|s| vec![s.channel.clone()]),
-            _ => l
-                .conn
-                .as_ref()
-                .and_then(|c| c.peer.as_ref())
-                .map(Identity::served_channels),
+        let (id, (topology, role, peer, endpoint), serves, pending_calls) = match row.listed {
+            Listed::Link(k) => {
+                let l = &self.core.links[k];
+                let serves = match &l.kind {
+                    LinkKind::ClientDial { server } => self
+                        .local
+                        .cfg
+                        .servers
+                        .get(*server)
+                        .map(|s| vec![s.channel.clone()]),
+                    _ => row.peer.map(Identity::served_channels),
+                };
+                let pending = row
+                    .connection
+                    .map_or(0, |c| self.caller.calls().pending_on((k, c)));
+                let id = self.local.link_id(&l.kind);
+                (id, self.link_place(l), serves, pending)
+            }
+            Listed::Sub(i) => {
+                let endpoint = self.core.subs[i].endpoint.clone();
+                let id = LinkId::Subscription {
+                    endpoint: endpoint.clone(),
+                };
+                (id, ("fanout", "subscriber", None, endpoint), None, 0)
+            }
         };
         LinkSnapshot {
-            id: self.local.link_id(&self.core.links[k].kind),
+            id,
             topology,
             role,
             peer,
-            peer_generation,
+            peer_generation: row.peer.map(|p| p.generation),
             endpoint,
             serves: serves.unwrap_or_default(),
-            state: l.state.state(),
-            connection_id: l.conn.as_ref().map(|c| c.id.0),
-            last_failure: l.state.last_failure().map(|f| failure_row(f, now)),
-            last_receive_age_ms: l.last_receive.map(age),
-            last_receive_unix_ms: l
+            state: row.state,
+            connection_id: row.connection.map(|c| c.0),
+            last_failure: row.last_failure.map(|f| failure_row(f, now)),
+            last_receive_age_ms: row.last_receive.map(age),
+            last_receive_unix_ms: row
                 .last_receive
                 .map(|t| crate::display_time::unix_millis(t, now)),
-            records_received: l.records,
-            pending_calls: l
-                .conn
-                .as_ref()
-                .map(|c| self.caller.calls().pending_on((k, c.id)))
-                .unwrap_or(0),
-            ready_count: l.state.readies(),
-            failure_count: l.state.failures(),
-            peer_security_identity: l
-                .conn
-                .as_ref()
-                .filter(|c| c.peer.is_some())
-                .map(|_| self.caller_of(k).security_identity),
-            verified: l
-                .conn
-                .as_ref()
-                .is_some_and(|c| c.peer.is_some() && c.verified_key.is_some()),
-        }
-    }
-
-    /// The snapshot rows of the fanout subscriptions.
-    fn sub_rows(&self, now: Instant, links: &mut Vec<LinkSnapshot>) {
-        let age = |t: Instant| now.saturating_duration_since(t).as_millis() as u64;
-        // A discovered publisher whose descriptor is gone, once its socket is closed.
-        for s in self
-            .core
-            .subs
-            .values()
-            .filter(|s| !(s.retired && s.slot.is_none()))
-        {
-            let last = self
-                .core
-                .liveness
-                .table()
-                .publisher(s.live)
-                .and_then(|w| w.last_receive_at());
-            links.push(LinkSnapshot {
-                id: LinkId::Subscription {
-                    endpoint: s.endpoint.clone(),
-                },
-                topology: "fanout",
-                role: "subscriber",
-                peer: None,
-                peer_generation: None,
-                endpoint: s.endpoint.clone(),
-                serves: Vec::new(),
-                state: s.state.state(),
-                connection_id: s.conn_id.map(|c| c.0),
-                last_failure: s.state.last_failure().map(|f| failure_row(f, now)),
-                last_receive_age_ms: last.map(age),
-                last_receive_unix_ms: last.map(|t| crate::display_time::unix_millis(t, now)),
-                records_received: s.records,
-                pending_calls: 0,
-                ready_count: s.state.readies(),
-                failure_count: s.state.failures(),
-                peer_security_identity: s.key.filter(|_| s.state.is_ready()).map(|k| k.to_z85()),
-                verified: self.local.curve.is_some() && s.state.is_ready(),
-            });
+            records_received: row.records,
+            pending_calls,
+            ready_count: row.readies,
+            failure_count: row.failures,
+            peer_security_identity: row.security_identity.clone(),
+            verified: row.verified,
         }
     }
 }

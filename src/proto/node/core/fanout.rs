@@ -140,6 +140,7 @@ pub(crate) fn published_records(
 /// A record of a PUBPACK in its turn: the first is the PUBPACK's receipt for the
 /// publisher's watch (WIRE.md §7.5: one valid receipt), and each is delivered while the
 /// socket it came on is still the subscription's and the watch took the PUBPACK.
+#[inline]
 pub(crate) fn on_published<S: FanoutShell>(node: &mut S, p: Published, now: Instant) {
     let Some(s) = node.core().subs.get(p.sub) else {
         return;
@@ -167,6 +168,7 @@ pub(crate) fn on_published<S: FanoutShell>(node: &mut S, p: Published, now: Inst
 
 /// Hands one fanout record of subscription `sub` to the application, counted on the
 /// subscription (its topic kept for the next record's to share).
+#[inline]
 fn deliver<S: FanoutShell>(node: &mut S, sub: SubKey, topic: Bytes, payload: Bytes) {
     node.core_mut().subs[sub].handle_delivered(&topic);
     node.deliver_published(sub, topic, payload);

@@ -4,7 +4,9 @@
 //! ([`NodeCore`]), and the handshake's decisions with the order of their consequences, over
 //! what the core asks of its shell ([`Shell`]). Classic fanout's decisions are in
 //! [`fanout`], over its own [`fanout::FanoutShell`]; the receive path's are in [`receive`],
-//! over [`ReceiveShell`]; the calls' are in [`calls`], over [`calls::CallShell`].
+//! over [`ReceiveShell`]; the bound sockets' gate's (ZAP verdicts, refusals) in [`gate`],
+//! over [`gate::GateShell`]; what a snapshot lists in [`snapshot`]; what running out of
+//! descriptors does in [`exhaustion`]; the calls' in [`calls`], over [`calls::CallShell`].
 //!
 //! Admission, in order: a dialled connection sends its HELLO once ([`send_hello`]); the
 //! acceptor judges an unadmitted connection's first record ([`handle_first_record`]: one
@@ -39,8 +41,11 @@
 //! one on that socket; a SUB socket's events go to its subscription.
 
 pub(crate) mod calls;
+pub(crate) mod exhaustion;
 pub(crate) mod fanout;
+pub(crate) mod gate;
 mod receive;
+pub(crate) mod snapshot;
 
 use std::fmt;
 use std::time::Instant;
@@ -929,6 +934,7 @@ pub(super) mod tests {
         OpenDueSub(SubKey),
         DrainBeforeDisconnect(SlotKey),
         Fanout(super::fanout::tests::FanoutEffect),
+        Gate(super::gate::tests::GateEffect),
         /// What the receive path asked of its shell beyond `Shell`.
         Received(super::receive::tests::Received),
         /// What the calls' decisions asked of their shell beyond `Shell`.

@@ -1,15 +1,12 @@
-//! Running out of descriptors, as one part: the figures and the episode being logged (how one
-//! failure is recorded on a link's state is the core's,
-//! [`record_exhausted`](crate::proto::node::link::record_exhausted)). What the node does
-//! about it is the thread's (`io/exhaustion.rs`, whose module docs describe the whole rule).
+//! Running out of descriptors, as one part: the figures read from the OS and the episode
+//! being logged. When the episode's warning is logged is the core's ([`Episode`]), and so
+//! is what one failure does to a link ([`crate::proto::node::core::exhaustion`]). What the
+//! node does about it is the thread's (`io/exhaustion.rs`, whose module docs describe the whole rule).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use crate::proto::node::core::exhaustion::Episode;
 use crate::runtime::fds::{Exhausted, Gauge};
-
-/// Shortest time between two episode warnings: a node that runs out again and again logs
-/// once per this, with the count of what it left out.
-pub const EPISODE_LOG_MIN: Duration = Duration::from_secs(10);
 
 /// Running out of descriptors: the figures and the episode (see the module doc).
 #[derive(Debug, Default)]
@@ -21,12 +18,6 @@ pub(crate) struct Exhaustion {
     /// The cause of the last failure and when it was worked out, reused for
     /// [`Gauge::TTL`]: a node that runs out fails many dials in a short time.
     pub(crate) last: Option<(Instant, Exhausted)>,
-    /// An episode is running: no socket opened since the last failure.
-    pub(crate) active: bool,
-    /// Failures in the running episode.
-    pub(crate) failures: u64,
-    /// When the last episode warning was logged.
-    pub(crate) logged_at: Option<Instant>,
-    /// Failures not logged since that warning (episodes inside [`EPISODE_LOG_MIN`]).
-    pub(crate) unlogged: u64,
+    /// The running episode and its warnings.
+    pub(crate) episode: Episode,
 }

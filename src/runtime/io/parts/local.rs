@@ -104,19 +104,6 @@ impl Local {
             },
         }
     }
-
-    /// The peer RID and lane of a RouteMesh link of kind `kind`, dialled or inbound.
-    pub(crate) fn mesh_lane<'a>(&'a self, kind: &'a LinkKind) -> Option<(&'a str, Lane)> {
-        match kind {
-            LinkKind::MeshDial { peer, lane } => {
-                self.cfg.peers.get(*peer).map(|p| (p.rid.as_str(), *lane))
-            }
-            LinkKind::Inbound { rid, lane } if *lane != Lane::ClientServer => {
-                Some((rid.as_str(), *lane))
-            }
-            _ => None,
-        }
-    }
 }
 
 /// The configured peers and servers as admission and the calls' send policy read them

@@ -135,6 +135,9 @@ pub(crate) struct SendTurns {
     pub(crate) budget: usize,
     /// A burst of records taken from a send queue (kept to reuse its allocation).
     pub(crate) scratch: Taken,
+    /// The two frames of the PACK being written (envelope, payloads), kept to reuse their
+    /// allocations from PACK to PACK and burst to burst.
+    pub(crate) pack: (Vec<u8>, Vec<u8>),
 }
 
 impl SendTurns {
@@ -146,6 +149,7 @@ impl SendTurns {
             listed: Vec::new(),
             budget: SENDS_PER_TURN,
             scratch: Taken::default(),
+            pack: (Vec::new(), Vec::new()),
         }
     }
 

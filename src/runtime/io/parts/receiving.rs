@@ -13,6 +13,9 @@ pub(crate) struct Receiving {
     /// staged, a rotation cut by its time cap): wait without sleeping, and run a rotation
     /// even if no socket is readable.
     pub(crate) busy: bool,
+    /// The records of a turn the rotation takes from the scheduler together (a PACK's),
+    /// reused from turn to turn (`io/receive.rs`, `on_turn`).
+    pub(crate) taken: Vec<Staged>,
 }
 
 impl Receiving {
@@ -22,6 +25,7 @@ impl Receiving {
         Receiving {
             sched: ReceiveScheduler::new().with_readiness(),
             busy: false,
+            taken: Vec::new(),
         }
     }
 }
