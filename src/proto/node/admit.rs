@@ -54,6 +54,16 @@ pub trait Configured {
     fn peer_index(&self, rid: &str) -> Option<usize>;
     /// Configured server `server`, if there is one.
     fn server(&self, server: usize) -> Option<ServerView<'_>>;
+    /// Whether calls to configured peer `peer` may share a BATCH (its `batch_calls`), if
+    /// the configuration says; `None` (the default): it does not say.
+    fn peer_batches_calls(&self, _peer: usize) -> Option<bool> {
+        None
+    }
+    /// Whether calls to configured server `server` may share a BATCH (its `batch_calls`),
+    /// if the configuration says; `None` (the default): it does not say.
+    fn server_batches_calls(&self, _server: usize) -> Option<bool> {
+        None
+    }
 }
 
 impl<T: Configured + ?Sized> Configured for &T {
@@ -67,6 +77,14 @@ impl<T: Configured + ?Sized> Configured for &T {
 
     fn server(&self, server: usize) -> Option<ServerView<'_>> {
         (**self).server(server)
+    }
+
+    fn peer_batches_calls(&self, peer: usize) -> Option<bool> {
+        (**self).peer_batches_calls(peer)
+    }
+
+    fn server_batches_calls(&self, server: usize) -> Option<bool> {
+        (**self).server_batches_calls(server)
     }
 }
 

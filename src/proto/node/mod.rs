@@ -46,6 +46,14 @@
 //!   `core/exhaustion.rs` decides what running out of descriptors does: a link's or
 //!   subscription's `resource_exhausted` failure (a state event on the episode's first
 //!   only), another socket error's retry, and when an episode's one warning is logged.
+//!   Its file `core/calls.rs` holds the calls' decisions over `CallShell` (the call table
+//!   beside the core, the hand-offs to the caller's and callee's parts): where a call goes
+//!   (a named peer's two ready lanes,
+//!   or a ready server round-robin), how a turn's REQUESTs share a message (MISSION K5),
+//!   which calls a lost connection fails (MISSION C2), whether an answer has a call key,
+//!   where a REQUEST's answers go and who sent it, where a CANCEL or CREDIT goes and how
+//!   an answer leaves its route (only in the forms its connection negotiated), and the
+//!   timer table's and the routes' sync with the links.
 //! - `keys`: the typed handles of the node's tables (links, socket slots, subscriptions,
 //!   calls) and the tables they index, one of them tracking what a turn touched.
 //! - `link`: a link (a configured peer lane or server, or a peer's inbound connection)

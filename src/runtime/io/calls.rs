@@ -1,13 +1,13 @@
-//! Calls in the I/O thread: routing a call to a ready server, the caller's call table (leases
-//! on the connection that carried the request), and the callee's serve table (ACCEPT before
-//! dispatch, ttl refusals, graceful drain). Decisions are the sans-IO tables'
-//! ([`crate::proto::calls`]); this file moves their records.
+//! Calls in the I/O thread: the caller's glue and the core's [`CallShell`]. Where a call
+//! goes, how a turn's REQUESTs share a message, which calls a lost connection fails,
+//! whether an answer has a call key and whether a CREDIT goes are the node core's
+//! decisions ([`crate::proto::node::core::calls`]); this file hands calls to the
+//! [`Caller`](super::parts::caller::Caller) and the [`Callee`](super::parts::callee::Callee)
+//! (which hold the application's channels and the handlers) and sends the REQUESTs.
 //!
-//! A call's key is the physical connection its REQUEST went out on: the RouteMesh peer's
-//! Application lane connection, or the ClientServer connection. ACCEPT, ITEM and REPLY arrive
-//! on the peer's Completion lane (RouteMesh) or the same connection (ClientServer) and are
-//! judged against that key; when either lane of the peer leaves ready, every call on it
-//! fails at once (MISSION C2).
+//! A call's key is the physical connection its answers travel on: the RouteMesh peer's
+//! Completion lane connection, or the ClientServer connection; when it leaves ready, every
+//! call on it fails at once (MISSION C2).
 //!
 //! Streams: a caller's stream items go to the call's [`StreamEvent`](crate::runtime::calls::StreamEvent) channel in order, and
 //! always before its end (items are drained before completions). A channel served with
@@ -17,55 +17,30 @@
 use std::num::NonZeroU64;
 use std::time::Instant;
 
-use super::parts::caller::{NewCall, Route, SendPolicy};
-use super::route::negotiated;
-use super::{CallKey, IoThread, LinkKey, Tracked};
-use crate::config::NodeConfig;
+use super::parts::caller::{NewCall, Route};
+use super::{CallKey, IoThread, LinkKey};
 use crate::proto::calls::Unrouted;
 use crate::proto::node::answers::Outgoing;
-use crate::proto::node::core::Answer;
-use crate::proto::node::link::{Link, LinkKind};
+use crate::proto::node::callee::From;
+use crate::proto::node::caller::Calls;
+use crate::proto::node::core::calls::{self as core_calls, CallShell};
+use crate::proto::node::core::{Answer, NodeCore};
 use crate::proto::state::FailureReason;
-use crate::proto::wire::{Capabilities, Lane};
+use crate::proto::wire;
 use crate::proto::ConnId;
-use crate::runtime::calls::CallOptions;
 use crate::runtime::records;
 
 impl IoThread {
-    /// Where a call to RouteMesh peer `rid` goes: the REQUEST on its Application lane, the
-    /// lease (and the answers) on its Completion lane. Both must be ready.
-    fn mesh_route(&mut self, rid: &str) -> Option<(LinkKey, CallKey)> {
-        let app = self.lane_of(rid, Lane::Application)?;
-        let completion = self.lane_of(rid, Lane::Completion)?;
-        Some((app.0, completion))
-    }
-
-    /// Picks the connection for a call: the named peer, or a ready server of the channel
-    /// (RouteMesh peers with a Server membership, and ClientServer servers), round-robin.
-    /// Returns the link to send the REQUEST on and the call's key.
-    fn route_call(
-        &mut self,
-        channel: &str,
-        opts: &CallOptions,
-    ) -> Result<(LinkKey, CallKey), Unrouted> {
-        if let Some(rid) = &opts.peer {
-            return self.mesh_route(rid).ok_or(Unrouted::NoReadyPeer);
-        }
-        self.sync_links();
-        let (ready, configured) = self.core.routes.ready_for(channel);
-        self.caller.calls_mut().pick(channel, ready, configured)
-    }
-
-    /// Starts a call: routes it and hands it to the caller, which queues its REQUEST for
-    /// [`Self::flush_calls`] (the command drain runs it before it handles any other command
-    /// and at its end, so the REQUEST leaves in this loop turn, or the call fails at once as
-    /// never sent). A call that cannot be routed fails at once.
+    /// Starts a call: routes it ([`core_calls::route_call`]) and hands it to the caller,
+    /// which queues its REQUEST for [`Self::flush_calls`] (the command drain runs it before
+    /// it handles any other command and at its end, so the REQUEST leaves in this loop turn,
+    /// or the call fails at once as never sent). A call that cannot be routed fails at once.
     pub(super) fn start_call(&mut self, call: NewCall, now: Instant) {
         let route = if self.local.stopping() {
             Err(Unrouted::NoReadyPeer)
         } else {
-            self.route_call(&call.channel, &call.opts)
-                .map(|(send, key)| Route {
+            core_calls::route_call(self, &call.channel, call.opts.peer.as_deref()).map(
+                |(send, key)| Route {
                     send,
                     key,
                     target: self.core.links[send]
@@ -73,34 +48,29 @@ impl IoThread {
                         .as_ref()
                         .and_then(|c| c.peer.as_ref())
                         .map(|p| p.rid.clone()),
-                })
+                },
+            )
         };
         self.caller.start(call, route, now);
         self.drain_calls(now);
     }
 
     /// Sends the REQUESTs the caller queued in this loop turn (MISSION K5), as the messages
-    /// [`Calls::take_requests`](crate::proto::node::caller::Calls::take_requests) makes of them.
+    /// [`Calls::take_requests`] makes of them under the core's
+    /// [`send_policy`](core_calls::send_policy).
     pub(super) fn flush_calls(&mut self, now: Instant) {
         if !self.caller.calls().has_requests() {
             return;
         }
-        let (links, cfg, me) = (
+        let (links, configured, me) = (
             &self.core.links,
-            &self.local.cfg,
+            self.local.configured(),
             self.local.me.capabilities,
         );
-        let messages = self.caller.calls_mut().take_requests(|k| {
-            if !batches_calls(links, cfg, k) {
-                SendPolicy::Alone
-            } else if negotiated(links, me, k).contains(Capabilities::CALLS) {
-                SendPolicy::Grouped {
-                    offsets: negotiated(links, me, k).contains(Capabilities::IDS16),
-                }
-            } else {
-                SendPolicy::Batch
-            }
-        });
+        let messages = self
+            .caller
+            .calls_mut()
+            .take_requests(|k| core_calls::send_policy(links, &configured, me, k));
         for m in messages {
             let sent = match &m.frames {
                 Some(frames) => self.send_frames_on_link(m.link, frames).is_ok(),
@@ -114,22 +84,11 @@ impl IoThread {
 
     /// ACCEPT, ITEM or REPLY for one of our calls, arriving on link `k`.
     pub(super) fn on_call_answer(&mut self, k: LinkKey, answer: Answer, now: Instant) {
-        let kind = answer.kind().name();
-        tracing::debug!(kind, key = ?self.core.answer_key(k), "call answer");
-        let Some(key) = self.core.answer_key(k) else {
-            metrics::counter!("zmesh_call_answers_ignored_total").increment(1);
-            return;
-        };
-        self.caller.handle_answer(key, answer, now);
-        self.drain_calls(now);
+        core_calls::handle_call_answer(self, k, answer, now);
     }
 
-    /// A link's connection is leaving ready: fail the calls leased on it (MISSION C2).
-    ///
-    /// Calls are keyed by the connection their answers travel on (a RouteMesh Completion lane,
-    /// a ClientServer connection): its failure fails them. A failed Application lane fails
-    /// the calls of the peer's Completion lane too, unless the peer closed it in order: a
-    /// stopping peer answers what it accepted on the Completion lane before closing that one.
+    /// A link's connection is leaving ready: fail the calls leased on it, as the core
+    /// decides (MISSION C2).
     pub(super) fn calls_connection_lost(
         &mut self,
         k: LinkKey,
@@ -137,27 +96,7 @@ impl IoThread {
         reason: FailureReason,
         now: Instant,
     ) {
-        let Some(l) = self.core.links.get(k) else {
-            return;
-        };
-        let key = match l.lane() {
-            Some(Lane::Completion | Lane::ClientServer) => Some((k, conn)),
-            Some(Lane::Application) if reason != FailureReason::OrderlyClose => l
-                .conn
-                .as_ref()
-                .and_then(|c| c.peer.as_ref())
-                .map(|p| p.rid.clone())
-                .and_then(|rid| self.lane_of(&rid, Lane::Completion)),
-            _ => None,
-        };
-        if let Some(key) = key {
-            let lost = self.caller.calls_mut().handle_connection_lost(key, now);
-            if lost > 0 {
-                tracing::info!(calls = lost, "calls failed with their connection");
-            }
-            self.callee.handle_connection_lost(key, now);
-        }
-        self.drain_calls(now);
+        core_calls::handle_connection_lost(self, k, conn, reason, now);
     }
 
     /// The application stopped waiting for the call it named `token`.
@@ -166,39 +105,70 @@ impl IoThread {
         self.drain_calls(now);
     }
 
-    /// The application took `items` more items of the stream it named `token`: a CREDIT on
-    /// the link its REQUEST went out on, where that connection negotiated `credit`
-    /// (WIRE.md §4.15). A CREDIT the link cannot take now waits, in order, like an answer:
-    /// it is never dropped, since a stream whose window closed waits for nothing else.
+    /// The application took `items` more items of the stream it named `token`: a CREDIT
+    /// where the core says one goes (WIRE.md §4.15).
     pub(super) fn grant_items(&mut self, token: u64, items: u64) {
-        let Some((key, call_id)) = self.caller.calls().credit_target(token) else {
-            return;
-        };
-        let Some(items) = NonZeroU64::new(items) else {
-            return;
-        };
-        let Some(link) = self.request_link(key) else {
-            return;
-        };
-        if self.conn_caps(link).contains(Capabilities::CREDIT) {
-            self.send_answer(link, Outgoing::Frames(records::credit(call_id, items)));
-        }
+        core_calls::grant_items(self, token, items);
     }
 }
 
-/// Whether calls to the node behind link `k` may share a BATCH (its `batch_calls`
-/// configuration; a peer that dialled us and is not configured here: yes).
-fn batches_calls(links: &Tracked<LinkKey, Link>, cfg: &NodeConfig, k: LinkKey) -> bool {
-    let Some(l) = links.get(k) else {
-        return true;
-    };
-    match &l.kind {
-        LinkKind::MeshDial { peer, .. } => cfg.peers.get(*peer).is_none_or(|p| p.batch_calls),
-        LinkKind::ClientDial { server } => cfg.servers.get(*server).is_none_or(|s| s.batch_calls),
-        LinkKind::Inbound { rid, .. } => cfg
-            .peers
-            .iter()
-            .find(|p| &p.rid == rid)
-            .is_none_or(|p| p.batch_calls),
+impl CallShell for IoThread {
+    fn core_with_calls(&mut self) -> (&mut NodeCore, &mut Calls) {
+        (&mut self.core, self.caller.calls_mut())
+    }
+
+    fn fail_calls_on(&mut self, key: CallKey, now: Instant) {
+        let lost = self.caller.calls_mut().handle_connection_lost(key, now);
+        if lost > 0 {
+            tracing::info!(calls = lost, "calls failed with their connection");
+        }
+        self.callee.handle_connection_lost(key, now);
+    }
+
+    fn answer_call(&mut self, key: CallKey, answer: Answer, now: Instant) {
+        self.caller.handle_answer(key, answer, now);
+    }
+
+    fn count_ignored_answer(&mut self) {
+        metrics::counter!("zmesh_call_answers_ignored_total").increment(1);
+    }
+
+    /// A CREDIT the link cannot take now waits, in order, like an answer: it is never
+    /// dropped, since a stream whose window closed waits for nothing else.
+    fn send_credit(&mut self, link: LinkKey, call_id: NonZeroU64, items: NonZeroU64) {
+        self.send_answer(link, Outgoing::Frames(records::credit(call_id, items)));
+    }
+
+    fn callee_request(
+        &mut self,
+        k: LinkKey,
+        from: From<CallKey>,
+        request: wire::Request,
+        now: Instant,
+    ) {
+        self.serve_request_from(k, from, request, now);
+    }
+
+    fn callee_batch(
+        &mut self,
+        k: LinkKey,
+        key: CallKey,
+        requests: Vec<wire::Request>,
+        now: Instant,
+    ) {
+        self.serve_batch_on(k, key, requests, now);
+    }
+
+    fn callee_cancel(&mut self, key: CallKey, call_id: NonZeroU64, now: Instant) {
+        self.callee.handle_cancel(key, call_id, now);
+        self.drain_calls(now);
+    }
+
+    fn callee_credit(&mut self, key: CallKey, call_id: NonZeroU64, items: u64, now: Instant) {
+        self.serve_credit_on(key, call_id, items, now);
+    }
+
+    fn drain_calls(&mut self, now: Instant) {
+        IoThread::drain_calls(self, now);
     }
 }

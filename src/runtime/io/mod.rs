@@ -56,10 +56,13 @@
 //!   failure, refusal and opening), the gate's (`core::gate`: a ZAP request's verdict after
 //!   its socket's monitor is read, a bound socket's monitor events, the publisher's refused
 //!   input, a refusal counted and remembered), which links and subscriptions a snapshot
-//!   lists (`core::snapshot`), and what running out of descriptors does
-//!   (`core::exhaustion`: the failure of a link or subscription that cannot open a socket,
-//!   which one emits a state event, when an episode's warning is logged); the thread is
-//!   that core's `Shell`, `ReceiveShell`, `FanoutShell` and `GateShell`.
+//!   lists (`core::snapshot`), what running out of descriptors does (`core::exhaustion`:
+//!   the failure of a link or subscription that cannot open a socket, which one emits a
+//!   state event, when an episode's warning is logged), and the calls' (`core::calls`:
+//!   where a call goes, how a turn's REQUESTs share a message, which calls a lost
+//!   connection fails, whether an answer has a call key, where a REQUEST's answers go and
+//!   who sent it, where a CANCEL or CREDIT goes and how an answer leaves); the thread is
+//!   that core's `Shell`, `ReceiveShell`, `FanoutShell`, `GateShell` and `CallShell`.
 //! - [`parts`]: the parts that hold a socket, a channel or a task handle, each owning its
 //!   own behind a narrow interface and none of them importing the thread: the socket set with
 //!   the one send and receive primitive, the ZAP handler and the monitors of closes not yet
@@ -90,11 +93,13 @@
 //!   them for the core, whose `FanoutShell` it is: deliveries, states, closing a SUB socket), [`timers`] (the earliest deadline; call deadlines, then the core's timers), [`commands`] (the async
 //!   side's commands), [`outbound`] (draining the send queues in bursts), [`publish`]
 //!   (opening, publishing and closing the send queues, below `links` and `outbound`), [`calls`]
-//!   (routing calls to ready servers, REQUESTs, leases failing with their connection),
-//!   [`serve`] (handing REQUESTs to the callee), [`route`] (below both: the call route
-//!   index, a connection's capabilities, and sending the CANCELs and answers the caller and
-//!   callee decided on), [`exhaustion`] (working out the cause of a socket not opened from
-//!   the OS's descriptor figures, logging the core's episode),
+//!   (the core's `CallShell`: starting calls, sending a turn's REQUESTs, handing answers
+//!   and lost connections to the caller and callee parts), [`serve`] (handing the
+//!   REQUESTs, BATCHes, CANCELs and CREDITs the core routed to the callee, sending its
+//!   ACCEPTs and ITEMs), [`route`] (below both: sending the CANCELs and answers the
+//!   caller, callee and core decided on; `sync_links` and `conn_caps`, hand-offs to the
+//!   core for the other glue), [`exhaustion`] (working out the cause of a socket not opened
+//!   from the OS's descriptor figures, logging the core's episode),
 //!   [`discovery`] (automatic mode: intents and fences, MISSION D1, F3, T3), [`snapshot`]
 //!   (the core's listing mapped into the snapshot, with where each link sits in the
 //!   configuration and its pending calls) and [`shutdown`].
@@ -165,7 +170,6 @@ use crate::proto::node::links::{BOUND_ID_APPLICATION, BOUND_ID_COMPLETION, BOUND
 /// The publisher's ZAP domain (CURVE: its subscribers must be on the allow-list).
 const PUBLISHER_DOMAIN: &str = "zmesh-publisher";
 
-use keys::Tracked;
 pub(crate) use keys::{CallKey, LinkKey, SlotKey, SubKey};
 use parts::local::Host;
 

@@ -1,8 +1,10 @@
-//! Where call records go and how they leave, for the caller's and the callee's glue alike
-//! (io/calls.rs, io/serve.rs): the route index kept in step with the links, a lane's ready
-//! connection, the capabilities in effect on a connection, and the sending of what the
-//! caller and callee parts decided on: CANCELs, ACCEPTs, REPLYs and the answers packed at
-//! the end of a turn. Nothing here calls back up into the glue that uses it.
+//! How call records leave, for the caller's and the callee's glue alike (io/calls.rs,
+//! io/serve.rs): the sending of what the caller and callee parts and the node core
+//! ([`crate::proto::node::core::calls`]) decided on: CANCELs, ACCEPTs, REPLYs and the
+//! answers packed at the end of a turn. The route index kept in step with the links and
+//! the capabilities in effect on a connection are the core's; `sync_links` and
+//! `conn_caps` here hand the other glue files to them. Nothing here calls back up into the
+//! glue that uses it.
 
 use std::num::NonZeroU64;
 use std::time::Instant;
@@ -10,10 +12,9 @@ use std::time::Instant;
 use super::{CallKey, IoThread, LinkKey};
 use crate::config::ServerConfig;
 use crate::proto::node::answers::{Outgoing, Sent};
-pub(super) use crate::proto::node::core::negotiated;
+use crate::proto::node::core::calls as core_calls;
 use crate::proto::node::link::ServerChannels;
-use crate::proto::node::timers::TimerOwner;
-use crate::proto::wire::{Capabilities, Lane};
+use crate::proto::wire::Capabilities;
 use crate::runtime::records;
 use crate::runtime::socket::SocketSendError;
 
@@ -24,46 +25,17 @@ impl ServerChannels for [ServerConfig] {
 }
 
 impl IoThread {
-    /// Derives again the deadline of every link and subscription handed out mutably since the
-    /// last call, and what each such link contributes to the call routes.
+    /// Brings the timer table and the call routes up to date with every link and
+    /// subscription handed out mutably since the last call
+    /// ([`NodeCore::sync_touched`](crate::proto::node::core::NodeCore::sync_touched)).
     pub(super) fn sync_links(&mut self) {
-        let (timers, routes) = (&mut self.core.timers, &mut self.core.routes);
-        let servers = self.local.cfg.servers.as_slice();
-        self.core.links.drain_touched(|k, l| {
-            timers.set(TimerOwner::Link(k), l.next_deadline());
-            if !l.routes_are(routes.of(k), servers) {
-                routes.update(k, l.routes(servers));
-            }
-        });
-        self.core
-            .subs
-            .drain_touched(|k, s| timers.set(TimerOwner::Sub(k), s.next_deadline()));
-    }
-
-    /// The ready connection of `rid`'s RouteMesh lane `lane`.
-    pub(super) fn lane_of(&mut self, rid: &str, lane: Lane) -> Option<CallKey> {
-        self.sync_links();
-        self.core.routes.lane_of(rid, lane)
+        self.core.sync_touched(self.local.cfg.servers.as_slice());
     }
 
     /// The capabilities in effect on link `k`'s ready connection: those both ends announced
     /// in its handshake (none before it is ready).
     pub(super) fn conn_caps(&self, k: LinkKey) -> Capabilities {
-        negotiated(&self.core.links, self.local.me.capabilities, k)
-    }
-
-    /// The link the REQUESTs of calls keyed `key` go out on: the ClientServer connection
-    /// itself, or the Application lane to the peer behind a RouteMesh Completion lane.
-    pub(super) fn request_link(&mut self, key: CallKey) -> Option<LinkKey> {
-        let l = self.core.links.get(key.0)?;
-        match l.lane()? {
-            Lane::ClientServer => Some(key.0),
-            Lane::Completion => {
-                let rid = l.conn.as_ref()?.peer.as_ref()?.rid.clone();
-                self.lane_of(&rid, Lane::Application).map(|(send, _)| send)
-            }
-            Lane::Application => None,
-        }
+        core_calls::conn_caps(self, k)
     }
 
     /// Hands finished calls to the application, tells callees of the calls nobody waits
@@ -74,19 +46,17 @@ impl IoThread {
         self.send_callee_answers(now);
     }
 
-    /// Sends a CANCEL for each call whose caller stopped waiting after its REQUEST left, on
-    /// the link its REQUEST went out on, where that connection negotiated CANCEL (WIRE.md
-    /// §4.13, §8.1). Elsewhere, or when the link cannot take it now, the cancel stays local:
+    /// Sends a CANCEL for each call whose caller stopped waiting after its REQUEST left,
+    /// where the core says one goes ([`core_calls::cancel_link`]: the link its REQUEST went
+    /// out on, where that connection negotiated CANCEL, WIRE.md §4.13, §8.1). Elsewhere, or
+    /// when the link cannot take it now, the cancel stays local:
     /// the callee finishes the call and its answers arrive late, as they would have without
     /// the record.
     fn send_cancels(&mut self) {
         for (key, call_id) in self.caller.calls_mut().take_cancels() {
-            let Some(link) = self.request_link(key) else {
+            let Some(link) = core_calls::cancel_link(self, key) else {
                 continue;
             };
-            if !self.conn_caps(link).contains(Capabilities::CANCEL) {
-                continue;
-            }
             if self
                 .send_frames_on_link(link, &records::cancel(call_id))
                 .is_ok()
@@ -115,27 +85,18 @@ impl IoThread {
 
     /// Sends an answer on `route`, in order behind any answer still waiting there: at the
     /// end of the turn where the connection packs answers, else now (a full pipe keeps it
-    /// for a later turn). Returns false when the connection is gone (the caller fails the
-    /// call when it sees that).
-    ///
-    /// A REPLY's replayed mark (WIRE.md §4.17) is cleared here toward a connection that did
-    /// not negotiate `replayed`, so such a peer receives the version-1 code byte.
+    /// for a later turn), a REPLY's replayed mark (WIRE.md §4.17) kept only where
+    /// negotiated, as the core's [`answer_form`](core_calls::answer_form) says. Returns
+    /// false when the connection is gone (the caller fails the call when it sees that).
     pub(super) fn send_answer(&mut self, route: LinkKey, mut out: Outgoing) -> bool {
-        let Some(conn) = self
-            .core
-            .links
-            .get(route)
-            .and_then(|l| l.conn.as_ref())
-            .map(|c| c.id)
-        else {
+        let Some(form) = core_calls::answer_form(self, route) else {
             return false;
         };
-        let caps = self.conn_caps(route);
+        let conn = form.conn;
         if let Outgoing::Reply(r) = &mut out {
-            r.replayed &= caps.contains(Capabilities::REPLAYED);
+            r.replayed &= form.replayed;
         }
-        let packs = caps.contains(Capabilities::ANSWERS);
-        if !packs && !self.outbound.answers.is_waiting(route, conn) {
+        if !form.packs && !self.outbound.answers.is_waiting(route, conn) {
             let frames = out.alone(
                 NonZeroU64::new(self.local.me.generation).unwrap_or(NonZeroU64::MIN),
                 conn,

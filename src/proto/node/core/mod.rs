@@ -6,7 +6,7 @@
 //! [`fanout`], over its own [`fanout::FanoutShell`]; the receive path's are in [`receive`],
 //! over [`ReceiveShell`]; the bound sockets' gate's (ZAP verdicts, refusals) in [`gate`],
 //! over [`gate::GateShell`]; what a snapshot lists in [`snapshot`]; what running out of
-//! descriptors does in [`exhaustion`].
+//! descriptors does in [`exhaustion`]; the calls' in [`calls`], over [`calls::CallShell`].
 //!
 //! Admission, in order: a dialled connection sends its HELLO once ([`send_hello`]); the
 //! acceptor judges an unadmitted connection's first record ([`handle_first_record`]: one
@@ -40,6 +40,7 @@
 //! records that arrived before it are read, if the connection is still the link's current
 //! one on that socket; a SUB socket's events go to its subscription.
 
+pub(crate) mod calls;
 pub(crate) mod exhaustion;
 pub(crate) mod fanout;
 pub(crate) mod gate;
@@ -90,8 +91,8 @@ pub(crate) struct NodeCore {
     pub(crate) discovered: Discovered,
     /// The one structure owning every liveness machine of this node (MISSION L8).
     pub(crate) liveness: Live,
-    /// Where calls go: the links' routes, indexed (brought up to date by the shell's
-    /// `sync_links`).
+    /// Where calls go: the links' routes, indexed (brought up to date by
+    /// [`NodeCore::sync_touched`], which the shell's `sync_timers` runs).
     pub(crate) routes: Routes,
     /// One subscription per publisher endpoint, each with its own SUB socket (MISSION T3,
     /// L5); every mutable access marks it for the timer table.
@@ -182,7 +183,7 @@ impl NodeCore {
 /// read or note core state themselves (the send queues and the calls read the links,
 /// closing a dialled socket notes the link's close, a refusal is remembered by the gate).
 pub(crate) trait Shell {
-    /// The configured peers and servers as admission reads them.
+    /// The configured peers and servers as admission and the calls' send policy read them.
     type Configured<'a>: Configured
     where
         Self: 'a;
@@ -889,7 +890,6 @@ pub(super) mod tests {
     use crate::proto::node::admit::{PeerView, ServerView};
     use crate::proto::node::keys::Key;
     use crate::proto::node::link::HANDSHAKE_TIMEOUT;
-    use crate::proto::node::timers::TimerOwner;
 
     /// Configured peers by RID, no servers, no CURVE.
     pub(super) struct Peers(Vec<&'static str>);
@@ -937,12 +937,15 @@ pub(super) mod tests {
         Gate(super::gate::tests::GateEffect),
         /// What the receive path asked of its shell beyond `Shell`.
         Received(super::receive::tests::Received),
+        /// What the calls' decisions asked of their shell beyond `Shell`.
+        Calls(super::calls::tests::CallEffect),
     }
 
     /// A shell that records what it is asked; `dialled` are the slots of dialled sockets;
-    /// `curve`: whether the node runs CURVE.
+    /// `curve`: whether the node runs CURVE; `calls`: this node's call table.
     pub(super) struct Recording {
         pub(super) core: NodeCore,
+        pub(super) calls: crate::proto::node::caller::Calls,
         peers: Peers,
         pub(super) me: Identity,
         next_conn: u64,
@@ -1060,11 +1063,8 @@ pub(super) mod tests {
             self.effects.push(Effect::RemovePeerUnit(k, conn));
         }
         fn sync_timers(&mut self) {
-            let timers = &mut self.core.timers;
-            (self.core.links)
-                .drain_touched(|k, l| timers.set(TimerOwner::Link(k), l.next_deadline()));
-            (self.core.subs)
-                .drain_touched(|k, s| timers.set(TimerOwner::Sub(k), s.next_deadline()));
+            // As the I/O thread's: the timer table and the call routes (no servers).
+            self.core.sync_touched(&self.peers);
         }
         fn send_probe(&mut self, k: LinkKey, _: u64) {
             self.effects.push(Effect::SendProbe(k));
@@ -1116,6 +1116,7 @@ pub(super) mod tests {
     pub(super) fn shell(rid: &str, peers: Vec<&'static str>) -> Recording {
         Recording {
             core: NodeCore::new(Gate::new(Default::default()), 1),
+            calls: Default::default(),
             peers: Peers(peers),
             me: node(rid),
             next_conn: 100,

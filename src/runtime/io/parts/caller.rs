@@ -14,7 +14,7 @@ use bytes::Bytes;
 
 use crate::proto::calls::{CallId, Unrouted};
 use crate::proto::node::caller::{CallStart, Calls, Finished};
-pub(crate) use crate::proto::node::caller::{Requests, Route, SendPolicy};
+pub(crate) use crate::proto::node::caller::{Requests, Route};
 use crate::proto::node::core::Answer;
 use crate::proto::node::keys::CallKey;
 use crate::proto::ops;

@@ -57,7 +57,7 @@ impl Local {
         id
     }
 
-    /// The configured peers and servers as admission reads them.
+    /// The configured peers and servers as admission and the calls' send policy read them.
     pub(crate) fn configured(&self) -> ConfigView<'_> {
         ConfigView {
             cfg: &self.cfg,
@@ -106,7 +106,8 @@ impl Local {
     }
 }
 
-/// The configured peers and servers as admission reads them, with the keys
+/// The configured peers and servers as admission and the calls' send policy read them
+/// (`batch_calls`), with the keys
 /// `[security.endpoint_keys]` pins for their endpoints when the node runs CURVE.
 pub(crate) struct ConfigView<'a> {
     cfg: &'a NodeConfig,
@@ -145,5 +146,13 @@ impl Configured for ConfigView<'_> {
             endpoint: &s.endpoint,
             pinned_key: self.pinned_key(&s.endpoint),
         })
+    }
+
+    fn peer_batches_calls(&self, peer: usize) -> Option<bool> {
+        self.cfg.peers.get(peer).map(|p| p.batch_calls)
+    }
+
+    fn server_batches_calls(&self, server: usize) -> Option<bool> {
+        self.cfg.servers.get(server).map(|s| s.batch_calls)
     }
 }
