@@ -72,12 +72,7 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
         let at = turn.unit?;
         let (record, len) = self.pop_record(at)?;
         if let (Some(rotation), Some(turn)) = (self.rotation.as_mut(), self.turn.as_mut()) {
-            turn.delivered += 1;
-            turn.bytes = turn.bytes.saturating_add(len);
-            turn.actions += 1;
-            rotation.delivered += 1;
-            rotation.bytes += len as u64;
-            rotation.actions += 1;
+            count_hand_out(turn, rotation, len);
         }
         Some(record)
     }
@@ -130,12 +125,7 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
                 break;
             };
             state.queued_bytes = state.queued_bytes.saturating_sub(len);
-            turn.delivered += 1;
-            turn.bytes = turn.bytes.saturating_add(len);
-            turn.actions += 1;
-            rotation.delivered += 1;
-            rotation.bytes += len as u64;
-            rotation.actions += 1;
+            count_hand_out(turn, rotation, len);
             bytes += len as u64;
             n += 1;
             out.push(record);
@@ -330,4 +320,16 @@ impl<U: Copy + Eq + Hash, R> ReceiveScheduler<U, R> {
             }
         }
     }
+}
+
+/// Counts one record of `len` bytes handed out in `turn` of `rotation`: what the turn's and
+/// the rotation's caps are judged against.
+#[inline]
+fn count_hand_out<U>(turn: &mut Turn<U>, rotation: &mut Rotation, len: usize) {
+    turn.delivered += 1;
+    turn.bytes = turn.bytes.saturating_add(len);
+    turn.actions += 1;
+    rotation.delivered += 1;
+    rotation.bytes += len as u64;
+    rotation.actions += 1;
 }

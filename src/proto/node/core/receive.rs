@@ -466,7 +466,6 @@ pub(super) mod tests {
     use crate::proto::handshake::Expectation;
     use crate::proto::node::admit::Credentials;
     use crate::proto::node::keys::{Key, SlotKey};
-    use crate::proto::node::link::Conn;
     use crate::proto::wire::Lane;
     use crate::proto::ConnId;
 
@@ -579,15 +578,10 @@ pub(super) mod tests {
     /// Node b's dialled Application link to a, its connection `id` on socket `slot` open
     /// and not ready (HELLO sent, no WELCOME yet).
     fn dialling(b: &mut Recording, id: u64, slot: SlotKey, now: Instant) -> LinkKey {
-        let dial = LinkKind::MeshDial {
-            peer: 0,
-            lane: Lane::Application,
-        };
-        let k = b.core.add_link(dial, now);
-        let mut conn = Conn::new(ConnId(id), slot, None, None, now);
-        conn.hello_sent = true;
-        b.core.links[k].conn = Some(conn);
-        b.dialled.push((k, slot));
+        let k = super::super::tests::dialling(b, id, slot, now);
+        if let Some(c) = b.core.links[k].conn.as_mut() {
+            c.hello_sent = true;
+        }
         k
     }
 

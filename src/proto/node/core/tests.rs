@@ -237,6 +237,19 @@ pub(super) fn shell(rid: &str, peers: Vec<&'static str>) -> Recording {
     }
 }
 
+/// Node b's dialled Application link to its configured peer 0, its connection `id` on
+/// socket `slot` open (no HELLO sent yet), the socket recorded as dialled.
+pub(super) fn dialling(b: &mut Recording, id: u64, slot: SlotKey, now: Instant) -> LinkKey {
+    let dial = LinkKind::MeshDial {
+        peer: 0,
+        lane: Lane::Application,
+    };
+    let k = b.core.add_link(dial, now);
+    b.core.links[k].conn = Some(Conn::new(ConnId(id), slot, None, None, now));
+    b.dialled.push((k, slot));
+    k
+}
+
 pub(super) fn hello_from(rid: &str) -> First {
     First::Hello {
         lane: Lane::Application,
@@ -283,14 +296,8 @@ fn a_malformed_first_record_is_refused_once_then_ignored() {
 fn t1_an_admitted_hello_stands_our_dial_down_before_its_welcome() {
     let mut b = shell("b", vec!["a"]);
     let now = Instant::now();
-    let dial = LinkKind::MeshDial {
-        peer: 0,
-        lane: Lane::Application,
-    };
-    let dk = b.core.add_link(dial, now);
     let dial_slot = SlotKey::from_index(3);
-    b.core.links[dk].conn = Some(Conn::new(ConnId(1), dial_slot, None, None, now));
-    b.dialled.push((dk, dial_slot));
+    let dk = dialling(&mut b, 1, dial_slot, now);
     let (slot, route) = (SlotKey::from_index(1), vec![9u8; 5]);
     handle_first_record(
         &mut b,
@@ -384,14 +391,8 @@ fn l6_a_swept_connection_found_gone_fails_once() {
 fn a_withdrawn_dial_in_progress_closes_once() {
     let mut b = shell("b", vec!["a"]);
     let now = Instant::now();
-    let dial = LinkKind::MeshDial {
-        peer: 0,
-        lane: Lane::Application,
-    };
-    let dk = b.core.add_link(dial, now);
     let dial_slot = SlotKey::from_index(3);
-    b.core.links[dk].conn = Some(Conn::new(ConnId(1), dial_slot, None, None, now));
-    b.dialled.push((dk, dial_slot));
+    let dk = dialling(&mut b, 1, dial_slot, now);
     withdraw(&mut b, dk, now);
     let reason = FailureReason::Reconfigured;
     assert_eq!(
@@ -496,14 +497,8 @@ fn l2_an_unanswered_probe_fails_the_link_at_its_deadline() {
 fn l6_a_dialled_disconnect_drains_then_fails_the_link_once() {
     let mut b = shell("b", vec!["a"]);
     let now = Instant::now();
-    let dial = LinkKind::MeshDial {
-        peer: 0,
-        lane: Lane::Application,
-    };
-    let dk = b.core.add_link(dial, now);
     let slot = SlotKey::from_index(3);
-    b.core.links[dk].conn = Some(Conn::new(ConnId(1), slot, None, None, now));
-    b.dialled.push((dk, slot));
+    let dk = dialling(&mut b, 1, slot, now);
     let watching = Watching::Dialled(dk);
     handle_monitor_event(
         &mut b,
